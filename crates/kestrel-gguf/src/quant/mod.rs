@@ -1,0 +1,1 @@
+//! Quant block layouts and scalar reference (de)quantization. (Being written.)
