@@ -1,0 +1,3 @@
+//! One module per `kestrel` subcommand.
+
+pub mod inspect;
