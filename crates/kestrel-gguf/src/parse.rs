@@ -16,6 +16,8 @@ use crate::GgmlType;
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// How deep arrays of arrays may nest.
 pub const MAX_ARRAY_NESTING: usize = 8;
+/// Most entries reserved before they are read.
+const PREALLOC_CAP: u64 = 1024;
 
 /// A metadata entry: the key and where its encoded value lies in the file.
 #[derive(Clone, Debug)]
@@ -65,8 +67,10 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Header> {
     // Smallest key/value: key length (8) + type (4) + a one-byte value.
     let n_kv = c.count(13, &|| "metadata count".into())?;
 
-    let mut metadata = Vec::with_capacity(n_kv as usize);
-    let mut meta_index = HashMap::with_capacity(n_kv as usize);
+    // Counts are bounded by the file size already; cap the up-front reservation anyway so a
+    // small hostile file cannot make a large one.
+    let mut metadata = Vec::with_capacity(n_kv.min(PREALLOC_CAP) as usize);
+    let mut meta_index = HashMap::with_capacity(n_kv.min(PREALLOC_CAP) as usize);
     for i in 0..n_kv {
         let at = c.pos() as u64;
         let key = c.utf8(&|| format!("metadata key #{i}"))?.to_string();
@@ -112,8 +116,8 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Header> {
         }
     };
 
-    let mut tensors = Vec::with_capacity(n_tensors as usize);
-    let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+    let mut tensors = Vec::with_capacity(n_tensors.min(PREALLOC_CAP) as usize);
+    let mut tensor_index = HashMap::with_capacity(n_tensors.min(PREALLOC_CAP) as usize);
     for i in 0..n_tensors {
         let at = c.pos() as u64;
         let name = c.utf8(&|| format!("name of tensor #{i}"))?.to_string();

@@ -1,0 +1,185 @@
+//! kestrel's developer tasks, run as `cargo xtask <task>` (alias in `.cargo/config.toml`).
+//!
+//! - `fetch-models [MODEL...] [--heavy] [--force]`: download the test models into the cache
+//! - `test`: fetch the models, then fmt, clippy and the workspace tests (what CI runs)
+//! - `demo`: the main job on the default model
+//! - `models-path [MODEL]`: print the model cache folder (or one model's path)
+
+mod fetch;
+mod models;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "xtask",
+    bin_name = "cargo xtask",
+    about = "kestrel's developer tasks",
+    version
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Download the test models into $KESTREL_HOME/models (default ~/.cache/kestrel/models).
+    ///
+    /// Models already there with the right size and sha256 are skipped.
+    FetchModels {
+        /// Only these models (short name or file name); default: every light model.
+        models: Vec<String>,
+        /// Also fetch the heavy models (the 7B qwen2, which is not fully published).
+        #[arg(long)]
+        heavy: bool,
+        /// Download again even when the cached file verifies.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Fetch the models, then `cargo fmt --check`, clippy with -D warnings, and the
+    /// workspace tests with KESTREL_REQUIRE_MODELS=1. This is what CI runs.
+    Test,
+    /// The main job on the default model (fetches it first when it is not cached).
+    Demo,
+    /// Print the model cache folder, or the path of one model in it.
+    ModelsPath {
+        /// A model's short name or file name.
+        model: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::FetchModels {
+            models,
+            heavy,
+            force,
+        } => fetch::fetch_models(&models, fetch::Options { heavy, force }),
+        Task::Test => test(),
+        Task::Demo => demo(),
+        Task::ModelsPath { model } => models_path(model.as_deref()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+fn workspace_root() -> PathBuf {
+    let xtask_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask_dir.parent().unwrap_or(xtask_dir).to_path_buf()
+}
+
+/// The cargo that runs us (set by `cargo run`), else the one on PATH.
+fn cargo() -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = String::from("cargo");
+    for arg in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&arg.to_string_lossy());
+    }
+    s
+}
+
+/// Runs a command, inheriting stdio; an error names the command and its exit status.
+fn run(cmd: &mut Command) -> Result<()> {
+    let what = describe(cmd);
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start `{what}`"))?;
+    if !status.success() {
+        bail!("`{what}` failed ({status})");
+    }
+    Ok(())
+}
+
+fn cargo_with(args: &[&str]) -> Command {
+    let mut cmd = cargo();
+    cmd.args(args);
+    cmd
+}
+
+/// Runs one step of `cargo xtask test`, framed by lines that say which and how it went.
+fn step(n: usize, total: usize, name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    println!("==> xtask test [{n}/{total}] {name}");
+    let start = std::time::Instant::now();
+    if let Err(e) = f() {
+        eprintln!("==> xtask test: FAILED at step {n}/{total}: {name}");
+        return Err(e.context(format!("xtask test: step {n}/{total} ({name}) failed")));
+    }
+    println!(
+        "==> xtask test [{n}/{total}] ok ({:.1}s): {name}",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn test() -> Result<()> {
+    let home = models::kestrel_home()?;
+    let mut tests = cargo_with(&["test", "--workspace"]);
+    // Tests that need a real model fail, rather than skip, when it is missing.
+    tests
+        .env("KESTREL_REQUIRE_MODELS", "1")
+        .env(models::KESTREL_HOME_ENV, &home);
+    let commands = [
+        cargo_with(&["fmt", "--all", "--check"]),
+        cargo_with(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+        tests,
+    ];
+    let total = commands.len() + 1;
+    step(1, total, "fetch-models", || {
+        fetch::fetch_models(&[], fetch::Options::default())
+    })?;
+    for (i, mut cmd) in commands.into_iter().enumerate() {
+        step(i + 2, total, &describe(&cmd), || run(&mut cmd))?;
+    }
+    println!("==> xtask test: all {total} steps passed");
+    Ok(())
+}
+
+fn demo() -> Result<()> {
+    let model = models::find(models::DEFAULT_MODEL)?;
+    let dir = models::models_dir()?;
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the model cache {}", dir.display()))?;
+    println!("==> demo: making sure {} is in the cache", model.name);
+    let path = fetch::fetch_one(model, &dir, fetch::Options::default())?;
+    let mut cmd = cargo();
+    cmd.args(["run", "--release", "-p", "kestrel-cli", "--", "inspect"])
+        .arg(&path);
+    println!("==> demo: {}", describe(&cmd));
+    run(&mut cmd)
+}
+
+fn models_path(model: Option<&str>) -> Result<()> {
+    let dir = models::models_dir()?;
+    match model {
+        None => println!("{}", dir.display()),
+        Some(name) => println!("{}", models::find(name)?.path_in(&dir).display()),
+    }
+    Ok(())
+}
