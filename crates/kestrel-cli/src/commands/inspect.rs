@@ -227,7 +227,8 @@ fn value_json(v: &Value<'_>, full: bool) -> Json {
     match v {
         Value::String(b) => json!(String::from_utf8_lossy(b)),
         Value::Bool(b) => json!(b),
-        Value::F32(f) => json!(f),
+        // Print an f32 by its shortest decimal form (1e-6, not 9.99999997e-7).
+        Value::F32(f) => json!(f.to_string().parse::<f64>().unwrap_or(f64::from(*f))),
         Value::F64(f) => json!(f),
         Value::Array(a) => {
             if full || a.len() <= ARRAY_PREVIEW {
