@@ -29,7 +29,9 @@ pub enum GgufError {
         found: Vec<u8>,
     },
     /// The file was written big-endian.
-    #[error("big-endian GGUF files are not supported (version field at offset 4 reads {raw:#010x})")]
+    #[error(
+        "big-endian GGUF files are not supported (version field at offset 4 reads {raw:#010x})"
+    )]
     BigEndian {
         /// The raw little-endian reading of the version field.
         raw: u32,
@@ -43,7 +45,9 @@ pub enum GgufError {
         hint: &'static str,
     },
     /// The file ends before a field that the header says is there.
-    #[error("file truncated: reading {what} at offset {offset} needs {need} bytes, only {left} left")]
+    #[error(
+        "file truncated: reading {what} at offset {offset} needs {need} bytes, only {left} left"
+    )]
     Truncated {
         /// What was being read.
         what: String,
@@ -132,7 +136,9 @@ pub enum GgufError {
     #[error("general.alignment is {0}, it must be a non-zero power of two")]
     BadAlignment(u64),
     /// A tensor's offset is not a multiple of the alignment.
-    #[error("tensor {name:?}: data offset {offset} is not a multiple of the alignment {alignment}")]
+    #[error(
+        "tensor {name:?}: data offset {offset} is not a multiple of the alignment {alignment}"
+    )]
     MisalignedTensor {
         /// The tensor.
         name: String,

@@ -157,7 +157,10 @@ impl GgufFile {
 
     /// A tensor's description by name.
     pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
-        self.header.tensor_index.get(name).map(|&i| &self.header.tensors[i])
+        self.header
+            .tensor_index
+            .get(name)
+            .map(|&i| &self.header.tensors[i])
     }
 
     /// A tensor and its bytes, or [`GgufError::MissingTensor`].

@@ -16,8 +16,8 @@ pub mod error;
 mod file;
 mod ggml_type;
 mod metadata;
-mod parse;
 pub mod models;
+mod parse;
 pub mod quant;
 mod split;
 mod tensor_info;
@@ -29,7 +29,9 @@ pub use file::{GgufFile, OpenOptions};
 pub use ggml_type::GgmlType;
 pub use metadata::Metadata;
 pub use parse::{DEFAULT_ALIGNMENT, MAX_ARRAY_NESTING};
-pub use split::{parse_split_path, split_path, GgufModel, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};
+pub use split::{
+    parse_split_path, split_path, GgufModel, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT,
+};
 pub use tensor_info::{TensorInfo, TensorView, MAX_DIMS};
 pub use value::{ArrayIter, ArrayView, MetadataValue, Value, ValueType};
 pub use writer::GgufWriter;

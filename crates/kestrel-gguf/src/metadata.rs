@@ -44,7 +44,9 @@ impl<'a> Metadata<'a> {
 
     /// Every key and value, in file order.
     pub fn iter(&self) -> impl Iterator<Item = (&'a str, Value<'a>)> + '_ {
-        self.entries.iter().map(|e| (e.key.as_str(), self.decode(e)))
+        self.entries
+            .iter()
+            .map(|e| (e.key.as_str(), self.decode(e)))
     }
 
     /// Every key, in file order.
@@ -63,7 +65,8 @@ impl<'a> Metadata<'a> {
     }
 
     fn require(&self, key: &str) -> Result<Value<'a>> {
-        self.get(key).ok_or_else(|| GgufError::MissingKey { key: key.into() })
+        self.get(key)
+            .ok_or_else(|| GgufError::MissingKey { key: key.into() })
     }
 
     fn wrong(key: &str, expected: &'static str, v: &Value<'_>) -> GgufError {
@@ -120,7 +123,8 @@ impl<'a> Metadata<'a> {
     /// A UTF-8 string.
     pub fn get_str(&self, key: &str) -> Result<&'a str> {
         match self.require(key)? {
-            Value::String(b) => std::str::from_utf8(b).map_err(|_| Self::wrong(key, "a UTF-8 string", &Value::String(b))),
+            Value::String(b) => std::str::from_utf8(b)
+                .map_err(|_| Self::wrong(key, "a UTF-8 string", &Value::String(b))),
             v => Err(Self::wrong(key, "string", &v)),
         }
     }

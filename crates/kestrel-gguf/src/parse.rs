@@ -76,11 +76,12 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Header> {
         let key = c.utf8(&|| format!("metadata key #{i}"))?.to_string();
         let type_at = c.pos() as u64;
         let type_id = c.u32(&|| format!("type of metadata key {key:?}"))?;
-        let value_type = ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
-            type_id,
-            offset: type_at,
-            key: key.clone(),
-        })?;
+        let value_type =
+            ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
+                type_id,
+                offset: type_at,
+                key: key.clone(),
+            })?;
         let start = c.pos();
         skip_value(&mut c, value_type, &key, 0)?;
         let range = start..c.pos();
@@ -126,7 +127,9 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Header> {
         if n_dims > MAX_DIMS {
             return Err(GgufError::BadShape {
                 name,
-                reason: format!("{n_dims} dimensions at offset {nd_at}, at most {MAX_DIMS} allowed"),
+                reason: format!(
+                    "{n_dims} dimensions at offset {nd_at}, at most {MAX_DIMS} allowed"
+                ),
             });
         }
         let mut dims = [1u64; MAX_DIMS];
@@ -154,7 +157,10 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Header> {
             .filter(|&n| n <= i64::MAX as u64)
             .ok_or_else(|| GgufError::BadShape {
                 name: name.clone(),
-                reason: format!("shape {:?} has more elements than ggml allows", &dims[..n_dims]),
+                reason: format!(
+                    "shape {:?} has more elements than ggml allows",
+                    &dims[..n_dims]
+                ),
             })?;
         let row = ggml_type
             .row_bytes(dims[0])
@@ -217,7 +223,9 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Header> {
         }
     }
     // No two tensors may share bytes.
-    let mut order: Vec<usize> = (0..tensors.len()).filter(|&i| tensors[i].n_bytes > 0).collect();
+    let mut order: Vec<usize> = (0..tensors.len())
+        .filter(|&i| tensors[i].n_bytes > 0)
+        .collect();
     order.sort_by_key(|&i| tensors[i].start);
     for w in order.windows(2) {
         let (a, b) = (&tensors[w[0]], &tensors[w[1]]);

@@ -50,7 +50,10 @@ pub fn parse_split_path(path: &Path) -> Option<(PathBuf, usize, usize)> {
 pub fn split_path(prefix: &Path, no: usize, count: usize) -> PathBuf {
     let name = format!(
         "{}-{no:05}-of-{count:05}.gguf",
-        prefix.file_name().and_then(|n| n.to_str()).unwrap_or("model")
+        prefix
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("model")
     );
     prefix.with_file_name(name)
 }
@@ -65,7 +68,9 @@ impl GgufModel {
     pub fn open_with(path: impl AsRef<Path>, opts: OpenOptions) -> Result<Self> {
         let path = path.as_ref();
         let first = GgufFile::open_with(path, opts)?;
-        let declared = first.metadata().opt(KEY_SPLIT_COUNT, |m, k| m.get_usize(k))?;
+        let declared = first
+            .metadata()
+            .opt(KEY_SPLIT_COUNT, |m, k| m.get_usize(k))?;
         let split_err = |p: &Path, reason: String| GgufError::Split {
             path: p.to_path_buf(),
             reason,
@@ -133,7 +138,10 @@ impl GgufModel {
             }
             for (i, t) in f.tensors().iter().enumerate() {
                 if index.insert(t.name().to_string(), (s, i)).is_some() {
-                    return Err(err(format!("tensor {:?} appears in more than one shard", t.name())));
+                    return Err(err(format!(
+                        "tensor {:?} appears in more than one shard",
+                        t.name()
+                    )));
                 }
             }
         }
@@ -141,7 +149,10 @@ impl GgufModel {
             if n != index.len() {
                 return Err(GgufError::Split {
                     path: path.to_path_buf(),
-                    reason: format!("split.tensors.count is {n} but the shards hold {}", index.len()),
+                    reason: format!(
+                        "split.tensors.count is {n} but the shards hold {}",
+                        index.len()
+                    ),
                 });
             }
         }

@@ -87,18 +87,28 @@ impl GgufWriter {
         let data = data.into();
         let bad = |reason: String| GgufError::InvalidWrite(format!("tensor {name:?}: {reason}"));
         if dims.len() > MAX_DIMS {
-            return Err(bad(format!("{} dimensions, at most {MAX_DIMS}", dims.len())));
+            return Err(bad(format!(
+                "{} dimensions, at most {MAX_DIMS}",
+                dims.len()
+            )));
         }
         let row = ggml_type
             .row_bytes(dims.first().copied().unwrap_or(1))
-            .ok_or_else(|| bad(format!("row length is not a whole number of {ggml_type} blocks")))?;
+            .ok_or_else(|| {
+                bad(format!(
+                    "row length is not a whole number of {ggml_type} blocks"
+                ))
+            })?;
         let n_bytes = dims
             .iter()
             .skip(1)
             .try_fold(row, |a, &d| a.checked_mul(d))
             .ok_or_else(|| bad("byte size overflows".into()))?;
         if n_bytes != data.len() as u64 {
-            return Err(bad(format!("{} data bytes, the shape needs {n_bytes}", data.len())));
+            return Err(bad(format!(
+                "{} data bytes, the shape needs {n_bytes}",
+                data.len()
+            )));
         }
         if self.tensors.iter().any(|t| t.name == name) {
             return Err(bad("duplicate name".into()));
@@ -113,17 +123,31 @@ impl GgufWriter {
     }
 
     /// Add an f32 tensor from values.
-    pub fn add_f32_tensor(&mut self, name: &str, dims: &[u64], values: &[f32]) -> Result<&mut Self> {
+    pub fn add_f32_tensor(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        values: &[f32],
+    ) -> Result<&mut Self> {
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.add_tensor(name, GgmlType::F32, dims, bytes)
     }
 
     fn check(&self) -> Result<()> {
         if !matches!(self.version, 2 | 3) {
-            return Err(GgufError::InvalidWrite(format!("version {} (2 or 3)", self.version)));
+            return Err(GgufError::InvalidWrite(format!(
+                "version {} (2 or 3)",
+                self.version
+            )));
         }
-        if self.alignment == 0 || !self.alignment.is_power_of_two() || self.alignment > u32::MAX as u64 {
-            return Err(GgufError::InvalidWrite(format!("alignment {}", self.alignment)));
+        if self.alignment == 0
+            || !self.alignment.is_power_of_two()
+            || self.alignment > u32::MAX as u64
+        {
+            return Err(GgufError::InvalidWrite(format!(
+                "alignment {}",
+                self.alignment
+            )));
         }
         let mut keys = HashSet::new();
         for (k, v) in &self.metadata {
@@ -137,8 +161,12 @@ impl GgufWriter {
 
     fn full_metadata(&self) -> Vec<(String, MetadataValue)> {
         let mut md = self.metadata.clone();
-        if self.alignment != DEFAULT_ALIGNMENT && !md.iter().any(|(k, _)| k == "general.alignment") {
-            md.push(("general.alignment".into(), MetadataValue::U32(self.alignment as u32)));
+        if self.alignment != DEFAULT_ALIGNMENT && !md.iter().any(|(k, _)| k == "general.alignment")
+        {
+            md.push((
+                "general.alignment".into(),
+                MetadataValue::U32(self.alignment as u32),
+            ));
         }
         md
     }
@@ -210,7 +238,9 @@ fn check_value(key: &str, v: &MetadataValue, depth: usize) -> Result<()> {
     } = v
     {
         if depth + 1 > crate::parse::MAX_ARRAY_NESTING {
-            return Err(GgufError::InvalidWrite(format!("{key:?}: arrays nested too deep")));
+            return Err(GgufError::InvalidWrite(format!(
+                "{key:?}: arrays nested too deep"
+            )));
         }
         for it in items {
             if it.value_type() != *element_type {

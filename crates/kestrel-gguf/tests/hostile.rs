@@ -68,12 +68,17 @@ fn valid_file() -> Vec<u8> {
             "a.nested",
             MetadataValue::Array {
                 element_type: ValueType::Array,
-                items: vec![MetadataValue::i32_array([1, 2]), MetadataValue::i32_array([])],
+                items: vec![
+                    MetadataValue::i32_array([1, 2]),
+                    MetadataValue::i32_array([]),
+                ],
             },
         );
     w.add_f32_tensor("t0", &[4, 2], &[1.0; 8]).unwrap();
-    w.add_tensor("t1", GgmlType::Q4_0, &[32], vec![0u8; 18]).unwrap();
-    w.add_tensor("t2", GgmlType::F16, &[3], vec![0u8; 6]).unwrap();
+    w.add_tensor("t1", GgmlType::Q4_0, &[32], vec![0u8; 18])
+        .unwrap();
+    w.add_tensor("t2", GgmlType::F16, &[3], vec![0u8; 6])
+        .unwrap();
     w.to_bytes().unwrap()
 }
 
@@ -81,43 +86,311 @@ fn valid_file() -> Vec<u8> {
 fn corpus_of_broken_headers() {
     use GgufError as E;
     let cases: Vec<(&str, Raw, fn(&GgufError) -> bool)> = vec![
-        ("empty file", Raw::default(), |e| matches!(e, E::Truncated { offset: 0, .. })),
-        ("3 bytes", Raw(b"GGU".to_vec()), |e| matches!(e, E::Truncated { .. })),
-        ("bad magic", Raw({ let mut v = b"GGML".to_vec(); v.extend([3, 0, 0, 0]); v }), |e| matches!(e, E::BadMagic { .. })),
-        ("version 1", Raw::header(1, 0, 0), |e| matches!(e, E::UnsupportedVersion { version: 1, .. })),
-        ("version 4", Raw::header(4, 0, 0), |e| matches!(e, E::UnsupportedVersion { version: 4, .. })),
-        ("big endian", Raw::header(3u32.swap_bytes(), 0, 0), |e| matches!(e, E::BigEndian { .. })),
-        ("no counts", Raw({ let mut v = b"GGUF".to_vec(); v.extend(3u32.to_le_bytes()); v }), |e| matches!(e, E::Truncated { offset: 8, .. })),
-        ("huge tensor count", Raw::header(3, u64::MAX, 0), |e| matches!(e, E::CountTooLarge { offset: 8, .. })),
-        ("huge kv count", Raw::header(3, 0, 1 << 60), |e| matches!(e, E::CountTooLarge { offset: 16, .. })),
-        ("kv count beyond file", Raw::header(3, 0, 2), |e| matches!(e, E::CountTooLarge { .. })),
-        ("key length huge", { let mut r = Raw::header(3, 0, 1); r.u64(u64::MAX).pad_to(64); r }, |e| matches!(e, E::CountTooLarge { offset: 24, .. })),
-        ("key not utf8", { let mut r = Raw::header(3, 0, 1); r.str(&[0xff, 0xfe]).u32(4).u32(1); r }, |e| matches!(e, E::InvalidUtf8 { offset: 24, .. })),
-        ("unknown value type", { let mut r = Raw::header(3, 0, 1); r.str(b"k").u32(13).u32(0); r }, |e| matches!(e, E::UnknownValueType { type_id: 13, offset: 33, .. })),
-        ("string value longer than file", { let mut r = Raw::header(3, 0, 1); r.str(b"k").u32(8).u64(1 << 40); r }, |e| matches!(e, E::CountTooLarge { .. })),
-        ("scalar value truncated", { let mut r = Raw::header(3, 0, 1); r.str(b"k").u32(10).u32(0); r }, |e| matches!(e, E::Truncated { .. })),
-        ("array count beyond file", { let mut r = Raw::header(3, 0, 1); r.str(b"k").u32(9).u32(10).u64(1 << 61); r }, |e| matches!(e, E::CountTooLarge { .. })),
-        ("array count overflows bytes", { let mut r = Raw::header(3, 0, 1); r.str(b"k").u32(9).u32(12).u64(u64::MAX / 4); r }, |e| matches!(e, E::CountTooLarge { .. })),
-        ("array element type unknown", { let mut r = Raw::header(3, 0, 1); r.str(b"k").u32(9).u32(99).u64(1).pad_to(80); r }, |e| matches!(e, E::UnknownValueType { type_id: 99, .. })),
-        ("arrays nested too deep", { let mut r = Raw::header(3, 0, 1); r.str(b"k"); r.u32(9); for _ in 0..20 { r.u32(9).u64(1); } r.u32(0).u64(0); r }, |e| matches!(e, E::NestingTooDeep { .. })),
-        ("duplicate key", { let mut r = Raw::header(3, 0, 2); r.kv_u32("k", 1).kv_u32("k", 2); r }, |e| matches!(e, E::DuplicateKey { .. })),
-        ("alignment zero", { let mut r = Raw::header(3, 0, 1); r.kv_u32("general.alignment", 0); r }, |e| matches!(e, E::BadAlignment(0))),
-        ("alignment not power of two", { let mut r = Raw::header(3, 0, 1); r.kv_u32("general.alignment", 48); r }, |e| matches!(e, E::BadAlignment(48))),
-        ("alignment is a string", { let mut r = Raw::header(3, 0, 1); r.str(b"general.alignment").u32(8).str(b"32"); r }, |e| matches!(e, E::WrongType { .. })),
-        ("tensor name not utf8", { let mut r = Raw::header(3, 1, 0); r.str(&[0xc3]).u32(1).u64(32).u32(0).u64(0).pad_to(256); r }, |e| matches!(e, E::InvalidUtf8 { .. })),
-        ("five dims", { let mut r = Raw::header(3, 1, 0); r.tensor("t", &[1, 1, 1, 1, 1], 0, 0).pad_to(256); r }, |e| matches!(e, E::BadShape { .. })),
-        ("dims product overflows", { let mut r = Raw::header(3, 1, 0); r.tensor("t", &[1 << 40, 1 << 40], 0, 0).pad_to(256); r }, |e| matches!(e, E::BadShape { .. })),
-        ("dim above i64", { let mut r = Raw::header(3, 1, 0); r.tensor("t", &[u64::MAX], 0, 0).pad_to(256); r }, |e| matches!(e, E::BadShape { .. })),
-        ("byte size overflows", { let mut r = Raw::header(3, 1, 0); r.tensor("t", &[1 << 31, 1 << 31], 0, 0).pad_to(256); r }, |e| matches!(e, E::BadShape { .. } | E::TensorOutOfBounds { .. })),
-        ("row not whole blocks", { let mut r = Raw::header(3, 1, 0); r.tensor("t", &[33], 2, 0).pad_to(256); r }, |e| matches!(e, E::BadShape { .. })),
-        ("unknown tensor type", { let mut r = Raw::header(3, 1, 0); r.tensor("t", &[32], 4, 0).pad_to(256); r }, |e| matches!(e, E::UnknownTensorType { type_id: 4, .. })),
-        ("misaligned offset", { let mut r = Raw::header(3, 1, 0); r.tensor("t", &[4], 0, 4).pad_to(256); r }, |e| matches!(e, E::MisalignedTensor { offset: 4, .. })),
-        ("data out of bounds", { let mut r = Raw::header(3, 1, 0); r.tensor("t", &[64], 0, 0).pad_to(100); r }, |e| matches!(e, E::TensorOutOfBounds { .. })),
-        ("offset overflows", { let mut r = Raw::header(3, 1, 0); r.tensor("t", &[4], 0, u64::MAX - 31).pad_to(256); r }, |e| matches!(e, E::TensorOutOfBounds { .. })),
-        ("data past end by one byte", { let mut r = Raw::header(3, 1, 0); r.tensor("t", &[8], 0, 0); let n = r.0.len().div_ceil(32) * 32 + 31; r.pad_to(n); r }, |e| matches!(e, E::TensorOutOfBounds { .. })),
-        ("overlapping tensors", { let mut r = Raw::header(3, 2, 0); r.tensor("a", &[16], 0, 0).tensor("b", &[16], 0, 32).pad_to(512); r }, |e| matches!(e, E::TensorOverlap { .. })),
-        ("duplicate tensor names", { let mut r = Raw::header(3, 2, 0); r.tensor("a", &[8], 0, 0).tensor("a", &[8], 0, 32).pad_to(512); r }, |e| matches!(e, E::DuplicateTensor { .. })),
-        ("tensor info truncated", { let mut r = Raw::header(3, 1, 0); r.str(b"t").u32(2).u64(4).pad_to(48); r }, |e| matches!(e, E::Truncated { .. } | E::CountTooLarge { .. })),
+        ("empty file", Raw::default(), |e| {
+            matches!(e, E::Truncated { offset: 0, .. })
+        }),
+        ("3 bytes", Raw(b"GGU".to_vec()), |e| {
+            matches!(e, E::Truncated { .. })
+        }),
+        (
+            "bad magic",
+            Raw({
+                let mut v = b"GGML".to_vec();
+                v.extend([3, 0, 0, 0]);
+                v
+            }),
+            |e| matches!(e, E::BadMagic { .. }),
+        ),
+        ("version 1", Raw::header(1, 0, 0), |e| {
+            matches!(e, E::UnsupportedVersion { version: 1, .. })
+        }),
+        ("version 4", Raw::header(4, 0, 0), |e| {
+            matches!(e, E::UnsupportedVersion { version: 4, .. })
+        }),
+        ("big endian", Raw::header(3u32.swap_bytes(), 0, 0), |e| {
+            matches!(e, E::BigEndian { .. })
+        }),
+        (
+            "no counts",
+            Raw({
+                let mut v = b"GGUF".to_vec();
+                v.extend(3u32.to_le_bytes());
+                v
+            }),
+            |e| matches!(e, E::Truncated { offset: 8, .. }),
+        ),
+        ("huge tensor count", Raw::header(3, u64::MAX, 0), |e| {
+            matches!(e, E::CountTooLarge { offset: 8, .. })
+        }),
+        ("huge kv count", Raw::header(3, 0, 1 << 60), |e| {
+            matches!(e, E::CountTooLarge { offset: 16, .. })
+        }),
+        ("kv count beyond file", Raw::header(3, 0, 2), |e| {
+            matches!(e, E::CountTooLarge { .. })
+        }),
+        (
+            "key length huge",
+            {
+                let mut r = Raw::header(3, 0, 1);
+                r.u64(u64::MAX).pad_to(64);
+                r
+            },
+            |e| matches!(e, E::CountTooLarge { offset: 24, .. }),
+        ),
+        (
+            "key not utf8",
+            {
+                let mut r = Raw::header(3, 0, 1);
+                r.str(&[0xff, 0xfe]).u32(4).u32(1);
+                r
+            },
+            |e| matches!(e, E::InvalidUtf8 { offset: 24, .. }),
+        ),
+        (
+            "unknown value type",
+            {
+                let mut r = Raw::header(3, 0, 1);
+                r.str(b"k").u32(13).u32(0);
+                r
+            },
+            |e| {
+                matches!(
+                    e,
+                    E::UnknownValueType {
+                        type_id: 13,
+                        offset: 33,
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "string value longer than file",
+            {
+                let mut r = Raw::header(3, 0, 1);
+                r.str(b"k").u32(8).u64(1 << 40);
+                r
+            },
+            |e| matches!(e, E::CountTooLarge { .. }),
+        ),
+        (
+            "scalar value truncated",
+            {
+                let mut r = Raw::header(3, 0, 1);
+                r.str(b"k").u32(10).u32(0);
+                r
+            },
+            |e| matches!(e, E::Truncated { .. }),
+        ),
+        (
+            "array count beyond file",
+            {
+                let mut r = Raw::header(3, 0, 1);
+                r.str(b"k").u32(9).u32(10).u64(1 << 61);
+                r
+            },
+            |e| matches!(e, E::CountTooLarge { .. }),
+        ),
+        (
+            "array count overflows bytes",
+            {
+                let mut r = Raw::header(3, 0, 1);
+                r.str(b"k").u32(9).u32(12).u64(u64::MAX / 4);
+                r
+            },
+            |e| matches!(e, E::CountTooLarge { .. }),
+        ),
+        (
+            "array element type unknown",
+            {
+                let mut r = Raw::header(3, 0, 1);
+                r.str(b"k").u32(9).u32(99).u64(1).pad_to(80);
+                r
+            },
+            |e| matches!(e, E::UnknownValueType { type_id: 99, .. }),
+        ),
+        (
+            "arrays nested too deep",
+            {
+                let mut r = Raw::header(3, 0, 1);
+                r.str(b"k");
+                r.u32(9);
+                for _ in 0..20 {
+                    r.u32(9).u64(1);
+                }
+                r.u32(0).u64(0);
+                r
+            },
+            |e| matches!(e, E::NestingTooDeep { .. }),
+        ),
+        (
+            "duplicate key",
+            {
+                let mut r = Raw::header(3, 0, 2);
+                r.kv_u32("k", 1).kv_u32("k", 2);
+                r
+            },
+            |e| matches!(e, E::DuplicateKey { .. }),
+        ),
+        (
+            "alignment zero",
+            {
+                let mut r = Raw::header(3, 0, 1);
+                r.kv_u32("general.alignment", 0);
+                r
+            },
+            |e| matches!(e, E::BadAlignment(0)),
+        ),
+        (
+            "alignment not power of two",
+            {
+                let mut r = Raw::header(3, 0, 1);
+                r.kv_u32("general.alignment", 48);
+                r
+            },
+            |e| matches!(e, E::BadAlignment(48)),
+        ),
+        (
+            "alignment is a string",
+            {
+                let mut r = Raw::header(3, 0, 1);
+                r.str(b"general.alignment").u32(8).str(b"32");
+                r
+            },
+            |e| matches!(e, E::WrongType { .. }),
+        ),
+        (
+            "tensor name not utf8",
+            {
+                let mut r = Raw::header(3, 1, 0);
+                r.str(&[0xc3]).u32(1).u64(32).u32(0).u64(0).pad_to(256);
+                r
+            },
+            |e| matches!(e, E::InvalidUtf8 { .. }),
+        ),
+        (
+            "five dims",
+            {
+                let mut r = Raw::header(3, 1, 0);
+                r.tensor("t", &[1, 1, 1, 1, 1], 0, 0).pad_to(256);
+                r
+            },
+            |e| matches!(e, E::BadShape { .. }),
+        ),
+        (
+            "dims product overflows",
+            {
+                let mut r = Raw::header(3, 1, 0);
+                r.tensor("t", &[1 << 40, 1 << 40], 0, 0).pad_to(256);
+                r
+            },
+            |e| matches!(e, E::BadShape { .. }),
+        ),
+        (
+            "dim above i64",
+            {
+                let mut r = Raw::header(3, 1, 0);
+                r.tensor("t", &[u64::MAX], 0, 0).pad_to(256);
+                r
+            },
+            |e| matches!(e, E::BadShape { .. }),
+        ),
+        (
+            "byte size overflows",
+            {
+                let mut r = Raw::header(3, 1, 0);
+                r.tensor("t", &[1 << 31, 1 << 31], 0, 0).pad_to(256);
+                r
+            },
+            |e| matches!(e, E::BadShape { .. } | E::TensorOutOfBounds { .. }),
+        ),
+        (
+            "row not whole blocks",
+            {
+                let mut r = Raw::header(3, 1, 0);
+                r.tensor("t", &[33], 2, 0).pad_to(256);
+                r
+            },
+            |e| matches!(e, E::BadShape { .. }),
+        ),
+        (
+            "unknown tensor type",
+            {
+                let mut r = Raw::header(3, 1, 0);
+                r.tensor("t", &[32], 4, 0).pad_to(256);
+                r
+            },
+            |e| matches!(e, E::UnknownTensorType { type_id: 4, .. }),
+        ),
+        (
+            "misaligned offset",
+            {
+                let mut r = Raw::header(3, 1, 0);
+                r.tensor("t", &[4], 0, 4).pad_to(256);
+                r
+            },
+            |e| matches!(e, E::MisalignedTensor { offset: 4, .. }),
+        ),
+        (
+            "data out of bounds",
+            {
+                let mut r = Raw::header(3, 1, 0);
+                r.tensor("t", &[64], 0, 0).pad_to(100);
+                r
+            },
+            |e| matches!(e, E::TensorOutOfBounds { .. }),
+        ),
+        (
+            "offset overflows",
+            {
+                let mut r = Raw::header(3, 1, 0);
+                r.tensor("t", &[4], 0, u64::MAX - 31).pad_to(256);
+                r
+            },
+            |e| matches!(e, E::TensorOutOfBounds { .. }),
+        ),
+        (
+            "data past end by one byte",
+            {
+                let mut r = Raw::header(3, 1, 0);
+                r.tensor("t", &[8], 0, 0);
+                let n = r.0.len().div_ceil(32) * 32 + 31;
+                r.pad_to(n);
+                r
+            },
+            |e| matches!(e, E::TensorOutOfBounds { .. }),
+        ),
+        (
+            "overlapping tensors",
+            {
+                let mut r = Raw::header(3, 2, 0);
+                r.tensor("a", &[16], 0, 0)
+                    .tensor("b", &[16], 0, 32)
+                    .pad_to(512);
+                r
+            },
+            |e| matches!(e, E::TensorOverlap { .. }),
+        ),
+        (
+            "duplicate tensor names",
+            {
+                let mut r = Raw::header(3, 2, 0);
+                r.tensor("a", &[8], 0, 0)
+                    .tensor("a", &[8], 0, 32)
+                    .pad_to(512);
+                r
+            },
+            |e| matches!(e, E::DuplicateTensor { .. }),
+        ),
+        (
+            "tensor info truncated",
+            {
+                let mut r = Raw::header(3, 1, 0);
+                r.str(b"t").u32(2).u64(4).pad_to(48);
+                r
+            },
+            |e| matches!(e, E::Truncated { .. } | E::CountTooLarge { .. }),
+        ),
     ];
     for (name, raw, ok) in &cases {
         let e = err(raw);
@@ -138,7 +411,12 @@ fn valid_file_parses_and_every_truncation_fails_cleanly() {
         // Any prefix of the file is either an error or (only when all tensor bytes are
         // present) a valid file; never a panic.
         if let Ok(f) = GgufFile::from_bytes(bytes[..n].to_vec()) {
-            let end = f.tensors().iter().map(|t| t.file_offset() + t.n_bytes()).max().unwrap_or(0);
+            let end = f
+                .tensors()
+                .iter()
+                .map(|t| t.file_offset() + t.n_bytes())
+                .max()
+                .unwrap_or(0);
             assert!(end <= n as u64);
         }
     }
@@ -149,11 +427,17 @@ fn error_messages_name_the_place() {
     let mut r = Raw::header(3, 0, 1);
     r.str(b"my.key").u32(13).u32(0);
     let msg = err(&r).to_string();
-    assert!(msg.contains("my.key") && msg.contains("offset 38") && msg.contains("13"), "{msg}");
+    assert!(
+        msg.contains("my.key") && msg.contains("offset 38") && msg.contains("13"),
+        "{msg}"
+    );
     let mut r = Raw::header(3, 1, 0);
     r.tensor("blk.0.w", &[4], 0, 4).pad_to(256);
     let msg = err(&r).to_string();
-    assert!(msg.contains("blk.0.w") && msg.contains("alignment"), "{msg}");
+    assert!(
+        msg.contains("blk.0.w") && msg.contains("alignment"),
+        "{msg}"
+    );
 }
 
 fn mutate(base: &[u8], edits: &[(usize, u8)]) -> Vec<u8> {
@@ -193,7 +477,9 @@ proptest! {
 /// Mutate the real SmolLM2 header (all its metadata, 272 tensor infos) at random bytes.
 #[test]
 fn mutated_real_header_never_panics() {
-    let Some(path) = test_model(SMOLLM2_135M_Q4_1) else { return };
+    let Some(path) = test_model(SMOLLM2_135M_Q4_1) else {
+        return;
+    };
     let f = GgufFile::open(&path).unwrap();
     // The header plus the first tensors' data: enough for most tensors to stay in bounds.
     let len = (f.data_offset() as usize + (1 << 20)).min(f.bytes().len());

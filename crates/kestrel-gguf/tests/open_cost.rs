@@ -33,7 +33,9 @@ static A: Counting = Counting;
 
 #[test]
 fn opening_gemma_is_cheap() {
-    let Some(path) = test_model(GEMMA3_270M_Q4_K_M) else { return };
+    let Some(path) = test_model(GEMMA3_270M_Q4_K_M) else {
+        return;
+    };
     let mut times = Vec::new();
     let mut peak = 0;
     let mut total = 0;

@@ -34,11 +34,19 @@ fn check_against_reference(file: &str) {
         assert_eq!(f.version() as u64, want["gguf_version"].as_u64().unwrap());
         let tensors = want["tensors"].as_array().unwrap();
         assert_eq!(f.tensors().len(), tensors.len());
-        assert_eq!(f.tensors().len() as u64, want["tensor_count"].as_u64().unwrap());
+        assert_eq!(
+            f.tensors().len() as u64,
+            want["tensor_count"].as_u64().unwrap()
+        );
         for (t, w) in f.tensors().iter().zip(tensors) {
             assert_eq!(t.name(), w[0].as_str().unwrap());
             assert_eq!(t.ggml_type().name(), w[1].as_str().unwrap(), "{}", t.name());
-            let shape: Vec<u64> = w[2].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
+            let shape: Vec<u64> = w[2]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .collect();
             assert_eq!(t.dims(), &shape[..], "{}", t.name());
             // The data view is exactly the tensor's bytes, aligned as the file says.
             let v = f.tensor(t.name()).unwrap();
@@ -68,7 +76,9 @@ fn smollm2_matches_gguf_dump() {
 
 #[test]
 fn gemma3_typed_metadata() {
-    let Some(path) = test_model(GEMMA3_270M_Q4_K_M) else { return };
+    let Some(path) = test_model(GEMMA3_270M_Q4_K_M) else {
+        return;
+    };
     let m = GgufModel::open(&path).unwrap();
     let md = m.metadata();
     assert_eq!(md.architecture().unwrap(), "gemma3");
@@ -94,13 +104,18 @@ fn gemma3_typed_metadata() {
 
 #[test]
 fn smollm2_tokenizer_metadata() {
-    let Some(path) = test_model(SMOLLM2_135M_Q4_1) else { return };
+    let Some(path) = test_model(SMOLLM2_135M_Q4_1) else {
+        return;
+    };
     let f = GgufFile::open(&path).unwrap();
     let md = f.metadata();
     assert_eq!(md.architecture().unwrap(), "llama");
     assert_eq!(md.get_str("tokenizer.ggml.model").unwrap(), "gpt2");
     assert_eq!(md.get_str("tokenizer.ggml.pre").unwrap(), "smollm");
     assert_eq!(md.get_array("tokenizer.ggml.merges").unwrap().len(), 48_900);
-    assert!(md.get_str("tokenizer.chat_template").unwrap().contains("im_start"));
+    assert!(md
+        .get_str("tokenizer.chat_template")
+        .unwrap()
+        .contains("im_start"));
     assert_eq!(md.arch_u32("attention.head_count_kv").unwrap(), 3);
 }

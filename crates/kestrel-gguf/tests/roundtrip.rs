@@ -1,6 +1,8 @@
 //! reader(writer(x)) == x for arbitrary metadata and tensors, and split models opened as one.
 
-use kestrel_gguf::{split_path, GgmlType, GgufError, GgufFile, GgufModel, GgufWriter, MetadataValue, ValueType};
+use kestrel_gguf::{
+    split_path, GgmlType, GgufError, GgufFile, GgufModel, GgufWriter, MetadataValue, ValueType,
+};
 use proptest::prelude::*;
 
 fn scalar() -> impl Strategy<Value = MetadataValue> {
@@ -42,20 +44,29 @@ struct T {
 }
 
 fn tensor() -> impl Strategy<Value = T> {
-    let types = prop::sample::select(vec![GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K]);
-    ("[a-z.]{1,10}", types, prop::collection::vec(1u64..4, 0..4)).prop_flat_map(|(name, ty, mut dims)| {
-        if dims.is_empty() {
-            dims.push(1);
-        }
-        dims[0] *= ty.block_size() as u64;
-        let n = ty.row_bytes(dims[0]).unwrap() * dims[1..].iter().product::<u64>();
-        prop::collection::vec(any::<u8>(), n as usize).prop_map(move |data| T {
-            name: name.clone(),
-            ty,
-            dims: dims.clone(),
-            data,
-        })
-    })
+    let types = prop::sample::select(vec![
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+    ]);
+    ("[a-z.]{1,10}", types, prop::collection::vec(1u64..4, 0..4)).prop_flat_map(
+        |(name, ty, mut dims)| {
+            if dims.is_empty() {
+                dims.push(1);
+            }
+            dims[0] *= ty.block_size() as u64;
+            let n = ty.row_bytes(dims[0]).unwrap() * dims[1..].iter().product::<u64>();
+            prop::collection::vec(any::<u8>(), n as usize).prop_map(move |data| T {
+                name: name.clone(),
+                ty,
+                dims: dims.clone(),
+                data,
+            })
+        },
+    )
 }
 
 proptest! {
@@ -104,9 +115,13 @@ proptest! {
 #[test]
 fn writer_refuses_what_gguf_cannot_hold() {
     let mut w = GgufWriter::new();
-    assert!(w.add_tensor("a", GgmlType::Q4_0, &[33], vec![0; 18]).is_err());
+    assert!(w
+        .add_tensor("a", GgmlType::Q4_0, &[33], vec![0; 18])
+        .is_err());
     assert!(w.add_tensor("a", GgmlType::F32, &[2], vec![0; 4]).is_err());
-    assert!(w.add_tensor("a", GgmlType::F32, &[1, 1, 1, 1, 1], vec![0; 4]).is_err());
+    assert!(w
+        .add_tensor("a", GgmlType::F32, &[1, 1, 1, 1, 1], vec![0; 4])
+        .is_err());
     w.add_tensor("a", GgmlType::F32, &[1], vec![0; 4]).unwrap();
     assert!(w.add_tensor("a", GgmlType::F32, &[1], vec![0; 4]).is_err());
     w.add_metadata(
@@ -119,7 +134,12 @@ fn writer_refuses_what_gguf_cannot_hold() {
     assert!(matches!(w.to_bytes(), Err(GgufError::InvalidWrite(_))));
 }
 
-fn write_split(dir: &std::path::Path, count: usize, tensors_per: usize, skip_count_key: bool) -> std::path::PathBuf {
+fn write_split(
+    dir: &std::path::Path,
+    count: usize,
+    tensors_per: usize,
+    skip_count_key: bool,
+) -> std::path::PathBuf {
     let prefix = dir.join("model");
     for s in 0..count {
         let mut w = GgufWriter::new();
@@ -130,9 +150,13 @@ fn write_split(dir: &std::path::Path, count: usize, tensors_per: usize, skip_cou
         if !skip_count_key {
             w.add_metadata("split.count", MetadataValue::U16(count as u16));
         }
-        w.add_metadata("split.tensors.count", MetadataValue::I32((count * tensors_per) as i32));
+        w.add_metadata(
+            "split.tensors.count",
+            MetadataValue::I32((count * tensors_per) as i32),
+        );
         for t in 0..tensors_per {
-            w.add_f32_tensor(&format!("t{s}.{t}"), &[2], &[s as f32, t as f32]).unwrap();
+            w.add_f32_tensor(&format!("t{s}.{t}"), &[2], &[s as f32, t as f32])
+                .unwrap();
         }
         w.write_file(split_path(&prefix, s + 1, count)).unwrap();
     }
@@ -177,7 +201,9 @@ fn split_model_inconsistencies_are_errors() {
         .add_metadata("split.tensors.count", MetadataValue::I32(5));
     w.add_f32_tensor("t0.0", &[1], &[0.0]).unwrap();
     w.write_file(split_path(&dir.join("model"), 1, 2)).unwrap();
-    let e = GgufModel::open(split_path(&dir.join("model"), 1, 2)).unwrap_err().to_string();
+    let e = GgufModel::open(split_path(&dir.join("model"), 1, 2))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("split.tensors.count is 5"), "{e}");
     // A shard file whose name does not follow the pattern.
     let odd = dir.join("odd.gguf");
@@ -198,6 +224,9 @@ fn plain_file_is_a_one_shard_model() {
     let m = GgufModel::open(&p).unwrap();
     assert_eq!(m.shards().len(), 1);
     assert!(m.shards()[0].is_mmapped());
-    assert!(matches!(m.tensor("nope"), Err(GgufError::MissingTensor { .. })));
+    assert!(matches!(
+        m.tensor("nope"),
+        Err(GgufError::MissingTensor { .. })
+    ));
     let _ = std::fs::remove_dir_all(&dir);
 }

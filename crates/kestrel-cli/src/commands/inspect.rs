@@ -88,13 +88,20 @@ fn show(v: &Value<'_>, full: bool) -> String {
             let n = a.len();
             let shown = if full { n } else { n.min(ARRAY_PREVIEW) };
             let items: Vec<String> = a.iter().take(shown).map(|v| show(&v, full)).collect();
-            let more = if shown < n { format!(", ... {} more", n - shown) } else { String::new() };
+            let more = if shown < n {
+                format!(", ... {} more", n - shown)
+            } else {
+                String::new()
+            };
             format!("[{}{more}]", items.join(", "))
         }
         Value::F32(f) => format!("{f}"),
         Value::F64(f) => format!("{f}"),
         Value::Bool(b) => b.to_string(),
-        other => other.as_integer().map(|i| i.to_string()).unwrap_or_default(),
+        other => other
+            .as_integer()
+            .map(|i| i.to_string())
+            .unwrap_or_default(),
     }
 }
 
@@ -116,13 +123,26 @@ fn to_text(model: &GgufModel, args: &InspectArgs) -> String {
     let _ = writeln!(s, "metadata ({} keys):", md.len());
     let width = md.keys().map(str::len).max().unwrap_or(0);
     for (k, v) in md.iter() {
-        let _ = writeln!(s, "  {k:width$}  {:<24} {}", v.type_description(), show(&v, args.full));
+        let _ = writeln!(
+            s,
+            "  {k:width$}  {:<24} {}",
+            v.type_description(),
+            show(&v, args.full)
+        );
     }
     if !args.no_tensors {
         let _ = writeln!(s);
         let _ = writeln!(s, "tensors ({}):", model.n_tensors());
-        let nw = model.tensors().map(|t| t.info.name().len()).max().unwrap_or(4);
-        let _ = writeln!(s, "  {:>4}  {:nw$}  {:<7}  {:<22}  {:>12}", "#", "name", "type", "shape", "bytes");
+        let nw = model
+            .tensors()
+            .map(|t| t.info.name().len())
+            .max()
+            .unwrap_or(4);
+        let _ = writeln!(
+            s,
+            "  {:>4}  {:nw$}  {:<7}  {:<22}  {:>12}",
+            "#", "name", "type", "shape", "bytes"
+        );
         for (i, t) in model.tensors().enumerate() {
             let shape = format!("{:?}", t.info.dims());
             let _ = writeln!(
@@ -158,9 +178,16 @@ fn summary(md: &Metadata<'_>) -> (Map<String, Json>, Map<String, Json>) {
     let mut arch = Map::new();
     let name = md.architecture().unwrap_or("unknown");
     arch.insert("architecture".into(), json!(name));
-    for k in ["general.name", "general.file_type", "general.quantization_version"] {
+    for k in [
+        "general.name",
+        "general.file_type",
+        "general.quantization_version",
+    ] {
         if let Some(v) = md.get(k) {
-            arch.insert(k.trim_start_matches("general.").into(), value_json(&v, false));
+            arch.insert(
+                k.trim_start_matches("general.").into(),
+                value_json(&v, false),
+            );
         }
     }
     for field in [
@@ -206,7 +233,10 @@ fn summary(md: &Metadata<'_>) -> (Map<String, Json>, Map<String, Json>) {
     if let Ok(a) = md.get_array("tokenizer.ggml.merges") {
         tok.insert("merges".into(), json!(a.len()));
     }
-    let templates: Vec<&str> = md.keys().filter(|k| k.starts_with("tokenizer.chat_template")).collect();
+    let templates: Vec<&str> = md
+        .keys()
+        .filter(|k| k.starts_with("tokenizer.chat_template"))
+        .collect();
     tok.insert("chat_templates".into(), json!(templates));
     (arch, tok)
 }
@@ -215,7 +245,14 @@ fn summary_text(md: &Metadata<'_>) -> String {
     let (arch, tok) = summary(md);
     let line = |m: &Map<String, Json>| {
         m.iter()
-            .map(|(k, v)| format!("{k}={}", v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
+            .map(|(k, v)| {
+                format!(
+                    "{k}={}",
+                    v.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| v.to_string())
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -243,7 +280,9 @@ fn value_json(v: &Value<'_>, full: bool) -> Json {
             }
         }
         other => match other.as_integer() {
-            Some(i) => i64::try_from(i).map(Json::from).unwrap_or_else(|_| json!(i as u64)),
+            Some(i) => i64::try_from(i)
+                .map(Json::from)
+                .unwrap_or_else(|_| json!(i as u64)),
             None => Json::Null,
         },
     }
