@@ -84,7 +84,15 @@ impl GgufFile {
             source,
         };
         let file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            // A directory, FIFO or device has no length to check the header against.
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )));
+        }
+        let len = meta.len();
         let backing = if opts.mmap && len > 0 {
             // SAFETY: the map is read-only; the type's docs state the caveat about other
             // processes changing the file while it is mapped, as every mmap-based reader has.
