@@ -82,10 +82,13 @@ fn valid_file() -> Vec<u8> {
     w.to_bytes().unwrap()
 }
 
+/// A named hostile file and the check its error must pass.
+type Case = (&'static str, Raw, fn(&GgufError) -> bool);
+
 #[test]
 fn corpus_of_broken_headers() {
     use GgufError as E;
-    let cases: Vec<(&str, Raw, fn(&GgufError) -> bool)> = vec![
+    let cases: Vec<Case> = vec![
         ("empty file", Raw::default(), |e| {
             matches!(e, E::Truncated { offset: 0, .. })
         }),
