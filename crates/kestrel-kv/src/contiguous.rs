@@ -1,0 +1,277 @@
+//! `ContiguousCache`: every layer preallocated to the context length, f32 or f16, token-major.
+//! Appending writes in place; views borrow the buffers; nothing is allocated after creation.
+
+use half::f16;
+
+use crate::{KvCache, KvDType, KvError, KvLayout, KvSlice, LayerView};
+
+enum Buf {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl Buf {
+    fn zeroed(dtype: KvDType, n: usize) -> Result<Buf, std::collections::TryReserveError> {
+        Ok(match dtype {
+            KvDType::F32 => {
+                let mut v = Vec::new();
+                v.try_reserve_exact(n)?;
+                v.resize(n, 0.0);
+                Buf::F32(v)
+            }
+            KvDType::F16 => {
+                let mut v = Vec::new();
+                v.try_reserve_exact(n)?;
+                v.resize(n, f16::ZERO);
+                Buf::F16(v)
+            }
+        })
+    }
+
+    fn write(&mut self, at: usize, src: &[f32]) {
+        match self {
+            Buf::F32(b) => b[at..at + src.len()].copy_from_slice(src),
+            Buf::F16(b) => {
+                for (d, s) in b[at..at + src.len()].iter_mut().zip(src) {
+                    *d = f16::from_f32(*s);
+                }
+            }
+        }
+    }
+
+    fn slice(&self, n: usize) -> KvSlice<'_> {
+        match self {
+            Buf::F32(b) => KvSlice::F32(&b[..n]),
+            Buf::F16(b) => KvSlice::F16(&b[..n]),
+        }
+    }
+}
+
+/// A KV cache preallocated to `capacity` tokens.
+///
+/// ```
+/// use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout};
+/// let layout = KvLayout { n_layers: 2, n_kv_head: 1, k_head_dim: 4, v_head_dim: 4, dtype: KvDType::F16 };
+/// let mut c = ContiguousCache::new(layout, 16).unwrap();
+/// c.write(0, 0, &[1.0; 8], &[2.0; 8]).unwrap(); // two tokens of layer 0
+/// c.write(1, 0, &[3.0; 8], &[4.0; 8]).unwrap();
+/// c.commit(2).unwrap();
+/// let v = c.view(1, 2).unwrap();
+/// assert_eq!(v.k.get(7), Some(3.0));
+/// assert!(c.write(0, 15, &[0.0; 8], &[0.0; 8]).is_err()); // past capacity
+/// ```
+pub struct ContiguousCache {
+    layout: KvLayout,
+    capacity: usize,
+    len: usize,
+    k: Vec<Buf>,
+    v: Vec<Buf>,
+}
+
+impl ContiguousCache {
+    /// Allocate a cache for `capacity` tokens. Fails (instead of aborting) when the memory
+    /// cannot be had.
+    pub fn new(layout: KvLayout, capacity: usize) -> Result<Self, KvError> {
+        layout.check()?;
+        let too_large = || KvError::TooLarge {
+            tokens: capacity,
+            layers: layout.n_layers,
+            bytes: layout.bytes_per_token().saturating_mul(capacity),
+        };
+        let nk = capacity
+            .checked_mul(layout.k_per_token())
+            .ok_or_else(too_large)?;
+        let nv = capacity
+            .checked_mul(layout.v_per_token())
+            .ok_or_else(too_large)?;
+        layout
+            .bytes_per_token()
+            .checked_mul(capacity)
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(too_large)?;
+        let mut k = Vec::with_capacity(layout.n_layers);
+        let mut v = Vec::with_capacity(layout.n_layers);
+        for _ in 0..layout.n_layers {
+            k.push(Buf::zeroed(layout.dtype, nk).map_err(|_| too_large())?);
+            v.push(Buf::zeroed(layout.dtype, nv).map_err(|_| too_large())?);
+        }
+        Ok(ContiguousCache {
+            layout,
+            capacity,
+            len: 0,
+            k,
+            v,
+        })
+    }
+
+    fn check_layer(&self, layer: usize) -> Result<(), KvError> {
+        if layer >= self.layout.n_layers {
+            return Err(KvError::Layer {
+                layer,
+                n_layers: self.layout.n_layers,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl KvCache for ContiguousCache {
+    fn layout(&self) -> &KvLayout {
+        &self.layout
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn seq_len(&self) -> usize {
+        self.len
+    }
+
+    fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) -> Result<(), KvError> {
+        self.check_layer(layer)?;
+        let (kt, vt) = (self.layout.k_per_token(), self.layout.v_per_token());
+        let n = k.len() / kt;
+        for (what, got, per_token) in [("keys", k.len(), kt), ("values", v.len(), vt)] {
+            if got != n * per_token {
+                return Err(KvError::Length {
+                    layer,
+                    what,
+                    got,
+                    per_token,
+                    n,
+                    expected: n * per_token,
+                });
+            }
+        }
+        let end = pos.checked_add(n).filter(|&e| e <= self.capacity);
+        let Some(_) = end else {
+            return Err(KvError::Full {
+                start: pos,
+                end: pos.saturating_add(n),
+                capacity: self.capacity,
+            });
+        };
+        self.k[layer].write(pos * kt, k);
+        self.v[layer].write(pos * vt, v);
+        Ok(())
+    }
+
+    fn view(&self, layer: usize, len: usize) -> Result<LayerView<'_>, KvError> {
+        self.check_layer(layer)?;
+        if len > self.capacity {
+            return Err(KvError::Full {
+                start: 0,
+                end: len,
+                capacity: self.capacity,
+            });
+        }
+        Ok(LayerView {
+            k: self.k[layer].slice(len * self.layout.k_per_token()),
+            v: self.v[layer].slice(len * self.layout.v_per_token()),
+            len,
+            n_kv_head: self.layout.n_kv_head,
+            k_head_dim: self.layout.k_head_dim,
+            v_head_dim: self.layout.v_head_dim,
+        })
+    }
+
+    fn commit(&mut self, len: usize) -> Result<(), KvError> {
+        if len > self.capacity {
+            return Err(KvError::Full {
+                start: self.len,
+                end: len,
+                capacity: self.capacity,
+            });
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.capacity * self.layout.bytes_per_token()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(dtype: KvDType) -> KvLayout {
+        KvLayout {
+            n_layers: 3,
+            n_kv_head: 2,
+            k_head_dim: 4,
+            v_head_dim: 3,
+            dtype,
+        }
+    }
+
+    #[test]
+    fn writes_land_token_major_and_views_see_them() {
+        for dtype in [KvDType::F32, KvDType::F16] {
+            let mut c = ContiguousCache::new(layout(dtype), 10).unwrap();
+            assert_eq!(c.memory_bytes(), 10 * 3 * (8 + 6) * dtype.size());
+            let k: Vec<f32> = (0..16).map(|i| i as f32).collect(); // 2 tokens
+            let v: Vec<f32> = (0..12).map(|i| -(i as f32)).collect();
+            c.write(1, 3, &k, &v).unwrap();
+            let view = c.view(1, 5).unwrap();
+            assert_eq!(view.len, 5);
+            // token 3 head 1 dim 2 = k[(0*2+1)*4+2] = 6
+            assert_eq!(view.k.get((3 * 2 + 1) * 4 + 2), Some(6.0));
+            assert_eq!(view.v.get((4 * 2) * 3), Some(-6.0));
+            assert_eq!(c.view(0, 5).unwrap().k.get((3 * 2 + 1) * 4 + 2), Some(0.0));
+            c.commit(5).unwrap();
+            assert_eq!(c.seq_len(), 5);
+            c.truncate(2);
+            assert_eq!(c.seq_len(), 2);
+            c.reset();
+            assert_eq!(c.seq_len(), 0);
+        }
+    }
+
+    #[test]
+    fn bad_writes_are_errors() {
+        let mut c = ContiguousCache::new(layout(KvDType::F32), 4).unwrap();
+        assert!(matches!(
+            c.write(3, 0, &[0.0; 8], &[0.0; 6]),
+            Err(KvError::Layer { .. })
+        ));
+        assert!(matches!(
+            c.write(0, 0, &[0.0; 7], &[0.0; 6]),
+            Err(KvError::Length { .. })
+        ));
+        assert!(matches!(
+            c.write(0, 0, &[0.0; 8], &[0.0; 7]),
+            Err(KvError::Length { .. })
+        ));
+        assert!(matches!(
+            c.write(0, 3, &[0.0; 16], &[0.0; 12]),
+            Err(KvError::Full { .. })
+        ));
+        assert!(matches!(
+            c.write(0, usize::MAX, &[0.0; 8], &[0.0; 6]),
+            Err(KvError::Full { .. })
+        ));
+        assert!(c.commit(5).is_err());
+        assert!(c.view(0, 5).is_err());
+    }
+
+    #[test]
+    fn absurd_sizes_fail_without_aborting() {
+        assert!(matches!(
+            ContiguousCache::new(layout(KvDType::F32), usize::MAX / 2),
+            Err(KvError::TooLarge { .. })
+        ));
+        let mut l = layout(KvDType::F16);
+        l.n_kv_head = 0;
+        assert!(matches!(
+            ContiguousCache::new(l, 4),
+            Err(KvError::EmptyLayout("n_kv_head"))
+        ));
+    }
+}
