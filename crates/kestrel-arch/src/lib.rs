@@ -1,4 +1,16 @@
-//! Architecture builders for kestrel: read GGUF metadata into typed configs and build graphs.
+//! Architectures for kestrel: read a GGUF file's metadata into a typed [`DecoderConfig`] and (to
+//! come) build the model's graph.
 //!
-//! Status: placeholder. It will hold `LlamaConfig`, `Gemma3Config`, `Qwen2Config`, ... and a registry keyed by `general.architecture`, with a generic decoder fallback for llama-style tensor names.
-#![forbid(unsafe_code)]
+//! A registry keyed by `general.architecture` ([`list_architectures`], [`ArchKind::detect`])
+//! says what each family does differently — RoPE style, norms, activation, biases, sliding
+//! window. An unknown architecture whose tensors are llama-style runs as a generic decoder; any
+//! other is an [`ArchError::Unsupported`] listing what is supported.
+
+mod archs;
+mod config;
+mod error;
+mod registry;
+
+pub use config::{Activation, DecoderConfig, RopeConfig, RopeScaling};
+pub use error::ArchError;
+pub use registry::{list_architectures, ArchKind};

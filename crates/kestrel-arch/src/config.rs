@@ -1,0 +1,299 @@
+//! `DecoderConfig`: the hyperparameters of a decoder-only transformer, read from GGUF metadata
+//! (`{arch}.*` keys), with what each architecture family does differently filled in.
+
+use kestrel_gguf::{GgufModel, Metadata, Value};
+
+use crate::archs;
+use crate::{ArchError, ArchKind};
+
+/// The FFN activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// SiLU-gated (SwiGLU): llama, qwen.
+    Silu,
+    /// tanh-approximated GELU-gated (GeGLU): gemma.
+    GeluTanh,
+}
+
+/// How positions stretch beyond the training context.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    None,
+    /// Positions divided by `factor`.
+    Linear {
+        /// Scale factor.
+        factor: f32,
+    },
+    /// YaRN.
+    Yarn {
+        /// Scale factor.
+        factor: f32,
+        /// Context the model was trained with.
+        original_context: usize,
+        /// Extrapolation mix (-1 = derive from factor, as llama.cpp).
+        ext_factor: f32,
+        /// Magnitude scale.
+        attn_factor: f32,
+        /// Low correction dim boundary.
+        beta_fast: f32,
+        /// High correction dim boundary.
+        beta_slow: f32,
+    },
+}
+
+/// Rotary position embedding settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeConfig {
+    /// Dimensions rotated per head (`rope.dimension_count`, default the head size).
+    pub n_rot: usize,
+    /// Base frequency of global layers.
+    pub freq_base: f32,
+    /// Base frequency of sliding-window layers, where it differs (gemma3: 10 000).
+    pub freq_base_swa: Option<f32>,
+    /// NeoX style (rotate halves) rather than adjacent pairs.
+    pub neox: bool,
+    /// Scaling of global layers.
+    pub scaling: RopeScaling,
+    /// Per-dimension frequency divisors from a `rope_freqs.weight` tensor (llama 3.1+).
+    pub has_freq_factors: bool,
+}
+
+/// A decoder-only transformer's configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecoderConfig {
+    /// `general.architecture`.
+    pub arch: String,
+    /// The family it runs as.
+    pub kind: ArchKind,
+    /// True when an unregistered architecture runs as the generic llama-style decoder.
+    pub generic: bool,
+    /// Vocabulary size.
+    pub n_vocab: usize,
+    /// Training context length.
+    pub n_ctx_train: usize,
+    /// Hidden size.
+    pub n_embd: usize,
+    /// Layers.
+    pub n_layer: usize,
+    /// FFN hidden size per layer.
+    pub n_ff: Vec<usize>,
+    /// Attention heads per layer.
+    pub n_head: Vec<usize>,
+    /// KV heads per layer.
+    pub n_head_kv: Vec<usize>,
+    /// Key head size.
+    pub head_dim_k: usize,
+    /// Value head size.
+    pub head_dim_v: usize,
+    /// RMSNorm epsilon.
+    pub norm_eps: f32,
+    /// RoPE.
+    pub rope: RopeConfig,
+    /// Sliding-window size, for the layers that use one.
+    pub sliding_window: Option<usize>,
+    /// Which layers attend within the sliding window.
+    pub swa_layers: Vec<bool>,
+    /// Attention score scale (default `1/sqrt(head_dim_k)`).
+    pub attn_scale: f32,
+    /// `cap * tanh(x / cap)` on attention logits.
+    pub attn_softcap: Option<f32>,
+    /// `cap * tanh(x / cap)` on output logits.
+    pub final_softcap: Option<f32>,
+    /// Input embeddings multiplied by this (gemma: `sqrt(n_embd)`).
+    pub embd_scale: Option<f32>,
+    /// FFN activation.
+    pub activation: Activation,
+    /// Q, K and V projections have biases (qwen2).
+    pub qkv_bias: bool,
+    /// RMSNorm on Q and K per head (gemma3, qwen3).
+    pub qk_norm: bool,
+    /// Norms after attention and FFN too (gemma's sandwich norms).
+    pub post_norms: bool,
+    /// No `output.weight`: the output projection is the token embedding.
+    pub tied_output: bool,
+}
+
+/// A per-layer field: a scalar for all layers or an array with one value per layer.
+fn per_layer(md: &Metadata<'_>, key: &str, n_layer: usize) -> Result<Vec<usize>, ArchError> {
+    match md.get(key) {
+        Some(Value::Array(a)) => {
+            let v = a.to_i64_vec().unwrap_or_default();
+            if v.len() != n_layer || v.iter().any(|&x| x < 0) {
+                return Err(ArchError::Invalid {
+                    arch: md.architecture().unwrap_or("?").into(),
+                    reason: format!(
+                        "{key} has {} entries, expected {n_layer} non-negative",
+                        v.len()
+                    ),
+                });
+            }
+            Ok(v.into_iter().map(|x| x as usize).collect())
+        }
+        _ => Ok(vec![md.get_usize(key)?; n_layer]),
+    }
+}
+
+impl DecoderConfig {
+    /// Read the configuration of a model.
+    pub fn from_model(model: &GgufModel) -> Result<DecoderConfig, ArchError> {
+        let (kind, generic) = ArchKind::detect(model)?;
+        let md = model.metadata();
+        let arch = md.architecture()?.to_string();
+        let key = |f: &str| format!("{arch}.{f}");
+        let invalid = |reason: String| ArchError::Invalid {
+            arch: arch.clone(),
+            reason,
+        };
+
+        let n_layer = md.get_usize(&key("block_count"))?;
+        let n_embd = md.get_usize(&key("embedding_length"))?;
+        if n_layer == 0 || n_embd == 0 || n_layer > 4096 {
+            return Err(invalid(format!(
+                "block_count {n_layer}, embedding_length {n_embd}"
+            )));
+        }
+        let n_head = per_layer(&md, &key("attention.head_count"), n_layer)?;
+        let n_head_kv = match md.contains(&key("attention.head_count_kv")) {
+            true => per_layer(&md, &key("attention.head_count_kv"), n_layer)?,
+            false => n_head.clone(),
+        };
+        let n_ff = per_layer(&md, &key("feed_forward_length"), n_layer)?;
+        for il in 0..n_layer {
+            let (h, kv) = (n_head[il], n_head_kv[il]);
+            if h == 0 || kv == 0 || h % kv != 0 {
+                return Err(invalid(format!("layer {il}: {h} heads and {kv} KV heads (heads must be a non-zero multiple of KV heads)")));
+            }
+        }
+        let head_dim_k = md
+            .opt(&key("attention.key_length"), |m, k| m.get_usize(k))?
+            .unwrap_or(n_embd / n_head[0]);
+        let head_dim_v = md
+            .opt(&key("attention.value_length"), |m, k| m.get_usize(k))?
+            .unwrap_or(head_dim_k);
+        if head_dim_k == 0 || head_dim_v == 0 {
+            return Err(invalid("head size 0".into()));
+        }
+        let n_vocab = match md.opt(&key("vocab_size"), |m, k| m.get_usize(k))? {
+            Some(n) => n,
+            None => md.get_array("tokenizer.ggml.tokens")?.len(),
+        };
+        let n_ctx_train = md.get_usize(&key("context_length"))?;
+        let norm_eps = md
+            .opt(&key("attention.layer_norm_rms_epsilon"), |m, k| {
+                m.get_f32(k)
+            })?
+            .unwrap_or(1e-5);
+
+        let n_rot = md
+            .opt(&key("rope.dimension_count"), |m, k| m.get_usize(k))?
+            .unwrap_or(head_dim_k);
+        if n_rot > head_dim_k || n_rot % 2 != 0 {
+            return Err(invalid(format!(
+                "rope.dimension_count {n_rot} with head size {head_dim_k}"
+            )));
+        }
+        let rope = RopeConfig {
+            n_rot,
+            freq_base: md
+                .opt(&key("rope.freq_base"), |m, k| m.get_f32(k))?
+                .unwrap_or(10_000.0),
+            freq_base_swa: None,
+            neox: false,
+            scaling: rope_scaling(&md, &arch, n_ctx_train)?,
+            has_freq_factors: model.tensor_info("rope_freqs.weight").is_some(),
+        };
+        let sliding_window = md.opt(&key("attention.sliding_window"), |m, k| m.get_usize(k))?;
+
+        let mut cfg = DecoderConfig {
+            arch: arch.clone(),
+            kind,
+            generic,
+            n_vocab,
+            n_ctx_train,
+            n_embd,
+            n_layer,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim_k,
+            head_dim_v,
+            norm_eps,
+            rope,
+            sliding_window,
+            swa_layers: vec![false; n_layer],
+            attn_scale: 1.0 / (head_dim_k as f32).sqrt(),
+            attn_softcap: md.opt(&key("attn_logit_softcapping"), |m, k| m.get_f32(k))?,
+            final_softcap: md.opt(&key("final_logit_softcapping"), |m, k| m.get_f32(k))?,
+            embd_scale: None,
+            activation: Activation::Silu,
+            qkv_bias: false,
+            qk_norm: false,
+            post_norms: false,
+            tied_output: model.tensor_info("output.weight").is_none(),
+        };
+        match kind {
+            ArchKind::Llama => archs::llama::adjust(&mut cfg, model),
+            ArchKind::Gemma3 => archs::gemma3::adjust(&mut cfg),
+            ArchKind::Qwen2 => archs::qwen2::adjust(&mut cfg, model),
+            ArchKind::Qwen3 => archs::qwen3::adjust(&mut cfg),
+        }
+        Ok(cfg)
+    }
+}
+
+fn rope_scaling(
+    md: &Metadata<'_>,
+    arch: &str,
+    n_ctx_train: usize,
+) -> Result<RopeScaling, ArchError> {
+    let key = |f: &str| format!("{arch}.rope.scaling.{f}");
+    let ty = md.opt(&key("type"), |m, k| m.get_str(k))?.unwrap_or("none");
+    let factor = match md.opt(&key("factor"), |m, k| m.get_f32(k))? {
+        Some(f) => f,
+        // The old key: rope.scale_linear.
+        None => md
+            .opt(&format!("{arch}.rope.scale_linear"), |m, k| m.get_f32(k))?
+            .unwrap_or(1.0),
+    };
+    let bad = |reason: String| ArchError::Invalid {
+        arch: arch.into(),
+        reason,
+    };
+    if !(factor.is_finite() && factor > 0.0) {
+        return Err(bad(format!("rope scaling factor {factor}")));
+    }
+    Ok(match ty {
+        // llama.cpp applies the factor whatever the type says, so "none" with a factor is linear.
+        "none" | "linear" => {
+            if factor == 1.0 {
+                RopeScaling::None
+            } else {
+                RopeScaling::Linear { factor }
+            }
+        }
+        "yarn" => RopeScaling::Yarn {
+            factor,
+            original_context: md
+                .opt(&key("original_context_length"), |m, k| m.get_usize(k))?
+                .unwrap_or(n_ctx_train),
+            ext_factor: md
+                .opt(&key("yarn_ext_factor"), |m, k| m.get_f32(k))?
+                .unwrap_or(-1.0),
+            attn_factor: md
+                .opt(&key("attn_factor"), |m, k| m.get_f32(k))?
+                .unwrap_or(1.0),
+            beta_fast: md
+                .opt(&key("yarn_beta_fast"), |m, k| m.get_f32(k))?
+                .unwrap_or(32.0),
+            beta_slow: md
+                .opt(&key("yarn_beta_slow"), |m, k| m.get_f32(k))?
+                .unwrap_or(1.0),
+        },
+        other => {
+            return Err(bad(format!(
+                "rope scaling type {other:?} is not supported (none, linear, yarn)"
+            )))
+        }
+    })
+}

@@ -1,0 +1,189 @@
+//! Configs read from the real test models and from synthetic files of each family.
+
+use kestrel_arch::{
+    list_architectures, Activation, ArchError, ArchKind, DecoderConfig, RopeScaling,
+};
+use kestrel_gguf::models::{test_model, GEMMA3_270M_Q4_K_M, SMOLLM2_135M_Q4_1};
+use kestrel_gguf::{GgmlType, GgufFile, GgufModel, GgufWriter, MetadataValue};
+
+#[test]
+fn gemma3_270m() {
+    let Some(p) = test_model(GEMMA3_270M_Q4_K_M) else {
+        return;
+    };
+    let c = DecoderConfig::from_model(&GgufModel::open(p).unwrap()).unwrap();
+    assert_eq!(c.kind, ArchKind::Gemma3);
+    assert_eq!((c.n_layer, c.n_embd, c.n_vocab), (18, 640, 262_144));
+    assert_eq!(
+        (c.n_head[0], c.n_head_kv[0], c.head_dim_k, c.n_ff[0]),
+        (4, 1, 256, 2048)
+    );
+    assert!(c.rope.neox && c.qk_norm && c.post_norms && c.tied_output);
+    assert_eq!(c.activation, Activation::GeluTanh);
+    assert_eq!(c.rope.freq_base, 1_000_000.0);
+    assert_eq!(c.rope.freq_base_swa, Some(10_000.0));
+    assert_eq!(c.sliding_window, Some(512));
+    let globals: Vec<usize> = (0..18).filter(|&i| !c.swa_layers[i]).collect();
+    assert_eq!(globals, [5, 11, 17]);
+    assert_eq!(c.embd_scale, Some(640f32.sqrt()));
+    assert_eq!(c.attn_scale, 1.0 / 16.0);
+    assert_eq!(c.norm_eps, 1e-6);
+}
+
+#[test]
+fn smollm2_135m() {
+    let Some(p) = test_model(SMOLLM2_135M_Q4_1) else {
+        return;
+    };
+    let c = DecoderConfig::from_model(&GgufModel::open(p).unwrap()).unwrap();
+    assert_eq!(c.kind, ArchKind::Llama);
+    assert!(!c.generic && !c.rope.neox && !c.qkv_bias && !c.qk_norm);
+    assert_eq!((c.n_layer, c.n_embd, c.n_vocab), (30, 576, 49_152));
+    assert_eq!(
+        (c.n_head[0], c.n_head_kv[0], c.head_dim_k, c.rope.n_rot),
+        (9, 3, 64, 64)
+    );
+    assert_eq!(c.rope.scaling, RopeScaling::None);
+    assert!(c.swa_layers.iter().all(|s| !s));
+}
+
+fn synthetic(arch: &str, extra: &[(&str, MetadataValue)], tensors: &[&str]) -> GgufModel {
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", arch);
+    for (k, v) in [
+        ("block_count", 2u32),
+        ("embedding_length", 64),
+        ("feed_forward_length", 128),
+        ("attention.head_count", 4),
+        ("attention.head_count_kv", 2),
+        ("context_length", 256),
+        ("vocab_size", 100),
+    ] {
+        w.add_metadata(&format!("{arch}.{k}"), v);
+    }
+    for (k, v) in extra {
+        w.add_metadata(&format!("{arch}.{k}"), v.clone());
+    }
+    for t in tensors {
+        w.add_tensor(t, GgmlType::F32, &[1], vec![0; 4]).unwrap();
+    }
+    GgufModel::from_shards(
+        vec![GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()],
+        std::path::Path::new("synthetic"),
+    )
+    .unwrap()
+}
+
+const LLAMA_TENSORS: &[&str] = &[
+    "token_embd.weight",
+    "blk.0.attn_q.weight",
+    "blk.0.attn_k.weight",
+    "blk.0.ffn_down.weight",
+];
+
+#[test]
+fn qwen2_has_biases_and_neox() {
+    let mut t = LLAMA_TENSORS.to_vec();
+    t.push("blk.0.attn_q.bias");
+    let c = DecoderConfig::from_model(&synthetic("qwen2", &[], &t)).unwrap();
+    assert_eq!(c.kind, ArchKind::Qwen2);
+    assert!(c.qkv_bias && c.rope.neox && c.tied_output);
+    assert_eq!(c.head_dim_k, 16);
+}
+
+#[test]
+fn qwen3_has_qk_norm() {
+    let c = DecoderConfig::from_model(&synthetic(
+        "qwen3",
+        &[("attention.key_length", MetadataValue::U32(32))],
+        LLAMA_TENSORS,
+    ))
+    .unwrap();
+    assert!(c.qk_norm && c.rope.neox && !c.qkv_bias);
+    assert_eq!((c.head_dim_k, c.head_dim_v, c.rope.n_rot), (32, 32, 32));
+}
+
+#[test]
+fn rope_scaling_from_metadata() {
+    let yarn = synthetic(
+        "llama",
+        &[
+            ("rope.scaling.type", "yarn".into()),
+            ("rope.scaling.factor", MetadataValue::F32(4.0)),
+            (
+                "rope.scaling.original_context_length",
+                MetadataValue::U32(64),
+            ),
+        ],
+        LLAMA_TENSORS,
+    );
+    match DecoderConfig::from_model(&yarn).unwrap().rope.scaling {
+        RopeScaling::Yarn {
+            factor,
+            original_context,
+            ..
+        } => assert_eq!((factor, original_context), (4.0, 64)),
+        s => panic!("{s:?}"),
+    }
+    let lin = synthetic(
+        "llama",
+        &[
+            ("rope.scaling.type", "linear".into()),
+            ("rope.scaling.factor", MetadataValue::F32(2.0)),
+        ],
+        LLAMA_TENSORS,
+    );
+    assert_eq!(
+        DecoderConfig::from_model(&lin).unwrap().rope.scaling,
+        RopeScaling::Linear { factor: 2.0 }
+    );
+    let bad = synthetic(
+        "llama",
+        &[("rope.scaling.type", "longrope-x".into())],
+        LLAMA_TENSORS,
+    );
+    assert!(DecoderConfig::from_model(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("longrope-x"));
+}
+
+#[test]
+fn unknown_arch_falls_back_or_is_refused() {
+    let c = DecoderConfig::from_model(&synthetic("mysterynet", &[], LLAMA_TENSORS)).unwrap();
+    assert!(c.generic);
+    assert_eq!(c.kind, ArchKind::Llama);
+    let e =
+        DecoderConfig::from_model(&synthetic("mamba9", &[], &["token_embd.weight"])).unwrap_err();
+    assert!(matches!(e, ArchError::Unsupported { .. }));
+    let msg = e.to_string();
+    for a in list_architectures() {
+        assert!(msg.contains(a), "{msg}");
+    }
+}
+
+#[test]
+fn contradictory_metadata_is_an_error() {
+    let e = DecoderConfig::from_model(&synthetic(
+        "llama",
+        &[("attention.head_count_kv", MetadataValue::U32(3))],
+        LLAMA_TENSORS,
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("KV heads"), "{e}");
+    let e = DecoderConfig::from_model(&synthetic(
+        "llama",
+        &[("block_count", MetadataValue::U32(0))],
+        LLAMA_TENSORS,
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("block_count"), "{e}");
+    let per_layer = MetadataValue::i32_array([4, 4, 4]);
+    let e = DecoderConfig::from_model(&synthetic(
+        "llama",
+        &[("attention.head_count", per_layer)],
+        LLAMA_TENSORS,
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("3 entries"), "{e}");
+}
