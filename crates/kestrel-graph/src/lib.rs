@@ -1,4 +1,20 @@
-//! Graph IR (nodes, ops, symbolic dims, weights by name) and compiled execution plans for kestrel.
+//! Graph IR and compiled execution plans for kestrel.
 //!
-//! Status: placeholder. It will hold the IR, `compile(graph, engine) -> ExecutionPlan` (topological order, fusion passes, liveness-based buffer reuse in one arena) and per-step binding of symbolic dims; prefill and decode plans come from one graph.
-#![forbid(unsafe_code)]
+//! An architecture builder (`kestrel-arch`) describes one step of the model as a [`Graph`]:
+//! nodes are ops over named weights and earlier activations, with symbolic rows (the step's
+//! tokens) bound when a plan runs. [`plan_memory`] assigns every activation an offset in one
+//! arena by liveness, so a plan allocates nothing when it runs; prefill and decode plans are the
+//! same graph planned for different token counts.
+//!
+//! Status: the IR, shape-checked building and memory planning are done; executing plans on an
+//! engine and the fusion passes come with the forward pass.
+
+mod error;
+mod graph;
+pub mod ir;
+mod memory;
+
+pub use error::GraphError;
+pub use graph::Graph;
+pub use ir::{AttentionParams, Node, NodeId, Op, RopeParams, Rows, WeightId, WeightRef};
+pub use memory::{plan_memory, MemoryPlan, ALIGN_F32};

@@ -1,0 +1,266 @@
+//! `Graph`: building the IR with shape checks at every step, so a builder bug is caught when
+//! the graph is made, not when it runs.
+
+use std::collections::HashMap;
+
+use crate::ir::{AttentionParams, Node, NodeId, Op, RopeParams, Rows, WeightId, WeightRef};
+use crate::GraphError;
+
+/// A computation graph over one step's tokens.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    nodes: Vec<Node>,
+    weights: Vec<WeightRef>,
+    weight_index: HashMap<String, WeightId>,
+    outputs: Vec<NodeId>,
+}
+
+fn shape_err(name: &str, reason: String) -> GraphError {
+    GraphError::Shape {
+        node: name.to_string(),
+        reason,
+    }
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The nodes, in a topological order (every input precedes its consumer).
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The weights, by id.
+    pub fn weights(&self) -> &[WeightRef] {
+        &self.weights
+    }
+
+    /// The output nodes.
+    pub fn outputs(&self) -> &[NodeId] {
+        &self.outputs
+    }
+
+    /// Mark `node` as an output (its buffer is kept until the end of the step).
+    pub fn set_output(&mut self, node: NodeId) -> Result<(), GraphError> {
+        self.node(node)?;
+        self.outputs.push(node);
+        Ok(())
+    }
+
+    /// A node by id.
+    pub fn node(&self, id: NodeId) -> Result<&Node, GraphError> {
+        self.nodes.get(id).ok_or(GraphError::NoSuchNode(id))
+    }
+
+    /// Register (or find) a weight by GGUF name and expected ggml dims.
+    pub fn weight(&mut self, name: &str, dims: &[u64]) -> WeightId {
+        if let Some(&id) = self.weight_index.get(name) {
+            return id;
+        }
+        let id = self.weights.len();
+        self.weights.push(WeightRef {
+            name: name.to_string(),
+            dims: dims.to_vec(),
+        });
+        self.weight_index.insert(name.to_string(), id);
+        id
+    }
+
+    fn push(
+        &mut self,
+        name: &str,
+        op: Op,
+        inputs: Vec<NodeId>,
+        rows: Rows,
+        width: usize,
+    ) -> NodeId {
+        self.nodes.push(Node {
+            op,
+            inputs,
+            rows,
+            width,
+            name: name.to_string(),
+        });
+        self.nodes.len() - 1
+    }
+
+    fn weight_dims(&self, w: WeightId, name: &str) -> Result<&[u64], GraphError> {
+        self.weights
+            .get(w)
+            .map(|w| &w.dims[..])
+            .ok_or_else(|| shape_err(name, format!("weight {w} does not exist")))
+    }
+
+    /// Embedding rows for the step's tokens; the table's ggml dims are `[width, n_vocab]`.
+    pub fn embed(&mut self, name: &str, table: WeightId) -> Result<NodeId, GraphError> {
+        let dims = self.weight_dims(table, name)?;
+        let width = *dims
+            .first()
+            .ok_or_else(|| shape_err(name, "embedding table has no dims".into()))?
+            as usize;
+        Ok(self.push(name, Op::Embed { table }, vec![], Rows::Tokens, width))
+    }
+
+    /// `x · Wᵀ` with W's ggml dims `[k, m]`.
+    pub fn matmul(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        weight: WeightId,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, k) = self.shape(x)?;
+        let dims = self.weight_dims(weight, name)?;
+        if dims.len() != 2 || dims[0] as usize != k {
+            return Err(shape_err(
+                name,
+                format!("input width {k} does not match weight dims {dims:?}"),
+            ));
+        }
+        let m = dims[1] as usize;
+        Ok(self.push(name, Op::MatMul { weight }, vec![x], rows, m))
+    }
+
+    /// Add a bias vector to every row.
+    pub fn add_bias(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        bias: WeightId,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        let dims = self.weight_dims(bias, name)?;
+        if dims.iter().product::<u64>() as usize != w {
+            return Err(shape_err(name, format!("bias dims {dims:?} for width {w}")));
+        }
+        Ok(self.push(name, Op::AddBias { bias }, vec![x], rows, w))
+    }
+
+    /// RMS norm over groups of `group` values, scaled by `weight` (length `group`) if given.
+    pub fn rms_norm(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        group: usize,
+        eps: f32,
+        weight: Option<WeightId>,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        if group == 0 || w % group != 0 {
+            return Err(shape_err(
+                name,
+                format!("group {group} does not divide width {w}"),
+            ));
+        }
+        if let Some(wt) = weight {
+            let dims = self.weight_dims(wt, name)?;
+            if dims.iter().product::<u64>() as usize != group {
+                return Err(shape_err(
+                    name,
+                    format!("norm weight dims {dims:?} for group {group}"),
+                ));
+            }
+        }
+        Ok(self.push(name, Op::RmsNorm { group, eps, weight }, vec![x], rows, w))
+    }
+
+    /// RoPE at the step's positions.
+    pub fn rope(&mut self, name: &str, x: NodeId, p: RopeParams) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        if p.n_head * p.head_dim != w || p.n_rot > p.head_dim || p.n_rot % 2 != 0 {
+            return Err(shape_err(
+                name,
+                format!(
+                    "{} heads of {} (rotating {}) for width {w}",
+                    p.n_head, p.head_dim, p.n_rot
+                ),
+            ));
+        }
+        Ok(self.push(name, Op::Rope(p), vec![x], rows, w))
+    }
+
+    /// Attention of `q` over the cache after writing `k` and `v` into it.
+    pub fn attention(
+        &mut self,
+        name: &str,
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        p: AttentionParams,
+    ) -> Result<NodeId, GraphError> {
+        let (rq, wq) = self.shape(q)?;
+        let (rk, wk) = self.shape(k)?;
+        let (rv, wv) = self.shape(v)?;
+        let ok = rq == Rows::Tokens
+            && rk == Rows::Tokens
+            && rv == Rows::Tokens
+            && p.n_kv_head > 0
+            && p.n_head % p.n_kv_head == 0
+            && wq == p.n_head * p.head_dim_k
+            && wk == p.n_kv_head * p.head_dim_k
+            && wv == p.n_kv_head * p.head_dim_v;
+        if !ok {
+            return Err(shape_err(
+                name,
+                format!("q {wq}, k {wk}, v {wv} do not fit {p:?}"),
+            ));
+        }
+        let w = p.n_head * p.head_dim_v;
+        Ok(self.push(name, Op::Attention(p), vec![q, k, v], Rows::Tokens, w))
+    }
+
+    fn binary(&mut self, name: &str, op: Op, a: NodeId, b: NodeId) -> Result<NodeId, GraphError> {
+        let sa = self.shape(a)?;
+        let sb = self.shape(b)?;
+        if sa != sb {
+            return Err(shape_err(name, format!("{sa:?} and {sb:?} differ")));
+        }
+        Ok(self.push(name, op, vec![a, b], sa.0, sa.1))
+    }
+
+    /// `a + b`.
+    pub fn add(&mut self, name: &str, a: NodeId, b: NodeId) -> Result<NodeId, GraphError> {
+        self.binary(name, Op::Add, a, b)
+    }
+
+    /// `a * b`.
+    pub fn mul(&mut self, name: &str, a: NodeId, b: NodeId) -> Result<NodeId, GraphError> {
+        self.binary(name, Op::Mul, a, b)
+    }
+
+    /// `silu(gate) * up`.
+    pub fn swiglu(&mut self, name: &str, gate: NodeId, up: NodeId) -> Result<NodeId, GraphError> {
+        self.binary(name, Op::SwiGlu, gate, up)
+    }
+
+    /// `gelu_tanh(gate) * up`.
+    pub fn geglu(&mut self, name: &str, gate: NodeId, up: NodeId) -> Result<NodeId, GraphError> {
+        self.binary(name, Op::GeGlu, gate, up)
+    }
+
+    /// `x * s`.
+    pub fn scale(&mut self, name: &str, x: NodeId, s: f32) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        Ok(self.push(name, Op::Scale(s), vec![x], rows, w))
+    }
+
+    /// `cap * tanh(x / cap)`.
+    pub fn softcap(&mut self, name: &str, x: NodeId, cap: f32) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        Ok(self.push(name, Op::SoftCap(cap), vec![x], rows, w))
+    }
+
+    /// The last row of `x`.
+    pub fn last_row(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
+        let (_, w) = self.shape(x)?;
+        Ok(self.push(name, Op::LastRow, vec![x], Rows::One, w))
+    }
+
+    /// Rows and width of a node's output.
+    pub fn shape(&self, id: NodeId) -> Result<(Rows, usize), GraphError> {
+        let n = self.node(id)?;
+        Ok((n.rows, n.width))
+    }
+}

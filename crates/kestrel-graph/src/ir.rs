@@ -1,0 +1,145 @@
+//! The graph IR: nodes are ops over named weights and earlier nodes' activations.
+//!
+//! Every activation is a row-major f32 matrix of `rows × width`, where `rows` is symbolic: the
+//! tokens of the current step ([`Rows::Tokens`]), or one row ([`Rows::One`], e.g. the last
+//! position's hidden state before the output projection). Widths are fixed when the graph is
+//! built. Symbolic rows are bound per step when a compiled plan runs, so one graph gives both the
+//! prefill plan (many tokens) and the decode plan (one token).
+
+/// Index of a node in its graph.
+pub type NodeId = usize;
+
+/// Index of a weight in its graph's weight table.
+pub type WeightId = usize;
+
+/// How many rows an activation has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rows {
+    /// One row per token of the step.
+    Tokens,
+    /// Exactly one row.
+    One,
+}
+
+/// RoPE parameters of one rope node (ggml's `ggml_rope_ext` arguments).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeParams {
+    /// Heads in the input row.
+    pub n_head: usize,
+    /// Head size.
+    pub head_dim: usize,
+    /// Dimensions rotated per head.
+    pub n_rot: usize,
+    /// NeoX (halves) rather than adjacent pairs.
+    pub neox: bool,
+    /// Base frequency.
+    pub freq_base: f32,
+    /// 1 / linear scaling factor.
+    pub freq_scale: f32,
+    /// YaRN extrapolation mix (0 = off).
+    pub ext_factor: f32,
+    /// YaRN magnitude scale.
+    pub attn_factor: f32,
+    /// YaRN low boundary.
+    pub beta_fast: f32,
+    /// YaRN high boundary.
+    pub beta_slow: f32,
+    /// Original training context (YaRN).
+    pub n_ctx_orig: usize,
+    /// Per-dimension frequency divisors (`rope_freqs.weight`).
+    pub freq_factors: Option<WeightId>,
+}
+
+/// Attention parameters of one attention node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttentionParams {
+    /// The layer whose KV cache it reads and writes.
+    pub layer: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// KV heads (GQA when fewer than query heads).
+    pub n_kv_head: usize,
+    /// Key head size.
+    pub head_dim_k: usize,
+    /// Value head size.
+    pub head_dim_v: usize,
+    /// Score scale.
+    pub scale: f32,
+    /// Sliding window in tokens, if this layer uses one.
+    pub window: Option<usize>,
+    /// Soft-cap of attention logits.
+    pub softcap: Option<f32>,
+}
+
+/// An operation.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Op {
+    /// Rows of an embedding table for the step's token ids.
+    Embed {
+        /// The table (`[n_vocab, width]`).
+        table: WeightId,
+    },
+    /// `x · Wᵀ`: input `[rows, k]`, weight `[m, k]` (ggml dims `[k, m]`), output `[rows, m]`.
+    MatMul {
+        /// The weight.
+        weight: WeightId,
+    },
+    /// Add a bias row to every row.
+    AddBias {
+        /// The bias (`width` values).
+        bias: WeightId,
+    },
+    /// RMS norm over groups of `group` values (the whole row when `group` = width; per head for
+    /// QK-norm), then multiply by `weight` (length `group`) if given.
+    RmsNorm {
+        /// Values normalized together.
+        group: usize,
+        /// Epsilon.
+        eps: f32,
+        /// Scale.
+        weight: Option<WeightId>,
+    },
+    /// Rotary position embedding at the step's positions.
+    Rope(RopeParams),
+    /// Attention of queries over the KV cache; inputs `q, k, v`, writes `k, v` to the cache.
+    Attention(AttentionParams),
+    /// Elementwise sum of two nodes.
+    Add,
+    /// Elementwise product of two nodes.
+    Mul,
+    /// Multiply by a constant.
+    Scale(f32),
+    /// `cap * tanh(x / cap)`.
+    SoftCap(f32),
+    /// `silu(a) * b` (SwiGLU).
+    SwiGlu,
+    /// `gelu_tanh(a) * b` (GeGLU).
+    GeGlu,
+    /// The last row of a `Tokens` node.
+    LastRow,
+}
+
+/// A node: an op, its inputs, and the shape of its output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// What it computes.
+    pub op: Op,
+    /// Nodes it reads, in op order.
+    pub inputs: Vec<NodeId>,
+    /// Rows of the output.
+    pub rows: Rows,
+    /// Values per output row.
+    pub width: usize,
+    /// A name for debugging (`blk.3.attn_q`).
+    pub name: String,
+}
+
+/// A weight the graph reads, by GGUF tensor name, with the shape the builder expects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightRef {
+    /// GGUF tensor name.
+    pub name: String,
+    /// Expected ggml dims (`[k, m]` for a matrix).
+    pub dims: Vec<u64>,
+}
