@@ -1,5 +1,5 @@
-//! Architectures for kestrel: read a GGUF file's metadata into a typed [`DecoderConfig`] and (to
-//! come) build the model's graph.
+//! Architectures for kestrel: read a GGUF file's metadata into a typed [`DecoderConfig`] and
+//! build one step of the model as a `kestrel-graph` graph ([`build_decoder`]).
 //!
 //! A registry keyed by `general.architecture` ([`list_architectures`], [`ArchKind::detect`])
 //! says what each family does differently — RoPE style, norms, activation, biases, sliding
@@ -7,10 +7,12 @@
 //! other is an [`ArchError::Unsupported`] listing what is supported.
 
 mod archs;
+mod builder;
 mod config;
 mod error;
 mod registry;
 
+pub use builder::{build_decoder, rope_params, Logits};
 pub use config::{Activation, DecoderConfig, RopeConfig, RopeScaling};
 pub use error::ArchError;
 pub use registry::{list_architectures, ArchKind};

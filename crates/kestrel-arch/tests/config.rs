@@ -187,3 +187,45 @@ fn contradictory_metadata_is_an_error() {
     .unwrap_err();
     assert!(e.to_string().contains("3 entries"), "{e}");
 }
+
+#[test]
+fn real_models_build_graphs() {
+    use kestrel_arch::{build_decoder, Logits};
+    use kestrel_graph::{plan_memory, Op};
+    for (file, layers) in [(GEMMA3_270M_Q4_K_M, 18), (SMOLLM2_135M_Q4_1, 30)] {
+        let Some(p) = test_model(file) else { continue };
+        let m = GgufModel::open(p).unwrap();
+        let c = DecoderConfig::from_model(&m).unwrap();
+        for logits in [Logits::Last, Logits::All] {
+            let g = build_decoder(&c, &m, logits).unwrap();
+            let attn = g
+                .nodes()
+                .iter()
+                .filter(|n| matches!(n.op, Op::Attention(_)))
+                .count();
+            assert_eq!(attn, layers);
+            let out = g.node(g.outputs()[0]).unwrap();
+            assert_eq!(out.width, c.n_vocab);
+            let decode = plan_memory(&g, 1).unwrap();
+            let prefill = plan_memory(&g, 64).unwrap();
+            assert!(decode.arena_len < prefill.arena_len);
+        }
+        // gemma3: sliding window on 15 of 18 layers, global RoPE base on the others.
+        let g = build_decoder(&c, &m, Logits::Last).unwrap();
+        let windows = g
+            .nodes()
+            .iter()
+            .filter(|n| matches!(&n.op, Op::Attention(a) if a.window.is_some()))
+            .count();
+        assert_eq!(windows, if c.kind == ArchKind::Gemma3 { 15 } else { 0 });
+    }
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    use kestrel_arch::{build_decoder, Logits};
+    let m = synthetic("llama", &[], LLAMA_TENSORS);
+    let c = DecoderConfig::from_model(&m).unwrap();
+    let e = build_decoder(&c, &m, Logits::Last).unwrap_err().to_string();
+    assert!(e.contains("blk.0.attn_norm.weight"), "{e}");
+}
