@@ -1,0 +1,51 @@
+//! Decode matvec throughput: `out[m] = W[m×k] · x[k]` at 2048×2048 for Q4_0, Q4_K and Q8_0
+//! weights, reported as GB/s of weight bytes read (criterion's throughput). Threads: the
+//! `KESTREL_THREADS` environment variable (default: all logical CPUs).
+//!
+//! `cargo bench -p kestrel-tensor --bench matmul`
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use kestrel_tensor::{cpu, quant, CpuEngine, DType};
+
+/// SplitMix64 random numbers in [-1, 1).
+fn random_vec(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn matvec(c: &mut Criterion) {
+    let threads = std::env::var("KESTREL_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let engine = CpuEngine::new(threads).expect("thread pool");
+    let (m, k) = (2048usize, 2048usize);
+    let x = random_vec(k, 1);
+    let mut out = vec![0f32; m];
+    let mut group = c.benchmark_group(format!(
+        "matvec_{m}x{k}_t{}",
+        engine.pool().current_num_threads()
+    ));
+    for dtype in [DType::Q4_0, DType::Q4K, DType::Q8_0] {
+        let src = random_vec(m * k, 2);
+        let mut w = vec![0u8; dtype.row_bytes(k).expect("whole blocks") * m];
+        quant::quantize(dtype.ggml_type(), &src, &mut w).expect("quantize");
+        group.throughput(Throughput::Bytes(w.len() as u64));
+        group.bench_function(dtype.name(), |b| {
+            engine.install(|| b.iter(|| cpu::matvec(&x, &w, dtype, m, &mut out).expect("matvec")))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, matvec);
+criterion_main!(benches);

@@ -1,0 +1,467 @@
+//! Causal multi-head attention over a KV cache, flash-style: for each (token, head) one pass over
+//! the visible keys with an online softmax (running max and sum, the output row as the
+//! accumulator), so no `n × kv_len` score matrix is ever stored. Supports GQA (`n_head` a multiple
+//! of `n_kv_head`), a scale, sliding-window attention with llama.cpp's boundary, Gemma-2 logit
+//! soft-capping, and f32 or f16 keys/values. Parallel over (token, head) pairs.
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use rayon::prelude::*;
+
+use super::block::dot;
+use crate::error::{Result, TensorError};
+
+/// Keys scored per step of the online softmax (their scores live on the stack).
+const KEY_BLOCK: usize = 64;
+
+/// Attention settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionParams {
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads; `n_head` must be a multiple (query head `h` reads KV head
+    /// `h / (n_head / n_kv_head)`, as llama.cpp groups them).
+    pub n_kv_head: usize,
+    /// Elements per head.
+    pub head_dim: usize,
+    /// Multiplies `q·k` (usually `1 / sqrt(head_dim)`).
+    pub scale: f32,
+    /// Logit soft cap `c`: scores become `c * tanh(scale * q·k / c)` (0 for none; Gemma 2).
+    pub softcap: f32,
+    /// Sliding window `w`: a query at position `p` sees keys at positions `p - w < j <= p`
+    /// (llama.cpp's `LLAMA_SWA_TYPE_STANDARD` masks `p - j >= w`); 0 for no window.
+    pub window: usize,
+}
+
+/// Keys or values of a KV cache: `[kv_capacity][n_kv_head][head_dim]`, position `j` in row `j`.
+#[derive(Clone, Copy, Debug)]
+pub enum KvSlice<'a> {
+    /// f32 entries.
+    F32(&'a [f32]),
+    /// f16 entries.
+    F16(&'a [f16]),
+}
+
+impl KvSlice<'_> {
+    fn len(&self) -> usize {
+        match self {
+            KvSlice::F32(s) => s.len(),
+            KvSlice::F16(s) => s.len(),
+        }
+    }
+}
+
+/// Element types a KV cache can hold.
+trait KvElem: Copy + Send + Sync {
+    /// `q · k`.
+    fn dot(q: &[f32], k: &[Self]) -> f32;
+    /// `acc += w * v`.
+    fn axpy(acc: &mut [f32], w: f32, v: &[Self]);
+}
+
+impl KvElem for f32 {
+    #[inline]
+    fn dot(q: &[f32], k: &[f32]) -> f32 {
+        dot(q, k)
+    }
+    #[inline]
+    fn axpy(acc: &mut [f32], w: f32, v: &[f32]) {
+        for (a, &x) in acc.iter_mut().zip(v) {
+            *a += w * x;
+        }
+    }
+}
+
+impl KvElem for f16 {
+    #[inline]
+    fn dot(q: &[f32], k: &[f16]) -> f32 {
+        let mut buf = [0f32; 64];
+        let mut sum = 0.0;
+        for (qc, kc) in q.chunks(64).zip(k.chunks(64)) {
+            let b = &mut buf[..kc.len()];
+            kc.convert_to_f32_slice(b);
+            sum += dot(qc, b);
+        }
+        sum
+    }
+    #[inline]
+    fn axpy(acc: &mut [f32], w: f32, v: &[f16]) {
+        let mut buf = [0f32; 64];
+        for (ac, vc) in acc.chunks_mut(64).zip(v.chunks(64)) {
+            let b = &mut buf[..vc.len()];
+            vc.convert_to_f32_slice(b);
+            for (a, &x) in ac.iter_mut().zip(b.iter()) {
+                *a += w * x;
+            }
+        }
+    }
+}
+
+/// The keys `lo..hi` a query at `pos` sees among `kv_len` cached positions.
+#[inline]
+pub fn visible_keys(pos: i32, kv_len: usize, window: usize) -> (usize, usize) {
+    if pos < 0 {
+        return (0, 0);
+    }
+    let p = pos as usize;
+    let hi = (p + 1).min(kv_len);
+    let lo = if window > 0 {
+        (p + 1).saturating_sub(window)
+    } else {
+        0
+    };
+    (lo.min(hi), hi)
+}
+
+/// Attention of queries `q` (`[n_tokens][n_head][head_dim]`, token `t` at `positions[t]`) over
+/// the first `kv_len` positions of `k` and `v`, writing `out` (`[n_tokens][n_head][head_dim]`).
+/// A query sees keys at positions `<= its own` (causal) and inside the window. A query that sees
+/// no key (a negative position) gets zeros.
+///
+/// `k` and `v` may be longer than `kv_len` rows (a preallocated cache); the extra rows are not
+/// read. Tolerance against an f64 reference: ~1e-5 absolute for unit-scale inputs.
+///
+/// # Errors
+/// `InvalidParam` for zero or non-multiple head counts, `LengthMismatch` for short buffers.
+pub fn attention(
+    q: &[f32],
+    positions: &[i32],
+    k: KvSlice<'_>,
+    v: KvSlice<'_>,
+    kv_len: usize,
+    p: &AttentionParams,
+    out: &mut [f32],
+) -> Result<()> {
+    const OP: &str = "attention";
+    if p.n_head == 0 || p.n_kv_head == 0 || p.head_dim == 0 || p.n_head % p.n_kv_head != 0 {
+        return Err(TensorError::InvalidParam {
+            op: OP,
+            why: "head counts and head_dim must be non-zero, n_head a multiple of n_kv_head",
+        });
+    }
+    let q_len = positions
+        .len()
+        .checked_mul(p.n_head)
+        .and_then(|x| x.checked_mul(p.head_dim))
+        .unwrap_or(usize::MAX);
+    let kv_needed = kv_len
+        .checked_mul(p.n_kv_head)
+        .and_then(|x| x.checked_mul(p.head_dim))
+        .unwrap_or(usize::MAX);
+    for (what, expected, actual, exact) in [
+        ("q", q_len, q.len(), true),
+        ("out", q_len, out.len(), true),
+        ("k", kv_needed, k.len(), false),
+        ("v", kv_needed, v.len(), false),
+    ] {
+        if (exact && actual != expected) || actual < expected {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what,
+                expected,
+                actual,
+            });
+        }
+    }
+    match (k, v) {
+        (KvSlice::F32(k), KvSlice::F32(v)) => run(q, positions, k, v, kv_len, p, out),
+        (KvSlice::F16(k), KvSlice::F16(v)) => run(q, positions, k, v, kv_len, p, out),
+        (KvSlice::F32(k), KvSlice::F16(v)) => run2(q, positions, k, v, kv_len, p, out),
+        (KvSlice::F16(k), KvSlice::F32(v)) => run2(q, positions, k, v, kv_len, p, out),
+    }
+    Ok(())
+}
+
+fn run<T: KvElem>(
+    q: &[f32],
+    positions: &[i32],
+    k: &[T],
+    v: &[T],
+    kv_len: usize,
+    p: &AttentionParams,
+    out: &mut [f32],
+) {
+    run2(q, positions, k, v, kv_len, p, out)
+}
+
+fn run2<K: KvElem, V: KvElem>(
+    q: &[f32],
+    positions: &[i32],
+    k: &[K],
+    v: &[V],
+    kv_len: usize,
+    p: &AttentionParams,
+    out: &mut [f32],
+) {
+    let hd = p.head_dim;
+    let group = p.n_head / p.n_kv_head;
+    let kv_stride = p.n_kv_head * hd;
+    out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
+        let t = i / p.n_head;
+        let h = i % p.n_head;
+        let kvh = h / group;
+        let qr = &q[i * hd..(i + 1) * hd];
+        let (lo, hi) = visible_keys(positions[t], kv_len, p.window);
+        o.fill(0.0);
+        let mut m = f32::NEG_INFINITY;
+        let mut l = 0f32;
+        let mut scores = [0f32; KEY_BLOCK];
+        let mut j0 = lo;
+        while j0 < hi {
+            let bn = (hi - j0).min(KEY_BLOCK);
+            let mut bmax = f32::NEG_INFINITY;
+            for (jj, s) in scores[..bn].iter_mut().enumerate() {
+                let off = (j0 + jj) * kv_stride + kvh * hd;
+                let mut x = K::dot(qr, &k[off..off + hd]) * p.scale;
+                if p.softcap != 0.0 {
+                    x = p.softcap * (x / p.softcap).tanh();
+                }
+                *s = x;
+                bmax = bmax.max(x);
+            }
+            if bmax > m {
+                let corr = (m - bmax).exp();
+                if l > 0.0 {
+                    o.iter_mut().for_each(|a| *a *= corr);
+                }
+                l *= corr;
+                m = bmax;
+            }
+            for (jj, &s) in scores[..bn].iter().enumerate() {
+                let w = (s - m).exp();
+                l += w;
+                let off = (j0 + jj) * kv_stride + kvh * hd;
+                V::axpy(o, w, &v[off..off + hd]);
+            }
+            j0 += bn;
+        }
+        if l > 0.0 {
+            let inv = 1.0 / l;
+            o.iter_mut().for_each(|a| *a *= inv);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::testutil::{max_abs_diff, Rng};
+
+    /// Plain f64 attention: full scores over the visible keys, then softmax.
+    fn reference(
+        q: &[f32],
+        positions: &[i32],
+        k: &[f32],
+        v: &[f32],
+        kv_len: usize,
+        p: &AttentionParams,
+    ) -> Vec<f64> {
+        let hd = p.head_dim;
+        let mut out = vec![0f64; q.len()];
+        for (t, &pos) in positions.iter().enumerate() {
+            for h in 0..p.n_head {
+                let kvh = h / (p.n_head / p.n_kv_head);
+                let qr = &q[(t * p.n_head + h) * hd..][..hd];
+                let vis: Vec<usize> = (0..kv_len)
+                    .filter(|&j| {
+                        (j as i64) <= pos as i64
+                            && (p.window == 0 || (pos as i64 - j as i64) < p.window as i64)
+                    })
+                    .collect();
+                let s: Vec<f64> = vis
+                    .iter()
+                    .map(|&j| {
+                        let kr = &k[(j * p.n_kv_head + kvh) * hd..][..hd];
+                        let mut x = qr
+                            .iter()
+                            .zip(kr)
+                            .map(|(a, b)| *a as f64 * *b as f64)
+                            .sum::<f64>()
+                            * p.scale as f64;
+                        if p.softcap != 0.0 {
+                            let c = p.softcap as f64;
+                            x = c * (x / c).tanh();
+                        }
+                        x
+                    })
+                    .collect();
+                let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let sum: f64 = s.iter().map(|x| (x - max).exp()).sum();
+                let o = &mut out[(t * p.n_head + h) * hd..][..hd];
+                for (&j, &x) in vis.iter().zip(&s) {
+                    let w = (x - max).exp() / sum;
+                    let vr = &v[(j * p.n_kv_head + kvh) * hd..][..hd];
+                    for d in 0..hd {
+                        o[d] += w * vr[d] as f64;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn check(p: AttentionParams, positions: &[i32], kv_len: usize, cap: usize, f16_kv: bool) {
+        let mut rng = Rng::new(21 + kv_len as u64);
+        let q = rng.vec(positions.len() * p.n_head * p.head_dim, 1.0);
+        let mut k = rng.vec(cap * p.n_kv_head * p.head_dim, 1.0);
+        let mut v = rng.vec(cap * p.n_kv_head * p.head_dim, 1.0);
+        let (kh, vh): (Vec<f16>, Vec<f16>);
+        let (ks, vs) = if f16_kv {
+            kh = k.iter().map(|&x| f16::from_f32(x)).collect();
+            vh = v.iter().map(|&x| f16::from_f32(x)).collect();
+            // The reference sees exactly the rounded values.
+            k = kh.iter().map(|x| x.to_f32()).collect();
+            v = vh.iter().map(|x| x.to_f32()).collect();
+            (KvSlice::F16(&kh), KvSlice::F16(&vh))
+        } else {
+            (KvSlice::F32(&k), KvSlice::F32(&v))
+        };
+        let mut out = vec![f32::NAN; q.len()];
+        attention(&q, positions, ks, vs, kv_len, &p, &mut out).unwrap();
+        let want = reference(&q, positions, &k, &v, kv_len, &p);
+        let err = max_abs_diff(&out, &want);
+        assert!(err < 1e-5, "{p:?} f16={f16_kv} kv_len={kv_len}: err {err}");
+    }
+
+    #[test]
+    fn prefill_and_decode_match_f64_with_gqa_window_and_cap() {
+        let base = AttentionParams {
+            n_head: 4,
+            n_kv_head: 2,
+            head_dim: 32,
+            scale: 1.0 / (32f32).sqrt(),
+            softcap: 0.0,
+            window: 0,
+        };
+        // Prefill: 150 tokens at positions 0..150 (crosses key blocks of 64).
+        let prefill: Vec<i32> = (0..150).collect();
+        // Decode: one token at the end of a cache preallocated to 300 rows.
+        for f16_kv in [false, true] {
+            check(base, &prefill, 150, 150, f16_kv);
+            check(base, &[199], 200, 300, f16_kv);
+            check(
+                AttentionParams { window: 17, ..base },
+                &prefill,
+                150,
+                150,
+                f16_kv,
+            );
+            check(
+                AttentionParams { window: 70, ..base },
+                &[199],
+                200,
+                300,
+                f16_kv,
+            );
+            check(
+                AttentionParams {
+                    softcap: 0.5,
+                    scale: 1.0,
+                    ..base
+                },
+                &prefill[..40],
+                40,
+                64,
+                f16_kv,
+            );
+            check(
+                AttentionParams {
+                    n_kv_head: 1,
+                    head_dim: 80,
+                    ..base
+                },
+                &[3, 4, 5],
+                6,
+                6,
+                f16_kv,
+            );
+            check(
+                AttentionParams {
+                    n_kv_head: 4,
+                    ..base
+                },
+                &[10, 11],
+                12,
+                12,
+                f16_kv,
+            );
+        }
+        // A chunk of a longer prompt: queries at 100..110 over 110 cached keys.
+        let chunk: Vec<i32> = (100..110).collect();
+        check(
+            AttentionParams { window: 64, ..base },
+            &chunk,
+            110,
+            128,
+            false,
+        );
+    }
+
+    #[test]
+    fn window_boundary_is_llama_cpp_s() {
+        // p - j >= w is masked: with w = 3 a query at 10 sees 8, 9, 10.
+        assert_eq!(visible_keys(10, 100, 3), (8, 11));
+        assert_eq!(visible_keys(10, 100, 0), (0, 11));
+        assert_eq!(visible_keys(1, 100, 5), (0, 2));
+        assert_eq!(visible_keys(10, 5, 0), (0, 5));
+        assert_eq!(visible_keys(-1, 5, 0), (0, 0));
+        assert_eq!(visible_keys(20, 5, 3), (5, 5));
+    }
+
+    #[test]
+    fn no_visible_key_gives_zeros_and_bad_sizes_error() {
+        let p = AttentionParams {
+            n_head: 2,
+            n_kv_head: 1,
+            head_dim: 4,
+            scale: 1.0,
+            softcap: 0.0,
+            window: 0,
+        };
+        let q = vec![1f32; 8];
+        let kv = vec![1f32; 4 * 3];
+        let mut out = vec![f32::NAN; 8];
+        attention(
+            &q,
+            &[-1],
+            KvSlice::F32(&kv),
+            KvSlice::F32(&kv),
+            3,
+            &p,
+            &mut out,
+        )
+        .unwrap();
+        assert!(out.iter().all(|&x| x == 0.0));
+        assert!(attention(
+            &q,
+            &[0],
+            KvSlice::F32(&kv),
+            KvSlice::F32(&kv),
+            4,
+            &p,
+            &mut out
+        )
+        .is_err());
+        assert!(attention(
+            &q,
+            &[0, 1],
+            KvSlice::F32(&kv),
+            KvSlice::F32(&kv),
+            3,
+            &p,
+            &mut out
+        )
+        .is_err());
+        let bad = AttentionParams { n_kv_head: 3, ..p };
+        assert!(attention(
+            &q,
+            &[0],
+            KvSlice::F32(&kv),
+            KvSlice::F32(&kv),
+            3,
+            &bad,
+            &mut out
+        )
+        .is_err());
+    }
+}

@@ -1,0 +1,31 @@
+//! CPU kernels over f32 slices and raw weight bytes. Each op checks its sizes and returns a
+//! [`TensorError`](crate::TensorError) instead of panicking, writes into caller-provided buffers
+//! (no heap allocation per call), and runs its parallel loops in the current rayon pool (the
+//! [`CpuEngine`](crate::CpuEngine) installs its own). Every op is tested against a plain f64
+//! reference; the tolerances are in each function's docs.
+
+pub(crate) mod block;
+
+pub mod attention;
+pub mod convert;
+pub mod elementwise;
+pub mod get_rows;
+pub mod matmul;
+pub mod norm;
+pub mod rope;
+pub mod softmax;
+
+#[cfg(test)]
+pub(crate) mod testutil;
+
+pub use attention::{attention, visible_keys, AttentionParams, KvSlice};
+pub use block::{dot, vec_dot};
+pub use convert::{bf16_to_f32_slice, f16_to_f32, f32_to_bf16_slice, f32_to_f16};
+pub use elementwise::{
+    add, add_assign, argmax, geglu, gelu, gelu_f32, mul, mul_assign, scale, silu, silu_f32, swiglu,
+};
+pub use get_rows::get_rows;
+pub use matmul::{matmul, matvec};
+pub use norm::{layer_norm, rms_norm, rms_norm_inplace};
+pub use rope::{rope, rope_yarn_corr_dims, RopeMode, RopeParams};
+pub use softmax::{softmax, softmax_row, SoftmaxParams};

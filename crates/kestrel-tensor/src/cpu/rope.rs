@@ -1,0 +1,349 @@
+//! Rotary position embedding as ggml computes it (`ggml_rope_ext`): normal mode (adjacent pairs,
+//! llama) and neox mode (first/second halves, gemma/qwen), per-token positions, `freq_base`,
+//! linear `freq_scale`, partial rotary dims (`n_rot < head_dim`, the rest copied), YaRN
+//! (`ext_factor`, `attn_factor`, `beta_fast`/`beta_slow`, `n_ctx_orig`, following ggml's
+//! `rope_yarn` and `ggml_rope_yarn_corr_dims`) and per-dim frequency divisors (llama3's
+//! `rope_freqs` tensor).
+//!
+//! Angles are built as ggml builds them, in f32: `theta = pos`, multiplied by
+//! `freq_base^(-2/n_rot)` once per pair. That product drifts from the exact `pos * base^(-i/n)`
+//! by a few f32 ulps per step (so by ~1e-6 relative, ~1e-4 rad at position 100); kestrel keeps
+//! ggml's recipe so that its results round as llama.cpp's do.
+
+use rayon::prelude::*;
+
+use crate::error::{Result, TensorError};
+
+/// Most rotary dims supported (the per-token cos/sin table lives on the stack).
+pub const MAX_ROT: usize = 1024;
+
+/// Which elements form a rotated pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RopeMode {
+    /// Adjacent pairs `(x[2i], x[2i+1])` (ggml mode 0; llama, mistral).
+    #[default]
+    Normal,
+    /// Halves `(x[i], x[i + n_rot/2])` (ggml `GGML_ROPE_TYPE_NEOX`; gemma, qwen, phi).
+    Neox,
+}
+
+/// RoPE settings; the defaults are plain RoPE with base 10000 over the full head.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    /// Pairing mode.
+    pub mode: RopeMode,
+    /// Rotated dims per head (even, `<= head_dim`); 0 means the whole head.
+    pub n_rot: usize,
+    /// Base of the frequencies (`rope.freq_base`).
+    pub freq_base: f32,
+    /// Linear position scaling (`1 / rope.scaling.factor` for linear and YaRN scaling).
+    pub freq_scale: f32,
+    /// YaRN extrapolation mix (0 disables YaRN).
+    pub ext_factor: f32,
+    /// Magnitude scale of cos/sin (YaRN's mscale; 1 otherwise).
+    pub attn_factor: f32,
+    /// YaRN high-frequency boundary, in rotations.
+    pub beta_fast: f32,
+    /// YaRN low-frequency boundary, in rotations.
+    pub beta_slow: f32,
+    /// Context length the model was trained with (YaRN).
+    pub n_ctx_orig: usize,
+}
+
+impl Default for RopeParams {
+    fn default() -> Self {
+        RopeParams {
+            mode: RopeMode::Normal,
+            n_rot: 0,
+            freq_base: 10000.0,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 0,
+        }
+    }
+}
+
+/// ggml's `ggml_rope_yarn_corr_dim`: the dim at which a frequency makes `n_rot` rotations over
+/// `n_ctx_orig` positions.
+fn corr_dim(n_dims: usize, n_ctx_orig: usize, n_rot: f32, base: f32) -> f32 {
+    n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+        / (2.0 * base.ln())
+}
+
+/// ggml's `ggml_rope_yarn_corr_dims`: the first and last dims of YaRN's interpolation ramp.
+pub fn rope_yarn_corr_dims(
+    n_dims: usize,
+    n_ctx_orig: usize,
+    freq_base: f32,
+    beta_fast: f32,
+    beta_slow: f32,
+) -> [f32; 2] {
+    let start = corr_dim(n_dims, n_ctx_orig, beta_fast, freq_base).floor();
+    let end = corr_dim(n_dims, n_ctx_orig, beta_slow, freq_base).ceil();
+    [start.max(0.0), end.min(n_dims as f32 - 1.0)]
+}
+
+/// ggml's `rope_yarn_ramp` (note the integer `i0 / 2`).
+fn yarn_ramp(low: f32, high: f32, i0: usize) -> f32 {
+    let y = ((i0 / 2) as f32 - low) / (high - low).max(0.001);
+    1.0 - y.clamp(0.0, 1.0)
+}
+
+/// Fills `cache[i0], cache[i0 + 1]` with the cos and sin of pair `i0 / 2` at `pos`.
+fn fill_cache(p: &RopeParams, n_rot: usize, pos: f32, ff: Option<&[f32]>, cache: &mut [f32]) {
+    let theta_scale = p.freq_base.powf(-2.0 / n_rot as f32);
+    let corr = rope_yarn_corr_dims(n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
+    let mut theta = pos;
+    for i0 in (0..n_rot).step_by(2) {
+        let f = ff.map_or(1.0, |f| f[i0 / 2]);
+        let theta_extrap = theta / f;
+        let theta_interp = p.freq_scale * theta_extrap;
+        let mut th = theta_interp;
+        let mut mscale = p.attn_factor;
+        if p.ext_factor != 0.0 {
+            let mix = yarn_ramp(corr[0], corr[1], i0) * p.ext_factor;
+            th = theta_interp * (1.0 - mix) + theta_extrap * mix;
+            mscale *= 1.0 + 0.1 * (1.0 / p.freq_scale).ln();
+        }
+        cache[i0] = th.cos() * mscale;
+        cache[i0 + 1] = th.sin() * mscale;
+        theta *= theta_scale;
+    }
+}
+
+/// Applies RoPE in place to `x`, laid out `[n_tokens][n_head][head_dim]` (f32), token `t` at
+/// position `positions[t]`. `freq_factors`, when given, holds `n_rot / 2` divisors of the pair
+/// frequencies. Dims `n_rot..head_dim` of each head are left as they are.
+///
+/// # Errors
+/// `LengthMismatch` if `x` is not `positions.len() * n_head * head_dim` or `freq_factors` is too
+/// short; `InvalidParam` for an odd `n_rot`, `n_rot > head_dim` or `n_rot > MAX_ROT`.
+pub fn rope(
+    x: &mut [f32],
+    n_head: usize,
+    head_dim: usize,
+    positions: &[i32],
+    p: &RopeParams,
+    freq_factors: Option<&[f32]>,
+) -> Result<()> {
+    const OP: &str = "rope";
+    let n_rot = if p.n_rot == 0 { head_dim } else { p.n_rot };
+    if n_rot % 2 != 0 || n_rot > head_dim || n_rot > MAX_ROT {
+        return Err(TensorError::InvalidParam {
+            op: OP,
+            why: "n_rot must be even, at most head_dim and at most MAX_ROT",
+        });
+    }
+    let tok = n_head.saturating_mul(head_dim);
+    let want = positions.len().saturating_mul(tok);
+    if x.len() != want {
+        return Err(TensorError::LengthMismatch {
+            op: OP,
+            what: "x",
+            expected: want,
+            actual: x.len(),
+        });
+    }
+    if let Some(ff) = freq_factors {
+        if ff.len() < n_rot / 2 {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what: "freq_factors",
+                expected: n_rot / 2,
+                actual: ff.len(),
+            });
+        }
+    }
+    if tok == 0 || n_rot == 0 {
+        return Ok(());
+    }
+    let half = n_rot / 2;
+    x.par_chunks_mut(tok)
+        .zip(positions.par_iter())
+        .for_each(|(xt, &pos)| {
+            let mut cache = [0f32; MAX_ROT];
+            let cache = &mut cache[..n_rot];
+            fill_cache(p, n_rot, pos as f32, freq_factors, cache);
+            for head in xt.chunks_exact_mut(head_dim) {
+                for i0 in (0..n_rot).step_by(2) {
+                    let (c, s) = (cache[i0], cache[i0 + 1]);
+                    let (a, b) = match p.mode {
+                        RopeMode::Normal => (i0, i0 + 1),
+                        RopeMode::Neox => (i0 / 2, i0 / 2 + half),
+                    };
+                    let (x0, x1) = (head[a], head[b]);
+                    head[a] = x0 * c - x1 * s;
+                    head[b] = x0 * s + x1 * c;
+                }
+            }
+        });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::testutil::{max_abs_diff, Rng};
+
+    /// Straight f64 RoPE from the formulas (exact powers, no iterated product).
+    fn reference(
+        x: &[f32],
+        n_head: usize,
+        head_dim: usize,
+        positions: &[i32],
+        p: &RopeParams,
+        ff: Option<&[f32]>,
+    ) -> Vec<f64> {
+        let n_rot = if p.n_rot == 0 { head_dim } else { p.n_rot };
+        let mut out: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        let base = p.freq_base as f64;
+        let corr_dim = |beta: f64| {
+            n_rot as f64 * (p.n_ctx_orig as f64 / (beta * 2.0 * std::f64::consts::PI)).ln()
+                / (2.0 * base.ln())
+        };
+        let low = corr_dim(p.beta_fast as f64).floor().max(0.0);
+        let high = corr_dim(p.beta_slow as f64).ceil().min(n_rot as f64 - 1.0);
+        for (t, &pos) in positions.iter().enumerate() {
+            for h in 0..n_head {
+                let row = &mut out[(t * n_head + h) * head_dim..][..head_dim];
+                for i in 0..n_rot / 2 {
+                    let f = ff.map_or(1.0, |f| f[i] as f64);
+                    let extrap = pos as f64 * base.powf(-2.0 * i as f64 / n_rot as f64) / f;
+                    let interp = p.freq_scale as f64 * extrap;
+                    let (mut th, mut ms) = (interp, p.attn_factor as f64);
+                    if p.ext_factor != 0.0 {
+                        let y = (i as f64 - low) / (high - low).max(0.001);
+                        let mix = (1.0 - y.clamp(0.0, 1.0)) * p.ext_factor as f64;
+                        th = interp * (1.0 - mix) + extrap * mix;
+                        ms *= 1.0 + 0.1 * (1.0 / p.freq_scale as f64).ln();
+                    }
+                    let (a, b) = match p.mode {
+                        RopeMode::Normal => (2 * i, 2 * i + 1),
+                        RopeMode::Neox => (i, i + n_rot / 2),
+                    };
+                    let (x0, x1) = (row[a], row[b]);
+                    row[a] = (x0 * th.cos() - x1 * th.sin()) * ms;
+                    row[b] = (x0 * th.sin() + x1 * th.cos()) * ms;
+                }
+            }
+        }
+        out
+    }
+
+    fn check(p: RopeParams, head_dim: usize, with_ff: bool, tol: f64) {
+        let mut rng = Rng::new(5);
+        let (n_head, positions) = (3, [0i32, 1, 7, 63, 130, 255]);
+        let x = rng.vec(positions.len() * n_head * head_dim, 1.0);
+        let n_rot = if p.n_rot == 0 { head_dim } else { p.n_rot };
+        let ff: Vec<f32> = (0..n_rot / 2).map(|i| 1.0 + (i % 5) as f32).collect();
+        let ff = with_ff.then_some(ff.as_slice());
+        let mut y = x.clone();
+        rope(&mut y, n_head, head_dim, &positions, &p, ff).unwrap();
+        let want = reference(&x, n_head, head_dim, &positions, &p, ff);
+        let err = max_abs_diff(&y, &want);
+        assert!(err < tol, "{p:?} ff={with_ff}: max err {err}");
+    }
+
+    // Tolerance: ggml's iterated f32 angle drifts ~1e-6 relative from the exact one; at
+    // position 255 that is up to ~5e-4 rad, so values (|x| < 1) differ by up to ~1e-3.
+    const TOL: f64 = 2e-3;
+
+    #[test]
+    fn normal_and_neox_full_and_partial() {
+        for mode in [RopeMode::Normal, RopeMode::Neox] {
+            let p = RopeParams {
+                mode,
+                ..Default::default()
+            };
+            check(p, 64, false, TOL);
+            check(RopeParams { n_rot: 32, ..p }, 64, false, TOL);
+            check(
+                RopeParams {
+                    freq_base: 1e6,
+                    freq_scale: 0.25,
+                    ..p
+                },
+                64,
+                false,
+                TOL,
+            );
+            check(RopeParams { n_rot: 48, ..p }, 64, true, TOL);
+        }
+    }
+
+    #[test]
+    fn yarn_matches_reference() {
+        for mode in [RopeMode::Normal, RopeMode::Neox] {
+            let p = RopeParams {
+                mode,
+                freq_base: 10000.0,
+                freq_scale: 0.25,
+                ext_factor: 1.0,
+                attn_factor: 1.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                n_ctx_orig: 4096,
+                n_rot: 0,
+            };
+            check(p, 128, false, TOL);
+            check(
+                RopeParams {
+                    ext_factor: 0.5,
+                    attn_factor: 0.9,
+                    ..p
+                },
+                64,
+                true,
+                TOL,
+            );
+        }
+    }
+
+    #[test]
+    fn small_positions_are_tight_and_tail_dims_untouched() {
+        let mut rng = Rng::new(6);
+        let (n_head, head_dim) = (2, 16);
+        let p = RopeParams {
+            n_rot: 8,
+            mode: RopeMode::Neox,
+            ..Default::default()
+        };
+        let positions = [0, 1, 2, 3];
+        let x = rng.vec(4 * n_head * head_dim, 1.0);
+        let mut y = x.clone();
+        rope(&mut y, n_head, head_dim, &positions, &p, None).unwrap();
+        let want = reference(&x, n_head, head_dim, &positions, &p, None);
+        assert!(max_abs_diff(&y, &want) < 1e-6);
+        for r in 0..4 * n_head {
+            assert_eq!(
+                &y[r * head_dim + 8..(r + 1) * head_dim],
+                &x[r * head_dim + 8..(r + 1) * head_dim]
+            );
+        }
+        // Position 0 is the identity.
+        assert_eq!(&y[..n_head * head_dim], &x[..n_head * head_dim]);
+    }
+
+    #[test]
+    fn corr_dims_match_ggml_for_llama_defaults() {
+        // n_dims 128, n_ctx_orig 4096, base 10000, beta 32/1: ggml gives [20, 46].
+        assert_eq!(
+            rope_yarn_corr_dims(128, 4096, 10000.0, 32.0, 1.0),
+            [20.0, 46.0]
+        );
+    }
+
+    #[test]
+    fn bad_params_are_errors() {
+        let mut x = vec![0f32; 2 * 8];
+        let p = RopeParams::default();
+        assert!(rope(&mut x, 1, 8, &[0, 1], &p, None).is_ok());
+        assert!(rope(&mut x, 1, 8, &[0], &p, None).is_err());
+        assert!(rope(&mut x, 1, 8, &[0, 1], &RopeParams { n_rot: 3, ..p }, None).is_err());
+        assert!(rope(&mut x, 1, 8, &[0, 1], &RopeParams { n_rot: 10, ..p }, None).is_err());
+        assert!(rope(&mut x, 1, 8, &[0, 1], &p, Some(&[1.0])).is_err());
+    }
+}

@@ -1,0 +1,77 @@
+//! Test helpers: a small seeded PRNG and random quantized rows (bytes plus their exact
+//! dequantization, which is what the f64 references compute with).
+
+use half::f16;
+use kestrel_gguf::quant;
+
+use crate::DType;
+
+/// SplitMix64: deterministic, dependency-free random numbers for tests.
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x1234_5678)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    pub(crate) fn f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// `n` values uniform in [-scale, scale).
+    pub(crate) fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f32() * scale).collect()
+    }
+}
+
+/// `rows` random rows of `k` elements of `dtype`: (raw bytes, exact dequantized values).
+pub(crate) fn quantized_rows(
+    rng: &mut Rng,
+    dtype: DType,
+    rows: usize,
+    k: usize,
+) -> (Vec<u8>, Vec<f32>) {
+    let n = rows * k;
+    let nbytes = dtype.row_bytes(k).unwrap() * rows;
+    let mut bytes = vec![0u8; nbytes];
+    let ty = dtype.ggml_type();
+    if quant::can_quantize(ty) {
+        let src = rng.vec(n, 1.0);
+        quant::quantize(ty, &src, &mut bytes).unwrap();
+    } else {
+        // IQ4_NL / IQ4_XS have no quantizer: random bits with a small f16 scale in front.
+        for b in bytes.iter_mut() {
+            *b = rng.next_u64() as u8;
+        }
+        for blk in bytes.chunks_exact_mut(dtype.block_bytes()) {
+            let d = f16::from_f32(0.001 + 0.01 * rng.f32().abs());
+            blk[..2].copy_from_slice(&d.to_bits().to_le_bytes());
+        }
+    }
+    let mut deq = vec![0f32; n];
+    quant::dequantize(ty, &bytes, &mut deq).unwrap();
+    (bytes, deq)
+}
+
+/// One random row of `k` elements of `dtype`.
+pub(crate) fn quantized_row(rng: &mut Rng, dtype: DType, k: usize) -> (Vec<u8>, Vec<f32>) {
+    quantized_rows(rng, dtype, 1, k)
+}
+
+/// Largest `|a - b|` over two slices.
+pub(crate) fn max_abs_diff(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - y).abs())
+        .fold(0.0, f64::max)
+}
