@@ -70,6 +70,12 @@ impl std::fmt::Debug for GgufFile {
     }
 }
 
+impl AsRef<[u8]> for GgufFile {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
 impl GgufFile {
     /// Open and memory-map a file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {

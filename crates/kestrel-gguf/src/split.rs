@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{GgufError, Result};
 use crate::file::{GgufFile, OpenOptions};
@@ -24,7 +25,7 @@ pub const MAX_SHARDS: usize = 99_999;
 /// Metadata comes from the first shard; tensors from all of them.
 #[derive(Debug)]
 pub struct GgufModel {
-    shards: Vec<GgufFile>,
+    shards: Vec<Arc<GgufFile>>,
     /// tensor name → (shard, index in that shard)
     index: HashMap<String, (usize, usize)>,
 }
@@ -156,12 +157,23 @@ impl GgufModel {
                 });
             }
         }
-        Ok(GgufModel { shards, index })
+        Ok(GgufModel {
+            shards: shards.into_iter().map(Arc::new).collect(),
+            index,
+        })
     }
 
-    /// The shards, in order (one for an unsplit model).
-    pub fn shards(&self) -> &[GgufFile] {
+    /// The shards, in order (one for an unsplit model). Each is behind an `Arc`, so tensors
+    /// that view a shard's bytes can keep it alive without borrowing the model.
+    pub fn shards(&self) -> &[Arc<GgufFile>] {
         &self.shards
+    }
+
+    /// The shard that holds a tensor, and the tensor's description.
+    pub fn tensor_location(&self, name: &str) -> Option<(&Arc<GgufFile>, &TensorInfo)> {
+        let &(s, i) = self.index.get(name)?;
+        let f = &self.shards[s];
+        Some((f, f.tensors().get(i)?))
     }
 
     /// Metadata (of the first shard).
