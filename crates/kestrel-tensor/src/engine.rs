@@ -261,6 +261,15 @@ impl Engine for CpuEngine {
     ) -> Result<()> {
         const OP: &str = "rope";
         let s = x.shape();
+        // A 2-D `[head_dim * n_head, n_tokens]` would be read as one head per token: refuse it.
+        if s.rank() < 3 || s.dim(2) * s.dim(3) != positions.len() {
+            return Err(TensorError::ShapeMismatch {
+                op: OP,
+                what: "x (want [head_dim, n_head, n_tokens])",
+                expected: Shape::new(&[s.dim(0), s.dim(1), positions.len()]).unwrap_or(s),
+                actual: s,
+            });
+        }
         let (head_dim, n_head) = (s.dim(0), s.dim(1));
         let ff = freq_factors.map(|f| f32_in(OP, f)).transpose()?;
         let xs = f32_out(OP, x)?;
@@ -439,6 +448,14 @@ mod tests {
         let v = Tensor::from_f32(kv_shape, &rng.vec(hd * nkv * 8, 1.0)).unwrap();
         e.rope(&mut q, &[0, 1, 2], &RopeParams::default(), None)
             .unwrap();
+        let mut flat = Tensor::zeros(DType::F32, Shape::matrix(nt, hd * nh).unwrap()).unwrap();
+        assert!(matches!(
+            e.rope(&mut flat, &[0, 1, 2], &RopeParams::default(), None),
+            Err(TensorError::ShapeMismatch { .. })
+        ));
+        assert!(e
+            .rope(&mut q, &[0, 1], &RopeParams::default(), None)
+            .is_err());
         let mut out = Tensor::zeros(DType::F32, q.shape()).unwrap();
         let p = AttentionParams {
             n_head: nh,
