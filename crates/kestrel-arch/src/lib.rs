@@ -11,8 +11,10 @@ mod builder;
 mod config;
 mod error;
 mod registry;
+mod weights;
 
 pub use builder::{build_decoder, rope_params, Logits};
 pub use config::{Activation, DecoderConfig, RopeConfig, RopeScaling};
 pub use error::ArchError;
 pub use registry::{list_architectures, ArchKind};
+pub use weights::weight_tensor;

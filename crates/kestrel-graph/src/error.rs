@@ -1,7 +1,7 @@
 //! `GraphError`: a graph that does not fit together.
 
 /// An error building or compiling a graph.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum GraphError {
     /// Input widths or rows that the op cannot combine.
@@ -26,4 +26,29 @@ pub enum GraphError {
         /// The plan's bound.
         max: usize,
     },
+    /// A weight the graph names that the model cannot supply as expected.
+    #[error("weight {name:?}: {reason}")]
+    Weight {
+        /// GGUF tensor name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A step that would run past the KV cache.
+    #[error("context full: the step needs {needed} positions, the cache holds {capacity}")]
+    ContextFull {
+        /// Positions needed.
+        needed: usize,
+        /// Cache capacity.
+        capacity: usize,
+    },
+    /// A kernel refused its inputs.
+    #[error(transparent)]
+    Tensor(#[from] kestrel_tensor::TensorError),
+    /// The KV cache refused a write or view.
+    #[error(transparent)]
+    Kv(#[from] kestrel_kv::KvError),
+    /// A bug in kestrel, not in the input.
+    #[error("internal error: {0}")]
+    Internal(String),
 }

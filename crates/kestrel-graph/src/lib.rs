@@ -13,8 +13,10 @@ mod error;
 mod graph;
 pub mod ir;
 mod memory;
+mod plan;
 
 pub use error::GraphError;
 pub use graph::Graph;
 pub use ir::{AttentionParams, Node, NodeId, Op, RopeParams, Rows, WeightId, WeightRef};
 pub use memory::{plan_memory, MemoryPlan, ALIGN_F32};
+pub use plan::ExecutionPlan;

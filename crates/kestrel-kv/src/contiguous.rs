@@ -3,6 +3,8 @@
 
 use half::f16;
 
+#[cfg(test)]
+use crate::kv_get;
 use crate::{KvCache, KvDType, KvError, KvLayout, KvSlice, LayerView};
 
 enum Buf {
@@ -57,7 +59,7 @@ impl Buf {
 /// c.write(1, 0, &[3.0; 8], &[4.0; 8]).unwrap();
 /// c.commit(2).unwrap();
 /// let v = c.view(1, 2).unwrap();
-/// assert_eq!(v.k.get(7), Some(3.0));
+/// assert_eq!(kestrel_kv::kv_get(&v.k, 7), Some(3.0));
 /// assert!(c.write(0, 15, &[0.0; 8], &[0.0; 8]).is_err()); // past capacity
 /// ```
 pub struct ContiguousCache {
@@ -222,9 +224,12 @@ mod tests {
             let view = c.view(1, 5).unwrap();
             assert_eq!(view.len, 5);
             // token 3 head 1 dim 2 = k[(0*2+1)*4+2] = 6
-            assert_eq!(view.k.get((3 * 2 + 1) * 4 + 2), Some(6.0));
-            assert_eq!(view.v.get((4 * 2) * 3), Some(-6.0));
-            assert_eq!(c.view(0, 5).unwrap().k.get((3 * 2 + 1) * 4 + 2), Some(0.0));
+            assert_eq!(kv_get(&view.k, (3 * 2 + 1) * 4 + 2), Some(6.0));
+            assert_eq!(kv_get(&view.v, (4 * 2) * 3), Some(-6.0));
+            assert_eq!(
+                kv_get(&c.view(0, 5).unwrap().k, (3 * 2 + 1) * 4 + 2),
+                Some(0.0)
+            );
             c.commit(5).unwrap();
             assert_eq!(c.seq_len(), 5);
             c.truncate(2);

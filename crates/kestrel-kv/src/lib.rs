@@ -13,37 +13,15 @@ pub use contiguous::ContiguousCache;
 pub use error::KvError;
 pub use layout::{KvDType, KvLayout};
 
-use half::f16;
+/// Keys or values of one layer, as stored: the attention kernel's own slice type, so attention
+/// reads the cache in place.
+pub use kestrel_tensor::cpu::KvSlice;
 
-/// Keys or values of one layer, as stored.
-#[derive(Clone, Copy, Debug)]
-pub enum KvSlice<'a> {
-    /// f32 elements.
-    F32(&'a [f32]),
-    /// f16 elements.
-    F16(&'a [f16]),
-}
-
-impl KvSlice<'_> {
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        match self {
-            KvSlice::F32(s) => s.len(),
-            KvSlice::F16(s) => s.len(),
-        }
-    }
-
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Element `i` as f32.
-    pub fn get(&self, i: usize) -> Option<f32> {
-        match self {
-            KvSlice::F32(s) => s.get(i).copied(),
-            KvSlice::F16(s) => s.get(i).map(|v| v.to_f32()),
-        }
+/// Element `i` of a cache slice as f32 (for tests and debugging; kernels read slices directly).
+pub fn kv_get(s: &KvSlice<'_>, i: usize) -> Option<f32> {
+    match s {
+        KvSlice::F32(s) => s.get(i).copied(),
+        KvSlice::F16(s) => s.get(i).map(|v| v.to_f32()),
     }
 }
 

@@ -1,0 +1,323 @@
+//! `ExecutionPlan`: a graph compiled for the CPU engine: weights bound to their (quantized,
+//! memory-mapped) bytes, every activation at a fixed offset in one arena, and a `run` that binds
+//! the step's token count and executes the nodes in order. Running allocates nothing.
+
+use std::ops::Range;
+
+use kestrel_kv::KvCache;
+use kestrel_tensor::cpu::{self, RopeMode};
+use kestrel_tensor::{CpuEngine, DType, Tensor};
+
+use crate::ir::{Node, NodeId, Op, Rows};
+use crate::memory::{plan_memory, MemoryPlan};
+use crate::{Graph, GraphError};
+
+/// A weight bound to its bytes, with an f32 view for vectors (norm weights, biases, rope
+/// frequency factors). Matrices stay in their stored type.
+struct BoundWeight {
+    tensor: Tensor,
+    /// f32 values of a vector weight when it is not an aligned F32 tensor (tiny: one row).
+    vector: Option<Vec<f32>>,
+}
+
+impl BoundWeight {
+    fn vector(&self) -> Result<&[f32], GraphError> {
+        match &self.vector {
+            Some(v) => Ok(v),
+            None => Ok(self.tensor.as_f32()?),
+        }
+    }
+}
+
+/// A compiled plan for steps of at most `max_tokens` tokens.
+pub struct ExecutionPlan {
+    nodes: Vec<Node>,
+    output: NodeId,
+    mem: MemoryPlan,
+    max_tokens: usize,
+    arena: Vec<f32>,
+    weights: Vec<BoundWeight>,
+    positions: Vec<i32>,
+}
+
+impl std::fmt::Debug for ExecutionPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutionPlan")
+            .field("nodes", &self.nodes.len())
+            .field("max_tokens", &self.max_tokens)
+            .field("arena_bytes", &(self.arena.len() * 4))
+            .finish()
+    }
+}
+
+/// Split the arena into the output slice and up to three input slices. The memory plan
+/// guarantees they do not overlap; this checks it anyway, so a planner bug is an error, not UB.
+type Io<'a> = (&'a mut [f32], [&'a [f32]; 3]);
+
+fn split(
+    arena: &mut [f32],
+    out: Range<usize>,
+    ins: [Range<usize>; 3],
+) -> Result<Io<'_>, GraphError> {
+    let len = arena.len();
+    let bad = || GraphError::Internal("arena ranges overlap or exceed the arena".into());
+    if out.end > len || out.start > out.end {
+        return Err(bad());
+    }
+    for r in &ins {
+        let overlaps = r.start < out.end && out.start < r.end;
+        if r.end > len || r.start > r.end || (overlaps && !r.is_empty() && !out.is_empty()) {
+            return Err(bad());
+        }
+    }
+    let base = arena.as_mut_ptr();
+    // SAFETY: every range lies inside `arena` (checked above) and no input range overlaps the
+    // output range, so the one mutable slice aliases none of the shared ones; inputs may overlap
+    // each other since they are only read. The lifetimes are tied to the `arena` borrow.
+    unsafe {
+        let o = std::slice::from_raw_parts_mut(base.add(out.start), out.len());
+        let i =
+            ins.map(|r| &*std::ptr::slice_from_raw_parts(base.add(r.start) as *const f32, r.len()));
+        Ok((o, i))
+    }
+}
+
+impl ExecutionPlan {
+    /// Compile `graph` for steps of up to `max_tokens` tokens; `weight` finds a weight's tensor
+    /// by name (a view of the model file).
+    pub fn compile(
+        graph: &Graph,
+        max_tokens: usize,
+        weight: &dyn Fn(&str) -> Option<Tensor>,
+    ) -> Result<ExecutionPlan, GraphError> {
+        let max_tokens = max_tokens.max(1);
+        let mem = plan_memory(graph, max_tokens)?;
+        let output = *graph.outputs().first().ok_or(GraphError::NoOutput)?;
+        let mut weights = Vec::with_capacity(graph.weights().len());
+        for w in graph.weights() {
+            let tensor = weight(&w.name).ok_or_else(|| GraphError::Weight {
+                name: w.name.clone(),
+                reason: "not found".into(),
+            })?;
+            let dims: Vec<u64> = tensor.shape().dims().iter().map(|&d| d as u64).collect();
+            if dims != w.dims {
+                return Err(GraphError::Weight {
+                    name: w.name.clone(),
+                    reason: format!("dims {dims:?}, the graph expects {:?}", w.dims),
+                });
+            }
+            let is_vector = w.dims.iter().skip(1).all(|&d| d == 1);
+            let vector = if is_vector && (tensor.dtype() != DType::F32 || tensor.as_f32().is_err())
+            {
+                Some(tensor.to_f32_vec()?)
+            } else {
+                None
+            };
+            weights.push(BoundWeight { tensor, vector });
+        }
+        let mut arena = Vec::new();
+        arena.try_reserve_exact(mem.arena_len).map_err(|_| {
+            GraphError::Internal(format!(
+                "arena of {} floats cannot be allocated",
+                mem.arena_len
+            ))
+        })?;
+        arena.resize(mem.arena_len, 0.0);
+        Ok(ExecutionPlan {
+            nodes: graph.nodes().to_vec(),
+            output,
+            mem,
+            max_tokens,
+            arena,
+            weights,
+            positions: vec![0; max_tokens],
+        })
+    }
+
+    /// The most tokens one step may hold.
+    pub fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+
+    /// Bytes of the activation arena.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena.len() * std::mem::size_of::<f32>()
+    }
+
+    /// Run one step: `tokens` at positions `pos0..`, reading and extending `kv` (committed to
+    /// `pos0 + tokens.len()` on success). Returns the output node's rows (logits).
+    pub fn run(
+        &mut self,
+        engine: &CpuEngine,
+        kv: &mut dyn KvCache,
+        tokens: &[u32],
+        pos0: usize,
+    ) -> Result<&[f32], GraphError> {
+        let t = tokens.len();
+        if t == 0 || t > self.max_tokens {
+            return Err(GraphError::TooManyTokens {
+                tokens: t,
+                max: self.max_tokens,
+            });
+        }
+        let end = pos0
+            .checked_add(t)
+            .filter(|&e| e <= kv.capacity() && e <= i32::MAX as usize)
+            .ok_or(GraphError::ContextFull {
+                needed: pos0.saturating_add(t),
+                capacity: kv.capacity(),
+            })?;
+        for (i, p) in self.positions[..t].iter_mut().enumerate() {
+            *p = (pos0 + i) as i32;
+        }
+        engine.install(|| -> Result<(), GraphError> {
+            for i in 0..self.nodes.len() {
+                self.exec(i, kv, tokens, pos0)?;
+            }
+            Ok(())
+        })?;
+        kv.commit(end)?;
+        let node = &self.nodes[self.output];
+        let rows = match node.rows {
+            Rows::Tokens => t,
+            Rows::One => 1,
+        };
+        let off = self.mem.offsets[self.output];
+        Ok(&self.arena[off..off + rows * node.width])
+    }
+
+    fn rows(&self, id: NodeId, t: usize) -> usize {
+        match self.nodes[id].rows {
+            Rows::Tokens => t,
+            Rows::One => 1,
+        }
+    }
+
+    fn range(&self, id: NodeId, t: usize) -> Range<usize> {
+        let off = self.mem.offsets[id];
+        off..off + self.rows(id, t) * self.nodes[id].width
+    }
+
+    fn exec(
+        &mut self,
+        i: usize,
+        kv: &mut dyn KvCache,
+        tokens: &[u32],
+        pos0: usize,
+    ) -> Result<(), GraphError> {
+        let t = tokens.len();
+        let node = &self.nodes[i];
+        let rows = self.rows(i, t);
+        let width = node.width;
+        let mut ins = [0..0, 0..0, 0..0];
+        for (slot, &inp) in ins.iter_mut().zip(&node.inputs) {
+            *slot = self.range(inp, t);
+        }
+        let in_rows = node
+            .inputs
+            .first()
+            .map(|&x| self.rows(x, t))
+            .unwrap_or(rows);
+        let in_width = node
+            .inputs
+            .first()
+            .map(|&x| self.nodes[x].width)
+            .unwrap_or(width);
+        let out_range = self.range(i, t);
+        let (out, [a, b, c]) = split(&mut self.arena, out_range, ins)?;
+        let positions = &self.positions[..t];
+        match &node.op {
+            Op::Embed { table } => {
+                let w = &self.weights[*table].tensor;
+                let dims = w.shape();
+                cpu::get_rows(
+                    w.as_bytes(),
+                    w.dtype(),
+                    dims.n_rows(),
+                    dims.row_len(),
+                    tokens,
+                    out,
+                )?;
+            }
+            Op::MatMul { weight } => {
+                let w = &self.weights[*weight].tensor;
+                cpu::matmul(a, in_rows, in_width, w.as_bytes(), w.dtype(), width, out)?;
+            }
+            Op::AddBias { bias } => {
+                let bv = self.weights[*bias].vector()?;
+                for (o, x) in out.chunks_exact_mut(width).zip(a.chunks_exact(width)) {
+                    for ((o, &x), &b) in o.iter_mut().zip(x).zip(bv) {
+                        *o = x + b;
+                    }
+                }
+            }
+            Op::RmsNorm { group, eps, weight } => {
+                let wv = match weight {
+                    Some(w) => Some(self.weights[*w].vector()?),
+                    None => None,
+                };
+                cpu::rms_norm(a, *group, wv, *eps, out)?;
+            }
+            Op::Rope(p) => {
+                out.copy_from_slice(a);
+                let params = cpu::RopeParams {
+                    mode: if p.neox {
+                        RopeMode::Neox
+                    } else {
+                        RopeMode::Normal
+                    },
+                    n_rot: p.n_rot,
+                    freq_base: p.freq_base,
+                    freq_scale: p.freq_scale,
+                    ext_factor: p.ext_factor,
+                    attn_factor: p.attn_factor,
+                    beta_fast: p.beta_fast,
+                    beta_slow: p.beta_slow,
+                    n_ctx_orig: p.n_ctx_orig,
+                };
+                let ff = match p.freq_factors {
+                    Some(w) => Some(self.weights[w].vector()?),
+                    None => None,
+                };
+                cpu::rope(out, p.n_head, p.head_dim, positions, &params, ff)?;
+            }
+            Op::Attention(p) => {
+                if p.head_dim_k != p.head_dim_v {
+                    return Err(GraphError::Internal(
+                        "attention with different K and V head sizes".into(),
+                    ));
+                }
+                kv.write(p.layer, pos0, b, c)?;
+                let kv_len = pos0 + t;
+                let view = kv.view(p.layer, kv_len)?;
+                let params = cpu::AttentionParams {
+                    n_head: p.n_head,
+                    n_kv_head: p.n_kv_head,
+                    head_dim: p.head_dim_k,
+                    scale: p.scale,
+                    softcap: p.softcap.unwrap_or(0.0),
+                    window: p.window.unwrap_or(0),
+                };
+                cpu::attention(a, positions, view.k, view.v, kv_len, &params, out)?;
+            }
+            Op::Add => cpu::add(a, b, out)?,
+            Op::Mul => cpu::mul(a, b, out)?,
+            Op::Scale(s) => {
+                out.copy_from_slice(a);
+                cpu::scale(out, *s);
+            }
+            Op::SoftCap(cap) => {
+                for (o, &x) in out.iter_mut().zip(a) {
+                    *o = cap * (x / cap).tanh();
+                }
+            }
+            Op::SwiGlu => cpu::swiglu(a, b, out)?,
+            Op::GeGlu => cpu::geglu(a, b, out)?,
+            Op::LastRow => {
+                let start = (in_rows - 1) * width;
+                out.copy_from_slice(&a[start..start + width]);
+            }
+        }
+        Ok(())
+    }
+}
