@@ -464,7 +464,7 @@ impl Tokenizer {
 /// `clean_spaces` text near a space or apostrophe is held until the clean-up can no longer
 /// change it. The concatenation of everything [`push`](Self::push) and
 /// [`finish`](Self::finish) return equals [`Tokenizer::decode`] of the same ids.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Decoder<'t> {
     tok: &'t Tokenizer,
     special: bool,
