@@ -19,12 +19,21 @@ struct Cli {
 enum Command {
     /// Show a GGUF file's metadata, tensors, types and sizes.
     Inspect(commands::inspect::InspectArgs),
+    /// Tokenize text with a model's tokenizer: ids and pieces.
+    Tokenize(commands::tokenize::TokenizeArgs),
+    /// Turn token ids back into text.
+    Detokenize(commands::detokenize::DetokenizeArgs),
+    /// Render a conversation with the model's chat template.
+    Template(commands::template::TemplateArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => commands::inspect::run(&args),
+        Command::Tokenize(args) => commands::tokenize::run(&args),
+        Command::Detokenize(args) => commands::detokenize::run(&args),
+        Command::Template(args) => commands::template::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
