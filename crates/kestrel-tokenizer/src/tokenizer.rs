@@ -121,7 +121,7 @@ impl Tokenizer {
     pub fn from_metadata(md: &Metadata<'_>, opts: TokenizerOptions) -> Result<Tokenizer> {
         let vocab = Arc::new(Vocab::from_metadata(md, opts.allow_unknown_pre)?);
         let model = match vocab.kind {
-            VocabKind::Spm => KestrelModel::Spm(SpmModel::new(vocab.clone())),
+            VocabKind::Spm => KestrelModel::Spm(Box::new(SpmModel::new(vocab.clone()))),
             VocabKind::Wpm => KestrelModel::Wpm(WpmModel::new(vocab.clone())),
             VocabKind::Bpe => {
                 let key = "tokenizer.ggml.merges";
@@ -130,7 +130,7 @@ impl Tokenizer {
                     key: key.into(),
                     reason: "not an array of strings".into(),
                 })?;
-                KestrelModel::Bpe(BpeModel::new(vocab.clone(), merges))
+                KestrelModel::Bpe(Box::new(BpeModel::new(vocab.clone(), merges)))
             }
         };
         let pieces = Arc::new(build_pieces(&vocab));
@@ -490,7 +490,7 @@ fn complete_len(b: &[u8]) -> usize {
         } else {
             1
         };
-        return if need > back && c >= 0xC0 && c <= 0xF4 {
+        return if need > back && (0xC0..=0xF4).contains(&c) {
             n - back
         } else {
             n

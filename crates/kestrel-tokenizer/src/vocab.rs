@@ -165,6 +165,9 @@ fn bad(key: &str, reason: impl Into<String>) -> TokenizerError {
     }
 }
 
+/// Accessor of one special-token slot.
+type SlotFn = fn(&mut SpecialTokens) -> &mut Option<u32>;
+
 fn opt_bool(md: &Metadata<'_>, key: &str) -> Result<Option<bool>> {
     Ok(md.opt(key, |m, k| m.get_bool(k))?)
 }
@@ -301,7 +304,7 @@ impl Vocab {
             }
             Some(_) => return Err(bad("tokenizer.ggml.token_type", "not an array")),
         };
-        let mut attrs: Vec<TokenAttrs> = if md.contains("tokenizer.ggml.token_type") {
+        let attrs: Vec<TokenAttrs> = if md.contains("tokenizer.ggml.token_type") {
             types.iter().map(|&t| TokenAttrs::from_type(t)).collect()
         } else {
             vec![TokenAttrs(TokenAttrs::NORMAL); n]
@@ -321,7 +324,7 @@ impl Vocab {
         special.sep = in_range(special.sep);
         special.pad = in_range(special.pad);
         special.mask = in_range(special.mask);
-        let keys: [(&str, fn(&mut SpecialTokens) -> &mut Option<u32>); 18] = [
+        let keys: [(&str, SlotFn); 18] = [
             ("tokenizer.ggml.bos_token_id", |s| &mut s.bos),
             ("tokenizer.ggml.eos_token_id", |s| &mut s.eos),
             ("tokenizer.ggml.eot_token_id", |s| &mut s.eot),
@@ -386,8 +389,6 @@ impl Vocab {
             special_cache: Vec::new(),
         };
         v.fix_up_attrs(md)?;
-        attrs = std::mem::take(&mut v.attrs);
-        v.attrs = attrs;
         Ok(v)
     }
 

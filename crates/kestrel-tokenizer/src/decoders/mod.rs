@@ -71,7 +71,7 @@ fn byte_level_decode(text: &[u8]) -> Vec<u8> {
                 for b in c.encode_utf8(&mut buf).bytes() {
                     out.extend_from_slice(format!("{b:02x}").as_bytes());
                 }
-                out.extend_from_slice(&s.as_bytes()[..]);
+                out.extend_from_slice(s.as_bytes());
                 out.push(b']');
             }
         }

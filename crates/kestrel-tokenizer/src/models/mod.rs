@@ -18,9 +18,9 @@ use crate::vocab::Vocab;
 #[derive(Debug)]
 pub enum KestrelModel {
     /// `llama` vocabularies.
-    Spm(spm::SpmModel),
+    Spm(Box<spm::SpmModel>),
     /// `gpt2` vocabularies.
-    Bpe(bpe::BpeModel),
+    Bpe(Box<bpe::BpeModel>),
     /// `bert` vocabularies.
     Wpm(wpm::WpmModel),
 }
