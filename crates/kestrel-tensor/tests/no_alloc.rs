@@ -1,5 +1,6 @@
 //! Proves the decode-step kernels allocate nothing: a counting global allocator around
-//! `matvec` (n = 1) and one-token `attention`, run inside the engine's pool as an execution plan
+//! `matvec` (n = 1; the activation row is quantized into a per-thread scratch that is reused
+//! after the first call) and one-token `attention`, run inside the engine's pool as an execution plan
 //! runs a step. Also measures what rayon itself allocates when ops are entered from outside the
 //! pool (`Engine` calls from a foreign thread go through rayon's injector queue).
 //!
@@ -58,6 +59,7 @@ fn decode_step_kernels_allocate_nothing() {
     let mut weights = Vec::new();
     for dtype in [
         DType::Q4_0,
+        DType::Q4_1,
         DType::Q4K,
         DType::Q6K,
         DType::Q8_0,

@@ -1,12 +1,21 @@
 //! Quantized matmul / matvec on the CPU: `out[n×m] = x[n×k] · W[m×k]ᵀ` for weights of any
-//! [`DType`], read as raw block bytes (e.g. straight from the mmapped file) and dequantized one
-//! block at a time into a stack buffer, never as a whole tensor.
+//! [`DType`], read as raw block bytes (e.g. straight from the mmapped file).
+//!
+//! [`matmul`] computes as llama.cpp's CPU backend does: each activation row is converted once
+//! per call to the weight type's `vec_dot_type` (q8_0, q8_1, q8_K, f16 or bf16; see
+//! [`super::q8`]) and every weight row is dotted with it by an integer kernel that mirrors
+//! ggml's generic `ggml_vec_dot_*` ([`super::qdot`]). F32 weights take f32 activations as they
+//! are. The converted activations live in a scratch buffer: the caller's
+//! ([`matmul_with_scratch`]) or one per thread, so after the first call of a given size no call
+//! allocates.
+//!
+//! [`matmul_dequantized`] is the exact-weights reference: each weight block is dequantized to
+//! f32 and dotted with the f32 activations, activation rows in tiles of [`TILE`] per block.
 //!
 //! Work splits over output rows (rows of `W`) in chunks, one rayon task per chunk, in whatever
-//! rayon pool the caller runs in. Inside a chunk, activation rows go in tiles of [`TILE`]: each
-//! dequantized weight block is dotted with every row of the tile before the next block is read,
-//! so prefill reuses each block `TILE` times; decode (n = 1) is the same loop with a tile of one.
-//! The scalar kernels here are the reference the SIMD kernels of issue 5 replace.
+//! rayon pool the caller runs in.
+
+use std::cell::RefCell;
 
 use rayon::prelude::*;
 
@@ -44,13 +53,69 @@ impl OutPtr {
     }
 }
 
-/// `out[t*m + r] = sum_j x[t*k + j] * W[r][j]` for `t < n`, `r < m`.
+/// Scratch for the converted activation rows of [`matmul_with_scratch`]. It grows to the largest
+/// `n × k` seen and is reused; 8-byte aligned so every activation block type can sit in it.
+#[derive(Debug, Default)]
+pub struct MatmulScratch {
+    buf: Vec<u64>,
+}
+
+impl MatmulScratch {
+    /// An empty scratch (allocates on first use).
+    pub const fn new() -> MatmulScratch {
+        MatmulScratch { buf: Vec::new() }
+    }
+
+    /// `len` zero-initialised-once elements of `A` (contents are whatever the last call left).
+    fn slice<A: bytemuck::Pod>(&mut self, len: usize) -> &mut [A] {
+        const { assert!(std::mem::align_of::<A>() <= 8) };
+        let bytes = len * std::mem::size_of::<A>();
+        let words = bytes.div_ceil(8);
+        if self.buf.len() < words {
+            self.buf.resize(words, 0);
+        }
+        let raw: &mut [u8] = bytemuck::cast_slice_mut(&mut self.buf[..words]);
+        bytemuck::cast_slice_mut(&mut raw[..bytes])
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<MatmulScratch> = const { RefCell::new(MatmulScratch::new()) };
+}
+
+/// Checks the sizes of a matmul call; returns the weight row bytes.
+fn check_matmul(
+    x: &[f32],
+    n: usize,
+    k: usize,
+    w: &[u8],
+    w_dtype: DType,
+    m: usize,
+    out: &[f32],
+) -> Result<usize> {
+    const OP: &str = "matmul";
+    let row_bytes = w_dtype.row_bytes(k).ok_or(TensorError::PartialBlock {
+        dtype: w_dtype,
+        row_len: k,
+        block_size: w_dtype.block_size(),
+    })?;
+    check_len(OP, "x", n.checked_mul(k), x.len())?;
+    check_len(OP, "out", n.checked_mul(m), out.len())?;
+    check_len(OP, "weight bytes", m.checked_mul(row_bytes), w.len())?;
+    Ok(row_bytes)
+}
+
+/// `out[t*m + r] = sum_j x[t*k + j] * W[r][j]` for `t < n`, `r < m`, with llama.cpp's CPU
+/// numerics: activations converted to the weight type's `vec_dot_type`, integer block dots.
 ///
 /// `x` is `n` rows of `k` f32, `w` is `m` rows of `k` elements of `w_dtype` (raw little-endian
-/// bytes at any alignment), `out` is `n` rows of `m`. Runs in the current rayon pool.
+/// bytes at any alignment), `out` is `n` rows of `m`. Runs in the current rayon pool; the
+/// converted activations go to this thread's scratch (see [`matmul_with_scratch`]).
 ///
-/// Accumulation is f32 per block and across blocks; against an f64 reference over the same
-/// dequantized weights the error is within about `1e-5 * sum|x*w|`.
+/// Against an f64 reference over the dequantized weights and the f32 activations, the error is
+/// that of the activation quantization: per 32 (q8_0/q8_1) or 256 (q8_K) values at most half a
+/// step `amax/127` times the block's `Σ|w|`, plus f32 rounding; for F16/BF16 weights, the f16 /
+/// bf16 rounding of each activation. F32 weights are exact up to f32 accumulation.
 ///
 /// # Errors
 /// `PartialBlock` if `k` is not a whole number of `w_dtype` blocks, `LengthMismatch` if a buffer
@@ -64,15 +129,82 @@ pub fn matmul(
     m: usize,
     out: &mut [f32],
 ) -> Result<()> {
-    const OP: &str = "matmul";
-    let row_bytes = w_dtype.row_bytes(k).ok_or(TensorError::PartialBlock {
-        dtype: w_dtype,
-        row_len: k,
-        block_size: w_dtype.block_size(),
-    })?;
-    check_len(OP, "x", n.checked_mul(k), x.len())?;
-    check_len(OP, "out", n.checked_mul(m), out.len())?;
-    check_len(OP, "weight bytes", m.checked_mul(row_bytes), w.len())?;
+    check_matmul(x, n, k, w, w_dtype, m, out)?;
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => matmul_with_scratch(x, n, k, w, w_dtype, m, out, &mut scratch),
+        // Re-entered on this thread (a matmul inside a matmul's task): use a fresh scratch.
+        Err(_) => matmul_with_scratch(x, n, k, w, w_dtype, m, out, &mut MatmulScratch::new()),
+    })
+}
+
+/// [`matmul`] with the caller's scratch for the converted activations.
+///
+/// # Errors
+/// As [`matmul`].
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_with_scratch(
+    x: &[f32],
+    n: usize,
+    k: usize,
+    w: &[u8],
+    w_dtype: DType,
+    m: usize,
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) -> Result<()> {
+    let row_bytes = check_matmul(x, n, k, w, w_dtype, m, out)?;
+    if n == 0 || m == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        out.fill(0.0);
+        return Ok(());
+    }
+    use super::qdot::*;
+    match w_dtype {
+        // vec_dot_type F32: the activations as they are.
+        DType::F32 => dispatch!(w_dtype, K => matmul_k::<K>(x, n, k, w, row_bytes, m, out)),
+        DType::F16 => matmul_q::<DF16>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::BF16 => matmul_q::<DBF16>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::Q4_0 => matmul_q::<DQ4_0>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::Q4_1 => matmul_q::<DQ4_1>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::Q5_0 => matmul_q::<DQ5_0>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::Q5_1 => matmul_q::<DQ5_1>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::Q8_0 => matmul_q::<DQ8_0>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::Q2K => matmul_q::<DQ2K>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::Q3K => matmul_q::<DQ3K>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::Q4K => matmul_q::<DQ4K>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::Q5K => matmul_q::<DQ5K>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::Q6K => matmul_q::<DQ6K>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::Q8K => matmul_q::<DQ8K>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::IQ4NL => matmul_q::<DIQ4NL>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::IQ4XS => matmul_q::<DIQ4XS>(x, n, k, w, row_bytes, m, out, scratch),
+    }
+    Ok(())
+}
+
+/// Decode-time matvec: `out[m] = W[m×k] · x[k]` (matmul with n = 1).
+pub fn matvec(x: &[f32], w: &[u8], w_dtype: DType, m: usize, out: &mut [f32]) -> Result<()> {
+    matmul(x, 1, x.len(), w, w_dtype, m, out)
+}
+
+/// The exact-weights reference: like [`matmul`], but each weight block is dequantized to f32 and
+/// dotted with the f32 activations (no activation quantization). Accumulation is f32 per block
+/// and across blocks; against an f64 reference over the same dequantized weights the error is
+/// within about `1e-5 * sum|x*w|`.
+///
+/// # Errors
+/// As [`matmul`].
+pub fn matmul_dequantized(
+    x: &[f32],
+    n: usize,
+    k: usize,
+    w: &[u8],
+    w_dtype: DType,
+    m: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    let row_bytes = check_matmul(x, n, k, w, w_dtype, m, out)?;
     if n == 0 || m == 0 {
         return Ok(());
     }
@@ -84,9 +216,54 @@ pub fn matmul(
     Ok(())
 }
 
-/// Decode-time matvec: `out[m] = W[m×k] · x[k]` (matmul with n = 1).
-pub fn matvec(x: &[f32], w: &[u8], w_dtype: DType, m: usize, out: &mut [f32]) -> Result<()> {
-    matmul(x, 1, x.len(), w, w_dtype, m, out)
+/// Converts the activation rows, then dots every weight row with each of them.
+#[allow(clippy::too_many_arguments)]
+fn matmul_q<D: super::qdot::QDot>(
+    x: &[f32],
+    n: usize,
+    k: usize,
+    w: &[u8],
+    row_bytes: usize,
+    m: usize,
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    debug_assert!(x.len() == n * k && out.len() == n * m && w.len() == m * row_bytes);
+    let nb = k / D::ACT_N;
+    let acts = scratch.slice::<D::Act>(n * nb);
+    if n == 1 {
+        D::quantize(x, acts);
+        let acts = &*acts;
+        let chunk = rows_per_task(m);
+        out.par_chunks_mut(chunk)
+            .zip(w.par_chunks(chunk * row_bytes))
+            .for_each(|(o, wc)| {
+                for (y, wr) in o.iter_mut().zip(wc.chunks_exact(row_bytes)) {
+                    *y = D::dot(wr, acts);
+                }
+            });
+        return;
+    }
+    acts.par_chunks_mut(nb)
+        .zip(x.par_chunks(k))
+        .for_each(|(a, xr)| D::quantize(xr, a));
+    let acts = &*acts;
+    let chunk = rows_per_task(m);
+    let n_tasks = m.div_ceil(chunk);
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    (0..n_tasks).into_par_iter().for_each(|task| {
+        let r0 = task * chunk;
+        let r1 = (r0 + chunk).min(m);
+        for r in r0..r1 {
+            let wr = &w[r * row_bytes..(r + 1) * row_bytes];
+            for (t, a) in acts.chunks_exact(nb).enumerate() {
+                let v = D::dot(wr, a);
+                // SAFETY: t < n and r < m, so the index is in bounds of `out` (len n*m,
+                // checked); column r belongs to this task's rows r0..r1 alone.
+                unsafe { out_ptr.write(t * m + r, v) };
+            }
+        }
+    });
 }
 
 fn check_len(
@@ -213,7 +390,7 @@ mod tests {
         let (w, wf) = quantized_rows(&mut rng, dtype, m, k);
         let x = rng.vec(n * k, 1.0);
         let mut out = vec![f32::NAN; n * m];
-        matmul(&x, n, k, &w, dtype, m, &mut out).unwrap();
+        matmul_dequantized(&x, n, k, &w, dtype, m, &mut out).unwrap();
         let (want, mag) = reference(&x, n, k, &wf, m);
         for i in 0..n * m {
             let err = (out[i] as f64 - want[i]).abs();
@@ -252,7 +429,7 @@ mod tests {
             shifted[1..].copy_from_slice(&w);
             let x = rng.vec(n * k, 1.0);
             let mut out = vec![0f32; n * m];
-            matmul(&x, n, k, &shifted[1..], dtype, m, &mut out).unwrap();
+            matmul_dequantized(&x, n, k, &shifted[1..], dtype, m, &mut out).unwrap();
             let (want, _) = reference(&x, n, k, &wf, m);
             for i in 0..n * m {
                 assert!((out[i] as f64 - want[i]).abs() < 1e-5, "{dtype}");
@@ -269,7 +446,7 @@ mod tests {
         shifted[1..].copy_from_slice(&w);
         let x = rng.vec(n * k, 1.0);
         let mut out = vec![0f32; n * m];
-        matmul(&x, n, k, &shifted[1..], DType::Q4K, m, &mut out).unwrap();
+        matmul_dequantized(&x, n, k, &shifted[1..], DType::Q4K, m, &mut out).unwrap();
         let (want, mag) = reference(&x, n, k, &wf, m);
         for i in 0..n * m {
             assert!((out[i] as f64 - want[i]).abs() <= 1e-5 * mag[i]);
@@ -293,5 +470,76 @@ mod tests {
         assert!(matmul(&x, 2, 64, &w, DType::Q4_0, 1, &mut out).is_err());
         assert!(matmul(&x, 1, 64, &w, DType::Q4_0, 1, &mut []).is_err());
         assert!(matmul(&x, usize::MAX, 2, &w, DType::Q4_0, 1, &mut out).is_err());
+    }
+
+    /// The quantized-activation matmul against per-row integer dots (bit-identical: the same
+    /// kernel, whatever the tiling and threading) and against the dequantized reference within
+    /// the activation quantization error.
+    fn check_quantized(dtype: DType, n: usize, k: usize, m: usize, seed: u64) {
+        let mut rng = Rng::new(seed);
+        let (w, wf) = quantized_rows(&mut rng, dtype, m, k);
+        let x = rng.vec(n * k, 1.0);
+        let mut out = vec![f32::NAN; n * m];
+        matmul(&x, n, k, &w, dtype, m, &mut out).unwrap();
+        let mut scratch = MatmulScratch::new();
+        let mut out2 = vec![f32::NAN; n * m];
+        matmul_with_scratch(&x, n, k, &w, dtype, m, &mut out2, &mut scratch).unwrap();
+        let rb = dtype.row_bytes(k).unwrap();
+        for t in 0..n {
+            let mut one = vec![0f32; m];
+            matvec(&x[t * k..(t + 1) * k], &w, dtype, m, &mut one).unwrap();
+            for r in 0..m {
+                let i = t * m + r;
+                assert_eq!(out[i].to_bits(), out2[i].to_bits(), "{dtype}");
+                assert_eq!(
+                    out[i].to_bits(),
+                    one[r].to_bits(),
+                    "{dtype} n={n} at {t},{r}"
+                );
+                // |x - q(x)| is at most ~0.63 of a step amax/127 (q8_K: 0.5), f16: 2^-11 |x|.
+                let xs = &x[t * k..(t + 1) * k];
+                let ws = &wf[r * k..(r + 1) * k];
+                let bs = match dtype {
+                    DType::F32 | DType::F16 | DType::BF16 => 1,
+                    d if d.block_size() == 256 => 256,
+                    _ => 32,
+                };
+                let mut bound = 0f64;
+                let mut want = 0f64;
+                for (xb, wb) in xs.chunks(bs).zip(ws.chunks(bs)) {
+                    let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+                    let step = match dtype {
+                        DType::F32 => 0.0,
+                        DType::F16 => amax / 2048.0,
+                        DType::BF16 => amax / 256.0,
+                        _ => amax / 127.0 * 0.63,
+                    };
+                    for (&xv, &wv) in xb.iter().zip(wb) {
+                        want += xv as f64 * wv as f64;
+                        bound += (wv as f64).abs() * step + 2e-6 * (xv as f64 * wv as f64).abs();
+                    }
+                }
+                let _ = rb;
+                assert!(
+                    (out[i] as f64 - want).abs() <= bound + 1e-3 * bound.max(1e-6) + 1e-5,
+                    "{dtype} n={n} k={k} at {t},{r}: {} vs {want} (bound {bound})",
+                    out[i]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn quantized_path_matches_reference_within_activation_quantization_error() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            for (i, dtype) in DType::ALL.into_iter().enumerate() {
+                check_quantized(dtype, 1, 512, 37, 200 + i as u64);
+                check_quantized(dtype, 11, 256, 45, 300 + i as u64);
+            }
+        });
     }
 }

@@ -12,6 +12,8 @@ pub mod elementwise;
 pub mod get_rows;
 pub mod matmul;
 pub mod norm;
+pub mod q8;
+pub(crate) mod qdot;
 pub mod rope;
 pub mod softmax;
 
@@ -25,7 +27,7 @@ pub use elementwise::{
     add, add_assign, argmax, geglu, gelu, gelu_f32, mul, mul_assign, scale, silu, silu_f32, swiglu,
 };
 pub use get_rows::get_rows;
-pub use matmul::{matmul, matvec};
+pub use matmul::{matmul, matmul_dequantized, matmul_with_scratch, matvec, MatmulScratch};
 pub use norm::{layer_norm, rms_norm, rms_norm_inplace};
 pub use rope::{rope, rope_yarn_corr_dims, RopeMode, RopeParams};
 pub use softmax::{softmax, softmax_row, SoftmaxParams};
