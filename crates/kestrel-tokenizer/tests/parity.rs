@@ -12,7 +12,9 @@ use kestrel_tokenizer::{
 use serde_json::Value;
 
 fn fixture(name: &str) -> Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     let s = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     serde_json::from_str(&s).expect("fixture is JSON")
 }
@@ -48,7 +50,9 @@ fn parity(file: &str, reference: &str) {
             let opts = EncodeOptions::default().parse_special(parse_special);
             let got = tok.encode(text, opts).expect("encodes");
             if got != want {
-                failures.push(format!("{text:?} parse_special={parse_special}: got {got:?}, want {want:?}"));
+                failures.push(format!(
+                    "{text:?} parse_special={parse_special}: got {got:?}, want {want:?}"
+                ));
             }
             // the tokenizers-pipeline path gives the same ids
             let via: Vec<u32> = tok
@@ -66,7 +70,10 @@ fn parity(file: &str, reference: &str) {
         failures.len(),
         failures.join("\n")
     );
-    eprintln!("{file}: {total}/{total} match llama.cpp ({})", refs["llama_cpp"]);
+    eprintln!(
+        "{file}: {total}/{total} match llama.cpp ({})",
+        refs["llama_cpp"]
+    );
 }
 
 #[test]
@@ -126,7 +133,11 @@ fn streaming(file: &str) {
                     .decode(&ids[..k], DecodeOptions::default().special(special))
                     .expect("decodes");
                 let flushed = dec.clone().finish();
-                assert_eq!(format!("{emitted}{flushed}"), whole, "{file}: {text:?} after {k} tokens");
+                assert_eq!(
+                    format!("{emitted}{flushed}"),
+                    whole,
+                    "{file}: {text:?} after {k} tokens"
+                );
                 assert!(!emitted.contains('\u{FFFD}') || whole.contains('\u{FFFD}'));
             }
         }
@@ -146,7 +157,9 @@ fn smollm2_streaming_equals_whole_decode() {
 /// A character split over byte-fallback tokens is held until complete.
 #[test]
 fn streaming_holds_partial_utf8() {
-    let Some(tok) = load(GEMMA3_270M_Q4_K_M) else { return };
+    let Some(tok) = load(GEMMA3_270M_Q4_K_M) else {
+        return;
+    };
     let ids: Vec<u32> = ["<0xF0>", "<0x9F>", "<0x98>", "<0x80>"]
         .iter()
         .map(|t| tok.token_id(t).expect("byte token"))
