@@ -25,6 +25,10 @@ enum Command {
     Detokenize(commands::detokenize::DetokenizeArgs),
     /// Render a conversation with the model's chat template.
     Template(commands::template::TemplateArgs),
+    /// Generate a continuation of a prompt.
+    Run(commands::run::RunArgs),
+    /// Perplexity of a text file, as llama-perplexity computes it.
+    Perplexity(commands::perplexity::PerplexityArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +38,8 @@ fn main() -> ExitCode {
         Command::Tokenize(args) => commands::tokenize::run(&args),
         Command::Detokenize(args) => commands::detokenize::run(&args),
         Command::Template(args) => commands::template::run(&args),
+        Command::Run(args) => commands::run::run(&args),
+        Command::Perplexity(args) => commands::perplexity::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

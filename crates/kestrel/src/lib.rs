@@ -1,7 +1,26 @@
 //! kestrel: a Rust inference engine for GGUF language models.
 //!
-//! Status: early. Today this facade re-exports the GGUF layer; `Model::load`, `generate`,
-//! `chat`, streaming, batching and the rest arrive as the layers below them land.
+//! ```no_run
+//! use kestrel::{GenerateOptions, LoadOptions, Model};
+//! let mut model = Model::load_file("gemma-3-270m-q4_k_m.gguf", LoadOptions::default())?;
+//! let out = model.generate_stream("Once upon a time", &GenerateOptions::default(), |piece| {
+//!     print!("{piece}");
+//!     true
+//! })?;
+//! eprintln!("\n{:.1} tok/s", out.metrics.decode_tok_s());
+//! # Ok::<(), kestrel::Error>(())
+//! ```
+//!
+//! Status: loading a file and greedy generation on the CPU. Aliases and downloads, sampling,
+//! chat, batching, embeddings and the `Backend` registry come with their issues.
 
+mod error;
+mod model;
+
+pub use error::Error;
+pub use kestrel_generate::{GenerateMetrics, Perplexity};
 pub use kestrel_gguf as gguf;
+pub use kestrel_kv::KvDType;
 pub use kestrel_tensor as tensor;
+pub use kestrel_tokenizer as tokenizer;
+pub use model::{GenerateOptions, LoadOptions, Model, Output};

@@ -2,5 +2,7 @@
 
 pub mod detokenize;
 pub mod inspect;
+pub mod perplexity;
+pub mod run;
 pub mod template;
 pub mod tokenize;

@@ -1,0 +1,95 @@
+//! `kestrel run -m MODEL -p PROMPT`: generate a continuation, streaming text to stdout; `--json`
+//! prints ids, text and metrics as one document instead.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+use kestrel::{GenerateOptions, LoadOptions, Model};
+use serde_json::json;
+
+use crate::output::print;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The GGUF model file.
+    #[arg(short, long)]
+    pub model: PathBuf,
+    /// The prompt (raw text; no chat template).
+    #[arg(short, long)]
+    pub prompt: String,
+    /// Most tokens to generate.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    pub n_predict: usize,
+    /// Temperature (only 0, greedy, so far).
+    #[arg(long, default_value_t = 0.0)]
+    pub temp: f32,
+    /// Threads (0: all cores).
+    #[arg(short, long, default_value_t = 0)]
+    pub threads: usize,
+    /// Context length (0: the model's, at most 4096).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    pub ctx: usize,
+    /// Do not add BOS even when the model's metadata asks for it.
+    #[arg(long)]
+    pub no_bos: bool,
+    /// Print one JSON document with prompt ids, ids, text and metrics.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &RunArgs) -> Result<(), String> {
+    let load = LoadOptions {
+        threads: args.threads,
+        ctx: args.ctx,
+        ..LoadOptions::default()
+    };
+    let mut model = Model::load_file(&args.model, load).map_err(|e| e.to_string())?;
+    let opts = GenerateOptions {
+        max_tokens: args.n_predict,
+        temperature: args.temp,
+        add_bos: !args.no_bos,
+        ..GenerateOptions::default()
+    };
+    if args.json {
+        let out = model
+            .generate(&args.prompt, &opts)
+            .map_err(|e| e.to_string())?;
+        let m = &out.metrics;
+        let doc = json!({
+            "prompt_ids": out.prompt_ids,
+            "ids": out.ids,
+            "text": out.text,
+            "metrics": {
+                "prompt_tokens": m.prompt_tokens,
+                "generated_tokens": m.generated_tokens,
+                "prefill_tok_s": m.prefill_tok_s(),
+                "decode_tok_s": m.decode_tok_s(),
+            },
+        });
+        return print(&format!("{doc}\n"));
+    }
+    let mut stdout = std::io::stdout();
+    let mut closed = false;
+    let out = model
+        .generate_stream(&args.prompt, &opts, |piece| {
+            closed = stdout
+                .write_all(piece.as_bytes())
+                .and_then(|_| stdout.flush())
+                .is_err();
+            !closed
+        })
+        .map_err(|e| e.to_string())?;
+    if !closed {
+        print("\n")?;
+    }
+    let m = &out.metrics;
+    eprintln!(
+        "prompt {} tokens ({:.1} tok/s), generated {} tokens ({:.1} tok/s)",
+        m.prompt_tokens,
+        m.prefill_tok_s(),
+        m.generated_tokens,
+        m.decode_tok_s()
+    );
+    Ok(())
+}

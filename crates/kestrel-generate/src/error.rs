@@ -1,0 +1,48 @@
+//! `GenerateError`: what can stop a generation, from any layer below.
+
+/// An error while loading a model for generation or generating.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GenerateError {
+    /// Reading the file.
+    #[error(transparent)]
+    Gguf(#[from] kestrel_gguf::GgufError),
+    /// Reading the architecture.
+    #[error(transparent)]
+    Arch(#[from] kestrel_arch::ArchError),
+    /// Compiling or running a plan.
+    #[error(transparent)]
+    Graph(#[from] kestrel_graph::GraphError),
+    /// The KV cache.
+    #[error(transparent)]
+    Kv(#[from] kestrel_kv::KvError),
+    /// The compute engine.
+    #[error(transparent)]
+    Tensor(#[from] kestrel_tensor::TensorError),
+    /// A prompt and generation that cannot fit the context.
+    #[error("the prompt has {prompt} tokens; with {max_new} new tokens it needs {needed}, the context holds {ctx}")]
+    ContextTooSmall {
+        /// Prompt tokens.
+        prompt: usize,
+        /// Tokens asked for.
+        max_new: usize,
+        /// Positions needed.
+        needed: usize,
+        /// Context length.
+        ctx: usize,
+    },
+    /// An empty prompt (there is nothing to predict from).
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// An option out of range.
+    #[error("invalid option {name}: {reason}")]
+    InvalidOption {
+        /// The option.
+        name: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The token callback asked to stop with an error.
+    #[error("stopped by the caller: {0}")]
+    Callback(String),
+}
