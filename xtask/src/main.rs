@@ -168,11 +168,20 @@ fn demo() -> Result<()> {
         .with_context(|| format!("cannot create the model cache {}", dir.display()))?;
     println!("==> demo: making sure {} is in the cache", model.name);
     let path = fetch::fetch_one(model, &dir, fetch::Options::default())?;
-    let mut cmd = cargo();
-    cmd.args(["run", "--release", "-p", "kestrel-cli", "--", "inspect"])
+    // The model's summary first, then the main job: generation.
+    let mut inspect = cargo();
+    inspect
+        .args(["run", "--release", "-p", "kestrel-cli", "--", "inspect", "--no-tensors"])
         .arg(&path);
-    println!("==> demo: {}", describe(&cmd));
-    run(&mut cmd)
+    println!("==> demo: {}", describe(&inspect));
+    run(&mut inspect)?;
+    let mut generate = cargo();
+    generate
+        .args(["run", "--release", "-p", "kestrel-cli", "--", "run", "-m"])
+        .arg(&path)
+        .args(["-p", "The capital of France is", "-n", "48"]);
+    println!("==> demo: {}", describe(&generate));
+    run(&mut generate)
 }
 
 fn models_path(model: Option<&str>) -> Result<()> {
