@@ -236,6 +236,18 @@ impl Generator {
             .run(&self.engine, &mut self.kv, &prompt[last_start..], pos)?)
     }
 
+    /// One decode step: append `token` at the next position and return the logits that follow
+    /// it. Allocates nothing.
+    pub fn step(&mut self, token: u32) -> Result<&[f32], GenerateError> {
+        let pos = self.kv.seq_len();
+        Ok(self.decode.run(&self.engine, &mut self.kv, &[token], pos)?)
+    }
+
+    /// Tokens in the KV cache.
+    pub fn seq_len(&self) -> usize {
+        self.kv.seq_len()
+    }
+
     /// Greedy generation of up to `max_new` tokens after `prompt`. `on_token` sees each new id
     /// as it is produced; returning `Ok(false)` stops early, `Err` stops with an error.
     pub fn generate_ids(
@@ -281,9 +293,7 @@ impl Generator {
             if !go_on || ids.len() >= max_new {
                 break;
             }
-            let pos = self.kv.seq_len();
-            let logits = self.decode.run(&self.engine, &mut self.kv, &[next], pos)?;
-            next = argmax(logits);
+            next = argmax(self.step(next)?);
         }
         metrics.decode = t1.elapsed();
         metrics.generated_tokens = ids.len();
