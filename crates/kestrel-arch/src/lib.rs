@@ -11,6 +11,7 @@ mod builder;
 mod config;
 mod error;
 mod registry;
+pub mod synthetic;
 mod weights;
 
 pub use builder::{build_decoder, rope_params, Logits};
