@@ -5,11 +5,22 @@
 //! These are memory-bound one-pass loops; they run on the calling thread (a rayon split costs
 //! more than it saves at the sizes of one decode step) except above [`PAR_MIN`] elements.
 //!
-//! GELU: ggml's CPU `ggml_gelu` is `0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))`; builds with
-//! `GGML_GELU_FP16` (the default) look it up in a table indexed by the f16-rounded input and
-//! return 0 for `x <= -10` and `x` for `x >= 10`. kestrel computes the exact formula in f32, so it
-//! can differ from such a build by the f16 rounding of input and output (~1e-3 relative).
+//! The activations round as ggml's x86 CPU build does, because llama.cpp's logits depend on it
+//! (a one-ulp difference in one activation can flip the q8 rounding of the next matmul's input):
+//!
+//! - SiLU (`silu`, `swiglu`): ggml's AVX512 `ggml_v_silu` on whole groups of 16 values,
+//!   `x / (1 + ggml_v_expf(0 - x))`, where `ggml_v_expf` is a polynomial with FMAs (≤ 1.5 ulp
+//!   from `exp`), emulated lane by lane here ([`silu_ggml`]); the last `len % 16` values of a
+//!   slice use `x / (1 + expf(-x))` as ggml's scalar tail does. ggml restarts the groups of 16 at
+//!   each row, so a slice of several rows matches it exactly when the row length is a multiple of
+//!   16 (every FFN width in practice).
+//! - GELU (`gelu`, `geglu`): ggml builds with `GGML_GELU_FP16` look the value up in a table
+//!   indexed by the f16-rounded input, holding `f16(gelu(x))`, and return 0 for `x <= -10` and `x`
+//!   for `x >= 10` ([`gelu_ggml`]); so the result is rounded to f16 (~5e-4 relative).
+//!
+//! [`silu_f32`] and [`gelu_f32`] are the plain formulas in f32.
 
+use half::f16;
 use rayon::prelude::*;
 
 use crate::error::{Result, TensorError};
@@ -122,40 +133,157 @@ pub fn scale(x: &mut [f32], s: f32) {
     for_chunks(x, |c, _| c.iter_mut().for_each(|v| *v *= s));
 }
 
-/// SiLU of one value: `x / (1 + e^-x)`.
+/// SiLU of one value: `x / (1 + e^-x)` (ggml's scalar `ggml_silu_f32`, libm `expf`).
 #[inline]
 pub fn silu_f32(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
-/// GELU (tanh approximation) of one value, ggml's formula computed exactly in f32.
+/// GELU (tanh approximation) of one value, ggml's `ggml_gelu_f32` formula computed in f32.
 #[inline]
 pub fn gelu_f32(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6; // the same f32 as ggml's 0.79788456080286535587989211986876f
     const GELU_COEF_A: f32 = 0.044715;
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
 }
 
-/// `x = silu(x)`.
+/// GELU as ggml's `GGML_GELU_FP16` builds compute it: 0 for `x <= -10`, `x` for `x >= 10`, else
+/// `f16(gelu(f16(x)))` (the table lookup), widened back to f32.
+#[inline]
+pub fn gelu_ggml(x: f32) -> f32 {
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        f16::from_f32(gelu_table_entry(f16::from_f32(x).to_f32())).to_f32()
+    }
+}
+
+/// `ggml_gelu_f32` as the table in ggml's `ggml_cpu_init` computes it: GCC contracts
+/// `1 + GELU_COEF_A*x*x` into one FMA there (checked against libggml-cpu: without it 3 of 4608
+/// values land on the other side of an f16 rounding boundary).
+#[inline]
+fn gelu_table_entry(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6; // the same f32 as ggml's 0.79788456080286535587989211986876f
+    const GELU_COEF_A: f32 = 0.044715;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (GELU_COEF_A * x).mul_add(x, 1.0)).tanh())
+}
+
+/// One lane of ggml's AVX512 `ggml_v_expf` (an Arm optimized-routines polynomial, max error
+/// ~1.5 ulp): `2^n · p(b)` with `n = round(x·log2 e)`, `b = x - n·ln 2` in two FMA steps, `p` a
+/// degree-5 polynomial evaluated with FMAs, then `_mm512_scalef_ps`; `|n| > 192` gives 0 or ∞.
+#[inline(always)]
+fn v_expf(x: f32) -> f32 {
+    let r = f32::from_bits(0x4b40_0000); // 0x1.8p23
+    let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // log2(e)
+    let n = z - r;
+    let b = (-n).mul_add(
+        f32::from_bits(0x35bf_be8e),                  // ln2 low part
+        (-n).mul_add(f32::from_bits(0x3f31_7200), x), // ln2 high part
+    );
+    let u = b * b;
+    let j = f32::from_bits(0x3c07_2010)
+        .mul_add(b, f32::from_bits(0x3d2b_9f17))
+        .mul_add(
+            u,
+            f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb)),
+        )
+        .mul_add(u, f32::from_bits(0x3f7f_fff6).mul_add(b, 1.0));
+    if n.abs() > 192.0 {
+        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+    }
+    scalef(j, n)
+}
+
+/// `_mm512_scalef_ps(j, n)` for an integral `n` with `|n| <= 192`: `j · 2^n`, rounded once.
+#[inline(always)]
+fn scalef(j: f32, n: f32) -> f32 {
+    let pow2 = |k: i32| f32::from_bits(((k + 127) as u32) << 23);
+    let k = n as i32;
+    if (-126..=127).contains(&k) {
+        j * pow2(k)
+    } else {
+        // The first product stays normal and exact; the second rounds once.
+        let k1 = k / 2;
+        j * pow2(k1) * pow2(k - k1)
+    }
+}
+
+/// SiLU as ggml's AVX512 `ggml_v_silu` computes one lane: `x / (1 + ggml_v_expf(0 - x))`.
+#[inline(always)]
+pub fn silu_ggml(x: f32) -> f32 {
+    x / (1.0 + v_expf(0.0 - x))
+}
+
+/// Sets each `out[j] = f(j, out[j])` with ggml's split: whole groups of 16 from the start of
+/// the slice take `simd`, the last `len % 16` take `tail`. Compiled with FMA where the CPU has
+/// it, so the emulated vector FMAs are single instructions rather than libm calls.
+fn silu_like(
+    out: &mut [f32],
+    simd: impl Fn(usize, f32) -> f32 + Sync,
+    tail: impl Fn(usize, f32) -> f32 + Sync,
+) {
+    let n = out.len();
+    let vec_end = n - n % 16;
+    let body = |o: &mut [f32], off: usize| {
+        for (i, y) in o.iter_mut().enumerate() {
+            let j = off + i;
+            *y = if j < vec_end {
+                simd(j, *y)
+            } else {
+                tail(j, *y)
+            };
+        }
+    };
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        #[target_feature(enable = "fma")]
+        unsafe fn with_fma(o: &mut [f32], off: usize, body: &(impl Fn(&mut [f32], usize) + Sync)) {
+            body(o, off)
+        }
+        // SAFETY: the CPU has FMA (checked above).
+        for_chunks(out, |o, off| unsafe { with_fma(o, off, &body) });
+        return;
+    }
+    for_chunks(out, body);
+}
+
+/// `x = silu(x)`, rounding as ggml's `ggml_vec_silu_f32` (see the module docs).
 pub fn silu(x: &mut [f32]) {
-    for_chunks(x, |c, _| c.iter_mut().for_each(|v| *v = silu_f32(*v)));
+    silu_like(x, |_, v| silu_ggml(v), |_, v| silu_f32(v));
 }
 
-/// `x = gelu(x)` (tanh approximation).
+/// `x = gelu(x)`, rounding as ggml's `GGML_GELU_FP16` table (see [`gelu_ggml`]).
 pub fn gelu(x: &mut [f32]) {
-    for_chunks(x, |c, _| c.iter_mut().for_each(|v| *v = gelu_f32(*v)));
+    for_chunks(x, |c, _| c.iter_mut().for_each(|v| *v = gelu_ggml(*v)));
 }
 
-/// `out = silu(gate) * up`.
+/// `out = silu(gate) * up`, rounding as ggml's `ggml_vec_swiglu_f32` (see the module docs).
 pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
     same_len("swiglu", "up", gate.len(), up.len())?;
-    binary("swiglu", gate, up, out, |g, u| silu_f32(g) * u)
+    same_len("swiglu", "out", gate.len(), out.len())?;
+    silu_like(
+        out,
+        |j, _| silu_ggml(gate[j]) * up[j],
+        |j, _| silu_f32(gate[j]) * up[j],
+    );
+    Ok(())
 }
 
-/// `out = gelu(gate) * up`.
+/// `out = gelu(gate) * up`, rounding as ggml's `ggml_vec_geglu_f32` with `GGML_GELU_FP16`:
+/// 0 for `gate <= -10`, `gate * up` for `gate >= 10`, else `f16(gelu(f16(gate))) * up`.
 pub fn geglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
     same_len("geglu", "up", gate.len(), up.len())?;
-    binary("geglu", gate, up, out, |g, u| gelu_f32(g) * u)
+    binary("geglu", gate, up, out, |g, u| {
+        if g <= -10.0 {
+            0.0
+        } else if g >= 10.0 {
+            g * u
+        } else {
+            gelu_ggml(g) * u
+        }
+    })
 }
 
 /// Index of the largest value; ties go to the lowest index, NaNs are never chosen unless they
@@ -223,21 +351,33 @@ mod tests {
             .map(|(&g, &u)| silu64(g as f64) * u as f64)
             .collect();
         assert!(max_abs_diff(&out, &want) < 1e-5);
+        // GELU is rounded to f16 (as ggml's table): relative 2^-11 of the value, plus the f16
+        // rounding of the input moving the curve (slope <= 1.13) by 2^-11 |x|.
         geglu(&g, &u, &mut out).unwrap();
-        let want: Vec<f64> = g
-            .iter()
-            .zip(&u)
-            .map(|(&g, &u)| gelu64(g as f64) * u as f64)
-            .collect();
-        assert!(max_abs_diff(&out, &want) < 1e-5);
+        for ((&o, &g), &u) in out.iter().zip(&g).zip(&u) {
+            let want = gelu64(g as f64) * u as f64;
+            let tol = (gelu64(g as f64).abs() + 1.2 * (g as f64).abs()) / 2048.0 * (u as f64).abs();
+            assert!(
+                (o as f64 - want).abs() <= tol + 1e-6,
+                "geglu({g}) * {u}: {o} vs {want}"
+            );
+        }
         let mut x = g.clone();
         silu(&mut x);
         let want: Vec<f64> = g.iter().map(|&g| silu64(g as f64)).collect();
         assert!(max_abs_diff(&x, &want) < 1e-5);
         let mut x = g.clone();
         gelu(&mut x);
-        let want: Vec<f64> = g.iter().map(|&g| gelu64(g as f64)).collect();
-        assert!(max_abs_diff(&x, &want) < 1e-5);
+        for (&o, &g) in x.iter().zip(&g) {
+            let want = gelu64(g as f64);
+            let tol = (want.abs() + 1.2 * (g as f64).abs()) / 2048.0;
+            assert!(
+                (o as f64 - want).abs() <= tol + 1e-7,
+                "gelu({g}): {o} vs {want}"
+            );
+        }
+        assert_eq!(gelu_ggml(-10.0), 0.0);
+        assert_eq!(gelu_ggml(12.5), 12.5);
         // Extremes stay finite.
         assert_eq!(gelu_f32(-100.0), 0.0);
         assert_eq!(gelu_f32(100.0), 100.0);
