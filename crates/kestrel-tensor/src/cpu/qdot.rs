@@ -84,7 +84,7 @@ macro_rules! qdot_type {
 }
 
 qdot_type!(DQ4_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q4_0);
-qdot_type!(DQ4_1, BlockQ8_1, QK8, q8::quantize_row_q8_1, dot_q4_1);
+qdot_type!(DQ4_1, BlockQ8_1, QK8, q8::quantize_row_q8_1, dot_q4_1_x86);
 qdot_type!(DQ5_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q5_0);
 qdot_type!(DQ5_1, BlockQ8_1, QK8, q8::quantize_row_q8_1, dot_q5_1);
 qdot_type!(DQ8_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q8_0);
@@ -117,7 +117,9 @@ pub(crate) fn dot_q4_0(w: &[u8], y: &[BlockQ8_0]) -> f32 {
     sumf
 }
 
-/// `ggml_vec_dot_q4_1_q8_1_generic`.
+/// `ggml_vec_dot_q4_1_q8_1_generic` (the twin [`dot_q4_1_x86`] is tested against; matmul uses
+/// the x86 order).
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn dot_q4_1(w: &[u8], y: &[BlockQ8_1]) -> f32 {
     let mut sumf = 0f32;
     for_each_block(w, |i, x: &BlockQ4_1| {
@@ -133,6 +135,39 @@ pub(crate) fn dot_q4_1(w: &[u8], y: &[BlockQ8_1]) -> f32 {
         sumf += (h(x.d) * h(yb.d)) * sumi as f32 + h(x.m) * h(yb.s);
     });
     sumf
+}
+
+/// `ggml_vec_dot_q4_1_q8_1` as x86 builds run it (the AVX2 kernel, VNNI `vpdpbusd` in
+/// AVX512 builds), the kernel llama.cpp uses for Q4_1 weights (no repacked or llamafile path
+/// takes Q4_1): per block, 8 lanes each sum 4 consecutive products exactly (integers), and
+/// `acc[lane] = fma(d_x·d_y, lane_sum, acc[lane])`; `Σ m·s` runs beside it (an FMA per block in
+/// GCC's build); the result is `hsum(acc) + Σ m·s` with `hsum` adding lanes `i` and `i + 4`,
+/// then `(0 + 2) + (1 + 3)`. Bit-identical to libggml-cpu's (tests/fixtures/ggml_dot.bin), where
+/// [`dot_q4_1`] (the generic order) is up to ~14 ulp away; those ulps matter because SmolLM2's
+/// next layers can turn them into different q8 roundings.
+pub(crate) fn dot_q4_1_x86(w: &[u8], y: &[BlockQ8_1]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for_each_block(w, |i, x: &BlockQ4_1| {
+        let yb = &y[i];
+        summs = h(x.m).mul_add(h(yb.s), summs);
+        let d0d1 = h(x.d) * h(yb.d);
+        for (lane, a) in acc.iter_mut().enumerate() {
+            let mut sum = 0i32;
+            for b in 4 * lane..4 * lane + 4 {
+                // Byte b of the unpacked row: low nibbles first, then the high ones.
+                let q = if b < 16 {
+                    x.qs[b] & 0x0f
+                } else {
+                    x.qs[b - 16] >> 4
+                };
+                sum += q as i32 * yb.qs[b] as i32;
+            }
+            *a = d0d1.mul_add(sum as f32, *a);
+        }
+    });
+    let r: [f32; 4] = std::array::from_fn(|i| acc[i + 4] + acc[i]);
+    ((r[0] + r[2]) + (r[1] + r[3])) + summs
 }
 
 /// `ggml_vec_dot_q5_0_q8_0_generic`.
@@ -883,6 +918,15 @@ mod tests {
                 "{}: activation bytes differ from ggml's",
                 c.dtype
             );
+            if c.dtype == DType::Q4_1 {
+                let mut y = vec![BlockQ8_1::zeroed(); c.k / QK8];
+                DQ4_1::quantize(&c.x, &mut y);
+                let rb = c.dtype.row_bytes(c.k).unwrap();
+                for (r, wr) in c.w.chunks_exact(rb).enumerate() {
+                    assert_eq!(dot_q4_1_x86(wr, &y).to_bits(), c.simd[r].to_bits());
+                    assert_eq!(dot_q4_1(wr, &y).to_bits(), c.generic[r].to_bits());
+                }
+            }
             if c.dtype == DType::F16 {
                 // The AVX512 emulation used by attention: bit-identical to ggml_vec_dot_f16.
                 let a: Vec<f16> = c
