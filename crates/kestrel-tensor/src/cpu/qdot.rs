@@ -83,11 +83,11 @@ macro_rules! qdot_type {
     };
 }
 
-qdot_type!(DQ4_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q4_0);
+qdot_type!(DQ4_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q4_0_x86);
 qdot_type!(DQ4_1, BlockQ8_1, QK8, q8::quantize_row_q8_1, dot_q4_1_x86);
-qdot_type!(DQ5_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q5_0);
-qdot_type!(DQ5_1, BlockQ8_1, QK8, q8::quantize_row_q8_1, dot_q5_1);
-qdot_type!(DQ8_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q8_0);
+qdot_type!(DQ5_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q5_0_x86);
+qdot_type!(DQ5_1, BlockQ8_1, QK8, q8::quantize_row_q8_1, dot_q5_1_x86);
+qdot_type!(DQ8_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q8_0_x86);
 qdot_type!(DIQ4NL, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_iq4_nl);
 qdot_type!(DQ2K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q2_k);
 qdot_type!(DQ3K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q3_k);
@@ -100,6 +100,7 @@ qdot_type!(DF16, u16, 1, q8::convert_row_f16, dot_f16);
 qdot_type!(DBF16, u16, 1, q8::convert_row_bf16, dot_bf16);
 
 /// `ggml_vec_dot_q4_0_q8_0_generic`.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn dot_q4_0(w: &[u8], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;
     for_each_block(w, |i, x: &BlockQ4_0| {
@@ -137,6 +138,94 @@ pub(crate) fn dot_q4_1(w: &[u8], y: &[BlockQ8_1]) -> f32 {
     sumf
 }
 
+/// `hsum_float_8` of ggml's x86 kernels: lanes `i + 4` and `i` added, then `(0 + 2) + (1 + 3)`.
+#[inline(always)]
+fn hsum_float_8(acc: &[f32; 8]) -> f32 {
+    let r: [f32; 4] = std::array::from_fn(|i| acc[i + 4] + acc[i]);
+    (r[0] + r[2]) + (r[1] + r[3])
+}
+
+/// The 8-lane step shared by ggml's AVX2 q8_0-family kernels (`mul_sum_i8_pairs_float`, VNNI
+/// `vpdpbusd` in AVX512 builds): lane `l` sums the exact products of bytes `4l..4l+4` of the
+/// block, then `acc[l] = fma(d, lane, acc[l])`.
+#[inline(always)]
+fn lanes_fma(acc: &mut [f32; 8], d: f32, x: &[i32; QK8], y: &[i8; QK8]) {
+    for (l, a) in acc.iter_mut().enumerate() {
+        let mut sum = 0i32;
+        for b in 4 * l..4 * l + 4 {
+            sum += x[b] * y[b] as i32;
+        }
+        *a = d.mul_add(sum as f32, *a);
+    }
+}
+
+/// `ggml_vec_dot_q4_0_q8_0` as x86 AVX2/AVX512 builds run it (see [`lanes_fma`]).
+pub(crate) fn dot_q4_0_x86(w: &[u8], y: &[BlockQ8_0]) -> f32 {
+    let mut acc = [0f32; 8];
+    for_each_block(w, |i, x: &BlockQ4_0| {
+        let v: [i32; QK8] = std::array::from_fn(|b| {
+            let q = if b < 16 {
+                x.qs[b] & 0x0f
+            } else {
+                x.qs[b - 16] >> 4
+            };
+            q as i32 - 8
+        });
+        lanes_fma(&mut acc, h(x.d) * h(y[i].d), &v, &y[i].qs);
+    });
+    hsum_float_8(&acc)
+}
+
+/// `ggml_vec_dot_q5_0_q8_0` as x86 AVX2/AVX512 builds run it.
+pub(crate) fn dot_q5_0_x86(w: &[u8], y: &[BlockQ8_0]) -> f32 {
+    let mut acc = [0f32; 8];
+    for_each_block(w, |i, x: &BlockQ5_0| {
+        let qh = u32::from_le_bytes(x.qh);
+        let v: [i32; QK8] = std::array::from_fn(|b| {
+            let q = if b < 16 {
+                x.qs[b] & 0x0f
+            } else {
+                x.qs[b - 16] >> 4
+            };
+            (q as i32 | (((qh >> b) & 1) << 4) as i32) - 16
+        });
+        lanes_fma(&mut acc, h(x.d) * h(y[i].d), &v, &y[i].qs);
+    });
+    hsum_float_8(&acc)
+}
+
+/// `ggml_vec_dot_q5_1_q8_1` as x86 AVX2/AVX512 builds run it (`Σ m·s` beside, one FMA per
+/// block as GCC builds it).
+pub(crate) fn dot_q5_1_x86(w: &[u8], y: &[BlockQ8_1]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for_each_block(w, |i, x: &BlockQ5_1| {
+        let yb = &y[i];
+        summs = h(x.m).mul_add(h(yb.s), summs);
+        let qh = u32::from_le_bytes(x.qh);
+        let v: [i32; QK8] = std::array::from_fn(|b| {
+            let q = if b < 16 {
+                x.qs[b] & 0x0f
+            } else {
+                x.qs[b - 16] >> 4
+            };
+            q as i32 | (((qh >> b) & 1) << 4) as i32
+        });
+        lanes_fma(&mut acc, h(x.d) * h(yb.d), &v, &yb.qs);
+    });
+    hsum_float_8(&acc) + summs
+}
+
+/// `ggml_vec_dot_q8_0_q8_0` as x86 AVX2/AVX512 builds run it.
+pub(crate) fn dot_q8_0_x86(w: &[u8], y: &[BlockQ8_0]) -> f32 {
+    let mut acc = [0f32; 8];
+    for_each_block(w, |i, x: &BlockQ8_0| {
+        let v: [i32; QK8] = std::array::from_fn(|b| x.qs[b] as i32);
+        lanes_fma(&mut acc, h(x.d) * h(y[i].d), &v, &y[i].qs);
+    });
+    hsum_float_8(&acc)
+}
+
 /// `ggml_vec_dot_q4_1_q8_1` as x86 builds run it (the AVX2 kernel, VNNI `vpdpbusd` in
 /// AVX512 builds), the kernel llama.cpp uses for Q4_1 weights (no repacked or llamafile path
 /// takes Q4_1): per block, 8 lanes each sum 4 consecutive products exactly (integers), and
@@ -151,26 +240,21 @@ pub(crate) fn dot_q4_1_x86(w: &[u8], y: &[BlockQ8_1]) -> f32 {
     for_each_block(w, |i, x: &BlockQ4_1| {
         let yb = &y[i];
         summs = h(x.m).mul_add(h(yb.s), summs);
-        let d0d1 = h(x.d) * h(yb.d);
-        for (lane, a) in acc.iter_mut().enumerate() {
-            let mut sum = 0i32;
-            for b in 4 * lane..4 * lane + 4 {
-                // Byte b of the unpacked row: low nibbles first, then the high ones.
-                let q = if b < 16 {
-                    x.qs[b] & 0x0f
-                } else {
-                    x.qs[b - 16] >> 4
-                };
-                sum += q as i32 * yb.qs[b] as i32;
-            }
-            *a = d0d1.mul_add(sum as f32, *a);
-        }
+        // The unpacked row: low nibbles first, then the high ones.
+        let v: [i32; QK8] = std::array::from_fn(|b| {
+            (if b < 16 {
+                x.qs[b] & 0x0f
+            } else {
+                x.qs[b - 16] >> 4
+            }) as i32
+        });
+        lanes_fma(&mut acc, h(x.d) * h(yb.d), &v, &yb.qs);
     });
-    let r: [f32; 4] = std::array::from_fn(|i| acc[i + 4] + acc[i]);
-    ((r[0] + r[2]) + (r[1] + r[3])) + summs
+    hsum_float_8(&acc) + summs
 }
 
 /// `ggml_vec_dot_q5_0_q8_0_generic`.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn dot_q5_0(w: &[u8], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;
     for_each_block(w, |i, x: &BlockQ5_0| {
@@ -192,6 +276,7 @@ pub(crate) fn dot_q5_0(w: &[u8], y: &[BlockQ8_0]) -> f32 {
 }
 
 /// `ggml_vec_dot_q5_1_q8_1_generic`.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn dot_q5_1(w: &[u8], y: &[BlockQ8_1]) -> f32 {
     let mut sumf = 0f32;
     for_each_block(w, |i, x: &BlockQ5_1| {
@@ -213,6 +298,7 @@ pub(crate) fn dot_q5_1(w: &[u8], y: &[BlockQ8_1]) -> f32 {
 }
 
 /// `ggml_vec_dot_q8_0_q8_0_generic`.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn dot_q8_0(w: &[u8], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;
     for_each_block(w, |i, x: &BlockQ8_0| {
@@ -918,13 +1004,54 @@ mod tests {
                 "{}: activation bytes differ from ggml's",
                 c.dtype
             );
-            if c.dtype == DType::Q4_1 {
-                let mut y = vec![BlockQ8_1::zeroed(); c.k / QK8];
-                DQ4_1::quantize(&c.x, &mut y);
-                let rb = c.dtype.row_bytes(c.k).unwrap();
-                for (r, wr) in c.w.chunks_exact(rb).enumerate() {
-                    assert_eq!(dot_q4_1_x86(wr, &y).to_bits(), c.simd[r].to_bits());
-                    assert_eq!(dot_q4_1(wr, &y).to_bits(), c.generic[r].to_bits());
+            // The x86-order kernels matmul uses: bit-identical to ggml's SIMD kernels.
+            let rb = c.dtype.row_bytes(c.k).unwrap();
+            let x86: Option<Vec<f32>> = match c.dtype {
+                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => {
+                    let mut y = vec![BlockQ8_0::zeroed(); c.k / QK8];
+                    q8::quantize_row_q8_0(&c.x, &mut y);
+                    type Dot = fn(&[u8], &[BlockQ8_0]) -> f32;
+                    let (f, g): (Dot, Dot) = match c.dtype {
+                        DType::Q4_0 => (dot_q4_0_x86, dot_q4_0),
+                        DType::Q5_0 => (dot_q5_0_x86, dot_q5_0),
+                        _ => (dot_q8_0_x86, dot_q8_0),
+                    };
+                    if c.dtype != DType::Q5_0 {
+                        // The generic twins: bit-identical to ggml's generic kernels.
+                        for (r, wr) in c.w.chunks_exact(rb).enumerate() {
+                            assert_eq!(g(wr, &y).to_bits(), c.generic[r].to_bits(), "{}", c.dtype);
+                        }
+                    }
+                    Some(c.w.chunks_exact(rb).map(|wr| f(wr, &y)).collect())
+                }
+                DType::Q4_1 | DType::Q5_1 => {
+                    let mut y = vec![BlockQ8_1::zeroed(); c.k / QK8];
+                    q8::quantize_row_q8_1(&c.x, &mut y);
+                    let f = if c.dtype == DType::Q4_1 {
+                        for (r, wr) in c.w.chunks_exact(rb).enumerate() {
+                            assert_eq!(dot_q4_1(wr, &y).to_bits(), c.generic[r].to_bits());
+                        }
+                        dot_q4_1_x86
+                    } else {
+                        // ggml's generic Q5_1 is contracted to FMAs by GCC: within 1 ulp.
+                        for (r, wr) in c.w.chunks_exact(rb).enumerate() {
+                            let (a, b) = (dot_q5_1(wr, &y).to_bits(), c.generic[r].to_bits());
+                            assert!(a.abs_diff(b) <= 1, "Q5_1 generic row {r}");
+                        }
+                        dot_q5_1_x86
+                    };
+                    Some(c.w.chunks_exact(rb).map(|wr| f(wr, &y)).collect())
+                }
+                _ => None,
+            };
+            if let Some(x86) = x86 {
+                for (r, v) in x86.iter().enumerate() {
+                    assert_eq!(
+                        v.to_bits(),
+                        c.simd[r].to_bits(),
+                        "{} row {r} x86 order",
+                        c.dtype
+                    );
                 }
             }
             if c.dtype == DType::F16 {
