@@ -79,3 +79,60 @@ fn dump_smol5() {
         false,
     );
 }
+
+#[test]
+fn dump_gem_bos() {
+    dump(
+        GEMMA3_270M_Q4_K_M,
+        &[2],
+        "/tmp/oracle/ours_gem_bos.bin",
+        false,
+    );
+}
+
+fn greedy(file: &str, prompt: &[u32], n: usize) -> Vec<u32> {
+    let path = test_model(file).unwrap();
+    let model = GgufModel::open(path).unwrap();
+    let cfg = DecoderConfig::from_model(&model).unwrap();
+    let graph = build_decoder(&cfg, &model, Logits::Last).unwrap();
+    let lookup = |name: &str| weight_tensor(&model, name);
+    let mut prefill = ExecutionPlan::compile(&graph, 64, &lookup).unwrap();
+    let mut decode = ExecutionPlan::compile(&graph, 1, &lookup).unwrap();
+    let layout = KvLayout {
+        n_layers: cfg.n_layer,
+        n_kv_head: cfg.n_head_kv[0],
+        k_head_dim: cfg.head_dim_k,
+        v_head_dim: cfg.head_dim_v,
+        dtype: KvDType::F16,
+    };
+    let mut kv = ContiguousCache::new(layout, 128).unwrap();
+    let engine = CpuEngine::new(2).unwrap();
+    let logits = prefill.run(&engine, &mut kv, prompt, 0).unwrap();
+    let mut next = kestrel_tensor::cpu::argmax(logits).unwrap() as u32;
+    let mut out = vec![next];
+    let mut margins = Vec::new();
+    for _ in 1..n {
+        let pos = kv.seq_len();
+        let logits = decode.run(&engine, &mut kv, &[next], pos).unwrap();
+        let mut idx: Vec<usize> = (0..logits.len()).collect();
+        idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        margins.push(logits[idx[0]] - logits[idx[1]]);
+        next = idx[0] as u32;
+        out.push(next);
+    }
+    let minm = margins.iter().cloned().fold(f32::INFINITY, f32::min);
+    eprintln!("min top1-top2 margin over decode steps: {minm:.4}");
+    out
+}
+
+#[test]
+fn greedy32() {
+    eprintln!(
+        "smol {:?}",
+        greedy(SMOLLM2_135M_Q4_1, &[504, 3575, 282, 4649, 314], 32)
+    );
+    eprintln!(
+        "gem {:?}",
+        greedy(GEMMA3_270M_Q4_K_M, &[2, 818, 5279, 529, 7001, 563], 32)
+    );
+}
