@@ -500,33 +500,17 @@ impl From<&str> for MetadataValue {
         MetadataValue::String(s.to_string())
     }
 }
-impl From<String> for MetadataValue {
-    fn from(s: String) -> Self {
-        MetadataValue::String(s)
-    }
+
+/// `From<T> for MetadataValue` for each scalar type and its variant.
+macro_rules! from_scalar {
+    ($($t:ty => $v:ident),* $(,)?) => {
+        $(impl From<$t> for MetadataValue {
+            fn from(v: $t) -> Self {
+                MetadataValue::$v(v)
+            }
+        })*
+    };
 }
-impl From<u32> for MetadataValue {
-    fn from(v: u32) -> Self {
-        MetadataValue::U32(v)
-    }
-}
-impl From<i32> for MetadataValue {
-    fn from(v: i32) -> Self {
-        MetadataValue::I32(v)
-    }
-}
-impl From<u64> for MetadataValue {
-    fn from(v: u64) -> Self {
-        MetadataValue::U64(v)
-    }
-}
-impl From<f32> for MetadataValue {
-    fn from(v: f32) -> Self {
-        MetadataValue::F32(v)
-    }
-}
-impl From<bool> for MetadataValue {
-    fn from(v: bool) -> Self {
-        MetadataValue::Bool(v)
-    }
-}
+
+from_scalar!(String => String, u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32,
+    i32 => I32, u64 => U64, i64 => I64, f32 => F32, f64 => F64, bool => Bool);
