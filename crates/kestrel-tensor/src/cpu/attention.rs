@@ -2,7 +2,10 @@
 //! the visible keys with an online softmax (running max and sum, the output row as the
 //! accumulator), so no `n × kv_len` score matrix is ever stored. Supports GQA (`n_head` a multiple
 //! of `n_kv_head`), a scale, sliding-window attention with llama.cpp's boundary, Gemma-2 logit
-//! soft-capping, and f32 or f16 keys/values. Parallel over (token, head) pairs.
+//! soft-capping, and f32 or f16 keys/values. Parallel over (token, head) pairs. f16 keys/values
+//! with fewer than 64 query rows (decode, short prompts) round exactly as llama.cpp's default CPU
+//! flash attention does (see `run_f16_ggml`); longer prefills keep the f32 path, as ggml's tiled
+//! one is f32.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -17,7 +20,7 @@ const KEY_BLOCK: usize = 64;
 
 /// Query rows from which llama.cpp's CPU flash attention (`GGML_FA_TILE_Q`) takes its tiled f32
 /// path; below it (decode, short prompts) it runs the per-row f16 path that
-/// [`run_f16_ggml`] mirrors.
+/// `run_f16_ggml` mirrors.
 pub const GGML_FA_TILE_Q: usize = 64;
 
 /// Largest head size of the f16 path (its buffers live on the stack); larger heads take the f32
@@ -129,7 +132,9 @@ pub fn visible_keys(pos: i32, kv_len: usize, window: usize) -> (usize, usize) {
 /// no key (a negative position) gets zeros.
 ///
 /// `k` and `v` may be longer than `kv_len` rows (a preallocated cache); the extra rows are not
-/// read. Tolerance against an f64 reference: ~1e-5 absolute for unit-scale inputs.
+/// read. Tolerance against an f64 reference: ~1e-5 absolute for unit-scale inputs; f16 `k`/`v`
+/// with fewer than [`GGML_FA_TILE_Q`] query rows round as llama.cpp does (f16 query and output
+/// accumulator, `run_f16_ggml`): ~1e-3.
 ///
 /// # Errors
 /// `InvalidParam` for zero or non-multiple head counts, `LengthMismatch` for short buffers.
@@ -307,7 +312,7 @@ fn run_f16_ggml(
     });
 }
 
-/// One (token, head) of [`run_f16_ggml`].
+/// One (token, head) of `run_f16_ggml`.
 struct F16Row<'a> {
     q: &'a [f32],
     k: &'a [f16],

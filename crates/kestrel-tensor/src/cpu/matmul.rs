@@ -4,7 +4,7 @@
 //! [`matmul`] computes as llama.cpp's CPU backend does: each activation row is converted once
 //! per call to the weight type's `vec_dot_type` (q8_0, q8_1, q8_K, f16 or bf16; see
 //! [`super::q8`]) and every weight row is dotted with it by an integer kernel that mirrors
-//! ggml's generic `ggml_vec_dot_*` ([`super::qdot`]). F32 weights take f32 activations as they
+//! ggml's generic `ggml_vec_dot_*` (`cpu::qdot`). F32 weights take f32 activations as they
 //! are. The converted activations live in a scratch buffer: the caller's
 //! ([`matmul_with_scratch`]) or one per thread, so after the first call of a given size no call
 //! allocates.

@@ -9,7 +9,7 @@
 //! | Q4_0, Q5_0, Q8_0, IQ4_NL | q8_0 | [`quantize_row_q8_0`] |
 //! | Q4_1, Q5_1 | q8_1 | [`quantize_row_q8_1`] |
 //! | Q2_K..Q6_K, IQ4_XS | q8_K | [`quantize_row_q8_k`] |
-//! | F16 | f16 | [`f16::from_f32`] (round to nearest even) |
+//! | F16 | f16 | [`convert_row_f16`] (round to nearest even) |
 //! | BF16 | bf16 | [`quant::float::f32_to_bf16`] |
 //! | F32 | f32 | none |
 //!
