@@ -171,7 +171,15 @@ fn demo() -> Result<()> {
     // The model's summary first, then the main job: generation.
     let mut inspect = cargo();
     inspect
-        .args(["run", "--release", "-p", "kestrel-cli", "--", "inspect", "--no-tensors"])
+        .args([
+            "run",
+            "--release",
+            "-p",
+            "kestrel-cli",
+            "--",
+            "inspect",
+            "--no-tensors",
+        ])
         .arg(&path);
     println!("==> demo: {}", describe(&inspect));
     run(&mut inspect)?;
