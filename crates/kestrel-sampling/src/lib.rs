@@ -1,4 +1,27 @@
 //! Samplers and grammar-constrained decoding for kestrel.
 //!
-//! Status: placeholder. It will hold the sampler pipeline (penalties, bias, temperature, top-k/top-p/min-p/typical-p, seeded RNG), GBNF parsing and JSON Schema to grammar compilation with trie-based token masks.
+//! - [`SamplingConfig`] and [`Sampler`]: llama.cpp's default sampler chain (logit bias,
+//!   penalties, top-k, typical-p, top-p, min-p, temperature, seeded draw; greedy at temperature 0).
+//! - [`StopMatcher`]: incremental stop strings that never emit part of a match.
+//!
+//! ```
+//! use kestrel_sampling::{Sampler, SamplingConfig};
+//! let cfg = SamplingConfig { temperature: 0.8, top_k: 40, top_p: 0.95, seed: Some(42), ..Default::default() };
+//! let mut sampler = Sampler::new(&cfg, 4).unwrap();
+//! let mut logits = vec![0.1, 2.5, -1.0, 0.3];
+//! let history = [1u32, 3];
+//! let token = sampler.sample(&mut logits, &history).unwrap();
+//! assert!(token < 4);
+//! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+mod error;
+mod rng;
+mod sampler;
+mod samplers;
+
+pub use config::SamplingConfig;
+pub use error::SamplingError;
+pub use sampler::Sampler;

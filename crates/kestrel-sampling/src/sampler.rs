@@ -1,0 +1,231 @@
+//! `Sampler`: turns one row of logits into a token id with the configured pipeline, in
+//! llama.cpp's default order (logit bias → penalties → top-k → typical-p → top-p → min-p →
+//! temperature → dist; greedy argmax when the temperature is 0). It owns vocabulary-sized
+//! scratch buffers, so sampling a token allocates nothing.
+
+use crate::config::SamplingConfig;
+use crate::error::SamplingError;
+use crate::rng::{entropy_seed, fold_seed, Mt19937};
+use crate::samplers::penalties::Penalties;
+use crate::samplers::typical::TypicalScratch;
+use crate::samplers::{
+    dist, greedy, logit_bias, min_p, temperature, top_k, top_p, typical, Candidates,
+};
+
+/// A seeded sampler for one vocabulary size; see the [crate docs](crate) for an example.
+///
+/// Same config, same seed and same inputs give the same tokens, on any machine and thread
+/// count: sampling is single-threaded and all orderings break ties by token id.
+#[derive(Debug)]
+pub struct Sampler {
+    config: SamplingConfig,
+    vocab_size: usize,
+    seed: u64,
+    rng: Mt19937,
+    cands: Candidates,
+    counts: Vec<u32>,
+    typical: TypicalScratch,
+}
+
+impl Sampler {
+    /// Builds a sampler for logits of length `vocab_size`; validates the config and the
+    /// logit-bias token ids, and allocates every buffer sampling will need.
+    pub fn new(config: &SamplingConfig, vocab_size: usize) -> Result<Self, SamplingError> {
+        config.validate()?;
+        if let Some(&(id, _)) = config
+            .logit_bias
+            .iter()
+            .find(|(id, _)| *id as usize >= vocab_size)
+        {
+            return Err(SamplingError::TokenOutOfRange { id, vocab_size });
+        }
+        let seed = config.seed.unwrap_or_else(entropy_seed);
+        let needs_typical = config.typical_p < 1.0;
+        let scratch_len = if needs_typical { vocab_size } else { 0 };
+        let penalties_on = !Self::penalties_of(config).is_neutral();
+        Ok(Self {
+            config: config.clone(),
+            vocab_size,
+            seed,
+            rng: Mt19937::new(fold_seed(seed)),
+            cands: Candidates {
+                data: Vec::with_capacity(vocab_size),
+                sorted: false,
+            },
+            counts: vec![0; if penalties_on { vocab_size } else { 0 }],
+            typical: TypicalScratch {
+                scores: Vec::with_capacity(scratch_len),
+                order: Vec::with_capacity(scratch_len),
+                tmp: Vec::with_capacity(scratch_len),
+            },
+        })
+    }
+
+    fn penalties_of(c: &SamplingConfig) -> Penalties {
+        Penalties {
+            last_n: c.penalty_last_n,
+            repeat: c.repeat_penalty,
+            frequency: c.frequency_penalty,
+            presence: c.presence_penalty,
+        }
+    }
+
+    /// The config this sampler was built from.
+    pub fn config(&self) -> &SamplingConfig {
+        &self.config
+    }
+
+    /// The vocabulary size the sampler expects.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// The seed in use (drawn from the OS when the config had none).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Restarts the RNG from `seed`.
+    pub fn reseed(&mut self, seed: u64) {
+        self.seed = seed;
+        self.rng = Mt19937::new(fold_seed(seed));
+    }
+
+    /// Restarts the RNG from the sampler's seed, so the same inputs draw the same tokens again.
+    pub fn reset(&mut self) {
+        self.rng = Mt19937::new(fold_seed(self.seed));
+    }
+
+    /// Samples one token id from `logits` (modified in place: bias and penalties are applied to
+    /// it). `history` is the token sequence so far (prompt and generated); the penalties look at
+    /// its last `penalty_last_n` entries.
+    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32, SamplingError> {
+        self.prepare(logits, history)?;
+        self.pick(logits)
+    }
+
+    /// Logit bias and penalties, applied to the full logits row.
+    pub(crate) fn prepare(
+        &mut self,
+        logits: &mut [f32],
+        history: &[u32],
+    ) -> Result<(), SamplingError> {
+        if logits.len() != self.vocab_size {
+            return Err(SamplingError::VocabMismatch {
+                expected: self.vocab_size,
+                got: logits.len(),
+            });
+        }
+        logit_bias::apply(logits, &self.config.logit_bias);
+        Self::penalties_of(&self.config).apply(logits, history, &mut self.counts)
+    }
+
+    /// The rest of the chain after bias and penalties: greedy, or filters then a draw.
+    pub(crate) fn pick(&mut self, logits: &[f32]) -> Result<u32, SamplingError> {
+        let cfg = &self.config;
+        if cfg.is_greedy() {
+            return greedy::argmax(logits).ok_or(SamplingError::NoCandidates);
+        }
+        let c = &mut self.cands;
+        c.fill(logits);
+        if c.data.is_empty() {
+            return Err(SamplingError::NoCandidates);
+        }
+        top_k::apply(c, cfg.top_k);
+        typical::apply(c, cfg.typical_p, cfg.min_keep, &mut self.typical);
+        top_p::apply(c, cfg.top_p, cfg.min_keep);
+        min_p::apply(c, cfg.min_p, cfg.min_keep);
+        temperature::apply(c, cfg.temperature);
+        let i = dist::draw(c, &mut self.rng);
+        Ok(c.data[i].id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits(n: usize, seed: u32) -> Vec<f32> {
+        let mut r = Mt19937::new(seed);
+        (0..n).map(|_| (r.next_f64() * 8.0 - 4.0) as f32).collect()
+    }
+
+    #[test]
+    fn greedy_is_argmax() {
+        let mut s = Sampler::new(&SamplingConfig::greedy(), 1000).unwrap();
+        for seed in 0..20 {
+            let l = logits(1000, seed);
+            let want = l
+                .iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
+                .map(|(i, _)| i as u32)
+                .unwrap();
+            assert_eq!(s.sample(&mut l.clone(), &[]).unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn seeded_runs_repeat() {
+        let cfg = SamplingConfig {
+            seed: Some(1234),
+            top_k: 50,
+            top_p: 0.9,
+            min_p: 0.01,
+            temperature: 0.8,
+            ..Default::default()
+        };
+        let run = || {
+            let mut s = Sampler::new(&cfg, 5000).unwrap();
+            (0..200)
+                .map(|i| s.sample(&mut logits(5000, i), &[]).unwrap())
+                .collect::<Vec<_>>()
+        };
+        let a = run();
+        assert_eq!(a, run());
+        let mut s = Sampler::new(&cfg, 5000).unwrap();
+        let first: Vec<u32> = (0..200)
+            .map(|i| s.sample(&mut logits(5000, i), &[]).unwrap())
+            .collect();
+        s.reset();
+        let again: Vec<u32> = (0..200)
+            .map(|i| s.sample(&mut logits(5000, i), &[]).unwrap())
+            .collect();
+        assert_eq!(first, again);
+        assert!(a.iter().collect::<std::collections::HashSet<_>>().len() > 20);
+    }
+
+    #[test]
+    fn vocab_mismatch_and_dead_logits_are_errors() {
+        let mut s = Sampler::new(&SamplingConfig::default(), 4).unwrap();
+        assert!(matches!(
+            s.sample(&mut [0.0; 3], &[]),
+            Err(SamplingError::VocabMismatch { .. })
+        ));
+        assert_eq!(
+            s.sample(&mut [f32::NEG_INFINITY; 4], &[]),
+            Err(SamplingError::NoCandidates)
+        );
+        let bias = SamplingConfig {
+            logit_bias: vec![(9, 1.0)],
+            ..Default::default()
+        };
+        assert!(matches!(
+            Sampler::new(&bias, 4),
+            Err(SamplingError::TokenOutOfRange { id: 9, .. })
+        ));
+    }
+
+    #[test]
+    fn logit_bias_ban_is_respected() {
+        let cfg = SamplingConfig {
+            logit_bias: vec![(0, f32::NEG_INFINITY)],
+            seed: Some(3),
+            ..Default::default()
+        };
+        let mut s = Sampler::new(&cfg, 3).unwrap();
+        for _ in 0..200 {
+            assert_ne!(s.sample(&mut [5.0, 0.0, 0.0], &[]).unwrap(), 0);
+        }
+    }
+}
