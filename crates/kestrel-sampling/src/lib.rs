@@ -21,7 +21,9 @@ mod error;
 mod rng;
 mod sampler;
 mod samplers;
+mod stop;
 
 pub use config::SamplingConfig;
 pub use error::SamplingError;
 pub use sampler::Sampler;
+pub use stop::{StopMatcher, StopStep};
