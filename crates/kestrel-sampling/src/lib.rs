@@ -3,6 +3,9 @@
 //! - [`SamplingConfig`] and [`Sampler`]: llama.cpp's default sampler chain (logit bias,
 //!   penalties, top-k, typical-p, top-p, min-p, temperature, seeded draw; greedy at temperature 0).
 //! - [`StopMatcher`]: incremental stop strings that never emit part of a match.
+//! - [`Grammar`] (GBNF, llama.cpp syntax), [`GrammarMatcher`] (pushdown matcher over code
+//!   points) and [`TokenTrie`] + [`TokenMask`] (allowed-token mask over a vocabulary trie);
+//!   [`Sampler::sample_constrained`] samples under a grammar.
 //!
 //! ```
 //! use kestrel_sampling::{Sampler, SamplingConfig};
@@ -18,6 +21,7 @@
 
 mod config;
 mod error;
+mod grammar;
 mod rng;
 mod sampler;
 mod samplers;
@@ -25,5 +29,8 @@ mod stop;
 
 pub use config::SamplingConfig;
 pub use error::SamplingError;
+pub use grammar::matcher::GrammarMatcher;
+pub use grammar::token_trie::{TokenMask, TokenTrie};
+pub use grammar::Grammar;
 pub use sampler::Sampler;
 pub use stop::{StopMatcher, StopStep};

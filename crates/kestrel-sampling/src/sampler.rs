@@ -5,6 +5,8 @@
 
 use crate::config::SamplingConfig;
 use crate::error::SamplingError;
+use crate::grammar::matcher::GrammarMatcher;
+use crate::grammar::token_trie::{TokenMask, TokenTrie};
 use crate::rng::{entropy_seed, fold_seed, Mt19937};
 use crate::samplers::penalties::Penalties;
 use crate::samplers::typical::TypicalScratch;
@@ -25,6 +27,8 @@ pub struct Sampler {
     cands: Candidates,
     counts: Vec<u32>,
     typical: TypicalScratch,
+    mask: TokenMask,
+    masks_computed: u64,
 }
 
 impl Sampler {
@@ -58,6 +62,8 @@ impl Sampler {
                 order: Vec::with_capacity(scratch_len),
                 tmp: Vec::with_capacity(scratch_len),
             },
+            mask: TokenMask::new(vocab_size),
+            masks_computed: 0,
         })
     }
 
@@ -102,6 +108,65 @@ impl Sampler {
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32, SamplingError> {
         self.prepare(logits, history)?;
         self.pick(logits)
+    }
+
+    /// Samples one token allowed by the grammar `matcher` over the vocabulary `trie`; the
+    /// matcher is not advanced (call [`GrammarMatcher::accept_token`] with the result).
+    ///
+    /// With `grammar_first: false` (the default, as llama.cpp) the token is first sampled
+    /// without the grammar and kept if the grammar accepts it; otherwise, and always with
+    /// `grammar_first: true`, the allowed-token mask is computed, disallowed logits are set to
+    /// `-inf` and the token is sampled again.
+    ///
+    /// ```
+    /// use kestrel_sampling::{Grammar, GrammarMatcher, Sampler, SamplingConfig, TokenTrie};
+    /// let vocab: Vec<Vec<u8>> = ["yes", "no", "maybe", ""].iter().map(|s| s.as_bytes().to_vec()).collect();
+    /// let trie = TokenTrie::new(&vocab, &[3]);
+    /// let grammar = Grammar::from_gbnf(r#"root ::= "yes" | "no""#).unwrap();
+    /// let mut matcher = GrammarMatcher::new(&grammar);
+    /// let mut sampler = Sampler::new(&SamplingConfig { seed: Some(1), ..Default::default() }, vocab.len()).unwrap();
+    /// let mut out = Vec::new();
+    /// loop {
+    ///     let mut logits = vec![0.0, 0.0, 5.0, 1.0]; // the model prefers "maybe"
+    ///     let tok = sampler.sample_constrained(&mut logits, &out, &mut matcher, &trie).unwrap();
+    ///     matcher.accept_token(&trie, tok).unwrap();
+    ///     if trie.is_eog(tok) {
+    ///         break;
+    ///     }
+    ///     out.push(tok);
+    /// }
+    /// assert!(out == [0] || out == [1]);
+    /// ```
+    pub fn sample_constrained(
+        &mut self,
+        logits: &mut [f32],
+        history: &[u32],
+        matcher: &mut GrammarMatcher,
+        trie: &TokenTrie,
+    ) -> Result<u32, SamplingError> {
+        if trie.vocab_size() != self.vocab_size {
+            return Err(SamplingError::VocabMismatch {
+                expected: self.vocab_size,
+                got: trie.vocab_size(),
+            });
+        }
+        self.prepare(logits, history)?;
+        if !self.config.grammar_first {
+            if let Ok(t) = self.pick(logits) {
+                if matcher.accepts_token(trie, t) {
+                    return Ok(t);
+                }
+            }
+        }
+        matcher.fill_mask(trie, &mut self.mask);
+        self.masks_computed += 1;
+        self.mask.apply_to_logits(logits);
+        self.pick(logits)
+    }
+
+    /// How many times [`Sampler::sample_constrained`] had to compute the full token mask.
+    pub fn masks_computed(&self) -> u64 {
+        self.masks_computed
     }
 
     /// Logit bias and penalties, applied to the full logits row.
