@@ -185,3 +185,46 @@ fn sampler_under_a_grammar_yields_accepted_strings() {
         }
     }
 }
+
+#[test]
+fn mask_matches_direct_acceptance_on_a_large_vocabulary() {
+    use kestrel_sampling::{GrammarMatcher, TokenMask};
+    let (vocab, eog) = common::big_vocab::synthetic_vocab(40_000);
+    let trie = TokenTrie::new(&vocab, &[eog]);
+    let mut mask = TokenMask::new(vocab.len());
+    for (name, prefixes) in [
+        (
+            "json",
+            &[
+                "",
+                "{\"name\": ",
+                "{\"name\": \"Jo",
+                "{\"a\": [1, 2.5",
+                "{\"a\": {\"b\": true",
+                "{\"s\": \"\\u00",
+            ][..],
+        ),
+        ("c", &["int main(){", "int f(){x = 12"][..]),
+        ("japanese", &["こんにち", "カ "][..]),
+        ("list", &["- item\n- x"][..]),
+    ] {
+        let g = load(name);
+        for prefix in prefixes {
+            let mut m = GrammarMatcher::new(&g);
+            m.accept_str(prefix).unwrap();
+            m.fill_mask(&trie, &mut mask);
+            let mut allowed = 0;
+            for t in 0..vocab.len() as u32 {
+                let direct = m.accepts_token(&trie, t);
+                assert_eq!(
+                    mask.is_allowed(t),
+                    direct,
+                    "{name} after {prefix:?}: token {t} {:?}",
+                    String::from_utf8_lossy(&vocab[t as usize])
+                );
+                allowed += usize::from(direct);
+            }
+            assert!(allowed > 0, "{name} after {prefix:?}");
+        }
+    }
+}

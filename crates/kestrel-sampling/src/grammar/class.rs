@@ -80,6 +80,20 @@ impl CharClass {
         }
     }
 
+    /// `Some(m)` when every non-ASCII code point is in the class (`m == true`) or none is.
+    pub fn non_ascii_uniform(&self) -> Option<bool> {
+        let covers_all = self
+            .ranges
+            .iter()
+            .any(|&(lo, hi)| lo <= 0x80 && hi >= 0x10FFFF);
+        let touches_none = self.ranges.iter().all(|&(_, hi)| hi < 0x80);
+        match (covers_all, touches_none) {
+            (true, _) => Some(!self.negated),
+            (_, true) => Some(self.negated),
+            _ => None,
+        }
+    }
+
     /// The class in GBNF syntax (for printing grammars).
     pub fn to_gbnf(&self) -> String {
         if self.negated && self.ranges.is_empty() {

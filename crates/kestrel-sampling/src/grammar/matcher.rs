@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use super::token_trie::{TokenMask, TokenTrie};
+use super::token_trie::{byte_group, TokenMask, TokenTrie, GROUP_COUNT, INVALID_UTF8};
 use super::{Compiled, Grammar, Sym};
 use crate::error::SamplingError;
 
@@ -73,6 +73,8 @@ struct Engine {
     ascii: Vec<u32>,
     /// Transitions on non-ASCII code points.
     trans: FxMap<(u32, u32), u32>,
+    /// Per set: the byte groups on which it loops back to itself (`INVALID_UTF8` = not computed).
+    loops: Vec<u64>,
     scratch: Vec<u32>,
     todo: Vec<u32>,
     seen: FxMap<u32, ()>,
@@ -92,6 +94,7 @@ impl Engine {
             set_complete: Vec::new(),
             ascii: Vec::new(),
             trans: FxMap::default(),
+            loops: Vec::new(),
             scratch: Vec::new(),
             todo: Vec::new(),
             seen: FxMap::default(),
@@ -175,6 +178,7 @@ impl Engine {
         self.set_complete.push(stacks.contains(&NIL));
         self.set_ids.insert(stacks.clone().into_boxed_slice(), id);
         self.ascii.resize(self.sets.len() * 128, UNKNOWN);
+        self.loops.push(INVALID_UTF8);
         id
     }
 
@@ -239,6 +243,36 @@ impl Engine {
         let id = self.intern_set(&mut out);
         self.scratch = out;
         id
+    }
+
+    /// The byte groups ([`byte_group`]) every byte of which leads from `set` back to `set`.
+    /// Non-ASCII bytes count as looping when every stack top treats all non-ASCII code points
+    /// alike and one of them loops. A trie subtree whose tokens are valid UTF-8 and use only
+    /// looping groups is allowed whole, without walking it.
+    fn loops(&mut self, set: u32) -> u64 {
+        let known = self.loops[set as usize];
+        if known & INVALID_UTF8 == 0 {
+            return known;
+        }
+        let mut broken = 0u64;
+        for b in 0..128u8 {
+            if self.advance(set, u32::from(b)) != set {
+                broken |= 1 << byte_group(b);
+            }
+        }
+        let uniform = self.members(set).iter().all(|&s| {
+            s == NIL
+                || match self.g.syms[self.nodes[s as usize].0 as usize] {
+                    Sym::Term(cls) => self.g.classes[cls as usize].non_ascii_uniform().is_some(),
+                    _ => false,
+                }
+        });
+        if !(uniform && self.advance(set, 0x4E00) == set) {
+            broken |= 1 << byte_group(0x80);
+        }
+        let loops = ((1u64 << GROUP_COUNT) - 1) & !broken;
+        self.loops[set as usize] = loops;
+        loops
     }
 
     /// True when some completion of the partial character is accepted by some stack
@@ -507,16 +541,34 @@ impl GrammarMatcher {
                     continue;
                 };
                 let child = trie.edge_node[e] as usize;
+                let end = trie.subtree_end[child] as usize;
+                if np.remain == 0
+                    && end > child + 1
+                    && trie.subtree_groups[child] & !engine.loops(nset) == 0
+                {
+                    // every token at and below `child` loops on this state: all allowed
+                    for &t in &trie.node_tokens
+                        [trie.tok_start[child] as usize..trie.tok_start[end] as usize]
+                    {
+                        mask.allow(t);
+                    }
+                    continue;
+                }
                 for &t in &trie.node_tokens
                     [trie.tok_start[child] as usize..trie.tok_start[child + 1] as usize]
                 {
                     mask.allow(t);
                 }
-                if trie.child_start[child] != trie.child_start[child + 1] {
+                if end > child + 1 {
                     walk.push((child as u32, nset, np));
                 }
             }
         }
+    }
+
+    /// Forgets the cached masks (the next [`GrammarMatcher::fill_mask`] walks the trie again).
+    pub fn clear_mask_cache(&mut self) {
+        self.cache.clear();
     }
 
     /// Drops every memoized transition and cached mask (memory grows with the number of

@@ -6,6 +6,43 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Group bit for "a token in this subtree is not valid UTF-8".
+pub(crate) const INVALID_UTF8: u64 = 1 << 63;
+
+/// Bytes are grouped so that a grammar state's self-loops can be checked against a whole
+/// subtree at once: each ASCII punctuation character and the control characters that matter
+/// (`\n`, `\t`, `\r`) have their own bit; digits, lowercase, uppercase, other controls,
+/// DEL and non-ASCII bytes share one bit per group.
+pub(crate) fn byte_group(b: u8) -> u32 {
+    match b {
+        b'\n' => 0,
+        b'\t' => 1,
+        b'\r' => 2,
+        0..=0x1F => 3,
+        b' ' => 4,
+        b'0'..=b'9' => 5,
+        b'a'..=b'z' => 6,
+        b'A'..=b'Z' => 7,
+        0x7F => 8,
+        0x80..=0xFF => 9,
+        // the 32 ASCII punctuation characters: ! to /, : to @, [ to `, { to ~
+        b'!'..=b'/' => 10 + u32::from(b - b'!'),
+        b':'..=b'@' => 25 + u32::from(b - b':'),
+        b'['..=b'`' => 32 + u32::from(b - b'['),
+        b'{'..=b'~' => 38 + u32::from(b - b'{'),
+    }
+}
+
+/// The bytes of each group, for checking which groups a grammar state loops on.
+pub(crate) const GROUP_COUNT: u32 = 42;
+
+/// True when `b` is valid UTF-8 under strict decoding, allowing an incomplete last character.
+pub(crate) fn valid_utf8_prefix(b: &[u8]) -> bool {
+    match std::str::from_utf8(b) {
+        Ok(_) => true,
+        Err(e) => e.error_len().is_none(),
+    }
+}
 /// The vocabulary as a byte trie, plus which tokens end generation.
 ///
 /// Tokens with empty byte strings (control/special tokens) are never allowed by a grammar,
@@ -29,6 +66,11 @@ pub struct TokenTrie {
     /// Tokens ending at node `n` are `node_tokens[tok_start[n]..tok_start[n + 1]]`.
     pub(crate) tok_start: Vec<u32>,
     pub(crate) node_tokens: Vec<u32>,
+    /// Nodes are in preorder: the subtree of `n` is `n..subtree_end[n]`.
+    pub(crate) subtree_end: Vec<u32>,
+    /// Byte groups ([`byte_group`]) of every edge below `n`, plus [`INVALID_UTF8`] when a
+    /// token below `n` is not valid UTF-8 (an incomplete last character is fine).
+    pub(crate) subtree_groups: Vec<u64>,
     eog: Vec<u32>,
     is_eog: Vec<bool>,
     /// Every token's bytes, for accepting a token by id.
@@ -91,6 +133,20 @@ impl TokenTrie {
             node_tokens[fill[node as usize] as usize] = t;
             fill[node as usize] += 1;
         }
+        // preorder subtree ends and byte groups, bottom-up
+        let mut subtree_end: Vec<u32> = (1..=n as u32).collect();
+        let mut subtree_groups = vec![0u64; n];
+        for &(node, t) in &ends {
+            if !valid_utf8_prefix(&tokens[t as usize]) {
+                subtree_groups[node as usize] |= INVALID_UTF8;
+            }
+        }
+        for child in (1..n).rev() {
+            let (p, b) = parent_of[child];
+            let p = p as usize;
+            subtree_end[p] = subtree_end[p].max(subtree_end[child]);
+            subtree_groups[p] |= subtree_groups[child] | (1 << byte_group(b));
+        }
         let mut is_eog = vec![false; vocab_size];
         let mut eog = Vec::new();
         for &e in eog_tokens {
@@ -114,6 +170,8 @@ impl TokenTrie {
             edge_node,
             tok_start,
             node_tokens,
+            subtree_end,
+            subtree_groups,
             eog,
             is_eog,
             bytes_start,
@@ -265,6 +323,19 @@ mod tests {
             &t.node_tokens[t.tok_start[ab] as usize..t.tok_start[ab + 1] as usize],
             &[0, 5]
         );
+    }
+
+    #[test]
+    fn byte_groups_cover_every_byte() {
+        let mut seen = vec![false; GROUP_COUNT as usize];
+        for b in 0..=255u8 {
+            let g = byte_group(b);
+            assert!(g < GROUP_COUNT);
+            seen[g as usize] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
+        assert!(valid_utf8_prefix("é".as_bytes()) && valid_utf8_prefix(&"é".as_bytes()[..1]));
+        assert!(!valid_utf8_prefix(&[0x80]) && !valid_utf8_prefix(&[0xE0, 0x80]));
     }
 
     #[test]

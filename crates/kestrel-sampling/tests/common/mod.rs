@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod big_vocab;
+
 use kestrel_sampling::{Grammar, GrammarMatcher, TokenMask, TokenTrie};
 
 /// Every single byte except NUL, a few multi-byte strings (words, JSON and C pieces, UTF-8
