@@ -6,6 +6,7 @@
 //! - [`Grammar`] (GBNF, llama.cpp syntax), [`GrammarMatcher`] (pushdown matcher over code
 //!   points) and [`TokenTrie`] + [`TokenMask`] (allowed-token mask over a vocabulary trie);
 //!   [`Sampler::sample_constrained`] samples under a grammar.
+//! - [`json_schema_to_gbnf`] / [`Grammar::from_json_schema`]: JSON Schema to grammar.
 //!
 //! ```
 //! use kestrel_sampling::{Sampler, SamplingConfig};
@@ -29,6 +30,9 @@ mod stop;
 
 pub use config::SamplingConfig;
 pub use error::SamplingError;
+pub use grammar::json_schema::{
+    text_to_gbnf as json_schema_text_to_gbnf, to_gbnf as json_schema_to_gbnf,
+};
 pub use grammar::matcher::GrammarMatcher;
 pub use grammar::token_trie::{TokenMask, TokenTrie};
 pub use grammar::Grammar;

@@ -1,10 +1,13 @@
-//! Grammar-constrained decoding: GBNF grammars ([`Grammar::from_gbnf`]) compiled to rules, a pushdown matcher over Unicode code
+//! Grammar-constrained decoding: GBNF grammars ([`Grammar::from_gbnf`]) and JSON Schemas
+//! ([`Grammar::from_json_schema`]) compiled to rules, a pushdown matcher over Unicode code
 //! points ([`GrammarMatcher`]) and the allowed-token mask computed against a prefix trie of the
 //! vocabulary ([`TokenTrie`], [`TokenMask`]).
 
 pub(crate) mod class;
+pub(crate) mod json_schema;
 pub(crate) mod matcher;
 pub(crate) mod parse;
+pub(crate) mod regex;
 pub(crate) mod token_trie;
 
 use std::sync::Arc;
@@ -67,6 +70,18 @@ impl Grammar {
         Ok(Self {
             inner: Arc::new(compile(rules, root_id, text.to_string())),
         })
+    }
+
+    /// Compiles a JSON Schema to GBNF ([`json_schema_to_gbnf`](crate::json_schema_to_gbnf))
+    /// and parses it: the grammar matches JSON texts valid against the schema.
+    pub fn from_json_schema(schema: &serde_json::Value) -> Result<Self, SamplingError> {
+        Self::from_gbnf(&json_schema::to_gbnf(schema)?)
+    }
+
+    /// Like [`Grammar::from_json_schema`], from the schema's text: object properties are
+    /// generated in the order they are written (use this for schema files).
+    pub fn from_json_schema_str(schema: &str) -> Result<Self, SamplingError> {
+        Self::from_gbnf(&json_schema::text_to_gbnf(schema)?)
     }
 
     /// The GBNF text this grammar was built from.
