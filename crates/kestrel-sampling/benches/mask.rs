@@ -8,7 +8,7 @@
 //! Run: `cargo bench -p kestrel-sampling --bench mask`
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use kestrel_sampling::{Grammar, GrammarMatcher, TokenMask, TokenTrie};
+use kestrel_sampling::{Grammar, GrammarMatcher, Sampler, SamplingConfig, TokenMask, TokenTrie};
 
 #[path = "../tests/common/big_vocab.rs"]
 mod big_vocab;
@@ -57,6 +57,79 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    group.finish();
+
+    // a schema grammar: inside a length-bounded string and after a key
+    let person = include_str!("../tests/fixtures/schemas/person.json");
+    let g = Grammar::from_json_schema_str(person).unwrap();
+    let mut group = c.benchmark_group("person_schema_mask_262k");
+    group.sample_size(20);
+    for (name, prefix) in [
+        ("in_name", "{\"name\": \"Ad"),
+        ("after_age", "{\"name\": \"Ada\", \"age\": 36"),
+    ] {
+        let mut m = GrammarMatcher::new(&g);
+        m.accept_str(prefix).unwrap();
+        let mut mask = TokenMask::new(vocab.len());
+        group.bench_function(format!("warm/{name}"), |b| {
+            b.iter(|| {
+                m.clear_mask_cache();
+                m.fill_mask(&trie, &mut mask);
+            })
+        });
+    }
+    group.finish();
+
+    // a whole sampling step over 262k logits, for scale
+    let logits: Vec<f32> = (0..vocab.len())
+        .map(|i| ((i * 2_654_435_761) % 1000) as f32 / 100.0 - 5.0)
+        .collect();
+    let mut group = c.benchmark_group("sample_262k");
+    group.sample_size(20);
+    let mut work = logits.clone();
+    for (name, cfg) in [
+        ("greedy", SamplingConfig::greedy()),
+        (
+            "dist",
+            SamplingConfig {
+                seed: Some(1),
+                ..Default::default()
+            },
+        ),
+        (
+            "top_k40_top_p0.95",
+            SamplingConfig {
+                seed: Some(1),
+                top_k: 40,
+                top_p: 0.95,
+                ..Default::default()
+            },
+        ),
+    ] {
+        let mut s = Sampler::new(&cfg, vocab.len()).unwrap();
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                work.copy_from_slice(&logits);
+                s.sample(&mut work, &[]).unwrap()
+            })
+        });
+    }
+    let json = Grammar::from_gbnf(JSON).unwrap();
+    let cfg = SamplingConfig {
+        seed: Some(1),
+        grammar_first: true,
+        ..Default::default()
+    };
+    let mut s = Sampler::new(&cfg, vocab.len()).unwrap();
+    let mut m = GrammarMatcher::new(&json);
+    m.accept_str("{\"name\": \"Jo").unwrap();
+    group.bench_function("dist_json_in_string_mask_uncached", |b| {
+        b.iter(|| {
+            work.copy_from_slice(&logits);
+            m.clear_mask_cache();
+            s.sample_constrained(&mut work, &[], &mut m, &trie).unwrap()
+        })
+    });
     group.finish();
 }
 

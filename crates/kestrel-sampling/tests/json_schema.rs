@@ -157,3 +157,35 @@ fn value_and_text_entry_points_differ_only_in_property_order() {
     };
     assert!(accepts(&by_value, doc));
 }
+
+#[test]
+fn mask_matches_direct_acceptance_in_length_bounded_strings() {
+    use kestrel_sampling::TokenMask;
+    let (vocab, eog) = common::big_vocab::synthetic_vocab(40_000);
+    let trie = TokenTrie::new(&vocab, &[eog]);
+    let mut mask = TokenMask::new(vocab.len());
+    let text = &texts().into_iter().find(|(n, _)| n == "person").unwrap().1;
+    let g = Grammar::from_json_schema_str(text).unwrap();
+    let long = "x".repeat(36);
+    let prefixes = [
+        "{\"name\": \"".to_string(),
+        "{\"name\": \"Ad".to_string(),
+        format!("{{\"name\": \"{long}"),
+        format!("{{\"name\": \"{long}abc"),
+        "{\"name\": \"A\", \"age\": 3".to_string(),
+        "{\"name\": \"A\", \"age\": 3, \"address\": {\"city\": \"ab".to_string(),
+    ];
+    for prefix in &prefixes {
+        let mut m = GrammarMatcher::new(&g);
+        m.accept_str(prefix).unwrap();
+        m.fill_mask(&trie, &mut mask);
+        for t in 0..vocab.len() as u32 {
+            assert_eq!(
+                mask.is_allowed(t),
+                m.accepts_token(&trie, t),
+                "after {prefix:?}: token {t} {:?}",
+                String::from_utf8_lossy(&vocab[t as usize])
+            );
+        }
+    }
+}

@@ -73,8 +73,9 @@ struct Engine {
     ascii: Vec<u32>,
     /// Transitions on non-ASCII code points.
     trans: FxMap<(u32, u32), u32>,
-    /// Per set: the byte groups on which it loops back to itself (`INVALID_UTF8` = not computed).
-    loops: Vec<u64>,
+    /// Per set: byte groups whose every byte leads to one common next set, and that set
+    /// (`INVALID_UTF8` in the groups = not computed yet).
+    uniform: Vec<(u64, u32)>,
     scratch: Vec<u32>,
     todo: Vec<u32>,
     seen: FxMap<u32, ()>,
@@ -94,7 +95,7 @@ impl Engine {
             set_complete: Vec::new(),
             ascii: Vec::new(),
             trans: FxMap::default(),
-            loops: Vec::new(),
+            uniform: Vec::new(),
             scratch: Vec::new(),
             todo: Vec::new(),
             seen: FxMap::default(),
@@ -178,7 +179,7 @@ impl Engine {
         self.set_complete.push(stacks.contains(&NIL));
         self.set_ids.insert(stacks.clone().into_boxed_slice(), id);
         self.ascii.resize(self.sets.len() * 128, UNKNOWN);
-        self.loops.push(INVALID_UTF8);
+        self.uniform.push((INVALID_UTF8, DEAD));
         id
     }
 
@@ -245,34 +246,76 @@ impl Engine {
         id
     }
 
-    /// The byte groups ([`byte_group`]) every byte of which leads from `set` back to `set`.
-    /// Non-ASCII bytes count as looping when every stack top treats all non-ASCII code points
-    /// alike and one of them loops. A trie subtree whose tokens are valid UTF-8 and use only
-    /// looping groups is allowed whole, without walking it.
-    fn loops(&mut self, set: u32) -> u64 {
-        let known = self.loops[set as usize];
-        if known & INVALID_UTF8 == 0 {
+    /// The byte groups ([`byte_group`]) all of whose bytes lead from `set` to one common,
+    /// live set, and that set. Non-ASCII bytes count when every stack top treats all non-ASCII
+    /// code points alike and one of them leads there. A trie subtree of height `h` whose
+    /// tokens are valid UTF-8 and only use groups that stay uniform along `h` such steps is
+    /// allowed whole, without walking it (a string body loops on itself; a length-bounded one
+    /// counts down).
+    fn uniform(&mut self, set: u32) -> (u64, u32) {
+        let known = self.uniform[set as usize];
+        if known.0 & INVALID_UTF8 == 0 {
             return known;
         }
-        let mut broken = 0u64;
+        let mut next = [DEAD; 128];
         for b in 0..128u8 {
-            if self.advance(set, u32::from(b)) != set {
-                broken |= 1 << byte_group(b);
+            next[b as usize] = self.advance(set, u32::from(b));
+        }
+        // the common target: the one most bytes lead to (ties: the smaller set id)
+        let mut counts: Vec<(u32, u32)> = Vec::new();
+        for &n in next.iter().filter(|&&n| n != DEAD) {
+            match counts.iter_mut().find(|(s, _)| *s == n) {
+                Some(c) => c.1 += 1,
+                None => counts.push((n, 1)),
             }
         }
-        let uniform = self.members(set).iter().all(|&s| {
-            s == NIL
-                || match self.g.syms[self.nodes[s as usize].0 as usize] {
-                    Sym::Term(cls) => self.g.classes[cls as usize].non_ascii_uniform().is_some(),
-                    _ => false,
+        let target = counts
+            .iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+            .map_or(DEAD, |c| c.0);
+        let mut groups = 0u64;
+        if target != DEAD {
+            let mut broken = 0u64;
+            for b in 0..128u8 {
+                if next[b as usize] != target {
+                    broken |= 1 << byte_group(b);
                 }
-        });
-        if !(uniform && self.advance(set, 0x4E00) == set) {
-            broken |= 1 << byte_group(0x80);
+            }
+            let uniform = self.members(set).iter().all(|&s| {
+                s == NIL
+                    || match self.g.syms[self.nodes[s as usize].0 as usize] {
+                        Sym::Term(cls) => {
+                            self.g.classes[cls as usize].non_ascii_uniform().is_some()
+                        }
+                        _ => false,
+                    }
+            });
+            if !(uniform && self.advance(set, 0x4E00) == target) {
+                broken |= 1 << byte_group(0x80);
+            }
+            groups = ((1u64 << GROUP_COUNT) - 1) & !broken;
         }
-        let loops = ((1u64 << GROUP_COUNT) - 1) & !broken;
-        self.loops[set as usize] = loops;
-        loops
+        self.uniform[set as usize] = (groups, target);
+        (groups, target)
+    }
+
+    /// True when every token below a trie node (byte groups `groups`, height `height`) is
+    /// accepted from `set` by uniform steps alone.
+    fn subtree_allowed(&mut self, mut set: u32, groups: u64, height: u8) -> bool {
+        if groups & INVALID_UTF8 != 0 {
+            return false;
+        }
+        for _ in 0..height {
+            let (ok, next) = self.uniform(set);
+            if groups & !ok != 0 {
+                return false;
+            }
+            if next == set {
+                return true; // a loop: every further step is the same
+            }
+            set = next;
+        }
+        true
     }
 
     /// True when some completion of the partial character is accepted by some stack
@@ -544,7 +587,11 @@ impl GrammarMatcher {
                 let end = trie.subtree_end[child] as usize;
                 if np.remain == 0
                     && end > child + 1
-                    && trie.subtree_groups[child] & !engine.loops(nset) == 0
+                    && engine.subtree_allowed(
+                        nset,
+                        trie.subtree_groups[child],
+                        trie.subtree_height[child],
+                    )
                 {
                     // every token at and below `child` loops on this state: all allowed
                     for &t in &trie.node_tokens

@@ -71,6 +71,8 @@ pub struct TokenTrie {
     /// Byte groups ([`byte_group`]) of every edge below `n`, plus [`INVALID_UTF8`] when a
     /// token below `n` is not valid UTF-8 (an incomplete last character is fine).
     pub(crate) subtree_groups: Vec<u64>,
+    /// Longest path in bytes below `n` (capped at 255).
+    pub(crate) subtree_height: Vec<u8>,
     eog: Vec<u32>,
     is_eog: Vec<bool>,
     /// Every token's bytes, for accepting a token by id.
@@ -136,6 +138,7 @@ impl TokenTrie {
         // preorder subtree ends and byte groups, bottom-up
         let mut subtree_end: Vec<u32> = (1..=n as u32).collect();
         let mut subtree_groups = vec![0u64; n];
+        let mut subtree_height = vec![0u8; n];
         for &(node, t) in &ends {
             if !valid_utf8_prefix(&tokens[t as usize]) {
                 subtree_groups[node as usize] |= INVALID_UTF8;
@@ -146,6 +149,7 @@ impl TokenTrie {
             let p = p as usize;
             subtree_end[p] = subtree_end[p].max(subtree_end[child]);
             subtree_groups[p] |= subtree_groups[child] | (1 << byte_group(b));
+            subtree_height[p] = subtree_height[p].max(subtree_height[child].saturating_add(1));
         }
         let mut is_eog = vec![false; vocab_size];
         let mut eog = Vec::new();
@@ -172,6 +176,7 @@ impl TokenTrie {
             node_tokens,
             subtree_end,
             subtree_groups,
+            subtree_height,
             eog,
             is_eog,
             bytes_start,
