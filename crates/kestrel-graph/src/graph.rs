@@ -169,7 +169,7 @@ impl Graph {
     /// RoPE at the step's positions.
     pub fn rope(&mut self, name: &str, x: NodeId, p: RopeParams) -> Result<NodeId, GraphError> {
         let (rows, w) = self.shape(x)?;
-        if p.n_head * p.head_dim != w || p.n_rot > p.head_dim || p.n_rot % 2 != 0 {
+        if p.n_head * p.head_dim != w || p.n_rot > p.head_dim || !p.n_rot.is_multiple_of(2) {
             return Err(shape_err(
                 name,
                 format!(
@@ -197,7 +197,7 @@ impl Graph {
             && rk == Rows::Tokens
             && rv == Rows::Tokens
             && p.n_kv_head > 0
-            && p.n_head % p.n_kv_head == 0
+            && p.n_head.is_multiple_of(p.n_kv_head)
             && wq == p.n_head * p.head_dim_k
             && wk == p.n_kv_head * p.head_dim_k
             && wv == p.n_kv_head * p.head_dim_v;

@@ -112,7 +112,7 @@ impl DType {
     /// or the size overflows.
     pub fn row_bytes(self, n: usize) -> Option<usize> {
         let bs = self.block_size();
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.block_bytes())

@@ -34,7 +34,7 @@ fn block_count(
     values: usize,
     block_size: usize,
 ) -> Result<usize, QuantError> {
-    if block_size == 0 || values % block_size != 0 {
+    if block_size == 0 || !values.is_multiple_of(block_size) {
         return Err(QuantError::PartialBlock {
             ty,
             op,

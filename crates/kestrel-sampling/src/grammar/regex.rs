@@ -465,7 +465,7 @@ pub(crate) fn pattern_to_gbnf(
     let trailing_backslashes = body
         .strip_suffix('$')
         .map_or(0, |b| b.len() - b.trim_end_matches('\\').len());
-    let anchored_end = body.ends_with('$') && trailing_backslashes % 2 == 0;
+    let anchored_end = body.ends_with('$') && trailing_backslashes.is_multiple_of(2);
     if anchored_end {
         body = &body[..body.len() - 1];
     }

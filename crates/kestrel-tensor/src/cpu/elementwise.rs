@@ -44,7 +44,7 @@ fn same_len(op: &'static str, what: &'static str, expected: usize, actual: usize
 
 /// `b` either as long as `a` or one row that `a` is a whole number of.
 fn broadcast_ok(op: &'static str, a: usize, b: usize) -> Result<()> {
-    if b == a || (b > 0 && a % b == 0) {
+    if b == a || (b > 0 && a.is_multiple_of(b)) {
         Ok(())
     } else {
         Err(TensorError::LengthMismatch {

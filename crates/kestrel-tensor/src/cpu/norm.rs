@@ -10,7 +10,7 @@ use crate::error::{Result, TensorError};
 const MIN_ELEMS_PER_TASK: usize = 4096;
 
 fn check(op: &'static str, x: usize, row_len: usize, out: usize) -> Result<()> {
-    if row_len == 0 || x % row_len != 0 {
+    if row_len == 0 || !x.is_multiple_of(row_len) {
         return Err(TensorError::InvalidParam {
             op,
             why: "input is not a whole number of non-empty rows",

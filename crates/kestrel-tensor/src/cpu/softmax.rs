@@ -36,7 +36,7 @@ pub fn softmax(
     mask: Option<&[f32]>,
 ) -> Result<()> {
     const OP: &str = "softmax";
-    if row_len == 0 || x.len() % row_len != 0 {
+    if row_len == 0 || !x.len().is_multiple_of(row_len) {
         return Err(TensorError::InvalidParam {
             op: OP,
             why: "input is not a whole number of non-empty rows",
