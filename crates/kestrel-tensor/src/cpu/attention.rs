@@ -148,7 +148,8 @@ pub fn attention(
     out: &mut [f32],
 ) -> Result<()> {
     const OP: &str = "attention";
-    if p.n_head == 0 || p.n_kv_head == 0 || p.head_dim == 0 || p.n_head % p.n_kv_head != 0 {
+    if p.n_head == 0 || p.n_kv_head == 0 || p.head_dim == 0 || !p.n_head.is_multiple_of(p.n_kv_head)
+    {
         return Err(TensorError::InvalidParam {
             op: OP,
             why: "head counts and head_dim must be non-zero, n_head a multiple of n_kv_head",
@@ -181,7 +182,7 @@ pub fn attention(
     match (k, v) {
         (KvSlice::F32(k), KvSlice::F32(v)) => run(q, positions, k, v, kv_len, p, out),
         (KvSlice::F16(k), KvSlice::F16(v))
-            if (positions.len() < GGML_FA_TILE_Q || p.head_dim % 16 != 0)
+            if (positions.len() < GGML_FA_TILE_Q || !p.head_dim.is_multiple_of(16))
                 && p.head_dim <= MAX_F16_HEAD_DIM =>
         {
             run_f16_ggml(q, positions, k, v, kv_len, p, out)
@@ -289,6 +290,12 @@ fn run_f16_ggml(
     } else {
         p.scale
     };
+    #[cfg(target_arch = "x86_64")]
+    let (avx512, fma) = (
+        super::x86_64::f16_ops::available()
+            && super::dispatch::active_isa() >= super::dispatch::Isa::Avx512,
+        std::arch::is_x86_feature_detected!("fma"),
+    );
     out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
         let t = i / p.n_head;
         let h = i % p.n_head;
@@ -303,12 +310,18 @@ fn run_f16_ggml(
             softcap: p.softcap,
         };
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has FMA (checked just above).
+        if avx512 {
+            // SAFETY: the CPU has the features (checked above).
+            unsafe { f16_row_avx512(&row, o) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if fma {
+            // SAFETY: the CPU has FMA (checked above).
             unsafe { f16_row_fma(&row, o) };
             return;
         }
-        f16_row(&row, o);
+        f16_row::<ScalarF16>(&row, o);
     });
 }
 
@@ -324,28 +337,115 @@ struct F16Row<'a> {
     softcap: f32,
 }
 
+/// The vector ops of [`f16_row`]; the implementations round identically.
+trait F16Ops {
+    /// `ggml_vec_dot_f16`.
+    fn dot(a: &[f16], b: &[f16]) -> f32;
+    /// `acc = f16(fma(v, s, acc))`.
+    fn mad(acc: &mut [f16], v: &[f16], s: f32);
+    /// `acc = f16(acc · s)`.
+    fn scale(acc: &mut [f16], s: f32);
+    /// `dst = f16(src)`.
+    fn to_f16(src: &[f32], dst: &mut [f16]);
+    /// `dst = f32(src) · s`.
+    fn to_f32_scaled(src: &[f16], s: f32, dst: &mut [f32]);
+}
+
+/// Portable [`F16Ops`].
+struct ScalarF16;
+
+impl F16Ops for ScalarF16 {
+    #[inline(always)]
+    fn dot(a: &[f16], b: &[f16]) -> f32 {
+        dot_f16_ggml_x86(a, b)
+    }
+    #[inline(always)]
+    fn mad(acc: &mut [f16], v: &[f16], s: f32) {
+        // ggml_vec_mad_f16: _mm512_fmadd_ps(v, vs, acc), stored back as f16.
+        for (a, x) in acc.iter_mut().zip(v) {
+            *a = f16::from_f32(x.to_f32().mul_add(s, a.to_f32()));
+        }
+    }
+    #[inline(always)]
+    fn scale(acc: &mut [f16], s: f32) {
+        for a in acc.iter_mut() {
+            *a = f16::from_f32(a.to_f32() * s);
+        }
+    }
+    #[inline(always)]
+    fn to_f16(src: &[f32], dst: &mut [f16]) {
+        for (a, &x) in dst.iter_mut().zip(src) {
+            *a = f16::from_f32(x);
+        }
+    }
+    #[inline(always)]
+    fn to_f32_scaled(src: &[f16], s: f32, dst: &mut [f32]) {
+        for (y, a) in dst.iter_mut().zip(src) {
+            *y = a.to_f32() * s;
+        }
+    }
+}
+
+/// AVX-512 [`F16Ops`] (only used once the features were detected).
+#[cfg(target_arch = "x86_64")]
+struct Avx512F16;
+
+#[cfg(target_arch = "x86_64")]
+impl F16Ops for Avx512F16 {
+    #[inline(always)]
+    fn dot(a: &[f16], b: &[f16]) -> f32 {
+        // SAFETY: Avx512F16 is only used behind `f16_ops::available()`.
+        unsafe { super::x86_64::f16_ops::dot_f16(a, b) }
+    }
+    #[inline(always)]
+    fn mad(acc: &mut [f16], v: &[f16], s: f32) {
+        // SAFETY: as above.
+        unsafe { super::x86_64::f16_ops::mad_f16(acc, v, s) }
+    }
+    #[inline(always)]
+    fn scale(acc: &mut [f16], s: f32) {
+        // SAFETY: as above.
+        unsafe { super::x86_64::f16_ops::scale_f16(acc, s) }
+    }
+    #[inline(always)]
+    fn to_f16(src: &[f32], dst: &mut [f16]) {
+        // SAFETY: as above.
+        unsafe { super::x86_64::f16_ops::to_f16(src, dst) }
+    }
+    #[inline(always)]
+    fn to_f32_scaled(src: &[f16], s: f32, dst: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { super::x86_64::f16_ops::to_f32_scaled(src, s, dst) }
+    }
+}
+
 /// [`f16_row`] compiled with FMA, so `mul_add` is one instruction rather than a libm call.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "fma")]
-unsafe fn f16_row_fma(r: &F16Row<'_>, o: &mut [f32]) {
-    f16_row(r, o)
+fn f16_row_fma(r: &F16Row<'_>, o: &mut [f32]) {
+    f16_row::<ScalarF16>(r, o)
+}
+
+/// [`f16_row`] with the AVX-512 vector ops.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c,fma")]
+fn f16_row_avx512(r: &F16Row<'_>, o: &mut [f32]) {
+    f16_row::<Avx512F16>(r, o)
 }
 
 #[inline(always)]
-fn f16_row(r: &F16Row<'_>, o: &mut [f32]) {
+fn f16_row<O: F16Ops>(r: &F16Row<'_>, o: &mut [f32]) {
     let hd = r.q.len();
     let mut qbuf = [f16::ZERO; MAX_F16_HEAD_DIM];
     let q16 = &mut qbuf[..hd];
-    for (a, &x) in q16.iter_mut().zip(r.q) {
-        *a = f16::from_f32(x);
-    }
+    O::to_f16(r.q, q16);
     let mut abuf = [f16::ZERO; MAX_F16_HEAD_DIM];
     let acc = &mut abuf[..hd];
     let mut s_sum = 0f32;
     let mut m = f32::NEG_INFINITY;
     for j in r.keys.0..r.keys.1 {
         let off = j * r.kv_stride + r.head_off;
-        let mut s = dot_f16_ggml_x86(&r.k[off..off + hd], q16) * r.scale;
+        let mut s = O::dot(&r.k[off..off + hd], q16) * r.scale;
         if r.softcap != 0.0 {
             s = r.softcap * s.tanh();
         }
@@ -356,24 +456,17 @@ fn f16_row(r: &F16Row<'_>, o: &mut [f32]) {
             m = s;
             ms = (m_old - m).exp();
             // ggml_vec_scale_f16
-            for a in acc.iter_mut() {
-                *a = f16::from_f32(a.to_f32() * ms);
-            }
+            O::scale(acc, ms);
         } else {
             vs = (s - m).exp();
         }
-        // ggml_vec_mad_f16: _mm512_fmadd_ps(v, vs, acc), stored back as f16.
-        for (a, x) in acc.iter_mut().zip(&r.v[off..off + hd]) {
-            *a = f16::from_f32(x.to_f32().mul_add(vs, a.to_f32()));
-        }
+        O::mad(acc, &r.v[off..off + hd], vs);
         // `S = S*ms + vs`, contracted to one FMA by the GCC build of ops.cpp (bit-identical to
         // libggml-cpu only this way; tests/ggml_ops.rs).
         s_sum = s_sum.mul_add(ms, vs);
     }
     let inv = if s_sum == 0.0 { 0.0 } else { 1.0 / s_sum };
-    for (y, a) in o.iter_mut().zip(acc.iter()) {
-        *y = a.to_f32() * inv;
-    }
+    O::to_f32_scaled(acc, inv, o);
 }
 
 #[cfg(test)]

@@ -5,6 +5,9 @@
 //! reference; the tolerances are in each function's docs.
 
 pub(crate) mod block;
+pub mod dispatch;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86_64;
 
 pub mod attention;
 pub mod convert;

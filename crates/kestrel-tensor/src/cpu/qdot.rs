@@ -23,6 +23,7 @@ use kestrel_gguf::quant::{
     BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK_K,
 };
 
+use super::dispatch::{self, RowsFn};
 use super::q8::{self, BlockQ8_1, QK8};
 
 const KVALUES: [i8; 16] = quant::iq4_nl::KVALUES_IQ4NL;
@@ -37,8 +38,11 @@ pub(crate) trait QDot {
     /// Converts `x` (exactly `ACT_N * y.len()` values).
     fn quantize(x: &[f32], y: &mut [Self::Act]);
     /// Dots one weight row (raw bytes, any alignment) with a converted activation row of the
-    /// same length.
+    /// same length: the scalar twin.
     fn dot(w: &[u8], y: &[Self::Act]) -> f32;
+    /// The fastest kernel this CPU runs over many rows, giving [`QDot::dot`]'s results bit
+    /// for bit ([`dispatch::kernels`]).
+    fn rows_fn() -> RowsFn<Self::Act>;
 }
 
 /// Calls `f(i, &block)` for each block of `row`, in place when `row` is aligned for `B`, else
@@ -67,6 +71,11 @@ fn h(x: f16) -> f32 {
 
 macro_rules! qdot_type {
     ($name:ident, $act:ty, $n:expr, $quant:path, $dot:ident) => {
+        qdot_type!($name, $act, $n, $quant, $dot, |_k| dispatch::scalar_rows::<
+            $name,
+        >);
+    };
+    ($name:ident, $act:ty, $n:expr, $quant:path, $dot:ident, |$k:ident| $pick:expr) => {
         pub(crate) struct $name;
         impl QDot for $name {
             type Act = $act;
@@ -79,21 +88,64 @@ macro_rules! qdot_type {
             fn dot(w: &[u8], y: &[$act]) -> f32 {
                 $dot(w, y)
             }
+            #[inline]
+            fn rows_fn() -> RowsFn<$act> {
+                let $k = dispatch::kernels();
+                $pick
+            }
         }
     };
 }
 
-qdot_type!(DQ4_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q4_0_x86);
-qdot_type!(DQ4_1, BlockQ8_1, QK8, q8::quantize_row_q8_1, dot_q4_1_x86);
-qdot_type!(DQ5_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q5_0_x86);
-qdot_type!(DQ5_1, BlockQ8_1, QK8, q8::quantize_row_q8_1, dot_q5_1_x86);
-qdot_type!(DQ8_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q8_0_x86);
+qdot_type!(
+    DQ4_0,
+    BlockQ8_0,
+    QK8,
+    q8::quantize_row_q8_0,
+    dot_q4_0_x86,
+    |k| k.q4_0
+);
+qdot_type!(
+    DQ4_1,
+    BlockQ8_1,
+    QK8,
+    q8::quantize_row_q8_1,
+    dot_q4_1_x86,
+    |k| k.q4_1
+);
+qdot_type!(
+    DQ5_0,
+    BlockQ8_0,
+    QK8,
+    q8::quantize_row_q8_0,
+    dot_q5_0_x86,
+    |k| k.q5_0
+);
+qdot_type!(
+    DQ5_1,
+    BlockQ8_1,
+    QK8,
+    q8::quantize_row_q8_1,
+    dot_q5_1_x86,
+    |k| k.q5_1
+);
+qdot_type!(
+    DQ8_0,
+    BlockQ8_0,
+    QK8,
+    q8::quantize_row_q8_0,
+    dot_q8_0_x86,
+    |k| k.q8_0
+);
 qdot_type!(DIQ4NL, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_iq4_nl);
 qdot_type!(DQ2K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q2_k);
 qdot_type!(DQ3K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q3_k);
-qdot_type!(DQ4K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q4_k);
-qdot_type!(DQ5K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q5_k);
-qdot_type!(DQ6K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q6_k);
+qdot_type!(DQ4K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q4_k, |k| k
+    .q4_k);
+qdot_type!(DQ5K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q5_k, |k| k
+    .q5_k);
+qdot_type!(DQ6K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q6_k, |k| k
+    .q6_k);
 qdot_type!(DQ8K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q8_k);
 qdot_type!(DIQ4XS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq4_xs);
 qdot_type!(DF16, u16, 1, q8::convert_row_f16, dot_f16);

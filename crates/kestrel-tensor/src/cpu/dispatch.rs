@@ -1,0 +1,153 @@
+//! Runtime choice of the dot kernels: once per process, the CPU's features pick the fastest
+//! instruction set kestrel has kernels for (AVX-512 VNNI, AVX2, or the scalar twins in
+//! [`super::qdot`]), and [`kernels`] hands out a table of plain function pointers that the
+//! matmul fetches once per call.
+//!
+//! Every SIMD kernel computes the same integer block sums and the same f32 operations in the
+//! same order as its scalar twin, so the choice changes speed, never results (the tests check
+//! bit equality on random blocks for every ISA this CPU has).
+//!
+//! `KESTREL_ISA=scalar|avx2|avx512` caps the choice (for benchmarks and A/B checks); a value
+//! this CPU cannot run, or an unknown one, falls back to the best it can.
+
+use std::sync::OnceLock;
+
+use kestrel_gguf::quant::{BlockQ8K, BlockQ8_0};
+
+use super::q8::BlockQ8_1;
+use super::qdot::{self, QDot};
+
+/// An instruction set kestrel has CPU kernels for, weakest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Isa {
+    /// Portable Rust (the scalar twins every SIMD kernel is tested against).
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+    /// x86-64 AVX-512 F/BW/VL + VNNI (on top of AVX2).
+    Avx512,
+}
+
+impl Isa {
+    /// The lowercase name (`scalar`, `avx2`, `avx512`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// Parses a name as [`Isa::name`] writes it.
+    pub fn from_name(s: &str) -> Option<Isa> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "scalar" => Some(Isa::Scalar),
+            "avx2" => Some(Isa::Avx2),
+            "avx512" => Some(Isa::Avx512),
+            _ => None,
+        }
+    }
+
+    /// The best instruction set this CPU runs.
+    pub fn detected() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if super::x86_64::has_avx512() {
+                return Isa::Avx512;
+            }
+            if super::x86_64::has_avx2() {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Scalar
+    }
+
+    /// Every instruction set this CPU runs, weakest first (for tests and benches).
+    pub fn available() -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|&i| i <= Isa::detected())
+            .collect()
+    }
+}
+
+/// Dots of consecutive weight rows (raw block bytes, any alignment; `w` holds exactly
+/// `out.len()` rows) with one converted activation row: `out[r] = row r · y`.
+pub(crate) type RowsFn<A> = fn(w: &[u8], y: &[A], out: &mut [f32]);
+
+/// [`RowsFn`] over a scalar twin: one [`QDot::dot`] per row.
+pub(crate) fn scalar_rows<D: QDot>(w: &[u8], y: &[D::Act], out: &mut [f32]) {
+    if out.is_empty() {
+        return;
+    }
+    let rb = w.len() / out.len();
+    for (o, wr) in out.iter_mut().zip(w.chunks_exact(rb)) {
+        *o = D::dot(wr, y);
+    }
+}
+
+/// The row kernels of one instruction set, per weight type that has SIMD kernels (the others
+/// always run their scalar twins).
+#[derive(Clone, Copy)]
+pub(crate) struct Kernels {
+    pub isa: Isa,
+    pub q4_0: RowsFn<BlockQ8_0>,
+    pub q4_1: RowsFn<BlockQ8_1>,
+    pub q5_0: RowsFn<BlockQ8_0>,
+    pub q5_1: RowsFn<BlockQ8_1>,
+    pub q8_0: RowsFn<BlockQ8_0>,
+    pub q4_k: RowsFn<BlockQ8K>,
+    pub q5_k: RowsFn<BlockQ8K>,
+    pub q6_k: RowsFn<BlockQ8K>,
+}
+
+impl Kernels {
+    /// The scalar twins.
+    const SCALAR: Kernels = Kernels {
+        isa: Isa::Scalar,
+        q4_0: scalar_rows::<qdot::DQ4_0>,
+        q4_1: scalar_rows::<qdot::DQ4_1>,
+        q5_0: scalar_rows::<qdot::DQ5_0>,
+        q5_1: scalar_rows::<qdot::DQ5_1>,
+        q8_0: scalar_rows::<qdot::DQ8_0>,
+        q4_k: scalar_rows::<qdot::DQ4K>,
+        q5_k: scalar_rows::<qdot::DQ5K>,
+        q6_k: scalar_rows::<qdot::DQ6K>,
+    };
+
+    /// The kernels of `isa`, or `None` when this CPU cannot run it.
+    pub(crate) fn for_isa(isa: Isa) -> Option<Kernels> {
+        if isa > Isa::detected() {
+            return None;
+        }
+        match isa {
+            Isa::Scalar => Some(Kernels::SCALAR),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => Some(super::x86_64::avx2_kernels(Kernels::SCALAR)),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => Some(super::x86_64::avx512_kernels(Kernels::SCALAR)),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+}
+
+static KERNELS: OnceLock<Kernels> = OnceLock::new();
+
+/// The kernels in use: the best this CPU runs, capped by `KESTREL_ISA`.
+pub(crate) fn kernels() -> &'static Kernels {
+    KERNELS.get_or_init(|| {
+        let best = Isa::detected();
+        let want = std::env::var("KESTREL_ISA")
+            .ok()
+            .and_then(|s| Isa::from_name(&s))
+            .map_or(best, |w| w.min(best));
+        Kernels::for_isa(want).unwrap_or(Kernels::SCALAR)
+    })
+}
+
+/// The instruction set the CPU kernels run with in this process.
+pub fn active_isa() -> Isa {
+    kernels().isa
+}

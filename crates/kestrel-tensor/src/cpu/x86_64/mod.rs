@@ -1,0 +1,183 @@
+//! x86-64 SIMD kernels, one module per instruction set: [`avx2`] (AVX2 + FMA + F16C) and
+//! [`avx512`] (the same kernels with AVX-512 VNNI's `vpdpbusd` summing four byte products per
+//! lane in one instruction). Both are instantiated from the one kernel body in
+//! [`q8_family`], so the two sets cannot drift apart; each is bit-identical to its scalar twin
+//! in `cpu::qdot` (tests below).
+//!
+//! The kernels are `unsafe` (they need CPU features); [`avx2_kernels`] / [`avx512_kernels`]
+//! wrap them in safe functions that [`super::dispatch`] only hands out once the features were
+//! detected.
+
+#[macro_use]
+mod q8_family;
+
+pub(crate) mod avx2;
+pub(crate) mod avx512;
+pub(crate) mod f16_ops;
+
+use super::dispatch::Kernels;
+
+/// AVX2 + FMA + F16C.
+pub(crate) fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+/// [`has_avx2`] plus AVX-512 F/BW/VL and VNNI.
+pub(crate) fn has_avx512() -> bool {
+    has_avx2()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+/// Safe wrappers over one ISA module's kernels: each calls the `unsafe` kernel, which is sound
+/// because the wrappers are only reachable through a table built after detection.
+macro_rules! safe_table {
+    ($isa:ident, $detect:ident, $base:expr, $variant:expr) => {{
+        mod wrap {
+            use kestrel_gguf::quant::BlockQ8_0;
+
+            use crate::cpu::q8::BlockQ8_1;
+
+            pub(super) fn q4_0(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
+                // SAFETY: only called through a table made when the features were detected.
+                unsafe { super::$isa::rows_q4_0(w, y, out) }
+            }
+            pub(super) fn q4_1(w: &[u8], y: &[BlockQ8_1], out: &mut [f32]) {
+                // SAFETY: only called through a table made when the features were detected.
+                unsafe { super::$isa::rows_q4_1(w, y, out) }
+            }
+            pub(super) fn q5_0(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
+                // SAFETY: only called through a table made when the features were detected.
+                unsafe { super::$isa::rows_q5_0(w, y, out) }
+            }
+            pub(super) fn q5_1(w: &[u8], y: &[BlockQ8_1], out: &mut [f32]) {
+                // SAFETY: only called through a table made when the features were detected.
+                unsafe { super::$isa::rows_q5_1(w, y, out) }
+            }
+            pub(super) fn q8_0(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
+                // SAFETY: only called through a table made when the features were detected.
+                unsafe { super::$isa::rows_q8_0(w, y, out) }
+            }
+        }
+        assert!(
+            $detect(),
+            "{} kernels requested on a CPU without them",
+            stringify!($isa)
+        );
+        Kernels {
+            isa: $variant,
+            q4_0: wrap::q4_0,
+            q4_1: wrap::q4_1,
+            q5_0: wrap::q5_0,
+            q5_1: wrap::q5_1,
+            q8_0: wrap::q8_0,
+            ..$base
+        }
+    }};
+}
+
+/// The AVX2 table over `base` (types without an AVX2 kernel keep `base`'s).
+///
+/// # Panics
+/// If the CPU lacks AVX2/FMA/F16C (callers check [`has_avx2`] first).
+pub(crate) fn avx2_kernels(base: Kernels) -> Kernels {
+    safe_table!(avx2, has_avx2, base, super::dispatch::Isa::Avx2)
+}
+
+/// The AVX-512 table over `base`.
+///
+/// # Panics
+/// If the CPU lacks the features of [`has_avx512`].
+pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
+    safe_table!(avx512, has_avx512, base, super::dispatch::Isa::Avx512)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytemuck::Zeroable;
+    use kestrel_gguf::quant::BlockQ8_0;
+    use proptest::prelude::*;
+
+    use crate::cpu::dispatch::{Isa, Kernels};
+    use crate::cpu::q8::{self, BlockQ8_1};
+    use crate::cpu::testutil::{quantized_row, Rng};
+    use crate::DType;
+
+    /// `m` random weight rows of `dtype` (also at an odd byte offset) against q8_0 / q8_1
+    /// activations: every ISA's row kernel equals the scalar twin bit for bit.
+    fn check(dtype: DType, k: usize, m: usize, seed: u64, scale: f32) {
+        let mut rng = Rng::new(seed);
+        let mut w = Vec::new();
+        for _ in 0..m {
+            w.extend(quantized_row(&mut rng, dtype, k).0);
+        }
+        let mut shifted = vec![0u8; w.len() + 1];
+        shifted[1..].copy_from_slice(&w);
+        let x = rng.vec(k, scale);
+        let mut y0 = vec![BlockQ8_0::zeroed(); k / 32];
+        let mut y1 = vec![BlockQ8_1::zeroed(); k / 32];
+        q8::quantize_row_q8_0(&x, &mut y0);
+        q8::quantize_row_q8_1(&x, &mut y1);
+        let run = |kern: &Kernels, row: &[u8]| {
+            let mut out = vec![0f32; m];
+            match dtype {
+                DType::Q4_0 => (kern.q4_0)(row, &y0, &mut out),
+                DType::Q5_0 => (kern.q5_0)(row, &y0, &mut out),
+                DType::Q8_0 => (kern.q8_0)(row, &y0, &mut out),
+                DType::Q4_1 => (kern.q4_1)(row, &y1, &mut out),
+                DType::Q5_1 => (kern.q5_1)(row, &y1, &mut out),
+                _ => unreachable!(),
+            }
+            out
+        };
+        let scalar = Kernels::for_isa(Isa::Scalar).unwrap();
+        let want = run(&scalar, &w);
+        for isa in Isa::available() {
+            let simd = Kernels::for_isa(isa).unwrap();
+            for row in [&w[..], &shifted[1..]] {
+                let got = run(&simd, row);
+                for (r, (a, b)) in want.iter().zip(&got).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{dtype:?} k={k} row {r} of {m} seed={seed} {}: scalar {a} simd {b}",
+                        isa.name()
+                    );
+                }
+            }
+        }
+    }
+
+    const TYPES: [DType; 5] = [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+    ];
+
+    #[test]
+    fn q8_family_simd_equals_scalar_twin() {
+        eprintln!("ISAs on this CPU: {:?}", Isa::available());
+        for dtype in TYPES {
+            for (i, k) in [32usize, 64, 640, 2048].into_iter().enumerate() {
+                check(dtype, k, 1 + 2 * i, 7 + i as u64, 1.0);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn q8_family_simd_equals_scalar_twin_random(
+            t in 0usize..5, blocks in 1usize..40, m in 1usize..10, seed in any::<u64>(),
+            scale in 1e-3f32..1e3
+        ) {
+            check(TYPES[t], blocks * 32, m, seed, scale);
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! The one body of the q8_0-family dot kernels (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 weights against
+//! q8_0 / q8_1 activations), instantiated per instruction set by `q8_family_kernels!`.
+//!
+//! Per 32-value block: unpack the weights to 32 bytes, sum the byte products four at a time
+//! into 8 i32 lanes (lane `l`: bytes `4l..4l+4`; exact integers), convert the lanes to f32 and
+//! `acc = fma(d_w·d_x, lanes, acc)`; at the end ggml's `hsum_float_8`. That is the float order
+//! of ggml's x86 kernels and of the scalar twins `cpu::qdot::dot_*_x86`.
+//!
+//! The macro's caller provides, with its target features:
+//! - `sum_i8(x, y)`: lane sums of signed × signed bytes (`x` never holds -128 together with a
+//!   -128 in `y`: activations are in ±127),
+//! - `sum_u8(x, y)`: lane sums of unsigned (< 128) × signed bytes.
+
+macro_rules! q8_family_kernels {
+    ($features:literal) => {
+        use kestrel_gguf::quant::BlockQ8_0;
+
+        use crate::cpu::q8::BlockQ8_1;
+
+        /// f16 bits to f32 (exact).
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn fp16(bits: u16) -> f32 {
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+        }
+
+        /// Little-endian u16 at `p`.
+        #[inline(always)]
+        unsafe fn rd16(p: *const u8) -> u16 {
+            // SAFETY: the caller keeps `p..p+2` in bounds.
+            unsafe { u16::from_le_bytes([*p, *p.add(1)]) }
+        }
+
+        /// ggml's `hsum_float_8`: lanes `i + 4` and `i`, then `(0 + 2) + (1 + 3)`.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn hsum_float_8(x: __m256) -> f32 {
+            let mut r = _mm_add_ps(_mm256_extractf128_ps::<1>(x), _mm256_castps256_ps128(x));
+            r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+            r = _mm_add_ss(r, _mm_movehdup_ps(r));
+            _mm_cvtss_f32(r)
+        }
+
+        /// The 16 packed nibbles at `p` as 32 bytes: low nibbles, then high nibbles.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn nibbles(p: *const u8) -> __m256i {
+            // SAFETY: the caller keeps `p..p+16` in bounds; the load is unaligned.
+            let t = unsafe { _mm_loadu_si128(p.cast()) };
+            let both = _mm256_set_m128i(_mm_srli_epi16::<4>(t), t);
+            _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+        }
+
+        /// Bit `j` of the 4 bytes at `p` spread to byte `j`: 0xFF if set, else 0.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn bytes_from_bits_32(p: *const u8) -> __m256i {
+            // SAFETY: the caller keeps `p..p+4` in bounds.
+            let x32 = unsafe { u32::from_le_bytes([*p, *p.add(1), *p.add(2), *p.add(3)]) };
+            let shuf = _mm256_set_epi64x(
+                0x0303_0303_0303_0303,
+                0x0202_0202_0202_0202,
+                0x0101_0101_0101_0101,
+                0,
+            );
+            let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x32 as i32), shuf);
+            let bit_mask = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+            _mm256_cmpeq_epi8(_mm256_or_si256(bytes, bit_mask), _mm256_set1_epi64x(-1))
+        }
+
+        /// The activation quants of a q8 block.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn act(qs: &[i8; 32]) -> __m256i {
+            // SAFETY: 32 bytes, unaligned load.
+            unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) }
+        }
+
+        /// A weight block type: its size, whether it has a min, and the dot of one block's
+        /// lanes: `(d_w, m_w, lane sums)` for the block at `b` against activation quants `ya`
+        /// (`m_w` is 0 for the types without a min).
+        trait Blk {
+            const BS: usize;
+            const MIN: bool;
+            unsafe fn blk(b: *const u8, ya: __m256i) -> (f32, f32, __m256i);
+        }
+
+        /// Q4_0: `d`, 16 bytes of nibbles (value - 8).
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn blk_q4_0(b: *const u8, ya: __m256i) -> (f32, f32, __m256i) {
+            // SAFETY: the caller keeps the 18-byte block in bounds.
+            let (d, bx) = unsafe { (fp16(rd16(b)), nibbles(b.add(2))) };
+            (d, 0.0, sum_i8(_mm256_sub_epi8(bx, _mm256_set1_epi8(8)), ya))
+        }
+
+        /// Q4_1: `d`, `m`, 16 bytes of nibbles (unsigned).
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn blk_q4_1(b: *const u8, ya: __m256i) -> (f32, f32, __m256i) {
+            // SAFETY: the caller keeps the 20-byte block in bounds.
+            let (d, m, bx) = unsafe { (fp16(rd16(b)), fp16(rd16(b.add(2))), nibbles(b.add(4))) };
+            (d, m, sum_u8(bx, ya))
+        }
+
+        /// Q5_0: `d`, 4 bytes of high bits, 16 bytes of nibbles (value - 16).
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn blk_q5_0(b: *const u8, ya: __m256i) -> (f32, f32, __m256i) {
+            // SAFETY: the caller keeps the 22-byte block in bounds.
+            let (d, lo, hi) = unsafe {
+                (
+                    fp16(rd16(b)),
+                    nibbles(b.add(6)),
+                    bytes_from_bits_32(b.add(2)),
+                )
+            };
+            // bit clear: nibble - 16 (= nibble | 0xF0 as i8); bit set: the nibble + 16 - 16
+            let bx = _mm256_or_si256(lo, _mm256_andnot_si256(hi, _mm256_set1_epi8(0xf0u8 as i8)));
+            (d, 0.0, sum_i8(bx, ya))
+        }
+
+        /// Q5_1: `d`, `m`, 4 bytes of high bits, 16 bytes of nibbles (unsigned).
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn blk_q5_1(b: *const u8, ya: __m256i) -> (f32, f32, __m256i) {
+            // SAFETY: the caller keeps the 24-byte block in bounds.
+            let (d, m, lo, hi) = unsafe {
+                (
+                    fp16(rd16(b)),
+                    fp16(rd16(b.add(2))),
+                    nibbles(b.add(8)),
+                    bytes_from_bits_32(b.add(4)),
+                )
+            };
+            let bx = _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(0x10)));
+            (d, m, sum_u8(bx, ya))
+        }
+
+        /// Q8_0: `d`, 32 signed bytes.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn blk_q8_0(b: *const u8, ya: __m256i) -> (f32, f32, __m256i) {
+            // SAFETY: the caller keeps the 34-byte block in bounds.
+            let (d, bx) = unsafe { (fp16(rd16(b)), _mm256_loadu_si256(b.add(2).cast())) };
+            (d, 0.0, sum_i8(bx, ya))
+        }
+
+        /// An activation block: its quants, `d` and (q8_1) `s`.
+        trait Act {
+            /// `(quants, d, s)`; `s` is 0 for q8_0.
+            unsafe fn parts(&self) -> (__m256i, f32, f32);
+        }
+
+        impl Act for BlockQ8_0 {
+            #[inline(always)]
+            unsafe fn parts(&self) -> (__m256i, f32, f32) {
+                // SAFETY: 32 bytes, unaligned load; the caller has the CPU features.
+                unsafe { (act(&self.qs), fp16(self.d.to_bits()), 0.0) }
+            }
+        }
+
+        impl Act for BlockQ8_1 {
+            #[inline(always)]
+            unsafe fn parts(&self) -> (__m256i, f32, f32) {
+                // SAFETY: as above.
+                unsafe {
+                    (
+                        act(&self.qs),
+                        fp16(self.d.to_bits()),
+                        fp16(self.s.to_bits()),
+                    )
+                }
+            }
+        }
+
+        /// `R` weight rows (`rb` bytes apart from `base`) against one activation row: per row
+        /// ggml's float order (`acc = fma(d_w·d_x, lanes, acc)`, `Σ m·s` beside when `MIN`),
+        /// the rows interleaved so their dependency chains overlap.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn rows_n<B: Blk, A: Act, const R: usize>(
+            base: *const u8,
+            rb: usize,
+            y: &[A],
+            out: &mut [f32],
+        ) {
+            let mut acc = [_mm256_setzero_ps(); R];
+            let mut summs = [0f32; R];
+            for (i, yb) in y.iter().enumerate() {
+                // SAFETY: the caller has the CPU features.
+                let (ya, yd, ys) = unsafe { yb.parts() };
+                for j in 0..R {
+                    // SAFETY: row j's block i lies in the weights (checked by the caller).
+                    let (d, m, s) = unsafe { B::blk(base.add(j * rb + i * B::BS), ya) };
+                    if B::MIN {
+                        summs[j] = m.mul_add(ys, summs[j]);
+                    }
+                    acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(s), acc[j]);
+                }
+            }
+            for j in 0..R {
+                out[j] = if B::MIN {
+                    hsum_float_8(acc[j]) + summs[j]
+                } else {
+                    hsum_float_8(acc[j])
+                };
+            }
+        }
+
+        /// `out[r] = dot(weight row r, y)` for `out.len()` consecutive weight rows in `w`.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn rows<B: Blk, A: Act>(w: &[u8], y: &[A], out: &mut [f32]) {
+            let rb = y.len() * B::BS;
+            assert!(
+                out.len().checked_mul(rb) == Some(w.len()),
+                "dot: {} weight bytes for {} rows of {} blocks of {}",
+                w.len(),
+                out.len(),
+                y.len(),
+                B::BS
+            );
+            let base = w.as_ptr();
+            let mut r = 0;
+            while r + 4 <= out.len() {
+                // SAFETY: rows r..r+4 lie in w (checked above); features as the caller's.
+                unsafe { rows_n::<B, A, 4>(base.add(r * rb), rb, y, &mut out[r..r + 4]) };
+                r += 4;
+            }
+            while r < out.len() {
+                // SAFETY: as above, one row.
+                unsafe { rows_n::<B, A, 1>(base.add(r * rb), rb, y, &mut out[r..r + 1]) };
+                r += 1;
+            }
+        }
+
+        macro_rules! kernel {
+            ($rows:ident, $ty:ident, $blk:ident, $act:ty, $bs:expr, $min:expr, $doc:literal) => {
+                struct $ty;
+                impl Blk for $ty {
+                    const BS: usize = $bs;
+                    const MIN: bool = $min;
+                    #[inline(always)]
+                    unsafe fn blk(b: *const u8, ya: __m256i) -> (f32, f32, __m256i) {
+                        // SAFETY: the caller keeps the block in bounds and has the features.
+                        unsafe { $blk(b, ya) }
+                    }
+                }
+
+                #[doc = $doc]
+                #[doc = ""]
+                #[doc = "Many consecutive weight rows, `out[r]` for row `r`."]
+                #[target_feature(enable = $features)]
+                pub(crate) unsafe fn $rows(w: &[u8], y: &[$act], out: &mut [f32]) {
+                    // SAFETY: the caller has the CPU features.
+                    unsafe { rows::<$ty, $act>(w, y, out) }
+                }
+            };
+        }
+
+        kernel!(
+            rows_q4_0,
+            WQ4_0,
+            blk_q4_0,
+            BlockQ8_0,
+            18,
+            false,
+            "Q4_0 · q8_0."
+        );
+        kernel!(
+            rows_q4_1,
+            WQ4_1,
+            blk_q4_1,
+            BlockQ8_1,
+            20,
+            true,
+            "Q4_1 · q8_1 (`Σ m·s` in a scalar FMA beside the lanes)."
+        );
+        kernel!(
+            rows_q5_0,
+            WQ5_0,
+            blk_q5_0,
+            BlockQ8_0,
+            22,
+            false,
+            "Q5_0 · q8_0."
+        );
+        kernel!(
+            rows_q5_1,
+            WQ5_1,
+            blk_q5_1,
+            BlockQ8_1,
+            24,
+            true,
+            "Q5_1 · q8_1."
+        );
+        kernel!(
+            rows_q8_0,
+            WQ8_0,
+            blk_q8_0,
+            BlockQ8_0,
+            34,
+            false,
+            "Q8_0 · q8_0."
+        );
+    };
+}
