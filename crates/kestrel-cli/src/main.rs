@@ -29,6 +29,8 @@ enum Command {
     Run(commands::run::RunArgs),
     /// Perplexity of a text file, as llama-perplexity computes it.
     Perplexity(commands::perplexity::PerplexityArgs),
+    /// Prompt-processing and generation speed, as llama-bench measures them.
+    Bench(commands::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
         Command::Template(args) => commands::template::run(&args),
         Command::Run(args) => commands::run::run(&args),
         Command::Perplexity(args) => commands::perplexity::run(&args),
+        Command::Bench(args) => commands::bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -24,3 +24,13 @@ pub use kestrel_kv::KvDType;
 pub use kestrel_tensor as tensor;
 pub use kestrel_tokenizer as tokenizer;
 pub use model::{GenerateOptions, LoadOptions, Model, Output};
+
+/// The instruction set kestrel's CPU kernels run with in this process (`scalar`, `avx2`,
+/// `avx512`): the best the CPU has, capped by the `KESTREL_ISA` environment variable.
+///
+/// ```
+/// assert!(["scalar", "avx2", "avx512"].contains(&kestrel::cpu_isa()));
+/// ```
+pub fn cpu_isa() -> &'static str {
+    kestrel_tensor::cpu::dispatch::active_isa().name()
+}

@@ -126,6 +126,12 @@ impl Model {
         &self.generator
     }
 
+    /// The generator underneath, to drive prefill and decode steps directly (benchmarks,
+    /// custom decode loops).
+    pub fn generator_mut(&mut self) -> &mut Generator {
+        &mut self.generator
+    }
+
     /// Tokenize a prompt as `generate` does.
     pub fn encode(&self, prompt: &str, opts: &GenerateOptions) -> Result<Vec<u32>, Error> {
         Ok(self.tokenizer.encode(

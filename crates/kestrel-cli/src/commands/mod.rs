@@ -1,5 +1,6 @@
 //! One module per `kestrel` subcommand.
 
+pub mod bench;
 pub mod detokenize;
 pub mod inspect;
 pub mod perplexity;
