@@ -227,9 +227,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         let text = serde_json::to_string_pretty(&arr).map_err(|e| e.to_string())?;
         return print(&format!("{text}\n"));
     }
-    let mut out = format!(
+    let mut out = String::from(
         "| model | threads | isa | test | t/s (mean ± sd) | median | min | max |\n\
-         | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |\n"
+         | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |\n",
     );
     for r in &results {
         let ts = r.samples_ts();

@@ -79,8 +79,20 @@ fn sat_i8(v: i32) -> i8 {
     v.clamp(i8::MIN as i32, i8::MAX as i32) as i8
 }
 
-/// Quantizes `x` (exactly `32 * y.len()` values) to q8_0 as ggml's x86 `quantize_row_q8_0`.
+/// Quantizes `x` (exactly `32 * y.len()` values) to q8_0 as ggml's x86 `quantize_row_q8_0`
+/// (with AVX2 when the CPU has it; the bytes are the same).
 pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::dispatch::active_isa() >= super::dispatch::Isa::Avx2 && x.len() == y.len() * QK8 {
+        // SAFETY: the active ISA is at least AVX2, so the CPU has AVX2/FMA/F16C.
+        unsafe { super::x86_64::quantize::quantize_row_q8_0(x, y) };
+        return;
+    }
+    quantize_row_q8_0_scalar(x, y)
+}
+
+/// The scalar twin of [`quantize_row_q8_0`].
+pub(crate) fn quantize_row_q8_0_scalar(x: &[f32], y: &mut [BlockQ8_0]) {
     debug_assert_eq!(x.len(), y.len() * QK8);
     for (xb, yb) in x.chunks_exact(QK8).zip(y.iter_mut()) {
         let Ok(xb) = <&[f32; QK8]>::try_from(xb) else {
@@ -94,8 +106,20 @@ pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
     }
 }
 
-/// Quantizes `x` (exactly `32 * y.len()` values) to q8_1 as ggml's x86 `quantize_row_q8_1`.
+/// Quantizes `x` (exactly `32 * y.len()` values) to q8_1 as ggml's x86 `quantize_row_q8_1`
+/// (with AVX2 when the CPU has it; the bytes are the same).
 pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::dispatch::active_isa() >= super::dispatch::Isa::Avx2 && x.len() == y.len() * QK8 {
+        // SAFETY: the active ISA is at least AVX2, so the CPU has AVX2/FMA/F16C.
+        unsafe { super::x86_64::quantize::quantize_row_q8_1(x, y) };
+        return;
+    }
+    quantize_row_q8_1_scalar(x, y)
+}
+
+/// The scalar twin of [`quantize_row_q8_1`].
+pub(crate) fn quantize_row_q8_1_scalar(x: &[f32], y: &mut [BlockQ8_1]) {
     debug_assert_eq!(x.len(), y.len() * QK8);
     for (xb, yb) in x.chunks_exact(QK8).zip(y.iter_mut()) {
         let Ok(xb) = <&[f32; QK8]>::try_from(xb) else {
