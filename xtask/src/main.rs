@@ -4,7 +4,10 @@
 //! - `test`: fetch the models, then fmt, clippy and the workspace tests (what CI runs)
 //! - `demo`: the main job on the default model
 //! - `models-path [MODEL]`: print the model cache folder (or one model's path)
+//! - `bench [MODEL...]`: kestrel bench on the test models, interleaved with llama-bench when
+//!   `LLAMA_BENCH` names one, and the ratio per test
 
+mod bench;
 mod fetch;
 mod models;
 
@@ -47,6 +50,24 @@ enum Task {
     Test,
     /// The main job on the default model (fetches it first when it is not cached).
     Demo,
+    /// `kestrel bench` (pp/tg) on the test models; with LLAMA_BENCH=/path/to/llama-bench, also
+    /// llama-bench with the same settings, interleaved, and the ratio per test.
+    Bench {
+        /// Models (short names); default: every light model.
+        models: Vec<String>,
+        /// Threads.
+        #[arg(short, long, default_value_t = 2)]
+        threads: usize,
+        /// Prompt tokens of the pp test (0: skip).
+        #[arg(short = 'p', long, default_value_t = 512)]
+        n_prompt: usize,
+        /// Generated tokens of the tg test (0: skip).
+        #[arg(short = 'n', long, default_value_t = 128)]
+        n_gen: usize,
+        /// Interleaved rounds (the median is over them).
+        #[arg(short, long, default_value_t = 5)]
+        rounds: usize,
+    },
     /// Print the model cache folder, or the path of one model in it.
     ModelsPath {
         /// A model's short name or file name.
@@ -65,6 +86,32 @@ fn main() -> ExitCode {
         Task::Test => test(),
         Task::Demo => demo(),
         Task::ModelsPath { model } => models_path(model.as_deref()),
+        Task::Bench {
+            models,
+            threads,
+            n_prompt,
+            n_gen,
+            rounds,
+        } => run(&mut cargo_with(&[
+            "build",
+            "--release",
+            "-p",
+            "kestrel-cli",
+        ]))
+        .and_then(|()| {
+            bench::bench(
+                &std::env::var_os("CARGO_TARGET_DIR")
+                    .map_or_else(|| workspace_root().join("target"), PathBuf::from)
+                    .join("release/kestrel"),
+                &bench::Options {
+                    models,
+                    threads,
+                    n_prompt,
+                    n_gen,
+                    rounds: rounds.max(1),
+                },
+            )
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

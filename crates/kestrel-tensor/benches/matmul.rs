@@ -35,7 +35,14 @@ fn matvec(c: &mut Criterion) {
         "matvec_{m}x{k}_t{}",
         engine.pool().current_num_threads()
     ));
-    for dtype in [DType::Q4_0, DType::Q4K, DType::Q8_0] {
+    for dtype in [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q6K,
+    ] {
         let src = random_vec(m * k, 2);
         let mut w = vec![0u8; dtype.row_bytes(k).expect("whole blocks") * m];
         quant::quantize(dtype.ggml_type(), &src, &mut w).expect("quantize");
