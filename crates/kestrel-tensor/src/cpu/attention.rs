@@ -110,6 +110,35 @@ impl KvElem for f16 {
     }
 }
 
+/// f16 keys/values already widened to f32 (exactly), dotted in 64-value chunks as
+/// `KvElem for f16` does, so the widened path rounds identically to reading the f16 cache.
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(transparent)]
+struct Widened(f32);
+
+impl KvElem for Widened {
+    #[inline(always)]
+    fn dot(q: &[f32], k: &[Self]) -> f32 {
+        let k: &[f32] = bytemuck::cast_slice(k);
+        let mut sum = 0.0;
+        for (qc, kc) in q.chunks(64).zip(k.chunks(64)) {
+            sum += dot(qc, kc);
+        }
+        sum
+    }
+    #[inline(always)]
+    fn axpy(acc: &mut [f32], w: f32, v: &[Self]) {
+        for (a, x) in acc.iter_mut().zip(v) {
+            *a += w * x.0;
+        }
+    }
+}
+
+thread_local! {
+    /// The widened K and V of a long prefill over an f16 cache (grows to the largest seen).
+    static WIDE: std::cell::RefCell<Vec<Widened>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The keys `lo..hi` a query at `pos` sees among `kv_len` cached positions.
 #[inline]
 pub fn visible_keys(pos: i32, kv_len: usize, window: usize) -> (usize, usize) {
@@ -187,7 +216,23 @@ pub fn attention(
         {
             run_f16_ggml(q, positions, k, v, kv_len, p, out)
         }
-        (KvSlice::F16(k), KvSlice::F16(v)) => run(q, positions, k, v, kv_len, p, out),
+        (KvSlice::F16(k), KvSlice::F16(v)) => {
+            // Widen the visible cache once instead of once per (query row, head, key).
+            let n = kv_needed;
+            WIDE.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut buf) => {
+                    if buf.len() < 2 * n {
+                        buf.resize(2 * n, Widened(0.0));
+                    }
+                    let (wk, wv) = buf.split_at_mut(n);
+                    let wv = &mut wv[..n];
+                    k[..n].convert_to_f32_slice(bytemuck::cast_slice_mut(wk));
+                    v[..n].convert_to_f32_slice(bytemuck::cast_slice_mut(wv));
+                    run2::<Widened, Widened>(q, positions, wk, wv, kv_len, p, out);
+                }
+                Err(_) => run(q, positions, k, v, kv_len, p, out),
+            })
+        }
         (KvSlice::F32(k), KvSlice::F16(v)) => run2(q, positions, k, v, kv_len, p, out),
         (KvSlice::F16(k), KvSlice::F32(v)) => run2(q, positions, k, v, kv_len, p, out),
     }
@@ -216,52 +261,88 @@ fn run2<K: KvElem, V: KvElem>(
     out: &mut [f32],
 ) {
     let hd = p.head_dim;
-    let group = p.n_head / p.n_kv_head;
-    let kv_stride = p.n_kv_head * hd;
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = super::dispatch::active_isa() >= super::dispatch::Isa::Avx2;
     out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
         let t = i / p.n_head;
-        let h = i % p.n_head;
-        let kvh = h / group;
-        let qr = &q[i * hd..(i + 1) * hd];
-        let (lo, hi) = visible_keys(positions[t], kv_len, p.window);
-        o.fill(0.0);
-        let mut m = f32::NEG_INFINITY;
-        let mut l = 0f32;
-        let mut scores = [0f32; KEY_BLOCK];
-        let mut j0 = lo;
-        while j0 < hi {
-            let bn = (hi - j0).min(KEY_BLOCK);
-            let mut bmax = f32::NEG_INFINITY;
-            for (jj, s) in scores[..bn].iter_mut().enumerate() {
-                let off = (j0 + jj) * kv_stride + kvh * hd;
-                let mut x = K::dot(qr, &k[off..off + hd]) * p.scale;
-                if p.softcap != 0.0 {
-                    x = p.softcap * (x / p.softcap).tanh();
-                }
-                *s = x;
-                bmax = bmax.max(x);
-            }
-            if bmax > m {
-                let corr = (m - bmax).exp();
-                if l > 0.0 {
-                    o.iter_mut().for_each(|a| *a *= corr);
-                }
-                l *= corr;
-                m = bmax;
-            }
-            for (jj, &s) in scores[..bn].iter().enumerate() {
-                let w = (s - m).exp();
-                l += w;
-                let off = (j0 + jj) * kv_stride + kvh * hd;
-                V::axpy(o, w, &v[off..off + hd]);
-            }
-            j0 += bn;
+        let r = Row {
+            q: &q[i * hd..(i + 1) * hd],
+            keys: visible_keys(positions[t], kv_len, p.window),
+            kvh: (i % p.n_head) / (p.n_head / p.n_kv_head),
+        };
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            // SAFETY: the active ISA is at least AVX2, so the CPU has AVX2 and FMA.
+            unsafe { row_avx2(&r, k, v, p, o) };
+            return;
         }
-        if l > 0.0 {
-            let inv = 1.0 / l;
-            o.iter_mut().for_each(|a| *a *= inv);
-        }
+        row(&r, k, v, p, o);
     });
+}
+
+/// One (token, head) of [`run2`]: its query, visible keys and KV head.
+struct Row<'a> {
+    q: &'a [f32],
+    keys: (usize, usize),
+    kvh: usize,
+}
+
+/// [`row`] compiled for AVX2 (the same operations in the same order: LLVM keeps the f32
+/// rounding, it only widens the 8-lane loops).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn row_avx2<K: KvElem, V: KvElem>(
+    r: &Row<'_>,
+    k: &[K],
+    v: &[V],
+    p: &AttentionParams,
+    o: &mut [f32],
+) {
+    row(r, k, v, p, o)
+}
+
+#[inline(always)]
+fn row<K: KvElem, V: KvElem>(r: &Row<'_>, k: &[K], v: &[V], p: &AttentionParams, o: &mut [f32]) {
+    let hd = p.head_dim;
+    let kv_stride = p.n_kv_head * hd;
+    let (lo, hi) = r.keys;
+    o.fill(0.0);
+    let mut m = f32::NEG_INFINITY;
+    let mut l = 0f32;
+    let mut scores = [0f32; KEY_BLOCK];
+    let mut j0 = lo;
+    while j0 < hi {
+        let bn = (hi - j0).min(KEY_BLOCK);
+        let mut bmax = f32::NEG_INFINITY;
+        for (jj, s) in scores[..bn].iter_mut().enumerate() {
+            let off = (j0 + jj) * kv_stride + r.kvh * hd;
+            let mut x = K::dot(r.q, &k[off..off + hd]) * p.scale;
+            if p.softcap != 0.0 {
+                x = p.softcap * (x / p.softcap).tanh();
+            }
+            *s = x;
+            bmax = bmax.max(x);
+        }
+        if bmax > m {
+            let corr = (m - bmax).exp();
+            if l > 0.0 {
+                o.iter_mut().for_each(|a| *a *= corr);
+            }
+            l *= corr;
+            m = bmax;
+        }
+        for (jj, &s) in scores[..bn].iter().enumerate() {
+            let w = (s - m).exp();
+            l += w;
+            let off = (j0 + jj) * kv_stride + r.kvh * hd;
+            V::axpy(o, w, &v[off..off + hd]);
+        }
+        j0 += bn;
+    }
+    if l > 0.0 {
+        let inv = 1.0 / l;
+        o.iter_mut().for_each(|a| *a *= inv);
+    }
 }
 
 /// f16 keys and values as llama.cpp's CPU flash attention treats them for fewer than

@@ -219,39 +219,62 @@ pub fn silu_ggml(x: f32) -> f32 {
 /// Sets each `out[j] = f(j, out[j])` with ggml's split: whole groups of 16 from the start of
 /// the slice take `simd`, the last `len % 16` take `tail`. Compiled with FMA where the CPU has
 /// it, so the emulated vector FMAs are single instructions rather than libm calls.
-fn silu_like(
-    out: &mut [f32],
-    simd: impl Fn(usize, f32) -> f32 + Sync,
-    tail: impl Fn(usize, f32) -> f32 + Sync,
-) {
+fn silu_like<S, T>(out: &mut [f32], simd: S, tail: T)
+where
+    S: Fn(usize, f32) -> f32 + Sync,
+    T: Fn(usize, f32) -> f32 + Sync,
+{
     let n = out.len();
     let vec_end = n - n % 16;
-    let body = |o: &mut [f32], off: usize| {
-        for (i, y) in o.iter_mut().enumerate() {
-            let j = off + i;
-            *y = if j < vec_end {
-                simd(j, *y)
-            } else {
-                tail(j, *y)
-            };
-        }
-    };
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("fma") {
         #[target_feature(enable = "fma")]
-        unsafe fn with_fma(o: &mut [f32], off: usize, body: &(impl Fn(&mut [f32], usize) + Sync)) {
-            body(o, off)
+        fn with_fma<S: Fn(usize, f32) -> f32, T: Fn(usize, f32) -> f32>(
+            o: &mut [f32],
+            off: usize,
+            vec_end: usize,
+            simd: &S,
+            tail: &T,
+        ) {
+            apply(o, off, vec_end, simd, tail)
         }
         // SAFETY: the CPU has FMA (checked above).
-        for_chunks(out, |o, off| unsafe { with_fma(o, off, &body) });
+        for_chunks(out, |o, off| unsafe {
+            with_fma(o, off, vec_end, &simd, &tail)
+        });
         return;
     }
-    for_chunks(out, body);
+    for_chunks(out, |o, off| apply(o, off, vec_end, &simd, &tail));
+}
+
+/// The loop of [`silu_like`] over one chunk starting at element `off`.
+#[inline(always)]
+fn apply<S: Fn(usize, f32) -> f32, T: Fn(usize, f32) -> f32>(
+    o: &mut [f32],
+    off: usize,
+    vec_end: usize,
+    simd: &S,
+    tail: &T,
+) {
+    for (i, y) in o.iter_mut().enumerate() {
+        let j = off + i;
+        *y = if j < vec_end {
+            simd(j, *y)
+        } else {
+            tail(j, *y)
+        };
+    }
 }
 
 /// `x = silu(x)`, rounding as ggml's `ggml_vec_silu_f32` (see the module docs).
 pub fn silu(x: &mut [f32]) {
-    silu_like(x, |_, v| silu_ggml(v), |_, v| silu_f32(v));
+    silu_like(
+        x,
+        #[inline(always)]
+        |_, v| silu_ggml(v),
+        #[inline(always)]
+        |_, v| silu_f32(v),
+    );
 }
 
 /// `x = gelu(x)`, rounding as ggml's `GGML_GELU_FP16` table (see [`gelu_ggml`]).
@@ -265,7 +288,9 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
     same_len("swiglu", "out", gate.len(), out.len())?;
     silu_like(
         out,
+        #[inline(always)]
         |j, _| silu_ggml(gate[j]) * up[j],
+        #[inline(always)]
         |j, _| silu_f32(gate[j]) * up[j],
     );
     Ok(())
