@@ -494,7 +494,7 @@ pub(crate) fn dot_q3_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
 
 /// Unpacks Q4_K/Q5_K's 12 bytes of 6-bit scales and mins as the generic dots do (`utmp`).
 #[inline(always)]
-fn k4_scales(packed: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+pub(crate) fn k4_scales(packed: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     const KMASK1: u32 = 0x3f3f_3f3f;
     const KMASK2: u32 = 0x0f0f_0f0f;
     const KMASK3: u32 = 0x0303_0303;

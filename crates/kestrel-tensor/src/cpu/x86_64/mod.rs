@@ -14,6 +14,7 @@ mod q8_family;
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 pub(crate) mod f16_ops;
+pub(crate) mod kquants;
 pub(crate) mod quantize;
 
 use super::dispatch::Kernels;
@@ -94,7 +95,31 @@ pub(crate) fn avx2_kernels(base: Kernels) -> Kernels {
 /// # Panics
 /// If the CPU lacks the features of [`has_avx512`].
 pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
-    safe_table!(avx512, has_avx512, base, super::dispatch::Isa::Avx512)
+    use kestrel_gguf::quant::BlockQ8K;
+
+    macro_rules! kquant_rows {
+        ($name:ident, $dot:ident) => {
+            fn $name(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+                if out.is_empty() {
+                    return;
+                }
+                let rb = w.len() / out.len();
+                for (o, wr) in out.iter_mut().zip(w.chunks_exact(rb)) {
+                    // SAFETY: only reachable through this table, made after detection.
+                    *o = unsafe { kquants::$dot(wr, y) };
+                }
+            }
+        };
+    }
+    kquant_rows!(q4_k, dot_q4_k);
+    kquant_rows!(q5_k, dot_q5_k);
+    kquant_rows!(q6_k, dot_q6_k);
+    Kernels {
+        q4_k,
+        q5_k,
+        q6_k,
+        ..safe_table!(avx512, has_avx512, base, super::dispatch::Isa::Avx512)
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,342 @@
+//! AVX-512 (F/BW/VL) dot kernels for the K-quants Q4_K, Q5_K and Q6_K against q8_K, bit for
+//! bit the scalar twins in `cpu::qdot` (ggml's generic `ggml_vec_dot_q*_K_q8_K` order).
+//!
+//! The twins accumulate exact integer products into 8 lanes by position modulo 8
+//! (`aux32[l]`), then per super-block `sums[l] += d · aux32[l]` in f32 and, for Q4_K/Q5_K,
+//! `sumf -= dmin · Σ bsums·mins`; at the end `sumf += sums[l]` for `l = 0..8`. Here each
+//! 32-value chunk's products are formed as i16 (`vpmullw`, exact), and two `vpmaddwd` with
+//! the chunk's scale in the even or the odd i16 of each pair split them into even and odd
+//! positions; the 16 i32 lanes of each are folded into the 8 residues at the end of the
+//! super-block. Integer sums are exact in any order, so the f32 steps see the same `aux32`.
+
+use std::arch::x86_64::*;
+
+use kestrel_gguf::quant::{BlockQ8K, QK_K};
+
+use crate::cpu::qdot::k4_scales;
+
+/// Bytes of one Q4_K / Q5_K / Q6_K block.
+const Q4K_BYTES: usize = 144;
+const Q5K_BYTES: usize = 176;
+const Q6K_BYTES: usize = 210;
+
+/// f16 bits to f32 (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn fp16(bits: u16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+/// Little-endian u16 at `p`.
+#[inline(always)]
+unsafe fn rd16(p: *const u8) -> u16 {
+    // SAFETY: the caller keeps `p..p+2` in bounds.
+    unsafe { u16::from_le_bytes([*p, *p.add(1)]) }
+}
+
+/// Even and odd position accumulators of one super-block.
+struct Acc {
+    even: __m512i,
+    odd: __m512i,
+}
+
+impl Acc {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    fn new() -> Acc {
+        Acc {
+            even: _mm512_setzero_si512(),
+            odd: _mm512_setzero_si512(),
+        }
+    }
+
+    /// Adds `scale · a[p] · q8[p]` for the 32 positions of one chunk; `s_lo` scales positions
+    /// 0..16, `s_hi` 16..32 (equal for Q4_K/Q5_K, one per 16 for Q6_K).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    unsafe fn chunk(&mut self, a: __m256i, q8: *const i8, s_lo: i16, s_hi: i16) {
+        // SAFETY: the caller keeps 32 bytes at `q8` in bounds.
+        let b = unsafe { _mm256_loadu_si256(q8.cast()) };
+        let p = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(a), _mm512_cvtepi8_epi16(b));
+        let lo = i32::from(s_lo as u16);
+        let hi = i32::from(s_hi as u16);
+        let se = _mm512_inserti64x4::<1>(_mm512_set1_epi32(lo), _mm256_set1_epi32(hi));
+        let so = _mm512_inserti64x4::<1>(_mm512_set1_epi32(lo << 16), _mm256_set1_epi32(hi << 16));
+        self.even = _mm512_add_epi32(self.even, _mm512_madd_epi16(p, se));
+        self.odd = _mm512_add_epi32(self.odd, _mm512_madd_epi16(p, so));
+    }
+
+    /// `aux32[0..8]`: lane `i` of `even` holds position `2i` of each chunk (residue
+    /// `2(i mod 4)`), of `odd` position `2i + 1`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    fn fold(&self) -> __m256i {
+        let fold4 = |v: __m512i| {
+            let h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
+            _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
+        };
+        let (e, o) = (fold4(self.even), fold4(self.odd));
+        _mm256_set_m128i(_mm_unpackhi_epi32(e, o), _mm_unpacklo_epi32(e, o))
+    }
+}
+
+/// `sums[l] += d · aux32[l]` (multiply, then add: the twin's rounding).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn add_scaled(sums: __m256, d: f32, aux: __m256i) -> __m256 {
+    _mm256_add_ps(
+        sums,
+        _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(aux)),
+    )
+}
+
+/// `sumf + sums[0] + ... + sums[7]`, in that order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn finish(mut sumf: f32, sums: __m256) -> f32 {
+    let mut s = [0f32; 8];
+    // SAFETY: 8 floats, unaligned store.
+    unsafe { _mm256_storeu_ps(s.as_mut_ptr(), sums) };
+    for v in s {
+        sumf += v;
+    }
+    sumf
+}
+
+/// `Σ bsums[j] · mins[j / 2]` (exact).
+#[inline(always)]
+fn mins_sum(yb: &BlockQ8K, mins: &[u8; 8]) -> i32 {
+    let mut sumi = 0i32;
+    for (j, &b) in yb.bsums.iter().enumerate() {
+        sumi += i32::from(b) * i32::from(mins[j / 2]);
+    }
+    sumi
+}
+
+/// Checks `w` holds `blocks` blocks of `bytes`.
+#[inline(always)]
+fn check(w: &[u8], blocks: usize, bytes: usize) {
+    assert!(
+        blocks.checked_mul(bytes) == Some(w.len()),
+        "dot: {} weight bytes for {blocks} blocks of {bytes}",
+        w.len()
+    );
+}
+
+/// Q4_K and Q5_K: `hbits` gives bit `c` of each of 32 bytes per chunk `c` (Q5_K), or `None`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn dot_q45(w: &[u8], y: &[BlockQ8K], q5: bool) -> f32 {
+    let bs = if q5 { Q5K_BYTES } else { Q4K_BYTES };
+    check(w, y.len(), bs);
+    let m4 = _mm256_set1_epi8(0x0f);
+    let one = _mm256_set1_epi8(1);
+    let mut sums = _mm256_setzero_ps();
+    let mut sumf = 0f32;
+    for (i, yb) in y.iter().enumerate() {
+        // SAFETY: block i lies in w (checked above).
+        let b = unsafe { w.as_ptr().add(i * bs) };
+        let mut packed = [0u8; 12];
+        // SAFETY: bytes 4..16 of the block are its scales.
+        unsafe { std::ptr::copy_nonoverlapping(b.add(4), packed.as_mut_ptr(), 12) };
+        let (scales, mins) = k4_scales(&packed);
+        // SAFETY: the block's fields (d, dmin, qh for Q5_K, qs) are in bounds.
+        let (d, dmin, qh, qs) = unsafe {
+            let (qh, qs) = if q5 {
+                (_mm256_loadu_si256(b.add(16).cast()), b.add(48))
+            } else {
+                (_mm256_setzero_si256(), b.add(16))
+            };
+            (fp16(rd16(b)), fp16(rd16(b.add(2))), qh, qs)
+        };
+        let mut acc = Acc::new();
+        for j in 0..QK_K / 64 {
+            // SAFETY: 32 bytes of quants per 64 values, in bounds.
+            let q = unsafe { _mm256_loadu_si256(qs.add(32 * j).cast()) };
+            let mut lo = _mm256_and_si256(q, m4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+            if q5 {
+                let c = 2 * j as i32;
+                let bit = |k: i32| {
+                    let s = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k));
+                    _mm256_slli_epi16::<4>(_mm256_and_si256(s, one))
+                };
+                lo = _mm256_or_si256(lo, bit(c));
+                hi = _mm256_or_si256(hi, bit(c + 1));
+            }
+            let q8 = yb.qs.as_ptr();
+            let (s0, s1) = (scales[2 * j] as i16, scales[2 * j + 1] as i16);
+            // SAFETY: q8 chunks 2j and 2j+1 are within the 256 activation quants.
+            unsafe {
+                acc.chunk(lo, q8.add(64 * j), s0, s0);
+                acc.chunk(hi, q8.add(64 * j + 32), s1, s1);
+            }
+        }
+        sums = add_scaled(sums, d * yb.d, acc.fold());
+        let dm = dmin * yb.d;
+        sumf -= dm * mins_sum(yb, &mins) as f32;
+    }
+    finish(sumf, sums)
+}
+
+/// Q4_K · q8_K.
+///
+/// # Safety
+/// The CPU has AVX2, FMA, F16C and AVX-512 F/BW/VL.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn dot_q4_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    // SAFETY: same features.
+    unsafe { dot_q45(w, y, false) }
+}
+
+/// Q5_K · q8_K.
+///
+/// # Safety
+/// As [`dot_q4_k`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn dot_q5_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    // SAFETY: same features.
+    unsafe { dot_q45(w, y, true) }
+}
+
+/// Q6_K · q8_K.
+///
+/// # Safety
+/// As [`dot_q4_k`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn dot_q6_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    check(w, y.len(), Q6K_BYTES);
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m3 = _mm256_set1_epi8(0x03);
+    let off = _mm256_set1_epi8(32);
+    let mut sums = _mm256_setzero_ps();
+    for (i, yb) in y.iter().enumerate() {
+        // SAFETY: block i lies in w (checked above): ql at 0, qh at 128, scales at 192, d at 208.
+        let b = unsafe { w.as_ptr().add(i * Q6K_BYTES) };
+        let mut sc = [0i8; 16];
+        // SAFETY: the 16 scale bytes are in bounds.
+        unsafe { std::ptr::copy_nonoverlapping(b.add(192).cast::<i8>(), sc.as_mut_ptr(), 16) };
+        // SAFETY: as above.
+        let d = unsafe { fp16(rd16(b.add(208))) };
+        let mut acc = Acc::new();
+        for j in 0..QK_K / 128 {
+            // SAFETY: ql[64j..64j+64] and qh[32j..32j+32] are in bounds.
+            let (ql0, ql1, qh) = unsafe {
+                (
+                    _mm256_loadu_si256(b.add(64 * j).cast()),
+                    _mm256_loadu_si256(b.add(64 * j + 32).cast()),
+                    _mm256_loadu_si256(b.add(128 + 32 * j).cast()),
+                )
+            };
+            let h = |k: i32| {
+                let s = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k));
+                _mm256_slli_epi16::<4>(_mm256_and_si256(s, m3))
+            };
+            let chunks = [
+                _mm256_or_si256(_mm256_and_si256(ql0, m4), h(0)),
+                _mm256_or_si256(_mm256_and_si256(ql1, m4), h(2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), h(4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), h(6)),
+            ];
+            for (c, a) in chunks.into_iter().enumerate() {
+                let g = 4 * j + c; // chunk of 32 in the super-block
+                                   // SAFETY: activation chunk g is within the 256 quants.
+                unsafe {
+                    acc.chunk(
+                        _mm256_sub_epi8(a, off),
+                        yb.qs.as_ptr().add(32 * g),
+                        i16::from(sc[2 * g]),
+                        i16::from(sc[2 * g + 1]),
+                    )
+                };
+            }
+        }
+        sums = add_scaled(sums, d * yb.d, acc.fold());
+    }
+    finish(0.0, sums)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytemuck::Zeroable;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::cpu::q8;
+    use crate::cpu::qdot;
+    use crate::cpu::testutil::{quantized_row, Rng};
+    use crate::DType;
+
+    fn check(dtype: DType, k: usize, seed: u64, scale: f32, random_bytes: bool) {
+        if !super::super::has_avx512() {
+            eprintln!("skipped: no AVX-512 F/BW/VL + VNNI");
+            return;
+        }
+        let mut rng = Rng::new(seed);
+        let (mut w, _) = quantized_row(&mut rng, dtype, k);
+        if random_bytes {
+            // Arbitrary quants and scales, keeping each block's f16 scales finite.
+            let bs = dtype.row_bytes(QK_K).unwrap();
+            let mut s = seed | 1;
+            for (i, b) in w.iter_mut().enumerate() {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                let o = i % bs;
+                let is_scale = match dtype {
+                    DType::Q6K => o >= 208,
+                    _ => o < 4,
+                };
+                if !is_scale {
+                    *b = s as u8;
+                }
+            }
+        }
+        let x = rng.vec(k, scale);
+        let mut y = vec![BlockQ8K::zeroed(); k / QK_K];
+        q8::quantize_row_q8_k(&x, &mut y);
+        let mut shifted = vec![0u8; w.len() + 1];
+        shifted[1..].copy_from_slice(&w);
+        for row in [&w[..], &shifted[1..]] {
+            // SAFETY: features checked above.
+            let (want, got) = unsafe {
+                match dtype {
+                    DType::Q4K => (qdot::dot_q4_k(row, &y), dot_q4_k(row, &y)),
+                    DType::Q5K => (qdot::dot_q5_k(row, &y), dot_q5_k(row, &y)),
+                    DType::Q6K => (qdot::dot_q6_k(row, &y), dot_q6_k(row, &y)),
+                    _ => unreachable!(),
+                }
+            };
+            assert_eq!(
+                want.to_bits(),
+                got.to_bits(),
+                "{dtype:?} k={k} seed={seed}: scalar {want} simd {got}"
+            );
+        }
+    }
+
+    const TYPES: [DType; 3] = [DType::Q4K, DType::Q5K, DType::Q6K];
+
+    #[test]
+    fn kquants_equal_scalar_twins() {
+        for dtype in TYPES {
+            for (i, k) in [256usize, 640, 2048].into_iter().enumerate() {
+                if k % QK_K == 0 {
+                    check(dtype, k, 3 + i as u64, 1.0, false);
+                    check(dtype, k, 30 + i as u64, 1.0, true);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn kquants_equal_scalar_twins_random(
+            t in 0usize..3, blocks in 1usize..9, seed in any::<u64>(), scale in 1e-3f32..1e3,
+            random_bytes in any::<bool>()
+        ) {
+            check(TYPES[t], blocks * QK_K, seed, scale, random_bytes);
+        }
+    }
+}
