@@ -87,33 +87,71 @@ pub(crate) fn scalar_rows<D: QDot>(w: &[u8], y: &[D::Act], out: &mut [f32]) {
     }
 }
 
-/// The row kernels of one instruction set, per weight type that has SIMD kernels (the others
+/// A [`TypeKernels::tile`] over a scalar twin: one [`QDot::dot`] per activation row.
+pub(crate) fn scalar_tile<D: QDot>(w: &[u8], y: &[D::Act], out: &mut [f32]) {
+    if out.is_empty() {
+        return;
+    }
+    let nb = y.len() / out.len();
+    for (o, ya) in out.iter_mut().zip(y.chunks_exact(nb.max(1))) {
+        *o = D::dot(w, ya);
+    }
+}
+
+/// One weight type's kernels.
+pub(crate) struct TypeKernels<A: 'static> {
+    /// Many consecutive weight rows against one activation row (decode).
+    pub rows: RowsFn<A>,
+    /// One weight row against 1 to 4 activation rows (`y` holds them back to back; prefill):
+    /// each weight block is unpacked once for all of them.
+    pub tile: RowsFn<A>,
+}
+
+impl<A> Clone for TypeKernels<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for TypeKernels<A> {}
+
+impl<A> TypeKernels<A> {
+    /// The scalar twins of `D`.
+    pub(crate) const fn scalar<D: QDot<Act = A>>() -> TypeKernels<A> {
+        TypeKernels {
+            rows: scalar_rows::<D>,
+            tile: scalar_tile::<D>,
+        }
+    }
+}
+
+/// The kernels of one instruction set, per weight type that has SIMD kernels (the others
 /// always run their scalar twins).
 #[derive(Clone, Copy)]
 pub(crate) struct Kernels {
     pub isa: Isa,
-    pub q4_0: RowsFn<BlockQ8_0>,
-    pub q4_1: RowsFn<BlockQ8_1>,
-    pub q5_0: RowsFn<BlockQ8_0>,
-    pub q5_1: RowsFn<BlockQ8_1>,
-    pub q8_0: RowsFn<BlockQ8_0>,
-    pub q4_k: RowsFn<BlockQ8K>,
-    pub q5_k: RowsFn<BlockQ8K>,
-    pub q6_k: RowsFn<BlockQ8K>,
+    pub q4_0: TypeKernels<BlockQ8_0>,
+    pub q4_1: TypeKernels<BlockQ8_1>,
+    pub q5_0: TypeKernels<BlockQ8_0>,
+    pub q5_1: TypeKernels<BlockQ8_1>,
+    pub q8_0: TypeKernels<BlockQ8_0>,
+    pub q4_k: TypeKernels<BlockQ8K>,
+    pub q5_k: TypeKernels<BlockQ8K>,
+    pub q6_k: TypeKernels<BlockQ8K>,
 }
 
 impl Kernels {
     /// The scalar twins.
     const SCALAR: Kernels = Kernels {
         isa: Isa::Scalar,
-        q4_0: scalar_rows::<qdot::DQ4_0>,
-        q4_1: scalar_rows::<qdot::DQ4_1>,
-        q5_0: scalar_rows::<qdot::DQ5_0>,
-        q5_1: scalar_rows::<qdot::DQ5_1>,
-        q8_0: scalar_rows::<qdot::DQ8_0>,
-        q4_k: scalar_rows::<qdot::DQ4K>,
-        q5_k: scalar_rows::<qdot::DQ5K>,
-        q6_k: scalar_rows::<qdot::DQ6K>,
+        q4_0: TypeKernels::scalar::<qdot::DQ4_0>(),
+        q4_1: TypeKernels::scalar::<qdot::DQ4_1>(),
+        q5_0: TypeKernels::scalar::<qdot::DQ5_0>(),
+        q5_1: TypeKernels::scalar::<qdot::DQ5_1>(),
+        q8_0: TypeKernels::scalar::<qdot::DQ8_0>(),
+        q4_k: TypeKernels::scalar::<qdot::DQ4K>(),
+        q5_k: TypeKernels::scalar::<qdot::DQ5K>(),
+        q6_k: TypeKernels::scalar::<qdot::DQ6K>(),
     };
 
     /// The kernels of `isa`, or `None` when this CPU cannot run it.

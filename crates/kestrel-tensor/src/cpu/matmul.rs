@@ -23,6 +23,9 @@ use super::block::{dispatch, dot, BlockDequant, MAX_BLOCK};
 use crate::error::{Result, TensorError};
 use crate::DType;
 
+/// Activation rows a quantized weight row is dotted with per pass (prefill).
+const ACT_TILE: usize = 4;
+
 /// Activation rows processed per dequantized weight block.
 pub const TILE: usize = 8;
 
@@ -44,17 +47,6 @@ unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
-    /// Elements `start..start + len` as a slice.
-    ///
-    /// # Safety
-    /// The range is in bounds of the buffer and no other thread accesses it while the slice
-    /// lives.
-    #[inline]
-    unsafe fn slice<'a>(self, start: usize, len: usize) -> &'a mut [f32] {
-        // SAFETY: the caller keeps start..start+len in bounds and unaliased.
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
-    }
-
     /// Writes element `i`.
     ///
     /// # Safety
@@ -244,14 +236,14 @@ fn matmul_q<D: super::qdot::QDot>(
     debug_assert!(x.len() == n * k && out.len() == n * m && w.len() == m * row_bytes);
     let nb = k / D::ACT_N;
     let acts = scratch.slice::<D::Act>(n * nb);
-    let rows = D::rows_fn();
+    let kern = D::kernels();
     if n == 1 {
         D::quantize(x, acts);
         let acts = &*acts;
         let chunk = rows_per_task(m);
         out.par_chunks_mut(chunk)
             .zip(w.par_chunks(chunk * row_bytes))
-            .for_each(|(o, wc)| rows(wc, acts, o));
+            .for_each(|(o, wc)| (kern.rows)(wc, acts, o));
         return;
     }
     acts.par_chunks_mut(nb)
@@ -264,14 +256,22 @@ fn matmul_q<D: super::qdot::QDot>(
     (0..n_tasks).into_par_iter().for_each(|task| {
         let r0 = task * chunk;
         let r1 = (r0 + chunk).min(m);
-        // This task's weight rows stay in cache while every activation row passes over them.
-        let wc = &w[r0 * row_bytes..r1 * row_bytes];
-        for (t, a) in acts.chunks_exact(nb).enumerate() {
-            // SAFETY: t < n and r1 <= m, so t*m + r0 .. t*m + r1 is in bounds of `out` (len
-            // n*m, checked); those columns belong to this task's rows r0..r1 alone, so no
-            // other task touches them while this slice lives.
-            let o = unsafe { out_ptr.slice(t * m + r0, r1 - r0) };
-            rows(wc, a, o);
+        // This task's weight rows stay in cache while groups of up to 4 activation rows pass
+        // over them; each weight block is unpacked once per group.
+        let mut t0 = 0;
+        while t0 < n {
+            let tn = (n - t0).min(ACT_TILE);
+            let group = &acts[t0 * nb..(t0 + tn) * nb];
+            let mut o = [0f32; ACT_TILE];
+            for r in r0..r1 {
+                (kern.tile)(&w[r * row_bytes..(r + 1) * row_bytes], group, &mut o[..tn]);
+                for (i, &v) in o[..tn].iter().enumerate() {
+                    // SAFETY: t0 + i < n and r < m, so the index is in bounds of `out` (len
+                    // n*m, checked); column r belongs to this task's rows r0..r1 alone.
+                    unsafe { out_ptr.write((t0 + i) * m + r, v) };
+                }
+            }
+            t0 += tn;
         }
     });
 }

@@ -23,7 +23,7 @@ use kestrel_gguf::quant::{
     BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK_K,
 };
 
-use super::dispatch::{self, RowsFn};
+use super::dispatch::{self, TypeKernels};
 use super::q8::{self, BlockQ8_1, QK8};
 
 const KVALUES: [i8; 16] = quant::iq4_nl::KVALUES_IQ4NL;
@@ -40,9 +40,9 @@ pub(crate) trait QDot {
     /// Dots one weight row (raw bytes, any alignment) with a converted activation row of the
     /// same length: the scalar twin.
     fn dot(w: &[u8], y: &[Self::Act]) -> f32;
-    /// The fastest kernel this CPU runs over many rows, giving [`QDot::dot`]'s results bit
-    /// for bit ([`dispatch::kernels`]).
-    fn rows_fn() -> RowsFn<Self::Act>;
+    /// The fastest kernels this CPU runs, giving [`QDot::dot`]'s results bit for bit
+    /// ([`dispatch::kernels`]).
+    fn kernels() -> TypeKernels<Self::Act>;
 }
 
 /// Calls `f(i, &block)` for each block of `row`, in place when `row` is aligned for `B`, else
@@ -71,9 +71,9 @@ fn h(x: f16) -> f32 {
 
 macro_rules! qdot_type {
     ($name:ident, $act:ty, $n:expr, $quant:path, $dot:ident) => {
-        qdot_type!($name, $act, $n, $quant, $dot, |_k| dispatch::scalar_rows::<
+        qdot_type!($name, $act, $n, $quant, $dot, |_k| TypeKernels::scalar::<
             $name,
-        >);
+        >());
     };
     ($name:ident, $act:ty, $n:expr, $quant:path, $dot:ident, |$k:ident| $pick:expr) => {
         pub(crate) struct $name;
@@ -89,7 +89,7 @@ macro_rules! qdot_type {
                 $dot(w, y)
             }
             #[inline]
-            fn rows_fn() -> RowsFn<$act> {
+            fn kernels() -> TypeKernels<$act> {
                 let $k = dispatch::kernels();
                 $pick
             }

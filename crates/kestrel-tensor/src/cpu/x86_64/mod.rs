@@ -17,7 +17,7 @@ pub(crate) mod f16_ops;
 pub(crate) mod kquants;
 pub(crate) mod quantize;
 
-use super::dispatch::Kernels;
+use super::dispatch::{Kernels, TypeKernels};
 
 /// AVX2 + FMA + F16C.
 pub(crate) fn has_avx2() -> bool {
@@ -48,21 +48,41 @@ macro_rules! safe_table {
                 // SAFETY: only called through a table made when the features were detected.
                 unsafe { super::$isa::rows_q4_0(w, y, out) }
             }
+            pub(super) fn q4_0_tile(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
+                // SAFETY: as above.
+                unsafe { super::$isa::tile_q4_0(w, y, out) }
+            }
             pub(super) fn q4_1(w: &[u8], y: &[BlockQ8_1], out: &mut [f32]) {
                 // SAFETY: only called through a table made when the features were detected.
                 unsafe { super::$isa::rows_q4_1(w, y, out) }
+            }
+            pub(super) fn q4_1_tile(w: &[u8], y: &[BlockQ8_1], out: &mut [f32]) {
+                // SAFETY: as above.
+                unsafe { super::$isa::tile_q4_1(w, y, out) }
             }
             pub(super) fn q5_0(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
                 // SAFETY: only called through a table made when the features were detected.
                 unsafe { super::$isa::rows_q5_0(w, y, out) }
             }
+            pub(super) fn q5_0_tile(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
+                // SAFETY: as above.
+                unsafe { super::$isa::tile_q5_0(w, y, out) }
+            }
             pub(super) fn q5_1(w: &[u8], y: &[BlockQ8_1], out: &mut [f32]) {
                 // SAFETY: only called through a table made when the features were detected.
                 unsafe { super::$isa::rows_q5_1(w, y, out) }
             }
+            pub(super) fn q5_1_tile(w: &[u8], y: &[BlockQ8_1], out: &mut [f32]) {
+                // SAFETY: as above.
+                unsafe { super::$isa::tile_q5_1(w, y, out) }
+            }
             pub(super) fn q8_0(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
                 // SAFETY: only called through a table made when the features were detected.
                 unsafe { super::$isa::rows_q8_0(w, y, out) }
+            }
+            pub(super) fn q8_0_tile(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
+                // SAFETY: as above.
+                unsafe { super::$isa::tile_q8_0(w, y, out) }
             }
         }
         assert!(
@@ -72,11 +92,26 @@ macro_rules! safe_table {
         );
         Kernels {
             isa: $variant,
-            q4_0: wrap::q4_0,
-            q4_1: wrap::q4_1,
-            q5_0: wrap::q5_0,
-            q5_1: wrap::q5_1,
-            q8_0: wrap::q8_0,
+            q4_0: TypeKernels {
+                rows: wrap::q4_0,
+                tile: wrap::q4_0_tile,
+            },
+            q4_1: TypeKernels {
+                rows: wrap::q4_1,
+                tile: wrap::q4_1_tile,
+            },
+            q5_0: TypeKernels {
+                rows: wrap::q5_0,
+                tile: wrap::q5_0_tile,
+            },
+            q5_1: TypeKernels {
+                rows: wrap::q5_1,
+                tile: wrap::q5_1_tile,
+            },
+            q8_0: TypeKernels {
+                rows: wrap::q8_0,
+                tile: wrap::q8_0_tile,
+            },
             ..$base
         }
     }};
@@ -97,9 +132,9 @@ pub(crate) fn avx2_kernels(base: Kernels) -> Kernels {
 pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
     use kestrel_gguf::quant::BlockQ8K;
 
-    macro_rules! kquant_rows {
-        ($name:ident, $dot:ident) => {
-            fn $name(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+    macro_rules! kquant {
+        ($rows:ident, $tile:ident, $dot:ident) => {
+            fn $rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
                 if out.is_empty() {
                     return;
                 }
@@ -109,15 +144,34 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
                     *o = unsafe { kquants::$dot(wr, y) };
                 }
             }
+            fn $tile(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+                if out.is_empty() {
+                    return;
+                }
+                let nb = (y.len() / out.len()).max(1);
+                for (o, ya) in out.iter_mut().zip(y.chunks_exact(nb)) {
+                    // SAFETY: as above.
+                    *o = unsafe { kquants::$dot(w, ya) };
+                }
+            }
         };
     }
-    kquant_rows!(q4_k, dot_q4_k);
-    kquant_rows!(q5_k, dot_q5_k);
-    kquant_rows!(q6_k, dot_q6_k);
+    kquant!(q4_k_rows, q4_k_tile, dot_q4_k);
+    kquant!(q5_k_rows, q5_k_tile, dot_q5_k);
+    kquant!(q6_k_rows, q6_k_tile, dot_q6_k);
     Kernels {
-        q4_k,
-        q5_k,
-        q6_k,
+        q4_k: TypeKernels {
+            rows: q4_k_rows,
+            tile: q4_k_tile,
+        },
+        q5_k: TypeKernels {
+            rows: q5_k_rows,
+            tile: q5_k_tile,
+        },
+        q6_k: TypeKernels {
+            rows: q6_k_rows,
+            tile: q6_k_tile,
+        },
         ..safe_table!(avx512, has_avx512, base, super::dispatch::Isa::Avx512)
     }
 }
@@ -151,11 +205,11 @@ mod tests {
         let run = |kern: &Kernels, row: &[u8]| {
             let mut out = vec![0f32; m];
             match dtype {
-                DType::Q4_0 => (kern.q4_0)(row, &y0, &mut out),
-                DType::Q5_0 => (kern.q5_0)(row, &y0, &mut out),
-                DType::Q8_0 => (kern.q8_0)(row, &y0, &mut out),
-                DType::Q4_1 => (kern.q4_1)(row, &y1, &mut out),
-                DType::Q5_1 => (kern.q5_1)(row, &y1, &mut out),
+                DType::Q4_0 => (kern.q4_0.rows)(row, &y0, &mut out),
+                DType::Q5_0 => (kern.q5_0.rows)(row, &y0, &mut out),
+                DType::Q8_0 => (kern.q8_0.rows)(row, &y0, &mut out),
+                DType::Q4_1 => (kern.q4_1.rows)(row, &y1, &mut out),
+                DType::Q5_1 => (kern.q5_1.rows)(row, &y1, &mut out),
                 _ => unreachable!(),
             }
             out
@@ -174,6 +228,92 @@ mod tests {
                         isa.name()
                     );
                 }
+            }
+        }
+    }
+
+    /// One weight row against 1 to 4 activation rows: the tile kernels equal the scalar
+    /// twins bit for bit.
+    fn check_tile(dtype: DType, k: usize, seed: u64) {
+        let mut rng = Rng::new(seed);
+        let (w, _) = quantized_row(&mut rng, dtype, k);
+        let nb = k / 32;
+        for tn in 1..=4usize {
+            let x = rng.vec(k * tn, 2.0);
+            let mut y0 = vec![BlockQ8_0::zeroed(); nb * tn];
+            let mut y1 = vec![BlockQ8_1::zeroed(); nb * tn];
+            q8::quantize_row_q8_0(&x, &mut y0);
+            q8::quantize_row_q8_1(&x, &mut y1);
+            let run = |kern: &Kernels| {
+                let mut out = vec![0f32; tn];
+                match dtype {
+                    DType::Q4_0 => (kern.q4_0.tile)(&w, &y0, &mut out),
+                    DType::Q5_0 => (kern.q5_0.tile)(&w, &y0, &mut out),
+                    DType::Q8_0 => (kern.q8_0.tile)(&w, &y0, &mut out),
+                    DType::Q4_1 => (kern.q4_1.tile)(&w, &y1, &mut out),
+                    DType::Q5_1 => (kern.q5_1.tile)(&w, &y1, &mut out),
+                    _ => unreachable!(),
+                }
+                out
+            };
+            let want = run(&Kernels::for_isa(Isa::Scalar).unwrap());
+            for isa in Isa::available() {
+                let got = run(&Kernels::for_isa(isa).unwrap());
+                let same = want
+                    .iter()
+                    .zip(&got)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{dtype:?} k={k} tile {tn} {}: {want:?} vs {got:?}",
+                    isa.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn q8_family_tiles_equal_scalar_twin() {
+        for dtype in TYPES {
+            for (i, k) in [32usize, 640, 2048].into_iter().enumerate() {
+                check_tile(dtype, k, 40 + i as u64);
+            }
+        }
+    }
+
+    /// The K-quant table entries (rows and tiles) equal the scalar twins bit for bit.
+    #[test]
+    fn kquant_table_entries_equal_scalar_twins() {
+        use kestrel_gguf::quant::BlockQ8K;
+        let mut rng = Rng::new(77);
+        let k = 512;
+        for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
+            let mut w = Vec::new();
+            for _ in 0..3 {
+                w.extend(quantized_row(&mut rng, dtype, k).0);
+            }
+            let x = rng.vec(k * 3, 1.0);
+            let mut y = vec![BlockQ8K::zeroed(); 2 * 3];
+            q8::quantize_row_q8_k(&x, &mut y);
+            let pick = |kern: &Kernels| match dtype {
+                DType::Q4K => kern.q4_k,
+                DType::Q5K => kern.q5_k,
+                _ => kern.q6_k,
+            };
+            let run = |kern: &Kernels| {
+                let t = pick(kern);
+                let mut rows = vec![0f32; 3];
+                (t.rows)(&w, &y[..2], &mut rows);
+                let mut tile = vec![0f32; 3];
+                (t.tile)(&w[..w.len() / 3], &y, &mut tile);
+                (rows, tile)
+            };
+            let want = run(&Kernels::for_isa(Isa::Scalar).unwrap());
+            for isa in Isa::available() {
+                let got = run(&Kernels::for_isa(isa).unwrap());
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&want.0), bits(&got.0), "{dtype:?} rows {}", isa.name());
+                assert_eq!(bits(&want.1), bits(&got.1), "{dtype:?} tile {}", isa.name());
             }
         }
     }

@@ -76,37 +76,36 @@ macro_rules! q8_family_kernels {
             unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) }
         }
 
-        /// A weight block type: its size, whether it has a min, and the dot of one block's
-        /// lanes: `(d_w, m_w, lane sums)` for the block at `b` against activation quants `ya`
-        /// (`m_w` is 0 for the types without a min).
+        /// A weight block type: its size, whether it has a min (and unsigned quants), and the
+        /// unpacking of one block: `(d_w, m_w, 32 quant bytes)` (`m_w` is 0 without a min).
         trait Blk {
             const BS: usize;
             const MIN: bool;
-            unsafe fn blk(b: *const u8, ya: __m256i) -> (f32, f32, __m256i);
+            unsafe fn unpack(b: *const u8) -> (f32, f32, __m256i);
         }
 
         /// Q4_0: `d`, 16 bytes of nibbles (value - 8).
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn blk_q4_0(b: *const u8, ya: __m256i) -> (f32, f32, __m256i) {
+        unsafe fn blk_q4_0(b: *const u8) -> (f32, f32, __m256i) {
             // SAFETY: the caller keeps the 18-byte block in bounds.
             let (d, bx) = unsafe { (fp16(rd16(b)), nibbles(b.add(2))) };
-            (d, 0.0, sum_i8(_mm256_sub_epi8(bx, _mm256_set1_epi8(8)), ya))
+            (d, 0.0, _mm256_sub_epi8(bx, _mm256_set1_epi8(8)))
         }
 
         /// Q4_1: `d`, `m`, 16 bytes of nibbles (unsigned).
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn blk_q4_1(b: *const u8, ya: __m256i) -> (f32, f32, __m256i) {
+        unsafe fn blk_q4_1(b: *const u8) -> (f32, f32, __m256i) {
             // SAFETY: the caller keeps the 20-byte block in bounds.
             let (d, m, bx) = unsafe { (fp16(rd16(b)), fp16(rd16(b.add(2))), nibbles(b.add(4))) };
-            (d, m, sum_u8(bx, ya))
+            (d, m, bx)
         }
 
         /// Q5_0: `d`, 4 bytes of high bits, 16 bytes of nibbles (value - 16).
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn blk_q5_0(b: *const u8, ya: __m256i) -> (f32, f32, __m256i) {
+        unsafe fn blk_q5_0(b: *const u8) -> (f32, f32, __m256i) {
             // SAFETY: the caller keeps the 22-byte block in bounds.
             let (d, lo, hi) = unsafe {
                 (
@@ -117,13 +116,13 @@ macro_rules! q8_family_kernels {
             };
             // bit clear: nibble - 16 (= nibble | 0xF0 as i8); bit set: the nibble + 16 - 16
             let bx = _mm256_or_si256(lo, _mm256_andnot_si256(hi, _mm256_set1_epi8(0xf0u8 as i8)));
-            (d, 0.0, sum_i8(bx, ya))
+            (d, 0.0, bx)
         }
 
         /// Q5_1: `d`, `m`, 4 bytes of high bits, 16 bytes of nibbles (unsigned).
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn blk_q5_1(b: *const u8, ya: __m256i) -> (f32, f32, __m256i) {
+        unsafe fn blk_q5_1(b: *const u8) -> (f32, f32, __m256i) {
             // SAFETY: the caller keeps the 24-byte block in bounds.
             let (d, m, lo, hi) = unsafe {
                 (
@@ -134,16 +133,16 @@ macro_rules! q8_family_kernels {
                 )
             };
             let bx = _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(0x10)));
-            (d, m, sum_u8(bx, ya))
+            (d, m, bx)
         }
 
         /// Q8_0: `d`, 32 signed bytes.
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn blk_q8_0(b: *const u8, ya: __m256i) -> (f32, f32, __m256i) {
+        unsafe fn blk_q8_0(b: *const u8) -> (f32, f32, __m256i) {
             // SAFETY: the caller keeps the 34-byte block in bounds.
             let (d, bx) = unsafe { (fp16(rd16(b)), _mm256_loadu_si256(b.add(2).cast())) };
-            (d, 0.0, sum_i8(bx, ya))
+            (d, 0.0, bx)
         }
 
         /// An activation block: its quants, `d` and (q8_1) `s`.
@@ -174,37 +173,39 @@ macro_rules! q8_family_kernels {
             }
         }
 
-        /// `R` weight rows (`rb` bytes apart from `base`) against one activation row: per row
-        /// ggml's float order (`acc = fma(d_w·d_x, lanes, acc)`, `Σ m·s` beside when `MIN`).
-        /// Called with `R = 1`: interleaving 4 rows measured 2x slower from DRAM (Gemma's
-        /// 178 MB output matrix: 38 vs 75 tok/s), so rows stream one after another.
+        /// One weight row (`nb` blocks at `w`) against `T` activation rows (`y`: `T · nb`
+        /// blocks): `out[t]` in ggml's float order (`acc = fma(d_w·d_x, lanes, acc)`, `Σ m·s`
+        /// beside when `MIN`). Each weight block is unpacked once for all `T` rows (prefill);
+        /// decode calls it with `T = 1`, one row after another (interleaving 4 weight rows
+        /// measured 2x slower from DRAM: Gemma's 178 MB output matrix, 38 vs 75 tok/s).
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn rows_n<B: Blk, A: Act, const R: usize>(
-            base: *const u8,
-            rb: usize,
+        unsafe fn tile<B: Blk, A: Act, const T: usize>(
+            w: *const u8,
             y: &[A],
+            nb: usize,
             out: &mut [f32],
         ) {
-            let mut acc = [_mm256_setzero_ps(); R];
-            let mut summs = [0f32; R];
-            for (i, yb) in y.iter().enumerate() {
-                // SAFETY: the caller has the CPU features.
-                let (ya, yd, ys) = unsafe { yb.parts() };
-                for j in 0..R {
-                    // SAFETY: row j's block i lies in the weights (checked by the caller).
-                    let (d, m, s) = unsafe { B::blk(base.add(j * rb + i * B::BS), ya) };
+            let mut acc = [_mm256_setzero_ps(); T];
+            let mut summs = [0f32; T];
+            for i in 0..nb {
+                // SAFETY: block i of the row lies in the weights (checked by the caller).
+                let (d, m, bx) = unsafe { B::unpack(w.add(i * B::BS)) };
+                for t in 0..T {
+                    // SAFETY: the caller has the CPU features; y holds T · nb blocks.
+                    let (ya, yd, ys) = unsafe { y[t * nb + i].parts() };
+                    let s = if B::MIN { sum_u8(bx, ya) } else { sum_i8(bx, ya) };
                     if B::MIN {
-                        summs[j] = m.mul_add(ys, summs[j]);
+                        summs[t] = m.mul_add(ys, summs[t]);
                     }
-                    acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(s), acc[j]);
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(s), acc[t]);
                 }
             }
-            for j in 0..R {
-                out[j] = if B::MIN {
-                    hsum_float_8(acc[j]) + summs[j]
+            for t in 0..T {
+                out[t] = if B::MIN {
+                    hsum_float_8(acc[t]) + summs[t]
                 } else {
-                    hsum_float_8(acc[j])
+                    hsum_float_8(acc[t])
                 };
             }
         }
@@ -213,32 +214,58 @@ macro_rules! q8_family_kernels {
         #[inline]
         #[target_feature(enable = $features)]
         unsafe fn rows<B: Blk, A: Act>(w: &[u8], y: &[A], out: &mut [f32]) {
-            let rb = y.len() * B::BS;
+            let nb = y.len();
+            let rb = nb * B::BS;
             assert!(
                 out.len().checked_mul(rb) == Some(w.len()),
                 "dot: {} weight bytes for {} rows of {} blocks of {}",
                 w.len(),
                 out.len(),
-                y.len(),
+                nb,
                 B::BS
             );
             let base = w.as_ptr();
             for (r, o) in out.iter_mut().enumerate() {
                 // SAFETY: row r lies in w (checked above); features as the caller's.
-                unsafe { rows_n::<B, A, 1>(base.add(r * rb), rb, y, std::slice::from_mut(o)) };
+                unsafe { tile::<B, A, 1>(base.add(r * rb), y, nb, std::slice::from_mut(o)) };
+            }
+        }
+
+        /// `out[t] = dot(w, activation row t)` for one weight row `w` and `out.len()` (1 to 4)
+        /// activation rows in `y`.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn acts<B: Blk, A: Act>(w: &[u8], y: &[A], out: &mut [f32]) {
+            let n = out.len();
+            assert!(
+                (1..=4).contains(&n) && y.len() % n == 0 && (y.len() / n) * B::BS == w.len(),
+                "dot tile: {} weight bytes, {} activation blocks, {n} rows",
+                w.len(),
+                y.len()
+            );
+            let nb = y.len() / n;
+            let p = w.as_ptr();
+            // SAFETY: sizes checked above; features as the caller's.
+            unsafe {
+                match n {
+                    1 => tile::<B, A, 1>(p, y, nb, out),
+                    2 => tile::<B, A, 2>(p, y, nb, out),
+                    3 => tile::<B, A, 3>(p, y, nb, out),
+                    _ => tile::<B, A, 4>(p, y, nb, out),
+                }
             }
         }
 
         macro_rules! kernel {
-            ($rows:ident, $ty:ident, $blk:ident, $act:ty, $bs:expr, $min:expr, $doc:literal) => {
+            ($rows:ident, $tile:ident, $ty:ident, $blk:ident, $act:ty, $bs:expr, $min:expr, $doc:literal) => {
                 struct $ty;
                 impl Blk for $ty {
                     const BS: usize = $bs;
                     const MIN: bool = $min;
                     #[inline(always)]
-                    unsafe fn blk(b: *const u8, ya: __m256i) -> (f32, f32, __m256i) {
+                    unsafe fn unpack(b: *const u8) -> (f32, f32, __m256i) {
                         // SAFETY: the caller keeps the block in bounds and has the features.
-                        unsafe { $blk(b, ya) }
+                        unsafe { $blk(b) }
                     }
                 }
 
@@ -250,11 +277,21 @@ macro_rules! q8_family_kernels {
                     // SAFETY: the caller has the CPU features.
                     unsafe { rows::<$ty, $act>(w, y, out) }
                 }
+
+                #[doc = $doc]
+                #[doc = ""]
+                #[doc = "One weight row against 1 to 4 activation rows, `out[t]` for row `t`."]
+                #[target_feature(enable = $features)]
+                pub(crate) unsafe fn $tile(w: &[u8], y: &[$act], out: &mut [f32]) {
+                    // SAFETY: the caller has the CPU features.
+                    unsafe { acts::<$ty, $act>(w, y, out) }
+                }
             };
         }
 
         kernel!(
             rows_q4_0,
+            tile_q4_0,
             WQ4_0,
             blk_q4_0,
             BlockQ8_0,
@@ -264,6 +301,7 @@ macro_rules! q8_family_kernels {
         );
         kernel!(
             rows_q4_1,
+            tile_q4_1,
             WQ4_1,
             blk_q4_1,
             BlockQ8_1,
@@ -273,6 +311,7 @@ macro_rules! q8_family_kernels {
         );
         kernel!(
             rows_q5_0,
+            tile_q5_0,
             WQ5_0,
             blk_q5_0,
             BlockQ8_0,
@@ -282,6 +321,7 @@ macro_rules! q8_family_kernels {
         );
         kernel!(
             rows_q5_1,
+            tile_q5_1,
             WQ5_1,
             blk_q5_1,
             BlockQ8_1,
@@ -291,6 +331,7 @@ macro_rules! q8_family_kernels {
         );
         kernel!(
             rows_q8_0,
+            tile_q8_0,
             WQ8_0,
             blk_q8_0,
             BlockQ8_0,
