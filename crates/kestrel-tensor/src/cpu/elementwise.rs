@@ -156,8 +156,19 @@ pub fn gelu_ggml(x: f32) -> f32 {
     } else if x >= 10.0 {
         x
     } else {
-        f16::from_f32(gelu_table_entry(f16::from_f32(x).to_f32())).to_f32()
+        let table = GELU_TABLE.get_or_init(gelu_table);
+        f16::from_bits(table[usize::from(f16::from_f32(x).to_bits())]).to_f32()
     }
+}
+
+/// `f16(gelu(h))` for every f16 bit pattern `h`, built once (as ggml's `ggml_cpu_init` does),
+/// so GELU costs a lookup rather than a `tanh` per value.
+static GELU_TABLE: std::sync::OnceLock<Box<[u16]>> = std::sync::OnceLock::new();
+
+fn gelu_table() -> Box<[u16]> {
+    (0..=u16::MAX)
+        .map(|b| f16::from_f32(gelu_table_entry(f16::from_bits(b).to_f32())).to_bits())
+        .collect()
 }
 
 /// `ggml_gelu_f32` as the table in ggml's `ggml_cpu_init` computes it: GCC contracts
