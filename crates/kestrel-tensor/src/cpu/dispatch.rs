@@ -87,14 +87,21 @@ pub(crate) fn scalar_rows<D: QDot>(w: &[u8], y: &[D::Act], out: &mut [f32]) {
     }
 }
 
-/// A [`TypeKernels::tile`] over a scalar twin: one [`QDot::dot`] per activation row.
-pub(crate) fn scalar_tile<D: QDot>(w: &[u8], y: &[D::Act], out: &mut [f32]) {
-    if out.is_empty() {
+/// 1 or 2 weight rows (`w`) against `n_act` activation rows (`y`, back to back):
+/// `out[r · n_act + t]`.
+pub(crate) type TileFn<A> = fn(w: &[u8], y: &[A], n_act: usize, out: &mut [f32]);
+
+/// A [`TileFn`] over a scalar twin: one [`QDot::dot`] per (weight row, activation row).
+pub(crate) fn scalar_tile<D: QDot>(w: &[u8], y: &[D::Act], n_act: usize, out: &mut [f32]) {
+    let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
         return;
-    }
-    let nb = y.len() / out.len();
-    for (o, ya) in out.iter_mut().zip(y.chunks_exact(nb.max(1))) {
-        *o = D::dot(w, ya);
+    };
+    let n_w = out.len() / n_act;
+    let rb = w.len() / n_w.max(1);
+    for (r, wr) in w.chunks_exact(rb.max(1)).take(n_w).enumerate() {
+        for (t, ya) in y.chunks_exact(nb).enumerate() {
+            out[r * n_act + t] = D::dot(wr, ya);
+        }
     }
 }
 
@@ -102,9 +109,10 @@ pub(crate) fn scalar_tile<D: QDot>(w: &[u8], y: &[D::Act], out: &mut [f32]) {
 pub(crate) struct TypeKernels<A: 'static> {
     /// Many consecutive weight rows against one activation row (decode).
     pub rows: RowsFn<A>,
-    /// One weight row against 1 to 4 activation rows (`y` holds them back to back; prefill):
-    /// each weight block is unpacked once for all of them.
-    pub tile: RowsFn<A>,
+    /// 1 or 2 weight rows against 1 to 4 activation rows (`y` holds them back to back;
+    /// prefill): each weight block is unpacked once for all of them, each activation block
+    /// loaded once for both rows.
+    pub tile: TileFn<A>,
 }
 
 impl<A> Clone for TypeKernels<A> {

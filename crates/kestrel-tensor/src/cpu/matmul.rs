@@ -262,14 +262,20 @@ fn matmul_q<D: super::qdot::QDot>(
         while t0 < n {
             let tn = (n - t0).min(ACT_TILE);
             let group = &acts[t0 * nb..(t0 + tn) * nb];
-            let mut o = [0f32; ACT_TILE];
-            for r in r0..r1 {
-                (kern.tile)(&w[r * row_bytes..(r + 1) * row_bytes], group, &mut o[..tn]);
-                for (i, &v) in o[..tn].iter().enumerate() {
-                    // SAFETY: t0 + i < n and r < m, so the index is in bounds of `out` (len
-                    // n*m, checked); column r belongs to this task's rows r0..r1 alone.
-                    unsafe { out_ptr.write((t0 + i) * m + r, v) };
+            let mut o = [0f32; 2 * ACT_TILE];
+            let mut r = r0;
+            while r < r1 {
+                let nw = (r1 - r).min(2);
+                let wr = &w[r * row_bytes..(r + nw) * row_bytes];
+                (kern.tile)(wr, group, tn, &mut o[..nw * tn]);
+                for j in 0..nw {
+                    for (i, &v) in o[j * tn..(j + 1) * tn].iter().enumerate() {
+                        // SAFETY: t0 + i < n and r + j < r1 <= m, so the index is in bounds of
+                        // `out` (len n*m, checked); column r + j belongs to this task alone.
+                        unsafe { out_ptr.write((t0 + i) * m + r + j, v) };
+                    }
                 }
+                r += nw;
             }
             t0 += tn;
         }

@@ -48,41 +48,41 @@ macro_rules! safe_table {
                 // SAFETY: only called through a table made when the features were detected.
                 unsafe { super::$isa::rows_q4_0(w, y, out) }
             }
-            pub(super) fn q4_0_tile(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
+            pub(super) fn q4_0_tile(w: &[u8], y: &[BlockQ8_0], n_act: usize, out: &mut [f32]) {
                 // SAFETY: as above.
-                unsafe { super::$isa::tile_q4_0(w, y, out) }
+                unsafe { super::$isa::tile_q4_0(w, y, n_act, out) }
             }
             pub(super) fn q4_1(w: &[u8], y: &[BlockQ8_1], out: &mut [f32]) {
                 // SAFETY: only called through a table made when the features were detected.
                 unsafe { super::$isa::rows_q4_1(w, y, out) }
             }
-            pub(super) fn q4_1_tile(w: &[u8], y: &[BlockQ8_1], out: &mut [f32]) {
+            pub(super) fn q4_1_tile(w: &[u8], y: &[BlockQ8_1], n_act: usize, out: &mut [f32]) {
                 // SAFETY: as above.
-                unsafe { super::$isa::tile_q4_1(w, y, out) }
+                unsafe { super::$isa::tile_q4_1(w, y, n_act, out) }
             }
             pub(super) fn q5_0(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
                 // SAFETY: only called through a table made when the features were detected.
                 unsafe { super::$isa::rows_q5_0(w, y, out) }
             }
-            pub(super) fn q5_0_tile(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
+            pub(super) fn q5_0_tile(w: &[u8], y: &[BlockQ8_0], n_act: usize, out: &mut [f32]) {
                 // SAFETY: as above.
-                unsafe { super::$isa::tile_q5_0(w, y, out) }
+                unsafe { super::$isa::tile_q5_0(w, y, n_act, out) }
             }
             pub(super) fn q5_1(w: &[u8], y: &[BlockQ8_1], out: &mut [f32]) {
                 // SAFETY: only called through a table made when the features were detected.
                 unsafe { super::$isa::rows_q5_1(w, y, out) }
             }
-            pub(super) fn q5_1_tile(w: &[u8], y: &[BlockQ8_1], out: &mut [f32]) {
+            pub(super) fn q5_1_tile(w: &[u8], y: &[BlockQ8_1], n_act: usize, out: &mut [f32]) {
                 // SAFETY: as above.
-                unsafe { super::$isa::tile_q5_1(w, y, out) }
+                unsafe { super::$isa::tile_q5_1(w, y, n_act, out) }
             }
             pub(super) fn q8_0(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
                 // SAFETY: only called through a table made when the features were detected.
                 unsafe { super::$isa::rows_q8_0(w, y, out) }
             }
-            pub(super) fn q8_0_tile(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
+            pub(super) fn q8_0_tile(w: &[u8], y: &[BlockQ8_0], n_act: usize, out: &mut [f32]) {
                 // SAFETY: as above.
-                unsafe { super::$isa::tile_q8_0(w, y, out) }
+                unsafe { super::$isa::tile_q8_0(w, y, n_act, out) }
             }
         }
         assert!(
@@ -144,14 +144,17 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
                     *o = unsafe { kquants::$dot(wr, y) };
                 }
             }
-            fn $tile(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
-                if out.is_empty() {
+            fn $tile(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+                let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
                     return;
-                }
-                let nb = (y.len() / out.len()).max(1);
-                for (o, ya) in out.iter_mut().zip(y.chunks_exact(nb)) {
-                    // SAFETY: as above.
-                    *o = unsafe { kquants::$dot(w, ya) };
+                };
+                let n_w = out.len() / n_act;
+                let rb = w.len() / n_w.max(1);
+                for (r, wr) in w.chunks_exact(rb.max(1)).take(n_w).enumerate() {
+                    for (t, ya) in y.chunks_exact(nb).enumerate() {
+                        // SAFETY: as above.
+                        out[r * n_act + t] = unsafe { kquants::$dot(wr, ya) };
+                    }
                 }
             }
         };
@@ -236,22 +239,24 @@ mod tests {
     /// twins bit for bit.
     fn check_tile(dtype: DType, k: usize, seed: u64) {
         let mut rng = Rng::new(seed);
-        let (w, _) = quantized_row(&mut rng, dtype, k);
+        let mut w = quantized_row(&mut rng, dtype, k).0;
+        w.extend(quantized_row(&mut rng, dtype, k).0);
         let nb = k / 32;
-        for tn in 1..=4usize {
+        for (nw, tn) in (1..=2usize).flat_map(|nw| (1..=4usize).map(move |tn| (nw, tn))) {
             let x = rng.vec(k * tn, 2.0);
             let mut y0 = vec![BlockQ8_0::zeroed(); nb * tn];
             let mut y1 = vec![BlockQ8_1::zeroed(); nb * tn];
             q8::quantize_row_q8_0(&x, &mut y0);
             q8::quantize_row_q8_1(&x, &mut y1);
             let run = |kern: &Kernels| {
-                let mut out = vec![0f32; tn];
+                let mut out = vec![0f32; nw * tn];
+                let w = &w[..nw * w.len() / 2];
                 match dtype {
-                    DType::Q4_0 => (kern.q4_0.tile)(&w, &y0, &mut out),
-                    DType::Q5_0 => (kern.q5_0.tile)(&w, &y0, &mut out),
-                    DType::Q8_0 => (kern.q8_0.tile)(&w, &y0, &mut out),
-                    DType::Q4_1 => (kern.q4_1.tile)(&w, &y1, &mut out),
-                    DType::Q5_1 => (kern.q5_1.tile)(&w, &y1, &mut out),
+                    DType::Q4_0 => (kern.q4_0.tile)(w, &y0, tn, &mut out),
+                    DType::Q5_0 => (kern.q5_0.tile)(w, &y0, tn, &mut out),
+                    DType::Q8_0 => (kern.q8_0.tile)(w, &y0, tn, &mut out),
+                    DType::Q4_1 => (kern.q4_1.tile)(w, &y1, tn, &mut out),
+                    DType::Q5_1 => (kern.q5_1.tile)(w, &y1, tn, &mut out),
                     _ => unreachable!(),
                 }
                 out
@@ -305,7 +310,7 @@ mod tests {
                 let mut rows = vec![0f32; 3];
                 (t.rows)(&w, &y[..2], &mut rows);
                 let mut tile = vec![0f32; 3];
-                (t.tile)(&w[..w.len() / 3], &y, &mut tile);
+                (t.tile)(&w[..w.len() / 3], &y, 3, &mut tile);
                 (rows, tile)
             };
             let want = run(&Kernels::for_isa(Isa::Scalar).unwrap());

@@ -180,33 +180,39 @@ macro_rules! q8_family_kernels {
         /// measured 2x slower from DRAM: Gemma's 178 MB output matrix, 38 vs 75 tok/s).
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn tile<B: Blk, A: Act, const T: usize>(
+        unsafe fn tile<B: Blk, A: Act, const W: usize, const T: usize>(
             w: *const u8,
+            rb: usize,
             y: &[A],
             nb: usize,
             out: &mut [f32],
         ) {
-            let mut acc = [_mm256_setzero_ps(); T];
-            let mut summs = [0f32; T];
+            let mut acc = [[_mm256_setzero_ps(); T]; W];
+            let mut summs = [[0f32; T]; W];
             for i in 0..nb {
-                // SAFETY: block i of the row lies in the weights (checked by the caller).
-                let (d, m, bx) = unsafe { B::unpack(w.add(i * B::BS)) };
-                for t in 0..T {
-                    // SAFETY: the caller has the CPU features; y holds T · nb blocks.
-                    let (ya, yd, ys) = unsafe { y[t * nb + i].parts() };
-                    let s = if B::MIN { sum_u8(bx, ya) } else { sum_i8(bx, ya) };
-                    if B::MIN {
-                        summs[t] = m.mul_add(ys, summs[t]);
+                for r in 0..W {
+                    // SAFETY: block i of row r lies in the weights (checked by the caller).
+                    let (d, m, bx) = unsafe { B::unpack(w.add(r * rb + i * B::BS)) };
+                    for t in 0..T {
+                        // SAFETY: the caller has the CPU features; y holds T · nb blocks.
+                        let (ya, yd, ys) = unsafe { y[t * nb + i].parts() };
+                        let s = if B::MIN { sum_u8(bx, ya) } else { sum_i8(bx, ya) };
+                        if B::MIN {
+                            summs[r][t] = m.mul_add(ys, summs[r][t]);
+                        }
+                        acc[r][t] =
+                            _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(s), acc[r][t]);
                     }
-                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(s), acc[t]);
                 }
             }
-            for t in 0..T {
-                out[t] = if B::MIN {
-                    hsum_float_8(acc[t]) + summs[t]
-                } else {
-                    hsum_float_8(acc[t])
-                };
+            for r in 0..W {
+                for t in 0..T {
+                    out[r * T + t] = if B::MIN {
+                        hsum_float_8(acc[r][t]) + summs[r][t]
+                    } else {
+                        hsum_float_8(acc[r][t])
+                    };
+                }
             }
         }
 
@@ -227,31 +233,39 @@ macro_rules! q8_family_kernels {
             let base = w.as_ptr();
             for (r, o) in out.iter_mut().enumerate() {
                 // SAFETY: row r lies in w (checked above); features as the caller's.
-                unsafe { tile::<B, A, 1>(base.add(r * rb), y, nb, std::slice::from_mut(o)) };
+                unsafe { tile::<B, A, 1, 1>(base.add(r * rb), rb, y, nb, std::slice::from_mut(o)) };
             }
         }
 
-        /// `out[t] = dot(w, activation row t)` for one weight row `w` and `out.len()` (1 to 4)
-        /// activation rows in `y`.
+        /// `out[r · T + t] = dot(weight row r, activation row t)` for the 1 or 2 weight rows in
+        /// `w` and the `T = n_act` (1 to 4) activation rows in `y`.
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn acts<B: Blk, A: Act>(w: &[u8], y: &[A], out: &mut [f32]) {
-            let n = out.len();
+        unsafe fn acts<B: Blk, A: Act>(w: &[u8], y: &[A], n_act: usize, out: &mut [f32]) {
+            let t = n_act;
+            let ok_t = (1..=4).contains(&t) && y.len() % t == 0;
+            let nb = if ok_t { y.len() / t } else { 0 };
+            let rb = nb * B::BS;
+            let n_w = if rb > 0 { w.len() / rb } else { 0 };
             assert!(
-                (1..=4).contains(&n) && y.len() % n == 0 && (y.len() / n) * B::BS == w.len(),
-                "dot tile: {} weight bytes, {} activation blocks, {n} rows",
+                ok_t && rb > 0 && (n_w == 1 || n_w == 2) && n_w * rb == w.len() && out.len() == n_w * t,
+                "dot tile: {} weight bytes, {} activation blocks in {t} rows, {} outputs",
                 w.len(),
-                y.len()
+                y.len(),
+                out.len()
             );
-            let nb = y.len() / n;
             let p = w.as_ptr();
             // SAFETY: sizes checked above; features as the caller's.
             unsafe {
-                match n {
-                    1 => tile::<B, A, 1>(p, y, nb, out),
-                    2 => tile::<B, A, 2>(p, y, nb, out),
-                    3 => tile::<B, A, 3>(p, y, nb, out),
-                    _ => tile::<B, A, 4>(p, y, nb, out),
+                match (n_w, t) {
+                    (1, 1) => tile::<B, A, 1, 1>(p, rb, y, nb, out),
+                    (1, 2) => tile::<B, A, 1, 2>(p, rb, y, nb, out),
+                    (1, 3) => tile::<B, A, 1, 3>(p, rb, y, nb, out),
+                    (1, _) => tile::<B, A, 1, 4>(p, rb, y, nb, out),
+                    (_, 1) => tile::<B, A, 2, 1>(p, rb, y, nb, out),
+                    (_, 2) => tile::<B, A, 2, 2>(p, rb, y, nb, out),
+                    (_, 3) => tile::<B, A, 2, 3>(p, rb, y, nb, out),
+                    _ => tile::<B, A, 2, 4>(p, rb, y, nb, out),
                 }
             }
         }
@@ -280,11 +294,11 @@ macro_rules! q8_family_kernels {
 
                 #[doc = $doc]
                 #[doc = ""]
-                #[doc = "One weight row against 1 to 4 activation rows, `out[t]` for row `t`."]
+                #[doc = "1 or 2 weight rows against 1 to 4 activation rows, `out[r·T + t]`."]
                 #[target_feature(enable = $features)]
-                pub(crate) unsafe fn $tile(w: &[u8], y: &[$act], out: &mut [f32]) {
+                pub(crate) unsafe fn $tile(w: &[u8], y: &[$act], n_act: usize, out: &mut [f32]) {
                     // SAFETY: the caller has the CPU features.
-                    unsafe { acts::<$ty, $act>(w, y, out) }
+                    unsafe { acts::<$ty, $act>(w, y, n_act, out) }
                 }
             };
         }
