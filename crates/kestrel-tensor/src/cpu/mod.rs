@@ -17,6 +17,7 @@ pub mod matmul;
 pub mod norm;
 pub mod q8;
 pub(crate) mod qdot;
+pub(crate) mod qdot_k_x86;
 pub mod rope;
 pub mod softmax;
 

@@ -48,7 +48,7 @@ pub(crate) trait QDot {
 /// Calls `f(i, &block)` for each block of `row`, in place when `row` is aligned for `B`, else
 /// through a copy of each block.
 #[inline(always)]
-fn for_each_block<B: Pod>(row: &[u8], mut f: impl FnMut(usize, &B)) {
+pub(crate) fn for_each_block<B: Pod>(row: &[u8], mut f: impl FnMut(usize, &B)) {
     match bytemuck::try_cast_slice::<u8, B>(row) {
         Ok(blocks) => {
             for (i, b) in blocks.iter().enumerate() {
@@ -65,7 +65,7 @@ fn for_each_block<B: Pod>(row: &[u8], mut f: impl FnMut(usize, &B)) {
 }
 
 #[inline(always)]
-fn h(x: f16) -> f32 {
+pub(crate) fn h(x: f16) -> f32 {
     x.to_f32()
 }
 
@@ -192,7 +192,7 @@ pub(crate) fn dot_q4_1(w: &[u8], y: &[BlockQ8_1]) -> f32 {
 
 /// `hsum_float_8` of ggml's x86 kernels: lanes `i + 4` and `i` added, then `(0 + 2) + (1 + 3)`.
 #[inline(always)]
-fn hsum_float_8(acc: &[f32; 8]) -> f32 {
+pub(crate) fn hsum_float_8(acc: &[f32; 8]) -> f32 {
     let r: [f32; 4] = std::array::from_fn(|i| acc[i + 4] + acc[i]);
     (r[0] + r[2]) + (r[1] + r[3])
 }
