@@ -12,6 +12,7 @@
 mod q8_family;
 
 pub(crate) mod avx2;
+pub(crate) mod avx2_kquants;
 pub(crate) mod avx512;
 pub(crate) mod f16_ops;
 pub(crate) mod kquants;
