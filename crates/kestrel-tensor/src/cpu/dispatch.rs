@@ -78,12 +78,18 @@ pub(crate) type RowsFn<A> = fn(w: &[u8], y: &[A], out: &mut [f32]);
 
 /// [`RowsFn`] over a scalar twin: one [`QDot::dot`] per row.
 pub(crate) fn scalar_rows<D: QDot>(w: &[u8], y: &[D::Act], out: &mut [f32]) {
+    rows_by_dot(w, y, out, D::dot)
+}
+
+/// A [`RowsFn`] from a one-row dot: `out[r] = dot(row r, y)`.
+#[inline(always)]
+pub(crate) fn rows_by_dot<A>(w: &[u8], y: &[A], out: &mut [f32], dot: impl Fn(&[u8], &[A]) -> f32) {
     if out.is_empty() {
         return;
     }
-    let rb = w.len() / out.len();
+    let rb = (w.len() / out.len()).max(1);
     for (o, wr) in out.iter_mut().zip(w.chunks_exact(rb)) {
-        *o = D::dot(wr, y);
+        *o = dot(wr, y);
     }
 }
 
@@ -93,6 +99,18 @@ pub(crate) type TileFn<A> = fn(w: &[u8], y: &[A], n_act: usize, out: &mut [f32])
 
 /// A [`TileFn`] over a scalar twin: one [`QDot::dot`] per (weight row, activation row).
 pub(crate) fn scalar_tile<D: QDot>(w: &[u8], y: &[D::Act], n_act: usize, out: &mut [f32]) {
+    tile_by_dots(w, y, n_act, out, D::dot)
+}
+
+/// A [`TileFn`] from a one-row dot: `out[r · n_act + t] = dot(row r, activation row t)`.
+#[inline(always)]
+pub(crate) fn tile_by_dots<A>(
+    w: &[u8],
+    y: &[A],
+    n_act: usize,
+    out: &mut [f32],
+    dot: impl Fn(&[u8], &[A]) -> f32,
+) {
     let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
         return;
     };
@@ -100,7 +118,7 @@ pub(crate) fn scalar_tile<D: QDot>(w: &[u8], y: &[D::Act], n_act: usize, out: &m
     let rb = w.len() / n_w.max(1);
     for (r, wr) in w.chunks_exact(rb.max(1)).take(n_w).enumerate() {
         for (t, ya) in y.chunks_exact(nb).enumerate() {
-            out[r * n_act + t] = D::dot(wr, ya);
+            out[r * n_act + t] = dot(wr, ya);
         }
     }
 }

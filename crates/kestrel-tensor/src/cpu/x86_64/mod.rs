@@ -136,27 +136,16 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
     macro_rules! kquant {
         ($rows:ident, $tile:ident, $dot:ident) => {
             fn $rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
-                if out.is_empty() {
-                    return;
-                }
-                let rb = w.len() / out.len();
-                for (o, wr) in out.iter_mut().zip(w.chunks_exact(rb)) {
+                super::dispatch::rows_by_dot(w, y, out, |wr, y| {
                     // SAFETY: only reachable through this table, made after detection.
-                    *o = unsafe { kquants::$dot(wr, y) };
-                }
+                    unsafe { kquants::$dot(wr, y) }
+                })
             }
             fn $tile(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
-                let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
-                    return;
-                };
-                let n_w = out.len() / n_act;
-                let rb = w.len() / n_w.max(1);
-                for (r, wr) in w.chunks_exact(rb.max(1)).take(n_w).enumerate() {
-                    for (t, ya) in y.chunks_exact(nb).enumerate() {
-                        // SAFETY: as above.
-                        out[r * n_act + t] = unsafe { kquants::$dot(wr, ya) };
-                    }
-                }
+                super::dispatch::tile_by_dots(w, y, n_act, out, |wr, ya| {
+                    // SAFETY: as above.
+                    unsafe { kquants::$dot(wr, ya) }
+                })
             }
         };
     }
