@@ -93,7 +93,7 @@ pub(crate) fn rows_by_dot<A>(w: &[u8], y: &[A], out: &mut [f32], dot: impl Fn(&[
     }
 }
 
-/// 1 or 2 weight rows (`w`) against `n_act` activation rows (`y`, back to back):
+/// 1 to `tile_rows` weight rows (`w`) against `n_act` activation rows (`y`, back to back):
 /// `out[r · n_act + t]`.
 pub(crate) type TileFn<A> = fn(w: &[u8], y: &[A], n_act: usize, out: &mut [f32]);
 
@@ -127,10 +127,12 @@ pub(crate) fn tile_by_dots<A>(
 pub(crate) struct TypeKernels<A: 'static> {
     /// Many consecutive weight rows against one activation row (decode).
     pub rows: RowsFn<A>,
-    /// 1 or 2 weight rows against 1 to 4 activation rows (`y` holds them back to back;
-    /// prefill): each weight block is unpacked once for all of them, each activation block
-    /// loaded once for both rows.
+    /// 1 to `tile_rows` weight rows against 1 to 4 activation rows (`y` holds them back to
+    /// back; prefill): each weight block is unpacked once for all of them, each activation
+    /// block loaded once for all the rows.
     pub tile: TileFn<A>,
+    /// Most weight rows `tile` takes.
+    pub tile_rows: usize,
 }
 
 impl<A> Clone for TypeKernels<A> {
@@ -147,6 +149,7 @@ impl<A> TypeKernels<A> {
         TypeKernels {
             rows: scalar_rows::<D>,
             tile: scalar_tile::<D>,
+            tile_rows: 4,
         }
     }
 }

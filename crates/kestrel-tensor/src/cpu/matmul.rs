@@ -262,10 +262,10 @@ fn matmul_q<D: super::qdot::QDot>(
         while t0 < n {
             let tn = (n - t0).min(ACT_TILE);
             let group = &acts[t0 * nb..(t0 + tn) * nb];
-            let mut o = [0f32; 2 * ACT_TILE];
+            let mut o = [0f32; 4 * ACT_TILE];
             let mut r = r0;
             while r < r1 {
-                let nw = (r1 - r).min(2);
+                let nw = (r1 - r).min(kern.tile_rows.clamp(1, 4));
                 let wr = &w[r * row_bytes..(r + nw) * row_bytes];
                 (kern.tile)(wr, group, tn, &mut o[..nw * tn]);
                 for j in 0..nw {

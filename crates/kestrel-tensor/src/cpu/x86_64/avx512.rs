@@ -18,4 +18,4 @@ fn sum_u8(x: __m256i, y: __m256i) -> __m256i {
     _mm256_dpbusd_epi32(_mm256_setzero_si256(), x, y)
 }
 
-q8_family_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");
+q8_family_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", 4);

@@ -12,7 +12,11 @@
 //! - `sum_u8(x, y)`: lane sums of unsigned (< 128) × signed bytes.
 
 macro_rules! q8_family_kernels {
-    ($features:literal) => {
+    ($features:literal, $max_w:literal) => {
+        /// Weight rows a prefill tile takes at most here (its accumulators must fit in the
+        /// ISA's vector registers: 16 ymm for AVX2, 32 with AVX-512).
+        pub(crate) const TILE_ROWS: usize = $max_w;
+
         use kestrel_gguf::quant::BlockQ8_0;
 
         use crate::cpu::q8::BlockQ8_1;
@@ -237,8 +241,8 @@ macro_rules! q8_family_kernels {
             }
         }
 
-        /// `out[r · T + t] = dot(weight row r, activation row t)` for the 1 or 2 weight rows in
-        /// `w` and the `T = n_act` (1 to 4) activation rows in `y`.
+        /// `out[r · T + t] = dot(weight row r, activation row t)` for the 1 to [`TILE_ROWS`]
+        /// weight rows in `w` and the `T = n_act` (1 to 4) activation rows in `y`.
         #[inline]
         #[target_feature(enable = $features)]
         unsafe fn acts<B: Blk, A: Act>(w: &[u8], y: &[A], n_act: usize, out: &mut [f32]) {
@@ -248,7 +252,7 @@ macro_rules! q8_family_kernels {
             let rb = nb * B::BS;
             let n_w = if rb > 0 { w.len() / rb } else { 0 };
             assert!(
-                ok_t && rb > 0 && (n_w == 1 || n_w == 2) && n_w * rb == w.len() && out.len() == n_w * t,
+                ok_t && rb > 0 && (1..=TILE_ROWS).contains(&n_w) && n_w * rb == w.len() && out.len() == n_w * t,
                 "dot tile: {} weight bytes, {} activation blocks in {t} rows, {} outputs",
                 w.len(),
                 y.len(),
@@ -262,10 +266,18 @@ macro_rules! q8_family_kernels {
                     (1, 2) => tile::<B, A, 1, 2>(p, rb, y, nb, out),
                     (1, 3) => tile::<B, A, 1, 3>(p, rb, y, nb, out),
                     (1, _) => tile::<B, A, 1, 4>(p, rb, y, nb, out),
-                    (_, 1) => tile::<B, A, 2, 1>(p, rb, y, nb, out),
-                    (_, 2) => tile::<B, A, 2, 2>(p, rb, y, nb, out),
-                    (_, 3) => tile::<B, A, 2, 3>(p, rb, y, nb, out),
-                    _ => tile::<B, A, 2, 4>(p, rb, y, nb, out),
+                    (2, 1) => tile::<B, A, 2, 1>(p, rb, y, nb, out),
+                    (2, 2) => tile::<B, A, 2, 2>(p, rb, y, nb, out),
+                    (2, 3) => tile::<B, A, 2, 3>(p, rb, y, nb, out),
+                    (2, _) => tile::<B, A, 2, 4>(p, rb, y, nb, out),
+                    (3, 1) => tile::<B, A, 3, 1>(p, rb, y, nb, out),
+                    (3, 2) => tile::<B, A, 3, 2>(p, rb, y, nb, out),
+                    (3, 3) => tile::<B, A, 3, 3>(p, rb, y, nb, out),
+                    (3, _) => tile::<B, A, 3, 4>(p, rb, y, nb, out),
+                    (_, 1) => tile::<B, A, 4, 1>(p, rb, y, nb, out),
+                    (_, 2) => tile::<B, A, 4, 2>(p, rb, y, nb, out),
+                    (_, 3) => tile::<B, A, 4, 3>(p, rb, y, nb, out),
+                    _ => tile::<B, A, 4, 4>(p, rb, y, nb, out),
                 }
             }
         }
@@ -294,7 +306,7 @@ macro_rules! q8_family_kernels {
 
                 #[doc = $doc]
                 #[doc = ""]
-                #[doc = "1 or 2 weight rows against 1 to 4 activation rows, `out[r·T + t]`."]
+                #[doc = "1 to `TILE_ROWS` weight rows against 1 to 4 activation rows, `out[r·T + t]`."]
                 #[target_feature(enable = $features)]
                 pub(crate) unsafe fn $tile(w: &[u8], y: &[$act], n_act: usize, out: &mut [f32]) {
                     // SAFETY: the caller has the CPU features.
