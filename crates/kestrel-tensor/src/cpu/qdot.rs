@@ -961,58 +961,10 @@ mod tests {
         }
     }
 
-    /// One case of `tests/fixtures/ggml_dot.bin` (see `gen_ggml_dot.py` there).
-    struct GgmlCase {
-        dtype: DType,
-        k: usize,
-        x: Vec<f32>,
-        w: Vec<u8>,
-        act: Vec<u8>,
-        generic: Vec<f32>,
-        simd: Vec<f32>,
-    }
+    use crate::cpu::testutil::{parse_ggml_dot, GgmlCase};
 
     fn ggml_cases() -> Vec<GgmlCase> {
-        let bytes: &[u8] = include_bytes!("../../tests/fixtures/ggml_dot.bin");
-        let mut at = 0;
-        let mut take = |n: usize| {
-            let s = &bytes[at..at + n];
-            at += n;
-            s
-        };
-        let u32_at = |s: &[u8]| u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
-        let f32s = |s: &[u8]| -> Vec<f32> {
-            s.chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect()
-        };
-        assert_eq!(take(4), b"KGD1");
-        let n = u32_at(take(4));
-        (0..n)
-            .map(|_| {
-                let ty = u32_at(take(4));
-                let k = u32_at(take(4)) as usize;
-                let rows = u32_at(take(4)) as usize;
-                let x = f32s(take(4 * k));
-                let wn = u32_at(take(4)) as usize;
-                let w = take(wn).to_vec();
-                let an = u32_at(take(4)) as usize;
-                let act = take(an).to_vec();
-                let generic = f32s(take(4 * rows));
-                let simd = f32s(take(4 * rows));
-                let gt = kestrel_gguf::GgmlType::from_id(ty).unwrap();
-                let dtype = DType::try_from(gt).unwrap();
-                GgmlCase {
-                    dtype,
-                    k,
-                    x,
-                    w,
-                    act,
-                    generic,
-                    simd,
-                }
-            })
-            .collect()
+        parse_ggml_dot(include_bytes!("../../tests/fixtures/ggml_dot.bin"))
     }
 
     /// Converts the case's activations with `D` (must equal ggml's bytes) and dots each row.

@@ -441,58 +441,14 @@ mod tests {
         }
     }
 
-    /// One K-quant case of a `ggml_dot.bin`-format file (see `tests/fixtures/gen_ggml_dot.py`):
-    /// type, row length, weight rows, f32 activations, ggml's q8_K bytes, its SIMD dots.
-    struct Case {
-        dtype: DType,
-        k: usize,
-        w: Vec<u8>,
-        x: Vec<f32>,
-        act: Vec<u8>,
-        simd: Vec<f32>,
-    }
+    use crate::cpu::testutil::{parse_ggml_dot, GgmlCase as Case};
 
+    /// The K-quant cases of a `ggml_dot.bin`-format file.
     fn parse_cases(bytes: &[u8]) -> Vec<Case> {
-        let mut at = 0;
-        let mut take = |n: usize| {
-            let s = &bytes[at..at + n];
-            at += n;
-            s
-        };
-        let u32_at = |s: &[u8]| u32::from_le_bytes(s.try_into().unwrap());
-        let f32s = |s: &[u8]| -> Vec<f32> {
-            s.chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect()
-        };
-        assert_eq!(take(4), b"KGD1");
-        let n = u32_at(take(4));
-        let mut out = Vec::new();
-        for _ in 0..n {
-            let ty = u32_at(take(4));
-            let k = u32_at(take(4)) as usize;
-            let rows = u32_at(take(4)) as usize;
-            let x = f32s(take(4 * k));
-            let wn = u32_at(take(4)) as usize;
-            let w = take(wn).to_vec();
-            let an = u32_at(take(4)) as usize;
-            let act = take(an).to_vec();
-            take(4 * rows); // generic
-            let simd = f32s(take(4 * rows));
-            let gt = kestrel_gguf::GgmlType::from_id(ty).unwrap();
-            let dtype = DType::try_from(gt).unwrap();
-            if TYPES.contains(&dtype) {
-                out.push(Case {
-                    dtype,
-                    k,
-                    w,
-                    x,
-                    act,
-                    simd,
-                });
-            }
-        }
-        out
+        parse_ggml_dot(bytes)
+            .into_iter()
+            .filter(|c| TYPES.contains(&c.dtype))
+            .collect()
     }
 
     /// Each case's activations through our q8_K quantizer (must give ggml's bytes), then every

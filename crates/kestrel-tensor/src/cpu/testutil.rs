@@ -75,3 +75,59 @@ pub(crate) fn max_abs_diff(a: &[f32], b: &[f64]) -> f64 {
         .map(|(x, y)| (*x as f64 - y).abs())
         .fold(0.0, f64::max)
 }
+
+/// One case of a `tests/fixtures/ggml_dot.bin`-format file (see `gen_ggml_dot.py` there): a
+/// weight type, row length, f32 activations, weight rows, ggml's activation bytes, and ggml's
+/// generic and SIMD dots per row.
+pub(crate) struct GgmlCase {
+    pub dtype: DType,
+    pub k: usize,
+    pub x: Vec<f32>,
+    pub w: Vec<u8>,
+    pub act: Vec<u8>,
+    pub generic: Vec<f32>,
+    pub simd: Vec<f32>,
+}
+
+/// Parses a `ggml_dot.bin`-format file (magic `KGD1`).
+pub(crate) fn parse_ggml_dot(bytes: &[u8]) -> Vec<GgmlCase> {
+    let mut at = 0;
+    let mut take = |n: usize| {
+        let s = &bytes[at..at + n];
+        at += n;
+        s
+    };
+    let u32_at = |s: &[u8]| u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    let f32s = |s: &[u8]| -> Vec<f32> {
+        s.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    assert_eq!(take(4), b"KGD1");
+    let n = u32_at(take(4));
+    (0..n)
+        .map(|_| {
+            let ty = u32_at(take(4));
+            let k = u32_at(take(4)) as usize;
+            let rows = u32_at(take(4)) as usize;
+            let x = f32s(take(4 * k));
+            let wn = u32_at(take(4)) as usize;
+            let w = take(wn).to_vec();
+            let an = u32_at(take(4)) as usize;
+            let act = take(an).to_vec();
+            let generic = f32s(take(4 * rows));
+            let simd = f32s(take(4 * rows));
+            let gt = kestrel_gguf::GgmlType::from_id(ty).unwrap();
+            let dtype = DType::try_from(gt).unwrap();
+            GgmlCase {
+                dtype,
+                k,
+                x,
+                w,
+                act,
+                generic,
+                simd,
+            }
+        })
+        .collect()
+}
