@@ -38,6 +38,10 @@ pub struct ExecutionPlan {
     arena: Vec<f32>,
     weights: Vec<BoundWeight>,
     positions: Vec<i32>,
+    /// The matmuls' converted activations. Owned by the plan, not by whichever pool thread
+    /// runs a step, so once it has grown no step allocates (a thread-local scratch allocated
+    /// again whenever a step landed on a worker that had not run one before).
+    scratch: cpu::MatmulScratch,
 }
 
 impl std::fmt::Debug for ExecutionPlan {
@@ -131,6 +135,7 @@ impl ExecutionPlan {
             arena,
             weights,
             positions: vec![0; max_tokens],
+            scratch: cpu::MatmulScratch::new(),
         })
     }
 
@@ -241,7 +246,16 @@ impl ExecutionPlan {
             }
             Op::MatMul { weight } => {
                 let w = &self.weights[*weight].tensor;
-                cpu::matmul(a, in_rows, in_width, w.as_bytes(), w.dtype(), width, out)?;
+                cpu::matmul_with_scratch(
+                    a,
+                    in_rows,
+                    in_width,
+                    w.as_bytes(),
+                    w.dtype(),
+                    width,
+                    out,
+                    &mut self.scratch,
+                )?;
             }
             Op::AddBias { bias } => {
                 let bv = self.weights[*bias].vector()?;
