@@ -42,6 +42,15 @@ pub enum GenerateError {
         /// Why.
         reason: String,
     },
+    /// The tokenizer.
+    #[error(transparent)]
+    Tokenizer(#[from] kestrel_tokenizer::TokenizerError),
+    /// The sampler or the grammar.
+    #[error(transparent)]
+    Sampling(#[from] kestrel_sampling::SamplingError),
+    /// A feature that needs text was asked of a model without a vocabulary.
+    #[error("{0} need the model's tokenizer, and this model has none")]
+    NoTokenizer(&'static str),
     /// The token callback asked to stop with an error.
     #[error("stopped by the caller: {0}")]
     Callback(String),

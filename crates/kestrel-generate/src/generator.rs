@@ -1,17 +1,20 @@
-//! `Generator`: a model ready to run — config, engine, prefill and decode plans, KV cache — and
-//! the greedy decode loop over token ids. Text in and out (tokenizer, streaming text, stop
-//! strings) and sampling build on it.
+//! `Generator`: a model ready to run — config, engine, prefill and decode plans, tokenizer and a
+//! default [`Session`] — with the greedy loop over ids, the sampled/streamed generation entry
+//! points (the loop itself is in `stream.rs`) and perplexity.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use kestrel_arch::{build_decoder, weight_tensor, DecoderConfig, Logits};
 use kestrel_gguf::{GgufModel, Value};
 use kestrel_graph::ExecutionPlan;
 use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout};
+use kestrel_sampling::TokenTrie;
 use kestrel_tensor::{cpu, CpuEngine};
+use kestrel_tokenizer::{Tokenizer, TokenizerOptions};
 
-use crate::{GenerateError, GenerateMetrics};
+use crate::stream::{Completion, TokenIter, TokenStream};
+use crate::{GenerateError, GenerateMetrics, GenerateParams, Session};
 
 /// Texts of control tokens that end a turn, as llama.cpp recognizes them (besides the ids the
 /// metadata names).
@@ -76,23 +79,134 @@ pub struct Perplexity {
 }
 
 /// A model ready to generate.
+///
+/// It holds a default [`Session`] that [`prefill`](Self::prefill), [`step`](Self::step),
+/// [`generate_ids`](Self::generate_ids), [`iter`](Self::iter) and [`generate`](Self::generate)
+/// use; [`new_session`](Self::new_session) makes more, for callers that keep several
+/// conversations.
 pub struct Generator {
-    model: Arc<GgufModel>,
-    cfg: DecoderConfig,
+    core: Core,
+    session: Session,
+    tokenizer: Option<Arc<Tokenizer>>,
+    trie: OnceLock<TokenTrie>,
+    opts: GeneratorOptions,
+}
+
+/// What runs the model: config, engine, plans, and the logits of the last step.
+pub(crate) struct Core {
+    pub(crate) model: Arc<GgufModel>,
+    pub(crate) cfg: DecoderConfig,
     engine: CpuEngine,
     prefill: ExecutionPlan,
     decode: ExecutionPlan,
-    kv: ContiguousCache,
-    ctx: usize,
-    stop_ids: Vec<u32>,
-    opts: GeneratorOptions,
+    layout: KvLayout,
+    pub(crate) ctx: usize,
+    pub(crate) stop_ids: Vec<u32>,
+    /// The last position's logits of the last prefill or step (the sampler edits them in place).
+    pub(crate) logits: Vec<f32>,
+}
+
+impl Core {
+    /// Prefill `prompt` into `session`, reusing the longest prefix the session already holds;
+    /// the last position's logits land in `self.logits`. Returns the number of reused tokens.
+    pub(crate) fn feed(
+        &mut self,
+        session: &mut Session,
+        prompt: &[u32],
+    ) -> Result<usize, GenerateError> {
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        if prompt.len() > self.ctx {
+            return Err(GenerateError::ContextTooSmall {
+                prompt: prompt.len(),
+                max_new: 0,
+                needed: prompt.len(),
+                ctx: self.ctx,
+            });
+        }
+        self.check_session(session)?;
+        let mut common = session
+            .tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if common == prompt.len() {
+            common -= 1; // the last prompt token runs again, for its logits
+        }
+        session.truncate(common);
+        let rest = &prompt[common..];
+        let batch = self.prefill.max_tokens();
+        let last_start = (rest.len() - 1) / batch * batch;
+        for chunk in rest[..last_start].chunks(batch) {
+            let pos = session.kv.seq_len();
+            self.prefill
+                .run(&self.engine, &mut session.kv, chunk, pos)?;
+            session.tokens.extend_from_slice(chunk);
+        }
+        let pos = session.kv.seq_len();
+        let tail = &rest[last_start..];
+        let logits = self.prefill.run(&self.engine, &mut session.kv, tail, pos)?;
+        copy_logits(&mut self.logits, logits)?;
+        session.tokens.extend_from_slice(tail);
+        Ok(common)
+    }
+
+    /// Append `token` to `session` and compute the logits that follow it. Allocates nothing.
+    pub(crate) fn step(&mut self, session: &mut Session, token: u32) -> Result<(), GenerateError> {
+        let pos = session.kv.seq_len();
+        if pos >= self.ctx {
+            return Err(GenerateError::ContextTooSmall {
+                prompt: pos,
+                max_new: 1,
+                needed: pos + 1,
+                ctx: self.ctx,
+            });
+        }
+        let logits = self
+            .decode
+            .run(&self.engine, &mut session.kv, &[token], pos)?;
+        copy_logits(&mut self.logits, logits)?;
+        session.tokens.push(token);
+        Ok(())
+    }
+
+    pub(crate) fn is_stop(&self, id: u32) -> bool {
+        self.stop_ids.binary_search(&id).is_ok()
+    }
+
+    fn check_session(&self, session: &Session) -> Result<(), GenerateError> {
+        if session.kv.layout() != &self.layout || session.kv.capacity() != self.ctx {
+            return Err(GenerateError::InvalidOption {
+                name: "session",
+                reason: "the session was made by a generator with another model or context".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn copy_logits(dst: &mut [f32], src: &[f32]) -> Result<(), GenerateError> {
+    if dst.len() != src.len() {
+        return Err(GenerateError::InvalidOption {
+            name: "model",
+            reason: format!(
+                "the plan returned {} logits for a vocabulary of {}",
+                src.len(),
+                dst.len()
+            ),
+        });
+    }
+    dst.copy_from_slice(src);
+    Ok(())
 }
 
 impl std::fmt::Debug for Generator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Generator")
-            .field("arch", &self.cfg.arch)
-            .field("ctx", &self.ctx)
+            .field("arch", &self.core.cfg.arch)
+            .field("ctx", &self.core.ctx)
             .finish()
     }
 }
@@ -169,83 +283,158 @@ impl Generator {
         let lookup = |name: &str| weight_tensor(&model, name);
         let prefill = ExecutionPlan::compile(&graph, opts.batch.min(ctx), &lookup)?;
         let decode = ExecutionPlan::compile(&graph, 1, &lookup)?;
-        let kv = ContiguousCache::new(kv_layout(&cfg, opts.kv_dtype)?, ctx)?;
+        let layout = kv_layout(&cfg, opts.kv_dtype)?;
+        let session = Session::new(ContiguousCache::new(layout.clone(), ctx)?);
         let stop_ids = stop_ids(&model);
+        let tokenizer = tokenizer_of(&model)?;
+        let logits = vec![0.0; cfg.n_vocab];
         Ok(Generator {
-            model,
-            cfg,
-            engine,
-            prefill,
-            decode,
-            kv,
-            ctx,
-            stop_ids,
+            core: Core {
+                model,
+                cfg,
+                engine,
+                prefill,
+                decode,
+                layout,
+                ctx,
+                stop_ids,
+                logits,
+            },
+            session,
+            tokenizer,
+            trie: OnceLock::new(),
             opts,
         })
     }
 
+    /// The model's tokenizer (`None` for a file with no vocabulary, `tokenizer.ggml.model` =
+    /// `none`, which is fed ids directly).
+    pub fn tokenizer(&self) -> Option<&Arc<Tokenizer>> {
+        self.tokenizer.as_ref()
+    }
+
+    /// A new empty session with its own KV cache, for this generator's model and context.
+    pub fn new_session(&self) -> Result<Session, GenerateError> {
+        Ok(Session::new(ContiguousCache::new(
+            self.core.layout.clone(),
+            self.core.ctx,
+        )?))
+    }
+
+    /// The default session (the one `iter`, `generate`, `prefill` and `step` use).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Mutable access to the default session (to reset or truncate it).
+    pub fn session_mut(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// The vocabulary as a byte trie for grammar masks, built on first use.
+    pub fn token_trie(&self) -> Result<&TokenTrie, GenerateError> {
+        trie_of(&self.trie, self.tokenizer.as_deref(), &self.core)
+    }
+
+    /// Start a generation on the default session: prefills `prompt` (reusing the prefix the
+    /// session already holds) and returns an iterator that yields one [`Token`](crate::Token)
+    /// per decode step.
+    pub fn iter(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+    ) -> Result<TokenIter<'_>, GenerateError> {
+        let Generator {
+            core,
+            session,
+            tokenizer,
+            trie,
+            ..
+        } = self;
+        TokenIter::start(core, session, tokenizer.as_deref(), trie, prompt, params)
+    }
+
+    /// [`iter`](Self::iter) on a session of the caller's.
+    pub fn iter_in<'a>(
+        &'a mut self,
+        session: &'a mut Session,
+        prompt: &[u32],
+        params: &GenerateParams,
+    ) -> Result<TokenIter<'a>, GenerateError> {
+        let Generator {
+            core,
+            tokenizer,
+            trie,
+            ..
+        } = self;
+        TokenIter::start(core, session, tokenizer.as_deref(), trie, prompt, params)
+    }
+
+    /// Generate on the default session, calling `stream` with every token; an error from the
+    /// stream stops generation and is returned as [`GenerateError::Callback`].
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        stream: &mut dyn TokenStream,
+    ) -> Result<Completion, GenerateError> {
+        self.iter(prompt, params)?.drive(stream)
+    }
+
+    /// [`generate`](Self::generate) on a session of the caller's.
+    pub fn generate_in(
+        &mut self,
+        session: &mut Session,
+        prompt: &[u32],
+        params: &GenerateParams,
+        stream: &mut dyn TokenStream,
+    ) -> Result<Completion, GenerateError> {
+        self.iter_in(session, prompt, params)?.drive(stream)
+    }
+
     /// The model's configuration.
     pub fn config(&self) -> &DecoderConfig {
-        &self.cfg
+        &self.core.cfg
     }
 
     /// The model.
     pub fn model(&self) -> &Arc<GgufModel> {
-        &self.model
+        &self.core.model
     }
 
     /// Context length in tokens.
     pub fn ctx(&self) -> usize {
-        self.ctx
+        self.core.ctx
     }
 
     /// Ids that end generation.
     pub fn stop_ids(&self) -> &[u32] {
-        &self.stop_ids
+        &self.core.stop_ids
     }
 
-    /// Bytes of the KV cache.
+    /// Bytes of the default session's KV cache.
     pub fn kv_bytes(&self) -> usize {
-        self.kv.memory_bytes()
+        self.session.kv_bytes()
     }
 
-    /// Run the prompt through the model from an empty cache and return the last position's
-    /// logits.
+    /// Run the prompt through the model from an empty default session and return the last
+    /// position's logits.
     pub fn prefill(&mut self, prompt: &[u32]) -> Result<&[f32], GenerateError> {
-        if prompt.is_empty() {
-            return Err(GenerateError::EmptyPrompt);
-        }
-        if prompt.len() > self.ctx {
-            return Err(GenerateError::ContextTooSmall {
-                prompt: prompt.len(),
-                max_new: 0,
-                needed: prompt.len(),
-                ctx: self.ctx,
-            });
-        }
-        self.kv.reset();
-        let batch = self.prefill.max_tokens();
-        let last_start = (prompt.len() - 1) / batch * batch;
-        for chunk in prompt[..last_start].chunks(batch) {
-            let pos = self.kv.seq_len();
-            self.prefill.run(&self.engine, &mut self.kv, chunk, pos)?;
-        }
-        let pos = self.kv.seq_len();
-        Ok(self
-            .prefill
-            .run(&self.engine, &mut self.kv, &prompt[last_start..], pos)?)
+        self.session.reset();
+        self.core.feed(&mut self.session, prompt)?;
+        Ok(&self.core.logits)
     }
 
-    /// One decode step: append `token` at the next position and return the logits that follow
-    /// it. Allocates nothing.
+    /// One decode step: append `token` at the next position of the default session and return
+    /// the logits that follow it. Allocates nothing.
     pub fn step(&mut self, token: u32) -> Result<&[f32], GenerateError> {
-        let pos = self.kv.seq_len();
-        Ok(self.decode.run(&self.engine, &mut self.kv, &[token], pos)?)
+        self.core.step(&mut self.session, token)?;
+        Ok(&self.core.logits)
     }
 
-    /// Tokens in the KV cache.
+    /// Tokens in the default session's KV cache.
     pub fn seq_len(&self) -> usize {
-        self.kv.seq_len()
+        self.session.kv.seq_len()
     }
 
     /// Greedy generation of up to `max_new` tokens after `prompt`. `on_token` sees each new id
@@ -257,12 +446,12 @@ impl Generator {
         on_token: &mut dyn FnMut(u32) -> Result<bool, String>,
     ) -> Result<Generation, GenerateError> {
         let needed = prompt.len().saturating_add(max_new);
-        if needed > self.ctx {
+        if needed > self.core.ctx {
             return Err(GenerateError::ContextTooSmall {
                 prompt: prompt.len(),
                 max_new,
                 needed,
-                ctx: self.ctx,
+                ctx: self.core.ctx,
             });
         }
         let mut metrics = GenerateMetrics {
@@ -284,7 +473,7 @@ impl Generator {
         let mut stopped = false;
         loop {
             ids.push(next);
-            let is_stop = self.stop_ids.binary_search(&next).is_ok();
+            let is_stop = self.core.is_stop(next);
             let go_on = on_token(next).map_err(GenerateError::Callback)?;
             if is_stop {
                 stopped = true;
@@ -313,10 +502,13 @@ impl Generator {
         n_ctx: usize,
         bos: Option<u32>,
     ) -> Result<Perplexity, GenerateError> {
-        if n_ctx < 4 || n_ctx > self.ctx {
+        if n_ctx < 4 || n_ctx > self.core.ctx {
             return Err(GenerateError::InvalidOption {
                 name: "ctx",
-                reason: format!("perplexity window {n_ctx} must be within 4..={}", self.ctx),
+                reason: format!(
+                    "perplexity window {n_ctx} must be within 4..={}",
+                    self.core.ctx
+                ),
             });
         }
         let n_chunks = tokens.len() / n_ctx;
@@ -329,11 +521,13 @@ impl Generator {
                 ),
             });
         }
-        let graph = build_decoder(&self.cfg, &self.model, Logits::All)?;
-        let model = self.model.clone();
+        let core = &mut self.core;
+        let kv = &mut self.session;
+        let graph = build_decoder(&core.cfg, &core.model, Logits::All)?;
+        let model = core.model.clone();
         let lookup = |name: &str| weight_tensor(&model, name);
         let mut plan = ExecutionPlan::compile(&graph, n_ctx, &lookup)?;
-        let n_vocab = self.cfg.n_vocab;
+        let n_vocab = core.cfg.n_vocab;
         let first = n_ctx / 2;
         let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
         let mut window = vec![0u32; n_ctx];
@@ -343,8 +537,8 @@ impl Generator {
             if let Some(b) = bos {
                 window[0] = b;
             }
-            self.kv.reset();
-            let logits = plan.run(&self.engine, &mut self.kv, &window, 0)?;
+            kv.reset();
+            let logits = plan.run(&core.engine, &mut kv.kv, &window, 0)?;
             for j in first..n_ctx - 1 {
                 let row = &logits[j * n_vocab..(j + 1) * n_vocab];
                 let target = tokens[start + j + 1] as usize;
@@ -359,7 +553,7 @@ impl Generator {
                 count += 1;
             }
         }
-        self.kv.reset();
+        kv.reset();
         let mean = nll / count as f64;
         let mean2 = nll2 / count as f64;
         let var = mean2 - mean * mean;
@@ -381,6 +575,42 @@ impl Generator {
     pub fn options(&self) -> &GeneratorOptions {
         &self.opts
     }
+}
+
+/// The tokenizer of a model, unless its vocabulary is `none`.
+fn tokenizer_of(model: &GgufModel) -> Result<Option<Arc<Tokenizer>>, GenerateError> {
+    let md = model.metadata();
+    let kind = md
+        .get("tokenizer.ggml.model")
+        .and_then(|v| v.as_str().map(str::to_string));
+    if kind.as_deref() == Some("none") {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(Tokenizer::from_metadata(
+        &md,
+        TokenizerOptions::default(),
+    )?)))
+}
+
+/// The vocabulary trie in `cell`, built from the tokenizer's pieces on first use; it has one
+/// entry per logit (ids past the tokenizer's vocabulary are empty, so never allowed).
+pub(crate) fn trie_of<'a>(
+    cell: &'a OnceLock<TokenTrie>,
+    tokenizer: Option<&Tokenizer>,
+    core: &Core,
+) -> Result<&'a TokenTrie, GenerateError> {
+    if let Some(t) = cell.get() {
+        return Ok(t);
+    }
+    let tok = tokenizer.ok_or(GenerateError::NoTokenizer("grammars"))?;
+    let pieces: Vec<Vec<u8>> = (0..core.cfg.n_vocab as u32)
+        .map(|id| {
+            tok.token_to_piece(id, false)
+                .map(<[u8]>::to_vec)
+                .unwrap_or_default()
+        })
+        .collect();
+    Ok(cell.get_or_init(|| TokenTrie::new(&pieces, &core.stop_ids)))
 }
 
 fn argmax(logits: &[f32]) -> u32 {

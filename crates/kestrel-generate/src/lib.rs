@@ -1,17 +1,32 @@
 //! The decode loop for kestrel.
 //!
 //! [`Generator`] holds a model ready to run — its config, the CPU engine, the prefill and decode
-//! plans compiled from one graph, and a KV cache — and runs greedy generation over token ids
-//! with a per-token callback, stopping at the model's end-of-generation tokens, plus perplexity
-//! as llama-perplexity computes it.
+//! plans compiled from one graph, the tokenizer and a default [`Session`] — and runs:
+//! - sampled, grammar-constrained, streamed generation: [`Generator::iter`] (an iterator of
+//!   [`Token`]s), [`Generator::generate`] (a [`TokenStream`] callback), on the default session
+//!   or one of the caller's ([`Generator::new_session`]), with stop ids, incremental stop
+//!   strings, cancellation ([`CancelToken`]) and [`GenerateMetrics`];
+//! - the greedy loop over ids ([`Generator::generate_ids`]) and single steps
+//!   ([`Generator::prefill`], [`Generator::step`]) for tests and benchmarks;
+//! - perplexity as llama-perplexity computes it.
 //!
-//! Status: greedy decoding over ids. Sampling, stop strings, sessions, batching and speculative
-//! decoding come with their issues.
+//! A session keeps its tokens and KV cache between generations: a prompt that starts with the
+//! same tokens (a system prompt, earlier chat turns) reuses them instead of prefilling again.
+//!
+//! Status: single sequences. Batching and speculative decoding come with their issue.
 
+mod cancel;
 mod error;
 mod generator;
 mod metrics;
+mod params;
+mod session;
+mod stream;
 
+pub use cancel::CancelToken;
 pub use error::GenerateError;
 pub use generator::{Generation, Generator, GeneratorOptions, Perplexity};
 pub use metrics::GenerateMetrics;
+pub use params::GenerateParams;
+pub use session::Session;
+pub use stream::{Completion, FinishReason, StreamError, Token, TokenIter, TokenStream};

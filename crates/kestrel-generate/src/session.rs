@@ -1,0 +1,63 @@
+//! `Session`: one sequence's KV cache and the tokens in it, kept across generations so a new
+//! prompt that starts with the same tokens (a system prompt, earlier chat turns) skips their
+//! prefill.
+
+use kestrel_kv::{ContiguousCache, KvCache};
+
+/// A sequence with its own KV cache.
+///
+/// Make one with [`Generator::new_session`](crate::Generator::new_session) and pass it to
+/// [`Generator::iter_in`](crate::Generator::iter_in) or
+/// [`Generator::generate_in`](crate::Generator::generate_in). Each generation's prompt is the
+/// whole conversation so far; the longest prefix it shares with [`tokens`](Self::tokens) is
+/// reused from the cache and only the rest is prefilled.
+pub struct Session {
+    pub(crate) kv: ContiguousCache,
+    pub(crate) tokens: Vec<u32>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("tokens", &self.tokens.len())
+            .field("capacity", &self.kv.capacity())
+            .finish()
+    }
+}
+
+impl Session {
+    pub(crate) fn new(kv: ContiguousCache) -> Self {
+        let cap = kv.capacity();
+        Session {
+            kv,
+            tokens: Vec::with_capacity(cap),
+        }
+    }
+
+    /// The tokens whose keys and values are in the cache, in order.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Most tokens the session holds (the context length).
+    pub fn capacity(&self) -> usize {
+        self.kv.capacity()
+    }
+
+    /// Bytes of KV cache memory held.
+    pub fn kv_bytes(&self) -> usize {
+        self.kv.memory_bytes()
+    }
+
+    /// Forget everything: the next prompt is prefilled from the start.
+    pub fn reset(&mut self) {
+        self.kv.reset();
+        self.tokens.clear();
+    }
+
+    /// Keep only the first `len` tokens (the rest of the cache is dropped).
+    pub fn truncate(&mut self, len: usize) {
+        self.kv.truncate(len);
+        self.tokens.truncate(len);
+    }
+}

@@ -1,0 +1,353 @@
+//! Sampled, streamed generation: [`TokenIter`] runs one decode step per `next()` — sample under
+//! the optional grammar, check end-of-generation and stop ids, decode the token's text through
+//! the incremental detokenizer and the stop-string matcher — and yields a [`Token`].
+//! [`TokenStream`] is the callback form; [`Completion`] is what a whole generation returns.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use kestrel_sampling::{GrammarMatcher, Sampler, StopMatcher, TokenTrie};
+use kestrel_tokenizer::{Decoder, Tokenizer};
+
+use crate::generator::{trie_of, Core};
+use crate::metrics::peak_memory_bytes;
+use crate::{CancelToken, GenerateError, GenerateMetrics, GenerateParams, Session};
+
+/// One generated token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Token {
+    /// The token id.
+    pub id: u32,
+    /// Text that became final with this token: complete UTF-8, with any text that could still
+    /// be the start of a stop string held back until it is resolved. It may be empty (a token
+    /// in the middle of a character or of a possible stop string) or hold several tokens' text.
+    pub text: String,
+    /// True for the end-of-generation or stop token that ended the generation (not rendered).
+    pub special: bool,
+}
+
+/// Why a generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FinishReason {
+    /// The model produced an end-of-generation token (EOS, EOT, ...).
+    EndOfGeneration,
+    /// A token of [`SamplingConfig::stop_token_ids`](kestrel_sampling::SamplingConfig).
+    StopToken,
+    /// The stop string with this index was produced (it is not part of the text).
+    StopString(usize),
+    /// `max_new_tokens` were generated.
+    Length,
+    /// The grammar was complete and allowed nothing more.
+    Grammar,
+    /// The [`CancelToken`] was cancelled.
+    Cancelled,
+}
+
+impl FinishReason {
+    /// OpenAI's name for it: `stop`, `length` or `cancelled`.
+    pub fn as_openai(&self) -> &'static str {
+        match self {
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+            _ => "stop",
+        }
+    }
+}
+
+/// A whole generation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completion {
+    /// Generated ids (an end-of-generation or stop token that ended it included).
+    pub ids: Vec<u32>,
+    /// Generated text (stop strings and end-of-generation tokens not included).
+    pub text: String,
+    /// Why it ended.
+    pub finish: FinishReason,
+    /// Counts and timings.
+    pub metrics: GenerateMetrics,
+}
+
+/// Error type a [`TokenStream`] returns to stop generation.
+pub type StreamError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Receives tokens as they are generated; returning an error stops the generation (the error
+/// comes back as [`GenerateError::Callback`]). Closures `FnMut(&Token) -> Result<(), E>`
+/// implement it.
+pub trait TokenStream {
+    /// Called once per generated token, in order.
+    fn on_token(&mut self, token: &Token) -> Result<(), StreamError>;
+}
+
+impl<F, E> TokenStream for F
+where
+    F: FnMut(&Token) -> Result<(), E>,
+    E: Into<StreamError>,
+{
+    fn on_token(&mut self, token: &Token) -> Result<(), StreamError> {
+        self(token).map_err(Into::into)
+    }
+}
+
+/// A generation in progress: each `next()` runs one decode step and yields its [`Token`].
+/// After the last token (or an error) it yields `None`; [`completion`](Self::completion)
+/// then gives the ids, text, finish reason and metrics.
+///
+/// Dropping it early leaves the session holding the prompt and the tokens generated so far.
+pub struct TokenIter<'a> {
+    core: &'a mut Core,
+    session: &'a mut Session,
+    trie: Option<&'a TokenTrie>,
+    decoder: Option<Decoder<'a>>,
+    sampler: Sampler,
+    matcher: Option<GrammarMatcher>,
+    stops: StopMatcher,
+    stop_ids: Vec<u32>,
+    cancel: Option<CancelToken>,
+    max_new: usize,
+    /// Sampled, not yet run through the model.
+    pending: Option<u32>,
+    ids: Vec<u32>,
+    text: String,
+    finish: Option<FinishReason>,
+    failed: bool,
+    metrics: GenerateMetrics,
+    start: Instant,
+    first: Option<Instant>,
+}
+
+impl std::fmt::Debug for TokenIter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenIter")
+            .field("ids", &self.ids)
+            .field("finish", &self.finish)
+            .finish()
+    }
+}
+
+impl<'a> TokenIter<'a> {
+    pub(crate) fn start(
+        core: &'a mut Core,
+        session: &'a mut Session,
+        tokenizer: Option<&'a Tokenizer>,
+        trie_cell: &'a OnceLock<TokenTrie>,
+        prompt: &[u32],
+        params: &GenerateParams,
+    ) -> Result<TokenIter<'a>, GenerateError> {
+        let start = Instant::now();
+        let cfg = &params.sampling;
+        let sampler = Sampler::new(cfg, core.cfg.n_vocab)?;
+        let needed = prompt.len().saturating_add(cfg.max_new_tokens);
+        if needed > core.ctx {
+            return Err(GenerateError::ContextTooSmall {
+                prompt: prompt.len(),
+                max_new: cfg.max_new_tokens,
+                needed,
+                ctx: core.ctx,
+            });
+        }
+        if !cfg.stop_strings.is_empty() && tokenizer.is_none() {
+            return Err(GenerateError::NoTokenizer("stop strings"));
+        }
+        let (trie, matcher) = match &params.grammar {
+            Some(g) => (
+                Some(trie_of(trie_cell, tokenizer, core)?),
+                Some(GrammarMatcher::new(g)),
+            ),
+            None => (None, None),
+        };
+        let mut metrics = GenerateMetrics {
+            prompt_tokens: prompt.len(),
+            ..Default::default()
+        };
+        metrics.cached_tokens = core.feed(session, prompt)?;
+        metrics.prefill = start.elapsed();
+        Ok(TokenIter {
+            core,
+            session,
+            trie,
+            decoder: tokenizer.map(|t| t.decoder(false)),
+            sampler,
+            matcher,
+            stops: StopMatcher::new(cfg.stop_strings.iter().cloned()),
+            stop_ids: cfg.stop_token_ids.clone(),
+            cancel: params.cancel.clone(),
+            max_new: cfg.max_new_tokens,
+            pending: None,
+            ids: Vec::with_capacity(cfg.max_new_tokens.min(1 << 16)),
+            text: String::new(),
+            finish: None,
+            failed: false,
+            metrics,
+            start,
+            first: None,
+        })
+    }
+
+    /// Ids generated so far.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// Text emitted so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Why it ended (`None` while it runs, or after an error).
+    pub fn finish_reason(&self) -> Option<FinishReason> {
+        self.finish
+    }
+
+    /// The sampler's seed (drawn from the OS when the config had none).
+    pub fn seed(&self) -> u64 {
+        self.sampler.seed()
+    }
+
+    /// Runs to the end and returns the whole generation.
+    pub fn completion(mut self) -> Result<Completion, GenerateError> {
+        for t in self.by_ref() {
+            t?;
+        }
+        self.into_completion()
+    }
+
+    /// Runs to the end, handing every token to `stream`.
+    pub(crate) fn drive(
+        mut self,
+        stream: &mut dyn TokenStream,
+    ) -> Result<Completion, GenerateError> {
+        while let Some(t) = self.next() {
+            let t = t?;
+            stream
+                .on_token(&t)
+                .map_err(|e| GenerateError::Callback(e.to_string()))?;
+        }
+        self.into_completion()
+    }
+
+    fn into_completion(mut self) -> Result<Completion, GenerateError> {
+        let finish = self.finish.ok_or(GenerateError::InvalidOption {
+            name: "generation",
+            reason: "it failed before it finished".into(),
+        })?;
+        self.metrics.peak_memory_bytes = peak_memory_bytes();
+        Ok(Completion {
+            ids: std::mem::take(&mut self.ids),
+            text: std::mem::take(&mut self.text),
+            finish,
+            metrics: self.metrics.clone(),
+        })
+    }
+
+    fn end(&mut self, reason: FinishReason) {
+        self.finish = Some(reason);
+        self.metrics.generated_tokens = self.ids.len();
+        if let Some(t) = self.first {
+            self.metrics.decode = t.elapsed();
+        }
+    }
+
+    /// One step: feed the previous token, sample the next, decide whether it ends.
+    fn advance(&mut self) -> Result<Option<Token>, GenerateError> {
+        if self.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+            self.end(FinishReason::Cancelled);
+            return Ok(None);
+        }
+        if let Some(prev) = self.pending.take() {
+            self.core.step(self.session, prev)?;
+        }
+        let history = &self.session.tokens;
+        let logits = &mut self.core.logits;
+        let id = match (&mut self.matcher, self.trie) {
+            (Some(m), Some(trie)) => {
+                let id = self.sampler.sample_constrained(logits, history, m, trie)?;
+                m.accept_token(trie, id)?;
+                id
+            }
+            _ => self.sampler.sample(logits, history)?,
+        };
+        if self.first.is_none() {
+            self.first = Some(Instant::now());
+            self.metrics.time_to_first_token = self.start.elapsed();
+        }
+        self.ids.push(id);
+        let mut text = String::new();
+        let mut finish = if self.core.is_stop(id) {
+            Some(FinishReason::EndOfGeneration)
+        } else if self.stop_ids.contains(&id) {
+            Some(FinishReason::StopToken)
+        } else {
+            self.push_text(id, &mut text)?
+        };
+        let special = finish.is_some();
+        if finish.is_none() && self.ids.len() >= self.max_new {
+            finish = Some(FinishReason::Length);
+        }
+        if finish.is_none()
+            && self
+                .matcher
+                .as_mut()
+                .is_some_and(|m| m.is_complete() && !m.can_continue())
+        {
+            finish = Some(FinishReason::Grammar);
+        }
+        match finish {
+            Some(FinishReason::StopString(i)) => self.end(FinishReason::StopString(i)),
+            Some(reason) => {
+                // flush what the detokenizer and the stop matcher hold
+                let tail = self
+                    .decoder
+                    .as_mut()
+                    .map(Decoder::finish)
+                    .unwrap_or_default();
+                let step = self.stops.push(&tail);
+                text.push_str(&step.text);
+                match step.stop {
+                    Some(i) => self.end(FinishReason::StopString(i)),
+                    None => {
+                        text.push_str(&self.stops.finish());
+                        self.end(reason);
+                    }
+                }
+            }
+            None => self.pending = Some(id),
+        }
+        self.text.push_str(&text);
+        Ok(Some(Token { id, text, special }))
+    }
+
+    /// Decode `id` and run the text through the stop strings; `Some` when one matched.
+    fn push_text(
+        &mut self,
+        id: u32,
+        text: &mut String,
+    ) -> Result<Option<FinishReason>, GenerateError> {
+        let Some(decoder) = self.decoder.as_mut() else {
+            return Ok(None);
+        };
+        let Some(piece) = decoder.push(id)? else {
+            return Ok(None);
+        };
+        let step = self.stops.push(&piece);
+        *text = step.text;
+        Ok(step.stop.map(FinishReason::StopString))
+    }
+}
+
+impl Iterator for TokenIter<'_> {
+    type Item = Result<Token, GenerateError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.finish.is_some() || self.failed {
+            return None;
+        }
+        match self.advance() {
+            Ok(t) => t.map(Ok),
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
