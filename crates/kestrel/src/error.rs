@@ -10,6 +10,12 @@ pub enum Error {
     /// Building the tokenizer or rendering a template.
     #[error(transparent)]
     Tokenizer(#[from] kestrel_tokenizer::TokenizerError),
+    /// A chat template that fails to compile or render.
+    #[error(transparent)]
+    Template(#[from] kestrel_tokenizer::TemplateError),
+    /// A bad sampling option, grammar or JSON Schema.
+    #[error(transparent)]
+    Sampling(#[from] kestrel_sampling::SamplingError),
     /// Loading for generation, or generating (boxed: it carries every lower layer's errors).
     #[error(transparent)]
     Generate(Box<kestrel_generate::GenerateError>),

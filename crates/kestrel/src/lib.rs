@@ -11,19 +11,39 @@
 //! # Ok::<(), kestrel::Error>(())
 //! ```
 //!
-//! Status: loading a file and greedy generation on the CPU. Aliases and downloads, sampling,
-//! chat, batching, embeddings and the `Backend` registry come with their issues.
+//! Sampling, grammars and JSON Schemas, stop strings, streaming (callback and iterator), chat
+//! with the model's template and a reused KV cache:
+//!
+//! ```no_run
+//! use kestrel::{ChatMessage, GenerateOptions, LoadOptions, Model};
+//! let mut model = Model::load_file("SmolLM2-135M-Instruct.Q4_1.gguf", LoadOptions::default())?;
+//! let opts = GenerateOptions::default().with_temperature(0.7).with_seed(1).with_max_tokens(64);
+//! let reply = model.chat(&[ChatMessage::new("user", "Name a colour.")], &opts)?;
+//! println!("{} ({} tokens)", reply.text, reply.usage.completion_tokens);
+//! let person = GenerateOptions::default()
+//!     .with_json_schema(r#"{"type":"object","properties":{"name":{"type":"string","maxLength":20}},"required":["name"]}"#)?;
+//! let json = model.generate("A person as JSON: ", &person)?;
+//! println!("{}", json.text);
+//! # Ok::<(), kestrel::Error>(())
+//! ```
+//!
+//! Status: CPU, one sequence at a time. Aliases and downloads, batching, embeddings and the
+//! `Backend` registry come with their issues.
 
 mod error;
 mod model;
 
 pub use error::Error;
-pub use kestrel_generate::{GenerateMetrics, Perplexity};
+pub use kestrel_generate::{
+    CancelToken, FinishReason, GenerateMetrics, Perplexity, Token, TokenIter,
+};
 pub use kestrel_gguf as gguf;
 pub use kestrel_kv::KvDType;
+pub use kestrel_sampling::{Grammar, SamplingConfig};
 pub use kestrel_tensor as tensor;
 pub use kestrel_tokenizer as tokenizer;
-pub use model::{GenerateOptions, LoadOptions, Model, Output};
+pub use kestrel_tokenizer::ChatMessage;
+pub use model::{GenerateOptions, LoadOptions, Model, Output, Response, Usage};
 
 /// The instruction set kestrel's CPU kernels run with in this process (`scalar`, `avx2`,
 /// `avx512`): the best the CPU has, capped by the `KESTREL_ISA` environment variable.

@@ -3,10 +3,16 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use kestrel_generate::{GenerateMetrics, Generator, GeneratorOptions, Perplexity};
+use kestrel_generate::{
+    CancelToken, Completion, FinishReason, GenerateMetrics, GenerateParams, Generator,
+    GeneratorOptions, Perplexity, TokenIter,
+};
 use kestrel_gguf::{GgufModel, OpenOptions};
 use kestrel_kv::KvDType;
-use kestrel_tokenizer::{DecodeOptions, EncodeOptions, Tokenizer, TokenizerOptions};
+use kestrel_sampling::{Grammar, SamplingConfig};
+use kestrel_tokenizer::{
+    ChatMessage, ChatTemplate, DecodeOptions, EncodeOptions, RenderOptions, Tokenizer,
+};
 
 use crate::Error;
 
@@ -37,26 +43,143 @@ impl Default for LoadOptions {
     }
 }
 
-/// How to generate.
+/// How to generate: sampling, grammar, stop conditions, tokenization of the prompt.
+///
+/// The defaults are the seed project's ([`SamplingConfig::default`]): temperature 1.0, no
+/// filtering, 256 new tokens, a random seed. Builder methods mirror its `With...` options.
+///
+/// ```
+/// use kestrel::GenerateOptions;
+/// let opts = GenerateOptions::default()
+///     .with_temperature(0.7)
+///     .with_top_k(40)
+///     .with_top_p(0.95)
+///     .with_max_tokens(64)
+///     .with_seed(42)
+///     .with_stop_strings(["\n\n"]);
+/// assert_eq!(opts.sampling.top_k, 40);
+/// let greedy = GenerateOptions::greedy().with_max_tokens(16);
+/// assert_eq!(greedy.sampling.temperature, 0.0);
+/// let json = GenerateOptions::default()
+///     .with_json_schema(r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}"#)?;
+/// assert!(json.grammar.is_some());
+/// # Ok::<(), kestrel::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct GenerateOptions {
-    /// Most new tokens.
-    pub max_tokens: usize,
-    /// Sampling temperature; only 0 (greedy) is supported so far.
-    pub temperature: f32,
+    /// Sampler chain, token budget, stop ids and stop strings.
+    pub sampling: SamplingConfig,
+    /// Constrain the output to a grammar (GBNF or a JSON Schema's).
+    pub grammar: Option<Grammar>,
     /// Add BOS as the model's metadata says.
     pub add_bos: bool,
     /// Parse special-token text in the prompt (`<|im_start|>`) as those tokens.
     pub parse_special: bool,
+    /// Stop when this token is cancelled.
+    pub cancel: Option<CancelToken>,
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
         GenerateOptions {
-            max_tokens: 256,
-            temperature: 0.0,
+            sampling: SamplingConfig::default(),
+            grammar: None,
             add_bos: true,
             parse_special: false,
+            cancel: None,
+        }
+    }
+}
+
+impl GenerateOptions {
+    /// Greedy decoding (temperature 0), everything else default.
+    pub fn greedy() -> Self {
+        GenerateOptions {
+            sampling: SamplingConfig::greedy(),
+            ..Default::default()
+        }
+    }
+
+    /// Sampling temperature (0: greedy).
+    pub fn with_temperature(mut self, t: f32) -> Self {
+        self.sampling.temperature = t;
+        self
+    }
+
+    /// Keep the `k` most likely tokens (0: off).
+    pub fn with_top_k(mut self, k: usize) -> Self {
+        self.sampling.top_k = k;
+        self
+    }
+
+    /// Nucleus sampling mass (1: off).
+    pub fn with_top_p(mut self, p: f32) -> Self {
+        self.sampling.top_p = p;
+        self
+    }
+
+    /// Minimum probability relative to the most likely token (0: off).
+    pub fn with_min_p(mut self, p: f32) -> Self {
+        self.sampling.min_p = p;
+        self
+    }
+
+    /// Most new tokens.
+    pub fn with_max_tokens(mut self, n: usize) -> Self {
+        self.sampling.max_new_tokens = n;
+        self
+    }
+
+    /// Repetition penalty over the last 64 tokens (1: off).
+    pub fn with_repetition_penalty(mut self, p: f32) -> Self {
+        self.sampling.repeat_penalty = p;
+        self
+    }
+
+    /// Strings that end generation (not included in the text).
+    pub fn with_stop_strings<I, S>(mut self, stops: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.sampling.stop_strings = stops.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// RNG seed: the same seed and inputs give the same output.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.sampling.seed = Some(seed);
+        self
+    }
+
+    /// Constrain the output to a grammar.
+    pub fn with_grammar(mut self, grammar: Grammar) -> Self {
+        self.grammar = Some(grammar);
+        self
+    }
+
+    /// Constrain the output to GBNF text (llama.cpp's grammar syntax).
+    pub fn with_gbnf(self, gbnf: &str) -> Result<Self, Error> {
+        Ok(self.with_grammar(Grammar::from_gbnf(gbnf)?))
+    }
+
+    /// Constrain the output to JSON valid against a JSON Schema (its text; properties are
+    /// generated in the order they are written).
+    pub fn with_json_schema(self, schema: &str) -> Result<Self, Error> {
+        Ok(self.with_grammar(Grammar::from_json_schema_str(schema)?))
+    }
+
+    /// Stop when `cancel` is cancelled.
+    pub fn with_cancel(mut self, cancel: CancelToken) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    fn params(&self) -> GenerateParams {
+        GenerateParams {
+            sampling: self.sampling.clone(),
+            grammar: self.grammar.clone(),
+            cancel: self.cancel.clone(),
         }
     }
 }
@@ -68,8 +191,36 @@ pub struct Output {
     pub prompt_ids: Vec<u32>,
     /// Generated ids.
     pub ids: Vec<u32>,
-    /// Generated text (end-of-generation tokens not rendered).
+    /// Generated text (end-of-generation tokens and stop strings not included).
     pub text: String,
+    /// Why generation ended.
+    pub finish: FinishReason,
+    /// Counts and timings.
+    pub metrics: GenerateMetrics,
+}
+
+/// Token counts of a chat reply, as OpenAI reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Tokens of the rendered conversation.
+    pub prompt_tokens: usize,
+    /// Of those, tokens reused from the session's cache.
+    pub cached_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+    /// Their sum.
+    pub total_tokens: usize,
+}
+
+/// A chat reply.
+#[derive(Clone, Debug)]
+pub struct Response {
+    /// The assistant's text.
+    pub text: String,
+    /// Token counts.
+    pub usage: Usage,
+    /// Why generation ended.
+    pub finish: FinishReason,
     /// Counts and timings.
     pub metrics: GenerateMetrics,
 }
@@ -85,7 +236,8 @@ pub struct Output {
 /// ```
 pub struct Model {
     generator: Generator,
-    tokenizer: Tokenizer,
+    tokenizer: Arc<Tokenizer>,
+    last_metrics: GenerateMetrics,
 }
 
 impl std::fmt::Debug for Model {
@@ -100,7 +252,6 @@ impl Model {
     /// Load a GGUF file (any shard of a split model).
     pub fn load_file(path: impl AsRef<Path>, opts: LoadOptions) -> Result<Model, Error> {
         let model = Arc::new(GgufModel::open_with(path, OpenOptions { mmap: opts.mmap })?);
-        let tokenizer = Tokenizer::from_metadata(&model.metadata(), TokenizerOptions::default())?;
         let generator = Generator::new(
             model,
             GeneratorOptions {
@@ -110,9 +261,14 @@ impl Model {
                 kv_dtype: opts.kv_dtype,
             },
         )?;
+        let tokenizer = generator.tokenizer().cloned().ok_or(Error::InvalidOption {
+            name: "model",
+            reason: "the file has no vocabulary (tokenizer.ggml.model = none)".into(),
+        })?;
         Ok(Model {
             generator,
             tokenizer,
+            last_metrics: GenerateMetrics::default(),
         })
     }
 
@@ -147,57 +303,129 @@ impl Model {
         self.generate_stream(prompt, opts, |_| true)
     }
 
-    /// Generate, calling `on_text` with each piece of text as soon as it is complete UTF-8;
-    /// returning `false` stops.
+    /// Generate, calling `on_text` with each piece of text as soon as it is final (complete
+    /// UTF-8, not part of a possible stop string); returning `false` stops.
     pub fn generate_stream(
         &mut self,
         prompt: &str,
         opts: &GenerateOptions,
         mut on_text: impl FnMut(&str) -> bool,
     ) -> Result<Output, Error> {
-        if opts.temperature != 0.0 {
-            return Err(Error::InvalidOption {
-                name: "temperature",
-                reason: "only greedy decoding (temperature 0) is implemented so far".into(),
-            });
-        }
         let prompt_ids = self.encode(prompt, opts)?;
-        let stops: Vec<u32> = self.generator.stop_ids().to_vec();
-        let mut text = String::new();
-        let mut decoder = self.tokenizer.decoder(false);
-        let mut err = None;
-        let generation = self
-            .generator
-            .generate_ids(&prompt_ids, opts.max_tokens, &mut |id| {
-                if stops.contains(&id) {
-                    return Ok(true);
-                }
-                match decoder.push(id) {
-                    Ok(Some(piece)) => {
-                        text.push_str(&piece);
-                        Ok(on_text(&piece))
-                    }
-                    Ok(None) => Ok(true),
-                    Err(e) => {
-                        err = Some(e);
-                        Ok(false)
-                    }
-                }
-            })?;
-        if let Some(e) = err {
-            return Err(e.into());
-        }
-        let tail = decoder.finish();
-        if !tail.is_empty() {
-            text.push_str(&tail);
-            on_text(&tail);
-        }
+        let c = self.run(&prompt_ids, opts, &mut on_text)?;
         Ok(Output {
             prompt_ids,
-            ids: generation.ids,
-            text,
-            metrics: generation.metrics,
+            ids: c.ids,
+            text: c.text,
+            finish: c.finish,
+            metrics: c.metrics,
         })
+    }
+
+    /// Generate as an iterator of [`Token`]s (`id`, final `text`), one per decode step.
+    ///
+    /// ```no_run
+    /// use kestrel::{GenerateOptions, LoadOptions, Model};
+    /// let mut model = Model::load_file("gemma-3-270m-q4_k_m.gguf", LoadOptions::default())?;
+    /// for tok in model.generate_iter("Once upon a time", &GenerateOptions::greedy().with_max_tokens(32))? {
+    ///     print!("{}", tok?.text);
+    /// }
+    /// # Ok::<(), kestrel::Error>(())
+    /// ```
+    pub fn generate_iter(
+        &mut self,
+        prompt: &str,
+        opts: &GenerateOptions,
+    ) -> Result<TokenIter<'_>, Error> {
+        let ids = self.encode(prompt, opts)?;
+        Ok(self.generator.iter(&ids, &opts.params())?)
+    }
+
+    /// Render `messages` with the model's chat template (the file's, else a built-in guessed
+    /// from the architecture), ending with the assistant's turn header.
+    pub fn format_messages(&self, messages: &[ChatMessage]) -> Result<String, Error> {
+        let md = self.generator.model().metadata();
+        let template = ChatTemplate::from_metadata(&md, &self.tokenizer, None)?;
+        Ok(template.render(
+            messages,
+            &RenderOptions::default().add_generation_prompt(true),
+        )?)
+    }
+
+    /// Answer a conversation. The model keeps its KV cache between calls, so a conversation
+    /// that grows turn by turn is prefilled only from where it changed.
+    pub fn chat(
+        &mut self,
+        messages: &[ChatMessage],
+        opts: &GenerateOptions,
+    ) -> Result<Response, Error> {
+        self.chat_stream(messages, opts, |_| true)
+    }
+
+    /// [`chat`](Self::chat), calling `on_text` with each final piece of the reply; returning
+    /// `false` stops.
+    pub fn chat_stream(
+        &mut self,
+        messages: &[ChatMessage],
+        opts: &GenerateOptions,
+        mut on_text: impl FnMut(&str) -> bool,
+    ) -> Result<Response, Error> {
+        let text = self.format_messages(messages)?;
+        // the template writes BOS itself when it wants one: never add a second
+        let bos_text = self
+            .tokenizer
+            .special_tokens()
+            .bos
+            .and_then(|b| self.tokenizer.token_text(b).ok())
+            .map(|t| String::from_utf8_lossy(t).into_owned());
+        let has_bos = bos_text.is_some_and(|b| !b.is_empty() && text.starts_with(&b));
+        let ids = self.tokenizer.encode(
+            &text,
+            EncodeOptions::default()
+                .add_special(opts.add_bos && !has_bos)
+                .parse_special(true),
+        )?;
+        let c = self.run(&ids, opts, &mut on_text)?;
+        let m = &c.metrics;
+        Ok(Response {
+            usage: Usage {
+                prompt_tokens: m.prompt_tokens,
+                cached_tokens: m.cached_tokens,
+                completion_tokens: m.generated_tokens,
+                total_tokens: m.prompt_tokens + m.generated_tokens,
+            },
+            text: c.text,
+            finish: c.finish,
+            metrics: c.metrics,
+        })
+    }
+
+    /// The last generation's metrics.
+    pub fn metrics(&self) -> &GenerateMetrics {
+        &self.last_metrics
+    }
+
+    fn run(
+        &mut self,
+        ids: &[u32],
+        opts: &GenerateOptions,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Completion, Error> {
+        let cancel = opts.cancel.clone().unwrap_or_default();
+        let params = GenerateParams {
+            cancel: Some(cancel.clone()),
+            ..opts.params()
+        };
+        let mut iter = self.generator.iter(ids, &params)?;
+        while let Some(tok) = iter.next() {
+            let tok = tok?;
+            if !tok.text.is_empty() && !on_text(&tok.text) {
+                cancel.cancel();
+            }
+        }
+        let c = iter.completion()?;
+        self.last_metrics = c.metrics.clone();
+        Ok(c)
     }
 
     /// Perplexity of `text` over windows of `n_ctx` tokens, as llama-perplexity computes it.

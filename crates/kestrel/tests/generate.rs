@@ -17,10 +17,7 @@ fn gemma_says_paris_is_the_capital() {
     let Some(mut m) = load(GEMMA3_270M_Q4_K_M) else {
         return;
     };
-    let opts = GenerateOptions {
-        max_tokens: 8,
-        ..GenerateOptions::default()
-    };
+    let opts = GenerateOptions::greedy().with_max_tokens(8);
     let mut streamed = String::new();
     let out = m
         .generate_stream("The capital of France is", &opts, |p| {
@@ -39,16 +36,12 @@ fn smollm2_answers_paris() {
     let Some(mut m) = load(SMOLLM2_135M_Q4_1) else {
         return;
     };
-    let opts = GenerateOptions {
-        max_tokens: 4,
-        ..GenerateOptions::default()
-    };
+    let opts = GenerateOptions::greedy().with_max_tokens(4);
     let out = m.generate("The capital of France is", &opts).unwrap();
     assert_eq!(out.prompt_ids, [504, 3575, 282, 4649, 314]);
     assert!(out.text.starts_with(" Paris."), "{:?}", out.text);
-    let bad = GenerateOptions {
-        temperature: 0.7,
-        ..opts
-    };
+    let bad = opts.clone().with_temperature(-0.7);
+    assert!(m.generate("x", &bad).is_err());
+    let bad = opts.with_max_tokens(0);
     assert!(m.generate("x", &bad).is_err());
 }
