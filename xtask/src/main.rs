@@ -234,7 +234,7 @@ fn demo() -> Result<()> {
     generate
         .args(["run", "--release", "-p", "kestrel-cli", "--", "run", "-m"])
         .arg(&path)
-        .args(["-p", "The capital of France is", "-n", "48"]);
+        .args(["-p", "The capital of France is", "-n", "48", "--temp", "0"]);
     println!("==> demo: {}", describe(&generate));
     run(&mut generate)
 }

@@ -27,6 +27,8 @@ enum Command {
     Template(commands::template::TemplateArgs),
     /// Generate a continuation of a prompt.
     Run(commands::run::RunArgs),
+    /// Chat interactively with the model's chat template.
+    Chat(commands::chat::ChatArgs),
     /// Perplexity of a text file, as llama-perplexity computes it.
     Perplexity(commands::perplexity::PerplexityArgs),
     /// Prompt-processing and generation speed, as llama-bench measures them.
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Detokenize(args) => commands::detokenize::run(&args),
         Command::Template(args) => commands::template::run(&args),
         Command::Run(args) => commands::run::run(&args),
+        Command::Chat(args) => commands::chat::run(&args),
         Command::Perplexity(args) => commands::perplexity::run(&args),
         Command::Bench(args) => commands::bench::run(&args),
     };

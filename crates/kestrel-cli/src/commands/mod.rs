@@ -1,9 +1,11 @@
 //! One module per `kestrel` subcommand.
 
 pub mod bench;
+pub mod chat;
 pub mod detokenize;
 pub mod inspect;
 pub mod perplexity;
 pub mod run;
+pub mod sampling;
 pub mod template;
 pub mod tokenize;

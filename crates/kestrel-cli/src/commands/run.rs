@@ -1,13 +1,15 @@
 //! `kestrel run -m MODEL -p PROMPT`: generate a continuation, streaming text to stdout; `--json`
-//! prints ids, text and metrics as one document instead.
+//! prints ids, text and metrics as one document instead. Sampling, stop strings and grammars
+//! come from the shared flags in `sampling.rs`.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use kestrel::{GenerateOptions, LoadOptions, Model};
+use kestrel::{LoadOptions, Model};
 use serde_json::json;
 
+use super::sampling::SamplingArgs;
 use crate::output::print;
 
 #[derive(Args, Debug)]
@@ -18,12 +20,8 @@ pub struct RunArgs {
     /// The prompt (raw text; no chat template).
     #[arg(short, long)]
     pub prompt: String,
-    /// Most tokens to generate.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
-    pub n_predict: usize,
-    /// Temperature (only 0, greedy, so far).
-    #[arg(long, default_value_t = 0.0)]
-    pub temp: f32,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// Threads (0: all cores).
     #[arg(short, long, default_value_t = 0)]
     pub threads: usize,
@@ -39,18 +37,14 @@ pub struct RunArgs {
 }
 
 pub fn run(args: &RunArgs) -> Result<(), String> {
+    let mut opts = args.sampling.options()?;
+    opts.add_bos = !args.no_bos;
     let load = LoadOptions {
         threads: args.threads,
         ctx: args.ctx,
         ..LoadOptions::default()
     };
     let mut model = Model::load_file(&args.model, load).map_err(|e| e.to_string())?;
-    let opts = GenerateOptions {
-        max_tokens: args.n_predict,
-        temperature: args.temp,
-        add_bos: !args.no_bos,
-        ..GenerateOptions::default()
-    };
     if args.json {
         let out = model
             .generate(&args.prompt, &opts)
@@ -60,11 +54,14 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
             "prompt_ids": out.prompt_ids,
             "ids": out.ids,
             "text": out.text,
+            "finish_reason": format!("{:?}", out.finish),
             "metrics": {
                 "prompt_tokens": m.prompt_tokens,
                 "generated_tokens": m.generated_tokens,
                 "prefill_tok_s": m.prefill_tok_s(),
                 "decode_tok_s": m.decode_tok_s(),
+                "time_to_first_token_ms": m.time_to_first_token.as_secs_f64() * 1e3,
+                "peak_memory_bytes": m.peak_memory_bytes,
             },
         });
         return print(&format!("{doc}\n"));
@@ -85,11 +82,12 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     }
     let m = &out.metrics;
     eprintln!(
-        "prompt {} tokens ({:.1} tok/s), generated {} tokens ({:.1} tok/s)",
+        "prompt {} tokens ({:.1} tok/s), generated {} tokens ({:.1} tok/s), finish {:?}",
         m.prompt_tokens,
         m.prefill_tok_s(),
         m.generated_tokens,
-        m.decode_tok_s()
+        m.decode_tok_s(),
+        out.finish
     );
     Ok(())
 }
