@@ -189,3 +189,45 @@ fn mask_matches_direct_acceptance_in_length_bounded_strings() {
         }
     }
 }
+
+/// Cut a constrained walk anywhere: the grammar's shortest completion appended to the cut
+/// text gives a document that parses and validates (how the generator closes an output
+/// whose token budget runs out).
+#[test]
+fn shortest_completion_closes_any_prefix_into_a_valid_document() {
+    let (vocab, eog) = synthetic_vocab();
+    let trie = TokenTrie::new(&vocab, &[eog]);
+    for (name, text) in texts() {
+        let schema: Value = serde_json::from_str(&text).unwrap();
+        let g = Grammar::from_json_schema_str(&text).unwrap();
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&schema)
+            .unwrap();
+        for seed in 0..6u64 {
+            let w = random_walk(&g, &trie, seed * 7_919 + 3, 300);
+            for cut in (0..=w.bytes.len()).step_by(5) {
+                let prefix = &w.bytes[..cut];
+                let mut m = GrammarMatcher::new(&g);
+                if m.accept_bytes(prefix).is_err() {
+                    continue; // not on a token boundary inside a character
+                }
+                let tail = m
+                    .shortest_completion(256)
+                    .unwrap_or_else(|| panic!("{name}: no completion after {prefix:?}"));
+                let mut doc = prefix.to_vec();
+                doc.extend_from_slice(&tail);
+                m.accept_bytes(&tail).unwrap();
+                assert!(m.is_complete(), "{name}: completion does not complete");
+                let doc = String::from_utf8(doc).unwrap();
+                let value: Value = serde_json::from_str(&doc)
+                    .unwrap_or_else(|e| panic!("{name}: {doc:?} is not JSON: {e}"));
+                let errors: Vec<String> = validator
+                    .iter_errors(&value)
+                    .map(|e| e.to_string())
+                    .collect();
+                assert!(errors.is_empty(), "{name}: {doc}\ninvalid: {errors:?}");
+            }
+        }
+    }
+}

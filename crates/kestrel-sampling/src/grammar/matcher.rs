@@ -397,6 +397,34 @@ struct CachedMask {
 
 const MASK_CACHE: usize = 32;
 
+/// The most states [`GrammarMatcher::shortest_completion`] visits.
+pub const COMPLETION_STATES: usize = 1 << 14;
+
+/// The bytes [`GrammarMatcher::shortest_completion`] tries: printable ASCII first (so closing
+/// quotes and brackets win ties over whitespace), then newline and tab.
+const COMPLETION_BYTES: [u8; 97] = {
+    let mut out = [0u8; 97];
+    let mut i = 0;
+    while i < 95 {
+        out[i] = 0x20 + i as u8;
+        i += 1;
+    }
+    out[95] = b'\n';
+    out[96] = b'\t';
+    out
+};
+
+/// UTF-8 continuation bytes, to finish a character a token left open.
+const CONTINUATION_BYTES: [u8; 64] = {
+    let mut out = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        out[i] = 0x80 + i as u8;
+        i += 1;
+    }
+    out
+};
+
 /// Matches generated text against a [`Grammar`], one token at a time.
 ///
 /// ```
@@ -616,6 +644,72 @@ impl GrammarMatcher {
     /// Forgets the cached masks (the next [`GrammarMatcher::fill_mask`] walks the trie again).
     pub fn clear_mask_cache(&mut self) {
         self.cache.clear();
+    }
+
+    /// The shortest text that completes the grammar from here (empty when it is complete
+    /// already), searched breadth-first over printable ASCII, tab and newline (and the
+    /// continuation bytes of a character left open), up to
+    /// `max_bytes` bytes and [`COMPLETION_STATES`] distinct states; `None` when there is none
+    /// within those bounds. The generator uses it to close a constrained output (brackets,
+    /// quotes, required fields) before the token budget runs out.
+    ///
+    /// ```
+    /// use kestrel_sampling::{Grammar, GrammarMatcher};
+    /// let g = Grammar::from_gbnf(r#"root ::= "[" [0-9]+ ("," [0-9]+)* "]""#).unwrap();
+    /// let mut m = GrammarMatcher::new(&g);
+    /// m.accept_str("[12,3").unwrap();
+    /// assert_eq!(m.shortest_completion(16).as_deref(), Some(&b"]"[..]));
+    /// m.accept_str(",").unwrap();
+    /// assert_eq!(m.shortest_completion(16).unwrap().len(), 2); // a digit, then "]"
+    /// ```
+    pub fn shortest_completion(&mut self, max_bytes: usize) -> Option<Vec<u8>> {
+        if self.is_complete() {
+            return Some(Vec::new());
+        }
+        // (set, partial, parent index, byte), in breadth-first order
+        let mut queue: Vec<(u32, Partial, u32, u8)> = vec![(self.set, self.partial, u32::MAX, 0)];
+        let mut seen: FxMap<(u32, Partial), ()> = FxMap::default();
+        seen.insert((self.set, self.partial), ());
+        let mut head = 0;
+        let mut depth_end = 1;
+        let mut depth = 0;
+        while head < queue.len() && queue.len() < COMPLETION_STATES {
+            if head == depth_end {
+                depth += 1;
+                depth_end = queue.len();
+                if depth >= max_bytes {
+                    return None;
+                }
+            }
+            let (set, p, _, _) = queue[head];
+            // inside a multi-byte character: its continuation bytes first
+            let bytes = if p.remain > 0 {
+                &CONTINUATION_BYTES[..]
+            } else {
+                &COMPLETION_BYTES[..]
+            };
+            for &b in bytes {
+                let Some((nset, np)) = self.engine.step(set, p, b) else {
+                    continue;
+                };
+                if seen.insert((nset, np), ()).is_some() {
+                    continue;
+                }
+                queue.push((nset, np, head as u32, b));
+                if np.remain == 0 && self.engine.set_complete[nset as usize] {
+                    let mut out = Vec::new();
+                    let mut i = queue.len() - 1;
+                    while queue[i].2 != u32::MAX {
+                        out.push(queue[i].3);
+                        i = queue[i].2 as usize;
+                    }
+                    out.reverse();
+                    return Some(out);
+                }
+            }
+            head += 1;
+        }
+        None
     }
 
     /// Drops every memoized transition and cached mask (memory grows with the number of

@@ -213,6 +213,34 @@ impl TokenTrie {
         Some(&self.bytes[self.bytes_start[i] as usize..self.bytes_start[i + 1] as usize])
     }
 
+    /// Appends to `out` every token whose bytes are a non-empty prefix of `text` (shortest
+    /// first): the tokens that can start writing `text`.
+    ///
+    /// ```
+    /// use kestrel_sampling::TokenTrie;
+    /// let vocab: Vec<Vec<u8>> = ["a", "ab", "abc", "b", "x"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    /// let trie = TokenTrie::new(&vocab, &[]);
+    /// let mut out = Vec::new();
+    /// trie.prefix_tokens(b"abx", &mut out);
+    /// assert_eq!(out, vec![0, 1]);
+    /// ```
+    pub fn prefix_tokens(&self, text: &[u8], out: &mut Vec<u32>) {
+        let mut node = 0usize;
+        for &b in text {
+            let (a, z) = (
+                self.child_start[node] as usize,
+                self.child_start[node + 1] as usize,
+            );
+            let Ok(e) = self.edge_byte[a..z].binary_search(&b) else {
+                return;
+            };
+            node = self.edge_node[a + e] as usize;
+            out.extend_from_slice(
+                &self.node_tokens[self.tok_start[node] as usize..self.tok_start[node + 1] as usize],
+            );
+        }
+    }
+
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
