@@ -36,7 +36,8 @@ pub enum FinishReason {
     StopToken,
     /// The stop string with this index was produced (it is not part of the text).
     StopString(usize),
-    /// `max_new_tokens` were generated.
+    /// `max_new_tokens` were generated, or, under a grammar, the budget was about to run out
+    /// and the output was closed early (it is complete, but shorter than the model wanted).
     Length,
     /// The grammar was complete and allowed nothing more.
     Grammar,
@@ -114,7 +115,18 @@ pub struct TokenIter<'a> {
     metrics: GenerateMetrics,
     start: Instant,
     first: Option<Instant>,
+    /// Tokens that can start the grammar's shortest completion (reused buffer).
+    closers: Vec<u32>,
+    /// The budget forced the grammar closed: an end-of-generation token then means `Length`.
+    closed_by_budget: bool,
 }
+
+/// With a grammar, the last this-many tokens of the budget check whether the output can still
+/// be closed (brackets, quotes, required fields) in the tokens left.
+const CLOSE_WINDOW: usize = 96;
+/// Close when the shortest completion (in bytes, each at most one token) plus this margin
+/// reaches the tokens left, so one freely sampled token cannot push it out of reach.
+const CLOSE_SLACK: usize = 8;
 
 impl std::fmt::Debug for TokenIter<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -181,6 +193,8 @@ impl<'a> TokenIter<'a> {
             metrics,
             start,
             first: None,
+            closers: Vec::new(),
+            closed_by_budget: false,
         })
     }
 
@@ -217,7 +231,7 @@ impl<'a> TokenIter<'a> {
         mut self,
         stream: &mut dyn TokenStream,
     ) -> Result<Completion, GenerateError> {
-        while let Some(t) = self.next() {
+        for t in self.by_ref() {
             let t = t?;
             stream
                 .on_token(&t)
@@ -259,9 +273,16 @@ impl<'a> TokenIter<'a> {
         }
         let history = &self.session.tokens;
         let logits = &mut self.core.logits;
+        let left = self.max_new.saturating_sub(self.ids.len());
         let id = match (&mut self.matcher, self.trie) {
             (Some(m), Some(trie)) => {
-                let id = self.sampler.sample_constrained(logits, history, m, trie)?;
+                let id = match closing_token(m, trie, logits, left, &mut self.closers) {
+                    Some(id) => {
+                        self.closed_by_budget = true;
+                        id
+                    }
+                    None => self.sampler.sample_constrained(logits, history, m, trie)?,
+                };
                 m.accept_token(trie, id)?;
                 id
             }
@@ -273,7 +294,9 @@ impl<'a> TokenIter<'a> {
         }
         self.ids.push(id);
         let mut text = String::new();
-        let mut finish = if self.core.is_stop(id) {
+        let mut finish = if self.core.is_stop(id) && self.closed_by_budget {
+            Some(FinishReason::Length)
+        } else if self.core.is_stop(id) {
             Some(FinishReason::EndOfGeneration)
         } else if self.stop_ids.contains(&id) {
             Some(FinishReason::StopToken)
@@ -333,6 +356,49 @@ impl<'a> TokenIter<'a> {
         *text = step.text;
         Ok(step.stop.map(FinishReason::StopString))
     }
+}
+
+/// Near the end of the budget, the token that closes the grammar soonest: when the shortest
+/// completion (plus [`CLOSE_SLACK`]) no longer fits in the `left` tokens, the most likely
+/// token whose bytes start that completion, or an end-of-generation token once the grammar
+/// is complete. `None` leaves the choice to the sampler: budget to spare, no completion found
+/// within the window, or no token spells its start.
+fn closing_token(
+    m: &mut GrammarMatcher,
+    trie: &TokenTrie,
+    logits: &[f32],
+    left: usize,
+    buf: &mut Vec<u32>,
+) -> Option<u32> {
+    if left > CLOSE_WINDOW {
+        return None;
+    }
+    let completion = m.shortest_completion(CLOSE_WINDOW)?;
+    if completion.len() + CLOSE_SLACK < left {
+        return None;
+    }
+    if completion.is_empty() {
+        return trie.eog_tokens().first().copied();
+    }
+    buf.clear();
+    trie.prefix_tokens(&completion, buf);
+    // with bytes to spare the model picks among the tokens that spell the completion; when
+    // even one byte per token would not fit, the longest of them (buf is shortest first)
+    if completion.len() >= left {
+        return buf
+            .iter()
+            .rev()
+            .copied()
+            .find(|&t| m.accepts_token(trie, t));
+    }
+    buf.iter()
+        .copied()
+        .filter(|&t| m.accepts_token(trie, t))
+        .max_by(|&a, &b| {
+            let la = logits.get(a as usize).copied().unwrap_or(f32::NEG_INFINITY);
+            let lb = logits.get(b as usize).copied().unwrap_or(f32::NEG_INFINITY);
+            la.total_cmp(&lb)
+        })
 }
 
 impl Iterator for TokenIter<'_> {
