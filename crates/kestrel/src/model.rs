@@ -417,7 +417,7 @@ impl Model {
             ..opts.params()
         };
         let mut iter = self.generator.iter(ids, &params)?;
-        while let Some(tok) = iter.next() {
+        for tok in iter.by_ref() {
             let tok = tok?;
             if !tok.text.is_empty() && !on_text(&tok.text) {
                 cancel.cancel();
