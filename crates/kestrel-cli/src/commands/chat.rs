@@ -4,11 +4,11 @@
 //! `/reset` starts over, `/exit` (or end of input) quits.
 
 use std::io::{BufRead, Read, Write};
-use std::path::PathBuf;
 
 use clap::Args;
-use kestrel::{ChatMessage, LoadOptions, Model};
+use kestrel::ChatMessage;
 
+use super::model_args::ModelArgs;
 use super::sampling::SamplingArgs;
 
 /// Longest line read from the terminal (bytes).
@@ -16,20 +16,13 @@ const MAX_LINE: usize = 1 << 20;
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
-    /// The GGUF model file.
-    #[arg(short, long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// A system message that opens the conversation.
     #[arg(long)]
     pub system: Option<String>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// Threads (0: all cores).
-    #[arg(short, long, default_value_t = 0)]
-    pub threads: usize,
-    /// Context length (0: the model's, at most 4096).
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
-    pub ctx: usize,
     /// Print token counts and speeds after each reply (to stderr).
     #[arg(long)]
     pub stats: bool,
@@ -37,12 +30,7 @@ pub struct ChatArgs {
 
 pub fn run(args: &ChatArgs) -> Result<(), String> {
     let opts = args.sampling.options()?;
-    let load = LoadOptions {
-        threads: args.threads,
-        ctx: args.ctx,
-        ..LoadOptions::default()
-    };
-    let mut model = Model::load_file(&args.model, load).map_err(|e| e.to_string())?;
+    let mut model = args.model.load()?;
     let opening: Vec<ChatMessage> = args
         .system
         .iter()

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod chat;
 pub mod detokenize;
 pub mod inspect;
+pub mod model_args;
 pub mod perplexity;
 pub mod run;
 pub mod sampling;

@@ -3,31 +3,23 @@
 //! come from the shared flags in `sampling.rs`.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use clap::Args;
-use kestrel::{LoadOptions, Model};
 use serde_json::json;
 
+use super::model_args::ModelArgs;
 use super::sampling::SamplingArgs;
 use crate::output::print;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The GGUF model file.
-    #[arg(short, long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// The prompt (raw text; no chat template).
     #[arg(short, long)]
     pub prompt: String,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// Threads (0: all cores).
-    #[arg(short, long, default_value_t = 0)]
-    pub threads: usize,
-    /// Context length (0: the model's, at most 4096).
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
-    pub ctx: usize,
     /// Do not add BOS even when the model's metadata asks for it.
     #[arg(long)]
     pub no_bos: bool,
@@ -39,12 +31,7 @@ pub struct RunArgs {
 pub fn run(args: &RunArgs) -> Result<(), String> {
     let mut opts = args.sampling.options()?;
     opts.add_bos = !args.no_bos;
-    let load = LoadOptions {
-        threads: args.threads,
-        ctx: args.ctx,
-        ..LoadOptions::default()
-    };
-    let mut model = Model::load_file(&args.model, load).map_err(|e| e.to_string())?;
+    let mut model = args.model.load()?;
     if args.json {
         let out = model
             .generate(&args.prompt, &opts)

@@ -1,0 +1,33 @@
+//! The model flags `run` and `chat` share (`-m MODEL -t THREADS -c CTX`), and loading the model
+//! they name.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use kestrel::{LoadOptions, Model};
+
+/// Which model to load, and how.
+#[derive(Args, Debug)]
+pub struct ModelArgs {
+    /// The GGUF model file.
+    #[arg(short, long)]
+    pub model: PathBuf,
+    /// Threads (0: all cores).
+    #[arg(short, long, default_value_t = 0)]
+    pub threads: usize,
+    /// Context length (0: the model's, at most 4096).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    pub ctx: usize,
+}
+
+impl ModelArgs {
+    /// Loads the model with these threads and context length.
+    pub fn load(&self) -> Result<Model, String> {
+        let opts = LoadOptions {
+            threads: self.threads,
+            ctx: self.ctx,
+            ..LoadOptions::default()
+        };
+        Model::load_file(&self.model, opts).map_err(|e| e.to_string())
+    }
+}
