@@ -34,6 +34,28 @@ fn texts() -> Vec<(String, String)> {
     out
 }
 
+/// The schema's grammar and a validator for it (formats checked).
+fn compiled(text: &str) -> (Grammar, jsonschema::Validator) {
+    let schema: Value = serde_json::from_str(text).unwrap();
+    let grammar = Grammar::from_json_schema_str(text).unwrap();
+    let validator = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&schema)
+        .unwrap();
+    (grammar, validator)
+}
+
+/// `doc` parses as JSON and validates; `what` names it in the failure.
+fn assert_valid(validator: &jsonschema::Validator, doc: &str, what: &str) {
+    let value: Value =
+        serde_json::from_str(doc).unwrap_or_else(|e| panic!("{what}: {doc:?} is not JSON: {e}"));
+    let errors: Vec<String> = validator
+        .iter_errors(&value)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{what}: {doc}\ninvalid: {errors:?}");
+}
+
 #[test]
 fn at_least_ten_schemas_compile() {
     let all = schemas();
@@ -49,12 +71,7 @@ fn constrained_walks_validate_against_their_schema() {
     let (vocab, eog) = synthetic_vocab();
     let trie = TokenTrie::new(&vocab, &[eog]);
     for (name, text) in texts() {
-        let schema: Value = serde_json::from_str(&text).unwrap();
-        let g = Grammar::from_json_schema_str(&text).unwrap();
-        let validator = jsonschema::options()
-            .should_validate_formats(true)
-            .build(&schema)
-            .unwrap();
+        let (g, validator) = compiled(&text);
         let mut completed = 0;
         let walks = 40;
         for seed in 0..walks {
@@ -65,16 +82,7 @@ fn constrained_walks_validate_against_their_schema() {
             completed += 1;
             let text = String::from_utf8(w.bytes)
                 .unwrap_or_else(|e| panic!("{name} walk {seed}: not UTF-8: {e}"));
-            let value: Value = serde_json::from_str(&text)
-                .unwrap_or_else(|e| panic!("{name} walk {seed}: {text:?} is not JSON: {e}"));
-            let errors: Vec<String> = validator
-                .iter_errors(&value)
-                .map(|e| e.to_string())
-                .collect();
-            assert!(
-                errors.is_empty(),
-                "{name} walk {seed}: {text}\ninvalid: {errors:?}"
-            );
+            assert_valid(&validator, &text, &format!("{name} walk {seed}"));
             // and the grammar accepts it re-fed whole
             let mut m = GrammarMatcher::new(&g);
             m.accept_str(&text).unwrap();
@@ -198,12 +206,7 @@ fn shortest_completion_closes_any_prefix_into_a_valid_document() {
     let (vocab, eog) = synthetic_vocab();
     let trie = TokenTrie::new(&vocab, &[eog]);
     for (name, text) in texts() {
-        let schema: Value = serde_json::from_str(&text).unwrap();
-        let g = Grammar::from_json_schema_str(&text).unwrap();
-        let validator = jsonschema::options()
-            .should_validate_formats(true)
-            .build(&schema)
-            .unwrap();
+        let (g, validator) = compiled(&text);
         for seed in 0..6u64 {
             let w = random_walk(&g, &trie, seed * 7_919 + 3, 300);
             for cut in (0..=w.bytes.len()).step_by(5) {
@@ -220,13 +223,7 @@ fn shortest_completion_closes_any_prefix_into_a_valid_document() {
                 m.accept_bytes(&tail).unwrap();
                 assert!(m.is_complete(), "{name}: completion does not complete");
                 let doc = String::from_utf8(doc).unwrap();
-                let value: Value = serde_json::from_str(&doc)
-                    .unwrap_or_else(|e| panic!("{name}: {doc:?} is not JSON: {e}"));
-                let errors: Vec<String> = validator
-                    .iter_errors(&value)
-                    .map(|e| e.to_string())
-                    .collect();
-                assert!(errors.is_empty(), "{name}: {doc}\ninvalid: {errors:?}");
+                assert_valid(&validator, &doc, &format!("{name} cut at {cut}"));
             }
         }
     }
