@@ -115,8 +115,8 @@ pub struct TokenIter<'a> {
     metrics: GenerateMetrics,
     start: Instant,
     first: Option<Instant>,
-    /// Tokens that can start the grammar's shortest completion (reused buffer).
-    closers: Vec<u32>,
+    /// The grammar's shortest completion and the tokens that can start it (reused buffers).
+    closers: (Vec<u8>, Vec<u32>),
     /// The budget forced the grammar closed: an end-of-generation token then means `Length`.
     closed_by_budget: bool,
 }
@@ -193,7 +193,7 @@ impl<'a> TokenIter<'a> {
             metrics,
             start,
             first: None,
-            closers: Vec::new(),
+            closers: (Vec::new(), Vec::new()),
             closed_by_budget: false,
         })
     }
@@ -368,12 +368,15 @@ fn closing_token(
     trie: &TokenTrie,
     logits: &[f32],
     left: usize,
-    buf: &mut Vec<u32>,
+    buf: &mut (Vec<u8>, Vec<u32>),
 ) -> Option<u32> {
     if left > CLOSE_WINDOW {
         return None;
     }
-    let completion = m.shortest_completion(CLOSE_WINDOW)?;
+    let (completion, buf) = (&mut buf.0, &mut buf.1);
+    if !m.shortest_completion_into(CLOSE_WINDOW, completion) {
+        return None;
+    }
     if completion.len() + CLOSE_SLACK < left {
         return None;
     }
@@ -381,7 +384,7 @@ fn closing_token(
         return trie.eog_tokens().first().copied();
     }
     buf.clear();
-    trie.prefix_tokens(&completion, buf);
+    trie.prefix_tokens(completion, buf);
     // with bytes to spare the model picks among the tokens that spell the completion; when
     // even one byte per token would not fit, the longest of them (buf is shortest first)
     if completion.len() >= left {

@@ -454,6 +454,9 @@ pub struct GrammarMatcher {
     cache: Vec<CachedMask>,
     cache_trie: u64,
     clock: u64,
+    /// Breadth-first queue and visited set of [`GrammarMatcher::shortest_completion_into`].
+    bfs: Vec<(u32, Partial, u32, u8)>,
+    bfs_seen: FxMap<(u32, Partial), ()>,
 }
 
 impl GrammarMatcher {
@@ -470,6 +473,8 @@ impl GrammarMatcher {
             cache: Vec::new(),
             cache_trie: 0,
             clock: 0,
+            bfs: Vec::new(),
+            bfs_seen: FxMap::default(),
         }
     }
 
@@ -648,10 +653,11 @@ impl GrammarMatcher {
 
     /// The shortest text that completes the grammar from here (empty when it is complete
     /// already), searched breadth-first over printable ASCII, tab and newline (and the
-    /// continuation bytes of a character left open), up to
-    /// `max_bytes` bytes and [`COMPLETION_STATES`] distinct states; `None` when there is none
-    /// within those bounds. The generator uses it to close a constrained output (brackets,
-    /// quotes, required fields) before the token budget runs out.
+    /// continuation bytes of a character left open), up to `max_bytes` bytes and
+    /// [`COMPLETION_STATES`] distinct states; `None` when there is none within those bounds.
+    /// The generator uses it (through [`shortest_completion_into`](Self::shortest_completion_into),
+    /// which reuses its buffers) to close a constrained output (brackets, quotes, required
+    /// fields) before the token budget runs out.
     ///
     /// ```
     /// use kestrel_sampling::{Grammar, GrammarMatcher};
@@ -663,13 +669,32 @@ impl GrammarMatcher {
     /// assert_eq!(m.shortest_completion(16).unwrap().len(), 2); // a digit, then "]"
     /// ```
     pub fn shortest_completion(&mut self, max_bytes: usize) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        self.shortest_completion_into(max_bytes, &mut out)
+            .then_some(out)
+    }
+
+    /// [`shortest_completion`](Self::shortest_completion) into `out` (cleared first); false
+    /// when none was found. The search's queue and visited set are kept for the next call, so
+    /// a warm matcher allocates nothing here.
+    pub fn shortest_completion_into(&mut self, max_bytes: usize, out: &mut Vec<u8>) -> bool {
+        out.clear();
         if self.is_complete() {
-            return Some(Vec::new());
+            return true;
         }
+        let Self {
+            engine,
+            bfs: queue,
+            bfs_seen: seen,
+            set: start,
+            partial,
+            ..
+        } = self;
         // (set, partial, parent index, byte), in breadth-first order
-        let mut queue: Vec<(u32, Partial, u32, u8)> = vec![(self.set, self.partial, u32::MAX, 0)];
-        let mut seen: FxMap<(u32, Partial), ()> = FxMap::default();
-        seen.insert((self.set, self.partial), ());
+        queue.clear();
+        seen.clear();
+        queue.push((*start, *partial, u32::MAX, 0));
+        seen.insert((*start, *partial), ());
         let mut head = 0;
         let mut depth_end = 1;
         let mut depth = 0;
@@ -678,7 +703,7 @@ impl GrammarMatcher {
                 depth += 1;
                 depth_end = queue.len();
                 if depth >= max_bytes {
-                    return None;
+                    return false;
                 }
             }
             let (set, p, _, _) = queue[head];
@@ -689,27 +714,26 @@ impl GrammarMatcher {
                 &COMPLETION_BYTES[..]
             };
             for &b in bytes {
-                let Some((nset, np)) = self.engine.step(set, p, b) else {
+                let Some((nset, np)) = engine.step(set, p, b) else {
                     continue;
                 };
                 if seen.insert((nset, np), ()).is_some() {
                     continue;
                 }
                 queue.push((nset, np, head as u32, b));
-                if np.remain == 0 && self.engine.set_complete[nset as usize] {
-                    let mut out = Vec::new();
+                if np.remain == 0 && engine.set_complete[nset as usize] {
                     let mut i = queue.len() - 1;
                     while queue[i].2 != u32::MAX {
                         out.push(queue[i].3);
                         i = queue[i].2 as usize;
                     }
                     out.reverse();
-                    return Some(out);
+                    return true;
                 }
             }
             head += 1;
         }
-        None
+        false
     }
 
     /// Drops every memoized transition and cached mask (memory grows with the number of
