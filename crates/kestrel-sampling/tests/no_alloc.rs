@@ -27,7 +27,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
-#[test]
 fn sampling_allocates_nothing_per_token() {
     let vocab = 50_000;
     let base: Vec<f32> = (0..vocab)
@@ -75,4 +74,12 @@ fn sampling_allocates_nothing_per_token() {
         }
         assert_eq!(ALLOCS.load(Ordering::Relaxed) - before, 0, "{cfg:?}");
     }
+}
+
+/// Runs without libtest (`harness = false`): the harness's own threads allocate while a test
+/// runs (bookkeeping after spawning it, result collection), and a loaded machine can schedule
+/// those allocations inside the measured window, so the global count would not be ours alone.
+fn main() {
+    sampling_allocates_nothing_per_token();
+    eprintln!("sampling_allocates_nothing_per_token ... ok");
 }
