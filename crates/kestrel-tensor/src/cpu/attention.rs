@@ -64,6 +64,65 @@ impl KvSlice<'_> {
     }
 }
 
+/// Where key position `j` lives in a cache slice: row `j` of a contiguous cache, or, in a paged
+/// cache of blocks of `B` rows (a power of two), slot `j % B` of block `blocks[j / B]`, row
+/// `blocks[j / B] * B + j % B`. Attention reads a paged cache in place through it.
+#[derive(Clone, Copy, Debug)]
+pub struct KvRows<'a> {
+    blocks: &'a [u32],
+    shift: u32,
+}
+
+impl KvRows<'static> {
+    /// Position `j` in row `j`.
+    pub const CONTIGUOUS: KvRows<'static> = KvRows {
+        blocks: &[0],
+        shift: usize::BITS - 1,
+    };
+}
+
+impl<'a> KvRows<'a> {
+    /// Positions mapped through a block table of `block_size`-row blocks.
+    ///
+    /// # Errors
+    /// `InvalidParam` unless `block_size` is a power of two below 2³¹.
+    pub fn paged(blocks: &'a [u32], block_size: usize) -> Result<KvRows<'a>> {
+        if !block_size.is_power_of_two() || block_size >= 1 << 31 {
+            return Err(TensorError::InvalidParam {
+                op: "attention",
+                why: "the block size of a paged cache must be a power of two",
+            });
+        }
+        Ok(KvRows {
+            blocks,
+            shift: block_size.trailing_zeros(),
+        })
+    }
+
+    /// The cache row of position `j`.
+    #[inline(always)]
+    pub fn row(&self, j: usize) -> usize {
+        let b = self.blocks[j >> self.shift] as usize;
+        (b << self.shift) | (j & ((1usize << self.shift) - 1))
+    }
+
+    /// Rows a cache slice needs so that positions `0..kv_len` are inside it (`None` when the
+    /// table is shorter than `kv_len` needs).
+    fn rows_needed(&self, kv_len: usize) -> Option<usize> {
+        if self.shift == usize::BITS - 1 {
+            return Some(kv_len);
+        }
+        let used = kv_len.div_ceil(1 << self.shift);
+        let top = self
+            .blocks
+            .get(..used)?
+            .iter()
+            .max()
+            .map_or(0, |&b| b as usize + 1);
+        top.checked_mul(1 << self.shift)
+    }
+}
+
 /// Element types a KV cache can hold.
 trait KvElem: Copy + Send + Sync {
     /// `q · k`.
@@ -176,6 +235,26 @@ pub fn attention(
     p: &AttentionParams,
     out: &mut [f32],
 ) -> Result<()> {
+    attention_paged(q, positions, k, v, kv_len, KvRows::CONTIGUOUS, p, out)
+}
+
+/// [`attention`] over a cache whose positions live at the rows `rows` maps them to (a paged
+/// cache's block table); the numerics are those of [`attention`] exactly, position by position.
+///
+/// # Errors
+/// As [`attention`]; `LengthMismatch` also when the block table does not cover `kv_len`
+/// positions or names a block outside `k`/`v`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_paged(
+    q: &[f32],
+    positions: &[i32],
+    k: KvSlice<'_>,
+    v: KvSlice<'_>,
+    kv_len: usize,
+    rows: KvRows<'_>,
+    p: &AttentionParams,
+    out: &mut [f32],
+) -> Result<()> {
     const OP: &str = "attention";
     if p.n_head == 0 || p.n_kv_head == 0 || p.head_dim == 0 || !p.n_head.is_multiple_of(p.n_kv_head)
     {
@@ -189,7 +268,9 @@ pub fn attention(
         .checked_mul(p.n_head)
         .and_then(|x| x.checked_mul(p.head_dim))
         .unwrap_or(usize::MAX);
-    let kv_needed = kv_len
+    let kv_needed = rows
+        .rows_needed(kv_len)
+        .unwrap_or(usize::MAX)
         .checked_mul(p.n_kv_head)
         .and_then(|x| x.checked_mul(p.head_dim))
         .unwrap_or(usize::MAX);
@@ -208,17 +289,19 @@ pub fn attention(
             });
         }
     }
+    let hd_stride = p.n_kv_head * p.head_dim;
     match (k, v) {
-        (KvSlice::F32(k), KvSlice::F32(v)) => run(q, positions, k, v, kv_len, p, out),
+        (KvSlice::F32(k), KvSlice::F32(v)) => run(q, positions, k, v, kv_len, rows, p, out),
         (KvSlice::F16(k), KvSlice::F16(v))
             if (positions.len() < GGML_FA_TILE_Q || !p.head_dim.is_multiple_of(16))
                 && p.head_dim <= MAX_F16_HEAD_DIM =>
         {
-            run_f16_ggml(q, positions, k, v, kv_len, p, out)
+            run_f16_ggml(q, positions, k, v, kv_len, rows, p, out)
         }
         (KvSlice::F16(k), KvSlice::F16(v)) => {
-            // Widen the visible cache once instead of once per (query row, head, key).
-            let n = kv_needed;
+            // Widen the visible cache once instead of once per (query row, head, key), in
+            // position order (a paged cache is gathered here).
+            let n = kv_len * hd_stride;
             WIDE.with(|cell| match cell.try_borrow_mut() {
                 Ok(mut buf) => {
                     if buf.len() < 2 * n {
@@ -226,37 +309,66 @@ pub fn attention(
                     }
                     let (wk, wv) = buf.split_at_mut(n);
                     let wv = &mut wv[..n];
-                    k[..n].convert_to_f32_slice(bytemuck::cast_slice_mut(wk));
-                    v[..n].convert_to_f32_slice(bytemuck::cast_slice_mut(wv));
-                    run2::<Widened, Widened>(q, positions, wk, wv, kv_len, p, out);
+                    let wk: &mut [f32] = bytemuck::cast_slice_mut(wk);
+                    let wv: &mut [f32] = bytemuck::cast_slice_mut(wv);
+                    let run_len = if rows.shift == usize::BITS - 1 {
+                        kv_len.max(1)
+                    } else {
+                        1 << rows.shift
+                    };
+                    let mut j = 0;
+                    while j < kv_len {
+                        let len = run_len.min(kv_len - j) * hd_stride;
+                        let src = rows.row(j) * hd_stride;
+                        let dst = j * hd_stride;
+                        k[src..src + len].convert_to_f32_slice(&mut wk[dst..dst + len]);
+                        v[src..src + len].convert_to_f32_slice(&mut wv[dst..dst + len]);
+                        j += run_len;
+                    }
+                    let (wk, wv): (&[Widened], &[Widened]) =
+                        (bytemuck::cast_slice(wk), bytemuck::cast_slice(wv));
+                    run2::<Widened, Widened>(
+                        q,
+                        positions,
+                        wk,
+                        wv,
+                        kv_len,
+                        KvRows::CONTIGUOUS,
+                        p,
+                        out,
+                    );
                 }
-                Err(_) => run(q, positions, k, v, kv_len, p, out),
+                Err(_) => run(q, positions, k, v, kv_len, rows, p, out),
             })
         }
-        (KvSlice::F32(k), KvSlice::F16(v)) => run2(q, positions, k, v, kv_len, p, out),
-        (KvSlice::F16(k), KvSlice::F32(v)) => run2(q, positions, k, v, kv_len, p, out),
+        (KvSlice::F32(k), KvSlice::F16(v)) => run2(q, positions, k, v, kv_len, rows, p, out),
+        (KvSlice::F16(k), KvSlice::F32(v)) => run2(q, positions, k, v, kv_len, rows, p, out),
     }
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run<T: KvElem>(
     q: &[f32],
     positions: &[i32],
     k: &[T],
     v: &[T],
     kv_len: usize,
+    rows: KvRows<'_>,
     p: &AttentionParams,
     out: &mut [f32],
 ) {
-    run2(q, positions, k, v, kv_len, p, out)
+    run2(q, positions, k, v, kv_len, rows, p, out)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run2<K: KvElem, V: KvElem>(
     q: &[f32],
     positions: &[i32],
     k: &[K],
     v: &[V],
     kv_len: usize,
+    rows: KvRows<'_>,
     p: &AttentionParams,
     out: &mut [f32],
 ) {
@@ -269,6 +381,7 @@ fn run2<K: KvElem, V: KvElem>(
             q: &q[i * hd..(i + 1) * hd],
             keys: visible_keys(positions[t], kv_len, p.window),
             kvh: (i % p.n_head) / (p.n_head / p.n_kv_head),
+            rows,
         };
         #[cfg(target_arch = "x86_64")]
         if avx2 {
@@ -285,6 +398,7 @@ struct Row<'a> {
     q: &'a [f32],
     keys: (usize, usize),
     kvh: usize,
+    rows: KvRows<'a>,
 }
 
 /// [`row`] compiled for AVX2 (the same operations in the same order: LLVM keeps the f32
@@ -315,7 +429,7 @@ fn row<K: KvElem, V: KvElem>(r: &Row<'_>, k: &[K], v: &[V], p: &AttentionParams,
         let bn = (hi - j0).min(KEY_BLOCK);
         let mut bmax = f32::NEG_INFINITY;
         for (jj, s) in scores[..bn].iter_mut().enumerate() {
-            let off = (j0 + jj) * kv_stride + r.kvh * hd;
+            let off = r.rows.row(j0 + jj) * kv_stride + r.kvh * hd;
             let mut x = K::dot(r.q, &k[off..off + hd]) * p.scale;
             if p.softcap != 0.0 {
                 x = p.softcap * (x / p.softcap).tanh();
@@ -334,7 +448,7 @@ fn row<K: KvElem, V: KvElem>(r: &Row<'_>, k: &[K], v: &[V], p: &AttentionParams,
         for (jj, &s) in scores[..bn].iter().enumerate() {
             let w = (s - m).exp();
             l += w;
-            let off = (j0 + jj) * kv_stride + r.kvh * hd;
+            let off = r.rows.row(j0 + jj) * kv_stride + r.kvh * hd;
             V::axpy(o, w, &v[off..off + hd]);
         }
         j0 += bn;
@@ -353,12 +467,14 @@ fn row<K: KvElem, V: KvElem>(r: &Row<'_>, k: &[K], v: &[V], p: &AttentionParams,
 /// new maximum, `acc = f16(fma(v, vs, acc))` per key, then `acc * (1/S)` in f32. This rounds far
 /// more than an f32 accumulator would (each step 2⁻¹¹ relative), and SmolLM2's logits move by up
 /// to 0.5 between llama.cpp's FA on and off, so matching llama.cpp means rounding as it does.
+#[allow(clippy::too_many_arguments)]
 fn run_f16_ggml(
     q: &[f32],
     positions: &[i32],
     k: &[f16],
     v: &[f16],
     kv_len: usize,
+    rows: KvRows<'_>,
     p: &AttentionParams,
     out: &mut [f32],
 ) {
@@ -385,6 +501,7 @@ fn run_f16_ggml(
             k,
             v,
             keys: visible_keys(positions[t], kv_len, p.window),
+            rows,
             kv_stride,
             head_off: (h / group) * hd,
             scale,
@@ -412,6 +529,7 @@ struct F16Row<'a> {
     k: &'a [f16],
     v: &'a [f16],
     keys: (usize, usize),
+    rows: KvRows<'a>,
     kv_stride: usize,
     head_off: usize,
     scale: f32,
@@ -525,7 +643,7 @@ fn f16_row<O: F16Ops>(r: &F16Row<'_>, o: &mut [f32]) {
     let mut s_sum = 0f32;
     let mut m = f32::NEG_INFINITY;
     for j in r.keys.0..r.keys.1 {
-        let off = j * r.kv_stride + r.head_off;
+        let off = r.rows.row(j) * r.kv_stride + r.head_off;
         let mut s = O::dot(&r.k[off..off + hd], q16) * r.scale;
         if r.softcap != 0.0 {
             s = r.softcap * s.tanh();
@@ -786,5 +904,76 @@ mod tests {
             &mut out
         )
         .is_err());
+    }
+
+    /// A paged cache (blocks of 4 rows, in a shuffled order, with unused blocks between) gives
+    /// bit-identical outputs to the same positions stored contiguously, on every kernel path:
+    /// f32, f16 decode (llama.cpp rounding), f16 long prefill (widened), windowed.
+    #[test]
+    fn paged_reads_equal_contiguous_bit_for_bit() {
+        let mut rng = Rng::new(11);
+        let (n_head, n_kv_head, hd, bs) = (4, 2, 32, 4);
+        let stride = n_kv_head * hd;
+        for (n_q, kv_len, window) in [(1, 37, 0), (3, 21, 0), (70, 70, 0), (5, 29, 8)] {
+            let p = AttentionParams {
+                n_head,
+                n_kv_head,
+                head_dim: hd,
+                scale: 0.2,
+                softcap: 0.0,
+                window,
+            };
+            let kc: Vec<f32> = (0..kv_len * stride).map(|_| rng.f32()).collect();
+            let vc: Vec<f32> = (0..kv_len * stride).map(|_| rng.f32()).collect();
+            let n_blocks = kv_len.div_ceil(bs);
+            // Block b of the sequence lives in physical block 2 * (n_blocks - 1 - b) + 1.
+            let table: Vec<u32> = (0..n_blocks)
+                .map(|b| (2 * (n_blocks - 1 - b) + 1) as u32)
+                .collect();
+            let phys_rows = 2 * n_blocks * bs;
+            let mut kp = vec![9.0f32; phys_rows * stride];
+            let mut vp = vec![9.0f32; phys_rows * stride];
+            let rows = KvRows::paged(&table, bs).unwrap();
+            for j in 0..kv_len {
+                let (src, dst) = (j * stride, rows.row(j) * stride);
+                kp[dst..dst + stride].copy_from_slice(&kc[src..src + stride]);
+                vp[dst..dst + stride].copy_from_slice(&vc[src..src + stride]);
+            }
+            let q: Vec<f32> = (0..n_q * n_head * hd).map(|_| rng.f32()).collect();
+            let positions: Vec<i32> = (kv_len - n_q..kv_len).map(|x| x as i32).collect();
+            let h = |x: &[f32]| x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>();
+            let (kch, vch, kph, vph) = (h(&kc), h(&vc), h(&kp), h(&vp));
+            for f16_cache in [false, true] {
+                let (a, b, c, d) = if f16_cache {
+                    (
+                        KvSlice::F16(&kch),
+                        KvSlice::F16(&vch),
+                        KvSlice::F16(&kph),
+                        KvSlice::F16(&vph),
+                    )
+                } else {
+                    (
+                        KvSlice::F32(&kc),
+                        KvSlice::F32(&vc),
+                        KvSlice::F32(&kp),
+                        KvSlice::F32(&vp),
+                    )
+                };
+                let mut want = vec![0f32; q.len()];
+                let mut got = vec![1f32; q.len()];
+                attention(&q, &positions, a, b, kv_len, &p, &mut want).unwrap();
+                attention_paged(&q, &positions, c, d, kv_len, rows, &p, &mut got).unwrap();
+                assert_eq!(want, got, "n_q {n_q} kv_len {kv_len} f16 {f16_cache}");
+            }
+            // A table that does not cover kv_len, or names a block outside the cache, is refused.
+            let short = KvRows::paged(&table[..n_blocks - 1], bs).unwrap();
+            let mut out = vec![0f32; q.len()];
+            let (k, v) = (KvSlice::F32(&kp), KvSlice::F32(&vp));
+            assert!(attention_paged(&q, &positions, k, v, kv_len, short, &p, &mut out).is_err());
+            let far = vec![1000u32; n_blocks];
+            let far = KvRows::paged(&far, bs).unwrap();
+            assert!(attention_paged(&q, &positions, k, v, kv_len, far, &p, &mut out).is_err());
+        }
+        assert!(KvRows::paged(&[0], 3).is_err());
     }
 }

@@ -24,7 +24,7 @@ pub mod softmax;
 #[cfg(test)]
 pub(crate) mod testutil;
 
-pub use attention::{attention, visible_keys, AttentionParams, KvSlice};
+pub use attention::{attention, attention_paged, visible_keys, AttentionParams, KvRows, KvSlice};
 pub use block::{dot, vec_dot};
 pub use convert::{bf16_to_f32_slice, f16_to_f32, f32_to_bf16_slice, f32_to_f16};
 pub use elementwise::{
