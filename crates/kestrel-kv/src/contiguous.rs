@@ -1,53 +1,12 @@
 //! `ContiguousCache`: every layer preallocated to the context length, f32 or f16, token-major.
 //! Appending writes in place; views borrow the buffers; nothing is allocated after creation.
 
-use half::f16;
-
+use crate::buf::Buf;
 #[cfg(test)]
 use crate::kv_get;
-use crate::{KvCache, KvDType, KvError, KvLayout, KvSlice, LayerView};
-
-enum Buf {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
-}
-
-impl Buf {
-    fn zeroed(dtype: KvDType, n: usize) -> Result<Buf, std::collections::TryReserveError> {
-        Ok(match dtype {
-            KvDType::F32 => {
-                let mut v = Vec::new();
-                v.try_reserve_exact(n)?;
-                v.resize(n, 0.0);
-                Buf::F32(v)
-            }
-            KvDType::F16 => {
-                let mut v = Vec::new();
-                v.try_reserve_exact(n)?;
-                v.resize(n, f16::ZERO);
-                Buf::F16(v)
-            }
-        })
-    }
-
-    fn write(&mut self, at: usize, src: &[f32]) {
-        match self {
-            Buf::F32(b) => b[at..at + src.len()].copy_from_slice(src),
-            Buf::F16(b) => {
-                for (d, s) in b[at..at + src.len()].iter_mut().zip(src) {
-                    *d = f16::from_f32(*s);
-                }
-            }
-        }
-    }
-
-    fn slice(&self, n: usize) -> KvSlice<'_> {
-        match self {
-            Buf::F32(b) => KvSlice::F32(&b[..n]),
-            Buf::F16(b) => KvSlice::F16(&b[..n]),
-        }
-    }
-}
+#[cfg(test)]
+use crate::KvDType;
+use crate::{KvCache, KvError, KvLayout, KvRows, LayerView};
 
 /// A KV cache preallocated to `capacity` tokens.
 ///
@@ -175,6 +134,7 @@ impl KvCache for ContiguousCache {
             n_kv_head: self.layout.n_kv_head,
             k_head_dim: self.layout.k_head_dim,
             v_head_dim: self.layout.v_head_dim,
+            rows: KvRows::CONTIGUOUS,
         })
     }
 

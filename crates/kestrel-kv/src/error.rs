@@ -48,6 +48,22 @@ pub enum KvError {
         /// Bytes needed (saturated).
         bytes: usize,
     },
+    /// The block pool has too few free blocks.
+    #[error("KV block pool exhausted: {needed} more blocks needed, {free} free of {total}")]
+    OutOfBlocks {
+        /// Blocks the request needs.
+        needed: usize,
+        /// Blocks free.
+        free: usize,
+        /// Blocks in the pool.
+        total: usize,
+    },
+    /// A sequence id that is not live in the cache.
+    #[error("KV cache has no sequence {0}")]
+    UnknownSeq(usize),
+    /// A block size that is not a power of two, or a pool of no blocks.
+    #[error("KV block pool: {0}")]
+    Pool(String),
     /// A zero-sized dimension.
     #[error("KV layout has a zero dimension: {0}")]
     EmptyLayout(&'static str),

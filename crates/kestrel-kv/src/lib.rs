@@ -3,19 +3,27 @@
 //! The [`KvCache`] trait is what the attention op reads and the decode loop drives: append a
 //! step's keys and values for a layer, view a layer's cache in place (no gather copies), and
 //! commit, truncate or reset the sequence. [`ContiguousCache`] preallocates every layer to the
-//! context length in f32 or f16. Quantized, paged and prefix caches come with batching.
+//! context length in f32 or f16. [`PagedCache`] holds many sequences in one pool of fixed-size
+//! blocks (paged attention reads them through each sequence's block table); the batched forward
+//! pass drives either through [`BatchKv`].
 
+mod buf;
 mod contiguous;
 mod error;
 mod layout;
+mod paged;
 
 pub use contiguous::ContiguousCache;
 pub use error::KvError;
 pub use layout::{KvDType, KvLayout};
+pub use paged::{PagedCache, PoolStats, SeqId};
 
 /// Keys or values of one layer, as stored: the attention kernel's own slice type, so attention
 /// reads the cache in place.
 pub use kestrel_tensor::cpu::KvSlice;
+
+/// Where each position of a view lives (contiguous, or through a block table).
+pub use kestrel_tensor::cpu::KvRows;
 
 /// Element `i` of a cache slice as f32 (for tests and debugging; kernels read slices directly).
 pub fn kv_get(s: &KvSlice<'_>, i: usize) -> Option<f32> {
@@ -26,7 +34,8 @@ pub fn kv_get(s: &KvSlice<'_>, i: usize) -> Option<f32> {
 }
 
 /// A layer's cache: `len` tokens, each `n_kv_head × head_dim` keys (and values), token-major:
-/// element `(t, h, d)` of the keys is at `(t * n_kv_head + h) * k_head_dim + d`.
+/// element `(t, h, d)` of the keys is at `(r * n_kv_head + h) * k_head_dim + d` where
+/// `r = rows.row(t)` (`r = t` for a contiguous cache).
 #[derive(Clone, Copy, Debug)]
 pub struct LayerView<'a> {
     /// Keys of tokens `0..len`.
@@ -41,6 +50,8 @@ pub struct LayerView<'a> {
     pub k_head_dim: usize,
     /// Value head size.
     pub v_head_dim: usize,
+    /// The row of each position in `k` and `v`.
+    pub rows: KvRows<'a>,
 }
 
 /// A KV cache for one sequence.
@@ -71,4 +82,53 @@ pub trait KvCache: Send {
     }
     /// Bytes of memory held.
     fn memory_bytes(&self) -> usize;
+}
+
+/// The KV storage of one batched step: several sequences, each addressed by an index, written
+/// and viewed per layer. A [`PagedCache`] is one; a single [`KvCache`] is one with sequence 0.
+pub trait BatchKv {
+    /// Shape and dtype.
+    fn layout(&self) -> &KvLayout;
+    /// Write `k`/`v` of `layer` for sequence `seq` at positions `pos..pos + n`; the positions
+    /// must already have room (a paged cache reserves blocks before the step).
+    fn write_seq(
+        &mut self,
+        layer: usize,
+        seq: SeqId,
+        pos: usize,
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<(), KvError>;
+    /// Layer `layer` of sequence `seq`, positions `0..len`.
+    fn view_seq(&self, layer: usize, seq: SeqId, len: usize) -> Result<LayerView<'_>, KvError>;
+}
+
+/// One sequence's [`KvCache`] as a batch of one (sequence 0).
+pub struct SingleSeq<'a>(pub &'a mut dyn KvCache);
+
+impl BatchKv for SingleSeq<'_> {
+    fn layout(&self) -> &KvLayout {
+        self.0.layout()
+    }
+
+    fn write_seq(
+        &mut self,
+        layer: usize,
+        seq: SeqId,
+        pos: usize,
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<(), KvError> {
+        if seq != 0 {
+            return Err(KvError::UnknownSeq(seq));
+        }
+        self.0.write(layer, pos, k, v)
+    }
+
+    fn view_seq(&self, layer: usize, seq: SeqId, len: usize) -> Result<LayerView<'_>, KvError> {
+        if seq != 0 {
+            return Err(KvError::UnknownSeq(seq));
+        }
+        self.0.view(layer, len)
+    }
 }

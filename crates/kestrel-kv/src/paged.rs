@@ -1,0 +1,461 @@
+//! `PagedCache`: a pool of fixed-size KV blocks shared by many sequences (vLLM's paged
+//! attention layout).
+//!
+//! Every layer's keys and values live in one buffer of `n_blocks × block_size` token rows; a
+//! block is the same row range in every layer. Each sequence owns a block table (its `i`-th
+//! block holds positions `i·B .. (i+1)·B`), so appending never copies: [`reserve`] takes free
+//! blocks for the positions a step will write, attention reads through the table
+//! ([`KvRows`]), and [`free_seq`] returns the blocks. Blocks carry reference counts so that a
+//! prefix cache can share them between sequences.
+//!
+//! [`reserve`]: PagedCache::reserve
+//! [`free_seq`]: PagedCache::free_seq
+
+use crate::buf::Buf;
+use crate::{BatchKv, KvError, KvLayout, KvRows, LayerView};
+
+/// A sequence's handle in a [`PagedCache`].
+pub type SeqId = usize;
+
+#[derive(Debug, Default)]
+struct Seq {
+    /// Physical block of each logical block.
+    table: Vec<u32>,
+    /// Committed positions.
+    len: usize,
+}
+
+/// Occupancy of a [`PagedCache`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PoolStats {
+    /// Blocks in the pool.
+    pub total_blocks: usize,
+    /// Blocks not held by any sequence.
+    pub free_blocks: usize,
+    /// Live sequences.
+    pub sequences: usize,
+    /// Committed tokens over all sequences.
+    pub tokens: usize,
+    /// Share of the token slots in held blocks that hold no committed token (internal
+    /// fragmentation: the unfilled tail of each sequence's last block, and reserved rows).
+    pub fragmentation: f64,
+}
+
+/// Many sequences' KV caches in one pool of blocks.
+///
+/// ```
+/// use kestrel_kv::{BatchKv, KvDType, KvLayout, PagedCache};
+/// let layout = KvLayout { n_layers: 1, n_kv_head: 1, k_head_dim: 2, v_head_dim: 2, dtype: KvDType::F32 };
+/// let mut pool = PagedCache::new(layout, 4, 8).unwrap(); // 8 blocks of 4 tokens
+/// let a = pool.add_seq();
+/// pool.reserve(a, 6).unwrap(); // two blocks
+/// pool.write_seq(0, a, 0, &[1.0; 12], &[2.0; 12]).unwrap();
+/// pool.commit(a, 6).unwrap();
+/// assert_eq!(pool.stats().free_blocks, 6);
+/// pool.free_seq(a).unwrap();
+/// assert_eq!(pool.stats().free_blocks, 8);
+/// ```
+pub struct PagedCache {
+    layout: KvLayout,
+    block_size: usize,
+    n_blocks: usize,
+    k: Vec<Buf>,
+    v: Vec<Buf>,
+    /// Free blocks (a stack: the most recently freed is reused first, still warm in cache).
+    free: Vec<u32>,
+    /// Sequences holding each block.
+    refs: Vec<u32>,
+    seqs: Vec<Option<Seq>>,
+}
+
+impl std::fmt::Debug for PagedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PagedCache")
+            .field("block_size", &self.block_size)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl PagedCache {
+    /// A pool of `n_blocks` blocks of `block_size` tokens (a power of two) for every layer.
+    ///
+    /// # Errors
+    /// `Pool` for a bad block size or no blocks, `TooLarge` when the memory cannot be had.
+    pub fn new(layout: KvLayout, block_size: usize, n_blocks: usize) -> Result<Self, KvError> {
+        layout.check()?;
+        if !block_size.is_power_of_two() || block_size > 1 << 16 {
+            return Err(KvError::Pool(format!(
+                "block size {block_size} must be a power of two up to 65536"
+            )));
+        }
+        if n_blocks == 0 || n_blocks > u32::MAX as usize {
+            return Err(KvError::Pool(format!(
+                "{n_blocks} blocks: a pool needs 1..=u32::MAX blocks"
+            )));
+        }
+        let tokens = block_size.saturating_mul(n_blocks);
+        let too_large = || KvError::TooLarge {
+            tokens,
+            layers: layout.n_layers,
+            bytes: layout.bytes_per_token().saturating_mul(tokens),
+        };
+        layout
+            .bytes_per_token()
+            .checked_mul(tokens)
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(too_large)?;
+        let (nk, nv) = (tokens * layout.k_per_token(), tokens * layout.v_per_token());
+        let mut k = Vec::with_capacity(layout.n_layers);
+        let mut v = Vec::with_capacity(layout.n_layers);
+        for _ in 0..layout.n_layers {
+            k.push(Buf::zeroed(layout.dtype, nk).map_err(|_| too_large())?);
+            v.push(Buf::zeroed(layout.dtype, nv).map_err(|_| too_large())?);
+        }
+        Ok(PagedCache {
+            block_size,
+            n_blocks,
+            k,
+            v,
+            free: (0..n_blocks as u32).rev().collect(),
+            refs: vec![0; n_blocks],
+            seqs: Vec::new(),
+            layout,
+        })
+    }
+
+    /// A pool sized to a memory budget of `mb` MiB (at least one block).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_budget_mb(layout: KvLayout, block_size: usize, mb: usize) -> Result<Self, KvError> {
+        let per_block = layout.bytes_per_token().saturating_mul(block_size).max(1);
+        let n = (mb.saturating_mul(1 << 20) / per_block).max(1);
+        PagedCache::new(layout, block_size, n)
+    }
+
+    /// Tokens per block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// Blocks in the pool.
+    pub fn total_blocks(&self) -> usize {
+        self.n_blocks
+    }
+
+    /// Blocks free.
+    pub fn free_blocks(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Blocks `tokens` positions take.
+    pub fn blocks_for(&self, tokens: usize) -> usize {
+        tokens.div_ceil(self.block_size)
+    }
+
+    /// Bytes of the pool.
+    pub fn memory_bytes(&self) -> usize {
+        self.n_blocks * self.block_size * self.layout.bytes_per_token()
+    }
+
+    /// A new empty sequence.
+    pub fn add_seq(&mut self) -> SeqId {
+        if let Some(i) = self.seqs.iter().position(Option::is_none) {
+            self.seqs[i] = Some(Seq::default());
+            return i;
+        }
+        self.seqs.push(Some(Seq::default()));
+        self.seqs.len() - 1
+    }
+
+    fn seq(&self, seq: SeqId) -> Result<&Seq, KvError> {
+        self.seqs
+            .get(seq)
+            .and_then(Option::as_ref)
+            .ok_or(KvError::UnknownSeq(seq))
+    }
+
+    /// Committed positions of `seq`.
+    pub fn seq_len(&self, seq: SeqId) -> Result<usize, KvError> {
+        Ok(self.seq(seq)?.len)
+    }
+
+    /// Positions `seq` can hold without taking more blocks.
+    pub fn seq_capacity(&self, seq: SeqId) -> Result<usize, KvError> {
+        Ok(self.seq(seq)?.table.len() * self.block_size)
+    }
+
+    /// `seq`'s block table.
+    pub fn block_table(&self, seq: SeqId) -> Result<&[u32], KvError> {
+        Ok(&self.seq(seq)?.table)
+    }
+
+    /// Make room for positions `0..len` of `seq`, taking free blocks as needed. Either all the
+    /// blocks are taken or none (`OutOfBlocks`).
+    pub fn reserve(&mut self, seq: SeqId, len: usize) -> Result<(), KvError> {
+        let have = self.seq(seq)?.table.len();
+        let want = self.blocks_for(len);
+        if want <= have {
+            return Ok(());
+        }
+        let needed = want - have;
+        if needed > self.free.len() {
+            return Err(KvError::OutOfBlocks {
+                needed,
+                free: self.free.len(),
+                total: self.n_blocks,
+            });
+        }
+        let s = self.seqs[seq].as_mut().ok_or(KvError::UnknownSeq(seq))?;
+        for _ in 0..needed {
+            let Some(b) = self.free.pop() else { break };
+            self.refs[b as usize] = 1;
+            s.table.push(b);
+        }
+        Ok(())
+    }
+
+    /// Make positions `0..len` of `seq` its sequence (after a step wrote them).
+    pub fn commit(&mut self, seq: SeqId, len: usize) -> Result<(), KvError> {
+        let cap = self.seq_capacity(seq)?;
+        if len > cap {
+            return Err(KvError::Full {
+                start: 0,
+                end: len,
+                capacity: cap,
+            });
+        }
+        if let Some(s) = self.seqs.get_mut(seq).and_then(Option::as_mut) {
+            s.len = len;
+        }
+        Ok(())
+    }
+
+    /// Drop positions past `len` of `seq`, returning whole blocks it no longer needs.
+    pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<(), KvError> {
+        let keep = self.blocks_for(len);
+        let s = self
+            .seqs
+            .get_mut(seq)
+            .and_then(Option::as_mut)
+            .ok_or(KvError::UnknownSeq(seq))?;
+        s.len = s.len.min(len);
+        while s.table.len() > keep {
+            let Some(b) = s.table.pop() else { break };
+            let r = &mut self.refs[b as usize];
+            *r = r.saturating_sub(1);
+            if *r == 0 {
+                self.free.push(b);
+            }
+        }
+        Ok(())
+    }
+
+    /// End `seq`, returning its blocks to the pool.
+    pub fn free_seq(&mut self, seq: SeqId) -> Result<(), KvError> {
+        self.truncate(seq, 0)?;
+        self.seqs[seq] = None;
+        Ok(())
+    }
+
+    /// Occupancy and fragmentation.
+    pub fn stats(&self) -> PoolStats {
+        let live = self.seqs.iter().flatten();
+        let (sequences, tokens) = live.fold((0, 0), |(n, t), s| (n + 1, t + s.len));
+        let held = (self.n_blocks - self.free.len()) * self.block_size;
+        PoolStats {
+            total_blocks: self.n_blocks,
+            free_blocks: self.free.len(),
+            sequences,
+            tokens,
+            fragmentation: if held == 0 {
+                0.0
+            } else {
+                1.0 - tokens.min(held) as f64 / held as f64
+            },
+        }
+    }
+
+    fn check_layer(&self, layer: usize) -> Result<(), KvError> {
+        if layer >= self.layout.n_layers {
+            return Err(KvError::Layer {
+                layer,
+                n_layers: self.layout.n_layers,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl BatchKv for PagedCache {
+    fn layout(&self) -> &KvLayout {
+        &self.layout
+    }
+
+    fn write_seq(
+        &mut self,
+        layer: usize,
+        seq: SeqId,
+        pos: usize,
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<(), KvError> {
+        self.check_layer(layer)?;
+        let (kt, vt) = (self.layout.k_per_token(), self.layout.v_per_token());
+        let n = k.len() / kt;
+        for (what, got, per_token) in [("keys", k.len(), kt), ("values", v.len(), vt)] {
+            if got != n * per_token {
+                return Err(KvError::Length {
+                    layer,
+                    what,
+                    got,
+                    per_token,
+                    n,
+                    expected: n * per_token,
+                });
+            }
+        }
+        let cap = self.seq_capacity(seq)?;
+        if pos.checked_add(n).is_none_or(|e| e > cap) {
+            return Err(KvError::Full {
+                start: pos,
+                end: pos.saturating_add(n),
+                capacity: cap,
+            });
+        }
+        let s = self.seqs[seq].as_ref().ok_or(KvError::UnknownSeq(seq))?;
+        let rows =
+            KvRows::paged(&s.table, self.block_size).map_err(|e| KvError::Pool(e.to_string()))?;
+        let (kb, vb) = (&mut self.k[layer], &mut self.v[layer]);
+        // One copy per run of positions inside a block.
+        let mut i = 0;
+        while i < n {
+            let p = pos + i;
+            let run = (self.block_size - p % self.block_size).min(n - i);
+            let r = rows.row(p);
+            kb.write(r * kt, &k[i * kt..(i + run) * kt]);
+            vb.write(r * vt, &v[i * vt..(i + run) * vt]);
+            i += run;
+        }
+        Ok(())
+    }
+
+    fn view_seq(&self, layer: usize, seq: SeqId, len: usize) -> Result<LayerView<'_>, KvError> {
+        self.check_layer(layer)?;
+        let s = self.seq(seq)?;
+        let cap = s.table.len() * self.block_size;
+        if len > cap {
+            return Err(KvError::Full {
+                start: 0,
+                end: len,
+                capacity: cap,
+            });
+        }
+        let tokens = self.n_blocks * self.block_size;
+        Ok(LayerView {
+            k: self.k[layer].slice(tokens * self.layout.k_per_token()),
+            v: self.v[layer].slice(tokens * self.layout.v_per_token()),
+            len,
+            n_kv_head: self.layout.n_kv_head,
+            k_head_dim: self.layout.k_head_dim,
+            v_head_dim: self.layout.v_head_dim,
+            rows: KvRows::paged(&s.table, self.block_size)
+                .map_err(|e| KvError::Pool(e.to_string()))?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{kv_get, KvDType};
+
+    fn layout(dtype: KvDType) -> KvLayout {
+        KvLayout {
+            n_layers: 2,
+            n_kv_head: 2,
+            k_head_dim: 2,
+            v_head_dim: 2,
+            dtype,
+        }
+    }
+
+    /// Two interleaved sequences write across block boundaries; each view reads back exactly
+    /// its own positions through its table.
+    #[test]
+    fn sequences_read_back_their_own_positions() {
+        for dtype in [KvDType::F32, KvDType::F16] {
+            let mut pool = PagedCache::new(layout(dtype), 4, 16).unwrap();
+            let (a, b) = (pool.add_seq(), pool.add_seq());
+            let tok = |seq: usize, p: usize| (seq * 100 + p) as f32;
+            for step in 0..5 {
+                for seq in [a, b] {
+                    let (pos, n) = (step * 3, 3);
+                    pool.reserve(seq, pos + n).unwrap();
+                    let k: Vec<f32> = (pos..pos + n).flat_map(|p| [tok(seq, p); 4]).collect();
+                    let v: Vec<f32> = k.iter().map(|x| -x).collect();
+                    pool.write_seq(1, seq, pos, &k, &v).unwrap();
+                    pool.commit(seq, pos + n).unwrap();
+                }
+            }
+            for seq in [a, b] {
+                let view = pool.view_seq(1, seq, 15).unwrap();
+                for p in 0..15 {
+                    let r = view.rows.row(p);
+                    assert_eq!(kv_get(&view.k, r * 4 + 3), Some(tok(seq, p)));
+                    assert_eq!(kv_get(&view.v, r * 4), Some(-tok(seq, p)));
+                }
+            }
+            let st = pool.stats();
+            assert_eq!((st.free_blocks, st.sequences, st.tokens), (8, 2, 30));
+            assert!((st.fragmentation - (1.0 - 30.0 / 32.0)).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn blocks_are_reserved_all_or_nothing_and_returned() {
+        let mut pool = PagedCache::new(layout(KvDType::F16), 8, 4).unwrap();
+        let a = pool.add_seq();
+        pool.reserve(a, 17).unwrap(); // 3 blocks
+        let b = pool.add_seq();
+        assert_eq!(
+            pool.reserve(b, 9),
+            Err(KvError::OutOfBlocks {
+                needed: 2,
+                free: 1,
+                total: 4
+            })
+        );
+        assert_eq!(pool.seq_capacity(b).unwrap(), 0);
+        pool.truncate(a, 8).unwrap();
+        assert_eq!(pool.free_blocks(), 3);
+        pool.reserve(b, 9).unwrap();
+        // Writing past the reserved positions is refused, not a panic.
+        assert!(matches!(
+            pool.write_seq(0, b, 15, &[0.0; 8], &[0.0; 8]),
+            Err(KvError::Full { .. })
+        ));
+        assert!(pool.view_seq(0, b, 17).is_err());
+        pool.free_seq(a).unwrap();
+        pool.free_seq(b).unwrap();
+        assert_eq!(pool.free_blocks(), 4);
+        assert_eq!(pool.seq_len(a), Err(KvError::UnknownSeq(a)));
+        // Freed slots are reused.
+        assert_eq!(pool.add_seq(), 0);
+    }
+
+    #[test]
+    fn bad_pools_are_errors() {
+        assert!(PagedCache::new(layout(KvDType::F32), 6, 4).is_err());
+        assert!(PagedCache::new(layout(KvDType::F32), 8, 0).is_err());
+        assert!(matches!(
+            PagedCache::new(layout(KvDType::F32), 1 << 16, usize::MAX / 4),
+            Err(KvError::TooLarge { .. }) | Err(KvError::Pool(_))
+        ));
+        let pool = PagedCache::with_budget_mb(layout(KvDType::F16), 16, 1).unwrap();
+        // 2 layers × (4 + 4) values × 2 bytes = 32 bytes a token, 512 a block.
+        assert_eq!(pool.total_blocks(), 2048);
+        assert_eq!(pool.memory_bytes(), 1 << 20);
+    }
+}
