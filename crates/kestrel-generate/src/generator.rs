@@ -8,12 +8,14 @@ use std::time::Instant;
 use kestrel_arch::{build_decoder, weight_tensor, DecoderConfig, Logits};
 use kestrel_gguf::{GgufModel, Value};
 use kestrel_graph::ExecutionPlan;
-use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout};
+use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout, PagedCache};
 use kestrel_sampling::TokenTrie;
 use kestrel_tensor::{cpu, CpuEngine};
 use kestrel_tokenizer::{Tokenizer, TokenizerOptions};
 
-use crate::stream::{Completion, TokenIter, TokenStream};
+use crate::batch::BatchState;
+use crate::stream::{Completion, StreamError, Token, TokenIter, TokenStream};
+use crate::{BatchEvent, BatchOptions, BatchRequest, CancelToken, Scheduler};
 use crate::{GenerateError, GenerateMetrics, GenerateParams, Session};
 
 /// Texts of control tokens that end a turn, as llama.cpp recognizes them (besides the ids the
@@ -90,13 +92,15 @@ pub struct Generator {
     tokenizer: Option<Arc<Tokenizer>>,
     trie: OnceLock<TokenTrie>,
     opts: GeneratorOptions,
+    /// The batched plan and KV block pool of the last scheduler (kept for the next one).
+    batch: Option<BatchState>,
 }
 
 /// What runs the model: config, engine, plans, and the logits of the last step.
 pub(crate) struct Core {
     pub(crate) model: Arc<GgufModel>,
     pub(crate) cfg: DecoderConfig,
-    engine: CpuEngine,
+    pub(crate) engine: CpuEngine,
     prefill: ExecutionPlan,
     decode: ExecutionPlan,
     layout: KvLayout,
@@ -300,6 +304,7 @@ impl Generator {
                 stop_ids,
                 logits,
             },
+            batch: None,
             session,
             tokenizer,
             trie: OnceLock::new(),
@@ -569,6 +574,142 @@ impl Generator {
             chunks: n_chunks,
             scored: count,
         })
+    }
+
+    /// A continuous-batching scheduler over this model (see [`Scheduler`]). The batched plan
+    /// and the KV block pool are made on first use and kept while `opts` stay the same.
+    pub fn scheduler(&mut self, opts: &BatchOptions) -> Result<Scheduler<'_>, GenerateError> {
+        let bad = |reason: String| {
+            Err(GenerateError::InvalidOption {
+                name: "batch",
+                reason,
+            })
+        };
+        if opts.max_seqs == 0 || opts.max_step_tokens < opts.max_seqs {
+            return bad(format!(
+                "max_seqs {} must be at least 1 and at most max_step_tokens {}",
+                opts.max_seqs, opts.max_step_tokens
+            ));
+        }
+        if !opts.block_size.is_power_of_two() || opts.block_size > 4096 {
+            return bad(format!(
+                "block size {} must be a power of two up to 4096",
+                opts.block_size
+            ));
+        }
+        let core = &mut self.core;
+        if self.batch.as_ref().is_none_or(|b| &b.opts != opts) {
+            self.batch = None; // free the old pool before making the new one
+            let graph = build_decoder(&core.cfg, &core.model, Logits::Last)?;
+            let model = core.model.clone();
+            let lookup = |name: &str| weight_tensor(&model, name);
+            let max_tokens = opts
+                .max_step_tokens
+                .min(core.ctx.saturating_mul(opts.max_seqs));
+            let plan = ExecutionPlan::compile_batch(&graph, max_tokens, opts.max_seqs, &lookup)?;
+            let blocks = match opts.kv_blocks {
+                0 => core
+                    .ctx
+                    .div_ceil(opts.block_size)
+                    .saturating_mul(opts.max_seqs),
+                n => n,
+            };
+            let pool = PagedCache::new(core.layout.clone(), opts.block_size, blocks)?;
+            self.batch = Some(BatchState {
+                opts: opts.clone(),
+                plan,
+                pool,
+            });
+        }
+        let Some(state) = self.batch.as_mut() else {
+            return bad("the batch state could not be made".into());
+        };
+        Ok(Scheduler::new(
+            core,
+            state,
+            self.tokenizer.as_deref(),
+            &self.trie,
+        ))
+    }
+
+    /// Generate for all `requests` through one scheduler (continuous batching: requests join
+    /// as earlier ones finish). Returns one result per request, in order.
+    pub fn batch_generate(
+        &mut self,
+        requests: Vec<BatchRequest>,
+        opts: &BatchOptions,
+    ) -> Result<Vec<Result<Completion, GenerateError>>, GenerateError> {
+        self.batch_generate_stream(requests, opts, &mut |_, _| Ok(()))
+    }
+
+    /// [`batch_generate`](Self::batch_generate), handing each token to `on_token` with its
+    /// request's index as it is produced. A callback error ends that request only (its result
+    /// is the error); the others go on.
+    pub fn batch_generate_stream(
+        &mut self,
+        requests: Vec<BatchRequest>,
+        opts: &BatchOptions,
+        on_token: &mut dyn FnMut(usize, &Token) -> Result<(), StreamError>,
+    ) -> Result<Vec<Result<Completion, GenerateError>>, GenerateError> {
+        let n = requests.len();
+        let mut results: Vec<Option<Result<Completion, GenerateError>>> =
+            (0..n).map(|_| None).collect();
+        let mut cancels = Vec::with_capacity(n);
+        let mut sched = self.scheduler(opts)?;
+        let mut index = Vec::with_capacity(n); // request id -> position
+        for (i, mut req) in requests.into_iter().enumerate() {
+            let cancel = req
+                .params
+                .cancel
+                .get_or_insert_with(CancelToken::new)
+                .clone();
+            match sched.submit(req) {
+                Ok(id) => {
+                    if index.len() <= id {
+                        index.resize(id + 1, usize::MAX);
+                    }
+                    index[id] = i;
+                }
+                Err(e) => results[i] = Some(Err(e)),
+            }
+            cancels.push(cancel);
+        }
+        let mut failed: Vec<Option<String>> = vec![None; n];
+        while !sched.is_idle() {
+            let progressed = sched.step(&mut |ev| match ev {
+                BatchEvent::Token(id, tok) => {
+                    let i = index[id];
+                    if failed[i].is_none() {
+                        if let Err(e) = on_token(i, &tok) {
+                            failed[i] = Some(e.to_string());
+                            cancels[i].cancel();
+                        }
+                    }
+                }
+                BatchEvent::Done(id, res) => {
+                    let i = index[id];
+                    results[i] = Some(match failed[i].take() {
+                        Some(msg) => Err(GenerateError::Callback(msg)),
+                        None => res,
+                    });
+                }
+            })?;
+            if !progressed && !sched.is_idle() {
+                return Err(GenerateError::InvalidOption {
+                    name: "batch",
+                    reason: "the scheduler made no progress with requests waiting".into(),
+                });
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or(Err(GenerateError::InvalidOption {
+                    name: "batch",
+                    reason: "the request never finished".into(),
+                }))
+            })
+            .collect())
     }
 
     /// Options it was made with.

@@ -15,6 +15,7 @@
 //!
 //! Status: single sequences. Batching and speculative decoding come with their issue.
 
+mod batch;
 mod cancel;
 mod error;
 mod generator;
@@ -23,6 +24,7 @@ mod params;
 mod session;
 mod stream;
 
+pub use batch::{BatchEvent, BatchOptions, BatchRequest, RequestId, Scheduler};
 pub use cancel::CancelToken;
 pub use error::GenerateError;
 pub use generator::{Generation, Generator, GeneratorOptions, Perplexity};

@@ -98,6 +98,20 @@ where
 pub struct TokenIter<'a> {
     core: &'a mut Core,
     session: &'a mut Session,
+    dec: Decoding<'a>,
+    /// Sampled, not yet run through the model.
+    pending: Option<u32>,
+    failed: bool,
+    metrics: GenerateMetrics,
+    start: Instant,
+    first: Option<Instant>,
+}
+
+/// One sequence's choice of tokens: the sampler under the optional grammar, the token budget,
+/// end-of-generation and stop ids, the incremental detokenizer and the stop strings. It turns
+/// a step's logits into the next [`Token`] and decides whether the generation ends; the
+/// single-sequence iterator and the batch scheduler both drive one per sequence.
+pub(crate) struct Decoding<'a> {
     trie: Option<&'a TokenTrie>,
     decoder: Option<Decoder<'a>>,
     sampler: Sampler,
@@ -106,15 +120,9 @@ pub struct TokenIter<'a> {
     stop_ids: Vec<u32>,
     cancel: Option<CancelToken>,
     max_new: usize,
-    /// Sampled, not yet run through the model.
-    pending: Option<u32>,
-    ids: Vec<u32>,
-    text: String,
-    finish: Option<FinishReason>,
-    failed: bool,
-    metrics: GenerateMetrics,
-    start: Instant,
-    first: Option<Instant>,
+    pub(crate) ids: Vec<u32>,
+    pub(crate) text: String,
+    pub(crate) finish: Option<FinishReason>,
     /// The grammar's shortest completion and the tokens that can start it (reused buffers).
     closers: (Vec<u8>, Vec<u32>),
     /// The budget forced the grammar closed: an end-of-generation token then means `Length`.
@@ -131,8 +139,8 @@ const CLOSE_SLACK: usize = 8;
 impl std::fmt::Debug for TokenIter<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenIter")
-            .field("ids", &self.ids)
-            .field("finish", &self.finish)
+            .field("ids", &self.dec.ids)
+            .field("finish", &self.dec.finish)
             .finish()
     }
 }
@@ -148,7 +156,6 @@ impl<'a> TokenIter<'a> {
     ) -> Result<TokenIter<'a>, GenerateError> {
         let start = Instant::now();
         let cfg = &params.sampling;
-        let sampler = Sampler::new(cfg, core.cfg.n_vocab)?;
         let needed = prompt.len().saturating_add(cfg.max_new_tokens);
         if needed > core.ctx {
             return Err(GenerateError::ContextTooSmall {
@@ -158,16 +165,11 @@ impl<'a> TokenIter<'a> {
                 ctx: core.ctx,
             });
         }
-        if !cfg.stop_strings.is_empty() && tokenizer.is_none() {
-            return Err(GenerateError::NoTokenizer("stop strings"));
-        }
-        let (trie, matcher) = match &params.grammar {
-            Some(g) => (
-                Some(trie_of(trie_cell, tokenizer, core)?),
-                Some(GrammarMatcher::new(g)),
-            ),
-            None => (None, None),
+        let trie = match &params.grammar {
+            Some(_) => Some(trie_of(trie_cell, tokenizer, core)?),
+            None => None,
         };
+        let dec = Decoding::new(core.cfg.n_vocab, tokenizer, trie, params)?;
         let mut metrics = GenerateMetrics {
             prompt_tokens: prompt.len(),
             ..Default::default()
@@ -177,45 +179,33 @@ impl<'a> TokenIter<'a> {
         Ok(TokenIter {
             core,
             session,
-            trie,
-            decoder: tokenizer.map(|t| t.decoder(false)),
-            sampler,
-            matcher,
-            stops: StopMatcher::new(cfg.stop_strings.iter().cloned()),
-            stop_ids: cfg.stop_token_ids.clone(),
-            cancel: params.cancel.clone(),
-            max_new: cfg.max_new_tokens,
+            dec,
             pending: None,
-            ids: Vec::with_capacity(cfg.max_new_tokens.min(1 << 16)),
-            text: String::new(),
-            finish: None,
             failed: false,
             metrics,
             start,
             first: None,
-            closers: (Vec::new(), Vec::new()),
-            closed_by_budget: false,
         })
     }
 
     /// Ids generated so far.
     pub fn ids(&self) -> &[u32] {
-        &self.ids
+        &self.dec.ids
     }
 
     /// Text emitted so far.
     pub fn text(&self) -> &str {
-        &self.text
+        &self.dec.text
     }
 
     /// Why it ended (`None` while it runs, or after an error).
     pub fn finish_reason(&self) -> Option<FinishReason> {
-        self.finish
+        self.dec.finish
     }
 
     /// The sampler's seed (drawn from the OS when the config had none).
     pub fn seed(&self) -> u64 {
-        self.sampler.seed()
+        self.dec.sampler.seed()
     }
 
     /// Runs to the end and returns the whole generation.
@@ -241,22 +231,22 @@ impl<'a> TokenIter<'a> {
     }
 
     fn into_completion(mut self) -> Result<Completion, GenerateError> {
-        let finish = self.finish.ok_or(GenerateError::InvalidOption {
+        let finish = self.dec.finish.ok_or(GenerateError::InvalidOption {
             name: "generation",
             reason: "it failed before it finished".into(),
         })?;
         self.metrics.peak_memory_bytes = peak_memory_bytes();
         Ok(Completion {
-            ids: std::mem::take(&mut self.ids),
-            text: std::mem::take(&mut self.text),
+            ids: std::mem::take(&mut self.dec.ids),
+            text: std::mem::take(&mut self.dec.text),
             finish,
             metrics: self.metrics.clone(),
         })
     }
 
     fn end(&mut self, reason: FinishReason) {
-        self.finish = Some(reason);
-        self.metrics.generated_tokens = self.ids.len();
+        self.dec.finish = Some(reason);
+        self.metrics.generated_tokens = self.dec.ids.len();
         if let Some(t) = self.first {
             self.metrics.decode = t.elapsed();
         }
@@ -264,16 +254,85 @@ impl<'a> TokenIter<'a> {
 
     /// One step: feed the previous token, sample the next, decide whether it ends.
     fn advance(&mut self) -> Result<Option<Token>, GenerateError> {
-        if self.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+        if self.dec.cancelled() {
             self.end(FinishReason::Cancelled);
             return Ok(None);
         }
         if let Some(prev) = self.pending.take() {
             self.core.step(self.session, prev)?;
         }
-        let history = &self.session.tokens;
-        let logits = &mut self.core.logits;
-        let left = self.max_new.saturating_sub(self.ids.len());
+        let token = self.dec.accept(
+            &mut self.core.logits,
+            &self.session.tokens,
+            &self.core.stop_ids,
+        )?;
+        if self.first.is_none() {
+            self.first = Some(Instant::now());
+            self.metrics.time_to_first_token = self.start.elapsed();
+        }
+        match self.dec.finish {
+            Some(reason) => self.end(reason),
+            None => self.pending = Some(token.id),
+        }
+        Ok(Some(token))
+    }
+}
+
+impl<'a> Decoding<'a> {
+    /// The state for one generation; `trie` must be given when `params` has a grammar.
+    pub(crate) fn new(
+        n_vocab: usize,
+        tokenizer: Option<&'a Tokenizer>,
+        trie: Option<&'a TokenTrie>,
+        params: &GenerateParams,
+    ) -> Result<Decoding<'a>, GenerateError> {
+        let cfg = &params.sampling;
+        let sampler = Sampler::new(cfg, n_vocab)?;
+        if !cfg.stop_strings.is_empty() && tokenizer.is_none() {
+            return Err(GenerateError::NoTokenizer("stop strings"));
+        }
+        let matcher = match (&params.grammar, trie) {
+            (Some(g), Some(_)) => Some(GrammarMatcher::new(g)),
+            (Some(_), None) => return Err(GenerateError::NoTokenizer("grammars")),
+            (None, _) => None,
+        };
+        Ok(Decoding {
+            trie,
+            decoder: tokenizer.map(|t| t.decoder(false)),
+            sampler,
+            matcher,
+            stops: StopMatcher::new(cfg.stop_strings.iter().cloned()),
+            stop_ids: cfg.stop_token_ids.clone(),
+            cancel: params.cancel.clone(),
+            max_new: cfg.max_new_tokens,
+            ids: Vec::with_capacity(cfg.max_new_tokens.min(1 << 16)),
+            text: String::new(),
+            finish: None,
+            closers: (Vec::new(), Vec::new()),
+            closed_by_budget: false,
+        })
+    }
+
+    /// True once its cancel token was cancelled.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(CancelToken::is_cancelled)
+    }
+
+    /// The most tokens it may still produce.
+    pub(crate) fn left(&self) -> usize {
+        self.max_new.saturating_sub(self.ids.len())
+    }
+
+    /// Choose the token that follows `logits` (edited in place by the sampler) after
+    /// `history`; `eog` are the model's end-of-generation ids (sorted). Sets `finish` when the
+    /// token ends the generation.
+    pub(crate) fn accept(
+        &mut self,
+        logits: &mut [f32],
+        history: &[u32],
+        eog: &[u32],
+    ) -> Result<Token, GenerateError> {
+        let left = self.left();
         let id = match (&mut self.matcher, self.trie) {
             (Some(m), Some(trie)) => {
                 let id = match closing_token(m, trie, logits, left, &mut self.closers) {
@@ -288,15 +347,12 @@ impl<'a> TokenIter<'a> {
             }
             _ => self.sampler.sample(logits, history)?,
         };
-        if self.first.is_none() {
-            self.first = Some(Instant::now());
-            self.metrics.time_to_first_token = self.start.elapsed();
-        }
         self.ids.push(id);
+        let is_eog = eog.binary_search(&id).is_ok();
         let mut text = String::new();
-        let mut finish = if self.core.is_stop(id) && self.closed_by_budget {
+        let mut finish = if is_eog && self.closed_by_budget {
             Some(FinishReason::Length)
-        } else if self.core.is_stop(id) {
+        } else if is_eog {
             Some(FinishReason::EndOfGeneration)
         } else if self.stop_ids.contains(&id) {
             Some(FinishReason::StopToken)
@@ -316,7 +372,7 @@ impl<'a> TokenIter<'a> {
             finish = Some(FinishReason::Grammar);
         }
         match finish {
-            Some(FinishReason::StopString(i)) => self.end(FinishReason::StopString(i)),
+            Some(FinishReason::StopString(i)) => self.finish = Some(FinishReason::StopString(i)),
             Some(reason) => {
                 // flush what the detokenizer and the stop matcher hold
                 let tail = self
@@ -326,18 +382,18 @@ impl<'a> TokenIter<'a> {
                     .unwrap_or_default();
                 let step = self.stops.push(&tail);
                 text.push_str(&step.text);
-                match step.stop {
-                    Some(i) => self.end(FinishReason::StopString(i)),
+                self.finish = Some(match step.stop {
+                    Some(i) => FinishReason::StopString(i),
                     None => {
                         text.push_str(&self.stops.finish());
-                        self.end(reason);
+                        reason
                     }
-                }
+                });
             }
-            None => self.pending = Some(id),
+            None => {}
         }
         self.text.push_str(&text);
-        Ok(Some(Token { id, text, special }))
+        Ok(Token { id, text, special })
     }
 
     /// Decode `id` and run the text through the stop strings; `Some` when one matched.
@@ -408,7 +464,7 @@ impl Iterator for TokenIter<'_> {
     type Item = Result<Token, GenerateError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.finish.is_some() || self.failed {
+        if self.dec.finish.is_some() || self.failed {
             return None;
         }
         match self.advance() {

@@ -51,4 +51,7 @@ pub enum GraphError {
     /// A bug in kestrel, not in the input.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A batched step whose segments or output rows do not fit the step.
+    #[error("bad batch: {0}")]
+    Batch(String),
 }

@@ -252,10 +252,10 @@ impl Graph {
         Ok(self.push(name, Op::SoftCap(cap), vec![x], rows, w))
     }
 
-    /// The last row of `x`.
+    /// The rows of `x` the step asks outputs for: the last token of each sequence by default.
     pub fn last_row(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
         let (_, w) = self.shape(x)?;
-        Ok(self.push(name, Op::LastRow, vec![x], Rows::One, w))
+        Ok(self.push(name, Op::OutputRows, vec![x], Rows::Outputs, w))
     }
 
     /// Rows and width of a node's output.

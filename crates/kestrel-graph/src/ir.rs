@@ -1,10 +1,11 @@
 //! The graph IR: nodes are ops over named weights and earlier nodes' activations.
 //!
 //! Every activation is a row-major f32 matrix of `rows × width`, where `rows` is symbolic: the
-//! tokens of the current step ([`Rows::Tokens`]), or one row ([`Rows::One`], e.g. the last
-//! position's hidden state before the output projection). Widths are fixed when the graph is
-//! built. Symbolic rows are bound per step when a compiled plan runs, so one graph gives both the
-//! prefill plan (many tokens) and the decode plan (one token).
+//! tokens of the current step ([`Rows::Tokens`]), or the rows the step wants outputs for
+//! ([`Rows::Outputs`]: the last position of each sequence, before the output projection).
+//! Widths are fixed when the graph is built. Symbolic rows are bound per step when a compiled
+//! plan runs, so one graph gives the prefill plan (many tokens), the decode plan (one token) and
+//! the batched plan (tokens of several sequences).
 
 /// Index of a node in its graph.
 pub type NodeId = usize;
@@ -17,8 +18,9 @@ pub type WeightId = usize;
 pub enum Rows {
     /// One row per token of the step.
     Tokens,
-    /// Exactly one row.
-    One,
+    /// One row per output the step asks for (one for a single sequence; one per sequence, or
+    /// per drafted token, in a batch).
+    Outputs,
 }
 
 /// RoPE parameters of one rope node (ggml's `ggml_rope_ext` arguments).
@@ -116,8 +118,9 @@ pub enum Op {
     SwiGlu,
     /// `gelu_tanh(a) * b` (GeGLU).
     GeGlu,
-    /// The last row of a `Tokens` node.
-    LastRow,
+    /// The rows of a `Tokens` node that the step asks outputs for (by default the last token of
+    /// each sequence).
+    OutputRows,
 }
 
 /// A node: an op, its inputs, and the shape of its output.

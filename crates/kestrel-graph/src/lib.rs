@@ -19,4 +19,4 @@ pub use error::GraphError;
 pub use graph::Graph;
 pub use ir::{AttentionParams, Node, NodeId, Op, RopeParams, Rows, WeightId, WeightRef};
 pub use memory::{plan_memory, MemoryPlan, ALIGN_F32};
-pub use plan::ExecutionPlan;
+pub use plan::{BatchSeq, ExecutionPlan};

@@ -74,8 +74,12 @@ impl FreeList {
     }
 }
 
-/// Assign arena offsets for a step of at most `max_tokens` tokens.
-pub fn plan_memory(graph: &Graph, max_tokens: usize) -> Result<MemoryPlan, GraphError> {
+/// Assign arena offsets for a step of at most `max_tokens` tokens and `max_outputs` output rows.
+pub fn plan_memory(
+    graph: &Graph,
+    max_tokens: usize,
+    max_outputs: usize,
+) -> Result<MemoryPlan, GraphError> {
     let nodes = graph.nodes();
     if graph.outputs().is_empty() {
         return Err(GraphError::NoOutput);
@@ -98,7 +102,7 @@ pub fn plan_memory(graph: &Graph, max_tokens: usize) -> Result<MemoryPlan, Graph
         .map(|node| {
             let rows = match node.rows {
                 Rows::Tokens => max_tokens.max(1),
-                Rows::One => 1,
+                Rows::Outputs => max_outputs.clamp(1, max_tokens.max(1)),
             };
             (rows * node.width).div_ceil(ALIGN_F32) * ALIGN_F32
         })
@@ -195,7 +199,7 @@ mod tests {
     #[test]
     fn buffers_are_reused_across_layers() {
         let g = layer_like();
-        let m = plan_memory(&g, 4).unwrap();
+        let m = plan_memory(&g, 4, 1).unwrap();
         assert_no_live_overlap(&g, &m);
         let total: usize = m.sizes.iter().sum();
         assert!(
@@ -205,7 +209,7 @@ mod tests {
             total
         );
         // A decode plan (1 token) needs a smaller arena than a prefill plan.
-        assert!(plan_memory(&g, 1).unwrap().arena_len < m.arena_len);
+        assert!(plan_memory(&g, 1, 1).unwrap().arena_len < m.arena_len);
     }
 
     #[test]
@@ -213,7 +217,7 @@ mod tests {
         let mut g = Graph::new();
         let w = g.weight("e", &[4, 10]);
         g.embed("e", w).unwrap();
-        assert!(matches!(plan_memory(&g, 1), Err(GraphError::NoOutput)));
+        assert!(matches!(plan_memory(&g, 1, 1), Err(GraphError::NoOutput)));
     }
 
     proptest! {
@@ -237,7 +241,7 @@ mod tests {
             }
             let out = *ids.last().unwrap();
             g.set_output(out).unwrap();
-            let m = plan_memory(&g, max_tokens).unwrap();
+            let m = plan_memory(&g, max_tokens, 1).unwrap();
             assert_no_live_overlap(&g, &m);
         }
     }

@@ -1,10 +1,15 @@
 //! `ExecutionPlan`: a graph compiled for the CPU engine: weights bound to their (quantized,
 //! memory-mapped) bytes, every activation at a fixed offset in one arena, and a `run` that binds
 //! the step's token count and executes the nodes in order. Running allocates nothing.
+//!
+//! [`run_batch`](ExecutionPlan::run_batch) runs several sequences in one step, as vLLM does: a
+//! flat token list split into consecutive per-sequence segments, each at its own positions. Every
+//! matmul covers all rows at once (each weight is read once per step for the whole batch);
+//! attention runs per segment over that sequence's own cache.
 
 use std::ops::Range;
 
-use kestrel_kv::KvCache;
+use kestrel_kv::{BatchKv, KvCache, SeqId, SingleSeq};
 use kestrel_tensor::cpu::{self, RopeMode};
 use kestrel_tensor::{CpuEngine, DType, Tensor};
 
@@ -29,12 +34,29 @@ impl BoundWeight {
     }
 }
 
+/// One sequence's part of a batched step: `len` consecutive tokens of the flat list, at
+/// positions `pos0..pos0 + len` of sequence `seq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchSeq {
+    /// The sequence (its index in the [`BatchKv`]).
+    pub seq: SeqId,
+    /// Position of its first token in this step.
+    pub pos0: usize,
+    /// Tokens it has in this step.
+    pub len: usize,
+}
+
 /// A compiled plan for steps of at most `max_tokens` tokens.
 pub struct ExecutionPlan {
     nodes: Vec<Node>,
     output: NodeId,
     mem: MemoryPlan,
     max_tokens: usize,
+    max_outputs: usize,
+    /// The step's segments (capacity `max_tokens`: a segment has at least one token).
+    segs: Vec<BatchSeq>,
+    /// The step's output rows (capacity `max_outputs`).
+    out_rows: Vec<usize>,
     arena: Vec<f32>,
     weights: Vec<BoundWeight>,
     positions: Vec<i32>,
@@ -94,8 +116,20 @@ impl ExecutionPlan {
         max_tokens: usize,
         weight: &dyn Fn(&str) -> Option<Tensor>,
     ) -> Result<ExecutionPlan, GraphError> {
+        ExecutionPlan::compile_batch(graph, max_tokens, 1, weight)
+    }
+
+    /// Compile `graph` for batched steps of up to `max_tokens` tokens in all and up to
+    /// `max_outputs` output rows (sequences, or drafted tokens to verify).
+    pub fn compile_batch(
+        graph: &Graph,
+        max_tokens: usize,
+        max_outputs: usize,
+        weight: &dyn Fn(&str) -> Option<Tensor>,
+    ) -> Result<ExecutionPlan, GraphError> {
         let max_tokens = max_tokens.max(1);
-        let mem = plan_memory(graph, max_tokens)?;
+        let max_outputs = max_outputs.clamp(1, max_tokens);
+        let mem = plan_memory(graph, max_tokens, max_outputs)?;
         let output = *graph.outputs().first().ok_or(GraphError::NoOutput)?;
         let mut weights = Vec::with_capacity(graph.weights().len());
         for w in graph.weights() {
@@ -132,6 +166,9 @@ impl ExecutionPlan {
             output,
             mem,
             max_tokens,
+            max_outputs,
+            segs: Vec::with_capacity(max_tokens),
+            out_rows: Vec::with_capacity(max_outputs),
             arena,
             weights,
             positions: vec![0; max_tokens],
@@ -149,8 +186,14 @@ impl ExecutionPlan {
         self.arena.len() * std::mem::size_of::<f32>()
     }
 
+    /// The most output rows one step may ask for.
+    pub fn max_outputs(&self) -> usize {
+        self.max_outputs
+    }
+
     /// Run one step: `tokens` at positions `pos0..`, reading and extending `kv` (committed to
-    /// `pos0 + tokens.len()` on success). Returns the output node's rows (logits).
+    /// `pos0 + tokens.len()` on success). Returns the output node's rows (the last token's
+    /// logits, or every token's for a graph without an output-row selection).
     pub fn run(
         &mut self,
         engine: &CpuEngine,
@@ -159,12 +202,6 @@ impl ExecutionPlan {
         pos0: usize,
     ) -> Result<&[f32], GraphError> {
         let t = tokens.len();
-        if t == 0 || t > self.max_tokens {
-            return Err(GraphError::TooManyTokens {
-                tokens: t,
-                max: self.max_tokens,
-            });
-        }
         let end = pos0
             .checked_add(t)
             .filter(|&e| e <= kv.capacity() && e <= i32::MAX as usize)
@@ -172,29 +209,104 @@ impl ExecutionPlan {
                 needed: pos0.saturating_add(t),
                 capacity: kv.capacity(),
             })?;
-        for (i, p) in self.positions[..t].iter_mut().enumerate() {
-            *p = (pos0 + i) as i32;
-        }
-        engine.install(|| -> Result<(), GraphError> {
-            for i in 0..self.nodes.len() {
-                self.exec(i, kv, tokens, pos0)?;
-            }
-            Ok(())
-        })?;
+        let seg = [BatchSeq {
+            seq: 0,
+            pos0,
+            len: t,
+        }];
+        let last = [t.saturating_sub(1)];
+        self.execute(engine, &mut SingleSeq(&mut *kv), tokens, &seg, &last)?;
         kv.commit(end)?;
+        Ok(self.output_rows(t))
+    }
+
+    /// Run one batched step: `tokens` is the concatenation of the segments `seqs` (in order),
+    /// and `outputs` lists the flat rows to return outputs for (e.g. each segment's last row).
+    /// Keys and values are written to `kv` at each segment's positions, which must already have
+    /// room; committing the new lengths is the caller's (so a rejected draft is not kept).
+    /// Returns `outputs.len()` rows of the output node (every token's row for a graph without an
+    /// output-row selection).
+    pub fn run_batch(
+        &mut self,
+        engine: &CpuEngine,
+        kv: &mut dyn BatchKv,
+        tokens: &[u32],
+        seqs: &[BatchSeq],
+        outputs: &[usize],
+    ) -> Result<&[f32], GraphError> {
+        self.execute(engine, kv, tokens, seqs, outputs)?;
+        Ok(self.output_rows(tokens.len()))
+    }
+
+    fn output_rows(&self, t: usize) -> &[f32] {
         let node = &self.nodes[self.output];
         let rows = match node.rows {
             Rows::Tokens => t,
-            Rows::One => 1,
+            Rows::Outputs => self.out_rows.len(),
         };
         let off = self.mem.offsets[self.output];
-        Ok(&self.arena[off..off + rows * node.width])
+        &self.arena[off..off + rows * node.width]
+    }
+
+    fn execute(
+        &mut self,
+        engine: &CpuEngine,
+        kv: &mut dyn BatchKv,
+        tokens: &[u32],
+        seqs: &[BatchSeq],
+        outputs: &[usize],
+    ) -> Result<(), GraphError> {
+        let t = tokens.len();
+        if t == 0 || t > self.max_tokens {
+            return Err(GraphError::TooManyTokens {
+                tokens: t,
+                max: self.max_tokens,
+            });
+        }
+        let bad = |why: String| Err(GraphError::Batch(why));
+        if outputs.is_empty() || outputs.len() > self.max_outputs {
+            return bad(format!(
+                "{} output rows asked, the plan allows 1..={}",
+                outputs.len(),
+                self.max_outputs
+            ));
+        }
+        if let Some(&r) = outputs.iter().find(|&&r| r >= t) {
+            return bad(format!("output row {r} is past the step's {t} tokens"));
+        }
+        let covered = seqs.iter().try_fold(0usize, |acc, s| {
+            (s.len > 0 && s.pos0.checked_add(s.len)? <= i32::MAX as usize)
+                .then(|| acc.checked_add(s.len))
+                .flatten()
+        });
+        if covered != Some(t) {
+            return bad(format!(
+                "the segments must have at least one token each, positions below 2^31, and cover the step's {t} tokens"
+            ));
+        }
+        self.segs.clear();
+        self.segs.extend_from_slice(seqs);
+        self.out_rows.clear();
+        self.out_rows.extend_from_slice(outputs);
+        let mut row = 0;
+        for s in seqs {
+            for (i, p) in self.positions[row..row + s.len].iter_mut().enumerate() {
+                *p = (s.pos0 + i) as i32;
+            }
+            row += s.len;
+        }
+        engine.install(|| -> Result<(), GraphError> {
+            for i in 0..self.nodes.len() {
+                self.exec(i, kv, tokens)?;
+            }
+            Ok(())
+        })
     }
 
     fn rows(&self, id: NodeId, t: usize) -> usize {
         match self.nodes[id].rows {
             Rows::Tokens => t,
-            Rows::One => 1,
+            Rows::Outputs => self.out_rows.len(),
         }
     }
 
@@ -203,13 +315,7 @@ impl ExecutionPlan {
         off..off + self.rows(id, t) * self.nodes[id].width
     }
 
-    fn exec(
-        &mut self,
-        i: usize,
-        kv: &mut dyn KvCache,
-        tokens: &[u32],
-        pos0: usize,
-    ) -> Result<(), GraphError> {
+    fn exec(&mut self, i: usize, kv: &mut dyn BatchKv, tokens: &[u32]) -> Result<(), GraphError> {
         let t = tokens.len();
         let node = &self.nodes[i];
         let rows = self.rows(i, t);
@@ -301,9 +407,6 @@ impl ExecutionPlan {
                         "attention with different K and V head sizes".into(),
                     ));
                 }
-                kv.write(p.layer, pos0, b, c)?;
-                let kv_len = pos0 + t;
-                let view = kv.view(p.layer, kv_len)?;
                 let params = cpu::AttentionParams {
                     n_head: p.n_head,
                     n_kv_head: p.n_kv_head,
@@ -312,7 +415,31 @@ impl ExecutionPlan {
                     softcap: p.softcap.unwrap_or(0.0),
                     window: p.window.unwrap_or(0),
                 };
-                cpu::attention(a, positions, view.k, view.v, kv_len, &params, out)?;
+                let (qw, kw) = (p.n_head * p.head_dim_k, p.n_kv_head * p.head_dim_k);
+                let mut r0 = 0;
+                for s in &self.segs {
+                    let r1 = r0 + s.len;
+                    kv.write_seq(
+                        p.layer,
+                        s.seq,
+                        s.pos0,
+                        &b[r0 * kw..r1 * kw],
+                        &c[r0 * kw..r1 * kw],
+                    )?;
+                    let kv_len = s.pos0 + s.len;
+                    let view = kv.view_seq(p.layer, s.seq, kv_len)?;
+                    cpu::attention_paged(
+                        &a[r0 * qw..r1 * qw],
+                        &positions[r0..r1],
+                        view.k,
+                        view.v,
+                        kv_len,
+                        view.rows,
+                        &params,
+                        &mut out[r0 * qw..r1 * qw],
+                    )?;
+                    r0 = r1;
+                }
             }
             Op::Add => cpu::add(a, b, out)?,
             Op::Mul => cpu::mul(a, b, out)?,
@@ -327,9 +454,10 @@ impl ExecutionPlan {
             }
             Op::SwiGlu => cpu::swiglu(a, b, out)?,
             Op::GeGlu => cpu::geglu(a, b, out)?,
-            Op::LastRow => {
-                let start = (in_rows - 1) * width;
-                out.copy_from_slice(&a[start..start + width]);
+            Op::OutputRows => {
+                for (o, &r) in out.chunks_exact_mut(width).zip(&self.out_rows) {
+                    o.copy_from_slice(&a[r * width..(r + 1) * width]);
+                }
             }
         }
         Ok(())

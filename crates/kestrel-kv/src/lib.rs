@@ -86,7 +86,7 @@ pub trait KvCache: Send {
 
 /// The KV storage of one batched step: several sequences, each addressed by an index, written
 /// and viewed per layer. A [`PagedCache`] is one; a single [`KvCache`] is one with sequence 0.
-pub trait BatchKv {
+pub trait BatchKv: Send {
     /// Shape and dtype.
     fn layout(&self) -> &KvLayout;
     /// Write `k`/`v` of `layer` for sequence `seq` at positions `pos..pos + n`; the positions

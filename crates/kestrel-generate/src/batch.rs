@@ -1,0 +1,465 @@
+//! Continuous batching: many requests share one forward pass per step.
+//!
+//! A [`Scheduler`] keeps a FIFO queue of requests and a set of running sequences in a
+//! [`PagedCache`]. Each [`step`](Scheduler::step):
+//! 1. admits queued requests in order while there is a sequence slot and the pool has the blocks
+//!    for the request's whole budget (prompt + `max_new_tokens`), so a running sequence can never
+//!    run out of KV blocks; a request larger than the whole pool is refused with an error, the
+//!    others wait (the head of the queue is never overtaken, so no request starves);
+//! 2. builds one batch: a token for every decoding sequence, then prompt chunks (chunked
+//!    prefill) from the oldest admitted prompts within the step's token budget;
+//! 3. runs it through the batched plan (every weight read once for all rows; attention per
+//!    sequence through its block table), then samples each sequence that produced logits with
+//!    its own sampler, grammar, stop ids and stop strings ([`Decoding`]).
+//!
+//! Finished and cancelled sequences free their blocks at once; the next step admits more.
+
+use std::collections::VecDeque;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use kestrel_graph::BatchSeq;
+use kestrel_kv::{KvError, PagedCache, PoolStats, SeqId};
+use kestrel_sampling::TokenTrie;
+use kestrel_tokenizer::Tokenizer;
+
+use crate::generator::{trie_of, Core};
+use crate::metrics::peak_memory_bytes;
+use crate::stream::Decoding;
+use crate::{Completion, FinishReason, GenerateError, GenerateMetrics, GenerateParams, Token};
+
+/// One request of a batch: prompt ids and how to generate.
+#[derive(Clone, Debug, Default)]
+pub struct BatchRequest {
+    /// Prompt token ids (at least one).
+    pub prompt: Vec<u32>,
+    /// Sampling, budget, stop conditions, grammar, cancellation.
+    pub params: GenerateParams,
+}
+
+/// How a scheduler batches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// Most sequences running at once (one output row each per step).
+    pub max_seqs: usize,
+    /// Most tokens in one step (decode tokens plus prefill chunks).
+    pub max_step_tokens: usize,
+    /// Tokens per KV block (a power of two).
+    pub block_size: usize,
+    /// KV blocks in the pool (0: enough for `max_seqs` full contexts).
+    pub kv_blocks: usize,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions {
+            max_seqs: 8,
+            max_step_tokens: 512,
+            block_size: 16,
+            kv_blocks: 0,
+        }
+    }
+}
+
+/// Handle of a submitted request (its submission index in this scheduler).
+pub type RequestId = usize;
+
+/// What a step produced for one request.
+#[derive(Debug)]
+pub enum BatchEvent {
+    /// A generated token.
+    Token(RequestId, Token),
+    /// The request ended (completion or error); it holds no KV blocks any more.
+    Done(RequestId, Result<Completion, GenerateError>),
+}
+
+/// The batched plan and block pool, kept by the generator between schedulers.
+pub(crate) struct BatchState {
+    pub(crate) opts: BatchOptions,
+    pub(crate) plan: kestrel_graph::ExecutionPlan,
+    pub(crate) pool: PagedCache,
+}
+
+struct Running<'g> {
+    id: RequestId,
+    seq: SeqId,
+    /// Prompt then generated ids.
+    history: Vec<u32>,
+    prompt_len: usize,
+    /// Prompt tokens in the cache.
+    prefilled: usize,
+    dec: Decoding<'g>,
+    /// Sampled, not yet run through the model.
+    pending: Option<u32>,
+    metrics: GenerateMetrics,
+    submitted: Instant,
+    admitted: Instant,
+    first: Option<Instant>,
+}
+
+struct Queued<'g> {
+    id: RequestId,
+    prompt: Vec<u32>,
+    dec: Decoding<'g>,
+    submitted: Instant,
+}
+
+/// Continuous batching over one generator (see the module docs).
+pub struct Scheduler<'g> {
+    core: &'g mut Core,
+    state: &'g mut BatchState,
+    tokenizer: Option<&'g Tokenizer>,
+    trie_cell: &'g OnceLock<TokenTrie>,
+    queue: VecDeque<Queued<'g>>,
+    running: Vec<Running<'g>>,
+    next_id: RequestId,
+    steps: u64,
+    // per-step buffers, reused
+    tokens: Vec<u32>,
+    segs: Vec<BatchSeq>,
+    outputs: Vec<usize>,
+    /// Running index of each output row.
+    out_owner: Vec<usize>,
+    logits: Vec<f32>,
+}
+
+impl std::fmt::Debug for Scheduler<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("queued", &self.queue.len())
+            .field("running", &self.running.len())
+            .field("pool", &self.state.pool.stats())
+            .finish()
+    }
+}
+
+impl<'g> Scheduler<'g> {
+    pub(crate) fn new(
+        core: &'g mut Core,
+        state: &'g mut BatchState,
+        tokenizer: Option<&'g Tokenizer>,
+        trie_cell: &'g OnceLock<TokenTrie>,
+    ) -> Scheduler<'g> {
+        let n_vocab = core.cfg.n_vocab;
+        let max_tokens = state.plan.max_tokens();
+        Scheduler {
+            core,
+            state,
+            tokenizer,
+            trie_cell,
+            queue: VecDeque::new(),
+            running: Vec::new(),
+            next_id: 0,
+            steps: 0,
+            tokens: Vec::with_capacity(max_tokens),
+            segs: Vec::with_capacity(max_tokens),
+            outputs: Vec::with_capacity(max_tokens),
+            out_owner: Vec::with_capacity(max_tokens),
+            logits: vec![0.0; n_vocab],
+        }
+    }
+
+    /// Queue a request; it joins the batch at a later step. Invalid requests (empty prompt,
+    /// bad sampling options, a budget past the context or the whole pool) are refused here.
+    pub fn submit(&mut self, req: BatchRequest) -> Result<RequestId, GenerateError> {
+        let BatchRequest { prompt, params } = req;
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        let max_new = params.sampling.max_new_tokens;
+        let needed = prompt.len().saturating_add(max_new);
+        if needed > self.core.ctx {
+            return Err(GenerateError::ContextTooSmall {
+                prompt: prompt.len(),
+                max_new,
+                needed,
+                ctx: self.core.ctx,
+            });
+        }
+        let pool = &self.state.pool;
+        let blocks = pool.blocks_for(needed);
+        if blocks > pool.total_blocks() {
+            return Err(GenerateError::Kv(KvError::OutOfBlocks {
+                needed: blocks,
+                free: pool.free_blocks(),
+                total: pool.total_blocks(),
+            }));
+        }
+        let trie = match &params.grammar {
+            Some(_) => Some(trie_of(self.trie_cell, self.tokenizer, self.core)?),
+            None => None,
+        };
+        let dec = Decoding::new(self.core.cfg.n_vocab, self.tokenizer, trie, &params)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.push_back(Queued {
+            id,
+            prompt,
+            dec,
+            submitted: Instant::now(),
+        });
+        Ok(id)
+    }
+
+    /// True when nothing is queued or running.
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.running.is_empty()
+    }
+
+    /// Requests waiting for admission.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Sequences running.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Steps run so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Occupancy of the KV block pool.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.state.pool.stats()
+    }
+
+    /// Admit, run one batched forward pass, sample; `on_event` receives every token and every
+    /// finished request of the step in order. Returns `false` when there was nothing to do.
+    pub fn step(&mut self, on_event: &mut dyn FnMut(BatchEvent)) -> Result<bool, GenerateError> {
+        self.reap_cancelled(on_event);
+        self.admit()?;
+        if self.running.is_empty() {
+            return Ok(false);
+        }
+        self.build_batch();
+        if self.tokens.is_empty() {
+            return Ok(false);
+        }
+        self.steps += 1;
+        let has_outputs = !self.outputs.is_empty();
+        if !has_outputs {
+            self.outputs.push(0); // a step of prompt chunks only: one row, ignored
+        }
+        let result = self.state.plan.run_batch(
+            &self.core.engine,
+            &mut self.state.pool,
+            &self.tokens,
+            &self.segs,
+            &self.outputs,
+        );
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) => {
+                // A failed step leaves no sequence in a known state: end them all.
+                let msg = e.to_string();
+                for r in std::mem::take(&mut self.running) {
+                    let _ = self.state.pool.free_seq(r.seq);
+                    on_event(BatchEvent::Done(
+                        r.id,
+                        Err(GenerateError::InvalidOption {
+                            name: "batch",
+                            reason: msg.clone(),
+                        }),
+                    ));
+                }
+                return Err(e.into());
+            }
+        };
+        for s in &self.segs {
+            self.state.pool.commit(s.seq, s.pos0 + s.len)?;
+        }
+        // account prefill progress
+        let mut i = 0;
+        for r in self.running.iter_mut() {
+            while i < self.segs.len() && self.segs[i].seq == r.seq {
+                if r.pending.take().is_none() {
+                    r.prefilled += self.segs[i].len;
+                }
+                i += 1;
+            }
+        }
+        let n_vocab = self.logits.len();
+        let eog = &self.core.stop_ids;
+        let mut done = Vec::new();
+        if has_outputs {
+            for (o, &ri) in self.out_owner.iter().enumerate() {
+                let r = &mut self.running[ri];
+                self.logits
+                    .copy_from_slice(&rows[o * n_vocab..(o + 1) * n_vocab]);
+                let now = Instant::now();
+                if r.first.is_none() {
+                    r.first = Some(now);
+                    r.metrics.prefill = now - r.admitted;
+                    r.metrics.time_to_first_token = now - r.submitted;
+                }
+                match r.dec.accept(&mut self.logits, &r.history, eog) {
+                    Ok(tok) => {
+                        r.history.push(tok.id);
+                        let id = tok.id;
+                        on_event(BatchEvent::Token(r.id, tok));
+                        if r.dec.finish.is_some() {
+                            done.push((ri, Ok(())));
+                        } else {
+                            r.pending = Some(id);
+                        }
+                    }
+                    Err(e) => done.push((ri, Err(e))),
+                }
+            }
+        }
+        // remove finished, highest index first so the others keep their places
+        done.sort_by_key(|d| std::cmp::Reverse(d.0));
+        for (ri, res) in done {
+            let r = self.running.remove(ri);
+            let id = r.id;
+            let out = match res {
+                Ok(()) => self.finish(r).map(|(_, c)| c),
+                Err(e) => {
+                    self.state.pool.free_seq(r.seq)?;
+                    Err(e)
+                }
+            };
+            on_event(BatchEvent::Done(id, out));
+        }
+        Ok(true)
+    }
+
+    /// Free a finished sequence and make its completion.
+    fn finish(&mut self, mut r: Running<'g>) -> Result<(RequestId, Completion), GenerateError> {
+        self.state.pool.free_seq(r.seq)?;
+        let finish = r.dec.finish.unwrap_or(FinishReason::Length);
+        r.metrics.generated_tokens = r.dec.ids.len();
+        if let Some(t) = r.first {
+            r.metrics.decode = t.elapsed();
+        }
+        r.metrics.peak_memory_bytes = peak_memory_bytes();
+        Ok((
+            r.id,
+            Completion {
+                ids: std::mem::take(&mut r.dec.ids),
+                text: std::mem::take(&mut r.dec.text),
+                finish,
+                metrics: r.metrics,
+            },
+        ))
+    }
+
+    /// End cancelled requests, queued or running.
+    fn reap_cancelled(&mut self, on_event: &mut dyn FnMut(BatchEvent)) {
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].dec.cancelled() {
+                let mut r = self.running.remove(i);
+                r.dec.finish = Some(FinishReason::Cancelled);
+                let id = r.id;
+                on_event(match self.finish(r) {
+                    Ok((id, c)) => BatchEvent::Done(id, Ok(c)),
+                    Err(e) => BatchEvent::Done(id, Err(e)),
+                });
+            } else {
+                i += 1;
+            }
+        }
+        let mut kept = VecDeque::with_capacity(self.queue.len());
+        while let Some(q) = self.queue.pop_front() {
+            if q.dec.cancelled() {
+                on_event(BatchEvent::Done(
+                    q.id,
+                    Ok(Completion {
+                        ids: Vec::new(),
+                        text: String::new(),
+                        finish: FinishReason::Cancelled,
+                        metrics: GenerateMetrics {
+                            prompt_tokens: q.prompt.len(),
+                            ..Default::default()
+                        },
+                    }),
+                ));
+            } else {
+                kept.push_back(q);
+            }
+        }
+        self.queue = kept;
+    }
+
+    /// Admit queued requests in order while a slot and their blocks are free.
+    fn admit(&mut self) -> Result<(), GenerateError> {
+        while self.running.len() < self.state.opts.max_seqs {
+            let Some(q) = self.queue.front() else { break };
+            let needed = q.prompt.len() + q.dec.left();
+            let pool = &mut self.state.pool;
+            if pool.blocks_for(needed) > pool.free_blocks() {
+                break; // wait: the head of the queue is never overtaken
+            }
+            let Some(q) = self.queue.pop_front() else {
+                break;
+            };
+            let seq = pool.add_seq();
+            pool.reserve(seq, needed)?;
+            let prompt_len = q.prompt.len();
+            let mut history = q.prompt;
+            history.reserve(q.dec.left());
+            self.running.push(Running {
+                id: q.id,
+                seq,
+                history,
+                prompt_len,
+                prefilled: 0,
+                dec: q.dec,
+                pending: None,
+                metrics: GenerateMetrics {
+                    prompt_tokens: prompt_len,
+                    ..Default::default()
+                },
+                submitted: q.submitted,
+                admitted: Instant::now(),
+                first: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Fill the step: one token per decoding sequence, then prompt chunks in admission order.
+    /// Segments stay in running order (one per sequence at most).
+    fn build_batch(&mut self) {
+        self.tokens.clear();
+        self.segs.clear();
+        self.outputs.clear();
+        self.out_owner.clear();
+        let budget = self.state.plan.max_tokens();
+        let decoding = self.running.iter().filter(|r| r.pending.is_some()).count();
+        let mut prefill_budget = budget.saturating_sub(decoding);
+        for (ri, r) in self.running.iter().enumerate() {
+            let pos0 = r.history.len() - usize::from(r.pending.is_some());
+            let (chunk, last): (&[u32], bool) = if let Some(tok) = r.pending.as_ref() {
+                (std::slice::from_ref(tok), true)
+            } else {
+                let rest = r.prompt_len - r.prefilled;
+                let n = rest.min(prefill_budget);
+                if n == 0 {
+                    continue;
+                }
+                prefill_budget -= n;
+                (&r.history[r.prefilled..r.prefilled + n], n == rest)
+            };
+            let pos0 = if r.pending.is_some() {
+                pos0
+            } else {
+                r.prefilled
+            };
+            self.segs.push(BatchSeq {
+                seq: r.seq,
+                pos0,
+                len: chunk.len(),
+            });
+            self.tokens.extend_from_slice(chunk);
+            if last {
+                self.outputs.push(self.tokens.len() - 1);
+                self.out_owner.push(ri);
+            }
+        }
+    }
+}
