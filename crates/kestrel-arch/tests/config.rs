@@ -206,8 +206,8 @@ fn real_models_build_graphs() {
             assert_eq!(attn, layers);
             let out = g.node(g.outputs()[0]).unwrap();
             assert_eq!(out.width, c.n_vocab);
-            let decode = plan_memory(&g, 1).unwrap();
-            let prefill = plan_memory(&g, 64).unwrap();
+            let decode = plan_memory(&g, 1, 1).unwrap();
+            let prefill = plan_memory(&g, 64, 1).unwrap();
             assert!(decode.arena_len < prefill.arena_len);
         }
         // gemma3: sliding window on 15 of 18 layers, global RoPE base on the others.

@@ -116,9 +116,9 @@ fn two_hundred_requests_through_a_small_pool() {
     let total = s.pool_stats().total_blocks;
     let mut budgets = Vec::new();
     for _ in 0..200 {
-        let plen = 1 + next(60);
+        let plen = 1 + next(40);
         let prompt: Vec<u32> = (0..plen).map(|_| 100 + next(40_000) as u32).collect();
-        let max_new = 1 + next(24);
+        let max_new = 1 + next(16);
         budgets.push(max_new);
         s.submit(BatchRequest {
             prompt,

@@ -27,8 +27,8 @@
 //! # Ok::<(), kestrel::Error>(())
 //! ```
 //!
-//! Status: CPU, one sequence at a time. Aliases and downloads, batching, embeddings and the
-//! `Backend` registry come with their issues.
+//! Status: CPU; single sequences and continuous batching ([`Model::generate_batch`]). Aliases
+//! and downloads, embeddings and the `Backend` registry come with their issues.
 
 mod error;
 mod model;
@@ -37,6 +37,7 @@ pub use error::Error;
 pub use kestrel_generate::{
     CancelToken, FinishReason, GenerateMetrics, Perplexity, Token, TokenIter,
 };
+pub use kestrel_generate as generate;
 pub use kestrel_gguf as gguf;
 pub use kestrel_kv::KvDType;
 pub use kestrel_sampling::{Grammar, SamplingConfig};

@@ -322,6 +322,57 @@ impl Model {
         })
     }
 
+    /// Generate for several prompts at once through the continuous-batching scheduler: one
+    /// forward pass per step serves every running sequence, so aggregate throughput grows with
+    /// the batch. Returns one result per prompt, in order (a bad prompt fails alone).
+    ///
+    /// ```no_run
+    /// use kestrel::{GenerateOptions, LoadOptions, Model};
+    /// let mut model = Model::load_file("gemma-3-270m-q4_k_m.gguf", LoadOptions::default())?;
+    /// let outs = model.generate_batch(&["Hello", "The sky is"], &GenerateOptions::greedy().with_max_tokens(16))?;
+    /// for o in outs {
+    ///     println!("{}", o?.text);
+    /// }
+    /// # Ok::<(), kestrel::Error>(())
+    /// ```
+    pub fn generate_batch(
+        &mut self,
+        prompts: &[&str],
+        opts: &GenerateOptions,
+    ) -> Result<Vec<Result<Output, Error>>, Error> {
+        use kestrel_generate::{BatchOptions, BatchRequest};
+        let mut encoded = Vec::with_capacity(prompts.len());
+        for p in prompts {
+            encoded.push(self.encode(p, opts)?);
+        }
+        let requests = encoded
+            .iter()
+            .map(|ids| BatchRequest {
+                prompt: ids.clone(),
+                params: opts.params(),
+            })
+            .collect();
+        let batch = BatchOptions {
+            max_seqs: prompts.len().clamp(1, 16),
+            ..BatchOptions::default()
+        };
+        let outs = self.generator.batch_generate(requests, &batch)?;
+        Ok(outs
+            .into_iter()
+            .zip(encoded)
+            .map(|(r, prompt_ids)| {
+                r.map(|c| Output {
+                    prompt_ids,
+                    ids: c.ids,
+                    text: c.text,
+                    finish: c.finish,
+                    metrics: c.metrics,
+                })
+                .map_err(Error::from)
+            })
+            .collect())
+    }
+
     /// Generate as an iterator of [`Token`]s (`id`, final `text`), one per decode step.
     ///
     /// ```no_run

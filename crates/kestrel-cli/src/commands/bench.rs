@@ -5,6 +5,10 @@
 //! - `tg<N>` (text generation): `N` single-token steps from an empty cache (the first token
 //!   BOS), each through the decode plan; tok/s = N / time.
 //!
+//! - with `--batch B` (B > 1), `tg<N>@b<B>`: B sequences decoded together through the
+//!   continuous-batching scheduler (one forward pass per step for all of them, end-of-generation
+//!   banned so each makes N tokens); tok/s = B·N / time, the aggregate throughput.
+//!
 //! Each test runs once to warm up, then `-r` times; the table shows the mean ± standard
 //! deviation as llama-bench does, and the median, min and max. `--json` prints an array with
 //! one object per test, with llama-bench's field names (`n_prompt`, `n_gen`, `n_threads`,
@@ -41,6 +45,9 @@ pub struct BenchArgs {
     /// Prompt tokens per prefill step.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch: usize,
+    /// Concurrent sequences of the batched decode test (1: no batched test).
+    #[arg(long = "batch", default_value_t = 1)]
+    pub n_seqs: usize,
     /// Measured repetitions of each test (after one warm-up run).
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub reps: usize,
@@ -130,7 +137,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.batch == 0 {
         return Err("--batch-size must be at least 1".into());
     }
-    let ctx = args.n_prompt.max(args.n_gen).max(1);
+    if args.n_seqs == 0 || args.n_seqs > 256 {
+        return Err(format!("--batch {}: must be within 1..=256", args.n_seqs));
+    }
+    let ctx = args.n_prompt.max(args.n_gen + 1).max(1);
     let load = LoadOptions {
         threads: args.threads,
         ctx,
@@ -188,6 +198,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             tokens: args.n_gen,
         });
     }
+    if args.n_gen > 0 && args.n_seqs > 1 {
+        results.push(batched_decode(gen, args, n_vocab)?);
+    }
     let model_name = args
         .model
         .file_name()
@@ -242,6 +255,66 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         ));
     }
     print(&out)
+}
+
+/// The batched decode test: `--batch` sequences of one prompt token and `-n` generated tokens
+/// each, all through one scheduler.
+fn batched_decode(
+    gen: &mut kestrel::generate::Generator,
+    args: &BenchArgs,
+    n_vocab: usize,
+) -> Result<TestResult, String> {
+    use kestrel::generate::{BatchOptions, BatchRequest, GenerateParams};
+    let b = args.n_seqs;
+    let ids = prompt_ids(b + 1, n_vocab, None);
+    let ban: Vec<(u32, f32)> = gen
+        .stop_ids()
+        .iter()
+        .map(|&id| (id, f32::NEG_INFINITY))
+        .collect();
+    let opts = BatchOptions {
+        max_seqs: b,
+        max_step_tokens: b.max(args.batch),
+        ..BatchOptions::default()
+    };
+    let mut samples = Vec::with_capacity(args.reps);
+    for rep in 0..=args.reps {
+        let requests: Vec<BatchRequest> = (0..b)
+            .map(|i| {
+                let mut params = GenerateParams::greedy(args.n_gen);
+                params.sampling.logit_bias = ban.clone();
+                BatchRequest {
+                    prompt: vec![ids[i + 1]],
+                    params,
+                }
+            })
+            .collect();
+        let t = Instant::now();
+        let out = gen
+            .batch_generate(requests, &opts)
+            .map_err(|e| e.to_string())?;
+        let ns = t.elapsed().as_nanos() as u64;
+        for r in out {
+            let c = r.map_err(|e| e.to_string())?;
+            if c.ids.len() != args.n_gen {
+                return Err(format!(
+                    "a batched sequence made {} tokens, not {}",
+                    c.ids.len(),
+                    args.n_gen
+                ));
+            }
+        }
+        if rep > 0 {
+            samples.push(ns);
+        }
+    }
+    Ok(TestResult {
+        name: format!("tg{}@b{b}", args.n_gen),
+        n_prompt: 0,
+        n_gen: args.n_gen,
+        samples_ns: samples,
+        tokens: b * args.n_gen,
+    })
 }
 
 /// The CPU kernels' instruction set in use.
