@@ -13,7 +13,10 @@
 //! A session keeps its tokens and KV cache between generations: a prompt that starts with the
 //! same tokens (a system prompt, earlier chat turns) reuses them instead of prefilling again.
 //!
-//! Status: single sequences. Batching and speculative decoding come with their issue.
+//! [`Scheduler`] batches many requests continuously: one forward pass per step over a paged KV
+//! pool serves every running sequence ([`Generator::batch_generate`]).
+//!
+//! Status: prefix caching, quantized KV and speculative decoding come with their issue.
 
 mod batch;
 mod cancel;
