@@ -12,11 +12,12 @@ mod contiguous;
 mod error;
 mod layout;
 mod paged;
+mod prefix;
 
 pub use contiguous::ContiguousCache;
 pub use error::KvError;
 pub use layout::{KvDType, KvLayout};
-pub use paged::{PagedCache, PoolStats, SeqId};
+pub use paged::{PagedCache, PoolStats, PrefixStats, SeqId};
 
 /// Keys or values of one layer, as stored: the attention kernel's own slice type, so attention
 /// reads the cache in place.

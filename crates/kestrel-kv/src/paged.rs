@@ -12,6 +12,8 @@
 //! [`free_seq`]: PagedCache::free_seq
 
 use crate::buf::Buf;
+use crate::prefix::PrefixIndex;
+pub use crate::prefix::PrefixStats;
 use crate::{BatchKv, KvError, KvLayout, KvRows, LayerView};
 
 /// A sequence's handle in a [`PagedCache`].
@@ -39,6 +41,10 @@ pub struct PoolStats {
     /// Share of the token slots in held blocks that hold no committed token (internal
     /// fragmentation: the unfilled tail of each sequence's last block, and reserved rows).
     pub fragmentation: f64,
+    /// Blocks held only by the prefix cache (free for the taking: evicted when needed).
+    pub cached_blocks: usize,
+    /// Prefix-cache counters.
+    pub prefix: PrefixStats,
 }
 
 /// Many sequences' KV caches in one pool of blocks.
@@ -63,9 +69,10 @@ pub struct PagedCache {
     v: Vec<Buf>,
     /// Free blocks (a stack: the most recently freed is reused first, still warm in cache).
     free: Vec<u32>,
-    /// Sequences holding each block.
+    /// Holders of each block: sequences, plus one when the prefix cache keeps it.
     refs: Vec<u32>,
     seqs: Vec<Option<Seq>>,
+    prefix: PrefixIndex,
 }
 
 impl std::fmt::Debug for PagedCache {
@@ -120,6 +127,7 @@ impl PagedCache {
             free: (0..n_blocks as u32).rev().collect(),
             refs: vec![0; n_blocks],
             seqs: Vec::new(),
+            prefix: PrefixIndex::new(n_blocks),
             layout,
         })
     }
@@ -200,6 +208,13 @@ impl PagedCache {
             return Ok(());
         }
         let needed = want - have;
+        while needed > self.free.len() {
+            let Some(b) = self.prefix.evict_lru(&self.refs) else {
+                break;
+            };
+            self.refs[b as usize] = 0;
+            self.free.push(b);
+        }
         if needed > self.free.len() {
             return Err(KvError::OutOfBlocks {
                 needed,
@@ -259,12 +274,68 @@ impl PagedCache {
         Ok(())
     }
 
+    /// Start the empty sequence `seq` with the longest run of whole blocks of `tokens` that the
+    /// prefix cache holds (shared, not copied); returns the positions it now has. The caller
+    /// prefills from there. Pass the prompt without its last token, so at least one token is
+    /// computed for the logits.
+    pub fn attach_prefix(&mut self, seq: SeqId, tokens: &[u32]) -> Result<usize, KvError> {
+        let s = self
+            .seqs
+            .get_mut(seq)
+            .and_then(Option::as_mut)
+            .ok_or(KvError::UnknownSeq(seq))?;
+        if !s.table.is_empty() {
+            return Err(KvError::Pool(format!(
+                "sequence {seq} is not empty: a prefix attaches to a new sequence"
+            )));
+        }
+        let blocks = self.prefix.lookup(tokens, self.block_size);
+        for &b in &blocks {
+            self.refs[b as usize] += 1;
+        }
+        s.len = blocks.len() * self.block_size;
+        s.table.extend_from_slice(&blocks);
+        Ok(s.len)
+    }
+
+    /// Offer the whole blocks of `seq`'s first `tokens.len()` committed positions (`tokens`
+    /// being the ids at those positions) to the prefix cache, so later sequences with the same
+    /// prefix reuse them. The cache keeps its own reference; the sequence goes on as before.
+    pub fn publish_prefix(&mut self, seq: SeqId, tokens: &[u32]) -> Result<(), KvError> {
+        let s = self
+            .seqs
+            .get(seq)
+            .and_then(Option::as_ref)
+            .ok_or(KvError::UnknownSeq(seq))?;
+        let n = (tokens.len().min(s.len) / self.block_size).min(s.table.len());
+        let added = self.prefix.insert(
+            &tokens[..n * self.block_size],
+            &s.table[..n],
+            self.block_size,
+        );
+        for b in added {
+            self.refs[b as usize] += 1;
+        }
+        Ok(())
+    }
+
+    /// Drop every block only the prefix cache holds.
+    pub fn clear_prefix_cache(&mut self) {
+        while let Some(b) = self.prefix.evict_lru(&self.refs) {
+            self.refs[b as usize] = 0;
+            self.free.push(b);
+        }
+    }
+
     /// Occupancy and fragmentation.
     pub fn stats(&self) -> PoolStats {
         let live = self.seqs.iter().flatten();
         let (sequences, tokens) = live.fold((0, 0), |(n, t), s| (n + 1, t + s.len));
-        let held = (self.n_blocks - self.free.len()) * self.block_size;
+        let cached_blocks = self.prefix.cache_only_blocks(&self.refs);
+        let held = (self.n_blocks - self.free.len() - cached_blocks) * self.block_size;
         PoolStats {
+            cached_blocks,
+            prefix: self.prefix.stats(),
             total_blocks: self.n_blocks,
             free_blocks: self.free.len(),
             sequences,
@@ -333,6 +404,13 @@ impl BatchKv for PagedCache {
         while i < n {
             let p = pos + i;
             let run = (self.block_size - p % self.block_size).min(n - i);
+            let block = s.table[p / self.block_size] as usize;
+            if self.refs[block] > 1 {
+                // a block another sequence or the prefix cache reads: never overwritten
+                return Err(KvError::Pool(format!(
+                    "sequence {seq} writes position {p} in shared block {block}"
+                )));
+            }
             let r = rows.row(p);
             kb.write(r * kt, &k[i * kt..(i + run) * kt]);
             vb.write(r * vt, &v[i * vt..(i + run) * vt]);
@@ -457,5 +535,67 @@ mod tests {
         // 2 layers × (4 + 4) values × 2 bytes = 32 bytes a token, 512 a block.
         assert_eq!(pool.total_blocks(), 2048);
         assert_eq!(pool.memory_bytes(), 1 << 20);
+    }
+
+    /// A prompt's whole blocks published by one sequence are shared by the next one with the
+    /// same prefix (no copy, reference-counted), survive the first sequence's end, are never
+    /// overwritten, and are evicted least-recently-used when the pool runs short.
+    #[test]
+    fn prefix_blocks_are_shared_kept_and_evicted() {
+        let mut pool = PagedCache::new(layout(KvDType::F32), 4, 6).unwrap();
+        let prompt: Vec<u32> = (0..10).collect(); // 2 whole blocks + 2
+        let a = pool.add_seq();
+        assert_eq!(pool.attach_prefix(a, &prompt[..9]).unwrap(), 0);
+        pool.reserve(a, 10).unwrap();
+        for layer in 0..2 {
+            let k: Vec<f32> = (0..10 * 4).map(|i| i as f32).collect();
+            pool.write_seq(layer, a, 0, &k, &k).unwrap();
+        }
+        pool.commit(a, 10).unwrap();
+        pool.publish_prefix(a, &prompt).unwrap();
+        let table_a = pool.block_table(a).unwrap()[..2].to_vec();
+        pool.free_seq(a).unwrap();
+        let st = pool.stats();
+        assert_eq!(
+            (st.free_blocks, st.cached_blocks, st.prefix.nodes),
+            (4, 2, 2)
+        );
+        // Same first 8 tokens: both blocks reused in place.
+        let b = pool.add_seq();
+        let mut other = prompt.clone();
+        other[9] = 99;
+        assert_eq!(pool.attach_prefix(b, &other[..9]).unwrap(), 8);
+        assert_eq!(pool.block_table(b).unwrap(), &table_a[..]);
+        let v = pool.view_seq(1, b, 8).unwrap();
+        assert_eq!(kv_get(&v.k, v.rows.row(7) * 4 + 3), Some(31.0));
+        // A shared block is never overwritten.
+        assert!(pool.write_seq(0, b, 4, &[0.0; 4], &[0.0; 4]).is_err());
+        // A different second block: only the first is shared.
+        let c = pool.add_seq();
+        let mut third = prompt.clone();
+        third[5] = 77;
+        assert_eq!(pool.attach_prefix(c, &third).unwrap(), 4);
+        pool.free_seq(b).unwrap();
+        pool.free_seq(c).unwrap();
+        assert_eq!(pool.stats().prefix.hit_blocks, 3);
+        // Needing the whole pool evicts the cached blocks (leaf first).
+        let d = pool.add_seq();
+        pool.reserve(d, 24).unwrap();
+        let st = pool.stats();
+        assert_eq!(
+            (st.free_blocks, st.cached_blocks, st.prefix.evicted_blocks),
+            (0, 0, 2)
+        );
+        pool.free_seq(d).unwrap();
+        assert_eq!(pool.free_blocks(), 6);
+        // Clearing drops what is left.
+        let e = pool.add_seq();
+        pool.reserve(e, 8).unwrap();
+        pool.commit(e, 8).unwrap();
+        pool.publish_prefix(e, &prompt[..8]).unwrap();
+        pool.free_seq(e).unwrap();
+        assert_eq!(pool.free_blocks(), 4);
+        pool.clear_prefix_cache();
+        assert_eq!(pool.free_blocks(), 6);
     }
 }

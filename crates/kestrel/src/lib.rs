@@ -34,10 +34,10 @@ mod error;
 mod model;
 
 pub use error::Error;
+pub use kestrel_generate as generate;
 pub use kestrel_generate::{
     CancelToken, FinishReason, GenerateMetrics, Perplexity, Token, TokenIter,
 };
-pub use kestrel_generate as generate;
 pub use kestrel_gguf as gguf;
 pub use kestrel_kv::KvDType;
 pub use kestrel_sampling::{Grammar, SamplingConfig};
