@@ -13,6 +13,8 @@
 //!    its own sampler, grammar, stop ids and stop strings ([`Decoding`]).
 //!
 //! Finished and cancelled sequences free their blocks at once; the next step admits more.
+//! With the prefix cache on, a prompt's whole blocks are published once it is prefilled (and a
+//! sequence's whole blocks when it ends); a later prompt with the same prefix starts from them.
 
 use std::collections::VecDeque;
 use std::sync::OnceLock;
@@ -48,6 +50,9 @@ pub struct BatchOptions {
     pub block_size: usize,
     /// KV blocks in the pool (0: enough for `max_seqs` full contexts).
     pub kv_blocks: usize,
+    /// Reuse the KV blocks of earlier prompts' shared prefixes (a system prompt, earlier
+    /// turns) instead of prefilling them again.
+    pub prefix_cache: bool,
 }
 
 impl Default for BatchOptions {
@@ -57,6 +62,7 @@ impl Default for BatchOptions {
             max_step_tokens: 512,
             block_size: 16,
             kv_blocks: 0,
+            prefix_cache: true,
         }
     }
 }
@@ -290,6 +296,11 @@ impl<'g> Scheduler<'g> {
                 self.logits
                     .copy_from_slice(&rows[o * n_vocab..(o + 1) * n_vocab]);
                 let now = Instant::now();
+                if r.first.is_none() && self.state.opts.prefix_cache {
+                    self.state
+                        .pool
+                        .publish_prefix(r.seq, &r.history[..r.prompt_len])?;
+                }
                 if r.first.is_none() {
                     r.first = Some(now);
                     r.metrics.prefill = now - r.admitted;
@@ -329,6 +340,10 @@ impl<'g> Scheduler<'g> {
 
     /// Free a finished sequence and make its completion.
     fn finish(&mut self, mut r: Running<'g>) -> Result<(RequestId, Completion), GenerateError> {
+        if self.state.opts.prefix_cache {
+            let len = self.state.pool.seq_len(r.seq)?.min(r.history.len());
+            self.state.pool.publish_prefix(r.seq, &r.history[..len])?;
+        }
         self.state.pool.free_seq(r.seq)?;
         let finish = r.dec.finish.unwrap_or(FinishReason::Length);
         r.metrics.generated_tokens = r.dec.ids.len();
@@ -385,20 +400,34 @@ impl<'g> Scheduler<'g> {
         self.queue = kept;
     }
 
-    /// Admit queued requests in order while a slot and their blocks are free.
+    /// Admit queued requests in order while a slot and their blocks are free (after reusing
+    /// what the prefix cache holds of their prompt, and evicting cached blocks if need be).
     fn admit(&mut self) -> Result<(), GenerateError> {
         while self.running.len() < self.state.opts.max_seqs {
-            let Some(q) = self.queue.front() else { break };
-            let needed = q.prompt.len() + q.dec.left();
-            let pool = &mut self.state.pool;
-            if pool.blocks_for(needed) > pool.free_blocks() {
-                break; // wait: the head of the queue is never overtaken
-            }
             let Some(q) = self.queue.pop_front() else {
                 break;
             };
+            let needed = q.prompt.len() + q.dec.left();
+            let pool = &mut self.state.pool;
             let seq = pool.add_seq();
-            pool.reserve(seq, needed)?;
+            let cached = if self.state.opts.prefix_cache {
+                pool.attach_prefix(seq, &q.prompt[..q.prompt.len() - 1])?
+            } else {
+                0
+            };
+            match pool.reserve(seq, needed) {
+                Ok(()) => {}
+                Err(KvError::OutOfBlocks { .. }) => {
+                    // wait: the head of the queue is never overtaken
+                    pool.free_seq(seq)?;
+                    self.queue.push_front(q);
+                    break;
+                }
+                Err(e) => {
+                    pool.free_seq(seq)?;
+                    return Err(e.into());
+                }
+            }
             let prompt_len = q.prompt.len();
             let mut history = q.prompt;
             history.reserve(q.dec.left());
@@ -407,11 +436,12 @@ impl<'g> Scheduler<'g> {
                 seq,
                 history,
                 prompt_len,
-                prefilled: 0,
+                prefilled: cached,
                 dec: q.dec,
                 pending: None,
                 metrics: GenerateMetrics {
                     prompt_tokens: prompt_len,
+                    cached_tokens: cached,
                     ..Default::default()
                 },
                 submitted: q.submitted,

@@ -75,9 +75,10 @@ fn batched_greedy_equals_single(file: &str) {
             FinishReason::Length | FinishReason::EndOfGeneration
         ));
     }
-    // All eight ran together: the whole batch took far fewer steps than its tokens.
-    let s = g.scheduler(&opts).unwrap();
-    assert_eq!(s.pool_stats().free_blocks, s.pool_stats().total_blocks);
+    // Every block is back: free, or kept only by the prefix cache.
+    let st = g.scheduler(&opts).unwrap().pool_stats();
+    assert_eq!(st.free_blocks + st.cached_blocks, st.total_blocks);
+    assert_eq!(st.sequences, 0);
 }
 
 #[test]
@@ -104,6 +105,7 @@ fn two_hundred_requests_through_a_small_pool() {
         max_step_tokens: 64,
         block_size: 16,
         kv_blocks: 24,
+        prefix_cache: true,
     };
     let mut rng = 0x2545_f491_4f6c_dd1du64;
     let mut next = move |n: u64| {
@@ -160,7 +162,11 @@ fn two_hundred_requests_through_a_small_pool() {
         }
     }
     let st = s.pool_stats();
-    assert_eq!((st.free_blocks, st.sequences), (total, 0), "blocks leaked");
+    assert_eq!(
+        (st.free_blocks + st.cached_blocks, st.sequences),
+        (total, 0),
+        "blocks leaked: {st:?}"
+    );
     // FIFO admission: request i gets its first token no later than request i + max_seqs' does,
     // give or take one step of chunked prefill.
     let firsts: Vec<u64> = first_token_step.iter().map(|s| s.unwrap()).collect();
@@ -173,4 +179,60 @@ fn two_hundred_requests_through_a_small_pool() {
         );
     }
     eprintln!("200 requests in {steps} steps");
+}
+
+/// A shared 500-token system prompt: the second request reuses the first one's KV blocks, so
+/// its time to first token is a fraction of the first's, and its output is the same as without
+/// the prefix cache.
+#[test]
+fn shared_system_prompt_is_prefilled_once() {
+    let Some(mut g) = generator(SMOLLM2_135M_Q4_1, 1024) else {
+        return;
+    };
+    let tok = g.tokenizer().unwrap().clone();
+    let enc = |t: &str| tok.encode(t, EncodeOptions::default()).unwrap();
+    let mut system =
+        enc(&"You are a careful assistant who answers briefly and truthfully. ".repeat(60));
+    system.truncate(500);
+    let request = |user: &str| {
+        let mut prompt = system.clone();
+        prompt.extend(enc(user));
+        BatchRequest {
+            prompt,
+            params: GenerateParams::greedy(6),
+        }
+    };
+    let run = |g: &mut Generator, opts: &BatchOptions, req: BatchRequest| {
+        let mut out = g.batch_generate(vec![req], opts).unwrap();
+        out.pop().unwrap().unwrap()
+    };
+    let opts = BatchOptions::default();
+    let first = run(&mut g, &opts, request(" What is the capital of France?"));
+    let second = run(&mut g, &opts, request(" Name a prime number."));
+    let (t1, t2) = (
+        first.metrics.time_to_first_token,
+        second.metrics.time_to_first_token,
+    );
+    eprintln!(
+        "ttft first {t1:?}, second {t2:?} ({:.1}%), cached {} of {}",
+        100.0 * t2.as_secs_f64() / t1.as_secs_f64(),
+        second.metrics.cached_tokens,
+        second.metrics.prompt_tokens
+    );
+    assert_eq!(first.metrics.cached_tokens, 0);
+    assert_eq!(second.metrics.cached_tokens, 496); // 31 whole blocks of 16
+    assert!(
+        t2.as_secs_f64() <= 0.2 * t1.as_secs_f64(),
+        "{t1:?} then {t2:?}"
+    );
+    let st = g.scheduler(&opts).unwrap().pool_stats();
+    assert!(st.prefix.hit_blocks >= 31, "{st:?}");
+    // Same tokens as a run without the prefix cache.
+    let cold = BatchOptions {
+        prefix_cache: false,
+        ..BatchOptions::default()
+    };
+    let again = run(&mut g, &cold, request(" Name a prime number."));
+    assert_eq!(again.ids, second.ids);
+    assert_eq!(again.metrics.cached_tokens, 0);
 }
