@@ -87,8 +87,8 @@ pub struct Perplexity {
 /// use; [`new_session`](Self::new_session) makes more, for callers that keep several
 /// conversations.
 pub struct Generator {
-    core: Core,
-    session: Session,
+    pub(crate) core: Core,
+    pub(crate) session: Session,
     tokenizer: Option<Arc<Tokenizer>>,
     trie: OnceLock<TokenTrie>,
     opts: GeneratorOptions,

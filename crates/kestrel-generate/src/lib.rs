@@ -25,6 +25,7 @@ mod generator;
 mod metrics;
 mod params;
 mod session;
+mod speculative;
 mod stream;
 
 pub use batch::{BatchEvent, BatchOptions, BatchRequest, RequestId, Scheduler};
@@ -34,4 +35,5 @@ pub use generator::{Generation, Generator, GeneratorOptions, Perplexity};
 pub use metrics::GenerateMetrics;
 pub use params::GenerateParams;
 pub use session::Session;
+pub use speculative::{lookup_draft, LookupOptions, SpecStats};
 pub use stream::{Completion, FinishReason, StreamError, Token, TokenIter, TokenStream};

@@ -1,0 +1,254 @@
+//! Prompt-lookup speculative decoding (n-gram drafting, no draft model).
+//!
+//! Greedy decoding spends one forward pass per token, each reading all the weights. When the
+//! text repeats itself (code, quotes, structured output), the tokens that followed the last
+//! occurrence of the current n-gram are a cheap guess at what comes next. Each step drafts up to
+//! `k` such tokens, runs the current token plus the draft through the model in one pass (all
+//! rows' logits), keeps the longest prefix of the draft that greedy decoding agrees with plus
+//! the model's own next token, and rolls the KV cache back past the first disagreement. The
+//! output is exactly greedy decoding's; only the number of forward passes changes.
+//!
+//! `k` adapts: it grows after a fully accepted draft and shrinks to what was accepted otherwise;
+//! when the rolling acceptance rate falls under 0.4 drafting pauses for a few steps (plain
+//! decoding), then tries again.
+
+use std::time::Instant;
+
+use kestrel_arch::{build_decoder, weight_tensor, Logits};
+use kestrel_graph::ExecutionPlan;
+use kestrel_kv::KvCache;
+use kestrel_tensor::cpu;
+
+use crate::{GenerateError, GenerateMetrics, Generation, Generator};
+
+/// How prompt-lookup drafting runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LookupOptions {
+    /// Longest n-gram matched against the history (shorter ones are tried after it, down to 1).
+    pub ngram: usize,
+    /// Most tokens drafted per step.
+    pub max_draft: usize,
+}
+
+impl Default for LookupOptions {
+    fn default() -> Self {
+        LookupOptions {
+            ngram: 3,
+            max_draft: 8,
+        }
+    }
+}
+
+/// What speculation achieved.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpecStats {
+    /// Forward passes run after the prompt.
+    pub passes: usize,
+    /// Draft tokens proposed.
+    pub drafted: usize,
+    /// Draft tokens the model agreed with.
+    pub accepted: usize,
+}
+
+impl SpecStats {
+    /// Share of drafted tokens accepted.
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+}
+
+/// The tokens that followed the most recent earlier occurrence of the last `n` tokens of
+/// `history` (longest `n` first), at most `k` of them, into `out`.
+pub fn lookup_draft(history: &[u32], ngram: usize, k: usize, out: &mut Vec<u32>) {
+    out.clear();
+    let len = history.len();
+    for n in (1..=ngram.min(len.saturating_sub(1))).rev() {
+        let tail = &history[len - n..];
+        // the most recent match that has at least one token after it
+        let found = (0..len - n).rev().find(|&i| &history[i..i + n] == tail);
+        if let Some(i) = found {
+            let start = i + n;
+            let end = (start + k).min(len);
+            out.extend_from_slice(&history[start..end]);
+            if !out.is_empty() {
+                return;
+            }
+        }
+    }
+}
+
+impl Generator {
+    /// Greedy generation of up to `max_new` tokens with prompt-lookup speculation (see the
+    /// module docs): the same ids as [`generate_ids`](Self::generate_ids), in fewer forward
+    /// passes when the text repeats. Uses the default session.
+    pub fn generate_lookup(
+        &mut self,
+        prompt: &[u32],
+        max_new: usize,
+        opts: LookupOptions,
+        on_token: &mut dyn FnMut(u32) -> Result<bool, String>,
+    ) -> Result<(Generation, SpecStats), GenerateError> {
+        let ctx = self.ctx();
+        let needed = prompt.len().saturating_add(max_new);
+        if needed > ctx {
+            return Err(GenerateError::ContextTooSmall {
+                prompt: prompt.len(),
+                max_new,
+                needed,
+                ctx,
+            });
+        }
+        if opts.ngram == 0 || opts.max_draft == 0 || opts.max_draft > 64 {
+            return Err(GenerateError::InvalidOption {
+                name: "lookup",
+                reason: "ngram must be at least 1 and max_draft within 1..=64".into(),
+            });
+        }
+        let mut metrics = GenerateMetrics {
+            prompt_tokens: prompt.len(),
+            ..Default::default()
+        };
+        let mut stats = SpecStats::default();
+        let mut ids = Vec::with_capacity(max_new);
+        if max_new == 0 {
+            let g = Generation {
+                ids,
+                stopped: false,
+                metrics,
+            };
+            return Ok((g, stats));
+        }
+        let graph = build_decoder(&self.core.cfg, &self.core.model, Logits::All)?;
+        let model = self.core.model.clone();
+        let lookup = |name: &str| weight_tensor(&model, name);
+        let mut verify = ExecutionPlan::compile(&graph, opts.max_draft + 1, &lookup)?;
+        let n_vocab = self.core.cfg.n_vocab;
+
+        let t0 = Instant::now();
+        let mut next = cpu::argmax(self.prefill(prompt)?).unwrap_or(0) as u32;
+        metrics.prefill = t0.elapsed();
+        metrics.time_to_first_token = metrics.prefill;
+        let t1 = Instant::now();
+        let mut history: Vec<u32> = prompt.to_vec();
+        let mut draft = Vec::with_capacity(opts.max_draft);
+        let mut batch = Vec::with_capacity(opts.max_draft + 1);
+        let mut k = opts.max_draft.min(4);
+        let mut rate = 1.0f64; // rolling acceptance
+        let mut pause = 0usize;
+        let mut stopped = false;
+        'outer: loop {
+            // emit `next`
+            ids.push(next);
+            history.push(next);
+            let go_on = on_token(next).map_err(GenerateError::Callback)?;
+            if self.core.is_stop(next) {
+                stopped = true;
+                break;
+            }
+            if !go_on || ids.len() >= max_new {
+                break;
+            }
+            let room = max_new - ids.len(); // tokens still allowed after `next`
+            if pause > 0 {
+                pause -= 1;
+                draft.clear();
+            } else {
+                lookup_draft(&history, opts.ngram, k.min(room), &mut draft);
+            }
+            stats.passes += 1;
+            if draft.is_empty() {
+                next = cpu::argmax(self.step(next)?).unwrap_or(0) as u32;
+                continue;
+            }
+            // verify `next` + draft in one pass
+            let pos = self.session.kv.seq_len();
+            batch.clear();
+            batch.push(next);
+            batch.extend_from_slice(&draft);
+            let logits = verify.run(&self.core.engine, &mut self.session.kv, &batch, pos)?;
+            let mut j = 0;
+            let mut correction = 0u32;
+            for (i, row) in logits.chunks_exact(n_vocab).enumerate() {
+                let best = cpu::argmax(row).unwrap_or(0) as u32;
+                if i < draft.len() && best == draft[i] {
+                    j += 1;
+                } else {
+                    correction = best;
+                    break;
+                }
+            }
+            if j == draft.len() {
+                // every draft token agreed: the last row predicts the one after them
+                let last = &logits[draft.len() * n_vocab..(draft.len() + 1) * n_vocab];
+                correction = cpu::argmax(last).unwrap_or(0) as u32;
+            }
+            stats.drafted += draft.len();
+            stats.accepted += j;
+            // keep `next` and the accepted draft tokens; the rest is rolled back
+            self.session.tokens.push(next);
+            self.session.tokens.extend_from_slice(&draft[..j]);
+            self.session.truncate(pos + 1 + j);
+            let step_rate = j as f64 / draft.len() as f64;
+            rate = 0.7 * rate + 0.3 * step_rate;
+            k = if j == draft.len() {
+                (k + 1).min(opts.max_draft)
+            } else {
+                (j + 1).max(1)
+            };
+            if rate < 0.4 {
+                pause = 8;
+                rate = 0.5;
+            }
+            for &t in &draft[..j] {
+                ids.push(t);
+                history.push(t);
+                let go_on = on_token(t).map_err(GenerateError::Callback)?;
+                if self.core.is_stop(t) {
+                    stopped = true;
+                    break 'outer;
+                }
+                if !go_on || ids.len() >= max_new {
+                    break 'outer;
+                }
+            }
+            next = correction;
+        }
+        metrics.decode = t1.elapsed();
+        metrics.generated_tokens = ids.len();
+        Ok((
+            Generation {
+                ids,
+                stopped,
+                metrics,
+            },
+            stats,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drafts_follow_the_latest_match_of_the_longest_ngram() {
+        let mut out = Vec::new();
+        // ... 1 2 3 [4 5 6] ... 1 2 3 [7 8] ... 2 3 -> the latest "2 3" is followed by 7 8
+        let h = [1, 2, 3, 4, 5, 6, 1, 2, 3, 7, 8, 9, 2, 3];
+        lookup_draft(&h, 3, 4, &mut out);
+        assert_eq!(out, [7, 8, 9, 2]);
+        // "1 2 3" at the end matches the trigram (latest first)
+        lookup_draft(&[1, 2, 3, 4, 5, 1, 2, 3], 3, 2, &mut out);
+        assert_eq!(out, [4, 5]);
+        // no match at all: no draft
+        lookup_draft(&[1, 2, 3], 3, 4, &mut out);
+        assert!(out.is_empty());
+        // a unigram fallback
+        lookup_draft(&[5, 6, 9, 5], 3, 1, &mut out);
+        assert_eq!(out, [6]);
+    }
+}
