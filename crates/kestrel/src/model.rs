@@ -373,6 +373,63 @@ impl Model {
             .collect())
     }
 
+    /// Greedy generation with prompt-lookup speculative decoding (n-gram drafts from the text
+    /// so far, verified several tokens per forward pass): the same output as greedy
+    /// [`generate`](Self::generate), faster when the text repeats. `opts` must be greedy, with
+    /// no grammar and no stop strings.
+    pub fn generate_lookup(
+        &mut self,
+        prompt: &str,
+        opts: &GenerateOptions,
+        lookup: kestrel_generate::LookupOptions,
+    ) -> Result<(Output, kestrel_generate::SpecStats), Error> {
+        let s = &opts.sampling;
+        if !s.is_greedy() || opts.grammar.is_some() || !s.stop_strings.is_empty() {
+            return Err(Error::InvalidOption {
+                name: "lookup",
+                reason:
+                    "prompt-lookup decoding is greedy: temperature 0, no grammar, no stop strings"
+                        .into(),
+            });
+        }
+        let prompt_ids = self.encode(prompt, opts)?;
+        let stop_ids = s.stop_token_ids.clone();
+        let (g, stats) =
+            self.generator
+                .generate_lookup(&prompt_ids, s.max_new_tokens, lookup, &mut |id| {
+                    Ok(!stop_ids.contains(&id))
+                })?;
+        let last_is_stop = g
+            .ids
+            .last()
+            .is_some_and(|id| g.stopped || stop_ids.contains(id));
+        let shown = if last_is_stop {
+            &g.ids[..g.ids.len() - 1]
+        } else {
+            &g.ids[..]
+        };
+        let text = self
+            .tokenizer
+            .decode(shown, kestrel_tokenizer::DecodeOptions::default())?;
+        let finish = if g.stopped {
+            FinishReason::EndOfGeneration
+        } else if last_is_stop {
+            FinishReason::StopToken
+        } else {
+            FinishReason::Length
+        };
+        Ok((
+            Output {
+                prompt_ids,
+                ids: g.ids,
+                text,
+                finish,
+                metrics: g.metrics,
+            },
+            stats,
+        ))
+    }
+
     /// Generate as an iterator of [`Token`]s (`id`, final `text`), one per decode step.
     ///
     /// ```no_run

@@ -26,12 +26,21 @@ pub struct RunArgs {
     /// Print one JSON document with prompt ids, ids, text and metrics.
     #[arg(long)]
     pub json: bool,
+    /// Prompt-lookup speculative decoding with n-grams up to N (0: off; greedy only).
+    #[arg(long, default_value_t = 0)]
+    pub lookup: usize,
+    /// Most tokens drafted per step with --lookup.
+    #[arg(long, default_value_t = 8)]
+    pub draft_max: usize,
 }
 
 pub fn run(args: &RunArgs) -> Result<(), String> {
     let mut opts = args.sampling.options()?;
     opts.add_bos = !args.no_bos;
     let mut model = args.model.load()?;
+    if args.lookup > 0 {
+        return run_lookup(args, &mut model, &opts);
+    }
     if args.json {
         let out = model
             .generate(&args.prompt, &opts)
@@ -75,6 +84,55 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         m.generated_tokens,
         m.decode_tok_s(),
         out.finish
+    );
+    Ok(())
+}
+
+/// `--lookup N`: greedy generation with prompt-lookup speculation; prints the text (or the
+/// JSON document) with the acceptance rate and forward passes.
+fn run_lookup(
+    args: &RunArgs,
+    model: &mut kestrel::Model,
+    opts: &kestrel::GenerateOptions,
+) -> Result<(), String> {
+    let lookup = kestrel::generate::LookupOptions {
+        ngram: args.lookup,
+        max_draft: args.draft_max,
+    };
+    let (out, stats) = model
+        .generate_lookup(&args.prompt, opts, lookup)
+        .map_err(|e| e.to_string())?;
+    let m = &out.metrics;
+    if args.json {
+        let doc = json!({
+            "prompt_ids": out.prompt_ids,
+            "ids": out.ids,
+            "text": out.text,
+            "finish_reason": format!("{:?}", out.finish),
+            "metrics": {
+                "prompt_tokens": m.prompt_tokens,
+                "generated_tokens": m.generated_tokens,
+                "prefill_tok_s": m.prefill_tok_s(),
+                "decode_tok_s": m.decode_tok_s(),
+            },
+            "speculative": {
+                "passes": stats.passes,
+                "drafted": stats.drafted,
+                "accepted": stats.accepted,
+                "acceptance": stats.acceptance(),
+            },
+        });
+        return print(&format!("{doc}\n"));
+    }
+    print(&format!("{}\n", out.text))?;
+    eprintln!(
+        "lookup: {} tokens in {} passes, acceptance {:.2} ({}/{}), decode {:.1} tok/s",
+        m.generated_tokens,
+        stats.passes,
+        stats.acceptance(),
+        stats.accepted,
+        stats.drafted,
+        m.decode_tok_s()
     );
     Ok(())
 }
