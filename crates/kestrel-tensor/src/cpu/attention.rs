@@ -14,6 +14,7 @@ use rayon::prelude::*;
 use super::block::dot;
 use super::qdot::dot_f16_ggml_x86;
 use crate::error::{Result, TensorError};
+use kestrel_gguf::quant::{BlockQ4_0, BlockQ8_0};
 
 /// Keys scored per step of the online softmax (their scores live on the stack).
 const KEY_BLOCK: usize = 64;
@@ -47,20 +48,35 @@ pub struct AttentionParams {
 }
 
 /// Keys or values of a KV cache: `[kv_capacity][n_kv_head][head_dim]`, position `j` in row `j`.
+/// Quantized caches hold each head's values in blocks of 32 (`head_dim` a multiple of 32),
+/// read by the attention kernel block by block, never expanded.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub enum KvSlice<'a> {
     /// f32 entries.
     F32(&'a [f32]),
     /// f16 entries.
     F16(&'a [f16]),
+    /// q8_0 blocks (32 values each).
+    Q8_0(&'a [BlockQ8_0]),
+    /// q4_0 blocks (32 values each).
+    Q4_0(&'a [BlockQ4_0]),
 }
 
 impl KvSlice<'_> {
-    fn len(&self) -> usize {
+    /// Values held.
+    pub fn len(&self) -> usize {
         match self {
             KvSlice::F32(s) => s.len(),
             KvSlice::F16(s) => s.len(),
+            KvSlice::Q8_0(s) => s.len() * 32,
+            KvSlice::Q4_0(s) => s.len() * 32,
         }
+    }
+
+    /// True when it holds no value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -125,6 +141,8 @@ impl<'a> KvRows<'a> {
 
 /// Element types a KV cache can hold.
 trait KvElem: Copy + Send + Sync {
+    /// Values per element (32 for a quant block).
+    const VALS: usize = 1;
     /// `q · k`.
     fn dot(q: &[f32], k: &[Self]) -> f32;
     /// `acc += w * v`.
@@ -191,6 +209,66 @@ impl KvElem for Widened {
             *a += w * x.0;
         }
     }
+}
+
+/// A q8_0 head row: `Σ_blocks d · Σ q[i]·qs[i]`.
+impl KvElem for BlockQ8_0 {
+    const VALS: usize = 32;
+    #[inline]
+    fn dot(q: &[f32], k: &[Self]) -> f32 {
+        let mut sum = 0.0;
+        for (qc, b) in q.chunks_exact(32).zip(k) {
+            let mut s = 0.0f32;
+            for (x, &y) in qc.iter().zip(&b.qs) {
+                s += x * f32::from(y);
+            }
+            sum += s * b.d.to_f32();
+        }
+        sum
+    }
+    #[inline]
+    fn axpy(acc: &mut [f32], w: f32, v: &[Self]) {
+        for (ac, b) in acc.chunks_exact_mut(32).zip(v) {
+            let wd = w * b.d.to_f32();
+            for (a, &y) in ac.iter_mut().zip(&b.qs) {
+                *a += wd * f32::from(y);
+            }
+        }
+    }
+}
+
+/// A q4_0 head row: values `d · (nibble - 8)`, low nibbles first.
+impl KvElem for BlockQ4_0 {
+    const VALS: usize = 32;
+    #[inline]
+    fn dot(q: &[f32], k: &[Self]) -> f32 {
+        let mut sum = 0.0;
+        for (qc, b) in q.chunks_exact(32).zip(k) {
+            let mut s = 0.0f32;
+            for (j, &byte) in b.qs.iter().enumerate() {
+                s += qc[j] * f32::from((byte & 0x0f) as i8 - 8)
+                    + qc[j + 16] * f32::from((byte >> 4) as i8 - 8);
+            }
+            sum += s * b.d.to_f32();
+        }
+        sum
+    }
+    #[inline]
+    fn axpy(acc: &mut [f32], w: f32, v: &[Self]) {
+        for (ac, b) in acc.chunks_exact_mut(32).zip(v) {
+            let wd = w * b.d.to_f32();
+            for (j, &byte) in b.qs.iter().enumerate() {
+                ac[j] += wd * f32::from((byte & 0x0f) as i8 - 8);
+                ac[j + 16] += wd * f32::from((byte >> 4) as i8 - 8);
+            }
+        }
+    }
+}
+
+/// The `hd` values of a head row starting at value `off`, in elements of `T`.
+#[inline(always)]
+fn head<T: KvElem>(s: &[T], off: usize, hd: usize) -> &[T] {
+    &s[off / T::VALS..(off + hd) / T::VALS]
 }
 
 thread_local! {
@@ -343,6 +421,18 @@ pub fn attention_paged(
         }
         (KvSlice::F32(k), KvSlice::F16(v)) => run2(q, positions, k, v, kv_len, rows, p, out),
         (KvSlice::F16(k), KvSlice::F32(v)) => run2(q, positions, k, v, kv_len, rows, p, out),
+        (KvSlice::Q8_0(k), KvSlice::Q8_0(v)) if p.head_dim.is_multiple_of(32) => {
+            run2(q, positions, k, v, kv_len, rows, p, out)
+        }
+        (KvSlice::Q4_0(k), KvSlice::Q4_0(v)) if p.head_dim.is_multiple_of(32) => {
+            run2(q, positions, k, v, kv_len, rows, p, out)
+        }
+        _ => {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "keys and values must both be f32/f16, or both q8_0 or q4_0 with head_dim a multiple of 32",
+            })
+        }
     }
     Ok(())
 }
@@ -430,7 +520,7 @@ fn row<K: KvElem, V: KvElem>(r: &Row<'_>, k: &[K], v: &[V], p: &AttentionParams,
         let mut bmax = f32::NEG_INFINITY;
         for (jj, s) in scores[..bn].iter_mut().enumerate() {
             let off = r.rows.row(j0 + jj) * kv_stride + r.kvh * hd;
-            let mut x = K::dot(r.q, &k[off..off + hd]) * p.scale;
+            let mut x = K::dot(r.q, head(k, off, hd)) * p.scale;
             if p.softcap != 0.0 {
                 x = p.softcap * (x / p.softcap).tanh();
             }
@@ -449,7 +539,7 @@ fn row<K: KvElem, V: KvElem>(r: &Row<'_>, k: &[K], v: &[V], p: &AttentionParams,
             let w = (s - m).exp();
             l += w;
             let off = r.rows.row(j0 + jj) * kv_stride + r.kvh * hd;
-            V::axpy(o, w, &v[off..off + hd]);
+            V::axpy(o, w, head(v, off, hd));
         }
         j0 += bn;
     }
@@ -975,5 +1065,114 @@ mod tests {
             assert!(attention_paged(&q, &positions, k, v, kv_len, far, &p, &mut out).is_err());
         }
         assert!(KvRows::paged(&[0], 3).is_err());
+    }
+
+    /// q8_0 and q4_0 caches are read block by block, and give what attention over their
+    /// dequantized values gives (to f32 rounding), through a paged table too.
+    #[test]
+    fn quantized_caches_match_their_dequantized_values() {
+        use kestrel_gguf::quant::{q4_0, q8_0};
+        let mut rng = Rng::new(5);
+        let (n_head, n_kv_head, hd, kv_len, n_q) = (4, 2, 64, 19, 3);
+        let stride = n_kv_head * hd;
+        let p = AttentionParams {
+            n_head,
+            n_kv_head,
+            head_dim: hd,
+            scale: 0.125,
+            softcap: 0.0,
+            window: 0,
+        };
+        let kc: Vec<f32> = (0..kv_len * stride).map(|_| rng.f32()).collect();
+        let vc: Vec<f32> = (0..kv_len * stride).map(|_| rng.f32()).collect();
+        let q: Vec<f32> = (0..n_q * n_head * hd).map(|_| rng.f32()).collect();
+        let positions: Vec<i32> = (kv_len - n_q..kv_len).map(|x| x as i32).collect();
+        let table: Vec<u32> = (0..kv_len.div_ceil(4) as u32).rev().collect();
+        for rows in [KvRows::CONTIGUOUS, KvRows::paged(&table, 4).unwrap()] {
+            let phys = |x: &[f32]| {
+                let n = table.len() * 4;
+                let mut out = vec![0f32; n.max(kv_len) * stride];
+                for j in 0..kv_len {
+                    let r = rows.row(j);
+                    out[r * stride..(r + 1) * stride]
+                        .copy_from_slice(&x[j * stride..(j + 1) * stride]);
+                }
+                out
+            };
+            let (kp, vp) = (phys(&kc), phys(&vc));
+            let mut k8 = vec![
+                BlockQ8_0 {
+                    d: f16::ZERO,
+                    qs: [0; 32]
+                };
+                kp.len() / 32
+            ];
+            let mut v8 = k8.clone();
+            q8_0::quantize_row(&kp, &mut k8).unwrap();
+            q8_0::quantize_row(&vp, &mut v8).unwrap();
+            let mut k4 = vec![
+                BlockQ4_0 {
+                    d: f16::ZERO,
+                    qs: [0; 16]
+                };
+                kp.len() / 32
+            ];
+            let mut v4 = k4.clone();
+            q4_0::quantize_row(&kp, &mut k4).unwrap();
+            q4_0::quantize_row(&vp, &mut v4).unwrap();
+            let deq8 = |b: &[BlockQ8_0]| {
+                let mut o = vec![0f32; b.len() * 32];
+                q8_0::dequantize_blocks(b, &mut o).unwrap();
+                o
+            };
+            let deq4 = |b: &[BlockQ4_0]| {
+                let mut o = vec![0f32; b.len() * 32];
+                q4_0::dequantize_blocks(b, &mut o).unwrap();
+                o
+            };
+            for (k, v, dk, dv) in [
+                (KvSlice::Q8_0(&k8), KvSlice::Q8_0(&v8), deq8(&k8), deq8(&v8)),
+                (KvSlice::Q4_0(&k4), KvSlice::Q4_0(&v4), deq4(&k4), deq4(&v4)),
+            ] {
+                let mut want = vec![0f32; q.len()];
+                let mut got = vec![0f32; q.len()];
+                let (dk, dv) = (KvSlice::F32(&dk), KvSlice::F32(&dv));
+                let wide = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
+                attention_paged(&q, &positions, dk, dv, kv_len, rows, &p, &mut want).unwrap();
+                attention_paged(&q, &positions, k, v, kv_len, rows, &p, &mut got).unwrap();
+                assert!(
+                    max_abs_diff(&got, &wide(&want)) < 1e-5,
+                    "{}",
+                    max_abs_diff(&got, &wide(&want))
+                );
+            }
+        }
+        // Mixed or misaligned quantized caches are refused.
+        let k8 = vec![
+            BlockQ8_0 {
+                d: f16::ONE,
+                qs: [1; 32]
+            };
+            8
+        ];
+        let k4 = vec![
+            BlockQ4_0 {
+                d: f16::ONE,
+                qs: [0x88; 16]
+            };
+            8
+        ];
+        let mut out = vec![0f32; n_head * hd];
+        let one = &q[..n_head * hd];
+        assert!(attention(
+            one,
+            &[0],
+            KvSlice::Q8_0(&k8),
+            KvSlice::Q4_0(&k4),
+            1,
+            &p,
+            &mut out
+        )
+        .is_err());
     }
 }
