@@ -113,8 +113,8 @@ impl KvCache for ContiguousCache {
                 capacity: self.capacity,
             });
         };
-        self.k[layer].write(pos * kt, k);
-        self.v[layer].write(pos * vt, v);
+        self.k[layer].write(pos * kt, k)?;
+        self.v[layer].write(pos * vt, v)?;
         Ok(())
     }
 
@@ -177,7 +177,7 @@ mod tests {
     fn writes_land_token_major_and_views_see_them() {
         for dtype in [KvDType::F32, KvDType::F16] {
             let mut c = ContiguousCache::new(layout(dtype), 10).unwrap();
-            assert_eq!(c.memory_bytes(), 10 * 3 * (8 + 6) * dtype.size());
+            assert_eq!(c.memory_bytes(), 10 * 3 * dtype.bytes(8 + 6));
             let k: Vec<f32> = (0..16).map(|i| i as f32).collect(); // 2 tokens
             let v: Vec<f32> = (0..12).map(|i| -(i as f32)).collect();
             c.write(1, 3, &k, &v).unwrap();
@@ -238,5 +238,46 @@ mod tests {
             ContiguousCache::new(l, 4),
             Err(KvError::EmptyLayout("n_kv_head"))
         ));
+    }
+
+    /// Quantized caches store whole blocks per head row, read back close to what was written,
+    /// take 34 or 18 bytes per 32 values, and refuse head sizes that are not multiples of 32.
+    #[test]
+    fn quantized_caches_round_trip_and_size() {
+        for (dtype, tol) in [(KvDType::Q8_0, 0.01), (KvDType::Q4_0, 0.15)] {
+            let l = KvLayout {
+                n_layers: 2,
+                n_kv_head: 2,
+                k_head_dim: 32,
+                v_head_dim: 64,
+                dtype,
+            };
+            let mut c = ContiguousCache::new(l.clone(), 8).unwrap();
+            let per = if dtype == KvDType::Q8_0 { 34 } else { 18 };
+            assert_eq!(c.memory_bytes(), 8 * 2 * (2 + 4) * per);
+            let k: Vec<f32> = (0..3 * 64)
+                .map(|i| ((i * 37) % 19) as f32 / 9.5 - 1.0)
+                .collect();
+            let v: Vec<f32> = (0..3 * 128)
+                .map(|i| ((i * 11) % 23) as f32 / 11.5 - 1.0)
+                .collect();
+            c.write(1, 2, &k, &v).unwrap();
+            let view = c.view(1, 5).unwrap();
+            for (i, &x) in k.iter().enumerate() {
+                let got = kv_get(&view.k, 2 * 64 + i).unwrap();
+                assert!((got - x).abs() <= tol, "{dtype:?} k[{i}] {got} vs {x}");
+            }
+            for (i, &x) in v.iter().enumerate() {
+                let got = kv_get(&view.v, 2 * 128 + i).unwrap();
+                assert!((got - x).abs() <= tol, "{dtype:?} v[{i}] {got} vs {x}");
+            }
+            let bad = KvLayout {
+                k_head_dim: 48,
+                ..l
+            };
+            assert!(ContiguousCache::new(bad, 8).is_err());
+        }
+        assert_eq!(KvDType::parse("Q8_0"), Some(KvDType::Q8_0));
+        assert_eq!(KvDType::parse("q5_1"), None);
     }
 }

@@ -10,15 +10,46 @@ pub enum KvDType {
     /// 2 bytes per element (the default, as llama.cpp's).
     #[default]
     F16,
+    /// Blocks of 32 values, an f16 scale and 32 signed bytes: 34 bytes per 32 values.
+    Q8_0,
+    /// Blocks of 32 values, an f16 scale and 16 bytes of nibbles: 18 bytes per 32 values.
+    Q4_0,
 }
 
 impl KvDType {
-    /// Bytes per element.
-    pub fn size(self) -> usize {
+    /// Bytes that `values` values take (`values` a multiple of 32 for the quantized types).
+    pub fn bytes(self, values: usize) -> usize {
         match self {
-            KvDType::F32 => 4,
-            KvDType::F16 => 2,
+            KvDType::F32 => values * 4,
+            KvDType::F16 => values * 2,
+            KvDType::Q8_0 => values / 32 * 34,
+            KvDType::Q4_0 => values / 32 * 18,
         }
+    }
+
+    /// Values per block (1 for the float types).
+    pub fn block(self) -> usize {
+        match self {
+            KvDType::F32 | KvDType::F16 => 1,
+            KvDType::Q8_0 | KvDType::Q4_0 => 32,
+        }
+    }
+
+    /// Its name as llama.cpp's `--cache-type-k` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDType::F32 => "f32",
+            KvDType::F16 => "f16",
+            KvDType::Q8_0 => "q8_0",
+            KvDType::Q4_0 => "q4_0",
+        }
+    }
+
+    /// Parse `f32`, `f16`, `q8_0` or `q4_0`.
+    pub fn parse(s: &str) -> Option<KvDType> {
+        [KvDType::F32, KvDType::F16, KvDType::Q8_0, KvDType::Q4_0]
+            .into_iter()
+            .find(|d| d.name().eq_ignore_ascii_case(s))
     }
 }
 
@@ -50,7 +81,8 @@ impl KvLayout {
 
     /// Bytes one token takes over all layers.
     pub fn bytes_per_token(&self) -> usize {
-        self.n_layers * (self.k_per_token() + self.v_per_token()) * self.dtype.size()
+        self.n_layers
+            * (self.dtype.bytes(self.k_per_token()) + self.dtype.bytes(self.v_per_token()))
     }
 
     pub(crate) fn check(&self) -> Result<(), KvError> {
@@ -63,6 +95,15 @@ impl KvLayout {
             if v == 0 {
                 return Err(KvError::EmptyLayout(what));
             }
+        }
+        let b = self.dtype.block();
+        if !self.k_head_dim.is_multiple_of(b) || !self.v_head_dim.is_multiple_of(b) {
+            return Err(KvError::Pool(format!(
+                "a {} cache needs head sizes that are multiples of {b}, not {} and {}",
+                self.dtype.name(),
+                self.k_head_dim,
+                self.v_head_dim
+            )));
         }
         Ok(())
     }

@@ -31,6 +31,16 @@ pub fn kv_get(s: &KvSlice<'_>, i: usize) -> Option<f32> {
     match s {
         KvSlice::F32(s) => s.get(i).copied(),
         KvSlice::F16(s) => s.get(i).map(|v| v.to_f32()),
+        KvSlice::Q8_0(s) => s
+            .get(i / 32)
+            .map(|b| b.d.to_f32() * f32::from(b.qs[i % 32])),
+        KvSlice::Q4_0(s) => s.get(i / 32).map(|b| {
+            let j = i % 32;
+            let byte = b.qs[j % 16];
+            let q = if j < 16 { byte & 0x0f } else { byte >> 4 };
+            b.d.to_f32() * f32::from(q as i8 - 8)
+        }),
+        _ => None,
     }
 }
 

@@ -412,8 +412,8 @@ impl BatchKv for PagedCache {
                 )));
             }
             let r = rows.row(p);
-            kb.write(r * kt, &k[i * kt..(i + run) * kt]);
-            vb.write(r * vt, &v[i * vt..(i + run) * vt]);
+            kb.write(r * kt, &k[i * kt..(i + run) * kt])?;
+            vb.write(r * vt, &v[i * vt..(i + run) * vt])?;
             i += run;
         }
         Ok(())

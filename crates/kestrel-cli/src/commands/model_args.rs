@@ -18,16 +18,27 @@ pub struct ModelArgs {
     /// Context length (0: the model's, at most 4096).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
     pub ctx: usize,
+    /// KV cache type: f16 (default), f32, q8_0 or q4_0.
+    #[arg(long = "cache-type", default_value = "f16")]
+    pub cache_type: String,
 }
 
 impl ModelArgs {
     /// Loads the model with these threads and context length.
     pub fn load(&self) -> Result<Model, String> {
+        let kv_dtype = kv_dtype(&self.cache_type)?;
         let opts = LoadOptions {
             threads: self.threads,
             ctx: self.ctx,
+            kv_dtype,
             ..LoadOptions::default()
         };
         Model::load_file(&self.model, opts).map_err(|e| e.to_string())
     }
+}
+
+/// Parse a `--cache-type` value.
+pub fn kv_dtype(s: &str) -> Result<kestrel::KvDType, String> {
+    kestrel::KvDType::parse(s)
+        .ok_or_else(|| format!("--cache-type {s}: expected f16, f32, q8_0 or q4_0"))
 }

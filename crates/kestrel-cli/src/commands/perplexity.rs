@@ -25,6 +25,9 @@ pub struct PerplexityArgs {
     /// Threads (0: all cores).
     #[arg(short, long, default_value_t = 0)]
     pub threads: usize,
+    /// KV cache type: f16 (default), f32, q8_0 or q4_0.
+    #[arg(long = "cache-type", default_value = "f16")]
+    pub cache_type: String,
 }
 
 pub fn run(args: &PerplexityArgs) -> Result<(), String> {
@@ -42,6 +45,7 @@ pub fn run(args: &PerplexityArgs) -> Result<(), String> {
     let load = LoadOptions {
         threads: args.threads,
         ctx: args.ctx,
+        kv_dtype: super::model_args::kv_dtype(&args.cache_type)?,
         ..LoadOptions::default()
     };
     let mut model = Model::load_file(&args.model, load).map_err(|e| e.to_string())?;
