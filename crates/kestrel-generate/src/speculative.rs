@@ -1,9 +1,9 @@
-//! Prompt-lookup speculative decoding (n-gram drafting, no draft model).
+//! Speculative decoding: prompt-lookup (n-gram drafting, no draft model) and a draft model.
 //!
 //! Greedy decoding spends one forward pass per token, each reading all the weights. When the
 //! text repeats itself (code, quotes, structured output), the tokens that followed the last
-//! occurrence of the current n-gram are a cheap guess at what comes next. Each step drafts up to
-//! `k` such tokens, runs the current token plus the draft through the model in one pass (all
+//! occurrence of the current n-gram are a cheap guess at what comes next; a small draft model
+//! is another. Each step drafts up to `k` tokens, runs the current token plus the draft through the model in one pass (all
 //! rows' logits), keeps the longest prefix of the draft that greedy decoding agrees with plus
 //! the model's own next token, and rolls the KV cache back past the first disagreement. The
 //! output is exactly greedy decoding's; only the number of forward passes changes.
@@ -81,6 +81,10 @@ pub fn lookup_draft(history: &[u32], ngram: usize, k: usize, out: &mut Vec<u32>)
     }
 }
 
+/// Proposes up to `k` tokens to follow `history` (prompt, generated tokens and the token about
+/// to be verified) into `out`.
+type Drafter<'d> = dyn FnMut(&[u32], usize, &mut Vec<u32>) -> Result<(), GenerateError> + 'd;
+
 impl Generator {
     /// Greedy generation of up to `max_new` tokens with prompt-lookup speculation (see the
     /// module docs): the same ids as [`generate_ids`](Self::generate_ids), in fewer forward
@@ -92,6 +96,76 @@ impl Generator {
         opts: LookupOptions,
         on_token: &mut dyn FnMut(u32) -> Result<bool, String>,
     ) -> Result<(Generation, SpecStats), GenerateError> {
+        if opts.ngram == 0 {
+            return Err(GenerateError::InvalidOption {
+                name: "lookup",
+                reason: "ngram must be at least 1".into(),
+            });
+        }
+        let ngram = opts.ngram;
+        let mut drafter = |h: &[u32], k: usize, out: &mut Vec<u32>| {
+            lookup_draft(h, ngram, k, out);
+            Ok(())
+        };
+        self.speculate(prompt, max_new, opts.max_draft, &mut drafter, on_token)
+    }
+
+    /// Greedy generation with a draft model: `draft` (a smaller or more quantized model with
+    /// the same vocabulary) proposes up to `max_draft` tokens greedily, this model verifies them
+    /// in one pass. The ids are exactly this model's greedy ids; both models' caches are rolled
+    /// back past a rejection (the draft's default session is used and kept in step).
+    pub fn generate_speculative(
+        &mut self,
+        draft: &mut Generator,
+        prompt: &[u32],
+        max_new: usize,
+        max_draft: usize,
+        on_token: &mut dyn FnMut(u32) -> Result<bool, String>,
+    ) -> Result<(Generation, SpecStats), GenerateError> {
+        if draft.core.cfg.n_vocab != self.core.cfg.n_vocab {
+            return Err(GenerateError::InvalidOption {
+                name: "draft",
+                reason: format!(
+                    "the draft model's vocabulary ({}) differs from the target's ({})",
+                    draft.core.cfg.n_vocab, self.core.cfg.n_vocab
+                ),
+            });
+        }
+        if prompt.len().saturating_add(max_new) > draft.ctx() {
+            return Err(GenerateError::InvalidOption {
+                name: "draft",
+                reason: format!("the draft model's context {} is too small", draft.ctx()),
+            });
+        }
+        draft.session.reset();
+        let mut drafter = |h: &[u32], k: usize, out: &mut Vec<u32>| {
+            out.clear();
+            // the draft's cache holds a prefix of `h`; feed the rest (reusing that prefix)
+            draft.core.feed(&mut draft.session, h)?;
+            let mut t = cpu::argmax(&draft.core.logits).unwrap_or(0) as u32;
+            out.push(t);
+            while out.len() < k && draft.session.kv.seq_len() < draft.core.ctx {
+                draft.core.step(&mut draft.session, t)?;
+                t = cpu::argmax(&draft.core.logits).unwrap_or(0) as u32;
+                out.push(t);
+            }
+            Ok(())
+        };
+        self.speculate(prompt, max_new, max_draft, &mut drafter, on_token)
+    }
+
+    fn speculate(
+        &mut self,
+        prompt: &[u32],
+        max_new: usize,
+        max_draft: usize,
+        drafter: &mut Drafter<'_>,
+        on_token: &mut dyn FnMut(u32) -> Result<bool, String>,
+    ) -> Result<(Generation, SpecStats), GenerateError> {
+        let opts = LookupOptions {
+            ngram: 1,
+            max_draft,
+        };
         let ctx = self.ctx();
         let needed = prompt.len().saturating_add(max_new);
         if needed > ctx {
@@ -157,7 +231,7 @@ impl Generator {
                 pause -= 1;
                 draft.clear();
             } else {
-                lookup_draft(&history, opts.ngram, k.min(room), &mut draft);
+                drafter(&history, k.min(room), &mut draft)?;
             }
             stats.passes += 1;
             if draft.is_empty() {

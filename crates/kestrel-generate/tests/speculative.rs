@@ -69,3 +69,39 @@ fn lookup_equals_greedy_smollm2() {
 fn lookup_equals_greedy_gemma3() {
     lookup_equals_greedy(GEMMA3_270M_Q4_K_M);
 }
+
+/// A draft model with the target's own weights agrees with every token: greedy ids, almost all
+/// drafts accepted, and both caches stay in step across rollbacks.
+#[test]
+fn draft_model_gives_greedy_ids() {
+    let Some(path) = test_model(SMOLLM2_135M_Q4_1) else {
+        return;
+    };
+    let model = Arc::new(GgufModel::open(path).unwrap());
+    let opts = GeneratorOptions {
+        threads: 2,
+        ctx: 256,
+        ..GeneratorOptions::default()
+    };
+    let mut target = Generator::new(model.clone(), opts.clone()).unwrap();
+    let mut draft = Generator::new(model, opts).unwrap();
+    let prompt = target
+        .tokenizer()
+        .unwrap()
+        .encode(
+            "The history of the printing press",
+            EncodeOptions::default(),
+        )
+        .unwrap();
+    let plain = target.generate_ids(&prompt, 40, &mut |_| Ok(true)).unwrap();
+    let (spec, stats) = target
+        .generate_speculative(&mut draft, &prompt, 40, 6, &mut |_| Ok(true))
+        .unwrap();
+    assert_eq!(spec.ids, plain.ids);
+    eprintln!(
+        "self-draft: {stats:?}, acceptance {:.2}",
+        stats.acceptance()
+    );
+    assert!(stats.acceptance() > 0.9, "{stats:?}");
+    assert!(stats.passes * 3 < spec.ids.len(), "{stats:?}");
+}

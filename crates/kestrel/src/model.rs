@@ -383,22 +383,48 @@ impl Model {
         opts: &GenerateOptions,
         lookup: kestrel_generate::LookupOptions,
     ) -> Result<(Output, kestrel_generate::SpecStats), Error> {
-        let s = &opts.sampling;
-        if !s.is_greedy() || opts.grammar.is_some() || !s.stop_strings.is_empty() {
-            return Err(Error::InvalidOption {
-                name: "lookup",
-                reason:
-                    "prompt-lookup decoding is greedy: temperature 0, no grammar, no stop strings"
-                        .into(),
-            });
-        }
+        check_greedy(opts)?;
         let prompt_ids = self.encode(prompt, opts)?;
-        let stop_ids = s.stop_token_ids.clone();
-        let (g, stats) =
-            self.generator
-                .generate_lookup(&prompt_ids, s.max_new_tokens, lookup, &mut |id| {
-                    Ok(!stop_ids.contains(&id))
-                })?;
+        let stop_ids = opts.sampling.stop_token_ids.clone();
+        let (g, stats) = self.generator.generate_lookup(
+            &prompt_ids,
+            opts.sampling.max_new_tokens,
+            lookup,
+            &mut |id| Ok(!stop_ids.contains(&id)),
+        )?;
+        Ok((self.output_of(prompt_ids, g, &stop_ids)?, stats))
+    }
+
+    /// Greedy generation verified against a draft model (see
+    /// [`Generator::generate_speculative`](kestrel_generate::Generator::generate_speculative)):
+    /// `draft` proposes up to `max_draft` tokens, this model checks them in one pass. The output
+    /// is this model's greedy output. `opts` as for [`generate_lookup`](Self::generate_lookup).
+    pub fn generate_speculative(
+        &mut self,
+        draft: &mut Model,
+        prompt: &str,
+        opts: &GenerateOptions,
+        max_draft: usize,
+    ) -> Result<(Output, kestrel_generate::SpecStats), Error> {
+        check_greedy(opts)?;
+        let prompt_ids = self.encode(prompt, opts)?;
+        let stop_ids = opts.sampling.stop_token_ids.clone();
+        let (g, stats) = self.generator.generate_speculative(
+            &mut draft.generator,
+            &prompt_ids,
+            opts.sampling.max_new_tokens,
+            max_draft,
+            &mut |id| Ok(!stop_ids.contains(&id)),
+        )?;
+        Ok((self.output_of(prompt_ids, g, &stop_ids)?, stats))
+    }
+
+    fn output_of(
+        &self,
+        prompt_ids: Vec<u32>,
+        g: kestrel_generate::Generation,
+        stop_ids: &[u32],
+    ) -> Result<Output, Error> {
         let last_is_stop = g
             .ids
             .last()
@@ -418,16 +444,13 @@ impl Model {
         } else {
             FinishReason::Length
         };
-        Ok((
-            Output {
-                prompt_ids,
-                ids: g.ids,
-                text,
-                finish,
-                metrics: g.metrics,
-            },
-            stats,
-        ))
+        Ok(Output {
+            prompt_ids,
+            ids: g.ids,
+            text,
+            finish,
+            metrics: g.metrics,
+        })
     }
 
     /// Generate as an iterator of [`Token`]s (`id`, final `text`), one per decode step.
@@ -553,4 +576,18 @@ impl Model {
     pub fn decode(&self, ids: &[u32]) -> Result<String, Error> {
         Ok(self.tokenizer.decode(ids, DecodeOptions::default())?)
     }
+}
+
+/// Speculative decoding here is greedy: temperature 0, no grammar, no stop strings.
+fn check_greedy(opts: &GenerateOptions) -> Result<(), Error> {
+    let s = &opts.sampling;
+    if !s.is_greedy() || opts.grammar.is_some() || !s.stop_strings.is_empty() {
+        return Err(Error::InvalidOption {
+            name: "speculative",
+            reason:
+                "speculative decoding is greedy here: temperature 0, no grammar, no stop strings"
+                    .into(),
+        });
+    }
+    Ok(())
 }

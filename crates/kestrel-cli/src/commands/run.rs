@@ -29,16 +29,19 @@ pub struct RunArgs {
     /// Prompt-lookup speculative decoding with n-grams up to N (0: off; greedy only).
     #[arg(long, default_value_t = 0)]
     pub lookup: usize,
-    /// Most tokens drafted per step with --lookup.
+    /// Most tokens drafted per step with --lookup or --draft.
     #[arg(long, default_value_t = 8)]
     pub draft_max: usize,
+    /// A draft model (same vocabulary) for speculative decoding (greedy only).
+    #[arg(long)]
+    pub draft: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: &RunArgs) -> Result<(), String> {
     let mut opts = args.sampling.options()?;
     opts.add_bos = !args.no_bos;
     let mut model = args.model.load()?;
-    if args.lookup > 0 {
+    if args.lookup > 0 || args.draft.is_some() {
         return run_lookup(args, &mut model, &opts);
     }
     if args.json {
@@ -88,8 +91,8 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `--lookup N`: greedy generation with prompt-lookup speculation; prints the text (or the
-/// JSON document) with the acceptance rate and forward passes.
+/// `--lookup N` or `--draft MODEL`: greedy generation with speculation; prints the text (or
+/// the JSON document) with the acceptance rate and forward passes.
 fn run_lookup(
     args: &RunArgs,
     model: &mut kestrel::Model,
@@ -99,9 +102,19 @@ fn run_lookup(
         ngram: args.lookup,
         max_draft: args.draft_max,
     };
-    let (out, stats) = model
-        .generate_lookup(&args.prompt, opts, lookup)
-        .map_err(|e| e.to_string())?;
+    let (out, stats) = match &args.draft {
+        Some(path) => {
+            let load = kestrel::LoadOptions {
+                threads: args.model.threads,
+                ctx: args.model.ctx,
+                ..kestrel::LoadOptions::default()
+            };
+            let mut draft = kestrel::Model::load_file(path, load).map_err(|e| e.to_string())?;
+            model.generate_speculative(&mut draft, &args.prompt, opts, args.draft_max)
+        }
+        None => model.generate_lookup(&args.prompt, opts, lookup),
+    }
+    .map_err(|e| e.to_string())?;
     let m = &out.metrics;
     if args.json {
         let doc = json!({
@@ -126,7 +139,7 @@ fn run_lookup(
     }
     print(&format!("{}\n", out.text))?;
     eprintln!(
-        "lookup: {} tokens in {} passes, acceptance {:.2} ({}/{}), decode {:.1} tok/s",
+        "speculative: {} tokens in {} passes, acceptance {:.2} ({}/{}), decode {:.1} tok/s",
         m.generated_tokens,
         stats.passes,
         stats.acceptance(),
