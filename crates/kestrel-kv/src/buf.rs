@@ -3,7 +3,7 @@
 use half::f16;
 use kestrel_gguf::quant::{q4_0, q8_0, BlockQ4_0, BlockQ8_0};
 
-use crate::{KvDType, KvError, KvSlice};
+use crate::{KvDType, KvError, KvLayout, KvSlice};
 
 /// Token-major storage of one layer's keys (or values).
 pub(crate) enum Buf {
@@ -16,6 +16,21 @@ pub(crate) enum Buf {
 }
 
 impl Buf {
+    /// Every layer's keys (`nk` values) and values (`nv` values), zeroed.
+    pub(crate) fn layers(
+        layout: &KvLayout,
+        nk: usize,
+        nv: usize,
+    ) -> Result<(Vec<Buf>, Vec<Buf>), std::collections::TryReserveError> {
+        let mut k = Vec::with_capacity(layout.n_layers);
+        let mut v = Vec::with_capacity(layout.n_layers);
+        for _ in 0..layout.n_layers {
+            k.push(Buf::zeroed(layout.dtype, nk)?);
+            v.push(Buf::zeroed(layout.dtype, nv)?);
+        }
+        Ok((k, v))
+    }
+
     pub(crate) fn zeroed(
         dtype: KvDType,
         n: usize,

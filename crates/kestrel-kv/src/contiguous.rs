@@ -50,12 +50,7 @@ impl ContiguousCache {
             .checked_mul(capacity)
             .filter(|&b| b <= isize::MAX as usize)
             .ok_or_else(too_large)?;
-        let mut k = Vec::with_capacity(layout.n_layers);
-        let mut v = Vec::with_capacity(layout.n_layers);
-        for _ in 0..layout.n_layers {
-            k.push(Buf::zeroed(layout.dtype, nk).map_err(|_| too_large())?);
-            v.push(Buf::zeroed(layout.dtype, nv).map_err(|_| too_large())?);
-        }
+        let (k, v) = Buf::layers(&layout, nk, nv).map_err(|_| too_large())?;
         Ok(ContiguousCache {
             layout,
             capacity,
@@ -63,16 +58,6 @@ impl ContiguousCache {
             k,
             v,
         })
-    }
-
-    fn check_layer(&self, layer: usize) -> Result<(), KvError> {
-        if layer >= self.layout.n_layers {
-            return Err(KvError::Layer {
-                layer,
-                n_layers: self.layout.n_layers,
-            });
-        }
-        Ok(())
     }
 }
 
@@ -90,21 +75,8 @@ impl KvCache for ContiguousCache {
     }
 
     fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) -> Result<(), KvError> {
-        self.check_layer(layer)?;
+        let n = self.layout.check_write(layer, k, v)?;
         let (kt, vt) = (self.layout.k_per_token(), self.layout.v_per_token());
-        let n = k.len() / kt;
-        for (what, got, per_token) in [("keys", k.len(), kt), ("values", v.len(), vt)] {
-            if got != n * per_token {
-                return Err(KvError::Length {
-                    layer,
-                    what,
-                    got,
-                    per_token,
-                    n,
-                    expected: n * per_token,
-                });
-            }
-        }
         let end = pos.checked_add(n).filter(|&e| e <= self.capacity);
         let Some(_) = end else {
             return Err(KvError::Full {
@@ -119,7 +91,7 @@ impl KvCache for ContiguousCache {
     }
 
     fn view(&self, layer: usize, len: usize) -> Result<LayerView<'_>, KvError> {
-        self.check_layer(layer)?;
+        self.layout.check_layer(layer)?;
         if len > self.capacity {
             return Err(KvError::Full {
                 start: 0,

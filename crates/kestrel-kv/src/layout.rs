@@ -85,6 +85,37 @@ impl KvLayout {
             * (self.dtype.bytes(self.k_per_token()) + self.dtype.bytes(self.v_per_token()))
     }
 
+    /// A layer index in range.
+    pub(crate) fn check_layer(&self, layer: usize) -> Result<(), KvError> {
+        if layer >= self.n_layers {
+            return Err(KvError::Layer {
+                layer,
+                n_layers: self.n_layers,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks a write of `k`/`v` to `layer` and returns its token count.
+    pub(crate) fn check_write(&self, layer: usize, k: &[f32], v: &[f32]) -> Result<usize, KvError> {
+        self.check_layer(layer)?;
+        let (kt, vt) = (self.k_per_token(), self.v_per_token());
+        let n = k.len() / kt;
+        for (what, got, per_token) in [("keys", k.len(), kt), ("values", v.len(), vt)] {
+            if got != n * per_token {
+                return Err(KvError::Length {
+                    layer,
+                    what,
+                    got,
+                    per_token,
+                    n,
+                    expected: n * per_token,
+                });
+            }
+        }
+        Ok(n)
+    }
+
     pub(crate) fn check(&self) -> Result<(), KvError> {
         for (v, what) in [
             (self.n_layers, "n_layers"),

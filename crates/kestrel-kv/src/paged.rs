@@ -113,12 +113,7 @@ impl PagedCache {
             .filter(|&b| b <= isize::MAX as usize)
             .ok_or_else(too_large)?;
         let (nk, nv) = (tokens * layout.k_per_token(), tokens * layout.v_per_token());
-        let mut k = Vec::with_capacity(layout.n_layers);
-        let mut v = Vec::with_capacity(layout.n_layers);
-        for _ in 0..layout.n_layers {
-            k.push(Buf::zeroed(layout.dtype, nk).map_err(|_| too_large())?);
-            v.push(Buf::zeroed(layout.dtype, nv).map_err(|_| too_large())?);
-        }
+        let (k, v) = Buf::layers(&layout, nk, nv).map_err(|_| too_large())?;
         Ok(PagedCache {
             block_size,
             n_blocks,
@@ -347,16 +342,6 @@ impl PagedCache {
             },
         }
     }
-
-    fn check_layer(&self, layer: usize) -> Result<(), KvError> {
-        if layer >= self.layout.n_layers {
-            return Err(KvError::Layer {
-                layer,
-                n_layers: self.layout.n_layers,
-            });
-        }
-        Ok(())
-    }
 }
 
 impl BatchKv for PagedCache {
@@ -372,21 +357,8 @@ impl BatchKv for PagedCache {
         k: &[f32],
         v: &[f32],
     ) -> Result<(), KvError> {
-        self.check_layer(layer)?;
+        let n = self.layout.check_write(layer, k, v)?;
         let (kt, vt) = (self.layout.k_per_token(), self.layout.v_per_token());
-        let n = k.len() / kt;
-        for (what, got, per_token) in [("keys", k.len(), kt), ("values", v.len(), vt)] {
-            if got != n * per_token {
-                return Err(KvError::Length {
-                    layer,
-                    what,
-                    got,
-                    per_token,
-                    n,
-                    expected: n * per_token,
-                });
-            }
-        }
         let cap = self.seq_capacity(seq)?;
         if pos.checked_add(n).is_none_or(|e| e > cap) {
             return Err(KvError::Full {
@@ -420,7 +392,7 @@ impl BatchKv for PagedCache {
     }
 
     fn view_seq(&self, layer: usize, seq: SeqId, len: usize) -> Result<LayerView<'_>, KvError> {
-        self.check_layer(layer)?;
+        self.layout.check_layer(layer)?;
         let s = self.seq(seq)?;
         let cap = s.table.len() * self.block_size;
         if len > cap {

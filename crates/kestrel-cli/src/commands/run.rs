@@ -48,21 +48,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         let out = model
             .generate(&args.prompt, &opts)
             .map_err(|e| e.to_string())?;
-        let m = &out.metrics;
-        let doc = json!({
-            "prompt_ids": out.prompt_ids,
-            "ids": out.ids,
-            "text": out.text,
-            "finish_reason": format!("{:?}", out.finish),
-            "metrics": {
-                "prompt_tokens": m.prompt_tokens,
-                "generated_tokens": m.generated_tokens,
-                "prefill_tok_s": m.prefill_tok_s(),
-                "decode_tok_s": m.decode_tok_s(),
-                "time_to_first_token_ms": m.time_to_first_token.as_secs_f64() * 1e3,
-                "peak_memory_bytes": m.peak_memory_bytes,
-            },
-        });
+        let doc = output_json(&out);
         return print(&format!("{doc}\n"));
     }
     let mut stdout = std::io::stdout();
@@ -117,23 +103,12 @@ fn run_lookup(
     .map_err(|e| e.to_string())?;
     let m = &out.metrics;
     if args.json {
-        let doc = json!({
-            "prompt_ids": out.prompt_ids,
-            "ids": out.ids,
-            "text": out.text,
-            "finish_reason": format!("{:?}", out.finish),
-            "metrics": {
-                "prompt_tokens": m.prompt_tokens,
-                "generated_tokens": m.generated_tokens,
-                "prefill_tok_s": m.prefill_tok_s(),
-                "decode_tok_s": m.decode_tok_s(),
-            },
-            "speculative": {
-                "passes": stats.passes,
-                "drafted": stats.drafted,
-                "accepted": stats.accepted,
-                "acceptance": stats.acceptance(),
-            },
+        let mut doc = output_json(&out);
+        doc["speculative"] = json!({
+            "passes": stats.passes,
+            "drafted": stats.drafted,
+            "accepted": stats.accepted,
+            "acceptance": stats.acceptance(),
         });
         return print(&format!("{doc}\n"));
     }
@@ -148,4 +123,23 @@ fn run_lookup(
         m.decode_tok_s()
     );
     Ok(())
+}
+
+/// `--json`'s document for one generation.
+fn output_json(out: &kestrel::Output) -> serde_json::Value {
+    let m = &out.metrics;
+    json!({
+        "prompt_ids": out.prompt_ids,
+        "ids": out.ids,
+        "text": out.text,
+        "finish_reason": format!("{:?}", out.finish),
+        "metrics": {
+            "prompt_tokens": m.prompt_tokens,
+            "generated_tokens": m.generated_tokens,
+            "prefill_tok_s": m.prefill_tok_s(),
+            "decode_tok_s": m.decode_tok_s(),
+            "time_to_first_token_ms": m.time_to_first_token.as_secs_f64() * 1e3,
+            "peak_memory_bytes": m.peak_memory_bytes,
+        },
+    })
 }
