@@ -173,17 +173,9 @@ impl<'g> Scheduler<'g> {
             return Err(GenerateError::EmptyPrompt);
         }
         let max_new = params.sampling.max_new_tokens;
-        let needed = prompt.len().saturating_add(max_new);
-        if needed > self.core.ctx {
-            return Err(GenerateError::ContextTooSmall {
-                prompt: prompt.len(),
-                max_new,
-                needed,
-                ctx: self.core.ctx,
-            });
-        }
+        self.core.check_room(prompt.len(), max_new)?;
         let pool = &self.state.pool;
-        let blocks = pool.blocks_for(needed);
+        let blocks = pool.blocks_for(prompt.len() + max_new);
         if blocks > pool.total_blocks() {
             return Err(GenerateError::Kv(KvError::OutOfBlocks {
                 needed: blocks,

@@ -176,6 +176,20 @@ impl Core {
         Ok(())
     }
 
+    /// A prompt of `prompt` tokens and `max_new` new ones fit in the context.
+    pub(crate) fn check_room(&self, prompt: usize, max_new: usize) -> Result<(), GenerateError> {
+        let needed = prompt.saturating_add(max_new);
+        if needed > self.ctx {
+            return Err(GenerateError::ContextTooSmall {
+                prompt,
+                max_new,
+                needed,
+                ctx: self.ctx,
+            });
+        }
+        Ok(())
+    }
+
     pub(crate) fn is_stop(&self, id: u32) -> bool {
         self.stop_ids.binary_search(&id).is_ok()
     }
@@ -450,15 +464,7 @@ impl Generator {
         max_new: usize,
         on_token: &mut dyn FnMut(u32) -> Result<bool, String>,
     ) -> Result<Generation, GenerateError> {
-        let needed = prompt.len().saturating_add(max_new);
-        if needed > self.core.ctx {
-            return Err(GenerateError::ContextTooSmall {
-                prompt: prompt.len(),
-                max_new,
-                needed,
-                ctx: self.core.ctx,
-            });
-        }
+        self.core.check_room(prompt.len(), max_new)?;
         let mut metrics = GenerateMetrics {
             prompt_tokens: prompt.len(),
             ..Default::default()

@@ -166,16 +166,7 @@ impl Generator {
             ngram: 1,
             max_draft,
         };
-        let ctx = self.ctx();
-        let needed = prompt.len().saturating_add(max_new);
-        if needed > ctx {
-            return Err(GenerateError::ContextTooSmall {
-                prompt: prompt.len(),
-                max_new,
-                needed,
-                ctx,
-            });
-        }
+        self.core.check_room(prompt.len(), max_new)?;
         if opts.ngram == 0 || opts.max_draft == 0 || opts.max_draft > 64 {
             return Err(GenerateError::InvalidOption {
                 name: "lookup",

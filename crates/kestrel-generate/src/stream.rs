@@ -156,15 +156,7 @@ impl<'a> TokenIter<'a> {
     ) -> Result<TokenIter<'a>, GenerateError> {
         let start = Instant::now();
         let cfg = &params.sampling;
-        let needed = prompt.len().saturating_add(cfg.max_new_tokens);
-        if needed > core.ctx {
-            return Err(GenerateError::ContextTooSmall {
-                prompt: prompt.len(),
-                max_new: cfg.max_new_tokens,
-                needed,
-                ctx: core.ctx,
-            });
-        }
+        core.check_room(prompt.len(), cfg.max_new_tokens)?;
         let trie = match &params.grammar {
             Some(_) => Some(trie_of(trie_cell, tokenizer, core)?),
             None => None,

@@ -239,13 +239,7 @@ impl ExecutionPlan {
     }
 
     fn output_rows(&self, t: usize) -> &[f32] {
-        let node = &self.nodes[self.output];
-        let rows = match node.rows {
-            Rows::Tokens => t,
-            Rows::Outputs => self.out_rows.len(),
-        };
-        let off = self.mem.offsets[self.output];
-        &self.arena[off..off + rows * node.width]
+        &self.arena[self.range(self.output, t)]
     }
 
     fn execute(
