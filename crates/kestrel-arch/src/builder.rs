@@ -14,6 +14,8 @@ pub enum Logits {
     Last,
     /// Every token's (perplexity, speculative verification).
     All,
+    /// No logits: every token's hidden state after the final norm (embeddings).
+    Hidden,
 }
 
 struct Builder<'a> {
@@ -220,6 +222,10 @@ pub fn build_decoder(
     x =
         b.g.rms_norm("output_norm", x, n_embd, eps, Some(w))
             .map_err(&ge)?;
+    if logits == Logits::Hidden {
+        b.g.set_output(x).map_err(&ge)?;
+        return Ok(b.g);
+    }
     let out_w = if cfg.tied_output {
         tok
     } else {

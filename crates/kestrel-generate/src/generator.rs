@@ -91,9 +91,11 @@ pub struct Generator {
     pub(crate) session: Session,
     tokenizer: Option<Arc<Tokenizer>>,
     trie: OnceLock<TokenTrie>,
-    opts: GeneratorOptions,
+    pub(crate) opts: GeneratorOptions,
     /// The batched plan and KV block pool of the last scheduler (kept for the next one).
     batch: Option<BatchState>,
+    /// The embedding plan, made on first use.
+    pub(crate) embed: Option<crate::embed::EmbedState>,
 }
 
 /// What runs the model: config, engine, plans, and the logits of the last step.
@@ -319,6 +321,7 @@ impl Generator {
                 logits,
             },
             batch: None,
+            embed: None,
             session,
             tokenizer,
             trie: OnceLock::new(),

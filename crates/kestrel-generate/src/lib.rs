@@ -20,6 +20,7 @@
 
 mod batch;
 mod cancel;
+mod embed;
 mod error;
 mod generator;
 mod metrics;
@@ -30,10 +31,15 @@ mod stream;
 
 pub use batch::{BatchEvent, BatchOptions, BatchRequest, RequestId, Scheduler};
 pub use cancel::CancelToken;
+pub use embed::Pooling;
 pub use error::GenerateError;
 pub use generator::{Generation, Generator, GeneratorOptions, Perplexity};
+pub use kestrel_kv::{KvError, PoolStats};
 pub use metrics::GenerateMetrics;
 pub use params::GenerateParams;
 pub use session::Session;
 pub use speculative::{lookup_draft, LookupOptions, SpecStats};
-pub use stream::{Completion, FinishReason, StreamError, Token, TokenIter, TokenStream};
+pub use stream::{
+    Completion, FinishReason, StreamError, Token, TokenIter, TokenLogprob, TokenStream,
+    MAX_TOP_LOGPROBS,
+};

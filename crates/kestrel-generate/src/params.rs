@@ -24,6 +24,9 @@ pub struct GenerateParams {
     pub grammar: Option<Grammar>,
     /// Stop when this token is cancelled.
     pub cancel: Option<CancelToken>,
+    /// Report each token's log-probability and this many most likely alternatives (at most
+    /// [`MAX_TOP_LOGPROBS`](crate::MAX_TOP_LOGPROBS)); `None`: none.
+    pub logprobs: Option<usize>,
 }
 
 impl GenerateParams {

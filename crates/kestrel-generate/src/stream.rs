@@ -14,7 +14,7 @@ use crate::metrics::peak_memory_bytes;
 use crate::{CancelToken, GenerateError, GenerateMetrics, GenerateParams, Session};
 
 /// One generated token.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Token {
     /// The token id.
     pub id: u32,
@@ -24,6 +24,58 @@ pub struct Token {
     pub text: String,
     /// True for the end-of-generation or stop token that ended the generation (not rendered).
     pub special: bool,
+    /// Its log-probability and the most likely alternatives, when
+    /// [`GenerateParams::logprobs`] asked for them.
+    pub logprob: Option<TokenLogprob>,
+}
+
+/// A token's log-probability under the model: the log-softmax of the raw logits (before
+/// temperature, penalties and filters), as OpenAI's `logprobs` reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    /// Log-probability of the chosen token.
+    pub logprob: f32,
+    /// The most likely tokens and their log-probabilities, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprob {
+    /// The log-probability of `id` and the `n` most likely tokens under `logits`.
+    ///
+    /// ```
+    /// use kestrel_generate::TokenLogprob;
+    /// let lp = TokenLogprob::of(&[0.0, 1.0, 2.0], 1, 2);
+    /// let lse = (1f32 + 1f32.exp() + 2f32.exp()).ln();
+    /// assert!((lp.logprob - (1.0 - lse)).abs() < 1e-6);
+    /// assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![2, 1]);
+    /// ```
+    pub fn of(logits: &[f32], id: u32, n: usize) -> TokenLogprob {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = logits.iter().map(|&x| f64::from((x - max).exp())).sum();
+        let lse = max + sum.ln() as f32;
+        let mut top: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
+        if n > 0 {
+            for (i, &x) in logits.iter().enumerate() {
+                if top.len() == n && top.last().is_some_and(|t| t.1 >= x) {
+                    continue;
+                }
+                let at = top.partition_point(|t| t.1 >= x);
+                top.insert(at, (i as u32, x));
+                top.truncate(n);
+            }
+        }
+        for t in &mut top {
+            t.1 -= lse;
+        }
+        let chosen = logits
+            .get(id as usize)
+            .copied()
+            .unwrap_or(f32::NEG_INFINITY);
+        TokenLogprob {
+            logprob: chosen - lse,
+            top,
+        }
+    }
 }
 
 /// Why a generation ended.
@@ -127,7 +179,14 @@ pub(crate) struct Decoding<'a> {
     closers: (Vec<u8>, Vec<u32>),
     /// The budget forced the grammar closed: an end-of-generation token then means `Length`.
     closed_by_budget: bool,
+    /// Alternatives to report with each token's log-probability (`None`: no log-probabilities).
+    logprobs: Option<usize>,
+    /// The raw logits of the step, kept for log-probabilities (the sampler edits `logits`).
+    raw: Vec<f32>,
 }
+
+/// Most alternatives reported with a token's log-probability (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// With a grammar, the last this-many tokens of the budget check whether the output can still
 /// be closed (brackets, quotes, required fields) in the tokens left.
@@ -302,6 +361,12 @@ impl<'a> Decoding<'a> {
             finish: None,
             closers: (Vec::new(), Vec::new()),
             closed_by_budget: false,
+            logprobs: params.logprobs.map(|n| n.min(MAX_TOP_LOGPROBS)),
+            raw: if params.logprobs.is_some() {
+                Vec::with_capacity(n_vocab)
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -325,6 +390,10 @@ impl<'a> Decoding<'a> {
         eog: &[u32],
     ) -> Result<Token, GenerateError> {
         let left = self.left();
+        if self.logprobs.is_some() {
+            self.raw.clear();
+            self.raw.extend_from_slice(logits);
+        }
         let id = match (&mut self.matcher, self.trie) {
             (Some(m), Some(trie)) => {
                 let id = match closing_token(m, trie, logits, left, &mut self.closers) {
@@ -385,7 +454,13 @@ impl<'a> Decoding<'a> {
             None => {}
         }
         self.text.push_str(&text);
-        Ok(Token { id, text, special })
+        let logprob = self.logprobs.map(|n| TokenLogprob::of(&self.raw, id, n));
+        Ok(Token {
+            id,
+            text,
+            special,
+            logprob,
+        })
     }
 
     /// Decode `id` and run the text through the stop strings; `Some` when one matched.

@@ -197,6 +197,14 @@ impl ChatTemplate {
         &self.name
     }
 
+    /// The Jinja source (`None` for a built-in).
+    pub fn source(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Jinja(src) => Some(src),
+            Kind::Builtin(_) => None,
+        }
+    }
+
     /// True for a built-in template.
     pub fn is_builtin(&self) -> bool {
         matches!(self.kind, Kind::Builtin(_))

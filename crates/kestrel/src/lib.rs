@@ -32,6 +32,7 @@
 
 mod error;
 mod model;
+mod prompter;
 
 pub use error::Error;
 pub use kestrel_generate as generate;
@@ -45,6 +46,7 @@ pub use kestrel_tensor as tensor;
 pub use kestrel_tokenizer as tokenizer;
 pub use kestrel_tokenizer::ChatMessage;
 pub use model::{GenerateOptions, LoadOptions, Model, Output, Response, Usage};
+pub use prompter::Prompter;
 
 /// The instruction set kestrel's CPU kernels run with in this process (`scalar`, `avx2`,
 /// `avx512`): the best the CPU has, capped by the `KESTREL_ISA` environment variable.

@@ -10,11 +10,9 @@ use kestrel_generate::{
 use kestrel_gguf::{GgufModel, OpenOptions};
 use kestrel_kv::KvDType;
 use kestrel_sampling::{Grammar, SamplingConfig};
-use kestrel_tokenizer::{
-    ChatMessage, ChatTemplate, DecodeOptions, EncodeOptions, RenderOptions, Tokenizer,
-};
+use kestrel_tokenizer::{ChatMessage, ChatTemplate, DecodeOptions, EncodeOptions, Tokenizer};
 
-use crate::Error;
+use crate::{Error, Prompter};
 
 /// How to load a model.
 #[derive(Clone, Debug)]
@@ -77,6 +75,8 @@ pub struct GenerateOptions {
     pub parse_special: bool,
     /// Stop when this token is cancelled.
     pub cancel: Option<CancelToken>,
+    /// Report each token's log-probability and this many alternatives ([`Token::logprob`](kestrel_generate::Token)).
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateOptions {
@@ -87,6 +87,7 @@ impl Default for GenerateOptions {
             add_bos: true,
             parse_special: false,
             cancel: None,
+            logprobs: None,
         }
     }
 }
@@ -169,17 +170,26 @@ impl GenerateOptions {
         Ok(self.with_grammar(Grammar::from_json_schema_str(schema)?))
     }
 
+    /// Report each token's log-probability and the `top` most likely alternatives.
+    pub fn with_logprobs(mut self, top: usize) -> Self {
+        self.logprobs = Some(top);
+        self
+    }
+
     /// Stop when `cancel` is cancelled.
     pub fn with_cancel(mut self, cancel: CancelToken) -> Self {
         self.cancel = Some(cancel);
         self
     }
 
-    fn params(&self) -> GenerateParams {
+    /// The generator-level parameters these options make (what a
+    /// [`Scheduler`](kestrel_generate::Scheduler) request takes).
+    pub fn params(&self) -> GenerateParams {
         GenerateParams {
             sampling: self.sampling.clone(),
             grammar: self.grammar.clone(),
             cancel: self.cancel.clone(),
+            logprobs: self.logprobs,
         }
     }
 }
@@ -237,6 +247,7 @@ pub struct Response {
 pub struct Model {
     generator: Generator,
     tokenizer: Arc<Tokenizer>,
+    prompter: Prompter,
     last_metrics: GenerateMetrics,
 }
 
@@ -265,9 +276,13 @@ impl Model {
             name: "model",
             reason: "the file has no vocabulary (tokenizer.ggml.model = none)".into(),
         })?;
+        let template =
+            ChatTemplate::from_metadata(&generator.model().metadata(), &tokenizer, None).ok();
+        let prompter = Prompter::new(tokenizer.clone(), template);
         Ok(Model {
             generator,
             tokenizer,
+            prompter,
             last_metrics: GenerateMetrics::default(),
         })
     }
@@ -275,6 +290,12 @@ impl Model {
     /// The tokenizer.
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    /// The tokenizer and chat template, detached from the model (cheap to clone, `Send +
+    /// Sync`): tokenize and render conversations on other threads.
+    pub fn prompter(&self) -> &Prompter {
+        &self.prompter
     }
 
     /// The generator underneath (config, context, plans).
@@ -290,12 +311,8 @@ impl Model {
 
     /// Tokenize a prompt as `generate` does.
     pub fn encode(&self, prompt: &str, opts: &GenerateOptions) -> Result<Vec<u32>, Error> {
-        Ok(self.tokenizer.encode(
-            prompt,
-            EncodeOptions::default()
-                .add_special(opts.add_bos)
-                .parse_special(opts.parse_special),
-        )?)
+        self.prompter
+            .encode(prompt, opts.add_bos, opts.parse_special)
     }
 
     /// Generate a continuation of `prompt`.
@@ -475,12 +492,12 @@ impl Model {
     /// Render `messages` with the model's chat template (the file's, else a built-in guessed
     /// from the architecture), ending with the assistant's turn header.
     pub fn format_messages(&self, messages: &[ChatMessage]) -> Result<String, Error> {
-        let md = self.generator.model().metadata();
-        let template = ChatTemplate::from_metadata(&md, &self.tokenizer, None)?;
-        Ok(template.render(
-            messages,
-            &RenderOptions::default().add_generation_prompt(true),
-        )?)
+        if self.prompter.template().is_none() {
+            // say why there is none
+            let md = self.generator.model().metadata();
+            ChatTemplate::from_metadata(&md, &self.tokenizer, None)?;
+        }
+        self.prompter.render(messages, None)
     }
 
     /// Answer a conversation. The model keeps its KV cache between calls, so a conversation
@@ -503,19 +520,7 @@ impl Model {
     ) -> Result<Response, Error> {
         let text = self.format_messages(messages)?;
         // the template writes BOS itself when it wants one: never add a second
-        let bos_text = self
-            .tokenizer
-            .special_tokens()
-            .bos
-            .and_then(|b| self.tokenizer.token_text(b).ok())
-            .map(|t| String::from_utf8_lossy(t).into_owned());
-        let has_bos = bos_text.is_some_and(|b| !b.is_empty() && text.starts_with(&b));
-        let ids = self.tokenizer.encode(
-            &text,
-            EncodeOptions::default()
-                .add_special(opts.add_bos && !has_bos)
-                .parse_special(true),
-        )?;
+        let ids = self.prompter.encode_rendered(&text, opts.add_bos)?;
         let c = self.run(&ids, opts, &mut on_text)?;
         let m = &c.metrics;
         Ok(Response {
@@ -570,6 +575,30 @@ impl Model {
             None
         };
         Ok(self.generator.perplexity(&ids, n_ctx, bos)?)
+    }
+
+    /// An embedding of `text`: the model's final hidden states pooled (mean or last token, as
+    /// the file's `<arch>.pooling_type` says; mean when it says nothing) and L2-normalized, so
+    /// the dot product of two embeddings is their cosine similarity. Resets the chat cache.
+    ///
+    /// ```no_run
+    /// use kestrel::{LoadOptions, Model};
+    /// let mut model = Model::load_file("SmolLM2-135M-Instruct.Q4_1.gguf", LoadOptions::default())?;
+    /// let a = model.embed("a cat sat on the mat")?;
+    /// let b = model.embed("a kitten rested on the rug")?;
+    /// let cos: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+    /// println!("cosine {cos:.3}");
+    /// # Ok::<(), kestrel::Error>(())
+    /// ```
+    pub fn embed(&mut self, text: &str) -> Result<Vec<f32>, Error> {
+        let ids = self.prompter.encode(text, true, false)?;
+        self.embed_ids(&ids)
+    }
+
+    /// [`embed`](Self::embed) for token ids.
+    pub fn embed_ids(&mut self, ids: &[u32]) -> Result<Vec<f32>, Error> {
+        let pooling = self.generator.pooling();
+        Ok(self.generator.embed(ids, pooling)?)
     }
 
     /// Decode ids to text.

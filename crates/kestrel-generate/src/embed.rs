@@ -1,0 +1,102 @@
+//! Embeddings from a decoder model: the hidden states after the final norm, pooled over the
+//! tokens (mean or last, as the file's `<arch>.pooling_type` says; mean when it says nothing)
+//! and L2-normalized.
+
+use kestrel_arch::{build_decoder, weight_tensor, Logits};
+use kestrel_graph::ExecutionPlan;
+
+use crate::{GenerateError, Generator};
+
+/// How token states become one vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Pooling {
+    /// The mean over every token.
+    Mean,
+    /// The last token's state (causal models that summarize at the end).
+    Last,
+    /// The first token's state.
+    First,
+}
+
+impl Pooling {
+    /// The pooling a GGUF's `<arch>.pooling_type` names (llama.cpp's numbering: 1 mean,
+    /// 2 cls, 3 last); mean for none or unknown.
+    pub fn from_gguf(value: Option<u32>) -> Pooling {
+        match value {
+            Some(2) => Pooling::First,
+            Some(3) => Pooling::Last,
+            _ => Pooling::Mean,
+        }
+    }
+}
+
+/// The embedding plan, made on first use.
+pub(crate) struct EmbedState {
+    plan: ExecutionPlan,
+    pooled: Vec<f64>,
+}
+
+impl Generator {
+    /// The pooling the model's metadata asks for.
+    pub fn pooling(&self) -> Pooling {
+        let md = self.core.model.metadata();
+        let arch = md
+            .get("general.architecture")
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        Pooling::from_gguf(md.get_u32(&format!("{arch}.pooling_type")).ok())
+    }
+
+    /// The L2-normalized, pooled final hidden states of `ids` (prefilled in chunks from an
+    /// empty cache; the generator's session is reset, so the next generation prefills anew).
+    pub fn embed(&mut self, ids: &[u32], pooling: Pooling) -> Result<Vec<f32>, GenerateError> {
+        if ids.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        self.core.check_room(ids.len(), 0)?;
+        let n_embd = self.core.cfg.n_embd;
+        if self.embed.is_none() {
+            let graph = build_decoder(&self.core.cfg, &self.core.model, Logits::Hidden)?;
+            let model = self.core.model.clone();
+            let lookup = |name: &str| weight_tensor(&model, name);
+            let chunk = self.opts.batch.min(self.core.ctx);
+            self.embed = Some(EmbedState {
+                plan: ExecutionPlan::compile(&graph, chunk, &lookup)?,
+                pooled: vec![0.0; n_embd],
+            });
+        }
+        let Some(state) = self.embed.as_mut() else {
+            return Err(GenerateError::InvalidOption {
+                name: "embed",
+                reason: "no embedding plan".into(),
+            });
+        };
+        let kv = &mut self.session;
+        kv.reset();
+        state.pooled.fill(0.0);
+        let chunk = state.plan.max_tokens();
+        let mut pos = 0;
+        for part in ids.chunks(chunk) {
+            let rows = state.plan.run(&self.core.engine, &mut kv.kv, part, pos)?;
+            let take = |r: usize, pooled: &mut [f64]| {
+                for (p, &x) in pooled.iter_mut().zip(&rows[r * n_embd..(r + 1) * n_embd]) {
+                    *p += f64::from(x);
+                }
+            };
+            match pooling {
+                Pooling::Mean => (0..part.len()).for_each(|r| take(r, &mut state.pooled)),
+                Pooling::First if pos == 0 => take(0, &mut state.pooled),
+                Pooling::Last if pos + part.len() == ids.len() => {
+                    take(part.len() - 1, &mut state.pooled)
+                }
+                _ => {}
+            }
+            pos += part.len();
+        }
+        kv.reset();
+        let norm = state.pooled.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+        Ok(state.pooled.iter().map(|&x| (x * scale) as f32).collect())
+    }
+}
