@@ -180,10 +180,14 @@ fn step(n: usize, total: usize, name: &str, f: impl FnOnce() -> Result<()>) -> R
 
 fn test() -> Result<()> {
     let home = models::kestrel_home()?;
+    let venv = home.join("venv");
     let mut tests = cargo_with(&["test", "--workspace"]);
-    // Tests that need a real model fail, rather than skip, when it is missing.
+    // Tests that need a real model, or the openai Python client, fail rather than skip when
+    // it is missing.
     tests
         .env("KESTREL_REQUIRE_MODELS", "1")
+        .env("KESTREL_REQUIRE_OPENAI", "1")
+        .env("KESTREL_PYTHON", venv.join("bin").join("python"))
         .env(models::KESTREL_HOME_ENV, &home);
     let commands = [
         cargo_with(&["fmt", "--all", "--check"]),
@@ -197,14 +201,44 @@ fn test() -> Result<()> {
         ]),
         tests,
     ];
-    let total = commands.len() + 1;
+    let total = commands.len() + 2;
     step(1, total, "fetch-models", || {
         fetch::fetch_models(&[], fetch::Options::default())
     })?;
+    step(2, total, "python openai client", || openai_venv(&venv))?;
     for (i, mut cmd) in commands.into_iter().enumerate() {
-        step(i + 2, total, &describe(&cmd), || run(&mut cmd))?;
+        step(i + 3, total, &describe(&cmd), || run(&mut cmd))?;
     }
     println!("==> xtask test: all {total} steps passed");
+    Ok(())
+}
+
+/// A virtual environment with the official `openai` client, for the server's client tests
+/// (made once; the package comes from the package index).
+fn openai_venv(venv: &Path) -> Result<()> {
+    let python = venv.join("bin").join("python");
+    let has = |p: &Path| {
+        Command::new(p)
+            .args(["-c", "import openai"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if has(&python) {
+        return Ok(());
+    }
+    let host = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    run(Command::new(host).arg("-m").arg("venv").arg(venv))?;
+    run(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-input",
+        "openai",
+    ]))?;
+    if !has(&python) {
+        bail!("{} still cannot import openai", python.display());
+    }
     Ok(())
 }
 

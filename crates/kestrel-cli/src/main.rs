@@ -33,6 +33,8 @@ enum Command {
     Perplexity(commands::perplexity::PerplexityArgs),
     /// Prompt-processing and generation speed, as llama-bench measures them.
     Bench(commands::bench::BenchArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API.
+    Serve(commands::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
         Command::Chat(args) => commands::chat::run(&args),
         Command::Perplexity(args) => commands::perplexity::run(&args),
         Command::Bench(args) => commands::bench::run(&args),
+        Command::Serve(args) => commands::serve::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

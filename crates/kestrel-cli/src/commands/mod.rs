@@ -8,5 +8,6 @@ pub mod model_args;
 pub mod perplexity;
 pub mod run;
 pub mod sampling;
+pub mod serve;
 pub mod template;
 pub mod tokenize;
