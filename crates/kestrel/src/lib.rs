@@ -27,8 +27,10 @@
 //! # Ok::<(), kestrel::Error>(())
 //! ```
 //!
-//! Status: CPU; single sequences and continuous batching ([`Model::generate_batch`]). Aliases
-//! and downloads, embeddings and the `Backend` registry come with their issues.
+//! Status: CPU; single sequences and continuous batching ([`Model::generate_batch`]),
+//! embeddings from decoder models ([`Model::embed`]), token log-probabilities
+//! ([`GenerateOptions::with_logprobs`]). Aliases and downloads, encoder (BERT) models and the
+//! `Backend` registry come with their issues.
 
 mod error;
 mod model;
