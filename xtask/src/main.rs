@@ -228,14 +228,7 @@ fn openai_venv(venv: &Path) -> Result<()> {
     }
     let host = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
     run(Command::new(host).arg("-m").arg("venv").arg(venv))?;
-    run(Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--no-input",
-        "openai",
-    ]))?;
+    run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--no-input", "openai"]))?;
     if !has(&python) {
         bail!("{} still cannot import openai", python.display());
     }

@@ -18,7 +18,10 @@ use kestrel_serve::ServeOptions;
 use serde_json::{json, Value};
 
 fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 const TOPICS: [&str; 8] = [
@@ -43,7 +46,11 @@ fn one(addr: std::net::SocketAddr, client: usize, r: usize) -> Result<u64, Strin
     });
     let resp = post(addr, "/v1/chat/completions", &body, None);
     if resp.status != 200 {
-        return Err(format!("status {}: {}", resp.status, String::from_utf8_lossy(&resp.body)));
+        return Err(format!(
+            "status {}: {}",
+            resp.status,
+            String::from_utf8_lossy(&resp.body)
+        ));
     }
     let ev = resp.sse();
     if ev.last().map(String::as_str) != Some("[DONE]") {
@@ -64,7 +71,14 @@ fn loopback_load() {
     let clients = env("KESTREL_LOAD_CLIENTS", 32);
     let requests = env("KESTREL_LOAD_REQUESTS", 20);
     let parallel = env("KESTREL_LOAD_PARALLEL", 16);
-    let Some(srv) = server(2048, ServeOptions { parallel, queue: 1024, ..ServeOptions::default() }) else {
+    let Some(srv) = server(
+        2048,
+        ServeOptions {
+            parallel,
+            queue: 1024,
+            ..ServeOptions::default()
+        },
+    ) else {
         return;
     };
     let addr = srv.addr();
@@ -113,6 +127,11 @@ fn loopback_load() {
         metric(&m, "kestrel_sequences_total"),
         metric(&m, "kestrel_cancelled_sequences_total"),
     );
-    assert!(errors.is_empty(), "{} errors, first: {}", errors.len(), errors[0]);
+    assert!(
+        errors.is_empty(),
+        "{} errors, first: {}",
+        errors.len(),
+        errors[0]
+    );
     assert_no_leaked_blocks(&m);
 }

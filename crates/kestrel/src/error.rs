@@ -19,6 +19,17 @@ pub enum Error {
     /// Loading for generation, or generating (boxed: it carries every lower layer's errors).
     #[error(transparent)]
     Generate(Box<kestrel_generate::GenerateError>),
+    /// A model name that is not a file, not cached, and (offline) not downloadable.
+    #[error("model {name:?} not found: {looked}")]
+    NotFound {
+        /// The name asked for.
+        name: String,
+        /// Where it was looked for, and what to do.
+        looked: String,
+    },
+    /// Downloading a model from the hub.
+    #[error(transparent)]
+    Download(#[from] crate::hub::DownloadError),
     /// An option out of range.
     #[error("invalid option {name}: {reason}")]
     InvalidOption {

@@ -32,11 +32,17 @@
 //! ([`GenerateOptions::with_logprobs`]). Aliases and downloads, encoder (BERT) models and the
 //! `Backend` registry come with their issues.
 
+pub mod backend;
 mod error;
+pub mod hub;
+mod info;
 mod model;
 mod prompter;
 
+pub use backend::{Backend, TextModel};
 pub use error::Error;
+pub use hub::discover;
+pub use info::ModelInfo;
 pub use kestrel_generate as generate;
 pub use kestrel_generate::{
     CancelToken, FinishReason, GenerateMetrics, Perplexity, Token, TokenIter,
@@ -47,7 +53,7 @@ pub use kestrel_sampling::{Grammar, SamplingConfig};
 pub use kestrel_tensor as tensor;
 pub use kestrel_tokenizer as tokenizer;
 pub use kestrel_tokenizer::ChatMessage;
-pub use model::{GenerateOptions, LoadOptions, Model, Output, Response, Usage};
+pub use model::{Classification, GenerateOptions, LoadOptions, Model, Output, Response, Usage};
 pub use prompter::Prompter;
 
 /// The instruction set kestrel's CPU kernels run with in this process (`scalar`, `avx2`,

@@ -259,7 +259,39 @@ impl std::fmt::Debug for Model {
     }
 }
 
+/// What [`Model::classify`] returns for one prompt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Classification {
+    /// The most likely next token after the prompt.
+    pub token: u32,
+    /// Its text.
+    pub text: String,
+    /// The last position's logits (when asked for).
+    pub logits: Option<Vec<f32>>,
+}
+
 impl Model {
+    /// Load a model by name: a file path, an alias (`gemma-3-270m`, `smollm2-135m`,
+    /// [`hub::aliases`](crate::hub::aliases)), or a Hugging Face reference (`org/name:Q4_K_M`,
+    /// `org/name/file.gguf`). Cached copies are used (kestrel's model folder, then the Hugging
+    /// Face cache); otherwise the file is downloaded with resume and a sha256 check. Settings
+    /// come from the environment ([`Hub::from_env`](crate::hub::Hub::from_env)).
+    ///
+    /// ```no_run
+    /// use kestrel::{LoadOptions, Model};
+    /// let mut model = Model::load("smollm2-135m", LoadOptions::default())?;
+    /// # Ok::<(), kestrel::Error>(())
+    /// ```
+    pub fn load(name: &str, opts: LoadOptions) -> Result<Model, Error> {
+        Self::load_with(name, opts, &crate::hub::Hub::from_env())
+    }
+
+    /// [`load`](Self::load) with explicit hub settings.
+    pub fn load_with(name: &str, opts: LoadOptions, hub: &crate::hub::Hub) -> Result<Model, Error> {
+        let path = hub.resolve(name)?;
+        Self::load_file(path, opts)
+    }
+
     /// Load a GGUF file (any shard of a split model).
     pub fn load_file(path: impl AsRef<Path>, opts: LoadOptions) -> Result<Model, Error> {
         let model = Arc::new(GgufModel::open_with(path, OpenOptions { mmap: opts.mmap })?);
@@ -534,6 +566,65 @@ impl Model {
             finish: c.finish,
             metrics: c.metrics,
         })
+    }
+
+    /// What the model is: architecture, sizes, context, quantization.
+    ///
+    /// ```no_run
+    /// # let model = kestrel::Model::load_file("m.gguf", Default::default())?;
+    /// let i = model.info();
+    /// println!("{} {} layers, {} ({} per group), {:.2} bits/weight", i.architecture, i.layers, i.quant, i.group_size, i.bits_per_weight);
+    /// # Ok::<(), kestrel::Error>(())
+    /// ```
+    pub fn info(&self) -> crate::ModelInfo {
+        crate::ModelInfo::of(self.generator.model(), self.generator.ctx())
+    }
+
+    /// One forward pass per prompt: the most likely next token at the last position (and the
+    /// logits when `with_logits`), go-inference's `Classify`. Resets the chat cache.
+    pub fn classify(
+        &mut self,
+        prompts: &[&str],
+        with_logits: bool,
+    ) -> Result<Vec<Classification>, Error> {
+        let mut out = Vec::with_capacity(prompts.len());
+        for p in prompts {
+            let ids = self.prompter.encode(p, true, false)?;
+            let g = &mut self.generator;
+            let logits = g.prefill(&ids)?;
+            let token = logits
+                .iter()
+                .enumerate()
+                .fold((0usize, f32::NEG_INFINITY), |b, (i, &x)| {
+                    if x > b.1 {
+                        (i, x)
+                    } else {
+                        b
+                    }
+                })
+                .0 as u32;
+            let logits = with_logits.then(|| logits.to_vec());
+            g.session_mut().reset();
+            out.push(Classification {
+                token,
+                text: self.tokenizer.decode(&[token], DecodeOptions::default())?,
+                logits,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Speculative generation with a draft model (the seed's `SpeculativeGenerate`): the same
+    /// as [`generate_speculative`](Self::generate_speculative) with `draft_len` tokens drafted
+    /// per step.
+    pub fn speculative_generate(
+        &mut self,
+        draft: &mut Model,
+        prompt: &str,
+        draft_len: usize,
+        opts: &GenerateOptions,
+    ) -> Result<Output, Error> {
+        Ok(self.generate_speculative(draft, prompt, opts, draft_len)?.0)
     }
 
     /// The last generation's metrics.
