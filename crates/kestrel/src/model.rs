@@ -15,8 +15,22 @@ use kestrel_tokenizer::{ChatMessage, ChatTemplate, DecodeOptions, EncodeOptions,
 use crate::{Error, Prompter};
 
 /// How to load a model.
+///
+/// ```
+/// use kestrel::{KvDType, LoadOptions};
+/// let opts = LoadOptions::default()
+///     .with_device("cpu")
+///     .with_threads(2)
+///     .with_max_seq_len(2048)
+///     .with_kv_dtype(KvDType::Q8_0)
+///     .with_mmap(true)
+///     .with_concurrency(8);
+/// assert_eq!(opts.ctx, 2048);
+/// ```
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
+    /// Where to run: `cpu` (default), `cuda` or `cuda:N` (refused until the CUDA engine exists).
+    pub device: String,
     /// Threads (0: all cores).
     pub threads: usize,
     /// Context length (0: the model's, at most 4096).
@@ -27,17 +41,59 @@ pub struct LoadOptions {
     pub kv_dtype: KvDType,
     /// Prompt tokens per prefill step.
     pub batch: usize,
+    /// Most sequences [`Model::generate_batch`] runs at once (0: one per prompt, at most 16).
+    pub concurrency: usize,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
+            device: "cpu".into(),
             threads: 0,
             ctx: 0,
             mmap: true,
             kv_dtype: KvDType::F16,
             batch: 512,
+            concurrency: 0,
         }
+    }
+}
+
+impl LoadOptions {
+    /// `cpu`, `cuda` or `cuda:N`.
+    pub fn with_device(mut self, device: impl Into<String>) -> Self {
+        self.device = device.into();
+        self
+    }
+    /// Threads (0: all cores).
+    pub fn with_threads(mut self, n: usize) -> Self {
+        self.threads = n;
+        self
+    }
+    /// Context length in tokens (0: the model's, at most 4096).
+    pub fn with_max_seq_len(mut self, n: usize) -> Self {
+        self.ctx = n;
+        self
+    }
+    /// KV cache element type.
+    pub fn with_kv_dtype(mut self, d: KvDType) -> Self {
+        self.kv_dtype = d;
+        self
+    }
+    /// Memory-map the file (true) or read it.
+    pub fn with_mmap(mut self, yes: bool) -> Self {
+        self.mmap = yes;
+        self
+    }
+    /// Prompt tokens per prefill step.
+    pub fn with_batch(mut self, n: usize) -> Self {
+        self.batch = n;
+        self
+    }
+    /// Most sequences batched together by [`Model::generate_batch`].
+    pub fn with_concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
     }
 }
 
@@ -249,6 +305,7 @@ pub struct Model {
     tokenizer: Arc<Tokenizer>,
     prompter: Prompter,
     last_metrics: GenerateMetrics,
+    concurrency: usize,
 }
 
 impl std::fmt::Debug for Model {
@@ -294,6 +351,21 @@ impl Model {
 
     /// Load a GGUF file (any shard of a split model).
     pub fn load_file(path: impl AsRef<Path>, opts: LoadOptions) -> Result<Model, Error> {
+        match opts.device.split(':').next() {
+            Some("cpu") => {}
+            Some("cuda") => {
+                return Err(Error::InvalidOption {
+                    name: "device",
+                    reason: "this build of kestrel has no CUDA engine; use device cpu".into(),
+                })
+            }
+            _ => {
+                return Err(Error::InvalidOption {
+                    name: "device",
+                    reason: format!("{:?}: expected cpu, cuda or cuda:N", opts.device),
+                })
+            }
+        }
         let model = Arc::new(GgufModel::open_with(path, OpenOptions { mmap: opts.mmap })?);
         let generator = Generator::new(
             model,
@@ -316,6 +388,7 @@ impl Model {
             tokenizer,
             prompter,
             last_metrics: GenerateMetrics::default(),
+            concurrency: opts.concurrency,
         })
     }
 
@@ -402,7 +475,10 @@ impl Model {
             })
             .collect();
         let batch = BatchOptions {
-            max_seqs: prompts.len().clamp(1, 16),
+            max_seqs: match self.concurrency {
+                0 => prompts.len().clamp(1, 16),
+                n => n,
+            },
             ..BatchOptions::default()
         };
         let outs = self.generator.batch_generate(requests, &batch)?;
