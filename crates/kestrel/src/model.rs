@@ -703,6 +703,12 @@ impl Model {
         Ok(self.generate_speculative(draft, prompt, opts, draft_len)?.0)
     }
 
+    /// Most sequences [`generate_batch`](Self::generate_batch) runs at once (0: one per
+    /// prompt, at most 16).
+    pub fn set_max_batch_concurrency(&mut self, n: usize) {
+        self.concurrency = n;
+    }
+
     /// The last generation's metrics.
     pub fn metrics(&self) -> &GenerateMetrics {
         &self.last_metrics
