@@ -11,6 +11,12 @@
 //! `k` adapts: it grows after a fully accepted draft and shrinks to what was accepted otherwise;
 //! when the rolling acceptance rate falls under 0.4 drafting pauses for a few steps (plain
 //! decoding), then tries again.
+//!
+//! With sampling (the `_sampled` variants), each drafted token is kept with probability
+//! `min(1, p/q)` (target distribution `p`, draft distribution `q`; a point mass for prompt
+//! lookup) and the first rejected one is replaced by a draw from `max(0, p - q)`
+//! ([`kestrel_sampling::speculative`]), so the output is distributed as the target's own
+//! sampling, not equal to it draw for draw.
 
 use std::time::Instant;
 
@@ -19,7 +25,80 @@ use kestrel_graph::ExecutionPlan;
 use kestrel_kv::KvCache;
 use kestrel_tensor::cpu;
 
+use kestrel_sampling::speculative::accept_or_resample;
+use kestrel_sampling::{Sampler, SamplingConfig};
+
 use crate::{GenerateError, GenerateMetrics, Generation, Generator};
+
+/// A token distribution: `(id, probability)` pairs.
+type Dist = Vec<(u32, f32)>;
+
+/// How the target picks tokens: greedy, or its sampler (with the draft's distributions to
+/// verify against).
+enum Pick {
+    Greedy,
+    Sample {
+        target: Box<Sampler>,
+        p: Dist,
+        residual: Dist,
+        row: Vec<f32>,
+    },
+}
+
+impl Pick {
+    fn sampled(cfg: &SamplingConfig, n_vocab: usize) -> Result<Pick, GenerateError> {
+        Ok(if cfg.is_greedy() {
+            Pick::Greedy
+        } else {
+            Pick::Sample {
+                target: Box::new(Sampler::new(cfg, n_vocab)?),
+                p: Vec::new(),
+                residual: Vec::new(),
+                row: vec![0.0; n_vocab],
+            }
+        })
+    }
+
+    /// The token after `logits` (history `h`).
+    fn pick(&mut self, logits: &[f32], h: &[u32]) -> Result<u32, GenerateError> {
+        Ok(match self {
+            Pick::Greedy => cpu::argmax(logits).unwrap_or(0) as u32,
+            Pick::Sample { target, row, .. } => {
+                row.copy_from_slice(logits);
+                target.sample(row, h)?
+            }
+        })
+    }
+
+    /// Verify drafted `x` (draft distribution `q`) against `logits`: `Ok` keeps it, `Err`
+    /// gives the token to emit instead.
+    fn verify(
+        &mut self,
+        logits: &[f32],
+        h: &[u32],
+        x: u32,
+        q: Option<&Dist>,
+    ) -> Result<Result<(), u32>, GenerateError> {
+        match self {
+            Pick::Greedy => {
+                let best = cpu::argmax(logits).unwrap_or(0) as u32;
+                Ok(if best == x { Ok(()) } else { Err(best) })
+            }
+            Pick::Sample {
+                target,
+                p,
+                residual,
+                row,
+            } => {
+                row.copy_from_slice(logits);
+                target.distribution(row, h, p)?;
+                let point = [(x, 1.0f32)];
+                let q = q.map_or(&point[..], |q| &q[..]);
+                Ok(accept_or_resample(p, q, x, target, residual))
+            }
+        }
+    }
+}
 
 /// How prompt-lookup drafting runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,8 +161,10 @@ pub fn lookup_draft(history: &[u32], ngram: usize, k: usize, out: &mut Vec<u32>)
 }
 
 /// Proposes up to `k` tokens to follow `history` (prompt, generated tokens and the token about
-/// to be verified) into `out`.
-type Drafter<'d> = dyn FnMut(&[u32], usize, &mut Vec<u32>) -> Result<(), GenerateError> + 'd;
+/// to be verified) into `out`, and, when it samples, each token's draft distribution into the
+/// second buffer (left empty: the drafts are point masses, as prompt lookup's).
+type Drafter<'d> =
+    dyn FnMut(&[u32], usize, &mut Vec<u32>, &mut Vec<Dist>) -> Result<(), GenerateError> + 'd;
 
 impl Generator {
     /// Greedy generation of up to `max_new` tokens with prompt-lookup speculation (see the
@@ -102,12 +183,44 @@ impl Generator {
                 reason: "ngram must be at least 1".into(),
             });
         }
+        let cfg = SamplingConfig {
+            max_new_tokens: max_new,
+            ..SamplingConfig::greedy()
+        };
+        self.generate_lookup_sampled(prompt, &cfg, opts, on_token)
+    }
+
+    /// Prompt-lookup speculation under `sampling` (budget `max_new_tokens`; greedy when its
+    /// temperature is 0): drafted tokens are accepted by the rejection rule, so the output is
+    /// distributed as plain sampling's. Stop strings and grammars are not applied here.
+    pub fn generate_lookup_sampled(
+        &mut self,
+        prompt: &[u32],
+        sampling: &SamplingConfig,
+        opts: LookupOptions,
+        on_token: &mut dyn FnMut(u32) -> Result<bool, String>,
+    ) -> Result<(Generation, SpecStats), GenerateError> {
+        if opts.ngram == 0 {
+            return Err(GenerateError::InvalidOption {
+                name: "lookup",
+                reason: "ngram must be at least 1".into(),
+            });
+        }
         let ngram = opts.ngram;
-        let mut drafter = |h: &[u32], k: usize, out: &mut Vec<u32>| {
+        let mut drafter = |h: &[u32], k: usize, out: &mut Vec<u32>, _: &mut Vec<Dist>| {
             lookup_draft(h, ngram, k, out);
             Ok(())
         };
-        self.speculate(prompt, max_new, opts.max_draft, &mut drafter, on_token)
+        let mut pick = Pick::sampled(sampling, self.core.cfg.n_vocab)?;
+        let max_new = sampling.max_new_tokens;
+        self.speculate(
+            prompt,
+            max_new,
+            opts.max_draft,
+            &mut drafter,
+            on_token,
+            &mut pick,
+        )
     }
 
     /// Greedy generation with a draft model: `draft` (a smaller or more quantized model with
@@ -137,21 +250,91 @@ impl Generator {
                 reason: format!("the draft model's context {} is too small", draft.ctx()),
             });
         }
+        let cfg = SamplingConfig {
+            max_new_tokens: max_new,
+            ..SamplingConfig::greedy()
+        };
+        self.generate_speculative_sampled(draft, prompt, &cfg, max_draft, on_token)
+    }
+
+    /// Draft-model speculation under `sampling` (budget `max_new_tokens`; greedy when its
+    /// temperature is 0): the draft samples with the same chain (seeded differently), each
+    /// drafted token is kept with probability `min(1, p/q)` and the first rejected one is
+    /// replaced from `max(0, p - q)`, so the output is distributed as this model's own sampling.
+    pub fn generate_speculative_sampled(
+        &mut self,
+        draft: &mut Generator,
+        prompt: &[u32],
+        sampling: &SamplingConfig,
+        max_draft: usize,
+        on_token: &mut dyn FnMut(u32) -> Result<bool, String>,
+    ) -> Result<(Generation, SpecStats), GenerateError> {
+        let max_new = sampling.max_new_tokens;
+        if draft.core.cfg.n_vocab != self.core.cfg.n_vocab {
+            return Err(GenerateError::InvalidOption {
+                name: "draft",
+                reason: format!(
+                    "the draft model's vocabulary ({}) differs from the target's ({})",
+                    draft.core.cfg.n_vocab, self.core.cfg.n_vocab
+                ),
+            });
+        }
+        if prompt.len().saturating_add(max_new) > draft.ctx() {
+            return Err(GenerateError::InvalidOption {
+                name: "draft",
+                reason: format!("the draft model's context {} is too small", draft.ctx()),
+            });
+        }
+        let mut pick = Pick::sampled(sampling, self.core.cfg.n_vocab)?;
+        // the draft samples with the same chain, from another seed
+        let mut draft_sampler = match &pick {
+            Pick::Greedy => None,
+            Pick::Sample { target, .. } => {
+                let mut s = Sampler::new(sampling, draft.core.cfg.n_vocab)?;
+                s.reseed(target.seed() ^ 0x9e37_79b9_7f4a_7c15);
+                Some(s)
+            }
+        };
         draft.session.reset();
-        let mut drafter = |h: &[u32], k: usize, out: &mut Vec<u32>| {
+        let mut hist = Vec::new();
+        let mut drafter = |h: &[u32], k: usize, out: &mut Vec<u32>, dists: &mut Vec<Dist>| {
             out.clear();
             // the draft's cache holds a prefix of `h`; feed the rest (reusing that prefix)
             draft.core.feed(&mut draft.session, h)?;
-            let mut t = cpu::argmax(&draft.core.logits).unwrap_or(0) as u32;
-            out.push(t);
-            while out.len() < k && draft.session.kv.seq_len() < draft.core.ctx {
-                draft.core.step(&mut draft.session, t)?;
-                t = cpu::argmax(&draft.core.logits).unwrap_or(0) as u32;
+            hist.clear();
+            hist.extend_from_slice(h);
+            let mut used = 0;
+            loop {
+                let t = match draft_sampler.as_mut() {
+                    None => cpu::argmax(&draft.core.logits).unwrap_or(0) as u32,
+                    Some(s) => {
+                        if dists.len() <= used {
+                            dists.push(Vec::new());
+                        }
+                        let q = &mut dists[used];
+                        s.distribution(&mut draft.core.logits, &hist, q)?;
+                        s.draw_weighted(q).unwrap_or(0)
+                    }
+                };
+                used += 1;
                 out.push(t);
+                hist.push(t);
+                if out.len() >= k || draft.session.kv.seq_len() >= draft.core.ctx {
+                    break;
+                }
+                draft.core.step(&mut draft.session, t)?;
             }
+            dists.truncate(if draft_sampler.is_some() { used } else { 0 });
             Ok(())
         };
-        self.speculate(prompt, max_new, max_draft, &mut drafter, on_token)
+        self.speculate(
+            prompt,
+            max_new,
+            max_draft,
+            &mut drafter,
+            on_token,
+            &mut pick,
+        )
     }
 
     fn speculate(
@@ -161,6 +344,7 @@ impl Generator {
         max_draft: usize,
         drafter: &mut Drafter<'_>,
         on_token: &mut dyn FnMut(u32) -> Result<bool, String>,
+        pick: &mut Pick,
     ) -> Result<(Generation, SpecStats), GenerateError> {
         let opts = LookupOptions {
             ngram: 1,
@@ -194,12 +378,13 @@ impl Generator {
         let n_vocab = self.core.cfg.n_vocab;
 
         let t0 = Instant::now();
-        let mut next = cpu::argmax(self.prefill(prompt)?).unwrap_or(0) as u32;
+        let mut next = pick.pick(self.prefill(prompt)?, prompt)?;
         metrics.prefill = t0.elapsed();
         metrics.time_to_first_token = metrics.prefill;
         let t1 = Instant::now();
         let mut history: Vec<u32> = prompt.to_vec();
         let mut draft = Vec::with_capacity(opts.max_draft);
+        let mut dists: Vec<Dist> = Vec::new();
         let mut batch = Vec::with_capacity(opts.max_draft + 1);
         let mut k = opts.max_draft.min(4);
         let mut rate = 1.0f64; // rolling acceptance
@@ -222,11 +407,11 @@ impl Generator {
                 pause -= 1;
                 draft.clear();
             } else {
-                drafter(&history, k.min(room), &mut draft)?;
+                drafter(&history, k.min(room), &mut draft, &mut dists)?;
             }
             stats.passes += 1;
             if draft.is_empty() {
-                next = cpu::argmax(self.step(next)?).unwrap_or(0) as u32;
+                next = pick.pick(self.step(next)?, &history)?;
                 continue;
             }
             // verify `next` + draft in one pass
@@ -236,21 +421,30 @@ impl Generator {
             batch.extend_from_slice(&draft);
             let logits = verify.run(&self.core.engine, &mut self.session.kv, &batch, pos)?;
             let mut j = 0;
-            let mut correction = 0u32;
-            for (i, row) in logits.chunks_exact(n_vocab).enumerate() {
-                let best = cpu::argmax(row).unwrap_or(0) as u32;
-                if i < draft.len() && best == draft[i] {
-                    j += 1;
-                } else {
-                    correction = best;
-                    break;
+            let mut correction = None;
+            let base = history.len();
+            for (i, row) in logits.chunks_exact(n_vocab).take(draft.len()).enumerate() {
+                // the row after `next` and draft[..i]
+                match pick.verify(row, &history, draft[i], dists.get(i))? {
+                    Ok(()) => {
+                        j += 1;
+                        history.push(draft[i]);
+                    }
+                    Err(t) => {
+                        correction = Some(t);
+                        break;
+                    }
                 }
             }
-            if j == draft.len() {
-                // every draft token agreed: the last row predicts the one after them
-                let last = &logits[draft.len() * n_vocab..(draft.len() + 1) * n_vocab];
-                correction = cpu::argmax(last).unwrap_or(0) as u32;
-            }
+            let correction = match correction {
+                Some(t) => t,
+                // every draft token was kept: the last row gives the one after them
+                None => pick.pick(
+                    &logits[draft.len() * n_vocab..(draft.len() + 1) * n_vocab],
+                    &history,
+                )?,
+            };
+            history.truncate(base);
             stats.drafted += draft.len();
             stats.accepted += j;
             // keep `next` and the accepted draft tokens; the rest is rolled back

@@ -26,6 +26,7 @@ mod grammar;
 mod rng;
 mod sampler;
 mod samplers;
+pub mod speculative;
 mod stop;
 
 pub use config::SamplingConfig;

@@ -185,6 +185,80 @@ impl Sampler {
         Self::penalties_of(&self.config).apply(logits, history, &mut self.counts)
     }
 
+    /// The distribution [`sample`](Self::sample) draws from after `logits` (bias, penalties,
+    /// filters, temperature), as `(id, probability)` pairs summing to 1 — a single pair for
+    /// greedy. `logits` is modified in place as by `sample`. Speculative sampling compares the
+    /// target's and the draft's distributions with it.
+    ///
+    /// ```
+    /// use kestrel_sampling::{Sampler, SamplingConfig};
+    /// let mut s = Sampler::new(&SamplingConfig { top_k: 2, seed: Some(1), ..Default::default() }, 3).unwrap();
+    /// let mut d = Vec::new();
+    /// s.distribution(&mut [0.0, 2.0, 1.0], &[], &mut d).unwrap();
+    /// assert_eq!(d.len(), 2);
+    /// assert!((d.iter().map(|x| x.1).sum::<f32>() - 1.0).abs() < 1e-6);
+    /// ```
+    pub fn distribution(
+        &mut self,
+        logits: &mut [f32],
+        history: &[u32],
+        out: &mut Vec<(u32, f32)>,
+    ) -> Result<(), SamplingError> {
+        self.prepare(logits, history)?;
+        out.clear();
+        let cfg = &self.config;
+        if cfg.is_greedy() {
+            let id = greedy::argmax(logits).ok_or(SamplingError::NoCandidates)?;
+            out.push((id, 1.0));
+            return Ok(());
+        }
+        let c = &mut self.cands;
+        c.fill(logits);
+        if c.data.is_empty() {
+            return Err(SamplingError::NoCandidates);
+        }
+        top_k::apply(c, cfg.top_k);
+        typical::apply(c, cfg.typical_p, cfg.min_keep, &mut self.typical);
+        top_p::apply(c, cfg.top_p, cfg.min_keep);
+        min_p::apply(c, cfg.min_p, cfg.min_keep);
+        temperature::apply(c, cfg.temperature);
+        let max_l = c.data.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.logit));
+        let sum: f64 = c
+            .data
+            .iter()
+            .map(|x| f64::from((x.logit - max_l).exp()))
+            .sum();
+        out.extend(
+            c.data
+                .iter()
+                .map(|x| (x.id, (f64::from((x.logit - max_l).exp()) / sum) as f32)),
+        );
+        Ok(())
+    }
+
+    /// A uniform draw in `[0, 1)` from the sampler's RNG.
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.next_f64()
+    }
+
+    /// Draw an id from `(id, weight)` pairs (weights non-negative, not all zero) with the
+    /// sampler's RNG; `None` when every weight is zero.
+    pub fn draw_weighted(&mut self, weights: &[(u32, f32)]) -> Option<u32> {
+        let sum: f64 = weights.iter().map(|w| f64::from(w.1.max(0.0))).sum();
+        if sum <= 0.0 {
+            return None;
+        }
+        let target = sum * self.rng.next_f64();
+        let mut run = 0.0;
+        for &(id, w) in weights {
+            run += f64::from(w.max(0.0));
+            if run >= target {
+                return Some(id);
+            }
+        }
+        weights.iter().rev().find(|w| w.1 > 0.0).map(|w| w.0)
+    }
+
     /// The rest of the chain after bias and penalties: greedy, or filters then a draw.
     pub(crate) fn pick(&mut self, logits: &[f32]) -> Result<u32, SamplingError> {
         let cfg = &self.config;

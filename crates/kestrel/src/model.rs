@@ -498,32 +498,34 @@ impl Model {
             .collect())
     }
 
-    /// Greedy generation with prompt-lookup speculative decoding (n-gram drafts from the text
-    /// so far, verified several tokens per forward pass): the same output as greedy
-    /// [`generate`](Self::generate), faster when the text repeats. `opts` must be greedy, with
-    /// no grammar and no stop strings.
+    /// Generation with prompt-lookup speculative decoding (n-gram drafts from the text so far,
+    /// verified several tokens per forward pass), faster when the text repeats. Greedy `opts`
+    /// give exactly greedy [`generate`](Self::generate)'s output; with sampling, drafts are
+    /// accepted by the rejection rule, so the output is distributed as plain sampling's.
+    /// `opts` may not have a grammar or stop strings.
     pub fn generate_lookup(
         &mut self,
         prompt: &str,
         opts: &GenerateOptions,
         lookup: kestrel_generate::LookupOptions,
     ) -> Result<(Output, kestrel_generate::SpecStats), Error> {
-        check_greedy(opts)?;
+        check_speculative(opts)?;
         let prompt_ids = self.encode(prompt, opts)?;
         let stop_ids = opts.sampling.stop_token_ids.clone();
-        let (g, stats) = self.generator.generate_lookup(
+        let (g, stats) = self.generator.generate_lookup_sampled(
             &prompt_ids,
-            opts.sampling.max_new_tokens,
+            &opts.sampling,
             lookup,
             &mut |id| Ok(!stop_ids.contains(&id)),
         )?;
         Ok((self.output_of(prompt_ids, g, &stop_ids)?, stats))
     }
 
-    /// Greedy generation verified against a draft model (see
-    /// [`Generator::generate_speculative`](kestrel_generate::Generator::generate_speculative)):
-    /// `draft` proposes up to `max_draft` tokens, this model checks them in one pass. The output
-    /// is this model's greedy output. `opts` as for [`generate_lookup`](Self::generate_lookup).
+    /// Generation verified against a draft model (see
+    /// [`Generator::generate_speculative_sampled`](kestrel_generate::Generator::generate_speculative_sampled)):
+    /// `draft` proposes up to `max_draft` tokens, this model checks them in one pass. Greedy:
+    /// exactly this model's greedy output; sampled: distributed as this model's sampling.
+    /// `opts` as for [`generate_lookup`](Self::generate_lookup).
     pub fn generate_speculative(
         &mut self,
         draft: &mut Model,
@@ -531,13 +533,13 @@ impl Model {
         opts: &GenerateOptions,
         max_draft: usize,
     ) -> Result<(Output, kestrel_generate::SpecStats), Error> {
-        check_greedy(opts)?;
+        check_speculative(opts)?;
         let prompt_ids = self.encode(prompt, opts)?;
         let stop_ids = opts.sampling.stop_token_ids.clone();
-        let (g, stats) = self.generator.generate_speculative(
+        let (g, stats) = self.generator.generate_speculative_sampled(
             &mut draft.generator,
             &prompt_ids,
-            opts.sampling.max_new_tokens,
+            &opts.sampling,
             max_draft,
             &mut |id| Ok(!stop_ids.contains(&id)),
         )?;
@@ -780,16 +782,14 @@ impl Model {
     }
 }
 
-/// Speculative decoding here is greedy: temperature 0, no grammar, no stop strings.
-fn check_greedy(opts: &GenerateOptions) -> Result<(), Error> {
-    let s = &opts.sampling;
-    if !s.is_greedy() || opts.grammar.is_some() || !s.stop_strings.is_empty() {
+/// Speculative decoding applies neither grammars nor stop strings.
+fn check_speculative(opts: &GenerateOptions) -> Result<(), Error> {
+    if opts.grammar.is_some() || !opts.sampling.stop_strings.is_empty() {
         return Err(Error::InvalidOption {
             name: "speculative",
-            reason:
-                "speculative decoding is greedy here: temperature 0, no grammar, no stop strings"
-                    .into(),
+            reason: "speculative decoding takes no grammar and no stop strings".into(),
         });
     }
+    opts.sampling.validate()?;
     Ok(())
 }

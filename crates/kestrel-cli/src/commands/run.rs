@@ -26,13 +26,14 @@ pub struct RunArgs {
     /// Print one JSON document with prompt ids, ids, text and metrics.
     #[arg(long)]
     pub json: bool,
-    /// Prompt-lookup speculative decoding with n-grams up to N (0: off; greedy only).
+    /// Prompt-lookup speculative decoding with n-grams up to N (0: off). Greedy output is
+    /// unchanged; with --temp > 0 drafts are accepted by the rejection-sampling rule.
     #[arg(long, default_value_t = 0)]
     pub lookup: usize,
     /// Most tokens drafted per step with --lookup or --draft.
     #[arg(long, default_value_t = 8)]
     pub draft_max: usize,
-    /// A draft model (same vocabulary) for speculative decoding (greedy only).
+    /// A draft model (same vocabulary) for speculative decoding (greedy or sampled).
     #[arg(long)]
     pub draft: Option<std::path::PathBuf>,
 }
@@ -77,7 +78,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `--lookup N` or `--draft MODEL`: greedy generation with speculation; prints the text (or
+/// `--lookup N` or `--draft MODEL`: generation with speculation; prints the text (or
 /// the JSON document) with the acceptance rate and forward passes.
 fn run_lookup(
     args: &RunArgs,
