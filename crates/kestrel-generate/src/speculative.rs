@@ -235,21 +235,6 @@ impl Generator {
         max_draft: usize,
         on_token: &mut dyn FnMut(u32) -> Result<bool, String>,
     ) -> Result<(Generation, SpecStats), GenerateError> {
-        if draft.core.cfg.n_vocab != self.core.cfg.n_vocab {
-            return Err(GenerateError::InvalidOption {
-                name: "draft",
-                reason: format!(
-                    "the draft model's vocabulary ({}) differs from the target's ({})",
-                    draft.core.cfg.n_vocab, self.core.cfg.n_vocab
-                ),
-            });
-        }
-        if prompt.len().saturating_add(max_new) > draft.ctx() {
-            return Err(GenerateError::InvalidOption {
-                name: "draft",
-                reason: format!("the draft model's context {} is too small", draft.ctx()),
-            });
-        }
         let cfg = SamplingConfig {
             max_new_tokens: max_new,
             ..SamplingConfig::greedy()

@@ -212,16 +212,8 @@ impl Sampler {
             out.push((id, 1.0));
             return Ok(());
         }
-        let c = &mut self.cands;
-        c.fill(logits);
-        if c.data.is_empty() {
-            return Err(SamplingError::NoCandidates);
-        }
-        top_k::apply(c, cfg.top_k);
-        typical::apply(c, cfg.typical_p, cfg.min_keep, &mut self.typical);
-        top_p::apply(c, cfg.top_p, cfg.min_keep);
-        min_p::apply(c, cfg.min_p, cfg.min_keep);
-        temperature::apply(c, cfg.temperature);
+        self.filter(logits)?;
+        let c = &self.cands;
         let max_l = c.data.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.logit));
         let sum: f64 = c
             .data
@@ -265,6 +257,14 @@ impl Sampler {
         if cfg.is_greedy() {
             return greedy::argmax(logits).ok_or(SamplingError::NoCandidates);
         }
+        self.filter(logits)?;
+        let i = dist::draw(&mut self.cands, &mut self.rng);
+        Ok(self.cands.data[i].id)
+    }
+
+    /// The candidates left after the filters and temperature (in `self.cands`).
+    fn filter(&mut self, logits: &[f32]) -> Result<(), SamplingError> {
+        let cfg = &self.config;
         let c = &mut self.cands;
         c.fill(logits);
         if c.data.is_empty() {
@@ -275,8 +275,7 @@ impl Sampler {
         top_p::apply(c, cfg.top_p, cfg.min_keep);
         min_p::apply(c, cfg.min_p, cfg.min_keep);
         temperature::apply(c, cfg.temperature);
-        let i = dist::draw(c, &mut self.rng);
-        Ok(c.data[i].id)
+        Ok(())
     }
 }
 

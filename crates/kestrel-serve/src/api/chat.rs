@@ -13,7 +13,7 @@ use kestrel::{ChatMessage, Grammar};
 use serde::Deserialize;
 use serde_json::{json, Value as Json_};
 
-use super::generate::{self, chat_logprobs, finish_reason, usage, ChunkWriter};
+use super::generate::{self, chat_logprobs, finish_reason, usage, ChunkWriter, Envelope};
 use super::params::Common;
 use super::{body, new_id, unix_secs, AppState, State};
 use crate::error::ApiError;
@@ -182,8 +182,12 @@ pub(crate) async fn handle(
     if p.stream {
         let w = ChatChunks {
             st: st.0.clone(),
-            id,
-            created,
+            env: Envelope {
+                id,
+                object: "chat.completion.chunk",
+                created,
+                model: st.model_id.clone(),
+            },
             tools,
             buffered: vec![String::new(); sub.jobs],
             started: vec![false; sub.jobs],
@@ -210,15 +214,16 @@ pub(crate) async fn handle(
             })
         })
         .collect();
-    Ok(Json(json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": created,
-        "model": st.model_id,
-        "system_fingerprint": "kestrel",
-        "choices": out,
-        "usage": usage(prompt_tokens, completion_tokens, cached),
-    }))
+    let env = Envelope {
+        id,
+        object: "chat.completion",
+        created,
+        model: st.model_id.clone(),
+    };
+    Ok(Json(env.with(
+        Json_::Array(out),
+        Some(usage(prompt_tokens, completion_tokens, cached)),
+    ))
     .into_response())
 }
 
@@ -252,8 +257,7 @@ fn message_of(
 /// calls or as content.
 struct ChatChunks {
     st: Arc<AppState>,
-    id: String,
-    created: u64,
+    env: Envelope,
     tools: Option<Tools>,
     buffered: Vec<String>,
     started: Vec<bool>,
@@ -262,14 +266,9 @@ struct ChatChunks {
 
 impl ChatChunks {
     fn chunk(&self, index: usize, delta: Json_, finish: Option<&str>, logprobs: Json_) -> Json_ {
-        json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.st.model_id,
-            "system_fingerprint": "kestrel",
-            "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
-        })
+        let choice =
+            json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish});
+        self.env.with(json!([choice]), None)
     }
 
     fn role(&mut self, index: usize, out: &mut Vec<Json_>) {
@@ -332,15 +331,7 @@ impl ChunkWriter for ChatChunks {
         out
     }
 
-    fn usage(&self, prompt_tokens: usize, completion_tokens: usize) -> Json_ {
-        json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.st.model_id,
-            "system_fingerprint": "kestrel",
-            "choices": [],
-            "usage": usage(prompt_tokens, completion_tokens, 0),
-        })
+    fn envelope(&self) -> &Envelope {
+        &self.env
     }
 }

@@ -11,7 +11,7 @@ use kestrel::generate::{Completion, Token};
 use serde::Deserialize;
 use serde_json::{json, Value as Json_};
 
-use super::generate::{self, finish_reason, token_piece, usage, ChunkWriter};
+use super::generate::{self, finish_reason, token_piece, usage, ChunkWriter, Envelope};
 use super::params::Common;
 use super::{body, new_id, unix_secs, AppState, State};
 use crate::error::ApiError;
@@ -132,8 +132,12 @@ pub(crate) async fn handle(
     if p.stream {
         let w = TextChunks {
             st: st.0.clone(),
-            id,
-            created,
+            env: Envelope {
+                id,
+                object: "text_completion",
+                created,
+                model: st.model_id.clone(),
+            },
             echo: (0..sub.jobs)
                 .map(|i| Some(echoes(i)).filter(|e| !e.is_empty()))
                 .collect(),
@@ -161,15 +165,16 @@ pub(crate) async fn handle(
             })
         })
         .collect();
-    Ok(Json(json!({
-        "id": id,
-        "object": "text_completion",
-        "created": created,
-        "model": st.model_id,
-        "system_fingerprint": "kestrel",
-        "choices": out,
-        "usage": usage(prompt_tokens, completion_tokens, 0),
-    }))
+    let env = Envelope {
+        id,
+        object: "text_completion",
+        created,
+        model: st.model_id.clone(),
+    };
+    Ok(Json(env.with(
+        Json_::Array(out),
+        Some(usage(prompt_tokens, completion_tokens, 0)),
+    ))
     .into_response())
 }
 
@@ -198,8 +203,7 @@ fn legacy_logprobs(st: &AppState, tokens: &[Token]) -> Json_ {
 
 struct TextChunks {
     st: Arc<AppState>,
-    id: String,
-    created: u64,
+    env: Envelope,
     /// Prompt text still to send first, per choice (`echo`).
     echo: Vec<Option<String>>,
     logprobs: bool,
@@ -207,14 +211,8 @@ struct TextChunks {
 
 impl TextChunks {
     fn chunk(&self, index: usize, text: String, finish: Option<&str>, lp: Json_) -> Json_ {
-        json!({
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.st.model_id,
-            "system_fingerprint": "kestrel",
-            "choices": [{"index": index, "text": text, "logprobs": lp, "finish_reason": finish}],
-        })
+        let choice = json!({"index": index, "text": text, "logprobs": lp, "finish_reason": finish});
+        self.env.with(json!([choice]), None)
     }
 
     fn echo(&mut self, index: usize, out: &mut Vec<Json_>) {
@@ -252,14 +250,7 @@ impl ChunkWriter for TextChunks {
         out
     }
 
-    fn usage(&self, prompt_tokens: usize, completion_tokens: usize) -> Json_ {
-        json!({
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.st.model_id,
-            "choices": [],
-            "usage": usage(prompt_tokens, completion_tokens, 0),
-        })
+    fn envelope(&self) -> &Envelope {
+        &self.env
     }
 }

@@ -184,14 +184,46 @@ pub(crate) async fn collect(
         .collect())
 }
 
+/// The fields every response object and chunk carries.
+pub(crate) struct Envelope {
+    pub id: String,
+    /// `chat.completion`, `chat.completion.chunk`, `text_completion`.
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+}
+
+impl Envelope {
+    /// The object with `choices` (and `usage`).
+    pub(crate) fn with(&self, choices: Json, usage: Option<Json>) -> Json {
+        let mut v = json!({
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": "kestrel",
+            "choices": choices,
+        });
+        if let Some(u) = usage {
+            v["usage"] = u;
+        }
+        v
+    }
+}
+
 /// Turns engine events into the chunks of one endpoint's stream.
 pub(crate) trait ChunkWriter: Send + 'static {
     /// Chunks for a token of choice `index`.
     fn token(&mut self, index: usize, tok: &Token) -> Vec<Json>;
     /// Chunks for the end of choice `index`.
     fn done(&mut self, index: usize, c: &Completion) -> Vec<Json>;
+    /// The stream's envelope.
+    fn envelope(&self) -> &Envelope;
     /// The final usage chunk.
-    fn usage(&self, prompt_tokens: usize, completion_tokens: usize) -> Json;
+    fn usage(&self, prompt_tokens: usize, completion_tokens: usize) -> Json {
+        self.envelope()
+            .with(json!([]), Some(usage(prompt_tokens, completion_tokens, 0)))
+    }
 }
 
 struct StreamState<W> {
