@@ -482,6 +482,10 @@ impl Model {
             ..BatchOptions::default()
         };
         let outs = self.generator.batch_generate(requests, &batch)?;
+        // metrics(): the last request's (each carries its own)
+        if let Some(Ok(c)) = outs.iter().rev().find(|r| r.is_ok()) {
+            self.last_metrics = c.metrics.clone();
+        }
         Ok(outs
             .into_iter()
             .zip(encoded)
@@ -518,7 +522,9 @@ impl Model {
             lookup,
             &mut |id| Ok(!stop_ids.contains(&id)),
         )?;
-        Ok((self.output_of(prompt_ids, g, &stop_ids)?, stats))
+        let out = self.output_of(prompt_ids, g, &stop_ids)?;
+        self.last_metrics = out.metrics.clone();
+        Ok((out, stats))
     }
 
     /// Generation verified against a draft model (see
@@ -543,7 +549,9 @@ impl Model {
             max_draft,
             &mut |id| Ok(!stop_ids.contains(&id)),
         )?;
-        Ok((self.output_of(prompt_ids, g, &stop_ids)?, stats))
+        let out = self.output_of(prompt_ids, g, &stop_ids)?;
+        self.last_metrics = out.metrics.clone();
+        Ok((out, stats))
     }
 
     fn output_of(
