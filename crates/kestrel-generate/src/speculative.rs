@@ -177,12 +177,6 @@ impl Generator {
         opts: LookupOptions,
         on_token: &mut dyn FnMut(u32) -> Result<bool, String>,
     ) -> Result<(Generation, SpecStats), GenerateError> {
-        if opts.ngram == 0 {
-            return Err(GenerateError::InvalidOption {
-                name: "lookup",
-                reason: "ngram must be at least 1".into(),
-            });
-        }
         let cfg = SamplingConfig {
             max_new_tokens: max_new,
             ..SamplingConfig::greedy()
