@@ -131,7 +131,23 @@ fn fake_hub(files: HashMap<String, Vec<u8>>, cut: Vec<String>, lie: Vec<String>)
     FakeHub { endpoint, log }
 }
 
-fn tmp(name: &str) -> PathBuf {
+/// A scratch folder under the system temp dir, removed when the test ends (pass or fail).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tmp(name: &str) -> Scratch {
     static N: AtomicUsize = AtomicUsize::new(0);
     let d = std::env::temp_dir().join(format!(
         "kestrel-hub-{}-{name}-{}",
@@ -140,7 +156,7 @@ fn tmp(name: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
 }
 
 fn hub(endpoint: &str, dir: &std::path::Path) -> Hub {
