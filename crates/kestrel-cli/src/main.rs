@@ -35,6 +35,10 @@ enum Command {
     Bench(commands::bench::BenchArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(commands::serve::ServeArgs),
+    /// Embed texts (encoder or decoder models) and print their cosine similarities.
+    Embed(commands::embed::EmbedArgs),
+    /// Convert a Hugging Face checkpoint (BERT encoders) to GGUF.
+    Convert(commands::convert::ConvertArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +53,8 @@ fn main() -> ExitCode {
         Command::Perplexity(args) => commands::perplexity::run(&args),
         Command::Bench(args) => commands::bench::run(&args),
         Command::Serve(args) => commands::serve::run(&args),
+        Command::Embed(args) => commands::embed::run(&args),
+        Command::Convert(args) => commands::convert::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -728,7 +728,7 @@ impl Generator {
 }
 
 /// The tokenizer of a model, unless its vocabulary is `none`.
-fn tokenizer_of(model: &GgufModel) -> Result<Option<Arc<Tokenizer>>, GenerateError> {
+pub(crate) fn tokenizer_of(model: &GgufModel) -> Result<Option<Arc<Tokenizer>>, GenerateError> {
     let md = model.metadata();
     let kind = md
         .get("tokenizer.ggml.model")

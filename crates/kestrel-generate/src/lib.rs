@@ -21,6 +21,7 @@
 mod batch;
 mod cancel;
 mod embed;
+mod encoder;
 mod error;
 mod generator;
 mod metrics;
@@ -32,6 +33,7 @@ mod stream;
 pub use batch::{BatchEvent, BatchOptions, BatchRequest, RequestId, Scheduler};
 pub use cancel::CancelToken;
 pub use embed::Pooling;
+pub use encoder::{Encoder, EncoderOptions};
 pub use error::GenerateError;
 pub use generator::{Generation, Generator, GeneratorOptions, Perplexity};
 pub use kestrel_kv::{KvError, PoolStats};

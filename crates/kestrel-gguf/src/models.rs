@@ -7,6 +7,9 @@ use std::path::PathBuf;
 pub const GEMMA3_270M_Q4_K_M: &str = "gemma-3-270m-q4_k_m.gguf";
 /// File name of the SmolLM2 135M Instruct Q4_1 test model.
 pub const SMOLLM2_135M_Q4_1: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The all-MiniLM-L6-v2 Hugging Face checkpoint (a folder; this is its weights file), which the
+/// encoder tests convert to GGUF.
+pub const MINILM_L6_V2_SAFETENSORS: &str = "all-minilm-l6-v2/model.safetensors";
 
 /// kestrel's home: `$KESTREL_HOME`, else `$HOME/.cache/kestrel`, else `./.kestrel`.
 pub fn kestrel_home() -> PathBuf {

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use crate::ir::{AttentionParams, Node, NodeId, Op, RopeParams, Rows, WeightId, WeightRef};
+use crate::ir::{
+    AttentionParams, EmbedIndex, Node, NodeId, Op, RopeParams, Rows, WeightId, WeightRef,
+};
 use crate::GraphError;
 
 /// A computation graph over one step's tokens.
@@ -96,12 +98,37 @@ impl Graph {
 
     /// Embedding rows for the step's tokens; the table's ggml dims are `[width, n_vocab]`.
     pub fn embed(&mut self, name: &str, table: WeightId) -> Result<NodeId, GraphError> {
+        self.embed_by(name, table, EmbedIndex::Tokens)
+    }
+
+    /// Embedding rows picked by `index` (token ids, positions, or one fixed row), one per token.
+    pub fn embed_by(
+        &mut self,
+        name: &str,
+        table: WeightId,
+        index: EmbedIndex,
+    ) -> Result<NodeId, GraphError> {
         let dims = self.weight_dims(table, name)?;
         let width = *dims
             .first()
             .ok_or_else(|| shape_err(name, "embedding table has no dims".into()))?
             as usize;
-        Ok(self.push(name, Op::Embed { table }, vec![], Rows::Tokens, width))
+        if let EmbedIndex::Row(r) = index {
+            let n_rows = dims.iter().skip(1).product::<u64>();
+            if u64::from(r) >= n_rows {
+                return Err(shape_err(
+                    name,
+                    format!("row {r} of a table with {n_rows} rows"),
+                ));
+            }
+        }
+        Ok(self.push(
+            name,
+            Op::Embed { table, index },
+            vec![],
+            Rows::Tokens,
+            width,
+        ))
     }
 
     /// `x · Wᵀ` with W's ggml dims `[k, m]`.
@@ -164,6 +191,34 @@ impl Graph {
             }
         }
         Ok(self.push(name, Op::RmsNorm { group, eps, weight }, vec![x], rows, w))
+    }
+
+    /// Layer norm over each whole row, with optional scale and shift vectors.
+    pub fn layer_norm(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        eps: f32,
+        weight: Option<WeightId>,
+        bias: Option<WeightId>,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        for v in [weight, bias].into_iter().flatten() {
+            let dims = self.weight_dims(v, name)?;
+            if dims.iter().product::<u64>() as usize != w {
+                return Err(shape_err(
+                    name,
+                    format!("norm vector dims {dims:?} for width {w}"),
+                ));
+            }
+        }
+        Ok(self.push(name, Op::LayerNorm { eps, weight, bias }, vec![x], rows, w))
+    }
+
+    /// Exact (erf) GELU.
+    pub fn gelu_erf(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        Ok(self.push(name, Op::GeluErf, vec![x], rows, w))
     }
 
     /// RoPE at the step's positions.

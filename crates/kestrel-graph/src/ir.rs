@@ -71,16 +71,32 @@ pub struct AttentionParams {
     pub window: Option<usize>,
     /// Soft-cap of attention logits.
     pub softcap: Option<f32>,
+    /// Each query sees only earlier positions (decoders); false: every query of a sequence sees
+    /// every key of it (encoders, whose whole input must then run in one step).
+    pub causal: bool,
+}
+
+/// Which rows of a table an [`Op::Embed`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmbedIndex {
+    /// The step's token ids (token embeddings).
+    Tokens,
+    /// The step's positions (learned absolute position embeddings).
+    Positions,
+    /// One fixed row for every token (a BERT token-type embedding, type 0).
+    Row(u32),
 }
 
 /// An operation.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Op {
-    /// Rows of an embedding table for the step's token ids.
+    /// Rows of an embedding table: for the step's token ids, its positions, or one fixed row.
     Embed {
         /// The table (`[n_vocab, width]`).
         table: WeightId,
+        /// Which rows.
+        index: EmbedIndex,
     },
     /// `x · Wᵀ`: input `[rows, k]`, weight `[m, k]` (ggml dims `[k, m]`), output `[rows, m]`.
     MatMul {
@@ -102,6 +118,15 @@ pub enum Op {
         /// Scale.
         weight: Option<WeightId>,
     },
+    /// Layer norm over the whole row: `(x - mean) / sqrt(var + eps) * weight + bias`.
+    LayerNorm {
+        /// Epsilon.
+        eps: f32,
+        /// Scale.
+        weight: Option<WeightId>,
+        /// Shift.
+        bias: Option<WeightId>,
+    },
     /// Rotary position embedding at the step's positions.
     Rope(RopeParams),
     /// Attention of queries over the KV cache; inputs `q, k, v`, writes `k, v` to the cache.
@@ -118,6 +143,8 @@ pub enum Op {
     SwiGlu,
     /// `gelu_tanh(a) * b` (GeGLU).
     GeGlu,
+    /// Exact (erf) GELU of one node (BERT's FFN).
+    GeluErf,
     /// The rows of a `Tokens` node that the step asks outputs for (by default the last token of
     /// each sequence).
     OutputRows,

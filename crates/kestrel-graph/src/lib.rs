@@ -17,6 +17,8 @@ mod plan;
 
 pub use error::GraphError;
 pub use graph::Graph;
-pub use ir::{AttentionParams, Node, NodeId, Op, RopeParams, Rows, WeightId, WeightRef};
+pub use ir::{
+    AttentionParams, EmbedIndex, Node, NodeId, Op, RopeParams, Rows, WeightId, WeightRef,
+};
 pub use memory::{plan_memory, MemoryPlan, ALIGN_F32};
 pub use plan::{BatchSeq, ExecutionPlan};

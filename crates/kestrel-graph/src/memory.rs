@@ -186,6 +186,7 @@ mod tests {
                 scale: 0.5,
                 window: None,
                 softcap: None,
+                causal: true,
             };
             let a = g.attention("attn", q, k, v, p).unwrap();
             let o = g.matmul("o", a, wo).unwrap();

@@ -13,7 +13,7 @@ use kestrel_kv::{BatchKv, KvCache, SeqId, SingleSeq};
 use kestrel_tensor::cpu::{self, RopeMode};
 use kestrel_tensor::{CpuEngine, DType, Tensor};
 
-use crate::ir::{Node, NodeId, Op, Rows};
+use crate::ir::{EmbedIndex, Node, NodeId, Op, Rows};
 use crate::memory::{plan_memory, MemoryPlan};
 use crate::{Graph, GraphError};
 
@@ -60,6 +60,8 @@ pub struct ExecutionPlan {
     arena: Vec<f32>,
     weights: Vec<BoundWeight>,
     positions: Vec<i32>,
+    /// Mask positions for non-causal attention (every query "at" the last key).
+    mask_positions: Vec<i32>,
     /// The matmuls' converted activations. Owned by the plan, not by whichever pool thread
     /// runs a step, so once it has grown no step allocates (a thread-local scratch allocated
     /// again whenever a step landed on a worker that had not run one before).
@@ -172,6 +174,7 @@ impl ExecutionPlan {
             arena,
             weights,
             positions: vec![0; max_tokens],
+            mask_positions: vec![0; max_tokens],
             scratch: cpu::MatmulScratch::new(),
         })
     }
@@ -332,17 +335,35 @@ impl ExecutionPlan {
         let (out, [a, b, c]) = split(&mut self.arena, out_range, ins)?;
         let positions = &self.positions[..t];
         match &node.op {
-            Op::Embed { table } => {
+            Op::Embed { table, index } => {
                 let w = &self.weights[*table].tensor;
                 let dims = w.shape();
-                cpu::get_rows(
-                    w.as_bytes(),
-                    w.dtype(),
-                    dims.n_rows(),
-                    dims.row_len(),
-                    tokens,
-                    out,
-                )?;
+                let get = |ids: &[u32], out: &mut [f32]| {
+                    cpu::get_rows(
+                        w.as_bytes(),
+                        w.dtype(),
+                        dims.n_rows(),
+                        dims.row_len(),
+                        ids,
+                        out,
+                    )
+                };
+                match index {
+                    EmbedIndex::Tokens => get(tokens, out)?,
+                    EmbedIndex::Positions => {
+                        // Positions are below 2^31 (checked when the step was bound).
+                        for (o, &p) in out.chunks_exact_mut(width).zip(positions) {
+                            get(&[p as u32], o)?;
+                        }
+                    }
+                    EmbedIndex::Row(r) => {
+                        let (first, rest) = out.split_at_mut(width);
+                        get(&[*r], first)?;
+                        for o in rest.chunks_exact_mut(width) {
+                            o.copy_from_slice(first);
+                        }
+                    }
+                }
             }
             Op::MatMul { weight } => {
                 let w = &self.weights[*weight].tensor;
@@ -371,6 +392,13 @@ impl ExecutionPlan {
                     None => None,
                 };
                 cpu::rms_norm(a, *group, wv, *eps, out)?;
+            }
+            Op::LayerNorm { eps, weight, bias } => {
+                let vec = |w: &Option<usize>| match w {
+                    Some(w) => self.weights[*w].vector().map(Some),
+                    None => Ok(None),
+                };
+                cpu::layer_norm(a, width, vec(weight)?, vec(bias)?, *eps, out)?;
             }
             Op::Rope(p) => {
                 out.copy_from_slice(a);
@@ -422,9 +450,18 @@ impl ExecutionPlan {
                     )?;
                     let kv_len = s.pos0 + s.len;
                     let view = kv.view_seq(p.layer, s.seq, kv_len)?;
+                    let mask_pos = if p.causal {
+                        &positions[r0..r1]
+                    } else {
+                        // Every query sees every key of its sequence: mask as if each sat at
+                        // the last position.
+                        let m = &mut self.mask_positions[r0..r1];
+                        m.fill((kv_len - 1) as i32);
+                        &*m
+                    };
                     cpu::attention_paged(
                         &a[r0 * qw..r1 * qw],
-                        &positions[r0..r1],
+                        mask_pos,
                         view.k,
                         view.v,
                         kv_len,
@@ -448,6 +485,10 @@ impl ExecutionPlan {
             }
             Op::SwiGlu => cpu::swiglu(a, b, out)?,
             Op::GeGlu => cpu::geglu(a, b, out)?,
+            Op::GeluErf => {
+                out.copy_from_slice(a);
+                cpu::gelu_erf(out);
+            }
             Op::OutputRows => {
                 for (o, &r) in out.chunks_exact_mut(width).zip(&self.out_rows) {
                     o.copy_from_slice(&a[r * width..(r + 1) * width]);

@@ -360,7 +360,9 @@ impl Vocab {
         if let Some(v) = opt_bool(md, "tokenizer.ggml.add_sep_token")? {
             add_sep = v;
         }
-        let lowercase = opt_bool(md, "tokenizer.ggml.normalizer.lowercase")?.unwrap_or(false);
+        // Absent, a WordPiece vocabulary is uncased (llama.cpp lower-cases BERT input always).
+        let lowercase =
+            opt_bool(md, "tokenizer.ggml.normalizer.lowercase")?.unwrap_or(kind == VocabKind::Wpm);
         let strip_accents =
             opt_bool(md, "tokenizer.ggml.normalizer.strip_accents")?.unwrap_or(lowercase);
 

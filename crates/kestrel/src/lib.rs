@@ -29,10 +29,13 @@
 //!
 //! Status: CPU; single sequences and continuous batching ([`Model::generate_batch`]),
 //! embeddings from decoder models ([`Model::embed`]), token log-probabilities
-//! ([`GenerateOptions::with_logprobs`]). Aliases and downloads, encoder (BERT) models and the
-//! `Backend` registry come with their issues.
+//! ([`GenerateOptions::with_logprobs`]), aliases and hub downloads ([`Model::load`]), sentence
+//! embeddings from encoder (BERT) models ([`EncoderModel`], converted from Hugging Face
+//! checkpoints by [`convert`]), and the [`Backend`] registry. CUDA is not in this build.
 
 pub mod backend;
+pub mod convert;
+mod encoder;
 mod error;
 pub mod hub;
 mod info;
@@ -40,6 +43,7 @@ mod model;
 mod prompter;
 
 pub use backend::{Backend, TextModel};
+pub use encoder::{cosine, EncoderModel};
 pub use error::Error;
 pub use hub::discover;
 pub use info::ModelInfo;

@@ -291,6 +291,26 @@ pub struct Response {
     pub metrics: GenerateMetrics,
 }
 
+/// Refuse any device but the CPU, naming what was asked: the CUDA engine is not in this build.
+pub(crate) fn check_cpu_device(device: &str) -> Result<(), Error> {
+    match device.split(':').next() {
+        Some("cpu") => {}
+        Some("cuda") => {
+            return Err(Error::InvalidOption {
+                name: "device",
+                reason: "this build of kestrel has no CUDA engine; use device cpu".into(),
+            })
+        }
+        _ => {
+            return Err(Error::InvalidOption {
+                name: "device",
+                reason: format!("{:?}: expected cpu, cuda or cuda:N", device),
+            })
+        }
+    }
+    Ok(())
+}
+
 /// A loaded model.
 ///
 /// ```no_run
@@ -351,21 +371,7 @@ impl Model {
 
     /// Load a GGUF file (any shard of a split model).
     pub fn load_file(path: impl AsRef<Path>, opts: LoadOptions) -> Result<Model, Error> {
-        match opts.device.split(':').next() {
-            Some("cpu") => {}
-            Some("cuda") => {
-                return Err(Error::InvalidOption {
-                    name: "device",
-                    reason: "this build of kestrel has no CUDA engine; use device cpu".into(),
-                })
-            }
-            _ => {
-                return Err(Error::InvalidOption {
-                    name: "device",
-                    reason: format!("{:?}: expected cpu, cuda or cuda:N", opts.device),
-                })
-            }
-        }
+        check_cpu_device(&opts.device)?;
         let model = Arc::new(GgufModel::open_with(path, OpenOptions { mmap: opts.mmap })?);
         let generator = Generator::new(
             model,

@@ -2,7 +2,9 @@
 
 pub mod bench;
 pub mod chat;
+pub mod convert;
 pub mod detokenize;
+pub mod embed;
 pub mod inspect;
 pub mod model_args;
 pub mod perplexity;

@@ -147,6 +147,36 @@ pub fn gelu_f32(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
 }
 
+/// `erf(x)` (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7, computed in f64): Rust's
+/// `f64::erf` is not stable.
+#[inline]
+pub fn erf(x: f64) -> f64 {
+    const P: f64 = 0.327_591_1;
+    const A: [f64; 5] = [
+        0.254_829_592,
+        -0.284_496_736,
+        1.421_413_741,
+        -1.453_152_027,
+        1.061_405_429,
+    ];
+    let ax = x.abs();
+    let t = 1.0 / (1.0 + P * ax);
+    let poly = t * (A[0] + t * (A[1] + t * (A[2] + t * (A[3] + t * A[4]))));
+    let y = 1.0 - poly * (-ax * ax).exp();
+    if x < 0.0 {
+        -y
+    } else {
+        y
+    }
+}
+
+/// Exact GELU of one value: `x/2 · (1 + erf(x/√2))` (PyTorch's default `nn.GELU`, BERT's FFN).
+#[inline]
+pub fn gelu_erf_f32(x: f32) -> f32 {
+    let x = f64::from(x);
+    (0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2))) as f32
+}
+
 /// GELU as ggml's `GGML_GELU_FP16` builds compute it: 0 for `x <= -10`, `x` for `x >= 10`, else
 /// `f16(gelu(f16(x)))` (the table lookup), widened back to f32.
 #[inline]
@@ -293,6 +323,11 @@ pub fn gelu(x: &mut [f32]) {
     for_chunks(x, |c, _| c.iter_mut().for_each(|v| *v = gelu_ggml(*v)));
 }
 
+/// `x = gelu_erf(x)` (exact GELU, see [`gelu_erf_f32`]).
+pub fn gelu_erf(x: &mut [f32]) {
+    for_chunks(x, |c, _| c.iter_mut().for_each(|v| *v = gelu_erf_f32(*v)));
+}
+
 /// `out = silu(gate) * up`, rounding as ggml's `ggml_vec_swiglu_f32` (see the module docs).
 pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
     same_len("swiglu", "up", gate.len(), up.len())?;
@@ -349,6 +384,44 @@ mod tests {
     fn gelu64(x: f64) -> f64 {
         0.5 * x
             * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * x * (1.0 + 0.044715 * x * x)).tanh())
+    }
+
+    #[test]
+    fn erf_matches_its_series_and_gelu_erf_its_definition() {
+        // erf by its Taylor series (exact enough in f64 for |x| <= 3).
+        let series = |x: f64| {
+            let (mut term, mut sum, mut n) = (x, x, 0.0);
+            while term.abs() > 1e-17 {
+                n += 1.0;
+                term *= -x * x / n;
+                sum += term / (2.0 * n + 1.0);
+            }
+            sum * 2.0 / std::f64::consts::PI.sqrt()
+        };
+        let mut rng = Rng::new(77);
+        for _ in 0..2000 {
+            let x = f64::from(rng.f32()) * 3.0;
+            assert!((erf(x) - series(x)).abs() < 2e-7, "erf({x})");
+        }
+        assert!((erf(5.0) - 1.0).abs() < 1e-10 && (erf(-5.0) + 1.0).abs() < 1e-10);
+        let mut xs: Vec<f32> = (0..200).map(|i| i as f32 / 10.0 - 10.0).collect();
+        let want: Vec<f32> = xs
+            .iter()
+            .map(|&x| {
+                (0.5 * f64::from(x) * (1.0 + series(f64::from(x) / 2f64.sqrt()).clamp(-1.0, 1.0)))
+                    as f32
+            })
+            .collect();
+        gelu_erf(&mut xs);
+        for (i, (&g, &w)) in xs.iter().zip(&want).enumerate() {
+            // Beyond |x| = 3√2 the series is not used: erf is ±1 within 1e-9 there.
+            let x = i as f32 / 10.0 - 10.0;
+            if x.abs() < 4.2 {
+                assert!((g - w).abs() < 1e-6, "gelu_erf({x}) = {g}, want {w}");
+            }
+        }
+        assert_eq!(gelu_erf_f32(0.0), 0.0);
+        assert!((gelu_erf_f32(10.0) - 10.0).abs() < 1e-6 && gelu_erf_f32(-10.0).abs() < 1e-6);
     }
 
     #[test]

@@ -28,7 +28,8 @@ pub use attention::{attention, attention_paged, visible_keys, AttentionParams, K
 pub use block::{dot, vec_dot};
 pub use convert::{bf16_to_f32_slice, f16_to_f32, f32_to_bf16_slice, f32_to_f16};
 pub use elementwise::{
-    add, add_assign, argmax, geglu, gelu, gelu_f32, mul, mul_assign, scale, silu, silu_f32, swiglu,
+    add, add_assign, argmax, erf, geglu, gelu, gelu_erf, gelu_erf_f32, gelu_f32, mul, mul_assign,
+    scale, silu, silu_f32, swiglu,
 };
 pub use get_rows::get_rows;
 pub use matmul::{matmul, matmul_dequantized, matmul_with_scratch, matvec, MatmulScratch};

@@ -1,0 +1,190 @@
+//! Reading `.safetensors` files (Hugging Face's weight format): an 8-byte little-endian header
+//! length, a JSON header naming each tensor's dtype, shape and byte range, then the data. The
+//! file is memory-mapped and every range is checked against it before use.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use half::{bf16, f16};
+use memmap2::Mmap;
+
+use super::ConvertError;
+
+/// The largest header accepted (the format's own limit is 100 MB).
+const MAX_HEADER: u64 = 100 << 20;
+
+/// Element types the converter reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StDType {
+    /// 32-bit float.
+    F32,
+    /// 16-bit float.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// Anything else (integer buffers such as `position_ids`): skipped, never converted.
+    Other,
+}
+
+impl StDType {
+    fn parse(s: &str) -> (StDType, usize) {
+        match s {
+            "F32" => (StDType::F32, 4),
+            "F16" => (StDType::F16, 2),
+            "BF16" => (StDType::BF16, 2),
+            "F64" | "I64" | "U64" => (StDType::Other, 8),
+            "I32" | "U32" => (StDType::Other, 4),
+            "I16" | "U16" => (StDType::Other, 2),
+            _ => (StDType::Other, 1),
+        }
+    }
+}
+
+/// One tensor of a safetensors file.
+#[derive(Clone, Debug)]
+pub struct StTensor {
+    /// Element type.
+    pub dtype: StDType,
+    /// Shape, outermost first (PyTorch order).
+    pub shape: Vec<usize>,
+    range: (usize, usize),
+}
+
+/// A memory-mapped safetensors file.
+#[derive(Debug)]
+pub struct SafeTensors {
+    path: PathBuf,
+    map: Mmap,
+    data_start: usize,
+    tensors: BTreeMap<String, StTensor>,
+}
+
+impl SafeTensors {
+    /// Map and check `path`.
+    ///
+    /// # Errors
+    /// [`ConvertError::Input`] naming the file and what is wrong with it.
+    pub fn open(path: &Path) -> Result<SafeTensors, ConvertError> {
+        let bad = |reason: String| ConvertError::Input {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let file = File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+        // SAFETY: the map is read-only; a file truncated underneath it is the one hazard, as
+        // for every memory-mapped model file.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| bad(format!("cannot map: {e}")))?;
+        if map.len() < 8 {
+            return Err(bad("shorter than its 8-byte header length".into()));
+        }
+        let mut len8 = [0u8; 8];
+        len8.copy_from_slice(&map[..8]);
+        let n = u64::from_le_bytes(len8);
+        if n > MAX_HEADER || n + 8 > map.len() as u64 {
+            return Err(bad(format!(
+                "header of {n} bytes in a file of {} (limit {MAX_HEADER})",
+                map.len()
+            )));
+        }
+        let data_start = 8 + n as usize;
+        let header: serde_json::Value = serde_json::from_slice(&map[8..data_start])
+            .map_err(|e| bad(format!("header is not JSON: {e}")))?;
+        let obj = header
+            .as_object()
+            .ok_or_else(|| bad("header is not a JSON object".into()))?;
+        let data_len = map.len() - data_start;
+        let mut tensors = BTreeMap::new();
+        for (name, v) in obj {
+            if name == "__metadata__" {
+                continue;
+            }
+            let field = |k: &str| {
+                v.get(k)
+                    .ok_or_else(|| bad(format!("tensor {name:?} has no {k:?}")))
+            };
+            let dtype_name = field("dtype")?
+                .as_str()
+                .ok_or_else(|| bad(format!("tensor {name:?}: dtype is not a string")))?;
+            let (dtype, size) = StDType::parse(dtype_name);
+            let shape = field("shape")?
+                .as_array()
+                .and_then(|a| {
+                    a.iter()
+                        .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+                        .collect::<Option<Vec<_>>>()
+                })
+                .ok_or_else(|| bad(format!("tensor {name:?}: bad shape")))?;
+            let offs = field("data_offsets")?
+                .as_array()
+                .filter(|a| a.len() == 2)
+                .and_then(|a| Some((a[0].as_u64()?, a[1].as_u64()?)))
+                .ok_or_else(|| bad(format!("tensor {name:?}: bad data_offsets")))?;
+            let (b, e) = offs;
+            let want = shape
+                .iter()
+                .try_fold(size as u64, |acc, &d| acc.checked_mul(d as u64));
+            if b > e || e > data_len as u64 || want != Some(e - b) {
+                return Err(bad(format!(
+                    "tensor {name:?}: bytes {b}..{e} for a {dtype_name} {shape:?} in {data_len} data bytes"
+                )));
+            }
+            tensors.insert(
+                name.clone(),
+                StTensor {
+                    dtype,
+                    shape,
+                    range: (b as usize, e as usize),
+                },
+            );
+        }
+        Ok(SafeTensors {
+            path: path.to_path_buf(),
+            map,
+            data_start,
+            tensors,
+        })
+    }
+
+    /// The tensors by name.
+    pub fn tensors(&self) -> &BTreeMap<String, StTensor> {
+        &self.tensors
+    }
+
+    /// Where it was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The values of a float tensor as f32.
+    ///
+    /// # Errors
+    /// A tensor that is absent or not a float type.
+    pub fn to_f32(&self, name: &str) -> Result<Vec<f32>, ConvertError> {
+        let t = self.tensors.get(name).ok_or_else(|| ConvertError::Input {
+            path: self.path.clone(),
+            reason: format!("tensor {name:?} is missing"),
+        })?;
+        let bytes = &self.map[self.data_start + t.range.0..self.data_start + t.range.1];
+        let le2 = |c: &[u8]| u16::from_le_bytes([c[0], c[1]]);
+        Ok(match t.dtype {
+            StDType::F32 => bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            StDType::F16 => bytes
+                .chunks_exact(2)
+                .map(|c| f16::from_bits(le2(c)).to_f32())
+                .collect(),
+            StDType::BF16 => bytes
+                .chunks_exact(2)
+                .map(|c| bf16::from_bits(le2(c)).to_f32())
+                .collect(),
+            StDType::Other => {
+                return Err(ConvertError::Input {
+                    path: self.path.clone(),
+                    reason: format!("tensor {name:?} is not a float tensor"),
+                })
+            }
+        })
+    }
+}
