@@ -41,6 +41,7 @@ pub mod hub;
 mod info;
 mod model;
 mod prompter;
+mod session_pool;
 
 pub use backend::{Backend, TextModel};
 pub use encoder::{cosine, EncoderModel};

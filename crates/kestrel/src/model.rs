@@ -43,6 +43,9 @@ pub struct LoadOptions {
     pub batch: usize,
     /// Most sequences [`Model::generate_batch`] runs at once (0: one per prompt, at most 16).
     pub concurrency: usize,
+    /// KV sessions kept, so this many conversations stay cached at once (1..=64; each holds a
+    /// whole context's cache, made when first needed).
+    pub session_pool: usize,
 }
 
 impl Default for LoadOptions {
@@ -55,6 +58,7 @@ impl Default for LoadOptions {
             kv_dtype: KvDType::F16,
             batch: 512,
             concurrency: 0,
+            session_pool: 1,
         }
     }
 }
@@ -93,6 +97,11 @@ impl LoadOptions {
     /// Most sequences batched together by [`Model::generate_batch`].
     pub fn with_concurrency(mut self, n: usize) -> Self {
         self.concurrency = n;
+        self
+    }
+    /// Conversations kept cached at once (see [`LoadOptions::session_pool`]).
+    pub fn with_session_pool(mut self, n: usize) -> Self {
+        self.session_pool = n;
         self
     }
 }
@@ -326,6 +335,7 @@ pub struct Model {
     prompter: Prompter,
     last_metrics: GenerateMetrics,
     concurrency: usize,
+    sessions: crate::session_pool::SessionPool,
 }
 
 impl std::fmt::Debug for Model {
@@ -372,6 +382,7 @@ impl Model {
     /// Load a GGUF file (any shard of a split model).
     pub fn load_file(path: impl AsRef<Path>, opts: LoadOptions) -> Result<Model, Error> {
         check_cpu_device(&opts.device)?;
+        let sessions = crate::session_pool::SessionPool::new(opts.session_pool)?;
         let model = Arc::new(GgufModel::open_with(path, OpenOptions { mmap: opts.mmap })?);
         let generator = Generator::new(
             model,
@@ -395,6 +406,7 @@ impl Model {
             prompter,
             last_metrics: GenerateMetrics::default(),
             concurrency: opts.concurrency,
+            sessions,
         })
     }
 
@@ -522,6 +534,7 @@ impl Model {
         check_speculative(opts)?;
         let prompt_ids = self.encode(prompt, opts)?;
         let stop_ids = opts.sampling.stop_token_ids.clone();
+        self.sessions.select(&mut self.generator, &prompt_ids)?;
         let (g, stats) = self.generator.generate_lookup_sampled(
             &prompt_ids,
             &opts.sampling,
@@ -548,6 +561,7 @@ impl Model {
         check_speculative(opts)?;
         let prompt_ids = self.encode(prompt, opts)?;
         let stop_ids = opts.sampling.stop_token_ids.clone();
+        self.sessions.select(&mut self.generator, &prompt_ids)?;
         let (g, stats) = self.generator.generate_speculative_sampled(
             &mut draft.generator,
             &prompt_ids,
@@ -610,6 +624,7 @@ impl Model {
         opts: &GenerateOptions,
     ) -> Result<TokenIter<'_>, Error> {
         let ids = self.encode(prompt, opts)?;
+        self.sessions.select(&mut self.generator, &ids)?;
         Ok(self.generator.iter(&ids, &opts.params())?)
     }
 
@@ -725,6 +740,17 @@ impl Model {
         self.concurrency = n;
     }
 
+    /// KV sessions kept (the pool size) and made so far.
+    pub fn sessions(&self) -> (usize, usize) {
+        (self.sessions.size(), self.sessions.in_use())
+    }
+
+    /// Forget every cached conversation (the next prompt is prefilled from scratch).
+    pub fn reset_sessions(&mut self) {
+        self.generator.session_mut().reset();
+        self.sessions.reset();
+    }
+
     /// The last generation's metrics.
     pub fn metrics(&self) -> &GenerateMetrics {
         &self.last_metrics
@@ -741,6 +767,7 @@ impl Model {
             cancel: Some(cancel.clone()),
             ..opts.params()
         };
+        self.sessions.select(&mut self.generator, ids)?;
         let mut iter = self.generator.iter(ids, &params)?;
         for tok in iter.by_ref() {
             let tok = tok?;

@@ -153,3 +153,43 @@ fn backends_load_through_the_registry() {
     assert!(e.to_string().contains("not available"), "{e}");
     assert!(kestrel::backend::load_model(&p, Some("tpu"), &opts).is_err());
 }
+
+#[test]
+fn a_session_pool_keeps_two_conversations_cached() {
+    let Some(p) = test_model(SMOLLM2_135M_Q4_1) else {
+        return;
+    };
+    let a = "The history of the city of Lyon begins with the Roman colony of Lugdunum, founded in 43 BC on the hill of Fourvière.";
+    let b = "Photosynthesis is the process by which green plants use sunlight, water and carbon dioxide to make glucose.";
+    let opts = GenerateOptions::greedy().with_max_tokens(4);
+    let cached_on_return = |pool: usize| {
+        let mut m = Model::load_file(
+            &p,
+            LoadOptions::default()
+                .with_threads(2)
+                .with_max_seq_len(256)
+                .with_session_pool(pool),
+        )
+        .unwrap();
+        let first = m.generate(a, &opts).unwrap();
+        m.generate(b, &opts).unwrap();
+        // Back to the first conversation, extended by what the model said.
+        let again = format!("{a}{}", first.text);
+        let out = m.generate(&again, &opts).unwrap();
+        (
+            out.metrics.cached_tokens,
+            out.metrics.prompt_tokens,
+            m.sessions(),
+        )
+    };
+    let (cached, prompt, sessions) = cached_on_return(2);
+    assert_eq!(sessions, (2, 2));
+    assert!(
+        cached + 6 >= prompt && cached > 20,
+        "pool of 2: {cached} of {prompt} prompt tokens cached"
+    );
+    let (cached1, _, sessions1) = cached_on_return(1);
+    assert_eq!(sessions1, (1, 1));
+    assert!(cached1 < 5, "pool of 1: {cached1} cached");
+    assert!(Model::load_file(&p, LoadOptions::default().with_session_pool(0)).is_err());
+}
