@@ -256,6 +256,213 @@ pub(crate) unsafe fn dot_q6_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     finish(0.0, sums)
 }
 
+/// One super-block's weights unpacked for a tile: per 32-value chunk, the quants times their
+/// scale as i16 (exact: |q · scale| ≤ 4096), split into the even positions (odd ones zero) and
+/// the odd positions, so one `vpmaddwd` with the activations gives the same even/odd i32 lanes
+/// as [`Acc::chunk`].
+type Prepared = [(__m512i, __m512i); QK_K / 32];
+
+/// Scale the i8 quants `a` (32 of them) by `s_lo` (positions 0..16) and `s_hi` (16..32) and
+/// split even from odd positions.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn prep_chunk(a: __m256i, s_lo: i16, s_hi: i16) -> (__m512i, __m512i) {
+    let scale = _mm512_inserti64x4::<1>(_mm512_set1_epi16(s_lo), _mm256_set1_epi16(s_hi));
+    let ws = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(a), scale);
+    (
+        _mm512_maskz_mov_epi16(0x5555_5555, ws),
+        _mm512_maskz_mov_epi16(0xAAAA_AAAA, ws),
+    )
+}
+
+/// `aux32[0..8]` of one activation block against prepared weights (equal to what the
+/// single-row kernels compute for it).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn aux_prepared(prep: &Prepared, q8: *const i8) -> __m256i {
+    let mut acc = Acc::new();
+    for (c, (we, wo)) in prep.iter().enumerate() {
+        // SAFETY: the caller keeps the block's 256 quants at `q8` in bounds.
+        let b = _mm512_cvtepi8_epi16(unsafe { _mm256_loadu_si256(q8.add(32 * c).cast()) });
+        acc.even = _mm512_add_epi32(acc.even, _mm512_madd_epi16(*we, b));
+        acc.odd = _mm512_add_epi32(acc.odd, _mm512_madd_epi16(*wo, b));
+    }
+    acc.fold()
+}
+
+/// The activation rows of a tile: `n_act` rows of `nb` blocks back to back.
+#[inline(always)]
+fn tile_shape(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &[f32], bs: usize) -> Option<usize> {
+    let nb = y.len().checked_div(n_act).filter(|&nb| nb > 0)?;
+    let n_w = out.len() / n_act;
+    assert!(
+        y.len() == nb * n_act && out.len() == n_w * n_act,
+        "tile: {} activation blocks for {n_act} rows, {} outputs",
+        y.len(),
+        out.len()
+    );
+    check(w, n_w * nb, bs);
+    Some(nb)
+}
+
+/// Q4_K / Q5_K tile: weight rows × up to 4 activation rows at a time; each weight block is
+/// unpacked and scaled once for all of them. Bit for bit [`dot_q45`] per pair.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn tile_q45(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32], q5: bool) {
+    let bs = if q5 { Q5K_BYTES } else { Q4K_BYTES };
+    let Some(nb) = tile_shape(w, y, n_act, out, bs) else {
+        return;
+    };
+    let m4 = _mm256_set1_epi8(0x0f);
+    let one = _mm256_set1_epi8(1);
+    let zero = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    for (r, orow) in out.chunks_exact_mut(n_act).enumerate() {
+        for t0 in (0..n_act).step_by(4) {
+            let tn = (n_act - t0).min(4);
+            let mut sums = [_mm256_setzero_ps(); 4];
+            let mut sumf = [0f32; 4];
+            for i in 0..nb {
+                // SAFETY: block (r, i) lies in w (checked by tile_shape).
+                let b = unsafe { w.as_ptr().add((r * nb + i) * bs) };
+                let mut packed = [0u8; 12];
+                // SAFETY: bytes 4..16 of the block are its scales.
+                unsafe { std::ptr::copy_nonoverlapping(b.add(4), packed.as_mut_ptr(), 12) };
+                let (scales, mins) = k4_scales(&packed);
+                // SAFETY: the block's fields are in bounds.
+                let (d, dmin, qh, qs) = unsafe {
+                    let (qh, qs) = if q5 {
+                        (_mm256_loadu_si256(b.add(16).cast()), b.add(48))
+                    } else {
+                        (_mm256_setzero_si256(), b.add(16))
+                    };
+                    (fp16(rd16(b)), fp16(rd16(b.add(2))), qh, qs)
+                };
+                let mut prep: Prepared = [zero; QK_K / 32];
+                for j in 0..QK_K / 64 {
+                    // SAFETY: 32 bytes of quants per 64 values, in bounds.
+                    let q = unsafe { _mm256_loadu_si256(qs.add(32 * j).cast()) };
+                    let mut lo = _mm256_and_si256(q, m4);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                    if q5 {
+                        let c = 2 * j as i32;
+                        let bit = |k: i32| {
+                            let s = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k));
+                            _mm256_slli_epi16::<4>(_mm256_and_si256(s, one))
+                        };
+                        lo = _mm256_or_si256(lo, bit(c));
+                        hi = _mm256_or_si256(hi, bit(c + 1));
+                    }
+                    let (s0, s1) = (scales[2 * j] as i16, scales[2 * j + 1] as i16);
+                    prep[2 * j] = prep_chunk(lo, s0, s0);
+                    prep[2 * j + 1] = prep_chunk(hi, s1, s1);
+                }
+                for t in 0..tn {
+                    let yb = &y[(t0 + t) * nb + i];
+                    // SAFETY: the activation block holds 256 quants.
+                    let aux = unsafe { aux_prepared(&prep, yb.qs.as_ptr()) };
+                    sums[t] = add_scaled(sums[t], d * yb.d, aux);
+                    let dm = dmin * yb.d;
+                    sumf[t] -= dm * mins_sum(yb, &mins) as f32;
+                }
+            }
+            for t in 0..tn {
+                orow[t0 + t] = finish(sumf[t], sums[t]);
+            }
+        }
+    }
+}
+
+/// Q4_K tile (see [`tile_q45`]): `w` holds whole weight rows, `y` `n_act` activation rows,
+/// `out[r · n_act + t]` gets weight row `r` · activation row `t`.
+///
+/// # Safety
+/// As [`dot_q4_k`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+    // SAFETY: same features.
+    unsafe { tile_q45(w, y, n_act, out, false) }
+}
+
+/// Q5_K tile (see [`tile_q4_k`]).
+///
+/// # Safety
+/// As [`dot_q4_k`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn tile_q5_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+    // SAFETY: same features.
+    unsafe { tile_q45(w, y, n_act, out, true) }
+}
+
+/// Q6_K tile (see [`tile_q4_k`]), bit for bit [`dot_q6_k`] per pair.
+///
+/// # Safety
+/// As [`dot_q4_k`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn tile_q6_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+    let Some(nb) = tile_shape(w, y, n_act, out, Q6K_BYTES) else {
+        return;
+    };
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m3 = _mm256_set1_epi8(0x03);
+    let off = _mm256_set1_epi8(32);
+    let zero = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    for (r, orow) in out.chunks_exact_mut(n_act).enumerate() {
+        for t0 in (0..n_act).step_by(4) {
+            let tn = (n_act - t0).min(4);
+            let mut sums = [_mm256_setzero_ps(); 4];
+            for i in 0..nb {
+                // SAFETY: block (r, i) lies in w: ql at 0, qh at 128, scales at 192, d at 208.
+                let b = unsafe { w.as_ptr().add((r * nb + i) * Q6K_BYTES) };
+                let mut sc = [0i8; 16];
+                // SAFETY: the 16 scale bytes are in bounds.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(b.add(192).cast::<i8>(), sc.as_mut_ptr(), 16)
+                };
+                // SAFETY: as above.
+                let d = unsafe { fp16(rd16(b.add(208))) };
+                let mut prep: Prepared = [zero; QK_K / 32];
+                for j in 0..QK_K / 128 {
+                    // SAFETY: ql[64j..64j+64] and qh[32j..32j+32] are in bounds.
+                    let (ql0, ql1, qh) = unsafe {
+                        (
+                            _mm256_loadu_si256(b.add(64 * j).cast()),
+                            _mm256_loadu_si256(b.add(64 * j + 32).cast()),
+                            _mm256_loadu_si256(b.add(128 + 32 * j).cast()),
+                        )
+                    };
+                    let h = |k: i32| {
+                        let s = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k));
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(s, m3))
+                    };
+                    let chunks = [
+                        _mm256_or_si256(_mm256_and_si256(ql0, m4), h(0)),
+                        _mm256_or_si256(_mm256_and_si256(ql1, m4), h(2)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), h(4)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), h(6)),
+                    ];
+                    for (c, a) in chunks.into_iter().enumerate() {
+                        let g = 4 * j + c;
+                        prep[g] = prep_chunk(
+                            _mm256_sub_epi8(a, off),
+                            i16::from(sc[2 * g]),
+                            i16::from(sc[2 * g + 1]),
+                        );
+                    }
+                }
+                for t in 0..tn {
+                    let yb = &y[(t0 + t) * nb + i];
+                    // SAFETY: the activation block holds 256 quants.
+                    let aux = unsafe { aux_prepared(&prep, yb.qs.as_ptr()) };
+                    sums[t] = add_scaled(sums[t], d * yb.d, aux);
+                }
+            }
+            for t in 0..tn {
+                orow[t0 + t] = finish(0.0, sums[t]);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bytemuck::Zeroable;
@@ -329,8 +536,57 @@ mod tests {
         }
     }
 
+    /// `n_w` weight rows × `n_act` activation rows through the tile kernel equal the scalar
+    /// twin's dot of each pair, bit for bit.
+    fn check_tile(dtype: DType, blocks: usize, n_w: usize, n_act: usize, seed: u64) {
+        if !super::super::has_avx512() {
+            return;
+        }
+        let k = blocks * QK_K;
+        let mut rng = Rng::new(seed);
+        let rows: Vec<Vec<u8>> = (0..n_w)
+            .map(|_| quantized_row(&mut rng, dtype, k).0)
+            .collect();
+        let w: Vec<u8> = rows.concat();
+        let x = rng.vec(k * n_act, 3.0);
+        let mut y = vec![BlockQ8K::zeroed(); blocks * n_act];
+        q8::quantize_row_q8_k(&x, &mut y);
+        let mut out = vec![0f32; n_w * n_act];
+        // SAFETY: features checked above.
+        unsafe {
+            match dtype {
+                DType::Q4K => tile_q4_k(&w, &y, n_act, &mut out),
+                DType::Q5K => tile_q5_k(&w, &y, n_act, &mut out),
+                _ => tile_q6_k(&w, &y, n_act, &mut out),
+            }
+        }
+        for (r, row) in rows.iter().enumerate() {
+            for (t, ya) in y.chunks_exact(blocks).enumerate() {
+                let want = match dtype {
+                    DType::Q4K => qdot::dot_q4_k(row, ya),
+                    DType::Q5K => qdot::dot_q5_k(row, ya),
+                    _ => qdot::dot_q6_k(row, ya),
+                };
+                let got = out[r * n_act + t];
+                assert_eq!(
+                    want.to_bits(),
+                    got.to_bits(),
+                    "{dtype:?} row {r} act {t}: {want} vs {got}"
+                );
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn kquant_tiles_equal_scalar_twins(
+            t in 0usize..3, blocks in 1usize..4, n_w in 1usize..5, n_act in 1usize..7,
+            seed in any::<u64>()
+        ) {
+            check_tile(TYPES[t], blocks, n_w, n_act, seed);
+        }
+
         #[test]
         fn kquants_equal_scalar_twins_random(
             t in 0usize..3, blocks in 1usize..9, seed in any::<u64>(), scale in 1e-3f32..1e3,

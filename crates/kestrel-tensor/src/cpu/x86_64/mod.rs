@@ -139,7 +139,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
     use kestrel_gguf::quant::BlockQ8K;
 
     macro_rules! kquant {
-        ($rows:ident, $tile:ident, $dot:ident) => {
+        ($rows:ident, $tile:ident, $dot:ident, $tile_kernel:ident) => {
             fn $rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
                 super::dispatch::rows_by_dot(w, y, out, |wr, y| {
                     // SAFETY: only reachable through this table, made after detection.
@@ -147,16 +147,14 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
                 })
             }
             fn $tile(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
-                super::dispatch::tile_by_dots(w, y, n_act, out, |wr, ya| {
-                    // SAFETY: as above.
-                    unsafe { kquants::$dot(wr, ya) }
-                })
+                // SAFETY: as above.
+                unsafe { kquants::$tile_kernel(w, y, n_act, out) }
             }
         };
     }
-    kquant!(q4_k_rows, q4_k_tile, dot_q4_k);
-    kquant!(q5_k_rows, q5_k_tile, dot_q5_k);
-    kquant!(q6_k_rows, q6_k_tile, dot_q6_k);
+    kquant!(q4_k_rows, q4_k_tile, dot_q4_k, tile_q4_k);
+    kquant!(q5_k_rows, q5_k_tile, dot_q5_k, tile_q5_k);
+    kquant!(q6_k_rows, q6_k_tile, dot_q6_k, tile_q6_k);
     Kernels {
         q4_k: TypeKernels {
             rows: q4_k_rows,
