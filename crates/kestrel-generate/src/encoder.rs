@@ -54,12 +54,6 @@ impl Encoder {
     /// start.
     pub fn new(model: Arc<GgufModel>, opts: EncoderOptions) -> Result<Encoder, GenerateError> {
         let cfg = EncoderConfig::from_model(&model)?;
-        let threads = match opts.threads {
-            0 => std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
-            n => n,
-        };
         let max = match opts.max_tokens {
             0 => cfg.n_ctx_train,
             n if n > cfg.n_ctx_train => {
@@ -79,7 +73,8 @@ impl Encoder {
                 reason: "the model has no positions".into(),
             });
         }
-        let engine = CpuEngine::new(threads)?;
+        // 0 threads: one per logical CPU (the engine's own default).
+        let engine = CpuEngine::new(opts.threads)?;
         let graph = build_encoder(&cfg, &model)?;
         let lookup = |name: &str| weight_tensor(&model, name);
         let plan = ExecutionPlan::compile(&graph, max, &lookup)?;

@@ -282,12 +282,6 @@ impl Generator {
     /// Set up a model for generation.
     pub fn new(model: Arc<GgufModel>, opts: GeneratorOptions) -> Result<Generator, GenerateError> {
         let cfg = DecoderConfig::from_model(&model)?;
-        let threads = match opts.threads {
-            0 => std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
-            n => n,
-        };
         let ctx = match opts.ctx {
             0 => cfg.n_ctx_train.clamp(1, 4096),
             n => n,
@@ -298,7 +292,8 @@ impl Generator {
                 reason: "must be at least 1".into(),
             });
         }
-        let engine = CpuEngine::new(threads)?;
+        // 0 threads: one per logical CPU (the engine's own default).
+        let engine = CpuEngine::new(opts.threads)?;
         let graph = build_decoder(&cfg, &model, Logits::Last)?;
         let lookup = |name: &str| weight_tensor(&model, name);
         let prefill = ExecutionPlan::compile(&graph, opts.batch.min(ctx), &lookup)?;

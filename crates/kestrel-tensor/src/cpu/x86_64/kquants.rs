@@ -123,58 +123,151 @@ fn check(w: &[u8], blocks: usize, bytes: usize) {
     );
 }
 
-/// Q4_K and Q5_K: `hbits` gives bit `c` of each of 32 bytes per chunk `c` (Q5_K), or `None`.
+/// One unpacked K-quant super-block: its 8 chunks of 32 quants as i8 (offset removed), the
+/// scale of each chunk's first and second 16 values, and the block's f16 scales.
+struct Unpacked {
+    q: [__m256i; QK_K / 32],
+    s: [(i16, i16); QK_K / 32],
+    d: f32,
+    dmin: f32,
+    mins: [u8; 8],
+}
+
+/// Unpack the Q4_K (or Q5_K, `q5`) block at `b`.
+///
+/// # Safety
+/// `b` points at a whole block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn unpack_q45(b: *const u8, q5: bool) -> Unpacked {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let one = _mm256_set1_epi8(1);
+    let mut packed = [0u8; 12];
+    // SAFETY: bytes 4..16 of the block are its scales.
+    unsafe { std::ptr::copy_nonoverlapping(b.add(4), packed.as_mut_ptr(), 12) };
+    let (scales, mins) = k4_scales(&packed);
+    // SAFETY: the block's fields (d, dmin, qh for Q5_K, qs) are in bounds.
+    let (d, dmin, qh, qs) = unsafe {
+        let (qh, qs) = if q5 {
+            (_mm256_loadu_si256(b.add(16).cast()), b.add(48))
+        } else {
+            (_mm256_setzero_si256(), b.add(16))
+        };
+        (fp16(rd16(b)), fp16(rd16(b.add(2))), qh, qs)
+    };
+    let mut u = Unpacked {
+        q: [_mm256_setzero_si256(); QK_K / 32],
+        s: [(0, 0); QK_K / 32],
+        d,
+        dmin,
+        mins,
+    };
+    for j in 0..QK_K / 64 {
+        // SAFETY: 32 bytes of quants per 64 values, in bounds.
+        let q = unsafe { _mm256_loadu_si256(qs.add(32 * j).cast()) };
+        let mut lo = _mm256_and_si256(q, m4);
+        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+        if q5 {
+            let c = 2 * j as i32;
+            let bit = |k: i32| {
+                let s = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k));
+                _mm256_slli_epi16::<4>(_mm256_and_si256(s, one))
+            };
+            lo = _mm256_or_si256(lo, bit(c));
+            hi = _mm256_or_si256(hi, bit(c + 1));
+        }
+        let (s0, s1) = (scales[2 * j] as i16, scales[2 * j + 1] as i16);
+        u.q[2 * j] = lo;
+        u.q[2 * j + 1] = hi;
+        u.s[2 * j] = (s0, s0);
+        u.s[2 * j + 1] = (s1, s1);
+    }
+    u
+}
+
+/// Unpack the Q6_K block at `b` (ql at 0, qh at 128, scales at 192, d at 208).
+///
+/// # Safety
+/// `b` points at a whole block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn unpack_q6(b: *const u8) -> Unpacked {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m3 = _mm256_set1_epi8(0x03);
+    let off = _mm256_set1_epi8(32);
+    let mut sc = [0i8; 16];
+    // SAFETY: the 16 scale bytes are in bounds.
+    unsafe { std::ptr::copy_nonoverlapping(b.add(192).cast::<i8>(), sc.as_mut_ptr(), 16) };
+    // SAFETY: as above.
+    let d = unsafe { fp16(rd16(b.add(208))) };
+    let mut u = Unpacked {
+        q: [_mm256_setzero_si256(); QK_K / 32],
+        s: [(0, 0); QK_K / 32],
+        d,
+        dmin: 0.0,
+        mins: [0; 8],
+    };
+    for j in 0..QK_K / 128 {
+        // SAFETY: ql[64j..64j+64] and qh[32j..32j+32] are in bounds.
+        let (ql0, ql1, qh) = unsafe {
+            (
+                _mm256_loadu_si256(b.add(64 * j).cast()),
+                _mm256_loadu_si256(b.add(64 * j + 32).cast()),
+                _mm256_loadu_si256(b.add(128 + 32 * j).cast()),
+            )
+        };
+        let h = |k: i32| {
+            let s = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k));
+            _mm256_slli_epi16::<4>(_mm256_and_si256(s, m3))
+        };
+        let chunks = [
+            _mm256_or_si256(_mm256_and_si256(ql0, m4), h(0)),
+            _mm256_or_si256(_mm256_and_si256(ql1, m4), h(2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), h(4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), h(6)),
+        ];
+        for (c, a) in chunks.into_iter().enumerate() {
+            let g = 4 * j + c; // chunk of 32 in the super-block
+            u.q[g] = _mm256_sub_epi8(a, off);
+            u.s[g] = (i16::from(sc[2 * g]), i16::from(sc[2 * g + 1]));
+        }
+    }
+    u
+}
+
+/// `aux32[0..8]` of one unpacked weight block against one activation block.
+///
+/// # Safety
+/// `q8` points at the activation block's 256 quants.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn aux_unpacked(u: &Unpacked, q8: *const i8) -> __m256i {
+    let mut acc = Acc::new();
+    for (c, (&a, &(lo, hi))) in u.q.iter().zip(&u.s).enumerate() {
+        // SAFETY: chunk c is within the 256 activation quants.
+        unsafe { acc.chunk(a, q8.add(32 * c), lo, hi) };
+    }
+    acc.fold()
+}
+
+/// Q4_K and Q5_K (`q5`) · q8_K.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn dot_q45(w: &[u8], y: &[BlockQ8K], q5: bool) -> f32 {
     let bs = if q5 { Q5K_BYTES } else { Q4K_BYTES };
     check(w, y.len(), bs);
-    let m4 = _mm256_set1_epi8(0x0f);
-    let one = _mm256_set1_epi8(1);
     let mut sums = _mm256_setzero_ps();
     let mut sumf = 0f32;
     for (i, yb) in y.iter().enumerate() {
-        // SAFETY: block i lies in w (checked above).
-        let b = unsafe { w.as_ptr().add(i * bs) };
-        let mut packed = [0u8; 12];
-        // SAFETY: bytes 4..16 of the block are its scales.
-        unsafe { std::ptr::copy_nonoverlapping(b.add(4), packed.as_mut_ptr(), 12) };
-        let (scales, mins) = k4_scales(&packed);
-        // SAFETY: the block's fields (d, dmin, qh for Q5_K, qs) are in bounds.
-        let (d, dmin, qh, qs) = unsafe {
-            let (qh, qs) = if q5 {
-                (_mm256_loadu_si256(b.add(16).cast()), b.add(48))
-            } else {
-                (_mm256_setzero_si256(), b.add(16))
-            };
-            (fp16(rd16(b)), fp16(rd16(b.add(2))), qh, qs)
+        // SAFETY: block i lies in w (checked above); the activation block holds 256 quants.
+        let (u, aux) = unsafe {
+            let u = unpack_q45(w.as_ptr().add(i * bs), q5);
+            let aux = aux_unpacked(&u, yb.qs.as_ptr());
+            (u, aux)
         };
-        let mut acc = Acc::new();
-        for j in 0..QK_K / 64 {
-            // SAFETY: 32 bytes of quants per 64 values, in bounds.
-            let q = unsafe { _mm256_loadu_si256(qs.add(32 * j).cast()) };
-            let mut lo = _mm256_and_si256(q, m4);
-            let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-            if q5 {
-                let c = 2 * j as i32;
-                let bit = |k: i32| {
-                    let s = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k));
-                    _mm256_slli_epi16::<4>(_mm256_and_si256(s, one))
-                };
-                lo = _mm256_or_si256(lo, bit(c));
-                hi = _mm256_or_si256(hi, bit(c + 1));
-            }
-            let q8 = yb.qs.as_ptr();
-            let (s0, s1) = (scales[2 * j] as i16, scales[2 * j + 1] as i16);
-            // SAFETY: q8 chunks 2j and 2j+1 are within the 256 activation quants.
-            unsafe {
-                acc.chunk(lo, q8.add(64 * j), s0, s0);
-                acc.chunk(hi, q8.add(64 * j + 32), s1, s1);
-            }
-        }
-        sums = add_scaled(sums, d * yb.d, acc.fold());
-        let dm = dmin * yb.d;
-        sumf -= dm * mins_sum(yb, &mins) as f32;
+        sums = add_scaled(sums, u.d * yb.d, aux);
+        let dm = u.dmin * yb.d;
+        sumf -= dm * mins_sum(yb, &u.mins) as f32;
     }
     finish(sumf, sums)
 }
@@ -206,52 +299,15 @@ pub(crate) unsafe fn dot_q5_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn dot_q6_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     check(w, y.len(), Q6K_BYTES);
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m3 = _mm256_set1_epi8(0x03);
-    let off = _mm256_set1_epi8(32);
     let mut sums = _mm256_setzero_ps();
     for (i, yb) in y.iter().enumerate() {
-        // SAFETY: block i lies in w (checked above): ql at 0, qh at 128, scales at 192, d at 208.
-        let b = unsafe { w.as_ptr().add(i * Q6K_BYTES) };
-        let mut sc = [0i8; 16];
-        // SAFETY: the 16 scale bytes are in bounds.
-        unsafe { std::ptr::copy_nonoverlapping(b.add(192).cast::<i8>(), sc.as_mut_ptr(), 16) };
-        // SAFETY: as above.
-        let d = unsafe { fp16(rd16(b.add(208))) };
-        let mut acc = Acc::new();
-        for j in 0..QK_K / 128 {
-            // SAFETY: ql[64j..64j+64] and qh[32j..32j+32] are in bounds.
-            let (ql0, ql1, qh) = unsafe {
-                (
-                    _mm256_loadu_si256(b.add(64 * j).cast()),
-                    _mm256_loadu_si256(b.add(64 * j + 32).cast()),
-                    _mm256_loadu_si256(b.add(128 + 32 * j).cast()),
-                )
-            };
-            let h = |k: i32| {
-                let s = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k));
-                _mm256_slli_epi16::<4>(_mm256_and_si256(s, m3))
-            };
-            let chunks = [
-                _mm256_or_si256(_mm256_and_si256(ql0, m4), h(0)),
-                _mm256_or_si256(_mm256_and_si256(ql1, m4), h(2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), h(4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), h(6)),
-            ];
-            for (c, a) in chunks.into_iter().enumerate() {
-                let g = 4 * j + c; // chunk of 32 in the super-block
-                                   // SAFETY: activation chunk g is within the 256 quants.
-                unsafe {
-                    acc.chunk(
-                        _mm256_sub_epi8(a, off),
-                        yb.qs.as_ptr().add(32 * g),
-                        i16::from(sc[2 * g]),
-                        i16::from(sc[2 * g + 1]),
-                    )
-                };
-            }
-        }
-        sums = add_scaled(sums, d * yb.d, acc.fold());
+        // SAFETY: block i lies in w (checked above); the activation block holds 256 quants.
+        let (u, aux) = unsafe {
+            let u = unpack_q6(w.as_ptr().add(i * Q6K_BYTES));
+            let aux = aux_unpacked(&u, yb.qs.as_ptr());
+            (u, aux)
+        };
+        sums = add_scaled(sums, u.d * yb.d, aux);
     }
     finish(0.0, sums)
 }
@@ -305,16 +361,25 @@ fn tile_shape(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &[f32], bs: usize) ->
     Some(nb)
 }
 
-/// Q4_K / Q5_K tile: weight rows × up to 4 activation rows at a time; each weight block is
-/// unpacked and scaled once for all of them. Bit for bit [`dot_q45`] per pair.
+/// A K-quant tile: weight rows × up to 4 activation rows at a time; each weight block is
+/// unpacked and scaled once for all of them. Bit for bit the single-row kernel per pair.
+///
+/// # Safety
+/// `unpack` reads one block of `bs` bytes at the pointer it is given.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn tile_q45(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32], q5: bool) {
-    let bs = if q5 { Q5K_BYTES } else { Q4K_BYTES };
+unsafe fn tile_k(
+    w: &[u8],
+    y: &[BlockQ8K],
+    n_act: usize,
+    out: &mut [f32],
+    bs: usize,
+    has_mins: bool,
+    unpack: impl Fn(*const u8) -> Unpacked,
+) {
     let Some(nb) = tile_shape(w, y, n_act, out, bs) else {
         return;
     };
-    let m4 = _mm256_set1_epi8(0x0f);
-    let one = _mm256_set1_epi8(1);
     let zero = (_mm512_setzero_si512(), _mm512_setzero_si512());
     for (r, orow) in out.chunks_exact_mut(n_act).enumerate() {
         for t0 in (0..n_act).step_by(4) {
@@ -323,46 +388,20 @@ unsafe fn tile_q45(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32], q5: 
             let mut sumf = [0f32; 4];
             for i in 0..nb {
                 // SAFETY: block (r, i) lies in w (checked by tile_shape).
-                let b = unsafe { w.as_ptr().add((r * nb + i) * bs) };
-                let mut packed = [0u8; 12];
-                // SAFETY: bytes 4..16 of the block are its scales.
-                unsafe { std::ptr::copy_nonoverlapping(b.add(4), packed.as_mut_ptr(), 12) };
-                let (scales, mins) = k4_scales(&packed);
-                // SAFETY: the block's fields are in bounds.
-                let (d, dmin, qh, qs) = unsafe {
-                    let (qh, qs) = if q5 {
-                        (_mm256_loadu_si256(b.add(16).cast()), b.add(48))
-                    } else {
-                        (_mm256_setzero_si256(), b.add(16))
-                    };
-                    (fp16(rd16(b)), fp16(rd16(b.add(2))), qh, qs)
-                };
+                let u = unpack(unsafe { w.as_ptr().add((r * nb + i) * bs) });
                 let mut prep: Prepared = [zero; QK_K / 32];
-                for j in 0..QK_K / 64 {
-                    // SAFETY: 32 bytes of quants per 64 values, in bounds.
-                    let q = unsafe { _mm256_loadu_si256(qs.add(32 * j).cast()) };
-                    let mut lo = _mm256_and_si256(q, m4);
-                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                    if q5 {
-                        let c = 2 * j as i32;
-                        let bit = |k: i32| {
-                            let s = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k));
-                            _mm256_slli_epi16::<4>(_mm256_and_si256(s, one))
-                        };
-                        lo = _mm256_or_si256(lo, bit(c));
-                        hi = _mm256_or_si256(hi, bit(c + 1));
-                    }
-                    let (s0, s1) = (scales[2 * j] as i16, scales[2 * j + 1] as i16);
-                    prep[2 * j] = prep_chunk(lo, s0, s0);
-                    prep[2 * j + 1] = prep_chunk(hi, s1, s1);
+                for (p, (&a, &(lo, hi))) in prep.iter_mut().zip(u.q.iter().zip(&u.s)) {
+                    *p = prep_chunk(a, lo, hi);
                 }
                 for t in 0..tn {
                     let yb = &y[(t0 + t) * nb + i];
                     // SAFETY: the activation block holds 256 quants.
                     let aux = unsafe { aux_prepared(&prep, yb.qs.as_ptr()) };
-                    sums[t] = add_scaled(sums[t], d * yb.d, aux);
-                    let dm = dmin * yb.d;
-                    sumf[t] -= dm * mins_sum(yb, &mins) as f32;
+                    sums[t] = add_scaled(sums[t], u.d * yb.d, aux);
+                    if has_mins {
+                        let dm = u.dmin * yb.d;
+                        sumf[t] -= dm * mins_sum(yb, &u.mins) as f32;
+                    }
                 }
             }
             for t in 0..tn {
@@ -372,15 +411,15 @@ unsafe fn tile_q45(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32], q5: 
     }
 }
 
-/// Q4_K tile (see [`tile_q45`]): `w` holds whole weight rows, `y` `n_act` activation rows,
+/// Q4_K tile (see [`tile_k`]): `w` holds whole weight rows, `y` `n_act` activation rows,
 /// `out[r · n_act + t]` gets weight row `r` · activation row `t`.
 ///
 /// # Safety
 /// As [`dot_q4_k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
-    // SAFETY: same features.
-    unsafe { tile_q45(w, y, n_act, out, false) }
+    // SAFETY: same features; unpack reads the block tile_k points it at.
+    unsafe { tile_k(w, y, n_act, out, Q4K_BYTES, true, |b| unpack_q45(b, false)) }
 }
 
 /// Q5_K tile (see [`tile_q4_k`]).
@@ -389,8 +428,8 @@ pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut
 /// As [`dot_q4_k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn tile_q5_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
-    // SAFETY: same features.
-    unsafe { tile_q45(w, y, n_act, out, true) }
+    // SAFETY: as for Q4_K.
+    unsafe { tile_k(w, y, n_act, out, Q5K_BYTES, true, |b| unpack_q45(b, true)) }
 }
 
 /// Q6_K tile (see [`tile_q4_k`]), bit for bit [`dot_q6_k`] per pair.
@@ -399,68 +438,8 @@ pub(crate) unsafe fn tile_q5_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut
 /// As [`dot_q4_k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn tile_q6_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
-    let Some(nb) = tile_shape(w, y, n_act, out, Q6K_BYTES) else {
-        return;
-    };
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m3 = _mm256_set1_epi8(0x03);
-    let off = _mm256_set1_epi8(32);
-    let zero = (_mm512_setzero_si512(), _mm512_setzero_si512());
-    for (r, orow) in out.chunks_exact_mut(n_act).enumerate() {
-        for t0 in (0..n_act).step_by(4) {
-            let tn = (n_act - t0).min(4);
-            let mut sums = [_mm256_setzero_ps(); 4];
-            for i in 0..nb {
-                // SAFETY: block (r, i) lies in w: ql at 0, qh at 128, scales at 192, d at 208.
-                let b = unsafe { w.as_ptr().add((r * nb + i) * Q6K_BYTES) };
-                let mut sc = [0i8; 16];
-                // SAFETY: the 16 scale bytes are in bounds.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(b.add(192).cast::<i8>(), sc.as_mut_ptr(), 16)
-                };
-                // SAFETY: as above.
-                let d = unsafe { fp16(rd16(b.add(208))) };
-                let mut prep: Prepared = [zero; QK_K / 32];
-                for j in 0..QK_K / 128 {
-                    // SAFETY: ql[64j..64j+64] and qh[32j..32j+32] are in bounds.
-                    let (ql0, ql1, qh) = unsafe {
-                        (
-                            _mm256_loadu_si256(b.add(64 * j).cast()),
-                            _mm256_loadu_si256(b.add(64 * j + 32).cast()),
-                            _mm256_loadu_si256(b.add(128 + 32 * j).cast()),
-                        )
-                    };
-                    let h = |k: i32| {
-                        let s = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k));
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(s, m3))
-                    };
-                    let chunks = [
-                        _mm256_or_si256(_mm256_and_si256(ql0, m4), h(0)),
-                        _mm256_or_si256(_mm256_and_si256(ql1, m4), h(2)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), h(4)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), h(6)),
-                    ];
-                    for (c, a) in chunks.into_iter().enumerate() {
-                        let g = 4 * j + c;
-                        prep[g] = prep_chunk(
-                            _mm256_sub_epi8(a, off),
-                            i16::from(sc[2 * g]),
-                            i16::from(sc[2 * g + 1]),
-                        );
-                    }
-                }
-                for t in 0..tn {
-                    let yb = &y[(t0 + t) * nb + i];
-                    // SAFETY: the activation block holds 256 quants.
-                    let aux = unsafe { aux_prepared(&prep, yb.qs.as_ptr()) };
-                    sums[t] = add_scaled(sums[t], d * yb.d, aux);
-                }
-            }
-            for t in 0..tn {
-                orow[t0 + t] = finish(0.0, sums[t]);
-            }
-        }
-    }
+    // SAFETY: as for Q4_K.
+    unsafe { tile_k(w, y, n_act, out, Q6K_BYTES, false, |b| unpack_q6(b)) }
 }
 
 #[cfg(test)]
