@@ -64,10 +64,17 @@ fn usize_of(config: &serde_json::Value, key: &str, path: &Path) -> Result<usize,
 fn read_vocab(dir: &Path) -> Result<Vec<String>, ConvertError> {
     let txt = dir.join("vocab.txt");
     if txt.exists() {
-        let text = std::fs::read_to_string(&txt).map_err(|e| ConvertError::Input {
+        let bad = |reason: String| ConvertError::Input {
             path: txt.clone(),
-            reason: format!("cannot read: {e}"),
-        })?;
+            reason,
+        };
+        let len = std::fs::metadata(&txt)
+            .map_err(|e| bad(format!("cannot read: {e}")))?
+            .len();
+        if len > 64 << 20 {
+            return Err(bad(format!("{len} bytes is too large for a vocabulary")));
+        }
+        let text = std::fs::read_to_string(&txt).map_err(|e| bad(format!("cannot read: {e}")))?;
         return Ok(text.lines().map(str::to_string).collect());
     }
     let path = dir.join("tokenizer.json");

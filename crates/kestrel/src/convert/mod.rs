@@ -140,13 +140,18 @@ pub fn convert_hf(
             supported: "bert (BertModel)",
         });
     }
-    let writer = bert::convert(dir, &config, opts)?;
-    let tensors = writer.1;
+    let (writer, tensors) = bert::convert(dir, &config, opts)?;
     let tmp = out.with_extension("gguf.partial");
-    writer.0.write_file(&tmp)?;
-    std::fs::rename(&tmp, out).map_err(|e| ConvertError::Input {
-        path: out.to_path_buf(),
-        reason: format!("cannot move the written file into place: {e}"),
+    if let Err(e) = writer.write_file(&tmp) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.into());
+    }
+    std::fs::rename(&tmp, out).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        ConvertError::Input {
+            path: out.to_path_buf(),
+            reason: format!("cannot move the written file into place: {e}"),
+        }
     })?;
     let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
     Ok(ConvertReport {
