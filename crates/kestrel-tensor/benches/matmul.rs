@@ -1,6 +1,10 @@
-//! Decode matvec throughput: `out[m] = W[m×k] · x[k]` at 2048×2048 for Q4_0, Q4_K and Q8_0
-//! weights, reported as GB/s of weight bytes read (criterion's throughput). Threads: the
-//! `KESTREL_THREADS` environment variable (default: all logical CPUs).
+//! Matmul throughput per weight type at 2048×2048 (k = 2048):
+//! - `matvec_*`: decode, `out[m] = W[m×k] · x[k]`, as GB/s of weight bytes read;
+//! - `prefill_*`: 64 activation rows at once (the tile kernels), as multiply-adds per second
+//!   (criterion's "elements").
+//!
+//! Threads: the `KESTREL_THREADS` environment variable (default: all logical CPUs);
+//! `KESTREL_ISA=scalar|avx2|avx512` caps the kernels for A/B runs.
 //!
 //! `cargo bench -p kestrel-tensor --bench matmul`
 
@@ -54,5 +58,40 @@ fn matvec(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, matvec);
+fn prefill(c: &mut Criterion) {
+    let threads = std::env::var("KESTREL_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let engine = CpuEngine::new(threads).expect("thread pool");
+    let (n, m, k) = (64usize, 2048usize, 2048usize);
+    let x = random_vec(n * k, 1);
+    let mut out = vec![0f32; n * m];
+    let mut group = c.benchmark_group(format!(
+        "prefill_{n}x{m}x{k}_t{}",
+        engine.pool().current_num_threads()
+    ));
+    group.sample_size(20);
+    for dtype in [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q6K,
+    ] {
+        let src = random_vec(m * k, 2);
+        let mut w = vec![0u8; dtype.row_bytes(k).expect("whole blocks") * m];
+        quant::quantize(dtype.ggml_type(), &src, &mut w).expect("quantize");
+        group.throughput(Throughput::Elements((n * m * k) as u64));
+        group.bench_function(dtype.name(), |b| {
+            engine.install(|| {
+                b.iter(|| cpu::matmul(&x, n, k, &w, dtype, m, &mut out).expect("matmul"))
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, matvec, prefill);
 criterion_main!(benches);

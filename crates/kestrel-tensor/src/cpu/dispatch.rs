@@ -93,8 +93,8 @@ pub(crate) fn rows_by_dot<A>(w: &[u8], y: &[A], out: &mut [f32], dot: impl Fn(&[
     }
 }
 
-/// 1 to `tile_rows` weight rows (`w`) against `n_act` activation rows (`y`, back to back):
-/// `out[r · n_act + t]`.
+/// 1 to `tile_rows` weight rows (`w`) against 1 to `tile_acts` activation rows (`y`, back to
+/// back): `out[r · n_act + t]`.
 pub(crate) type TileFn<A> = fn(w: &[u8], y: &[A], n_act: usize, out: &mut [f32]);
 
 /// A [`TileFn`] over a scalar twin: one [`QDot::dot`] per (weight row, activation row).
@@ -123,16 +123,24 @@ pub(crate) fn tile_by_dots<A>(
     }
 }
 
+/// The most weight rows any tile kernel takes.
+pub(crate) const MAX_TILE_ROWS: usize = 4;
+
+/// The most activation rows any tile kernel takes.
+pub(crate) const MAX_TILE_ACTS: usize = 8;
+
 /// One weight type's kernels.
 pub(crate) struct TypeKernels<A: 'static> {
     /// Many consecutive weight rows against one activation row (decode).
     pub rows: RowsFn<A>,
-    /// 1 to `tile_rows` weight rows against 1 to 4 activation rows (`y` holds them back to
-    /// back; prefill): each weight block is unpacked once for all of them, each activation
-    /// block loaded once for all the rows.
+    /// 1 to `tile_rows` weight rows against 1 to `tile_acts` activation rows (`y` holds them
+    /// back to back; prefill and batched decode): each weight block is unpacked once for all
+    /// of them, each activation block loaded once for all the rows.
     pub tile: TileFn<A>,
-    /// Most weight rows `tile` takes.
+    /// Most weight rows `tile` takes (at most [`MAX_TILE_ROWS`]).
     pub tile_rows: usize,
+    /// Most activation rows `tile` takes (at most [`MAX_TILE_ACTS`]).
+    pub tile_acts: usize,
 }
 
 impl<A> Clone for TypeKernels<A> {
@@ -150,6 +158,7 @@ impl<A> TypeKernels<A> {
             rows: scalar_rows::<D>,
             tile: scalar_tile::<D>,
             tile_rows: 4,
+            tile_acts: 4,
         }
     }
 }

@@ -20,11 +20,9 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::block::{dispatch, dot, BlockDequant, MAX_BLOCK};
+use super::dispatch::{MAX_TILE_ACTS, MAX_TILE_ROWS};
 use crate::error::{Result, TensorError};
 use crate::DType;
-
-/// Activation rows a quantized weight row is dotted with per pass (prefill).
-const ACT_TILE: usize = 4;
 
 /// Activation rows processed per dequantized weight block.
 pub const TILE: usize = 8;
@@ -256,16 +254,17 @@ fn matmul_q<D: super::qdot::QDot>(
     (0..n_tasks).into_par_iter().for_each(|task| {
         let r0 = task * chunk;
         let r1 = (r0 + chunk).min(m);
-        // This task's weight rows stay in cache while groups of up to 4 activation rows pass
-        // over them; each weight block is unpacked once per group.
+        // This task's weight rows stay in cache while groups of up to `tile_acts` activation
+        // rows pass over them; each weight block is unpacked once per group.
+        let tile_acts = kern.tile_acts.clamp(1, MAX_TILE_ACTS);
         let mut t0 = 0;
         while t0 < n {
-            let tn = (n - t0).min(ACT_TILE);
+            let tn = (n - t0).min(tile_acts);
             let group = &acts[t0 * nb..(t0 + tn) * nb];
-            let mut o = [0f32; 4 * ACT_TILE];
+            let mut o = [0f32; MAX_TILE_ROWS * MAX_TILE_ACTS];
             let mut r = r0;
             while r < r1 {
-                let nw = (r1 - r).min(kern.tile_rows.clamp(1, 4));
+                let nw = (r1 - r).min(kern.tile_rows.clamp(1, MAX_TILE_ROWS));
                 let wr = &w[r * row_bytes..(r + nw) * row_bytes];
                 (kern.tile)(wr, group, tn, &mut o[..nw * tn]);
                 for j in 0..nw {

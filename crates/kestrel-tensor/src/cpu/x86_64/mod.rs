@@ -16,6 +16,7 @@ pub(crate) mod avx2_kquants;
 pub(crate) mod avx512;
 pub(crate) mod f16_ops;
 pub(crate) mod kquants;
+pub(crate) mod q8_wide;
 pub(crate) mod quantize;
 
 use super::dispatch::{Kernels, TypeKernels};
@@ -97,26 +98,31 @@ macro_rules! safe_table {
                 rows: wrap::q4_0,
                 tile: wrap::q4_0_tile,
                 tile_rows: $isa::TILE_ROWS,
+                tile_acts: 4,
             },
             q4_1: TypeKernels {
                 rows: wrap::q4_1,
                 tile: wrap::q4_1_tile,
                 tile_rows: $isa::TILE_ROWS,
+                tile_acts: 4,
             },
             q5_0: TypeKernels {
                 rows: wrap::q5_0,
                 tile: wrap::q5_0_tile,
                 tile_rows: $isa::TILE_ROWS,
+                tile_acts: 4,
             },
             q5_1: TypeKernels {
                 rows: wrap::q5_1,
                 tile: wrap::q5_1_tile,
                 tile_rows: $isa::TILE_ROWS,
+                tile_acts: 4,
             },
             q8_0: TypeKernels {
                 rows: wrap::q8_0,
                 tile: wrap::q8_0_tile,
                 tile_rows: $isa::TILE_ROWS,
+                tile_acts: 4,
             },
             ..$base
         }
@@ -155,23 +161,57 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
     kquant!(q4_k_rows, q4_k_tile, dot_q4_k, tile_q4_k);
     kquant!(q5_k_rows, q5_k_tile, dot_q5_k, tile_q5_k);
     kquant!(q6_k_rows, q6_k_tile, dot_q6_k, tile_q6_k);
+    macro_rules! wide {
+        ($name:ident, $act:ty) => {
+            fn $name(w: &[u8], y: &[$act], n_act: usize, out: &mut [f32]) {
+                // SAFETY: only reachable through this table, made after detection.
+                unsafe { q8_wide::$name(w, y, n_act, out) }
+            }
+        };
+    }
+    wide!(tile_q4_0, kestrel_gguf::quant::BlockQ8_0);
+    wide!(tile_q4_1, crate::cpu::q8::BlockQ8_1);
+    wide!(tile_q5_0, kestrel_gguf::quant::BlockQ8_0);
+    wide!(tile_q5_1, crate::cpu::q8::BlockQ8_1);
+    wide!(tile_q8_0, kestrel_gguf::quant::BlockQ8_0);
+    let base = safe_table!(avx512, has_avx512, base, super::dispatch::Isa::Avx512);
+    // The q8_0 family's prefill tiles: two activation rows per 512-bit register.
+    fn wide<A>(
+        rows: super::dispatch::RowsFn<A>,
+        tile: super::dispatch::TileFn<A>,
+    ) -> TypeKernels<A> {
+        TypeKernels {
+            rows,
+            tile,
+            tile_rows: q8_wide::WIDE_ROWS,
+            tile_acts: q8_wide::WIDE_ACTS,
+        }
+    }
     Kernels {
+        q4_0: wide(base.q4_0.rows, tile_q4_0),
+        q4_1: wide(base.q4_1.rows, tile_q4_1),
+        q5_0: wide(base.q5_0.rows, tile_q5_0),
+        q5_1: wide(base.q5_1.rows, tile_q5_1),
+        q8_0: wide(base.q8_0.rows, tile_q8_0),
         q4_k: TypeKernels {
             rows: q4_k_rows,
             tile: q4_k_tile,
             tile_rows: 4,
+            tile_acts: 4,
         },
         q5_k: TypeKernels {
             rows: q5_k_rows,
             tile: q5_k_tile,
             tile_rows: 4,
+            tile_acts: 4,
         },
         q6_k: TypeKernels {
             rows: q6_k_rows,
             tile: q6_k_tile,
             tile_rows: 4,
+            tile_acts: 4,
         },
-        ..safe_table!(avx512, has_avx512, base, super::dispatch::Isa::Avx512)
+        ..base
     }
 }
 
@@ -231,17 +271,19 @@ mod tests {
         }
     }
 
-    /// One weight row against 1 to 4 activation rows: the tile kernels equal the scalar
+    /// 1 to 4 weight rows against 1 to 8 activation rows: the tile kernels equal the scalar
     /// twins bit for bit.
-    fn check_tile(dtype: DType, k: usize, seed: u64) {
+    fn check_tile(dtype: DType, k: usize, seed: u64, scale: f32) {
+        use crate::cpu::dispatch::{MAX_TILE_ACTS, MAX_TILE_ROWS};
         let mut rng = Rng::new(seed);
         let mut w = Vec::new();
         for _ in 0..4 {
             w.extend(quantized_row(&mut rng, dtype, k).0);
         }
         let nb = k / 32;
-        for (nw, tn) in (1..=4usize).flat_map(|nw| (1..=4usize).map(move |tn| (nw, tn))) {
-            let x = rng.vec(k * tn, 2.0);
+        let shapes = (1..=MAX_TILE_ROWS).flat_map(|nw| (1..=MAX_TILE_ACTS).map(move |tn| (nw, tn)));
+        for (nw, tn) in shapes {
+            let x = rng.vec(k * tn, scale);
             let mut y0 = vec![BlockQ8_0::zeroed(); nb * tn];
             let mut y1 = vec![BlockQ8_1::zeroed(); nb * tn];
             q8::quantize_row_q8_0(&x, &mut y0);
@@ -262,7 +304,14 @@ mod tests {
             let want = run(&Kernels::for_isa(Isa::Scalar).unwrap());
             for isa in Isa::available() {
                 let kern = Kernels::for_isa(isa).unwrap();
-                if nw > kern.q4_0.tile_rows {
+                let (rows, acts) = match dtype {
+                    DType::Q4_0 => (kern.q4_0.tile_rows, kern.q4_0.tile_acts),
+                    DType::Q5_0 => (kern.q5_0.tile_rows, kern.q5_0.tile_acts),
+                    DType::Q8_0 => (kern.q8_0.tile_rows, kern.q8_0.tile_acts),
+                    DType::Q4_1 => (kern.q4_1.tile_rows, kern.q4_1.tile_acts),
+                    _ => (kern.q5_1.tile_rows, kern.q5_1.tile_acts),
+                };
+                if nw > rows || tn > acts {
                     continue;
                 }
                 let got = run(&kern);
@@ -283,7 +332,7 @@ mod tests {
     fn q8_family_tiles_equal_scalar_twin() {
         for dtype in TYPES {
             for (i, k) in [32usize, 640, 2048].into_iter().enumerate() {
-                check_tile(dtype, k, 40 + i as u64);
+                check_tile(dtype, k, 40 + i as u64, 2.0);
             }
         }
     }
@@ -351,6 +400,13 @@ mod tests {
             scale in 1e-3f32..1e3
         ) {
             check(TYPES[t], blocks * 32, m, seed, scale);
+        }
+
+        #[test]
+        fn q8_family_tiles_equal_scalar_twin_random(
+            t in 0usize..5, blocks in 1usize..12, seed in any::<u64>(), scale in 1e-3f32..1e3
+        ) {
+            check_tile(TYPES[t], blocks * 32, seed, scale);
         }
     }
 }

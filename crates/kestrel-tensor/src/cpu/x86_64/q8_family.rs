@@ -24,13 +24,13 @@ macro_rules! q8_family_kernels {
         /// f16 bits to f32 (exact).
         #[inline]
         #[target_feature(enable = $features)]
-        fn fp16(bits: u16) -> f32 {
+        pub(super) fn fp16(bits: u16) -> f32 {
             _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
         }
 
         /// Little-endian u16 at `p`.
         #[inline(always)]
-        unsafe fn rd16(p: *const u8) -> u16 {
+        pub(super) unsafe fn rd16(p: *const u8) -> u16 {
             // SAFETY: the caller keeps `p..p+2` in bounds.
             unsafe { u16::from_le_bytes([*p, *p.add(1)]) }
         }
@@ -38,7 +38,7 @@ macro_rules! q8_family_kernels {
         /// ggml's `hsum_float_8`: lanes `i + 4` and `i`, then `(0 + 2) + (1 + 3)`.
         #[inline]
         #[target_feature(enable = $features)]
-        fn hsum_float_8(x: __m256) -> f32 {
+        pub(super) fn hsum_float_8(x: __m256) -> f32 {
             let mut r = _mm_add_ps(_mm256_extractf128_ps::<1>(x), _mm256_castps256_ps128(x));
             r = _mm_add_ps(r, _mm_movehl_ps(r, r));
             r = _mm_add_ss(r, _mm_movehdup_ps(r));
@@ -48,7 +48,7 @@ macro_rules! q8_family_kernels {
         /// The 16 packed nibbles at `p` as 32 bytes: low nibbles, then high nibbles.
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn nibbles(p: *const u8) -> __m256i {
+        pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
             // SAFETY: the caller keeps `p..p+16` in bounds; the load is unaligned.
             let t = unsafe { _mm_loadu_si128(p.cast()) };
             let both = _mm256_set_m128i(_mm_srli_epi16::<4>(t), t);
@@ -58,7 +58,7 @@ macro_rules! q8_family_kernels {
         /// Bit `j` of the 4 bytes at `p` spread to byte `j`: 0xFF if set, else 0.
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn bytes_from_bits_32(p: *const u8) -> __m256i {
+        pub(super) unsafe fn bytes_from_bits_32(p: *const u8) -> __m256i {
             // SAFETY: the caller keeps `p..p+4` in bounds.
             let x32 = unsafe { u32::from_le_bytes([*p, *p.add(1), *p.add(2), *p.add(3)]) };
             let shuf = _mm256_set_epi64x(

@@ -1,0 +1,282 @@
+//! AVX-512 VNNI prefill tiles for the q8_0 family (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 weights against
+//! q8_0 / q8_1 activations): 1 to 4 weight rows against 1 to [`WIDE_ACTS`] activation rows, two
+//! activation rows per 512-bit register.
+//!
+//! The 256-bit kernels of [`super::q8_family`] spend three instructions per 32 products on
+//! signed × signed bytes (two `vpsignb` and a `vpdpbusd`) and one scalar multiply plus a
+//! broadcast on the scale. Here each weight block is unpacked once to *unsigned* bytes
+//! `q + off` (off = 8 for Q4_0, 16 for Q5_0, 128 for Q8_0; 0 for the types with a min) and
+//! copied into both halves of a zmm; a pair of activation rows fills the other operand. One
+//! `vpdpbusd` starting from `-off · Σ4 a` (computed once per activation block, shared by all
+//! weight rows) then gives 16 lanes, each exactly ggml's lane sum `Σ q·a` of four bytes: lanes
+//! 0-7 for the first activation row, 8-15 for the second. Each half is then accumulated as
+//! ggml's 256-bit kernels do it (`acc = fma(d_w·d_x, f32(lanes), acc)`, `hsum_float_8` at the
+//! end, `Σ m·s` beside), so the result equals the scalar twins bit for bit.
+
+use std::arch::x86_64::*;
+
+use kestrel_gguf::quant::BlockQ8_0;
+
+use super::avx512::{bytes_from_bits_32, fp16, hsum_float_8, nibbles, rd16};
+use crate::cpu::q8::BlockQ8_1;
+
+/// Activation rows one call takes at most.
+pub(crate) const WIDE_ACTS: usize = 8;
+
+/// Weight rows one call takes at most.
+pub(crate) const WIDE_ROWS: usize = 4;
+
+/// A weight block type unpacked to unsigned bytes.
+trait Blk {
+    /// Block bytes.
+    const BS: usize;
+    /// Whether the block has a min (`Σ m·s` term; activations are q8_1).
+    const MIN: bool;
+    /// What was added to each quant to make it unsigned.
+    const OFF: u8;
+    /// `(d, m, 32 unsigned quant bytes)`; `m` is 0 without a min.
+    unsafe fn unpack(b: *const u8) -> (f32, f32, __m256i);
+}
+
+/// An activation block: its quants, `d` and (q8_1) `s` as f16 bits.
+trait Act {
+    fn qs(&self) -> *const u8;
+    fn d_bits(&self) -> u16;
+    fn s_bits(&self) -> u16;
+}
+
+impl Act for BlockQ8_0 {
+    #[inline(always)]
+    fn qs(&self) -> *const u8 {
+        self.qs.as_ptr().cast()
+    }
+    #[inline(always)]
+    fn d_bits(&self) -> u16 {
+        self.d.to_bits()
+    }
+    #[inline(always)]
+    fn s_bits(&self) -> u16 {
+        0
+    }
+}
+
+impl Act for BlockQ8_1 {
+    #[inline(always)]
+    fn qs(&self) -> *const u8 {
+        self.qs.as_ptr().cast()
+    }
+    #[inline(always)]
+    fn d_bits(&self) -> u16 {
+        self.d.to_bits()
+    }
+    #[inline(always)]
+    fn s_bits(&self) -> u16 {
+        self.s.to_bits()
+    }
+}
+
+/// Declares a weight block type: `$unpack` is the body of [`Blk::unpack`] over the block `b`.
+macro_rules! blk {
+    ($name:ident, $bs:expr, $min:expr, $off:expr, |$b:ident| $unpack:block) => {
+        struct $name;
+        impl Blk for $name {
+            const BS: usize = $bs;
+            const MIN: bool = $min;
+            const OFF: u8 = $off;
+            #[inline(always)]
+            unsafe fn unpack($b: *const u8) -> (f32, f32, __m256i) {
+                // SAFETY: the caller keeps the block in bounds and has the CPU features.
+                unsafe { $unpack }
+            }
+        }
+    };
+}
+
+blk!(WQ4_0, 18, false, 8, |b| {
+    (fp16(rd16(b)), 0.0, nibbles(b.add(2)))
+});
+blk!(WQ4_1, 20, true, 0, |b| {
+    (fp16(rd16(b)), fp16(rd16(b.add(2))), nibbles(b.add(4)))
+});
+blk!(WQ5_0, 22, false, 16, |b| {
+    let hi = _mm256_and_si256(bytes_from_bits_32(b.add(2)), _mm256_set1_epi8(0x10));
+    (fp16(rd16(b)), 0.0, _mm256_or_si256(nibbles(b.add(6)), hi))
+});
+blk!(WQ5_1, 24, true, 0, |b| {
+    let hi = _mm256_and_si256(bytes_from_bits_32(b.add(4)), _mm256_set1_epi8(0x10));
+    (
+        fp16(rd16(b)),
+        fp16(rd16(b.add(2))),
+        _mm256_or_si256(nibbles(b.add(8)), hi),
+    )
+});
+blk!(WQ8_0, 34, false, 128, |b| {
+    let q = _mm256_loadu_si256(b.add(2).cast());
+    (
+        fp16(rd16(b)),
+        0.0,
+        _mm256_xor_si256(q, _mm256_set1_epi8(0x80u8 as i8)),
+    )
+});
+
+/// The upper 8 f32 lanes of `v`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn hi256(v: __m512) -> __m256 {
+    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)))
+}
+
+/// `W` weight rows (`rb` bytes apart at `w`, `nb` blocks each) against `n_act` activation rows
+/// (`y`: `n_act · nb` blocks, row after row) taken as `P` pairs (an odd last row is paired
+/// with itself): `out[r · n_act + t]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn wide<B: Blk, A: Act, const W: usize, const P: usize>(
+    w: *const u8,
+    rb: usize,
+    y: &[A],
+    nb: usize,
+    n_act: usize,
+    out: &mut [f32],
+) {
+    debug_assert!(n_act.div_ceil(2) == P && y.len() == n_act * nb && out.len() == W * n_act);
+    // Activation row of lane group `g` (0..2P): rows past the last repeat it.
+    let row = |g: usize| g.min(n_act - 1);
+    // Lane g of d8 / s8 to the halves of pair p.
+    let mut idx = [_mm512_setzero_si512(); P];
+    for (p, v) in idx.iter_mut().enumerate() {
+        *v = _mm512_inserti64x4::<1>(
+            _mm512_set1_epi32(2 * p as i32),
+            _mm256_set1_epi32(2 * p as i32 + 1),
+        );
+    }
+    let zero = _mm512_setzero_si512();
+    let off = _mm512_set1_epi8(B::OFF as i8);
+    let mut acc = [[_mm512_setzero_ps(); P]; W];
+    let mut summs = [_mm256_setzero_ps(); W];
+    for i in 0..nb {
+        let mut d_bits = [0u16; 8];
+        let mut s_bits = [0u16; 8];
+        let mut av = [zero; P];
+        let mut cv = [zero; P];
+        for p in 0..P {
+            let (ya, yb) = (&y[row(2 * p) * nb + i], &y[row(2 * p + 1) * nb + i]);
+            d_bits[2 * p] = ya.d_bits();
+            d_bits[2 * p + 1] = yb.d_bits();
+            s_bits[2 * p] = ya.s_bits();
+            s_bits[2 * p + 1] = yb.s_bits();
+            // SAFETY: 32 bytes of quants each, unaligned loads.
+            av[p] = unsafe {
+                _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(ya.qs().cast())),
+                    _mm256_loadu_si256(yb.qs().cast()),
+                )
+            };
+            if B::OFF != 0 {
+                cv[p] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, av[p]));
+            }
+        }
+        // SAFETY: 16 bytes each, unaligned loads.
+        let d8 = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(d_bits.as_ptr().cast())) };
+        let d8 = _mm512_castps256_ps512(d8);
+        let mut dv = [_mm512_setzero_ps(); P];
+        for p in 0..P {
+            dv[p] = _mm512_permutexvar_ps(idx[p], d8);
+        }
+        let s8 = if B::MIN {
+            // SAFETY: as above.
+            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(s_bits.as_ptr().cast())) }
+        } else {
+            _mm256_setzero_ps()
+        };
+        for r in 0..W {
+            // SAFETY: block i of row r lies in the weights (checked by the caller).
+            let (d, m, q) = unsafe { B::unpack(w.add(r * rb + i * B::BS)) };
+            let q2 = _mm512_broadcast_i64x4(q);
+            let dw = _mm512_set1_ps(d);
+            for p in 0..P {
+                let s = _mm512_dpbusd_epi32(cv[p], q2, av[p]);
+                acc[r][p] =
+                    _mm512_fmadd_ps(_mm512_mul_ps(dw, dv[p]), _mm512_cvtepi32_ps(s), acc[r][p]);
+            }
+            if B::MIN {
+                summs[r] = _mm256_fmadd_ps(_mm256_set1_ps(m), s8, summs[r]);
+            }
+        }
+    }
+    for r in 0..W {
+        let mut sm = [0f32; 8];
+        // SAFETY: 8 f32, unaligned store.
+        unsafe { _mm256_storeu_ps(sm.as_mut_ptr(), summs[r]) };
+        for p in 0..P {
+            let halves = [_mm512_castps512_ps256(acc[r][p]), hi256(acc[r][p])];
+            for (h, half) in halves.into_iter().enumerate() {
+                let t = 2 * p + h;
+                if t < n_act {
+                    let v = hsum_float_8(half);
+                    out[r * n_act + t] = if B::MIN { v + sm[t] } else { v };
+                }
+            }
+        }
+    }
+}
+
+/// Checks the sizes and calls [`wide`] with the const row and pair counts.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile<B: Blk, A: Act>(w: &[u8], y: &[A], n_act: usize, out: &mut [f32]) {
+    let t = n_act;
+    let ok_t = (1..=WIDE_ACTS).contains(&t) && y.len() % t == 0;
+    let nb = if ok_t { y.len() / t } else { 0 };
+    let rb = nb * B::BS;
+    let n_w = if rb > 0 { w.len() / rb } else { 0 };
+    assert!(
+        ok_t && rb > 0
+            && (1..=WIDE_ROWS).contains(&n_w)
+            && n_w * rb == w.len()
+            && out.len() == n_w * t,
+        "wide tile: {} weight bytes, {} activation blocks in {t} rows, {} outputs",
+        w.len(),
+        y.len(),
+        out.len()
+    );
+    let p = w.as_ptr();
+    macro_rules! by_pairs {
+        ($w:literal) => {
+            match t.div_ceil(2) {
+                1 => wide::<B, A, $w, 1>(p, rb, y, nb, t, out),
+                2 => wide::<B, A, $w, 2>(p, rb, y, nb, t, out),
+                3 => wide::<B, A, $w, 3>(p, rb, y, nb, t, out),
+                _ => wide::<B, A, $w, 4>(p, rb, y, nb, t, out),
+            }
+        };
+    }
+    // SAFETY: sizes checked above; the caller has the CPU features.
+    unsafe {
+        match n_w {
+            1 => by_pairs!(1),
+            2 => by_pairs!(2),
+            3 => by_pairs!(3),
+            _ => by_pairs!(4),
+        }
+    }
+}
+
+macro_rules! entry {
+    ($name:ident, $blk:ident, $act:ty, $doc:literal) => {
+        #[doc = $doc]
+        #[doc = ""]
+        #[doc = "1 to 4 weight rows against 1 to 8 activation rows (back to back in `y`): `out[r · n_act + t]`."]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(crate) unsafe fn $name(w: &[u8], y: &[$act], n_act: usize, out: &mut [f32]) {
+            // SAFETY: the caller has the CPU features.
+            unsafe { tile::<$blk, $act>(w, y, n_act, out) }
+        }
+    };
+}
+
+entry!(tile_q4_0, WQ4_0, BlockQ8_0, "Q4_0 · q8_0.");
+entry!(tile_q4_1, WQ4_1, BlockQ8_1, "Q4_1 · q8_1.");
+entry!(tile_q5_0, WQ5_0, BlockQ8_0, "Q5_0 · q8_0.");
+entry!(tile_q5_1, WQ5_1, BlockQ8_1, "Q5_1 · q8_1.");
+entry!(tile_q8_0, WQ8_0, BlockQ8_0, "Q8_0 · q8_0.");
