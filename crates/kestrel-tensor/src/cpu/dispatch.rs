@@ -129,6 +129,12 @@ pub(crate) const MAX_TILE_ROWS: usize = 4;
 /// The most activation rows any tile kernel takes.
 pub(crate) const MAX_TILE_ACTS: usize = 8;
 
+/// The scalar Q4_K tile: llama.cpp's gemm order for repacked Q4_K (see
+/// [`super::qdot_k_x86::dot_q4_k_8x8_gemm`]); its rows kernel has the gemv order.
+fn q4_k_gemm_tile(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+    tile_by_dots(w, y, n_act, out, super::qdot_k_x86::dot_q4_k_8x8_gemm)
+}
+
 /// One weight type's kernels.
 pub(crate) struct TypeKernels<A: 'static> {
     /// Many consecutive weight rows against one activation row (decode).
@@ -187,7 +193,12 @@ impl Kernels {
         q5_0: TypeKernels::scalar::<qdot::DQ5_0>(),
         q5_1: TypeKernels::scalar::<qdot::DQ5_1>(),
         q8_0: TypeKernels::scalar::<qdot::DQ8_0>(),
-        q4_k: TypeKernels::scalar::<qdot::DQ4K>(),
+        q4_k: TypeKernels {
+            rows: scalar_rows::<qdot::DQ4K>,
+            tile: q4_k_gemm_tile,
+            tile_rows: 4,
+            tile_acts: 4,
+        },
         q5_k: TypeKernels::scalar::<qdot::DQ5K>(),
         q6_k: TypeKernels::scalar::<qdot::DQ6K>(),
     };

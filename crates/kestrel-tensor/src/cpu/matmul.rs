@@ -251,15 +251,34 @@ fn matmul_q<D: super::qdot::QDot>(
     let chunk = rows_per_task(m);
     let n_tasks = m.div_ceil(chunk);
     let out_ptr = OutPtr(out.as_mut_ptr());
+    // As llama.cpp's CPU backend: whole groups of 4 activation rows go through the multi-row
+    // kernel, the last n % 4 rows one by one through the single-row kernel (for the types
+    // whose two llama.cpp paths sum in different orders, this keeps each row's numerics).
+    let n_tiled = n - n % 4;
     (0..n_tasks).into_par_iter().for_each(|task| {
         let r0 = task * chunk;
         let r1 = (r0 + chunk).min(m);
+        let mut col = [0f32; 256];
+        for t in n_tiled..n {
+            let ya = &acts[t * nb..(t + 1) * nb];
+            let mut r = r0;
+            while r < r1 {
+                let rn = (r1 - r).min(col.len());
+                (kern.rows)(&w[r * row_bytes..(r + rn) * row_bytes], ya, &mut col[..rn]);
+                for (j, &v) in col[..rn].iter().enumerate() {
+                    // SAFETY: t < n and r + j < r1 <= m: in bounds of `out` (len n*m,
+                    // checked); column r + j belongs to this task alone.
+                    unsafe { out_ptr.write(t * m + r + j, v) };
+                }
+                r += rn;
+            }
+        }
         // This task's weight rows stay in cache while groups of up to `tile_acts` activation
         // rows pass over them; each weight block is unpacked once per group.
         let tile_acts = kern.tile_acts.clamp(1, MAX_TILE_ACTS);
         let mut t0 = 0;
-        while t0 < n {
-            let tn = (n - t0).min(tile_acts);
+        while t0 < n_tiled {
+            let tn = (n_tiled - t0).min(tile_acts);
             let group = &acts[t0 * nb..(t0 + tn) * nb];
             let mut o = [0f32; MAX_TILE_ROWS * MAX_TILE_ACTS];
             let mut r = r0;
@@ -503,6 +522,15 @@ mod tests {
         for t in 0..n {
             let mut one = vec![0f32; m];
             matvec(&x[t * k..(t + 1) * k], &w, dtype, m, &mut one).unwrap();
+            // Q4_K rows in whole groups of 4 take llama.cpp's gemm order, the others its gemv
+            // order (what matvec computes).
+            if dtype == DType::Q4K && t < n - n % 4 {
+                let mut y = vec![bytemuck::Zeroable::zeroed(); k / 256];
+                super::super::q8::quantize_row_q8_k(&x[t * k..(t + 1) * k], &mut y);
+                for (r, o) in one.iter_mut().enumerate() {
+                    *o = super::super::qdot_k_x86::dot_q4_k_8x8_gemm(&w[r * rb..(r + 1) * rb], &y);
+                }
+            }
             for r in 0..m {
                 let i = t * m + r;
                 assert_eq!(out[i].to_bits(), out2[i].to_bits(), "{dtype}");

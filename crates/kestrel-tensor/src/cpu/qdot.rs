@@ -16,6 +16,7 @@
 // The kernels index as ggml's C does, so they can be read side by side with it.
 #![allow(clippy::needless_range_loop)]
 
+use super::qdot_k_x86::{dot_q4_k_8x8_gemv, dot_q6_k_x86};
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 use kestrel_gguf::quant::{
@@ -140,12 +141,24 @@ qdot_type!(
 qdot_type!(DIQ4NL, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_iq4_nl);
 qdot_type!(DQ2K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q2_k);
 qdot_type!(DQ3K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q3_k);
-qdot_type!(DQ4K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q4_k, |k| k
-    .q4_k);
+qdot_type!(
+    DQ4K,
+    BlockQ8K,
+    QK_K,
+    q8::quantize_row_q8_k,
+    dot_q4_k_8x8_gemv,
+    |k| k.q4_k
+);
 qdot_type!(DQ5K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q5_k, |k| k
     .q5_k);
-qdot_type!(DQ6K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q6_k, |k| k
-    .q6_k);
+qdot_type!(
+    DQ6K,
+    BlockQ8K,
+    QK_K,
+    q8::quantize_row_q8_k,
+    dot_q6_k_x86,
+    |k| k.q6_k
+);
 qdot_type!(DQ8K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q8_k);
 qdot_type!(DIQ4XS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq4_xs);
 qdot_type!(DF16, u16, 1, q8::convert_row_f16, dot_f16);
@@ -545,7 +558,8 @@ fn k45_block(
     *sumf -= dmin * sumi as f32;
 }
 
-/// `ggml_vec_dot_q4_K_q8_K_generic`.
+/// `ggml_vec_dot_q4_K_q8_K_generic` (the x86 twins are checked against it).
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn dot_q4_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     let mut sums = [0f32; 8];
     let mut sumf = 0f32;
@@ -594,7 +608,8 @@ pub(crate) fn dot_q5_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     sumf
 }
 
-/// `ggml_vec_dot_q6_K_q8_K_generic`.
+/// `ggml_vec_dot_q6_K_q8_K_generic` (the x86 twins are checked against it).
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn dot_q6_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     let mut sums = [0f32; 8];
     for_each_block(w, |i, x: &BlockQ6K| {

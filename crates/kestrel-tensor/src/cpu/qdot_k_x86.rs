@@ -29,10 +29,11 @@
 
 // The twins index as ggml's kernels do, so they can be read side by side with them.
 #![allow(clippy::needless_range_loop)]
-// Not wired into matmul yet: for now only the tests call them.
+// Q2_K, Q3_K, Q5_K and the plain Q4_K twin are not wired into matmul yet: only the tests call
+// them.
 #![cfg_attr(not(test), allow(dead_code))]
 
-use kestrel_gguf::quant::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use kestrel_gguf::quant::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
 
 use super::qdot::{for_each_block, h, hsum_float_8, k4_scales};
 
@@ -127,6 +128,65 @@ pub(crate) fn dot_q4_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {
         fma8(&mut acc, d, &sumi);
     });
     hsum_float_8(&acc) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]))
+}
+
+/// The integer parts of one Q4_K super-block against one q8_K block, per pair of 32-value
+/// sub-blocks `p` (0..4): `Σ scale · q · a` over sub-blocks `2p` and `2p + 1`, and
+/// `Σ min · bsum` over the same two (exact integers).
+#[inline(always)]
+fn q4k_pairs(x: &BlockQ4K, yb: &BlockQ8K) -> ([i32; 4], [i32; 4]) {
+    let (scales, mins) = k4_scales(&x.scales);
+    let mut val = [0i32; 4];
+    let mut min = [0i32; 4];
+    for p in 0..QK_K / 64 {
+        let q4 = &x.qs[p * 32..p * 32 + 32];
+        let (a0, a1) = (
+            &yb.qs[p * 64..p * 64 + 32],
+            &yb.qs[p * 64 + 32..p * 64 + 64],
+        );
+        let (mut lo, mut hi) = (0i32, 0i32);
+        for l in 0..32 {
+            lo += i32::from(q4[l] & 0xf) * i32::from(a0[l]);
+            hi += i32::from(q4[l] >> 4) * i32::from(a1[l]);
+        }
+        val[p] = i32::from(scales[2 * p]) * lo + i32::from(scales[2 * p + 1]) * hi;
+        let bs = |j: usize| i32::from(yb.bsums[2 * j]) + i32::from(yb.bsums[2 * j + 1]);
+        min[p] = bs(2 * p) * i32::from(mins[2 * p]) + bs(2 * p + 1) * i32::from(mins[2 * p + 1]);
+    }
+    (val, min)
+}
+
+/// Q4_K · q8_K in the float order of llama.cpp's x86 `ggml_gemv_q4_K_8x8_q8_K`: its path for
+/// single activation rows (decode, and the last `n % 4` rows of a batch) once it has repacked
+/// Q4_K weights at load, which it does by default on AVX2/AVX-512 CPUs: per super-block one exact integer for the
+/// scaled products and one for `Σ min · bsum`, each added as `acc = fma(f32(int), d_w·d_x,
+/// acc)` into its own accumulator; `acc - acc_min` at the end.
+pub(crate) fn dot_q4_k_8x8_gemv(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    let (mut acc, mut acc_min) = (0f32, 0f32);
+    for_each_block(w, |i, x: &BlockQ4K| {
+        let yb = &y[i];
+        let (val, min) = q4k_pairs(x, yb);
+        let (v, m) = (val.iter().sum::<i32>(), min.iter().sum::<i32>());
+        acc = (v as f32).mul_add(h(x.d) * yb.d, acc);
+        acc_min = (m as f32).mul_add(h(x.dmin) * yb.d, acc_min);
+    });
+    acc - acc_min
+}
+
+/// Q4_K · q8_K in the float order of llama.cpp's x86 `ggml_gemm_q4_K_8x8_q8_K` (its path for
+/// groups of 4 activation rows): as [`dot_q4_k_8x8_gemv`] but one `fma` per pair of sub-blocks.
+pub(crate) fn dot_q4_k_8x8_gemm(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    let (mut acc, mut acc_min) = (0f32, 0f32);
+    for_each_block(w, |i, x: &BlockQ4K| {
+        let yb = &y[i];
+        let (val, min) = q4k_pairs(x, yb);
+        let (d, dmin) = (h(x.d) * yb.d, h(x.dmin) * yb.d);
+        for p in 0..QK_K / 64 {
+            acc = (val[p] as f32).mul_add(d, acc);
+            acc_min = (min[p] as f32).mul_add(dmin, acc_min);
+        }
+    });
+    acc - acc_min
 }
 
 /// `ggml_vec_dot_q5_K_q8_K` as x86 builds run it (the AVX2 kernel; the mins go to a scalar

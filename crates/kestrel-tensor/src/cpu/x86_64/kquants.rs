@@ -1,5 +1,6 @@
-//! AVX-512 (F/BW/VL) dot kernels for the K-quants Q4_K, Q5_K and Q6_K against q8_K, bit for
-//! bit the scalar twins in `cpu::qdot` (ggml's generic `ggml_vec_dot_q*_K_q8_K` order).
+//! AVX-512 (F/BW/VL) dot kernels for Q5_K against q8_K, bit for bit the scalar twin in
+//! `cpu::qdot` (ggml's generic `ggml_vec_dot_q5_K_q8_K` order). Q4_K and Q6_K, whose llama.cpp
+//! x86 orders kestrel mirrors, are in [`super::kquants_vnni`].
 //!
 //! The twins accumulate exact integer products into 8 lanes by position modulo 8
 //! (`aux32[l]`), then per super-block `sums[l] += d · aux32[l]` in f32 and, for Q4_K/Q5_K,
@@ -15,10 +16,9 @@ use kestrel_gguf::quant::{BlockQ8K, QK_K};
 
 use crate::cpu::qdot::k4_scales;
 
-/// Bytes of one Q4_K / Q5_K / Q6_K block.
+/// Bytes of one Q4_K / Q5_K block.
 const Q4K_BYTES: usize = 144;
 const Q5K_BYTES: usize = 176;
-const Q6K_BYTES: usize = 210;
 
 /// f16 bits to f32 (exact).
 #[inline]
@@ -185,56 +185,6 @@ unsafe fn unpack_q45(b: *const u8, q5: bool) -> Unpacked {
     u
 }
 
-/// Unpack the Q6_K block at `b` (ql at 0, qh at 128, scales at 192, d at 208).
-///
-/// # Safety
-/// `b` points at a whole block.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn unpack_q6(b: *const u8) -> Unpacked {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m3 = _mm256_set1_epi8(0x03);
-    let off = _mm256_set1_epi8(32);
-    let mut sc = [0i8; 16];
-    // SAFETY: the 16 scale bytes are in bounds.
-    unsafe { std::ptr::copy_nonoverlapping(b.add(192).cast::<i8>(), sc.as_mut_ptr(), 16) };
-    // SAFETY: as above.
-    let d = unsafe { fp16(rd16(b.add(208))) };
-    let mut u = Unpacked {
-        q: [_mm256_setzero_si256(); QK_K / 32],
-        s: [(0, 0); QK_K / 32],
-        d,
-        dmin: 0.0,
-        mins: [0; 8],
-    };
-    for j in 0..QK_K / 128 {
-        // SAFETY: ql[64j..64j+64] and qh[32j..32j+32] are in bounds.
-        let (ql0, ql1, qh) = unsafe {
-            (
-                _mm256_loadu_si256(b.add(64 * j).cast()),
-                _mm256_loadu_si256(b.add(64 * j + 32).cast()),
-                _mm256_loadu_si256(b.add(128 + 32 * j).cast()),
-            )
-        };
-        let h = |k: i32| {
-            let s = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k));
-            _mm256_slli_epi16::<4>(_mm256_and_si256(s, m3))
-        };
-        let chunks = [
-            _mm256_or_si256(_mm256_and_si256(ql0, m4), h(0)),
-            _mm256_or_si256(_mm256_and_si256(ql1, m4), h(2)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), h(4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), h(6)),
-        ];
-        for (c, a) in chunks.into_iter().enumerate() {
-            let g = 4 * j + c; // chunk of 32 in the super-block
-            u.q[g] = _mm256_sub_epi8(a, off);
-            u.s[g] = (i16::from(sc[2 * g]), i16::from(sc[2 * g + 1]));
-        }
-    }
-    u
-}
-
 /// `aux32[0..8]` of one unpacked weight block against one activation block.
 ///
 /// # Safety
@@ -272,44 +222,14 @@ unsafe fn dot_q45(w: &[u8], y: &[BlockQ8K], q5: bool) -> f32 {
     finish(sumf, sums)
 }
 
-/// Q4_K · q8_K.
+/// Q5_K · q8_K.
 ///
 /// # Safety
 /// The CPU has AVX2, FMA, F16C and AVX-512 F/BW/VL.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-pub(crate) unsafe fn dot_q4_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
-    // SAFETY: same features.
-    unsafe { dot_q45(w, y, false) }
-}
-
-/// Q5_K · q8_K.
-///
-/// # Safety
-/// As [`dot_q4_k`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn dot_q5_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     // SAFETY: same features.
     unsafe { dot_q45(w, y, true) }
-}
-
-/// Q6_K · q8_K.
-///
-/// # Safety
-/// As [`dot_q4_k`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-pub(crate) unsafe fn dot_q6_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
-    check(w, y.len(), Q6K_BYTES);
-    let mut sums = _mm256_setzero_ps();
-    for (i, yb) in y.iter().enumerate() {
-        // SAFETY: block i lies in w (checked above); the activation block holds 256 quants.
-        let (u, aux) = unsafe {
-            let u = unpack_q6(w.as_ptr().add(i * Q6K_BYTES));
-            let aux = aux_unpacked(&u, yb.qs.as_ptr());
-            (u, aux)
-        };
-        sums = add_scaled(sums, u.d * yb.d, aux);
-    }
-    finish(0.0, sums)
 }
 
 /// One super-block's weights unpacked for a tile: per 32-value chunk, the quants times their
@@ -411,35 +331,15 @@ unsafe fn tile_k(
     }
 }
 
-/// Q4_K tile (see [`tile_k`]): `w` holds whole weight rows, `y` `n_act` activation rows,
+/// Q5_K tile (see [`tile_k`]): `w` holds whole weight rows, `y` `n_act` activation rows,
 /// `out[r · n_act + t]` gets weight row `r` · activation row `t`.
 ///
 /// # Safety
-/// As [`dot_q4_k`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
-    // SAFETY: same features; unpack reads the block tile_k points it at.
-    unsafe { tile_k(w, y, n_act, out, Q4K_BYTES, true, |b| unpack_q45(b, false)) }
-}
-
-/// Q5_K tile (see [`tile_q4_k`]).
-///
-/// # Safety
-/// As [`dot_q4_k`].
+/// As [`dot_q5_k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn tile_q5_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
     // SAFETY: as for Q4_K.
     unsafe { tile_k(w, y, n_act, out, Q5K_BYTES, true, |b| unpack_q45(b, true)) }
-}
-
-/// Q6_K tile (see [`tile_q4_k`]), bit for bit [`dot_q6_k`] per pair.
-///
-/// # Safety
-/// As [`dot_q4_k`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-pub(crate) unsafe fn tile_q6_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
-    // SAFETY: as for Q4_K.
-    unsafe { tile_k(w, y, n_act, out, Q6K_BYTES, false, |b| unpack_q6(b)) }
 }
 
 #[cfg(test)]
@@ -485,14 +385,7 @@ mod tests {
         shifted[1..].copy_from_slice(&w);
         for row in [&w[..], &shifted[1..]] {
             // SAFETY: features checked above.
-            let (want, got) = unsafe {
-                match dtype {
-                    DType::Q4K => (qdot::dot_q4_k(row, &y), dot_q4_k(row, &y)),
-                    DType::Q5K => (qdot::dot_q5_k(row, &y), dot_q5_k(row, &y)),
-                    DType::Q6K => (qdot::dot_q6_k(row, &y), dot_q6_k(row, &y)),
-                    _ => unreachable!(),
-                }
-            };
+            let (want, got) = unsafe { (qdot::dot_q5_k(row, &y), dot_q5_k(row, &y)) };
             assert_eq!(
                 want.to_bits(),
                 got.to_bits(),
@@ -501,7 +394,8 @@ mod tests {
         }
     }
 
-    const TYPES: [DType; 3] = [DType::Q4K, DType::Q5K, DType::Q6K];
+    /// Q4_K and Q6_K moved to `kquants_vnni` (llama.cpp's x86 orders).
+    const TYPES: [DType; 1] = [DType::Q5K];
 
     #[test]
     fn kquants_equal_scalar_twins() {
@@ -532,20 +426,10 @@ mod tests {
         q8::quantize_row_q8_k(&x, &mut y);
         let mut out = vec![0f32; n_w * n_act];
         // SAFETY: features checked above.
-        unsafe {
-            match dtype {
-                DType::Q4K => tile_q4_k(&w, &y, n_act, &mut out),
-                DType::Q5K => tile_q5_k(&w, &y, n_act, &mut out),
-                _ => tile_q6_k(&w, &y, n_act, &mut out),
-            }
-        }
+        unsafe { tile_q5_k(&w, &y, n_act, &mut out) }
         for (r, row) in rows.iter().enumerate() {
             for (t, ya) in y.chunks_exact(blocks).enumerate() {
-                let want = match dtype {
-                    DType::Q4K => qdot::dot_q4_k(row, ya),
-                    DType::Q5K => qdot::dot_q5_k(row, ya),
-                    _ => qdot::dot_q6_k(row, ya),
-                };
+                let want = qdot::dot_q5_k(row, ya);
                 let got = out[r * n_act + t];
                 assert_eq!(
                     want.to_bits(),
@@ -560,7 +444,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(48))]
         #[test]
         fn kquant_tiles_equal_scalar_twins(
-            t in 0usize..3, blocks in 1usize..4, n_w in 1usize..5, n_act in 1usize..7,
+            t in 0usize..1, blocks in 1usize..4, n_w in 1usize..5, n_act in 1usize..7,
             seed in any::<u64>()
         ) {
             check_tile(TYPES[t], blocks, n_w, n_act, seed);
@@ -568,7 +452,7 @@ mod tests {
 
         #[test]
         fn kquants_equal_scalar_twins_random(
-            t in 0usize..3, blocks in 1usize..9, seed in any::<u64>(), scale in 1e-3f32..1e3,
+            t in 0usize..1, blocks in 1usize..9, seed in any::<u64>(), scale in 1e-3f32..1e3,
             random_bytes in any::<bool>()
         ) {
             check(TYPES[t], blocks * QK_K, seed, scale, random_bytes);

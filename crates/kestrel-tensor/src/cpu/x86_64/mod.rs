@@ -16,6 +16,7 @@ pub(crate) mod avx2_kquants;
 pub(crate) mod avx512;
 pub(crate) mod f16_ops;
 pub(crate) mod kquants;
+pub(crate) mod kquants_vnni;
 pub(crate) mod q8_wide;
 pub(crate) mod quantize;
 
@@ -158,9 +159,28 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             }
         };
     }
-    kquant!(q4_k_rows, q4_k_tile, dot_q4_k, tile_q4_k);
     kquant!(q5_k_rows, q5_k_tile, dot_q5_k, tile_q5_k);
-    kquant!(q6_k_rows, q6_k_tile, dot_q6_k, tile_q6_k);
+    macro_rules! vnni {
+        ($name:ident, $args:tt) => {
+            vnni!(@ $name $args);
+        };
+        (@ $name:ident (w, y, out)) => {
+            fn $name(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+                // SAFETY: only reachable through this table, made after detection.
+                unsafe { kquants_vnni::$name(w, y, out) }
+            }
+        };
+        (@ $name:ident (w, y, n_act, out)) => {
+            fn $name(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+                // SAFETY: as above.
+                unsafe { kquants_vnni::$name(w, y, n_act, out) }
+            }
+        };
+    }
+    vnni!(rows_q4_k, (w, y, out));
+    vnni!(tile_q4_k, (w, y, n_act, out));
+    vnni!(rows_q6_k, (w, y, out));
+    vnni!(tile_q6_k, (w, y, n_act, out));
     macro_rules! wide {
         ($name:ident, $act:ty) => {
             fn $name(w: &[u8], y: &[$act], n_act: usize, out: &mut [f32]) {
@@ -193,9 +213,10 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
         q5_0: wide(base.q5_0.rows, tile_q5_0),
         q5_1: wide(base.q5_1.rows, tile_q5_1),
         q8_0: wide(base.q8_0.rows, tile_q8_0),
+        // llama.cpp's orders for Q4_K (repacked gemv / gemm) and Q6_K (x86 vec_dot).
         q4_k: TypeKernels {
-            rows: q4_k_rows,
-            tile: q4_k_tile,
+            rows: rows_q4_k,
+            tile: tile_q4_k,
             tile_rows: 4,
             tile_acts: 4,
         },
@@ -206,8 +227,8 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             tile_acts: 4,
         },
         q6_k: TypeKernels {
-            rows: q6_k_rows,
-            tile: q6_k_tile,
+            rows: rows_q6_k,
+            tile: tile_q6_k,
             tile_rows: 4,
             tile_acts: 4,
         },

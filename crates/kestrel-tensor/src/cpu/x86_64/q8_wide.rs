@@ -13,6 +13,9 @@
 //! ggml's 256-bit kernels do it (`acc = fma(d_w·d_x, f32(lanes), acc)`, `hsum_float_8` at the
 //! end, `Σ m·s` beside), so the result equals the scalar twins bit for bit.
 
+// Lanes, rows and pairs index parallel arrays, as the kernel's description does.
+#![allow(clippy::needless_range_loop)]
+
 use std::arch::x86_64::*;
 
 use kestrel_gguf::quant::BlockQ8_0;
@@ -226,10 +229,10 @@ unsafe fn wide<B: Blk, A: Act, const W: usize, const P: usize>(
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile<B: Blk, A: Act>(w: &[u8], y: &[A], n_act: usize, out: &mut [f32]) {
     let t = n_act;
-    let ok_t = (1..=WIDE_ACTS).contains(&t) && y.len() % t == 0;
+    let ok_t = (1..=WIDE_ACTS).contains(&t) && y.len().is_multiple_of(t);
     let nb = if ok_t { y.len() / t } else { 0 };
     let rb = nb * B::BS;
-    let n_w = if rb > 0 { w.len() / rb } else { 0 };
+    let n_w = w.len().checked_div(rb).unwrap_or(0);
     assert!(
         ok_t && rb > 0
             && (1..=WIDE_ROWS).contains(&n_w)

@@ -1,0 +1,599 @@
+//! AVX-512 VNNI kernels for Q4_K and Q6_K weights in the float orders of the llama.cpp x86
+//! paths that run them, bit for bit their scalar twins in `cpu::qdot`:
+//! - Q4_K, which llama.cpp repacks at load (`q4_K_8x8`): its gemv order for single rows
+//!   ([`dot_q4_k_x86`](crate::cpu::qdot::dot_q4_k_x86): one exact integer per super-block,
+//!   one `fma` into `acc`, the mins into `acc_min`, `acc - acc_min` at the end), and its gemm
+//!   order for groups of 4 activation rows (one `fma` per pair of 32-value sub-blocks).
+//! - Q6_K, which it does not repack: `ggml_vec_dot_q6_K_q8_K`'s AVX2 order as the reference
+//!   build runs it (8 integer lanes per super-block, the `-32` offset from `bsums` per lane,
+//!   `fma` per lane, `hsum_float_8`; twin `qdot_k_x86::dot_q6_k_x86`).
+//!
+//! The integer parts use `vpdpbusd` on unsigned weight bytes (Q4_K nibbles as they are, Q6_K
+//! quants before the `-32`) against 64 activation bytes at a time: exact, so any lane arrangement gives the same integers; only the float steps have to
+//! follow llama.cpp's order. Sixteen (weight row, activation row) results at a time share one
+//! register: [`reduce16`] sums 16 vectors' lanes into the 16 lanes of one.
+
+// Rows, activations and lanes index parallel arrays, as the kernels' descriptions do.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use kestrel_gguf::quant::{BlockQ8K, QK_K};
+
+use crate::cpu::qdot::k4_scales;
+
+/// Bytes of one Q4_K / Q6_K block.
+const Q4K_BYTES: usize = 144;
+const Q6K_BYTES: usize = 210;
+
+/// f16 bits to f32 (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn fp16(bits: u16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+/// Little-endian u16 at `p`.
+#[inline(always)]
+unsafe fn rd16(p: *const u8) -> u16 {
+    // SAFETY: the caller keeps `p..p+2` in bounds.
+    unsafe { u16::from_le_bytes([*p, *p.add(1)]) }
+}
+
+/// Lane `i` of the result is the (wrapping) sum of the 16 lanes of `v[i]`: a tree of
+/// 128-bit, 64-bit and 32-bit shuffles and adds (45 instructions for 16 sums). The tree
+/// leaves sum `j` in lane `4 (j mod 4) + j / 4`, so the inputs go in transposed.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn reduce16(v: &[__m512i; 16]) -> __m512i {
+    const T: [usize; 16] = [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15];
+    let s = |j: usize| v[T[j]];
+    let x: [__m512i; 8] = std::array::from_fn(|k| {
+        let (a, b) = (s(2 * k), s(2 * k + 1));
+        _mm512_add_epi32(
+            _mm512_shuffle_i32x4::<0b01_00_01_00>(a, b),
+            _mm512_shuffle_i32x4::<0b11_10_11_10>(a, b),
+        )
+    });
+    let y: [__m512i; 4] = std::array::from_fn(|k| {
+        let (a, b) = (x[2 * k], x[2 * k + 1]);
+        _mm512_add_epi32(
+            _mm512_shuffle_i32x4::<0b10_00_10_00>(a, b),
+            _mm512_shuffle_i32x4::<0b11_01_11_01>(a, b),
+        )
+    });
+    let z: [__m512; 2] = std::array::from_fn(|k| {
+        let (a, b) = (y[2 * k], y[2 * k + 1]);
+        _mm512_castsi512_ps(_mm512_add_epi32(
+            _mm512_unpacklo_epi64(a, b),
+            _mm512_unpackhi_epi64(a, b),
+        ))
+    });
+    _mm512_add_epi32(
+        _mm512_castps_si512(_mm512_shuffle_ps::<0b10_00_10_00>(z[0], z[1])),
+        _mm512_castps_si512(_mm512_shuffle_ps::<0b11_01_11_01>(z[0], z[1])),
+    )
+}
+
+/// Sums of 32 activations per 32-value sub-block (`bsums` pairs), as llama.cpp's repacked
+/// kernels form them (`hadd` of the 16-value sums).
+#[inline(always)]
+fn bsums32(yb: &BlockQ8K) -> [i32; 8] {
+    std::array::from_fn(|j| i32::from(yb.bsums[2 * j]) + i32::from(yb.bsums[2 * j + 1]))
+}
+
+/// One Q4_K super-block's header: `d`, `dmin`, the 8 sub-block scales and mins.
+struct Q4kHead {
+    d: f32,
+    dmin: f32,
+    scales: [u8; 8],
+    mins: [u8; 8],
+}
+
+/// Reads the header of the Q4_K block at `b`.
+///
+/// # Safety
+/// `b` points at a whole block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q4k_head(b: *const u8) -> Q4kHead {
+    let mut packed = [0u8; 12];
+    // SAFETY: bytes 4..16 of the block are its scales; d and dmin are at 0 and 2.
+    let (d, dmin) = unsafe {
+        std::ptr::copy_nonoverlapping(b.add(4), packed.as_mut_ptr(), 12);
+        (fp16(rd16(b)), fp16(rd16(b.add(2))))
+    };
+    let (scales, mins) = k4_scales(&packed);
+    Q4kHead {
+        d,
+        dmin,
+        scales,
+        mins,
+    }
+}
+
+/// The 64 quants of sub-blocks `2p` and `2p + 1` of the Q4_K block at `b`, as bytes 0..16.
+///
+/// # Safety
+/// `b` points at a whole block, `p < 4`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q4k_quants(b: *const u8, p: usize) -> __m512i {
+    // SAFETY: qs (128 bytes at 16) holds 32 bytes per pair of sub-blocks.
+    let q = unsafe { _mm256_loadu_si256(b.add(16 + 32 * p).cast()) };
+    let m4 = _mm256_set1_epi8(0x0f);
+    let lo = _mm256_and_si256(q, m4);
+    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
+/// The scales of sub-blocks `2p` (lanes 0..8) and `2p + 1` (lanes 8..16).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn q4k_scale_pair(h: &Q4kHead, p: usize) -> __m512i {
+    _mm512_inserti64x4::<1>(
+        _mm512_set1_epi32(i32::from(h.scales[2 * p])),
+        _mm256_set1_epi32(i32::from(h.scales[2 * p + 1])),
+    )
+}
+
+/// 64 activation quants of the q8_K block at offset `64p`.
+///
+/// # Safety
+/// `p < 4`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn act64(yb: &BlockQ8K, p: usize) -> __m512i {
+    // SAFETY: 256 quants, 64 of them from 64p.
+    unsafe { _mm512_loadu_si512(yb.qs.as_ptr().add(64 * p).cast()) }
+}
+
+/// `Σ min · bsum` over sub-blocks `2p` and `2p + 1` (or all 8 when `p` is `None`).
+#[inline(always)]
+fn q4k_mins(h: &Q4kHead, bs: &[i32; 8], p: Option<usize>) -> i32 {
+    let r = match p {
+        Some(p) => 2 * p..2 * p + 2,
+        None => 0..8,
+    };
+    r.map(|j| i32::from(h.mins[j]) * bs[j]).sum()
+}
+
+/// Checks `w` holds `blocks` blocks of `bytes`.
+#[inline(always)]
+fn check(w: &[u8], blocks: usize, bytes: usize) {
+    assert!(
+        blocks.checked_mul(bytes) == Some(w.len()),
+        "dot: {} weight bytes for {blocks} blocks of {bytes}",
+        w.len()
+    );
+}
+
+/// Q4_K rows against one q8_K activation row in llama.cpp's gemv order: `out[r]` for the
+/// `out.len()` consecutive rows in `w`, 16 rows per pass (lane = row).
+///
+/// # Safety
+/// The CPU has AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn rows_q4_k(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+    let nb = y.len();
+    check(w, out.len() * nb, Q4K_BYTES);
+    let rb = nb * Q4K_BYTES;
+    let zero = _mm512_setzero_si512();
+    for (c, oc) in out.chunks_mut(16).enumerate() {
+        let n = oc.len();
+        // Rows past the end repeat the last one (their lanes are dropped).
+        let row = |r: usize| {
+            // SAFETY: row (16c + min(r, n-1)) lies in w (checked above).
+            unsafe { w.as_ptr().add((16 * c + r.min(n - 1)) * rb) }
+        };
+        let mut acc = _mm512_setzero_ps();
+        let mut acc_min = _mm512_setzero_ps();
+        for (i, yb) in y.iter().enumerate() {
+            // SAFETY: the activation block holds 256 quants.
+            let a: [__m512i; 4] = std::array::from_fn(|p| unsafe { act64(yb, p) });
+            let bs = bsums32(yb);
+            let mut v = [zero; 16];
+            let mut dw = [0f32; 16];
+            let mut dm = [0f32; 16];
+            let mut mins = [0i32; 16];
+            for r in 0..16 {
+                // SAFETY: block i of the row is in bounds.
+                let b = unsafe { row(r).add(i * Q4K_BYTES) };
+                // SAFETY: b is a whole block.
+                let h = unsafe { q4k_head(b) };
+                for (p, &ap) in a.iter().enumerate() {
+                    // SAFETY: p < 4.
+                    let q = unsafe { q4k_quants(b, p) };
+                    let s = _mm512_dpbusd_epi32(zero, q, ap);
+                    v[r] = _mm512_add_epi32(v[r], _mm512_mullo_epi32(s, q4k_scale_pair(&h, p)));
+                }
+                dw[r] = h.d;
+                dm[r] = h.dmin;
+                mins[r] = q4k_mins(&h, &bs, None);
+            }
+            let yd = _mm512_set1_ps(yb.d);
+            // SAFETY: 16 f32 / i32 each, unaligned loads.
+            let (dw, dm, mins) = unsafe {
+                (
+                    _mm512_loadu_ps(dw.as_ptr()),
+                    _mm512_loadu_ps(dm.as_ptr()),
+                    _mm512_loadu_si512(mins.as_ptr().cast()),
+                )
+            };
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(&v)), _mm512_mul_ps(dw, yd), acc);
+            acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dm, yd), acc_min);
+        }
+        let mut res = [0f32; 16];
+        // SAFETY: 16 f32, unaligned store.
+        unsafe { _mm512_storeu_ps(res.as_mut_ptr(), _mm512_sub_ps(acc, acc_min)) };
+        oc.copy_from_slice(&res[..n]);
+    }
+}
+
+/// Q4_K tile in llama.cpp's gemm order: 1 to 4 weight rows × 1 to 4 activation rows (`y`
+/// holds them back to back), `out[r · n_act + t]`; lane `4r + t` of one register per step.
+///
+/// # Safety
+/// As [`rows_q4_k`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+    let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
+        return;
+    };
+    let n_w = out.len() / n_act;
+    assert!(
+        (1..=4).contains(&n_act)
+            && (1..=4).contains(&n_w)
+            && y.len() == nb * n_act
+            && out.len() == n_w * n_act,
+        "tile: {} activation blocks for {n_act} rows, {} outputs",
+        y.len(),
+        out.len()
+    );
+    check(w, n_w * nb, Q4K_BYTES);
+    let rb = nb * Q4K_BYTES;
+    let zero = _mm512_setzero_si512();
+    let mut acc = _mm512_setzero_ps();
+    let mut acc_min = _mm512_setzero_ps();
+    for i in 0..nb {
+        // Missing rows repeat the last one (their lanes are dropped).
+        // SAFETY: block i of row min(r, n_w-1) lies in w (checked above).
+        let wb: [*const u8; 4] =
+            std::array::from_fn(|r| unsafe { w.as_ptr().add(r.min(n_w - 1) * rb + i * Q4K_BYTES) });
+        let ys: [&BlockQ8K; 4] = std::array::from_fn(|t| &y[t.min(n_act - 1) * nb + i]);
+        // SAFETY: each pointer is a whole block.
+        let heads: [Q4kHead; 4] = std::array::from_fn(|r| unsafe { q4k_head(wb[r]) });
+        let bs: [[i32; 8]; 4] = std::array::from_fn(|t| bsums32(ys[t]));
+        let mut d = [0f32; 16];
+        let mut dm = [0f32; 16];
+        for r in 0..4 {
+            for t in 0..4 {
+                d[4 * r + t] = heads[r].d * ys[t].d;
+                dm[4 * r + t] = heads[r].dmin * ys[t].d;
+            }
+        }
+        // SAFETY: 16 f32 each, unaligned loads.
+        let (d, dm) = unsafe { (_mm512_loadu_ps(d.as_ptr()), _mm512_loadu_ps(dm.as_ptr())) };
+        for p in 0..QK_K / 64 {
+            // SAFETY: p < 4.
+            let a: [__m512i; 4] = std::array::from_fn(|t| unsafe { act64(ys[t], p) });
+            let mut v = [zero; 16];
+            let mut mins = [0i32; 16];
+            for r in 0..4 {
+                // SAFETY: wb[r] is a whole block, p < 4.
+                let q = unsafe { q4k_quants(wb[r], p) };
+                let sc = q4k_scale_pair(&heads[r], p);
+                for t in 0..4 {
+                    v[4 * r + t] = _mm512_mullo_epi32(_mm512_dpbusd_epi32(zero, q, a[t]), sc);
+                    mins[4 * r + t] = q4k_mins(&heads[r], &bs[t], Some(p));
+                }
+            }
+            // SAFETY: 16 i32, unaligned load.
+            let mins = unsafe { _mm512_loadu_si512(mins.as_ptr().cast()) };
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(&v)), d, acc);
+            acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), dm, acc_min);
+        }
+    }
+    let mut res = [0f32; 16];
+    // SAFETY: 16 f32, unaligned store.
+    unsafe { _mm512_storeu_ps(res.as_mut_ptr(), _mm512_sub_ps(acc, acc_min)) };
+    for r in 0..n_w {
+        for t in 0..n_act {
+            out[r * n_act + t] = res[4 * r + t];
+        }
+    }
+}
+
+/// One Q6_K super-block unpacked: 4 registers of 64 unsigned quants (`q + 32`, chunks
+/// `2k, 2k + 1`), the scale of each lane's 4 bytes, and `d`.
+struct Q6kBlock {
+    q: [__m512i; 4],
+    sc: [__m512i; 4],
+    d: f32,
+}
+
+/// Unpacks the Q6_K block at `b` (ql at 0, qh at 128, scales at 192, d at 208).
+///
+/// # Safety
+/// `b` points at a whole block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6k_unpack(b: *const u8) -> Q6kBlock {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m3 = _mm256_set1_epi8(0x03);
+    let mut chunks = [_mm256_setzero_si256(); 8];
+    for j in 0..2 {
+        // SAFETY: ql[64j..64j+64] and qh[32j..32j+32] are in bounds.
+        let (ql0, ql1, qh) = unsafe {
+            (
+                _mm256_loadu_si256(b.add(64 * j).cast()),
+                _mm256_loadu_si256(b.add(64 * j + 32).cast()),
+                _mm256_loadu_si256(b.add(128 + 32 * j).cast()),
+            )
+        };
+        let h = |k: i32| {
+            let s = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k));
+            _mm256_slli_epi16::<4>(_mm256_and_si256(s, m3))
+        };
+        chunks[4 * j] = _mm256_or_si256(_mm256_and_si256(ql0, m4), h(0));
+        chunks[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), h(2));
+        chunks[4 * j + 2] =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), h(4));
+        chunks[4 * j + 3] =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), h(6));
+    }
+    // SAFETY: the 16 scale bytes and d are in bounds.
+    let (sc16, d) = unsafe {
+        (
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(192).cast())),
+            fp16(rd16(b.add(208))),
+        )
+    };
+    let q = std::array::from_fn(|k| {
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(chunks[2 * k]), chunks[2 * k + 1])
+    });
+    // Lane l of register k: chunk 2k + l/8, bytes 4(l mod 8)..: scale 4k + l/4.
+    let sc = std::array::from_fn(|k| {
+        let idx = _mm512_add_epi32(
+            _mm512_set1_epi32(4 * k as i32),
+            _mm512_srli_epi32::<2>(_mm512_set_epi32(
+                15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+            )),
+        );
+        _mm512_permutexvar_epi32(idx, sc16)
+    });
+    Q6kBlock { q, sc, d }
+}
+
+/// The 8 integer lanes of the reference build's Q6_K kernel for one block against one
+/// activation block: lane `l` sums `scale · q · a` (quants `0..64`) over bytes `4l..4l+4` of
+/// every 32-value chunk, minus `32 · (scale[2l] · bsums[2l] + scale[2l+1] · bsums[2l+1])`
+/// (see `qdot_k_x86::dot_q6_k_x86`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6k_lanes(u: &Q6kBlock, scales: *const i8, yb: &BlockQ8K) -> __m256i {
+    let zero = _mm512_setzero_si512();
+    let mut sum = zero;
+    for k in 0..4 {
+        // SAFETY: k < 4.
+        let a = unsafe { act64(yb, k) };
+        let s = _mm512_dpbusd_epi32(zero, u.q[k], a);
+        sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(s, u.sc[k]));
+    }
+    let lanes = _mm256_add_epi32(
+        _mm512_castsi512_si256(sum),
+        _mm512_extracti64x4_epi64::<1>(sum),
+    );
+    // 32 · Σ scale · bsum per pair of 16-value groups: vpmaddwd of the i16 scales and bsums.
+    // SAFETY: 16 scale bytes at `scales`; bsums holds 16 i16.
+    let (sc16, bs) = unsafe {
+        (
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(scales.cast())),
+            _mm256_loadu_si256(yb.bsums.as_ptr().cast()),
+        )
+    };
+    let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc16, bs));
+    _mm256_sub_epi32(lanes, off)
+}
+
+/// ggml's `hsum_float_8`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn hsum_float_8(x: __m256) -> f32 {
+    let mut r = _mm_add_ps(_mm256_extractf128_ps::<1>(x), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    _mm_cvtss_f32(r)
+}
+
+/// One Q6_K weight row (`nb` blocks at `w`) against `T` activation rows: `out[t]`; each
+/// weight block is unpacked once for all of them.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6k_row<const T: usize>(w: *const u8, y: &[BlockQ8K], nb: usize, out: &mut [f32]) {
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..nb {
+        // SAFETY: block i of the row is in bounds (checked by the caller).
+        let (u, scales) = unsafe {
+            let b = w.add(i * Q6K_BYTES);
+            (q6k_unpack(b), b.add(192).cast::<i8>())
+        };
+        for (t, a) in acc.iter_mut().enumerate() {
+            let yb = &y[t * nb + i];
+            // SAFETY: the block's 16 scales are at `scales`.
+            let lanes = unsafe { q6k_lanes(&u, scales, yb) };
+            *a = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * u.d), _mm256_cvtepi32_ps(lanes), *a);
+        }
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o = hsum_float_8(a);
+    }
+}
+
+/// Q6_K rows against one q8_K activation row in ggml's x86 order: `out[r]`.
+///
+/// # Safety
+/// As [`rows_q4_k`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn rows_q6_k(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+    let nb = y.len();
+    check(w, out.len() * nb, Q6K_BYTES);
+    for (r, o) in out.iter_mut().enumerate() {
+        // SAFETY: row r lies in w (checked above).
+        unsafe {
+            q6k_row::<1>(
+                w.as_ptr().add(r * nb * Q6K_BYTES),
+                y,
+                nb,
+                std::slice::from_mut(o),
+            )
+        };
+    }
+}
+
+/// Q6_K tile: weight rows × 1 to 4 activation rows (`y` back to back), `out[r · n_act + t]`,
+/// each pair bit for bit [`rows_q6_k`].
+///
+/// # Safety
+/// As [`rows_q4_k`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn tile_q6_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+    let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
+        return;
+    };
+    let n_w = out.len() / n_act;
+    assert!(
+        (1..=4).contains(&n_act) && y.len() == nb * n_act && out.len() == n_w * n_act,
+        "tile: {} activation blocks for {n_act} rows, {} outputs",
+        y.len(),
+        out.len()
+    );
+    check(w, n_w * nb, Q6K_BYTES);
+    for (r, o) in out.chunks_exact_mut(n_act).enumerate() {
+        // SAFETY: row r lies in w (checked above).
+        let p = unsafe { w.as_ptr().add(r * nb * Q6K_BYTES) };
+        // SAFETY: y holds n_act rows of nb blocks.
+        unsafe {
+            match n_act {
+                1 => q6k_row::<1>(p, y, nb, o),
+                2 => q6k_row::<2>(p, y, nb, o),
+                3 => q6k_row::<3>(p, y, nb, o),
+                _ => q6k_row::<4>(p, y, nb, o),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::cpu::qdot_k_x86::testing::{activations, misaligned, random_blocks};
+    use crate::cpu::qdot_k_x86::{dot_q4_k_8x8_gemm, dot_q4_k_8x8_gemv, dot_q6_k_x86};
+    use crate::cpu::testutil::{quantized_rows, Rng};
+    use crate::DType;
+
+    type Dot = fn(&[u8], &[BlockQ8K]) -> f32;
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|f| f.to_bits()).collect()
+    }
+
+    /// `n_w` weight rows of `blocks` super-blocks (quantized from random values, or random
+    /// bytes) against `n_act` activation rows: the rows kernel equals the single-row twin and
+    /// the tile equals the tile twin, bit for bit, for aligned and misaligned weights.
+    fn check(dtype: DType, blocks: usize, n_w: usize, n_act: usize, seed: u64, raw: bool) {
+        if !super::super::has_avx512() {
+            eprintln!("skipped: no AVX-512 VNNI");
+            return;
+        }
+        let mut rng = Rng::new(seed);
+        let w = if raw {
+            random_blocks(&mut rng, dtype, blocks * n_w)
+        } else {
+            quantized_rows(&mut rng, dtype, n_w, blocks * QK_K).0
+        };
+        let y = activations(&mut rng, blocks * n_act, 2.0);
+        let (single, multi): (Dot, Dot) = match dtype {
+            DType::Q4K => (dot_q4_k_8x8_gemv, dot_q4_k_8x8_gemm),
+            _ => (dot_q6_k_x86, dot_q6_k_x86),
+        };
+        let rb = w.len() / n_w;
+        let (buf, off) = misaligned(&w);
+        for wv in [&w[..], &buf[off..off + w.len()]] {
+            for (t, ya) in y.chunks_exact(blocks).enumerate() {
+                let want: Vec<f32> = wv.chunks_exact(rb).map(|r| single(r, ya)).collect();
+                let mut got = vec![0f32; n_w];
+                // SAFETY: features checked above.
+                unsafe {
+                    match dtype {
+                        DType::Q4K => rows_q4_k(wv, ya, &mut got),
+                        _ => rows_q6_k(wv, ya, &mut got),
+                    }
+                }
+                assert_eq!(
+                    bits(&want),
+                    bits(&got),
+                    "{dtype:?} rows, act {t}: {want:?} {got:?}"
+                );
+            }
+            if n_w <= 4 {
+                let mut want = vec![0f32; n_w * n_act];
+                for (r, row) in wv.chunks_exact(rb).enumerate() {
+                    for (t, ya) in y.chunks_exact(blocks).enumerate() {
+                        want[r * n_act + t] = multi(row, ya);
+                    }
+                }
+                let mut got = vec![0f32; n_w * n_act];
+                // SAFETY: features checked above.
+                unsafe {
+                    match dtype {
+                        DType::Q4K => tile_q4_k(wv, &y, n_act, &mut got),
+                        _ => tile_q6_k(wv, &y, n_act, &mut got),
+                    }
+                }
+                assert_eq!(bits(&want), bits(&got), "{dtype:?} tile {n_w}x{n_act}");
+            }
+        }
+    }
+
+    #[test]
+    fn kernels_equal_llama_cpp_order_twins() {
+        for dtype in [DType::Q4K, DType::Q6K] {
+            for (n_w, n_act) in [(1, 1), (4, 4), (3, 2), (17, 1), (33, 3)] {
+                check(dtype, 3, n_w, n_act, 5 + n_w as u64, false);
+                check(dtype, 2, n_w, n_act, 50 + n_w as u64, true);
+            }
+        }
+    }
+
+    #[test]
+    fn reduce16_sums_each_vector() {
+        if !super::super::has_avx512() {
+            return;
+        }
+        let v: [__m512i; 16] = std::array::from_fn(|i| {
+            let lanes: [i32; 16] = std::array::from_fn(|l| (i as i32 + 1) * 1000 + l as i32);
+            // SAFETY: AVX-512 checked above; 16 i32, unaligned load.
+            unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) }
+        });
+        let mut out = [0i32; 16];
+        // SAFETY: as above.
+        unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), reduce16(&v)) };
+        let want: Vec<i32> = (0..16).map(|i| 16 * (i + 1) * 1000 + 120).collect();
+        assert_eq!(out.to_vec(), want);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn kernels_equal_twins_random(
+            q6 in any::<bool>(), blocks in 1usize..4, n_w in 1usize..20, n_act in 1usize..5,
+            seed in any::<u64>(), raw in any::<bool>()
+        ) {
+            let dtype = if q6 { DType::Q6K } else { DType::Q4K };
+            check(dtype, blocks, n_w, n_act, seed, raw);
+        }
+    }
+}
