@@ -57,6 +57,10 @@ pub struct ExecutionPlan {
     segs: Vec<BatchSeq>,
     /// The step's output rows (capacity `max_outputs`).
     out_rows: Vec<usize>,
+    /// Rows per segment of the step, for matmuls over all its tokens (capacity `max_tokens`).
+    seg_rows: Vec<usize>,
+    /// `max_tokens` ones: matmuls over the output rows, each row its own sequence's.
+    ones: Vec<usize>,
     arena: Vec<f32>,
     weights: Vec<BoundWeight>,
     positions: Vec<i32>,
@@ -171,6 +175,8 @@ impl ExecutionPlan {
             max_outputs,
             segs: Vec::with_capacity(max_tokens),
             out_rows: Vec::with_capacity(max_outputs),
+            seg_rows: Vec::with_capacity(max_tokens),
+            ones: vec![1; max_tokens.max(max_outputs)],
             arena,
             weights,
             positions: vec![0; max_tokens],
@@ -283,6 +289,8 @@ impl ExecutionPlan {
         }
         self.segs.clear();
         self.segs.extend_from_slice(seqs);
+        self.seg_rows.clear();
+        self.seg_rows.extend(seqs.iter().map(|s| s.len));
         self.out_rows.clear();
         self.out_rows.extend_from_slice(outputs);
         let mut row = 0;
@@ -367,7 +375,15 @@ impl ExecutionPlan {
             }
             Op::MatMul { weight } => {
                 let w = &self.weights[*weight].tensor;
-                cpu::matmul_with_scratch(
+                // Each row's numerics follow its own sequence's rows only (see
+                // `matmul_segmented`): all of the step's tokens by segment, or the output rows
+                // (at most one per sequence and step here) one by one.
+                let segments = if in_rows == t {
+                    &self.seg_rows[..]
+                } else {
+                    &self.ones[..in_rows]
+                };
+                cpu::matmul_segmented(
                     a,
                     in_rows,
                     in_width,
@@ -375,6 +391,7 @@ impl ExecutionPlan {
                     w.dtype(),
                     width,
                     out,
+                    segments,
                     &mut self.scratch,
                 )?;
             }

@@ -147,6 +147,10 @@ pub(crate) struct TypeKernels<A: 'static> {
     pub tile_rows: usize,
     /// Most activation rows `tile` takes (at most [`MAX_TILE_ACTS`]).
     pub tile_acts: usize,
+    /// For types whose llama.cpp paths sum in a different order for single activation rows
+    /// than for groups of 4 (Q4_K: repacked gemv vs gemm), a multi-row kernel in the
+    /// single-row order; `tile` then has the group order. `None`: `tile` and `rows` agree.
+    pub single: Option<TileFn<A>>,
 }
 
 impl<A> Clone for TypeKernels<A> {
@@ -165,6 +169,7 @@ impl<A> TypeKernels<A> {
             tile: scalar_tile::<D>,
             tile_rows: 4,
             tile_acts: 4,
+            single: None,
         }
     }
 }
@@ -198,6 +203,7 @@ impl Kernels {
             tile: q4_k_gemm_tile,
             tile_rows: 4,
             tile_acts: 4,
+            single: Some(scalar_tile::<qdot::DQ4K>),
         },
         q5_k: TypeKernels::scalar::<qdot::DQ5K>(),
         q6_k: TypeKernels::scalar::<qdot::DQ6K>(),

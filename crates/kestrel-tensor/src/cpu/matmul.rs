@@ -61,16 +61,24 @@ impl OutPtr {
 #[derive(Debug, Default)]
 pub struct MatmulScratch {
     buf: Vec<u64>,
+    perm: Vec<u32>,
 }
 
 impl MatmulScratch {
     /// An empty scratch (allocates on first use).
     pub const fn new() -> MatmulScratch {
-        MatmulScratch { buf: Vec::new() }
+        MatmulScratch {
+            buf: Vec::new(),
+            perm: Vec::new(),
+        }
     }
 
-    /// `len` zero-initialised-once elements of `A` (contents are whatever the last call left).
-    fn slice<A: bytemuck::Pod>(&mut self, len: usize) -> &mut [A] {
+    /// [`MatmulScratch::slice`] and `n` row indices beside it (contents are whatever the last
+    /// call left).
+    fn slice_and_perm<A: bytemuck::Pod>(&mut self, len: usize, n: usize) -> (&mut [A], &mut [u32]) {
+        if self.perm.len() < n {
+            self.perm.resize(n, 0);
+        }
         const { assert!(std::mem::align_of::<A>() <= 8) };
         let bytes = len * std::mem::size_of::<A>();
         let words = bytes.div_ceil(8);
@@ -78,7 +86,15 @@ impl MatmulScratch {
             self.buf.resize(words, 0);
         }
         let raw: &mut [u8] = bytemuck::cast_slice_mut(&mut self.buf[..words]);
-        bytemuck::cast_slice_mut(&mut raw[..bytes])
+        (
+            bytemuck::cast_slice_mut(&mut raw[..bytes]),
+            &mut self.perm[..n],
+        )
+    }
+
+    /// `len` zero-initialised-once elements of `A` (contents are whatever the last call left).
+    fn slice<A: bytemuck::Pod>(&mut self, len: usize) -> &mut [A] {
+        self.slice_and_perm(len, 0).0
     }
 }
 
@@ -155,6 +171,31 @@ pub fn matmul_with_scratch(
     out: &mut [f32],
     scratch: &mut MatmulScratch,
 ) -> Result<()> {
+    matmul_segmented(x, n, k, w, w_dtype, m, out, &[n], scratch)
+}
+
+/// [`matmul_with_scratch`] over activation rows that belong to consecutive sequences of
+/// `segments[i]` rows each (a batched step). The numerics of a row depend only on its place in
+/// its own segment, never on the other sequences: where llama.cpp sums groups of 4 rows in
+/// another order than single rows (Q4_K), each segment's rows are grouped from its own start,
+/// as a step of that sequence alone would be.
+///
+/// # Errors
+/// As [`matmul`]; `LengthMismatch` if the segments do not add up to `n`.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_segmented(
+    x: &[f32],
+    n: usize,
+    k: usize,
+    w: &[u8],
+    w_dtype: DType,
+    m: usize,
+    out: &mut [f32],
+    segments: &[usize],
+    scratch: &mut MatmulScratch,
+) -> Result<()> {
+    let total = segments.iter().try_fold(0usize, |a, &l| a.checked_add(l));
+    check_len("matmul", "segment rows", total, n)?;
     let row_bytes = check_matmul(x, n, k, w, w_dtype, m, out)?;
     if n == 0 || m == 0 {
         return Ok(());
@@ -167,21 +208,21 @@ pub fn matmul_with_scratch(
     match w_dtype {
         // vec_dot_type F32: the activations as they are.
         DType::F32 => dispatch!(w_dtype, K => matmul_k::<K>(x, n, k, w, row_bytes, m, out)),
-        DType::F16 => matmul_q::<DF16>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::BF16 => matmul_q::<DBF16>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::Q4_0 => matmul_q::<DQ4_0>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::Q4_1 => matmul_q::<DQ4_1>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::Q5_0 => matmul_q::<DQ5_0>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::Q5_1 => matmul_q::<DQ5_1>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::Q8_0 => matmul_q::<DQ8_0>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::Q2K => matmul_q::<DQ2K>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::Q3K => matmul_q::<DQ3K>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::Q4K => matmul_q::<DQ4K>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::Q5K => matmul_q::<DQ5K>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::Q6K => matmul_q::<DQ6K>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::Q8K => matmul_q::<DQ8K>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::IQ4NL => matmul_q::<DIQ4NL>(x, n, k, w, row_bytes, m, out, scratch),
-        DType::IQ4XS => matmul_q::<DIQ4XS>(x, n, k, w, row_bytes, m, out, scratch),
+        DType::F16 => matmul_q::<DF16>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::BF16 => matmul_q::<DBF16>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q4_0 => matmul_q::<DQ4_0>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q4_1 => matmul_q::<DQ4_1>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q5_0 => matmul_q::<DQ5_0>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q5_1 => matmul_q::<DQ5_1>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q8_0 => matmul_q::<DQ8_0>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q2K => matmul_q::<DQ2K>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q3K => matmul_q::<DQ3K>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q4K => matmul_q::<DQ4K>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q5K => matmul_q::<DQ5K>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q6K => matmul_q::<DQ6K>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q8K => matmul_q::<DQ8K>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::IQ4NL => matmul_q::<DIQ4NL>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::IQ4XS => matmul_q::<DIQ4XS>(x, n, k, w, row_bytes, m, out, segments, scratch),
     }
     Ok(())
 }
@@ -229,13 +270,14 @@ fn matmul_q<D: super::qdot::QDot>(
     row_bytes: usize,
     m: usize,
     out: &mut [f32],
+    segments: &[usize],
     scratch: &mut MatmulScratch,
 ) {
     debug_assert!(x.len() == n * k && out.len() == n * m && w.len() == m * row_bytes);
     let nb = k / D::ACT_N;
-    let acts = scratch.slice::<D::Act>(n * nb);
     let kern = D::kernels();
     if n == 1 {
+        let acts = scratch.slice::<D::Act>(nb);
         D::quantize(x, acts);
         let acts = &*acts;
         let chunk = rows_per_task(m);
@@ -244,58 +286,76 @@ fn matmul_q<D: super::qdot::QDot>(
             .for_each(|(o, wc)| (kern.rows)(wc, acts, o));
         return;
     }
-    acts.par_chunks_mut(nb)
-        .zip(x.par_chunks(k))
-        .for_each(|(a, xr)| D::quantize(xr, a));
+    // Rows whose order class is "group of 4" go first, the others after them: for types whose
+    // llama.cpp paths sum single rows and groups of 4 in different orders (`kern.single`),
+    // each segment's first `len - len % 4` rows form groups of 4 (as llama.cpp groups a
+    // batch), its last `len % 4` rows take the single-row order. Other types tile every row.
+    let (acts, perm) = scratch.slice_and_perm::<D::Act>(n * nb, n);
+    let n_grouped = match kern.single {
+        Some(_) => {
+            let n_grouped: usize = segments.iter().map(|&len| len - len % 4).sum();
+            let (mut g, mut s, mut row) = (0, n_grouped, 0);
+            for &len in segments {
+                for i in 0..len {
+                    let slot = if i < len - len % 4 { &mut g } else { &mut s };
+                    perm[*slot] = (row + i) as u32;
+                    *slot += 1;
+                }
+                row += len;
+            }
+            n_grouped
+        }
+        None => {
+            for (i, p) in perm.iter_mut().enumerate() {
+                *p = i as u32;
+            }
+            n
+        }
+    };
+    let perm = &*perm;
+    acts.par_chunks_mut(nb).enumerate().for_each(|(i, a)| {
+        let t = perm[i] as usize;
+        D::quantize(&x[t * k..(t + 1) * k], a)
+    });
     let acts = &*acts;
     let chunk = rows_per_task(m);
     let n_tasks = m.div_ceil(chunk);
     let out_ptr = OutPtr(out.as_mut_ptr());
-    // As llama.cpp's CPU backend: whole groups of 4 activation rows go through the multi-row
-    // kernel, the last n % 4 rows one by one through the single-row kernel (for the types
-    // whose two llama.cpp paths sum in different orders, this keeps each row's numerics).
-    let n_tiled = n - n % 4;
+    let tile_acts = kern.tile_acts.clamp(1, MAX_TILE_ACTS);
+    let tile_rows = kern.tile_rows.clamp(1, MAX_TILE_ROWS);
     (0..n_tasks).into_par_iter().for_each(|task| {
         let r0 = task * chunk;
         let r1 = (r0 + chunk).min(m);
-        let mut col = [0f32; 256];
-        for t in n_tiled..n {
-            let ya = &acts[t * nb..(t + 1) * nb];
-            let mut r = r0;
-            while r < r1 {
-                let rn = (r1 - r).min(col.len());
-                (kern.rows)(&w[r * row_bytes..(r + rn) * row_bytes], ya, &mut col[..rn]);
-                for (j, &v) in col[..rn].iter().enumerate() {
-                    // SAFETY: t < n and r + j < r1 <= m: in bounds of `out` (len n*m,
-                    // checked); column r + j belongs to this task alone.
-                    unsafe { out_ptr.write(t * m + r + j, v) };
-                }
-                r += rn;
-            }
-        }
         // This task's weight rows stay in cache while groups of up to `tile_acts` activation
         // rows pass over them; each weight block is unpacked once per group.
-        let tile_acts = kern.tile_acts.clamp(1, MAX_TILE_ACTS);
-        let mut t0 = 0;
-        while t0 < n_tiled {
-            let tn = (n_tiled - t0).min(tile_acts);
-            let group = &acts[t0 * nb..(t0 + tn) * nb];
-            let mut o = [0f32; MAX_TILE_ROWS * MAX_TILE_ACTS];
-            let mut r = r0;
-            while r < r1 {
-                let nw = (r1 - r).min(kern.tile_rows.clamp(1, MAX_TILE_ROWS));
-                let wr = &w[r * row_bytes..(r + nw) * row_bytes];
-                (kern.tile)(wr, group, tn, &mut o[..nw * tn]);
-                for j in 0..nw {
-                    for (i, &v) in o[j * tn..(j + 1) * tn].iter().enumerate() {
-                        // SAFETY: t0 + i < n and r + j < r1 <= m, so the index is in bounds of
-                        // `out` (len n*m, checked); column r + j belongs to this task alone.
-                        unsafe { out_ptr.write((t0 + i) * m + r + j, v) };
+        let parts = [
+            (0, n_grouped, kern.tile),
+            (n_grouped, n, kern.single.unwrap_or(kern.tile)),
+        ];
+        for (lo, hi, tile) in parts {
+            let mut t0 = lo;
+            while t0 < hi {
+                let tn = (hi - t0).min(tile_acts);
+                let group = &acts[t0 * nb..(t0 + tn) * nb];
+                let mut o = [0f32; MAX_TILE_ROWS * MAX_TILE_ACTS];
+                let mut r = r0;
+                while r < r1 {
+                    let nw = (r1 - r).min(tile_rows);
+                    let wr = &w[r * row_bytes..(r + nw) * row_bytes];
+                    tile(wr, group, tn, &mut o[..nw * tn]);
+                    for j in 0..nw {
+                        for (i, &v) in o[j * tn..(j + 1) * tn].iter().enumerate() {
+                            let t = perm[t0 + i] as usize;
+                            // SAFETY: t < n (a permutation of 0..n) and r + j < r1 <= m, so
+                            // the index is in bounds of `out` (len n*m, checked); column r + j
+                            // belongs to this task alone.
+                            unsafe { out_ptr.write(t * m + r + j, v) };
+                        }
                     }
+                    r += nw;
                 }
-                r += nw;
+                t0 += tn;
             }
-            t0 += tn;
         }
     });
 }

@@ -32,7 +32,9 @@ pub use elementwise::{
     scale, silu, silu_f32, swiglu,
 };
 pub use get_rows::get_rows;
-pub use matmul::{matmul, matmul_dequantized, matmul_with_scratch, matvec, MatmulScratch};
+pub use matmul::{
+    matmul, matmul_dequantized, matmul_segmented, matmul_with_scratch, matvec, MatmulScratch,
+};
 pub use norm::{layer_norm, rms_norm, rms_norm_inplace};
 pub use rope::{rope, rope_yarn_corr_dims, RopeMode, RopeParams};
 pub use softmax::{softmax, softmax_row, SoftmaxParams};

@@ -237,6 +237,26 @@ pub(crate) unsafe fn rows_q4_k(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
 /// As [`rows_q4_k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+    // SAFETY: same features.
+    unsafe { tile_q4_k_in::<false>(w, y, n_act, out) }
+}
+
+/// [`tile_q4_k`] in the gemv order ([`rows_q4_k`]'s, for activation rows that llama.cpp runs
+/// one at a time: decode rows of a batch).
+///
+/// # Safety
+/// As [`rows_q4_k`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn tile_q4_k_gemv(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+    // SAFETY: same features.
+    unsafe { tile_q4_k_in::<true>(w, y, n_act, out) }
+}
+
+/// The Q4_K tiles: `GEMV` sums each super-block's integers before its one `fma`, else one
+/// `fma` per pair of sub-blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile_q4_k_in<const GEMV: bool>(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
     let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
         return;
     };
@@ -274,24 +294,32 @@ pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut
         }
         // SAFETY: 16 f32 each, unaligned loads.
         let (d, dm) = unsafe { (_mm512_loadu_ps(d.as_ptr()), _mm512_loadu_ps(dm.as_ptr())) };
+        let mut v = [zero; 16];
         for p in 0..QK_K / 64 {
             // SAFETY: p < 4.
             let a: [__m512i; 4] = std::array::from_fn(|t| unsafe { act64(ys[t], p) });
-            let mut v = [zero; 16];
             let mut mins = [0i32; 16];
             for r in 0..4 {
                 // SAFETY: wb[r] is a whole block, p < 4.
                 let q = unsafe { q4k_quants(wb[r], p) };
                 let sc = q4k_scale_pair(&heads[r], p);
                 for t in 0..4 {
-                    v[4 * r + t] = _mm512_mullo_epi32(_mm512_dpbusd_epi32(zero, q, a[t]), sc);
-                    mins[4 * r + t] = q4k_mins(&heads[r], &bs[t], Some(p));
+                    let x = _mm512_mullo_epi32(_mm512_dpbusd_epi32(zero, q, a[t]), sc);
+                    v[4 * r + t] = if GEMV {
+                        _mm512_add_epi32(v[4 * r + t], x)
+                    } else {
+                        x
+                    };
+                    let part = if GEMV { None } else { Some(p) };
+                    mins[4 * r + t] = q4k_mins(&heads[r], &bs[t], part);
                 }
             }
-            // SAFETY: 16 i32, unaligned load.
-            let mins = unsafe { _mm512_loadu_si512(mins.as_ptr().cast()) };
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(&v)), d, acc);
-            acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), dm, acc_min);
+            if !GEMV || p == QK_K / 64 - 1 {
+                // SAFETY: 16 i32, unaligned load.
+                let mins = unsafe { _mm512_loadu_si512(mins.as_ptr().cast()) };
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(&v)), d, acc);
+                acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), dm, acc_min);
+            }
         }
     }
     let mut res = [0f32; 16];
@@ -554,6 +582,16 @@ mod tests {
                     }
                 }
                 assert_eq!(bits(&want), bits(&got), "{dtype:?} tile {n_w}x{n_act}");
+                if dtype == DType::Q4K {
+                    for (r, row) in wv.chunks_exact(rb).enumerate() {
+                        for (t, ya) in y.chunks_exact(blocks).enumerate() {
+                            want[r * n_act + t] = single(row, ya);
+                        }
+                    }
+                    // SAFETY: features checked above.
+                    unsafe { tile_q4_k_gemv(wv, &y, n_act, &mut got) };
+                    assert_eq!(bits(&want), bits(&got), "Q4K gemv tile {n_w}x{n_act}");
+                }
             }
         }
     }

@@ -100,30 +100,35 @@ macro_rules! safe_table {
                 tile: wrap::q4_0_tile,
                 tile_rows: $isa::TILE_ROWS,
                 tile_acts: 4,
+                single: None,
             },
             q4_1: TypeKernels {
                 rows: wrap::q4_1,
                 tile: wrap::q4_1_tile,
                 tile_rows: $isa::TILE_ROWS,
                 tile_acts: 4,
+                single: None,
             },
             q5_0: TypeKernels {
                 rows: wrap::q5_0,
                 tile: wrap::q5_0_tile,
                 tile_rows: $isa::TILE_ROWS,
                 tile_acts: 4,
+                single: None,
             },
             q5_1: TypeKernels {
                 rows: wrap::q5_1,
                 tile: wrap::q5_1_tile,
                 tile_rows: $isa::TILE_ROWS,
                 tile_acts: 4,
+                single: None,
             },
             q8_0: TypeKernels {
                 rows: wrap::q8_0,
                 tile: wrap::q8_0_tile,
                 tile_rows: $isa::TILE_ROWS,
                 tile_acts: 4,
+                single: None,
             },
             ..$base
         }
@@ -179,6 +184,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
     }
     vnni!(rows_q4_k, (w, y, out));
     vnni!(tile_q4_k, (w, y, n_act, out));
+    vnni!(tile_q4_k_gemv, (w, y, n_act, out));
     vnni!(rows_q6_k, (w, y, out));
     vnni!(tile_q6_k, (w, y, n_act, out));
     macro_rules! wide {
@@ -205,6 +211,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             tile,
             tile_rows: q8_wide::WIDE_ROWS,
             tile_acts: q8_wide::WIDE_ACTS,
+            single: None,
         }
     }
     Kernels {
@@ -219,18 +226,21 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             tile: tile_q4_k,
             tile_rows: 4,
             tile_acts: 4,
+            single: Some(tile_q4_k_gemv),
         },
         q5_k: TypeKernels {
             rows: q5_k_rows,
             tile: q5_k_tile,
             tile_rows: 4,
             tile_acts: 4,
+            single: None,
         },
         q6_k: TypeKernels {
             rows: rows_q6_k,
             tile: tile_q6_k,
             tile_rows: 4,
             tile_acts: 4,
+            single: None,
         },
         ..base
     }
