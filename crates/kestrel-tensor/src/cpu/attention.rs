@@ -11,7 +11,6 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
-use super::block::dot;
 use super::qdot::dot_f16_ggml_x86;
 use crate::error::{Result, TensorError};
 use kestrel_gguf::quant::{BlockQ4_0, BlockQ8_0};
@@ -149,46 +148,149 @@ trait KvElem: Copy + Send + Sync {
     fn axpy(acc: &mut [f32], w: f32, v: &[Self]);
 }
 
-impl KvElem for f32 {
-    #[inline]
-    fn dot(q: &[f32], k: &[f32]) -> f32 {
-        dot(q, k)
-    }
-    #[inline]
-    fn axpy(acc: &mut [f32], w: f32, v: &[f32]) {
-        for (a, &x) in acc.iter_mut().zip(v) {
-            *a += w * x;
+/// The dot of a query with a key row: position `p` goes to accumulator `p mod 32` by FMA (32
+/// independent chains, where one 8-lane chain made every dot wait on its adds), the last
+/// `len mod 32` positions to a sequential tail; then a fixed tree. Every f32/f16 path uses it,
+/// so they round alike.
+struct Dot32 {
+    acc: [f32; 32],
+    tail: f32,
+}
+
+impl Dot32 {
+    #[inline(always)]
+    fn new() -> Dot32 {
+        Dot32 {
+            acc: [0.0; 32],
+            tail: 0.0,
         }
+    }
+
+    /// Adds `q · k` for the next `q.len()` positions (a multiple of 32 unless it is the last
+    /// part of the row).
+    #[inline(always)]
+    fn add(&mut self, q: &[f32], k: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            unsafe { self.add_avx2(q, k) };
+            return;
+        }
+        self.add_scalar(q, k)
+    }
+
+    /// [`Dot32::add`] with the 32 accumulators in four ymm registers: the same FMAs per lane in
+    /// the same order (LLVM split the array into 2-lane pieces and spilled them).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn add_avx2(&mut self, q: &[f32], k: &[f32]) {
+        use std::arch::x86_64::*;
+        let n = q.len().min(k.len());
+        let full = n - n % 32;
+        // SAFETY: `acc` holds 32 f32; `q` and `k` hold at least `full` values, read 8 at a
+        // time below `full`; all loads and stores are unaligned.
+        unsafe {
+            let a = self.acc.as_mut_ptr();
+            let mut v = [
+                _mm256_loadu_ps(a),
+                _mm256_loadu_ps(a.add(8)),
+                _mm256_loadu_ps(a.add(16)),
+                _mm256_loadu_ps(a.add(24)),
+            ];
+            let (qp, kp) = (q.as_ptr(), k.as_ptr());
+            let mut p = 0;
+            while p < full {
+                for (j, vj) in v.iter_mut().enumerate() {
+                    let o = p + 8 * j;
+                    *vj = _mm256_fmadd_ps(
+                        _mm256_loadu_ps(qp.add(o)),
+                        _mm256_loadu_ps(kp.add(o)),
+                        *vj,
+                    );
+                }
+                p += 32;
+            }
+            for (j, vj) in v.iter().enumerate() {
+                _mm256_storeu_ps(a.add(8 * j), *vj);
+            }
+        }
+        for (x, y) in q[full..n].iter().zip(&k[full..n]) {
+            self.tail = x.mul_add(*y, self.tail);
+        }
+    }
+
+    #[inline(always)]
+    fn add_scalar(&mut self, q: &[f32], k: &[f32]) {
+        let mut qc = q.chunks_exact(32);
+        let mut kc = k.chunks_exact(32);
+        for (a, b) in (&mut qc).zip(&mut kc) {
+            for i in 0..32 {
+                self.acc[i] = a[i].mul_add(b[i], self.acc[i]);
+            }
+        }
+        for (x, y) in qc.remainder().iter().zip(kc.remainder()) {
+            self.tail = x.mul_add(*y, self.tail);
+        }
+    }
+
+    #[inline(always)]
+    fn finish(mut self) -> f32 {
+        for w in [16, 8, 4, 2, 1] {
+            for i in 0..w {
+                self.acc[i] += self.acc[i + w];
+            }
+        }
+        self.acc[0] + self.tail
+    }
+}
+
+/// `acc += w · v` by FMA.
+#[inline(always)]
+fn axpy_f32(acc: &mut [f32], w: f32, v: &[f32]) {
+    for (a, &x) in acc.iter_mut().zip(v) {
+        *a = w.mul_add(x, *a);
+    }
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn dot(q: &[f32], k: &[f32]) -> f32 {
+        let mut d = Dot32::new();
+        d.add(q, k);
+        d.finish()
+    }
+    #[inline(always)]
+    fn axpy(acc: &mut [f32], w: f32, v: &[f32]) {
+        axpy_f32(acc, w, v)
     }
 }
 
 impl KvElem for f16 {
-    #[inline]
+    #[inline(always)]
     fn dot(q: &[f32], k: &[f16]) -> f32 {
         let mut buf = [0f32; 64];
-        let mut sum = 0.0;
+        let mut d = Dot32::new();
         for (qc, kc) in q.chunks(64).zip(k.chunks(64)) {
             let b = &mut buf[..kc.len()];
             kc.convert_to_f32_slice(b);
-            sum += dot(qc, b);
+            d.add(qc, b);
         }
-        sum
+        d.finish()
     }
-    #[inline]
+    #[inline(always)]
     fn axpy(acc: &mut [f32], w: f32, v: &[f16]) {
         let mut buf = [0f32; 64];
         for (ac, vc) in acc.chunks_mut(64).zip(v.chunks(64)) {
             let b = &mut buf[..vc.len()];
             vc.convert_to_f32_slice(b);
-            for (a, &x) in ac.iter_mut().zip(b.iter()) {
-                *a += w * x;
-            }
+            axpy_f32(ac, w, b);
         }
     }
 }
 
-/// f16 keys/values already widened to f32 (exactly), dotted in 64-value chunks as
-/// `KvElem for f16` does, so the widened path rounds identically to reading the f16 cache.
+/// f16 keys/values already widened to f32 (exactly): the same operations as `KvElem for f16`,
+/// so the widened path rounds identically to reading the f16 cache.
 #[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(transparent)]
 struct Widened(f32);
@@ -196,18 +298,11 @@ struct Widened(f32);
 impl KvElem for Widened {
     #[inline(always)]
     fn dot(q: &[f32], k: &[Self]) -> f32 {
-        let k: &[f32] = bytemuck::cast_slice(k);
-        let mut sum = 0.0;
-        for (qc, kc) in q.chunks(64).zip(k.chunks(64)) {
-            sum += dot(qc, kc);
-        }
-        sum
+        f32::dot(q, bytemuck::cast_slice(k))
     }
     #[inline(always)]
     fn axpy(acc: &mut [f32], w: f32, v: &[Self]) {
-        for (a, x) in acc.iter_mut().zip(v) {
-            *a += w * x.0;
-        }
+        axpy_f32(acc, w, bytemuck::cast_slice(v))
     }
 }
 
@@ -846,6 +941,34 @@ fn f16_row<O: F16Ops>(r: &F16Row<'_>, o: &mut [f32]) {
 mod tests {
     use super::*;
     use crate::cpu::testutil::{max_abs_diff, Rng};
+
+    /// The AVX2 dot equals the portable one bit for bit (lanes, tail and all), in one call or
+    /// in 64-value parts as the f16 path makes them.
+    #[test]
+    fn dot32_avx2_equals_scalar() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            let mut rng = Rng::new(21);
+            for n in [1usize, 8, 31, 32, 33, 64, 100, 256, 257] {
+                let q = rng.vec(n, 3.0);
+                let k = rng.vec(n, 3.0);
+                let mut a = Dot32::new();
+                a.add_scalar(&q, &k);
+                let mut b = Dot32::new();
+                // SAFETY: features checked above.
+                unsafe { b.add_avx2(&q, &k) };
+                let mut c = Dot32::new();
+                for (qc, kc) in q.chunks(64).zip(k.chunks(64)) {
+                    // SAFETY: as above.
+                    unsafe { c.add_avx2(qc, kc) };
+                }
+                let (a, b, c) = (a.finish(), b.finish(), c.finish());
+                assert_eq!(a.to_bits(), b.to_bits(), "n {n}");
+                assert_eq!(a.to_bits(), c.to_bits(), "n {n} in parts");
+            }
+        }
+    }
 
     /// Plain f64 attention: full scores over the visible keys, then softmax.
     fn reference(
