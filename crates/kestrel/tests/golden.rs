@@ -36,11 +36,12 @@ const TARGET: Bounds = Bounds {
     logits: 0.05,
 };
 
-/// Gemma 3 270M now: full-logit max diff 0.72-1.60 measured, parting steps with gaps up to 0.42
-/// (see the fixtures' README). Not yet the target: regression guard only.
+/// Gemma 3 270M now: `prose` and `french` last-position logits bit-identical to llama.cpp's,
+/// `code` within 1.63; parting steps with llama.cpp gaps up to 0.53 (decode steps still differ:
+/// see the fixtures' README). Not yet the target: regression guard only.
 fn gemma3_now() -> Bounds {
     Bounds {
-        tie: 0.5,
+        tie: 0.6,
         logits: 2.0,
     }
 }
