@@ -115,7 +115,7 @@ fn mins_sum(yb: &BlockQ8K, mins: &[u8; 8]) -> i32 {
 
 /// Checks `w` holds `blocks` blocks of `bytes`.
 #[inline(always)]
-fn check(w: &[u8], blocks: usize, bytes: usize) {
+pub(super) fn check(w: &[u8], blocks: usize, bytes: usize) {
     assert!(
         blocks.checked_mul(bytes) == Some(w.len()),
         "dot: {} weight bytes for {blocks} blocks of {bytes}",

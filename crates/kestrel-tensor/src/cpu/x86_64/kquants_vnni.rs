@@ -20,25 +20,13 @@ use std::arch::x86_64::*;
 
 use kestrel_gguf::quant::{BlockQ8K, QK_K};
 
+use super::avx512::{fp16, rd16};
+use super::kquants::check;
 use crate::cpu::qdot::k4_scales;
 
 /// Bytes of one Q4_K / Q6_K block.
 const Q4K_BYTES: usize = 144;
 const Q6K_BYTES: usize = 210;
-
-/// f16 bits to f32 (exact).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn fp16(bits: u16) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
-}
-
-/// Little-endian u16 at `p`.
-#[inline(always)]
-unsafe fn rd16(p: *const u8) -> u16 {
-    // SAFETY: the caller keeps `p..p+2` in bounds.
-    unsafe { u16::from_le_bytes([*p, *p.add(1)]) }
-}
 
 /// Lane `i` of the result is the (wrapping) sum of the 16 lanes of `v[i]`: a tree of
 /// 128-bit, 64-bit and 32-bit shuffles and adds (45 instructions for 16 sums). The tree
@@ -156,16 +144,6 @@ fn q4k_mins(h: &Q4kHead, bs: &[i32; 8], p: Option<usize>) -> i32 {
         None => 0..8,
     };
     r.map(|j| i32::from(h.mins[j]) * bs[j]).sum()
-}
-
-/// Checks `w` holds `blocks` blocks of `bytes`.
-#[inline(always)]
-fn check(w: &[u8], blocks: usize, bytes: usize) {
-    assert!(
-        blocks.checked_mul(bytes) == Some(w.len()),
-        "dot: {} weight bytes for {blocks} blocks of {bytes}",
-        w.len()
-    );
 }
 
 /// Q4_K rows against one q8_K activation row in llama.cpp's gemv order: `out[r]` for the
