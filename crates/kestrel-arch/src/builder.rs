@@ -165,6 +165,11 @@ pub fn build_decoder(
         k =
             b.g.rope(&p("rope_k"), k, rope_params(cfg, il, n_kv, freq_factors))
                 .map_err(&ge)?;
+        let mut scale = cfg.attn_scale;
+        if cfg.q_prescale {
+            q = b.g.scale(&p("q_scaled"), q, scale).map_err(&ge)?;
+            scale = 1.0;
+        }
         let window = if cfg.swa_layers[il] {
             cfg.sliding_window
         } else {
@@ -176,7 +181,7 @@ pub fn build_decoder(
             n_kv_head: n_kv,
             head_dim_k: cfg.head_dim_k,
             head_dim_v: cfg.head_dim_v,
-            scale: cfg.attn_scale,
+            scale,
             window,
             softcap: cfg.attn_softcap,
             causal: true,

@@ -96,6 +96,10 @@ pub struct DecoderConfig {
     pub swa_layers: Vec<bool>,
     /// Attention score scale (default `1/sqrt(head_dim_k)`).
     pub attn_scale: f32,
+    /// Multiply the (RoPE'd) queries by `attn_scale` as an op of its own and attend with scale 1,
+    /// as llama.cpp builds Gemma: the f32 product is rounded before the query goes to f16 in the
+    /// attention kernel, so the two forms differ where a scaled query is f16-subnormal.
+    pub q_prescale: bool,
     /// `cap * tanh(x / cap)` on attention logits.
     pub attn_softcap: Option<f32>,
     /// `cap * tanh(x / cap)` on output logits.
@@ -226,6 +230,7 @@ impl DecoderConfig {
             sliding_window,
             swa_layers: vec![false; n_layer],
             attn_scale: 1.0 / (head_dim_k as f32).sqrt(),
+            q_prescale: false,
             attn_softcap: md.opt(&key("attn_logit_softcapping"), |m, k| m.get_f32(k))?,
             final_softcap: md.opt(&key("final_logit_softcapping"), |m, k| m.get_f32(k))?,
             embd_scale: None,

@@ -16,6 +16,8 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig) {
     cfg.embd_scale = Some((cfg.n_embd as f32).sqrt());
     cfg.activation = crate::Activation::GeluTanh;
     cfg.qk_norm = true;
+    // llama.cpp: `Qcur = ggml_scale(Qcur, f_attention_scale)`, then attention with scale 1.
+    cfg.q_prescale = true;
     cfg.post_norms = true;
     cfg.swa_layers = (0..cfg.n_layer)
         .map(|il| (il + 1) % SWA_PATTERN != 0)
