@@ -70,6 +70,11 @@ pub struct ExecutionPlan {
     /// runs a step, so once it has grown no step allocates (a thread-local scratch allocated
     /// again whenever a step landed on a worker that had not run one before).
     scratch: cpu::MatmulScratch,
+    /// Node tracing for numerics work, read from the environment once at compile time:
+    /// `KESTREL_TRACE=1` prints each node's output sum (f32, in memory order, as llama.cpp's
+    /// eval callback prints it), `KESTREL_TRACE=<dir>` also writes each node's output to
+    /// `<dir>/n<node>.f32` (the last step's, little-endian). Off: one branch per node.
+    trace: Option<String>,
 }
 
 impl std::fmt::Debug for ExecutionPlan {
@@ -182,6 +187,9 @@ impl ExecutionPlan {
             positions: vec![0; max_tokens],
             mask_positions: vec![0; max_tokens],
             scratch: cpu::MatmulScratch::new(),
+            trace: std::env::var("KESTREL_TRACE")
+                .ok()
+                .filter(|v| !v.is_empty()),
         })
     }
 
@@ -303,9 +311,27 @@ impl ExecutionPlan {
         engine.install(|| -> Result<(), GraphError> {
             for i in 0..self.nodes.len() {
                 self.exec(i, kv, tokens)?;
+                if self.trace.is_some() {
+                    self.trace_node(i, tokens.len());
+                }
             }
             Ok(())
         })
+    }
+
+    /// See the `trace` field.
+    fn trace_node(&self, i: usize, t: usize) {
+        let d = &self.arena[self.range(i, t)];
+        let sum: f32 = d.iter().sum();
+        let op = format!("{:?}", self.nodes[i].op);
+        let op = op.get(..op.len().min(60)).unwrap_or(&op);
+        eprintln!("kestrel trace: node {i} {op} len={} sum={sum:.6}", d.len());
+        if let Some(dir) = self.trace.as_deref().filter(|v| *v != "1") {
+            let bytes: Vec<u8> = d.iter().flat_map(|v| v.to_le_bytes()).collect();
+            if let Err(e) = std::fs::write(format!("{dir}/n{i}.f32"), bytes) {
+                eprintln!("kestrel trace: cannot write node {i} to {dir}: {e}");
+            }
+        }
     }
 
     fn rows(&self, id: NodeId, t: usize) -> usize {

@@ -37,12 +37,13 @@ const TARGET: Bounds = Bounds {
     logits: 0.05,
 };
 
-/// Gemma 3 270M now: `prose` and `french` bit-identical to llama.cpp's at every step, `code`'s
-/// last-position logits within 1.58; parting steps with llama.cpp gaps up to 0.41 (see the
-/// fixtures' README). Not yet the target: regression guard only.
+/// Gemma 3 270M now: 10 of 14 continuations equal llama.cpp's, 7 prompts bit-identical at every
+/// step; `code`'s last-position logits within 1.69 (its 19 tokens take llama.cpp's tiled Q6_K
+/// matmul, not mirrored); parting steps with gaps up to 0.37 (llama.cpp) and 0.46 (kestrel)
+/// (see the fixtures' README). Not yet the target: regression guard only.
 fn gemma3_now() -> Bounds {
     Bounds {
-        tie: 0.6,
+        tie: 0.5,
         logits: 2.0,
     }
 }
