@@ -135,6 +135,19 @@ fn q4_k_gemm_tile(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
     tile_by_dots(w, y, n_act, out, super::qdot_k_x86::dot_q4_k_8x8_gemm)
 }
 
+/// Q6_K in llama.cpp's tiled-matmul order, one dot per pair (the scalar twin's tile).
+fn q6_k_tiled_tile(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+    tile_by_dots(w, y, n_act, out, super::qdot_k_x86::dot_q6_k_tiled)
+}
+
+/// Activation rows from which llama.cpp b11434 sends a K-quant matmul whose weights it does
+/// not repack through its tiled kernels (`ggml-cpu/tiled`, `ggml_tiled_min_batch`).
+pub(crate) const TILED_MIN_ROWS: usize = 8;
+
+/// [`TypeKernels::wide`] for Q6_K, scalar.
+pub(crate) const Q6K_WIDE_SCALAR: Option<(usize, TileFn<BlockQ8K>)> =
+    Some((TILED_MIN_ROWS, q6_k_tiled_tile));
+
 /// One weight type's kernels.
 pub(crate) struct TypeKernels<A: 'static> {
     /// Many consecutive weight rows against one activation row (decode).
@@ -151,6 +164,10 @@ pub(crate) struct TypeKernels<A: 'static> {
     /// than for groups of 4 (Q4_K: repacked gemv vs gemm), a multi-row kernel in the
     /// single-row order; `tile` then has the group order. `None`: `tile` and `rows` agree.
     pub single: Option<TileFn<A>>,
+    /// For types that llama.cpp sums in another order once a matmul has many activation rows
+    /// (Q6_K: b11434's tiled K-quant kernels from [`TILED_MIN_ROWS`] rows): `(min, tile)`, a
+    /// sequence's rows all take `tile` when it has at least `min` of them in the step.
+    pub wide: Option<(usize, TileFn<A>)>,
 }
 
 impl<A> Clone for TypeKernels<A> {
@@ -170,6 +187,7 @@ impl<A> TypeKernels<A> {
             tile_rows: 4,
             tile_acts: 4,
             single: None,
+            wide: None,
         }
     }
 }
@@ -204,9 +222,13 @@ impl Kernels {
             tile_rows: 4,
             tile_acts: 4,
             single: Some(scalar_tile::<qdot::DQ4K>),
+            wide: None,
         },
         q5_k: TypeKernels::scalar::<qdot::DQ5K>(),
-        q6_k: TypeKernels::scalar::<qdot::DQ6K>(),
+        q6_k: TypeKernels {
+            wide: Q6K_WIDE_SCALAR,
+            ..TypeKernels::scalar::<qdot::DQ6K>()
+        },
     };
 
     /// The kernels of `isa`, or `None` when this CPU cannot run it.

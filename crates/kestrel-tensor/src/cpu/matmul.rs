@@ -286,31 +286,34 @@ fn matmul_q<D: super::qdot::QDot>(
             .for_each(|(o, wc)| (kern.rows)(wc, acts, o));
         return;
     }
-    // Rows whose order class is "group of 4" go first, the others after them: for types whose
-    // llama.cpp paths sum single rows and groups of 4 in different orders (`kern.single`),
-    // each segment's first `len - len % 4` rows form groups of 4 (as llama.cpp groups a
-    // batch), its last `len % 4` rows take the single-row order. Other types tile every row.
+    // Rows of the two order classes go to two contiguous parts of the converted activations,
+    // `first` rows for `kern.tile`, the rest for `second`. For types whose llama.cpp paths sum
+    // single rows and groups of 4 in different orders (`kern.single`, Q4_K), each segment's
+    // first `len - len % 4` rows form groups of 4 (as llama.cpp groups a batch) and its last
+    // `len % 4` rows take the single-row order. For types llama.cpp sums in another order
+    // once a matmul has many rows (`kern.wide`, Q6_K), a segment's rows all take the wide
+    // order when it has at least `min` of them. Other types tile every row alike.
     let (acts, perm) = scratch.slice_and_perm::<D::Act>(n * nb, n);
-    let n_grouped = match kern.single {
-        Some(_) => {
-            let n_grouped: usize = segments.iter().map(|&len| len - len % 4).sum();
-            let (mut g, mut s, mut row) = (0, n_grouped, 0);
-            for &len in segments {
-                for i in 0..len {
-                    let slot = if i < len - len % 4 { &mut g } else { &mut s };
-                    perm[*slot] = (row + i) as u32;
-                    *slot += 1;
-                }
-                row += len;
+    let mut split = |second_class: &dyn Fn(usize, usize) -> bool| {
+        let n_first: usize = segments
+            .iter()
+            .map(|&len| (0..len).filter(|&i| !second_class(i, len)).count())
+            .sum();
+        let (mut f, mut s, mut row) = (0, n_first, 0);
+        for &len in segments {
+            for i in 0..len {
+                let slot = if second_class(i, len) { &mut s } else { &mut f };
+                perm[*slot] = (row + i) as u32;
+                *slot += 1;
             }
-            n_grouped
+            row += len;
         }
-        None => {
-            for (i, p) in perm.iter_mut().enumerate() {
-                *p = i as u32;
-            }
-            n
-        }
+        n_first
+    };
+    let (n_first, second) = match (kern.single, kern.wide) {
+        (Some(single), _) => (split(&|i, len| i >= len - len % 4), single),
+        (None, Some((min, wide))) => (split(&|_, len| len >= min), wide),
+        (None, None) => (split(&|_, _| false), kern.tile),
     };
     let perm = &*perm;
     acts.par_chunks_mut(nb).enumerate().for_each(|(i, a)| {
@@ -328,10 +331,7 @@ fn matmul_q<D: super::qdot::QDot>(
         let r1 = (r0 + chunk).min(m);
         // This task's weight rows stay in cache while groups of up to `tile_acts` activation
         // rows pass over them; each weight block is unpacked once per group.
-        let parts = [
-            (0, n_grouped, kern.tile),
-            (n_grouped, n, kern.single.unwrap_or(kern.tile)),
-        ];
+        let parts = [(0, n_first, kern.tile), (n_first, n, second)];
         for (lo, hi, tile) in parts {
             let mut t0 = lo;
             while t0 < hi {

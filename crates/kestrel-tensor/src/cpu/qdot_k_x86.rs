@@ -256,6 +256,38 @@ pub(crate) fn dot_q6_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {
     hsum_float_8(&acc)
 }
 
+/// Q6_K × q8_K as llama.cpp b11434's tiled K-quant matmul sums it (`ggml-cpu/tiled`, which
+/// takes every K-quant matmul of 8 or more activation rows whose weights are not repacked):
+/// each super-block's integer dot `Σ scale · (q - 32) · a` exactly, then per super-block, in
+/// order, `acc = fma(f32(isum) · d_w, d_a, acc)` (its VNNI microtile's epilogue
+/// `acc + (cvt(s1) * d0) * d1`, which GCC contracts to one FMA; bit-identical to libggml-cpu
+/// on the `ggml_matmul.bin` fixture, and not without the FMA).
+pub(crate) fn dot_q6_k_tiled(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    debug_assert_eq!(w.len(), y.len() * std::mem::size_of::<BlockQ6K>());
+    let mut acc = 0f32;
+    for_each_block(w, |i, x: &BlockQ6K| {
+        let yb = &y[i];
+        let mut isum = 0i32;
+        for c in 0..8 {
+            let (j, k) = (c / 4, c % 4);
+            let ql = &x.ql[64 * j + 32 * (k % 2)..64 * j + 32 * (k % 2) + 32];
+            let qh = &x.qh[32 * j..32 * j + 32];
+            for half in 0..2 {
+                let mut sub = 0i32;
+                for b in 16 * half..16 * half + 16 {
+                    let lo = (ql[b] >> (4 * (k / 2))) & 0xf;
+                    let hi = (qh[b] >> (2 * k)) & 3;
+                    let q = (lo | (hi << 4)) as i32 - 32;
+                    sub += q * yb.qs[32 * c + b] as i32;
+                }
+                isum += x.scales[2 * c + half] as i32 * sub;
+            }
+        }
+        acc = (isum as f32 * h(x.d)).mul_add(yb.d, acc);
+    });
+    acc
+}
+
 /// `ggml_vec_dot_q2_K_q8_K` as x86 builds run it (the AVX2 kernel: the mins term is an 8-lane
 /// FMA into the same accumulator, before the scale term).
 pub(crate) fn dot_q2_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {

@@ -490,13 +490,78 @@ pub(crate) unsafe fn tile_q6_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut
     }
 }
 
+/// One Q6_K weight row against `T` activation rows in llama.cpp's tiled-matmul order (see
+/// `qdot_k_x86::dot_q6_k_tiled`): per block the lanes of [`q6k_lanes`] summed as integers
+/// (exact), then `acc = fma(f32(isum) · d_w, d_a, acc)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6k_row_tiled<const T: usize>(w: *const u8, y: &[BlockQ8K], nb: usize, out: &mut [f32]) {
+    let mut acc = [0f32; T];
+    for i in 0..nb {
+        // SAFETY: block i of the row is in bounds (checked by the caller).
+        let (u, scales) = unsafe {
+            let b = w.add(i * Q6K_BYTES);
+            (q6k_unpack(b), b.add(192).cast::<i8>())
+        };
+        for (t, a) in acc.iter_mut().enumerate() {
+            let yb = &y[t * nb + i];
+            // SAFETY: the block's 16 scales are at `scales`.
+            let lanes = unsafe { q6k_lanes(&u, scales, yb) };
+            let s = _mm_add_epi32(
+                _mm256_castsi256_si128(lanes),
+                _mm256_extracti128_si256::<1>(lanes),
+            );
+            let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32::<1>(s));
+            let isum = _mm_cvtsi128_si32(s);
+            *a = (isum as f32 * u.d).mul_add(yb.d, *a);
+        }
+    }
+    out.copy_from_slice(&acc);
+}
+
+/// Q6_K tile in llama.cpp's tiled-matmul order: weight rows × 1 to 4 activation rows,
+/// `out[r · n_act + t]`, each pair bit for bit `qdot_k_x86::dot_q6_k_tiled`.
+///
+/// # Safety
+/// As [`rows_q4_k`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn tile_q6_k_tiled(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+    let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
+        return;
+    };
+    let n_w = out.len() / n_act;
+    assert!(
+        (1..=4).contains(&n_act) && y.len() == nb * n_act && out.len() == n_w * n_act,
+        "tile: {} activation blocks for {n_act} rows, {} outputs",
+        y.len(),
+        out.len()
+    );
+    check(w, n_w * nb, Q6K_BYTES);
+    for (r, o) in out.chunks_exact_mut(n_act).enumerate() {
+        // SAFETY: row r lies in w (checked above).
+        let p = unsafe { w.as_ptr().add(r * nb * Q6K_BYTES) };
+        // SAFETY: y holds n_act rows of nb blocks.
+        unsafe {
+            match n_act {
+                1 => q6k_row_tiled::<1>(p, y, nb, o),
+                2 => q6k_row_tiled::<2>(p, y, nb, o),
+                3 => q6k_row_tiled::<3>(p, y, nb, o),
+                _ => q6k_row_tiled::<4>(p, y, nb, o),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
     use super::*;
     use crate::cpu::qdot_k_x86::testing::{activations, misaligned, random_blocks};
-    use crate::cpu::qdot_k_x86::{dot_q4_k_8x8_gemm, dot_q4_k_8x8_gemv, dot_q6_k_x86};
+    use crate::cpu::qdot_k_x86::{
+        dot_q4_k_8x8_gemm, dot_q4_k_8x8_gemv, dot_q6_k_tiled, dot_q6_k_x86,
+    };
     use crate::cpu::testutil::{quantized_rows, Rng};
     use crate::DType;
 
@@ -569,6 +634,15 @@ mod tests {
                     // SAFETY: features checked above.
                     unsafe { tile_q4_k_gemv(wv, &y, n_act, &mut got) };
                     assert_eq!(bits(&want), bits(&got), "Q4K gemv tile {n_w}x{n_act}");
+                } else {
+                    for (r, row) in wv.chunks_exact(rb).enumerate() {
+                        for (t, ya) in y.chunks_exact(blocks).enumerate() {
+                            want[r * n_act + t] = dot_q6_k_tiled(row, ya);
+                        }
+                    }
+                    // SAFETY: features checked above.
+                    unsafe { tile_q6_k_tiled(wv, &y, n_act, &mut got) };
+                    assert_eq!(bits(&want), bits(&got), "Q6K tiled tile {n_w}x{n_act}");
                 }
             }
         }

@@ -101,6 +101,7 @@ macro_rules! safe_table {
                 tile_rows: $isa::TILE_ROWS,
                 tile_acts: 4,
                 single: None,
+                wide: None,
             },
             q4_1: TypeKernels {
                 rows: wrap::q4_1,
@@ -108,6 +109,7 @@ macro_rules! safe_table {
                 tile_rows: $isa::TILE_ROWS,
                 tile_acts: 4,
                 single: None,
+                wide: None,
             },
             q5_0: TypeKernels {
                 rows: wrap::q5_0,
@@ -115,6 +117,7 @@ macro_rules! safe_table {
                 tile_rows: $isa::TILE_ROWS,
                 tile_acts: 4,
                 single: None,
+                wide: None,
             },
             q5_1: TypeKernels {
                 rows: wrap::q5_1,
@@ -122,6 +125,7 @@ macro_rules! safe_table {
                 tile_rows: $isa::TILE_ROWS,
                 tile_acts: 4,
                 single: None,
+                wide: None,
             },
             q8_0: TypeKernels {
                 rows: wrap::q8_0,
@@ -129,6 +133,7 @@ macro_rules! safe_table {
                 tile_rows: $isa::TILE_ROWS,
                 tile_acts: 4,
                 single: None,
+                wide: None,
             },
             ..$base
         }
@@ -187,6 +192,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
     vnni!(tile_q4_k_gemv, (w, y, n_act, out));
     vnni!(rows_q6_k, (w, y, out));
     vnni!(tile_q6_k, (w, y, n_act, out));
+    vnni!(tile_q6_k_tiled, (w, y, n_act, out));
     macro_rules! wide {
         ($name:ident, $act:ty) => {
             fn $name(w: &[u8], y: &[$act], n_act: usize, out: &mut [f32]) {
@@ -212,6 +218,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             tile_rows: q8_wide::WIDE_ROWS,
             tile_acts: q8_wide::WIDE_ACTS,
             single: None,
+            wide: None,
         }
     }
     Kernels {
@@ -220,13 +227,14 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
         q5_0: wide(base.q5_0.rows, tile_q5_0),
         q5_1: wide(base.q5_1.rows, tile_q5_1),
         q8_0: wide(base.q8_0.rows, tile_q8_0),
-        // llama.cpp's orders for Q4_K (repacked gemv / gemm) and Q6_K (x86 vec_dot).
+        // llama.cpp's orders for Q4_K (repacked gemv / gemm) and Q6_K (x86 vec_dot, tiled).
         q4_k: TypeKernels {
             rows: rows_q4_k,
             tile: tile_q4_k,
             tile_rows: 4,
             tile_acts: 4,
             single: Some(tile_q4_k_gemv),
+            wide: None,
         },
         q5_k: TypeKernels {
             rows: q5_k_rows,
@@ -234,6 +242,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             tile_rows: 4,
             tile_acts: 4,
             single: None,
+            wide: None,
         },
         q6_k: TypeKernels {
             rows: rows_q6_k,
@@ -241,6 +250,8 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             tile_rows: 4,
             tile_acts: 4,
             single: None,
+            // b11434's tiled K-quant matmul for sequences of 8 rows or more.
+            wide: Some((super::dispatch::TILED_MIN_ROWS, tile_q6_k_tiled)),
         },
         ..base
     }
