@@ -59,8 +59,9 @@ pub struct ExecutionPlan {
     out_rows: Vec<usize>,
     /// Rows per segment of the step, for matmuls over all its tokens (capacity `max_tokens`).
     seg_rows: Vec<usize>,
-    /// `max_tokens` ones: matmuls over the output rows, each row its own sequence's.
-    ones: Vec<usize>,
+    /// The step's output rows as segments for matmuls over them (capacity `max_outputs`):
+    /// consecutive output rows of one sequence form one segment.
+    out_segs: Vec<usize>,
     arena: Vec<f32>,
     weights: Vec<BoundWeight>,
     positions: Vec<i32>,
@@ -181,7 +182,7 @@ impl ExecutionPlan {
             segs: Vec::with_capacity(max_tokens),
             out_rows: Vec::with_capacity(max_outputs),
             seg_rows: Vec::with_capacity(max_tokens),
-            ones: vec![1; max_tokens.max(max_outputs)],
+            out_segs: Vec::with_capacity(max_outputs),
             arena,
             weights,
             positions: vec![0; max_tokens],
@@ -301,6 +302,23 @@ impl ExecutionPlan {
         self.seg_rows.extend(seqs.iter().map(|s| s.len));
         self.out_rows.clear();
         self.out_rows.extend_from_slice(outputs);
+        self.out_segs.clear();
+        let mut last_seq = usize::MAX;
+        for &r in outputs {
+            let mut end = 0;
+            let seq = seqs
+                .iter()
+                .position(|s| {
+                    end += s.len;
+                    r < end
+                })
+                .unwrap_or(usize::MAX);
+            match self.out_segs.last_mut() {
+                Some(n) if seq == last_seq => *n += 1,
+                _ => self.out_segs.push(1),
+            }
+            last_seq = seq;
+        }
         let mut row = 0;
         for s in seqs {
             for (i, p) in self.positions[row..row + s.len].iter_mut().enumerate() {
@@ -403,11 +421,11 @@ impl ExecutionPlan {
                 let w = &self.weights[*weight].tensor;
                 // Each row's numerics follow its own sequence's rows only (see
                 // `matmul_segmented`): all of the step's tokens by segment, or the output rows
-                // (at most one per sequence and step here) one by one.
+                // by their sequences' runs.
                 let segments = if in_rows == t {
                     &self.seg_rows[..]
                 } else {
-                    &self.ones[..in_rows]
+                    &self.out_segs[..]
                 };
                 cpu::matmul_segmented(
                     a,
