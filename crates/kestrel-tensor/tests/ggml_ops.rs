@@ -172,5 +172,5 @@ fn ops_against_ggml_bit_for_bit() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 9);
+    assert_eq!(checked, 11);
 }

@@ -2,13 +2,12 @@
 //! and logits. The reference data is in `tests/fixtures/golden/` (see its README: llama.cpp
 //! b11434 through `make_golden.py`).
 //!
-//! Two sets of bounds. The targets ([`TARGET`]: continuations part only at ties within
-//! 1e-3, full-vocabulary logits within 0.05) are checked by `golden_strict`, ignored until
-//! kestrel's numerics get there. What kestrel achieves now ([`gemma3_now`], [`smollm2_now`],
-//! measured and written in the fixtures' README) is asserted by the always-run `golden_fast`
-//! (3 prompts per model: the ones with stored full logits) and by `golden_all_prompts` (all 14,
-//! ignored for time: `cargo test -p kestrel --test golden -- --ignored`), so that a regression
-//! fails while the gap to the target stays visible. Every run prints the measured figures;
+//! The targets ([`TARGET`]: continuations part only at ties within 1e-3,
+//! full-vocabulary logits within 0.05) are met since 2026-11-23 (every logit of every step
+//! bit-identical on all 14 prompts of both models), so the always-run `golden_fast` (3 prompts
+//! per model: the ones with stored full logits) asserts them, as do `golden_all_prompts` and
+//! `golden_strict` (all 14, ignored for time: `cargo test --release -p kestrel --test golden --
+//! --ignored`). Every run prints the measured figures;
 //! `GOLDEN_STEPS=1` also prints the largest logit difference at each decode step.
 
 use std::path::{Path, PathBuf};
@@ -37,25 +36,15 @@ const TARGET: Bounds = Bounds {
     logits: 0.05,
 };
 
-/// Gemma 3 270M now: 10 of 14 continuations equal llama.cpp's, 7 prompts bit-identical at every
-/// step; `code`'s last-position logits within 1.69 (its 19 tokens take llama.cpp's tiled Q6_K
-/// matmul, not mirrored); parting steps with gaps up to 0.37 (llama.cpp) and 0.46 (kestrel)
-/// (see the fixtures' README). Not yet the target: regression guard only.
+/// Gemma 3 270M now: every logit of every step of all 14 prompts bit-identical to llama.cpp's
+/// (since 2026-11-23), so the guard is the target itself.
 fn gemma3_now() -> Bounds {
-    Bounds {
-        tie: 0.5,
-        logits: 2.0,
-    }
+    TARGET
 }
 
-/// SmolLM2 135M now: every logit of every step bit-identical to llama.cpp's on 13 of 14 prompts;
-/// `long` (136 tokens: llama.cpp's tiled f32 attention, not mirrored) parts at step 11 where
-/// llama.cpp's gap is 0.033 and kestrel's 0.115 (see the fixtures' README).
+/// SmolLM2 135M now: as Gemma, all 14 prompts bit-identical at every step.
 fn smollm2_now() -> Bounds {
-    Bounds {
-        tie: 0.2,
-        logits: 0.05,
-    }
+    TARGET
 }
 
 /// Prompts checked by the always-run test: the ones with stored full logits.

@@ -2,10 +2,11 @@
 //! the visible keys with an online softmax (running max and sum, the output row as the
 //! accumulator), so no `n × kv_len` score matrix is ever stored. Supports GQA (`n_head` a multiple
 //! of `n_kv_head`), a scale, sliding-window attention with llama.cpp's boundary, Gemma-2 logit
-//! soft-capping, and f32 or f16 keys/values. Parallel over (token, head) pairs. f16 keys/values
-//! with fewer than 64 query rows (decode, short prompts) round exactly as llama.cpp's default CPU
-//! flash attention does (see `run_f16_ggml`); longer prefills keep the f32 path, as ggml's tiled
-//! one is f32.
+//! soft-capping, and f32, f16, q8_0 or q4_0 keys/values. Parallel over (token, head) pairs.
+//! f16 keys/values with fewer than 64 query rows (decode, short prompts) round exactly as
+//! llama.cpp's default CPU flash attention does (see `run_f16_ggml`); f32/f16 keys/values with
+//! 64 rows or more take its tiled f32 path's roundings (`attention_tiled`); quantized caches
+//! keep kestrel's own f32 path.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -464,6 +465,24 @@ pub fn attention_paged(
     }
     let hd_stride = p.n_kv_head * p.head_dim;
     match (k, v) {
+        (KvSlice::F32(k), KvSlice::F32(v))
+            if positions.len() >= GGML_FA_TILE_Q && p.head_dim.is_multiple_of(16) =>
+        {
+            if rows.shift == usize::BITS - 1 {
+                super::attention_tiled::run_tiled(q, positions, k, v, kv_len, p, out)
+            } else {
+                // A paged cache is gathered in position order first.
+                let n = kv_len * hd_stride;
+                let mut wk = Vec::with_capacity(n);
+                let mut wv = Vec::with_capacity(n);
+                for j in 0..kv_len {
+                    let src = rows.row(j) * hd_stride;
+                    wk.extend_from_slice(&k[src..src + hd_stride]);
+                    wv.extend_from_slice(&v[src..src + hd_stride]);
+                }
+                super::attention_tiled::run_tiled(q, positions, &wk, &wv, kv_len, p, out)
+            }
+        }
         (KvSlice::F32(k), KvSlice::F32(v)) => run(q, positions, k, v, kv_len, rows, p, out),
         (KvSlice::F16(k), KvSlice::F16(v))
             if (positions.len() < GGML_FA_TILE_Q || !p.head_dim.is_multiple_of(16))
@@ -497,6 +516,11 @@ pub fn attention_paged(
                         k[src..src + len].convert_to_f32_slice(&mut wk[dst..dst + len]);
                         v[src..src + len].convert_to_f32_slice(&mut wv[dst..dst + len]);
                         j += run_len;
+                    }
+                    if p.head_dim.is_multiple_of(16) {
+                        // llama.cpp's tiled f32 path, rounding as it does.
+                        super::attention_tiled::run_tiled(q, positions, wk, wv, kv_len, p, out);
+                        return;
                     }
                     let (wk, wv): (&[Widened], &[Widened]) =
                         (bytemuck::cast_slice(wk), bytemuck::cast_slice(wv));

@@ -10,6 +10,7 @@ pub mod dispatch;
 pub(crate) mod x86_64;
 
 pub mod attention;
+pub(crate) mod attention_tiled;
 pub mod convert;
 pub mod elementwise;
 pub mod get_rows;
