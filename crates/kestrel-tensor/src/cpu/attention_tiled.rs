@@ -130,6 +130,20 @@ trait TileOps {
     fn scores(kt: &[f32], q: &[f32], sc: &mut [f32; KV_TILE]);
     /// `acc[d] = fma(vt[c·hd + d], w[c], acc[d])` for `c` in order.
     fn accumulate(vt: &[f32], w: &[f32; KV_TILE], acc: &mut [f32]);
+    /// [`TileOps::scores`] of two rows (the same per-element chains, interleaved for speed).
+    #[inline(always)]
+    fn scores2(kt: &[f32], q: [&[f32]; 2], sc: [&mut [f32; KV_TILE]; 2]) {
+        let [a, b] = sc;
+        Self::scores(kt, q[0], a);
+        Self::scores(kt, q[1], b);
+    }
+    /// [`TileOps::accumulate`] of two rows.
+    #[inline(always)]
+    fn accumulate2(vt: &[f32], w: [&[f32; KV_TILE]; 2], acc: [&mut [f32]; 2]) {
+        let [a, b] = acc;
+        Self::accumulate(vt, w[0], a);
+        Self::accumulate(vt, w[1], b);
+    }
 }
 
 /// Portable [`TileOps`].
@@ -213,6 +227,65 @@ impl TileOps for Avx512 {
             }
         }
     }
+    #[inline(always)]
+    fn scores2(kt: &[f32], q: [&[f32]; 2], sc: [&mut [f32; KV_TILE]; 2]) {
+        use std::arch::x86_64::*;
+        let hd = q[0].len();
+        assert!(q[1].len() == hd && kt.len() >= hd * KV_TILE);
+        // SAFETY: as in `scores`.
+        unsafe {
+            let mut a = [_mm512_setzero_ps(); 4];
+            let mut b = [_mm512_setzero_ps(); 4];
+            for (d, (&q0, &q1)) in q[0].iter().zip(q[1]).enumerate() {
+                let (qa, qb) = (_mm512_set1_ps(q0), _mm512_set1_ps(q1));
+                let p = kt.as_ptr().add(d * KV_TILE);
+                for i in 0..4 {
+                    let k = _mm512_loadu_ps(p.add(16 * i));
+                    a[i] = _mm512_fmadd_ps(k, qa, a[i]);
+                    b[i] = _mm512_fmadd_ps(k, qb, b[i]);
+                }
+            }
+            let [sa, sb] = sc;
+            for i in 0..4 {
+                _mm512_storeu_ps(sa.as_mut_ptr().add(16 * i), a[i]);
+                _mm512_storeu_ps(sb.as_mut_ptr().add(16 * i), b[i]);
+            }
+        }
+    }
+    #[inline(always)]
+    fn accumulate2(vt: &[f32], w: [&[f32; KV_TILE]; 2], acc: [&mut [f32]; 2]) {
+        use std::arch::x86_64::*;
+        let [xa, xb] = acc;
+        let hd = xa.len();
+        assert!(xb.len() == hd && hd.is_multiple_of(16) && vt.len() >= KV_TILE * hd);
+        // SAFETY: as in `accumulate`, for both rows.
+        unsafe {
+            let mut d0 = 0;
+            while d0 < hd {
+                let n = ((hd - d0) / 16).min(4);
+                let mut a = [_mm512_setzero_ps(); 4];
+                let mut b = [_mm512_setzero_ps(); 4];
+                for i in 0..n {
+                    a[i] = _mm512_loadu_ps(xa.as_ptr().add(d0 + 16 * i));
+                    b[i] = _mm512_loadu_ps(xb.as_ptr().add(d0 + 16 * i));
+                }
+                for (c, (&w0, &w1)) in w[0].iter().zip(w[1]).enumerate() {
+                    let (wa, wb) = (_mm512_set1_ps(w0), _mm512_set1_ps(w1));
+                    let p = vt.as_ptr().add(c * hd + d0);
+                    for i in 0..n {
+                        let v = _mm512_loadu_ps(p.add(16 * i));
+                        a[i] = _mm512_fmadd_ps(v, wa, a[i]);
+                        b[i] = _mm512_fmadd_ps(v, wb, b[i]);
+                    }
+                }
+                for i in 0..n {
+                    _mm512_storeu_ps(xa.as_mut_ptr().add(d0 + 16 * i), a[i]);
+                    _mm512_storeu_ps(xb.as_mut_ptr().add(d0 + 16 * i), b[i]);
+                }
+                d0 += 16 * n;
+            }
+        }
+    }
 }
 
 /// One head's query rows `t0..t1`.
@@ -256,7 +329,6 @@ fn attend_rows<O: TileOps>(t: &Task<'_>, res: &mut [f32], buf: &mut Vec<f32>) {
         }
         let (kt, vt) = buf.split_at_mut(KV_TILE * hd);
         let vt = &mut vt[..KV_TILE * hd];
-        let mut sc = [0f32; KV_TILE];
         let keys: Vec<(usize, usize)> = (t.t0..t.t1)
             .map(|i| visible_keys(t.positions[i], t.kv_len, p.window))
             .collect();
@@ -284,50 +356,72 @@ fn attend_rows<O: TileOps>(t: &Task<'_>, res: &mut [f32], buf: &mut Vec<f32>) {
                 }
                 vt[c * hd..(c + 1) * hd].copy_from_slice(&t.v[off..off + hd]);
             }
-            for (r, i) in (t.t0..t.t1).enumerate() {
-                let (lo, hi) = keys[r];
-                if hi <= ic || lo >= ic + tile {
-                    continue;
+            // The rows with a visible key in this tile, two at a time.
+            let mut active = [0usize; Q_TILE];
+            let mut n_active = 0;
+            for (r, &(lo, hi)) in keys.iter().enumerate() {
+                if hi > ic && lo < ic + tile {
+                    active[n_active] = r;
+                    n_active += 1;
                 }
-                let qr = &t.q[(i * p.n_head + t.h) * hd..][..hd];
-                O::scores(kt, qr, &mut sc);
-                for (c, a) in sc.iter_mut().enumerate() {
-                    let mut x = *a * scale;
-                    if p.softcap != 0.0 {
-                        x = x.tanh() * p.softcap;
+            }
+            let mut scb = [[0f32; KV_TILE]; 2];
+            for pair in active[..n_active].chunks(2) {
+                let qrow = |r: usize| &t.q[((t.t0 + r) * p.n_head + t.h) * hd..][..hd];
+                let [sa, sb] = &mut scb;
+                if let [ra, rb] = *pair {
+                    O::scores2(kt, [qrow(ra), qrow(rb)], [sa, sb]);
+                } else {
+                    O::scores(kt, qrow(pair[0]), sa);
+                }
+                for (slot, &r) in pair.iter().enumerate() {
+                    let sc = &mut scb[slot];
+                    let (lo, hi) = keys[r];
+                    for (c, a) in sc.iter_mut().enumerate() {
+                        let mut x = *a * scale;
+                        if p.softcap != 0.0 {
+                            x = x.tanh() * p.softcap;
+                        }
+                        let j = ic + c;
+                        *a = if c < tile && j >= lo && j < hi {
+                            x + 0.0
+                        } else {
+                            f32::NEG_INFINITY
+                        };
                     }
-                    let j = ic + c;
-                    *a = if c < tile && j >= lo && j < hi {
-                        x + 0.0
-                    } else {
-                        f32::NEG_INFINITY
-                    };
-                }
-                let mut tile_max = f32::NEG_INFINITY;
-                for &x in sc.iter() {
-                    if x > tile_max {
-                        tile_max = x;
+                    let mut tile_max = f32::NEG_INFINITY;
+                    for &x in sc.iter() {
+                        if x > tile_max {
+                            tile_max = x;
+                        }
                     }
-                }
-                let m_new = m[r].max(tile_max);
-                let acc = &mut res[r * hd..(r + 1) * hd];
-                if m_new > m[r] {
-                    let ms = (m[r] - m_new).exp();
-                    for a in acc.iter_mut() {
-                        *a *= ms;
+                    let m_new = m[r].max(tile_max);
+                    if m_new > m[r] {
+                        let ms = (m[r] - m_new).exp();
+                        for a in res[r * hd..(r + 1) * hd].iter_mut() {
+                            *a *= ms;
+                        }
+                        s[r] *= ms;
                     }
-                    s[r] *= ms;
+                    m[r] = m_new;
+                    for a in sc.iter_mut() {
+                        *a = v_expf(*a - m_new);
+                    }
+                    let mut sum = 0f64;
+                    for g in sc.chunks_exact(16) {
+                        sum += reduce16(g) as f64;
+                    }
+                    s[r] = (s[r] as f64 + sum) as f32;
                 }
-                m[r] = m_new;
-                let mut sum = 0f64;
-                for a in sc.iter_mut() {
-                    *a = v_expf(*a - m_new);
+                if let [ra, rb] = *pair {
+                    let (lo_part, hi_part) = res.split_at_mut(rb * hd);
+                    let acc_a = &mut lo_part[ra * hd..(ra + 1) * hd];
+                    let acc_b = &mut hi_part[..hd];
+                    O::accumulate2(vt, [&scb[0], &scb[1]], [acc_a, acc_b]);
+                } else {
+                    let r = pair[0];
+                    O::accumulate(vt, &scb[0], &mut res[r * hd..(r + 1) * hd]);
                 }
-                for g in sc.chunks_exact(16) {
-                    sum += reduce16(g) as f64;
-                }
-                s[r] = (s[r] as f64 + sum) as f32;
-                O::accumulate(vt, &sc, acc);
             }
             ic += KV_TILE;
         }
@@ -389,6 +483,21 @@ mod tests {
                 Avx512::accumulate(&kt, &w, &mut y);
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&x), bits(&y), "accumulate, hd {hd}");
+                // The two-row forms equal the one-row ones.
+                let q2 = rng.vec(hd, 2.0);
+                let (mut c, mut d) = ([0f32; KV_TILE], [0f32; KV_TILE]);
+                Avx512::scores2(&kt, [&q, &q2], [&mut c, &mut d]);
+                Portable::scores(&kt, &q2, &mut a);
+                assert_eq!(c.map(f32::to_bits), b.map(f32::to_bits), "scores2 row 0");
+                assert_eq!(d.map(f32::to_bits), a.map(f32::to_bits), "scores2 row 1");
+                let w2: [f32; KV_TILE] = std::array::from_fn(|i| (i as f32 * 0.11).cos());
+                let (mut e, mut f) = (rng.vec(hd, 1.0), rng.vec(hd, 1.0));
+                let (mut e1, mut f1) = (e.clone(), f.clone());
+                Avx512::accumulate2(&kt, [&w, &w2], [&mut e, &mut f]);
+                Portable::accumulate(&kt, &w, &mut e1);
+                Portable::accumulate(&kt, &w2, &mut f1);
+                assert_eq!(bits(&e), bits(&e1), "accumulate2 row 0");
+                assert_eq!(bits(&f), bits(&f1), "accumulate2 row 1");
             }
         }
     }
