@@ -464,30 +464,8 @@ pub(crate) unsafe fn rows_q6_k(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
 /// As [`rows_q4_k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn tile_q6_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
-    let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
-        return;
-    };
-    let n_w = out.len() / n_act;
-    assert!(
-        (1..=4).contains(&n_act) && y.len() == nb * n_act && out.len() == n_w * n_act,
-        "tile: {} activation blocks for {n_act} rows, {} outputs",
-        y.len(),
-        out.len()
-    );
-    check(w, n_w * nb, Q6K_BYTES);
-    for (r, o) in out.chunks_exact_mut(n_act).enumerate() {
-        // SAFETY: row r lies in w (checked above).
-        let p = unsafe { w.as_ptr().add(r * nb * Q6K_BYTES) };
-        // SAFETY: y holds n_act rows of nb blocks.
-        unsafe {
-            match n_act {
-                1 => q6k_row::<1>(p, y, nb, o),
-                2 => q6k_row::<2>(p, y, nb, o),
-                3 => q6k_row::<3>(p, y, nb, o),
-                _ => q6k_row::<4>(p, y, nb, o),
-            }
-        }
-    }
+    // SAFETY: as this function's.
+    unsafe { tile_q6k::<false>(w, y, n_act, out) }
 }
 
 /// One Q6_K weight row against `T` activation rows in llama.cpp's tiled-matmul order (see
@@ -527,6 +505,15 @@ unsafe fn q6k_row_tiled<const T: usize>(w: *const u8, y: &[BlockQ8K], nb: usize,
 /// As [`rows_q4_k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn tile_q6_k_tiled(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+    // SAFETY: as this function's.
+    unsafe { tile_q6k::<true>(w, y, n_act, out) }
+}
+
+/// The Q6_K tiles: each weight row against the `n_act` activation rows, in the vec_dot order
+/// ([`q6k_row`]) or the tiled-matmul order ([`q6k_row_tiled`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile_q6k<const TILED: bool>(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
     let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
         return;
     };
@@ -543,11 +530,15 @@ pub(crate) unsafe fn tile_q6_k_tiled(w: &[u8], y: &[BlockQ8K], n_act: usize, out
         let p = unsafe { w.as_ptr().add(r * nb * Q6K_BYTES) };
         // SAFETY: y holds n_act rows of nb blocks.
         unsafe {
-            match n_act {
-                1 => q6k_row_tiled::<1>(p, y, nb, o),
-                2 => q6k_row_tiled::<2>(p, y, nb, o),
-                3 => q6k_row_tiled::<3>(p, y, nb, o),
-                _ => q6k_row_tiled::<4>(p, y, nb, o),
+            match (TILED, n_act) {
+                (false, 1) => q6k_row::<1>(p, y, nb, o),
+                (false, 2) => q6k_row::<2>(p, y, nb, o),
+                (false, 3) => q6k_row::<3>(p, y, nb, o),
+                (false, _) => q6k_row::<4>(p, y, nb, o),
+                (true, 1) => q6k_row_tiled::<1>(p, y, nb, o),
+                (true, 2) => q6k_row_tiled::<2>(p, y, nb, o),
+                (true, 3) => q6k_row_tiled::<3>(p, y, nb, o),
+                (true, _) => q6k_row_tiled::<4>(p, y, nb, o),
             }
         }
     }
