@@ -591,6 +591,14 @@ mod tests {
                     *o = super::super::qdot_k_x86::dot_q4_k_8x8_gemm(&w[r * rb..(r + 1) * rb], &y);
                 }
             }
+            // Q6_K sequences of TILED_MIN_ROWS rows or more take b11434's tiled order.
+            if dtype == DType::Q6K && n >= super::super::dispatch::TILED_MIN_ROWS {
+                let mut y = vec![bytemuck::Zeroable::zeroed(); k / 256];
+                super::super::q8::quantize_row_q8_k(&x[t * k..(t + 1) * k], &mut y);
+                for (r, o) in one.iter_mut().enumerate() {
+                    *o = super::super::qdot_k_x86::dot_q6_k_tiled(&w[r * rb..(r + 1) * rb], &y);
+                }
+            }
             for r in 0..m {
                 let i = t * m + r;
                 assert_eq!(out[i].to_bits(), out2[i].to_bits(), "{dtype}");
