@@ -188,9 +188,6 @@ pub(crate) struct Decoding<'a> {
 /// Most alternatives reported with a token's log-probability (OpenAI's limit).
 pub const MAX_TOP_LOGPROBS: usize = 20;
 
-/// With a grammar, the last this-many tokens of the budget check whether the output can still
-/// be closed (brackets, quotes, required fields) in the tokens left.
-const CLOSE_WINDOW: usize = 96;
 /// Close when the shortest completion (in bytes, each at most one token) plus this margin
 /// reaches the tokens left, so one freely sampled token cannot push it out of reach.
 const CLOSE_SLACK: usize = 8;
@@ -484,8 +481,9 @@ impl<'a> Decoding<'a> {
 /// Near the end of the budget, the token that closes the grammar soonest: when the shortest
 /// completion (plus [`CLOSE_SLACK`]) no longer fits in the `left` tokens, the most likely
 /// token whose bytes start that completion, or an end-of-generation token once the grammar
-/// is complete. `None` leaves the choice to the sampler: budget to spare, no completion found
-/// within the window, or no token spells its start.
+/// is complete. `None` leaves the choice to the sampler: budget to spare, no completion, or
+/// no token spells its start. The completion's length is asked after every token (it is a
+/// sum along the matcher's stack), so however deep the output nests, closing starts in time.
 fn closing_token(
     m: &mut GrammarMatcher,
     trie: &TokenTrie,
@@ -493,14 +491,12 @@ fn closing_token(
     left: usize,
     buf: &mut (Vec<u8>, Vec<u32>),
 ) -> Option<u32> {
-    if left > CLOSE_WINDOW {
+    let need = m.completion_len()?;
+    if need + CLOSE_SLACK < left {
         return None;
     }
     let (completion, buf) = (&mut buf.0, &mut buf.1);
-    if !m.shortest_completion_into(CLOSE_WINDOW, completion) {
-        return None;
-    }
-    if completion.len() + CLOSE_SLACK < left {
+    if !m.shortest_completion_into(need, completion) {
         return None;
     }
     if completion.is_empty() {

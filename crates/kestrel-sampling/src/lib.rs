@@ -34,7 +34,7 @@ pub use error::SamplingError;
 pub use grammar::json_schema::{
     text_to_gbnf as json_schema_text_to_gbnf, to_gbnf as json_schema_to_gbnf,
 };
-pub use grammar::matcher::{GrammarMatcher, COMPLETION_STATES};
+pub use grammar::matcher::GrammarMatcher;
 pub use grammar::token_trie::{TokenMask, TokenTrie};
 pub use grammar::Grammar;
 pub use sampler::Sampler;

@@ -220,6 +220,7 @@ fn shortest_completion_closes_any_prefix_into_a_valid_document() {
                     .unwrap_or_else(|| panic!("{name}: no completion after {prefix:?}"));
                 let mut doc = prefix.to_vec();
                 doc.extend_from_slice(&tail);
+                assert_eq!(m.completion_len(), Some(tail.len()), "{name}");
                 m.accept_bytes(&tail).unwrap();
                 assert!(m.is_complete(), "{name}: completion does not complete");
                 let doc = String::from_utf8(doc).unwrap();

@@ -94,6 +94,28 @@ impl CharClass {
         }
     }
 
+    /// The smallest non-ASCII code point in the class that is a character (no surrogates).
+    pub fn first_non_ascii(&self) -> Option<u32> {
+        let mut c = 0x80u32;
+        loop {
+            if (0xD800..=0xDFFF).contains(&c) {
+                c = 0xE000;
+            }
+            if c > 0x10FFFF {
+                return None;
+            }
+            let range = self.ranges.iter().find(|&&(lo, hi)| lo <= c && c <= hi);
+            match (range, self.negated) {
+                (Some(_), false) | (None, true) => return Some(c),
+                (Some(&(_, hi)), true) => c = hi + 1,
+                (None, false) => {
+                    // the next range above c, if any
+                    c = self.ranges.iter().find(|&&(lo, _)| lo > c)?.0;
+                }
+            }
+        }
+    }
+
     /// The class in GBNF syntax (for printing grammars).
     pub fn to_gbnf(&self) -> String {
         if self.negated && self.ranges.is_empty() {
@@ -155,6 +177,18 @@ mod tests {
         assert!(
             n.matches('a' as u32) && n.matches(0x1F600) && !n.matches('"' as u32) && !n.matches(10)
         );
+    }
+
+    #[test]
+    fn first_non_ascii_skips_ascii_gaps_and_surrogates() {
+        assert_eq!(CharClass::any().first_non_ascii(), Some(0x80));
+        assert_eq!(CharClass::single('a' as u32).first_non_ascii(), None);
+        let c = CharClass::new(vec![(0x41, 0x5A), (0xD900, 0xE005)], false);
+        assert_eq!(c.first_non_ascii(), Some(0xE000));
+        let n = CharClass::new(vec![(0, 0xFF), (0x100, 0xD7FF)], true);
+        assert_eq!(n.first_non_ascii(), Some(0xE000));
+        let all = CharClass::new(vec![(0, 0x10FFFF)], true);
+        assert_eq!(all.first_non_ascii(), None);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
+use super::completion::{MinLengths, INF};
 use super::token_trie::{byte_group, TokenMask, TokenTrie, GROUP_COUNT, INVALID_UTF8};
 use super::{Compiled, Grammar, Sym};
 use crate::error::SamplingError;
@@ -79,10 +80,17 @@ struct Engine {
     scratch: Vec<u32>,
     todo: Vec<u32>,
     seen: FxMap<u32, ()>,
+    /// Fewest bytes per rule and per position (shortest completions).
+    min: MinLengths,
+    /// Per stack node: fewest bytes that empty it (filled in node order: a parent comes first).
+    node_cost: Vec<u32>,
+    /// Per set: fewest bytes to a complete match (`UNKNOWN` until computed).
+    set_cost: Vec<u32>,
 }
 
 impl Engine {
     fn new(g: Arc<Compiled>) -> Self {
+        let min = MinLengths::new(&g);
         let mut e = Self {
             g,
             nodes: Vec::new(),
@@ -99,6 +107,9 @@ impl Engine {
             scratch: Vec::new(),
             todo: Vec::new(),
             seen: FxMap::default(),
+            min,
+            node_cost: Vec::new(),
+            set_cost: Vec::new(),
         };
         let dead = e.intern_set(&mut Vec::new());
         debug_assert_eq!(dead, DEAD);
@@ -180,7 +191,63 @@ impl Engine {
         self.set_ids.insert(stacks.clone().into_boxed_slice(), id);
         self.ascii.resize(self.sets.len() * 128, UNKNOWN);
         self.uniform.push((INVALID_UTF8, DEAD));
+        self.set_cost.push(UNKNOWN);
         id
+    }
+
+    /// Fewest bytes that take stack `s` to the empty stack.
+    fn stack_cost(&mut self, s: u32) -> u32 {
+        if s == NIL {
+            return 0;
+        }
+        // a node's parent was pushed before it, so costs fill in order
+        while self.node_cost.len() <= s as usize {
+            let (pos, parent) = self.nodes[self.node_cost.len()];
+            let below = if parent == NIL {
+                0
+            } else {
+                self.node_cost[parent as usize]
+            };
+            self.node_cost
+                .push(self.min.rest(pos).saturating_add(below).min(INF));
+        }
+        self.node_cost[s as usize]
+    }
+
+    /// Fewest bytes from `set` to a complete match ([`INF`] when there is none), and the
+    /// stack that gives them.
+    fn set_cost(&mut self, set: u32) -> (u32, u32) {
+        let (start, len) = self.sets[set as usize];
+        let mut best = (INF, NIL);
+        for i in start..start + len {
+            let s = self.set_pool[i as usize];
+            let c = self.stack_cost(s);
+            if c < best.0 {
+                best = (c, s);
+            }
+        }
+        self.set_cost[set as usize] = best.0;
+        best
+    }
+
+    /// Fewest bytes from `set` to a complete match, memoized.
+    fn set_cost_memo(&mut self, set: u32) -> u32 {
+        match self.set_cost[set as usize] {
+            UNKNOWN => self.set_cost(set).0,
+            c => c,
+        }
+    }
+
+    /// Appends the cheapest completion of `set` (which must have a finite cost).
+    fn emit_completion(&mut self, set: u32, out: &mut Vec<u8>) {
+        let (_, mut s) = self.set_cost(set);
+        let mut work = std::mem::take(&mut self.todo);
+        while s != NIL {
+            let (pos, parent) = self.nodes[s as usize];
+            self.min.emit_rest(&self.g, pos, out, &mut work);
+            s = parent;
+        }
+        self.todo = work;
     }
 
     fn members(&self, set: u32) -> &[u32] {
@@ -397,23 +464,6 @@ struct CachedMask {
 
 const MASK_CACHE: usize = 32;
 
-/// The most states [`GrammarMatcher::shortest_completion`] visits.
-pub const COMPLETION_STATES: usize = 1 << 14;
-
-/// The bytes [`GrammarMatcher::shortest_completion`] tries: printable ASCII first (so closing
-/// quotes and brackets win ties over whitespace), then newline and tab.
-const COMPLETION_BYTES: [u8; 97] = {
-    let mut out = [0u8; 97];
-    let mut i = 0;
-    while i < 95 {
-        out[i] = 0x20 + i as u8;
-        i += 1;
-    }
-    out[95] = b'\n';
-    out[96] = b'\t';
-    out
-};
-
 /// UTF-8 continuation bytes, to finish a character a token left open.
 const CONTINUATION_BYTES: [u8; 64] = {
     let mut out = [0u8; 64];
@@ -454,9 +504,6 @@ pub struct GrammarMatcher {
     cache: Vec<CachedMask>,
     cache_trie: u64,
     clock: u64,
-    /// Breadth-first queue and visited set of [`GrammarMatcher::shortest_completion_into`].
-    bfs: Vec<(u32, Partial, u32, u8)>,
-    bfs_seen: FxMap<(u32, Partial), ()>,
 }
 
 impl GrammarMatcher {
@@ -473,8 +520,6 @@ impl GrammarMatcher {
             cache: Vec::new(),
             cache_trie: 0,
             clock: 0,
-            bfs: Vec::new(),
-            bfs_seen: FxMap::default(),
         }
     }
 
@@ -652,12 +697,14 @@ impl GrammarMatcher {
     }
 
     /// The shortest text that completes the grammar from here (empty when it is complete
-    /// already), searched breadth-first over printable ASCII, tab and newline (and the
-    /// continuation bytes of a character left open), up to `max_bytes` bytes and
-    /// [`COMPLETION_STATES`] distinct states; `None` when there is none within those bounds.
-    /// The generator uses it (through [`shortest_completion_into`](Self::shortest_completion_into),
-    /// which reuses its buffers) to close a constrained output (brackets, quotes, required
-    /// fields) before the token budget runs out.
+    /// already), when it is at most `max_bytes` long; `None` when there is none, or none that
+    /// short. Computed from the grammar's structure (each rule's fewest bytes), so its cost
+    /// grows with the completion's length, not with the nesting depth or the alphabet. Classes
+    /// are written as their first printable ASCII character (else newline, tab, other ASCII,
+    /// the smallest non-ASCII character). The generator uses it (through
+    /// [`shortest_completion_into`](Self::shortest_completion_into), which reuses a buffer) to
+    /// close a constrained output (brackets, quotes, required fields) before the token budget
+    /// runs out.
     ///
     /// ```
     /// use kestrel_sampling::{Grammar, GrammarMatcher};
@@ -666,7 +713,8 @@ impl GrammarMatcher {
     /// m.accept_str("[12,3").unwrap();
     /// assert_eq!(m.shortest_completion(16).as_deref(), Some(&b"]"[..]));
     /// m.accept_str(",").unwrap();
-    /// assert_eq!(m.shortest_completion(16).unwrap().len(), 2); // a digit, then "]"
+    /// assert_eq!(m.shortest_completion(16).as_deref(), Some(&b"0]"[..]));
+    /// assert_eq!(m.completion_len(), Some(2));
     /// ```
     pub fn shortest_completion(&mut self, max_bytes: usize) -> Option<Vec<u8>> {
         let mut out = Vec::new();
@@ -675,65 +723,57 @@ impl GrammarMatcher {
     }
 
     /// [`shortest_completion`](Self::shortest_completion) into `out` (cleared first); false
-    /// when none was found. The search's queue and visited set are kept for the next call, so
-    /// a warm matcher allocates nothing here.
+    /// when none was found. A warm matcher allocates nothing here beyond `out`'s growth.
     pub fn shortest_completion_into(&mut self, max_bytes: usize, out: &mut Vec<u8>) -> bool {
         out.clear();
-        if self.is_complete() {
-            return true;
+        let Some((set, cost)) = self.finish_char(Some(&mut *out)) else {
+            out.clear();
+            return false;
+        };
+        if cost >= INF || out.len() + cost as usize > max_bytes {
+            out.clear();
+            return false;
         }
-        let Self {
-            engine,
-            bfs: queue,
-            bfs_seen: seen,
-            set: start,
-            partial,
-            ..
-        } = self;
-        // (set, partial, parent index, byte), in breadth-first order
-        queue.clear();
-        seen.clear();
-        queue.push((*start, *partial, u32::MAX, 0));
-        seen.insert((*start, *partial), ());
-        let mut head = 0;
-        let mut depth_end = 1;
-        let mut depth = 0;
-        while head < queue.len() && queue.len() < COMPLETION_STATES {
-            if head == depth_end {
-                depth += 1;
-                depth_end = queue.len();
-                if depth >= max_bytes {
-                    return false;
-                }
-            }
-            let (set, p, _, _) = queue[head];
-            // inside a multi-byte character: its continuation bytes first
-            let bytes = if p.remain > 0 {
-                &CONTINUATION_BYTES[..]
-            } else {
-                &COMPLETION_BYTES[..]
-            };
-            for &b in bytes {
-                let Some((nset, np)) = engine.step(set, p, b) else {
+        self.engine.emit_completion(set, out);
+        true
+    }
+
+    /// The length of [`shortest_completion`](Self::shortest_completion) (unbounded), without
+    /// writing it: cheap enough to ask after every token. `None` when the grammar cannot be
+    /// completed from here.
+    pub fn completion_len(&mut self) -> Option<usize> {
+        let before = usize::from(self.partial.remain);
+        let (_, cost) = self.finish_char(None)?;
+        (cost < INF).then_some(before + cost as usize)
+    }
+
+    /// Finishes a character a token left open (the first continuation bytes that are
+    /// accepted, the last one chosen for the cheapest completion after it), appending its
+    /// bytes to `out`; the set reached and its completion cost.
+    fn finish_char(&mut self, mut out: Option<&mut Vec<u8>>) -> Option<(u32, u32)> {
+        let (mut set, mut p) = (self.set, self.partial);
+        while p.remain > 0 {
+            let mut best: Option<(u32, (u32, Partial), u8)> = None;
+            for &b in &CONTINUATION_BYTES {
+                let Some(next) = self.engine.step(set, p, b) else {
                     continue;
                 };
-                if seen.insert((nset, np), ()).is_some() {
-                    continue;
+                if next.1.remain > 0 {
+                    best = Some((0, next, b));
+                    break;
                 }
-                queue.push((nset, np, head as u32, b));
-                if np.remain == 0 && engine.set_complete[nset as usize] {
-                    let mut i = queue.len() - 1;
-                    while queue[i].2 != u32::MAX {
-                        out.push(queue[i].3);
-                        i = queue[i].2 as usize;
-                    }
-                    out.reverse();
-                    return true;
+                let c = self.engine.set_cost_memo(next.0);
+                if best.is_none_or(|(bc, _, _)| c < bc) {
+                    best = Some((c, next, b));
                 }
             }
-            head += 1;
+            let (_, next, b) = best?;
+            if let Some(out) = out.as_deref_mut() {
+                out.push(b);
+            }
+            (set, p) = next;
         }
-        false
+        Some((set, self.engine.set_cost_memo(set)))
     }
 
     /// Drops every memoized transition and cached mask (memory grows with the number of
@@ -755,6 +795,46 @@ mod tests {
     fn accepts(src: &str, text: &str) -> bool {
         let mut m = GrammarMatcher::new(&g(src));
         m.accept_str(text).is_ok() && m.is_complete()
+    }
+
+    #[test]
+    fn completion_of_deep_nesting_is_found_and_closes() {
+        let src = r#"root ::= v
+v ::= "[" ws (v ("," ws v)*)? "]" | "{" ws "\"" [a-z]* "\"" ws ":" ws v "}" | [0-9]+
+ws ::= [ \t\n]*"#;
+        let mut m = GrammarMatcher::new(&g(src));
+        let mut text = String::new();
+        for i in 0..300 {
+            text.push_str(if i % 2 == 0 { "[ " } else { "{\"k\": " });
+        }
+        m.accept_str(&text).unwrap();
+        // 150 "]" and, for each object, its value's closing: "0}" for the innermost object
+        let need = m.completion_len().unwrap();
+        assert_eq!(need, 301);
+        assert!(m.shortest_completion(300).is_none());
+        let tail = m.shortest_completion(need).unwrap();
+        assert!(
+            tail.starts_with(b"0}]"),
+            "{}",
+            String::from_utf8_lossy(&tail)
+        );
+        m.accept_bytes(&tail).unwrap();
+        assert!(m.is_complete());
+        assert_eq!(m.completion_len(), Some(0));
+    }
+
+    #[test]
+    fn completion_finishes_an_open_character_first() {
+        let mut m = GrammarMatcher::new(&g(r#"root ::= [ぁ-ゟ] "!""#));
+        m.accept_bytes(&"ひ".as_bytes()[..1]).unwrap();
+        assert_eq!(m.completion_len(), Some(3));
+        let tail = m.shortest_completion(8).unwrap();
+        m.accept_bytes(&tail).unwrap();
+        assert!(m.is_complete());
+        let mut empty = GrammarMatcher::new(&g(r#"root ::= "a" [^\x00-\U0010FFFF]"#));
+        empty.accept_str("a").unwrap();
+        assert_eq!(empty.completion_len(), None);
+        assert!(empty.shortest_completion(64).is_none());
     }
 
     #[test]

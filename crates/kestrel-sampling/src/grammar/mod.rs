@@ -4,6 +4,7 @@
 //! vocabulary ([`TokenTrie`], [`TokenMask`]).
 
 pub(crate) mod class;
+pub(crate) mod completion;
 pub(crate) mod json_schema;
 pub(crate) mod matcher;
 pub(crate) mod parse;
