@@ -122,28 +122,15 @@ pub(crate) fn run_tiled(
     }
 }
 
-/// The two dense loops of a tile: scores (an FMA chain over the head dimension per key, from
-/// 0) and the value accumulation (an FMA chain over the tile's keys per output element). The
-/// implementations round identically (FMA is exact); they differ in speed only.
+/// The two dense loops of a tile, for `R` query rows at once: scores (an FMA chain over the
+/// head dimension per key, from 0) and the value accumulation (an FMA chain over the tile's keys
+/// per output element). Every row keeps its own chains, so any `R` rounds as one row at a time;
+/// the implementations round identically (FMA is exact) and differ in speed only.
 trait TileOps {
-    /// `sc[c] = Σ_d fma(kt[d·64 + c], q[d])`, in order of `d`, from 0.
-    fn scores(kt: &[f32], q: &[f32], sc: &mut [f32; KV_TILE]);
-    /// `acc[d] = fma(vt[c·hd + d], w[c], acc[d])` for `c` in order.
-    fn accumulate(vt: &[f32], w: &[f32; KV_TILE], acc: &mut [f32]);
-    /// [`TileOps::scores`] of two rows (the same per-element chains, interleaved for speed).
-    #[inline(always)]
-    fn scores2(kt: &[f32], q: [&[f32]; 2], sc: [&mut [f32; KV_TILE]; 2]) {
-        let [a, b] = sc;
-        Self::scores(kt, q[0], a);
-        Self::scores(kt, q[1], b);
-    }
-    /// [`TileOps::accumulate`] of two rows.
-    #[inline(always)]
-    fn accumulate2(vt: &[f32], w: [&[f32; KV_TILE]; 2], acc: [&mut [f32]; 2]) {
-        let [a, b] = acc;
-        Self::accumulate(vt, w[0], a);
-        Self::accumulate(vt, w[1], b);
-    }
+    /// `sc[r][c] = Σ_d fma(kt[d·64 + c], q[r][d])`, in order of `d`, from 0.
+    fn scores<const R: usize>(kt: &[f32], q: [&[f32]; R], sc: &mut [[f32; KV_TILE]; R]);
+    /// `acc[r][d] = fma(vt[c·hd + d], w[r][c], acc[r][d])` for `c` in order.
+    fn accumulate<const R: usize>(vt: &[f32], w: &[[f32; KV_TILE]; R], acc: [&mut [f32]; R]);
 }
 
 /// Portable [`TileOps`].
@@ -151,138 +138,137 @@ struct Portable;
 
 impl TileOps for Portable {
     #[inline(always)]
-    fn scores(kt: &[f32], q: &[f32], sc: &mut [f32; KV_TILE]) {
-        *sc = [0.0; KV_TILE];
-        for (d, &qd) in q.iter().enumerate() {
-            let krow = &kt[d * KV_TILE..(d + 1) * KV_TILE];
-            for (a, &kv) in sc.iter_mut().zip(krow) {
-                *a = kv.mul_add(qd, *a);
+    fn scores<const R: usize>(kt: &[f32], q: [&[f32]; R], sc: &mut [[f32; KV_TILE]; R]) {
+        for (q, sc) in q.into_iter().zip(sc.iter_mut()) {
+            *sc = [0.0; KV_TILE];
+            for (d, &qd) in q.iter().enumerate() {
+                let krow = &kt[d * KV_TILE..(d + 1) * KV_TILE];
+                for (a, &kv) in sc.iter_mut().zip(krow) {
+                    *a = kv.mul_add(qd, *a);
+                }
             }
         }
     }
     #[inline(always)]
-    fn accumulate(vt: &[f32], w: &[f32; KV_TILE], acc: &mut [f32]) {
-        let hd = acc.len();
-        for (c, &wc) in w.iter().enumerate() {
-            let vr = &vt[c * hd..(c + 1) * hd];
-            for (a, &x) in acc.iter_mut().zip(vr) {
-                *a = x.mul_add(wc, *a);
+    fn accumulate<const R: usize>(vt: &[f32], w: &[[f32; KV_TILE]; R], acc: [&mut [f32]; R]) {
+        for (w, acc) in w.iter().zip(acc) {
+            let hd = acc.len();
+            for (c, &wc) in w.iter().enumerate() {
+                let vr = &vt[c * hd..(c + 1) * hd];
+                for (a, &x) in acc.iter_mut().zip(vr) {
+                    *a = x.mul_add(wc, *a);
+                }
             }
         }
     }
 }
 
-/// AVX-512 [`TileOps`]: the accumulators in registers (four zmm per row of 64).
+/// AVX-512 [`TileOps`]: the accumulators in registers (scores: four zmm per row of 64 keys;
+/// values: up to four zmm of the head dimension per row at a time), each key or value vector
+/// loaded once for all `R` rows.
 #[cfg(target_arch = "x86_64")]
 struct Avx512;
 
+// Register arrays (rows × vectors) are indexed in parallel, as in the kernel's description.
 #[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)]
+impl Avx512 {
+    /// [`TileOps::accumulate`] of the `16·N` output elements from `d0`.
+    ///
+    /// # Safety
+    /// AVX-512F and FMA are available; `vt` holds `KV_TILE · hd` floats and every `acc[r]` `hd`,
+    /// with `d0 + 16·N <= hd`.
+    #[inline(always)]
+    unsafe fn accumulate_block<const R: usize, const N: usize>(
+        vt: &[f32],
+        w: &[[f32; KV_TILE]; R],
+        acc: &mut [&mut [f32]; R],
+        hd: usize,
+        d0: usize,
+    ) {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller's contract bounds every access.
+        unsafe {
+            let mut a = [[_mm512_setzero_ps(); N]; R];
+            for r in 0..R {
+                for i in 0..N {
+                    a[r][i] = _mm512_loadu_ps(acc[r].as_ptr().add(d0 + 16 * i));
+                }
+            }
+            for c in 0..KV_TILE {
+                let p = vt.as_ptr().add(c * hd + d0);
+                let mut v = [_mm512_setzero_ps(); N];
+                for i in 0..N {
+                    v[i] = _mm512_loadu_ps(p.add(16 * i));
+                }
+                for r in 0..R {
+                    let wv = _mm512_set1_ps(w[r][c]);
+                    for i in 0..N {
+                        a[r][i] = _mm512_fmadd_ps(v[i], wv, a[r][i]);
+                    }
+                }
+            }
+            for r in 0..R {
+                for i in 0..N {
+                    _mm512_storeu_ps(acc[r].as_mut_ptr().add(d0 + 16 * i), a[r][i]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)]
 impl TileOps for Avx512 {
     #[inline(always)]
-    fn scores(kt: &[f32], q: &[f32], sc: &mut [f32; KV_TILE]) {
-        use std::arch::x86_64::*;
-        assert!(kt.len() >= q.len() * KV_TILE);
-        // SAFETY: only used from `attend_rows_avx512` (AVX-512 detected); the loads stay in
-        // `kt` (asserted) and the stores in `sc`.
-        unsafe {
-            let mut a = [_mm512_setzero_ps(); 4];
-            for (d, &qd) in q.iter().enumerate() {
-                let qv = _mm512_set1_ps(qd);
-                let p = kt.as_ptr().add(d * KV_TILE);
-                for (i, ai) in a.iter_mut().enumerate() {
-                    *ai = _mm512_fmadd_ps(_mm512_loadu_ps(p.add(16 * i)), qv, *ai);
-                }
-            }
-            for (i, ai) in a.iter().enumerate() {
-                _mm512_storeu_ps(sc.as_mut_ptr().add(16 * i), *ai);
-            }
-        }
-    }
-    #[inline(always)]
-    fn accumulate(vt: &[f32], w: &[f32; KV_TILE], acc: &mut [f32]) {
-        use std::arch::x86_64::*;
-        let hd = acc.len();
-        assert!(hd.is_multiple_of(16) && vt.len() >= KV_TILE * hd);
-        // SAFETY: as in `scores`; every load is within `vt` (asserted) and every load/store
-        // of `acc` within its `hd` floats (16 at a time, hd a multiple of 16).
-        unsafe {
-            let mut d0 = 0;
-            while d0 < hd {
-                let n = ((hd - d0) / 16).min(4);
-                let mut a = [_mm512_setzero_ps(); 4];
-                for (i, ai) in a.iter_mut().enumerate().take(n) {
-                    *ai = _mm512_loadu_ps(acc.as_ptr().add(d0 + 16 * i));
-                }
-                for (c, &wc) in w.iter().enumerate() {
-                    let wv = _mm512_set1_ps(wc);
-                    let p = vt.as_ptr().add(c * hd + d0);
-                    for (i, ai) in a.iter_mut().enumerate().take(n) {
-                        *ai = _mm512_fmadd_ps(_mm512_loadu_ps(p.add(16 * i)), wv, *ai);
-                    }
-                }
-                for (i, ai) in a.iter().enumerate().take(n) {
-                    _mm512_storeu_ps(acc.as_mut_ptr().add(d0 + 16 * i), *ai);
-                }
-                d0 += 16 * n;
-            }
-        }
-    }
-    #[inline(always)]
-    fn scores2(kt: &[f32], q: [&[f32]; 2], sc: [&mut [f32; KV_TILE]; 2]) {
+    fn scores<const R: usize>(kt: &[f32], q: [&[f32]; R], sc: &mut [[f32; KV_TILE]; R]) {
         use std::arch::x86_64::*;
         let hd = q[0].len();
-        assert!(q[1].len() == hd && kt.len() >= hd * KV_TILE);
-        // SAFETY: as in `scores`.
+        assert!(q.iter().all(|q| q.len() == hd) && kt.len() >= hd * KV_TILE);
+        // SAFETY: only used from `attend_rows_avx512` (AVX-512 detected); the loads stay in
+        // `kt` and in each `q` row (asserted) and the stores in `sc`.
         unsafe {
-            let mut a = [_mm512_setzero_ps(); 4];
-            let mut b = [_mm512_setzero_ps(); 4];
-            for (d, (&q0, &q1)) in q[0].iter().zip(q[1]).enumerate() {
-                let (qa, qb) = (_mm512_set1_ps(q0), _mm512_set1_ps(q1));
+            let mut a = [[_mm512_setzero_ps(); 4]; R];
+            for d in 0..hd {
                 let p = kt.as_ptr().add(d * KV_TILE);
+                let mut k = [_mm512_setzero_ps(); 4];
                 for i in 0..4 {
-                    let k = _mm512_loadu_ps(p.add(16 * i));
-                    a[i] = _mm512_fmadd_ps(k, qa, a[i]);
-                    b[i] = _mm512_fmadd_ps(k, qb, b[i]);
+                    k[i] = _mm512_loadu_ps(p.add(16 * i));
+                }
+                for r in 0..R {
+                    let qv = _mm512_set1_ps(*q[r].get_unchecked(d));
+                    for i in 0..4 {
+                        a[r][i] = _mm512_fmadd_ps(k[i], qv, a[r][i]);
+                    }
                 }
             }
-            let [sa, sb] = sc;
-            for i in 0..4 {
-                _mm512_storeu_ps(sa.as_mut_ptr().add(16 * i), a[i]);
-                _mm512_storeu_ps(sb.as_mut_ptr().add(16 * i), b[i]);
+            for r in 0..R {
+                for i in 0..4 {
+                    _mm512_storeu_ps(sc[r].as_mut_ptr().add(16 * i), a[r][i]);
+                }
             }
         }
     }
     #[inline(always)]
-    fn accumulate2(vt: &[f32], w: [&[f32; KV_TILE]; 2], acc: [&mut [f32]; 2]) {
-        use std::arch::x86_64::*;
-        let [xa, xb] = acc;
-        let hd = xa.len();
-        assert!(xb.len() == hd && hd.is_multiple_of(16) && vt.len() >= KV_TILE * hd);
-        // SAFETY: as in `accumulate`, for both rows.
+    fn accumulate<const R: usize>(vt: &[f32], w: &[[f32; KV_TILE]; R], acc: [&mut [f32]; R]) {
+        let mut acc = acc;
+        let hd = acc[0].len();
+        assert!(
+            hd.is_multiple_of(16) && acc.iter().all(|a| a.len() == hd) && vt.len() >= KV_TILE * hd
+        );
+        let mut d0 = 0;
+        // SAFETY: AVX-512 as in `scores`; `vt` and the rows are asserted long enough and every
+        // block ends within `hd` (a multiple of 16).
         unsafe {
-            let mut d0 = 0;
-            while d0 < hd {
-                let n = ((hd - d0) / 16).min(4);
-                let mut a = [_mm512_setzero_ps(); 4];
-                let mut b = [_mm512_setzero_ps(); 4];
-                for i in 0..n {
-                    a[i] = _mm512_loadu_ps(xa.as_ptr().add(d0 + 16 * i));
-                    b[i] = _mm512_loadu_ps(xb.as_ptr().add(d0 + 16 * i));
-                }
-                for (c, (&w0, &w1)) in w[0].iter().zip(w[1]).enumerate() {
-                    let (wa, wb) = (_mm512_set1_ps(w0), _mm512_set1_ps(w1));
-                    let p = vt.as_ptr().add(c * hd + d0);
-                    for i in 0..n {
-                        let v = _mm512_loadu_ps(p.add(16 * i));
-                        a[i] = _mm512_fmadd_ps(v, wa, a[i]);
-                        b[i] = _mm512_fmadd_ps(v, wb, b[i]);
-                    }
-                }
-                for i in 0..n {
-                    _mm512_storeu_ps(xa.as_mut_ptr().add(d0 + 16 * i), a[i]);
-                    _mm512_storeu_ps(xb.as_mut_ptr().add(d0 + 16 * i), b[i]);
-                }
-                d0 += 16 * n;
+            while d0 + 64 <= hd {
+                Self::accumulate_block::<R, 4>(vt, w, &mut acc, hd, d0);
+                d0 += 64;
+            }
+            match (hd - d0) / 16 {
+                3 => Self::accumulate_block::<R, 3>(vt, w, &mut acc, hd, d0),
+                2 => Self::accumulate_block::<R, 2>(vt, w, &mut acc, hd, d0),
+                1 => Self::accumulate_block::<R, 1>(vt, w, &mut acc, hd, d0),
+                _ => {}
             }
         }
     }
@@ -356,7 +342,7 @@ fn attend_rows<O: TileOps>(t: &Task<'_>, res: &mut [f32], buf: &mut Vec<f32>) {
                 }
                 vt[c * hd..(c + 1) * hd].copy_from_slice(&t.v[off..off + hd]);
             }
-            // The rows with a visible key in this tile, two at a time.
+            // The rows with a visible key in this tile, four at a time.
             let mut active = [0usize; Q_TILE];
             let mut n_active = 0;
             for (r, &(lo, hi)) in keys.iter().enumerate() {
@@ -365,62 +351,23 @@ fn attend_rows<O: TileOps>(t: &Task<'_>, res: &mut [f32], buf: &mut Vec<f32>) {
                     n_active += 1;
                 }
             }
-            let mut scb = [[0f32; KV_TILE]; 2];
-            for pair in active[..n_active].chunks(2) {
-                let qrow = |r: usize| &t.q[((t.t0 + r) * p.n_head + t.h) * hd..][..hd];
-                let [sa, sb] = &mut scb;
-                if let [ra, rb] = *pair {
-                    O::scores2(kt, [qrow(ra), qrow(rb)], [sa, sb]);
-                } else {
-                    O::scores(kt, qrow(pair[0]), sa);
-                }
-                for (slot, &r) in pair.iter().enumerate() {
-                    let sc = &mut scb[slot];
-                    let (lo, hi) = keys[r];
-                    for (c, a) in sc.iter_mut().enumerate() {
-                        let mut x = *a * scale;
-                        if p.softcap != 0.0 {
-                            x = x.tanh() * p.softcap;
-                        }
-                        let j = ic + c;
-                        *a = if c < tile && j >= lo && j < hi {
-                            x + 0.0
-                        } else {
-                            f32::NEG_INFINITY
-                        };
-                    }
-                    let mut tile_max = f32::NEG_INFINITY;
-                    for &x in sc.iter() {
-                        if x > tile_max {
-                            tile_max = x;
-                        }
-                    }
-                    let m_new = m[r].max(tile_max);
-                    if m_new > m[r] {
-                        let ms = (m[r] - m_new).exp();
-                        for a in res[r * hd..(r + 1) * hd].iter_mut() {
-                            *a *= ms;
-                        }
-                        s[r] *= ms;
-                    }
-                    m[r] = m_new;
-                    for a in sc.iter_mut() {
-                        *a = v_expf(*a - m_new);
-                    }
-                    let mut sum = 0f64;
-                    for g in sc.chunks_exact(16) {
-                        sum += reduce16(g) as f64;
-                    }
-                    s[r] = (s[r] as f64 + sum) as f32;
-                }
-                if let [ra, rb] = *pair {
-                    let (lo_part, hi_part) = res.split_at_mut(rb * hd);
-                    let acc_a = &mut lo_part[ra * hd..(ra + 1) * hd];
-                    let acc_b = &mut hi_part[..hd];
-                    O::accumulate2(vt, [&scb[0], &scb[1]], [acc_a, acc_b]);
-                } else {
-                    let r = pair[0];
-                    O::accumulate(vt, &scb[0], &mut res[r * hd..(r + 1) * hd]);
+            let tile_at = TileAt {
+                t,
+                kt,
+                vt,
+                keys: &keys,
+                ic,
+                tile,
+                scale,
+            };
+            for group in active[..n_active].chunks(4) {
+                let (m, s, res) = (&mut m[..], &mut s[..], &mut res[..]);
+                match *group {
+                    [a, b, c, d] => tile_rows::<O, 4>(&tile_at, [a, b, c, d], m, s, res),
+                    [a, b, c] => tile_rows::<O, 3>(&tile_at, [a, b, c], m, s, res),
+                    [a, b] => tile_rows::<O, 2>(&tile_at, [a, b], m, s, res),
+                    [a] => tile_rows::<O, 1>(&tile_at, [a], m, s, res),
+                    _ => {}
                 }
             }
             ic += KV_TILE;
@@ -432,6 +379,81 @@ fn attend_rows<O: TileOps>(t: &Task<'_>, res: &mut [f32], buf: &mut Vec<f32>) {
             }
         }
     }
+}
+
+/// One key tile of one head, ready for [`tile_rows`].
+struct TileAt<'a> {
+    t: &'a Task<'a>,
+    /// The key tile transposed (`kt[d][c]`) and the value tile (`vt[c][d]`).
+    kt: &'a [f32],
+    vt: &'a [f32],
+    /// Each row's visible keys.
+    keys: &'a [(usize, usize)],
+    /// First key of the tile, and how many of its 64 columns are in the cache.
+    ic: usize,
+    tile: usize,
+    scale: f32,
+}
+
+/// One key tile for `R` of a task's rows (increasing, local indices): scores, the online
+/// softmax update of each row's maximum `m` and sum `s`, and the value accumulation into `res`.
+#[inline(always)]
+fn tile_rows<O: TileOps, const R: usize>(
+    at: &TileAt<'_>,
+    rows: [usize; R],
+    m: &mut [f32],
+    s: &mut [f32],
+    res: &mut [f32],
+) {
+    let t = at.t;
+    let p = t.p;
+    let hd = p.head_dim;
+    let q: [&[f32]; R] =
+        std::array::from_fn(|j| &t.q[((t.t0 + rows[j]) * p.n_head + t.h) * hd..][..hd]);
+    let mut sc = [[0f32; KV_TILE]; R];
+    O::scores(at.kt, q, &mut sc);
+    let Ok(mut acc) = res.get_disjoint_mut(rows.map(|r| r * hd..(r + 1) * hd)) else {
+        return; // rows are distinct and in range: never taken
+    };
+    for ((sc, &r), acc) in sc.iter_mut().zip(&rows).zip(acc.iter_mut()) {
+        let (lo, hi) = at.keys[r];
+        for (c, a) in sc.iter_mut().enumerate() {
+            let mut x = *a * at.scale;
+            if p.softcap != 0.0 {
+                x = x.tanh() * p.softcap;
+            }
+            let j = at.ic + c;
+            *a = if c < at.tile && j >= lo && j < hi {
+                x + 0.0
+            } else {
+                f32::NEG_INFINITY
+            };
+        }
+        let mut tile_max = f32::NEG_INFINITY;
+        for &x in sc.iter() {
+            if x > tile_max {
+                tile_max = x;
+            }
+        }
+        let m_new = m[r].max(tile_max);
+        if m_new > m[r] {
+            let ms = (m[r] - m_new).exp();
+            for a in acc.iter_mut() {
+                *a *= ms;
+            }
+            s[r] *= ms;
+        }
+        m[r] = m_new;
+        for a in sc.iter_mut() {
+            *a = v_expf(*a - m_new);
+        }
+        let mut sum = 0f64;
+        for g in sc.chunks_exact(16) {
+            sum += reduce16(g) as f64;
+        }
+        s[r] = (s[r] as f64 + sum) as f32;
+    }
+    O::accumulate(at.vt, &sc, acc);
 }
 
 #[cfg(test)]
@@ -463,41 +485,67 @@ mod tests {
         }
     }
 
-    /// The portable and AVX-512 tile loops round identically.
+    /// The portable and AVX-512 tile loops round identically, and any number of rows per
+    /// pass equals one row at a time.
     #[test]
     fn tile_ops_agree() {
         #[cfg(target_arch = "x86_64")]
         if super::super::dispatch::active_isa() >= super::super::dispatch::Isa::Avx512 {
             let mut rng = crate::cpu::testutil::Rng::new(9);
-            for hd in [16usize, 64, 80, 256] {
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            for hd in [16usize, 48, 64, 80, 256] {
                 let kt = rng.vec(KV_TILE * hd, 2.0);
-                let q = rng.vec(hd, 2.0);
-                let (mut a, mut b) = ([0f32; KV_TILE], [0f32; KV_TILE]);
-                Portable::scores(&kt, &q, &mut a);
-                Avx512::scores(&kt, &q, &mut b);
-                assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits), "scores, hd {hd}");
-                let w: [f32; KV_TILE] = std::array::from_fn(|i| (i as f32 * 0.37).sin());
-                let acc0 = rng.vec(hd, 1.0);
-                let (mut x, mut y) = (acc0.clone(), acc0);
-                Portable::accumulate(&kt, &w, &mut x);
-                Avx512::accumulate(&kt, &w, &mut y);
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&x), bits(&y), "accumulate, hd {hd}");
-                // The two-row forms equal the one-row ones.
-                let q2 = rng.vec(hd, 2.0);
-                let (mut c, mut d) = ([0f32; KV_TILE], [0f32; KV_TILE]);
-                Avx512::scores2(&kt, [&q, &q2], [&mut c, &mut d]);
-                Portable::scores(&kt, &q2, &mut a);
-                assert_eq!(c.map(f32::to_bits), b.map(f32::to_bits), "scores2 row 0");
-                assert_eq!(d.map(f32::to_bits), a.map(f32::to_bits), "scores2 row 1");
-                let w2: [f32; KV_TILE] = std::array::from_fn(|i| (i as f32 * 0.11).cos());
-                let (mut e, mut f) = (rng.vec(hd, 1.0), rng.vec(hd, 1.0));
-                let (mut e1, mut f1) = (e.clone(), f.clone());
-                Avx512::accumulate2(&kt, [&w, &w2], [&mut e, &mut f]);
-                Portable::accumulate(&kt, &w, &mut e1);
-                Portable::accumulate(&kt, &w2, &mut f1);
-                assert_eq!(bits(&e), bits(&e1), "accumulate2 row 0");
-                assert_eq!(bits(&f), bits(&f1), "accumulate2 row 1");
+                let qs: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(hd, 2.0)).collect();
+                let w: [[f32; KV_TILE]; 4] = std::array::from_fn(|r| {
+                    std::array::from_fn(|i| (i as f32 * 0.37 + r as f32).sin())
+                });
+                let accs: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(hd, 1.0)).collect();
+                // one row, portable: the reference
+                let mut want_sc = [[0f32; KV_TILE]; 4];
+                let mut want_acc = accs.clone();
+                for r in 0..4 {
+                    let mut one = [[0f32; KV_TILE]; 1];
+                    Portable::scores(&kt, [&qs[r]], &mut one);
+                    want_sc[r] = one[0];
+                    Portable::accumulate(&kt, &[w[r]], [&mut want_acc[r]]);
+                }
+                let mut sc = [[0f32; KV_TILE]; 4];
+                Avx512::scores(&kt, [&qs[0], &qs[1], &qs[2], &qs[3]], &mut sc);
+                let mut sc3 = [[0f32; KV_TILE]; 3];
+                Avx512::scores(&kt, [&qs[0], &qs[1], &qs[2]], &mut sc3);
+                let mut p4 = [[0f32; KV_TILE]; 4];
+                Portable::scores(&kt, [&qs[0], &qs[1], &qs[2], &qs[3]], &mut p4);
+                for r in 0..4 {
+                    assert_eq!(
+                        sc[r].map(f32::to_bits),
+                        want_sc[r].map(f32::to_bits),
+                        "hd {hd}"
+                    );
+                    assert_eq!(
+                        p4[r].map(f32::to_bits),
+                        want_sc[r].map(f32::to_bits),
+                        "hd {hd}"
+                    );
+                    if r < 3 {
+                        assert_eq!(sc3[r].map(f32::to_bits), want_sc[r].map(f32::to_bits));
+                    }
+                }
+                let mut got = accs.clone();
+                let [a, b, c, d] = &mut got[..] else {
+                    unreachable!()
+                };
+                Avx512::accumulate(&kt, &w, [a, b, c, d]);
+                let mut got2 = accs.clone();
+                let [a, b, ..] = &mut got2[..] else {
+                    unreachable!()
+                };
+                Avx512::accumulate(&kt, &[w[0], w[1]], [a, b]);
+                for r in 0..4 {
+                    assert_eq!(bits(&got[r]), bits(&want_acc[r]), "accumulate, hd {hd}");
+                    if r < 2 {
+                        assert_eq!(bits(&got2[r]), bits(&want_acc[r]), "accumulate 2, hd {hd}");
+                    }
+                }
             }
         }
     }
