@@ -136,14 +136,10 @@ unsafe fn act64(yb: &BlockQ8K, p: usize) -> __m512i {
     unsafe { _mm512_loadu_si512(yb.qs.as_ptr().add(64 * p).cast()) }
 }
 
-/// `Σ min · bsum` over sub-blocks `2p` and `2p + 1` (or all 8 when `p` is `None`).
+/// `Σ min · bsum` over the 8 sub-blocks.
 #[inline(always)]
-fn q4k_mins(h: &Q4kHead, bs: &[i32; 8], p: Option<usize>) -> i32 {
-    let r = match p {
-        Some(p) => 2 * p..2 * p + 2,
-        None => 0..8,
-    };
-    r.map(|j| i32::from(h.mins[j]) * bs[j]).sum()
+fn q4k_mins(h: &Q4kHead, bs: &[i32; 8]) -> i32 {
+    (0..8).map(|j| i32::from(h.mins[j]) * bs[j]).sum()
 }
 
 /// Q4_K rows against one q8_K activation row in llama.cpp's gemv order: `out[r]` for the
@@ -187,7 +183,7 @@ pub(crate) unsafe fn rows_q4_k(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
                 }
                 dw[r] = h.d;
                 dm[r] = h.dmin;
-                mins[r] = q4k_mins(&h, &bs, None);
+                mins[r] = q4k_mins(&h, &bs);
             }
             let yd = _mm512_set1_ps(yb.d);
             // SAFETY: 16 f32 / i32 each, unaligned loads.
@@ -215,8 +211,183 @@ pub(crate) unsafe fn rows_q4_k(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
 /// As [`rows_q4_k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
-    // SAFETY: same features.
-    unsafe { tile_q4_k_in::<false>(w, y, n_act, out) }
+    let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
+        return;
+    };
+    let n_w = out.len() / n_act;
+    assert!(
+        (1..=4).contains(&n_act)
+            && (1..=4).contains(&n_w)
+            && y.len() == nb * n_act
+            && out.len() == n_w * n_act,
+        "tile: {} activation blocks for {n_act} rows, {} outputs",
+        y.len(),
+        out.len()
+    );
+    check(w, n_w * nb, Q4K_BYTES);
+    let rb = nb * Q4K_BYTES;
+    let zero = _mm512_setzero_si512();
+    // Result lane L holds tile entry SPLIT_J[L] = 4r + t (see reduce16_split).
+    let r_of = |l: usize| SPLIT_J[l] / 4;
+    let t_of = |l: usize| SPLIT_J[l] % 4;
+    // SAFETY: 16 i32 each, unaligned loads of constant tables.
+    let (sc_idx, min_idx, bs_idx) = unsafe {
+        (
+            _mm512_loadu_si512(SPLIT_SCALE_IDX.as_ptr().cast()),
+            _mm512_loadu_si512(
+                std::array::from_fn::<i32, 16, _>(|l| 8 * r_of(l) as i32)
+                    .as_ptr()
+                    .cast(),
+            ),
+            _mm512_loadu_si512(
+                std::array::from_fn::<i32, 16, _>(|l| 8 * t_of(l) as i32)
+                    .as_ptr()
+                    .cast(),
+            ),
+        )
+    };
+    let mut acc = _mm512_setzero_ps();
+    let mut acc_min = _mm512_setzero_ps();
+    for i in 0..nb {
+        // Missing rows repeat the last one (their lanes are dropped).
+        // SAFETY: block i of row min(r, n_w-1) lies in w (checked above).
+        let wb: [*const u8; 4] =
+            std::array::from_fn(|r| unsafe { w.as_ptr().add(r.min(n_w - 1) * rb + i * Q4K_BYTES) });
+        let ys: [&BlockQ8K; 4] = std::array::from_fn(|t| &y[t.min(n_act - 1) * nb + i]);
+        // SAFETY: each pointer is a whole block.
+        let heads: [Q4kHead; 4] = std::array::from_fn(|r| unsafe { q4k_head(wb[r]) });
+        let mut scales = [0u8; 32];
+        let mut mins = [0u8; 32];
+        let mut bs = [0i32; 32];
+        for r in 0..4 {
+            scales[8 * r..8 * r + 8].copy_from_slice(&heads[r].scales);
+            mins[8 * r..8 * r + 8].copy_from_slice(&heads[r].mins);
+            bs[8 * r..8 * r + 8].copy_from_slice(&bsums32(ys[r]));
+        }
+        let mut d = [0f32; 16];
+        let mut dm = [0f32; 16];
+        for l in 0..16 {
+            d[l] = heads[r_of(l)].d * ys[t_of(l)].d;
+            dm[l] = heads[r_of(l)].dmin * ys[t_of(l)].d;
+        }
+        // SAFETY: unaligned loads of local arrays of the sizes read.
+        let (d, dm, sc_tab, min_tab, bs_tab) = unsafe {
+            let b16 = |a: &[u8; 32], h: usize| _mm_loadu_si128(a.as_ptr().add(16 * h).cast());
+            (
+                _mm512_loadu_ps(d.as_ptr()),
+                _mm512_loadu_ps(dm.as_ptr()),
+                [0, 1].map(|h| _mm512_cvtepu8_epi32(b16(&scales, h))),
+                [0, 1].map(|h| _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b16(&mins, h)))),
+                [0, 1].map(|h| {
+                    _mm512_cvtepi32_ps(_mm512_loadu_si512(bs.as_ptr().add(16 * h).cast()))
+                }),
+            )
+        };
+        for p in 0..QK_K / 64 {
+            // SAFETY: p < 4.
+            let a: [__m512i; 4] = std::array::from_fn(|t| unsafe { act64(ys[t], p) });
+            let mut v = [zero; 16];
+            for r in 0..4 {
+                // SAFETY: wb[r] is a whole block, p < 4.
+                let q = unsafe { q4k_quants(wb[r], p) };
+                for t in 0..4 {
+                    v[4 * r + t] = _mm512_dpbusd_epi32(zero, q, a[t]);
+                }
+            }
+            let two_p = _mm512_set1_epi32(2 * p as i32);
+            let sc_i = _mm512_add_epi32(sc_idx, two_p);
+            let sc = [
+                _mm512_permutexvar_epi32(sc_i, sc_tab[0]),
+                _mm512_permutexvar_epi32(sc_i, sc_tab[1]),
+            ];
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16_split(&v, sc)), d, acc);
+            // Σ min · bsum of the pair, exact in f32 (|each product| < 2^18).
+            let (m0, b0) = (
+                _mm512_add_epi32(min_idx, two_p),
+                _mm512_add_epi32(bs_idx, two_p),
+            );
+            let one = _mm512_set1_epi32(1);
+            let (m1, b1) = (_mm512_add_epi32(m0, one), _mm512_add_epi32(b0, one));
+            let pick = |idx, tab: [__m512; 2]| _mm512_permutex2var_ps(tab[0], idx, tab[1]);
+            let minsum = _mm512_fmadd_ps(
+                pick(m0, min_tab),
+                pick(b0, bs_tab),
+                _mm512_mul_ps(pick(m1, min_tab), pick(b1, bs_tab)),
+            );
+            acc_min = _mm512_fmadd_ps(minsum, dm, acc_min);
+        }
+    }
+    let mut res = [0f32; 16];
+    // SAFETY: 16 f32, unaligned store.
+    unsafe { _mm512_storeu_ps(res.as_mut_ptr(), _mm512_sub_ps(acc, acc_min)) };
+    for (l, &x) in res.iter().enumerate() {
+        let (r, t) = (r_of(l), t_of(l));
+        if r < n_w && t < n_act {
+            out[r * n_act + t] = x;
+        }
+    }
+}
+
+/// The tile entry `4r + t` that lane `L` of [`reduce16_split`]'s result holds.
+const SPLIT_J: [usize; 16] = {
+    let mut j = [0; 16];
+    let mut l = 0;
+    while l < 16 {
+        let (q, k) = (l / 4, l % 4);
+        j[l] = 8 * (q >> 1) + 2 * k + (q & 1);
+        l += 1;
+    }
+    j
+};
+
+/// For lane `4q + l` of either half-reduced register in [`reduce16_split`]: the index into
+/// that register's two rows of 8 sub-block scales (`8 · row + sub-block`, before `+ 2p`).
+const SPLIT_SCALE_IDX: [i32; 16] = {
+    let mut x = [0; 16];
+    let mut i = 0;
+    while i < 16 {
+        let (q, l) = (i / 4, i % 4);
+        x[i] = (8 * (l >> 1) + (q & 1)) as i32;
+        i += 1;
+    }
+    x
+};
+
+/// `Σ scale · q · a` per tile entry for one pair of Q4_K sub-blocks: `v[4r + t]` holds the
+/// 16 `vpdpbusd` lanes of entry (r, t), lanes 0..8 of sub-block `2p` and 8..16 of `2p + 1`.
+/// Each half is summed before its scale multiplies it (two multiplies for all 32 half sums,
+/// instead of one per entry and lane); `sc[g]` carries the scales for entries `8g..8g + 8` in
+/// the half-reduced lane order. Lane `L` of the result is entry [`SPLIT_J`]`[L]`. Exact.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn reduce16_split(v: &[__m512i; 16], sc: [__m512i; 2]) -> __m512i {
+    // x[k]: quarters (v[2k] half A, v[2k] half B, v[2k+1] half A, v[2k+1] half B), 4 lanes each
+    let x: [__m512i; 8] = std::array::from_fn(|k| {
+        let (a, b) = (v[2 * k], v[2 * k + 1]);
+        _mm512_add_epi32(
+            _mm512_shuffle_i32x4::<0b10_00_10_00>(a, b),
+            _mm512_shuffle_i32x4::<0b11_01_11_01>(a, b),
+        )
+    });
+    // per group of four x: lane l of quarter q = the 4-lane sum of quarter q of x[4g + l]
+    let half: [__m512i; 2] = std::array::from_fn(|g| {
+        let y = &x[4 * g..4 * g + 4];
+        let z: [__m512; 2] = std::array::from_fn(|k| {
+            let (a, b) = (y[2 * k], y[2 * k + 1]);
+            _mm512_castsi512_ps(_mm512_add_epi32(
+                _mm512_unpacklo_epi64(a, b),
+                _mm512_unpackhi_epi64(a, b),
+            ))
+        });
+        let sums = _mm512_add_epi32(
+            _mm512_castps_si512(_mm512_shuffle_ps::<0b10_00_10_00>(z[0], z[1])),
+            _mm512_castps_si512(_mm512_shuffle_ps::<0b11_01_11_01>(z[0], z[1])),
+        );
+        // scale each half sum, then add the B quarter to the A quarter beside it
+        let m = _mm512_mullo_epi32(sums, sc[g]);
+        _mm512_add_epi32(m, _mm512_shuffle_i32x4::<0b10_11_00_01>(m, m))
+    });
+    _mm512_shuffle_i32x4::<0b10_00_10_00>(half[0], half[1])
 }
 
 /// [`tile_q4_k`] in the gemv order ([`rows_q4_k`]'s, for activation rows that llama.cpp runs
@@ -227,14 +398,13 @@ pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn tile_q4_k_gemv(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
     // SAFETY: same features.
-    unsafe { tile_q4_k_in::<true>(w, y, n_act, out) }
+    unsafe { tile_q4_k_in(w, y, n_act, out) }
 }
 
-/// The Q4_K tiles: `GEMV` sums each super-block's integers before its one `fma`, else one
-/// `fma` per pair of sub-blocks.
+/// The Q4_K tile in the gemv order: each super-block's integers summed before its one `fma`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile_q4_k_in<const GEMV: bool>(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+unsafe fn tile_q4_k_in(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
     let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
         return;
     };
@@ -283,16 +453,11 @@ unsafe fn tile_q4_k_in<const GEMV: bool>(w: &[u8], y: &[BlockQ8K], n_act: usize,
                 let sc = q4k_scale_pair(&heads[r], p);
                 for t in 0..4 {
                     let x = _mm512_mullo_epi32(_mm512_dpbusd_epi32(zero, q, a[t]), sc);
-                    v[4 * r + t] = if GEMV {
-                        _mm512_add_epi32(v[4 * r + t], x)
-                    } else {
-                        x
-                    };
-                    let part = if GEMV { None } else { Some(p) };
-                    mins[4 * r + t] = q4k_mins(&heads[r], &bs[t], part);
+                    v[4 * r + t] = _mm512_add_epi32(v[4 * r + t], x);
+                    mins[4 * r + t] = q4k_mins(&heads[r], &bs[t]);
                 }
             }
-            if !GEMV || p == QK_K / 64 - 1 {
+            if p == QK_K / 64 - 1 {
                 // SAFETY: 16 i32, unaligned load.
                 let mins = unsafe { _mm512_loadu_si512(mins.as_ptr().cast()) };
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(&v)), d, acc);
