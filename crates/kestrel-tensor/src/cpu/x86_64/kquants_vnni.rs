@@ -204,16 +204,10 @@ pub(crate) unsafe fn rows_q4_k(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
     }
 }
 
-/// Q4_K tile in llama.cpp's gemm order: 1 to 4 weight rows × 1 to 4 activation rows (`y`
-/// holds them back to back), `out[r · n_act + t]`; lane `4r + t` of one register per step.
-///
-/// # Safety
-/// As [`rows_q4_k`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
-    let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
-        return;
-    };
+/// The blocks (`nb`) and weight rows (`n_w`) of a Q4_K tile call, its sizes checked: 1 to 4
+/// weight rows and 1 to 4 activation rows; `None` when there are no blocks.
+fn q4k_tile_shape(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &[f32]) -> Option<(usize, usize)> {
+    let nb = y.len().checked_div(n_act).filter(|&nb| nb > 0)?;
     let n_w = out.len() / n_act;
     assert!(
         (1..=4).contains(&n_act)
@@ -225,7 +219,44 @@ pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut
         out.len()
     );
     check(w, n_w * nb, Q4K_BYTES);
+    Some((nb, n_w))
+}
+
+/// Block `i` of the 4 weight rows and 4 activation rows of a tile (missing rows repeat the
+/// last one; their lanes are dropped), and the weight blocks' headers.
+///
+/// # Safety
+/// `(nb, n_w)` is what [`q4k_tile_shape`] returned for these slices, and `i < nb`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q4k_tile_blocks<'y>(
+    w: &[u8],
+    y: &'y [BlockQ8K],
+    n_act: usize,
+    (nb, n_w): (usize, usize),
+    i: usize,
+) -> ([*const u8; 4], [&'y BlockQ8K; 4], [Q4kHead; 4]) {
     let rb = nb * Q4K_BYTES;
+    // SAFETY: block i of row min(r, n_w-1) lies in w (the caller's contract).
+    let wb: [*const u8; 4] =
+        std::array::from_fn(|r| unsafe { w.as_ptr().add(r.min(n_w - 1) * rb + i * Q4K_BYTES) });
+    let ys: [&BlockQ8K; 4] = std::array::from_fn(|t| &y[t.min(n_act - 1) * nb + i]);
+    // SAFETY: each pointer is a whole block.
+    let heads: [Q4kHead; 4] = std::array::from_fn(|r| unsafe { q4k_head(wb[r]) });
+    (wb, ys, heads)
+}
+
+/// Q4_K tile in llama.cpp's gemm order: 1 to 4 weight rows × 1 to 4 activation rows (`y`
+/// holds them back to back), `out[r · n_act + t]`; the 16 entries share one register per step
+/// (lane order [`SPLIT_J`]).
+///
+/// # Safety
+/// As [`rows_q4_k`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+    let Some((nb, n_w)) = q4k_tile_shape(w, y, n_act, out) else {
+        return;
+    };
     let zero = _mm512_setzero_si512();
     // Result lane L holds tile entry SPLIT_J[L] = 4r + t (see reduce16_split).
     let r_of = |l: usize| SPLIT_J[l] / 4;
@@ -249,13 +280,8 @@ pub(crate) unsafe fn tile_q4_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut
     let mut acc = _mm512_setzero_ps();
     let mut acc_min = _mm512_setzero_ps();
     for i in 0..nb {
-        // Missing rows repeat the last one (their lanes are dropped).
-        // SAFETY: block i of row min(r, n_w-1) lies in w (checked above).
-        let wb: [*const u8; 4] =
-            std::array::from_fn(|r| unsafe { w.as_ptr().add(r.min(n_w - 1) * rb + i * Q4K_BYTES) });
-        let ys: [&BlockQ8K; 4] = std::array::from_fn(|t| &y[t.min(n_act - 1) * nb + i]);
-        // SAFETY: each pointer is a whole block.
-        let heads: [Q4kHead; 4] = std::array::from_fn(|r| unsafe { q4k_head(wb[r]) });
+        // SAFETY: q4k_tile_shape checked the sizes.
+        let (wb, ys, heads) = unsafe { q4k_tile_blocks(w, y, n_act, (nb, n_w), i) };
         let mut scales = [0u8; 32];
         let mut mins = [0u8; 32];
         let mut bs = [0i32; 32];
@@ -405,32 +431,15 @@ pub(crate) unsafe fn tile_q4_k_gemv(w: &[u8], y: &[BlockQ8K], n_act: usize, out:
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile_q4_k_in(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
-    let Some(nb) = y.len().checked_div(n_act).filter(|&nb| nb > 0) else {
+    let Some((nb, n_w)) = q4k_tile_shape(w, y, n_act, out) else {
         return;
     };
-    let n_w = out.len() / n_act;
-    assert!(
-        (1..=4).contains(&n_act)
-            && (1..=4).contains(&n_w)
-            && y.len() == nb * n_act
-            && out.len() == n_w * n_act,
-        "tile: {} activation blocks for {n_act} rows, {} outputs",
-        y.len(),
-        out.len()
-    );
-    check(w, n_w * nb, Q4K_BYTES);
-    let rb = nb * Q4K_BYTES;
     let zero = _mm512_setzero_si512();
     let mut acc = _mm512_setzero_ps();
     let mut acc_min = _mm512_setzero_ps();
     for i in 0..nb {
-        // Missing rows repeat the last one (their lanes are dropped).
-        // SAFETY: block i of row min(r, n_w-1) lies in w (checked above).
-        let wb: [*const u8; 4] =
-            std::array::from_fn(|r| unsafe { w.as_ptr().add(r.min(n_w - 1) * rb + i * Q4K_BYTES) });
-        let ys: [&BlockQ8K; 4] = std::array::from_fn(|t| &y[t.min(n_act - 1) * nb + i]);
-        // SAFETY: each pointer is a whole block.
-        let heads: [Q4kHead; 4] = std::array::from_fn(|r| unsafe { q4k_head(wb[r]) });
+        // SAFETY: q4k_tile_shape checked the sizes.
+        let (wb, ys, heads) = unsafe { q4k_tile_blocks(w, y, n_act, (nb, n_w), i) };
         let bs: [[i32; 8]; 4] = std::array::from_fn(|t| bsums32(ys[t]));
         let mut d = [0f32; 16];
         let mut dm = [0f32; 16];
