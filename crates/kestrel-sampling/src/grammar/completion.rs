@@ -125,6 +125,14 @@ mod tests {
         (g, m)
     }
 
+    /// The cheapest text for the root rule's first alternative.
+    fn root_completion(g: &Grammar, m: &MinLengths) -> Vec<u8> {
+        let mut out = Vec::new();
+        let start = g.inner.alts[g.inner.root as usize][0];
+        m.emit_rest(&g.inner, start, &mut out, &mut Vec::new());
+        out
+    }
+
     #[test]
     fn rule_minimums_follow_the_cheapest_alternative() {
         let (g, m) = lengths(
@@ -134,9 +142,7 @@ num ::= [1-9] [0-9]*"#,
         );
         let root = g.inner.root as usize;
         assert_eq!(m.rule[root].0, 1); // one digit
-        let mut out = Vec::new();
-        m.emit_rest(&g.inner, g.inner.alts[root][0], &mut out, &mut Vec::new());
-        assert_eq!(out, b"1");
+        assert_eq!(root_completion(&g, &m), b"1");
     }
 
     #[test]
@@ -146,13 +152,7 @@ num ::= [1-9] [0-9]*"#,
 a ::= "(" a ")" | b
 b ::= "x"? | "[" a "]""#,
         );
-        let mut out = Vec::new();
-        m.emit_rest(
-            &g.inner,
-            g.inner.alts[g.inner.root as usize][0],
-            &mut out,
-            &mut Vec::new(),
-        );
+        let out = root_completion(&g, &m);
         assert_eq!(out, b"!");
     }
 
@@ -160,13 +160,7 @@ b ::= "x"? | "[" a "]""#,
     fn empty_and_non_ascii_classes() {
         let (g, m) = lengths(r#"root ::= [ぁ-ゟ] | [^\x00-\U0010FFFF] "a""#);
         assert_eq!(m.rule[g.inner.root as usize].0, 3);
-        let mut out = Vec::new();
-        m.emit_rest(
-            &g.inner,
-            g.inner.alts[g.inner.root as usize][0],
-            &mut out,
-            &mut Vec::new(),
-        );
+        let out = root_completion(&g, &m);
         assert_eq!(out, "ぁ".as_bytes());
     }
 }
