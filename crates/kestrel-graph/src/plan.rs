@@ -34,6 +34,9 @@ impl BoundWeight {
     }
 }
 
+/// Segments attended per call of `attention_paged_batch` (their views live on the stack).
+const ATTN_GROUP: usize = 32;
+
 /// One sequence's part of a batched step: `len` consecutive tokens of the flat list, at
 /// positions `pos0..pos0 + len` of sequence `seq`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -499,34 +502,47 @@ impl ExecutionPlan {
                     window: p.window.unwrap_or(0),
                 };
                 let (qw, kw) = (p.n_head * p.head_dim_k, p.n_kv_head * p.head_dim_k);
+                // Every segment's keys and values first; then the queries of up to
+                // `ATTN_GROUP` segments per call, so a decode step's sequences share one
+                // parallel region (numerics per sequence unchanged).
                 let mut r0 = 0;
                 for s in &self.segs {
                     let r1 = r0 + s.len;
-                    kv.write_seq(
-                        p.layer,
-                        s.seq,
-                        s.pos0,
-                        &b[r0 * kw..r1 * kw],
-                        &c[r0 * kw..r1 * kw],
-                    )?;
-                    let kv_len = s.pos0 + s.len;
-                    let view = kv.view_seq(p.layer, s.seq, kv_len)?;
-                    let mask_pos = if p.causal {
-                        &positions[r0..r1]
-                    } else {
+                    let (k, v) = (&b[r0 * kw..r1 * kw], &c[r0 * kw..r1 * kw]);
+                    kv.write_seq(p.layer, s.seq, s.pos0, k, v)?;
+                    if !p.causal {
                         // Every query sees every key of its sequence: mask as if each sat at
                         // the last position.
-                        let m = &mut self.mask_positions[r0..r1];
-                        m.fill((kv_len - 1) as i32);
-                        &*m
-                    };
-                    cpu::attention_paged(
+                        self.mask_positions[r0..r1].fill((s.pos0 + s.len - 1) as i32);
+                    }
+                    r0 = r1;
+                }
+                let mask = if p.causal {
+                    positions
+                } else {
+                    &self.mask_positions[..t]
+                };
+                let kv: &dyn BatchKv = kv;
+                let mut r0 = 0;
+                for group in self.segs.chunks(ATTN_GROUP) {
+                    let mut seqs = [cpu::PagedSeq::EMPTY; ATTN_GROUP];
+                    let mut r1 = r0;
+                    for (slot, s) in seqs.iter_mut().zip(group) {
+                        let kv_len = s.pos0 + s.len;
+                        let view = kv.view_seq(p.layer, s.seq, kv_len)?;
+                        *slot = cpu::PagedSeq {
+                            n_rows: s.len,
+                            k: view.k,
+                            v: view.v,
+                            kv_len,
+                            rows: view.rows,
+                        };
+                        r1 += s.len;
+                    }
+                    cpu::attention_paged_batch(
                         &a[r0 * qw..r1 * qw],
-                        mask_pos,
-                        view.k,
-                        view.v,
-                        kv_len,
-                        view.rows,
+                        &mask[r0..r1],
+                        &seqs[..group.len()],
                         &params,
                         &mut out[r0 * qw..r1 * qw],
                     )?;

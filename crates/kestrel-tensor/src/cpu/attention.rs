@@ -429,40 +429,7 @@ pub fn attention_paged(
     p: &AttentionParams,
     out: &mut [f32],
 ) -> Result<()> {
-    const OP: &str = "attention";
-    if p.n_head == 0 || p.n_kv_head == 0 || p.head_dim == 0 || !p.n_head.is_multiple_of(p.n_kv_head)
-    {
-        return Err(TensorError::InvalidParam {
-            op: OP,
-            why: "head counts and head_dim must be non-zero, n_head a multiple of n_kv_head",
-        });
-    }
-    let q_len = positions
-        .len()
-        .checked_mul(p.n_head)
-        .and_then(|x| x.checked_mul(p.head_dim))
-        .unwrap_or(usize::MAX);
-    let kv_needed = rows
-        .rows_needed(kv_len)
-        .unwrap_or(usize::MAX)
-        .checked_mul(p.n_kv_head)
-        .and_then(|x| x.checked_mul(p.head_dim))
-        .unwrap_or(usize::MAX);
-    for (what, expected, actual, exact) in [
-        ("q", q_len, q.len(), true),
-        ("out", q_len, out.len(), true),
-        ("k", kv_needed, k.len(), false),
-        ("v", kv_needed, v.len(), false),
-    ] {
-        if (exact && actual != expected) || actual < expected {
-            return Err(TensorError::LengthMismatch {
-                op: OP,
-                what,
-                expected,
-                actual,
-            });
-        }
-    }
+    check_args(q, positions, k, v, kv_len, rows, p, out)?;
     let hd_stride = p.n_kv_head * p.head_dim;
     match (k, v) {
         (KvSlice::F32(k), KvSlice::F32(v))
@@ -484,11 +451,8 @@ pub fn attention_paged(
             }
         }
         (KvSlice::F32(k), KvSlice::F32(v)) => run(q, positions, k, v, kv_len, rows, p, out),
-        (KvSlice::F16(k), KvSlice::F16(v))
-            if (positions.len() < GGML_FA_TILE_Q || !p.head_dim.is_multiple_of(16))
-                && p.head_dim <= MAX_F16_HEAD_DIM =>
-        {
-            run_f16_ggml(q, positions, k, v, kv_len, rows, p, out)
+        (KvSlice::F16(k16), KvSlice::F16(v16)) if takes_f16_ggml(k, v, positions.len(), p) => {
+            run_f16_ggml(q, positions, k16, v16, kv_len, rows, p, out)
         }
         (KvSlice::F16(k), KvSlice::F16(v)) => {
             // Widen the visible cache once instead of once per (query row, head, key), in
@@ -548,12 +512,74 @@ pub fn attention_paged(
         }
         _ => {
             return Err(TensorError::InvalidParam {
-                op: OP,
+                op: "attention",
                 why: "keys and values must both be f32/f16, or both q8_0 or q4_0 with head_dim a multiple of 32",
             })
         }
     }
     Ok(())
+}
+
+/// The argument checks of [`attention_paged`].
+#[allow(clippy::too_many_arguments)]
+pub(super) fn check_args(
+    q: &[f32],
+    positions: &[i32],
+    k: KvSlice<'_>,
+    v: KvSlice<'_>,
+    kv_len: usize,
+    rows: KvRows<'_>,
+    p: &AttentionParams,
+    out: &[f32],
+) -> Result<()> {
+    const OP: &str = "attention";
+    if p.n_head == 0 || p.n_kv_head == 0 || p.head_dim == 0 || !p.n_head.is_multiple_of(p.n_kv_head)
+    {
+        return Err(TensorError::InvalidParam {
+            op: OP,
+            why: "head counts and head_dim must be non-zero, n_head a multiple of n_kv_head",
+        });
+    }
+    let q_len = positions
+        .len()
+        .checked_mul(p.n_head)
+        .and_then(|x| x.checked_mul(p.head_dim))
+        .unwrap_or(usize::MAX);
+    let kv_needed = rows
+        .rows_needed(kv_len)
+        .unwrap_or(usize::MAX)
+        .checked_mul(p.n_kv_head)
+        .and_then(|x| x.checked_mul(p.head_dim))
+        .unwrap_or(usize::MAX);
+    for (what, expected, actual, exact) in [
+        ("q", q_len, q.len(), true),
+        ("out", q_len, out.len(), true),
+        ("k", kv_needed, k.len(), false),
+        ("v", kv_needed, v.len(), false),
+    ] {
+        if (exact && actual != expected) || actual < expected {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what,
+                expected,
+                actual,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// True when [`attention_paged`] takes the per-(row, head) f16 path (`run_f16_ggml`) for
+/// `n_rows` query rows over `k`/`v`.
+pub(super) fn takes_f16_ggml(
+    k: KvSlice<'_>,
+    v: KvSlice<'_>,
+    n_rows: usize,
+    p: &AttentionParams,
+) -> bool {
+    matches!((k, v), (KvSlice::F16(_), KvSlice::F16(_)))
+        && (n_rows < GGML_FA_TILE_Q || !p.head_dim.is_multiple_of(16))
+        && p.head_dim <= MAX_F16_HEAD_DIM
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -772,52 +798,65 @@ fn run_f16_ggml(
     out: &mut [f32],
 ) {
     let hd = p.head_dim;
-    let group = p.n_head / p.n_kv_head;
-    let kv_stride = p.n_kv_head * hd;
-    // ggml folds the cap into the scale: s = cap * tanh(q·k * (scale / cap)).
-    let scale = if p.softcap != 0.0 {
-        p.scale / p.softcap
-    } else {
-        p.scale
-    };
-    #[cfg(target_arch = "x86_64")]
-    let (avx512, fma) = (
-        super::x86_64::f16_ops::available()
-            && super::dispatch::active_isa() >= super::dispatch::Isa::Avx512,
-        std::arch::is_x86_feature_detected!("fma"),
-    );
+    let isa = F16Isa::detect();
     out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
         let t = i / p.n_head;
         let h = i % p.n_head;
-        let row = F16Row {
-            q: &q[i * hd..(i + 1) * hd],
+        let row = F16Row::new(
+            &q[i * hd..(i + 1) * hd],
+            h,
             k,
             v,
-            keys: visible_keys(positions[t], kv_len, p.window),
+            positions[t],
+            kv_len,
             rows,
-            kv_stride,
-            head_off: (h / group) * hd,
-            scale,
-            softcap: p.softcap,
-        };
-        #[cfg(target_arch = "x86_64")]
-        if avx512 {
-            // SAFETY: the CPU has the features (checked above).
-            unsafe { f16_row_avx512(&row, o) };
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if fma {
-            // SAFETY: the CPU has FMA (checked above).
-            unsafe { f16_row_fma(&row, o) };
-            return;
-        }
-        f16_row::<ScalarF16>(&row, o);
+            p,
+        );
+        isa.row(&row, o);
     });
 }
 
+/// The vector ops [`F16Isa::row`] runs with, chosen once per call.
+#[derive(Clone, Copy)]
+pub(super) struct F16Isa {
+    #[cfg(target_arch = "x86_64")]
+    avx512: bool,
+    #[cfg(target_arch = "x86_64")]
+    fma: bool,
+}
+
+impl F16Isa {
+    pub(super) fn detect() -> F16Isa {
+        F16Isa {
+            #[cfg(target_arch = "x86_64")]
+            avx512: super::x86_64::f16_ops::available()
+                && super::dispatch::active_isa() >= super::dispatch::Isa::Avx512,
+            #[cfg(target_arch = "x86_64")]
+            fma: std::arch::is_x86_feature_detected!("fma"),
+        }
+    }
+
+    /// One (token, head): the same roundings whichever ops run it.
+    #[inline]
+    pub(super) fn row(self, row: &F16Row<'_>, o: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512 {
+            // SAFETY: the CPU has the features (checked in `detect`).
+            unsafe { f16_row_avx512(row, o) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.fma {
+            // SAFETY: the CPU has FMA (checked in `detect`).
+            unsafe { f16_row_fma(row, o) };
+            return;
+        }
+        f16_row::<ScalarF16>(row, o);
+    }
+}
+
 /// One (token, head) of `run_f16_ggml`.
-struct F16Row<'a> {
+pub(super) struct F16Row<'a> {
     q: &'a [f32],
     k: &'a [f16],
     v: &'a [f16],
@@ -827,6 +866,41 @@ struct F16Row<'a> {
     head_off: usize,
     scale: f32,
     softcap: f32,
+}
+
+impl<'a> F16Row<'a> {
+    /// Query head `h` (its `head_dim` values `q`) at position `pos` over `kv_len` keys.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(super) fn new(
+        q: &'a [f32],
+        h: usize,
+        k: &'a [f16],
+        v: &'a [f16],
+        pos: i32,
+        kv_len: usize,
+        rows: KvRows<'a>,
+        p: &AttentionParams,
+    ) -> F16Row<'a> {
+        let hd = p.head_dim;
+        let group = p.n_head / p.n_kv_head;
+        F16Row {
+            q,
+            k,
+            v,
+            keys: visible_keys(pos, kv_len, p.window),
+            rows,
+            kv_stride: p.n_kv_head * hd,
+            head_off: (h / group) * hd,
+            // ggml folds the cap into the scale: s = cap * tanh(q·k * (scale / cap)).
+            scale: if p.softcap != 0.0 {
+                p.scale / p.softcap
+            } else {
+                p.scale
+            },
+            softcap: p.softcap,
+        }
+    }
 }
 
 /// The vector ops of [`f16_row`]; the implementations round identically.

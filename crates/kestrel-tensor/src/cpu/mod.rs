@@ -10,6 +10,7 @@ pub mod dispatch;
 pub(crate) mod x86_64;
 
 pub mod attention;
+pub mod attention_batch;
 pub(crate) mod attention_tiled;
 pub mod convert;
 pub mod elementwise;
@@ -26,6 +27,7 @@ pub mod softmax;
 pub(crate) mod testutil;
 
 pub use attention::{attention, attention_paged, visible_keys, AttentionParams, KvRows, KvSlice};
+pub use attention_batch::{attention_paged_batch, PagedSeq};
 pub use block::{dot, vec_dot};
 pub use convert::{bf16_to_f32_slice, f16_to_f32, f32_to_bf16_slice, f32_to_f16};
 pub use elementwise::{
