@@ -34,6 +34,9 @@ const TASKS_PER_THREAD: usize = 4;
 /// Fewest weight rows a task gets (keeps per-task overhead small for small matrices).
 const MIN_ROWS_PER_TASK: usize = 16;
 
+/// Activation values up to which a matmul converts its activation rows on the calling thread.
+const SERIAL_QUANTIZE: usize = 1 << 15;
+
 /// A raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
@@ -316,10 +319,16 @@ fn matmul_q<D: super::qdot::QDot>(
         (None, None) => (split(&|_, _| false), kern.tile),
     };
     let perm = &*perm;
-    acts.par_chunks_mut(nb).enumerate().for_each(|(i, a)| {
+    let quantize = |(i, a): (usize, &mut [D::Act])| {
         let t = perm[i] as usize;
         D::quantize(&x[t * k..(t + 1) * k], a)
-    });
+    };
+    if n * k <= SERIAL_QUANTIZE {
+        // A few rows (a decode step of several sequences): quicker here than a parallel region.
+        acts.chunks_mut(nb).enumerate().for_each(quantize);
+    } else {
+        acts.par_chunks_mut(nb).enumerate().for_each(quantize);
+    }
     let acts = &*acts;
     let chunk = rows_per_task(m);
     let n_tasks = m.div_ceil(chunk);
@@ -342,6 +351,7 @@ fn matmul_q<D: super::qdot::QDot>(
                 while r < r1 {
                     let nw = (r1 - r).min(tile_rows);
                     let wr = &w[r * row_bytes..(r + nw) * row_bytes];
+                    prefetch_next(wr);
                     tile(wr, group, tn, &mut o[..nw * tn]);
                     for j in 0..nw {
                         for (i, &v) in o[j * tn..(j + 1) * tn].iter().enumerate() {
@@ -358,6 +368,27 @@ fn matmul_q<D: super::qdot::QDot>(
             }
         }
     });
+}
+
+/// Asks for the bytes after `wr` (the next tile's weight rows, when a task walks its rows in
+/// order) to be brought into cache while this tile computes. A tile does several activation
+/// rows' work per weight byte, so the hardware prefetchers alone leave it waiting on memory:
+/// 8 activation rows against a 178 MB Q8_0 matrix (Gemma's output) took 31 ms with them alone
+/// and 11-12 ms with this (AMD Zen 5, 2 threads), as fast as on cache-resident weights. A
+/// prefetch never faults, so running past the weights is harmless.
+#[inline]
+fn prefetch_next(wr: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let next = wr.as_ptr().wrapping_add(wr.len());
+        for off in (0..wr.len()).step_by(64) {
+            // SAFETY: prefetching reads nothing and cannot fault, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast()) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = wr;
 }
 
 fn check_len(
