@@ -267,6 +267,19 @@ unsafe fn tile<B: Blk, A: Act>(w: &[u8], y: &[A], n_act: usize, out: &mut [f32])
             }
         };
     }
+    if B::MIN && t > 4 && n_w > 2 {
+        // Four rows of six or eight activation rows with a min term need more than the 32
+        // vector registers (the accumulators, the activation pairs and their scales, the
+        // `Σ m·s` sums): the spills cost more than a second pass over the activations.
+        let (w_a, w_b) = w.split_at(2 * rb);
+        let (o_a, o_b) = out.split_at_mut(2 * t);
+        // SAFETY: two whole rows, and the rest, of the checked sizes.
+        unsafe {
+            tile::<B, A>(w_a, y, t, o_a);
+            tile::<B, A>(w_b, y, t, o_b);
+        }
+        return;
+    }
     // SAFETY: sizes checked above; the caller has the CPU features.
     unsafe {
         match n_w {
