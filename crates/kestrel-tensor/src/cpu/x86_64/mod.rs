@@ -194,20 +194,24 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
     vnni!(tile_q6_k, (w, y, n_act, out));
     vnni!(tile_q6_k_tiled, (w, y, n_act, out));
     macro_rules! wide {
-        ($name:ident, $act:ty) => {
-            fn $name(w: &[u8], y: &[$act], n_act: usize, out: &mut [f32]) {
+        ($rows:ident, $name:ident, $act:ty) => {
+            fn $rows(w: &[u8], y: &[$act], out: &mut [f32]) {
                 // SAFETY: only reachable through this table, made after detection.
+                unsafe { q8_wide::$rows(w, y, out) }
+            }
+            fn $name(w: &[u8], y: &[$act], n_act: usize, out: &mut [f32]) {
+                // SAFETY: as above.
                 unsafe { q8_wide::$name(w, y, n_act, out) }
             }
         };
     }
-    wide!(tile_q4_0, kestrel_gguf::quant::BlockQ8_0);
-    wide!(tile_q4_1, crate::cpu::q8::BlockQ8_1);
-    wide!(tile_q5_0, kestrel_gguf::quant::BlockQ8_0);
-    wide!(tile_q5_1, crate::cpu::q8::BlockQ8_1);
-    wide!(tile_q8_0, kestrel_gguf::quant::BlockQ8_0);
+    wide!(rows_q4_0, tile_q4_0, kestrel_gguf::quant::BlockQ8_0);
+    wide!(rows_q4_1, tile_q4_1, crate::cpu::q8::BlockQ8_1);
+    wide!(rows_q5_0, tile_q5_0, kestrel_gguf::quant::BlockQ8_0);
+    wide!(rows_q5_1, tile_q5_1, crate::cpu::q8::BlockQ8_1);
+    wide!(rows_q8_0, tile_q8_0, kestrel_gguf::quant::BlockQ8_0);
     let base = safe_table!(avx512, has_avx512, base, super::dispatch::Isa::Avx512);
-    // The q8_0 family's prefill tiles: two activation rows per 512-bit register.
+    // The q8_0 family's decode rows and prefill tiles (two activation rows per 512-bit register).
     fn wide<A>(
         rows: super::dispatch::RowsFn<A>,
         tile: super::dispatch::TileFn<A>,
@@ -222,11 +226,11 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
         }
     }
     Kernels {
-        q4_0: wide(base.q4_0.rows, tile_q4_0),
-        q4_1: wide(base.q4_1.rows, tile_q4_1),
-        q5_0: wide(base.q5_0.rows, tile_q5_0),
-        q5_1: wide(base.q5_1.rows, tile_q5_1),
-        q8_0: wide(base.q8_0.rows, tile_q8_0),
+        q4_0: wide(rows_q4_0, tile_q4_0),
+        q4_1: wide(rows_q4_1, tile_q4_1),
+        q5_0: wide(rows_q5_0, tile_q5_0),
+        q5_1: wide(rows_q5_1, tile_q5_1),
+        q8_0: wide(rows_q8_0, tile_q8_0),
         // llama.cpp's orders for Q4_K (repacked gemv / gemm) and Q6_K (x86 vec_dot, tiled).
         q4_k: TypeKernels {
             rows: rows_q4_k,
@@ -428,7 +432,8 @@ mod tests {
     fn q8_family_simd_equals_scalar_twin() {
         eprintln!("ISAs on this CPU: {:?}", Isa::available());
         for dtype in TYPES {
-            for (i, k) in [32usize, 64, 640, 2048].into_iter().enumerate() {
+            // 8192: past the decode rows' stack-prepared activations (128 blocks).
+            for (i, k) in [32usize, 64, 640, 2048, 8192].into_iter().enumerate() {
                 check(dtype, k, 1 + 2 * i, 7 + i as u64, 1.0);
             }
         }

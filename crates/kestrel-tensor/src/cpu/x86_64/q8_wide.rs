@@ -237,6 +237,75 @@ unsafe fn wide<B: Blk, A: Act, const W: usize, const P: usize>(
     }
 }
 
+/// Blocks per row up to which [`rows`] prepares the activation side on the stack (k <= 4096);
+/// longer rows take the one-row [`tile`].
+const ROWS_MAX_BLOCKS: usize = 128;
+
+/// Decode: `out[r] = dot(weight row r, y)` for the consecutive weight rows in `w`, one row
+/// after another (rows stream from memory in order: interleaving rows, as a tile does, defeats
+/// the hardware prefetchers). Per block one `vpdpbusd` of the unsigned weight bytes with the
+/// activation bytes, starting from the activation block's `-off · Σ4 a` lanes, then ggml's
+/// `acc = fma(d_w·d_x, f32(lanes), acc)` (`Σ m·s` beside): the float order of the scalar
+/// twins. The activation side (those lanes, `d_x`, `s_x`) is prepared once per call instead of
+/// once per row, and the sign trick of the 256-bit kernels (two `vpsignb` per block) is gone.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows<B: Blk, A: Act>(w: &[u8], y: &[A], out: &mut [f32]) {
+    let nb = y.len();
+    let rb = nb * B::BS;
+    assert!(
+        out.len().checked_mul(rb) == Some(w.len()),
+        "rows: {} weight bytes for {} rows of {nb} blocks",
+        w.len(),
+        out.len()
+    );
+    if nb == 0 {
+        out.fill(0.0);
+        return;
+    }
+    if nb > ROWS_MAX_BLOCKS {
+        for (o, wr) in out.iter_mut().zip(w.chunks_exact(rb)) {
+            // SAFETY: one whole row; the caller has the CPU features.
+            unsafe { tile::<B, A>(wr, y, 1, std::slice::from_mut(o)) };
+        }
+        return;
+    }
+    let zero = _mm256_setzero_si256();
+    let off = _mm256_set1_epi8(B::OFF as i8);
+    let mut cv = [zero; ROWS_MAX_BLOCKS];
+    let mut dx = [0f32; ROWS_MAX_BLOCKS];
+    let mut sx = [0f32; ROWS_MAX_BLOCKS];
+    for (i, b) in y.iter().enumerate() {
+        if B::OFF != 0 {
+            // SAFETY: 32 bytes of quants, unaligned load.
+            let a = unsafe { _mm256_loadu_si256(b.qs().cast()) };
+            cv[i] = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, off, a));
+        }
+        dx[i] = fp16(b.d_bits());
+        sx[i] = fp16(b.s_bits());
+    }
+    let base = w.as_ptr();
+    for (r, o) in out.iter_mut().enumerate() {
+        let mut acc = _mm256_setzero_ps();
+        let mut summ = 0f32;
+        for i in 0..nb {
+            // SAFETY: block i of row r lies in `w` (checked above); 32 bytes of activation
+            // quants, unaligned load.
+            let (d, m, q, a) = unsafe {
+                let (d, m, q) = B::unpack(base.add(r * rb + i * B::BS));
+                (d, m, q, _mm256_loadu_si256(y[i].qs().cast()))
+            };
+            let s = _mm256_dpbusd_epi32(cv[i], q, a);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dx[i]), _mm256_cvtepi32_ps(s), acc);
+            if B::MIN {
+                summ = m.mul_add(sx[i], summ);
+            }
+        }
+        let v = hsum_float_8(acc);
+        *o = if B::MIN { v + summ } else { v };
+    }
+}
+
 /// Checks the sizes and calls [`wide`] with the const row and pair counts.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -303,6 +372,25 @@ macro_rules! entry {
         }
     };
 }
+
+macro_rules! entry_rows {
+    ($name:ident, $blk:ident, $act:ty, $doc:literal) => {
+        #[doc = $doc]
+        #[doc = ""]
+        #[doc = "Decode: `out[r]` for each of the consecutive weight rows in `w` (see `rows`)."]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(crate) unsafe fn $name(w: &[u8], y: &[$act], out: &mut [f32]) {
+            // SAFETY: the caller has the CPU features.
+            unsafe { rows::<$blk, $act>(w, y, out) }
+        }
+    };
+}
+
+entry_rows!(rows_q4_0, WQ4_0, BlockQ8_0, "Q4_0 · q8_0.");
+entry_rows!(rows_q4_1, WQ4_1, BlockQ8_1, "Q4_1 · q8_1.");
+entry_rows!(rows_q5_0, WQ5_0, BlockQ8_0, "Q5_0 · q8_0.");
+entry_rows!(rows_q5_1, WQ5_1, BlockQ8_1, "Q5_1 · q8_1.");
+entry_rows!(rows_q8_0, WQ8_0, BlockQ8_0, "Q8_0 · q8_0.");
 
 entry!(tile_q4_0, WQ4_0, BlockQ8_0, "Q4_0 · q8_0.");
 entry!(tile_q4_1, WQ4_1, BlockQ8_1, "Q4_1 · q8_1.");
