@@ -69,12 +69,12 @@ pub fn attention_paged_batch(
     out: &mut [f32],
 ) -> Result<()> {
     const OP: &str = "attention";
-    let width = p.n_head.checked_mul(p.head_dim).unwrap_or(usize::MAX);
+    let width = p.n_head.saturating_mul(p.head_dim);
     let total = seqs
         .iter()
         .try_fold(0usize, |a, s| a.checked_add(s.n_rows))
         .unwrap_or(usize::MAX);
-    let q_len = total.checked_mul(width).unwrap_or(usize::MAX);
+    let q_len = total.saturating_mul(width);
     for (what, expected, actual) in [
         ("positions", total, positions.len()),
         ("q", q_len, q.len()),
