@@ -22,8 +22,10 @@ const KV_TILE: usize = 64;
 const Q_TILE: usize = 64;
 
 thread_local! {
-    /// Per-thread scratch: the transposed key tile, scores, weights, accumulators.
-    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Per-thread scratch: the transposed key tile, scores, weights, accumulators; and a
+    /// task's result rows.
+    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// `ggml_v_expf` (AVX-512 build) for one value: ARM's optimized-routines polynomial,
@@ -79,46 +81,73 @@ pub(crate) fn run_tiled(
     let n = positions.len();
     #[cfg(target_arch = "x86_64")]
     let avx512 = super::dispatch::active_isa() >= super::dispatch::Isa::Avx512;
-    // Tasks: (head, chunk of Q_TILE rows); each writes its rows' outputs (strided in `out`).
+    // Tasks: (head, chunk of Q_TILE rows); each writes its rows' outputs (strided in `out`),
+    // through a per-thread result buffer, so a call allocates nothing once the threads' scratch
+    // has grown.
     let chunks = n.div_ceil(Q_TILE);
-    let tasks: Vec<(usize, usize)> = (0..p.n_head)
-        .flat_map(|h| (0..chunks).map(move |c| (h, c)))
-        .collect();
-    let results: Vec<(usize, usize, Vec<f32>)> = tasks
-        .into_par_iter()
-        .map(|(h, c)| {
-            let t0 = c * Q_TILE;
-            let t1 = (t0 + Q_TILE).min(n);
-            let mut res = vec![0f32; (t1 - t0) * hd];
-            let task = Task {
-                q,
-                positions,
-                k,
-                v,
-                kv_len,
-                p,
-                h,
-                t0,
-                t1,
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    (0..p.n_head * chunks).into_par_iter().for_each(|i| {
+        let (h, c) = (i / chunks, i % chunks);
+        let t0 = c * Q_TILE;
+        let t1 = (t0 + Q_TILE).min(n);
+        let task = Task {
+            q,
+            positions,
+            k,
+            v,
+            kv_len,
+            p,
+            h,
+            t0,
+            t1,
+        };
+        SCRATCH.with(|cell| {
+            let (buf, res) = &mut *cell.borrow_mut();
+            if res.len() < Q_TILE * hd {
+                res.resize(Q_TILE * hd, 0.0);
+            }
+            let res = &mut res[..(t1 - t0) * hd];
+            #[cfg(target_arch = "x86_64")]
+            let done = if avx512 {
+                // SAFETY: the active ISA is AVX-512, so the CPU has these features.
+                unsafe { attend_rows_avx512(&task, res, buf) };
+                true
+            } else {
+                false
             };
-            SCRATCH.with(|cell| {
-                let mut buf = cell.borrow_mut();
-                #[cfg(target_arch = "x86_64")]
-                if avx512 {
-                    // SAFETY: the active ISA is AVX-512, so the CPU has these features.
-                    unsafe { attend_rows_avx512(&task, &mut res, &mut buf) };
-                    return;
-                }
-                attend_rows::<Portable>(&task, &mut res, &mut buf);
-            });
-            (h, t0, res)
-        })
-        .collect();
-    for (h, t0, res) in results {
-        for (i, r) in res.chunks_exact(hd).enumerate() {
-            let o = ((t0 + i) * p.n_head + h) * hd;
-            out[o..o + hd].copy_from_slice(r);
-        }
+            #[cfg(not(target_arch = "x86_64"))]
+            let done = false;
+            if !done {
+                attend_rows::<Portable>(&task, res, buf);
+            }
+            for (i, r) in res.chunks_exact(hd).enumerate() {
+                // SAFETY: row t0 + i, head h of `out` (len n · n_head · hd, checked by the
+                // caller) belongs to this task alone: tasks are distinct (head, row chunk)s.
+                unsafe { out_ptr.write_row(((t0 + i) * p.n_head + h) * hd, r) };
+            }
+        });
+    });
+}
+
+/// `out` of [`run_tiled`], written by its tasks at disjoint rows.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+
+// SAFETY: tasks write through it only at rows no other task touches, and the borrow of `out`
+// it came from outlives the parallel region.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// Copies `r` to elements `at..at + r.len()`.
+    ///
+    /// # Safety
+    /// The range is in bounds and no other thread accesses it meanwhile.
+    #[inline]
+    unsafe fn write_row(self, at: usize, r: &[f32]) {
+        // SAFETY: guaranteed by the caller; `r` is another buffer.
+        unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), self.0.add(at), r.len()) }
     }
 }
 
@@ -315,11 +344,17 @@ fn attend_rows<O: TileOps>(t: &Task<'_>, res: &mut [f32], buf: &mut Vec<f32>) {
         }
         let (kt, vt) = buf.split_at_mut(KV_TILE * hd);
         let vt = &mut vt[..KV_TILE * hd];
-        let keys: Vec<(usize, usize)> = (t.t0..t.t1)
-            .map(|i| visible_keys(t.positions[i], t.kv_len, p.window))
-            .collect();
-        let mut m = vec![f32::NEG_INFINITY; rows];
-        let mut s = vec![0f32; rows];
+        // A task has at most Q_TILE rows: its per-row state lives on the stack.
+        let mut keys = [(0usize, 0usize); Q_TILE];
+        let keys = &mut keys[..rows];
+        for (kr, &pos) in keys.iter_mut().zip(&t.positions[t.t0..t.t1]) {
+            *kr = visible_keys(pos, t.kv_len, p.window);
+        }
+        let keys = &*keys;
+        let mut m = [f32::NEG_INFINITY; Q_TILE];
+        let m = &mut m[..rows];
+        let mut s = [0f32; Q_TILE];
+        let s = &mut s[..rows];
         res.fill(0.0);
         let last = keys.iter().map(|kr| kr.1).max().unwrap_or(0);
         let mut ic = 0;
@@ -355,7 +390,7 @@ fn attend_rows<O: TileOps>(t: &Task<'_>, res: &mut [f32], buf: &mut Vec<f32>) {
                 t,
                 kt,
                 vt,
-                keys: &keys,
+                keys,
                 ic,
                 tile,
                 scale,
