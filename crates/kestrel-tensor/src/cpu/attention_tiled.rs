@@ -15,6 +15,7 @@
 use rayon::prelude::*;
 
 use super::attention::{visible_keys, AttentionParams};
+use super::out_ptr::OutPtr;
 
 /// Keys per tile (`GGML_FA_TILE_KV`).
 const KV_TILE: usize = 64;
@@ -85,7 +86,7 @@ pub(crate) fn run_tiled(
     // through a per-thread result buffer, so a call allocates nothing once the threads' scratch
     // has grown.
     let chunks = n.div_ceil(Q_TILE);
-    let out_ptr = OutPtr(out.as_mut_ptr());
+    let out_ptr = OutPtr::new(out);
     (0..p.n_head * chunks).into_par_iter().for_each(|i| {
         let (h, c) = (i / chunks, i % chunks);
         let t0 = c * Q_TILE;
@@ -127,28 +128,6 @@ pub(crate) fn run_tiled(
             }
         });
     });
-}
-
-/// `out` of [`run_tiled`], written by its tasks at disjoint rows.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-
-// SAFETY: tasks write through it only at rows no other task touches, and the borrow of `out`
-// it came from outlives the parallel region.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// Copies `r` to elements `at..at + r.len()`.
-    ///
-    /// # Safety
-    /// The range is in bounds and no other thread accesses it meanwhile.
-    #[inline]
-    unsafe fn write_row(self, at: usize, r: &[f32]) {
-        // SAFETY: guaranteed by the caller; `r` is another buffer.
-        unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), self.0.add(at), r.len()) }
-    }
 }
 
 /// The two dense loops of a tile, for `R` query rows at once: scores (an FMA chain over the

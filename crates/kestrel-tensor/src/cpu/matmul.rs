@@ -21,6 +21,7 @@ use rayon::prelude::*;
 
 use super::block::{dispatch, dot, BlockDequant, MAX_BLOCK};
 use super::dispatch::{MAX_TILE_ACTS, MAX_TILE_ROWS};
+use super::out_ptr::OutPtr;
 use crate::error::{Result, TensorError};
 use crate::DType;
 
@@ -36,28 +37,6 @@ const MIN_ROWS_PER_TASK: usize = 16;
 
 /// Activation values up to which a matmul converts its activation rows on the calling thread.
 const SERIAL_QUANTIZE: usize = 1 << 15;
-
-/// A raw output pointer shared by tasks that write disjoint elements.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-
-// SAFETY: tasks write through it only at indices no other task touches (their own weight rows'
-// columns), and the borrow of `out` it came from outlives the parallel region.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// Writes element `i`.
-    ///
-    /// # Safety
-    /// `i` is in bounds of the buffer and no other thread accesses element `i` meanwhile.
-    #[inline]
-    unsafe fn write(self, i: usize, v: f32) {
-        // SAFETY: guaranteed by the caller.
-        unsafe { *self.0.add(i) = v }
-    }
-}
 
 /// Scratch for the converted activation rows of [`matmul_with_scratch`]. It grows to the largest
 /// `n × k` seen and is reused; 8-byte aligned so every activation block type can sit in it.
@@ -332,7 +311,7 @@ fn matmul_q<D: super::qdot::QDot>(
     let acts = &*acts;
     let chunk = rows_per_task(m);
     let n_tasks = m.div_ceil(chunk);
-    let out_ptr = OutPtr(out.as_mut_ptr());
+    let out_ptr = OutPtr::new(out);
     let tile_acts = kern.tile_acts.clamp(1, MAX_TILE_ACTS);
     let tile_rows = kern.tile_rows.clamp(1, MAX_TILE_ROWS);
     (0..n_tasks).into_par_iter().for_each(|task| {
@@ -439,7 +418,7 @@ fn matmul_k<K: BlockDequant>(
     }
     let chunk = rows_per_task(m);
     let n_tasks = m.div_ceil(chunk);
-    let out_ptr = OutPtr(out.as_mut_ptr());
+    let out_ptr = OutPtr::new(out);
     (0..n_tasks).into_par_iter().for_each(|task| {
         let r0 = task * chunk;
         let r1 = (r0 + chunk).min(m);

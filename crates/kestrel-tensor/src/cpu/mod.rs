@@ -17,6 +17,7 @@ pub mod elementwise;
 pub mod get_rows;
 pub mod matmul;
 pub mod norm;
+mod out_ptr;
 pub mod q8;
 pub(crate) mod qdot;
 pub(crate) mod qdot_k_x86;
