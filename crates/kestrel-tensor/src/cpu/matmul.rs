@@ -330,7 +330,11 @@ fn matmul_q<D: super::qdot::QDot>(
                 while r < r1 {
                     let nw = (r1 - r).min(tile_rows);
                     let wr = &w[r * row_bytes..(r + nw) * row_bytes];
-                    prefetch_next(wr);
+                    if t0 == 0 {
+                        // Only the first group streams these rows; later ones find them in
+                        // cache.
+                        prefetch_next(wr);
+                    }
                     tile(wr, group, tn, &mut o[..nw * tn]);
                     for j in 0..nw {
                         for (i, &v) in o[j * tn..(j + 1) * tn].iter().enumerate() {
