@@ -8,6 +8,7 @@
 //! attention runs per segment over that sequence's own cache.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use kestrel_kv::{BatchKv, KvCache, SeqId, SingleSeq};
 use kestrel_tensor::cpu::{self, RopeMode};
@@ -23,6 +24,9 @@ struct BoundWeight {
     tensor: Tensor,
     /// f32 values of a vector weight when it is not an aligned F32 tensor (tiny: one row).
     vector: Option<Vec<f32>>,
+    /// The matrix repacked for a faster kernel, when it is only ever a matmul's weight and a
+    /// packed layout serves its type on this CPU (shared by every plan of the model).
+    packed: Option<Arc<cpu::PackedWeight>>,
 }
 
 impl BoundWeight {
@@ -146,8 +150,21 @@ impl ExecutionPlan {
         let max_outputs = max_outputs.clamp(1, max_tokens);
         let mem = plan_memory(graph, max_tokens, max_outputs)?;
         let output = *graph.outputs().first().ok_or(GraphError::NoOutput)?;
+        // Weights read only by matmuls may be repacked; a table rows are looked up in (a tied
+        // embedding) keeps the file's layout.
+        let mut matmul_only = vec![None::<bool>; graph.weights().len()];
+        for node in graph.nodes() {
+            let (id, is_matmul) = match &node.op {
+                Op::MatMul { weight } => (*weight, true),
+                Op::Embed { table, .. } => (*table, false),
+                _ => continue,
+            };
+            if let Some(slot) = matmul_only.get_mut(id) {
+                *slot = Some(slot.unwrap_or(true) && is_matmul);
+            }
+        }
         let mut weights = Vec::with_capacity(graph.weights().len());
-        for w in graph.weights() {
+        for (id, w) in graph.weights().iter().enumerate() {
             let tensor = weight(&w.name).ok_or_else(|| GraphError::Weight {
                 name: w.name.clone(),
                 reason: "not found".into(),
@@ -166,7 +183,16 @@ impl ExecutionPlan {
             } else {
                 None
             };
-            weights.push(BoundWeight { tensor, vector });
+            let packed = if matmul_only[id] == Some(true) {
+                cpu::PackedWeight::for_tensor(&tensor)
+            } else {
+                None
+            };
+            weights.push(BoundWeight {
+                tensor,
+                vector,
+                packed,
+            });
         }
         let mut arena = Vec::new();
         arena.try_reserve_exact(mem.arena_len).map_err(|_| {
@@ -421,26 +447,31 @@ impl ExecutionPlan {
                 }
             }
             Op::MatMul { weight } => {
-                let w = &self.weights[*weight].tensor;
-                // Each row's numerics follow its own sequence's rows only (see
-                // `matmul_segmented`): all of the step's tokens by segment, or the output rows
-                // by their sequences' runs.
-                let segments = if in_rows == t {
-                    &self.seg_rows[..]
+                let bound = &self.weights[*weight];
+                if let Some(p) = &bound.packed {
+                    cpu::matmul_packed(a, in_rows, p, out, &mut self.scratch)?;
                 } else {
-                    &self.out_segs[..]
-                };
-                cpu::matmul_segmented(
-                    a,
-                    in_rows,
-                    in_width,
-                    w.as_bytes(),
-                    w.dtype(),
-                    width,
-                    out,
-                    segments,
-                    &mut self.scratch,
-                )?;
+                    let w = &bound.tensor;
+                    // Each row's numerics follow its own sequence's rows only (see
+                    // `matmul_segmented`): all of the step's tokens by segment, or the output
+                    // rows by their sequences' runs.
+                    let segments = if in_rows == t {
+                        &self.seg_rows[..]
+                    } else {
+                        &self.out_segs[..]
+                    };
+                    cpu::matmul_segmented(
+                        a,
+                        in_rows,
+                        in_width,
+                        w.as_bytes(),
+                        w.dtype(),
+                        width,
+                        out,
+                        segments,
+                        &mut self.scratch,
+                    )?;
+                }
             }
             Op::AddBias { bias } => {
                 let bv = self.weights[*bias].vector()?;

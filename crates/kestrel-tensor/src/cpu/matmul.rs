@@ -44,6 +44,9 @@ const SERIAL_QUANTIZE: usize = 1 << 15;
 pub struct MatmulScratch {
     buf: Vec<u64>,
     perm: Vec<u32>,
+    /// Per activation block, for packed weights: `-8 · Σ q` and the scale as f32.
+    corr: Vec<i32>,
+    dact: Vec<f32>,
 }
 
 impl MatmulScratch {
@@ -52,7 +55,27 @@ impl MatmulScratch {
         MatmulScratch {
             buf: Vec::new(),
             perm: Vec::new(),
+            corr: Vec::new(),
+            dact: Vec::new(),
         }
+    }
+
+    /// `len` q8_0 activation blocks and, beside them, a block sum and a scale per block (for
+    /// [`super::packed::matmul_packed`]; contents are whatever the last call left).
+    pub(crate) fn packed_parts(
+        &mut self,
+        len: usize,
+    ) -> (
+        &mut [kestrel_gguf::quant::BlockQ8_0],
+        &mut [i32],
+        &mut [f32],
+    ) {
+        if self.corr.len() < len {
+            self.corr.resize(len, 0);
+            self.dact.resize(len, 0.0);
+        }
+        let acts = typed(&mut self.buf, len);
+        (acts, &mut self.corr[..len], &mut self.dact[..len])
     }
 
     /// [`MatmulScratch::slice`] and `n` row indices beside it (contents are whatever the last
@@ -61,23 +84,25 @@ impl MatmulScratch {
         if self.perm.len() < n {
             self.perm.resize(n, 0);
         }
-        const { assert!(std::mem::align_of::<A>() <= 8) };
-        let bytes = len * std::mem::size_of::<A>();
-        let words = bytes.div_ceil(8);
-        if self.buf.len() < words {
-            self.buf.resize(words, 0);
-        }
-        let raw: &mut [u8] = bytemuck::cast_slice_mut(&mut self.buf[..words]);
-        (
-            bytemuck::cast_slice_mut(&mut raw[..bytes]),
-            &mut self.perm[..n],
-        )
+        (typed(&mut self.buf, len), &mut self.perm[..n])
     }
 
     /// `len` zero-initialised-once elements of `A` (contents are whatever the last call left).
     fn slice<A: bytemuck::Pod>(&mut self, len: usize) -> &mut [A] {
         self.slice_and_perm(len, 0).0
     }
+}
+
+/// The first `len` elements of `A` in `buf`, grown as needed (contents are whatever was there).
+fn typed<A: bytemuck::Pod>(buf: &mut Vec<u64>, len: usize) -> &mut [A] {
+    const { assert!(std::mem::align_of::<A>() <= 8) };
+    let bytes = len * std::mem::size_of::<A>();
+    let words = bytes.div_ceil(8);
+    if buf.len() < words {
+        buf.resize(words, 0);
+    }
+    let raw: &mut [u8] = bytemuck::cast_slice_mut(&mut buf[..words]);
+    bytemuck::cast_slice_mut(&mut raw[..bytes])
 }
 
 thread_local! {

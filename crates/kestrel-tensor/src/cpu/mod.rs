@@ -18,6 +18,7 @@ pub mod get_rows;
 pub mod matmul;
 pub mod norm;
 mod out_ptr;
+pub mod packed;
 pub mod q8;
 pub(crate) mod qdot;
 pub(crate) mod qdot_k_x86;
@@ -40,5 +41,6 @@ pub use matmul::{
     matmul, matmul_dequantized, matmul_segmented, matmul_with_scratch, matvec, MatmulScratch,
 };
 pub use norm::{layer_norm, rms_norm, rms_norm_inplace};
+pub use packed::{matmul_packed, PackedLayout, PackedWeight};
 pub use rope::{rope, rope_yarn_corr_dims, RopeMode, RopeParams};
 pub use softmax::{softmax, softmax_row, SoftmaxParams};
