@@ -180,6 +180,7 @@ impl PackedWeight {
             return Some(p);
         }
         let mut p = PackedWeight::pack(bytes, t.dtype(), m, k)?;
+        release_pages(bytes);
         p._source = Some(t.clone());
         let p = Arc::new(p);
         cache.push((key.0, key.1, Arc::downgrade(&p)));
@@ -294,6 +295,28 @@ pub fn matmul_packed(
             }
         });
     Ok(())
+}
+
+/// Hands the pages wholly inside `bytes` (a packed matrix's source in the model's memory map,
+/// never read again) back to the OS, so the packed copy does not add to the resident memory.
+/// `MADV_PAGEOUT` only reclaims: the contents stay as they were (file pages are read again on a
+/// later access, anonymous ones come back from swap), so this is sound whatever owns the bytes.
+/// Advisory: an older kernel that refuses it changes nothing.
+fn release_pages(bytes: &[u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let start = (bytes.as_ptr() as usize).next_multiple_of(page.max(1));
+        let end = (bytes.as_ptr() as usize + bytes.len()) / page.max(1) * page.max(1);
+        if end > start {
+            // SAFETY: the range lies inside `bytes`, which is mapped; MADV_PAGEOUT does not
+            // change what the memory holds (see above). The result is advisory and ignored.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_PAGEOUT) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = bytes;
 }
 
 /// Asks for the bytes after `group` (the next group, when a task walks its groups in order) to
