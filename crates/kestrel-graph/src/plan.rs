@@ -448,18 +448,18 @@ impl ExecutionPlan {
             }
             Op::MatMul { weight } => {
                 let bound = &self.weights[*weight];
+                // Each row's numerics follow its own sequence's rows only (see
+                // `matmul_segmented`): all of the step's tokens by segment, or the output rows
+                // by their sequences' runs.
+                let segments = if in_rows == t {
+                    &self.seg_rows[..]
+                } else {
+                    &self.out_segs[..]
+                };
                 if let Some(p) = &bound.packed {
-                    cpu::matmul_packed(a, in_rows, p, out, &mut self.scratch)?;
+                    cpu::matmul_packed(a, in_rows, p, out, segments, &mut self.scratch)?;
                 } else {
                     let w = &bound.tensor;
-                    // Each row's numerics follow its own sequence's rows only (see
-                    // `matmul_segmented`): all of the step's tokens by segment, or the output
-                    // rows by their sequences' runs.
-                    let segments = if in_rows == t {
-                        &self.seg_rows[..]
-                    } else {
-                        &self.out_segs[..]
-                    };
                     cpu::matmul_segmented(
                         a,
                         in_rows,

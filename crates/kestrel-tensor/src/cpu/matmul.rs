@@ -60,22 +60,21 @@ impl MatmulScratch {
         }
     }
 
-    /// `len` q8_0 activation blocks and, beside them, a block sum and a scale per block (for
-    /// [`super::packed::matmul_packed`]; contents are whatever the last call left).
-    pub(crate) fn packed_parts(
+    /// `len` activation blocks, `corr` i32 and `len` f32 beside them (for the packed kernels'
+    /// per-block terms; contents are whatever the last call left).
+    pub(crate) fn packed_parts<A: bytemuck::Pod>(
         &mut self,
         len: usize,
-    ) -> (
-        &mut [kestrel_gguf::quant::BlockQ8_0],
-        &mut [i32],
-        &mut [f32],
-    ) {
-        if self.corr.len() < len {
-            self.corr.resize(len, 0);
+        corr: usize,
+    ) -> (&mut [A], &mut [i32], &mut [f32]) {
+        if self.corr.len() < corr {
+            self.corr.resize(corr, 0);
+        }
+        if self.dact.len() < len {
             self.dact.resize(len, 0.0);
         }
         let acts = typed(&mut self.buf, len);
-        (acts, &mut self.corr[..len], &mut self.dact[..len])
+        (acts, &mut self.corr[..corr], &mut self.dact[..len])
     }
 
     /// [`MatmulScratch::slice`] and `n` row indices beside it (contents are whatever the last

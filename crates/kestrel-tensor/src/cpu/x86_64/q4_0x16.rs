@@ -12,7 +12,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::cpu::packed::{ActSide, GROUP_BLOCK_BYTES, GROUP_ROWS};
+use crate::cpu::packed::q4_0::{ActQ8_0, GROUP_BLOCK_BYTES};
+use crate::cpu::packed::GROUP_ROWS;
 
 /// Activation rows one call takes at most.
 pub(crate) const MAX_ACTS: usize = 8;
@@ -27,7 +28,7 @@ unsafe fn rd32(p: *const i8) -> i32 {
 /// `T` activation rows against one group.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile<const T: usize>(group: &[u8], nb: usize, act: ActSide<'_>, out: &mut [f32]) {
+unsafe fn tile<const T: usize>(group: &[u8], nb: usize, act: ActQ8_0<'_>, out: &mut [f32]) {
     let (quants, scales) = group.split_at(nb * GROUP_BLOCK_BYTES);
     assert!(
         scales.len() == nb * GROUP_ROWS * 2
@@ -84,7 +85,7 @@ unsafe fn tile<const T: usize>(group: &[u8], nb: usize, act: ActSide<'_>, out: &
 /// # Safety
 /// The CPU has AVX-512 F/BW/VL and VNNI.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn group_tile(group: &[u8], nb: usize, act: ActSide<'_>, out: &mut [f32]) {
+pub(crate) unsafe fn group_tile(group: &[u8], nb: usize, act: ActQ8_0<'_>, out: &mut [f32]) {
     // SAFETY: the caller has the CPU features; `tile` checks the sizes.
     unsafe {
         match act.acts.len().checked_div(nb).unwrap_or(0) {

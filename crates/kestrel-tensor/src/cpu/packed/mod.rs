@@ -1,0 +1,341 @@
+//! Weights repacked once, at load, into a layout a faster kernel reads: [`PackedWeight`] and
+//! [`matmul_packed`]. As llama.cpp's CPU "repack" buffers do, groups of 16 rows are
+//! interleaved so that one SIMD load feeds 16 rows at once, each 32-bit lane of an accumulator
+//! holding one row: the block sums come out exact in integers, and one float multiply-add per
+//! block finishes 16 outputs instead of one.
+//!
+//! Layouts (one file each), for matrices whose row count is a multiple of 16, on CPUs with
+//! AVX-512 VNNI (elsewhere nothing is packed: the scalar twins exist to test the kernels):
+//! - [`q4_0`] **Q4_0x16**: the file's nibbles moved, not converted; llama.cpp's repacked Q4_0
+//!   GEMM numerics (which differ in the last bits from the unpacked path's).
+//! - [`q6_k`] **Q6_Kx16**: the 6-bit quants regrouped; the numerics of the unpacked Q6_K
+//!   kernels, bit for bit, in both of llama.cpp's orders (`vec_dot`'s 8 float lanes below
+//!   [`TILED_MIN_ROWS`] rows per sequence, the tiled matmul's exact super-block sums from
+//!   there).
+//!
+//! A packed matrix is exactly as large as the original; [`PackedWeight::for_tensor`] shares it
+//! between every plan of a model and hands the source pages of the memory map back to the OS.
+//! `KESTREL_REPACK=0` turns packing off.
+
+pub(crate) mod q4_0;
+pub(crate) mod q6_k;
+
+use std::sync::{Arc, Mutex, Weak};
+
+use rayon::prelude::*;
+
+use super::dispatch::TILED_MIN_ROWS;
+use super::matmul::MatmulScratch;
+use super::out_ptr::OutPtr;
+use crate::error::{Result, TensorError};
+use crate::storage::{AlignedBuf, Storage};
+use crate::{DType, Tensor};
+
+/// Rows per packed group.
+pub(crate) const GROUP_ROWS: usize = 16;
+
+/// Activation rows one kernel call takes at most.
+pub(crate) const MAX_ACTS: usize = 8;
+
+/// Groups per rayon task are chosen so each thread gets about this many tasks.
+const TASKS_PER_THREAD: usize = 4;
+
+/// Activation values up to which the activation rows are converted on the calling thread.
+pub(crate) const SERIAL_QUANTIZE: usize = 1 << 15;
+
+/// A layout of [`PackedWeight`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PackedLayout {
+    /// Q4_0, 16 rows interleaved 4 bytes at a time (see [`q4_0`]).
+    Q4_0x16,
+    /// Q6_K, 16 rows interleaved 4 values at a time (see [`q6_k`]).
+    Q6Kx16,
+}
+
+/// A weight matrix repacked for [`matmul_packed`].
+pub struct PackedWeight {
+    layout: PackedLayout,
+    m: usize,
+    k: usize,
+    buf: AlignedBuf,
+    /// The tensor it was packed from, when [`PackedWeight::for_tensor`] shares it: keeps the
+    /// bytes its cache key points at alive.
+    _source: Option<Tensor>,
+}
+
+impl std::fmt::Debug for PackedWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackedWeight({:?}, {}×{})", self.layout, self.m, self.k)
+    }
+}
+
+/// Whether a packed layout runs fast here (packing is pointless otherwise) and is wanted.
+fn packing_enabled() -> bool {
+    if std::env::var("KESTREL_REPACK").is_ok_and(|v| v.trim() == "0") {
+        return false;
+    }
+    super::dispatch::active_isa() >= super::dispatch::Isa::Avx512
+}
+
+/// Packed matrices shared by every plan of a process, keyed by the source bytes' address and
+/// length (each entry's [`PackedWeight`] keeps its source alive, so a live entry's key cannot
+/// be reused by other bytes).
+static SHARED: Mutex<Vec<(usize, usize, Weak<PackedWeight>)>> = Mutex::new(Vec::new());
+
+impl PackedWeight {
+    /// Packs `m` rows of `k` elements of `dtype` (raw bytes `w`), or `None` when no packed
+    /// layout serves this matrix on this CPU (not Q4_0 or Q6_K, rows not a multiple of 16, no
+    /// AVX-512 VNNI, or `KESTREL_REPACK=0`).
+    pub fn pack(w: &[u8], dtype: DType, m: usize, k: usize) -> Option<PackedWeight> {
+        if !packing_enabled() {
+            return None;
+        }
+        PackedWeight::pack_any(w, dtype, m, k)
+    }
+
+    /// [`PackedWeight::pack`] whatever the CPU.
+    fn pack_any(w: &[u8], dtype: DType, m: usize, k: usize) -> Option<PackedWeight> {
+        if m == 0 || !m.is_multiple_of(GROUP_ROWS) || dtype.row_bytes(k)?.checked_mul(m)? != w.len()
+        {
+            return None;
+        }
+        let (layout, buf) = match dtype {
+            DType::Q4_0 => (PackedLayout::Q4_0x16, q4_0::pack(w, m, k)?),
+            DType::Q6K => (PackedLayout::Q6Kx16, q6_k::pack(w, m, k)?),
+            _ => return None,
+        };
+        Some(PackedWeight {
+            layout,
+            m,
+            k,
+            buf,
+            _source: None,
+        })
+    }
+
+    /// The packed form of a weight tensor (rows × row length), shared with every other caller
+    /// that asks for the same bytes while one of them holds it: the prefill and decode plans of
+    /// a model pack each matrix once. `None` as for [`PackedWeight::pack`].
+    pub fn for_tensor(t: &Tensor) -> Option<Arc<PackedWeight>> {
+        let shape = t.shape();
+        let (m, k) = (shape.n_rows(), shape.row_len());
+        let bytes = t.as_bytes();
+        let key = (bytes.as_ptr() as usize, bytes.len());
+        if !matches!(t.storage(), Storage::Shared { .. }) {
+            return PackedWeight::pack(bytes, t.dtype(), m, k).map(Arc::new);
+        }
+        let mut cache = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        cache.retain(|(_, _, w)| w.strong_count() > 0);
+        if let Some(p) = cache
+            .iter()
+            .find(|(a, l, _)| (*a, *l) == key)
+            .and_then(|(_, _, w)| w.upgrade())
+        {
+            return Some(p);
+        }
+        let mut p = PackedWeight::pack(bytes, t.dtype(), m, k)?;
+        release_pages(bytes);
+        p._source = Some(t.clone());
+        let p = Arc::new(p);
+        cache.push((key.0, key.1, Arc::downgrade(&p)));
+        Some(p)
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> PackedLayout {
+        self.layout
+    }
+
+    /// Rows (outputs of a matmul).
+    pub fn rows(&self) -> usize {
+        self.m
+    }
+
+    /// Elements per row (the matmul's inner dimension).
+    pub fn row_len(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes the packed matrix takes.
+    pub fn nbytes(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// `out[t·m + r] = Σ_j x[t·k + j] · W[r][j]` for a packed `W` (`m = w.rows()`, `k =
+/// w.row_len()`), the activation rows in consecutive sequences of `segments[i]` rows (a row's
+/// numerics depend only on its own sequence, as for [`super::matmul_segmented`]). The
+/// activation rows are converted in `scratch`; work splits over groups of 16 rows in the
+/// current rayon pool.
+///
+/// # Errors
+/// `LengthMismatch` if `x` is not `n` rows of `w.row_len()`, `out` not `n` rows of
+/// `w.rows()`, or the segments do not add up to `n`.
+pub fn matmul_packed(
+    x: &[f32],
+    n: usize,
+    w: &PackedWeight,
+    out: &mut [f32],
+    segments: &[usize],
+    scratch: &mut MatmulScratch,
+) -> Result<()> {
+    let (m, k) = (w.m, w.k);
+    let total = segments.iter().try_fold(0usize, |a, &l| a.checked_add(l));
+    for (what, expected, actual) in [
+        ("x", n.checked_mul(k), x.len()),
+        ("out", n.checked_mul(m), out.len()),
+        ("segment rows", total, n),
+    ] {
+        if expected != Some(actual) {
+            return Err(TensorError::LengthMismatch {
+                op: "matmul_packed",
+                what,
+                expected: expected.unwrap_or(usize::MAX),
+                actual,
+            });
+        }
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    match w.layout {
+        PackedLayout::Q4_0x16 => {
+            let act = q4_0::prepare(x, n, k, scratch);
+            // Every row sums alike: tiles may span sequences.
+            for_groups(w, n, &[n], out, |group, t0, tn, _, o| {
+                q4_0::group_tile(group, k / 32, act.rows(t0, t0 + tn, k / 32), o)
+            });
+        }
+        PackedLayout::Q6Kx16 => {
+            let act = q6_k::prepare(x, n, k, scratch);
+            for_groups(w, n, segments, out, |group, t0, tn, tiled, o| {
+                q6_k::group_tile(group, k / 256, act.rows(t0, t0 + tn, k / 256), tiled, o)
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Runs `tile(group bytes, t0, tn, tiled, out)` for every group of 16 rows and every run of up
+/// to [`MAX_ACTS`] activation rows within a segment (`tiled`: the segment has at least
+/// [`TILED_MIN_ROWS`] rows), writing `out[t·m + 16g + r]`.
+fn for_groups(
+    w: &PackedWeight,
+    n: usize,
+    segments: &[usize],
+    out: &mut [f32],
+    tile: impl Fn(&[u8], usize, usize, bool, &mut [f32]) + Sync,
+) {
+    let m = w.m;
+    let groups = m / GROUP_ROWS;
+    let group_bytes = w.buf.len() / groups;
+    let threads = rayon::current_num_threads().max(1);
+    let per_task = groups.div_ceil(threads * TASKS_PER_THREAD).max(1);
+    let out_ptr = OutPtr::new(out);
+    let bytes = w.buf.as_bytes();
+    (0..groups.div_ceil(per_task))
+        .into_par_iter()
+        .for_each(|task| {
+            let mut o = [0f32; MAX_ACTS * GROUP_ROWS];
+            for g in task * per_task..((task + 1) * per_task).min(groups) {
+                let group = &bytes[g * group_bytes..(g + 1) * group_bytes];
+                prefetch_next(group);
+                let mut s0 = 0;
+                for &len in segments {
+                    let tiled = len >= TILED_MIN_ROWS;
+                    let mut t0 = s0;
+                    while t0 < s0 + len {
+                        let tn = (s0 + len - t0).min(MAX_ACTS);
+                        let o = &mut o[..tn * GROUP_ROWS];
+                        tile(group, t0, tn, tiled, o);
+                        for (i, r) in o.chunks_exact(GROUP_ROWS).enumerate() {
+                            // SAFETY: row t0 + i < n and columns 16g..16g + 16 <= m, so the
+                            // range is in bounds of `out` (n·m, checked); group g is this
+                            // task's alone.
+                            unsafe { out_ptr.write_row((t0 + i) * m + g * GROUP_ROWS, r) };
+                        }
+                        t0 += tn;
+                    }
+                    s0 += len;
+                }
+                debug_assert_eq!(s0, n);
+            }
+        });
+}
+
+/// Hands the pages wholly inside `bytes` (a packed matrix's source in the model's memory map,
+/// never read again) back to the OS, so the packed copy does not add to the resident memory.
+/// `MADV_PAGEOUT` only reclaims: the contents stay as they were (file pages are read again on a
+/// later access, anonymous ones come back from swap), so this is sound whatever owns the bytes.
+/// Advisory: an older kernel that refuses it changes nothing.
+fn release_pages(bytes: &[u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let page = page.max(1);
+        let start = (bytes.as_ptr() as usize).next_multiple_of(page);
+        let end = (bytes.as_ptr() as usize + bytes.len()) / page * page;
+        if end > start {
+            // SAFETY: the range lies inside `bytes`, which is mapped; MADV_PAGEOUT does not
+            // change what the memory holds (see above). The result is advisory and ignored.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_PAGEOUT) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = bytes;
+}
+
+/// Asks for the bytes after `group` (the next group, when a task walks its groups in order) to
+/// be brought into cache while this one computes.
+#[inline]
+fn prefetch_next(group: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let next = group.as_ptr().wrapping_add(group.len());
+        for off in (0..group.len()).step_by(64) {
+            // SAFETY: prefetching reads nothing and cannot fault, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast()) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = group;
+}
+
+/// Whether the AVX-512 kernels run here (else the scalar twins do).
+fn simd() -> bool {
+    super::dispatch::active_isa() >= super::dispatch::Isa::Avx512
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::testutil::{quantized_rows, Rng};
+
+    #[test]
+    fn only_supported_types_with_whole_groups_pack() {
+        let mut rng = Rng::new(3);
+        let (w, _) = quantized_rows(&mut rng, DType::Q4_0, 24, 64);
+        assert!(PackedWeight::pack_any(&w, DType::Q4_0, 24, 64).is_none());
+        assert!(PackedWeight::pack_any(&w[..16 * 36], DType::Q4_0, 16, 64).is_some());
+        assert!(PackedWeight::pack_any(&w[..16 * 36], DType::Q4_1, 16, 64).is_none());
+        assert!(PackedWeight::pack_any(&w[..100], DType::Q4_0, 16, 64).is_none());
+        let (w, _) = quantized_rows(&mut rng, DType::Q6K, 16, 256);
+        assert!(PackedWeight::pack_any(&w, DType::Q6K, 16, 256).is_some());
+        assert!(PackedWeight::pack_any(&w, DType::Q6K, 16, 255).is_none());
+    }
+
+    #[test]
+    fn bad_sizes_are_errors() {
+        let mut rng = Rng::new(4);
+        let (w, _) = quantized_rows(&mut rng, DType::Q4_0, 16, 64);
+        let p = PackedWeight::pack_any(&w, DType::Q4_0, 16, 64).unwrap();
+        let mut out = vec![0f32; 16];
+        let mut s = MatmulScratch::new();
+        assert!(matmul_packed(&[0.0; 63], 1, &p, &mut out, &[1], &mut s).is_err());
+        assert!(matmul_packed(&[0.0; 64], 1, &p, &mut out[..15], &[1], &mut s).is_err());
+        assert!(matmul_packed(&[0.0; 64], 1, &p, &mut out, &[2], &mut s).is_err());
+    }
+}
