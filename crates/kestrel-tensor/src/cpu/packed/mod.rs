@@ -218,8 +218,8 @@ pub fn matmul_packed(
 }
 
 /// Runs `tile(group bytes, t0, tn, tiled, out)` for every group of 16 rows and every run of up
-/// to [`MAX_ACTS`] activation rows within a segment (`tiled`: the segment has at least
-/// [`TILED_MIN_ROWS`] rows), writing `out[t·m + 16g + r]`.
+/// to [`MAX_ACTS`] activation rows whose sequences all take the same order (`tiled`: at least
+/// [`TILED_MIN_ROWS`] rows in the sequence), writing `out[t·m + 16g + r]`.
 fn for_groups(
     w: &PackedWeight,
     n: usize,
@@ -241,12 +241,23 @@ fn for_groups(
             for g in task * per_task..((task + 1) * per_task).min(groups) {
                 let group = &bytes[g * group_bytes..(g + 1) * group_bytes];
                 prefetch_next(group);
+                // Runs of consecutive sequences that take the same order share tiles (a
+                // row's numerics depend on its order only, not on the rows beside it).
                 let mut s0 = 0;
-                for &len in segments {
+                let mut segs = segments.iter().peekable();
+                while let Some(&len) = segs.next() {
                     let tiled = len >= TILED_MIN_ROWS;
+                    let mut end = s0 + len;
+                    while let Some(&&next) = segs.peek() {
+                        if (next >= TILED_MIN_ROWS) != tiled {
+                            break;
+                        }
+                        end += next;
+                        segs.next();
+                    }
                     let mut t0 = s0;
-                    while t0 < s0 + len {
-                        let tn = (s0 + len - t0).min(MAX_ACTS);
+                    while t0 < end {
+                        let tn = (end - t0).min(MAX_ACTS);
                         let o = &mut o[..tn * GROUP_ROWS];
                         tile(group, t0, tn, tiled, o);
                         for (i, r) in o.chunks_exact(GROUP_ROWS).enumerate() {
@@ -257,7 +268,7 @@ fn for_groups(
                         }
                         t0 += tn;
                     }
-                    s0 += len;
+                    s0 = end;
                 }
                 debug_assert_eq!(s0, n);
             }

@@ -289,11 +289,19 @@ mod tests {
         let x = rng.vec(12 * k, 1.0);
         let p = PackedWeight::pack_any(&w, DType::Q6K, m, k).unwrap();
         let mut got = vec![0f32; 12 * m];
-        matmul_packed(&x, 12, &p, &mut got, &[1, 9, 2], &mut MatmulScratch::new()).unwrap();
+        matmul_packed(
+            &x,
+            12,
+            &p,
+            &mut got,
+            &[1, 1, 9, 1],
+            &mut MatmulScratch::new(),
+        )
+        .unwrap();
         let lanes = reference(&w, m, k, &x, 12, 1);
         let tiled = reference(&w, m, k, &x, 12, 9);
         for t in 0..12 {
-            let want = if (1..10).contains(&t) { &tiled } else { &lanes };
+            let want = if (2..11).contains(&t) { &tiled } else { &lanes };
             assert_eq!(got[t * m..(t + 1) * m], want[t * m..(t + 1) * m], "row {t}");
         }
     }

@@ -137,57 +137,64 @@ unsafe fn tiled_rows<const T: usize>(group: &[u8], nb: usize, act: ActQ8K<'_>, o
     }
 }
 
-/// Lanes order, one activation row.
+/// Lanes order, `T` activation rows (each weight vector unpacked once for them).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn lanes(group: &[u8], nb: usize, act: ActQ8K<'_>, out: &mut [f32]) {
-    let (quants, scale_base) = split(group, nb, &act, 1, out);
+unsafe fn lanes<const T: usize>(group: &[u8], nb: usize, act: ActQ8K<'_>, out: &mut [f32]) {
+    let (quants, scale_base) = split(group, nb, &act, T, out);
     let zero = _mm512_setzero_si512();
-    let mut acc = [_mm512_setzero_ps(); 8];
+    let mut acc = [[_mm512_setzero_ps(); 8]; T];
     for b in 0..nb {
         // SAFETY: super-block b's quants and scales lie in the group (checked by `split`).
         let (q, s) = unsafe { (quants.add(b * QUANT_BYTES), scale_base.add(b * SCALE_BYTES)) };
-        let yb = &act.acts[b];
-        let a = yb.qs.as_ptr();
-        let corr = &act.corr[16 * b..16 * b + 16];
-        let mut v = [zero; 8];
+        let mut v = [[zero; 8]; T];
         for qq in 0..4 {
             // SAFETY: as above.
             let sc = unsafe { [0, 1, 2, 3].map(|i| scales_dup(s, qq + 4 * i)) };
             for p in 4 * qq..4 * qq + 4 {
                 // SAFETY: as above.
                 let w = unsafe { unpack4(q, p) };
-                for (i, (&wi, &sci)) in w.iter().zip(&sc).enumerate() {
-                    let gi = p + 16 * i;
-                    // SAFETY: group gi's 4 activation bytes.
-                    let av = unsafe { rd32(a.add(4 * gi)) };
-                    // Pairs of products in i16 (|q·a + q·a| <= 2·63·128, no saturation), then
-                    // both pairs of the dword times the row's scale into the lane: exact.
-                    let x = _mm512_maddubs_epi16(wi, _mm512_set1_epi32(av));
-                    v[gi % 8] = _mm512_dpwssd_epi32(v[gi % 8], x, sci);
+                for (t, vt) in v.iter_mut().enumerate() {
+                    let a = act.acts[t * nb + b].qs.as_ptr();
+                    for (i, (&wi, &sci)) in w.iter().zip(&sc).enumerate() {
+                        let gi = p + 16 * i;
+                        // SAFETY: group gi's 4 activation bytes.
+                        let av = unsafe { rd32(a.add(4 * gi)) };
+                        // Pairs of products in i16 (|q·a + q·a| <= 2·63·128, no saturation),
+                        // then both pairs of the dword times the row's scale into the lane:
+                        // exact.
+                        let x = _mm512_maddubs_epi16(wi, _mm512_set1_epi32(av));
+                        vt[gi % 8] = _mm512_dpwssd_epi32(vt[gi % 8], x, sci);
+                    }
                 }
             }
         }
-        let d = _mm512_mul_ps(_mm512_set1_ps(yb.d), unsafe {
-            // SAFETY: the 16 f16 `d` after the scales.
-            _mm512_cvtph_ps(_mm256_loadu_si256(s.add(16 * GROUP_ROWS).cast()))
-        });
-        for (l, (a, vl)) in acc.iter_mut().zip(v).enumerate() {
+        // SAFETY: the 16 f16 `d` after the scales.
+        let dw = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(s.add(16 * GROUP_ROWS).cast())) };
+        for l in 0..8 {
             // SAFETY: as above.
             let (s0, s1) = unsafe { (scales(s, 2 * l), scales(s, 2 * l + 1)) };
-            let off = _mm512_add_epi32(
-                _mm512_mullo_epi32(s0, _mm512_set1_epi32(corr[2 * l])),
-                _mm512_mullo_epi32(s1, _mm512_set1_epi32(corr[2 * l + 1])),
-            );
-            *a = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(vl, off)), *a);
+            for (t, (acc, vt)) in acc.iter_mut().zip(&v).enumerate() {
+                let i = t * nb + b;
+                let corr = &act.corr[16 * i..16 * i + 16];
+                let off = _mm512_add_epi32(
+                    _mm512_mullo_epi32(s0, _mm512_set1_epi32(corr[2 * l])),
+                    _mm512_mullo_epi32(s1, _mm512_set1_epi32(corr[2 * l + 1])),
+                );
+                let d = _mm512_mul_ps(_mm512_set1_ps(act.acts[i].d), dw);
+                let lane = _mm512_cvtepi32_ps(_mm512_add_epi32(vt[l], off));
+                acc[l] = _mm512_fmadd_ps(d, lane, acc[l]);
+            }
         }
     }
-    let r = _mm512_add_ps(
-        _mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
-        _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])),
-    );
-    // SAFETY: 16 f32, unaligned store.
-    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), r) };
+    for (o, acc) in out.chunks_exact_mut(GROUP_ROWS).zip(&acc) {
+        let r = _mm512_add_ps(
+            _mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
+            _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])),
+        );
+        // SAFETY: 16 f32, unaligned store.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), r) };
+    }
 }
 
 /// One group (16 rows, `nb` super-blocks, packed) against 1 to 8 activation rows: `out[t · 16
@@ -205,10 +212,20 @@ pub(crate) unsafe fn group_tile(
 ) {
     let t = act.acts.len().checked_div(nb).unwrap_or(0);
     if !tiled {
-        for i in 0..t {
-            let o = &mut out[i * GROUP_ROWS..(i + 1) * GROUP_ROWS];
+        // Two activation rows at most per pass: 8 integer lanes each.
+        let mut t0 = 0;
+        while t0 < t {
+            let tn = (t - t0).min(2);
+            let a = act.rows(t0, t0 + tn, nb);
+            let o = &mut out[t0 * GROUP_ROWS..(t0 + tn) * GROUP_ROWS];
             // SAFETY: the caller has the CPU features; `lanes` checks the sizes.
-            unsafe { lanes(group, nb, act.rows(i, i + 1, nb), o) };
+            unsafe {
+                match tn {
+                    1 => lanes::<1>(group, nb, a, o),
+                    _ => lanes::<2>(group, nb, a, o),
+                }
+            }
+            t0 += tn;
         }
         return;
     }
