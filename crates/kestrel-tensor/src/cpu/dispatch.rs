@@ -123,6 +123,22 @@ pub(crate) fn tile_by_dots<A>(
     }
 }
 
+/// One 64-byte, 64-aligned line of a [`PrepBuf`].
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct Line(pub(crate) [u8; 64]);
+
+/// A tile kernel's activation side prepared once for a group of activation rows and reused
+/// by every weight-row tile of a task (see [`PreppedTileFn`]).
+pub(crate) type PrepBuf = Vec<Line>;
+
+/// A [`TileFn`] whose activation side (per block: the quants of each pair of rows, their
+/// offset terms and scales) is prepared into `prep` when `fresh`, and read from it otherwise:
+/// a task calls it with `fresh` for its first weight rows of each activation group. Same
+/// results as the plain tile, bit for bit.
+pub(crate) type PreppedTileFn<A> =
+    fn(w: &[u8], y: &[A], n_act: usize, out: &mut [f32], prep: &mut PrepBuf, fresh: bool);
+
 /// The most weight rows any tile kernel takes.
 pub(crate) const MAX_TILE_ROWS: usize = 4;
 
@@ -168,6 +184,9 @@ pub(crate) struct TypeKernels<A: 'static> {
     /// (Q6_K: b11434's tiled K-quant kernels from [`TILED_MIN_ROWS`] rows): `(min, tile)`, a
     /// sequence's rows all take `tile` when it has at least `min` of them in the step.
     pub wide: Option<(usize, TileFn<A>)>,
+    /// `tile` with its activation side prepared once per activation group (see
+    /// [`PreppedTileFn`]), where the kernel has it.
+    pub prepped: Option<PreppedTileFn<A>>,
 }
 
 impl<A> Clone for TypeKernels<A> {
@@ -188,6 +207,7 @@ impl<A> TypeKernels<A> {
             tile_acts: 4,
             single: None,
             wide: None,
+            prepped: None,
         }
     }
 }
@@ -223,10 +243,12 @@ impl Kernels {
             tile_acts: 4,
             single: Some(scalar_tile::<qdot::DQ4K>),
             wide: None,
+            prepped: None,
         },
         q5_k: TypeKernels::scalar::<qdot::DQ5K>(),
         q6_k: TypeKernels {
             wide: Q6K_WIDE_SCALAR,
+            prepped: None,
             ..TypeKernels::scalar::<qdot::DQ6K>()
         },
     };

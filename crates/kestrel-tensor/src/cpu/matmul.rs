@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::block::{dispatch, dot, BlockDequant, MAX_BLOCK};
-use super::dispatch::{MAX_TILE_ACTS, MAX_TILE_ROWS};
+use super::dispatch::{PrepBuf, MAX_TILE_ACTS, MAX_TILE_ROWS};
 use super::out_ptr::OutPtr;
 use crate::error::{Result, TensorError};
 use crate::DType;
@@ -106,6 +106,8 @@ fn typed<A: bytemuck::Pod>(buf: &mut Vec<u64>, len: usize) -> &mut [A] {
 
 thread_local! {
     static SCRATCH: RefCell<MatmulScratch> = const { RefCell::new(MatmulScratch::new()) };
+    /// Each pool thread's prepared activation side (see `dispatch::PreppedTileFn`).
+    static PREP: RefCell<PrepBuf> = const { RefCell::new(Vec::new()) };
 }
 
 /// Checks the sizes of a matmul call; returns the weight row bytes.
@@ -338,42 +340,59 @@ fn matmul_q<D: super::qdot::QDot>(
     let out_ptr = OutPtr::new(out);
     let tile_acts = kern.tile_acts.clamp(1, MAX_TILE_ACTS);
     let tile_rows = kern.tile_rows.clamp(1, MAX_TILE_ROWS);
+    // The plain tile's activation side can be prepared once per group and task when both
+    // parts run it (the q8_0 family: no second order).
+    let prepped = kern
+        .prepped
+        .filter(|_| kern.single.is_none() && kern.wide.is_none());
     (0..n_tasks).into_par_iter().for_each(|task| {
-        let r0 = task * chunk;
-        let r1 = (r0 + chunk).min(m);
-        // This task's weight rows stay in cache while groups of up to `tile_acts` activation
-        // rows pass over them; each weight block is unpacked once per group.
-        let parts = [(0, n_first, kern.tile), (n_first, n, second)];
-        for (lo, hi, tile) in parts {
-            let mut t0 = lo;
-            while t0 < hi {
-                let tn = (hi - t0).min(tile_acts);
-                let group = &acts[t0 * nb..(t0 + tn) * nb];
-                let mut o = [0f32; MAX_TILE_ROWS * MAX_TILE_ACTS];
-                let mut r = r0;
-                while r < r1 {
-                    let nw = (r1 - r).min(tile_rows);
-                    let wr = &w[r * row_bytes..(r + nw) * row_bytes];
-                    if t0 == 0 {
-                        // Only the first group streams these rows; later ones find them in
-                        // cache.
-                        prefetch_next(wr);
-                    }
-                    tile(wr, group, tn, &mut o[..nw * tn]);
-                    for j in 0..nw {
-                        for (i, &v) in o[j * tn..(j + 1) * tn].iter().enumerate() {
-                            let t = perm[t0 + i] as usize;
-                            // SAFETY: t < n (a permutation of 0..n) and r + j < r1 <= m, so
-                            // the index is in bounds of `out` (len n*m, checked); column r + j
-                            // belongs to this task alone.
-                            unsafe { out_ptr.write(t * m + r + j, v) };
+        PREP.with(|cell| {
+            let mut own = PrepBuf::new();
+            let mut guard = cell.try_borrow_mut();
+            let prep = match guard.as_mut() {
+                Ok(p) => &mut **p,
+                // Re-entered on this thread (a matmul inside a matmul's task).
+                Err(_) => &mut own,
+            };
+            let r0 = task * chunk;
+            let r1 = (r0 + chunk).min(m);
+            // This task's weight rows stay in cache while groups of up to `tile_acts`
+            // activation rows pass over them; each weight block is unpacked once per group.
+            let parts = [(0, n_first, kern.tile), (n_first, n, second)];
+            for (lo, hi, tile) in parts {
+                let mut t0 = lo;
+                while t0 < hi {
+                    let tn = (hi - t0).min(tile_acts);
+                    let group = &acts[t0 * nb..(t0 + tn) * nb];
+                    let mut o = [0f32; MAX_TILE_ROWS * MAX_TILE_ACTS];
+                    let mut r = r0;
+                    while r < r1 {
+                        let nw = (r1 - r).min(tile_rows);
+                        let wr = &w[r * row_bytes..(r + nw) * row_bytes];
+                        if t0 == 0 {
+                            // Only the first group streams these rows; later ones find them
+                            // in cache.
+                            prefetch_next(wr);
                         }
+                        match prepped {
+                            Some(pt) => pt(wr, group, tn, &mut o[..nw * tn], prep, r == r0),
+                            None => tile(wr, group, tn, &mut o[..nw * tn]),
+                        }
+                        for j in 0..nw {
+                            for (i, &v) in o[j * tn..(j + 1) * tn].iter().enumerate() {
+                                let t = perm[t0 + i] as usize;
+                                // SAFETY: t < n (a permutation of 0..n) and r + j < r1 <= m,
+                                // so the index is in bounds of `out` (len n*m, checked);
+                                // column r + j belongs to this task alone.
+                                unsafe { out_ptr.write(t * m + r + j, v) };
+                            }
+                        }
+                        r += nw;
                     }
-                    r += nw;
+                    t0 += tn;
                 }
-                t0 += tn;
             }
-        }
+        })
     });
 }
 

@@ -104,6 +104,7 @@ macro_rules! safe_table {
                 tile_acts: 4,
                 single: None,
                 wide: None,
+                prepped: None,
             },
             q4_1: TypeKernels {
                 rows: wrap::q4_1,
@@ -112,6 +113,7 @@ macro_rules! safe_table {
                 tile_acts: 4,
                 single: None,
                 wide: None,
+                prepped: None,
             },
             q5_0: TypeKernels {
                 rows: wrap::q5_0,
@@ -120,6 +122,7 @@ macro_rules! safe_table {
                 tile_acts: 4,
                 single: None,
                 wide: None,
+                prepped: None,
             },
             q5_1: TypeKernels {
                 rows: wrap::q5_1,
@@ -128,6 +131,7 @@ macro_rules! safe_table {
                 tile_acts: 4,
                 single: None,
                 wide: None,
+                prepped: None,
             },
             q8_0: TypeKernels {
                 rows: wrap::q8_0,
@@ -136,6 +140,7 @@ macro_rules! safe_table {
                 tile_acts: 4,
                 single: None,
                 wide: None,
+                prepped: None,
             },
             ..$base
         }
@@ -196,7 +201,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
     vnni!(tile_q6_k, (w, y, n_act, out));
     vnni!(tile_q6_k_tiled, (w, y, n_act, out));
     macro_rules! wide {
-        ($rows:ident, $name:ident, $act:ty) => {
+        ($rows:ident, $name:ident, $prepped:ident, $act:ty) => {
             fn $rows(w: &[u8], y: &[$act], out: &mut [f32]) {
                 // SAFETY: only reachable through this table, made after detection.
                 unsafe { q8_wide::$rows(w, y, out) }
@@ -205,18 +210,55 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
                 // SAFETY: as above.
                 unsafe { q8_wide::$name(w, y, n_act, out) }
             }
+            fn $prepped(
+                w: &[u8],
+                y: &[$act],
+                n_act: usize,
+                out: &mut [f32],
+                prep: &mut super::dispatch::PrepBuf,
+                fresh: bool,
+            ) {
+                // SAFETY: as above.
+                unsafe { q8_wide::$prepped(w, y, n_act, out, prep, fresh) }
+            }
         };
     }
-    wide!(rows_q4_0, tile_q4_0, kestrel_gguf::quant::BlockQ8_0);
-    wide!(rows_q4_1, tile_q4_1, crate::cpu::q8::BlockQ8_1);
-    wide!(rows_q5_0, tile_q5_0, kestrel_gguf::quant::BlockQ8_0);
-    wide!(rows_q5_1, tile_q5_1, crate::cpu::q8::BlockQ8_1);
-    wide!(rows_q8_0, tile_q8_0, kestrel_gguf::quant::BlockQ8_0);
+    wide!(
+        rows_q4_0,
+        tile_q4_0,
+        prepped_q4_0,
+        kestrel_gguf::quant::BlockQ8_0
+    );
+    wide!(
+        rows_q4_1,
+        tile_q4_1,
+        prepped_q4_1,
+        crate::cpu::q8::BlockQ8_1
+    );
+    wide!(
+        rows_q5_0,
+        tile_q5_0,
+        prepped_q5_0,
+        kestrel_gguf::quant::BlockQ8_0
+    );
+    wide!(
+        rows_q5_1,
+        tile_q5_1,
+        prepped_q5_1,
+        crate::cpu::q8::BlockQ8_1
+    );
+    wide!(
+        rows_q8_0,
+        tile_q8_0,
+        prepped_q8_0,
+        kestrel_gguf::quant::BlockQ8_0
+    );
     let base = safe_table!(avx512, has_avx512, base, super::dispatch::Isa::Avx512);
     // The q8_0 family's decode rows and prefill tiles (two activation rows per 512-bit register).
     fn wide<A>(
         rows: super::dispatch::RowsFn<A>,
         tile: super::dispatch::TileFn<A>,
+        prepped: super::dispatch::PreppedTileFn<A>,
     ) -> TypeKernels<A> {
         TypeKernels {
             rows,
@@ -225,14 +267,15 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             tile_acts: q8_wide::WIDE_ACTS,
             single: None,
             wide: None,
+            prepped: Some(prepped),
         }
     }
     Kernels {
-        q4_0: wide(rows_q4_0, tile_q4_0),
-        q4_1: wide(rows_q4_1, tile_q4_1),
-        q5_0: wide(rows_q5_0, tile_q5_0),
-        q5_1: wide(rows_q5_1, tile_q5_1),
-        q8_0: wide(rows_q8_0, tile_q8_0),
+        q4_0: wide(rows_q4_0, tile_q4_0, prepped_q4_0),
+        q4_1: wide(rows_q4_1, tile_q4_1, prepped_q4_1),
+        q5_0: wide(rows_q5_0, tile_q5_0, prepped_q5_0),
+        q5_1: wide(rows_q5_1, tile_q5_1, prepped_q5_1),
+        q8_0: wide(rows_q8_0, tile_q8_0, prepped_q8_0),
         // llama.cpp's orders for Q4_K (repacked gemv / gemm) and Q6_K (x86 vec_dot, tiled).
         q4_k: TypeKernels {
             rows: rows_q4_k,
@@ -241,6 +284,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             tile_acts: 4,
             single: Some(tile_q4_k_gemv),
             wide: None,
+            prepped: None,
         },
         q5_k: TypeKernels {
             rows: q5_k_rows,
@@ -249,6 +293,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             tile_acts: 4,
             single: None,
             wide: None,
+            prepped: None,
         },
         q6_k: TypeKernels {
             rows: rows_q6_k,
@@ -258,6 +303,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             single: None,
             // b11434's tiled K-quant matmul for sequences of 8 rows or more.
             wide: Some((super::dispatch::TILED_MIN_ROWS, tile_q6_k_tiled)),
+            prepped: None,
         },
         ..base
     }
@@ -372,6 +418,50 @@ mod tests {
                     "{dtype:?} k={k} tile {tn} {}: {want:?} vs {got:?}",
                     isa.name()
                 );
+                // The prepared variant: prepared by a call over other rows (all 4, or 1),
+                // then reused for these.
+                let prepped = |prep: &mut crate::cpu::dispatch::PrepBuf, rows: usize, fresh| {
+                    let mut out = vec![0f32; rows * tn];
+                    let w = &w[..rows * w.len() / 4];
+                    let done = match dtype {
+                        DType::Q4_0 => kern
+                            .q4_0
+                            .prepped
+                            .map(|f| f(w, &y0, tn, &mut out, prep, fresh)),
+                        DType::Q5_0 => kern
+                            .q5_0
+                            .prepped
+                            .map(|f| f(w, &y0, tn, &mut out, prep, fresh)),
+                        DType::Q8_0 => kern
+                            .q8_0
+                            .prepped
+                            .map(|f| f(w, &y0, tn, &mut out, prep, fresh)),
+                        DType::Q4_1 => kern
+                            .q4_1
+                            .prepped
+                            .map(|f| f(w, &y1, tn, &mut out, prep, fresh)),
+                        _ => kern
+                            .q5_1
+                            .prepped
+                            .map(|f| f(w, &y1, tn, &mut out, prep, fresh)),
+                    };
+                    done.map(|_| out)
+                };
+                for first in [4, 1] {
+                    let mut prep = Vec::new();
+                    if prepped(&mut prep, first, true).is_none() {
+                        break;
+                    }
+                    let got = prepped(&mut prep, nw, false).unwrap_or_default();
+                    assert!(
+                        want.iter()
+                            .zip(&got)
+                            .all(|(a, b)| a.to_bits() == b.to_bits())
+                            && got.len() == want.len(),
+                        "{dtype:?} k={k} prepped tile {nw}x{tn} {}: {want:?} vs {got:?}",
+                        isa.name()
+                    );
+                }
             }
         }
     }

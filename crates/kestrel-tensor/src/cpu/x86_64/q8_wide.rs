@@ -21,6 +21,7 @@ use std::arch::x86_64::*;
 use kestrel_gguf::quant::BlockQ8_0;
 
 use super::avx512::{fp16, hsum_float_8, nibbles, rd16};
+use crate::cpu::dispatch::{Line, PrepBuf};
 use crate::cpu::q8::BlockQ8_1;
 
 /// Activation rows one call takes at most.
@@ -220,6 +221,136 @@ unsafe fn wide<B: Blk, A: Act, const W: usize, const P: usize>(
             }
         }
     }
+    finish::<B, W, P>(&acc, &summs, n_act, out);
+}
+
+/// Vectors per (block, pair) in a prepared activation side: quants, `-off · Σ4 a` lanes,
+/// scales (and, at pair 0, the q8_1 sums of the block's 8 rows).
+const SLOTS: usize = 4;
+
+/// Prepares the activation side of [`wide`] for `n_act` rows (`P` pairs) of `nb` blocks into
+/// `buf`: per block and pair, the vectors `wide` builds at the top of each block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn prep<B: Blk, A: Act, const P: usize>(y: &[A], nb: usize, n_act: usize, buf: &mut [Line]) {
+    assert!(
+        buf.len() >= nb * P * SLOTS && y.len() == n_act * nb && n_act.div_ceil(2) == P,
+        "prep: {} lines for {nb} blocks of {n_act} rows",
+        buf.len()
+    );
+    let row = |g: usize| g.min(n_act - 1);
+    let mut idx = [_mm512_setzero_si512(); P];
+    for (p, v) in idx.iter_mut().enumerate() {
+        *v = _mm512_inserti64x4::<1>(
+            _mm512_set1_epi32(2 * p as i32),
+            _mm256_set1_epi32(2 * p as i32 + 1),
+        );
+    }
+    let zero = _mm512_setzero_si512();
+    let off = _mm512_set1_epi8(B::OFF as i8);
+    let out = buf.as_mut_ptr().cast::<__m512i>();
+    for i in 0..nb {
+        let mut d_bits = [0u16; 8];
+        let mut s_bits = [0u16; 8];
+        // SAFETY: lines i·P·SLOTS.. lie in `buf` (checked above); 64-byte aligned stores.
+        let at = |p: usize, slot: usize| unsafe { out.add((i * P + p) * SLOTS + slot) };
+        for p in 0..P {
+            let (ya, yb) = (&y[row(2 * p) * nb + i], &y[row(2 * p + 1) * nb + i]);
+            d_bits[2 * p] = ya.d_bits();
+            d_bits[2 * p + 1] = yb.d_bits();
+            s_bits[2 * p] = ya.s_bits();
+            s_bits[2 * p + 1] = yb.s_bits();
+            // SAFETY: 32 bytes of quants each, unaligned loads; stores as above.
+            unsafe {
+                let av = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(ya.qs().cast())),
+                    _mm256_loadu_si256(yb.qs().cast()),
+                );
+                _mm512_store_si512(at(p, 0), av);
+                let cv = if B::OFF != 0 {
+                    _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, av))
+                } else {
+                    zero
+                };
+                _mm512_store_si512(at(p, 1), cv);
+            }
+        }
+        // SAFETY: 16 bytes each, unaligned loads; stores as above.
+        unsafe {
+            let d8 = _mm256_cvtph_ps(_mm_loadu_si128(d_bits.as_ptr().cast()));
+            let d8 = _mm512_castps256_ps512(d8);
+            for p in 0..P {
+                _mm512_store_ps(at(p, 2).cast(), _mm512_permutexvar_ps(idx[p], d8));
+            }
+            let s8 = _mm256_cvtph_ps(_mm_loadu_si128(s_bits.as_ptr().cast()));
+            _mm512_store_ps(at(0, 3).cast(), _mm512_castps256_ps512(s8));
+        }
+    }
+}
+
+/// [`wide`] over an activation side made by [`prep`]: the same operations on the same values.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn wide_prepped<B: Blk, const W: usize, const P: usize>(
+    w: *const u8,
+    rb: usize,
+    buf: &[Line],
+    nb: usize,
+    n_act: usize,
+    out: &mut [f32],
+) {
+    assert!(
+        buf.len() >= nb * P * SLOTS && out.len() == W * n_act && n_act.div_ceil(2) == P,
+        "wide_prepped: {} lines for {nb} blocks of {n_act} rows",
+        buf.len()
+    );
+    let base = buf.as_ptr().cast::<__m512i>();
+    let mut acc = [[_mm512_setzero_ps(); P]; W];
+    let mut summs = [_mm256_setzero_ps(); W];
+    for i in 0..nb {
+        // SAFETY: lines of block i lie in `buf` (checked above); aligned loads.
+        let at = |p: usize, slot: usize| unsafe { base.add((i * P + p) * SLOTS + slot) };
+        let s8 = if B::MIN {
+            // SAFETY: as above.
+            unsafe { _mm256_load_ps(at(0, 3).cast()) }
+        } else {
+            _mm256_setzero_ps()
+        };
+        for r in 0..W {
+            // SAFETY: block i of row r lies in the weights (checked by the caller).
+            let (d, m, q) = unsafe { B::unpack(w.add(r * rb + i * B::BS)) };
+            let q2 = _mm512_broadcast_i64x4(q);
+            let dw = _mm512_set1_ps(d);
+            for p in 0..P {
+                // SAFETY: as above.
+                let (av, cv, dv) = unsafe {
+                    (
+                        _mm512_load_si512(at(p, 0)),
+                        _mm512_load_si512(at(p, 1)),
+                        _mm512_load_ps(at(p, 2).cast()),
+                    )
+                };
+                let s = _mm512_dpbusd_epi32(cv, q2, av);
+                acc[r][p] =
+                    _mm512_fmadd_ps(_mm512_mul_ps(dw, dv), _mm512_cvtepi32_ps(s), acc[r][p]);
+            }
+            if B::MIN {
+                summs[r] = _mm256_fmadd_ps(_mm256_set1_ps(m), s8, summs[r]);
+            }
+        }
+    }
+    finish::<B, W, P>(&acc, &summs, n_act, out);
+}
+
+/// Sums each accumulator's halves as ggml does and adds the `Σ m·s` terms: `out[r · n_act + t]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn finish<B: Blk, const W: usize, const P: usize>(
+    acc: &[[__m512; P]; W],
+    summs: &[__m256; W],
+    n_act: usize,
+    out: &mut [f32],
+) {
     for r in 0..W {
         let mut sm = [0f32; 8];
         // SAFETY: 8 f32, unaligned store.
@@ -233,6 +364,84 @@ unsafe fn wide<B: Blk, A: Act, const W: usize, const P: usize>(
                     out[r * n_act + t] = if B::MIN { v + sm[t] } else { v };
                 }
             }
+        }
+    }
+}
+
+/// [`tile`] with the activation side prepared in `prep` when `fresh` (see
+/// `dispatch::PreppedTileFn`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile_prepped<B: Blk, A: Act>(
+    w: &[u8],
+    y: &[A],
+    n_act: usize,
+    out: &mut [f32],
+    prep_buf: &mut PrepBuf,
+    fresh: bool,
+) {
+    let t = n_act;
+    let ok_t = (1..=WIDE_ACTS).contains(&t) && y.len().is_multiple_of(t);
+    let nb = if ok_t { y.len() / t } else { 0 };
+    let rb = nb * B::BS;
+    let pairs = t.div_ceil(2);
+    let lines = nb * pairs * SLOTS;
+    if fresh && ok_t && nb > 0 {
+        if prep_buf.len() < lines {
+            prep_buf.resize(lines, Line([0; 64]));
+        }
+        // SAFETY: the caller has the CPU features; `prep` checks the sizes.
+        unsafe {
+            match pairs {
+                1 => prep::<B, A, 1>(y, nb, t, prep_buf),
+                2 => prep::<B, A, 2>(y, nb, t, prep_buf),
+                3 => prep::<B, A, 3>(y, nb, t, prep_buf),
+                _ => prep::<B, A, 4>(y, nb, t, prep_buf),
+            }
+        }
+    }
+    let n_w = w.len().checked_div(rb).unwrap_or(0);
+    assert!(
+        ok_t && rb > 0
+            && (1..=WIDE_ROWS).contains(&n_w)
+            && n_w * rb == w.len()
+            && out.len() == n_w * t
+            && prep_buf.len() >= lines,
+        "wide tile: {} weight bytes, {} activation blocks in {t} rows, {} outputs",
+        w.len(),
+        y.len(),
+        out.len()
+    );
+    // Rows `r0..r0 + $w` into `out[r0 · t..]`.
+    macro_rules! run {
+        ($w:literal, $r0:expr) => {{
+            let (p, o) = (w.as_ptr().add($r0 * rb), &mut out[$r0 * t..($r0 + $w) * t]);
+            match pairs {
+                1 => wide_prepped::<B, $w, 1>(p, rb, prep_buf, nb, t, o),
+                2 => wide_prepped::<B, $w, 2>(p, rb, prep_buf, nb, t, o),
+                3 => wide_prepped::<B, $w, 3>(p, rb, prep_buf, nb, t, o),
+                _ => wide_prepped::<B, $w, 4>(p, rb, prep_buf, nb, t, o),
+            }
+        }};
+    }
+    // SAFETY: sizes checked above (rows r0..r0 + $w lie in `w`); the caller has the CPU
+    // features.
+    unsafe {
+        match n_w {
+            1 => run!(1, 0),
+            2 => run!(2, 0),
+            // Types with a min take four rows of many activation rows in two passes of two
+            // (see `tile`).
+            3 if B::MIN && t > 4 => {
+                run!(2, 0);
+                run!(1, 2);
+            }
+            3 => run!(3, 0),
+            _ if B::MIN && t > 4 => {
+                run!(2, 0);
+                run!(2, 2);
+            }
+            _ => run!(4, 0),
         }
     }
 }
@@ -391,6 +600,32 @@ entry_rows!(rows_q4_1, WQ4_1, BlockQ8_1, "Q4_1 · q8_1.");
 entry_rows!(rows_q5_0, WQ5_0, BlockQ8_0, "Q5_0 · q8_0.");
 entry_rows!(rows_q5_1, WQ5_1, BlockQ8_1, "Q5_1 · q8_1.");
 entry_rows!(rows_q8_0, WQ8_0, BlockQ8_0, "Q8_0 · q8_0.");
+
+macro_rules! entry_prepped {
+    ($name:ident, $blk:ident, $act:ty, $doc:literal) => {
+        #[doc = $doc]
+        #[doc = ""]
+        #[doc = "The tile with its activation side prepared once per activation group (see `tile_prepped`)."]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(crate) unsafe fn $name(
+            w: &[u8],
+            y: &[$act],
+            n_act: usize,
+            out: &mut [f32],
+            prep: &mut PrepBuf,
+            fresh: bool,
+        ) {
+            // SAFETY: the caller has the CPU features.
+            unsafe { tile_prepped::<$blk, $act>(w, y, n_act, out, prep, fresh) }
+        }
+    };
+}
+
+entry_prepped!(prepped_q4_0, WQ4_0, BlockQ8_0, "Q4_0 · q8_0.");
+entry_prepped!(prepped_q4_1, WQ4_1, BlockQ8_1, "Q4_1 · q8_1.");
+entry_prepped!(prepped_q5_0, WQ5_0, BlockQ8_0, "Q5_0 · q8_0.");
+entry_prepped!(prepped_q5_1, WQ5_1, BlockQ8_1, "Q5_1 · q8_1.");
+entry_prepped!(prepped_q8_0, WQ8_0, BlockQ8_0, "Q8_0 · q8_0.");
 
 entry!(tile_q4_0, WQ4_0, BlockQ8_0, "Q4_0 · q8_0.");
 entry!(tile_q4_1, WQ4_1, BlockQ8_1, "Q4_1 · q8_1.");
