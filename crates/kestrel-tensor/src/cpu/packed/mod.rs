@@ -18,6 +18,7 @@
 //! `KESTREL_REPACK=0` turns packing off.
 
 pub(crate) mod q4_0;
+pub(crate) mod q4_k;
 pub(crate) mod q6_k;
 
 use std::sync::{Arc, Mutex, Weak};
@@ -49,6 +50,8 @@ pub(crate) const SERIAL_QUANTIZE: usize = 1 << 15;
 pub enum PackedLayout {
     /// Q4_0, 16 rows interleaved 4 bytes at a time (see [`q4_0`]).
     Q4_0x16,
+    /// Q4_K, 16 rows interleaved 4 bytes at a time (see [`q4_k`]).
+    Q4Kx16,
     /// Q6_K, 16 rows interleaved 4 values at a time (see [`q6_k`]).
     Q6Kx16,
 }
@@ -85,7 +88,7 @@ static SHARED: Mutex<Vec<(usize, usize, Weak<PackedWeight>)>> = Mutex::new(Vec::
 
 impl PackedWeight {
     /// Packs `m` rows of `k` elements of `dtype` (raw bytes `w`), or `None` when no packed
-    /// layout serves this matrix on this CPU (not Q4_0 or Q6_K, rows not a multiple of 16, no
+    /// layout serves this matrix on this CPU (not Q4_0, Q4_K or Q6_K, rows not a multiple of 16, no
     /// AVX-512 VNNI, or `KESTREL_REPACK=0`).
     pub fn pack(w: &[u8], dtype: DType, m: usize, k: usize) -> Option<PackedWeight> {
         if !packing_enabled() {
@@ -102,6 +105,7 @@ impl PackedWeight {
         }
         let (layout, buf) = match dtype {
             DType::Q4_0 => (PackedLayout::Q4_0x16, q4_0::pack(w, m, k)?),
+            DType::Q4K => (PackedLayout::Q4Kx16, q4_k::pack(w, m, k)?),
             DType::Q6K => (PackedLayout::Q6Kx16, q6_k::pack(w, m, k)?),
             _ => return None,
         };
@@ -202,14 +206,30 @@ pub fn matmul_packed(
     match w.layout {
         PackedLayout::Q4_0x16 => {
             let act = q4_0::prepare(x, n, k, scratch);
-            // Every row sums alike: tiles may span sequences.
-            for_groups(w, n, &[n], out, |group, t0, tn, _, o| {
-                q4_0::group_tile(group, k / 32, act.rows(t0, t0 + tn, k / 32), o)
+            // Every row sums alike.
+            for_groups(
+                w,
+                n,
+                &[n],
+                |_, _| true,
+                out,
+                |group, t0, tn, _, o| {
+                    q4_0::group_tile(group, k / 32, act.rows(t0, t0 + tn, k / 32), o)
+                },
+            );
+        }
+        PackedLayout::Q4Kx16 => {
+            let act = q4_k::prepare(x, n, k, scratch);
+            // llama.cpp's gemm order for a sequence's rows in groups of 4, gemv for the rest.
+            let gemm = |i: usize, len: usize| i < len - len % 4;
+            for_groups(w, n, segments, gemm, out, |group, t0, tn, gemm, o| {
+                q4_k::group_tile(group, k / 256, act.rows(t0, t0 + tn, k / 256), gemm, o)
             });
         }
         PackedLayout::Q6Kx16 => {
             let act = q6_k::prepare(x, n, k, scratch);
-            for_groups(w, n, segments, out, |group, t0, tn, tiled, o| {
+            let tiled = |_: usize, len: usize| len >= TILED_MIN_ROWS;
+            for_groups(w, n, segments, tiled, out, |group, t0, tn, tiled, o| {
                 q6_k::group_tile(group, k / 256, act.rows(t0, t0 + tn, k / 256), tiled, o)
             });
         }
@@ -217,13 +237,15 @@ pub fn matmul_packed(
     Ok(())
 }
 
-/// Runs `tile(group bytes, t0, tn, tiled, out)` for every group of 16 rows and every run of up
-/// to [`MAX_ACTS`] activation rows whose sequences all take the same order (`tiled`: at least
-/// [`TILED_MIN_ROWS`] rows in the sequence), writing `out[t·m + 16g + r]`.
+/// Runs `tile(group bytes, t0, tn, order, out)` for every group of 16 rows and every run of up
+/// to [`MAX_ACTS`] consecutive activation rows of the same order (`order(i, len)` for row `i`
+/// of a sequence of `len` rows in the step; a row's numerics depend on its order only, not on
+/// the rows beside it), writing `out[t·m + 16g + r]`.
 fn for_groups(
     w: &PackedWeight,
     n: usize,
     segments: &[usize],
+    order: impl Fn(usize, usize) -> bool + Sync,
     out: &mut [f32],
     tile: impl Fn(&[u8], usize, usize, bool, &mut [f32]) + Sync,
 ) {
@@ -241,36 +263,38 @@ fn for_groups(
             for g in task * per_task..((task + 1) * per_task).min(groups) {
                 let group = &bytes[g * group_bytes..(g + 1) * group_bytes];
                 prefetch_next(group);
-                // Runs of consecutive sequences that take the same order share tiles (a
-                // row's numerics depend on its order only, not on the rows beside it).
-                let mut s0 = 0;
-                let mut segs = segments.iter().peekable();
-                while let Some(&len) = segs.next() {
-                    let tiled = len >= TILED_MIN_ROWS;
-                    let mut end = s0 + len;
-                    while let Some(&&next) = segs.peek() {
-                        if (next >= TILED_MIN_ROWS) != tiled {
-                            break;
-                        }
-                        end += next;
-                        segs.next();
-                    }
-                    let mut t0 = s0;
-                    while t0 < end {
-                        let tn = (end - t0).min(MAX_ACTS);
+                let mut run = |t0: usize, t1: usize, ord: bool| {
+                    let mut t = t0;
+                    while t < t1 {
+                        let tn = (t1 - t).min(MAX_ACTS);
                         let o = &mut o[..tn * GROUP_ROWS];
-                        tile(group, t0, tn, tiled, o);
+                        tile(group, t, tn, ord, o);
                         for (i, r) in o.chunks_exact(GROUP_ROWS).enumerate() {
-                            // SAFETY: row t0 + i < n and columns 16g..16g + 16 <= m, so the
+                            // SAFETY: row t + i < n and columns 16g..16g + 16 <= m, so the
                             // range is in bounds of `out` (n·m, checked); group g is this
                             // task's alone.
-                            unsafe { out_ptr.write_row((t0 + i) * m + g * GROUP_ROWS, r) };
+                            unsafe { out_ptr.write_row((t + i) * m + g * GROUP_ROWS, r) };
                         }
-                        t0 += tn;
+                        t += tn;
                     }
-                    s0 = end;
+                };
+                // Rows start..row so far share order `cur`.
+                let (mut start, mut row, mut cur) = (0, 0, None);
+                for &len in segments {
+                    for i in 0..len {
+                        let ord = order(i, len);
+                        if cur.is_some_and(|c| c != ord) {
+                            run(start, row, !ord);
+                            start = row;
+                        }
+                        cur = Some(ord);
+                        row += 1;
+                    }
                 }
-                debug_assert_eq!(s0, n);
+                if let Some(c) = cur {
+                    run(start, row, c);
+                }
+                debug_assert_eq!(row, n);
             }
         });
 }

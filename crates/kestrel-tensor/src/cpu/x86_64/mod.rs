@@ -18,6 +18,7 @@ pub(crate) mod f16_ops;
 pub(crate) mod kquants;
 pub(crate) mod kquants_vnni;
 pub(crate) mod q4_0x16;
+pub(crate) mod q4_kx16;
 pub(crate) mod q6_kx16;
 pub(crate) mod q8_wide;
 pub(crate) mod quantize;
