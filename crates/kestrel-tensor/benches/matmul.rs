@@ -1,7 +1,11 @@
 //! Matmul throughput per weight type at 2048×2048 (k = 2048):
 //! - `matvec_*`: decode, `out[m] = W[m×k] · x[k]`, as GB/s of weight bytes read;
 //! - `prefill_*`: 64 activation rows at once (the tile kernels), as multiply-adds per second
-//!   (criterion's "elements").
+//!   (criterion's "elements");
+//! - `*_packed`: the same on weights repacked at load (`cpu::PackedWeight`: Q4_0, Q4_K, Q6_K
+//!   on AVX-512 VNNI CPUs);
+//! - `read_bandwidth`: the machine's read bandwidth (a 256 MiB buffer summed by the pool's
+//!   threads, and by one), the ceiling of `matvec_*`'s GB/s.
 //!
 //! Threads: the `KESTREL_THREADS` environment variable (default: all logical CPUs);
 //! `KESTREL_ISA=scalar|avx2|avx512` caps the kernels for A/B runs.
@@ -9,7 +13,9 @@
 //! `cargo bench -p kestrel-tensor --bench matmul`
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use kestrel_tensor::cpu::{MatmulScratch, PackedWeight};
 use kestrel_tensor::{cpu, quant, CpuEngine, DType};
+use rayon::prelude::*;
 
 /// SplitMix64 random numbers in [-1, 1).
 fn random_vec(n: usize, seed: u64) -> Vec<f32> {
@@ -54,6 +60,16 @@ fn matvec(c: &mut Criterion) {
         group.bench_function(dtype.name(), |b| {
             engine.install(|| b.iter(|| cpu::matvec(&x, &w, dtype, m, &mut out).expect("matvec")))
         });
+        if let Some(p) = PackedWeight::pack(&w, dtype, m, k) {
+            let mut scratch = MatmulScratch::new();
+            group.bench_function(format!("{}_packed", dtype.name()), |b| {
+                engine.install(|| {
+                    b.iter(|| {
+                        cpu::matmul_packed(&x, 1, &p, &mut out, &[1], &mut scratch).expect("packed")
+                    })
+                })
+            });
+        }
     }
     group.finish();
 }
@@ -89,9 +105,55 @@ fn prefill(c: &mut Criterion) {
                 b.iter(|| cpu::matmul(&x, n, k, &w, dtype, m, &mut out).expect("matmul"))
             })
         });
+        if let Some(p) = PackedWeight::pack(&w, dtype, m, k) {
+            let mut scratch = MatmulScratch::new();
+            group.bench_function(format!("{}_packed", dtype.name()), |b| {
+                engine.install(|| {
+                    b.iter(|| {
+                        cpu::matmul_packed(&x, n, &p, &mut out, &[n], &mut scratch).expect("packed")
+                    })
+                })
+            });
+        }
     }
     group.finish();
 }
 
-criterion_group!(benches, matvec, prefill);
+/// Read bandwidth: a 256 MiB buffer (far larger than any cache) summed in 1 MiB chunks by the
+/// pool's threads, and by one thread.
+fn read_bandwidth(c: &mut Criterion) {
+    let threads = std::env::var("KESTREL_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let buf: Vec<u64> = (0..(256usize << 20) / 8).map(|i| i as u64).collect();
+    let mut group = c.benchmark_group("read_bandwidth_256MiB");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes((buf.len() * 8) as u64));
+    for n in [1, threads] {
+        let engine = CpuEngine::new(n).expect("thread pool");
+        let t = engine.pool().current_num_threads();
+        group.bench_function(format!("t{t}"), |b| {
+            engine.install(|| {
+                b.iter(|| {
+                    buf.par_chunks(1 << 17)
+                        .map(|c| {
+                            // 32 independent lanes, so the adds keep up with memory.
+                            let mut acc = [0u64; 32];
+                            for v in c.chunks_exact(32) {
+                                for (a, &x) in acc.iter_mut().zip(v) {
+                                    *a = a.wrapping_add(x);
+                                }
+                            }
+                            acc.iter().fold(0u64, |a, &x| a.wrapping_add(x))
+                        })
+                        .reduce(|| 0, u64::wrapping_add)
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, matvec, prefill, read_bandwidth);
 criterion_main!(benches);
