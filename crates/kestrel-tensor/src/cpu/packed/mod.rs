@@ -42,7 +42,7 @@ pub(crate) const MAX_ACTS: usize = 8;
 const TASKS_PER_THREAD: usize = 4;
 
 /// Activation values up to which the activation rows are converted on the calling thread.
-pub(crate) const SERIAL_QUANTIZE: usize = 1 << 15;
+const SERIAL_QUANTIZE: usize = 1 << 15;
 
 /// A layout of [`PackedWeight`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -297,6 +297,73 @@ fn for_groups(
                 debug_assert_eq!(row, n);
             }
         });
+}
+
+/// Packs `m` rows of `nb` blocks of `raw` bytes each (`w`) into groups of 16 rows laid out as
+/// `[nb × quant bytes][nb × scale bytes]`: `put(r, raw block, quants of block b, scales of block
+/// b)` fills row `r`'s part of each block of its group (over a zeroed buffer).
+pub(crate) fn pack_groups(
+    w: &[u8],
+    m: usize,
+    nb: usize,
+    (raw, quant, scale): (usize, usize, usize),
+    put: impl Fn(usize, &[u8], &mut [u8], &mut [u8]),
+) -> Option<AlignedBuf> {
+    let row_bytes = nb.checked_mul(raw)?;
+    if nb == 0 || w.len() != m.checked_mul(row_bytes)? {
+        return None;
+    }
+    let group_bytes = nb.checked_mul(quant + scale)?;
+    let mut buf = AlignedBuf::zeroed((m / GROUP_ROWS).checked_mul(group_bytes)?);
+    for (g, out) in buf.as_bytes_mut().chunks_exact_mut(group_bytes).enumerate() {
+        let (quants, scales) = out.split_at_mut(nb * quant);
+        for r in 0..GROUP_ROWS {
+            let row = &w[(g * GROUP_ROWS + r) * row_bytes..][..row_bytes];
+            for (b, blk) in row.chunks_exact(raw).enumerate() {
+                let q = &mut quants[b * quant..(b + 1) * quant];
+                put(r, blk, q, &mut scales[b * scale..(b + 1) * scale]);
+            }
+        }
+    }
+    Some(buf)
+}
+
+/// The activation side of a packed matmul: `n` rows of `nb` blocks converted by `quantize`,
+/// `per` i32 terms and one f32 per block filled by `terms(block, i32s, f32)`, all in
+/// `scratch`; on the calling thread for a few rows (decode), in parallel otherwise.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn prepare_acts<'s, A: bytemuck::Pod + Send + Sync>(
+    x: &[f32],
+    n: usize,
+    k: usize,
+    nb: usize,
+    per: usize,
+    scratch: &'s mut MatmulScratch,
+    quantize: fn(&[f32], &mut [A]),
+    terms: impl Fn(&A, &mut [i32], &mut f32) + Sync,
+) -> (&'s [A], &'s [i32], &'s [f32]) {
+    let (acts, ints, floats) = scratch.packed_parts::<A>(n * nb, n * nb * per);
+    type Row<'r, A> = ((&'r mut [A], &'r mut [i32]), &'r mut [f32]);
+    let convert = |(t, ((a, c), f)): (usize, Row<'_, A>)| {
+        quantize(&x[t * k..(t + 1) * k], a);
+        for ((b, c), f) in a.iter().zip(c.chunks_exact_mut(per)).zip(f.iter_mut()) {
+            terms(b, c, f);
+        }
+    };
+    if n * k <= SERIAL_QUANTIZE {
+        let rows = acts
+            .chunks_mut(nb)
+            .zip(ints.chunks_mut(nb * per))
+            .zip(floats.chunks_mut(nb));
+        rows.enumerate().for_each(convert);
+    } else {
+        let rows = acts
+            .par_chunks_mut(nb)
+            .zip(ints.par_chunks_mut(nb * per))
+            .zip(floats.par_chunks_mut(nb));
+        rows.enumerate().for_each(convert);
+    }
+    (&*acts, &*ints, &*floats)
 }
 
 /// Hands the pages wholly inside `bytes` (a packed matrix's source in the model's memory map,

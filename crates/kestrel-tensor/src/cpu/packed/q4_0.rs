@@ -11,18 +11,17 @@
 //! (that converts 8 partial lane sums per block to float, as ggml's AVX2 `vec_dot` does). It
 //! does not depend on how many activation rows a call has.
 
-use kestrel_gguf::quant::BlockQ8_0;
-use rayon::prelude::*;
-
-use super::{GROUP_ROWS, SERIAL_QUANTIZE};
+use super::GROUP_ROWS;
 use crate::cpu::matmul::MatmulScratch;
 use crate::cpu::q8::quantize_row_q8_0;
 use crate::storage::AlignedBuf;
+use kestrel_gguf::quant::BlockQ8_0;
 
 /// Quant bytes of one block of a group (16 rows × 16 bytes).
 pub(crate) const GROUP_BLOCK_BYTES: usize = GROUP_ROWS * 16;
 
 /// Bytes of one block of a group: quants and 16 f16 scales.
+#[cfg(test)]
 const GROUP_BLOCK_ALL: usize = GROUP_BLOCK_BYTES + GROUP_ROWS * 2;
 
 /// Bytes of a Q4_0 block: f16 scale, 16 bytes of nibbles.
@@ -49,30 +48,17 @@ impl ActQ8_0<'_> {
 
 /// Packs `m` Q4_0 rows of `k` elements (`w`: exactly their bytes, `m` a multiple of 16).
 pub(crate) fn pack(w: &[u8], m: usize, k: usize) -> Option<AlignedBuf> {
-    if k == 0 || !k.is_multiple_of(32) || w.len() != m * (k / 32) * Q4_0_BYTES {
+    if !k.is_multiple_of(32) {
         return None;
     }
-    let nb = k / 32;
-    let row_bytes = nb * Q4_0_BYTES;
-    let mut buf = AlignedBuf::zeroed(w.len());
-    for (g, out) in buf
-        .as_bytes_mut()
-        .chunks_exact_mut(nb * GROUP_BLOCK_ALL)
-        .enumerate()
-    {
-        let (quants, scales) = out.split_at_mut(nb * GROUP_BLOCK_BYTES);
-        for r in 0..GROUP_ROWS {
-            let row = &w[(g * GROUP_ROWS + r) * row_bytes..][..row_bytes];
-            for (b, blk) in row.chunks_exact(Q4_0_BYTES).enumerate() {
-                scales[(b * GROUP_ROWS + r) * 2..][..2].copy_from_slice(&blk[..2]);
-                for c in 0..4 {
-                    let at = b * GROUP_BLOCK_BYTES + c * 64 + r * 4;
-                    quants[at..at + 4].copy_from_slice(&blk[2 + 4 * c..2 + 4 * c + 4]);
-                }
-            }
+    let sizes = (Q4_0_BYTES, GROUP_BLOCK_BYTES, GROUP_ROWS * 2);
+    super::pack_groups(w, m, k / 32, sizes, |r, blk, quants, scales| {
+        scales[r * 2..r * 2 + 2].copy_from_slice(&blk[..2]);
+        for c in 0..4 {
+            let at = c * 64 + r * 4;
+            quants[at..at + 4].copy_from_slice(&blk[2 + 4 * c..2 + 4 * c + 4]);
         }
-    }
-    Some(buf)
+    })
 }
 
 /// Converts the `n` activation rows of `x` (`k` values each) to q8_0 in `scratch`, with the
@@ -83,35 +69,20 @@ pub(crate) fn prepare<'s>(
     k: usize,
     scratch: &'s mut MatmulScratch,
 ) -> ActQ8_0<'s> {
-    let nb = k / 32;
-    let (acts, corr, d) = scratch.packed_parts::<BlockQ8_0>(n * nb, n * nb);
-    type Row<'r> = ((&'r mut [BlockQ8_0], &'r mut [i32]), &'r mut [f32]);
-    let convert = |(t, ((a, c), dd)): (usize, Row<'_>)| {
-        quantize_row_q8_0(&x[t * k..(t + 1) * k], a);
-        for ((b, c), dd) in a.iter().zip(c.iter_mut()).zip(dd.iter_mut()) {
-            *c = -8 * b.qs.iter().map(|&q| i32::from(q)).sum::<i32>();
-            *dd = b.d.to_f32();
-        }
-    };
-    if n * k <= SERIAL_QUANTIZE {
-        // A few rows (decode): quicker here than a parallel region.
-        let rows = acts
-            .chunks_mut(nb)
-            .zip(corr.chunks_mut(nb))
-            .zip(d.chunks_mut(nb));
-        rows.enumerate().for_each(convert);
-    } else {
-        let rows = acts
-            .par_chunks_mut(nb)
-            .zip(corr.par_chunks_mut(nb))
-            .zip(d.par_chunks_mut(nb));
-        rows.enumerate().for_each(convert);
-    }
-    ActQ8_0 {
-        acts: &*acts,
-        corr: &*corr,
-        d: &*d,
-    }
+    let (acts, corr, d) = super::prepare_acts(
+        x,
+        n,
+        k,
+        k / 32,
+        1,
+        scratch,
+        quantize_row_q8_0,
+        |b: &BlockQ8_0, c, d| {
+            c[0] = -8 * b.qs.iter().map(|&q| i32::from(q)).sum::<i32>();
+            *d = b.d.to_f32();
+        },
+    );
+    ActQ8_0 { acts, corr, d }
 }
 
 /// One group against 1 to [`super::MAX_ACTS`] activation rows: `out[t · 16 + r]`; the

@@ -17,13 +17,11 @@
 //!
 //! and `acc - acc_min` at the end.
 
-use kestrel_gguf::quant::{get_scale_min_k4, BlockQ4K, BlockQ8K, QK_K};
-use rayon::prelude::*;
-
-use super::{GROUP_ROWS, SERIAL_QUANTIZE};
+use super::GROUP_ROWS;
 use crate::cpu::matmul::MatmulScratch;
 use crate::cpu::q8::quantize_row_q8_k;
 use crate::storage::AlignedBuf;
+use kestrel_gguf::quant::{get_scale_min_k4, BlockQ4K, BlockQ8K, QK_K};
 
 /// Quant bytes of one super-block of a group.
 pub(crate) const QUANT_BYTES: usize = 32 * 64;
@@ -57,52 +55,26 @@ impl ActQ4K<'_> {
     }
 }
 
-/// Bytes of `m` rows of `k` elements packed (`None` if `k` is not whole super-blocks).
-pub(crate) fn packed_len(m: usize, k: usize) -> Option<usize> {
-    if k == 0 || !k.is_multiple_of(QK_K) {
-        return None;
-    }
-    (m / GROUP_ROWS)
-        .checked_mul(k / QK_K)?
-        .checked_mul(QUANT_BYTES + SCALE_BYTES)
-}
-
 /// Packs `m` Q4_K rows of `k` elements (`w`: exactly their bytes, `m` a multiple of 16).
 pub(crate) fn pack(w: &[u8], m: usize, k: usize) -> Option<AlignedBuf> {
-    let len = packed_len(m, k)?;
-    if w.len() != m * (k / QK_K) * Q4K_BYTES {
+    if !k.is_multiple_of(QK_K) {
         return None;
     }
-    let nb = k / QK_K;
-    let row_bytes = nb * Q4K_BYTES;
-    let mut buf = AlignedBuf::zeroed(len);
-    for (g, out) in buf
-        .as_bytes_mut()
-        .chunks_exact_mut(nb * (QUANT_BYTES + SCALE_BYTES))
-        .enumerate()
-    {
-        let (quants, scales) = out.split_at_mut(nb * QUANT_BYTES);
-        for r in 0..GROUP_ROWS {
-            let row = &w[(g * GROUP_ROWS + r) * row_bytes..][..row_bytes];
-            for (b, raw) in row.chunks_exact(Q4K_BYTES).enumerate() {
-                let blk: BlockQ4K = bytemuck::pod_read_unaligned(raw);
-                let q = &mut quants[b * QUANT_BYTES..(b + 1) * QUANT_BYTES];
-                for v in 0..32 {
-                    let (p, c) = (v / 8, v % 8);
-                    q[v * 64 + r * 4..][..4].copy_from_slice(&blk.qs[32 * p + 4 * c..][..4]);
-                }
-                let s = &mut scales[b * SCALE_BYTES..(b + 1) * SCALE_BYTES];
-                for sb in 0..8 {
-                    let (sc, mn) = get_scale_min_k4(sb, &blk.scales);
-                    s[sb * GROUP_ROWS + r] = sc;
-                    s[MINS_AT + sb * GROUP_ROWS + r] = mn;
-                }
-                s[D_AT + 2 * r..][..2].copy_from_slice(&blk.d.to_le_bytes());
-                s[D_AT + 2 * GROUP_ROWS + 2 * r..][..2].copy_from_slice(&blk.dmin.to_le_bytes());
-            }
+    let sizes = (Q4K_BYTES, QUANT_BYTES, SCALE_BYTES);
+    super::pack_groups(w, m, k / QK_K, sizes, |r, raw, q, s| {
+        let blk: BlockQ4K = bytemuck::pod_read_unaligned(raw);
+        for v in 0..32 {
+            let (p, c) = (v / 8, v % 8);
+            q[v * 64 + r * 4..][..4].copy_from_slice(&blk.qs[32 * p + 4 * c..][..4]);
         }
-    }
-    Some(buf)
+        for sb in 0..8 {
+            let (sc, mn) = get_scale_min_k4(sb, &blk.scales);
+            s[sb * GROUP_ROWS + r] = sc;
+            s[MINS_AT + sb * GROUP_ROWS + r] = mn;
+        }
+        s[D_AT + 2 * r..][..2].copy_from_slice(&blk.d.to_le_bytes());
+        s[D_AT + 2 * GROUP_ROWS + 2 * r..][..2].copy_from_slice(&blk.dmin.to_le_bytes());
+    })
 }
 
 /// Converts the `n` activation rows of `x` (`k` values each) to q8_K in `scratch`, with the
@@ -113,28 +85,13 @@ pub(crate) fn prepare<'s>(
     k: usize,
     scratch: &'s mut MatmulScratch,
 ) -> ActQ4K<'s> {
-    let nb = k / QK_K;
-    let (acts, bs, _) = scratch.packed_parts::<BlockQ8K>(n * nb, n * nb * 8);
-    let convert = |(t, (a, s)): (usize, (&mut [BlockQ8K], &mut [i32]))| {
-        quantize_row_q8_k(&x[t * k..(t + 1) * k], a);
-        for (b, s) in a.iter().zip(s.chunks_exact_mut(8)) {
-            for (j, s) in s.iter_mut().enumerate() {
-                *s = i32::from(b.bsums[2 * j]) + i32::from(b.bsums[2 * j + 1]);
-            }
+    let sums = |b: &BlockQ8K, s: &mut [i32], _: &mut f32| {
+        for (j, s) in s.iter_mut().enumerate() {
+            *s = i32::from(b.bsums[2 * j]) + i32::from(b.bsums[2 * j + 1]);
         }
     };
-    if n * k <= SERIAL_QUANTIZE {
-        // A few rows (decode): quicker here than a parallel region.
-        let rows = acts.chunks_mut(nb).zip(bs.chunks_mut(nb * 8));
-        rows.enumerate().for_each(convert);
-    } else {
-        let rows = acts.par_chunks_mut(nb).zip(bs.par_chunks_mut(nb * 8));
-        rows.enumerate().for_each(convert);
-    }
-    ActQ4K {
-        acts: &*acts,
-        bs: &*bs,
-    }
+    let (acts, bs, _) = super::prepare_acts(x, n, k, k / QK_K, 8, scratch, quantize_row_q8_k, sums);
+    ActQ4K { acts, bs }
 }
 
 /// One group against 1 to [`super::MAX_ACTS`] activation rows in the gemm or the gemv order:

@@ -20,13 +20,11 @@
 //! - **tiled** (`dot_q6_k_tiled`, llama.cpp's tiled K-quant matmul): the super-block's exact
 //!   `Σ scale · (q - 32) · a`, then `acc = fma(f32(isum) · d_w, d_x, acc)`.
 
-use kestrel_gguf::quant::{BlockQ6K, BlockQ8K, QK_K};
-use rayon::prelude::*;
-
-use super::{GROUP_ROWS, SERIAL_QUANTIZE};
+use super::GROUP_ROWS;
 use crate::cpu::matmul::MatmulScratch;
 use crate::cpu::q8::quantize_row_q8_k;
 use crate::storage::AlignedBuf;
+use kestrel_gguf::quant::{BlockQ6K, BlockQ8K, QK_K};
 
 /// Quant bytes of one super-block of a group: `ql` then `qh`.
 pub(crate) const QUANT_BYTES: usize = 48 * 64;
@@ -72,39 +70,23 @@ fn qh_shift(gi: usize) -> u32 {
 
 /// Packs `m` Q6_K rows of `k` elements (`w`: exactly their bytes, `m` a multiple of 16).
 pub(crate) fn pack(w: &[u8], m: usize, k: usize) -> Option<AlignedBuf> {
-    if k == 0 || !k.is_multiple_of(QK_K) || w.len() != m * (k / QK_K) * Q6K_BYTES {
+    if !k.is_multiple_of(QK_K) {
         return None;
     }
-    let nb = k / QK_K;
-    let row_bytes = nb * Q6K_BYTES;
-    let mut buf = AlignedBuf::zeroed(w.len());
-    for (g, out) in buf
-        .as_bytes_mut()
-        .chunks_exact_mut(nb * (QUANT_BYTES + SCALE_BYTES))
-        .enumerate()
-    {
-        let (quants, scales) = out.split_at_mut(nb * QUANT_BYTES);
-        for r in 0..GROUP_ROWS {
-            let row = &w[(g * GROUP_ROWS + r) * row_bytes..][..row_bytes];
-            for (b, raw) in row.chunks_exact(Q6K_BYTES).enumerate() {
-                let blk: BlockQ6K = bytemuck::pod_read_unaligned(raw);
-                let q = &mut quants[b * QUANT_BYTES..(b + 1) * QUANT_BYTES];
-                for e in 0..QK_K {
-                    let (gi, j) = (e / 4, e % 4);
-                    let v = q6(&blk, e);
-                    let lo_at = (gi % 32) * 64 + r * 4 + j;
-                    q[lo_at] |= (v & 0x0F) << (4 * (gi / 32));
-                    q[QH_AT + (gi % 16) * 64 + r * 4 + j] |= (v >> 4) << qh_shift(gi);
-                }
-                let s = &mut scales[b * SCALE_BYTES..(b + 1) * SCALE_BYTES];
-                for (sb, &sc) in blk.scales.iter().enumerate() {
-                    s[sb * GROUP_ROWS + r] = sc as u8;
-                }
-                s[16 * GROUP_ROWS + 2 * r..][..2].copy_from_slice(&blk.d.to_le_bytes());
-            }
+    let sizes = (Q6K_BYTES, QUANT_BYTES, SCALE_BYTES);
+    super::pack_groups(w, m, k / QK_K, sizes, |r, raw, q, s| {
+        let blk: BlockQ6K = bytemuck::pod_read_unaligned(raw);
+        for e in 0..QK_K {
+            let (gi, j) = (e / 4, e % 4);
+            let v = q6(&blk, e);
+            q[(gi % 32) * 64 + r * 4 + j] |= (v & 0x0F) << (4 * (gi / 32));
+            q[QH_AT + (gi % 16) * 64 + r * 4 + j] |= (v >> 4) << qh_shift(gi);
         }
-    }
-    Some(buf)
+        for (sb, &sc) in blk.scales.iter().enumerate() {
+            s[sb * GROUP_ROWS + r] = sc as u8;
+        }
+        s[16 * GROUP_ROWS + 2 * r..][..2].copy_from_slice(&blk.d.to_le_bytes());
+    })
 }
 
 /// Converts the `n` activation rows of `x` (`k` values each) to q8_K in `scratch`, with the
@@ -115,28 +97,14 @@ pub(crate) fn prepare<'s>(
     k: usize,
     scratch: &'s mut MatmulScratch,
 ) -> ActQ8K<'s> {
-    let nb = k / QK_K;
-    let (acts, corr, _) = scratch.packed_parts::<BlockQ8K>(n * nb, n * nb * 16);
-    let convert = |(t, (a, c)): (usize, (&mut [BlockQ8K], &mut [i32]))| {
-        quantize_row_q8_k(&x[t * k..(t + 1) * k], a);
-        for (b, c) in a.iter().zip(c.chunks_exact_mut(16)) {
-            for (c, &s) in c.iter_mut().zip(&b.bsums) {
-                *c = -32 * i32::from(s);
-            }
+    let corr = |b: &BlockQ8K, c: &mut [i32], _: &mut f32| {
+        for (c, &s) in c.iter_mut().zip(&b.bsums) {
+            *c = -32 * i32::from(s);
         }
     };
-    if n * k <= SERIAL_QUANTIZE {
-        // A few rows (decode): quicker here than a parallel region.
-        let rows = acts.chunks_mut(nb).zip(corr.chunks_mut(nb * 16));
-        rows.enumerate().for_each(convert);
-    } else {
-        let rows = acts.par_chunks_mut(nb).zip(corr.par_chunks_mut(nb * 16));
-        rows.enumerate().for_each(convert);
-    }
-    ActQ8K {
-        acts: &*acts,
-        corr: &*corr,
-    }
+    let (acts, corr, _) =
+        super::prepare_acts(x, n, k, k / QK_K, 16, scratch, quantize_row_q8_k, corr);
+    ActQ8K { acts, corr }
 }
 
 /// One group against 1 to [`super::MAX_ACTS`] activation rows in the lanes or the tiled order:

@@ -55,8 +55,13 @@ unsafe fn tile<const T: usize>(group: &[u8], nb: usize, act: ActQ8_0<'_>, out: &
                 _mm512_cvtph_ps(_mm256_loadu_si256(scales.as_ptr().add(b * 32).cast())),
             )
         };
-        let lo = v.map(|x| _mm512_and_si512(x, m4));
-        let hi = v.map(|x| _mm512_and_si512(_mm512_srli_epi16::<4>(x), m4));
+        // Loops, not `map` closures: closures do not inherit the target features.
+        let mut lo = [_mm512_setzero_si512(); 4];
+        let mut hi = [_mm512_setzero_si512(); 4];
+        for c in 0..4 {
+            lo[c] = _mm512_and_si512(v[c], m4);
+            hi[c] = _mm512_and_si512(_mm512_srli_epi16::<4>(v[c]), m4);
+        }
         for (t, acc) in acc.iter_mut().enumerate() {
             let i = t * nb + b;
             let a = act.acts[i].qs.as_ptr();

@@ -104,8 +104,18 @@ unsafe fn tiled_rows<const T: usize>(group: &[u8], nb: usize, act: ActQ8K<'_>, o
             // SAFETY: as above.
             let (sc, w) = unsafe {
                 (
-                    [0, 1, 2, 3].map(|i| scales(s, qq + 4 * i)),
-                    [0, 1, 2, 3].map(|pi| unpack4(q, 4 * qq + pi)),
+                    [
+                        scales(s, qq),
+                        scales(s, qq + 4),
+                        scales(s, qq + 8),
+                        scales(s, qq + 12),
+                    ],
+                    [
+                        unpack4(q, 4 * qq),
+                        unpack4(q, 4 * qq + 1),
+                        unpack4(q, 4 * qq + 2),
+                        unpack4(q, 4 * qq + 3),
+                    ],
                 )
             };
             for (t, ia) in iacc.iter_mut().enumerate() {
@@ -150,7 +160,14 @@ unsafe fn lanes<const T: usize>(group: &[u8], nb: usize, act: ActQ8K<'_>, out: &
         let mut v = [[zero; 8]; T];
         for qq in 0..4 {
             // SAFETY: as above.
-            let sc = unsafe { [0, 1, 2, 3].map(|i| scales_dup(s, qq + 4 * i)) };
+            let sc = unsafe {
+                [
+                    scales_dup(s, qq),
+                    scales_dup(s, qq + 4),
+                    scales_dup(s, qq + 8),
+                    scales_dup(s, qq + 12),
+                ]
+            };
             for p in 4 * qq..4 * qq + 4 {
                 // SAFETY: as above.
                 let w = unsafe { unpack4(q, p) };

@@ -143,6 +143,61 @@ fn hi256(v: __m512) -> __m256 {
     _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)))
 }
 
+/// The activation side of block `i` for `P` pairs of the `n_act` rows of `y` (`nb` blocks
+/// each; an odd last row is paired with itself): per pair the two rows' quants, their
+/// `-off · Σ4 a` lanes and their scales, and the 8 rows' q8_1 sums.
+#[inline(always)]
+unsafe fn act_block<B: Blk, A: Act, const P: usize>(
+    y: &[A],
+    nb: usize,
+    n_act: usize,
+    i: usize,
+) -> ([__m512i; P], [__m512i; P], [__m512; P], __m256) {
+    // Activation row of lane group `g` (0..2P): rows past the last repeat it.
+    let row = |g: usize| g.min(n_act - 1);
+    let zero = _mm512_setzero_si512();
+    let off = _mm512_set1_epi8(B::OFF as i8);
+    let mut d_bits = [0u16; 8];
+    let mut s_bits = [0u16; 8];
+    let mut av = [zero; P];
+    let mut cv = [zero; P];
+    for p in 0..P {
+        let (ya, yb) = (&y[row(2 * p) * nb + i], &y[row(2 * p + 1) * nb + i]);
+        d_bits[2 * p] = ya.d_bits();
+        d_bits[2 * p + 1] = yb.d_bits();
+        s_bits[2 * p] = ya.s_bits();
+        s_bits[2 * p + 1] = yb.s_bits();
+        // SAFETY: 32 bytes of quants each, unaligned loads.
+        av[p] = unsafe {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(ya.qs().cast())),
+                _mm256_loadu_si256(yb.qs().cast()),
+            )
+        };
+        if B::OFF != 0 {
+            cv[p] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, av[p]));
+        }
+    }
+    // SAFETY: 16 bytes each, unaligned loads.
+    let (d8, s8) = unsafe {
+        (
+            _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(d_bits.as_ptr().cast()))),
+            _mm256_cvtph_ps(_mm_loadu_si128(s_bits.as_ptr().cast())),
+        )
+    };
+    // Lanes 2p and 2p + 1 of d8 to the halves of pair p (a loop, not a closure: closures do
+    // not inherit the caller's target features, and the intrinsics would become calls).
+    let mut dv = [_mm512_setzero_ps(); P];
+    for (p, v) in dv.iter_mut().enumerate() {
+        let idx = _mm512_inserti64x4::<1>(
+            _mm512_set1_epi32(2 * p as i32),
+            _mm256_set1_epi32(2 * p as i32 + 1),
+        );
+        *v = _mm512_permutexvar_ps(idx, d8);
+    }
+    (av, cv, dv, s8)
+}
+
 /// `W` weight rows (`rb` bytes apart at `w`, `nb` blocks each) against `n_act` activation rows
 /// (`y`: `n_act · nb` blocks, row after row) taken as `P` pairs (an odd last row is paired
 /// with itself): `out[r · n_act + t]`.
@@ -157,55 +212,12 @@ unsafe fn wide<B: Blk, A: Act, const W: usize, const P: usize>(
     out: &mut [f32],
 ) {
     debug_assert!(n_act.div_ceil(2) == P && y.len() == n_act * nb && out.len() == W * n_act);
-    // Activation row of lane group `g` (0..2P): rows past the last repeat it.
-    let row = |g: usize| g.min(n_act - 1);
-    // Lane g of d8 / s8 to the halves of pair p.
-    let mut idx = [_mm512_setzero_si512(); P];
-    for (p, v) in idx.iter_mut().enumerate() {
-        *v = _mm512_inserti64x4::<1>(
-            _mm512_set1_epi32(2 * p as i32),
-            _mm256_set1_epi32(2 * p as i32 + 1),
-        );
-    }
-    let zero = _mm512_setzero_si512();
-    let off = _mm512_set1_epi8(B::OFF as i8);
     let mut acc = [[_mm512_setzero_ps(); P]; W];
     let mut summs = [_mm256_setzero_ps(); W];
     for i in 0..nb {
-        let mut d_bits = [0u16; 8];
-        let mut s_bits = [0u16; 8];
-        let mut av = [zero; P];
-        let mut cv = [zero; P];
-        for p in 0..P {
-            let (ya, yb) = (&y[row(2 * p) * nb + i], &y[row(2 * p + 1) * nb + i]);
-            d_bits[2 * p] = ya.d_bits();
-            d_bits[2 * p + 1] = yb.d_bits();
-            s_bits[2 * p] = ya.s_bits();
-            s_bits[2 * p + 1] = yb.s_bits();
-            // SAFETY: 32 bytes of quants each, unaligned loads.
-            av[p] = unsafe {
-                _mm512_inserti64x4::<1>(
-                    _mm512_castsi256_si512(_mm256_loadu_si256(ya.qs().cast())),
-                    _mm256_loadu_si256(yb.qs().cast()),
-                )
-            };
-            if B::OFF != 0 {
-                cv[p] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, av[p]));
-            }
-        }
-        // SAFETY: 16 bytes each, unaligned loads.
-        let d8 = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(d_bits.as_ptr().cast())) };
-        let d8 = _mm512_castps256_ps512(d8);
-        let mut dv = [_mm512_setzero_ps(); P];
-        for p in 0..P {
-            dv[p] = _mm512_permutexvar_ps(idx[p], d8);
-        }
-        let s8 = if B::MIN {
-            // SAFETY: as above.
-            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(s_bits.as_ptr().cast())) }
-        } else {
-            _mm256_setzero_ps()
-        };
+        // SAFETY: block i of each row lies in `y` (checked by the caller).
+        let (av, cv, dv, s8) = unsafe { act_block::<B, A, P>(y, nb, n_act, i) };
+        let s8 = if B::MIN { s8 } else { _mm256_setzero_ps() };
         for r in 0..W {
             // SAFETY: block i of row r lies in the weights (checked by the caller).
             let (d, m, q) = unsafe { B::unpack(w.add(r * rb + i * B::BS)) };
@@ -238,52 +250,19 @@ unsafe fn prep<B: Blk, A: Act, const P: usize>(y: &[A], nb: usize, n_act: usize,
         "prep: {} lines for {nb} blocks of {n_act} rows",
         buf.len()
     );
-    let row = |g: usize| g.min(n_act - 1);
-    let mut idx = [_mm512_setzero_si512(); P];
-    for (p, v) in idx.iter_mut().enumerate() {
-        *v = _mm512_inserti64x4::<1>(
-            _mm512_set1_epi32(2 * p as i32),
-            _mm256_set1_epi32(2 * p as i32 + 1),
-        );
-    }
-    let zero = _mm512_setzero_si512();
-    let off = _mm512_set1_epi8(B::OFF as i8);
     let out = buf.as_mut_ptr().cast::<__m512i>();
     for i in 0..nb {
-        let mut d_bits = [0u16; 8];
-        let mut s_bits = [0u16; 8];
+        // SAFETY: block i of each row lies in `y` (checked above).
+        let (av, cv, dv, s8) = unsafe { act_block::<B, A, P>(y, nb, n_act, i) };
         // SAFETY: lines i·P·SLOTS.. lie in `buf` (checked above); 64-byte aligned stores.
-        let at = |p: usize, slot: usize| unsafe { out.add((i * P + p) * SLOTS + slot) };
-        for p in 0..P {
-            let (ya, yb) = (&y[row(2 * p) * nb + i], &y[row(2 * p + 1) * nb + i]);
-            d_bits[2 * p] = ya.d_bits();
-            d_bits[2 * p + 1] = yb.d_bits();
-            s_bits[2 * p] = ya.s_bits();
-            s_bits[2 * p + 1] = yb.s_bits();
-            // SAFETY: 32 bytes of quants each, unaligned loads; stores as above.
-            unsafe {
-                let av = _mm512_inserti64x4::<1>(
-                    _mm512_castsi256_si512(_mm256_loadu_si256(ya.qs().cast())),
-                    _mm256_loadu_si256(yb.qs().cast()),
-                );
-                _mm512_store_si512(at(p, 0), av);
-                let cv = if B::OFF != 0 {
-                    _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, av))
-                } else {
-                    zero
-                };
-                _mm512_store_si512(at(p, 1), cv);
-            }
-        }
-        // SAFETY: 16 bytes each, unaligned loads; stores as above.
         unsafe {
-            let d8 = _mm256_cvtph_ps(_mm_loadu_si128(d_bits.as_ptr().cast()));
-            let d8 = _mm512_castps256_ps512(d8);
+            let at = out.add(i * P * SLOTS);
             for p in 0..P {
-                _mm512_store_ps(at(p, 2).cast(), _mm512_permutexvar_ps(idx[p], d8));
+                _mm512_store_si512(at.add(p * SLOTS), av[p]);
+                _mm512_store_si512(at.add(p * SLOTS + 1), cv[p]);
+                _mm512_store_ps(at.add(p * SLOTS + 2).cast(), dv[p]);
             }
-            let s8 = _mm256_cvtph_ps(_mm_loadu_si128(s_bits.as_ptr().cast()));
-            _mm512_store_ps(at(0, 3).cast(), _mm512_castps256_ps512(s8));
+            _mm512_store_ps(at.add(3).cast(), _mm512_castps256_ps512(s8));
         }
     }
 }
