@@ -438,16 +438,38 @@ pub fn attention_paged(
             if rows.shift == usize::BITS - 1 {
                 super::attention_tiled::run_tiled(q, positions, k, v, kv_len, p, out)
             } else {
-                // A paged cache is gathered in position order first.
+                // A paged cache is gathered in position order first, one block-table run at a
+                // time, into this thread's buffer (no allocation once it has grown).
                 let n = kv_len * hd_stride;
-                let mut wk = Vec::with_capacity(n);
-                let mut wv = Vec::with_capacity(n);
-                for j in 0..kv_len {
-                    let src = rows.row(j) * hd_stride;
-                    wk.extend_from_slice(&k[src..src + hd_stride]);
-                    wv.extend_from_slice(&v[src..src + hd_stride]);
-                }
-                super::attention_tiled::run_tiled(q, positions, &wk, &wv, kv_len, p, out)
+                let run_len = 1usize << rows.shift;
+                let gather = |wk: &mut [f32], wv: &mut [f32]| {
+                    let mut j = 0;
+                    while j < kv_len {
+                        let len = run_len.min(kv_len - j) * hd_stride;
+                        let (src, dst) = (rows.row(j) * hd_stride, j * hd_stride);
+                        wk[dst..dst + len].copy_from_slice(&k[src..src + len]);
+                        wv[dst..dst + len].copy_from_slice(&v[src..src + len]);
+                        j += run_len;
+                    }
+                };
+                WIDE.with(|cell| match cell.try_borrow_mut() {
+                    Ok(mut buf) => {
+                        if buf.len() < 2 * n {
+                            buf.resize(2 * n, Widened(0.0));
+                        }
+                        let (wk, wv) = buf.split_at_mut(n);
+                        let wk: &mut [f32] = bytemuck::cast_slice_mut(wk);
+                        let wv: &mut [f32] = bytemuck::cast_slice_mut(&mut wv[..n]);
+                        gather(wk, wv);
+                        super::attention_tiled::run_tiled(q, positions, wk, wv, kv_len, p, out)
+                    }
+                    // Re-entered on this thread: a buffer of its own.
+                    Err(_) => {
+                        let (mut wk, mut wv) = (vec![0f32; n], vec![0f32; n]);
+                        gather(&mut wk, &mut wv);
+                        super::attention_tiled::run_tiled(q, positions, &wk, &wv, kv_len, p, out)
+                    }
+                })
             }
         }
         (KvSlice::F32(k), KvSlice::F32(v)) => run(q, positions, k, v, kv_len, rows, p, out),
