@@ -438,37 +438,10 @@ pub fn attention_paged(
             if rows.shift == usize::BITS - 1 {
                 super::attention_tiled::run_tiled(q, positions, k, v, kv_len, p, out)
             } else {
-                // A paged cache is gathered in position order first, one block-table run at a
-                // time, into this thread's buffer (no allocation once it has grown).
-                let n = kv_len * hd_stride;
-                let run_len = 1usize << rows.shift;
-                let gather = |wk: &mut [f32], wv: &mut [f32]| {
-                    let mut j = 0;
-                    while j < kv_len {
-                        let len = run_len.min(kv_len - j) * hd_stride;
-                        let (src, dst) = (rows.row(j) * hd_stride, j * hd_stride);
-                        wk[dst..dst + len].copy_from_slice(&k[src..src + len]);
-                        wv[dst..dst + len].copy_from_slice(&v[src..src + len]);
-                        j += run_len;
-                    }
-                };
-                WIDE.with(|cell| match cell.try_borrow_mut() {
-                    Ok(mut buf) => {
-                        if buf.len() < 2 * n {
-                            buf.resize(2 * n, Widened(0.0));
-                        }
-                        let (wk, wv) = buf.split_at_mut(n);
-                        let wk: &mut [f32] = bytemuck::cast_slice_mut(wk);
-                        let wv: &mut [f32] = bytemuck::cast_slice_mut(&mut wv[..n]);
-                        gather(wk, wv);
-                        super::attention_tiled::run_tiled(q, positions, wk, wv, kv_len, p, out)
-                    }
-                    // Re-entered on this thread: a buffer of its own.
-                    Err(_) => {
-                        let (mut wk, mut wv) = (vec![0f32; n], vec![0f32; n]);
-                        gather(&mut wk, &mut wv);
-                        super::attention_tiled::run_tiled(q, positions, &wk, &wv, kv_len, p, out)
-                    }
+                // A paged cache is gathered in position order first.
+                let copy = |s: &[f32], d: &mut [f32]| d.copy_from_slice(s);
+                with_gathered(k, v, kv_len, rows, hd_stride, copy, |wk, wv| {
+                    super::attention_tiled::run_tiled(q, positions, wk, wv, kv_len, p, out)
                 })
             }
         }
@@ -479,49 +452,25 @@ pub fn attention_paged(
         (KvSlice::F16(k), KvSlice::F16(v)) => {
             // Widen the visible cache once instead of once per (query row, head, key), in
             // position order (a paged cache is gathered here).
-            let n = kv_len * hd_stride;
-            WIDE.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut buf) => {
-                    if buf.len() < 2 * n {
-                        buf.resize(2 * n, Widened(0.0));
-                    }
-                    let (wk, wv) = buf.split_at_mut(n);
-                    let wv = &mut wv[..n];
-                    let wk: &mut [f32] = bytemuck::cast_slice_mut(wk);
-                    let wv: &mut [f32] = bytemuck::cast_slice_mut(wv);
-                    let run_len = if rows.shift == usize::BITS - 1 {
-                        kv_len.max(1)
-                    } else {
-                        1 << rows.shift
-                    };
-                    let mut j = 0;
-                    while j < kv_len {
-                        let len = run_len.min(kv_len - j) * hd_stride;
-                        let src = rows.row(j) * hd_stride;
-                        let dst = j * hd_stride;
-                        k[src..src + len].convert_to_f32_slice(&mut wk[dst..dst + len]);
-                        v[src..src + len].convert_to_f32_slice(&mut wv[dst..dst + len]);
-                        j += run_len;
-                    }
-                    if p.head_dim.is_multiple_of(16) {
-                        // llama.cpp's tiled f32 path, rounding as it does.
-                        super::attention_tiled::run_tiled(q, positions, wk, wv, kv_len, p, out);
-                        return;
-                    }
-                    let (wk, wv): (&[Widened], &[Widened]) =
-                        (bytemuck::cast_slice(wk), bytemuck::cast_slice(wv));
-                    run2::<Widened, Widened>(
-                        q,
-                        positions,
-                        wk,
-                        wv,
-                        kv_len,
-                        KvRows::CONTIGUOUS,
-                        p,
-                        out,
-                    );
+            let widen = |s: &[f16], d: &mut [f32]| s.convert_to_f32_slice(d);
+            with_gathered(k, v, kv_len, rows, hd_stride, widen, |wk, wv| {
+                if p.head_dim.is_multiple_of(16) {
+                    // llama.cpp's tiled f32 path, rounding as it does.
+                    super::attention_tiled::run_tiled(q, positions, wk, wv, kv_len, p, out);
+                    return;
                 }
-                Err(_) => run(q, positions, k, v, kv_len, rows, p, out),
+                let (wk, wv): (&[Widened], &[Widened]) =
+                    (bytemuck::cast_slice(wk), bytemuck::cast_slice(wv));
+                run2::<Widened, Widened>(
+                    q,
+                    positions,
+                    wk,
+                    wv,
+                    kv_len,
+                    KvRows::CONTIGUOUS,
+                    p,
+                    out,
+                );
             })
         }
         (KvSlice::F32(k), KvSlice::F16(v)) => run2(q, positions, k, v, kv_len, rows, p, out),
@@ -540,6 +489,54 @@ pub fn attention_paged(
         }
     }
     Ok(())
+}
+
+/// Runs `f` over the first `kv_len` positions of `k` and `v` as f32 rows in position order:
+/// `conv` copies or widens each run of rows the block table `rows` keeps together, into this
+/// thread's buffer (it grows to the largest seen, then allocates nothing; a call re-entered on
+/// the thread gets buffers of its own).
+fn with_gathered<S>(
+    k: &[S],
+    v: &[S],
+    kv_len: usize,
+    rows: KvRows<'_>,
+    hd_stride: usize,
+    conv: impl Fn(&[S], &mut [f32]),
+    f: impl FnOnce(&[f32], &[f32]),
+) {
+    let n = kv_len * hd_stride;
+    let run_len = if rows.shift == usize::BITS - 1 {
+        kv_len.max(1)
+    } else {
+        1 << rows.shift
+    };
+    let gather = |wk: &mut [f32], wv: &mut [f32]| {
+        let mut j = 0;
+        while j < kv_len {
+            let len = run_len.min(kv_len - j) * hd_stride;
+            let (src, dst) = (rows.row(j) * hd_stride, j * hd_stride);
+            conv(&k[src..src + len], &mut wk[dst..dst + len]);
+            conv(&v[src..src + len], &mut wv[dst..dst + len]);
+            j += run_len;
+        }
+    };
+    WIDE.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            if buf.len() < 2 * n {
+                buf.resize(2 * n, Widened(0.0));
+            }
+            let (wk, wv) = buf.split_at_mut(n);
+            let wk: &mut [f32] = bytemuck::cast_slice_mut(wk);
+            let wv: &mut [f32] = bytemuck::cast_slice_mut(&mut wv[..n]);
+            gather(wk, wv);
+            f(wk, wv)
+        }
+        Err(_) => {
+            let (mut wk, mut wv) = (vec![0f32; n], vec![0f32; n]);
+            gather(&mut wk, &mut wv);
+            f(&wk, &wv)
+        }
+    })
 }
 
 /// The argument checks of [`attention_paged`].
