@@ -78,6 +78,8 @@ pub struct ExecutionPlan {
     /// runs a step, so once it has grown no step allocates (a thread-local scratch allocated
     /// again whenever a step landed on a worker that had not run one before).
     scratch: cpu::MatmulScratch,
+    /// RoPE angles of the step's positions, computed by the first layer and reused by the rest.
+    rope_cache: cpu::RopeCache,
     /// Node tracing for numerics work, read from the environment once at compile time:
     /// `KESTREL_TRACE=1` prints each node's output sum (f32, in memory order, as llama.cpp's
     /// eval callback prints it), `KESTREL_TRACE=<dir>` also writes each node's output to
@@ -217,6 +219,7 @@ impl ExecutionPlan {
             positions: vec![0; max_tokens],
             mask_positions: vec![0; max_tokens],
             scratch: cpu::MatmulScratch::new(),
+            rope_cache: cpu::RopeCache::default(),
             trace: std::env::var("KESTREL_TRACE")
                 .ok()
                 .filter(|v| !v.is_empty()),
@@ -516,7 +519,8 @@ impl ExecutionPlan {
                     Some(w) => Some(self.weights[w].vector()?),
                     None => None,
                 };
-                cpu::rope(out, p.n_head, p.head_dim, positions, &params, ff)?;
+                let cache = &mut self.rope_cache;
+                cpu::rope_with(out, p.n_head, p.head_dim, positions, &params, ff, cache)?;
             }
             Op::Attention(p) => {
                 if p.head_dim_k != p.head_dim_v {

@@ -79,14 +79,32 @@ fn binary(
     if a.is_empty() {
         return Ok(());
     }
-    let bl = b.len();
     for_chunks(out, |o, off| {
-        for (i, y) in o.iter_mut().enumerate() {
-            let j = off + i;
-            *y = f(a[j], b[j % bl]);
-        }
+        by_rows_of(b, o, off, |o, b, j| {
+            let n = o.len();
+            for ((y, &x), &b) in o.iter_mut().zip(&a[j..j + n]).zip(b) {
+                *y = f(x, b);
+            }
+        })
     });
     Ok(())
+}
+
+/// Calls `f(piece of o, b over it, index of the piece's start)` over the pieces of `o` (whose
+/// first element is element `off` of a slice of rows of `b.len()`) that lie within one row:
+/// zipped loops the compiler vectorizes, instead of an index modulo per element.
+#[inline(always)]
+fn by_rows_of(b: &[f32], o: &mut [f32], off: usize, mut f: impl FnMut(&mut [f32], &[f32], usize)) {
+    let bl = b.len();
+    let (mut j, mut rest) = (off, o);
+    while !rest.is_empty() {
+        let p = j % bl;
+        let n = (bl - p).min(rest.len());
+        let (piece, t) = rest.split_at_mut(n);
+        f(piece, &b[p..p + n], j);
+        j += n;
+        rest = t;
+    }
 }
 
 fn binary_assign(
@@ -99,11 +117,12 @@ fn binary_assign(
     if a.is_empty() {
         return Ok(());
     }
-    let bl = b.len();
     for_chunks(a, |o, off| {
-        for (i, y) in o.iter_mut().enumerate() {
-            *y = f(*y, b[(off + i) % bl]);
-        }
+        by_rows_of(b, o, off, |o, b, _| {
+            for (y, &b) in o.iter_mut().zip(b) {
+                *y = f(*y, b);
+            }
+        })
     });
     Ok(())
 }
@@ -198,6 +217,8 @@ static GELU_TABLE: std::sync::OnceLock<Box<[u16]>> = std::sync::OnceLock::new();
 fn gelu_table() -> Box<[u16]> {
     (0..=u16::MAX)
         .map(|b| f16::from_f32(gelu_table_entry(f16::from_bits(b).to_f32())).to_bits())
+        // One entry past the last: the AVX-512 GeGLU gathers 4 bytes at each entry.
+        .chain([0])
         .collect()
 }
 
@@ -307,8 +328,31 @@ fn apply<S: Fn(usize, f32) -> f32, T: Fn(usize, f32) -> f32>(
     }
 }
 
+/// Whether the AVX-512 SiLU (`x86_64::silu`) runs here.
+fn simd_silu() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::dispatch::active_isa() >= super::dispatch::Isa::Avx512
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// `x = silu(x)`, rounding as ggml's `ggml_vec_silu_f32` (see the module docs).
 pub fn silu(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd_silu() {
+        let vec_end = x.len() - x.len() % 16;
+        for_chunks(x, |o, off| {
+            // Chunks start at multiples of 16, so their groups of 16 are ggml's.
+            let v = vec_end.saturating_sub(off).min(o.len());
+            let (head, tail) = o.split_at_mut(v);
+            // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
+            unsafe { super::x86_64::silu::silu(head) };
+            tail.iter_mut().for_each(|y| *y = silu_f32(*y));
+        });
+        return;
+    }
     silu_like(
         x,
         #[inline(always)]
@@ -332,6 +376,22 @@ pub fn gelu_erf(x: &mut [f32]) {
 pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
     same_len("swiglu", "up", gate.len(), up.len())?;
     same_len("swiglu", "out", gate.len(), out.len())?;
+    #[cfg(target_arch = "x86_64")]
+    if simd_silu() {
+        let vec_end = out.len() - out.len() % 16;
+        for_chunks(out, |o, off| {
+            // Chunks start at multiples of 16, so their groups of 16 are ggml's.
+            let v = vec_end.saturating_sub(off).min(o.len());
+            let (head, tail) = o.split_at_mut(v);
+            // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
+            unsafe { super::x86_64::silu::swiglu(&gate[off..], &up[off..], head) };
+            for (i, y) in tail.iter_mut().enumerate() {
+                let j = off + v + i;
+                *y = silu_f32(gate[j]) * up[j];
+            }
+        });
+        return Ok(());
+    }
     silu_like(
         out,
         #[inline(always)]
@@ -346,15 +406,34 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
 /// 0 for `gate <= -10`, `gate * up` for `gate >= 10`, else `f16(gelu(f16(gate))) * up`.
 pub fn geglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
     same_len("geglu", "up", gate.len(), up.len())?;
-    binary("geglu", gate, up, out, |g, u| {
-        if g <= -10.0 {
-            0.0
-        } else if g >= 10.0 {
-            g * u
-        } else {
-            gelu_ggml(g) * u
-        }
-    })
+    #[cfg(target_arch = "x86_64")]
+    if simd_silu() {
+        same_len("geglu", "out", gate.len(), out.len())?;
+        let table = GELU_TABLE.get_or_init(gelu_table);
+        for_chunks(out, |o, off| {
+            let v = o.len() - o.len() % 16;
+            let (head, tail) = o.split_at_mut(v);
+            // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
+            unsafe { super::x86_64::silu::geglu(table, &gate[off..], &up[off..], head) };
+            for (i, y) in tail.iter_mut().enumerate() {
+                *y = geglu_one(gate[off + v + i], up[off + v + i]);
+            }
+        });
+        return Ok(());
+    }
+    binary("geglu", gate, up, out, geglu_one)
+}
+
+/// One value of [`geglu`].
+#[inline]
+fn geglu_one(g: f32, u: f32) -> f32 {
+    if g <= -10.0 {
+        0.0
+    } else if g >= 10.0 {
+        g * u
+    } else {
+        gelu_ggml(g) * u
+    }
 }
 
 /// Index of the largest value; ties go to the lowest index, NaNs are never chosen unless they
@@ -491,6 +570,68 @@ mod tests {
         assert_eq!(gelu_f32(-100.0), 0.0);
         assert_eq!(gelu_f32(100.0), 100.0);
         assert_eq!(silu_f32(-200.0), 0.0);
+    }
+
+    #[test]
+    fn simd_silu_equals_the_lane_emulation_bit_for_bit() {
+        // Whatever kernel runs here (the AVX-512 one on such CPUs), every value of a group of
+        // 16 is `silu_ggml` and the tail `silu_f32`, including the clamped and special inputs.
+        let mut rng = Rng::new(5);
+        let mut g = rng.vec(16 * 300 + 7, 20.0);
+        g.extend([
+            0.0,
+            -0.0,
+            88.0,
+            -88.0,
+            89.0,
+            -104.0,
+            130.0,
+            -140.0,
+            1e30,
+            -1e30,
+            1e-40,
+            -1e-40,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            200.0,
+            -200.0,
+        ]);
+        g.rotate_right(16);
+        let u = rng.vec(g.len(), 3.0);
+        let vec_end = g.len() - g.len() % 16;
+        let lane = |j: usize, x: f32| {
+            if j < vec_end {
+                silu_ggml(x)
+            } else {
+                silu_f32(x)
+            }
+        };
+        let mut out = vec![0f32; g.len()];
+        swiglu(&g, &u, &mut out).unwrap();
+        let mut x = g.clone();
+        silu(&mut x);
+        for j in 0..g.len() {
+            let want = lane(j, g[j]);
+            assert_eq!(x[j].to_bits(), want.to_bits(), "silu({}) at {j}", g[j]);
+            let want = want * u[j];
+            assert_eq!(out[j].to_bits(), want.to_bits(), "swiglu({}) at {j}", g[j]);
+        }
+        // GeGLU likewise against `geglu_one`, around the ±10 cut-offs and f16's edges too.
+        g.extend([
+            -10.0, 10.0, -9.999, 9.999, 65504.0, 65520.0, -65520.0, 6e-8, -6e-8, 3e-5,
+        ]);
+        g.push(f32::NAN);
+        let u = rng.vec(g.len(), 3.0);
+        let mut out = vec![0f32; g.len()];
+        geglu(&g, &u, &mut out).unwrap();
+        for j in 0..g.len() {
+            let want = geglu_one(g[j], u[j]);
+            if want.is_nan() {
+                assert!(out[j].is_nan(), "geglu({}) at {j}", g[j]);
+            } else {
+                assert_eq!(out[j].to_bits(), want.to_bits(), "geglu({}) at {j}", g[j]);
+            }
+        }
     }
 
     #[test]

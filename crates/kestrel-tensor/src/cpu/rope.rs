@@ -14,7 +14,7 @@ use rayon::prelude::*;
 
 use crate::error::{Result, TensorError};
 
-/// Most rotary dims supported (the per-token cos/sin table lives on the stack).
+/// Most rotary dims supported.
 pub const MAX_ROT: usize = 1024;
 
 /// Which elements form a rotated pair.
@@ -129,6 +129,31 @@ pub fn rope(
     p: &RopeParams,
     freq_factors: Option<&[f32]>,
 ) -> Result<()> {
+    rope_with(
+        x,
+        n_head,
+        head_dim,
+        positions,
+        p,
+        freq_factors,
+        &mut RopeCache::default(),
+    )
+}
+
+/// [`rope`] with the angles taken from (or added to) `cache`: the same values, computed once
+/// for all the layers of a step.
+///
+/// # Errors
+/// As [`rope`].
+pub fn rope_with(
+    x: &mut [f32],
+    n_head: usize,
+    head_dim: usize,
+    positions: &[i32],
+    p: &RopeParams,
+    freq_factors: Option<&[f32]>,
+    cache: &mut RopeCache,
+) -> Result<()> {
     const OP: &str = "rope";
     let n_rot = if p.n_rot == 0 { head_dim } else { p.n_rot };
     if n_rot % 2 != 0 || n_rot > head_dim || n_rot > MAX_ROT {
@@ -161,30 +186,109 @@ pub fn rope(
         return Ok(());
     }
     let half = n_rot / 2;
-    x.par_chunks_mut(tok)
-        .zip(positions.par_iter())
-        .for_each(|(xt, &pos)| {
-            let mut cache = [0f32; MAX_ROT];
-            let cache = &mut cache[..n_rot];
-            fill_cache(p, n_rot, pos as f32, freq_factors, cache);
-            for head in xt.chunks_exact_mut(head_dim) {
-                for i0 in (0..n_rot).step_by(2) {
-                    let (c, s) = (cache[i0], cache[i0 + 1]);
-                    let (a, b) = match p.mode {
-                        RopeMode::Normal => (i0, i0 + 1),
-                        RopeMode::Neox => (i0 / 2, i0 / 2 + half),
-                    };
-                    let (x0, x1) = (head[a], head[b]);
-                    // ggml's rotate_pairs as GCC builds it (-ffp-contract=fast): one FMA each,
-                    // `x0*c` and `x0*s` fused. Bit-identical to libggml-cpu (tests/ggml_ops.rs);
-                    // the plain expressions differ in the last bit for ~15% of values, and one
-                    // ulp is enough to flip a q8 rounding downstream.
-                    head[a] = x0.mul_add(c, -(x1 * s));
-                    head[b] = x0.mul_add(s, x1 * c);
-                }
+    let table = cache.table(p, n_rot, positions, freq_factors);
+    let rotate = |(xt, cs): (&mut [f32], &[f32])| {
+        for head in xt.chunks_exact_mut(head_dim) {
+            for i0 in (0..n_rot).step_by(2) {
+                let (c, s) = (cs[i0], cs[i0 + 1]);
+                let (a, b) = match p.mode {
+                    RopeMode::Normal => (i0, i0 + 1),
+                    RopeMode::Neox => (i0 / 2, i0 / 2 + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                // ggml's rotate_pairs as GCC builds it (-ffp-contract=fast): one FMA each,
+                // `x0*c` and `x0*s` fused. Bit-identical to libggml-cpu (tests/ggml_ops.rs);
+                // the plain expressions differ in the last bit for ~15% of values, and one
+                // ulp is enough to flip a q8 rounding downstream.
+                head[a] = x0.mul_add(c, -(x1 * s));
+                head[b] = x0.mul_add(s, x1 * c);
             }
-        });
+        }
+    };
+    if x.len() < PAR_MIN_ELEMS {
+        x.chunks_mut(tok).zip(table.chunks(n_rot)).for_each(rotate);
+    } else {
+        x.par_chunks_mut(tok)
+            .zip(table.par_chunks(n_rot))
+            .for_each(rotate);
+    }
     Ok(())
+}
+
+/// Values below which [`rope_with`] rotates on the calling thread (a decode step's few
+/// tokens: the pool's hand-off costs more than the work).
+const PAR_MIN_ELEMS: usize = 1 << 15;
+
+/// Tables kept by a [`RopeCache`]: a model's layers alternate between at most a few settings
+/// (Gemma 3: local and global bases).
+const CACHE_TABLES: usize = 4;
+
+/// The cos/sin tables of the last few [`rope_with`] calls: every layer of a step rotates its
+/// queries and keys at the same positions with the same settings, so the angles (a `cos` and a
+/// `sin` per pair and token) are computed once per step rather than twice per layer.
+#[derive(Default)]
+pub struct RopeCache {
+    /// `(settings, rotary dims, frequency divisors' address and length, positions, table of
+    /// positions.len() × n_rot: cos, sin per pair)`, the most recent last.
+    tables: Vec<CachedTable>,
+}
+
+type CachedTable = (
+    RopeParams,
+    usize,
+    Option<(usize, usize)>,
+    Vec<i32>,
+    Vec<f32>,
+);
+
+impl std::fmt::Debug for RopeCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RopeCache({} tables)", self.tables.len())
+    }
+}
+
+impl RopeCache {
+    /// The table for these settings and positions, computed unless cached.
+    fn table(
+        &mut self,
+        p: &RopeParams,
+        n_rot: usize,
+        positions: &[i32],
+        ff: Option<&[f32]>,
+    ) -> &[f32] {
+        let ff_key = ff.map(|f| (f.as_ptr() as usize, f.len()));
+        let hit = self.tables.iter().position(|(tp, tn, tf, tpos, _)| {
+            tp == p && *tn == n_rot && *tf == ff_key && tpos.as_slice() == positions
+        });
+        let i = match hit {
+            Some(i) => i,
+            None => {
+                // Reuse the oldest entry's buffers once the cache is full.
+                let (mut pos, mut table) = if self.tables.len() >= CACHE_TABLES {
+                    let (.., pos, table) = self.tables.remove(0);
+                    (pos, table)
+                } else {
+                    (Vec::new(), Vec::new())
+                };
+                pos.clear();
+                pos.extend_from_slice(positions);
+                table.clear();
+                table.resize(positions.len() * n_rot, 0.0);
+                let fill = |(c, &pos): (&mut [f32], &i32)| fill_cache(p, n_rot, pos as f32, ff, c);
+                if positions.len() * n_rot < PAR_MIN_ELEMS / 16 {
+                    table.chunks_mut(n_rot).zip(positions).for_each(fill);
+                } else {
+                    table
+                        .par_chunks_mut(n_rot)
+                        .zip(positions.par_iter())
+                        .for_each(fill);
+                }
+                self.tables.push((*p, n_rot, ff_key, pos, table));
+                self.tables.len() - 1
+            }
+        };
+        &self.tables[i].4
+    }
 }
 
 #[cfg(test)]
@@ -329,6 +433,45 @@ mod tests {
         }
         // Position 0 is the identity.
         assert_eq!(&y[..n_head * head_dim], &x[..n_head * head_dim]);
+    }
+
+    #[test]
+    fn a_shared_cache_gives_the_fresh_results() {
+        // Calls alternating settings, positions and divisors through one cache (more settings
+        // than it keeps) equal fresh `rope` calls bit for bit.
+        let mut rng = Rng::new(9);
+        let (n_head, head_dim) = (3, 32);
+        let ff: Vec<f32> = (0..16).map(|i| 1.0 + i as f32 / 8.0).collect();
+        let mut cache = RopeCache::default();
+        for round in 0..3 {
+            for (k, base) in [10000.0f32, 1e6, 500.0, 20000.0, 10000.0]
+                .into_iter()
+                .enumerate()
+            {
+                let p = RopeParams {
+                    mode: if k % 2 == 0 {
+                        RopeMode::Neox
+                    } else {
+                        RopeMode::Normal
+                    },
+                    n_rot: if k == 3 { 16 } else { 0 },
+                    freq_base: base,
+                    ..RopeParams::default()
+                };
+                let positions: Vec<i32> = (0..5).map(|t| t * (round + 1) + k as i32).collect();
+                let ff = (k == 4).then_some(ff.as_slice());
+                // The second call of each pair finds the table (as a step's later layers do).
+                for _ in 0..2 {
+                    let x = rng.vec(positions.len() * n_head * head_dim, 1.0);
+                    let (mut a, mut b) = (x.clone(), x);
+                    rope(&mut a, n_head, head_dim, &positions, &p, ff).unwrap();
+                    rope_with(&mut b, n_head, head_dim, &positions, &p, ff, &mut cache).unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&a), bits(&b), "round {round} setting {k}");
+                }
+            }
+        }
+        assert!(cache.tables.len() <= CACHE_TABLES);
     }
 
     #[test]

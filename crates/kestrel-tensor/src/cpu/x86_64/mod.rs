@@ -22,6 +22,7 @@ pub(crate) mod q4_kx16;
 pub(crate) mod q6_kx16;
 pub(crate) mod q8_wide;
 pub(crate) mod quantize;
+pub(crate) mod silu;
 
 use super::dispatch::{Kernels, TypeKernels};
 
