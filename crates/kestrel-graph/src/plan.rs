@@ -24,8 +24,9 @@ struct BoundWeight {
     tensor: Tensor,
     /// f32 values of a vector weight when it is not an aligned F32 tensor (tiny: one row).
     vector: Option<Vec<f32>>,
-    /// The matrix repacked for a faster kernel, when it is only ever a matmul's weight and a
-    /// packed layout serves its type on this CPU (shared by every plan of the model).
+    /// The matrix repacked for a faster kernel, when a matmul reads it and a packed layout
+    /// serves its type on this CPU (shared by every plan of the model); row lookups (`Embed`)
+    /// then read the packed copy too (see `PackedWeight::get_rows`).
     packed: Option<Arc<cpu::PackedWeight>>,
 }
 
@@ -152,17 +153,19 @@ impl ExecutionPlan {
         let max_outputs = max_outputs.clamp(1, max_tokens);
         let mem = plan_memory(graph, max_tokens, max_outputs)?;
         let output = *graph.outputs().first().ok_or(GraphError::NoOutput)?;
-        // Weights read only by matmuls may be repacked; a table rows are looked up in (a tied
-        // embedding) keeps the file's layout.
-        let mut matmul_only = vec![None::<bool>; graph.weights().len()];
+        // Weights a matmul reads may be repacked for it; a table rows are also looked up in (a
+        // tied embedding) only where the packed layout gives the rows back (the source pages
+        // are handed back once packed, and reading them again would fault them in row by row).
+        let mut matmul_reads = vec![false; graph.weights().len()];
+        let mut looked_up = vec![false; graph.weights().len()];
         for node in graph.nodes() {
-            let (id, is_matmul) = match &node.op {
-                Op::MatMul { weight } => (*weight, true),
-                Op::Embed { table, .. } => (*table, false),
+            let (id, slots) = match &node.op {
+                Op::MatMul { weight } => (*weight, &mut matmul_reads),
+                Op::Embed { table, .. } => (*table, &mut looked_up),
                 _ => continue,
             };
-            if let Some(slot) = matmul_only.get_mut(id) {
-                *slot = Some(slot.unwrap_or(true) && is_matmul);
+            if let Some(slot) = slots.get_mut(id) {
+                *slot = true;
             }
         }
         let mut weights = Vec::with_capacity(graph.weights().len());
@@ -185,7 +188,9 @@ impl ExecutionPlan {
             } else {
                 None
             };
-            let packed = if matmul_only[id] == Some(true) {
+            let packed = if matmul_reads[id]
+                && (!looked_up[id] || cpu::PackedWeight::rows_readable(tensor.dtype()))
+            {
                 cpu::PackedWeight::for_tensor(&tensor)
             } else {
                 None
@@ -420,17 +425,19 @@ impl ExecutionPlan {
         let positions = &self.positions[..t];
         match &node.op {
             Op::Embed { table, index } => {
-                let w = &self.weights[*table].tensor;
+                let bound = &self.weights[*table];
+                let w = &bound.tensor;
                 let dims = w.shape();
-                let get = |ids: &[u32], out: &mut [f32]| {
-                    cpu::get_rows(
+                let get = |ids: &[u32], out: &mut [f32]| match &bound.packed {
+                    Some(p) => p.get_rows(ids, out),
+                    None => cpu::get_rows(
                         w.as_bytes(),
                         w.dtype(),
                         dims.n_rows(),
                         dims.row_len(),
                         ids,
                         out,
-                    )
+                    ),
                 };
                 match index {
                     EmbedIndex::Tokens => get(tokens, out)?,

@@ -119,6 +119,46 @@ fn prefill(c: &mut Criterion) {
     group.finish();
 }
 
+/// Batched decode at a small model's shapes (SmolLM2 135M: 576 wide, 1536 feed-forward): one
+/// and eight activation rows through the packed Q4_1 kernel, weights in cache. The per-call
+/// cost at these sizes is mostly what surrounds the kernel (activation conversion, the pool).
+fn small_batch(c: &mut Criterion) {
+    let threads = std::env::var("KESTREL_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let engine = CpuEngine::new(threads).expect("thread pool");
+    let mut group = c.benchmark_group(format!(
+        "small_batch_t{}",
+        engine.pool().current_num_threads()
+    ));
+    let dtype = DType::Q4_1;
+    for (m, k) in [(576usize, 576usize), (1536, 576), (576, 1536)] {
+        let src = random_vec(m * k, 2);
+        let mut w = vec![0u8; dtype.row_bytes(k).expect("whole blocks") * m];
+        quant::quantize(dtype.ggml_type(), &src, &mut w).expect("quantize");
+        let Some(p) = PackedWeight::pack(&w, dtype, m, k) else {
+            return;
+        };
+        for n in [1usize, 8] {
+            let x = random_vec(n * k, 1);
+            let mut out = vec![0f32; n * m];
+            let mut scratch = MatmulScratch::new();
+            let segments = vec![1; n];
+            group.throughput(Throughput::Elements((n * m * k) as u64));
+            group.bench_function(format!("{}_{m}x{k}_n{n}", dtype.name()), |b| {
+                engine.install(|| {
+                    b.iter(|| {
+                        cpu::matmul_packed(&x, n, &p, &mut out, &segments, &mut scratch)
+                            .expect("packed")
+                    })
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 /// Read bandwidth: a 256 MiB buffer (far larger than any cache) summed in 1 MiB chunks by the
 /// pool's threads, and by one thread.
 fn read_bandwidth(c: &mut Criterion) {
@@ -155,5 +195,5 @@ fn read_bandwidth(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, matvec, prefill, read_bandwidth);
+criterion_group!(benches, matvec, prefill, small_batch, read_bandwidth);
 criterion_main!(benches);

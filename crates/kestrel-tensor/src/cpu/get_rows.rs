@@ -74,6 +74,11 @@ pub fn get_rows(
     Ok(())
 }
 
+/// Dequantizes one row of `dtype` (its raw bytes `w`, whole blocks) into `out`.
+pub(crate) fn dequant_row(dtype: DType, w: &[u8], out: &mut [f32]) {
+    dispatch!(dtype, K => dequant_row_k::<K>(w, out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

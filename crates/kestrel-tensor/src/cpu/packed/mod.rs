@@ -6,8 +6,10 @@
 //!
 //! Layouts (one file each), for matrices whose row count is a multiple of 16, on CPUs with
 //! AVX-512 VNNI (elsewhere nothing is packed: the scalar twins exist to test the kernels):
-//! - [`q4_0`] **Q4_0x16**: the file's nibbles moved, not converted; llama.cpp's repacked Q4_0
-//!   GEMM numerics (which differ in the last bits from the unpacked path's).
+//! - [`q8_family`] **Q4_0x16, Q4_1x16, Q5_0x16, Q5_1x16, Q8_0x16**: the file's quants moved
+//!   (Q8_0's made unsigned), not widened; llama.cpp's repacked Q4_0 GEMM numerics, exact block
+//!   sums, for all five (which differ in the last bits from the unpacked path's, ggml's
+//!   `vec_dot`: `KESTREL_REPACK=0` gives those).
 //! - [`q6_k`] **Q6_Kx16**: the 6-bit quants regrouped; the numerics of the unpacked Q6_K
 //!   kernels, bit for bit, in both of llama.cpp's orders (`vec_dot`'s 8 float lanes below
 //!   [`TILED_MIN_ROWS`] rows per sequence, the tiled matmul's exact super-block sums from
@@ -17,9 +19,9 @@
 //! between every plan of a model and hands the source pages of the memory map back to the OS.
 //! `KESTREL_REPACK=0` turns packing off.
 
-pub(crate) mod q4_0;
 pub(crate) mod q4_k;
 pub(crate) mod q6_k;
+pub(crate) mod q8_family;
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -41,6 +43,9 @@ pub(crate) const MAX_ACTS: usize = 8;
 /// Groups per rayon task are chosen so each thread gets about this many tasks.
 const TASKS_PER_THREAD: usize = 4;
 
+/// Source bytes packed between two hand-backs of their pages.
+const RELEASE_EVERY: usize = 8 << 20;
+
 /// Activation values up to which the activation rows are converted on the calling thread.
 const SERIAL_QUANTIZE: usize = 1 << 15;
 
@@ -48,12 +53,35 @@ const SERIAL_QUANTIZE: usize = 1 << 15;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PackedLayout {
-    /// Q4_0, 16 rows interleaved 4 bytes at a time (see [`q4_0`]).
+    /// Q4_0, 16 rows interleaved 4 bytes at a time (see [`q8_family`]).
     Q4_0x16,
+    /// Q4_1, as Q4_0x16 with the mins beside the scales.
+    Q4_1x16,
+    /// Q5_0, as Q4_0x16 with the fifth bits as 64-bit masks.
+    Q5_0x16,
+    /// Q5_1, as Q5_0x16 with the mins beside the scales.
+    Q5_1x16,
+    /// Q8_0, 16 rows interleaved 4 bytes at a time, made unsigned.
+    Q8_0x16,
     /// Q4_K, 16 rows interleaved 4 bytes at a time (see [`q4_k`]).
     Q4Kx16,
     /// Q6_K, 16 rows interleaved 4 values at a time (see [`q6_k`]).
     Q6Kx16,
+}
+
+impl PackedLayout {
+    /// The q8_0-family type of the layout, if it is one.
+    fn q8_kind(self) -> Option<q8_family::Kind> {
+        use q8_family::Kind;
+        Some(match self {
+            PackedLayout::Q4_0x16 => Kind::Q4_0,
+            PackedLayout::Q4_1x16 => Kind::Q4_1,
+            PackedLayout::Q5_0x16 => Kind::Q5_0,
+            PackedLayout::Q5_1x16 => Kind::Q5_1,
+            PackedLayout::Q8_0x16 => Kind::Q8_0,
+            PackedLayout::Q4Kx16 | PackedLayout::Q6Kx16 => return None,
+        })
+    }
 }
 
 /// A weight matrix repacked for [`matmul_packed`].
@@ -74,9 +102,21 @@ impl std::fmt::Debug for PackedWeight {
 }
 
 /// Whether a packed layout runs fast here (packing is pointless otherwise) and is wanted.
-fn packing_enabled() -> bool {
-    if std::env::var("KESTREL_REPACK").is_ok_and(|v| v.trim() == "0") {
-        return false;
+///
+/// `KESTREL_REPACK=0` packs nothing. By default the layouts whose numerics are llama.cpp's
+/// (Q4_0: its repacked GEMM; Q4_K, Q6_K: bit for bit the unpacked kernels) are packed;
+/// `KESTREL_REPACK=all` packs the rest of the q8_0 family too (Q4_1, Q5_0, Q5_1, Q8_0, tied
+/// embeddings included), whose exact block sums differ from ggml's `vec_dot` in the last bits,
+/// which these models amplify to ~1 in the logits (see `q8_family`).
+fn packing_enabled(dtype: DType) -> bool {
+    let env = std::env::var("KESTREL_REPACK").unwrap_or_default();
+    match env.trim() {
+        "0" => return false,
+        "all" => {}
+        _ if matches!(dtype, DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0) => {
+            return false
+        }
+        _ => {}
     }
     super::dispatch::active_isa() >= super::dispatch::Isa::Avx512
 }
@@ -88,25 +128,38 @@ static SHARED: Mutex<Vec<(usize, usize, Weak<PackedWeight>)>> = Mutex::new(Vec::
 
 impl PackedWeight {
     /// Packs `m` rows of `k` elements of `dtype` (raw bytes `w`), or `None` when no packed
-    /// layout serves this matrix on this CPU (not Q4_0, Q4_K or Q6_K, rows not a multiple of 16, no
-    /// AVX-512 VNNI, or `KESTREL_REPACK=0`).
+    /// layout serves this matrix on this CPU (not of the q8_0 family, Q4_K or Q6_K, rows not a
+    /// multiple of 16, no AVX-512 VNNI) or is wanted (`KESTREL_REPACK`, see `packing_enabled`).
     pub fn pack(w: &[u8], dtype: DType, m: usize, k: usize) -> Option<PackedWeight> {
-        if !packing_enabled() {
+        if !packing_enabled(dtype) {
             return None;
         }
-        PackedWeight::pack_any(w, dtype, m, k)
+        PackedWeight::pack_any(w, dtype, m, k, false)
     }
 
-    /// [`PackedWeight::pack`] whatever the CPU.
-    fn pack_any(w: &[u8], dtype: DType, m: usize, k: usize) -> Option<PackedWeight> {
+    /// [`PackedWeight::pack`] whatever the CPU; with `release`, the pages of `w` are handed
+    /// back to the OS as they are packed (see [`release_pages`]).
+    fn pack_any(w: &[u8], dtype: DType, m: usize, k: usize, release: bool) -> Option<PackedWeight> {
         if m == 0 || !m.is_multiple_of(GROUP_ROWS) || dtype.row_bytes(k)?.checked_mul(m)? != w.len()
         {
             return None;
         }
         let (layout, buf) = match dtype {
-            DType::Q4_0 => (PackedLayout::Q4_0x16, q4_0::pack(w, m, k)?),
-            DType::Q4K => (PackedLayout::Q4Kx16, q4_k::pack(w, m, k)?),
-            DType::Q6K => (PackedLayout::Q6Kx16, q6_k::pack(w, m, k)?),
+            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => {
+                let kind = q8_family::Kind::of(dtype)?;
+                let layout = [
+                    PackedLayout::Q4_0x16,
+                    PackedLayout::Q4_1x16,
+                    PackedLayout::Q5_0x16,
+                    PackedLayout::Q5_1x16,
+                    PackedLayout::Q8_0x16,
+                ]
+                .into_iter()
+                .find(|l| l.q8_kind() == Some(kind))?;
+                (layout, q8_family::pack(kind, w, m, k, release)?)
+            }
+            DType::Q4K => (PackedLayout::Q4Kx16, q4_k::pack(w, m, k, release)?),
+            DType::Q6K => (PackedLayout::Q6Kx16, q6_k::pack(w, m, k, release)?),
             _ => return None,
         };
         Some(PackedWeight {
@@ -138,12 +191,80 @@ impl PackedWeight {
         {
             return Some(p);
         }
-        let mut p = PackedWeight::pack(bytes, t.dtype(), m, k)?;
+        if !packing_enabled(t.dtype()) {
+            return None;
+        }
+        // The source pages go back as they are packed: a large matrix (a tied embedding) is
+        // never resident twice.
+        let mut p = PackedWeight::pack_any(bytes, t.dtype(), m, k, true)?;
         release_pages(bytes);
         p._source = Some(t.clone());
         let p = Arc::new(p);
         cache.push((key.0, key.1, Arc::downgrade(&p)));
         Some(p)
+    }
+
+    /// Whether [`PackedWeight::get_rows`] serves matrices of `dtype` (the q8_0 family's
+    /// layouts give back the file's rows; a table rows are looked up in may be packed then).
+    pub fn rows_readable(dtype: DType) -> bool {
+        q8_family::Kind::of(dtype).is_some()
+    }
+
+    /// Rows `ids` dequantized into `out` (`ids.len()` rows of [`PackedWeight::row_len`]), the
+    /// same values as `cpu::get_rows` on the file's bytes: an embedding table whose source
+    /// pages were handed back is read from its packed copy.
+    ///
+    /// # Errors
+    /// `LengthMismatch` if `out` does not fit `ids`, `IdOutOfRange` for an id past the rows,
+    /// `Unsupported` for a layout that cannot give rows back (see
+    /// [`PackedWeight::rows_readable`]).
+    pub fn get_rows(&self, ids: &[u32], out: &mut [f32]) -> Result<()> {
+        const OP: &str = "packed get_rows";
+        let Some(kind) = self.layout.q8_kind() else {
+            return Err(TensorError::UnsupportedDType {
+                op: OP,
+                dtype: if self.layout == PackedLayout::Q4Kx16 {
+                    DType::Q4K
+                } else {
+                    DType::Q6K
+                },
+            });
+        };
+        let (k, nb) = (self.k, self.k / 32);
+        let want = ids.len().saturating_mul(k);
+        if out.len() != want {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what: "out",
+                expected: want,
+                actual: out.len(),
+            });
+        }
+        if let Some((index, &id)) = ids
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| id as usize >= self.m)
+        {
+            return Err(TensorError::IdOutOfRange {
+                op: OP,
+                index,
+                id: i64::from(id),
+                rows: self.m,
+            });
+        }
+        let dtype = kind.dtype();
+        let group_bytes = self.buf.len() / (self.m / GROUP_ROWS);
+        let mut blk = [0u8; 34];
+        let blk = &mut blk[..kind.raw_bytes()];
+        for (&id, o) in ids.iter().zip(out.chunks_exact_mut(k.max(1))) {
+            let (g, r) = (id as usize / GROUP_ROWS, id as usize % GROUP_ROWS);
+            let group = &self.buf.as_bytes()[g * group_bytes..(g + 1) * group_bytes];
+            for (b, o) in o.chunks_exact_mut(32).enumerate() {
+                q8_family::unpack_block(kind, group, nb, b, r, blk);
+                super::get_rows::dequant_row(dtype, blk, o);
+            }
+        }
+        Ok(())
     }
 
     /// The layout.
@@ -204,17 +325,24 @@ pub fn matmul_packed(
         return Ok(());
     }
     match w.layout {
-        PackedLayout::Q4_0x16 => {
-            let act = q4_0::prepare(x, n, k, scratch);
+        PackedLayout::Q4_0x16
+        | PackedLayout::Q4_1x16
+        | PackedLayout::Q5_0x16
+        | PackedLayout::Q5_1x16
+        | PackedLayout::Q8_0x16 => {
+            let kind = w.layout.q8_kind().unwrap_or(q8_family::Kind::Q4_0);
+            let nb = k / 32;
+            let act = q8_family::prepare(kind, x, n, k, scratch);
             // Every row sums alike.
             for_groups(
                 w,
+                false,
                 n,
                 &[n],
                 |_, _| true,
                 out,
                 |group, t0, tn, _, o| {
-                    q4_0::group_tile(group, k / 32, act.rows(t0, t0 + tn, k / 32), o)
+                    q8_family::group_tile(kind, group, nb, act.rows(t0, t0 + tn, nb), o)
                 },
             );
         }
@@ -222,16 +350,24 @@ pub fn matmul_packed(
             let act = q4_k::prepare(x, n, k, scratch);
             // llama.cpp's gemm order for a sequence's rows in groups of 4, gemv for the rest.
             let gemm = |i: usize, len: usize| i < len - len % 4;
-            for_groups(w, n, segments, gemm, out, |group, t0, tn, gemm, o| {
+            for_groups(w, true, n, segments, gemm, out, |group, t0, tn, gemm, o| {
                 q4_k::group_tile(group, k / 256, act.rows(t0, t0 + tn, k / 256), gemm, o)
             });
         }
         PackedLayout::Q6Kx16 => {
             let act = q6_k::prepare(x, n, k, scratch);
             let tiled = |_: usize, len: usize| len >= TILED_MIN_ROWS;
-            for_groups(w, n, segments, tiled, out, |group, t0, tn, tiled, o| {
-                q6_k::group_tile(group, k / 256, act.rows(t0, t0 + tn, k / 256), tiled, o)
-            });
+            for_groups(
+                w,
+                true,
+                n,
+                segments,
+                tiled,
+                out,
+                |group, t0, tn, tiled, o| {
+                    q6_k::group_tile(group, k / 256, act.rows(t0, t0 + tn, k / 256), tiled, o)
+                },
+            );
         }
     }
     Ok(())
@@ -240,9 +376,12 @@ pub fn matmul_packed(
 /// Runs `tile(group bytes, t0, tn, order, out)` for every group of 16 rows and every run of up
 /// to [`MAX_ACTS`] consecutive activation rows of the same order (`order(i, len)` for row `i`
 /// of a sequence of `len` rows in the step; a row's numerics depend on its order only, not on
-/// the rows beside it), writing `out[t·m + 16g + r]`.
+/// the rows beside it), writing `out[t·m + 16g + r]`. With `prefetch_groups`, each group's
+/// successor is prefetched whole as it starts (the kernels that prefetch as they go do not
+/// want it).
 fn for_groups(
     w: &PackedWeight,
+    prefetch_groups: bool,
     n: usize,
     segments: &[usize],
     order: impl Fn(usize, usize) -> bool + Sync,
@@ -262,7 +401,9 @@ fn for_groups(
             let mut o = [0f32; MAX_ACTS * GROUP_ROWS];
             for g in task * per_task..((task + 1) * per_task).min(groups) {
                 let group = &bytes[g * group_bytes..(g + 1) * group_bytes];
-                prefetch_next(group);
+                if prefetch_groups {
+                    prefetch_next(group);
+                }
                 let mut run = |t0: usize, t1: usize, ord: bool| {
                     let mut t = t0;
                     while t < t1 {
@@ -301,12 +442,14 @@ fn for_groups(
 
 /// Packs `m` rows of `nb` blocks of `raw` bytes each (`w`) into groups of 16 rows laid out as
 /// `[nb × quant bytes][nb × scale bytes]`: `put(r, raw block, quants of block b, scales of block
-/// b)` fills row `r`'s part of each block of its group (over a zeroed buffer).
+/// b)` fills row `r`'s part of each block of its group (over a zeroed buffer). With `release`,
+/// every [`RELEASE_EVERY`] bytes of `w` packed are handed back to the OS.
 pub(crate) fn pack_groups(
     w: &[u8],
     m: usize,
     nb: usize,
     (raw, quant, scale): (usize, usize, usize),
+    release: bool,
     put: impl Fn(usize, &[u8], &mut [u8], &mut [u8]),
 ) -> Option<AlignedBuf> {
     let row_bytes = nb.checked_mul(raw)?;
@@ -315,6 +458,7 @@ pub(crate) fn pack_groups(
     }
     let group_bytes = nb.checked_mul(quant + scale)?;
     let mut buf = AlignedBuf::zeroed((m / GROUP_ROWS).checked_mul(group_bytes)?);
+    let mut released = 0;
     for (g, out) in buf.as_bytes_mut().chunks_exact_mut(group_bytes).enumerate() {
         let (quants, scales) = out.split_at_mut(nb * quant);
         for r in 0..GROUP_ROWS {
@@ -323,6 +467,12 @@ pub(crate) fn pack_groups(
                 let q = &mut quants[b * quant..(b + 1) * quant];
                 put(r, blk, q, &mut scales[b * scale..(b + 1) * scale]);
             }
+        }
+        let done = (g + 1) * GROUP_ROWS * row_bytes;
+        if release && done - released >= RELEASE_EVERY {
+            // From a page before the last end, so the page it straddled goes too.
+            release_pages(&w[released.saturating_sub(4096)..done]);
+            released = done;
         }
     }
     Some(buf)
@@ -420,20 +570,23 @@ mod tests {
     fn only_supported_types_with_whole_groups_pack() {
         let mut rng = Rng::new(3);
         let (w, _) = quantized_rows(&mut rng, DType::Q4_0, 24, 64);
-        assert!(PackedWeight::pack_any(&w, DType::Q4_0, 24, 64).is_none());
-        assert!(PackedWeight::pack_any(&w[..16 * 36], DType::Q4_0, 16, 64).is_some());
-        assert!(PackedWeight::pack_any(&w[..16 * 36], DType::Q4_1, 16, 64).is_none());
-        assert!(PackedWeight::pack_any(&w[..100], DType::Q4_0, 16, 64).is_none());
+        assert!(PackedWeight::pack_any(&w, DType::Q4_0, 24, 64, false).is_none());
+        assert!(PackedWeight::pack_any(&w[..16 * 36], DType::Q4_0, 16, 64, false).is_some());
+        assert!(PackedWeight::pack_any(&w[..16 * 36], DType::Q4_1, 16, 64, false).is_none());
+        assert!(PackedWeight::pack_any(&w[..16 * 36], DType::Q4_1, 16, 72, false).is_none());
+        let (w, _) = quantized_rows(&mut rng, DType::Q5K, 16, 256);
+        assert!(PackedWeight::pack_any(&w, DType::Q5K, 16, 256, false).is_none());
+        assert!(PackedWeight::pack_any(&w[..100], DType::Q4_0, 16, 64, false).is_none());
         let (w, _) = quantized_rows(&mut rng, DType::Q6K, 16, 256);
-        assert!(PackedWeight::pack_any(&w, DType::Q6K, 16, 256).is_some());
-        assert!(PackedWeight::pack_any(&w, DType::Q6K, 16, 255).is_none());
+        assert!(PackedWeight::pack_any(&w, DType::Q6K, 16, 256, false).is_some());
+        assert!(PackedWeight::pack_any(&w, DType::Q6K, 16, 255, false).is_none());
     }
 
     #[test]
     fn bad_sizes_are_errors() {
         let mut rng = Rng::new(4);
         let (w, _) = quantized_rows(&mut rng, DType::Q4_0, 16, 64);
-        let p = PackedWeight::pack_any(&w, DType::Q4_0, 16, 64).unwrap();
+        let p = PackedWeight::pack_any(&w, DType::Q4_0, 16, 64, false).unwrap();
         let mut out = vec![0f32; 16];
         let mut s = MatmulScratch::new();
         assert!(matmul_packed(&[0.0; 63], 1, &p, &mut out, &[1], &mut s).is_err());

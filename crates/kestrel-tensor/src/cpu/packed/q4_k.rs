@@ -56,12 +56,12 @@ impl ActQ4K<'_> {
 }
 
 /// Packs `m` Q4_K rows of `k` elements (`w`: exactly their bytes, `m` a multiple of 16).
-pub(crate) fn pack(w: &[u8], m: usize, k: usize) -> Option<AlignedBuf> {
+pub(crate) fn pack(w: &[u8], m: usize, k: usize, release: bool) -> Option<AlignedBuf> {
     if !k.is_multiple_of(QK_K) {
         return None;
     }
     let sizes = (Q4K_BYTES, QUANT_BYTES, SCALE_BYTES);
-    super::pack_groups(w, m, k / QK_K, sizes, |r, raw, q, s| {
+    super::pack_groups(w, m, k / QK_K, sizes, release, |r, raw, q, s| {
         let blk: BlockQ4K = bytemuck::pod_read_unaligned(raw);
         for v in 0..32 {
             let (p, c) = (v / 8, v % 8);
@@ -205,7 +205,7 @@ mod tests {
             let mut rng = Rng::new(seed as u64 + 31);
             let (w, _) = quantized_rows(&mut rng, DType::Q4K, m, k);
             let x = rng.vec(n * k, 1.0);
-            let p = PackedWeight::pack_any(&w, DType::Q4K, m, k).expect("packs");
+            let p = PackedWeight::pack_any(&w, DType::Q4K, m, k, false).expect("packs");
             // Row t's order: gemm for the first len - len % 4 rows of its sequence.
             let mut gemm_rows = Vec::new();
             for &len in &segs {

@@ -69,12 +69,12 @@ fn qh_shift(gi: usize) -> u32 {
 }
 
 /// Packs `m` Q6_K rows of `k` elements (`w`: exactly their bytes, `m` a multiple of 16).
-pub(crate) fn pack(w: &[u8], m: usize, k: usize) -> Option<AlignedBuf> {
+pub(crate) fn pack(w: &[u8], m: usize, k: usize, release: bool) -> Option<AlignedBuf> {
     if !k.is_multiple_of(QK_K) {
         return None;
     }
     let sizes = (Q6K_BYTES, QUANT_BYTES, SCALE_BYTES);
-    super::pack_groups(w, m, k / QK_K, sizes, |r, raw, q, s| {
+    super::pack_groups(w, m, k / QK_K, sizes, release, |r, raw, q, s| {
         let blk: BlockQ6K = bytemuck::pod_read_unaligned(raw);
         for e in 0..QK_K {
             let (gi, j) = (e / 4, e % 4);
@@ -206,7 +206,7 @@ mod tests {
         let mut rng = Rng::new(seed);
         let (w, _) = quantized_rows(&mut rng, DType::Q6K, m, k);
         let x = rng.vec(n * k, 1.0);
-        let p = PackedWeight::pack_any(&w, DType::Q6K, m, k).expect("packs");
+        let p = PackedWeight::pack_any(&w, DType::Q6K, m, k, false).expect("packs");
         assert_eq!(p.nbytes(), w.len());
         for segs in [vec![n], vec![1; n]] {
             let want = reference(&w, m, k, &x, n, segs[0]);
@@ -255,7 +255,7 @@ mod tests {
         let mut rng = Rng::new(21);
         let (w, _) = quantized_rows(&mut rng, DType::Q6K, m, k);
         let x = rng.vec(12 * k, 1.0);
-        let p = PackedWeight::pack_any(&w, DType::Q6K, m, k).unwrap();
+        let p = PackedWeight::pack_any(&w, DType::Q6K, m, k, false).unwrap();
         let mut got = vec![0f32; 12 * m];
         matmul_packed(
             &x,

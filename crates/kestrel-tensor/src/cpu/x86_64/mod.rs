@@ -8,6 +8,8 @@
 //! wrap them in safe functions that [`super::dispatch`] only hands out once the features were
 //! detected.
 
+use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+
 #[macro_use]
 mod q8_family;
 
@@ -17,14 +19,32 @@ pub(crate) mod avx512;
 pub(crate) mod f16_ops;
 pub(crate) mod kquants;
 pub(crate) mod kquants_vnni;
-pub(crate) mod q4_0x16;
 pub(crate) mod q4_kx16;
 pub(crate) mod q6_kx16;
+pub(crate) mod q8_familyx16;
 pub(crate) mod q8_wide;
 pub(crate) mod quantize;
 pub(crate) mod silu;
 
 use super::dispatch::{Kernels, TypeKernels};
+
+/// How far ahead of the block being computed the packed kernels prefetch (bytes). Measured on
+/// Gemma 3 270M's tied 262144-row Q8_0 output matrix, 8 sequences a step: 4 KiB 6.9 ms a step,
+/// 6-12 KiB 6.2 ms (one sequence: 5.9 ms, the read bandwidth), prefetching each next 16-row
+/// group whole at its start 10.0 ms, no software prefetch 12.6 ms.
+pub(crate) const PREFETCH_AHEAD: usize = 8192;
+
+/// Prefetches the `len` bytes [`PREFETCH_AHEAD`] past `block` (a packed kernel's current block
+/// of quants, `len` its size): the rest of the group and the next one (groups are back to back)
+/// arrive as a steady stream, whatever the activation row count.
+#[inline(always)]
+pub(crate) fn prefetch_ahead(block: *const u8, len: usize) {
+    let ahead = block.wrapping_add(PREFETCH_AHEAD);
+    for off in (0..len).step_by(64) {
+        // SAFETY: prefetching reads nothing and cannot fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off).cast()) };
+    }
+}
 
 /// AVX2 + FMA + F16C.
 pub(crate) fn has_avx2() -> bool {
