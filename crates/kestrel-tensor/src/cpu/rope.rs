@@ -229,7 +229,7 @@ const CACHE_TABLES: usize = 4;
 #[derive(Default)]
 pub struct RopeCache {
     /// `(settings, rotary dims, frequency divisors' address and length, positions, table of
-    /// positions.len() × n_rot: cos, sin per pair)`, the most recent last.
+    /// positions.len() × n_rot: cos, sin per pair)`, one per setting.
     tables: Vec<CachedTable>,
 }
 
@@ -263,13 +263,24 @@ impl RopeCache {
         let i = match hit {
             Some(i) => i,
             None => {
-                // Reuse the oldest entry's buffers once the cache is full.
-                let (mut pos, mut table) = if self.tables.len() >= CACHE_TABLES {
-                    let (.., pos, table) = self.tables.remove(0);
-                    (pos, table)
-                } else {
-                    (Vec::new(), Vec::new())
+                // Refill this setting's table (a new step's positions), else a new entry, else
+                // the first: in place, so that once each setting has its table a step
+                // allocates nothing.
+                let same = self
+                    .tables
+                    .iter()
+                    .position(|(tp, tn, tf, ..)| tp == p && *tn == n_rot && *tf == ff_key);
+                let i = match same {
+                    Some(i) => i,
+                    None if self.tables.len() < CACHE_TABLES => {
+                        self.tables
+                            .push((*p, n_rot, ff_key, Vec::new(), Vec::new()));
+                        self.tables.len() - 1
+                    }
+                    None => 0,
                 };
+                let (tp, tn, tf, pos, table) = &mut self.tables[i];
+                (*tp, *tn, *tf) = (*p, n_rot, ff_key);
                 pos.clear();
                 pos.extend_from_slice(positions);
                 table.clear();
@@ -283,8 +294,7 @@ impl RopeCache {
                         .zip(positions.par_iter())
                         .for_each(fill);
                 }
-                self.tables.push((*p, n_rot, ff_key, pos, table));
-                self.tables.len() - 1
+                i
             }
         };
         &self.tables[i].4
