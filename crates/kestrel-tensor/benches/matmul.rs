@@ -3,7 +3,8 @@
 //! - `prefill_*`: 64 activation rows at once (the tile kernels), as multiply-adds per second
 //!   (criterion's "elements");
 //! - `*_packed`: the same on weights repacked at load (`cpu::PackedWeight`: Q4_0, Q4_K, Q6_K
-//!   on AVX-512 VNNI CPUs);
+//!   on AVX-512 VNNI CPUs; Q4_1, Q5_0, Q8_0 too with `KESTREL_REPACK=all`);
+//! - `small_batch`: SmolLM2's shapes, 1 and 8 rows, packed Q4_1 (needs `KESTREL_REPACK=all`);
 //! - `read_bandwidth`: the machine's read bandwidth (a 256 MiB buffer summed by the pool's
 //!   threads, and by one), the ceiling of `matvec_*`'s GB/s.
 //!
@@ -120,8 +121,8 @@ fn prefill(c: &mut Criterion) {
 }
 
 /// Batched decode at a small model's shapes (SmolLM2 135M: 576 wide, 1536 feed-forward): one
-/// and eight activation rows through the packed Q4_1 kernel, weights in cache. The per-call
-/// cost at these sizes is mostly what surrounds the kernel (activation conversion, the pool).
+/// and eight activation rows through the packed Q4_1 kernel (packed only with
+/// `KESTREL_REPACK=all`; otherwise the group is empty), weights in cache.
 fn small_batch(c: &mut Criterion) {
     let threads = std::env::var("KESTREL_THREADS")
         .ok()
