@@ -154,8 +154,9 @@ impl ExecutionPlan {
         let mem = plan_memory(graph, max_tokens, max_outputs)?;
         let output = *graph.outputs().first().ok_or(GraphError::NoOutput)?;
         // Weights a matmul reads may be repacked for it; a table rows are also looked up in (a
-        // tied embedding) only where the packed layout gives the rows back (the source pages
-        // are handed back once packed, and reading them again would fault them in row by row).
+        // tied embedding) only where `packs_tables` says so: the lookups then read the packed
+        // copy (the source pages are handed back once packed, and reading them again would
+        // fault them in row by row).
         let mut matmul_reads = vec![false; graph.weights().len()];
         let mut looked_up = vec![false; graph.weights().len()];
         for node in graph.nodes() {
@@ -189,7 +190,7 @@ impl ExecutionPlan {
                 None
             };
             let packed = if matmul_reads[id]
-                && (!looked_up[id] || cpu::PackedWeight::rows_readable(tensor.dtype()))
+                && (!looked_up[id] || cpu::PackedWeight::packs_tables(tensor.dtype()))
             {
                 cpu::PackedWeight::for_tensor(&tensor)
             } else {

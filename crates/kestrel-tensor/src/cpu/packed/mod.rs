@@ -204,10 +204,14 @@ impl PackedWeight {
         Some(p)
     }
 
-    /// Whether [`PackedWeight::get_rows`] serves matrices of `dtype` (the q8_0 family's
-    /// layouts give back the file's rows; a table rows are looked up in may be packed then).
-    pub fn rows_readable(dtype: DType) -> bool {
-        q8_family::Kind::of(dtype).is_some()
+    /// Whether a matrix of `dtype` that is also a table rows are looked up in (a tied
+    /// embedding) should be packed for its matmul: only with `KESTREL_REPACK=all` (llama.cpp
+    /// keeps tied embeddings out of its repack buffers, so its output matmul on them runs
+    /// `vec_dot`'s order, which the file layout reproduces), and only for the layouts whose
+    /// [`PackedWeight::get_rows`] gives the rows back (the q8_0 family).
+    pub fn packs_tables(dtype: DType) -> bool {
+        let all = std::env::var("KESTREL_REPACK").is_ok_and(|v| v.trim() == "all");
+        all && q8_family::Kind::of(dtype).is_some()
     }
 
     /// Rows `ids` dequantized into `out` (`ids.len()` rows of [`PackedWeight::row_len`]), the
@@ -216,8 +220,7 @@ impl PackedWeight {
     ///
     /// # Errors
     /// `LengthMismatch` if `out` does not fit `ids`, `IdOutOfRange` for an id past the rows,
-    /// `Unsupported` for a layout that cannot give rows back (see
-    /// [`PackedWeight::rows_readable`]).
+    /// `UnsupportedDType` for a layout that cannot give rows back (Q4_K, Q6_K).
     pub fn get_rows(&self, ids: &[u32], out: &mut [f32]) -> Result<()> {
         const OP: &str = "packed get_rows";
         let Some(kind) = self.layout.q8_kind() else {
