@@ -38,27 +38,7 @@ pub fn get_rows(
             actual: table.len(),
         });
     }
-    let want = ids.len().saturating_mul(row_len);
-    if out.len() != want {
-        return Err(TensorError::LengthMismatch {
-            op: OP,
-            what: "out",
-            expected: want,
-            actual: out.len(),
-        });
-    }
-    if let Some((index, &id)) = ids
-        .iter()
-        .enumerate()
-        .find(|(_, &id)| id as usize >= n_rows)
-    {
-        return Err(TensorError::IdOutOfRange {
-            op: OP,
-            index,
-            id: id as i64,
-            rows: n_rows,
-        });
-    }
+    check_ids(OP, ids, n_rows, row_len, out.len())?;
     if row_len == 0 {
         return Ok(());
     }
@@ -72,6 +52,38 @@ pub fn get_rows(
             })
     });
     Ok(())
+}
+
+/// Checks that `out` holds `ids.len()` rows of `row_len` and that every id is below `n_rows`.
+pub(crate) fn check_ids(
+    op: &'static str,
+    ids: &[u32],
+    n_rows: usize,
+    row_len: usize,
+    out_len: usize,
+) -> Result<()> {
+    let want = ids.len().saturating_mul(row_len);
+    if out_len != want {
+        return Err(TensorError::LengthMismatch {
+            op,
+            what: "out",
+            expected: want,
+            actual: out_len,
+        });
+    }
+    match ids
+        .iter()
+        .enumerate()
+        .find(|(_, &id)| id as usize >= n_rows)
+    {
+        Some((index, &id)) => Err(TensorError::IdOutOfRange {
+            op,
+            index,
+            id: i64::from(id),
+            rows: n_rows,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Dequantizes one row of `dtype` (its raw bytes `w`, whole blocks) into `out`.

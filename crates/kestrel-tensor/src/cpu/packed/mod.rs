@@ -234,27 +234,7 @@ impl PackedWeight {
             });
         };
         let (k, nb) = (self.k, self.k / 32);
-        let want = ids.len().saturating_mul(k);
-        if out.len() != want {
-            return Err(TensorError::LengthMismatch {
-                op: OP,
-                what: "out",
-                expected: want,
-                actual: out.len(),
-            });
-        }
-        if let Some((index, &id)) = ids
-            .iter()
-            .enumerate()
-            .find(|(_, &id)| id as usize >= self.m)
-        {
-            return Err(TensorError::IdOutOfRange {
-                op: OP,
-                index,
-                id: i64::from(id),
-                rows: self.m,
-            });
-        }
+        super::get_rows::check_ids(OP, ids, self.m, k, out.len())?;
         let dtype = kind.dtype();
         let group_bytes = self.buf.len() / (self.m / GROUP_ROWS);
         let mut blk = [0u8; 34];
