@@ -338,19 +338,36 @@ fn simd_silu() -> bool {
     false
 }
 
+/// Runs `groups(whole groups of 16, index of the first)` over the leading `len - len % 16`
+/// values of `out` (ggml's split: the chunks of `for_chunks` start at multiples of 16, so their
+/// groups are ggml's) and `out[j] = tail(j, out[j])` over the rest.
+#[cfg(target_arch = "x86_64")]
+fn groups_then_tail(
+    out: &mut [f32],
+    groups: impl Fn(&mut [f32], usize) + Sync,
+    tail: impl Fn(usize, f32) -> f32 + Sync,
+) {
+    let vec_end = out.len() - out.len() % 16;
+    for_chunks(out, |o, off| {
+        let v = vec_end.saturating_sub(off).min(o.len());
+        let (head, rest) = o.split_at_mut(v);
+        groups(head, off);
+        for (i, y) in rest.iter_mut().enumerate() {
+            *y = tail(off + v + i, *y);
+        }
+    });
+}
+
 /// `x = silu(x)`, rounding as ggml's `ggml_vec_silu_f32` (see the module docs).
 pub fn silu(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if simd_silu() {
-        let vec_end = x.len() - x.len() % 16;
-        for_chunks(x, |o, off| {
-            // Chunks start at multiples of 16, so their groups of 16 are ggml's.
-            let v = vec_end.saturating_sub(off).min(o.len());
-            let (head, tail) = o.split_at_mut(v);
-            // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
-            unsafe { super::x86_64::silu::silu(head) };
-            tail.iter_mut().for_each(|y| *y = silu_f32(*y));
-        });
+        // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
+        groups_then_tail(
+            x,
+            |h, _| unsafe { super::x86_64::silu::silu(h) },
+            |_, y| silu_f32(y),
+        );
         return;
     }
     silu_like(
@@ -378,18 +395,12 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
     same_len("swiglu", "out", gate.len(), out.len())?;
     #[cfg(target_arch = "x86_64")]
     if simd_silu() {
-        let vec_end = out.len() - out.len() % 16;
-        for_chunks(out, |o, off| {
-            // Chunks start at multiples of 16, so their groups of 16 are ggml's.
-            let v = vec_end.saturating_sub(off).min(o.len());
-            let (head, tail) = o.split_at_mut(v);
+        groups_then_tail(
+            out,
             // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
-            unsafe { super::x86_64::silu::swiglu(&gate[off..], &up[off..], head) };
-            for (i, y) in tail.iter_mut().enumerate() {
-                let j = off + v + i;
-                *y = silu_f32(gate[j]) * up[j];
-            }
-        });
+            |h, off| unsafe { super::x86_64::silu::swiglu(&gate[off..], &up[off..], h) },
+            |j, _| silu_f32(gate[j]) * up[j],
+        );
         return Ok(());
     }
     silu_like(
@@ -410,15 +421,12 @@ pub fn geglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
     if simd_silu() {
         same_len("geglu", "out", gate.len(), out.len())?;
         let table = GELU_TABLE.get_or_init(gelu_table);
-        for_chunks(out, |o, off| {
-            let v = o.len() - o.len() % 16;
-            let (head, tail) = o.split_at_mut(v);
+        groups_then_tail(
+            out,
             // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
-            unsafe { super::x86_64::silu::geglu(table, &gate[off..], &up[off..], head) };
-            for (i, y) in tail.iter_mut().enumerate() {
-                *y = geglu_one(gate[off + v + i], up[off + v + i]);
-            }
-        });
+            |h, off| unsafe { super::x86_64::silu::geglu(table, &gate[off..], &up[off..], h) },
+            |j, _| geglu_one(gate[j], up[j]),
+        );
         return Ok(());
     }
     binary("geglu", gate, up, out, geglu_one)
