@@ -12,7 +12,16 @@ use kestrel_gguf::models::{test_model, GEMMA3_270M_Q4_K_M, SMOLLM2_135M_Q4_1};
 use kestrel_gguf::GgufModel;
 use kestrel_tokenizer::EncodeOptions;
 
+/// Whether this file runs with every q8_0-family matrix packed (`KESTREL_REPACK=all`): true
+/// in `batch_repack_all.rs`, which includes this file.
+#[allow(dead_code)]
+const REPACK_ALL: bool = false;
+
 fn generator(file: &str, ctx: usize) -> Option<Generator> {
+    if crate::REPACK_ALL {
+        // Every test of the binary sets the same value before its model is packed.
+        std::env::set_var("KESTREL_REPACK", "all");
+    }
     let model = Arc::new(GgufModel::open(test_model(file)?).unwrap());
     let opts = GeneratorOptions {
         threads: 2,
