@@ -9,7 +9,8 @@
 //! - [`q8_family`] **Q4_0x16, Q4_1x16, Q5_0x16, Q5_1x16, Q8_0x16**: the file's quants moved
 //!   (Q8_0's made unsigned), not widened; llama.cpp's repacked Q4_0 GEMM numerics, exact block
 //!   sums, for all five (which differ in the last bits from the unpacked path's, ggml's
-//!   `vec_dot`: `KESTREL_REPACK=0` gives those).
+//!   `vec_dot`). Only Q4_0 is packed by default (llama.cpp repacks it too);
+//!   `KESTREL_REPACK=all` packs the other four and tied embeddings (see `packing_enabled`).
 //! - [`q6_k`] **Q6_Kx16**: the 6-bit quants regrouped; the numerics of the unpacked Q6_K
 //!   kernels, bit for bit, in both of llama.cpp's orders (`vec_dot`'s 8 float lanes below
 //!   [`TILED_MIN_ROWS`] rows per sequence, the tiled matmul's exact super-block sums from
@@ -17,6 +18,7 @@
 //!
 //! A packed matrix is exactly as large as the original; [`PackedWeight::for_tensor`] shares it
 //! between every plan of a model and hands the source pages of the memory map back to the OS.
+//! Each kernel prefetches 8 KiB ahead of the block it computes (`x86_64::PREFETCH_AHEAD`).
 //! `KESTREL_REPACK=0` turns packing off.
 
 pub(crate) mod q4_k;
