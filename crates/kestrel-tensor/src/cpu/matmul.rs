@@ -403,18 +403,24 @@ fn matmul_q<D: super::qdot::QDot>(
 /// and 11-12 ms with this (AMD Zen 5, 2 threads), as fast as on cache-resident weights. A
 /// prefetch never faults, so running past the weights is harmless.
 #[inline]
-fn prefetch_next(wr: &[u8]) {
+pub(crate) fn prefetch_next(wr: &[u8]) {
+    prefetch_range(wr.as_ptr().wrapping_add(wr.len()), wr.len());
+}
+
+/// Asks for the `len` bytes at `start` to be brought into cache (any address: a prefetch reads
+/// nothing and never faults).
+#[inline(always)]
+pub(crate) fn prefetch_range(start: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let next = wr.as_ptr().wrapping_add(wr.len());
-        for off in (0..wr.len()).step_by(64) {
+        for off in (0..len).step_by(64) {
             // SAFETY: prefetching reads nothing and cannot fault, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast()) };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(off).cast()) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = wr;
+    let _ = (start, len);
 }
 
 fn check_len(

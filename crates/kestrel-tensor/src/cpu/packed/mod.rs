@@ -387,7 +387,7 @@ fn for_groups(
             for g in task * per_task..((task + 1) * per_task).min(groups) {
                 let group = &bytes[g * group_bytes..(g + 1) * group_bytes];
                 if prefetch_groups {
-                    prefetch_next(group);
+                    super::matmul::prefetch_next(group);
                 }
                 let mut run = |t0: usize, t1: usize, ord: bool| {
                     let mut t = t0;
@@ -522,23 +522,6 @@ fn release_pages(bytes: &[u8]) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = bytes;
-}
-
-/// Asks for the bytes after `group` (the next group, when a task walks its groups in order) to
-/// be brought into cache while this one computes.
-#[inline]
-fn prefetch_next(group: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let next = group.as_ptr().wrapping_add(group.len());
-        for off in (0..group.len()).step_by(64) {
-            // SAFETY: prefetching reads nothing and cannot fault, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast()) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = group;
 }
 
 /// Whether the AVX-512 kernels run here (else the scalar twins do).

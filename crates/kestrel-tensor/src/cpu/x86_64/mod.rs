@@ -8,8 +8,6 @@
 //! wrap them in safe functions that [`super::dispatch`] only hands out once the features were
 //! detected.
 
-use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-
 #[macro_use]
 mod q8_family;
 
@@ -39,11 +37,7 @@ pub(crate) const PREFETCH_AHEAD: usize = 8192;
 /// arrive as a steady stream, whatever the activation row count.
 #[inline(always)]
 pub(crate) fn prefetch_ahead(block: *const u8, len: usize) {
-    let ahead = block.wrapping_add(PREFETCH_AHEAD);
-    for off in (0..len).step_by(64) {
-        // SAFETY: prefetching reads nothing and cannot fault, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off).cast()) };
-    }
+    super::matmul::prefetch_range(block.wrapping_add(PREFETCH_AHEAD), len);
 }
 
 /// AVX2 + FMA + F16C.
