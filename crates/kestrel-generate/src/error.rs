@@ -51,6 +51,19 @@ pub enum GenerateError {
     /// A feature that needs text was asked of a model without a vocabulary.
     #[error("{0} need the model's tokenizer, and this model has none")]
     NoTokenizer(&'static str),
+    /// Reading or writing a file.
+    #[error("{what}: {source}")]
+    Io {
+        /// The file.
+        what: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A log-probability file (llama-perplexity's `--kl-divergence-base`) that is not one, or
+    /// not one for this model.
+    #[error("log-probability file: {0}")]
+    LogProbFile(String),
     /// The token callback asked to stop with an error.
     #[error("stopped by the caller: {0}")]
     Callback(String),

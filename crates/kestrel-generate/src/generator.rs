@@ -1,6 +1,6 @@
 //! `Generator`: a model ready to run — config, engine, prefill and decode plans, tokenizer and a
 //! default [`Session`] — with the greedy loop over ids, the sampled/streamed generation entry
-//! points (the loop itself is in `stream.rs`) and perplexity.
+//! points (the loop itself is in `stream.rs`; perplexity is in `perplexity/`).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -65,19 +65,6 @@ pub struct Generation {
     pub stopped: bool,
     /// Counts and timings.
     pub metrics: GenerateMetrics,
-}
-
-/// Perplexity over a text, computed as llama-perplexity does.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Perplexity {
-    /// exp(mean negative log-likelihood).
-    pub ppl: f64,
-    /// Its standard error.
-    pub err: f64,
-    /// Windows evaluated.
-    pub chunks: usize,
-    /// Tokens scored.
-    pub scored: usize,
 }
 
 /// A model ready to generate.
@@ -499,84 +486,6 @@ impl Generator {
             ids,
             stopped,
             metrics,
-        })
-    }
-
-    /// Perplexity of `tokens` as llama-perplexity computes it: non-overlapping windows of
-    /// `n_ctx` tokens, each from an empty cache, the first token of each window replaced by
-    /// `bos` when given, scoring the predictions of the second half of each window.
-    pub fn perplexity(
-        &mut self,
-        tokens: &[u32],
-        n_ctx: usize,
-        bos: Option<u32>,
-    ) -> Result<Perplexity, GenerateError> {
-        if n_ctx < 4 || n_ctx > self.core.ctx {
-            return Err(GenerateError::InvalidOption {
-                name: "ctx",
-                reason: format!(
-                    "perplexity window {n_ctx} must be within 4..={}",
-                    self.core.ctx
-                ),
-            });
-        }
-        let n_chunks = tokens.len() / n_ctx;
-        if n_chunks == 0 {
-            return Err(GenerateError::InvalidOption {
-                name: "text",
-                reason: format!(
-                    "{} tokens are fewer than one window of {n_ctx}",
-                    tokens.len()
-                ),
-            });
-        }
-        let core = &mut self.core;
-        let kv = &mut self.session;
-        let graph = build_decoder(&core.cfg, &core.model, Logits::All)?;
-        let model = core.model.clone();
-        let lookup = |name: &str| weight_tensor(&model, name);
-        let mut plan = ExecutionPlan::compile(&graph, n_ctx, &lookup)?;
-        let n_vocab = core.cfg.n_vocab;
-        let first = n_ctx / 2;
-        let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
-        let mut window = vec![0u32; n_ctx];
-        for c in 0..n_chunks {
-            let start = c * n_ctx;
-            window.copy_from_slice(&tokens[start..start + n_ctx]);
-            if let Some(b) = bos {
-                window[0] = b;
-            }
-            kv.reset();
-            let logits = plan.run(&core.engine, &mut kv.kv, &window, 0)?;
-            for j in first..n_ctx - 1 {
-                let row = &logits[j * n_vocab..(j + 1) * n_vocab];
-                let target = tokens[start + j + 1] as usize;
-                let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
-                let sum: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
-                let logp = row
-                    .get(target)
-                    .map(|&x| x as f64 - max - sum.ln())
-                    .unwrap_or(f64::NEG_INFINITY);
-                nll -= logp;
-                nll2 += logp * logp;
-                count += 1;
-            }
-        }
-        kv.reset();
-        let mean = nll / count as f64;
-        let mean2 = nll2 / count as f64;
-        let var = mean2 - mean * mean;
-        let ppl = mean.exp();
-        let err = if var > 0.0 && count > 1 {
-            (var / (count - 1) as f64).sqrt() * ppl
-        } else {
-            0.0
-        };
-        Ok(Perplexity {
-            ppl,
-            err,
-            chunks: n_chunks,
-            scored: count,
         })
     }
 

