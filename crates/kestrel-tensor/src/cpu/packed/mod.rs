@@ -19,7 +19,8 @@
 //! A packed matrix is exactly as large as the original; [`PackedWeight::for_tensor`] shares it
 //! between every plan of a model and hands the source pages of the memory map back to the OS.
 //! Each kernel prefetches 8 KiB ahead of the block it computes (`x86_64::PREFETCH_AHEAD`).
-//! `KESTREL_REPACK=0` turns packing off.
+//! `KESTREL_REPACK=0` turns packing off; `KESTREL_REPACK=q8_0,q4_1` packs the listed types
+//! beyond the default.
 
 pub(crate) mod q4_k;
 pub(crate) mod q6_k;
@@ -115,12 +116,22 @@ fn packing_enabled(dtype: DType) -> bool {
     match env.trim() {
         "0" => return false,
         "all" => {}
-        _ if matches!(dtype, DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0) => {
+        _ if matches!(dtype, DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0)
+            && !listed(&env, dtype) =>
+        {
             return false
         }
         _ => {}
     }
     super::dispatch::active_isa() >= super::dispatch::Isa::Avx512
+}
+
+/// Whether `KESTREL_REPACK` names `dtype` in a comma-separated list of types packed beyond the
+/// default (`KESTREL_REPACK=q8_0,q4_1`: to find which type's exact block sums move a model's
+/// distributions, one type at a time).
+fn listed(env: &str, dtype: DType) -> bool {
+    env.split(',')
+        .any(|t| t.trim().eq_ignore_ascii_case(dtype.name()))
 }
 
 /// Packed matrices shared by every plan of a process, keyed by the source bytes' address and
@@ -212,8 +223,8 @@ impl PackedWeight {
     /// `vec_dot`'s order, which the file layout reproduces), and only for the layouts whose
     /// [`PackedWeight::get_rows`] gives the rows back (the q8_0 family).
     pub fn packs_tables(dtype: DType) -> bool {
-        let all = std::env::var("KESTREL_REPACK").is_ok_and(|v| v.trim() == "all");
-        all && q8_family::Kind::of(dtype).is_some()
+        let env = std::env::var("KESTREL_REPACK").unwrap_or_default();
+        (env.trim() == "all" || listed(&env, dtype)) && q8_family::Kind::of(dtype).is_some()
     }
 
     /// Rows `ids` dequantized into `out` (`ids.len()` rows of [`PackedWeight::row_len`]), the
@@ -533,6 +544,14 @@ fn simd() -> bool {
 mod tests {
     use super::*;
     use crate::cpu::testutil::{quantized_rows, Rng};
+
+    #[test]
+    fn repack_lists_name_types_by_their_ggml_names() {
+        assert!(listed("q8_0,q4_1", DType::Q8_0));
+        assert!(listed(" Q4_1 ", DType::Q4_1));
+        assert!(!listed("q8_0", DType::Q5_0));
+        assert!(!listed("", DType::Q8_0));
+    }
 
     #[test]
     fn only_supported_types_with_whole_groups_pack() {
