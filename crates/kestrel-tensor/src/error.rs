@@ -122,4 +122,7 @@ pub enum TensorError {
     /// A scalar (de)quantization call failed.
     #[error(transparent)]
     Quant(#[from] QuantError),
+    /// The CUDA engine failed (or is not built, or finds no GPU).
+    #[error(transparent)]
+    Cuda(#[from] crate::cuda::CudaError),
 }

@@ -6,6 +6,8 @@
 //!   the mmapped model file; quantized weights are never expanded).
 //! - [`cpu`]: the CPU kernels over slices (matmul/matvec for every weight dtype, get_rows,
 //!   rms/layer norm, rope incl. YaRN, softmax, flash-style attention, activations, argmax).
+//! - [`cuda`]: the CUDA engine (feature `cuda`; a stub that says so without it), and
+//!   [`Device`]/[`DeviceRequest`] (`cpu`, `cuda:N`, `auto`).
 //! - [`Engine`]: the ops over tensors, object-safe; [`CpuEngine`] runs the CPU kernels in its own
 //!   rayon pool.
 //!
@@ -14,6 +16,8 @@
 //! [`quant`].
 
 pub mod cpu;
+pub mod cuda;
+mod device;
 mod dtype;
 mod engine;
 mod error;
@@ -21,6 +25,7 @@ mod shape;
 mod storage;
 mod tensor;
 
+pub use device::{Device, DeviceRequest, ParseDeviceError};
 pub use dtype::DType;
 pub use engine::{CpuEngine, Engine};
 pub use error::{Result, TensorError};

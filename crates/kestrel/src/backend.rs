@@ -115,8 +115,8 @@ impl Backend for CpuBackend {
     }
 }
 
-/// kestrel's CUDA engine. Registered so callers can ask for it by name; this build has no
-/// CUDA engine yet, so it is never available.
+/// kestrel's CUDA engine. Registered so callers can ask for it by name; its kernels exist
+/// (`kestrel_tensor::cuda`) but models do not run on it yet, so it is never available.
 #[derive(Debug, Default)]
 pub struct CudaBackend;
 
@@ -128,10 +128,14 @@ impl Backend for CudaBackend {
         false
     }
     fn load_model(&self, _: &Path, _: &LoadOptions) -> Result<Box<dyn TextModel>, Error> {
-        Err(Error::InvalidOption {
-            name: "device",
-            reason: "this build of kestrel has no CUDA engine".into(),
-        })
+        // Says whether the build, the driver or the GPU is missing, or that models do not run
+        // on the CUDA engine yet.
+        Err(crate::model::check_cpu_device("cuda")
+            .err()
+            .unwrap_or_else(|| Error::InvalidOption {
+                name: "device",
+                reason: "the CUDA engine does not run whole models yet".into(),
+            }))
     }
 }
 

@@ -1,0 +1,784 @@
+//! The CUDA engine proper (feature `cuda`): a [`CudaDevice`] owns one context and stream, the
+//! embedded PTX modules loaded once (every `.entry` of each found by name), and the scratch
+//! buffer the matvec quantizes activations into. Ops check shapes on the host with the same
+//! errors as the CPU engine and enqueue kernels on the stream; downloads synchronize.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
+
+use super::{CudaError, MAX_MATVEC_ROWS, MODULES};
+use crate::error::{Result, TensorError};
+use crate::{DType, Shape, Tensor};
+
+/// Bytes of one Q8_1 activation block (`kernels/common.cuh`).
+const Q8_1_BYTES: usize = 36;
+
+/// Warps (weight rows) per CTA of the matvec kernels (`ROWS_PER_CTA` in the `.cu` files).
+const ROWS_PER_CTA: u32 = 4;
+
+macro_rules! mmvq_names {
+    ($t:literal) => {
+        [
+            concat!("mmvq_", $t, "_1"),
+            concat!("mmvq_", $t, "_2"),
+            concat!("mmvq_", $t, "_3"),
+            concat!("mmvq_", $t, "_4"),
+            concat!("mmvq_", $t, "_5"),
+            concat!("mmvq_", $t, "_6"),
+            concat!("mmvq_", $t, "_7"),
+            concat!("mmvq_", $t, "_8"),
+        ]
+    };
+}
+
+/// The mmvq kernels by weight type and activation-row count.
+const MMVQ: [(DType, [&str; MAX_MATVEC_ROWS]); 5] = [
+    (DType::Q4_0, mmvq_names!("q4_0")),
+    (DType::Q4_1, mmvq_names!("q4_1")),
+    (DType::Q5_0, mmvq_names!("q5_0")),
+    (DType::Q5_1, mmvq_names!("q5_1")),
+    (DType::Q8_0, mmvq_names!("q8_0")),
+];
+
+fn driver(op: &'static str) -> impl Fn(DriverError) -> TensorError {
+    move |e| {
+        TensorError::Cuda(CudaError::Driver {
+            op,
+            message: e.to_string(),
+        })
+    }
+}
+
+/// Whether the driver library can be loaded (cudarc would panic on first use otherwise).
+fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen libcuda under its usual names.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// GPUs the driver reports.
+///
+/// # Errors
+/// [`CudaError::NoDriver`] without a driver; [`CudaError::Driver`] if it fails to start.
+pub fn device_count() -> Result<usize, CudaError> {
+    if !driver_present() {
+        return Err(CudaError::NoDriver);
+    }
+    let n = CudaContext::device_count().map_err(|e| CudaError::Driver {
+        op: "cuInit/cuDeviceGetCount",
+        message: e.to_string(),
+    })?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// One line about GPU 0 (`NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB`), or why there is none.
+///
+/// # Errors
+/// As [`CudaDevice::open`].
+pub fn probe() -> Result<String, CudaError> {
+    let found = device_count()?;
+    if found == 0 {
+        return Err(CudaError::NoDevice {
+            requested: 0,
+            found,
+        });
+    }
+    let ctx = CudaContext::new(0).map_err(|e| CudaError::Driver {
+        op: "cuCtxCreate",
+        message: e.to_string(),
+    })?;
+    let name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
+    let (major, minor) = ctx.compute_capability().unwrap_or((0, 0));
+    let total = ctx.total_mem().unwrap_or(0);
+    Ok(format!(
+        "{name}, sm_{major}{minor}, {:.1} GiB",
+        total as f64 / (1u64 << 30) as f64
+    ))
+}
+
+/// A tensor in device memory: dtype, shape and its bytes (weights as stored in the file).
+pub struct DeviceTensor {
+    dtype: DType,
+    shape: Shape,
+    buf: CudaSlice<u8>,
+}
+
+impl DeviceTensor {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The shape (ggml order).
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+}
+
+impl std::fmt::Debug for DeviceTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceTensor({}, {:?})", self.dtype, self.shape.dims())
+    }
+}
+
+/// One GPU with kestrel's kernels loaded.
+pub struct CudaDevice {
+    ordinal: usize,
+    name: String,
+    capability: (i32, i32),
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    functions: HashMap<&'static str, CudaFunction>,
+    /// Q8_1 activations of the last matvec (grown, never shrunk).
+    scratch: Mutex<Option<CudaSlice<u8>>>,
+}
+
+impl std::fmt::Debug for CudaDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "CudaDevice({}: {}, sm_{}{})",
+            self.ordinal, self.name, self.capability.0, self.capability.1
+        )
+    }
+}
+
+/// Kernel names in a module's PTX (`.visible .entry NAME(`).
+fn entries(ptx: &'static str) -> impl Iterator<Item = &'static str> {
+    ptx.lines().filter_map(|l| {
+        let rest = l.trim_start().strip_prefix(".visible .entry ")?;
+        rest.split('(').next().map(str::trim)
+    })
+}
+
+fn grid_for(n: usize, per_cta: usize) -> Result<u32> {
+    u32::try_from(n.div_ceil(per_cta).max(1)).map_err(|_| TensorError::InvalidParam {
+        op: "cuda",
+        why: "more than 2^32 thread blocks",
+    })
+}
+
+fn i32_of(op: &'static str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| TensorError::InvalidParam {
+        op,
+        why: "a size exceeds i32",
+    })
+}
+
+fn cfg(grid: u32, block: (u32, u32)) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid, 1, 1),
+        block_dim: (block.0, block.1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+impl CudaDevice {
+    /// Opens GPU `ordinal`, loads every kernel module (compute_90 PTX on Hopper and newer,
+    /// compute_80 elsewhere).
+    ///
+    /// # Errors
+    /// [`CudaError::NoDriver`], [`CudaError::NoDevice`], [`CudaError::Unsupported`] (older than
+    /// sm_80), or a driver error while loading the modules.
+    pub fn open(ordinal: usize) -> Result<CudaDevice, CudaError> {
+        let found = device_count()?;
+        if ordinal >= found {
+            return Err(CudaError::NoDevice {
+                requested: ordinal,
+                found,
+            });
+        }
+        let err = |op: &'static str| {
+            move |e: DriverError| CudaError::Driver {
+                op,
+                message: e.to_string(),
+            }
+        };
+        let ctx = CudaContext::new(ordinal).map_err(err("cuCtxCreate"))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(err("cuDeviceGetAttribute"))?;
+        if major < 8 {
+            return Err(CudaError::Unsupported {
+                ordinal,
+                major,
+                minor,
+            });
+        }
+        let name = ctx.name().map_err(err("cuDeviceGetName"))?;
+        let stream = ctx.new_stream().map_err(err("cuStreamCreate"))?;
+        let mut functions = HashMap::new();
+        for m in MODULES {
+            let ptx = if major >= 9 { m.sm90 } else { m.sm80 };
+            let module = ctx
+                .load_module(Ptx::from_src(ptx))
+                .map_err(|e| CudaError::Kernel {
+                    kernel: m.name.to_string(),
+                    message: format!("loading its PTX: {e}"),
+                })?;
+            for name in entries(ptx) {
+                let f = module.load_function(name).map_err(|e| CudaError::Kernel {
+                    kernel: name.to_string(),
+                    message: e.to_string(),
+                })?;
+                functions.insert(name, f);
+            }
+        }
+        Ok(CudaDevice {
+            ordinal,
+            name,
+            capability: (major, minor),
+            ctx,
+            stream,
+            functions,
+            scratch: Mutex::new(None),
+        })
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The device's name, as the driver gives it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.capability
+    }
+
+    fn func(&self, name: &str) -> Result<&CudaFunction> {
+        self.functions.get(name).ok_or_else(|| {
+            TensorError::Cuda(CudaError::Kernel {
+                kernel: name.to_string(),
+                message: "not in the embedded PTX".into(),
+            })
+        })
+    }
+
+    /// `bytes` of device memory, with out-of-memory reported with the sizes.
+    fn alloc(&self, bytes: usize) -> Result<CudaSlice<u8>> {
+        self.stream
+            .alloc_zeros::<u8>(bytes.max(1))
+            .map_err(|e| self.alloc_error(bytes, e))
+    }
+
+    fn alloc_error(&self, asked: usize, e: DriverError) -> TensorError {
+        if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            let (free, total) = self.ctx.mem_get_info().unwrap_or((0, 0));
+            TensorError::Cuda(CudaError::OutOfMemory { asked, free, total })
+        } else {
+            driver("cuMemAlloc")(e)
+        }
+    }
+
+    /// Copies a host tensor (any dtype, quantized weights as they are) to the device.
+    ///
+    /// # Errors
+    /// Out of memory or a driver error.
+    pub fn upload(&self, t: &Tensor) -> Result<DeviceTensor> {
+        let buf = self
+            .stream
+            .clone_htod(t.as_bytes())
+            .map_err(|e| self.alloc_error(t.nbytes(), e))?;
+        Ok(DeviceTensor {
+            dtype: t.dtype(),
+            shape: t.shape(),
+            buf,
+        })
+    }
+
+    /// A zeroed f32 tensor on the device.
+    ///
+    /// # Errors
+    /// Out of memory or a driver error.
+    pub fn zeros_f32(&self, shape: Shape) -> Result<DeviceTensor> {
+        Ok(DeviceTensor {
+            dtype: DType::F32,
+            shape,
+            buf: self.alloc(shape.elem_count() * 4)?,
+        })
+    }
+
+    /// An f32 tensor's values, copied back (waits for the stream).
+    ///
+    /// # Errors
+    /// [`TensorError::UnsupportedDType`] for other dtypes; a driver error.
+    pub fn download_f32(&self, t: &DeviceTensor) -> Result<Vec<f32>> {
+        f32_only("download_f32", t)?;
+        let bytes = self
+            .stream
+            .clone_dtoh(&t.buf)
+            .map_err(driver("cuMemcpyDtoH"))?;
+        self.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))?;
+        Ok(bytes
+            .chunks_exact(4)
+            .take(t.shape.elem_count())
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// Waits for every op enqueued so far.
+    ///
+    /// # Errors
+    /// A kernel's asynchronous failure surfaces here.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))
+    }
+
+    /// `out[n×m] = x[n×k] · W[m×k]ᵀ` for 1 to [`MAX_MATVEC_ROWS`] activation rows; weights F32,
+    /// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 (the quantized ones against Q8_1 activations).
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, more than 8 rows, a launch failure.
+    pub fn matmul(&self, x: &DeviceTensor, w: &DeviceTensor, out: &mut DeviceTensor) -> Result<()> {
+        const OP: &str = "cuda matmul";
+        f32_only(OP, x)?;
+        f32_only(OP, out)?;
+        let k = w.shape.row_len();
+        let m = w.shape.n_rows();
+        let n = x.shape.n_rows();
+        if x.shape.row_len() != k {
+            return Err(TensorError::ShapeMismatch {
+                op: OP,
+                what: "x",
+                expected: Shape::matrix(n, k)?,
+                actual: x.shape,
+            });
+        }
+        if out.shape.elem_count() != n * m {
+            return Err(TensorError::ShapeMismatch {
+                op: OP,
+                what: "out",
+                expected: Shape::matrix(n, m)?,
+                actual: out.shape,
+            });
+        }
+        if n == 0 || n > MAX_MATVEC_ROWS {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "the CUDA matmul takes 1 to 8 activation rows for now",
+            });
+        }
+        let grid = grid_for(m, ROWS_PER_CTA as usize)?;
+        let block = (32, ROWS_PER_CTA);
+        let (ki, mi, ni) = (i32_of(OP, k)?, i32_of(OP, m)?, i32_of(OP, n)?);
+        if let Some((_, names)) = MMVQ.iter().find(|(t, _)| *t == w.dtype) {
+            if !k.is_multiple_of(32) {
+                return Err(TensorError::PartialBlock {
+                    dtype: w.dtype,
+                    row_len: k,
+                    block_size: 32,
+                });
+            }
+            let nb = k / 32;
+            let nblocks = n * nb;
+            let mut guard = self.scratch.lock().map_err(|_| TensorError::InvalidParam {
+                op: OP,
+                why: "scratch lock poisoned",
+            })?;
+            let need = nblocks * Q8_1_BYTES;
+            if guard.as_ref().is_none_or(|s| s.len() < need) {
+                *guard = Some(self.alloc(need)?);
+            }
+            let Some(scratch) = guard.as_mut() else {
+                return Err(TensorError::InvalidParam {
+                    op: OP,
+                    why: "no scratch",
+                });
+            };
+            let nblocks_i = i32_of(OP, nblocks)?;
+            let q = self.func("quantize_q8_1")?;
+            let mut b = self.stream.launch_builder(q);
+            b.arg(&x.buf).arg(&mut *scratch).arg(&nblocks_i);
+            // SAFETY: `x` holds n*k f32 (checked), the scratch n*nb Q8_1 blocks (grown above).
+            unsafe { b.launch(cfg(grid_for(nblocks, 8)?, (256, 1))) }
+                .map_err(driver("launch quantize_q8_1"))?;
+            let nb_i = i32_of(OP, nb)?;
+            let f = self.func(names[n - 1])?;
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&w.buf)
+                .arg(&*scratch)
+                .arg(&mut out.buf)
+                .arg(&nb_i)
+                .arg(&mi);
+            // SAFETY: w holds m rows of nb blocks of its type, the scratch n rows of nb Q8_1
+            // blocks, out n*m f32; the kernel reads and writes only those.
+            unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch mmvq"))?;
+            return Ok(());
+        }
+        let name = match w.dtype {
+            DType::F32 => "matvec_f32",
+            DType::F16 => "matvec_f16",
+            DType::BF16 => "matvec_bf16",
+            dtype => return Err(TensorError::UnsupportedDType { op: OP, dtype }),
+        };
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&w.buf)
+            .arg(&x.buf)
+            .arg(&mut out.buf)
+            .arg(&ki)
+            .arg(&mi)
+            .arg(&ni);
+        // SAFETY: w holds m*k elements of its float type, x n*k f32, out n*m f32.
+        unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch matvec"))?;
+        Ok(())
+    }
+
+    /// `x / sqrt(mean(x²) + eps) * weight` per row.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn rms_norm(
+        &self,
+        x: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        eps: f32,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.norm("rms_norm_f32", x, weight, None, eps, out)
+    }
+
+    /// `(x - mean) / sqrt(var + eps) * weight + bias` per row.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn layer_norm(
+        &self,
+        x: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        bias: Option<&DeviceTensor>,
+        eps: f32,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.norm("layer_norm_f32", x, weight, bias, eps, out)
+    }
+
+    fn norm(
+        &self,
+        name: &'static str,
+        x: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        bias: Option<&DeviceTensor>,
+        eps: f32,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        f32_only(name, x)?;
+        f32_only(name, out)?;
+        same_shape(name, "out", x, out)?;
+        let k = x.shape.row_len();
+        for (what, v) in [("weight", weight), ("bias", bias)] {
+            if let Some(v) = v {
+                f32_only(name, v)?;
+                if v.shape.elem_count() != k {
+                    return Err(TensorError::LengthMismatch {
+                        op: name,
+                        what,
+                        expected: k,
+                        actual: v.shape.elem_count(),
+                    });
+                }
+            }
+        }
+        let null = 0u64;
+        let ki = i32_of(name, k)?;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&x.buf);
+        match weight {
+            Some(w) => b.arg(&w.buf),
+            None => b.arg(&null),
+        };
+        if name == "layer_norm_f32" {
+            match bias {
+                Some(v) => b.arg(&v.buf),
+                None => b.arg(&null),
+            };
+        }
+        b.arg(&mut out.buf).arg(&ki).arg(&eps);
+        // SAFETY: x and out hold rows*k f32, weight and bias k f32 or null (checked).
+        unsafe { b.launch(cfg(grid_for(x.shape.n_rows(), 1)?, (256, 1))) }
+            .map_err(driver("launch norm"))?;
+        Ok(())
+    }
+
+    /// Embedding lookup: `out` row `i` = `table` row `ids[i]`, as f32.
+    ///
+    /// # Errors
+    /// An id out of range, a dtype without a kernel, shape mismatches.
+    pub fn get_rows(
+        &self,
+        table: &DeviceTensor,
+        ids: &[u32],
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda get_rows";
+        f32_only(OP, out)?;
+        let k = table.shape.row_len();
+        let rows = table.shape.n_rows();
+        if let Some((index, &id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= rows) {
+            return Err(TensorError::IdOutOfRange {
+                op: OP,
+                id: i64::from(id),
+                index,
+                rows,
+            });
+        }
+        if out.shape.elem_count() != ids.len() * k {
+            return Err(TensorError::ShapeMismatch {
+                op: OP,
+                what: "out",
+                expected: Shape::matrix(ids.len(), k)?,
+                actual: out.shape,
+            });
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let name = match table.dtype {
+            DType::F32 => "get_rows_f32",
+            DType::F16 => "get_rows_f16",
+            DType::BF16 => "get_rows_bf16",
+            DType::Q4_0 => "get_rows_q4_0",
+            DType::Q4_1 => "get_rows_q4_1",
+            DType::Q5_0 => "get_rows_q5_0",
+            DType::Q5_1 => "get_rows_q5_1",
+            DType::Q8_0 => "get_rows_q8_0",
+            dtype => return Err(TensorError::UnsupportedDType { op: OP, dtype }),
+        };
+        let ids_i: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+        let dev_ids = self
+            .stream
+            .clone_htod(&ids_i)
+            .map_err(|e| self.alloc_error(ids.len() * 4, e))?;
+        let ki = i32_of(OP, k)?;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&table.buf).arg(&dev_ids).arg(&mut out.buf).arg(&ki);
+        // SAFETY: ids are in range (checked), out holds ids*k f32.
+        unsafe { b.launch(cfg(grid_for(ids.len(), 1)?, (256, 1))) }
+            .map_err(driver("launch get_rows"))?;
+        Ok(())
+    }
+
+    /// `out = a + b`, `b` the same size or one row repeated.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn add(&self, a: &DeviceTensor, b: &DeviceTensor, out: &mut DeviceTensor) -> Result<()> {
+        self.binary("add_f32", a, b, out)
+    }
+
+    /// `out = a * b`, `b` the same size or one row repeated.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn mul(&self, a: &DeviceTensor, b: &DeviceTensor, out: &mut DeviceTensor) -> Result<()> {
+        self.binary("mul_f32", a, b, out)
+    }
+
+    fn binary(
+        &self,
+        name: &'static str,
+        a: &DeviceTensor,
+        b: &DeviceTensor,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        for t in [a, b] {
+            f32_only(name, t)?;
+        }
+        f32_only(name, out)?;
+        same_shape(name, "out", a, out)?;
+        let n = a.shape.elem_count();
+        let b_len = b.shape.elem_count();
+        if b_len != n && b_len != a.shape.row_len() {
+            return Err(TensorError::ShapeMismatch {
+                op: name,
+                what: "b",
+                expected: a.shape,
+                actual: b.shape,
+            });
+        }
+        let (ni, bi) = (n as i64, b_len.max(1) as i64);
+        let f = self.func(name)?;
+        let mut l = self.stream.launch_builder(f);
+        l.arg(&a.buf)
+            .arg(&b.buf)
+            .arg(&mut out.buf)
+            .arg(&ni)
+            .arg(&bi);
+        // SAFETY: a and out hold n f32, b b_len f32 (checked).
+        unsafe { l.launch(elementwise_cfg(n)) }.map_err(driver("launch elementwise"))?;
+        Ok(())
+    }
+
+    /// `x *= s`.
+    ///
+    /// # Errors
+    /// A dtype mismatch or a launch failure.
+    pub fn scale(&self, x: &mut DeviceTensor, s: f32) -> Result<()> {
+        f32_only("cuda scale", x)?;
+        let n = x.shape.elem_count() as i64;
+        let f = self.func("scale_f32")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&mut x.buf).arg(&n).arg(&s);
+        // SAFETY: x holds n f32.
+        unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch scale"))?;
+        Ok(())
+    }
+
+    /// `x = silu(x)`.
+    ///
+    /// # Errors
+    /// A dtype mismatch or a launch failure.
+    pub fn silu(&self, x: &mut DeviceTensor) -> Result<()> {
+        self.unary("silu_f32", x)
+    }
+
+    /// `x = gelu(x)` (tanh form).
+    ///
+    /// # Errors
+    /// A dtype mismatch or a launch failure.
+    pub fn gelu(&self, x: &mut DeviceTensor) -> Result<()> {
+        self.unary("gelu_f32", x)
+    }
+
+    fn unary(&self, name: &'static str, x: &mut DeviceTensor) -> Result<()> {
+        f32_only(name, x)?;
+        let n = x.shape.elem_count() as i64;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&mut x.buf).arg(&n);
+        // SAFETY: x holds n f32.
+        unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch unary"))?;
+        Ok(())
+    }
+
+    /// `out = silu(gate) * up`.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn swiglu(
+        &self,
+        gate: &DeviceTensor,
+        up: &DeviceTensor,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.gated("swiglu_f32", gate, up, out)
+    }
+
+    /// `out = gelu(gate) * up`.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn geglu(
+        &self,
+        gate: &DeviceTensor,
+        up: &DeviceTensor,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.gated("geglu_f32", gate, up, out)
+    }
+
+    fn gated(
+        &self,
+        name: &'static str,
+        gate: &DeviceTensor,
+        up: &DeviceTensor,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        for t in [gate, up] {
+            f32_only(name, t)?;
+        }
+        f32_only(name, out)?;
+        same_shape(name, "up", gate, up)?;
+        same_shape(name, "out", gate, out)?;
+        let n = gate.shape.elem_count() as i64;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&gate.buf).arg(&up.buf).arg(&mut out.buf).arg(&n);
+        // SAFETY: all three hold n f32 (checked).
+        unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch gated"))?;
+        Ok(())
+    }
+
+    /// Per-row argmax (ties to the lowest index), copied back into `out` (waits for the stream).
+    ///
+    /// # Errors
+    /// A dtype or length mismatch, a driver error.
+    pub fn argmax(&self, x: &DeviceTensor, out: &mut [u32]) -> Result<()> {
+        const OP: &str = "cuda argmax";
+        f32_only(OP, x)?;
+        let rows = x.shape.n_rows();
+        if out.len() != rows {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what: "out",
+                expected: rows,
+                actual: out.len(),
+            });
+        }
+        let mut dev = self
+            .stream
+            .alloc_zeros::<u32>(rows.max(1))
+            .map_err(|e| self.alloc_error(rows * 4, e))?;
+        let ki = i32_of(OP, x.shape.row_len())?;
+        let f = self.func("argmax_f32")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&x.buf).arg(&mut dev).arg(&ki);
+        // SAFETY: x holds rows*k f32, dev rows u32.
+        unsafe { b.launch(cfg(grid_for(rows, 1)?, (256, 1))) }.map_err(driver("launch argmax"))?;
+        let host = self
+            .stream
+            .clone_dtoh(&dev)
+            .map_err(driver("cuMemcpyDtoH"))?;
+        self.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))?;
+        out.copy_from_slice(&host[..rows]);
+        Ok(())
+    }
+}
+
+fn elementwise_cfg(n: usize) -> LaunchConfig {
+    // Grid-stride kernels: enough CTAs to fill a large GPU, never more than needed.
+    let grid = n.div_ceil(256).clamp(1, 65_535) as u32;
+    cfg(grid, (256, 1))
+}
+
+fn f32_only(op: &'static str, t: &DeviceTensor) -> Result<()> {
+    if t.dtype != DType::F32 {
+        return Err(TensorError::UnsupportedDType { op, dtype: t.dtype });
+    }
+    Ok(())
+}
+
+fn same_shape(
+    op: &'static str,
+    what: &'static str,
+    a: &DeviceTensor,
+    b: &DeviceTensor,
+) -> Result<()> {
+    if a.shape.elem_count() != b.shape.elem_count() || a.shape.row_len() != b.shape.row_len() {
+        return Err(TensorError::ShapeMismatch {
+            op,
+            what,
+            expected: a.shape,
+            actual: b.shape,
+        });
+    }
+    Ok(())
+}

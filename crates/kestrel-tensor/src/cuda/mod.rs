@@ -1,0 +1,78 @@
+//! The CUDA engine: kernels from `kernels/*.cu`, compiled to PTX by `cargo xtask kernels` and
+//! embedded here (`ptx/`, committed), run through cudarc with dynamic loading, so building
+//! needs no CUDA toolkit and a machine without a driver gets an error, not a link failure.
+//!
+//! - [`CudaDevice`]: one GPU: context, stream, every module loaded once, a scratch buffer for
+//!   quantized activations; ops over [`DeviceTensor`]s (weights uploaded still quantized).
+//! - [`device_count`] and [`probe`]: whether a driver and a GPU are there (for `--device auto`).
+//!
+//! Without the `cuda` feature the same API exists (a stub) and every entry point returns
+//! [`CudaError::NotBuilt`], so callers need no `cfg`.
+//!
+//! Ops so far (the rest of issue 23 adds rope, softmax, attention, K-quant matvec, prefill
+//! matmul): matmul for 1-8 activation rows over F32/F16/BF16 and Q4_0/Q4_1/Q5_0/Q5_1/Q8_0
+//! weights (Q8_1 activations and `dp4a`, as ggml-cuda's MMVQ), rms/layer norm with weight,
+//! get_rows, add/mul (row broadcast), scale, SiLU, GELU, SwiGLU, GeGLU, argmax.
+
+#[cfg(feature = "cuda")]
+mod engine;
+mod error;
+#[cfg(not(feature = "cuda"))]
+mod stub;
+
+pub use error::CudaError;
+
+#[cfg(feature = "cuda")]
+pub use engine::{device_count, probe, CudaDevice, DeviceTensor};
+#[cfg(not(feature = "cuda"))]
+pub use stub::{device_count, probe, CudaDevice, DeviceTensor};
+
+/// One compiled kernel module.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) struct PtxModule {
+    /// The `kernels/` file stem.
+    pub(crate) name: &'static str,
+    /// PTX for compute_80 (Ampere and later).
+    pub(crate) sm80: &'static str,
+    /// PTX for compute_90 (Hopper).
+    pub(crate) sm90: &'static str,
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod ptx_table;
+#[cfg_attr(not(feature = "cuda"), allow(unused_imports))]
+pub(crate) use ptx_table::MODULES;
+
+/// Largest number of activation rows one matvec launch takes (the `mmvq_*_N` kernels).
+pub const MAX_MATVEC_ROWS: usize = 8;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_module_has_ptx_for_both_targets() {
+        assert!(!MODULES.is_empty());
+        for m in MODULES {
+            for (ptx, target) in [(m.sm80, ".target sm_80"), (m.sm90, ".target sm_90")] {
+                assert!(ptx.contains(target), "{}: PTX lacks {target}", m.name);
+                assert!(
+                    ptx.contains(".visible .entry"),
+                    "{}: PTX has no kernel",
+                    m.name
+                );
+            }
+        }
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn stub_says_cuda_is_not_built() {
+        let e = CudaDevice::open(0)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("without the `cuda` feature"), "{e}");
+        assert!(matches!(probe(), Err(CudaError::NotBuilt)));
+    }
+}

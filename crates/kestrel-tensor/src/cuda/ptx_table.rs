@@ -1,0 +1,42 @@
+// Written by `cargo xtask kernels` from kernels/*.cu: do not edit.
+
+use super::PtxModule;
+
+/// Every kernel module: its name and its PTX for compute_80 and compute_90.
+pub(crate) const MODULES: &[PtxModule] = &[
+    PtxModule {
+        name: "argmax",
+        sm80: include_str!("ptx/argmax.sm_80.ptx"),
+        sm90: include_str!("ptx/argmax.sm_90.ptx"),
+    },
+    PtxModule {
+        name: "elementwise",
+        sm80: include_str!("ptx/elementwise.sm_80.ptx"),
+        sm90: include_str!("ptx/elementwise.sm_90.ptx"),
+    },
+    PtxModule {
+        name: "get_rows",
+        sm80: include_str!("ptx/get_rows.sm_80.ptx"),
+        sm90: include_str!("ptx/get_rows.sm_90.ptx"),
+    },
+    PtxModule {
+        name: "matvec_float",
+        sm80: include_str!("ptx/matvec_float.sm_80.ptx"),
+        sm90: include_str!("ptx/matvec_float.sm_90.ptx"),
+    },
+    PtxModule {
+        name: "mmvq",
+        sm80: include_str!("ptx/mmvq.sm_80.ptx"),
+        sm90: include_str!("ptx/mmvq.sm_90.ptx"),
+    },
+    PtxModule {
+        name: "norm",
+        sm80: include_str!("ptx/norm.sm_80.ptx"),
+        sm90: include_str!("ptx/norm.sm_90.ptx"),
+    },
+    PtxModule {
+        name: "quantize",
+        sm80: include_str!("ptx/quantize.sm_80.ptx"),
+        sm90: include_str!("ptx/quantize.sm_90.ptx"),
+    },
+];

@@ -1,0 +1,235 @@
+//! The CUDA engine's API when kestrel is built without the `cuda` feature: the same types and
+//! functions, each entry point returning [`CudaError::NotBuilt`], so callers compile without
+//! `cfg` and a user asking for a GPU gets a sentence instead of a missing symbol.
+
+use std::convert::Infallible;
+
+use super::CudaError;
+use crate::error::Result;
+use crate::{DType, Shape, Tensor};
+
+/// GPUs the driver reports: never, in this build.
+///
+/// # Errors
+/// Always [`CudaError::NotBuilt`].
+pub fn device_count() -> Result<usize, CudaError> {
+    Err(CudaError::NotBuilt)
+}
+
+/// One line about GPU 0: never, in this build.
+///
+/// # Errors
+/// Always [`CudaError::NotBuilt`].
+pub fn probe() -> Result<String, CudaError> {
+    Err(CudaError::NotBuilt)
+}
+
+/// A tensor in device memory (none can exist in this build).
+#[derive(Debug)]
+pub struct DeviceTensor {
+    never: Infallible,
+}
+
+impl DeviceTensor {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self.never {}
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> Shape {
+        match self.never {}
+    }
+}
+
+/// One GPU (none can be opened in this build).
+#[derive(Debug)]
+pub struct CudaDevice {
+    never: Infallible,
+}
+
+impl CudaDevice {
+    /// Always fails: kestrel was built without CUDA.
+    ///
+    /// # Errors
+    /// Always [`CudaError::NotBuilt`].
+    pub fn open(_ordinal: usize) -> Result<CudaDevice, CudaError> {
+        Err(CudaError::NotBuilt)
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        match self.never {}
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        match self.never {}
+    }
+
+    /// Compute capability.
+    pub fn compute_capability(&self) -> (i32, i32) {
+        match self.never {}
+    }
+
+    /// Copies a host tensor to the device.
+    ///
+    /// # Errors
+    /// Unreachable: no device exists.
+    pub fn upload(&self, _t: &Tensor) -> Result<DeviceTensor> {
+        match self.never {}
+    }
+
+    /// A zeroed f32 tensor on the device.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn zeros_f32(&self, _shape: Shape) -> Result<DeviceTensor> {
+        match self.never {}
+    }
+
+    /// An f32 tensor's values.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn download_f32(&self, _t: &DeviceTensor) -> Result<Vec<f32>> {
+        match self.never {}
+    }
+
+    /// Waits for the stream.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn synchronize(&self) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Matrix times 1-8 rows.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn matmul(
+        &self,
+        _x: &DeviceTensor,
+        _w: &DeviceTensor,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// RMS norm.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn rms_norm(
+        &self,
+        _x: &DeviceTensor,
+        _w: Option<&DeviceTensor>,
+        _eps: f32,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Layer norm.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn layer_norm(
+        &self,
+        _x: &DeviceTensor,
+        _w: Option<&DeviceTensor>,
+        _b: Option<&DeviceTensor>,
+        _eps: f32,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Embedding lookup.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn get_rows(
+        &self,
+        _table: &DeviceTensor,
+        _ids: &[u32],
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// `out = a + b`.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn add(&self, _a: &DeviceTensor, _b: &DeviceTensor, _out: &mut DeviceTensor) -> Result<()> {
+        match self.never {}
+    }
+
+    /// `out = a * b`.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn mul(&self, _a: &DeviceTensor, _b: &DeviceTensor, _out: &mut DeviceTensor) -> Result<()> {
+        match self.never {}
+    }
+
+    /// `x *= s`.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn scale(&self, _x: &mut DeviceTensor, _s: f32) -> Result<()> {
+        match self.never {}
+    }
+
+    /// SiLU in place.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn silu(&self, _x: &mut DeviceTensor) -> Result<()> {
+        match self.never {}
+    }
+
+    /// GELU in place.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn gelu(&self, _x: &mut DeviceTensor) -> Result<()> {
+        match self.never {}
+    }
+
+    /// SwiGLU.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn swiglu(
+        &self,
+        _g: &DeviceTensor,
+        _u: &DeviceTensor,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// GeGLU.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn geglu(
+        &self,
+        _g: &DeviceTensor,
+        _u: &DeviceTensor,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Per-row argmax.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn argmax(&self, _x: &DeviceTensor, _out: &mut [u32]) -> Result<()> {
+        match self.never {}
+    }
+}

@@ -1,0 +1,269 @@
+//! Every CUDA kernel against the CPU engine on random inputs of real shapes (`--features cuda`).
+//!
+//! On a machine without a driver or GPU each test prints why it skipped and passes, unless
+//! `KESTREL_REQUIRE_GPU=1` (the GPU test machine's script sets it), which makes that a failure.
+//! Bounds, as normalized mean squared error `Σ(gpu - cpu)² / Σ cpu²`, or exact:
+//! - float matvec (F32/F16/BF16 weights): 1e-10 (same products, another summation order);
+//! - quantized matvec (Q4_0..Q8_0 against 8-bit activations): 1e-5 (both engines quantize the
+//!   activations to 8 bits per 32 values; a rounding tie or a differently rounded scale moves a
+//!   quant by one step);
+//! - norms 1e-10; SiLU/GELU/SwiGLU/GeGLU 1e-10 (the GPU's expf/tanhf are within 2 ulp);
+//!   add/mul and get_rows exact to 1e-12; argmax exact.
+#![cfg(feature = "cuda")]
+
+use kestrel_tensor::cuda::{CudaDevice, CudaError};
+use kestrel_tensor::{quant, CpuEngine, DType, Engine, Shape, Tensor};
+
+fn device() -> Option<CudaDevice> {
+    match CudaDevice::open(0) {
+        Ok(d) => Some(d),
+        Err(e @ (CudaError::NoDriver | CudaError::NoDevice { .. })) => {
+            assert!(
+                std::env::var_os("KESTREL_REQUIRE_GPU").is_none(),
+                "KESTREL_REQUIRE_GPU is set but: {e}"
+            );
+            eprintln!("skipping the CUDA kernel test: {e}");
+            None
+        }
+        Err(e) => panic!("CUDA device 0 did not open: {e}"),
+    }
+}
+
+/// Deterministic values in [-1, 1) (xorshift), with a few larger ones as real activations have.
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let v = (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+            if i % 97 == 0 {
+                v * 8.0
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+fn nmse(gpu: &[f32], cpu: &[f32]) -> f64 {
+    assert_eq!(gpu.len(), cpu.len());
+    let num: f64 = gpu
+        .iter()
+        .zip(cpu)
+        .map(|(&g, &c)| (g as f64 - c as f64).powi(2))
+        .sum();
+    let den: f64 = cpu
+        .iter()
+        .map(|&c| (c as f64).powi(2))
+        .sum::<f64>()
+        .max(1e-30);
+    num / den
+}
+
+fn f32_tensor(rows: usize, k: usize, seed: u64) -> Tensor {
+    Tensor::from_f32(Shape::matrix(rows, k).unwrap(), &random(rows * k, seed)).unwrap()
+}
+
+fn weight(dtype: DType, rows: usize, k: usize, seed: u64) -> Tensor {
+    let src = random(rows * k, seed);
+    let shape = Shape::matrix(rows, k).unwrap();
+    if dtype == DType::F32 {
+        return Tensor::from_f32(shape, &src).unwrap();
+    }
+    let mut bytes = vec![0u8; dtype.row_bytes(k).unwrap() * rows];
+    quant::quantize(dtype.ggml_type(), &src, &mut bytes).unwrap();
+    Tensor::from_bytes(dtype, shape, &bytes).unwrap()
+}
+
+#[test]
+fn matmul_matches_the_cpu_engine() {
+    let Some(dev) = device() else { return };
+    let cpu = CpuEngine::new(2).unwrap();
+    // Real shapes: SmolLM2's 576 (not a multiple of 256), Gemma 3's 640, a llama-8B 4096.
+    for (k, m) in [(576, 1536), (640, 2048), (4096, 1024)] {
+        for dtype in [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+        ] {
+            let w = weight(dtype, m, k, k as u64 + m as u64);
+            let dw = dev.upload(&w).unwrap();
+            for n in [1, 2, 3, 8] {
+                let x = f32_tensor(n, k, n as u64);
+                let mut want = Tensor::zeros(DType::F32, Shape::matrix(n, m).unwrap()).unwrap();
+                cpu.matmul(&x, &w, &mut want).unwrap();
+                let dx = dev.upload(&x).unwrap();
+                let mut out = dev.zeros_f32(Shape::matrix(n, m).unwrap()).unwrap();
+                dev.matmul(&dx, &dw, &mut out).unwrap();
+                let got = dev.download_f32(&out).unwrap();
+                let e = nmse(&got, want.as_f32().unwrap());
+                let bound = if dtype.is_quantized() { 1e-5 } else { 1e-10 };
+                assert!(
+                    e <= bound,
+                    "{dtype} k={k} m={m} n={n}: nmse {e:e} > {bound:e}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_refuses_what_it_cannot_do() {
+    let Some(dev) = device() else { return };
+    let w = dev.upload(&weight(DType::Q4_0, 64, 256, 1)).unwrap();
+    let x = dev.upload(&f32_tensor(9, 256, 2)).unwrap();
+    let mut out = dev.zeros_f32(Shape::matrix(9, 64).unwrap()).unwrap();
+    assert!(
+        dev.matmul(&x, &w, &mut out).is_err(),
+        "9 rows is over the matvec's 8"
+    );
+    let x = dev.upload(&f32_tensor(1, 128, 2)).unwrap();
+    let mut out = dev.zeros_f32(Shape::matrix(1, 64).unwrap()).unwrap();
+    assert!(dev.matmul(&x, &w, &mut out).is_err(), "k mismatch");
+}
+
+#[test]
+fn norms_match_the_cpu_engine() {
+    let Some(dev) = device() else { return };
+    let cpu = CpuEngine::new(2).unwrap();
+    for (rows, k) in [(1, 576), (7, 640), (3, 4096)] {
+        let x = f32_tensor(rows, k, 3);
+        let w = f32_tensor(1, k, 4).reshape(Shape::vector(k)).unwrap();
+        let b = f32_tensor(1, k, 5).reshape(Shape::vector(k)).unwrap();
+        let (dx, dw, db) = (
+            dev.upload(&x).unwrap(),
+            dev.upload(&w).unwrap(),
+            dev.upload(&b).unwrap(),
+        );
+        let shape = x.shape();
+        let mut want = Tensor::zeros(DType::F32, shape).unwrap();
+        let mut out = dev.zeros_f32(shape).unwrap();
+        cpu.rms_norm(&x, Some(&w), 1e-6, &mut want).unwrap();
+        dev.rms_norm(&dx, Some(&dw), 1e-6, &mut out).unwrap();
+        let e = nmse(&dev.download_f32(&out).unwrap(), want.as_f32().unwrap());
+        assert!(e <= 1e-10, "rms_norm {rows}x{k}: {e:e}");
+        cpu.layer_norm(&x, Some(&w), Some(&b), 1e-5, &mut want)
+            .unwrap();
+        dev.layer_norm(&dx, Some(&dw), Some(&db), 1e-5, &mut out)
+            .unwrap();
+        let e = nmse(&dev.download_f32(&out).unwrap(), want.as_f32().unwrap());
+        assert!(e <= 1e-10, "layer_norm {rows}x{k}: {e:e}");
+    }
+}
+
+#[test]
+fn get_rows_matches_the_cpu_engine() {
+    let Some(dev) = device() else { return };
+    let cpu = CpuEngine::new(2).unwrap();
+    let ids = [0u32, 5, 99, 5, 17];
+    for dtype in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+    ] {
+        let t = weight(dtype, 100, 640, 9);
+        let shape = Shape::matrix(ids.len(), 640).unwrap();
+        let mut want = Tensor::zeros(DType::F32, shape).unwrap();
+        cpu.get_rows(&t, &ids, &mut want).unwrap();
+        let mut out = dev.zeros_f32(shape).unwrap();
+        dev.get_rows(&dev.upload(&t).unwrap(), &ids, &mut out)
+            .unwrap();
+        let e = nmse(&dev.download_f32(&out).unwrap(), want.as_f32().unwrap());
+        assert!(e <= 1e-12, "get_rows {dtype}: {e:e}");
+        assert!(
+            dev.get_rows(&dev.upload(&t).unwrap(), &[100], &mut out)
+                .is_err(),
+            "id 100 of 100 rows"
+        );
+    }
+}
+
+#[test]
+fn elementwise_matches_the_cpu_engine() {
+    let Some(dev) = device() else { return };
+    let cpu = CpuEngine::new(2).unwrap();
+    let (rows, k) = (5, 1536);
+    let a = f32_tensor(rows, k, 11);
+    let b = f32_tensor(rows, k, 12);
+    let row = f32_tensor(1, k, 13);
+    let (da, db, drow) = (
+        dev.upload(&a).unwrap(),
+        dev.upload(&b).unwrap(),
+        dev.upload(&row).unwrap(),
+    );
+    let shape = a.shape();
+    let mut want = Tensor::zeros(DType::F32, shape).unwrap();
+    let mut out = dev.zeros_f32(shape).unwrap();
+    let check = |what: &str, got: Vec<f32>, want: &Tensor, bound: f64| {
+        let e = nmse(&got, want.as_f32().unwrap());
+        assert!(e <= bound, "{what}: {e:e}");
+    };
+    cpu.add(&a, &b, &mut want).unwrap();
+    dev.add(&da, &db, &mut out).unwrap();
+    check("add", dev.download_f32(&out).unwrap(), &want, 1e-12);
+    cpu.mul(&a, &row, &mut want).unwrap();
+    dev.mul(&da, &drow, &mut out).unwrap();
+    check(
+        "mul (row broadcast)",
+        dev.download_f32(&out).unwrap(),
+        &want,
+        1e-12,
+    );
+    cpu.swiglu(&a, &b, &mut want).unwrap();
+    dev.swiglu(&da, &db, &mut out).unwrap();
+    check("swiglu", dev.download_f32(&out).unwrap(), &want, 1e-10);
+    cpu.geglu(&a, &b, &mut want).unwrap();
+    dev.geglu(&da, &db, &mut out).unwrap();
+    check("geglu", dev.download_f32(&out).unwrap(), &want, 1e-10);
+    for (name, op) in [("silu", 0), ("gelu", 1), ("scale", 2)] {
+        let mut host = a.clone();
+        let mut dx = dev.upload(&a).unwrap();
+        match op {
+            0 => {
+                cpu.silu(&mut host).unwrap();
+                dev.silu(&mut dx).unwrap();
+            }
+            1 => {
+                cpu.gelu(&mut host).unwrap();
+                dev.gelu(&mut dx).unwrap();
+            }
+            _ => {
+                cpu.scale(&mut host, 0.125).unwrap();
+                dev.scale(&mut dx, 0.125).unwrap();
+            }
+        }
+        check(name, dev.download_f32(&dx).unwrap(), &host, 1e-10);
+    }
+}
+
+#[test]
+fn argmax_matches_the_cpu_engine() {
+    let Some(dev) = device() else { return };
+    let k = 49_152;
+    let mut v = random(4 * k, 21);
+    v[k + 1000] = 50.0; // row 1: a tie between two maxima goes to the lower index
+    v[k + 3000] = 50.0;
+    v[2 * k + 7] = f32::NAN; // row 2: a NaN never wins
+    v[3 * k] = f32::NAN; // row 3: a first NaN gives 0, as on the CPU
+    let x = Tensor::from_f32(Shape::matrix(4, k).unwrap(), &v).unwrap();
+    let mut got = [0u32; 4];
+    dev.argmax(&dev.upload(&x).unwrap(), &mut got).unwrap();
+    let want: Vec<u32> = v
+        .chunks(k)
+        .map(|r| kestrel_tensor::cpu::argmax(r).unwrap() as u32)
+        .collect();
+    assert_eq!(got.to_vec(), want);
+    assert_eq!(got[1], 1000);
+}

@@ -1,0 +1,71 @@
+// Shared by every kernel file: GGUF block layouts (as ggml defines them, byte for byte, with
+// size checks), warp reductions, and unaligned 32-bit loads of quant bytes.
+//
+// Compiled by NVRTC (`cargo xtask kernels`): no host code, no standard library headers beyond
+// cuda_fp16.h / cuda_bf16.h / stdint.h from the CUDA runtime's include folder.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+#define WARP 32
+#define QK 32
+
+// Q4_0: 32 values `d * (q - 8)`, q the nibbles (element j low nibble of qs[j], j + 16 high).
+struct block_q4_0 { __half d; u8 qs[QK / 2]; };
+// Q4_1: `d * q + m`.
+struct block_q4_1 { __half d; __half m; u8 qs[QK / 2]; };
+// Q5_0: `d * (q - 16)`, the fifth bit of element j in bit j of qh.
+struct block_q5_0 { __half d; u8 qh[4]; u8 qs[QK / 2]; };
+// Q5_1: `d * q + m`, qh as Q5_0.
+struct block_q5_1 { __half d; __half m; u8 qh[4]; u8 qs[QK / 2]; };
+// Q8_0: `d * q`, q signed.
+struct block_q8_0 { __half d; i8 qs[QK]; };
+// Q8_1 (activations): `d * q`, and `s = sum(x)` of the 32 source values, as ggml-cuda writes it.
+struct block_q8_1 { __half d; __half s; i8 qs[QK]; };
+
+static_assert(sizeof(block_q4_0) == 18, "block_q4_0 is 18 bytes");
+static_assert(sizeof(block_q4_1) == 20, "block_q4_1 is 20 bytes");
+static_assert(sizeof(block_q5_0) == 22, "block_q5_0 is 22 bytes");
+static_assert(sizeof(block_q5_1) == 24, "block_q5_1 is 24 bytes");
+static_assert(sizeof(block_q8_0) == 34, "block_q8_0 is 34 bytes");
+static_assert(sizeof(block_q8_1) == 36, "block_q8_1 is 36 bytes");
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over a block of up to 1024 threads (blockDim.x a multiple of 32); every thread gets it.
+// `shared` holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float *shared) {
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    const int nwarps = blockDim.x / WARP;
+    v = lane < nwarps ? shared[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+// 4 bytes at a 2-byte aligned address (quant blocks are 2-byte aligned).
+__device__ __forceinline__ int load_i32_a2(const void *p) {
+    const u16 *h = (const u16 *)p;
+    return (int)((u32)h[0] | ((u32)h[1] << 16));
+}
+
+// 4 bytes at a 4-byte aligned address.
+__device__ __forceinline__ int load_i32_a4(const void *p) { return *(const int *)p; }

@@ -1,0 +1,43 @@
+// Elementwise ops over `n` f32 values (grid-stride loops; launch with 256 threads and any grid):
+// add/mul with `b` of `b_len` values repeated (a row broadcast when `b_len` is a row, plain
+// when `b_len == n`), scale, SiLU, GELU (tanh form, ggml's constants), SwiGLU and GeGLU.
+#include "common.cuh"
+
+#define GRID_STRIDE(i, n) \
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float gelu(float x) {
+    const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+    const float coef_a = 0.044715f;
+    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x)));
+}
+
+extern "C" __global__ void add_f32(const float *a, const float *b, float *out, long long n, long long b_len) {
+    GRID_STRIDE(i, n) out[i] = a[i] + b[i % b_len];
+}
+
+extern "C" __global__ void mul_f32(const float *a, const float *b, float *out, long long n, long long b_len) {
+    GRID_STRIDE(i, n) out[i] = a[i] * b[i % b_len];
+}
+
+extern "C" __global__ void scale_f32(float *x, long long n, float s) {
+    GRID_STRIDE(i, n) x[i] *= s;
+}
+
+extern "C" __global__ void silu_f32(float *x, long long n) {
+    GRID_STRIDE(i, n) x[i] = silu(x[i]);
+}
+
+extern "C" __global__ void gelu_f32(float *x, long long n) {
+    GRID_STRIDE(i, n) x[i] = gelu(x[i]);
+}
+
+extern "C" __global__ void swiglu_f32(const float *gate, const float *up, float *out, long long n) {
+    GRID_STRIDE(i, n) out[i] = silu(gate[i]) * up[i];
+}
+
+extern "C" __global__ void geglu_f32(const float *gate, const float *up, float *out, long long n) {
+    GRID_STRIDE(i, n) out[i] = gelu(gate[i]) * up[i];
+}

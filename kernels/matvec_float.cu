@@ -1,0 +1,48 @@
+// Float matrices (F32, F16, BF16 weights) times 1-8 f32 activation rows, accumulated in f32.
+// Layout and launch as mmvq.cu: `w` m rows of k values, `x` n rows of k, `out[c * m + r]`;
+// block (32, 4), grid ceil(m / 4), one warp per weight row.
+#include "common.cuh"
+
+#define ROWS_PER_CTA 4
+#define MAX_COLS 8
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ void matvec(const T *__restrict__ w, const float *__restrict__ x,
+                                       float *__restrict__ out, int k, int m, int n) {
+    const int row = blockIdx.x * ROWS_PER_CTA + threadIdx.y;
+    if (row >= m) return;
+    const T *wr = w + (long long)row * k;
+    float acc[MAX_COLS];
+#pragma unroll
+    for (int c = 0; c < MAX_COLS; c++) acc[c] = 0.0f;
+    for (int j = threadIdx.x; j < k; j += WARP) {
+        const float wv = to_f32(wr[j]);
+#pragma unroll
+        for (int c = 0; c < MAX_COLS; c++)
+            if (c < n) acc[c] = fmaf(wv, x[(long long)c * k + j], acc[c]);
+    }
+#pragma unroll
+    for (int c = 0; c < MAX_COLS; c++) {
+        if (c < n) {
+            const float s = warp_sum(acc[c]);
+            if (threadIdx.x == 0) out[(long long)c * m + row] = s;
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)
+    matvec_f32(const float *w, const float *x, float *out, int k, int m, int n) {
+    matvec<float>(w, x, out, k, m, n);
+}
+extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)
+    matvec_f16(const __half *w, const float *x, float *out, int k, int m, int n) {
+    matvec<__half>(w, x, out, k, m, n);
+}
+extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)
+    matvec_bf16(const __nv_bfloat16 *w, const float *x, float *out, int k, int m, int n) {
+    matvec<__nv_bfloat16>(w, x, out, k, m, n);
+}

@@ -1,0 +1,22 @@
+// Activation quantization for the integer matvec (mmvq.cu): f32 rows to Q8_1 blocks, as
+// ggml-cuda's `quantize_q8_1`: `d = amax / 127`, `q = round(x / d)`, `s = sum(x)` (f16 both).
+#include "common.cuh"
+
+// One warp per block of 32 values; `x` holds `nblocks * 32` values, rows back to back (a row's
+// length is a multiple of 32, so blocks never straddle rows).
+extern "C" __global__ void quantize_q8_1(const float *__restrict__ x, block_q8_1 *__restrict__ y,
+                                         int nblocks) {
+    const int b = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    const int lane = threadIdx.x % WARP;
+    if (b >= nblocks) return;  // the whole warp leaves together
+    const float v = x[(long long)b * QK + lane];
+    const float amax = warp_max(fabsf(v));
+    const float sum = warp_sum(v);
+    const float d = amax / 127.0f;
+    const int q = amax == 0.0f ? 0 : (int)roundf(v / d);
+    y[b].qs[lane] = (i8)q;
+    if (lane == 0) {
+        y[b].d = __float2half(d);
+        y[b].s = __float2half(sum);
+    }
+}

