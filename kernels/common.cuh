@@ -29,6 +29,17 @@ struct block_q8_0 { __half d; i8 qs[QK]; };
 // Q8_1 (activations): `d * q`, and `s = sum(x)` of the 32 source values, as ggml-cuda writes it.
 struct block_q8_1 { __half d; __half s; i8 qs[QK]; };
 
+#define QK_K 256
+// Q4_K: 8 sub-blocks of 32, `d * sc * q - dmin * m`, 6-bit sc and m packed in `scales`.
+struct block_q4_K { __half d; __half dmin; u8 scales[12]; u8 qs[QK_K / 2]; };
+// Q5_K: as Q4_K with a fifth bit per value (sub-block b's in bit b of `qh[i]`).
+struct block_q5_K { __half d; __half dmin; u8 scales[12]; u8 qh[QK_K / 8]; u8 qs[QK_K / 2]; };
+// Q6_K: 16 sub-blocks of 16, `d * sc * (q - 32)`, q split in 4 low bits (`ql`) and 2 high (`qh`).
+struct block_q6_K { u8 ql[QK_K / 2]; u8 qh[QK_K / 4]; i8 scales[QK_K / 16]; __half d; };
+
+static_assert(sizeof(block_q4_K) == 144, "block_q4_K is 144 bytes");
+static_assert(sizeof(block_q5_K) == 176, "block_q5_K is 176 bytes");
+static_assert(sizeof(block_q6_K) == 210, "block_q6_K is 210 bytes");
 static_assert(sizeof(block_q4_0) == 18, "block_q4_0 is 18 bytes");
 static_assert(sizeof(block_q4_1) == 20, "block_q4_1 is 20 bytes");
 static_assert(sizeof(block_q5_0) == 22, "block_q5_0 is 22 bytes");
@@ -69,3 +80,37 @@ __device__ __forceinline__ int load_i32_a2(const void *p) {
 
 // 4 bytes at a 4-byte aligned address.
 __device__ __forceinline__ int load_i32_a4(const void *p) { return *(const int *)p; }
+
+// ggml's get_scale_min_k4: the 6-bit scale and min of sub-block `j` (0..7) of a Q4_K/Q5_K block.
+__device__ __forceinline__ void scale_min_k4(int j, const u8 *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// Value `i` (0..31) of 32-value sub-block `b` (0..7) of a K-quant block as its integer quant,
+// with the sub-block's integer scale(s) and min. Q6_K's 32 values span two 16-value scales:
+// `sc` for i < 16, `sc2` for i >= 16.
+__device__ __forceinline__ int k_quant(const block_q4_K *w, int b, int i) {
+    return (w->qs[32 * (b / 2) + i] >> (4 * (b % 2))) & 0xF;
+}
+__device__ __forceinline__ int k_quant(const block_q5_K *w, int b, int i) {
+    return ((w->qs[32 * (b / 2) + i] >> (4 * (b % 2))) & 0xF) | (((w->qh[i] >> b) & 1) << 4);
+}
+__device__ __forceinline__ int k_quant(const block_q6_K *w, int b, int i) {
+    const int n = b / 4, g = b % 4;
+    const u8 *ql = w->ql + 64 * n;
+    const u8 *qh = w->qh + 32 * n;
+    const int lo = (g & 1) ? ql[i + 32] : ql[i];
+    const int q = ((g < 2) ? (lo & 0xF) : (lo >> 4)) | (((qh[i] >> (2 * g)) & 3) << 4);
+    return q - 32;
+}
+// Q6_K sub-block scale for value i of 32-block b.
+__device__ __forceinline__ int q6_k_scale(const block_q6_K *w, int b, int i) {
+    const int n = b / 4, g = b % 4;
+    return w->scales[8 * n + i / 16 + 2 * g];
+}

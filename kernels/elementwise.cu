@@ -1,6 +1,7 @@
 // Elementwise ops over `n` f32 values (grid-stride loops; launch with 256 threads and any grid):
 // add/mul with `b` of `b_len` values repeated (a row broadcast when `b_len` is a row, plain
-// when `b_len == n`), scale, SiLU, GELU (tanh form, ggml's constants), SwiGLU and GeGLU.
+// when `b_len == n`), scale, soft cap (`cap * tanh(x / cap)`), SiLU, GELU (tanh form, ggml's
+// constants), exact GELU (erf), SwiGLU and GeGLU.
 #include "common.cuh"
 
 #define GRID_STRIDE(i, n) \
@@ -40,4 +41,12 @@ extern "C" __global__ void swiglu_f32(const float *gate, const float *up, float 
 
 extern "C" __global__ void geglu_f32(const float *gate, const float *up, float *out, long long n) {
     GRID_STRIDE(i, n) out[i] = gelu(gate[i]) * up[i];
+}
+
+extern "C" __global__ void softcap_f32(float *x, long long n, float cap) {
+    GRID_STRIDE(i, n) x[i] = cap * tanhf(x[i] / cap);
+}
+
+extern "C" __global__ void gelu_erf_f32(float *x, long long n) {
+    GRID_STRIDE(i, n) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752440f));
 }

@@ -52,6 +52,21 @@ fn random(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Every weight type the CUDA matmul and get_rows take.
+const ALL: [DType; 11] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+];
+
 fn nmse(gpu: &[f32], cpu: &[f32]) -> f64 {
     assert_eq!(gpu.len(), cpu.len());
     let num: f64 = gpu
@@ -106,18 +121,13 @@ fn reference(w: &Tensor, x: &Tensor) -> Vec<f32> {
 fn matmul_matches_the_cpu_engine() {
     let Some(dev) = device() else { return };
     let cpu = CpuEngine::new(2).unwrap();
-    // Real shapes: SmolLM2's 576 (not a multiple of 256), Gemma 3's 640, a llama-8B 4096.
-    for (k, m) in [(576, 1536), (640, 2048), (4096, 1024)] {
-        for dtype in [
-            DType::F32,
-            DType::F16,
-            DType::BF16,
-            DType::Q4_0,
-            DType::Q4_1,
-            DType::Q5_0,
-            DType::Q5_1,
-            DType::Q8_0,
-        ] {
+    // Real shapes: SmolLM2's 576 (not a multiple of 256), Gemma 3's 640 and its FFN's 2048,
+    // a llama-8B's 4096.
+    for (k, m) in [(576, 1536), (640, 2048), (2048, 640), (4096, 1024)] {
+        for dtype in ALL {
+            if k % dtype.block_size() != 0 {
+                continue; // K-quant rows are whole 256-value blocks
+            }
             let w = weight(dtype, m, k, k as u64 + m as u64);
             let dw = dev.upload(&w).unwrap();
             for n in [1, 2, 3, 8] {
@@ -201,18 +211,9 @@ fn get_rows_matches_the_cpu_engine() {
     let Some(dev) = device() else { return };
     let cpu = CpuEngine::new(2).unwrap();
     let ids = [0u32, 5, 99, 5, 17];
-    for dtype in [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-        DType::Q8_0,
-    ] {
-        let t = weight(dtype, 100, 640, 9);
-        let shape = Shape::matrix(ids.len(), 640).unwrap();
+    for dtype in ALL {
+        let t = weight(dtype, 100, 768, 9);
+        let shape = Shape::matrix(ids.len(), 768).unwrap();
         let mut want = Tensor::zeros(DType::F32, shape).unwrap();
         cpu.get_rows(&t, &ids, &mut want).unwrap();
         let mut out = dev.zeros_f32(shape).unwrap();
@@ -304,4 +305,163 @@ fn argmax_matches_the_cpu_engine() {
         .collect();
     assert_eq!(got.to_vec(), want);
     assert_eq!(got[1], 1000);
+}
+
+#[test]
+fn rope_matches_the_cpu_engine() {
+    use kestrel_tensor::cpu::{rope, RopeMode, RopeParams};
+    let Some(dev) = device() else { return };
+    let positions: Vec<i32> = vec![0, 1, 7, 100, 1023, 4095];
+    for (n_head, head_dim, mode, yarn, ff) in [
+        (9, 64, RopeMode::Normal, false, false),
+        (4, 256, RopeMode::Neox, false, false),
+        (8, 128, RopeMode::Normal, true, true),
+    ] {
+        let p = RopeParams {
+            mode,
+            n_rot: head_dim,
+            freq_base: if yarn { 500_000.0 } else { 10_000.0 },
+            freq_scale: if yarn { 0.25 } else { 1.0 },
+            ext_factor: if yarn { 1.0 } else { 0.0 },
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 8192,
+        };
+        let factors: Vec<f32> = (0..head_dim / 2).map(|i| 1.0 + (i % 5) as f32).collect();
+        let host = random(positions.len() * n_head * head_dim, 31);
+        let mut want = host.clone();
+        rope(
+            &mut want,
+            n_head,
+            head_dim,
+            &positions,
+            &p,
+            ff.then_some(&factors[..]),
+        )
+        .unwrap();
+        let shape = Shape::matrix(positions.len() * n_head, head_dim).unwrap();
+        let mut x = dev
+            .upload(&Tensor::from_f32(shape, &host).unwrap())
+            .unwrap();
+        let dff = dev
+            .upload(&Tensor::from_f32(Shape::vector(factors.len()), &factors).unwrap())
+            .unwrap();
+        dev.rope(&mut x, &positions, n_head, head_dim, &p, ff.then_some(&dff))
+            .unwrap();
+        // Angles up to 4095 rad: ggml-cpu builds them by repeated products, the GPU by powf
+        // (as ggml-cuda); they differ by ~1e-3 rad at the far positions.
+        let e = nmse(&dev.download_f32(&x).unwrap(), &want);
+        assert!(
+            e <= 1e-5,
+            "rope {mode:?} head {head_dim} yarn {yarn}: {e:e}"
+        );
+    }
+}
+
+#[test]
+fn attention_matches_the_cpu_engine() {
+    use half::f16;
+    use kestrel_tensor::cpu::{attention, AttentionParams, KvSlice};
+    let Some(dev) = device() else { return };
+    let kv_len = 300;
+    let capacity = 512;
+    // SmolLM2 (9 heads over 3, 64), Gemma 3 (4 over 1, 256), a window, a soft cap.
+    for (n_head, n_kv_head, head_dim, window, softcap) in [
+        (9, 3, 64, 0, 0.0),
+        (4, 1, 256, 0, 0.0),
+        (8, 2, 128, 128, 0.0),
+        (8, 8, 64, 0, 50.0),
+    ] {
+        let row = n_kv_head * head_dim;
+        let kf = random(capacity * row, 41);
+        let vf = random(capacity * row, 42);
+        let k16: Vec<f16> = kf.iter().map(|&v| f16::from_f32(v)).collect();
+        let v16: Vec<f16> = vf.iter().map(|&v| f16::from_f32(v)).collect();
+        let p = AttentionParams {
+            n_head,
+            n_kv_head,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap,
+            window,
+        };
+        // One decode query and a three-token prefill tail, all inside the cached 300.
+        for positions in [vec![299], vec![100, 101, 299]] {
+            let q = random(positions.len() * n_head * head_dim, 43);
+            let mut want = vec![0f32; q.len()];
+            attention(
+                &q,
+                &positions,
+                KvSlice::F16(&k16),
+                KvSlice::F16(&v16),
+                kv_len,
+                &p,
+                &mut want,
+            )
+            .unwrap();
+            let mut kc = dev
+                .zeros(DType::F16, Shape::matrix(capacity, row).unwrap())
+                .unwrap();
+            let mut vc = dev
+                .zeros(DType::F16, Shape::matrix(capacity, row).unwrap())
+                .unwrap();
+            let all: Vec<i32> = (0..capacity as i32).collect();
+            let src =
+                |v: &[f32]| Tensor::from_f32(Shape::matrix(capacity, row).unwrap(), v).unwrap();
+            dev.kv_append(&dev.upload(&src(&kf)).unwrap(), &all, &mut kc)
+                .unwrap();
+            dev.kv_append(&dev.upload(&src(&vf)).unwrap(), &all, &mut vc)
+                .unwrap();
+            let qshape = Shape::matrix(positions.len() * n_head, head_dim).unwrap();
+            let dq = dev.upload(&Tensor::from_f32(qshape, &q).unwrap()).unwrap();
+            let mut out = dev.zeros_f32(qshape).unwrap();
+            dev.attention(&dq, &positions, &kc, &vc, kv_len, &p, &mut out)
+                .unwrap();
+            // The CPU rounds the query and its accumulator to f16 on this path, as llama.cpp
+            // does (~1e-3 relative); the GPU keeps both in f32.
+            let e = nmse(&dev.download_f32(&out).unwrap(), &want);
+            assert!(
+                e <= 1e-5,
+                "attention {n_head}/{n_kv_head}x{head_dim} window {window} cap {softcap} at {positions:?}: {e:e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn softcap_and_exact_gelu_match_f64() {
+    let Some(dev) = device() else { return };
+    let host = random(4096, 51);
+    let shape = Shape::vector(host.len());
+    let mut x = dev
+        .upload(&Tensor::from_f32(shape, &host).unwrap())
+        .unwrap();
+    dev.softcap(&mut x, 0.5).unwrap();
+    let want: Vec<f32> = host
+        .iter()
+        .map(|&v| (0.5 * (v as f64 / 0.5).tanh()) as f32)
+        .collect();
+    assert!(nmse(&dev.download_f32(&x).unwrap(), &want) <= 1e-12);
+    let mut x = dev
+        .upload(&Tensor::from_f32(shape, &host).unwrap())
+        .unwrap();
+    dev.gelu_erf(&mut x).unwrap();
+    let erf = |x: f64| {
+        // Abramowitz-Stegun 7.1.26 is too coarse; integrate instead (Simpson, 2000 steps).
+        let n = 2000;
+        let h = x / n as f64;
+        let f = |t: f64| (-t * t).exp();
+        let mut s = f(0.0) + f(x);
+        for i in 1..n {
+            s += f(i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
+        }
+        s * h / 3.0 * 2.0 / std::f64::consts::PI.sqrt()
+    };
+    let want: Vec<f32> = host
+        .iter()
+        .map(|&v| (0.5 * v as f64 * (1.0 + erf(v as f64 / 2f64.sqrt()))) as f32)
+        .collect();
+    assert!(nmse(&dev.download_f32(&x).unwrap(), &want) <= 1e-12);
+    assert!(dev.softcap(&mut x, 0.0).is_err());
 }

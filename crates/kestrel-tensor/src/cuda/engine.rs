@@ -38,7 +38,10 @@ macro_rules! mmvq_names {
 }
 
 /// The mmvq kernels by weight type and activation-row count.
-const MMVQ: [(DType, [&str; MAX_MATVEC_ROWS]); 5] = [
+const MMVQ: [(DType, [&str; MAX_MATVEC_ROWS]); 8] = [
+    (DType::Q4K, mmvq_names!("q4_K")),
+    (DType::Q5K, mmvq_names!("q5_K")),
+    (DType::Q6K, mmvq_names!("q6_K")),
     (DType::Q4_0, mmvq_names!("q4_0")),
     (DType::Q4_1, mmvq_names!("q4_1")),
     (DType::Q5_0, mmvq_names!("q5_0")),
@@ -46,7 +49,7 @@ const MMVQ: [(DType, [&str; MAX_MATVEC_ROWS]); 5] = [
     (DType::Q8_0, mmvq_names!("q8_0")),
 ];
 
-fn driver(op: &'static str) -> impl Fn(DriverError) -> TensorError {
+pub(super) fn driver(op: &'static str) -> impl Fn(DriverError) -> TensorError {
     move |e| {
         TensorError::Cuda(CudaError::Driver {
             op,
@@ -103,9 +106,9 @@ pub fn probe() -> Result<String, CudaError> {
 
 /// A tensor in device memory: dtype, shape and its bytes (weights as stored in the file).
 pub struct DeviceTensor {
-    dtype: DType,
-    shape: Shape,
-    buf: CudaSlice<u8>,
+    pub(super) dtype: DType,
+    pub(super) shape: Shape,
+    pub(super) buf: CudaSlice<u8>,
 }
 
 impl DeviceTensor {
@@ -132,7 +135,7 @@ pub struct CudaDevice {
     name: String,
     capability: (i32, i32),
     ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    pub(super) stream: Arc<CudaStream>,
     functions: HashMap<&'static str, CudaFunction>,
     /// Q8_1 activations of the last matvec (grown, never shrunk).
     scratch: Mutex<Option<CudaSlice<u8>>>,
@@ -156,21 +159,21 @@ fn entries(ptx: &'static str) -> impl Iterator<Item = &'static str> {
     })
 }
 
-fn grid_for(n: usize, per_cta: usize) -> Result<u32> {
+pub(super) fn grid_for(n: usize, per_cta: usize) -> Result<u32> {
     u32::try_from(n.div_ceil(per_cta).max(1)).map_err(|_| TensorError::InvalidParam {
         op: "cuda",
         why: "more than 2^32 thread blocks",
     })
 }
 
-fn i32_of(op: &'static str, v: usize) -> Result<i32> {
+pub(super) fn i32_of(op: &'static str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| TensorError::InvalidParam {
         op,
         why: "a size exceeds i32",
     })
 }
 
-fn cfg(grid: u32, block: (u32, u32)) -> LaunchConfig {
+pub(super) fn cfg(grid: u32, block: (u32, u32)) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (grid, 1, 1),
         block_dim: (block.0, block.1, 1),
@@ -255,7 +258,7 @@ impl CudaDevice {
         self.capability
     }
 
-    fn func(&self, name: &str) -> Result<&CudaFunction> {
+    pub(super) fn func(&self, name: &str) -> Result<&CudaFunction> {
         self.functions.get(name).ok_or_else(|| {
             TensorError::Cuda(CudaError::Kernel {
                 kernel: name.to_string(),
@@ -265,13 +268,13 @@ impl CudaDevice {
     }
 
     /// `bytes` of device memory, with out-of-memory reported with the sizes.
-    fn alloc(&self, bytes: usize) -> Result<CudaSlice<u8>> {
+    pub(super) fn alloc(&self, bytes: usize) -> Result<CudaSlice<u8>> {
         self.stream
             .alloc_zeros::<u8>(bytes.max(1))
             .map_err(|e| self.alloc_error(bytes, e))
     }
 
-    fn alloc_error(&self, asked: usize, e: DriverError) -> TensorError {
+    pub(super) fn alloc_error(&self, asked: usize, e: DriverError) -> TensorError {
         if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
             let (free, total) = self.ctx.mem_get_info().unwrap_or((0, 0));
             TensorError::Cuda(CudaError::OutOfMemory { asked, free, total })
@@ -339,7 +342,8 @@ impl CudaDevice {
     }
 
     /// `out[n×m] = x[n×k] · W[m×k]ᵀ` for 1 to [`MAX_MATVEC_ROWS`] activation rows; weights F32,
-    /// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 (the quantized ones against Q8_1 activations).
+    /// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K (the quantized ones against
+    /// Q8_1 activations).
     ///
     /// # Errors
     /// Shape or dtype mismatches, more than 8 rows, a launch failure.
@@ -376,15 +380,17 @@ impl CudaDevice {
         let block = (32, ROWS_PER_CTA);
         let (ki, mi, ni) = (i32_of(OP, k)?, i32_of(OP, m)?, i32_of(OP, n)?);
         if let Some((_, names)) = MMVQ.iter().find(|(t, _)| *t == w.dtype) {
-            if !k.is_multiple_of(32) {
+            let wblock = w.dtype.block_size();
+            if !k.is_multiple_of(wblock) {
                 return Err(TensorError::PartialBlock {
                     dtype: w.dtype,
                     row_len: k,
-                    block_size: 32,
+                    block_size: wblock,
                 });
             }
-            let nb = k / 32;
-            let nblocks = n * nb;
+            // Weight blocks per row (what the kernel takes); activation blocks of 32 per row.
+            let nb = k / wblock;
+            let nblocks = n * (k / 32);
             let mut guard = self.scratch.lock().map_err(|_| TensorError::InvalidParam {
                 op: OP,
                 why: "scratch lock poisoned",
@@ -437,336 +443,22 @@ impl CudaDevice {
         unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch matvec"))?;
         Ok(())
     }
-
-    /// `x / sqrt(mean(x²) + eps) * weight` per row.
-    ///
-    /// # Errors
-    /// Shape or dtype mismatches, a launch failure.
-    pub fn rms_norm(
-        &self,
-        x: &DeviceTensor,
-        weight: Option<&DeviceTensor>,
-        eps: f32,
-        out: &mut DeviceTensor,
-    ) -> Result<()> {
-        self.norm("rms_norm_f32", x, weight, None, eps, out)
-    }
-
-    /// `(x - mean) / sqrt(var + eps) * weight + bias` per row.
-    ///
-    /// # Errors
-    /// Shape or dtype mismatches, a launch failure.
-    pub fn layer_norm(
-        &self,
-        x: &DeviceTensor,
-        weight: Option<&DeviceTensor>,
-        bias: Option<&DeviceTensor>,
-        eps: f32,
-        out: &mut DeviceTensor,
-    ) -> Result<()> {
-        self.norm("layer_norm_f32", x, weight, bias, eps, out)
-    }
-
-    fn norm(
-        &self,
-        name: &'static str,
-        x: &DeviceTensor,
-        weight: Option<&DeviceTensor>,
-        bias: Option<&DeviceTensor>,
-        eps: f32,
-        out: &mut DeviceTensor,
-    ) -> Result<()> {
-        f32_only(name, x)?;
-        f32_only(name, out)?;
-        same_shape(name, "out", x, out)?;
-        let k = x.shape.row_len();
-        for (what, v) in [("weight", weight), ("bias", bias)] {
-            if let Some(v) = v {
-                f32_only(name, v)?;
-                if v.shape.elem_count() != k {
-                    return Err(TensorError::LengthMismatch {
-                        op: name,
-                        what,
-                        expected: k,
-                        actual: v.shape.elem_count(),
-                    });
-                }
-            }
-        }
-        let null = 0u64;
-        let ki = i32_of(name, k)?;
-        let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&x.buf);
-        match weight {
-            Some(w) => b.arg(&w.buf),
-            None => b.arg(&null),
-        };
-        if name == "layer_norm_f32" {
-            match bias {
-                Some(v) => b.arg(&v.buf),
-                None => b.arg(&null),
-            };
-        }
-        b.arg(&mut out.buf).arg(&ki).arg(&eps);
-        // SAFETY: x and out hold rows*k f32, weight and bias k f32 or null (checked).
-        unsafe { b.launch(cfg(grid_for(x.shape.n_rows(), 1)?, (256, 1))) }
-            .map_err(driver("launch norm"))?;
-        Ok(())
-    }
-
-    /// Embedding lookup: `out` row `i` = `table` row `ids[i]`, as f32.
-    ///
-    /// # Errors
-    /// An id out of range, a dtype without a kernel, shape mismatches.
-    pub fn get_rows(
-        &self,
-        table: &DeviceTensor,
-        ids: &[u32],
-        out: &mut DeviceTensor,
-    ) -> Result<()> {
-        const OP: &str = "cuda get_rows";
-        f32_only(OP, out)?;
-        let k = table.shape.row_len();
-        let rows = table.shape.n_rows();
-        if let Some((index, &id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= rows) {
-            return Err(TensorError::IdOutOfRange {
-                op: OP,
-                id: i64::from(id),
-                index,
-                rows,
-            });
-        }
-        if out.shape.elem_count() != ids.len() * k {
-            return Err(TensorError::ShapeMismatch {
-                op: OP,
-                what: "out",
-                expected: Shape::matrix(ids.len(), k)?,
-                actual: out.shape,
-            });
-        }
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let name = match table.dtype {
-            DType::F32 => "get_rows_f32",
-            DType::F16 => "get_rows_f16",
-            DType::BF16 => "get_rows_bf16",
-            DType::Q4_0 => "get_rows_q4_0",
-            DType::Q4_1 => "get_rows_q4_1",
-            DType::Q5_0 => "get_rows_q5_0",
-            DType::Q5_1 => "get_rows_q5_1",
-            DType::Q8_0 => "get_rows_q8_0",
-            dtype => return Err(TensorError::UnsupportedDType { op: OP, dtype }),
-        };
-        let ids_i: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-        let dev_ids = self
-            .stream
-            .clone_htod(&ids_i)
-            .map_err(|e| self.alloc_error(ids.len() * 4, e))?;
-        let ki = i32_of(OP, k)?;
-        let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&table.buf).arg(&dev_ids).arg(&mut out.buf).arg(&ki);
-        // SAFETY: ids are in range (checked), out holds ids*k f32.
-        unsafe { b.launch(cfg(grid_for(ids.len(), 1)?, (256, 1))) }
-            .map_err(driver("launch get_rows"))?;
-        Ok(())
-    }
-
-    /// `out = a + b`, `b` the same size or one row repeated.
-    ///
-    /// # Errors
-    /// Shape or dtype mismatches, a launch failure.
-    pub fn add(&self, a: &DeviceTensor, b: &DeviceTensor, out: &mut DeviceTensor) -> Result<()> {
-        self.binary("add_f32", a, b, out)
-    }
-
-    /// `out = a * b`, `b` the same size or one row repeated.
-    ///
-    /// # Errors
-    /// Shape or dtype mismatches, a launch failure.
-    pub fn mul(&self, a: &DeviceTensor, b: &DeviceTensor, out: &mut DeviceTensor) -> Result<()> {
-        self.binary("mul_f32", a, b, out)
-    }
-
-    fn binary(
-        &self,
-        name: &'static str,
-        a: &DeviceTensor,
-        b: &DeviceTensor,
-        out: &mut DeviceTensor,
-    ) -> Result<()> {
-        for t in [a, b] {
-            f32_only(name, t)?;
-        }
-        f32_only(name, out)?;
-        same_shape(name, "out", a, out)?;
-        let n = a.shape.elem_count();
-        let b_len = b.shape.elem_count();
-        if b_len != n && b_len != a.shape.row_len() {
-            return Err(TensorError::ShapeMismatch {
-                op: name,
-                what: "b",
-                expected: a.shape,
-                actual: b.shape,
-            });
-        }
-        let (ni, bi) = (n as i64, b_len.max(1) as i64);
-        let f = self.func(name)?;
-        let mut l = self.stream.launch_builder(f);
-        l.arg(&a.buf)
-            .arg(&b.buf)
-            .arg(&mut out.buf)
-            .arg(&ni)
-            .arg(&bi);
-        // SAFETY: a and out hold n f32, b b_len f32 (checked).
-        unsafe { l.launch(elementwise_cfg(n)) }.map_err(driver("launch elementwise"))?;
-        Ok(())
-    }
-
-    /// `x *= s`.
-    ///
-    /// # Errors
-    /// A dtype mismatch or a launch failure.
-    pub fn scale(&self, x: &mut DeviceTensor, s: f32) -> Result<()> {
-        f32_only("cuda scale", x)?;
-        let n = x.shape.elem_count() as i64;
-        let f = self.func("scale_f32")?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&mut x.buf).arg(&n).arg(&s);
-        // SAFETY: x holds n f32.
-        unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch scale"))?;
-        Ok(())
-    }
-
-    /// `x = silu(x)`.
-    ///
-    /// # Errors
-    /// A dtype mismatch or a launch failure.
-    pub fn silu(&self, x: &mut DeviceTensor) -> Result<()> {
-        self.unary("silu_f32", x)
-    }
-
-    /// `x = gelu(x)` (tanh form).
-    ///
-    /// # Errors
-    /// A dtype mismatch or a launch failure.
-    pub fn gelu(&self, x: &mut DeviceTensor) -> Result<()> {
-        self.unary("gelu_f32", x)
-    }
-
-    fn unary(&self, name: &'static str, x: &mut DeviceTensor) -> Result<()> {
-        f32_only(name, x)?;
-        let n = x.shape.elem_count() as i64;
-        let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&mut x.buf).arg(&n);
-        // SAFETY: x holds n f32.
-        unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch unary"))?;
-        Ok(())
-    }
-
-    /// `out = silu(gate) * up`.
-    ///
-    /// # Errors
-    /// Shape or dtype mismatches, a launch failure.
-    pub fn swiglu(
-        &self,
-        gate: &DeviceTensor,
-        up: &DeviceTensor,
-        out: &mut DeviceTensor,
-    ) -> Result<()> {
-        self.gated("swiglu_f32", gate, up, out)
-    }
-
-    /// `out = gelu(gate) * up`.
-    ///
-    /// # Errors
-    /// Shape or dtype mismatches, a launch failure.
-    pub fn geglu(
-        &self,
-        gate: &DeviceTensor,
-        up: &DeviceTensor,
-        out: &mut DeviceTensor,
-    ) -> Result<()> {
-        self.gated("geglu_f32", gate, up, out)
-    }
-
-    fn gated(
-        &self,
-        name: &'static str,
-        gate: &DeviceTensor,
-        up: &DeviceTensor,
-        out: &mut DeviceTensor,
-    ) -> Result<()> {
-        for t in [gate, up] {
-            f32_only(name, t)?;
-        }
-        f32_only(name, out)?;
-        same_shape(name, "up", gate, up)?;
-        same_shape(name, "out", gate, out)?;
-        let n = gate.shape.elem_count() as i64;
-        let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&gate.buf).arg(&up.buf).arg(&mut out.buf).arg(&n);
-        // SAFETY: all three hold n f32 (checked).
-        unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch gated"))?;
-        Ok(())
-    }
-
-    /// Per-row argmax (ties to the lowest index), copied back into `out` (waits for the stream).
-    ///
-    /// # Errors
-    /// A dtype or length mismatch, a driver error.
-    pub fn argmax(&self, x: &DeviceTensor, out: &mut [u32]) -> Result<()> {
-        const OP: &str = "cuda argmax";
-        f32_only(OP, x)?;
-        let rows = x.shape.n_rows();
-        if out.len() != rows {
-            return Err(TensorError::LengthMismatch {
-                op: OP,
-                what: "out",
-                expected: rows,
-                actual: out.len(),
-            });
-        }
-        let mut dev = self
-            .stream
-            .alloc_zeros::<u32>(rows.max(1))
-            .map_err(|e| self.alloc_error(rows * 4, e))?;
-        let ki = i32_of(OP, x.shape.row_len())?;
-        let f = self.func("argmax_f32")?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&x.buf).arg(&mut dev).arg(&ki);
-        // SAFETY: x holds rows*k f32, dev rows u32.
-        unsafe { b.launch(cfg(grid_for(rows, 1)?, (256, 1))) }.map_err(driver("launch argmax"))?;
-        let host = self
-            .stream
-            .clone_dtoh(&dev)
-            .map_err(driver("cuMemcpyDtoH"))?;
-        self.stream
-            .synchronize()
-            .map_err(driver("cuStreamSynchronize"))?;
-        out.copy_from_slice(&host[..rows]);
-        Ok(())
-    }
 }
 
-fn elementwise_cfg(n: usize) -> LaunchConfig {
+pub(super) fn elementwise_cfg(n: usize) -> LaunchConfig {
     // Grid-stride kernels: enough CTAs to fill a large GPU, never more than needed.
     let grid = n.div_ceil(256).clamp(1, 65_535) as u32;
     cfg(grid, (256, 1))
 }
 
-fn f32_only(op: &'static str, t: &DeviceTensor) -> Result<()> {
+pub(super) fn f32_only(op: &'static str, t: &DeviceTensor) -> Result<()> {
     if t.dtype != DType::F32 {
         return Err(TensorError::UnsupportedDType { op, dtype: t.dtype });
     }
     Ok(())
 }
 
-fn same_shape(
+pub(super) fn same_shape(
     op: &'static str,
     what: &'static str,
     a: &DeviceTensor,

@@ -9,14 +9,22 @@
 //! Without the `cuda` feature the same API exists (a stub) and every entry point returns
 //! [`CudaError::NotBuilt`], so callers need no `cfg`.
 //!
-//! Ops so far (the rest of issue 23 adds rope, softmax, attention, K-quant matvec, prefill
-//! matmul): matmul for 1-8 activation rows over F32/F16/BF16 and Q4_0/Q4_1/Q5_0/Q5_1/Q8_0
-//! weights (Q8_1 activations and `dp4a`, as ggml-cuda's MMVQ), rms/layer norm with weight,
-//! get_rows, add/mul (row broadcast), scale, SiLU, GELU, SwiGLU, GeGLU, argmax.
+//! Ops so far (`engine.rs`: device, tensors, matmul; `ops.rs`: row and elementwise ops;
+//! `attention.rs`: rope, KV append, attention): matmul for 1-8 activation rows over
+//! F32/F16/BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and Q4_K/Q5_K/Q6_K weights (Q8_1 activations and
+//! `dp4a`, as ggml-cuda's MMVQ), rms/layer norm with weight, get_rows, add/mul (row
+//! broadcast), scale, soft cap, SiLU, GELU (tanh and erf), SwiGLU, GeGLU, argmax, RoPE (normal,
+//! NeoX, YaRN, frequency factors), the f16 KV append and attention over an f16 cache (causal,
+//! window, soft cap, GQA). Still to come (issue 23): the prefill matmul, paged attention, q8_0
+//! caches, and plans that run a whole model.
 
+#[cfg(feature = "cuda")]
+mod attention;
 #[cfg(feature = "cuda")]
 mod engine;
 mod error;
+#[cfg(feature = "cuda")]
+mod ops;
 #[cfg(not(feature = "cuda"))]
 mod stub;
 
@@ -45,6 +53,9 @@ pub(crate) use ptx_table::MODULES;
 
 /// Largest number of activation rows one matvec launch takes (the `mmvq_*_N` kernels).
 pub const MAX_MATVEC_ROWS: usize = 8;
+
+/// Largest head the attention kernel takes (`MAX_HEAD_DIM` in attention.cu).
+pub const MAX_HEAD_DIM: usize = 256;
 
 #[cfg(test)]
 mod tests {

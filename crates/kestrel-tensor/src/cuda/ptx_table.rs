@@ -10,6 +10,11 @@ pub(crate) const MODULES: &[PtxModule] = &[
         sm90: include_str!("ptx/argmax.sm_90.ptx"),
     },
     PtxModule {
+        name: "attention",
+        sm80: include_str!("ptx/attention.sm_80.ptx"),
+        sm90: include_str!("ptx/attention.sm_90.ptx"),
+    },
+    PtxModule {
         name: "elementwise",
         sm80: include_str!("ptx/elementwise.sm_80.ptx"),
         sm90: include_str!("ptx/elementwise.sm_90.ptx"),
@@ -30,6 +35,11 @@ pub(crate) const MODULES: &[PtxModule] = &[
         sm90: include_str!("ptx/mmvq.sm_90.ptx"),
     },
     PtxModule {
+        name: "mmvq_k",
+        sm80: include_str!("ptx/mmvq_k.sm_80.ptx"),
+        sm90: include_str!("ptx/mmvq_k.sm_90.ptx"),
+    },
+    PtxModule {
         name: "norm",
         sm80: include_str!("ptx/norm.sm_80.ptx"),
         sm90: include_str!("ptx/norm.sm_90.ptx"),
@@ -38,5 +48,10 @@ pub(crate) const MODULES: &[PtxModule] = &[
         name: "quantize",
         sm80: include_str!("ptx/quantize.sm_80.ptx"),
         sm90: include_str!("ptx/quantize.sm_90.ptx"),
+    },
+    PtxModule {
+        name: "rope",
+        sm80: include_str!("ptx/rope.sm_80.ptx"),
+        sm90: include_str!("ptx/rope.sm_90.ptx"),
     },
 ];

@@ -5,6 +5,7 @@
 use std::convert::Infallible;
 
 use super::CudaError;
+use crate::cpu::{AttentionParams, RopeParams};
 use crate::error::Result;
 use crate::{DType, Shape, Tensor};
 
@@ -230,6 +231,77 @@ impl CudaDevice {
     /// # Errors
     /// Unreachable.
     pub fn argmax(&self, _x: &DeviceTensor, _out: &mut [u32]) -> Result<()> {
+        match self.never {}
+    }
+
+    /// A zeroed tensor of any dtype.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn zeros(&self, _dtype: DType, _shape: Shape) -> Result<DeviceTensor> {
+        match self.never {}
+    }
+
+    /// RoPE in place.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn rope(
+        &self,
+        _x: &mut DeviceTensor,
+        _positions: &[i32],
+        _n_head: usize,
+        _head_dim: usize,
+        _p: &RopeParams,
+        _freq_factors: Option<&DeviceTensor>,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// KV-cache append.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn kv_append(
+        &self,
+        _src: &DeviceTensor,
+        _positions: &[i32],
+        _cache: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Attention over the cache.
+    ///
+    /// # Errors
+    /// Unreachable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(
+        &self,
+        _q: &DeviceTensor,
+        _positions: &[i32],
+        _k: &DeviceTensor,
+        _v: &DeviceTensor,
+        _kv_len: usize,
+        _p: &AttentionParams,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Soft cap in place.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn softcap(&self, _x: &mut DeviceTensor, _cap: f32) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Exact GELU in place.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn gelu_erf(&self, _x: &mut DeviceTensor) -> Result<()> {
         match self.never {}
     }
 }

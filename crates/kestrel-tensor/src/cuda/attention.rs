@@ -1,0 +1,275 @@
+//! The CUDA engine's position-dependent ops: RoPE, the f16 KV-cache append and attention over
+//! the cache (`kernels/rope.cu`, `kernels/attention.cu`). Parameters are the CPU engine's
+//! ([`RopeParams`], [`AttentionParams`]) so a plan hands both engines the same values.
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+use super::engine::{cfg, driver, f32_only, grid_for, i32_of};
+use super::{CudaDevice, DeviceTensor, MAX_HEAD_DIM};
+use crate::cpu::{rope_yarn_corr_dims, AttentionParams, RopeMode, RopeParams};
+use crate::error::{Result, TensorError};
+use crate::{DType, Shape};
+
+impl CudaDevice {
+    /// A zeroed tensor of any dtype (a KV cache: F16 `[row, capacity]`).
+    ///
+    /// # Errors
+    /// A partial block, out of memory.
+    pub fn zeros(&self, dtype: DType, shape: Shape) -> Result<DeviceTensor> {
+        let bytes = dtype
+            .row_bytes(shape.row_len())
+            .ok_or(TensorError::PartialBlock {
+                dtype,
+                row_len: shape.row_len(),
+                block_size: dtype.block_size(),
+            })?
+            .saturating_mul(shape.n_rows());
+        Ok(DeviceTensor {
+            dtype,
+            shape,
+            buf: self.alloc(bytes)?,
+        })
+    }
+
+    fn positions(&self, positions: &[i32]) -> Result<CudaSlice<i32>> {
+        let p = if positions.is_empty() {
+            &[0][..]
+        } else {
+            positions
+        };
+        self.stream
+            .clone_htod(p)
+            .map_err(|e| self.alloc_error(p.len() * 4, e))
+    }
+
+    /// RoPE in place on `x` (`[n_tokens][n_head][head_dim]`), token `t` at `positions[t]`,
+    /// with the CPU engine's parameters and optional per-pair frequency divisors.
+    ///
+    /// # Errors
+    /// Shape mismatches, an odd or too large `n_rot`, a launch failure.
+    pub fn rope(
+        &self,
+        x: &mut DeviceTensor,
+        positions: &[i32],
+        n_head: usize,
+        head_dim: usize,
+        p: &RopeParams,
+        freq_factors: Option<&DeviceTensor>,
+    ) -> Result<()> {
+        const OP: &str = "cuda rope";
+        f32_only(OP, x)?;
+        let n_rot = if p.n_rot == 0 { head_dim } else { p.n_rot };
+        if !n_rot.is_multiple_of(2) || n_rot > head_dim || n_rot > 2048 {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "n_rot must be even, at most head_dim and at most 2048",
+            });
+        }
+        let want = positions.len() * n_head * head_dim;
+        if x.shape.elem_count() != want {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what: "x",
+                expected: want,
+                actual: x.shape.elem_count(),
+            });
+        }
+        if let Some(ff) = freq_factors {
+            f32_only(OP, ff)?;
+            if ff.shape.elem_count() < n_rot / 2 {
+                return Err(TensorError::LengthMismatch {
+                    op: OP,
+                    what: "freq_factors",
+                    expected: n_rot / 2,
+                    actual: ff.shape.elem_count(),
+                });
+            }
+        }
+        if want == 0 || n_rot == 0 {
+            return Ok(());
+        }
+        let corr = rope_yarn_corr_dims(n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
+        let pos = self.positions(positions)?;
+        let null = 0u64;
+        let (nh, hd, nr) = (
+            i32_of(OP, n_head)?,
+            i32_of(OP, head_dim)?,
+            i32_of(OP, n_rot)?,
+        );
+        let neox = i32::from(p.mode == RopeMode::Neox);
+        let f = self.func("rope_f32")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&mut x.buf).arg(&pos);
+        match freq_factors {
+            Some(ff) => b.arg(&ff.buf),
+            None => b.arg(&null),
+        };
+        b.arg(&nh)
+            .arg(&hd)
+            .arg(&nr)
+            .arg(&neox)
+            .arg(&p.freq_base)
+            .arg(&p.freq_scale)
+            .arg(&p.ext_factor)
+            .arg(&p.attn_factor)
+            .arg(&corr[0])
+            .arg(&corr[1]);
+        let grid = grid_for(positions.len() * n_head, 1)?;
+        // SAFETY: x holds tokens*n_head*head_dim f32, positions one i32 per token, ff n_rot/2
+        // f32 or null (checked); one thread per rotated pair.
+        unsafe { b.launch(cfg(grid, ((n_rot / 2) as u32, 1))) }.map_err(driver("launch rope"))?;
+        Ok(())
+    }
+
+    /// Writes `src` (`[n_tokens][row]` f32) into the F16 cache (`[capacity][row]`) at
+    /// `positions`, rounding to f16 as the CPU cache does.
+    ///
+    /// # Errors
+    /// A position outside the cache, shape or dtype mismatches, a launch failure.
+    pub fn kv_append(
+        &self,
+        src: &DeviceTensor,
+        positions: &[i32],
+        cache: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda kv_append";
+        f32_only(OP, src)?;
+        if cache.dtype != DType::F16 {
+            return Err(TensorError::UnsupportedDType {
+                op: OP,
+                dtype: cache.dtype,
+            });
+        }
+        let row = cache.shape.row_len();
+        let capacity = cache.shape.n_rows();
+        if src.shape.row_len() != row || src.shape.n_rows() != positions.len() {
+            return Err(TensorError::ShapeMismatch {
+                op: OP,
+                what: "src",
+                expected: Shape::matrix(positions.len(), row)?,
+                actual: src.shape,
+            });
+        }
+        if let Some((index, &p)) = positions
+            .iter()
+            .enumerate()
+            .find(|(_, &p)| p < 0 || p as usize >= capacity)
+        {
+            return Err(TensorError::IdOutOfRange {
+                op: OP,
+                index,
+                id: i64::from(p),
+                rows: capacity,
+            });
+        }
+        if positions.is_empty() {
+            return Ok(());
+        }
+        let pos = self.positions(positions)?;
+        let r = i32_of(OP, row)?;
+        let f = self.func("kv_append_f16")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&src.buf).arg(&pos).arg(&mut cache.buf).arg(&r);
+        // SAFETY: positions are inside the cache (checked), src holds tokens*row f32.
+        unsafe { b.launch(cfg(grid_for(positions.len(), 1)?, (256, 1))) }
+            .map_err(driver("launch kv_append"))?;
+        Ok(())
+    }
+
+    /// Causal attention of `q` (`[n_tokens][n_head][head_dim]`, token `t` at `positions[t]`)
+    /// over the first `kv_len` positions of the F16 caches `k` and `v` (`[capacity][n_kv_head *
+    /// head_dim]`), with the CPU engine's scale, soft cap, window and GQA rules.
+    ///
+    /// # Errors
+    /// Head counts that do not divide, a head over 256 values or not a multiple of 32,
+    /// `kv_len` over the capacity, shape or dtype mismatches, a launch failure.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(
+        &self,
+        q: &DeviceTensor,
+        positions: &[i32],
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        kv_len: usize,
+        p: &AttentionParams,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda attention";
+        f32_only(OP, q)?;
+        f32_only(OP, out)?;
+        for t in [k, v] {
+            if t.dtype != DType::F16 {
+                return Err(TensorError::UnsupportedDType {
+                    op: OP,
+                    dtype: t.dtype,
+                });
+            }
+        }
+        if p.n_head == 0 || p.n_kv_head == 0 || !p.n_head.is_multiple_of(p.n_kv_head) {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "n_head must be a positive multiple of n_kv_head",
+            });
+        }
+        if p.head_dim == 0 || p.head_dim > MAX_HEAD_DIM || !p.head_dim.is_multiple_of(32) {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "head_dim must be a multiple of 32, at most 256",
+            });
+        }
+        let row = p.n_kv_head * p.head_dim;
+        for (what, t) in [("k", k), ("v", v)] {
+            if t.shape.row_len() != row || t.shape.n_rows() < kv_len {
+                return Err(TensorError::ShapeMismatch {
+                    op: OP,
+                    what,
+                    expected: Shape::matrix(kv_len, row)?,
+                    actual: t.shape,
+                });
+            }
+        }
+        let want = positions.len() * p.n_head * p.head_dim;
+        for (what, t) in [("q", q), ("out", &*out)] {
+            if t.shape.elem_count() != want {
+                return Err(TensorError::LengthMismatch {
+                    op: OP,
+                    what,
+                    expected: want,
+                    actual: t.shape.elem_count(),
+                });
+            }
+        }
+        if want == 0 {
+            return Ok(());
+        }
+        let pos = self.positions(positions)?;
+        let (nh, nkv, hd, kl) = (
+            i32_of(OP, p.n_head)?,
+            i32_of(OP, p.n_kv_head)?,
+            i32_of(OP, p.head_dim)?,
+            i32_of(OP, kv_len)?,
+        );
+        let window = i32_of(OP, p.window)?;
+        let causal = 1i32;
+        let f = self.func("attention_f16")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&q.buf)
+            .arg(&pos)
+            .arg(&k.buf)
+            .arg(&v.buf)
+            .arg(&mut out.buf)
+            .arg(&nh)
+            .arg(&nkv)
+            .arg(&hd)
+            .arg(&kl)
+            .arg(&p.scale)
+            .arg(&p.softcap)
+            .arg(&window)
+            .arg(&causal);
+        let grid = grid_for(positions.len() * p.n_head, 1)?;
+        // SAFETY: q and out hold tokens*n_head*head_dim f32, k and v at least kv_len rows of
+        // n_kv_head*head_dim f16, positions one i32 per token (all checked).
+        unsafe { b.launch(cfg(grid, (32, 4))) }.map_err(driver("launch attention"))?;
+        Ok(())
+    }
+}

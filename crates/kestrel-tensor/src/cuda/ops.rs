@@ -1,0 +1,358 @@
+//! The CUDA engine's row and elementwise ops: norms, embedding lookups, add/mul/scale,
+//! activations, argmax. Each checks shapes on the host (the CPU engine's errors) and enqueues
+//! its kernel on the device's stream.
+
+use cudarc::driver::PushKernelArg;
+
+use super::engine::{cfg, driver, elementwise_cfg, f32_only, grid_for, i32_of, same_shape};
+use super::{CudaDevice, DeviceTensor};
+use crate::error::{Result, TensorError};
+use crate::{DType, Shape};
+
+impl CudaDevice {
+    /// `x / sqrt(mean(x²) + eps) * weight` per row.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn rms_norm(
+        &self,
+        x: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        eps: f32,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.norm("rms_norm_f32", x, weight, None, eps, out)
+    }
+
+    /// `(x - mean) / sqrt(var + eps) * weight + bias` per row.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn layer_norm(
+        &self,
+        x: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        bias: Option<&DeviceTensor>,
+        eps: f32,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.norm("layer_norm_f32", x, weight, bias, eps, out)
+    }
+
+    fn norm(
+        &self,
+        name: &'static str,
+        x: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        bias: Option<&DeviceTensor>,
+        eps: f32,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        f32_only(name, x)?;
+        f32_only(name, out)?;
+        same_shape(name, "out", x, out)?;
+        let k = x.shape.row_len();
+        for (what, v) in [("weight", weight), ("bias", bias)] {
+            if let Some(v) = v {
+                f32_only(name, v)?;
+                if v.shape.elem_count() != k {
+                    return Err(TensorError::LengthMismatch {
+                        op: name,
+                        what,
+                        expected: k,
+                        actual: v.shape.elem_count(),
+                    });
+                }
+            }
+        }
+        let null = 0u64;
+        let ki = i32_of(name, k)?;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&x.buf);
+        match weight {
+            Some(w) => b.arg(&w.buf),
+            None => b.arg(&null),
+        };
+        if name == "layer_norm_f32" {
+            match bias {
+                Some(v) => b.arg(&v.buf),
+                None => b.arg(&null),
+            };
+        }
+        b.arg(&mut out.buf).arg(&ki).arg(&eps);
+        // SAFETY: x and out hold rows*k f32, weight and bias k f32 or null (checked).
+        unsafe { b.launch(cfg(grid_for(x.shape.n_rows(), 1)?, (256, 1))) }
+            .map_err(driver("launch norm"))?;
+        Ok(())
+    }
+
+    /// Embedding lookup: `out` row `i` = `table` row `ids[i]`, as f32.
+    ///
+    /// # Errors
+    /// An id out of range, a dtype without a kernel, shape mismatches.
+    pub fn get_rows(
+        &self,
+        table: &DeviceTensor,
+        ids: &[u32],
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda get_rows";
+        f32_only(OP, out)?;
+        let k = table.shape.row_len();
+        let rows = table.shape.n_rows();
+        if let Some((index, &id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= rows) {
+            return Err(TensorError::IdOutOfRange {
+                op: OP,
+                id: i64::from(id),
+                index,
+                rows,
+            });
+        }
+        if out.shape.elem_count() != ids.len() * k {
+            return Err(TensorError::ShapeMismatch {
+                op: OP,
+                what: "out",
+                expected: Shape::matrix(ids.len(), k)?,
+                actual: out.shape,
+            });
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let name = match table.dtype {
+            DType::F32 => "get_rows_f32",
+            DType::F16 => "get_rows_f16",
+            DType::BF16 => "get_rows_bf16",
+            DType::Q4_0 => "get_rows_q4_0",
+            DType::Q4_1 => "get_rows_q4_1",
+            DType::Q5_0 => "get_rows_q5_0",
+            DType::Q5_1 => "get_rows_q5_1",
+            DType::Q8_0 => "get_rows_q8_0",
+            DType::Q4K => "get_rows_q4_K",
+            DType::Q5K => "get_rows_q5_K",
+            DType::Q6K => "get_rows_q6_K",
+            dtype => return Err(TensorError::UnsupportedDType { op: OP, dtype }),
+        };
+        let ids_i: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+        let dev_ids = self
+            .stream
+            .clone_htod(&ids_i)
+            .map_err(|e| self.alloc_error(ids.len() * 4, e))?;
+        let ki = i32_of(OP, k)?;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&table.buf).arg(&dev_ids).arg(&mut out.buf).arg(&ki);
+        // SAFETY: ids are in range (checked), out holds ids*k f32.
+        unsafe { b.launch(cfg(grid_for(ids.len(), 1)?, (256, 1))) }
+            .map_err(driver("launch get_rows"))?;
+        Ok(())
+    }
+
+    /// `out = a + b`, `b` the same size or one row repeated.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn add(&self, a: &DeviceTensor, b: &DeviceTensor, out: &mut DeviceTensor) -> Result<()> {
+        self.binary("add_f32", a, b, out)
+    }
+
+    /// `out = a * b`, `b` the same size or one row repeated.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn mul(&self, a: &DeviceTensor, b: &DeviceTensor, out: &mut DeviceTensor) -> Result<()> {
+        self.binary("mul_f32", a, b, out)
+    }
+
+    fn binary(
+        &self,
+        name: &'static str,
+        a: &DeviceTensor,
+        b: &DeviceTensor,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        for t in [a, b] {
+            f32_only(name, t)?;
+        }
+        f32_only(name, out)?;
+        same_shape(name, "out", a, out)?;
+        let n = a.shape.elem_count();
+        let b_len = b.shape.elem_count();
+        if b_len != n && b_len != a.shape.row_len() {
+            return Err(TensorError::ShapeMismatch {
+                op: name,
+                what: "b",
+                expected: a.shape,
+                actual: b.shape,
+            });
+        }
+        let (ni, bi) = (n as i64, b_len.max(1) as i64);
+        let f = self.func(name)?;
+        let mut l = self.stream.launch_builder(f);
+        l.arg(&a.buf)
+            .arg(&b.buf)
+            .arg(&mut out.buf)
+            .arg(&ni)
+            .arg(&bi);
+        // SAFETY: a and out hold n f32, b b_len f32 (checked).
+        unsafe { l.launch(elementwise_cfg(n)) }.map_err(driver("launch elementwise"))?;
+        Ok(())
+    }
+
+    /// `x *= s`.
+    ///
+    /// # Errors
+    /// A dtype mismatch or a launch failure.
+    pub fn scale(&self, x: &mut DeviceTensor, s: f32) -> Result<()> {
+        f32_only("cuda scale", x)?;
+        let n = x.shape.elem_count() as i64;
+        let f = self.func("scale_f32")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&mut x.buf).arg(&n).arg(&s);
+        // SAFETY: x holds n f32.
+        unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch scale"))?;
+        Ok(())
+    }
+
+    /// `x = silu(x)`.
+    ///
+    /// # Errors
+    /// A dtype mismatch or a launch failure.
+    pub fn silu(&self, x: &mut DeviceTensor) -> Result<()> {
+        self.unary("silu_f32", x)
+    }
+
+    /// `x = gelu(x)` (tanh form).
+    ///
+    /// # Errors
+    /// A dtype mismatch or a launch failure.
+    pub fn gelu(&self, x: &mut DeviceTensor) -> Result<()> {
+        self.unary("gelu_f32", x)
+    }
+
+    fn unary(&self, name: &'static str, x: &mut DeviceTensor) -> Result<()> {
+        f32_only(name, x)?;
+        let n = x.shape.elem_count() as i64;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&mut x.buf).arg(&n);
+        // SAFETY: x holds n f32.
+        unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch unary"))?;
+        Ok(())
+    }
+
+    /// `out = silu(gate) * up`.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn swiglu(
+        &self,
+        gate: &DeviceTensor,
+        up: &DeviceTensor,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.gated("swiglu_f32", gate, up, out)
+    }
+
+    /// `out = gelu(gate) * up`.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn geglu(
+        &self,
+        gate: &DeviceTensor,
+        up: &DeviceTensor,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.gated("geglu_f32", gate, up, out)
+    }
+
+    fn gated(
+        &self,
+        name: &'static str,
+        gate: &DeviceTensor,
+        up: &DeviceTensor,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        for t in [gate, up] {
+            f32_only(name, t)?;
+        }
+        f32_only(name, out)?;
+        same_shape(name, "up", gate, up)?;
+        same_shape(name, "out", gate, out)?;
+        let n = gate.shape.elem_count() as i64;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&gate.buf).arg(&up.buf).arg(&mut out.buf).arg(&n);
+        // SAFETY: all three hold n f32 (checked).
+        unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch gated"))?;
+        Ok(())
+    }
+
+    /// Per-row argmax (ties to the lowest index), copied back into `out` (waits for the stream).
+    ///
+    /// # Errors
+    /// A dtype or length mismatch, a driver error.
+    pub fn argmax(&self, x: &DeviceTensor, out: &mut [u32]) -> Result<()> {
+        const OP: &str = "cuda argmax";
+        f32_only(OP, x)?;
+        let rows = x.shape.n_rows();
+        if out.len() != rows {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what: "out",
+                expected: rows,
+                actual: out.len(),
+            });
+        }
+        let mut dev = self
+            .stream
+            .alloc_zeros::<u32>(rows.max(1))
+            .map_err(|e| self.alloc_error(rows * 4, e))?;
+        let ki = i32_of(OP, x.shape.row_len())?;
+        let f = self.func("argmax_f32")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&x.buf).arg(&mut dev).arg(&ki);
+        // SAFETY: x holds rows*k f32, dev rows u32.
+        unsafe { b.launch(cfg(grid_for(rows, 1)?, (256, 1))) }.map_err(driver("launch argmax"))?;
+        let host = self
+            .stream
+            .clone_dtoh(&dev)
+            .map_err(driver("cuMemcpyDtoH"))?;
+        self.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))?;
+        out.copy_from_slice(&host[..rows]);
+        Ok(())
+    }
+
+    /// `x = cap * tanh(x / cap)`.
+    ///
+    /// # Errors
+    /// A dtype mismatch, a cap that is not positive, a launch failure.
+    pub fn softcap(&self, x: &mut DeviceTensor, cap: f32) -> Result<()> {
+        f32_only("cuda softcap", x)?;
+        if cap.is_nan() || cap <= 0.0 {
+            return Err(TensorError::InvalidParam {
+                op: "cuda softcap",
+                why: "the cap must be positive",
+            });
+        }
+        let n = x.shape.elem_count() as i64;
+        let f = self.func("softcap_f32")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&mut x.buf).arg(&n).arg(&cap);
+        // SAFETY: x holds n f32.
+        unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch softcap"))?;
+        Ok(())
+    }
+
+    /// `x = gelu(x)`, the exact (erf) form.
+    ///
+    /// # Errors
+    /// A dtype mismatch or a launch failure.
+    pub fn gelu_erf(&self, x: &mut DeviceTensor) -> Result<()> {
+        self.unary("gelu_erf_f32", x)
+    }
+}
