@@ -212,14 +212,13 @@ fn test() -> Result<()> {
             "warnings",
         ]),
         // The CUDA engine builds and lints without CUDA (cudarc loads the driver at run time);
-        // its kernel tests skip without a GPU, saying why.
+        // its kernel and forward tests skip without a GPU, saying why.
         cargo_with(&[
             "clippy",
-            "-p",
-            "kestrel-tensor",
+            "--workspace",
             "--all-targets",
             "--features",
-            "cuda",
+            "kestrel-tensor/cuda,kestrel-arch/cuda,kestrel-cli/cuda",
             "--",
             "-D",
             "warnings",
@@ -232,6 +231,15 @@ fn test() -> Result<()> {
             "cuda",
             "--test",
             "cuda_kernels",
+        ]),
+        cargo_with(&[
+            "test",
+            "-p",
+            "kestrel-arch",
+            "--features",
+            "cuda",
+            "--test",
+            "cuda_forward",
         ]),
         tests,
     ];

@@ -6,15 +6,18 @@
 //! arena by liveness, so a plan allocates nothing when it runs; prefill and decode plans are the
 //! same graph planned for different token counts.
 //!
-//! Status: the IR, shape-checked building and memory planning are done; executing plans on an
-//! engine and the fusion passes come with the forward pass.
+//! Plans: [`ExecutionPlan`] runs a graph on the CPU engine (single and batched steps);
+//! [`CudaPlan`] runs it on a GPU, one sequence at a time (kestrel-tensor's `cuda` feature; a
+//! stub engine otherwise, so no caller needs a `cfg`).
 
+mod cuda_plan;
 mod error;
 mod graph;
 pub mod ir;
 mod memory;
 mod plan;
 
+pub use cuda_plan::CudaPlan;
 pub use error::GraphError;
 pub use graph::Graph;
 pub use ir::{

@@ -130,7 +130,7 @@ fn matmul_matches_the_cpu_engine() {
             }
             let w = weight(dtype, m, k, k as u64 + m as u64);
             let dw = dev.upload(&w).unwrap();
-            for n in [1, 2, 3, 8] {
+            for n in [1, 2, 3, 8, 13] {
                 let x = f32_tensor(n, k, n as u64);
                 let mut want = Tensor::zeros(DType::F32, Shape::matrix(n, m).unwrap()).unwrap();
                 cpu.matmul(&x, &w, &mut want).unwrap();
@@ -163,15 +163,12 @@ fn matmul_matches_the_cpu_engine() {
 }
 
 #[test]
-fn matmul_refuses_what_it_cannot_do() {
+fn matmul_takes_any_rows_and_refuses_a_k_mismatch() {
     let Some(dev) = device() else { return };
     let w = dev.upload(&weight(DType::Q4_0, 64, 256, 1)).unwrap();
     let x = dev.upload(&f32_tensor(9, 256, 2)).unwrap();
     let mut out = dev.zeros_f32(Shape::matrix(9, 64).unwrap()).unwrap();
-    assert!(
-        dev.matmul(&x, &w, &mut out).is_err(),
-        "9 rows is over the matvec's 8"
-    );
+    dev.matmul(&x, &w, &mut out).unwrap(); // 9 rows: launches of 8 and 1
     let x = dev.upload(&f32_tensor(1, 128, 2)).unwrap();
     let mut out = dev.zeros_f32(Shape::matrix(1, 64).unwrap()).unwrap();
     assert!(dev.matmul(&x, &w, &mut out).is_err(), "k mismatch");

@@ -121,6 +121,35 @@ impl DeviceTensor {
     pub fn shape(&self) -> Shape {
         self.shape
     }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.dtype.row_bytes(self.shape.row_len()).unwrap_or(0)
+    }
+
+    /// Gives the tensor another shape over the same buffer: a step's rows of a buffer sized for
+    /// the longest step, or a row seen as heads.
+    ///
+    /// # Errors
+    /// A shape whose bytes exceed the buffer, or a partial block.
+    pub fn set_shape(&mut self, shape: Shape) -> Result<()> {
+        let bytes = self
+            .dtype
+            .row_bytes(shape.row_len())
+            .and_then(|r| r.checked_mul(shape.n_rows()));
+        match bytes {
+            Some(b) if b <= self.buf.len() => {
+                self.shape = shape;
+                Ok(())
+            }
+            _ => Err(TensorError::ShapeMismatch {
+                op: "set_shape",
+                what: "the device buffer",
+                expected: self.shape,
+                actual: shape,
+            }),
+        }
+    }
 }
 
 impl std::fmt::Debug for DeviceTensor {
@@ -341,12 +370,13 @@ impl CudaDevice {
             .map_err(driver("cuStreamSynchronize"))
     }
 
-    /// `out[n×m] = x[n×k] · W[m×k]ᵀ` for 1 to [`MAX_MATVEC_ROWS`] activation rows; weights F32,
-    /// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K (the quantized ones against
-    /// Q8_1 activations).
+    /// `out[n×m] = x[n×k] · W[m×k]ᵀ` for any number of activation rows, run in launches of up to
+    /// [`MAX_MATVEC_ROWS`] rows (each weight row read once per launch; the prefill matmul that
+    /// reads it once per step comes with issue 24); weights F32, F16, BF16, Q4_0, Q4_1, Q5_0,
+    /// Q5_1, Q8_0, Q4_K, Q5_K or Q6_K (the quantized ones against Q8_1 activations).
     ///
     /// # Errors
-    /// Shape or dtype mismatches, more than 8 rows, a launch failure.
+    /// Shape or dtype mismatches, a launch failure.
     pub fn matmul(&self, x: &DeviceTensor, w: &DeviceTensor, out: &mut DeviceTensor) -> Result<()> {
         const OP: &str = "cuda matmul";
         f32_only(OP, x)?;
@@ -370,15 +400,13 @@ impl CudaDevice {
                 actual: out.shape,
             });
         }
-        if n == 0 || n > MAX_MATVEC_ROWS {
-            return Err(TensorError::InvalidParam {
-                op: OP,
-                why: "the CUDA matmul takes 1 to 8 activation rows for now",
-            });
+        if n == 0 {
+            return Ok(());
         }
         let grid = grid_for(m, ROWS_PER_CTA as usize)?;
         let block = (32, ROWS_PER_CTA);
-        let (ki, mi, ni) = (i32_of(OP, k)?, i32_of(OP, m)?, i32_of(OP, n)?);
+        let (ki, mi) = (i32_of(OP, k)?, i32_of(OP, m)?);
+        let (x_bytes, out_bytes) = (k * 4, m * 4);
         if let Some((_, names)) = MMVQ.iter().find(|(t, _)| *t == w.dtype) {
             let wblock = w.dtype.block_size();
             if !k.is_multiple_of(wblock) {
@@ -390,12 +418,13 @@ impl CudaDevice {
             }
             // Weight blocks per row (what the kernel takes); activation blocks of 32 per row.
             let nb = k / wblock;
+            let q_row = (k / 32) * Q8_1_BYTES;
             let nblocks = n * (k / 32);
             let mut guard = self.scratch.lock().map_err(|_| TensorError::InvalidParam {
                 op: OP,
                 why: "scratch lock poisoned",
             })?;
-            let need = nblocks * Q8_1_BYTES;
+            let need = n * q_row;
             if guard.as_ref().is_none_or(|s| s.len() < need) {
                 *guard = Some(self.alloc(need)?);
             }
@@ -409,20 +438,21 @@ impl CudaDevice {
             let q = self.func("quantize_q8_1")?;
             let mut b = self.stream.launch_builder(q);
             b.arg(&x.buf).arg(&mut *scratch).arg(&nblocks_i);
-            // SAFETY: `x` holds n*k f32 (checked), the scratch n*nb Q8_1 blocks (grown above).
+            // SAFETY: `x` holds n*k f32 (checked), the scratch n rows of Q8_1 blocks (grown).
             unsafe { b.launch(cfg(grid_for(nblocks, 8)?, (256, 1))) }
                 .map_err(driver("launch quantize_q8_1"))?;
             let nb_i = i32_of(OP, nb)?;
-            let f = self.func(names[n - 1])?;
-            let mut b = self.stream.launch_builder(f);
-            b.arg(&w.buf)
-                .arg(&*scratch)
-                .arg(&mut out.buf)
-                .arg(&nb_i)
-                .arg(&mi);
-            // SAFETY: w holds m rows of nb blocks of its type, the scratch n rows of nb Q8_1
-            // blocks, out n*m f32; the kernel reads and writes only those.
-            unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch mmvq"))?;
+            for r0 in (0..n).step_by(MAX_MATVEC_ROWS) {
+                let rows = (n - r0).min(MAX_MATVEC_ROWS);
+                let f = self.func(names[rows - 1])?;
+                let a = scratch.slice(r0 * q_row..(r0 + rows) * q_row);
+                let mut o = out.buf.slice_mut(r0 * out_bytes..(r0 + rows) * out_bytes);
+                let mut b = self.stream.launch_builder(f);
+                b.arg(&w.buf).arg(&a).arg(&mut o).arg(&nb_i).arg(&mi);
+                // SAFETY: w holds m rows of nb blocks of its type, `a` these rows' Q8_1 blocks,
+                // `o` their rows*m f32; the kernel reads and writes only those.
+                unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch mmvq"))?;
+            }
             return Ok(());
         }
         let name = match w.dtype {
@@ -432,16 +462,63 @@ impl CudaDevice {
             dtype => return Err(TensorError::UnsupportedDType { op: OP, dtype }),
         };
         let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&w.buf)
-            .arg(&x.buf)
-            .arg(&mut out.buf)
-            .arg(&ki)
-            .arg(&mi)
-            .arg(&ni);
-        // SAFETY: w holds m*k elements of its float type, x n*k f32, out n*m f32.
-        unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch matvec"))?;
+        for r0 in (0..n).step_by(MAX_MATVEC_ROWS) {
+            let rows = (n - r0).min(MAX_MATVEC_ROWS);
+            let ni = rows as i32;
+            let xv = x.buf.slice(r0 * x_bytes..(r0 + rows) * x_bytes);
+            let mut o = out.buf.slice_mut(r0 * out_bytes..(r0 + rows) * out_bytes);
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&w.buf)
+                .arg(&xv)
+                .arg(&mut o)
+                .arg(&ki)
+                .arg(&mi)
+                .arg(&ni);
+            // SAFETY: w holds m*k elements of its float type, xv rows*k f32, o rows*m f32.
+            unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch matvec"))?;
+        }
         Ok(())
+    }
+
+    /// Copies `rows` rows of `src` from row `src_row` into `dst` from row `dst_row` (same
+    /// dtype and row length), on the stream.
+    ///
+    /// # Errors
+    /// Rows outside either tensor, a dtype or row-length mismatch, a driver error.
+    pub fn copy_rows(
+        &self,
+        src: &DeviceTensor,
+        src_row: usize,
+        rows: usize,
+        dst: &mut DeviceTensor,
+        dst_row: usize,
+    ) -> Result<()> {
+        const OP: &str = "cuda copy_rows";
+        if src.dtype != dst.dtype || src.shape.row_len() != dst.shape.row_len() {
+            return Err(TensorError::ShapeMismatch {
+                op: OP,
+                what: "dst",
+                expected: src.shape,
+                actual: dst.shape,
+            });
+        }
+        let inside =
+            |t: &DeviceTensor, r: usize| r.checked_add(rows).is_some_and(|e| e <= t.shape.n_rows());
+        if !inside(src, src_row) || !inside(dst, dst_row) {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "rows outside the tensor",
+            });
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        let rb = src.row_bytes();
+        let from = src.buf.slice(src_row * rb..(src_row + rows) * rb);
+        let mut to = dst.buf.slice_mut(dst_row * rb..(dst_row + rows) * rb);
+        self.stream
+            .memcpy_dtod(&from, &mut to)
+            .map_err(driver("cuMemcpyDtoD"))
     }
 }
 

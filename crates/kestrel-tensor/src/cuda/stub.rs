@@ -41,6 +41,19 @@ impl DeviceTensor {
     pub fn shape(&self) -> Shape {
         match self.never {}
     }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        match self.never {}
+    }
+
+    /// Another shape over the same buffer.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn set_shape(&mut self, _shape: Shape) -> Result<()> {
+        match self.never {}
+    }
 }
 
 /// One GPU (none can be opened in this build).
@@ -302,6 +315,21 @@ impl CudaDevice {
     /// # Errors
     /// Unreachable.
     pub fn gelu_erf(&self, _x: &mut DeviceTensor) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Copies rows between tensors.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn copy_rows(
+        &self,
+        _src: &DeviceTensor,
+        _src_row: usize,
+        _rows: usize,
+        _dst: &mut DeviceTensor,
+        _dst_row: usize,
+    ) -> Result<()> {
         match self.never {}
     }
 }

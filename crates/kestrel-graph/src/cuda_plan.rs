@@ -1,0 +1,345 @@
+//! `CudaPlan`: a graph compiled for the CUDA engine, one sequence at a time. Weights are
+//! uploaded once, still quantized (vectors as f32); every node owns a device buffer sized for
+//! the longest step, and every attention layer an f16 KV cache on the device, so a step
+//! allocates nothing but its small position uploads. `run` binds the step's tokens, enqueues the
+//! nodes in order and copies back the output rows (the last token's logits).
+//!
+//! It reads the same [`Graph`] as [`crate::ExecutionPlan`], op for op. Without kestrel-tensor's
+//! `cuda` feature it compiles against the engine's stub (no `CudaDevice` can exist, so no plan
+//! either). Batched steps, paged caches and CUDA graphs come with issues 23 and 24.
+
+use std::sync::Arc;
+
+use kestrel_tensor::cpu::{self, RopeMode};
+use kestrel_tensor::cuda::{CudaDevice, DeviceTensor};
+use kestrel_tensor::{DType, Shape, Tensor};
+
+use crate::ir::{EmbedIndex, Node, Op, Rows};
+use crate::{Graph, GraphError};
+
+/// One attention layer's device cache.
+struct LayerCache {
+    k: DeviceTensor,
+    v: DeviceTensor,
+}
+
+/// A graph compiled for one sequence on one GPU.
+pub struct CudaPlan {
+    dev: Arc<CudaDevice>,
+    nodes: Vec<Node>,
+    output: usize,
+    max_tokens: usize,
+    capacity: usize,
+    weights: Vec<DeviceTensor>,
+    /// Each node's output buffer (`None` only while the node runs).
+    acts: Vec<Option<DeviceTensor>>,
+    caches: Vec<Option<LayerCache>>,
+    positions: Vec<i32>,
+    mask: Vec<i32>,
+    ids: Vec<u32>,
+    /// Positions cached so far.
+    len: usize,
+}
+
+impl std::fmt::Debug for CudaPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaPlan")
+            .field("device", &self.dev)
+            .field("nodes", &self.nodes.len())
+            .field("max_tokens", &self.max_tokens)
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+fn internal(why: &str) -> GraphError {
+    GraphError::Internal(why.to_string())
+}
+
+impl CudaPlan {
+    /// Compiles `graph` for steps of up to `max_tokens` tokens over a context of `capacity`
+    /// positions; `weight` finds a weight's tensor by name.
+    ///
+    /// # Errors
+    /// A missing or misshapen weight, an op the CUDA engine lacks, out of device memory.
+    pub fn compile(
+        graph: &Graph,
+        dev: Arc<CudaDevice>,
+        max_tokens: usize,
+        capacity: usize,
+        weight: &dyn Fn(&str) -> Option<Tensor>,
+    ) -> Result<CudaPlan, GraphError> {
+        let max_tokens = max_tokens.max(1);
+        let output = *graph.outputs().first().ok_or(GraphError::NoOutput)?;
+        let mut weights = Vec::with_capacity(graph.weights().len());
+        for w in graph.weights() {
+            let t = weight(&w.name).ok_or_else(|| GraphError::Weight {
+                name: w.name.clone(),
+                reason: "not found".into(),
+            })?;
+            let dims: Vec<u64> = t.shape().dims().iter().map(|&d| d as u64).collect();
+            if dims != w.dims {
+                return Err(GraphError::Weight {
+                    name: w.name.clone(),
+                    reason: format!("dims {dims:?}, the graph expects {:?}", w.dims),
+                });
+            }
+            let is_vector = w.dims.iter().skip(1).all(|&d| d == 1);
+            let t = if is_vector && t.dtype() != DType::F32 {
+                let v = t.to_f32_vec()?;
+                Tensor::from_f32(Shape::vector(v.len()), &v)?
+            } else {
+                t
+            };
+            weights.push(dev.upload(&t)?);
+        }
+        let mut acts = Vec::with_capacity(graph.nodes().len());
+        let mut caches: Vec<Option<LayerCache>> = Vec::new();
+        for node in graph.nodes() {
+            let rows = match node.rows {
+                Rows::Tokens => max_tokens,
+                Rows::Outputs => 1,
+            };
+            acts.push(Some(dev.zeros_f32(Shape::matrix(rows, node.width)?)?));
+            if let Op::Attention(p) = &node.op {
+                if p.head_dim_k != p.head_dim_v {
+                    return Err(internal("attention with different K and V head sizes"));
+                }
+                if caches.len() <= p.layer {
+                    caches.resize_with(p.layer + 1, || None);
+                }
+                if caches[p.layer].is_none() {
+                    let shape = Shape::matrix(capacity, p.n_kv_head * p.head_dim_k)?;
+                    caches[p.layer] = Some(LayerCache {
+                        k: dev.zeros(DType::F16, shape)?,
+                        v: dev.zeros(DType::F16, shape)?,
+                    });
+                }
+            }
+        }
+        Ok(CudaPlan {
+            dev,
+            nodes: graph.nodes().to_vec(),
+            output,
+            max_tokens,
+            capacity,
+            weights,
+            acts,
+            caches,
+            positions: Vec::with_capacity(max_tokens),
+            mask: Vec::with_capacity(max_tokens),
+            ids: Vec::with_capacity(max_tokens),
+            len: 0,
+        })
+    }
+
+    /// Positions cached so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True before the first step.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forgets the cached positions (the next step starts a new sequence at position 0).
+    pub fn reset(&mut self) {
+        self.len = 0;
+    }
+
+    /// Runs one step: `tokens` at the positions after the cached ones. Returns the output
+    /// node's rows (the last token's logits for a decoder graph), copied back.
+    ///
+    /// # Errors
+    /// No tokens or more than the plan takes, a full context, a device error.
+    pub fn run(&mut self, tokens: &[u32]) -> Result<Vec<f32>, GraphError> {
+        let t = tokens.len();
+        if t == 0 || t > self.max_tokens {
+            return Err(GraphError::TooManyTokens {
+                tokens: t,
+                max: self.max_tokens,
+            });
+        }
+        let pos0 = self.len;
+        let end = pos0.saturating_add(t);
+        if end > self.capacity || end > i32::MAX as usize {
+            return Err(GraphError::ContextFull {
+                needed: end,
+                capacity: self.capacity,
+            });
+        }
+        self.positions.clear();
+        self.positions.extend((pos0..end).map(|p| p as i32));
+        for i in 0..self.nodes.len() {
+            self.exec(i, tokens, pos0)?;
+        }
+        self.len = end;
+        let out = self.acts[self.output]
+            .as_ref()
+            .ok_or_else(|| internal("output buffer missing"))?;
+        Ok(self.dev.download_f32(out)?)
+    }
+
+    fn rows(&self, node: &Node, t: usize) -> usize {
+        match node.rows {
+            Rows::Tokens => t,
+            Rows::Outputs => 1,
+        }
+    }
+
+    fn exec(&mut self, i: usize, tokens: &[u32], pos0: usize) -> Result<(), GraphError> {
+        let t = tokens.len();
+        let node = self.nodes[i].clone();
+        let rows = self.rows(&node, t);
+        let mut out = self.acts[i]
+            .take()
+            .ok_or_else(|| internal("node buffer in use"))?;
+        out.set_shape(Shape::matrix(rows, node.width)?)?;
+        let result = self.exec_into(&node, &mut out, tokens, pos0);
+        self.acts[i] = Some(out);
+        result
+    }
+
+    fn input(&self, node: &Node, slot: usize) -> Result<&DeviceTensor, GraphError> {
+        let id = *node
+            .inputs
+            .get(slot)
+            .ok_or_else(|| internal("node input missing"))?;
+        self.acts[id]
+            .as_ref()
+            .ok_or_else(|| internal("input buffer missing"))
+    }
+
+    fn exec_into(
+        &mut self,
+        node: &Node,
+        out: &mut DeviceTensor,
+        tokens: &[u32],
+        pos0: usize,
+    ) -> Result<(), GraphError> {
+        let t = tokens.len();
+        let dev = Arc::clone(&self.dev);
+        match &node.op {
+            Op::Embed { table, index } => {
+                self.ids.clear();
+                match index {
+                    EmbedIndex::Tokens => self.ids.extend_from_slice(tokens),
+                    EmbedIndex::Positions => {
+                        self.ids.extend(self.positions.iter().map(|&p| p as u32))
+                    }
+                    EmbedIndex::Row(r) => self.ids.extend(std::iter::repeat_n(*r, t)),
+                }
+                dev.get_rows(&self.weights[*table], &self.ids, out)?;
+            }
+            Op::MatMul { weight } => {
+                let a = self.input(node, 0)?;
+                dev.matmul(a, &self.weights[*weight], out)?;
+            }
+            Op::AddBias { bias } => dev.add(self.input(node, 0)?, &self.weights[*bias], out)?,
+            Op::RmsNorm { group, eps, weight } => {
+                // Per-head norms see the row as `width / group` rows of `group`.
+                let in_id = node.inputs[0];
+                let a_shape = self.input(node, 0)?.shape();
+                let grouped = Shape::matrix(a_shape.elem_count() / group, *group)?;
+                let out_shape = out.shape();
+                if let Some(a) = self.acts[in_id].as_mut() {
+                    a.set_shape(grouped)?;
+                }
+                out.set_shape(grouped)?;
+                let w = weight.map(|w| &self.weights[w]);
+                let r = dev.rms_norm(self.input(node, 0)?, w, *eps, out);
+                if let Some(a) = self.acts[in_id].as_mut() {
+                    a.set_shape(a_shape)?;
+                }
+                out.set_shape(out_shape)?;
+                r?;
+            }
+            Op::LayerNorm { eps, weight, bias } => {
+                let (w, b) = (
+                    weight.map(|w| &self.weights[w]),
+                    bias.map(|b| &self.weights[b]),
+                );
+                dev.layer_norm(self.input(node, 0)?, w, b, *eps, out)?;
+            }
+            Op::Rope(p) => {
+                let a = self.input(node, 0)?;
+                dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
+                let params = cpu::RopeParams {
+                    mode: if p.neox {
+                        RopeMode::Neox
+                    } else {
+                        RopeMode::Normal
+                    },
+                    n_rot: p.n_rot,
+                    freq_base: p.freq_base,
+                    freq_scale: p.freq_scale,
+                    ext_factor: p.ext_factor,
+                    attn_factor: p.attn_factor,
+                    beta_fast: p.beta_fast,
+                    beta_slow: p.beta_slow,
+                    n_ctx_orig: p.n_ctx_orig,
+                };
+                let ff = p.freq_factors.map(|w| &self.weights[w]);
+                dev.rope(out, &self.positions, p.n_head, p.head_dim, &params, ff)?;
+            }
+            Op::Attention(p) => {
+                let params = cpu::AttentionParams {
+                    n_head: p.n_head,
+                    n_kv_head: p.n_kv_head,
+                    head_dim: p.head_dim_k,
+                    scale: p.scale,
+                    softcap: p.softcap.unwrap_or(0.0),
+                    window: p.window.unwrap_or(0),
+                };
+                let mut cache = self
+                    .caches
+                    .get_mut(p.layer)
+                    .and_then(Option::take)
+                    .ok_or_else(|| internal("layer cache missing"))?;
+                let r = (|| -> Result<(), GraphError> {
+                    dev.kv_append(self.input(node, 1)?, &self.positions, &mut cache.k)?;
+                    dev.kv_append(self.input(node, 2)?, &self.positions, &mut cache.v)?;
+                    let end = pos0 + t;
+                    self.mask.clear();
+                    if p.causal {
+                        self.mask.extend_from_slice(&self.positions);
+                    } else {
+                        // Every query sees every key: mask as if each sat at the last position.
+                        self.mask.extend(std::iter::repeat_n((end - 1) as i32, t));
+                    }
+                    let q = self.input(node, 0)?;
+                    dev.attention(q, &self.mask, &cache.k, &cache.v, end, &params, out)?;
+                    Ok(())
+                })();
+                self.caches[p.layer] = Some(cache);
+                r?;
+            }
+            Op::Add => dev.add(self.input(node, 0)?, self.input(node, 1)?, out)?,
+            Op::Mul => dev.mul(self.input(node, 0)?, self.input(node, 1)?, out)?,
+            Op::Scale(s) => {
+                let a = self.input(node, 0)?;
+                dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
+                dev.scale(out, *s)?;
+            }
+            Op::SoftCap(cap) => {
+                let a = self.input(node, 0)?;
+                dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
+                dev.softcap(out, *cap)?;
+            }
+            Op::SwiGlu => dev.swiglu(self.input(node, 0)?, self.input(node, 1)?, out)?,
+            Op::GeGlu => dev.geglu(self.input(node, 0)?, self.input(node, 1)?, out)?,
+            Op::GeluErf => {
+                let a = self.input(node, 0)?;
+                dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
+                dev.gelu_erf(out)?;
+            }
+            Op::OutputRows => {
+                // One sequence: its last token.
+                let a = self.input(node, 0)?;
+                dev.copy_rows(a, t - 1, 1, out, 0)?;
+            }
+        }
+        Ok(())
+    }
+}
