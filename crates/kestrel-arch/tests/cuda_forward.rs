@@ -106,3 +106,52 @@ fn smollm2_on_the_gpu_matches_the_cpu() {
 fn gemma3_on_the_gpu_matches_the_cpu() {
     compare(GEMMA3_270M_Q4_K_M, &[2, 818, 5279, 529, 7001, 563]);
 }
+
+/// No model files needed (the GPU machine gets none by default): every synthetic architecture,
+/// all positions' logits of an 8-token prefill and then 4 single-token steps.
+#[test]
+fn synthetic_architectures_on_the_gpu_match_the_cpu() {
+    use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_ARCHS, SYNTHETIC_VOCAB};
+    use kestrel_gguf::GgufFile;
+    let Some(dev) = device() else { return };
+    let engine = CpuEngine::new(2).unwrap();
+    let tokens = [1u32, 17, 200, 3, 99, 42, 7, 128];
+    for arch in SYNTHETIC_ARCHS {
+        let bytes = synthetic_model(arch, 42).unwrap().to_bytes().unwrap();
+        let m = GgufModel::from_shards(
+            vec![GgufFile::from_bytes(bytes).unwrap()],
+            std::path::Path::new(arch),
+        )
+        .unwrap();
+        let cfg = DecoderConfig::from_model(&m).unwrap();
+        let g = build_decoder(&cfg, &m, Logits::All).unwrap();
+        let lookup = |n: &str| weight_tensor(&m, n);
+        let mut cpu_plan = ExecutionPlan::compile(&g, 8, &lookup).unwrap();
+        let mut gpu = CudaPlan::compile(&g, Arc::clone(&dev), 8, 32, &lookup).unwrap();
+        let layout = KvLayout {
+            n_layers: cfg.n_layer,
+            n_kv_head: cfg.n_head_kv[0],
+            k_head_dim: cfg.head_dim_k,
+            v_head_dim: cfg.head_dim_v,
+            dtype: KvDType::F16,
+        };
+        let mut kv = ContiguousCache::new(layout, 32).unwrap();
+        let mut steps: Vec<Vec<u32>> = vec![tokens.to_vec()];
+        steps.extend([5u32, 6, 7, 8].iter().map(|&t| vec![t]));
+        for step in steps {
+            let pos = kv.seq_len();
+            let want = cpu_plan.run(&engine, &mut kv, &step, pos).unwrap().to_vec();
+            let got = gpu.run(&step).unwrap();
+            assert_eq!(want.len(), step.len() * SYNTHETIC_VOCAB, "{arch}");
+            assert_eq!(got.len(), want.len(), "{arch}");
+            for (r, (w, g)) in want
+                .chunks(SYNTHETIC_VOCAB)
+                .zip(got.chunks(SYNTHETIC_VOCAB))
+                .enumerate()
+            {
+                let d = kld(w, g);
+                assert!(d <= 0.002, "{arch}: position {} KLD {d}", pos + r);
+            }
+        }
+    }
+}
