@@ -7,11 +7,13 @@
 //! - `models-path [MODEL]`: print the model cache folder (or one model's path)
 //! - `kernels [--check]`: compile `kernels/*.cu` to the committed PTX with NVRTC (or check it
 //!   is fresh)
+//! - `gpu-pack`: build the CUDA tests and a CUDA `kestrel` into `.gpu/` for the GPU machine
 //! - `bench [MODEL...]`: kestrel bench on the test models, interleaved with llama-bench when
 //!   `LLAMA_BENCH` names one, and the ratio per test
 
 mod bench;
 mod fetch;
+mod gpu;
 mod kernels;
 mod models;
 
@@ -79,6 +81,9 @@ enum Task {
         #[arg(long)]
         check: bool,
     },
+    /// Build the CUDA test executables and a `--features cuda` kestrel, stripped, into .gpu/
+    /// for the GPU test machine (run there with `bash xtask/gpu-run.sh`; docs/gpu.md).
+    GpuPack,
     /// Print the model cache folder, or the path of one model in it.
     ModelsPath {
         /// A model's short name or file name.
@@ -98,6 +103,7 @@ fn main() -> ExitCode {
         Task::Demo => demo(),
         Task::ModelsPath { model } => models_path(model.as_deref()),
         Task::Kernels { check } => kernels::kernels(check),
+        Task::GpuPack => gpu::gpu_pack(),
         Task::Bench {
             models,
             threads,
