@@ -4,7 +4,11 @@
 //! ratio kestrel / llama.cpp per test.
 //!
 //! Each round runs one `kestrel bench --json` and one `llama-bench -o json` (each with its own
-//! warm-up and `-r 1`); the median is over `--rounds` rounds.
+//! warm-up and `-r 1`); the median is over `--rounds` rounds. With `--batch B` (default 8) the
+//! round also measures B sequences decoded together: kestrel's `tg<N>@b<B>` and
+//! `llama-batched-bench -npp 1 -ntg N -npl B` (found beside llama-bench, or at
+//! `LLAMA_BATCHED_BENCH`), aggregate tokens per second, and the table adds each engine's
+//! batched / single-sequence decode ratio.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,10 +25,26 @@ pub struct Options {
     pub n_prompt: usize,
     pub n_gen: usize,
     pub rounds: usize,
+    /// Sequences of the batched decode test (0 or 1: none).
+    pub batch: usize,
 }
 
-/// One test's tok/s from one run, keyed by (n_prompt, n_gen).
-type Samples = Vec<((u64, u64), f64)>;
+/// One test's tok/s from one run, keyed by llama-bench's test name (`pp512`, `tg128`,
+/// `tg128@b8`).
+type Samples = Vec<(String, f64)>;
+
+fn test_name(t: &serde_json::Value) -> Result<String> {
+    if let Some(name) = t["test"].as_str() {
+        return Ok(name.to_string());
+    }
+    let np = t["n_prompt"].as_u64().context("no n_prompt")?;
+    let ng = t["n_gen"].as_u64().context("no n_gen")?;
+    Ok(if np > 0 {
+        format!("pp{np}")
+    } else {
+        format!("tg{ng}")
+    })
+}
 
 fn parse_runs(json: &str) -> Result<Samples> {
     let v: serde_json::Value =
@@ -34,10 +54,24 @@ fn parse_runs(json: &str) -> Result<Samples> {
         .context("the benchmark's JSON is not an array")?;
     let mut out = Vec::new();
     for t in arr {
-        let np = t["n_prompt"].as_u64().context("no n_prompt")?;
-        let ng = t["n_gen"].as_u64().context("no n_gen")?;
         let ts = t["avg_ts"].as_f64().context("no avg_ts")?;
-        out.push(((np, ng), ts));
+        out.push((test_name(t)?, ts));
+    }
+    Ok(out)
+}
+
+/// llama-batched-bench's `--output-format jsonl` lines: `tg<N>@b<B>` at `speed_tg`.
+fn parse_batched(text: &str) -> Result<Samples> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| l.trim_start().starts_with('{')) {
+        let v: serde_json::Value = serde_json::from_str(line.trim()).context("a bad jsonl line")?;
+        let tg = v["tg"].as_u64().context("no tg")?;
+        let pl = v["pl"].as_u64().context("no pl")?;
+        let ts = v["speed_tg"].as_f64().context("no speed_tg")?;
+        out.push((format!("tg{tg}@b{pl}"), ts));
+    }
+    if out.is_empty() {
+        bail!("llama-batched-bench printed no jsonl result");
     }
     Ok(out)
 }
@@ -79,6 +113,20 @@ fn kestrel_cmd(bin: &Path, model: &Path, o: &Options) -> Command {
         .args(["-n", &o.n_gen.to_string()])
         .args(["-t", &o.threads.to_string()])
         .args(["-r", "1", "--json"]);
+    if o.batch > 1 && o.n_gen > 0 {
+        c.args(["--batch", &o.batch.to_string()]);
+    }
+    c
+}
+
+fn batched_cmd(bin: &Path, model: &Path, o: &Options) -> Command {
+    let mut c = Command::new(bin);
+    c.arg("-m")
+        .arg(model)
+        .args(["-npp", "1", "-ntg", &o.n_gen.to_string()])
+        .args(["-npl", &o.batch.to_string()])
+        .args(["-c", &(o.batch * (o.n_gen + 1)).max(512).to_string()])
+        .args(["-t", &o.threads.to_string(), "--output-format", "jsonl"]);
     c
 }
 
@@ -108,6 +156,19 @@ pub fn bench(kestrel: &Path, o: &Options) -> Result<()> {
             .collect::<Result<_>>()?
     };
     let llama: Option<PathBuf> = std::env::var_os("LLAMA_BENCH").map(PathBuf::from);
+    let batched: Option<PathBuf> = if o.batch > 1 && o.n_gen > 0 {
+        std::env::var_os("LLAMA_BATCHED_BENCH")
+            .map(PathBuf::from)
+            .or_else(|| {
+                let p = llama.as_ref()?.with_file_name("llama-batched-bench");
+                p.is_file().then_some(p)
+            })
+    } else {
+        None
+    };
+    if let Some(p) = &batched {
+        println!("==> bench: batched decode also with {}", p.display());
+    }
     match &llama {
         Some(p) => println!(
             "==> bench: interleaving with llama-bench at {}",
@@ -116,8 +177,8 @@ pub fn bench(kestrel: &Path, o: &Options) -> Result<()> {
         None => println!("==> bench: LLAMA_BENCH not set: kestrel only"),
     }
     println!(
-        "==> bench: {} rounds, {} threads, pp{} / tg{}",
-        o.rounds, o.threads, o.n_prompt, o.n_gen
+        "==> bench: {} rounds, {} threads, pp{} / tg{} / tg{}@b{}",
+        o.rounds, o.threads, o.n_prompt, o.n_gen, o.n_gen, o.batch
     );
     let mut table = String::from(
         "| model | test | kestrel t/s (median) | llama.cpp t/s (median) | ratio |\n| --- | --- | ---: | ---: | ---: |\n",
@@ -132,9 +193,9 @@ pub fn bench(kestrel: &Path, o: &Options) -> Result<()> {
                 m.name
             );
         }
-        let mut ours: Vec<((u64, u64), Vec<f64>)> = Vec::new();
-        let mut theirs: Vec<((u64, u64), Vec<f64>)> = Vec::new();
-        let push = |acc: &mut Vec<((u64, u64), Vec<f64>)>, s: Samples| {
+        let mut ours: Vec<(String, Vec<f64>)> = Vec::new();
+        let mut theirs: Vec<(String, Vec<f64>)> = Vec::new();
+        let push = |acc: &mut Vec<(String, Vec<f64>)>, s: Samples| {
             for (k, v) in s {
                 match acc.iter_mut().find(|(kk, _)| *kk == k) {
                     Some((_, vs)) => vs.push(v),
@@ -149,6 +210,10 @@ pub fn bench(kestrel: &Path, o: &Options) -> Result<()> {
                 let s = parse_runs(&output_of(&mut llama_cmd(l, &path, o))?)?;
                 push(&mut theirs, s);
             }
+            if let Some(b) = &batched {
+                let s = parse_batched(&output_of(&mut batched_cmd(b, &path, o))?)?;
+                push(&mut theirs, s);
+            }
             println!(
                 "==> bench: {} round {}/{} done",
                 m.name,
@@ -156,24 +221,40 @@ pub fn bench(kestrel: &Path, o: &Options) -> Result<()> {
                 o.rounds
             );
         }
-        for (key, vs) in &mut ours {
-            let test = if key.0 > 0 {
-                format!("pp{}", key.0)
-            } else {
-                format!("tg{}", key.1)
-            };
+        let mut single = (None, None);
+        let mut multi = (None, None);
+        for (test, vs) in &mut ours {
             let k = median(vs);
             let l = theirs
                 .iter_mut()
-                .find(|(kk, _)| kk == key)
+                .find(|(kk, _)| kk == test)
                 .map(|(_, v)| median(v));
             let (ls, ratio) = match l {
                 Some(l) => (format!("{l:.2}"), format!("{:.2}", k / l)),
                 None => ("-".into(), "-".into()),
             };
+            if test.starts_with("tg") {
+                if test.contains("@b") {
+                    multi = (Some(k), l);
+                } else {
+                    single = (Some(k), l);
+                }
+            }
             table.push_str(&format!(
                 "| {} | {test} | {k:.2} | {ls} | {ratio} |\n",
                 m.file
+            ));
+        }
+        if let (Some(s), Some(b)) = (single.0, multi.0) {
+            let theirs = match (single.1, multi.1) {
+                (Some(s), Some(b)) => format!("{:.2}", b / s),
+                _ => "-".into(),
+            };
+            table.push_str(&format!(
+                "| {} | b{} / tg (batched gain) | {:.2} | {theirs} | |\n",
+                m.file,
+                o.batch,
+                b / s
             ));
         }
     }
@@ -188,14 +269,29 @@ mod tests {
     #[test]
     fn parses_llama_bench_and_kestrel_json() {
         let j = r#"[{"n_prompt": 512, "n_gen": 0, "avg_ts": 300.5, "x": 1},
-                    {"n_prompt": 0, "n_gen": 128, "avg_ts": 99.0}]"#;
+                    {"n_prompt": 0, "n_gen": 128, "avg_ts": 99.0},
+                    {"test": "tg128@b8", "n_prompt": 0, "n_gen": 128, "avg_ts": 400.0}]"#;
         assert_eq!(
             parse_runs(j).unwrap(),
-            vec![((512, 0), 300.5), ((0, 128), 99.0)]
+            vec![
+                ("pp512".to_string(), 300.5),
+                ("tg128".to_string(), 99.0),
+                ("tg128@b8".to_string(), 400.0)
+            ]
         );
         assert!(parse_runs("{}").is_err());
         assert!(parse_runs("[{\"n_prompt\": 1}]").is_err());
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn parses_llama_batched_bench_jsonl() {
+        let text = "main: n_kv_max = 2048\n{\"n_kv_max\": 2048, \"pp\": 1, \"tg\": 128, \"pl\": 8, \"n_kv\": 1032, \"t_pp\": 0.01, \"speed_pp\": 800.0, \"t_tg\": 2.0, \"speed_tg\": 512.0, \"t\": 2.01, \"speed\": 513.0}\n";
+        assert_eq!(
+            parse_batched(text).unwrap(),
+            vec![("tg128@b8".to_string(), 512.0)]
+        );
+        assert!(parse_batched("nothing\n").is_err());
     }
 }

@@ -73,6 +73,10 @@ enum Task {
         /// Interleaved rounds (the median is over them).
         #[arg(short, long, default_value_t = 5)]
         rounds: usize,
+        /// Sequences of the batched decode test (kestrel `--batch`, llama-batched-bench
+        /// `-npl`); 0 or 1: none.
+        #[arg(short, long, default_value_t = 8)]
+        batch: usize,
     },
     /// Compile kernels/*.cu to PTX for compute_80 and compute_90 with NVRTC from NVIDIA's
     /// wheels (no nvcc), validated by ptxas, into crates/kestrel-tensor/src/cuda/ptx/.
@@ -110,6 +114,7 @@ fn main() -> ExitCode {
             n_prompt,
             n_gen,
             rounds,
+            batch,
         } => run(&mut cargo_with(&[
             "build",
             "--release",
@@ -127,6 +132,7 @@ fn main() -> ExitCode {
                     n_prompt,
                     n_gen,
                     rounds: rounds.max(1),
+                    batch,
                 },
             )
         }),
