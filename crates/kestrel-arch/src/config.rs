@@ -265,6 +265,9 @@ fn rope_scaling(
             .opt(&format!("{arch}.rope.scale_linear"), |m, k| m.get_f32(k))?
             .unwrap_or(1.0),
     };
+    // llama.cpp reads a factor of 0 as "no scaling" (`rope_freq_scale_train = ropescale == 0 ?
+    // 1 : 1/ropescale`), and its converter writes 0 for it.
+    let factor = if factor == 0.0 { 1.0 } else { factor };
     let bad = |reason: String| ArchError::Invalid {
         arch: arch.into(),
         reason,

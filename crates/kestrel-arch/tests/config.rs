@@ -137,6 +137,28 @@ fn rope_scaling_from_metadata() {
         DecoderConfig::from_model(&lin).unwrap().rope.scaling,
         RopeScaling::Linear { factor: 2.0 }
     );
+    // llama.cpp's converter writes a factor of 0 for "none"; llama.cpp reads it as 1.
+    for ty in ["none", "linear"] {
+        let zero = synthetic(
+            "llama",
+            &[
+                ("rope.scaling.type", ty.into()),
+                ("rope.scaling.factor", MetadataValue::F32(0.0)),
+            ],
+            LLAMA_TENSORS,
+        );
+        assert_eq!(
+            DecoderConfig::from_model(&zero).unwrap().rope.scaling,
+            RopeScaling::None,
+            "{ty}"
+        );
+    }
+    let negative = synthetic(
+        "llama",
+        &[("rope.scaling.factor", MetadataValue::F32(-2.0))],
+        LLAMA_TENSORS,
+    );
+    assert!(DecoderConfig::from_model(&negative).is_err());
     let bad = synthetic(
         "llama",
         &[("rope.scaling.type", "longrope-x".into())],

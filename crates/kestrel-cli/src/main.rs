@@ -29,6 +29,8 @@ enum Command {
     Run(commands::run::RunArgs),
     /// Chat interactively with the model's chat template.
     Chat(commands::chat::ChatArgs),
+    /// Raw next-token logits of token ids (no tokenizer needed), for checks against llama.cpp.
+    Logits(commands::logits::LogitsArgs),
     /// Perplexity of a text file, as llama-perplexity computes it.
     Perplexity(commands::perplexity::PerplexityArgs),
     /// Prompt-processing and generation speed, as llama-bench measures them.
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Command::Template(args) => commands::template::run(&args),
         Command::Run(args) => commands::run::run(&args),
         Command::Chat(args) => commands::chat::run(&args),
+        Command::Logits(args) => commands::logits::run(&args),
         Command::Perplexity(args) => commands::perplexity::run(&args),
         Command::Bench(args) => commands::bench::run(&args),
         Command::Serve(args) => commands::serve::run(&args),

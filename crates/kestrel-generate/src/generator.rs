@@ -218,7 +218,7 @@ impl std::fmt::Debug for Generator {
     }
 }
 
-fn kv_layout(cfg: &DecoderConfig, dtype: KvDType) -> Result<KvLayout, GenerateError> {
+pub(crate) fn kv_layout(cfg: &DecoderConfig, dtype: KvDType) -> Result<KvLayout, GenerateError> {
     let n_kv_head = cfg.n_head_kv[0];
     if cfg.n_head_kv.iter().any(|&h| h != n_kv_head) {
         return Err(GenerateError::InvalidOption {

@@ -25,6 +25,7 @@ mod embed;
 mod encoder;
 mod error;
 mod generator;
+mod logits;
 mod metrics;
 mod params;
 mod perplexity;
@@ -39,6 +40,7 @@ pub use encoder::{Encoder, EncoderOptions};
 pub use error::GenerateError;
 pub use generator::{Generation, Generator, GeneratorOptions};
 pub use kestrel_kv::{KvError, PoolStats};
+pub use logits::{logits_of_ids, LogitsOptions, MAX_LOGITS_IDS};
 pub use metrics::GenerateMetrics;
 pub use params::GenerateParams;
 pub use perplexity::{

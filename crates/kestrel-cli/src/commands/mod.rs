@@ -6,6 +6,7 @@ pub mod convert;
 pub mod detokenize;
 pub mod embed;
 pub mod inspect;
+pub mod logits;
 pub mod model_args;
 pub mod perplexity;
 pub mod run;

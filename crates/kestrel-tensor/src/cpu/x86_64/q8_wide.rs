@@ -474,6 +474,9 @@ unsafe fn rows<B: Blk, A: Act>(w: &[u8], y: &[A], out: &mut [f32]) {
     }
     let base = w.as_ptr();
     for (r, o) in out.iter_mut().enumerate() {
+        // The row PREFETCH_AHEAD bytes on, as the packed kernels do: without it this loop ran
+        // at 4 GB/s on a Sapphire Rapids VM (SmolLM2 decode 0.74x llama.cpp).
+        super::prefetch_ahead(base.wrapping_add(r * rb), rb);
         let mut acc = _mm256_setzero_ps();
         let mut summ = 0f32;
         for i in 0..nb {

@@ -1,0 +1,104 @@
+//! Raw next-token logits of a token-id prompt, straight from a model file: no tokenizer, no
+//! sampler, one forward pass. This is how any file (random-weight ones with a `no_vocab`
+//! tokenizer included) is checked against llama.cpp's logits, and how the CPU and CUDA engines
+//! are checked against each other (`kestrel logits`).
+
+use std::sync::Arc;
+
+use kestrel_arch::{build_decoder, weight_tensor, DecoderConfig, Logits};
+use kestrel_gguf::GgufModel;
+use kestrel_graph::{CudaPlan, ExecutionPlan};
+use kestrel_kv::{ContiguousCache, KvDType};
+use kestrel_tensor::cuda::CudaDevice;
+use kestrel_tensor::{CpuEngine, Device, DeviceRequest};
+
+use crate::generator::kv_layout;
+use crate::GenerateError;
+
+/// Most ids one call takes (the plan and cache are sized by it).
+pub const MAX_LOGITS_IDS: usize = 1 << 15;
+
+/// Settings of [`logits_of_ids`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogitsOptions {
+    /// Every position's logits (`true`), or only the last's.
+    pub all_positions: bool,
+    /// Where to run (`cpu`, `cuda`, `cuda:N`, `auto`).
+    pub device: String,
+    /// CPU threads (0: one per logical CPU).
+    pub threads: usize,
+}
+
+impl Default for LogitsOptions {
+    fn default() -> Self {
+        LogitsOptions {
+            all_positions: false,
+            device: "cpu".into(),
+            threads: 0,
+        }
+    }
+}
+
+/// The logits after `ids` (one vocabulary-sized row, or one per position with
+/// `all_positions`), computed in one step with an f16 KV cache.
+///
+/// # Errors
+/// No ids or more than [`MAX_LOGITS_IDS`], an id outside the vocabulary, a bad device, a model
+/// kestrel cannot build, an engine error.
+pub fn logits_of_ids(
+    model: &GgufModel,
+    ids: &[u32],
+    opts: &LogitsOptions,
+) -> Result<Vec<Vec<f32>>, GenerateError> {
+    let invalid =
+        |name: &'static str, reason: String| GenerateError::InvalidOption { name, reason };
+    if ids.is_empty() || ids.len() > MAX_LOGITS_IDS {
+        return Err(invalid(
+            "ids",
+            format!("{} ids: give 1 to {MAX_LOGITS_IDS}", ids.len()),
+        ));
+    }
+    let cfg = DecoderConfig::from_model(model)?;
+    if let Some((i, &id)) = ids
+        .iter()
+        .enumerate()
+        .find(|(_, &id)| id as usize >= cfg.n_vocab)
+    {
+        return Err(invalid(
+            "ids",
+            format!(
+                "id {id} at index {i} is outside the vocabulary of {}",
+                cfg.n_vocab
+            ),
+        ));
+    }
+    let request: DeviceRequest = opts
+        .device
+        .parse()
+        .map_err(|e: kestrel_tensor::ParseDeviceError| invalid("device", e.to_string()))?;
+    let (device, _) = request
+        .resolve()
+        .map_err(|e| invalid("device", e.to_string()))?;
+    let which = if opts.all_positions {
+        Logits::All
+    } else {
+        Logits::Last
+    };
+    let graph = build_decoder(&cfg, model, which)?;
+    let lookup = |name: &str| weight_tensor(model, name);
+    let n = ids.len();
+    let flat = match device {
+        Device::Cuda(ordinal) => {
+            let dev = CudaDevice::open(ordinal).map_err(|e| invalid("device", e.to_string()))?;
+            let mut plan = CudaPlan::compile(&graph, Arc::new(dev), n, n, &lookup)?;
+            plan.run(ids)?
+        }
+        _ => {
+            let engine = CpuEngine::new(opts.threads)?;
+            let mut plan = ExecutionPlan::compile(&graph, n, &lookup)?;
+            let mut kv = ContiguousCache::new(kv_layout(&cfg, KvDType::F16)?, n)?;
+            plan.run(&engine, &mut kv, ids, 0)?.to_vec()
+        }
+    };
+    Ok(flat.chunks(cfg.n_vocab).map(<[f32]>::to_vec).collect())
+}
