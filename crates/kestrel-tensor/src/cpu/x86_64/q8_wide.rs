@@ -219,6 +219,8 @@ unsafe fn wide<B: Blk, A: Act, const W: usize, const P: usize>(
         let (av, cv, dv, s8) = unsafe { act_block::<B, A, P>(y, nb, n_act, i) };
         let s8 = if B::MIN { s8 } else { _mm256_setzero_ps() };
         for r in 0..W {
+            // W rows stream side by side, which the hardware prefetchers follow badly.
+            super::prefetch_ahead(w.wrapping_add(r * rb + i * B::BS), B::BS);
             // SAFETY: block i of row r lies in the weights (checked by the caller).
             let (d, m, q) = unsafe { B::unpack(w.add(r * rb + i * B::BS)) };
             let q2 = _mm512_broadcast_i64x4(q);
@@ -296,6 +298,8 @@ unsafe fn wide_prepped<B: Blk, const W: usize, const P: usize>(
             _mm256_setzero_ps()
         };
         for r in 0..W {
+            // W rows stream side by side, which the hardware prefetchers follow badly.
+            super::prefetch_ahead(w.wrapping_add(r * rb + i * B::BS), B::BS);
             // SAFETY: block i of row r lies in the weights (checked by the caller).
             let (d, m, q) = unsafe { B::unpack(w.add(r * rb + i * B::BS)) };
             let q2 = _mm512_broadcast_i64x4(q);
