@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use kestrel_tensor::cpu::{self, RopeMode};
 use kestrel_tensor::cuda::{CudaDevice, DeviceTensor};
 use kestrel_tensor::{DType, Shape, Tensor};
 
@@ -171,9 +170,14 @@ impl CudaPlan {
         }
         self.positions.clear();
         self.positions.extend((pos0..end).map(|p| p as i32));
-        for i in 0..self.nodes.len() {
-            self.exec(i, tokens, pos0)?;
-        }
+        // The nodes leave the plan for the step, so each op borrows its node without a copy.
+        let nodes = std::mem::take(&mut self.nodes);
+        let result = nodes
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, node)| self.exec(i, node, tokens, pos0));
+        self.nodes = nodes;
+        result?;
         self.len = end;
         let out = self.acts[self.output]
             .as_ref()
@@ -188,15 +192,19 @@ impl CudaPlan {
         }
     }
 
-    fn exec(&mut self, i: usize, tokens: &[u32], pos0: usize) -> Result<(), GraphError> {
-        let t = tokens.len();
-        let node = self.nodes[i].clone();
-        let rows = self.rows(&node, t);
+    fn exec(
+        &mut self,
+        i: usize,
+        node: &Node,
+        tokens: &[u32],
+        pos0: usize,
+    ) -> Result<(), GraphError> {
+        let rows = self.rows(node, tokens.len());
         let mut out = self.acts[i]
             .take()
             .ok_or_else(|| internal("node buffer in use"))?;
         out.set_shape(Shape::matrix(rows, node.width)?)?;
-        let result = self.exec_into(&node, &mut out, tokens, pos0);
+        let result = self.exec_into(node, &mut out, tokens, pos0);
         self.acts[i] = Some(out);
         result
     }
@@ -265,33 +273,12 @@ impl CudaPlan {
             Op::Rope(p) => {
                 let a = self.input(node, 0)?;
                 dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
-                let params = cpu::RopeParams {
-                    mode: if p.neox {
-                        RopeMode::Neox
-                    } else {
-                        RopeMode::Normal
-                    },
-                    n_rot: p.n_rot,
-                    freq_base: p.freq_base,
-                    freq_scale: p.freq_scale,
-                    ext_factor: p.ext_factor,
-                    attn_factor: p.attn_factor,
-                    beta_fast: p.beta_fast,
-                    beta_slow: p.beta_slow,
-                    n_ctx_orig: p.n_ctx_orig,
-                };
+                let params = p.engine_params();
                 let ff = p.freq_factors.map(|w| &self.weights[w]);
                 dev.rope(out, &self.positions, p.n_head, p.head_dim, &params, ff)?;
             }
             Op::Attention(p) => {
-                let params = cpu::AttentionParams {
-                    n_head: p.n_head,
-                    n_kv_head: p.n_kv_head,
-                    head_dim: p.head_dim_k,
-                    scale: p.scale,
-                    softcap: p.softcap.unwrap_or(0.0),
-                    window: p.window.unwrap_or(0),
-                };
+                let params = p.engine_params();
                 let mut cache = self
                     .caches
                     .get_mut(p.layer)

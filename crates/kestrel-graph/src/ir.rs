@@ -76,6 +76,41 @@ pub struct AttentionParams {
     pub causal: bool,
 }
 
+impl RopeParams {
+    /// The CPU and CUDA engines' rope settings (the frequency factors are bound separately).
+    pub fn engine_params(&self) -> kestrel_tensor::cpu::RopeParams {
+        kestrel_tensor::cpu::RopeParams {
+            mode: if self.neox {
+                kestrel_tensor::cpu::RopeMode::Neox
+            } else {
+                kestrel_tensor::cpu::RopeMode::Normal
+            },
+            n_rot: self.n_rot,
+            freq_base: self.freq_base,
+            freq_scale: self.freq_scale,
+            ext_factor: self.ext_factor,
+            attn_factor: self.attn_factor,
+            beta_fast: self.beta_fast,
+            beta_slow: self.beta_slow,
+            n_ctx_orig: self.n_ctx_orig,
+        }
+    }
+}
+
+impl AttentionParams {
+    /// The CPU and CUDA engines' attention settings (K and V head sizes must match there).
+    pub fn engine_params(&self) -> kestrel_tensor::cpu::AttentionParams {
+        kestrel_tensor::cpu::AttentionParams {
+            n_head: self.n_head,
+            n_kv_head: self.n_kv_head,
+            head_dim: self.head_dim_k,
+            scale: self.scale,
+            softcap: self.softcap.unwrap_or(0.0),
+            window: self.window.unwrap_or(0),
+        }
+    }
+}
+
 /// Which rows of a table an [`Op::Embed`] reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmbedIndex {

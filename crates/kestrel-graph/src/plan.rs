@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use kestrel_kv::{BatchKv, KvCache, SeqId, SingleSeq};
-use kestrel_tensor::cpu::{self, RopeMode};
+use kestrel_tensor::cpu;
 use kestrel_tensor::{CpuEngine, DType, Tensor};
 
 use crate::ir::{EmbedIndex, Node, NodeId, Op, Rows};
@@ -508,21 +508,7 @@ impl ExecutionPlan {
             }
             Op::Rope(p) => {
                 out.copy_from_slice(a);
-                let params = cpu::RopeParams {
-                    mode: if p.neox {
-                        RopeMode::Neox
-                    } else {
-                        RopeMode::Normal
-                    },
-                    n_rot: p.n_rot,
-                    freq_base: p.freq_base,
-                    freq_scale: p.freq_scale,
-                    ext_factor: p.ext_factor,
-                    attn_factor: p.attn_factor,
-                    beta_fast: p.beta_fast,
-                    beta_slow: p.beta_slow,
-                    n_ctx_orig: p.n_ctx_orig,
-                };
+                let params = p.engine_params();
                 let ff = match p.freq_factors {
                     Some(w) => Some(self.weights[w].vector()?),
                     None => None,
@@ -536,14 +522,7 @@ impl ExecutionPlan {
                         "attention with different K and V head sizes".into(),
                     ));
                 }
-                let params = cpu::AttentionParams {
-                    n_head: p.n_head,
-                    n_kv_head: p.n_kv_head,
-                    head_dim: p.head_dim_k,
-                    scale: p.scale,
-                    softcap: p.softcap.unwrap_or(0.0),
-                    window: p.window.unwrap_or(0),
-                };
+                let params = p.engine_params();
                 let (qw, kw) = (p.n_head * p.head_dim_k, p.n_kv_head * p.head_dim_k);
                 // Every segment's keys and values first; then the queries of up to
                 // `ATTN_GROUP` segments per call, so a decode step's sequences share one
