@@ -304,7 +304,7 @@ pub struct Response {
 
 /// Check the device a user asked for (`cpu`, `cuda`, `cuda:N`, `auto`) and refuse what cannot
 /// run a model yet, naming why. `auto` runs on the CPU until the CUDA engine runs whole models
-/// (issue 23: its kernels exist and are tested, the plan does not run on them yet); `cuda`
+/// (issue 23: `CudaPlan` runs a graph, the generator does not use it yet); `cuda`
 /// says whether the build, the driver or the GPU is missing, and otherwise that models do not
 /// run there yet.
 pub(crate) fn check_cpu_device(device: &str) -> Result<(), Error> {
