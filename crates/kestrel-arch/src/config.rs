@@ -8,11 +8,60 @@ use crate::{ArchError, ArchKind};
 
 /// The FFN activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Activation {
-    /// SiLU-gated (SwiGLU): llama, qwen.
+    /// SiLU (gated: SwiGLU): llama, qwen.
     Silu,
-    /// tanh-approximated GELU-gated (GeGLU): gemma.
+    /// tanh-approximated GELU (gated: GeGLU): gemma, starcoder2.
     GeluTanh,
+}
+
+/// The shape of the feed-forward block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FfnKind {
+    /// `down(act(gate(x)) * up(x))` (llama.cpp `LLM_FFN_PAR`).
+    Gated,
+    /// `down(act(up(x)))` (llama.cpp `LLM_FFN_SEQ` without a gate).
+    Plain,
+    /// `down(act(g) * u)` where `ffn_up` holds `[g | u]` side by side (phi3's fused gate/up).
+    FusedGateUp,
+}
+
+/// The normalization of the residual stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NormKind {
+    /// RMS norm times a weight.
+    Rms,
+    /// Layer norm times a weight, plus a bias when the file has one.
+    Layer,
+    /// Layer norm without weight or bias (olmo).
+    LayerPlain,
+}
+
+/// Where Q and K are normalized after their projections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QkNorm {
+    /// Not at all.
+    None,
+    /// RMS norm of each head (qwen3, gemma3).
+    PerHead,
+    /// RMS norm of the whole projection, before it is split into heads (olmo2).
+    Full,
+    /// Layer norm of each head, with a weight per head (stablelm, command-r+).
+    LayerPerHead,
+}
+
+/// Where the block's norms sit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BlockLayout {
+    /// `x + attn(norm(x))`, then `x + ffn(norm(x))` (llama).
+    Sequential,
+    /// `x + attn(norm(x)) + ffn(norm(x))` with one norm (command-r, phi2).
+    Parallel,
 }
 
 /// How positions stretch beyond the training context.
@@ -55,8 +104,9 @@ pub struct RopeConfig {
     pub neox: bool,
     /// Scaling of global layers.
     pub scaling: RopeScaling,
-    /// Per-dimension frequency divisors from a `rope_freqs.weight` tensor (llama 3.1+).
-    pub has_freq_factors: bool,
+    /// The tensor of per-dimension frequency divisors, when the family uses one and the file has
+    /// it (`rope_freqs.weight` of llama 3.1+; phi3's `rope_factors_short.weight`).
+    pub freq_factors: Option<String>,
 }
 
 /// A decoder-only transformer's configuration.
@@ -66,8 +116,6 @@ pub struct DecoderConfig {
     pub arch: String,
     /// The family it runs as.
     pub kind: ArchKind,
-    /// True when an unregistered architecture runs as the generic llama-style decoder.
-    pub generic: bool,
     /// Vocabulary size.
     pub n_vocab: usize,
     /// Training context length.
@@ -86,14 +134,27 @@ pub struct DecoderConfig {
     pub head_dim_k: usize,
     /// Value head size.
     pub head_dim_v: usize,
-    /// RMSNorm epsilon.
+    /// Norm epsilon (RMS or layer norm, as `norm` says).
     pub norm_eps: f32,
+    /// The residual stream's norm.
+    pub norm: NormKind,
+    /// Sequential or parallel attention and FFN.
+    pub layout: BlockLayout,
+    /// Norms before attention and FFN (false: olmo2, which norms only their outputs).
+    pub pre_norms: bool,
+    /// A layer without `ffn_norm` feeds its FFN the attention's normed input (stablelm's
+    /// parallel layers) instead of being an error.
+    pub ffn_norm_optional: bool,
+    /// Q, K and V clamped to `±limit` after their projections (olmo's `clamp_kqv`).
+    pub clamp_kqv: Option<f32>,
     /// RoPE.
     pub rope: RopeConfig,
     /// Sliding-window size, for the layers that use one.
     pub sliding_window: Option<usize>,
     /// Which layers attend within the sliding window.
     pub swa_layers: Vec<bool>,
+    /// Which layers rotate Q and K (false: a NoPE layer, as smollm3's every fourth).
+    pub rope_layers: Vec<bool>,
     /// Attention score scale (default `1/sqrt(head_dim_k)`).
     pub attn_scale: f32,
     /// Multiply the (RoPE'd) queries by `attn_scale` as an op of its own and attend with scale 1,
@@ -106,13 +167,20 @@ pub struct DecoderConfig {
     pub final_softcap: Option<f32>,
     /// Input embeddings multiplied by this (gemma: `sqrt(n_embd)`).
     pub embd_scale: Option<f32>,
+    /// Logits multiplied by this (command-r's `logit_scale`; granite's `1 / logit_scale`).
+    pub logit_scale: Option<f32>,
+    /// Attention and FFN outputs multiplied by this before the residual add (granite).
+    pub residual_scale: Option<f32>,
     /// FFN activation.
     pub activation: Activation,
-    /// Q, K and V projections have biases (qwen2).
-    pub qkv_bias: bool,
-    /// RMSNorm on Q and K per head (gemma3, qwen3).
-    pub qk_norm: bool,
-    /// Norms after attention and FFN too (gemma's sandwich norms).
+    /// FFN shape.
+    pub ffn: FfnKind,
+    /// The FFN projections honour per-tensor `*.scale` weights (true only where llama.cpp's graph
+    /// of the family passes them to its FFN, as llama's does; most pass none).
+    pub ffn_scales: bool,
+    /// Norm of Q and K.
+    pub qk_norm: QkNorm,
+    /// Norms after attention and FFN (gemma's sandwich norms, olmo2's post-norms).
     pub post_norms: bool,
     /// No `output.weight`: the output projection is the token embedding.
     pub tied_output: bool,
@@ -141,7 +209,7 @@ fn per_layer(md: &Metadata<'_>, key: &str, n_layer: usize) -> Result<Vec<usize>,
 impl DecoderConfig {
     /// Read the configuration of a model.
     pub fn from_model(model: &GgufModel) -> Result<DecoderConfig, ArchError> {
-        let (kind, generic) = ArchKind::detect(model)?;
+        let kind = ArchKind::detect(model)?;
         let md = model.metadata();
         let arch = md.architecture()?.to_string();
         if kind.is_encoder() {
@@ -208,14 +276,13 @@ impl DecoderConfig {
             freq_base_swa: None,
             neox: false,
             scaling: rope_scaling(&md, &arch, n_ctx_train)?,
-            has_freq_factors: model.tensor_info("rope_freqs.weight").is_some(),
+            freq_factors: model
+                .tensor_info("rope_freqs.weight")
+                .map(|_| "rope_freqs.weight".to_string()),
         };
-        let sliding_window = md.opt(&key("attention.sliding_window"), |m, k| m.get_usize(k))?;
-
         let mut cfg = DecoderConfig {
             arch: arch.clone(),
             kind,
-            generic,
             n_vocab,
             n_ctx_train,
             n_embd,
@@ -226,29 +293,72 @@ impl DecoderConfig {
             head_dim_k,
             head_dim_v,
             norm_eps,
+            norm: NormKind::Rms,
+            layout: BlockLayout::Sequential,
+            pre_norms: true,
+            ffn_norm_optional: false,
+            clamp_kqv: None,
             rope,
-            sliding_window,
+            // Sliding windows, soft-caps and scales are each read by the families that use them,
+            // as llama.cpp reads them (files may carry keys their family ignores).
+            sliding_window: None,
             swa_layers: vec![false; n_layer],
+            rope_layers: vec![true; n_layer],
             attn_scale: 1.0 / (head_dim_k as f32).sqrt(),
             q_prescale: false,
-            attn_softcap: md.opt(&key("attn_logit_softcapping"), |m, k| m.get_f32(k))?,
-            final_softcap: md.opt(&key("final_logit_softcapping"), |m, k| m.get_f32(k))?,
+            attn_softcap: None,
+            final_softcap: None,
             embd_scale: None,
+            logit_scale: None,
+            residual_scale: None,
             activation: Activation::Silu,
-            qkv_bias: false,
-            qk_norm: false,
+            ffn: FfnKind::Gated,
+            ffn_scales: false,
+            qk_norm: QkNorm::None,
             post_norms: false,
             tied_output: model.tensor_info("output.weight").is_none(),
         };
-        match kind {
-            ArchKind::Llama => archs::llama::adjust(&mut cfg, model),
-            ArchKind::Gemma3 => archs::gemma3::adjust(&mut cfg),
-            ArchKind::Qwen2 => archs::qwen2::adjust(&mut cfg, model),
-            ArchKind::Qwen3 => archs::qwen3::adjust(&mut cfg),
-            ArchKind::Bert => {}
-        }
+        archs::adjust(&mut cfg, model)?;
         Ok(cfg)
     }
+}
+
+/// Which layers use the sliding window, as llama.cpp's `load_swa_pattern`: the per-layer array
+/// `attention.sliding_window_pattern` when the file has one (non-zero: sliding), else every
+/// `n_pattern`-th layer is global (`dense_first`: the first of each group, else the last;
+/// the scalar key overrides `n_pattern`; 0 means every layer slides).
+pub(crate) fn swa_pattern(
+    md: &Metadata<'_>,
+    arch: &str,
+    n_layer: usize,
+    n_pattern: usize,
+    dense_first: bool,
+) -> Result<Vec<bool>, ArchError> {
+    let key = format!("{arch}.attention.sliding_window_pattern");
+    let n_pattern = match md.get(&key) {
+        Some(Value::Array(a)) => {
+            let v = a.to_i64_vec().unwrap_or_default();
+            if v.len() < n_layer {
+                return Err(ArchError::Invalid {
+                    arch: arch.into(),
+                    reason: format!("{key} has {} entries for {n_layer} layers", v.len()),
+                });
+            }
+            return Ok(v[..n_layer].iter().map(|&x| x != 0).collect());
+        }
+        Some(_) => md.get_usize(&key)?,
+        None => n_pattern,
+    };
+    Ok((0..n_layer)
+        .map(|il| {
+            n_pattern == 0
+                || if dense_first {
+                    il % n_pattern != 0
+                } else {
+                    il % n_pattern < n_pattern - 1
+                }
+        })
+        .collect())
 }
 
 fn rope_scaling(

@@ -73,7 +73,7 @@ impl EncoderConfig {
     /// [`ArchError::Unsupported`] if the file is not an encoder kestrel knows;
     /// [`ArchError::Invalid`] for metadata that contradicts itself.
     pub fn from_model(model: &GgufModel) -> Result<EncoderConfig, ArchError> {
-        let (kind, _) = ArchKind::detect(model)?;
+        let kind = ArchKind::detect(model)?;
         let md = model.metadata();
         let arch = md.architecture()?.to_string();
         if kind != ArchKind::Bert {

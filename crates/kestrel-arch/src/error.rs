@@ -8,12 +8,20 @@ pub enum ArchError {
     #[error(transparent)]
     Gguf(#[from] kestrel_gguf::GgufError),
     /// An architecture kestrel cannot run.
-    #[error("unsupported architecture {arch:?}: its tensors are not llama-style; supported: {supported}")]
+    #[error("unsupported architecture {arch:?}; supported: {supported}")]
     Unsupported {
         /// `general.architecture`.
         arch: String,
         /// The supported names, comma-separated.
         supported: String,
+    },
+    /// A supported family whose file uses a feature kestrel does not run yet.
+    #[error("{arch}: this file uses {feature}, which kestrel does not run yet")]
+    UnsupportedFeature {
+        /// The architecture.
+        arch: String,
+        /// What the file needs.
+        feature: String,
     },
     /// An encoder-only model (BERT) asked to run as a decoder.
     #[error("{arch} is an encoder-only model: it makes embeddings, not text (load it as an EncoderModel)")]

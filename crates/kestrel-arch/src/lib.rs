@@ -3,8 +3,10 @@
 //!
 //! A registry keyed by `general.architecture` ([`list_architectures`], [`ArchKind::detect`])
 //! says what each family does differently — RoPE style, norms, activation, biases, sliding
-//! window. An unknown architecture whose tensors are llama-style runs as a generic decoder; any
-//! other is an [`ArchError::Unsupported`] listing what is supported. Encoder-only models (BERT)
+//! window — reading only the metadata keys llama.cpp reads for that family. An architecture not
+//! in the registry is an [`ArchError::Unsupported`] listing what is supported: kestrel never runs
+//! a file as a family it has not been checked against (the `llama_archs` test of
+//! kestrel-generate compares every family with llama.cpp's logits). Encoder-only models (BERT)
 //! have their own [`EncoderConfig`] and [`build_encoder`].
 
 mod archs;
@@ -17,7 +19,9 @@ pub mod synthetic;
 mod weights;
 
 pub use builder::{build_decoder, rope_params, Logits};
-pub use config::{Activation, DecoderConfig, RopeConfig, RopeScaling};
+pub use config::{
+    Activation, BlockLayout, DecoderConfig, FfnKind, NormKind, QkNorm, RopeConfig, RopeScaling,
+};
 pub use encoder::{build_encoder, EncoderConfig, PoolingType};
 pub use error::ArchError;
 pub use registry::{list_architectures, ArchKind};

@@ -8,14 +8,42 @@ use crate::ArchError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ArchKind {
-    /// Llama 1/2/3, Mistral, SmolLM, and the generic fallback.
+    /// Llama 1/2/3, Mistral, SmolLM.
     Llama,
+    /// Gemma (v1).
+    Gemma,
+    /// Gemma 2 (soft-caps, sandwich norms, alternating sliding window).
+    Gemma2,
     /// Gemma 3 (text).
     Gemma3,
     /// Qwen 2 / 2.5 (QKV biases).
     Qwen2,
     /// Qwen 3 (QK-norm).
     Qwen3,
+    /// Phi-2 (parallel block, layer norms, plain GELU FFN).
+    Phi2,
+    /// Phi-3 / Phi-4 (fused QKV and gate/up).
+    Phi3,
+    /// StableLM (layer norms, partial RoPE).
+    StableLm,
+    /// Command-R (parallel block, logit scale).
+    CommandR,
+    /// Cohere 2 (Command R7B, Command A: parallel block, sliding window, NoPE global layers).
+    Cohere2,
+    /// OLMo (parameter-free layer norms, QKV clamp).
+    Olmo,
+    /// OLMo 2 (post-norms, whole-projection QK-norm).
+    Olmo2,
+    /// Granite 3 (embedding, residual, attention and logit multipliers).
+    Granite,
+    /// StarCoder 2 (layer norms with biases, plain GELU FFN).
+    StarCoder2,
+    /// InternLM 2.
+    InternLm2,
+    /// EXAONE 3.
+    Exaone,
+    /// EXAONE 4 (post-norms, QK-norm, NoPE global layers in the 32B).
+    Exaone4,
     /// BERT-style encoders (sentence embeddings): see [`crate::EncoderConfig`].
     Bert,
 }
@@ -24,9 +52,23 @@ pub enum ArchKind {
 const REGISTRY: &[(&str, ArchKind)] = &[
     ("llama", ArchKind::Llama),
     ("mistral", ArchKind::Llama),
+    ("gemma", ArchKind::Gemma),
+    ("gemma2", ArchKind::Gemma2),
     ("gemma3", ArchKind::Gemma3),
     ("qwen2", ArchKind::Qwen2),
     ("qwen3", ArchKind::Qwen3),
+    ("phi2", ArchKind::Phi2),
+    ("phi3", ArchKind::Phi3),
+    ("stablelm", ArchKind::StableLm),
+    ("command-r", ArchKind::CommandR),
+    ("cohere2", ArchKind::Cohere2),
+    ("olmo", ArchKind::Olmo),
+    ("olmo2", ArchKind::Olmo2),
+    ("granite", ArchKind::Granite),
+    ("starcoder2", ArchKind::StarCoder2),
+    ("internlm2", ArchKind::InternLm2),
+    ("exaone", ArchKind::Exaone),
+    ("exaone4", ArchKind::Exaone4),
     ("bert", ArchKind::Bert),
 ];
 
@@ -46,28 +88,14 @@ impl ArchKind {
         REGISTRY.iter().find(|r| r.0 == name).map(|r| r.1)
     }
 
-    /// The family of a model: registered by name, else the generic llama-style decoder when its
-    /// tensors have llama's names, else an error listing what is supported.
-    pub fn detect(model: &GgufModel) -> Result<(ArchKind, bool), ArchError> {
+    /// The family of a model, by `general.architecture`; an error listing what is supported
+    /// when kestrel does not run it (never a guess from tensor names: a family run as another
+    /// gives wrong text without an error).
+    pub fn detect(model: &GgufModel) -> Result<ArchKind, ArchError> {
         let arch = model.metadata().architecture()?;
-        if let Some(kind) = ArchKind::from_name(arch) {
-            return Ok((kind, false));
-        }
-        let llama_style = [
-            "token_embd.weight",
-            "blk.0.attn_q.weight",
-            "blk.0.ffn_down.weight",
-        ]
-        .iter()
-        .all(|n| model.tensor_info(n).is_some())
-            && model.tensor_info("blk.0.attn_k.weight").is_some();
-        if llama_style {
-            Ok((ArchKind::Llama, true))
-        } else {
-            Err(ArchError::Unsupported {
-                arch: arch.to_string(),
-                supported: list_architectures().join(", "),
-            })
-        }
+        ArchKind::from_name(arch).ok_or_else(|| ArchError::Unsupported {
+            arch: arch.to_string(),
+            supported: list_architectures().join(", "),
+        })
     }
 }

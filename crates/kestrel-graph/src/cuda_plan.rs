@@ -95,6 +95,13 @@ impl CudaPlan {
         let mut acts = Vec::with_capacity(graph.nodes().len());
         let mut caches: Vec<Option<LayerCache>> = Vec::new();
         for node in graph.nodes() {
+            if let Some(op) = unsupported(&node.op, node.width) {
+                return Err(GraphError::Unsupported {
+                    op,
+                    node: node.name.clone(),
+                    backend: "CUDA",
+                });
+            }
             let rows = match node.rows {
                 Rows::Tokens => max_tokens,
                 Rows::Outputs => 1,
@@ -263,7 +270,9 @@ impl CudaPlan {
                 out.set_shape(out_shape)?;
                 r?;
             }
-            Op::LayerNorm { eps, weight, bias } => {
+            Op::LayerNorm {
+                eps, weight, bias, ..
+            } => {
                 let (w, b) = (
                     weight.map(|w| &self.weights[w]),
                     bias.map(|b| &self.weights[b]),
@@ -321,6 +330,13 @@ impl CudaPlan {
                 dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
                 dev.gelu_erf(out)?;
             }
+            Op::Gelu | Op::Silu | Op::MulWeight { .. } | Op::Slice { .. } | Op::Clamp(_) => {
+                return Err(GraphError::Unsupported {
+                    op: unsupported(&node.op, node.width).unwrap_or("?"),
+                    node: node.name.clone(),
+                    backend: "CUDA",
+                })
+            }
             Op::OutputRows => {
                 // One sequence: its last token.
                 let a = self.input(node, 0)?;
@@ -328,5 +344,18 @@ impl CudaPlan {
             }
         }
         Ok(())
+    }
+}
+
+/// The name of an op the CUDA plan cannot run yet (refused when the plan is made).
+fn unsupported(op: &Op, width: usize) -> Option<&'static str> {
+    match op {
+        Op::Gelu => Some("gelu"),
+        Op::Silu => Some("silu"),
+        Op::MulWeight { .. } => Some("mul_weight"),
+        Op::Slice { .. } => Some("slice"),
+        Op::Clamp(_) => Some("clamp"),
+        Op::LayerNorm { group, .. } => (*group != width).then_some("layer_norm over groups"),
+        _ => None,
     }
 }

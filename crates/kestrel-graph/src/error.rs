@@ -51,6 +51,16 @@ pub enum GraphError {
     /// A bug in kestrel, not in the input.
     #[error("internal error: {0}")]
     Internal(String),
+    /// An op this backend does not run yet.
+    #[error("op {op} (node {node:?}) is not supported on {backend} yet")]
+    Unsupported {
+        /// The op's name.
+        op: &'static str,
+        /// The node.
+        node: String,
+        /// The backend.
+        backend: &'static str,
+    },
     /// A batched step whose segments or output rows do not fit the step.
     #[error("bad batch: {0}")]
     Batch(String),

@@ -212,13 +212,106 @@ impl Graph {
                 ));
             }
         }
-        Ok(self.push(name, Op::LayerNorm { eps, weight, bias }, vec![x], rows, w))
+        Ok(self.push(
+            name,
+            Op::LayerNorm {
+                group: w,
+                eps,
+                weight,
+                bias,
+            },
+            vec![x],
+            rows,
+            w,
+        ))
+    }
+
+    /// Layer norm over groups of `group` values (per head), without scale or shift.
+    pub fn layer_norm_groups(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        group: usize,
+        eps: f32,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        if group == 0 || w % group != 0 {
+            return Err(shape_err(
+                name,
+                format!("group {group} does not divide width {w}"),
+            ));
+        }
+        let op = Op::LayerNorm {
+            group,
+            eps,
+            weight: None,
+            bias: None,
+        };
+        Ok(self.push(name, op, vec![x], rows, w))
+    }
+
+    /// `min(max(x, -limit), limit)`.
+    pub fn clamp(&mut self, name: &str, x: NodeId, limit: f32) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        Ok(self.push(name, Op::Clamp(limit), vec![x], rows, w))
     }
 
     /// Exact (erf) GELU.
     pub fn gelu_erf(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
         let (rows, w) = self.shape(x)?;
         Ok(self.push(name, Op::GeluErf, vec![x], rows, w))
+    }
+
+    /// GELU (tanh form, ggml's rounding).
+    pub fn gelu(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        Ok(self.push(name, Op::Gelu, vec![x], rows, w))
+    }
+
+    /// SiLU.
+    pub fn silu(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        Ok(self.push(name, Op::Silu, vec![x], rows, w))
+    }
+
+    /// Every row times a weight of the row's width, or of one value (broadcast).
+    pub fn mul_weight(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        weight: WeightId,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        let dims = self.weight_dims(weight, name)?;
+        let n = dims.iter().product::<u64>() as usize;
+        if n != w && n != 1 {
+            return Err(shape_err(
+                name,
+                format!("factor dims {dims:?} for width {w} (need {w} values or one)"),
+            ));
+        }
+        Ok(self.push(name, Op::MulWeight { weight }, vec![x], rows, w))
+    }
+
+    /// Columns `offset .. offset + width` of every row of `x`.
+    pub fn slice(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        offset: usize,
+        width: usize,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        if width == 0 || offset.checked_add(width).is_none_or(|end| end > w) {
+            return Err(shape_err(
+                name,
+                format!(
+                    "columns {offset}..{} of a row of {w}",
+                    offset.saturating_add(width)
+                ),
+            ));
+        }
+        Ok(self.push(name, Op::Slice { offset }, vec![x], rows, width))
     }
 
     /// RoPE at the step's positions.

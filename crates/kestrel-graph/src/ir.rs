@@ -153,8 +153,12 @@ pub enum Op {
         /// Scale.
         weight: Option<WeightId>,
     },
-    /// Layer norm over the whole row: `(x - mean) / sqrt(var + eps) * weight + bias`.
+    /// Layer norm over groups of `group` values (the whole row when `group` = width; per head
+    /// for a QK-norm): `(x - mean) / sqrt(var + eps) * weight + bias` (weight and bias only for
+    /// whole rows).
     LayerNorm {
+        /// Values normalized together.
+        group: usize,
         /// Epsilon.
         eps: f32,
         /// Scale.
@@ -180,6 +184,24 @@ pub enum Op {
     GeGlu,
     /// Exact (erf) GELU of one node (BERT's FFN).
     GeluErf,
+    /// GELU (tanh form, as ggml's `ggml_gelu`) of one node: an ungated FFN's activation.
+    Gelu,
+    /// SiLU of one node: an ungated FFN's activation.
+    Silu,
+    /// Multiply every row by a weight: a vector of the row's width, or one value for all
+    /// (llama.cpp's per-tensor `*.scale` after a projection).
+    MulWeight {
+        /// The factors (`width` values or one).
+        weight: WeightId,
+    },
+    /// `min(max(x, -limit), limit)` (llama.cpp's `clamp_kqv`).
+    Clamp(f32),
+    /// Columns `offset .. offset + width` of every input row (one part of a fused projection,
+    /// such as Q, K or V of `attn_qkv`).
+    Slice {
+        /// First column taken.
+        offset: usize,
+    },
     /// The rows of a `Tokens` node that the step asks outputs for (by default the last token of
     /// each sequence).
     OutputRows,

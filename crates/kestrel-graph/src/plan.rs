@@ -499,12 +499,17 @@ impl ExecutionPlan {
                 };
                 cpu::rms_norm(a, *group, wv, *eps, out)?;
             }
-            Op::LayerNorm { eps, weight, bias } => {
+            Op::LayerNorm {
+                group,
+                eps,
+                weight,
+                bias,
+            } => {
                 let vec = |w: &Option<usize>| match w {
                     Some(w) => self.weights[*w].vector().map(Some),
                     None => Ok(None),
                 };
-                cpu::layer_norm(a, width, vec(weight)?, vec(bias)?, *eps, out)?;
+                cpu::layer_norm(a, *group, vec(weight)?, vec(bias)?, *eps, out)?;
             }
             Op::Rope(p) => {
                 out.copy_from_slice(a);
@@ -587,6 +592,38 @@ impl ExecutionPlan {
             Op::GeluErf => {
                 out.copy_from_slice(a);
                 cpu::gelu_erf(out);
+            }
+            Op::Gelu => {
+                out.copy_from_slice(a);
+                cpu::gelu(out);
+            }
+            Op::Silu => {
+                out.copy_from_slice(a);
+                cpu::silu(out);
+            }
+            Op::MulWeight { weight } => {
+                let f = self.weights[*weight].vector()?;
+                if let [s] = f {
+                    for (o, &x) in out.iter_mut().zip(a) {
+                        *o = x * s;
+                    }
+                } else {
+                    for (o, x) in out.chunks_exact_mut(width).zip(a.chunks_exact(width)) {
+                        for ((o, &x), &f) in o.iter_mut().zip(x).zip(f) {
+                            *o = x * f;
+                        }
+                    }
+                }
+            }
+            Op::Clamp(limit) => {
+                for (o, &x) in out.iter_mut().zip(a) {
+                    *o = x.clamp(-limit, *limit);
+                }
+            }
+            Op::Slice { offset } => {
+                for (o, x) in out.chunks_exact_mut(width).zip(a.chunks_exact(in_width)) {
+                    o.copy_from_slice(&x[*offset..*offset + width]);
+                }
             }
             Op::OutputRows => {
                 for (o, &r) in out.chunks_exact_mut(width).zip(&self.out_rows) {

@@ -1,17 +1,27 @@
-//! llama (Llama 1/2/3, Mistral, SmolLM, and the generic fallback): adjacent-pair RoPE, SwiGLU,
-//! RMSNorm before attention and FFN. Biases only when the file has them.
+//! llama (Llama 1/2/3, Mistral, SmolLM): adjacent-pair RoPE, SwiGLU, RMSNorm before attention
+//! and FFN, biases and per-tensor scales where the file has them. As llama.cpp's `llama`, it
+//! reads no sliding window, soft-cap or attention scale (a Mistral v0.1 file's window is
+//! ignored there too).
 
 use kestrel_gguf::GgufModel;
 
-use crate::DecoderConfig;
+use crate::{ArchError, DecoderConfig};
 
-pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) {
+pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
     cfg.rope.neox = false;
-    cfg.qkv_bias = model.tensor_info("blk.0.attn_q.bias").is_some();
-    if let Some(w) = cfg.sliding_window {
-        // Mistral v0.1 style: every layer attends within the window.
-        if w > 0 {
-            cfg.swa_layers = vec![true; cfg.n_layer];
-        }
+    cfg.ffn_scales = true;
+    if cfg.rope.n_rot != cfg.head_dim_k {
+        // llama.cpp: "invalid n_rot".
+        return Err(ArchError::Invalid {
+            arch: cfg.arch.clone(),
+            reason: format!(
+                "rope.dimension_count {} differs from the head size {}",
+                cfg.rope.n_rot, cfg.head_dim_k
+            ),
+        });
     }
+    if model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {
+        return Err(super::unsupported_feature(cfg, "mixture-of-experts layers"));
+    }
+    Ok(())
 }

@@ -1,10 +1,10 @@
-//! qwen2 (Qwen 2 / 2.5): NeoX RoPE, QKV biases, SwiGLU.
+//! qwen2 (Qwen 2 / 2.5): NeoX RoPE, QKV biases, SwiGLU, an output bias where the file has one.
 
 use kestrel_gguf::GgufModel;
 
-use crate::DecoderConfig;
+use crate::{ArchError, DecoderConfig};
 
-pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) {
+pub(crate) fn adjust(cfg: &mut DecoderConfig, _model: &GgufModel) -> Result<(), ArchError> {
     cfg.rope.neox = true;
-    cfg.qkv_bias = model.tensor_info("blk.0.attn_q.bias").is_some();
+    Ok(())
 }

@@ -1,8 +1,12 @@
-//! qwen3: NeoX RoPE, RMSNorm on Q and K per head, no QKV biases, SwiGLU.
+//! qwen3: NeoX RoPE, RMSNorm on Q and K per head, SwiGLU.
 
-use crate::DecoderConfig;
+use kestrel_gguf::GgufModel;
 
-pub(crate) fn adjust(cfg: &mut DecoderConfig) {
+use crate::{ArchError, DecoderConfig, QkNorm};
+
+pub(crate) fn adjust(cfg: &mut DecoderConfig, _model: &GgufModel) -> Result<(), ArchError> {
     cfg.rope.neox = true;
-    cfg.qk_norm = true;
+    cfg.qk_norm = QkNorm::PerHead;
+    cfg.ffn_scales = true;
+    Ok(())
 }
