@@ -115,20 +115,25 @@ impl Builder<'_> {
         let p = |s: &str| format!("blk.{il}.{s}");
         let sc = cfg.ffn_scales;
         let gated = |b: &mut Self, gate: NodeId, up: NodeId| match cfg.activation {
-            Activation::Silu => b.g.swiglu(&p("ffn_swiglu"), gate, up),
-            Activation::GeluTanh => b.g.geglu(&p("ffn_geglu"), gate, up),
+            Activation::Silu => b.g.swiglu(&p("ffn_swiglu"), gate, up).map_err(&ge),
+            Activation::GeluTanh => b.g.geglu(&p("ffn_geglu"), gate, up).map_err(&ge),
+            Activation::ReluSqr => Err(ArchError::Invalid {
+                arch: cfg.arch.clone(),
+                reason: "a gated relu² FFN".into(),
+            }),
         };
         let act = match cfg.ffn {
             FfnKind::Gated => {
                 let gate = self.ffn_linear(&p("ffn_gate"), h, sc)?;
                 let up = self.ffn_linear(&p("ffn_up"), h, sc)?;
-                gated(self, gate, up).map_err(&ge)?
+                gated(self, gate, up)?
             }
             FfnKind::Plain => {
                 let up = self.ffn_linear(&p("ffn_up"), h, sc)?;
                 match cfg.activation {
                     Activation::Silu => self.g.silu(&p("ffn_silu"), up),
                     Activation::GeluTanh => self.g.gelu(&p("ffn_gelu"), up),
+                    Activation::ReluSqr => self.g.relu_sqr(&p("ffn_relu_sqr"), up),
                 }
                 .map_err(&ge)?
             }
@@ -143,7 +148,7 @@ impl Builder<'_> {
                     .g
                     .slice(&p("ffn_up_part"), gu, n_ff, n_ff)
                     .map_err(&ge)?;
-                gated(self, gate, up).map_err(&ge)?
+                gated(self, gate, up)?
             }
         };
         self.ffn_linear(&p("ffn_down"), act, sc)
@@ -210,6 +215,51 @@ pub fn rope_params(
     p
 }
 
+/// The norms of Q and K that `cfg.qk_norm` asks for (none: unchanged).
+fn qk_norm(
+    b: &mut Builder<'_>,
+    cfg: &DecoderConfig,
+    il: usize,
+    mut q: NodeId,
+    mut k: NodeId,
+) -> Result<(NodeId, NodeId), ArchError> {
+    let ge = graph_err(&cfg.arch);
+    let p = |s: &str| format!("blk.{il}.{s}");
+    let eps = cfg.norm_eps;
+    let (q_width, k_width) = (
+        cfg.n_head[il] * cfg.head_dim_k,
+        cfg.n_head_kv[il] * cfg.head_dim_k,
+    );
+    let group = match cfg.qk_norm {
+        QkNorm::None => None,
+        QkNorm::PerHead | QkNorm::LayerPerHead => Some((cfg.head_dim_k, cfg.head_dim_k)),
+        QkNorm::Full => Some((q_width, k_width)),
+    };
+    if let Some((gq, gk)) = group {
+        let wq = b.weight(&p("attn_q_norm.weight"))?;
+        let wk = b.weight(&p("attn_k_norm.weight"))?;
+        if cfg.qk_norm == QkNorm::LayerPerHead {
+            // A weight per head (`[head_dim, n_head]`): normalize, then scale every value.
+            q =
+                b.g.layer_norm_groups(&p("attn_q_ln"), q, gq, eps)
+                    .map_err(&ge)?;
+            k =
+                b.g.layer_norm_groups(&p("attn_k_ln"), k, gk, eps)
+                    .map_err(&ge)?;
+            q = b.g.mul_weight(&p("attn_q_norm"), q, wq).map_err(&ge)?;
+            k = b.g.mul_weight(&p("attn_k_norm"), k, wk).map_err(&ge)?;
+        } else {
+            q =
+                b.g.rms_norm(&p("attn_q_norm"), q, gq, eps, Some(wq))
+                    .map_err(&ge)?;
+            k =
+                b.g.rms_norm(&p("attn_k_norm"), k, gk, eps, Some(wk))
+                    .map_err(&ge)?;
+        }
+    }
+    Ok((q, k))
+}
+
 /// Build the graph of one step.
 pub fn build_decoder(
     cfg: &DecoderConfig,
@@ -222,7 +272,6 @@ pub fn build_decoder(
         arch: &cfg.arch,
     };
     let ge = graph_err(&cfg.arch);
-    let eps = cfg.norm_eps;
     let tok = b.weight("token_embd.weight")?;
     let mut x = b.g.embed("inp_embd", tok).map_err(&ge)?;
     if let Some(s) = cfg.embd_scale {
@@ -265,32 +314,8 @@ pub fn build_decoder(
             k = b.g.clamp(&p("k_clamped"), k, limit).map_err(&ge)?;
             v = b.g.clamp(&p("v_clamped"), v, limit).map_err(&ge)?;
         }
-        let group = match cfg.qk_norm {
-            QkNorm::None => None,
-            QkNorm::PerHead | QkNorm::LayerPerHead => Some((cfg.head_dim_k, cfg.head_dim_k)),
-            QkNorm::Full => Some((q_width, k_width)),
-        };
-        if let Some((gq, gk)) = group {
-            let wq = b.weight(&p("attn_q_norm.weight"))?;
-            let wk = b.weight(&p("attn_k_norm.weight"))?;
-            if cfg.qk_norm == QkNorm::LayerPerHead {
-                // A weight per head (`[head_dim, n_head]`): normalize, then scale every value.
-                q =
-                    b.g.layer_norm_groups(&p("attn_q_ln"), q, gq, eps)
-                        .map_err(&ge)?;
-                k =
-                    b.g.layer_norm_groups(&p("attn_k_ln"), k, gk, eps)
-                        .map_err(&ge)?;
-                q = b.g.mul_weight(&p("attn_q_norm"), q, wq).map_err(&ge)?;
-                k = b.g.mul_weight(&p("attn_k_norm"), k, wk).map_err(&ge)?;
-            } else {
-                q =
-                    b.g.rms_norm(&p("attn_q_norm"), q, gq, eps, Some(wq))
-                        .map_err(&ge)?;
-                k =
-                    b.g.rms_norm(&p("attn_k_norm"), k, gk, eps, Some(wk))
-                        .map_err(&ge)?;
-            }
+        if !cfg.qk_norm_after_rope {
+            (q, k) = qk_norm(&mut b, cfg, il, q, k)?;
         }
         if cfg.rope_layers[il] {
             q =
@@ -299,6 +324,9 @@ pub fn build_decoder(
             k =
                 b.g.rope(&p("rope_k"), k, rope_params(cfg, il, n_kv, freq_factors))
                     .map_err(&ge)?;
+        }
+        if cfg.qk_norm_after_rope {
+            (q, k) = qk_norm(&mut b, cfg, il, q, k)?;
         }
         let mut scale = cfg.attn_scale;
         if cfg.q_prescale {
@@ -333,12 +361,13 @@ pub fn build_decoder(
         match cfg.layout {
             BlockLayout::Sequential => {
                 x = b.g.add(&p("attn_residual"), x, o).map_err(&ge)?;
+                let ffn_norm = p(cfg.ffn_norm_name);
                 let ffn_in = if !cfg.pre_norms {
                     x
-                } else if cfg.ffn_norm_optional && !b.has(&p("ffn_norm.weight")) {
+                } else if cfg.ffn_norm_optional && !b.has(&format!("{ffn_norm}.weight")) {
                     h
                 } else {
-                    b.norm(cfg, &p("ffn_norm"), x)?
+                    b.norm(cfg, &ffn_norm, x)?
                 };
                 let mut d = b.ffn(cfg, il, ffn_in)?;
                 if cfg.post_norms {
@@ -367,8 +396,11 @@ pub fn build_decoder(
     }
     let mut out = if cfg.tied_output {
         b.g.matmul("output", x, tok).map_err(&ge)?
-    } else {
+    } else if cfg.output_bias {
         b.linear("output", x)?
+    } else {
+        let w = b.weight("output.weight")?;
+        b.g.matmul("output", x, w).map_err(&ge)?
     };
     if let Some(s) = cfg.logit_scale {
         out = b.g.scale("logit_scaled", out, s).map_err(&ge)?;

@@ -14,6 +14,8 @@ pub enum Activation {
     Silu,
     /// tanh-approximated GELU (gated: GeGLU): gemma, starcoder2.
     GeluTanh,
+    /// `relu(x)²`, ungated only (arcee).
+    ReluSqr,
 }
 
 /// The shape of the feed-forward block.
@@ -180,10 +182,16 @@ pub struct DecoderConfig {
     pub ffn_scales: bool,
     /// Norm of Q and K.
     pub qk_norm: QkNorm,
+    /// Q and K are normed after RoPE rather than before (hunyuan-dense, maincoder).
+    pub qk_norm_after_rope: bool,
+    /// The name of the norm before the FFN (`ffn_norm`; seed_oss: `post_attention_norm`).
+    pub ffn_norm_name: &'static str,
     /// Norms after attention and FFN (gemma's sandwich norms, olmo2's post-norms).
     pub post_norms: bool,
     /// No `output.weight`: the output projection is the token embedding.
     pub tied_output: bool,
+    /// Add `output.bias` when the file has one (false: qwen2vl, whose graph ignores it).
+    pub output_bias: bool,
 }
 
 /// A per-layer field: a scalar for all layers or an array with one value per layer.
@@ -315,8 +323,11 @@ impl DecoderConfig {
             ffn: FfnKind::Gated,
             ffn_scales: false,
             qk_norm: QkNorm::None,
+            qk_norm_after_rope: false,
+            ffn_norm_name: "ffn_norm",
             post_norms: false,
             tied_output: model.tensor_info("output.weight").is_none(),
+            output_bias: true,
         };
         archs::adjust(&mut cfg, model)?;
         Ok(cfg)

@@ -44,6 +44,38 @@ pub enum ArchKind {
     Exaone,
     /// EXAONE 4 (post-norms, QK-norm, NoPE global layers in the 32B).
     Exaone4,
+    /// SmolLM 3 (NoPE every fourth layer).
+    SmolLm3,
+    /// Mistral 3 text (Mistral Small 3.1+, Devstral).
+    Mistral3,
+    /// Arcee AFM (relu² FFN).
+    Arcee,
+    /// Seed-OSS.
+    SeedOss,
+    /// Orion (layer norms).
+    Orion,
+    /// XVERSE.
+    Xverse,
+    /// Maincoder (QK-norm after RoPE).
+    MainCoder,
+    /// Pangu Embedded.
+    PanguEmbedded,
+    /// Hunyuan dense (QK-norm after RoPE).
+    HunyuanDense,
+    /// Nanbeige.
+    Nanbeige,
+    /// Baichuan (7B RoPE; 13B ALiBi is refused).
+    Baichuan,
+    /// Qwen2-VL, text only.
+    Qwen2Vl,
+    /// Qwen3-VL, text only.
+    Qwen3Vl,
+    /// MiniCPM (granite-style multipliers).
+    MiniCpm,
+    /// GLM-4 (sandwich norms, fused gate/up, partial RoPE).
+    Glm4,
+    /// Deci / Llama-Nemotron NAS (uniform layers only).
+    Deci,
     /// BERT-style encoders (sentence embeddings): see [`crate::EncoderConfig`].
     Bert,
 }
@@ -69,6 +101,22 @@ const REGISTRY: &[(&str, ArchKind)] = &[
     ("internlm2", ArchKind::InternLm2),
     ("exaone", ArchKind::Exaone),
     ("exaone4", ArchKind::Exaone4),
+    ("smollm3", ArchKind::SmolLm3),
+    ("mistral3", ArchKind::Mistral3),
+    ("arcee", ArchKind::Arcee),
+    ("seed_oss", ArchKind::SeedOss),
+    ("orion", ArchKind::Orion),
+    ("xverse", ArchKind::Xverse),
+    ("maincoder", ArchKind::MainCoder),
+    ("pangu-embedded", ArchKind::PanguEmbedded),
+    ("hunyuan-dense", ArchKind::HunyuanDense),
+    ("nanbeige", ArchKind::Nanbeige),
+    ("baichuan", ArchKind::Baichuan),
+    ("qwen2vl", ArchKind::Qwen2Vl),
+    ("qwen3vl", ArchKind::Qwen3Vl),
+    ("minicpm", ArchKind::MiniCpm),
+    ("glm4", ArchKind::Glm4),
+    ("deci", ArchKind::Deci),
     ("bert", ArchKind::Bert),
 ];
 

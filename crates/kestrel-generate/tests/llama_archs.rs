@@ -233,6 +233,9 @@ fn markdown(table: &BTreeMap<String, Vec<(String, Outcome)>>, version: &str) -> 
                 .find(|(_, o)| !matches!(o, Outcome::Match { .. }))
                 .expect("one differs");
             match o {
+                Outcome::Refused(e) if e.starts_with("unsupported architecture") => {
+                    "not supported yet".into()
+                }
                 Outcome::Refused(e) => format!("refused: {}", e.replace('|', "\\|")),
                 Outcome::NoReference(e) => format!("no llama.cpp logits; {e}"),
                 Outcome::Mismatch { .. } => "**differs from llama.cpp**".into(),

@@ -330,7 +330,12 @@ impl CudaPlan {
                 dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
                 dev.gelu_erf(out)?;
             }
-            Op::Gelu | Op::Silu | Op::MulWeight { .. } | Op::Slice { .. } | Op::Clamp(_) => {
+            Op::Gelu
+            | Op::Silu
+            | Op::ReluSqr
+            | Op::MulWeight { .. }
+            | Op::Slice { .. }
+            | Op::Clamp(_) => {
                 return Err(GraphError::Unsupported {
                     op: unsupported(&node.op, node.width).unwrap_or("?"),
                     node: node.name.clone(),
@@ -352,6 +357,7 @@ fn unsupported(op: &Op, width: usize) -> Option<&'static str> {
     match op {
         Op::Gelu => Some("gelu"),
         Op::Silu => Some("silu"),
+        Op::ReluSqr => Some("relu_sqr"),
         Op::MulWeight { .. } => Some("mul_weight"),
         Op::Slice { .. } => Some("slice"),
         Op::Clamp(_) => Some("clamp"),

@@ -274,6 +274,12 @@ impl Graph {
         Ok(self.push(name, Op::Silu, vec![x], rows, w))
     }
 
+    /// `relu(x)²`.
+    pub fn relu_sqr(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        Ok(self.push(name, Op::ReluSqr, vec![x], rows, w))
+    }
+
     /// Every row times a weight of the row's width, or of one value (broadcast).
     pub fn mul_weight(
         &mut self,

@@ -188,6 +188,8 @@ pub enum Op {
     Gelu,
     /// SiLU of one node: an ungated FFN's activation.
     Silu,
+    /// `relu(x)²` of one node (arcee's FFN).
+    ReluSqr,
     /// Multiply every row by a weight: a vector of the row's width, or one value for all
     /// (llama.cpp's per-tensor `*.scale` after a projection).
     MulWeight {

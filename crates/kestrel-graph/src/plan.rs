@@ -601,6 +601,12 @@ impl ExecutionPlan {
                 out.copy_from_slice(a);
                 cpu::silu(out);
             }
+            Op::ReluSqr => {
+                for (o, &x) in out.iter_mut().zip(a) {
+                    let r = x.max(0.0);
+                    *o = r * r;
+                }
+            }
             Op::MulWeight { weight } => {
                 let f = self.weights[*weight].vector()?;
                 if let [s] = f {

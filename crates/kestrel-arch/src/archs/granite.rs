@@ -1,3 +1,5 @@
+//! granite and minicpm.
+//!
 //! granite: llama with IBM's multipliers: embeddings times `embedding_scale`, attention and FFN
 //! outputs times `residual_scale` (each when non-zero), attention scale `attention.scale` (when
 //! non-zero), logits divided by `logit_scale`; adjacent-pair RoPE on every layer unless
@@ -32,6 +34,34 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
         .opt(&key("rope.scaling.finetuned"), |m, k| m.get_bool(k))?
         .unwrap_or(true);
     cfg.rope_layers = vec![finetuned; cfg.n_layer];
+    if model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {
+        return Err(super::unsupported_feature(cfg, "mixture-of-experts layers"));
+    }
+    Ok(())
+}
+
+/// minicpm: granite's graph with MiniCPM's defaults: embeddings times `embedding_scale` (12),
+/// attention and FFN outputs times `residual_scale` (1.4 / sqrt(n_layer)), logits divided by
+/// `logit_scale` (256 / n_embd); adjacent-pair RoPE on every layer; `attention.scale` not read.
+pub(crate) fn adjust_minicpm(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
+    let md = model.metadata();
+    let key = |f: &str| format!("{}.{f}", cfg.arch);
+    let get = |k: &str, default: f32| -> Result<f32, ArchError> {
+        Ok(md.opt(k, |m, k| m.get_f32(k))?.unwrap_or(default))
+    };
+    cfg.rope.neox = false;
+    let embd = get(&key("embedding_scale"), 12.0)?;
+    let residual = get(&key("residual_scale"), 1.4 / (cfg.n_layer as f32).sqrt())?;
+    let logit = get(&key("logit_scale"), 256.0 / cfg.n_embd as f32)?;
+    cfg.embd_scale = (embd != 0.0).then_some(embd);
+    cfg.residual_scale = (residual != 0.0).then_some(residual);
+    if logit == 0.0 || !logit.is_finite() {
+        return Err(ArchError::Invalid {
+            arch: cfg.arch.clone(),
+            reason: format!("logit_scale {logit}"),
+        });
+    }
+    cfg.logit_scale = Some(1.0 / logit);
     if model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {
         return Err(super::unsupported_feature(cfg, "mixture-of-experts layers"));
     }

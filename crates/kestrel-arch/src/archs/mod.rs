@@ -7,11 +7,14 @@ use kestrel_gguf::GgufModel;
 use crate::{ArchError, ArchKind, DecoderConfig};
 
 pub(crate) mod cohere;
+pub(crate) mod deci;
 pub(crate) mod exaone;
 pub(crate) mod gemma;
 pub(crate) mod gemma3;
+pub(crate) mod glm4;
 pub(crate) mod granite;
 pub(crate) mod llama;
+pub(crate) mod llama_like;
 pub(crate) mod olmo;
 pub(crate) mod phi;
 pub(crate) mod qwen2;
@@ -40,6 +43,22 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
         ArchKind::InternLm2 => simple::adjust_internlm2(cfg, model),
         ArchKind::Exaone => exaone::adjust_exaone(cfg, model),
         ArchKind::Exaone4 => exaone::adjust_exaone4(cfg, model),
+        ArchKind::SmolLm3 => llama_like::adjust_smollm3(cfg, model),
+        ArchKind::Mistral3 => llama_like::adjust_mistral3(cfg, model),
+        ArchKind::Arcee => llama_like::adjust_arcee(cfg, model),
+        ArchKind::SeedOss => llama_like::adjust_seed_oss(cfg, model),
+        ArchKind::Orion => llama_like::adjust_orion(cfg, model),
+        ArchKind::Xverse => llama_like::adjust_xverse(cfg, model),
+        ArchKind::MainCoder => llama_like::adjust_maincoder(cfg, model),
+        ArchKind::PanguEmbedded => llama_like::adjust_pangu_embedded(cfg, model),
+        ArchKind::HunyuanDense => llama_like::adjust_hunyuan_dense(cfg, model),
+        ArchKind::Nanbeige => llama_like::adjust_nanbeige(cfg, model),
+        ArchKind::Baichuan => llama_like::adjust_baichuan(cfg, model),
+        ArchKind::Qwen2Vl => llama_like::adjust_qwen2vl(cfg, model),
+        ArchKind::Qwen3Vl => llama_like::adjust_qwen3vl(cfg, model),
+        ArchKind::MiniCpm => granite::adjust_minicpm(cfg, model),
+        ArchKind::Glm4 => glm4::adjust(cfg, model),
+        ArchKind::Deci => deci::adjust(cfg, model),
         ArchKind::Bert => Ok(()),
     }
 }
@@ -62,4 +81,68 @@ pub(crate) fn layer_norm_eps(cfg: &DecoderConfig, model: &GgufModel) -> Result<f
             |m, k| m.get_f32(k),
         )?
         .unwrap_or(1e-5))
+}
+
+/// `{arch}.rope.dimension_sections` (four values, or one for all four), if the file has it.
+pub(crate) fn rope_sections(
+    cfg: &DecoderConfig,
+    model: &GgufModel,
+) -> Result<Option<[usize; 4]>, ArchError> {
+    use kestrel_gguf::Value;
+    let md = model.metadata();
+    let key = format!("{}.rope.dimension_sections", cfg.arch);
+    let v: Vec<i64> = match md.get(&key) {
+        Some(Value::Array(a)) => a.to_i64_vec().unwrap_or_default(),
+        Some(_) => vec![md.get_usize(&key)? as i64; 4],
+        None => return Ok(None),
+    };
+    if v.len() != 4 || v.iter().any(|&x| x < 0) {
+        return Err(ArchError::Invalid {
+            arch: cfg.arch.clone(),
+            reason: format!("{key} must hold 4 non-negative values, has {v:?}"),
+        });
+    }
+    Ok(Some([
+        v[0] as usize,
+        v[1] as usize,
+        v[2] as usize,
+        v[3] as usize,
+    ]))
+}
+
+/// Multi-axis RoPE (M-RoPE, or interleaved I-RoPE) on text: every rotated pair takes the token's
+/// position when its section is temporal, height or width, and position 0 (no rotation) when it
+/// is the fourth; kestrel runs it as NeoX RoPE when no pair falls in the fourth section, and
+/// refuses the file otherwise.
+pub(crate) fn mrope_as_neox(
+    cfg: &mut DecoderConfig,
+    sections: [usize; 4],
+    interleaved: bool,
+) -> Result<(), ArchError> {
+    let [s0, s1, s2, s3] = sections;
+    let total = s0 + s1 + s2 + s3;
+    if total == 0 {
+        return Err(ArchError::Invalid {
+            arch: cfg.arch.clone(),
+            reason: "rope.dimension_sections are all 0".into(),
+        });
+    }
+    let unrotated = (0..cfg.rope.n_rot / 2).any(|i| {
+        let sector = i % total;
+        if interleaved {
+            !((sector % 3 == 1 && sector < 3 * s1)
+                || (sector % 3 == 2 && sector < 3 * s2)
+                || (sector % 3 == 0 && sector < 3 * s0))
+        } else {
+            sector >= s0 + s1 + s2
+        }
+    });
+    if unrotated {
+        return Err(unsupported_feature(
+            cfg,
+            "multi-axis RoPE sections that leave pairs unrotated for text",
+        ));
+    }
+    cfg.rope.neox = true;
+    Ok(())
 }
