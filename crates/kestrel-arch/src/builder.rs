@@ -3,7 +3,7 @@
 //! `archs/<name>.rs`). Weight shapes come from the file and are checked as the graph is built.
 
 use kestrel_gguf::GgufModel;
-use kestrel_graph::{AttentionParams, Graph, NodeId, RopeParams};
+use kestrel_graph::{AttentionParams, Graph, MoeParams, NodeId, RopeParams};
 
 use crate::{
     Activation, ArchError, BlockLayout, DecoderConfig, FfnKind, NormKind, QkNorm, RopeScaling,
@@ -104,16 +104,100 @@ impl Builder<'_> {
                 let b = self.opt_weight(&format!("{name}.bias"));
                 self.g.layer_norm(name, x, cfg.norm_eps, Some(w), b)
             }
-            _ => self.g.rms_norm(name, x, cfg.n_embd, cfg.norm_eps, Some(w)),
+            _ => {
+                // llama.cpp's `build_norm` adds a bias after the scale where the family passes
+                // one (phimoe); the other families' files have none.
+                let n = self.g.rms_norm(name, x, cfg.n_embd, cfg.norm_eps, Some(w));
+                match (n, self.opt_weight(&format!("{name}.bias"))) {
+                    (Ok(n), Some(b)) => self.g.add_bias(&format!("{name}_b"), n, b),
+                    (n, _) => n,
+                }
+            }
         }
         .map_err(&ge)
     }
 
-    /// The feed-forward block of layer `p("")`.
+    /// The feed-forward block of layer `il`: dense, or mixture of experts (plus a shared expert)
+    /// in a layer with a router.
     fn ffn(&mut self, cfg: &DecoderConfig, il: usize, h: NodeId) -> Result<NodeId, ArchError> {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        let Some(moe) = cfg
+            .moe
+            .as_ref()
+            .filter(|_| self.has(&p("ffn_gate_inp.weight")))
+        else {
+            return self.dense_ffn(cfg, il, h, "");
+        };
+        let ge = graph_err(self.arch);
+        let up = self.weight(&p("ffn_up_exps.weight"))?;
+        let n_ff = self
+            .model
+            .tensor_info(&p("ffn_up_exps.weight"))
+            .and_then(|t| t.dims().get(1).copied())
+            .unwrap_or(0) as usize;
+        let scale = |b: &mut Self, s: &str| {
+            if moe.expert_scales {
+                b.opt_weight(&p(&format!("{s}.scale")))
+            } else {
+                None
+            }
+        };
+        let params = MoeParams {
+            n_expert: moe.n_expert,
+            n_used: moe.n_used,
+            n_ff,
+            gating: moe.gating,
+            norm_weights: moe.norm_weights,
+            weights_scale: moe.weights_scale,
+            activation: moe.activation,
+            router: self.weight(&p("ffn_gate_inp.weight"))?,
+            router_bias: None,
+            selection_bias: None,
+            up,
+            gate: self.opt_weight(&p("ffn_gate_exps.weight")),
+            down: self.weight(&p("ffn_down_exps.weight"))?,
+            scales: [
+                scale(self, "ffn_up_exps"),
+                scale(self, "ffn_gate_exps"),
+                scale(self, "ffn_down_exps"),
+            ],
+        };
+        let mut out = self.g.moe(&p("ffn_moe"), h, params).map_err(&ge)?;
+        if self.has(&p("ffn_up_shexp.weight")) {
+            let mut shared = self.dense_ffn(cfg, il, h, "_shexp")?;
+            if let Some(g) = self.opt_weight(&p("ffn_gate_inp_shexp.weight")) {
+                let logit = self.g.matmul(&p("ffn_shexp_gate"), h, g).map_err(&ge)?;
+                let gate = self
+                    .g
+                    .sigmoid(&p("ffn_shexp_sigmoid"), logit)
+                    .map_err(&ge)?;
+                shared = self
+                    .g
+                    .mul_row_scalar(&p("ffn_shexp_gated"), shared, gate)
+                    .map_err(&ge)?;
+            }
+            out = self.g.add(&p("ffn_moe_shexp"), out, shared).map_err(&ge)?;
+        }
+        Ok(out)
+    }
+
+    /// A dense FFN of layer `il` over the tensors `ffn_{gate,up,down}{suffix}` (suffix `""`, or
+    /// `"_shexp"` for a shared expert, whose scales follow `moe.shared_scales`).
+    fn dense_ffn(
+        &mut self,
+        cfg: &DecoderConfig,
+        il: usize,
+        h: NodeId,
+        suffix: &str,
+    ) -> Result<NodeId, ArchError> {
         let ge = graph_err(self.arch);
         let p = |s: &str| format!("blk.{il}.{s}");
-        let sc = cfg.ffn_scales;
+        let t = |s: &str| format!("blk.{il}.{s}{suffix}");
+        let sc = if suffix.is_empty() {
+            cfg.ffn_scales
+        } else {
+            cfg.moe.as_ref().is_some_and(|m| m.shared_scales)
+        };
         let gated = |b: &mut Self, gate: NodeId, up: NodeId| match cfg.activation {
             Activation::Silu => b.g.swiglu(&p("ffn_swiglu"), gate, up).map_err(&ge),
             Activation::GeluTanh => b.g.geglu(&p("ffn_geglu"), gate, up).map_err(&ge),
@@ -124,12 +208,12 @@ impl Builder<'_> {
         };
         let act = match cfg.ffn {
             FfnKind::Gated => {
-                let gate = self.ffn_linear(&p("ffn_gate"), h, sc)?;
-                let up = self.ffn_linear(&p("ffn_up"), h, sc)?;
+                let gate = self.ffn_linear(&t("ffn_gate"), h, sc)?;
+                let up = self.ffn_linear(&t("ffn_up"), h, sc)?;
                 gated(self, gate, up)?
             }
             FfnKind::Plain => {
-                let up = self.ffn_linear(&p("ffn_up"), h, sc)?;
+                let up = self.ffn_linear(&t("ffn_up"), h, sc)?;
                 match cfg.activation {
                     Activation::Silu => self.g.silu(&p("ffn_silu"), up),
                     Activation::GeluTanh => self.g.gelu(&p("ffn_gelu"), up),
@@ -139,7 +223,7 @@ impl Builder<'_> {
             }
             FfnKind::FusedGateUp => {
                 let n_ff = cfg.n_ff[il];
-                let gu = self.ffn_linear(&p("ffn_up"), h, sc)?;
+                let gu = self.ffn_linear(&t("ffn_up"), h, sc)?;
                 let gate = self
                     .g
                     .slice(&p("ffn_gate_part"), gu, 0, n_ff)
@@ -151,7 +235,7 @@ impl Builder<'_> {
                 gated(self, gate, up)?
             }
         };
-        self.ffn_linear(&p("ffn_down"), act, sc)
+        self.ffn_linear(&t("ffn_down"), act, sc)
     }
 }
 

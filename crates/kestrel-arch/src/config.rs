@@ -56,6 +56,28 @@ pub enum QkNorm {
     LayerPerHead,
 }
 
+/// A mixture-of-experts FFN, as the family's llama.cpp graph calls `build_moe_ffn`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    /// Experts per layer (`expert_count`).
+    pub n_expert: usize,
+    /// Experts chosen per token (`expert_used_count`).
+    pub n_used: usize,
+    /// Router probabilities.
+    pub gating: kestrel_graph::MoeGating,
+    /// The chosen weights divided by their sum.
+    pub norm_weights: bool,
+    /// The chosen weights multiplied by this (1: none).
+    pub weights_scale: f32,
+    /// Per-expert `*_exps.scale` weights are applied.
+    pub expert_scales: bool,
+    /// Activation of the experts.
+    pub activation: kestrel_graph::MoeActivation,
+    /// A shared expert (`ffn_*_shexp`) is added where the file has one; its per-tensor scales
+    /// are applied when true.
+    pub shared_scales: bool,
+}
+
 /// Where the block's norms sit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -177,6 +199,8 @@ pub struct DecoderConfig {
     pub activation: Activation,
     /// FFN shape.
     pub ffn: FfnKind,
+    /// Mixture of experts in the layers that have a router (`ffn_gate_inp`).
+    pub moe: Option<MoeConfig>,
     /// The FFN projections honour per-tensor `*.scale` weights (true only where llama.cpp's graph
     /// of the family passes them to its FFN, as llama's does; most pass none).
     pub ffn_scales: bool,
@@ -321,6 +345,7 @@ impl DecoderConfig {
             residual_scale: None,
             activation: Activation::Silu,
             ffn: FfnKind::Gated,
+            moe: None,
             ffn_scales: false,
             qk_norm: QkNorm::None,
             qk_norm_after_rope: false,
@@ -330,8 +355,50 @@ impl DecoderConfig {
             output_bias: true,
         };
         archs::adjust(&mut cfg, model)?;
+        if cfg.moe.is_none() && model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {
+            return Err(archs::unsupported_feature(
+                &cfg,
+                "mixture-of-experts layers",
+            ));
+        }
         Ok(cfg)
     }
+}
+
+/// The MoE settings every family shares: `expert_count` and `expert_used_count` (llama.cpp's
+/// generic loader), softmax routing, SiLU experts; the family then adjusts the rest.
+pub(crate) fn moe_counts(
+    md: &Metadata<'_>,
+    arch: &str,
+) -> Result<Option<(usize, usize)>, ArchError> {
+    let n_expert = md
+        .opt(&format!("{arch}.expert_count"), |m, k| m.get_usize(k))?
+        .unwrap_or(0);
+    if n_expert == 0 {
+        return Ok(None);
+    }
+    let key = format!("{arch}.expert_used_count");
+    let n_used = match md.get(&key) {
+        Some(Value::Array(a)) => {
+            let v = a.to_i64_vec().unwrap_or_default();
+            let first = v.first().copied().unwrap_or(0);
+            if v.iter().any(|&x| x != first) {
+                return Err(ArchError::UnsupportedFeature {
+                    arch: arch.into(),
+                    feature: "a different number of experts per layer".into(),
+                });
+            }
+            usize::try_from(first).unwrap_or(0)
+        }
+        _ => md.opt(&key, |m, k| m.get_usize(k))?.unwrap_or(0),
+    };
+    if n_used == 0 || n_used > n_expert || n_expert > 4096 {
+        return Err(ArchError::Invalid {
+            arch: arch.into(),
+            reason: format!("{n_used} of {n_expert} experts used"),
+        });
+    }
+    Ok(Some((n_expert, n_used)))
 }
 
 /// Which layers use the sliding window, as llama.cpp's `load_swa_pattern`: the per-layer array

@@ -76,6 +76,16 @@ pub enum ArchKind {
     Glm4,
     /// Deci / Llama-Nemotron NAS (uniform layers only).
     Deci,
+    /// Qwen2-MoE / Qwen1.5-MoE (shared expert).
+    Qwen2Moe,
+    /// Qwen3-MoE.
+    Qwen3Moe,
+    /// Granite 3 MoE.
+    GraniteMoe,
+    /// OLMoE.
+    Olmoe,
+    /// Phi-3.5-MoE.
+    PhiMoe,
     /// BERT-style encoders (sentence embeddings): see [`crate::EncoderConfig`].
     Bert,
 }
@@ -117,6 +127,11 @@ const REGISTRY: &[(&str, ArchKind)] = &[
     ("minicpm", ArchKind::MiniCpm),
     ("glm4", ArchKind::Glm4),
     ("deci", ArchKind::Deci),
+    ("qwen2moe", ArchKind::Qwen2Moe),
+    ("qwen3moe", ArchKind::Qwen3Moe),
+    ("granitemoe", ArchKind::GraniteMoe),
+    ("olmoe", ArchKind::Olmoe),
+    ("phimoe", ArchKind::PhiMoe),
     ("bert", ArchKind::Bert),
 ];
 

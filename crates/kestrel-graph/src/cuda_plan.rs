@@ -335,6 +335,9 @@ impl CudaPlan {
             | Op::ReluSqr
             | Op::MulWeight { .. }
             | Op::Slice { .. }
+            | Op::Moe(_)
+            | Op::Sigmoid
+            | Op::MulRowScalar
             | Op::Clamp(_) => {
                 return Err(GraphError::Unsupported {
                     op: unsupported(&node.op, node.width).unwrap_or("?"),
@@ -361,6 +364,9 @@ fn unsupported(op: &Op, width: usize) -> Option<&'static str> {
         Op::MulWeight { .. } => Some("mul_weight"),
         Op::Slice { .. } => Some("slice"),
         Op::Clamp(_) => Some("clamp"),
+        Op::Moe(_) => Some("mixture of experts"),
+        Op::Sigmoid => Some("sigmoid"),
+        Op::MulRowScalar => Some("mul_row_scalar"),
         Op::LayerNorm { group, .. } => (*group != width).then_some("layer_norm over groups"),
         _ => None,
     }

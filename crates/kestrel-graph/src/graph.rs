@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::ir::{
-    AttentionParams, EmbedIndex, Node, NodeId, Op, RopeParams, Rows, WeightId, WeightRef,
+    AttentionParams, EmbedIndex, MoeParams, Node, NodeId, Op, RopeParams, Rows, WeightId, WeightRef,
 };
 use crate::GraphError;
 
@@ -140,13 +140,17 @@ impl Graph {
     ) -> Result<NodeId, GraphError> {
         let (rows, k) = self.shape(x)?;
         let dims = self.weight_dims(weight, name)?;
-        if dims.len() != 2 || dims[0] as usize != k {
-            return Err(shape_err(
-                name,
-                format!("input width {k} does not match weight dims {dims:?}"),
-            ));
-        }
-        let m = dims[1] as usize;
+        // A vector weight `[k]` is one output column (a shared expert's gate).
+        let m = match dims {
+            [kk, m] if *kk as usize == k => *m as usize,
+            [kk] if *kk as usize == k => 1,
+            _ => {
+                return Err(shape_err(
+                    name,
+                    format!("input width {k} does not match weight dims {dims:?}"),
+                ))
+            }
+        };
         Ok(self.push(name, Op::MatMul { weight }, vec![x], rows, m))
     }
 
@@ -250,6 +254,46 @@ impl Graph {
         Ok(self.push(name, op, vec![x], rows, w))
     }
 
+    /// A mixture-of-experts FFN of every row of `x` (see [`MoeParams`]); the weights' dims are
+    /// checked against the row width, `n_ff` and `n_expert`.
+    pub fn moe(&mut self, name: &str, x: NodeId, p: MoeParams) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        let (e, f) = (p.n_expert as u64, p.n_ff as u64);
+        if p.n_used == 0 || p.n_used > p.n_expert {
+            return Err(shape_err(
+                name,
+                format!("{} of {} experts used", p.n_used, p.n_expert),
+            ));
+        }
+        let mut expect = vec![
+            (p.router, vec![w as u64, e]),
+            (p.up, vec![w as u64, f, e]),
+            (p.down, vec![f, w as u64, e]),
+        ];
+        if let Some(g) = p.gate {
+            expect.push((g, vec![w as u64, f, e]));
+        }
+        for s in p.scales.iter().flatten() {
+            expect.push((*s, vec![e]));
+        }
+        if let Some(b) = p.router_bias {
+            expect.push((b, vec![e]));
+        }
+        if let Some(b) = p.selection_bias {
+            expect.push((b, vec![e]));
+        }
+        for (id, dims) in expect {
+            let got = self.weight_dims(id, name)?;
+            if got != dims.as_slice() {
+                return Err(shape_err(
+                    name,
+                    format!("weight {id} has dims {got:?}, expected {dims:?}"),
+                ));
+            }
+        }
+        Ok(self.push(name, Op::Moe(p), vec![x], rows, w))
+    }
+
     /// `min(max(x, -limit), limit)`.
     pub fn clamp(&mut self, name: &str, x: NodeId, limit: f32) -> Result<NodeId, GraphError> {
         let (rows, w) = self.shape(x)?;
@@ -272,6 +316,30 @@ impl Graph {
     pub fn silu(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
         let (rows, w) = self.shape(x)?;
         Ok(self.push(name, Op::Silu, vec![x], rows, w))
+    }
+
+    /// `1 / (1 + exp(-x))`.
+    pub fn sigmoid(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        Ok(self.push(name, Op::Sigmoid, vec![x], rows, w))
+    }
+
+    /// Every row of `a` times the single value of the same row of `s` (width 1).
+    pub fn mul_row_scalar(
+        &mut self,
+        name: &str,
+        a: NodeId,
+        s: NodeId,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(a)?;
+        let (srows, sw) = self.shape(s)?;
+        if srows != rows || sw != 1 {
+            return Err(shape_err(
+                name,
+                format!("a factor of {sw} values per row ({srows:?}) for rows {rows:?}"),
+            ));
+        }
+        Ok(self.push(name, Op::MulRowScalar, vec![a, s], rows, w))
     }
 
     /// `relu(x)²`.

@@ -111,6 +111,66 @@ impl AttentionParams {
     }
 }
 
+/// How router logits become expert probabilities (llama.cpp's `llama_expert_gating_func_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MoeGating {
+    /// Softmax over all experts.
+    Softmax,
+    /// Sigmoid of each logit.
+    Sigmoid,
+    /// The raw logits select; a softmax over the selected ones weighs.
+    SoftmaxWeight,
+}
+
+/// The expert FFN's activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MoeActivation {
+    /// SiLU (gated: SwiGLU).
+    Silu,
+    /// tanh GELU (gated: GeGLU).
+    Gelu,
+}
+
+/// A mixture-of-experts FFN (llama.cpp's `build_moe_ffn`): router logits `x · routerᵀ`
+/// (`+ router_bias`), probabilities by `gating`, the `n_used` experts of the highest probability
+/// (`+ selection_bias`, which changes the choice only), their probabilities as weights
+/// (`norm_weights`: divided by their sum; times `weights_scale`), and the sum over the chosen
+/// experts, in the order chosen, of `weight · down(act(gate(x)) · up(x))`. Expert weights are
+/// 3-d (`[k, m, n_expert]`); per-expert scales (`[n_expert]`) multiply each projection.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeParams {
+    /// Experts.
+    pub n_expert: usize,
+    /// Experts chosen per token.
+    pub n_used: usize,
+    /// Hidden size of one expert.
+    pub n_ff: usize,
+    /// Router logits to probabilities.
+    pub gating: MoeGating,
+    /// Divide the chosen weights by their sum.
+    pub norm_weights: bool,
+    /// Multiply the chosen weights by this (1: no change).
+    pub weights_scale: f32,
+    /// Activation.
+    pub activation: MoeActivation,
+    /// Router (`[n_embd, n_expert]`).
+    pub router: WeightId,
+    /// Added to the router logits.
+    pub router_bias: Option<WeightId>,
+    /// Added to the probabilities for the choice only (DeepSeek V3).
+    pub selection_bias: Option<WeightId>,
+    /// Up projections.
+    pub up: WeightId,
+    /// Gate projections (none: an ungated activation of `up`).
+    pub gate: Option<WeightId>,
+    /// Down projections.
+    pub down: WeightId,
+    /// Per-expert scales of up, gate and down.
+    pub scales: [Option<WeightId>; 3],
+}
+
 /// Which rows of a table an [`Op::Embed`] reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmbedIndex {
@@ -190,6 +250,10 @@ pub enum Op {
     Silu,
     /// `relu(x)²` of one node (arcee's FFN).
     ReluSqr,
+    /// `1 / (1 + exp(-x))` of one node (a shared expert's gate).
+    Sigmoid,
+    /// Every row of the first input times the one value of the same row of the second.
+    MulRowScalar,
     /// Multiply every row by a weight: a vector of the row's width, or one value for all
     /// (llama.cpp's per-tensor `*.scale` after a projection).
     MulWeight {
@@ -198,6 +262,8 @@ pub enum Op {
     },
     /// `min(max(x, -limit), limit)` (llama.cpp's `clamp_kqv`).
     Clamp(f32),
+    /// A mixture-of-experts FFN of each row.
+    Moe(MoeParams),
     /// Columns `offset .. offset + width` of every input row (one part of a fused projection,
     /// such as Q, K or V of `attn_qkv`).
     Slice {

@@ -15,13 +15,15 @@ mod error;
 mod graph;
 pub mod ir;
 mod memory;
+mod moe;
 mod plan;
 
 pub use cuda_plan::CudaPlan;
 pub use error::GraphError;
 pub use graph::Graph;
 pub use ir::{
-    AttentionParams, EmbedIndex, Node, NodeId, Op, RopeParams, Rows, WeightId, WeightRef,
+    AttentionParams, EmbedIndex, MoeActivation, MoeGating, MoeParams, Node, NodeId, Op, RopeParams,
+    Rows, WeightId, WeightRef,
 };
 pub use memory::{plan_memory, MemoryPlan, ALIGN_F32};
 pub use plan::{BatchSeq, ExecutionPlan};

@@ -16,6 +16,7 @@ use kestrel_tensor::{CpuEngine, DType, Tensor};
 
 use crate::ir::{EmbedIndex, Node, NodeId, Op, Rows};
 use crate::memory::{plan_memory, MemoryPlan};
+use crate::moe::{self, MoeScratch, MoeWeights};
 use crate::{Graph, GraphError};
 
 /// A weight bound to its bytes, with an f32 view for vectors (norm weights, biases, rope
@@ -79,6 +80,7 @@ pub struct ExecutionPlan {
     /// runs a step, so once it has grown no step allocates (a thread-local scratch allocated
     /// again whenever a step landed on a worker that had not run one before).
     scratch: cpu::MatmulScratch,
+    moe_scratch: MoeScratch,
     /// RoPE angles of the step's positions, computed by the first layer and reused by the rest.
     rope_cache: cpu::RopeCache,
     /// Node tracing for numerics work, read from the environment once at compile time:
@@ -225,6 +227,7 @@ impl ExecutionPlan {
             positions: vec![0; max_tokens],
             mask_positions: vec![0; max_tokens],
             scratch: cpu::MatmulScratch::new(),
+            moe_scratch: MoeScratch::default(),
             rope_cache: cpu::RopeCache::default(),
             trace: std::env::var("KESTREL_TRACE")
                 .ok()
@@ -601,6 +604,21 @@ impl ExecutionPlan {
                 out.copy_from_slice(a);
                 cpu::silu(out);
             }
+            Op::Sigmoid => {
+                for (o, &x) in out.iter_mut().zip(a) {
+                    *o = 1.0 / (1.0 + (-x).exp());
+                }
+            }
+            Op::MulRowScalar => {
+                for (o, (x, &f)) in out
+                    .chunks_exact_mut(width)
+                    .zip(a.chunks_exact(width).zip(b))
+                {
+                    for (o, &x) in o.iter_mut().zip(x) {
+                        *o = x * f;
+                    }
+                }
+            }
             Op::ReluSqr => {
                 for (o, &x) in out.iter_mut().zip(a) {
                     let r = x.max(0.0);
@@ -620,6 +638,35 @@ impl ExecutionPlan {
                         }
                     }
                 }
+            }
+            Op::Moe(p) => {
+                let segments = if in_rows == t {
+                    &self.seg_rows[..]
+                } else {
+                    &self.out_segs[..]
+                };
+                let ws = &self.weights;
+                let vec = |id: Option<usize>| -> Result<Option<&[f32]>, GraphError> {
+                    id.map(|i| ws[i].vector()).transpose()
+                };
+                let bound = MoeWeights {
+                    router: &ws[p.router].tensor,
+                    router_bias: vec(p.router_bias)?,
+                    selection_bias: vec(p.selection_bias)?,
+                    up: &ws[p.up].tensor,
+                    gate: p.gate.map(|g| &ws[g].tensor),
+                    down: &ws[p.down].tensor,
+                    scales: [vec(p.scales[0])?, vec(p.scales[1])?, vec(p.scales[2])?],
+                };
+                moe::run(
+                    p,
+                    &bound,
+                    &a[..in_rows * width],
+                    width,
+                    segments,
+                    &mut self.moe_scratch,
+                    out,
+                )?;
             }
             Op::Clamp(limit) => {
                 for (o, &x) in out.iter_mut().zip(a) {

@@ -11,6 +11,28 @@ use kestrel_gguf::GgufModel;
 use crate::{ArchError, DecoderConfig};
 
 pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
+    common(cfg, model)?;
+    let key = format!("{}.rope.scaling.finetuned", cfg.arch);
+    let finetuned = model
+        .metadata()
+        .opt(&key, |m, k| m.get_bool(k))?
+        .unwrap_or(true);
+    cfg.rope_layers = vec![finetuned; cfg.n_layer];
+    // A granite file with experts runs the same MoE branch as granitemoe.
+    cfg.moe = super::softmax_moe(cfg, model, true, false, false)?;
+    Ok(())
+}
+
+/// granitemoe (Granite 3 MoE, and its shared-expert variant): granite's graph with softmax
+/// routing over normalized weights (no expert scales) and an unscaled shared expert where the
+/// file has one; RoPE on every layer (`rope.scaling.finetuned` is not read).
+pub(crate) fn adjust_moe(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
+    common(cfg, model)?;
+    cfg.moe = super::softmax_moe(cfg, model, true, false, false)?;
+    Ok(())
+}
+
+fn common(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
     let md = model.metadata();
     let key = |f: &str| format!("{}.{f}", cfg.arch);
     let nonzero = |k: &str| -> Result<Option<f32>, ArchError> {
@@ -29,13 +51,6 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
     cfg.embd_scale = nonzero(&key("embedding_scale"))?;
     if let Some(s) = nonzero(&key("attention.scale"))? {
         cfg.attn_scale = s;
-    }
-    let finetuned = md
-        .opt(&key("rope.scaling.finetuned"), |m, k| m.get_bool(k))?
-        .unwrap_or(true);
-    cfg.rope_layers = vec![finetuned; cfg.n_layer];
-    if model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {
-        return Err(super::unsupported_feature(cfg, "mixture-of-experts layers"));
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! llama (Llama 1/2/3, Mistral, SmolLM): adjacent-pair RoPE, SwiGLU, RMSNorm before attention
-//! and FFN, biases and per-tensor scales where the file has them. As llama.cpp's `llama`, it
+//! llama (Llama 1/2/3, Mistral, SmolLM, Mixtral): adjacent-pair RoPE, SwiGLU, RMSNorm before
+//! attention and FFN, biases and per-tensor scales where the file has them; with experts
+//! (Mixtral), softmax routing over normalized weights. As llama.cpp's `llama`, it
 //! reads no sliding window, soft-cap or attention scale (a Mistral v0.1 file's window is
 //! ignored there too).
 
@@ -20,8 +21,7 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
             ),
         });
     }
-    if model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {
-        return Err(super::unsupported_feature(cfg, "mixture-of-experts layers"));
-    }
+    // Mixtral: softmax routing, the chosen weights normalized, expert scales applied.
+    cfg.moe = super::softmax_moe(cfg, model, true, true, false)?;
     Ok(())
 }

@@ -59,6 +59,11 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
         ArchKind::MiniCpm => granite::adjust_minicpm(cfg, model),
         ArchKind::Glm4 => glm4::adjust(cfg, model),
         ArchKind::Deci => deci::adjust(cfg, model),
+        ArchKind::Qwen2Moe => qwen2::adjust_moe(cfg, model),
+        ArchKind::Qwen3Moe => qwen3::adjust_moe(cfg, model),
+        ArchKind::GraniteMoe => granite::adjust_moe(cfg, model),
+        ArchKind::Olmoe => olmo::adjust_olmoe(cfg, model),
+        ArchKind::PhiMoe => phi::adjust_phimoe(cfg, model),
         ArchKind::Bert => Ok(()),
     }
 }
@@ -145,4 +150,29 @@ pub(crate) fn mrope_as_neox(
     }
     cfg.rope.neox = true;
     Ok(())
+}
+
+/// The MoE settings of a family whose llama.cpp graph calls `build_moe_ffn` with softmax routing
+/// and SiLU experts: `norm_weights` and which per-tensor scales it passes; `None` for a file
+/// without experts.
+pub(crate) fn softmax_moe(
+    cfg: &DecoderConfig,
+    model: &GgufModel,
+    norm_weights: bool,
+    expert_scales: bool,
+    shared_scales: bool,
+) -> Result<Option<crate::MoeConfig>, ArchError> {
+    let md = model.metadata();
+    Ok(
+        crate::config::moe_counts(&md, &cfg.arch)?.map(|(n_expert, n_used)| crate::MoeConfig {
+            n_expert,
+            n_used,
+            gating: kestrel_graph::MoeGating::Softmax,
+            norm_weights,
+            weights_scale: 1.0,
+            expert_scales,
+            activation: kestrel_graph::MoeActivation::Silu,
+            shared_scales,
+        }),
+    )
 }

@@ -1,4 +1,4 @@
-//! olmo and olmo2.
+//! olmo, olmo2 and olmoe.
 //!
 //! olmo: layer norms without weight or bias; adjacent-pair RoPE; Q, K and V clamped to
 //! `±clamp_kqv` when the file sets it.
@@ -45,5 +45,14 @@ pub(crate) fn adjust_olmo2(cfg: &mut DecoderConfig, model: &GgufModel) -> Result
         // The window layers rotate at the global base, unscaled.
         cfg.rope.freq_base_swa = Some(cfg.rope.freq_base);
     }
+    Ok(())
+}
+
+/// olmoe: RMS norms before attention and FFN; RMS norms of the whole Q and K projections; NeoX
+/// RoPE; softmax routing, weights not normalized, no expert scales.
+pub(crate) fn adjust_olmoe(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
+    cfg.rope.neox = true;
+    cfg.qk_norm = QkNorm::Full;
+    cfg.moe = super::softmax_moe(cfg, model, false, false, false)?;
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! phi2 and phi3.
+//! phi2, phi3 and phimoe.
 //!
 //! phi2: layer norms with biases; NeoX RoPE, usually partial; the query multiplied by
 //! 1/sqrt(head size) before attention; attention and FFN in parallel from one norm; a plain
@@ -34,5 +34,15 @@ pub(crate) fn adjust_phi3(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<
     cfg.rope.freq_factors = model
         .tensor_info("rope_factors_short.weight")
         .map(|_| "rope_factors_short.weight".to_string());
+    Ok(())
+}
+
+/// phimoe (Phi-3.5-MoE): phi3's graph (RMS norms, here with biases; the query pre-scaled; the
+/// short LongRoPE factors) with an attention-output and output bias, and softmax routing over
+/// normalized weights without expert scales.
+pub(crate) fn adjust_phimoe(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
+    adjust_phi3(cfg, model)?;
+    cfg.ffn = FfnKind::Gated;
+    cfg.moe = super::softmax_moe(cfg, model, true, false, false)?;
     Ok(())
 }

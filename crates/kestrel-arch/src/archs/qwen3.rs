@@ -10,3 +10,10 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, _model: &GgufModel) -> Result<(), 
     cfg.ffn_scales = true;
     Ok(())
 }
+
+/// qwen3moe: qwen3 with softmax routing over normalized weights, expert scales applied.
+pub(crate) fn adjust_moe(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
+    adjust(cfg, model)?;
+    cfg.moe = super::softmax_moe(cfg, model, true, true, false)?;
+    Ok(())
+}

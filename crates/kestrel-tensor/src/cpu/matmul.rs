@@ -214,8 +214,14 @@ pub fn matmul_segmented(
     }
     use super::qdot::*;
     match w_dtype {
-        // vec_dot_type F32: the activations as they are.
-        DType::F32 => dispatch!(w_dtype, K => matmul_k::<K>(x, n, k, w, row_bytes, m, out)),
+        // vec_dot_type F32: the activations as they are, each row by the one-row kernel, so a
+        // row's numerics never depend on how many rows share the step (the multi-row tiles sum
+        // in another order). F32 matrices are small where they occur (routers, test files).
+        DType::F32 => dispatch!(w_dtype, K => {
+            for (xr, or) in x.chunks_exact(k).zip(out.chunks_exact_mut(m)) {
+                matmul_k::<K>(xr, 1, k, w, row_bytes, m, or);
+            }
+        }),
         DType::F16 => matmul_q::<DF16>(x, n, k, w, row_bytes, m, out, segments, scratch),
         DType::BF16 => matmul_q::<DBF16>(x, n, k, w, row_bytes, m, out, segments, scratch),
         DType::Q4_0 => matmul_q::<DQ4_0>(x, n, k, w, row_bytes, m, out, segments, scratch),

@@ -1,0 +1,483 @@
+//! The CPU execution of [`Op::Moe`](crate::Op::Moe): routing, then the experts run grouped.
+//!
+//! Each token's router picks `n_used` experts; the step's rows are then grouped by expert, so
+//! each chosen expert's weights are read once per step (for a prefill or a batch), not once per
+//! token. Within an expert's group the rows keep token order and are split by sequence, so a
+//! row's numerics are those of its own sequence's rows alone (the batched == single invariant of
+//! the matmuls, see `cpu::matmul_segmented`). Buffers live in [`MoeScratch`] and grow to the
+//! largest step once.
+
+use kestrel_tensor::cpu;
+use kestrel_tensor::{DType, Tensor};
+
+use crate::ir::{MoeActivation, MoeGating, MoeParams};
+use crate::GraphError;
+
+/// Reused buffers of the expert FFNs (no allocation once grown to the step's size).
+#[derive(Default)]
+pub(crate) struct MoeScratch {
+    logits: Vec<f32>,
+    probs: Vec<f32>,
+    /// Chosen expert of each (row, slot).
+    chosen: Vec<usize>,
+    /// Weight of each (row, slot).
+    weights: Vec<f32>,
+    /// Rows of the current expert's group, and the (row, slot) each came from.
+    group: Vec<(usize, usize)>,
+    segs: Vec<usize>,
+    x: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+    /// Each (row, slot)'s expert output, weighted.
+    outs: Vec<f32>,
+    order: Vec<usize>,
+    matmul: cpu::MatmulScratch,
+    /// Expert groups run so far (each reads its expert's weights once): how a test sees that
+    /// a step reads each chosen expert once, not once per token.
+    pub(crate) expert_runs: usize,
+}
+
+/// The weights of one MoE node, bound.
+pub(crate) struct MoeWeights<'a> {
+    pub router: &'a Tensor,
+    pub router_bias: Option<&'a [f32]>,
+    pub selection_bias: Option<&'a [f32]>,
+    pub up: &'a Tensor,
+    pub gate: Option<&'a Tensor>,
+    pub down: &'a Tensor,
+    pub scales: [Option<&'a [f32]>; 3],
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// The bytes of expert `e` of a 3-d weight `[k, m, n_expert]`.
+fn expert_bytes(w: &Tensor, e: usize) -> Result<(&[u8], DType, usize, usize), GraphError> {
+    let shape = w.shape();
+    let (k, m) = (shape.dims()[0], shape.dims()[1]);
+    let row = w
+        .dtype()
+        .row_bytes(k)
+        .ok_or_else(|| GraphError::Internal(format!("rows of {k} {:?} values", w.dtype())))?;
+    let per = row * m;
+    let bytes = w.as_bytes();
+    let start = e * per;
+    let slice = bytes.get(start..start + per).ok_or_else(|| {
+        GraphError::Internal(format!("expert {e} lies past the end of its weight"))
+    })?;
+    Ok((slice, w.dtype(), k, m))
+}
+
+/// `out[rows, width]` = the MoE FFN of `x[rows, width]`; `segments` are the step's rows per
+/// sequence (consecutive).
+pub(crate) fn run(
+    p: &MoeParams,
+    w: &MoeWeights<'_>,
+    x: &[f32],
+    width: usize,
+    segments: &[usize],
+    s: &mut MoeScratch,
+    out: &mut [f32],
+) -> Result<(), GraphError> {
+    let rows = x.len() / width.max(1);
+    let (ne, k, nf) = (p.n_expert, p.n_used, p.n_ff);
+    // Router.
+    let logits = grow(&mut s.logits, rows * ne);
+    cpu::matmul_segmented(
+        x,
+        rows,
+        width,
+        w.router.as_bytes(),
+        w.router.dtype(),
+        ne,
+        logits,
+        segments,
+        &mut s.matmul,
+    )?;
+    let probs = grow(&mut s.probs, rows * ne);
+    s.chosen.clear();
+    s.chosen.resize(rows * k, 0);
+    let weights = grow(&mut s.weights, rows * k);
+    for r in 0..rows {
+        let l = &mut logits[r * ne..(r + 1) * ne];
+        if let Some(b) = w.router_bias {
+            for (v, &b) in l.iter_mut().zip(b) {
+                *v += b;
+            }
+        }
+        let pr = &mut probs[r * ne..(r + 1) * ne];
+        match p.gating {
+            MoeGating::Softmax => {
+                let m = l.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                let mut sum = 0.0f64;
+                for (o, &v) in pr.iter_mut().zip(l.iter()) {
+                    *o = (v - m).exp();
+                    sum += *o as f64;
+                }
+                let inv = (1.0 / sum) as f32;
+                pr.iter_mut().for_each(|v| *v *= inv);
+            }
+            MoeGating::Sigmoid => {
+                for (o, &v) in pr.iter_mut().zip(l.iter()) {
+                    *o = 1.0 / (1.0 + (-v).exp());
+                }
+            }
+            MoeGating::SoftmaxWeight => pr.copy_from_slice(l),
+        }
+        // Top k of the selection scores, highest first (ties: the lower expert first).
+        s.order.clear();
+        s.order.extend(0..ne);
+        let score = |e: usize| pr[e] + w.selection_bias.map_or(0.0, |b| b[e]);
+        s.order
+            .sort_by(|&a, &b| score(b).total_cmp(&score(a)).then(a.cmp(&b)));
+        let wr = &mut weights[r * k..(r + 1) * k];
+        for (slot, &e) in s.order[..k].iter().enumerate() {
+            s.chosen[r * k + slot] = e;
+            wr[slot] = pr[e];
+        }
+        if p.gating == MoeGating::SoftmaxWeight {
+            let m = wr.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut sum = 0.0f64;
+            for v in wr.iter_mut() {
+                *v = (*v - m).exp();
+                sum += *v as f64;
+            }
+            let inv = (1.0 / sum) as f32;
+            wr.iter_mut().for_each(|v| *v *= inv);
+        }
+        if p.norm_weights {
+            // llama.cpp clamps the sum to the smallest normal f16.
+            let sum = wr.iter().sum::<f32>().max(6.103_515_6e-5);
+            wr.iter_mut().for_each(|v| *v /= sum);
+        }
+        if p.weights_scale != 0.0 && p.weights_scale != 1.0 {
+            wr.iter_mut().for_each(|v| *v *= p.weights_scale);
+        }
+    }
+
+    // The experts, each over the rows that chose it.
+    let outs = grow(&mut s.outs, rows * k * width);
+    for e in 0..ne {
+        s.group.clear();
+        for r in 0..rows {
+            for slot in 0..k {
+                if s.chosen[r * k + slot] == e {
+                    s.group.push((r, slot));
+                }
+            }
+        }
+        let n = s.group.len();
+        if n == 0 {
+            continue;
+        }
+        s.expert_runs += 1;
+        // Rows per sequence within the group.
+        s.segs.clear();
+        let mut seg_end = 0;
+        let mut seg = segments.iter();
+        let mut count = 0;
+        for &(r, _) in &s.group {
+            while r >= seg_end {
+                if count > 0 {
+                    s.segs.push(count);
+                    count = 0;
+                }
+                seg_end += seg.next().copied().unwrap_or(rows);
+            }
+            count += 1;
+        }
+        s.segs.push(count);
+        let xs = grow(&mut s.x, n * width);
+        for (i, &(r, _)) in s.group.iter().enumerate() {
+            xs[i * width..(i + 1) * width].copy_from_slice(&x[r * width..(r + 1) * width]);
+        }
+        let project = |t: &Tensor,
+                       input: &[f32],
+                       kin: usize,
+                       out: &mut [f32],
+                       scale: Option<&[f32]>,
+                       segs: &[usize],
+                       mm: &mut cpu::MatmulScratch|
+         -> Result<(), GraphError> {
+            let (bytes, dtype, kk, m) = expert_bytes(t, e)?;
+            if kk != kin {
+                return Err(GraphError::Internal(format!("expert weight of width {kk}")));
+            }
+            cpu::matmul_segmented(input, n, kin, bytes, dtype, m, out, segs, mm)?;
+            if let Some(sc) = scale {
+                let f = sc[e];
+                out.iter_mut().for_each(|v| *v *= f);
+            }
+            Ok(())
+        };
+        let up = grow(&mut s.up, n * nf);
+        project(w.up, xs, width, up, w.scales[0], &s.segs, &mut s.matmul)?;
+        let act = grow(&mut s.gate, n * nf);
+        match w.gate {
+            Some(g) => {
+                let gate = grow(&mut s.down, n * nf);
+                project(g, xs, width, gate, w.scales[1], &s.segs, &mut s.matmul)?;
+                match p.activation {
+                    MoeActivation::Silu => cpu::swiglu(gate, up, act)?,
+                    MoeActivation::Gelu => cpu::geglu(gate, up, act)?,
+                }
+            }
+            None => {
+                act.copy_from_slice(up);
+                match p.activation {
+                    MoeActivation::Silu => cpu::silu(act),
+                    MoeActivation::Gelu => cpu::gelu(act),
+                }
+            }
+        }
+        let down = grow(&mut s.down, n * width);
+        project(w.down, act, nf, down, w.scales[2], &s.segs, &mut s.matmul)?;
+        for (i, &(r, slot)) in s.group.iter().enumerate() {
+            let wt = weights[r * k + slot];
+            let o = &mut outs[(r * k + slot) * width..(r * k + slot + 1) * width];
+            for (o, &d) in o.iter_mut().zip(&down[i * width..(i + 1) * width]) {
+                *o = d * wt;
+            }
+        }
+    }
+    // The chosen experts summed in the order chosen, as llama.cpp adds its views.
+    for r in 0..rows {
+        let o = &mut out[r * width..(r + 1) * width];
+        o.copy_from_slice(&outs[r * k * width..(r * k + 1) * width]);
+        for slot in 1..k {
+            let src = &outs[(r * k + slot) * width..(r * k + slot + 1) * width];
+            for (o, &v) in o.iter_mut().zip(src) {
+                *o += v;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kestrel_tensor::Shape;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> f32 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+        fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.next()).collect()
+        }
+    }
+
+    /// F16 weights: the quantized matmul path, whose rows follow their own sequence only (F32
+    /// weights take a path whose numerics depend on the row count).
+    fn tensor(dims: &[usize], v: &[f32]) -> Tensor {
+        let bytes: Vec<u8> = v
+            .iter()
+            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+            .collect();
+        Tensor::from_bytes(DType::F16, Shape::new(dims).unwrap(), &bytes).unwrap()
+    }
+
+    const W: usize = 12;
+    const FF: usize = 8;
+    const E: usize = 6;
+
+    struct Model {
+        router: Vec<f32>,
+        up: Vec<f32>,
+        gate: Vec<f32>,
+        down: Vec<f32>,
+        scales: [Vec<f32>; 3],
+        sel_bias: Vec<f32>,
+    }
+
+    /// Per token, in f64: the definition in llama.cpp's `build_moe_ffn`.
+    fn reference(p: &MoeParams, m: &Model, x: &[f32]) -> Vec<f64> {
+        let dot = |w: &[f32], row: usize, k: usize, v: &[f64]| -> f64 {
+            (0..k).map(|i| w[row * k + i] as f64 * v[i]).sum()
+        };
+        let xv: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        let logits: Vec<f64> = (0..E).map(|e| dot(&m.router, e, W, &xv)).collect();
+        let probs: Vec<f64> = match p.gating {
+            MoeGating::Softmax => {
+                let mx = logits.iter().cloned().fold(f64::MIN, f64::max);
+                let z: f64 = logits.iter().map(|l| (l - mx).exp()).sum();
+                logits.iter().map(|l| (l - mx).exp() / z).collect()
+            }
+            MoeGating::Sigmoid => logits.iter().map(|l| 1.0 / (1.0 + (-l).exp())).collect(),
+            MoeGating::SoftmaxWeight => logits.clone(),
+        };
+        let bias = |e: usize| p.selection_bias.map_or(0.0, |_| m.sel_bias[e] as f64);
+        let mut order: Vec<usize> = (0..E).collect();
+        order.sort_by(|&a, &b| (probs[b] + bias(b)).total_cmp(&(probs[a] + bias(a))));
+        let chosen = &order[..p.n_used];
+        let mut w: Vec<f64> = chosen.iter().map(|&e| probs[e]).collect();
+        if p.gating == MoeGating::SoftmaxWeight {
+            let mx = w.iter().cloned().fold(f64::MIN, f64::max);
+            let z: f64 = w.iter().map(|v| (v - mx).exp()).sum();
+            w = w.iter().map(|v| (v - mx).exp() / z).collect();
+        }
+        if p.norm_weights {
+            let s: f64 = w.iter().sum();
+            w.iter_mut().for_each(|v| *v /= s);
+        }
+        w.iter_mut().for_each(|v| *v *= p.weights_scale as f64);
+        let mut out = vec![0f64; W];
+        for (&e, &wt) in chosen.iter().zip(&w) {
+            let sc = |i: usize| p.scales[i].map_or(1.0, |_| m.scales[i][e] as f64);
+            let up: Vec<f64> = (0..FF)
+                .map(|f| dot(&m.up, e * FF + f, W, &xv) * sc(0))
+                .collect();
+            let act: Vec<f64> = (0..FF)
+                .map(|f| {
+                    let g = dot(&m.gate, e * FF + f, W, &xv) * sc(1);
+                    g / (1.0 + (-g).exp()) * up[f]
+                })
+                .collect();
+            for (o, r) in out.iter_mut().enumerate() {
+                *r += wt * dot(&m.down, e * W + o, FF, &act) * sc(2);
+            }
+        }
+        out
+    }
+
+    fn setup(seed: u64) -> (Model, Vec<f32>) {
+        let mut r = Rng(seed);
+        // Expert weights exactly representable in f16 (they are stored as F16).
+        let mut h = |n: usize| -> Vec<f32> {
+            r.vec(n)
+                .into_iter()
+                .map(|v| half::f16::from_f32(v).to_f32())
+                .collect()
+        };
+        let (up, gate, down) = (h(E * FF * W), h(E * FF * W), h(E * W * FF));
+        let m = Model {
+            router: r.vec(E * W),
+            up,
+            gate,
+            down,
+            scales: [r.vec(E), r.vec(E), r.vec(E)],
+            sel_bias: r.vec(E),
+        };
+        let x = r.vec(64 * W);
+        (m, x)
+    }
+
+    fn params(gating: MoeGating, norm: bool, scale: f32, ids: bool) -> MoeParams {
+        MoeParams {
+            n_expert: E,
+            n_used: 2,
+            n_ff: FF,
+            gating,
+            norm_weights: norm,
+            weights_scale: scale,
+            activation: MoeActivation::Silu,
+            router: 0,
+            router_bias: None,
+            selection_bias: ids.then_some(1),
+            up: 0,
+            gate: Some(0),
+            down: 0,
+            scales: [ids.then_some(0), ids.then_some(0), ids.then_some(0)],
+        }
+    }
+
+    fn run_rows(
+        p: &MoeParams,
+        m: &Model,
+        x: &[f32],
+        segs: &[usize],
+        s: &mut MoeScratch,
+    ) -> Vec<f32> {
+        let router = Tensor::from_f32(Shape::new(&[W, E]).unwrap(), &m.router).unwrap();
+        let up = tensor(&[W, FF, E], &m.up);
+        let gate = tensor(&[W, FF, E], &m.gate);
+        let down = tensor(&[FF, W, E], &m.down);
+        let w = MoeWeights {
+            router: &router,
+            router_bias: None,
+            selection_bias: p.selection_bias.map(|_| &m.sel_bias[..]),
+            up: &up,
+            gate: Some(&gate),
+            down: &down,
+            scales: [
+                p.scales[0].map(|_| &m.scales[0][..]),
+                p.scales[1].map(|_| &m.scales[1][..]),
+                p.scales[2].map(|_| &m.scales[2][..]),
+            ],
+        };
+        let rows = x.len() / W;
+        let mut out = vec![0f32; rows * W];
+        run(p, &w, x, W, segs, s, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn matches_the_f64_definition_for_every_gating() {
+        for (i, p) in [
+            params(MoeGating::Softmax, true, 1.0, false),
+            params(MoeGating::Softmax, false, 2.5, true),
+            params(MoeGating::Sigmoid, true, 1.0, true),
+            params(MoeGating::SoftmaxWeight, false, 1.0, false),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let (m, x) = setup(7 + i as u64);
+            let x = &x[..5 * W];
+            let got = run_rows(p, &m, x, &[5], &mut MoeScratch::default());
+            for r in 0..5 {
+                let want = reference(p, &m, &x[r * W..(r + 1) * W]);
+                for (g, w) in got[r * W..(r + 1) * W].iter().zip(&want) {
+                    // F16 matmuls round the activations to f16.
+                    assert!(
+                        (*g as f64 - w).abs() <= 5e-3 * (1.0 + w.abs()),
+                        "case {i}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_gives_each_sequence_its_own_results_and_reads_each_expert_once() {
+        let (m, x) = setup(3);
+        let p = params(MoeGating::Softmax, true, 1.0, true);
+        // Three sequences of 20, 1 and 43 rows in one step...
+        let mut s = MoeScratch::default();
+        let all = run_rows(&p, &m, &x, &[20, 1, 43], &mut s);
+        assert!(
+            s.expert_runs <= E,
+            "{} expert runs for one step",
+            s.expert_runs
+        );
+        // ...equal bit for bit to each run alone.
+        let mut r0 = 0;
+        for len in [20, 1, 43] {
+            let alone = run_rows(
+                &p,
+                &m,
+                &x[r0 * W..(r0 + len) * W],
+                &[len],
+                &mut MoeScratch::default(),
+            );
+            assert_eq!(
+                alone,
+                all[r0 * W..(r0 + len) * W],
+                "rows {r0}..{}",
+                r0 + len
+            );
+            r0 += len;
+        }
+    }
+}
