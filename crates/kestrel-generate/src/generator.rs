@@ -637,7 +637,10 @@ pub(crate) fn tokenizer_of(model: &GgufModel) -> Result<Option<Arc<Tokenizer>>, 
     let kind = md
         .get("tokenizer.ggml.model")
         .and_then(|v| v.as_str().map(str::to_string));
-    if kind.as_deref() == Some("none") {
+    // llama.cpp's vocabulary-less types: `no_vocab`/`none` (a model driven by ids or
+    // embeddings) and `test` (its random-weight test files). Text commands then say there is no
+    // tokenizer; ids still run.
+    if matches!(kind.as_deref(), Some("none" | "no_vocab" | "test")) {
         return Ok(None);
     }
     Ok(Some(Arc::new(Tokenizer::from_metadata(

@@ -260,3 +260,59 @@ fn markdown(table: &BTreeMap<String, Vec<(String, Outcome)>>, version: &str) -> 
     }
     s
 }
+
+/// MoE in a batch: 8 sequences of different lengths decoded together give each the greedy
+/// tokens it gets alone (the batched == single invariant, through the expert grouping), on
+/// llama.cpp's qwen3moe file (seed 1: near-uniform logits, so any numeric difference would flip
+/// a token).
+#[test]
+fn moe_batched_decode_equals_single() {
+    use std::sync::Arc;
+
+    use kestrel_generate::{
+        BatchOptions, BatchRequest, GenerateParams, Generator, GeneratorOptions,
+    };
+
+    let require = std::env::var("KESTREL_REQUIRE_ARCHS").is_ok_and(|v| v == "1");
+    let Some(dir) = std::env::var_os("KESTREL_ARCHS_DIR").map(PathBuf::from) else {
+        eprintln!("skipped: KESTREL_ARCHS_DIR is not set");
+        return;
+    };
+    let path = dir.join("s1").join("qwen3moe-moe.gguf");
+    if !path.is_file() {
+        assert!(!require, "{} is missing", path.display());
+        return;
+    }
+    let model = Arc::new(GgufModel::open(&path).expect("open"));
+    let opts = GeneratorOptions {
+        threads: 2,
+        ctx: 128,
+        ..GeneratorOptions::default()
+    };
+    let mut g = Generator::new(model, opts).expect("generator");
+    let prompts: Vec<Vec<u32>> = (0..8u32)
+        .map(|i| (0..3 + 5 * i).map(|j| (i * 31 + j * 7 + 1) % 128).collect())
+        .collect();
+    let n_new = 12;
+    let single: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| {
+            g.generate_ids(p, n_new, &mut |_| Ok(true))
+                .expect("single")
+                .ids
+        })
+        .collect();
+    let requests = prompts
+        .iter()
+        .map(|p| BatchRequest {
+            prompt: p.clone(),
+            params: GenerateParams::greedy(n_new),
+        })
+        .collect();
+    let out = g
+        .batch_generate(requests, &BatchOptions::default())
+        .expect("batch");
+    for (i, (want, got)) in single.iter().zip(&out).enumerate() {
+        assert_eq!(&got.as_ref().expect("completion").ids, want, "sequence {i}");
+    }
+}
