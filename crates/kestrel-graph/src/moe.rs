@@ -369,7 +369,7 @@ mod tests {
             scales: [r.vec(E), r.vec(E), r.vec(E)],
             sel_bias: r.vec(E),
         };
-        let x = r.vec(64 * W);
+        let x = r.vec(512 * W);
         (m, x)
     }
 
@@ -450,12 +450,24 @@ mod tests {
     }
 
     #[test]
+    fn a_prefill_of_512_tokens_runs_each_expert_once() {
+        let (m, x) = setup(5);
+        let p = params(MoeGating::Softmax, true, 1.0, false);
+        let mut s = MoeScratch::default();
+        run_rows(&p, &m, &x, &[512], &mut s);
+        // 512 tokens choose 2 of 6 experts each: 1024 expert rows, in at most 6 matmul groups.
+        assert!(s.expert_runs <= E, "{} expert runs", s.expert_runs);
+        assert!(s.expert_runs >= 2);
+    }
+
+    #[test]
     fn a_batch_gives_each_sequence_its_own_results_and_reads_each_expert_once() {
         let (m, x) = setup(3);
+        let x = &x[..64 * W];
         let p = params(MoeGating::Softmax, true, 1.0, true);
         // Three sequences of 20, 1 and 43 rows in one step...
         let mut s = MoeScratch::default();
-        let all = run_rows(&p, &m, &x, &[20, 1, 43], &mut s);
+        let all = run_rows(&p, &m, x, &[20, 1, 43], &mut s);
         assert!(
             s.expert_runs <= E,
             "{} expert runs for one step",
