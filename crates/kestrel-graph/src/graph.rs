@@ -296,32 +296,27 @@ impl Graph {
 
     /// `min(max(x, -limit), limit)`.
     pub fn clamp(&mut self, name: &str, x: NodeId, limit: f32) -> Result<NodeId, GraphError> {
-        let (rows, w) = self.shape(x)?;
-        Ok(self.push(name, Op::Clamp(limit), vec![x], rows, w))
+        self.elementwise(name, Op::Clamp(limit), x)
     }
 
     /// Exact (erf) GELU.
     pub fn gelu_erf(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
-        let (rows, w) = self.shape(x)?;
-        Ok(self.push(name, Op::GeluErf, vec![x], rows, w))
+        self.elementwise(name, Op::GeluErf, x)
     }
 
     /// GELU (tanh form, ggml's rounding).
     pub fn gelu(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
-        let (rows, w) = self.shape(x)?;
-        Ok(self.push(name, Op::Gelu, vec![x], rows, w))
+        self.elementwise(name, Op::Gelu, x)
     }
 
     /// SiLU.
     pub fn silu(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
-        let (rows, w) = self.shape(x)?;
-        Ok(self.push(name, Op::Silu, vec![x], rows, w))
+        self.elementwise(name, Op::Silu, x)
     }
 
     /// `1 / (1 + exp(-x))`.
     pub fn sigmoid(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
-        let (rows, w) = self.shape(x)?;
-        Ok(self.push(name, Op::Sigmoid, vec![x], rows, w))
+        self.elementwise(name, Op::Sigmoid, x)
     }
 
     /// Every row of `a` times the single value of the same row of `s` (width 1).
@@ -344,8 +339,7 @@ impl Graph {
 
     /// `relu(x)²`.
     pub fn relu_sqr(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
-        let (rows, w) = self.shape(x)?;
-        Ok(self.push(name, Op::ReluSqr, vec![x], rows, w))
+        self.elementwise(name, Op::ReluSqr, x)
     }
 
     /// Every row times a weight of the row's width, or of one value (broadcast).
@@ -464,20 +458,24 @@ impl Graph {
 
     /// `x * s`.
     pub fn scale(&mut self, name: &str, x: NodeId, s: f32) -> Result<NodeId, GraphError> {
-        let (rows, w) = self.shape(x)?;
-        Ok(self.push(name, Op::Scale(s), vec![x], rows, w))
+        self.elementwise(name, Op::Scale(s), x)
     }
 
     /// `cap * tanh(x / cap)`.
     pub fn softcap(&mut self, name: &str, x: NodeId, cap: f32) -> Result<NodeId, GraphError> {
-        let (rows, w) = self.shape(x)?;
-        Ok(self.push(name, Op::SoftCap(cap), vec![x], rows, w))
+        self.elementwise(name, Op::SoftCap(cap), x)
     }
 
     /// The rows of `x` the step asks outputs for: the last token of each sequence by default.
     pub fn last_row(&mut self, name: &str, x: NodeId) -> Result<NodeId, GraphError> {
         let (_, w) = self.shape(x)?;
         Ok(self.push(name, Op::OutputRows, vec![x], Rows::Outputs, w))
+    }
+
+    /// An op of one input whose output has the input's shape.
+    fn elementwise(&mut self, name: &str, op: Op, x: NodeId) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        Ok(self.push(name, op, vec![x], rows, w))
     }
 
     /// Rows and width of a node's output.
