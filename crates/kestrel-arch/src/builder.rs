@@ -151,7 +151,11 @@ impl Builder<'_> {
             weights_scale: moe.weights_scale,
             activation: moe.activation,
             router: self.weight(&p("ffn_gate_inp.weight"))?,
-            router_bias: None,
+            router_bias: if moe.biases {
+                Some(self.weight(&p("ffn_gate_inp.bias"))?)
+            } else {
+                None
+            },
             selection_bias: None,
             up,
             gate: self.opt_weight(&p("ffn_gate_exps.weight")),
@@ -161,6 +165,15 @@ impl Builder<'_> {
                 scale(self, "ffn_gate_exps"),
                 scale(self, "ffn_down_exps"),
             ],
+            biases: if moe.biases {
+                [
+                    self.opt_weight(&p("ffn_up_exps.bias")),
+                    self.opt_weight(&p("ffn_gate_exps.bias")),
+                    self.opt_weight(&p("ffn_down_exps.bias")),
+                ]
+            } else {
+                [None; 3]
+            },
         };
         let mut out = self.g.moe(&p("ffn_moe"), h, params).map_err(&ge)?;
         if self.has(&p("ffn_up_shexp.weight")) {
@@ -258,8 +271,8 @@ pub fn rope_params(
         (true, Some(b)) => b,
         _ => cfg.rope.freq_base,
     };
-    // Sliding-window layers with their own base (gemma3) are not scaled.
-    let scaled = !(swa && cfg.rope.freq_base_swa.is_some());
+    // Sliding-window layers of some families rotate unscaled (gemma3, olmo2).
+    let scaled = !(swa && cfg.rope.swa_unscaled);
     let mut p = RopeParams {
         n_head,
         head_dim: cfg.head_dim_k,
@@ -432,6 +445,11 @@ pub fn build_decoder(
             window,
             softcap: cfg.attn_softcap,
             causal: true,
+            sinks: if cfg.attn_sinks {
+                Some(b.weight(&p("attn_sinks.weight"))?)
+            } else {
+                None
+            },
         };
         let a = b.g.attention(&p("attn"), q, k, v, params).map_err(&ge)?;
         let mut o = b.linear(&p("attn_output"), a)?;

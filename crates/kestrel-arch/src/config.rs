@@ -76,6 +76,9 @@ pub struct MoeConfig {
     /// A shared expert (`ffn_*_shexp`) is added where the file has one; its per-tensor scales
     /// are applied when true.
     pub shared_scales: bool,
+    /// The router's and the experts' biases (`ffn_gate_inp.bias`, `ffn_*_exps.bias`) are added
+    /// (gpt-oss).
+    pub biases: bool,
 }
 
 /// Where the block's norms sit.
@@ -124,6 +127,9 @@ pub struct RopeConfig {
     pub freq_base: f32,
     /// Base frequency of sliding-window layers, where it differs (gemma3: 10 000).
     pub freq_base_swa: Option<f32>,
+    /// Sliding-window layers rotate without the global scaling (gemma3, olmo2: llama.cpp's
+    /// `rope_freq_scale_train_swa` of 1); otherwise they are scaled as the others.
+    pub swa_unscaled: bool,
     /// NeoX style (rotate halves) rather than adjacent pairs.
     pub neox: bool,
     /// Scaling of global layers.
@@ -216,6 +222,8 @@ pub struct DecoderConfig {
     pub tied_output: bool,
     /// Add `output.bias` when the file has one (false: qwen2vl, whose graph ignores it).
     pub output_bias: bool,
+    /// Attention sinks (`blk.N.attn_sinks.weight`, one logit per head; gpt-oss).
+    pub attn_sinks: bool,
 }
 
 /// A per-layer field: a scalar for all layers or an array with one value per layer.
@@ -306,6 +314,7 @@ impl DecoderConfig {
                 .opt(&key("rope.freq_base"), |m, k| m.get_f32(k))?
                 .unwrap_or(10_000.0),
             freq_base_swa: None,
+            swa_unscaled: false,
             neox: false,
             scaling: rope_scaling(&md, &arch, n_ctx_train)?,
             freq_factors: model
@@ -353,6 +362,7 @@ impl DecoderConfig {
             post_norms: false,
             tied_output: model.tensor_info("output.weight").is_none(),
             output_bias: true,
+            attn_sinks: false,
         };
         archs::adjust(&mut cfg, model)?;
         if cfg.moe.is_none() && model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {

@@ -200,6 +200,7 @@ pub fn build_encoder(cfg: &EncoderConfig, model: &GgufModel) -> Result<Graph, Ar
             window: None,
             softcap: None,
             causal: false,
+            sinks: None,
         };
         let a = g.attention(&n("attn"), q, k, v, params).map_err(ge)?;
         let o = linear(&mut g, a, "attn_output")?;

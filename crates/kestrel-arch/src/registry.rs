@@ -86,6 +86,8 @@ pub enum ArchKind {
     Olmoe,
     /// Phi-3.5-MoE.
     PhiMoe,
+    /// gpt-oss (attention sinks, clamped SwiGLU experts with biases).
+    GptOss,
     /// BERT-style encoders (sentence embeddings): see [`crate::EncoderConfig`].
     Bert,
 }
@@ -132,6 +134,7 @@ const REGISTRY: &[(&str, ArchKind)] = &[
     ("granitemoe", ArchKind::GraniteMoe),
     ("olmoe", ArchKind::Olmoe),
     ("phimoe", ArchKind::PhiMoe),
+    ("gpt-oss", ArchKind::GptOss),
     ("bert", ArchKind::Bert),
 ];
 

@@ -368,6 +368,7 @@ fn unsupported(op: &Op, width: usize) -> Option<&'static str> {
         Op::Sigmoid => Some("sigmoid"),
         Op::MulRowScalar => Some("mul_row_scalar"),
         Op::LayerNorm { group, .. } => (*group != width).then_some("layer_norm over groups"),
+        Op::Attention(p) if p.sinks.is_some() => Some("attention sinks"),
         _ => None,
     }
 }

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use crate::ir::{
-    AttentionParams, EmbedIndex, MoeParams, Node, NodeId, Op, RopeParams, Rows, WeightId, WeightRef,
+    AttentionParams, EmbedIndex, MoeActivation, MoeParams, Node, NodeId, Op, RopeParams, Rows,
+    WeightId, WeightRef,
 };
 use crate::GraphError;
 
@@ -276,6 +277,14 @@ impl Graph {
         for s in p.scales.iter().flatten() {
             expect.push((*s, vec![e]));
         }
+        for (b, m) in p.biases.iter().zip([f, f, w as u64]) {
+            if let Some(b) = b {
+                expect.push((*b, vec![m, e]));
+            }
+        }
+        if p.activation == MoeActivation::SwiGluOai && p.gate.is_none() {
+            return Err(shape_err(name, "swiglu_oai experts without a gate".into()));
+        }
         if let Some(b) = p.router_bias {
             expect.push((b, vec![e]));
         }
@@ -422,6 +431,15 @@ impl Graph {
                 name,
                 format!("q {wq}, k {wk}, v {wv} do not fit {p:?}"),
             ));
+        }
+        if let Some(s) = p.sinks {
+            let dims = self.weight_dims(s, name)?;
+            if dims.iter().product::<u64>() as usize != p.n_head {
+                return Err(shape_err(
+                    name,
+                    format!("sinks of dims {dims:?} for {} heads", p.n_head),
+                ));
+            }
         }
         let w = p.n_head * p.head_dim_v;
         Ok(self.push(name, Op::Attention(p), vec![q, k, v], Rows::Tokens, w))

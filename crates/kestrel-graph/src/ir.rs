@@ -74,6 +74,8 @@ pub struct AttentionParams {
     /// Each query sees only earlier positions (decoders); false: every query of a sequence sees
     /// every key of it (encoders, whose whole input must then run in one step).
     pub causal: bool,
+    /// A learned logit per head in every softmax's denominator (gpt-oss's attention sinks).
+    pub sinks: Option<WeightId>,
 }
 
 impl RopeParams {
@@ -131,6 +133,9 @@ pub enum MoeActivation {
     Silu,
     /// tanh GELU (gated: GeGLU).
     Gelu,
+    /// gpt-oss's clamped SwiGLU (llama.cpp `ggml_swiglu_oai`, alpha 1.702, limit 7):
+    /// `min(g, 7) · sigmoid(1.702 · min(g, 7)) · (clamp(u, ±7) + 1)`; gated only.
+    SwiGluOai,
 }
 
 /// A mixture-of-experts FFN (llama.cpp's `build_moe_ffn`): router logits `x · routerᵀ`
@@ -169,6 +174,8 @@ pub struct MoeParams {
     pub down: WeightId,
     /// Per-expert scales of up, gate and down.
     pub scales: [Option<WeightId>; 3],
+    /// Per-expert biases of up, gate and down (`[m, n_expert]`), added after the scales.
+    pub biases: [Option<WeightId>; 3],
 }
 
 /// Which rows of a table an [`Op::Embed`] reads.

@@ -187,6 +187,7 @@ mod tests {
                 window: None,
                 softcap: None,
                 causal: true,
+                sinks: None,
             };
             let a = g.attention("attn", q, k, v, p).unwrap();
             let o = g.matmul("o", a, wo).unwrap();

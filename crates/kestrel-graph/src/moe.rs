@@ -47,6 +47,7 @@ pub(crate) struct MoeWeights<'a> {
     pub gate: Option<&'a Tensor>,
     pub down: &'a Tensor,
     pub scales: [Option<&'a [f32]>; 3],
+    pub biases: [Option<&'a [f32]>; 3],
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
@@ -71,6 +72,17 @@ fn expert_bytes(w: &Tensor, e: usize) -> Result<(&[u8], DType, usize, usize), Gr
         GraphError::Internal(format!("expert {e} lies past the end of its weight"))
     })?;
     Ok((slice, w.dtype(), k, m))
+}
+
+/// gpt-oss's activation, as ggml's `swiglu_oai` computes it in f32.
+fn swiglu_oai(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    const ALPHA: f32 = 1.702;
+    const LIMIT: f32 = 7.0;
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        let x = g.min(LIMIT);
+        let y = u.clamp(-LIMIT, LIMIT);
+        *o = x / (1.0 + (ALPHA * -x).exp()) * (y + 1.0);
+    }
 }
 
 /// `out[rows, width]` = the MoE FFN of `x[rows, width]`; `segments` are the step's rows per
@@ -200,7 +212,7 @@ pub(crate) fn run(
                        input: &[f32],
                        kin: usize,
                        out: &mut [f32],
-                       scale: Option<&[f32]>,
+                       (scale, bias): (Option<&[f32]>, Option<&[f32]>),
                        segs: &[usize],
                        mm: &mut cpu::MatmulScratch|
          -> Result<(), GraphError> {
@@ -213,18 +225,26 @@ pub(crate) fn run(
                 let f = sc[e];
                 out.iter_mut().for_each(|v| *v *= f);
             }
+            if let Some(b) = bias {
+                let b = &b[e * m..(e + 1) * m];
+                for row in out.chunks_exact_mut(m) {
+                    row.iter_mut().zip(b).for_each(|(v, &b)| *v += b);
+                }
+            }
             Ok(())
         };
         let up = grow(&mut s.up, n * nf);
-        project(w.up, xs, width, up, w.scales[0], &s.segs, &mut s.matmul)?;
+        let sb = |i: usize| (w.scales[i], w.biases[i]);
+        project(w.up, xs, width, up, sb(0), &s.segs, &mut s.matmul)?;
         let act = grow(&mut s.gate, n * nf);
         match w.gate {
             Some(g) => {
                 let gate = grow(&mut s.down, n * nf);
-                project(g, xs, width, gate, w.scales[1], &s.segs, &mut s.matmul)?;
+                project(g, xs, width, gate, sb(1), &s.segs, &mut s.matmul)?;
                 match p.activation {
                     MoeActivation::Silu => cpu::swiglu(gate, up, act)?,
                     MoeActivation::Gelu => cpu::geglu(gate, up, act)?,
+                    MoeActivation::SwiGluOai => swiglu_oai(gate, up, act),
                 }
             }
             None => {
@@ -232,11 +252,14 @@ pub(crate) fn run(
                 match p.activation {
                     MoeActivation::Silu => cpu::silu(act),
                     MoeActivation::Gelu => cpu::gelu(act),
+                    MoeActivation::SwiGluOai => {
+                        return Err(GraphError::Internal("swiglu_oai without a gate".into()))
+                    }
                 }
             }
         }
         let down = grow(&mut s.down, n * width);
-        project(w.down, act, nf, down, w.scales[2], &s.segs, &mut s.matmul)?;
+        project(w.down, act, nf, down, sb(2), &s.segs, &mut s.matmul)?;
         for (i, &(r, slot)) in s.group.iter().enumerate() {
             let wt = weights[r * k + slot];
             let o = &mut outs[(r * k + slot) * width..(r * k + slot + 1) * width];
@@ -389,6 +412,7 @@ mod tests {
             gate: Some(0),
             down: 0,
             scales: [ids.then_some(0), ids.then_some(0), ids.then_some(0)],
+            biases: [None; 3],
         }
     }
 
@@ -415,6 +439,7 @@ mod tests {
                 p.scales[1].map(|_| &m.scales[1][..]),
                 p.scales[2].map(|_| &m.scales[2][..]),
             ],
+            biases: [None; 3],
         };
         let rows = x.len() / W;
         let mut out = vec![0f32; rows * W];

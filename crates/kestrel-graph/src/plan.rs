@@ -576,6 +576,16 @@ impl ExecutionPlan {
                         &params,
                         &mut out[r0 * qw..r1 * qw],
                     )?;
+                    if let Some(sinks) = p.sinks {
+                        cpu::apply_attention_sinks(
+                            &a[r0 * qw..r1 * qw],
+                            &mask[r0..r1],
+                            &seqs[..group.len()],
+                            &params,
+                            self.weights[sinks].vector()?,
+                            &mut out[r0 * qw..r1 * qw],
+                        )?;
+                    }
                     r0 = r1;
                 }
             }
@@ -657,6 +667,7 @@ impl ExecutionPlan {
                     gate: p.gate.map(|g| &ws[g].tensor),
                     down: &ws[p.down].tensor,
                     scales: [vec(p.scales[0])?, vec(p.scales[1])?, vec(p.scales[2])?],
+                    biases: [vec(p.biases[0])?, vec(p.biases[1])?, vec(p.biases[2])?],
                 };
                 moe::run(
                     p,

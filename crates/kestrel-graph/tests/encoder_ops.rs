@@ -77,6 +77,7 @@ fn attention_graph(causal: bool) -> Graph {
         window: None,
         softcap: None,
         causal,
+        sinks: None,
     };
     let a = g.attention("attn", x, x, x, p).unwrap();
     g.set_output(a).unwrap();

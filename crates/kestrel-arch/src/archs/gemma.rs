@@ -6,7 +6,8 @@
 //! gemma2 adds sandwich norms (after attention and FFN too), an attention logit soft-cap
 //! (default 50) and a final logit soft-cap (default 30), both always on, and sliding-window
 //! layers (window default 4096; every other layer unless `attention.sliding_window_pattern`
-//! says otherwise) with their own RoPE base when the file has `rope.freq_base_swa`. As llama.cpp's
+//! says otherwise) with their own RoPE base when the file has `rope.freq_base_swa` (scaled as the
+//! global layers). As llama.cpp's
 //! graphs, neither applies per-tensor scales in the FFN.
 
 use kestrel_gguf::GgufModel;

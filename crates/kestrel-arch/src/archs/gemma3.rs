@@ -30,6 +30,7 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
     if let Some(w) = window.filter(|&w| w > 0) {
         cfg.sliding_window = Some(w);
         cfg.swa_layers = swa_pattern(&md, &cfg.arch, cfg.n_layer, SWA_PATTERN, false)?;
+        cfg.rope.swa_unscaled = true;
         cfg.rope.freq_base_swa = Some(
             md.opt(&key("rope.freq_base_swa"), |m, k| m.get_f32(k))?
                 .unwrap_or(SWA_FREQ_BASE),

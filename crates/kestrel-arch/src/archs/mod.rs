@@ -12,6 +12,7 @@ pub(crate) mod exaone;
 pub(crate) mod gemma;
 pub(crate) mod gemma3;
 pub(crate) mod glm4;
+pub(crate) mod gpt_oss;
 pub(crate) mod granite;
 pub(crate) mod llama;
 pub(crate) mod llama_like;
@@ -64,6 +65,7 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
         ArchKind::GraniteMoe => granite::adjust_moe(cfg, model),
         ArchKind::Olmoe => olmo::adjust_olmoe(cfg, model),
         ArchKind::PhiMoe => phi::adjust_phimoe(cfg, model),
+        ArchKind::GptOss => gpt_oss::adjust(cfg, model),
         ArchKind::Bert => Ok(()),
     }
 }
@@ -173,6 +175,7 @@ pub(crate) fn softmax_moe(
             expert_scales,
             activation: kestrel_graph::MoeActivation::Silu,
             shared_scales,
+            biases: false,
         }),
     )
 }

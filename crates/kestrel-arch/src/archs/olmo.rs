@@ -44,6 +44,7 @@ pub(crate) fn adjust_olmo2(cfg: &mut DecoderConfig, model: &GgufModel) -> Result
         cfg.swa_layers = swa_pattern(&md, &cfg.arch, cfg.n_layer, SWA_PATTERN, false)?;
         // The window layers rotate at the global base, unscaled.
         cfg.rope.freq_base_swa = Some(cfg.rope.freq_base);
+        cfg.rope.swa_unscaled = true;
     }
     Ok(())
 }

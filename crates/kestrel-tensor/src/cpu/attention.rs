@@ -140,7 +140,7 @@ impl<'a> KvRows<'a> {
 }
 
 /// Element types a KV cache can hold.
-trait KvElem: Copy + Send + Sync {
+pub(super) trait KvElem: Copy + Send + Sync {
     /// Values per element (32 for a quant block).
     const VALS: usize = 1;
     /// `q · k`.
@@ -363,7 +363,7 @@ impl KvElem for BlockQ4_0 {
 
 /// The `hd` values of a head row starting at value `off`, in elements of `T`.
 #[inline(always)]
-fn head<T: KvElem>(s: &[T], off: usize, hd: usize) -> &[T] {
+pub(super) fn head<T: KvElem>(s: &[T], off: usize, hd: usize) -> &[T] {
     &s[off / T::VALS..(off + hd) / T::VALS]
 }
 
