@@ -8,7 +8,7 @@ use kestrel_gguf::quant::{can_dequantize, dequantize, quantize};
 use kestrel_gguf::GgmlType;
 
 /// Types with dequantization fixtures, and their file stems.
-const DEQUANT: [(GgmlType, &str); 16] = [
+const DEQUANT: [(GgmlType, &str); 17] = [
     (GgmlType::F32, "f32"),
     (GgmlType::F16, "f16"),
     (GgmlType::BF16, "bf16"),
@@ -25,6 +25,7 @@ const DEQUANT: [(GgmlType, &str); 16] = [
     (GgmlType::Q8K, "q8_k"),
     (GgmlType::IQ4NL, "iq4_nl"),
     (GgmlType::IQ4XS, "iq4_xs"),
+    (GgmlType::MXFP4, "mxfp4"),
 ];
 
 /// Types with quantization fixtures, and their file stems: the first seven from gguf-py, the

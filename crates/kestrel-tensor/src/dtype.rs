@@ -43,11 +43,13 @@ pub enum DType {
     IQ4NL,
     /// ggml IQ4_XS.
     IQ4XS,
+    /// ggml MXFP4 (OCP microscaling FP4: gpt-oss's experts).
+    MXFP4,
 }
 
 impl DType {
     /// Every dtype, in ggml id order of the matching [`GgmlType`].
-    pub const ALL: [DType; 16] = [
+    pub const ALL: [DType; 17] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -64,6 +66,7 @@ impl DType {
         DType::IQ4NL,
         DType::IQ4XS,
         DType::BF16,
+        DType::MXFP4,
     ];
 
     /// The GGUF tensor type with the same bytes.
@@ -85,6 +88,7 @@ impl DType {
             DType::Q8K => GgmlType::Q8K,
             DType::IQ4NL => GgmlType::IQ4NL,
             DType::IQ4XS => GgmlType::IQ4XS,
+            DType::MXFP4 => GgmlType::MXFP4,
         }
     }
 

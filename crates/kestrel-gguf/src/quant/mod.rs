@@ -30,6 +30,7 @@ mod error;
 pub mod float;
 pub mod iq4_nl;
 pub mod iq4_xs;
+pub mod mxfp4;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -49,6 +50,7 @@ pub use common::{get_scale_min_k4, QuantBlock, K_SCALE_SIZE, QK_K};
 pub use error::{QuantError, QuantOp};
 pub use iq4_nl::BlockIQ4NL;
 pub use iq4_xs::BlockIQ4XS;
+pub use mxfp4::BlockMXFP4;
 pub use q2_k::BlockQ2K;
 pub use q3_k::BlockQ3K;
 pub use q4_0::BlockQ4_0;
@@ -89,6 +91,7 @@ pub fn can_dequantize(ty: GgmlType) -> bool {
             | GgmlType::Q8K
             | GgmlType::IQ4NL
             | GgmlType::IQ4XS
+            | GgmlType::MXFP4
     )
 }
 
@@ -138,6 +141,7 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), Quan
         GgmlType::Q8K => q8_k::dequantize_bytes(data, out),
         GgmlType::IQ4NL => iq4_nl::dequantize_bytes(data, out),
         GgmlType::IQ4XS => iq4_xs::dequantize_bytes(data, out),
+        GgmlType::MXFP4 => mxfp4::dequantize_bytes(data, out),
         _ => Err(QuantError::Unsupported {
             ty,
             op: QuantOp::Dequantize,

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-const ALL_DEQUANT: [GgmlType; 16] = [
+const ALL_DEQUANT: [GgmlType; 17] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -24,6 +24,7 @@ const ALL_DEQUANT: [GgmlType; 16] = [
     GgmlType::Q8K,
     GgmlType::IQ4NL,
     GgmlType::IQ4XS,
+    GgmlType::MXFP4,
 ];
 
 const ALL_QUANT: [GgmlType; 14] = [
@@ -63,6 +64,7 @@ fn block_layouts_match_ggml_type_table() {
         layout::<BlockQ8K>(),
         layout::<BlockIQ4NL>(),
         layout::<BlockIQ4XS>(),
+        layout::<BlockMXFP4>(),
     ];
     for (ty, block_size, size) in layouts {
         assert_eq!(block_size, ty.block_size(), "{ty} block size");
@@ -379,6 +381,10 @@ fn sanitize_scales(ty: GgmlType, data: &mut [u8]) {
         for &o in f16_at {
             // Clear the top exponent bit: magnitude below 2.
             block[o + 1] &= 0xbf;
+        }
+        if ty == GgmlType::MXFP4 {
+            // An E8M0 exponent that keeps 12 * 2^(e - 128) finite.
+            block[0] = block[0].min(250);
         }
         if matches!(ty, GgmlType::Q8K | GgmlType::F32) {
             block[3] &= 0xbf;

@@ -64,6 +64,7 @@ quant_kernel!(KQ6K, quant::BlockQ6K, quant::q6_k::dequantize_block);
 quant_kernel!(KQ8K, quant::BlockQ8K, quant::q8_k::dequantize_block);
 quant_kernel!(KIQ4NL, quant::BlockIQ4NL, quant::iq4_nl::dequantize_block);
 quant_kernel!(KIQ4XS, quant::BlockIQ4XS, quant::iq4_xs::dequantize_block);
+quant_kernel!(KMXFP4, quant::BlockMXFP4, quant::mxfp4::dequantize_block);
 
 /// F32 weights.
 pub(crate) struct KF32;
@@ -174,6 +175,10 @@ macro_rules! dispatch {
             }
             DType::IQ4XS => {
                 type $K = KIQ4XS;
+                $body
+            }
+            DType::MXFP4 => {
+                type $K = KMXFP4;
                 $body
             }
         }

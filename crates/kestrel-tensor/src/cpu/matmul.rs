@@ -237,6 +237,7 @@ pub fn matmul_segmented(
         DType::Q8K => matmul_q::<DQ8K>(x, n, k, w, row_bytes, m, out, segments, scratch),
         DType::IQ4NL => matmul_q::<DIQ4NL>(x, n, k, w, row_bytes, m, out, segments, scratch),
         DType::IQ4XS => matmul_q::<DIQ4XS>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::MXFP4 => matmul_q::<DMXFP4>(x, n, k, w, row_bytes, m, out, segments, scratch),
     }
     Ok(())
 }

@@ -20,8 +20,8 @@ use super::qdot_k_x86::{dot_q4_k_8x8_gemv, dot_q6_k_x86};
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 use kestrel_gguf::quant::{
-    self, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
-    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK_K,
+    self, BlockIQ4NL, BlockIQ4XS, BlockMXFP4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK_K,
 };
 
 use super::dispatch::{self, TypeKernels};
@@ -139,6 +139,7 @@ qdot_type!(
     |k| k.q8_0
 );
 qdot_type!(DIQ4NL, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_iq4_nl);
+qdot_type!(DMXFP4, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_mxfp4);
 qdot_type!(DQ2K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q2_k);
 qdot_type!(DQ3K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q3_k);
 qdot_type!(
@@ -387,6 +388,23 @@ pub(crate) fn dot_iq4_nl(w: &[u8], y: &[BlockQ8_0]) -> f32 {
         for j in 0..QK8 / 2 {
             s1 += yb.qs[j] as i32 * KVALUES[(x.qs[j] & 0xf) as usize] as i32;
             s2 += yb.qs[j + QK8 / 2] as i32 * KVALUES[(x.qs[j] >> 4) as usize] as i32;
+        }
+        sumf += d * (s1 + s2) as f32;
+    });
+    sumf
+}
+
+/// `ggml_vec_dot_mxfp4_q8_0_generic`.
+pub(crate) fn dot_mxfp4(w: &[u8], y: &[BlockQ8_0]) -> f32 {
+    use quant::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4};
+    let mut sumf = 0f32;
+    for_each_block(w, |i, x: &BlockMXFP4| {
+        let yb = &y[i];
+        let d = h(yb.d) * e8m0_to_f32_half(x.e);
+        let (mut s1, mut s2) = (0i32, 0i32);
+        for j in 0..QK8 / 2 {
+            s1 += yb.qs[j] as i32 * KVALUES_MXFP4[(x.qs[j] & 0xf) as usize] as i32;
+            s2 += yb.qs[j + QK8 / 2] as i32 * KVALUES_MXFP4[(x.qs[j] >> 4) as usize] as i32;
         }
         sumf += d * (s1 + s2) as f32;
     });
@@ -900,6 +918,7 @@ mod tests {
             DType::Q8K => check::<DQ8K>(dtype, k, seed, scale),
             DType::IQ4NL => check::<DIQ4NL>(dtype, k, seed, scale),
             DType::IQ4XS => check::<DIQ4XS>(dtype, k, seed, scale),
+            DType::MXFP4 => check::<DMXFP4>(dtype, k, seed, scale),
             DType::F32 => {}
         }
     }

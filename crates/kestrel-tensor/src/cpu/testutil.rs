@@ -48,11 +48,16 @@ pub(crate) fn quantized_rows(
         let src = rng.vec(n, 1.0);
         quant::quantize(ty, &src, &mut bytes).unwrap();
     } else {
-        // IQ4_NL / IQ4_XS have no quantizer: random bits with a small f16 scale in front.
+        // IQ4_NL / IQ4_XS / MXFP4 have no quantizer: random bits with a small scale in front.
         for b in bytes.iter_mut() {
             *b = rng.next_u64() as u8;
         }
         for blk in bytes.chunks_exact_mut(dtype.block_bytes()) {
+            if dtype == DType::MXFP4 {
+                // An E8M0 scale of 2^-8 .. 2^-5 (values up to 12 * 2^-6).
+                blk[0] = 119 + (rng.next_u64() % 4) as u8;
+                continue;
+            }
             let d = f16::from_f32(0.001 + 0.01 * rng.f32().abs());
             blk[..2].copy_from_slice(&d.to_bits().to_le_bytes());
         }
