@@ -28,9 +28,9 @@ const DEQUANT: [(GgmlType, &str); 17] = [
     (GgmlType::MXFP4, "mxfp4"),
 ];
 
-/// Types with quantization fixtures, and their file stems: the first seven from gguf-py, the
-/// K-quants from ggml's own `quantize_row_*_ref` (gguf-py has no K-quant quantizer).
-const QUANT: [(GgmlType, &str); 13] = [
+/// Types with quantization fixtures, and their file stems: the first seven and MXFP4 from gguf-py,
+/// the K-quants from ggml's own `quantize_row_*_ref` (gguf-py has no K-quant quantizer).
+const QUANT: [(GgmlType, &str); 14] = [
     (GgmlType::Q4_0, "q4_0"),
     (GgmlType::Q4_1, "q4_1"),
     (GgmlType::Q5_0, "q5_0"),
@@ -44,6 +44,7 @@ const QUANT: [(GgmlType, &str); 13] = [
     (GgmlType::Q5K, "q5_k"),
     (GgmlType::Q6K, "q6_k"),
     (GgmlType::Q8K, "q8_k"),
+    (GgmlType::MXFP4, "mxfp4"),
 ];
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -166,6 +167,8 @@ fn quantized_fixtures_round_trip_close_to_input() {
             let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
             let tol = match ty {
                 GgmlType::Q2K | GgmlType::Q3K => amax / 2.0,
+                // MXFP4's largest code is 1.5 * 2^floor(log2(amax)): up to a quarter clipped.
+                GgmlType::MXFP4 => amax / 4.0,
                 _ => amax / 6.0,
             };
             for (a, b) in xb.iter().zip(yb) {

@@ -363,6 +363,43 @@ pub fn read_skeletons(path: &Path) -> BTreeMap<String, Skeleton> {
 
 /// The file `test-llama-archs -s seed -d stdev` writes for this skeleton, in memory.
 pub fn build(s: &Skeleton, seed: u64, stdev: f32) -> GgufModel {
+    build_as(s, seed, stdev, |_| GgmlType::F32)
+}
+
+/// [`build`] with the tensors `ty` names stored in that type (quantized from the same values by
+/// kestrel's reference quantizer); the GGUF bytes, for llama.cpp to read too.
+pub fn build_bytes_as(
+    s: &Skeleton,
+    seed: u64,
+    stdev: f32,
+    ty: impl Fn(&str) -> GgmlType,
+) -> Vec<u8> {
+    let mut w = GgufWriter::new();
+    for (k, v) in &s.metadata {
+        w.add_metadata(k, v.clone());
+    }
+    for (name, dims) in &s.tensors {
+        let n = dims.iter().product::<u64>() as usize;
+        let values = tensor_values(name, n, seed, stdev);
+        let t = ty(name);
+        let bytes = if t == GgmlType::F32 {
+            values.iter().flat_map(|v| v.to_le_bytes()).collect()
+        } else {
+            let mut out = vec![0u8; n / t.block_size() * t.type_size()];
+            kestrel_gguf::quant::quantize(t, &values, &mut out).expect("quantize");
+            out
+        };
+        w.add_tensor(name, t, dims, bytes).expect("tensor");
+    }
+    w.to_bytes().expect("GGUF")
+}
+
+fn build_as(s: &Skeleton, seed: u64, stdev: f32, ty: impl Fn(&str) -> GgmlType) -> GgufModel {
+    if s.tensors.iter().any(|(n, _)| ty(n) != GgmlType::F32) {
+        let bytes = build_bytes_as(s, seed, stdev, ty);
+        let file = GgufFile::from_bytes(bytes).expect("GGUF parses");
+        return GgufModel::from_shards(vec![file], Path::new("rebuilt.gguf")).expect("model");
+    }
     let mut w = GgufWriter::new();
     for (k, v) in &s.metadata {
         w.add_metadata(k, v.clone());
@@ -378,4 +415,26 @@ pub fn build(s: &Skeleton, seed: u64, stdev: f32) -> GgufModel {
     }
     let file = GgufFile::from_bytes(w.to_bytes().expect("GGUF")).expect("GGUF parses");
     GgufModel::from_shards(vec![file], Path::new("rebuilt.gguf")).expect("model")
+}
+
+/// The storage type a variant gives each tensor, by name.
+pub type TypeOf = fn(&str) -> GgmlType;
+
+/// The variants kestrel derives from llama.cpp's files, by file stem: `<stem>-mxfp4` is `<stem>`
+/// with its expert matrices in MXFP4 (gpt-oss's real files store them so).
+pub fn variant(stem: &str) -> Option<(&str, TypeOf)> {
+    let base = stem.strip_suffix("-mxfp4")?;
+    Some((base, |name: &str| {
+        if name.contains("_exps.weight") {
+            GgmlType::MXFP4
+        } else {
+            GgmlType::F32
+        }
+    }))
+}
+
+/// A variant's model in memory.
+pub fn build_variant(s: &Skeleton, stem: &str, seed: u64, stdev: f32) -> Option<GgufModel> {
+    let (_, ty) = variant(stem)?;
+    Some(build_as(s, seed, stdev, ty))
 }

@@ -113,6 +113,7 @@ pub fn can_quantize(ty: GgmlType) -> bool {
             | GgmlType::Q5K
             | GgmlType::Q6K
             | GgmlType::Q8K
+            | GgmlType::MXFP4
     )
 }
 
@@ -173,6 +174,7 @@ pub fn quantize(ty: GgmlType, src: &[f32], out: &mut [u8]) -> Result<(), QuantEr
         GgmlType::Q5K => q5_k::quantize_bytes(src, out),
         GgmlType::Q6K => q6_k::quantize_bytes(src, out),
         GgmlType::Q8K => q8_k::quantize_bytes(src, out),
+        GgmlType::MXFP4 => mxfp4::quantize_bytes(src, out),
         _ => Err(QuantError::Unsupported {
             ty,
             op: QuantOp::Quantize,

@@ -27,7 +27,7 @@ const ALL_DEQUANT: [GgmlType; 17] = [
     GgmlType::MXFP4,
 ];
 
-const ALL_QUANT: [GgmlType; 14] = [
+const ALL_QUANT: [GgmlType; 15] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -42,6 +42,7 @@ const ALL_QUANT: [GgmlType; 14] = [
     GgmlType::Q5K,
     GgmlType::Q6K,
     GgmlType::Q8K,
+    GgmlType::MXFP4,
 ];
 
 fn layout<B: QuantBlock>() -> (GgmlType, usize, usize) {
