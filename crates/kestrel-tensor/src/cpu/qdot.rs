@@ -378,18 +378,24 @@ pub(crate) fn dot_q8_0(w: &[u8], y: &[BlockQ8_0]) -> f32 {
     sumf
 }
 
+/// The integer sum of one block of 4-bit table codes (byte `j`: value `j` low, `j + 16` high)
+/// with its q8_0 activations, as ggml's generic IQ4_NL and MXFP4 dots take it.
+#[inline]
+fn table_block_sum(table: &[i8; 16], qs: &[u8; QK8 / 2], yq: &[i8; QK8]) -> i32 {
+    let (mut s1, mut s2) = (0i32, 0i32);
+    for j in 0..QK8 / 2 {
+        s1 += yq[j] as i32 * table[(qs[j] & 0xf) as usize] as i32;
+        s2 += yq[j + QK8 / 2] as i32 * table[(qs[j] >> 4) as usize] as i32;
+    }
+    s1 + s2
+}
+
 /// `ggml_vec_dot_iq4_nl_q8_0_generic`.
 pub(crate) fn dot_iq4_nl(w: &[u8], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;
     for_each_block(w, |i, x: &BlockIQ4NL| {
         let yb = &y[i];
-        let d = h(yb.d) * h(x.d);
-        let (mut s1, mut s2) = (0i32, 0i32);
-        for j in 0..QK8 / 2 {
-            s1 += yb.qs[j] as i32 * KVALUES[(x.qs[j] & 0xf) as usize] as i32;
-            s2 += yb.qs[j + QK8 / 2] as i32 * KVALUES[(x.qs[j] >> 4) as usize] as i32;
-        }
-        sumf += d * (s1 + s2) as f32;
+        sumf += h(yb.d) * h(x.d) * table_block_sum(&KVALUES, &x.qs, &yb.qs) as f32;
     });
     sumf
 }
@@ -401,12 +407,7 @@ pub(crate) fn dot_mxfp4(w: &[u8], y: &[BlockQ8_0]) -> f32 {
     for_each_block(w, |i, x: &BlockMXFP4| {
         let yb = &y[i];
         let d = h(yb.d) * e8m0_to_f32_half(x.e);
-        let (mut s1, mut s2) = (0i32, 0i32);
-        for j in 0..QK8 / 2 {
-            s1 += yb.qs[j] as i32 * KVALUES_MXFP4[(x.qs[j] & 0xf) as usize] as i32;
-            s2 += yb.qs[j + QK8 / 2] as i32 * KVALUES_MXFP4[(x.qs[j] >> 4) as usize] as i32;
-        }
-        sumf += d * (s1 + s2) as f32;
+        sumf += d * table_block_sum(&KVALUES_MXFP4, &x.qs, &yb.qs) as f32;
     });
     sumf
 }
