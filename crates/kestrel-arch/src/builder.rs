@@ -3,7 +3,7 @@
 //! `archs/<name>.rs`). Weight shapes come from the file and are checked as the graph is built.
 
 use kestrel_gguf::GgufModel;
-use kestrel_graph::{AttentionParams, Graph, MoeParams, NodeId, RopeParams};
+use kestrel_graph::{AttentionParams, EmbedIndex, Graph, MoeParams, NodeId, RopeParams};
 
 use crate::{
     Activation, ArchError, BlockLayout, DecoderConfig, FfnKind, NormKind, QkNorm, RopeScaling,
@@ -373,6 +373,13 @@ pub fn build_decoder(
     let mut x = b.g.embed("inp_embd", tok).map_err(&ge)?;
     if let Some(s) = cfg.embd_scale {
         x = b.g.scale("inp_scaled", x, s).map_err(&ge)?;
+    }
+    if cfg.learned_positions {
+        let table = b.weight("position_embd.weight")?;
+        let pos =
+            b.g.embed_by("inp_pos_embd", table, EmbedIndex::Positions)
+                .map_err(&ge)?;
+        x = b.g.add("inp_with_pos", x, pos).map_err(&ge)?;
     }
     let freq_factors = match &cfg.rope.freq_factors {
         Some(name) => Some(b.weight(name)?),

@@ -197,6 +197,9 @@ pub struct DecoderConfig {
     pub final_softcap: Option<f32>,
     /// Input embeddings multiplied by this (gemma: `sqrt(n_embd)`).
     pub embd_scale: Option<f32>,
+    /// Learned absolute positions: `position_embd.weight`'s row of each position is added to the
+    /// token embedding (gpt2, starcoder).
+    pub learned_positions: bool,
     /// Logits multiplied by this (command-r's `logit_scale`; granite's `1 / logit_scale`).
     pub logit_scale: Option<f32>,
     /// Attention and FFN outputs multiplied by this before the residual add (granite).
@@ -350,6 +353,7 @@ impl DecoderConfig {
             attn_softcap: None,
             final_softcap: None,
             embd_scale: None,
+            learned_positions: false,
             logit_scale: None,
             residual_scale: None,
             activation: Activation::Silu,

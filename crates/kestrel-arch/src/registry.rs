@@ -88,6 +88,22 @@ pub enum ArchKind {
     PhiMoe,
     /// gpt-oss (attention sinks, clamped SwiGLU experts with biases).
     GptOss,
+    /// GPT-2 (learned positions).
+    Gpt2,
+    /// StarCoder (1) (GPT-2's graph).
+    StarCoder,
+    /// CodeShell.
+    CodeShell,
+    /// Jais 2 (relu² FFN).
+    Jais2,
+    /// Nemotron (relu² FFN, partial RoPE).
+    Nemotron,
+    /// Qwen (1).
+    Qwen,
+    /// ChatGLM / GLM-4 (chatglm line).
+    ChatGlm,
+    /// PLaMo.
+    Plamo,
     /// BERT-style encoders (sentence embeddings): see [`crate::EncoderConfig`].
     Bert,
 }
@@ -135,6 +151,14 @@ const REGISTRY: &[(&str, ArchKind)] = &[
     ("olmoe", ArchKind::Olmoe),
     ("phimoe", ArchKind::PhiMoe),
     ("gpt-oss", ArchKind::GptOss),
+    ("gpt2", ArchKind::Gpt2),
+    ("starcoder", ArchKind::StarCoder),
+    ("codeshell", ArchKind::CodeShell),
+    ("jais2", ArchKind::Jais2),
+    ("nemotron", ArchKind::Nemotron),
+    ("qwen", ArchKind::Qwen),
+    ("chatglm", ArchKind::ChatGlm),
+    ("plamo", ArchKind::Plamo),
     ("bert", ArchKind::Bert),
 ];
 

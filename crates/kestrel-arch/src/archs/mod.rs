@@ -6,6 +6,7 @@ use kestrel_gguf::GgufModel;
 
 use crate::{ArchError, ArchKind, DecoderConfig};
 
+pub(crate) mod classic;
 pub(crate) mod cohere;
 pub(crate) mod deci;
 pub(crate) mod exaone;
@@ -66,6 +67,12 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
         ArchKind::Olmoe => olmo::adjust_olmoe(cfg, model),
         ArchKind::PhiMoe => phi::adjust_phimoe(cfg, model),
         ArchKind::GptOss => gpt_oss::adjust(cfg, model),
+        ArchKind::Gpt2 | ArchKind::StarCoder => classic::adjust_gpt2(cfg, model),
+        ArchKind::CodeShell => classic::adjust_codeshell(cfg, model),
+        ArchKind::Jais2 | ArchKind::Nemotron => classic::adjust_relu_sqr(cfg, model),
+        ArchKind::Qwen => classic::adjust_qwen(cfg, model),
+        ArchKind::ChatGlm => classic::adjust_chatglm(cfg, model),
+        ArchKind::Plamo => classic::adjust_plamo(cfg, model),
         ArchKind::Bert => Ok(()),
     }
 }
