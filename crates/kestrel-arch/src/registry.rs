@@ -82,6 +82,8 @@ pub enum ArchKind {
     Qwen3Moe,
     /// Granite 3 MoE.
     GraniteMoe,
+    /// Granite 4 dense with sliding windows and attention sinks.
+    GraniteSwa,
     /// OLMoE.
     Olmoe,
     /// Phi-3.5-MoE.
@@ -148,6 +150,7 @@ const REGISTRY: &[(&str, ArchKind)] = &[
     ("qwen2moe", ArchKind::Qwen2Moe),
     ("qwen3moe", ArchKind::Qwen3Moe),
     ("granitemoe", ArchKind::GraniteMoe),
+    ("granite_swa", ArchKind::GraniteSwa),
     ("olmoe", ArchKind::Olmoe),
     ("phimoe", ArchKind::PhiMoe),
     ("gpt-oss", ArchKind::GptOss),

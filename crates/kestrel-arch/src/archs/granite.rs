@@ -23,6 +23,45 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
     Ok(())
 }
 
+/// granite_swa (Granite 4 dense with sliding windows): granite's graph with the window layers of
+/// the required per-layer `attention.sliding_window_pattern` array, attention sinks in every
+/// layer, RoPE on every layer unless an `attention.rope_pattern` array says otherwise
+/// (`rope.scaling.finetuned` is not read). Its MoE files use fused gate/up experts: refused.
+pub(crate) fn adjust_swa(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
+    use kestrel_gguf::Value;
+    common(cfg, model)?;
+    let md = model.metadata();
+    let key = |f: &str| format!("{}.{f}", cfg.arch);
+    cfg.sliding_window = Some(md.get_usize(&key("attention.sliding_window"))?);
+    let flags = |k: &str| -> Option<Vec<bool>> {
+        match md.get(k) {
+            Some(Value::Array(a)) => a.to_i64_vec().map(|v| {
+                (0..cfg.n_layer)
+                    .map(|il| v.get(il).is_some_and(|&x| x != 0))
+                    .collect()
+            }),
+            _ => None,
+        }
+    };
+    cfg.swa_layers =
+        flags(&key("attention.sliding_window_pattern")).ok_or_else(|| ArchError::Invalid {
+            arch: cfg.arch.clone(),
+            reason: "attention.sliding_window_pattern must be a per-layer array".into(),
+        })?;
+    // Layers past the array end are dense, but layers past the rope array end keep RoPE.
+    if let Some(mut rope) = flags(&key("attention.rope_pattern")) {
+        if let Some(Value::Array(a)) = md.get(&key("attention.rope_pattern")) {
+            rope.iter_mut().skip(a.len()).for_each(|r| *r = true);
+        }
+        cfg.rope_layers = rope;
+    }
+    cfg.attn_sinks = true;
+    if model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {
+        return Err(super::unsupported_feature(cfg, "fused gate/up experts"));
+    }
+    Ok(())
+}
+
 /// granitemoe (Granite 3 MoE, and its shared-expert variant): granite's graph with softmax
 /// routing over normalized weights (no expert scales) and an unscaled shared expert where the
 /// file has one; RoPE on every layer (`rope.scaling.finetuned` is not read).

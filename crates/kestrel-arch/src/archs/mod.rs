@@ -64,6 +64,7 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
         ArchKind::Qwen2Moe => qwen2::adjust_moe(cfg, model),
         ArchKind::Qwen3Moe => qwen3::adjust_moe(cfg, model),
         ArchKind::GraniteMoe => granite::adjust_moe(cfg, model),
+        ArchKind::GraniteSwa => granite::adjust_swa(cfg, model),
         ArchKind::Olmoe => olmo::adjust_olmoe(cfg, model),
         ArchKind::PhiMoe => phi::adjust_phimoe(cfg, model),
         ArchKind::GptOss => gpt_oss::adjust(cfg, model),
