@@ -338,6 +338,9 @@ impl CudaPlan {
             | Op::Moe(_)
             | Op::Sigmoid
             | Op::MulRowScalar
+            | Op::HeadMatMul { .. }
+            | Op::HeadSlice { .. }
+            | Op::HeadConcat { .. }
             | Op::Clamp(_) => {
                 return Err(GraphError::Unsupported {
                     op: unsupported(&node.op, node.width).unwrap_or("?"),
@@ -369,6 +372,10 @@ fn unsupported(op: &Op, width: usize) -> Option<&'static str> {
         Op::MulRowScalar => Some("mul_row_scalar"),
         Op::LayerNorm { group, .. } => (*group != width).then_some("layer_norm over groups"),
         Op::Attention(p) if p.sinks.is_some() => Some("attention sinks"),
+        Op::Attention(p) if p.latent => Some("latent attention"),
+        Op::HeadMatMul { .. } => Some("per-head matmul"),
+        Op::HeadSlice { .. } => Some("head_slice"),
+        Op::HeadConcat { .. } => Some("head_concat"),
         _ => None,
     }
 }

@@ -291,6 +291,23 @@ impl Graph {
         if let Some(b) = p.selection_bias {
             expect.push((b, vec![e]));
         }
+        if let Some((groups, used)) = p.groups {
+            let ok = groups > 1
+                && p.n_expert.is_multiple_of(groups)
+                && p.n_expert / groups >= 2
+                && used > 0
+                && used < groups
+                && p.n_used <= used * (p.n_expert / groups);
+            if !ok {
+                return Err(shape_err(
+                    name,
+                    format!(
+                        "{} of {} experts chosen from {used} of {groups} groups",
+                        p.n_used, p.n_expert
+                    ),
+                ));
+            }
+        }
         for (id, dims) in expect {
             let got = self.weight_dims(id, name)?;
             if got != dims.as_slice() {
@@ -391,6 +408,91 @@ impl Graph {
         Ok(self.push(name, Op::Slice { offset }, vec![x], rows, width))
     }
 
+    /// Head `h`'s `k` values times matrix `h` of a 3-d weight of ggml dims `[k, m, n_head]`.
+    pub fn head_matmul(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        weight: WeightId,
+        n_head: usize,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        let dims = self.weight_dims(weight, name)?;
+        match dims {
+            [k, m, h] if *h as usize == n_head && n_head > 0 && *k as usize * n_head == w => {
+                let m = *m as usize;
+                Ok(self.push(
+                    name,
+                    Op::HeadMatMul { weight, n_head },
+                    vec![x],
+                    rows,
+                    m * n_head,
+                ))
+            }
+            _ => Err(shape_err(
+                name,
+                format!("input width {w} in {n_head} heads does not match weight dims {dims:?}"),
+            )),
+        }
+    }
+
+    /// Values `offset .. offset + width` of each of the `n_head` heads of every row of `x`.
+    pub fn head_slice(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        n_head: usize,
+        offset: usize,
+        width: usize,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        let head_in = if n_head > 0 && w.is_multiple_of(n_head) {
+            w / n_head
+        } else {
+            0
+        };
+        if width == 0 || offset.checked_add(width).is_none_or(|end| end > head_in) {
+            return Err(shape_err(
+                name,
+                format!("values {offset}..+{width} of {n_head} heads in a row of {w}"),
+            ));
+        }
+        let op = Op::HeadSlice {
+            n_head,
+            head_in,
+            offset,
+        };
+        Ok(self.push(name, op, vec![x], rows, width * n_head))
+    }
+
+    /// Per head, `a`'s values then `b`'s; an input of one head is repeated for every head.
+    pub fn head_concat(
+        &mut self,
+        name: &str,
+        a: NodeId,
+        b: NodeId,
+        n_head: usize,
+        heads: [usize; 2],
+    ) -> Result<NodeId, GraphError> {
+        let (ra, wa) = self.shape(a)?;
+        let (rb, wb) = self.shape(b)?;
+        let fits = |w: usize, h: usize| (h == 1 || h == n_head) && w > 0 && w.is_multiple_of(h);
+        if n_head == 0 || ra != rb || !fits(wa, heads[0]) || !fits(wb, heads[1]) {
+            return Err(shape_err(
+                name,
+                format!("{ra:?}×{wa} and {rb:?}×{wb} as {heads:?} heads of {n_head}"),
+            ));
+        }
+        let width = (wa / heads[0] + wb / heads[1]) * n_head;
+        Ok(self.push(
+            name,
+            Op::HeadConcat { n_head, heads },
+            vec![a, b],
+            ra,
+            width,
+        ))
+    }
+
     /// RoPE at the step's positions.
     pub fn rope(&mut self, name: &str, x: NodeId, p: RopeParams) -> Result<NodeId, GraphError> {
         let (rows, w) = self.shape(x)?;
@@ -425,7 +527,12 @@ impl Graph {
             && p.n_head.is_multiple_of(p.n_kv_head)
             && wq == p.n_head * p.head_dim_k
             && wk == p.n_kv_head * p.head_dim_k
-            && wv == p.n_kv_head * p.head_dim_v;
+            && if p.latent {
+                // The values are the front of each key head: `v` is `k` itself.
+                v == k && p.head_dim_v <= p.head_dim_k
+            } else {
+                wv == p.n_kv_head * p.head_dim_v
+            };
         if !ok {
             return Err(shape_err(
                 name,

@@ -76,6 +76,10 @@ pub struct AttentionParams {
     pub causal: bool,
     /// A learned logit per head in every softmax's denominator (gpt-oss's attention sinks).
     pub sinks: Option<WeightId>,
+    /// A latent cache (DeepSeek's absorbed multi-head latent attention): the cache holds the
+    /// keys only, and each head's values are the first `head_dim_v` values of its key row; the
+    /// node's `v` input is its `k` input.
+    pub latent: bool,
 }
 
 impl RopeParams {
@@ -166,6 +170,10 @@ pub struct MoeParams {
     pub router_bias: Option<WeightId>,
     /// Added to the probabilities for the choice only (DeepSeek V3).
     pub selection_bias: Option<WeightId>,
+    /// Expert groups `(groups, used)` (DeepSeek V3): the experts split into `groups` equal
+    /// groups, each scored by the sum of its two best selection scores, and only the experts of
+    /// the `used` best groups can be chosen.
+    pub groups: Option<(usize, usize)>,
     /// Up projections.
     pub up: WeightId,
     /// Gate projections (none: an ungated activation of `up`).
@@ -276,6 +284,33 @@ pub enum Op {
     Slice {
         /// First column taken.
         offset: usize,
+    },
+    /// One matrix per head (a 3-d weight of ggml dims `[k, m, n_head]`): head `h`'s `k` input
+    /// values times matrix `h` give its `m` output values (DeepSeek's `attn_k_b`, `attn_v_b`).
+    HeadMatMul {
+        /// The weight.
+        weight: WeightId,
+        /// Heads.
+        n_head: usize,
+    },
+    /// Values `offset .. offset + w` of each of the `n_head` heads of `head_in` values in a row
+    /// (`w` = output width / `n_head`): one part of every head.
+    HeadSlice {
+        /// Heads.
+        n_head: usize,
+        /// Values per head in the input.
+        head_in: usize,
+        /// First value taken of each head.
+        offset: usize,
+    },
+    /// Each head's values of the first input followed by its values of the second; an input of
+    /// one head (`heads[i]` = 1) gives every head the same values (`ggml_repeat` then
+    /// `ggml_concat`).
+    HeadConcat {
+        /// Heads of the output.
+        n_head: usize,
+        /// Heads of each input: `n_head` or 1.
+        heads: [usize; 2],
     },
     /// The rows of a `Tokens` node that the step asks outputs for (by default the last token of
     /// each sequence).

@@ -188,6 +188,7 @@ mod tests {
                 softcap: None,
                 causal: true,
                 sinks: None,
+                latent: false,
             };
             let a = g.attention("attn", q, k, v, p).unwrap();
             let o = g.matmul("o", a, wo).unwrap();

@@ -32,6 +32,10 @@ pub(crate) struct MoeScratch {
     /// Each (row, slot)'s expert output, weighted.
     outs: Vec<f32>,
     order: Vec<usize>,
+    /// One row's selection scores (masked to the chosen expert groups).
+    scores: Vec<f32>,
+    /// Expert groups of one row, best first, with their scores.
+    group_order: Vec<(usize, f32)>,
     matmul: cpu::MatmulScratch,
     /// Expert groups run so far (each reads its expert's weights once): how a test sees that
     /// a step reads each chosen expert once, not once per token.
@@ -50,15 +54,19 @@ pub(crate) struct MoeWeights<'a> {
     pub biases: [Option<&'a [f32]>; 3],
 }
 
-fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+pub(crate) fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     if v.len() < n {
         v.resize(n, 0.0);
     }
     &mut v[..n]
 }
 
-/// The bytes of expert `e` of a 3-d weight `[k, m, n_expert]`.
-fn expert_bytes(w: &Tensor, e: usize) -> Result<(&[u8], DType, usize, usize), GraphError> {
+/// The bytes of expert `e` of a 3-d weight `[k, m, n_expert]` (or of head `e` of a per-head
+/// weight).
+pub(crate) fn expert_bytes(
+    w: &Tensor,
+    e: usize,
+) -> Result<(&[u8], DType, usize, usize), GraphError> {
     let shape = w.shape();
     let (k, m) = (shape.dims()[0], shape.dims()[1]);
     let row = w
@@ -72,6 +80,29 @@ fn expert_bytes(w: &Tensor, e: usize) -> Result<(&[u8], DType, usize, usize), Gr
         GraphError::Internal(format!("expert {e} lies past the end of its weight"))
     })?;
     Ok((slice, w.dtype(), k, m))
+}
+
+/// llama.cpp's expert-group selection: each of `groups` equal groups of `scores` is scored by
+/// the sum of its two highest scores; every score outside the `used` best groups becomes -inf.
+fn mask_groups(scores: &mut [f32], groups: usize, used: usize, order: &mut Vec<(usize, f32)>) {
+    let per = scores.len() / groups;
+    order.clear();
+    for (g, grp) in scores.chunks_exact(per).enumerate() {
+        let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+        for &v in grp {
+            if v > a {
+                b = a;
+                a = v;
+            } else if v > b {
+                b = v;
+            }
+        }
+        order.push((g, a + b));
+    }
+    order.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+    for &(g, _) in &order[used.min(order.len())..] {
+        scores[g * per..(g + 1) * per].fill(f32::NEG_INFINITY);
+    }
 }
 
 /// gpt-oss's activation, as ggml's `swiglu_oai` computes it in f32.
@@ -142,11 +173,17 @@ pub(crate) fn run(
             MoeGating::SoftmaxWeight => pr.copy_from_slice(l),
         }
         // Top k of the selection scores, highest first (ties: the lower expert first).
+        s.scores.clear();
+        s.scores
+            .extend((0..ne).map(|e| pr[e] + w.selection_bias.map_or(0.0, |b| b[e])));
+        if let Some((groups, used)) = p.groups {
+            mask_groups(&mut s.scores, groups, used, &mut s.group_order);
+        }
         s.order.clear();
         s.order.extend(0..ne);
-        let score = |e: usize| pr[e] + w.selection_bias.map_or(0.0, |b| b[e]);
+        let score = &s.scores;
         s.order
-            .sort_by(|&a, &b| score(b).total_cmp(&score(a)).then(a.cmp(&b)));
+            .sort_by(|&a, &b| score[b].total_cmp(&score[a]).then(a.cmp(&b)));
         let wr = &mut weights[r * k..(r + 1) * k];
         for (slot, &e) in s.order[..k].iter().enumerate() {
             s.chosen[r * k + slot] = e;
@@ -341,8 +378,24 @@ mod tests {
             MoeGating::SoftmaxWeight => logits.clone(),
         };
         let bias = |e: usize| p.selection_bias.map_or(0.0, |_| m.sel_bias[e] as f64);
+        let mut sel: Vec<f64> = (0..E).map(|e| probs[e] + bias(e)).collect();
+        if let Some((groups, used)) = p.groups {
+            // Groups by the sum of their two best scores; the others cannot be chosen.
+            let per = E / groups;
+            let mut gs: Vec<(usize, f64)> = (0..groups)
+                .map(|g| {
+                    let mut v = sel[g * per..(g + 1) * per].to_vec();
+                    v.sort_by(|a, b| b.total_cmp(a));
+                    (g, v[0] + v[1])
+                })
+                .collect();
+            gs.sort_by(|a, b| b.1.total_cmp(&a.1));
+            for &(g, _) in &gs[used..] {
+                sel[g * per..(g + 1) * per].fill(f64::NEG_INFINITY);
+            }
+        }
         let mut order: Vec<usize> = (0..E).collect();
-        order.sort_by(|&a, &b| (probs[b] + bias(b)).total_cmp(&(probs[a] + bias(a))));
+        order.sort_by(|&a, &b| sel[b].total_cmp(&sel[a]));
         let chosen = &order[..p.n_used];
         let mut w: Vec<f64> = chosen.iter().map(|&e| probs[e]).collect();
         if p.gating == MoeGating::SoftmaxWeight {
@@ -408,6 +461,7 @@ mod tests {
             router: 0,
             router_bias: None,
             selection_bias: ids.then_some(1),
+            groups: None,
             up: 0,
             gate: Some(0),
             down: 0,
@@ -454,6 +508,11 @@ mod tests {
             params(MoeGating::Softmax, false, 2.5, true),
             params(MoeGating::Sigmoid, true, 1.0, true),
             params(MoeGating::SoftmaxWeight, false, 1.0, false),
+            // DeepSeek V3's routing: sigmoid, selection bias, the best 1 of 3 groups.
+            MoeParams {
+                groups: Some((3, 1)),
+                ..params(MoeGating::Sigmoid, true, 2.5, true)
+            },
         ]
         .iter()
         .enumerate()

@@ -16,7 +16,7 @@ use kestrel_tensor::{CpuEngine, DType, Tensor};
 
 use crate::ir::{EmbedIndex, Node, NodeId, Op, Rows};
 use crate::memory::{plan_memory, MemoryPlan};
-use crate::moe::{self, MoeScratch, MoeWeights};
+use crate::moe::{self, grow, MoeScratch, MoeWeights};
 use crate::{Graph, GraphError};
 
 /// A weight bound to its bytes, with an f32 view for vectors (norm weights, biases, rope
@@ -81,6 +81,9 @@ pub struct ExecutionPlan {
     /// again whenever a step landed on a worker that had not run one before).
     scratch: cpu::MatmulScratch,
     moe_scratch: MoeScratch,
+    /// One head's inputs and outputs of a per-head matmul (grown once to the largest step).
+    head_in: Vec<f32>,
+    head_out: Vec<f32>,
     /// RoPE angles of the step's positions, computed by the first layer and reused by the rest.
     rope_cache: cpu::RopeCache,
     /// Node tracing for numerics work, read from the environment once at compile time:
@@ -228,6 +231,8 @@ impl ExecutionPlan {
             mask_positions: vec![0; max_tokens],
             scratch: cpu::MatmulScratch::new(),
             moe_scratch: MoeScratch::default(),
+            head_in: Vec::new(),
+            head_out: Vec::new(),
             rope_cache: cpu::RopeCache::default(),
             trace: std::env::var("KESTREL_TRACE")
                 .ok()
@@ -524,6 +529,54 @@ impl ExecutionPlan {
                 let cache = &mut self.rope_cache;
                 cpu::rope_with(out, p.n_head, p.head_dim, positions, &params, ff, cache)?;
             }
+            Op::Attention(p) if p.latent => {
+                let params = cpu::LatentAttentionParams {
+                    n_head: p.n_head,
+                    n_kv_head: p.n_kv_head,
+                    head_dim_k: p.head_dim_k,
+                    head_dim_v: p.head_dim_v,
+                    scale: p.scale,
+                    softcap: p.softcap.unwrap_or(0.0),
+                    window: p.window.unwrap_or(0),
+                };
+                let (qw, kw, ow) = (
+                    p.n_head * p.head_dim_k,
+                    p.n_kv_head * p.head_dim_k,
+                    p.n_head * p.head_dim_v,
+                );
+                let mut r0 = 0;
+                for s in &self.segs {
+                    let r1 = r0 + s.len;
+                    kv.write_seq(p.layer, s.seq, s.pos0, &b[r0 * kw..r1 * kw], &[])?;
+                    r0 = r1;
+                }
+                let kv: &dyn BatchKv = kv;
+                let mut r0 = 0;
+                for group in self.segs.chunks(ATTN_GROUP) {
+                    let mut seqs = [cpu::PagedSeq::EMPTY; ATTN_GROUP];
+                    let mut r1 = r0;
+                    for (slot, s) in seqs.iter_mut().zip(group) {
+                        let kv_len = s.pos0 + s.len;
+                        let view = kv.view_seq(p.layer, s.seq, kv_len)?;
+                        *slot = cpu::PagedSeq {
+                            n_rows: s.len,
+                            k: view.k,
+                            v: view.v,
+                            kv_len,
+                            rows: view.rows,
+                        };
+                        r1 += s.len;
+                    }
+                    cpu::attention_latent(
+                        &a[r0 * qw..r1 * qw],
+                        &positions[r0..r1],
+                        &seqs[..group.len()],
+                        &params,
+                        &mut out[r0 * ow..r1 * ow],
+                    )?;
+                    r0 = r1;
+                }
+            }
             Op::Attention(p) => {
                 if p.head_dim_k != p.head_dim_v {
                     return Err(GraphError::Internal(
@@ -687,6 +740,69 @@ impl ExecutionPlan {
             Op::Slice { offset } => {
                 for (o, x) in out.chunks_exact_mut(width).zip(a.chunks_exact(in_width)) {
                     o.copy_from_slice(&x[*offset..*offset + width]);
+                }
+            }
+            Op::HeadMatMul { weight, n_head } => {
+                let segments = if in_rows == t {
+                    &self.seg_rows[..]
+                } else {
+                    &self.out_segs[..]
+                };
+                let (hk, hm) = (in_width / n_head, width / n_head);
+                let xin = grow(&mut self.head_in, in_rows * hk);
+                let xout = grow(&mut self.head_out, in_rows * hm);
+                for h in 0..*n_head {
+                    let (bytes, dtype, k, m) = moe::expert_bytes(&self.weights[*weight].tensor, h)?;
+                    if (k, m) != (hk, hm) {
+                        return Err(GraphError::Internal(format!(
+                            "{}: head matrix {k}×{m} for heads of {hk} and {hm}",
+                            node.name
+                        )));
+                    }
+                    for (d, x) in xin.chunks_exact_mut(hk).zip(a.chunks_exact(in_width)) {
+                        d.copy_from_slice(&x[h * hk..(h + 1) * hk]);
+                    }
+                    cpu::matmul_segmented(
+                        xin,
+                        in_rows,
+                        hk,
+                        bytes,
+                        dtype,
+                        hm,
+                        xout,
+                        segments,
+                        &mut self.scratch,
+                    )?;
+                    for (o, y) in out.chunks_exact_mut(width).zip(xout.chunks_exact(hm)) {
+                        o[h * hm..(h + 1) * hm].copy_from_slice(y);
+                    }
+                }
+            }
+            Op::HeadSlice {
+                n_head,
+                head_in,
+                offset,
+            } => {
+                let w = width / n_head;
+                for (o, x) in out.chunks_exact_mut(width).zip(a.chunks_exact(in_width)) {
+                    for (oh, xh) in o.chunks_exact_mut(w).zip(x.chunks_exact(*head_in)) {
+                        oh.copy_from_slice(&xh[*offset..*offset + w]);
+                    }
+                }
+            }
+            Op::HeadConcat { n_head, heads } => {
+                let wb_all = self.nodes[node.inputs[1]].width;
+                let (wa, wb) = (in_width / heads[0], wb_all / heads[1]);
+                for ((o, x), y) in out
+                    .chunks_exact_mut(width)
+                    .zip(a.chunks_exact(in_width))
+                    .zip(b.chunks_exact(wb_all))
+                {
+                    for (h, oh) in o.chunks_exact_mut(wa + wb).enumerate().take(*n_head) {
+                        let (ha, hb) = (h % heads[0], h % heads[1]);
+                        oh[..wa].copy_from_slice(&x[ha * wa..(ha + 1) * wa]);
+                        oh[wa..].copy_from_slice(&y[hb * wb..(hb + 1) * wb]);
+                    }
                 }
             }
             Op::OutputRows => {

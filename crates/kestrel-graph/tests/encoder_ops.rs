@@ -78,6 +78,7 @@ fn attention_graph(causal: bool) -> Graph {
         softcap: None,
         causal,
         sinks: None,
+        latent: false,
     };
     let a = g.attention("attn", x, x, x, p).unwrap();
     g.set_output(a).unwrap();

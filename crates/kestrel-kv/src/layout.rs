@@ -117,11 +117,12 @@ impl KvLayout {
     }
 
     pub(crate) fn check(&self) -> Result<(), KvError> {
+        // `v_head_dim` may be 0: a latent cache (DeepSeek's multi-head latent attention) holds
+        // keys only, and attention reads the values from the front of each key row.
         for (v, what) in [
             (self.n_layers, "n_layers"),
             (self.n_kv_head, "n_kv_head"),
             (self.k_head_dim, "k_head_dim"),
-            (self.v_head_dim, "v_head_dim"),
         ] {
             if v == 0 {
                 return Err(KvError::EmptyLayout(what));

@@ -11,6 +11,7 @@ pub(crate) mod x86_64;
 
 pub mod attention;
 pub mod attention_batch;
+pub mod attention_latent;
 pub mod attention_sinks;
 pub(crate) mod attention_tiled;
 pub mod convert;
@@ -31,6 +32,7 @@ pub(crate) mod testutil;
 
 pub use attention::{attention, attention_paged, visible_keys, AttentionParams, KvRows, KvSlice};
 pub use attention_batch::{attention_paged_batch, PagedSeq};
+pub use attention_latent::{attention_latent, LatentAttentionParams};
 pub use attention_sinks::apply_attention_sinks;
 pub use block::{dot, vec_dot};
 pub use convert::{bf16_to_f32_slice, f16_to_f32, f32_to_bf16_slice, f32_to_f16};
