@@ -6,7 +6,8 @@ use kestrel_gguf::GgufModel;
 use kestrel_graph::{AttentionParams, EmbedIndex, Graph, MoeParams, NodeId, RopeParams};
 
 use crate::{
-    Activation, ArchError, BlockLayout, DecoderConfig, FfnKind, NormKind, QkNorm, RopeScaling,
+    Activation, ArchError, BlockLayout, DecoderConfig, FfnKind, MlaConfig, NormKind, QkNorm,
+    RopeScaling,
 };
 
 /// Which positions get logits.
@@ -129,12 +130,20 @@ impl Builder<'_> {
             return self.dense_ffn(cfg, il, h, "");
         };
         let ge = graph_err(self.arch);
-        let up = self.weight(&p("ffn_up_exps.weight"))?;
-        let n_ff = self
+        // llama.cpp's files may hold each expert's gate and up projections stacked.
+        let fused_gate_up = self.has(&p("ffn_gate_up_exps.weight"));
+        let up_name = p(if fused_gate_up {
+            "ffn_gate_up_exps.weight"
+        } else {
+            "ffn_up_exps.weight"
+        });
+        let up = self.weight(&up_name)?;
+        let up_rows = self
             .model
-            .tensor_info(&p("ffn_up_exps.weight"))
+            .tensor_info(&up_name)
             .and_then(|t| t.dims().get(1).copied())
             .unwrap_or(0) as usize;
+        let n_ff = if fused_gate_up { up_rows / 2 } else { up_rows };
         let scale = |b: &mut Self, s: &str| {
             if moe.expert_scales {
                 b.opt_weight(&p(&format!("{s}.scale")))
@@ -156,9 +165,19 @@ impl Builder<'_> {
             } else {
                 None
             },
-            selection_bias: None,
+            selection_bias: if moe.selection_bias {
+                self.opt_weight(&p("ffn_exp_probs_b.bias"))
+            } else {
+                None
+            },
+            groups: moe.groups,
             up,
-            gate: self.opt_weight(&p("ffn_gate_exps.weight")),
+            gate: if fused_gate_up {
+                None
+            } else {
+                self.opt_weight(&p("ffn_gate_exps.weight"))
+            },
+            fused_gate_up,
             down: self.weight(&p("ffn_down_exps.weight"))?,
             scales: [
                 scale(self, "ffn_up_exps"),
@@ -357,6 +376,89 @@ fn qk_norm(
     Ok((q, k))
 }
 
+/// Multi-head latent attention of layer `il` in the absorbed form (llama.cpp's deepseek2 graph
+/// with `is_mla()`): the heads' output before `attn_output`.
+fn mla_attention(
+    b: &mut Builder<'_>,
+    cfg: &DecoderConfig,
+    mla: &MlaConfig,
+    il: usize,
+    h: NodeId,
+) -> Result<NodeId, ArchError> {
+    let ge = graph_err(&cfg.arch);
+    let p = |s: &str| format!("blk.{il}.{s}");
+    let n_head = cfg.n_head[il];
+    let (nope, rope, rank) = (mla.qk_nope, mla.qk_rope, mla.kv_lora_rank);
+    // Queries: [n_head × (nope + rope)].
+    let q = if mla.q_lora_rank > 0 {
+        let qa = b.linear(&p("attn_q_a"), h)?;
+        let w = b.weight(&p("attn_q_a_norm.weight"))?;
+        let qa =
+            b.g.rms_norm(
+                &p("attn_q_a_norm"),
+                qa,
+                mla.q_lora_rank,
+                cfg.norm_eps,
+                Some(w),
+            )
+            .map_err(&ge)?;
+        b.linear(&p("attn_q_b"), qa)?
+    } else {
+        b.linear(&p("attn_q"), h)?
+    };
+    // One compressed row per token: the latent, then the shared key part to rotate.
+    let kv = b.linear(&p("attn_kv_a_mqa"), h)?;
+    let latent = b.g.slice(&p("kv_cmpr"), kv, 0, rank).map_err(&ge)?;
+    let k_pe = b.g.slice(&p("k_pe"), kv, rank, rope).map_err(&ge)?;
+    let rope_of = |n: usize| RopeParams {
+        head_dim: rope,
+        ..rope_params(cfg, il, n, None)
+    };
+    let k_pe = b.g.rope(&p("rope_k"), k_pe, rope_of(1)).map_err(&ge)?;
+    let w = b.weight(&p("attn_kv_a_norm.weight"))?;
+    let latent =
+        b.g.rms_norm(&p("attn_kv_a_norm"), latent, rank, cfg.norm_eps, Some(w))
+            .map_err(&ge)?;
+    let q_nope =
+        b.g.head_slice(&p("q_nope"), q, n_head, 0, nope)
+            .map_err(&ge)?;
+    let q_pe =
+        b.g.head_slice(&p("q_pe"), q, n_head, nope, rope)
+            .map_err(&ge)?;
+    let q_pe = b.g.rope(&p("rope_q"), q_pe, rope_of(n_head)).map_err(&ge)?;
+    // Each head's non-rotated part taken into the latent space.
+    let wk_b = b.weight(&p("attn_k_b.weight"))?;
+    let q_abs =
+        b.g.head_matmul(&p("q_nope_absorbed"), q_nope, wk_b, n_head)
+            .map_err(&ge)?;
+    let q_full =
+        b.g.head_concat(&p("q_mla"), q_abs, q_pe, n_head, [n_head, n_head])
+            .map_err(&ge)?;
+    let k_full =
+        b.g.head_concat(&p("k_mla"), latent, k_pe, 1, [1, 1])
+            .map_err(&ge)?;
+    let params = AttentionParams {
+        layer: il,
+        n_head,
+        n_kv_head: 1,
+        head_dim_k: rank + rope,
+        head_dim_v: rank,
+        scale: cfg.attn_scale,
+        window: None,
+        softcap: None,
+        causal: true,
+        sinks: None,
+        latent: true,
+    };
+    let a =
+        b.g.attention(&p("attn"), q_full, k_full, k_full, params)
+            .map_err(&ge)?;
+    // Each head's latent output taken back to its values.
+    let wv_b = b.weight(&p("attn_v_b.weight"))?;
+    b.g.head_matmul(&p("attn_v_b"), a, wv_b, n_head)
+        .map_err(&ge)
+}
+
 /// Build the graph of one step.
 pub fn build_decoder(
     cfg: &DecoderConfig,
@@ -396,69 +498,74 @@ pub fn build_decoder(
         } else {
             x
         };
-        let (mut q, mut k, mut v) = if b.has(&p("attn_qkv.weight")) {
-            let qkv = b.linear(&p("attn_qkv"), h)?;
-            let v_width = n_kv * cfg.head_dim_v;
-            (
-                b.g.slice(&p("q_part"), qkv, 0, q_width).map_err(&ge)?,
-                b.g.slice(&p("k_part"), qkv, q_width, k_width)
-                    .map_err(&ge)?,
-                b.g.slice(&p("v_part"), qkv, q_width + k_width, v_width)
-                    .map_err(&ge)?,
-            )
+        let a = if let Some(mla) = &cfg.mla {
+            mla_attention(&mut b, cfg, mla, il, h)?
         } else {
-            (
-                b.linear(&p("attn_q"), h)?,
-                b.linear(&p("attn_k"), h)?,
-                b.linear(&p("attn_v"), h)?,
-            )
-        };
-        if let Some(limit) = cfg.clamp_kqv {
-            q = b.g.clamp(&p("q_clamped"), q, limit).map_err(&ge)?;
-            k = b.g.clamp(&p("k_clamped"), k, limit).map_err(&ge)?;
-            v = b.g.clamp(&p("v_clamped"), v, limit).map_err(&ge)?;
-        }
-        if !cfg.qk_norm_after_rope {
-            (q, k) = qk_norm(&mut b, cfg, il, q, k)?;
-        }
-        if cfg.rope_layers[il] {
-            q =
-                b.g.rope(&p("rope_q"), q, rope_params(cfg, il, n_head, freq_factors))
-                    .map_err(&ge)?;
-            k =
-                b.g.rope(&p("rope_k"), k, rope_params(cfg, il, n_kv, freq_factors))
-                    .map_err(&ge)?;
-        }
-        if cfg.qk_norm_after_rope {
-            (q, k) = qk_norm(&mut b, cfg, il, q, k)?;
-        }
-        let mut scale = cfg.attn_scale;
-        if cfg.q_prescale {
-            q = b.g.scale(&p("q_scaled"), q, scale).map_err(&ge)?;
-            scale = 1.0;
-        }
-        let window = if cfg.swa_layers[il] {
-            cfg.sliding_window
-        } else {
-            None
-        };
-        let params = AttentionParams {
-            layer: il,
-            n_head,
-            n_kv_head: n_kv,
-            head_dim_k: cfg.head_dim_k,
-            head_dim_v: cfg.head_dim_v,
-            scale,
-            window,
-            softcap: cfg.attn_softcap,
-            causal: true,
-            sinks: if cfg.attn_sinks {
-                Some(b.weight(&p("attn_sinks.weight"))?)
+            let (mut q, mut k, mut v) = if b.has(&p("attn_qkv.weight")) {
+                let qkv = b.linear(&p("attn_qkv"), h)?;
+                let v_width = n_kv * cfg.head_dim_v;
+                (
+                    b.g.slice(&p("q_part"), qkv, 0, q_width).map_err(&ge)?,
+                    b.g.slice(&p("k_part"), qkv, q_width, k_width)
+                        .map_err(&ge)?,
+                    b.g.slice(&p("v_part"), qkv, q_width + k_width, v_width)
+                        .map_err(&ge)?,
+                )
+            } else {
+                (
+                    b.linear(&p("attn_q"), h)?,
+                    b.linear(&p("attn_k"), h)?,
+                    b.linear(&p("attn_v"), h)?,
+                )
+            };
+            if let Some(limit) = cfg.clamp_kqv {
+                q = b.g.clamp(&p("q_clamped"), q, limit).map_err(&ge)?;
+                k = b.g.clamp(&p("k_clamped"), k, limit).map_err(&ge)?;
+                v = b.g.clamp(&p("v_clamped"), v, limit).map_err(&ge)?;
+            }
+            if !cfg.qk_norm_after_rope {
+                (q, k) = qk_norm(&mut b, cfg, il, q, k)?;
+            }
+            if cfg.rope_layers[il] {
+                q =
+                    b.g.rope(&p("rope_q"), q, rope_params(cfg, il, n_head, freq_factors))
+                        .map_err(&ge)?;
+                k =
+                    b.g.rope(&p("rope_k"), k, rope_params(cfg, il, n_kv, freq_factors))
+                        .map_err(&ge)?;
+            }
+            if cfg.qk_norm_after_rope {
+                (q, k) = qk_norm(&mut b, cfg, il, q, k)?;
+            }
+            let mut scale = cfg.attn_scale;
+            if cfg.q_prescale {
+                q = b.g.scale(&p("q_scaled"), q, scale).map_err(&ge)?;
+                scale = 1.0;
+            }
+            let window = if cfg.swa_layers[il] {
+                cfg.sliding_window
             } else {
                 None
-            },
+            };
+            let params = AttentionParams {
+                layer: il,
+                n_head,
+                n_kv_head: n_kv,
+                head_dim_k: cfg.head_dim_k,
+                head_dim_v: cfg.head_dim_v,
+                scale,
+                window,
+                softcap: cfg.attn_softcap,
+                causal: true,
+                latent: false,
+                sinks: if cfg.attn_sinks {
+                    Some(b.weight(&p("attn_sinks.weight"))?)
+                } else {
+                    None
+                },
+            };
+            b.g.attention(&p("attn"), q, k, v, params).map_err(&ge)?
         };
-        let a = b.g.attention(&p("attn"), q, k, v, params).map_err(&ge)?;
         let mut o = b.linear(&p("attn_output"), a)?;
         if cfg.post_norms {
             o = b.norm(cfg, &p("post_attention_norm"), o)?;

@@ -79,6 +79,31 @@ pub struct MoeConfig {
     /// The router's and the experts' biases (`ffn_gate_inp.bias`, `ffn_*_exps.bias`) are added
     /// (gpt-oss).
     pub biases: bool,
+    /// `ffn_exp_probs_b.bias`, where the file has it, is added to the probabilities for the
+    /// choice only (DeepSeek V3).
+    pub selection_bias: bool,
+    /// Expert groups `(groups, used)` (`expert_group_count`, `expert_group_used_count`).
+    pub groups: Option<(usize, usize)>,
+}
+
+/// Multi-head latent attention (DeepSeek V2/V3) in the absorbed form llama.cpp runs: queries
+/// through an optional low-rank pair (`attn_q_a`, its norm, `attn_q_b`; else `attn_q`), one
+/// compressed KV row per token (`attn_kv_a_mqa`: the latent, normed by `attn_kv_a_norm`, then a
+/// shared rotated key part), each head's non-rotated query part taken into the latent space by
+/// `attn_k_b`, attention over a cache of the latent rows (values: the latent), and each head's
+/// output taken back by `attn_v_b` before `attn_output`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MlaConfig {
+    /// Rank of the query compression (0: a plain `attn_q`).
+    pub q_lora_rank: usize,
+    /// Rank of the KV compression: the latent's size.
+    pub kv_lora_rank: usize,
+    /// Query and key values per head without rotation.
+    pub qk_nope: usize,
+    /// Rotated query and key values per head.
+    pub qk_rope: usize,
+    /// Value size per head after `attn_v_b`.
+    pub v_head: usize,
 }
 
 /// Where the block's norms sit.
@@ -227,6 +252,9 @@ pub struct DecoderConfig {
     pub output_bias: bool,
     /// Attention sinks (`blk.N.attn_sinks.weight`, one logit per head; gpt-oss).
     pub attn_sinks: bool,
+    /// Multi-head latent attention (deepseek2): the attention block is built from it, and the
+    /// KV cache holds `head_dim_k` latent values per token and no values.
+    pub mla: Option<MlaConfig>,
 }
 
 /// A per-layer field: a scalar for all layers or an array with one value per layer.
@@ -250,6 +278,16 @@ fn per_layer(md: &Metadata<'_>, key: &str, n_layer: usize) -> Result<Vec<usize>,
 }
 
 impl DecoderConfig {
+    /// Values per KV head and token the cache holds for values: `head_dim_v`, or 0 for a latent
+    /// cache (multi-head latent attention), whose values are the front of its key rows.
+    pub fn kv_value_dim(&self) -> usize {
+        if self.mla.is_some() {
+            0
+        } else {
+            self.head_dim_v
+        }
+    }
+
     /// Read the configuration of a model.
     pub fn from_model(model: &GgufModel) -> Result<DecoderConfig, ArchError> {
         let kind = ArchKind::detect(model)?;
@@ -367,6 +405,7 @@ impl DecoderConfig {
             tied_output: model.tensor_info("output.weight").is_none(),
             output_bias: true,
             attn_sinks: false,
+            mla: None,
         };
         archs::adjust(&mut cfg, model)?;
         if cfg.moe.is_none() && model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {

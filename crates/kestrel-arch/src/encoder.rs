@@ -201,6 +201,7 @@ pub fn build_encoder(cfg: &EncoderConfig, model: &GgufModel) -> Result<Graph, Ar
             softcap: None,
             causal: false,
             sinks: None,
+            latent: false,
         };
         let a = g.attention(&n("attn"), q, k, v, params).map_err(ge)?;
         let o = linear(&mut g, a, "attn_output")?;

@@ -20,8 +20,8 @@ mod weights;
 
 pub use builder::{build_decoder, rope_params, Logits};
 pub use config::{
-    Activation, BlockLayout, DecoderConfig, FfnKind, MoeConfig, NormKind, QkNorm, RopeConfig,
-    RopeScaling,
+    Activation, BlockLayout, DecoderConfig, FfnKind, MlaConfig, MoeConfig, NormKind, QkNorm,
+    RopeConfig, RopeScaling,
 };
 pub use encoder::{build_encoder, EncoderConfig, PoolingType};
 pub use error::ArchError;

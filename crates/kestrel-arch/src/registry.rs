@@ -90,6 +90,8 @@ pub enum ArchKind {
     PhiMoe,
     /// gpt-oss (attention sinks, clamped SwiGLU experts with biases).
     GptOss,
+    /// DeepSeek V2/V3 (multi-head latent attention, grouped sigmoid-gated experts).
+    DeepSeek2,
     /// GPT-2 (learned positions).
     Gpt2,
     /// StarCoder (1) (GPT-2's graph).
@@ -154,6 +156,7 @@ const REGISTRY: &[(&str, ArchKind)] = &[
     ("olmoe", ArchKind::Olmoe),
     ("phimoe", ArchKind::PhiMoe),
     ("gpt-oss", ArchKind::GptOss),
+    ("deepseek2", ArchKind::DeepSeek2),
     ("gpt2", ArchKind::Gpt2),
     ("starcoder", ArchKind::StarCoder),
     ("codeshell", ArchKind::CodeShell),

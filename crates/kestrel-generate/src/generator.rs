@@ -230,7 +230,7 @@ pub(crate) fn kv_layout(cfg: &DecoderConfig, dtype: KvDType) -> Result<KvLayout,
         n_layers: cfg.n_layer,
         n_kv_head,
         k_head_dim: cfg.head_dim_k,
-        v_head_dim: cfg.head_dim_v,
+        v_head_dim: cfg.kv_value_dim(),
         dtype,
     })
 }

@@ -266,9 +266,13 @@ impl Graph {
                 format!("{} of {} experts used", p.n_used, p.n_expert),
             ));
         }
+        if p.fused_gate_up && p.gate.is_some() {
+            return Err(shape_err(name, "fused gate/up experts and a gate".into()));
+        }
+        let up_rows = if p.fused_gate_up { 2 * f } else { f };
         let mut expect = vec![
             (p.router, vec![w as u64, e]),
-            (p.up, vec![w as u64, f, e]),
+            (p.up, vec![w as u64, up_rows, e]),
             (p.down, vec![f, w as u64, e]),
         ];
         if let Some(g) = p.gate {
@@ -282,7 +286,7 @@ impl Graph {
                 expect.push((*b, vec![m, e]));
             }
         }
-        if p.activation == MoeActivation::SwiGluOai && p.gate.is_none() {
+        if p.activation == MoeActivation::SwiGluOai && p.gate.is_none() && !p.fused_gate_up {
             return Err(shape_err(name, "swiglu_oai experts without a gate".into()));
         }
         if let Some(b) = p.router_bias {
@@ -418,9 +422,15 @@ impl Graph {
     ) -> Result<NodeId, GraphError> {
         let (rows, w) = self.shape(x)?;
         let dims = self.weight_dims(weight, name)?;
-        match dims {
-            [k, m, h] if *h as usize == n_head && n_head > 0 && *k as usize * n_head == w => {
-                let m = *m as usize;
+        // GGUF drops trailing dims of 1: one head's weight is `[k, m]`.
+        let full = match dims {
+            [k, m] => [*k, *m, 1],
+            [k, m, h] => [*k, *m, *h],
+            _ => [0, 0, 0],
+        };
+        match full {
+            [k, m, h] if h as usize == n_head && n_head > 0 && k as usize * n_head == w => {
+                let m = m as usize;
                 Ok(self.push(
                     name,
                     Op::HeadMatMul { weight, n_head },

@@ -176,8 +176,11 @@ pub struct MoeParams {
     pub groups: Option<(usize, usize)>,
     /// Up projections.
     pub up: WeightId,
-    /// Gate projections (none: an ungated activation of `up`).
+    /// Gate projections (none: an ungated activation of `up`, unless `fused_gate_up`).
     pub gate: Option<WeightId>,
+    /// `up` holds each expert's gate and up projections stacked (`[k, 2·n_ff, n_expert]`, the
+    /// gate's `n_ff` outputs first: llama.cpp's `ffn_gate_up_exps`); `gate` is none.
+    pub fused_gate_up: bool,
     /// Down projections.
     pub down: WeightId,
     /// Per-expert scales of up, gate and down.

@@ -32,6 +32,8 @@ pub(crate) struct MoeScratch {
     /// Each (row, slot)'s expert output, weighted.
     outs: Vec<f32>,
     order: Vec<usize>,
+    /// Fused gate/up outputs of an expert's rows.
+    gate_up: Vec<f32>,
     /// One row's selection scores (masked to the chosen expert groups).
     scores: Vec<f32>,
     /// Expert groups of one row, best first, with their scores.
@@ -270,14 +272,32 @@ pub(crate) fn run(
             }
             Ok(())
         };
-        let up = grow(&mut s.up, n * nf);
         let sb = |i: usize| (w.scales[i], w.biases[i]);
-        project(w.up, xs, width, up, sb(0), &s.segs, &mut s.matmul)?;
-        let act = grow(&mut s.gate, n * nf);
-        match w.gate {
-            Some(g) => {
+        if p.fused_gate_up {
+            // One projection of both; then the gate's half and the up half of every row.
+            let both = grow(&mut s.gate_up, n * 2 * nf);
+            project(w.up, xs, width, both, sb(0), &s.segs, &mut s.matmul)?;
+            let gate = grow(&mut s.down, n * nf);
+            for (g, b) in gate.chunks_exact_mut(nf).zip(both.chunks_exact(2 * nf)) {
+                g.copy_from_slice(&b[..nf]);
+            }
+            let up = grow(&mut s.up, n * nf);
+            for (u, b) in up.chunks_exact_mut(nf).zip(both.chunks_exact(2 * nf)) {
+                u.copy_from_slice(&b[nf..]);
+            }
+        } else {
+            let up = grow(&mut s.up, n * nf);
+            project(w.up, xs, width, up, sb(0), &s.segs, &mut s.matmul)?;
+            if let Some(g) = w.gate {
                 let gate = grow(&mut s.down, n * nf);
                 project(g, xs, width, gate, sb(1), &s.segs, &mut s.matmul)?;
+            }
+        }
+        let up = &s.up[..n * nf];
+        let act = grow(&mut s.gate, n * nf);
+        match (w.gate.is_some() || p.fused_gate_up).then_some(()) {
+            Some(()) => {
+                let gate = &s.down[..n * nf];
                 match p.activation {
                     MoeActivation::Silu => cpu::swiglu(gate, up, act)?,
                     MoeActivation::Gelu => cpu::geglu(gate, up, act)?,
@@ -463,6 +483,7 @@ mod tests {
             selection_bias: ids.then_some(1),
             groups: None,
             up: 0,
+            fused_gate_up: false,
             gate: Some(0),
             down: 0,
             scales: [ids.then_some(0), ids.then_some(0), ids.then_some(0)],

@@ -37,6 +37,8 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
         activation: MoeActivation::SwiGluOai,
         shared_scales: false,
         biases: true,
+        selection_bias: false,
+        groups: None,
     });
     Ok(())
 }

@@ -9,6 +9,7 @@ use crate::{ArchError, ArchKind, DecoderConfig};
 pub(crate) mod classic;
 pub(crate) mod cohere;
 pub(crate) mod deci;
+pub(crate) mod deepseek2;
 pub(crate) mod exaone;
 pub(crate) mod gemma;
 pub(crate) mod gemma3;
@@ -68,6 +69,7 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
         ArchKind::Olmoe => olmo::adjust_olmoe(cfg, model),
         ArchKind::PhiMoe => phi::adjust_phimoe(cfg, model),
         ArchKind::GptOss => gpt_oss::adjust(cfg, model),
+        ArchKind::DeepSeek2 => deepseek2::adjust(cfg, model),
         ArchKind::Gpt2 | ArchKind::StarCoder => classic::adjust_gpt2(cfg, model),
         ArchKind::CodeShell => classic::adjust_codeshell(cfg, model),
         ArchKind::Jais2 | ArchKind::Nemotron => classic::adjust_relu_sqr(cfg, model),
@@ -184,6 +186,8 @@ pub(crate) fn softmax_moe(
             activation: kestrel_graph::MoeActivation::Silu,
             shared_scales,
             biases: false,
+            selection_bias: false,
+            groups: None,
         }),
     )
 }
