@@ -554,6 +554,44 @@ mod tests {
         }
     }
 
+    /// Experts whose gate and up projections are one stacked tensor (`ffn_gate_up_exps`) give
+    /// what the two tensors give.
+    #[test]
+    fn fused_gate_up_experts_equal_separate_ones() {
+        let (m, x) = setup(11);
+        let x = &x[..7 * W];
+        let p = params(MoeGating::Sigmoid, true, 1.0, false);
+        let separate = run_rows(&p, &m, x, &[7], &mut MoeScratch::default());
+        let mut stacked = Vec::with_capacity(2 * E * FF * W);
+        for e in 0..E {
+            stacked.extend_from_slice(&m.gate[e * FF * W..(e + 1) * FF * W]);
+            stacked.extend_from_slice(&m.up[e * FF * W..(e + 1) * FF * W]);
+        }
+        let router = Tensor::from_f32(Shape::new(&[W, E]).unwrap(), &m.router).unwrap();
+        let up = tensor(&[W, 2 * FF, E], &stacked);
+        let down = tensor(&[FF, W, E], &m.down);
+        let w = MoeWeights {
+            router: &router,
+            router_bias: None,
+            selection_bias: None,
+            up: &up,
+            gate: None,
+            down: &down,
+            scales: [None; 3],
+            biases: [None; 3],
+        };
+        let p = MoeParams {
+            fused_gate_up: true,
+            gate: None,
+            ..p
+        };
+        let mut fused = vec![0f32; 7 * W];
+        run(&p, &w, x, W, &[7], &mut MoeScratch::default(), &mut fused).unwrap();
+        for (a, b) in fused.iter().zip(&separate) {
+            assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+
     #[test]
     fn a_prefill_of_512_tokens_runs_each_expert_once() {
         let (m, x) = setup(5);
