@@ -376,8 +376,8 @@ fn qk_norm(
     Ok((q, k))
 }
 
-/// Multi-head latent attention of layer `il` in the absorbed form (llama.cpp's deepseek2 graph
-/// with `is_mla()`): the heads' output before `attn_output`.
+/// Multi-head latent attention of layer `il` as llama.cpp's deepseek2 graph builds it, absorbed
+/// (`is_mla()`) or decompressed (`attn_kv_b`): the heads' output before `attn_output`.
 fn mla_attention(
     b: &mut Builder<'_>,
     cfg: &DecoderConfig,
@@ -426,6 +426,40 @@ fn mla_attention(
         b.g.head_slice(&p("q_pe"), q, n_head, nope, rope)
             .map_err(&ge)?;
     let q_pe = b.g.rope(&p("rope_q"), q_pe, rope_of(n_head)).map_err(&ge)?;
+    if !mla.absorbed {
+        // The decompressed form: `attn_kv_b` expands the latent into each head's non-rotated
+        // key part and its values; every head's key ends with the shared rotated part.
+        let kv = b.linear(&p("attn_kv_b"), latent)?;
+        let k_nope =
+            b.g.head_slice(&p("k_nope"), kv, n_head, 0, nope)
+                .map_err(&ge)?;
+        let v =
+            b.g.head_slice(&p("v_heads"), kv, n_head, nope, mla.v_head)
+                .map_err(&ge)?;
+        let q_full =
+            b.g.head_concat(&p("q_heads"), q_nope, q_pe, n_head, [n_head, n_head])
+                .map_err(&ge)?;
+        let k_full =
+            b.g.head_concat(&p("k_heads"), k_nope, k_pe, n_head, [n_head, 1])
+                .map_err(&ge)?;
+        let params = AttentionParams {
+            layer: il,
+            n_head,
+            n_kv_head: n_head,
+            head_dim_k: nope + rope,
+            head_dim_v: mla.v_head,
+            scale: cfg.attn_scale,
+            window: None,
+            softcap: None,
+            causal: true,
+            sinks: None,
+            latent: false,
+        };
+        return b
+            .g
+            .attention(&p("attn"), q_full, k_full, v, params)
+            .map_err(&ge);
+    }
     // Each head's non-rotated part taken into the latent space.
     let wk_b = b.weight(&p("attn_k_b.weight"))?;
     let q_abs =

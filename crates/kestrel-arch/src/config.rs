@@ -104,6 +104,10 @@ pub struct MlaConfig {
     pub qk_rope: usize,
     /// Value size per head after `attn_v_b`.
     pub v_head: usize,
+    /// The absorbed form (`attn_k_b`, `attn_v_b`, a latent cache); false: the decompressed form
+    /// of older files (`attn_kv_b` expands the latent into plain heads of keys and values,
+    /// cached as such).
+    pub absorbed: bool,
 }
 
 /// Where the block's norms sit.
@@ -281,7 +285,7 @@ impl DecoderConfig {
     /// Values per KV head and token the cache holds for values: `head_dim_v`, or 0 for a latent
     /// cache (multi-head latent attention), whose values are the front of its key rows.
     pub fn kv_value_dim(&self) -> usize {
-        if self.mla.is_some() {
+        if self.mla.as_ref().is_some_and(|m| m.absorbed) {
             0
         } else {
             self.head_dim_v

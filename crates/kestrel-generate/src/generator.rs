@@ -218,7 +218,13 @@ impl std::fmt::Debug for Generator {
     }
 }
 
-pub(crate) fn kv_layout(cfg: &DecoderConfig, dtype: KvDType) -> Result<KvLayout, GenerateError> {
+/// The KV cache a model's decoder needs: its KV heads and head sizes per layer in `dtype`
+/// (keys only for a latent cache: DeepSeek's multi-head latent attention caches 576 values per
+/// token and layer, as llama.cpp does, where plain heads would take `2 · n_head · 192`).
+///
+/// # Errors
+/// `InvalidOption` for layers with different KV head counts.
+pub fn kv_layout(cfg: &DecoderConfig, dtype: KvDType) -> Result<KvLayout, GenerateError> {
     let n_kv_head = cfg.n_head_kv[0];
     if cfg.n_head_kv.iter().any(|&h| h != n_kv_head) {
         return Err(GenerateError::InvalidOption {

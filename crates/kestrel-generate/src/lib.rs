@@ -38,7 +38,7 @@ pub use cancel::CancelToken;
 pub use embed::Pooling;
 pub use encoder::{Encoder, EncoderOptions};
 pub use error::GenerateError;
-pub use generator::{Generation, Generator, GeneratorOptions};
+pub use generator::{kv_layout, Generation, Generator, GeneratorOptions};
 pub use kestrel_kv::{KvError, PoolStats};
 pub use logits::{logits_of_ids, LogitsOptions, MAX_LOGITS_IDS};
 pub use metrics::GenerateMetrics;

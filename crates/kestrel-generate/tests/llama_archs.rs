@@ -169,17 +169,17 @@ fn random_weight_architectures_match_llama_cpp() {
         let stdev = set["stdev"].as_f64().expect("stdev") as f32;
         for (stem, rec) in set["files"].as_object().expect("files") {
             let must = matching.contains(stem);
-            if let Some((base, ty)) = files::variant(stem) {
+            if let Some((base, variant)) = files::variant(stem) {
                 // kestrel's variants of llama.cpp's files (golden logits by llama.cpp on the
                 // bytes written here, `KESTREL_ARCHS_WRITE`), rebuilt in every mode.
                 let sk = &skeletons[base];
                 if let Some(out) = std::env::var_os("KESTREL_ARCHS_WRITE") {
                     let d = PathBuf::from(out).join(format!("s{key}"));
                     std::fs::create_dir_all(&d).expect("mkdir");
-                    let bytes = files::build_bytes_as(sk, seed, stdev, ty);
+                    let bytes = variant.bytes(sk, seed, stdev);
                     std::fs::write(d.join(format!("{stem}.gguf")), bytes).expect("write");
                 }
-                let model = files::build_variant(sk, stem, seed, stdev).expect("variant");
+                let model = variant.model(sk, seed, stdev);
                 let reference: Option<Vec<f32>> = rec["logits"].as_array().map(|a| {
                     a.iter()
                         .map(|v| v.as_f64().expect("logit") as f32)
@@ -361,4 +361,30 @@ fn moe_batched_decode_equals_single() {
     for (i, (want, got)) in single.iter().zip(&out).enumerate() {
         assert_eq!(&got.as_ref().expect("completion").ids, want, "sequence {i}");
     }
+}
+
+/// DeepSeek's latent cache holds what llama.cpp's does: per token and layer, the latent and the
+/// shared rotated key part (512 + 64 values, no values), where the decompressed form caches every
+/// head's keys and values (4 × (192 + 128) in the 4-head variant).
+#[test]
+fn deepseek2_caches_the_latent_only() {
+    use kestrel_arch::DecoderConfig;
+    use kestrel_kv::KvDType;
+    let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
+    let base = &skeletons["deepseek2-moe"];
+    let bytes = |stem: &str| {
+        let model = match files::variant(stem) {
+            Some((_, v)) => v.model(base, 1, 0.1),
+            None => files::build(base, 1, 0.1),
+        };
+        let cfg = DecoderConfig::from_model(&model).expect("config");
+        let layout = kestrel_generate::kv_layout(&cfg, KvDType::F16).expect("layout");
+        (layout.bytes_per_token(), cfg.n_layer)
+    };
+    for stem in ["deepseek2-moe", "deepseek2-moe-h4"] {
+        let (b, n_layer) = bytes(stem);
+        assert_eq!(b, n_layer * (512 + 64) * 2, "{stem}");
+    }
+    let (b, n_layer) = bytes("deepseek2-moe-h4-kvb");
+    assert_eq!(b, n_layer * 4 * (192 + 128) * 2);
 }

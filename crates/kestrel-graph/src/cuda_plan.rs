@@ -373,6 +373,9 @@ fn unsupported(op: &Op, width: usize) -> Option<&'static str> {
         Op::LayerNorm { group, .. } => (*group != width).then_some("layer_norm over groups"),
         Op::Attention(p) if p.sinks.is_some() => Some("attention sinks"),
         Op::Attention(p) if p.latent => Some("latent attention"),
+        Op::Attention(p) if p.head_dim_k != p.head_dim_v => {
+            Some("attention with different K and V head sizes")
+        }
         Op::HeadMatMul { .. } => Some("per-head matmul"),
         Op::HeadSlice { .. } => Some("head_slice"),
         Op::HeadConcat { .. } => Some("head_concat"),

@@ -529,7 +529,15 @@ impl ExecutionPlan {
                 let cache = &mut self.rope_cache;
                 cpu::rope_with(out, p.n_head, p.head_dim, positions, &params, ff, cache)?;
             }
-            Op::Attention(p) if p.latent => {
+            Op::Attention(p) if p.latent || p.head_dim_k != p.head_dim_v => {
+                // Keys and values of different sizes: DeepSeek's latent cache (values = the
+                // front of the keys), or its decompressed heads.
+                if p.sinks.is_some() || !p.causal {
+                    return Err(GraphError::Internal(
+                        "attention sinks or non-causal attention with different K and V sizes"
+                            .into(),
+                    ));
+                }
                 let params = cpu::LatentAttentionParams {
                     n_head: p.n_head,
                     n_kv_head: p.n_kv_head,
@@ -538,16 +546,23 @@ impl ExecutionPlan {
                     scale: p.scale,
                     softcap: p.softcap.unwrap_or(0.0),
                     window: p.window.unwrap_or(0),
+                    values_in_keys: p.latent,
                 };
                 let (qw, kw, ow) = (
                     p.n_head * p.head_dim_k,
                     p.n_kv_head * p.head_dim_k,
                     p.n_head * p.head_dim_v,
                 );
+                let vw = if p.latent {
+                    0
+                } else {
+                    p.n_kv_head * p.head_dim_v
+                };
                 let mut r0 = 0;
                 for s in &self.segs {
                     let r1 = r0 + s.len;
-                    kv.write_seq(p.layer, s.seq, s.pos0, &b[r0 * kw..r1 * kw], &[])?;
+                    let (k, v) = (&b[r0 * kw..r1 * kw], &c[r0 * vw..r1 * vw]);
+                    kv.write_seq(p.layer, s.seq, s.pos0, k, v)?;
                     r0 = r1;
                 }
                 let kv: &dyn BatchKv = kv;
@@ -578,11 +593,6 @@ impl ExecutionPlan {
                 }
             }
             Op::Attention(p) => {
-                if p.head_dim_k != p.head_dim_v {
-                    return Err(GraphError::Internal(
-                        "attention with different K and V head sizes".into(),
-                    ));
-                }
                 let params = p.engine_params();
                 let (qw, kw) = (p.n_head * p.head_dim_k, p.n_kv_head * p.head_dim_k);
                 // Every segment's keys and values first; then the queries of up to

@@ -5,7 +5,8 @@
 //! softmax or sigmoid gating, an optional selection bias (`ffn_exp_probs_b`) and expert groups.
 //! Attention scores are scaled by `mscale² / sqrt(key_length_mla)` with YaRN's `mscale` as
 //! llama.cpp computes it (`rope.scaling.yarn_log_multiplier`). Files of the older form, with one
-//! `attn_kv_b` matrix to be decompressed into plain heads, are refused with a message.
+//! `attn_kv_b` matrix, run as llama.cpp runs them: the latent decompressed into plain heads of
+//! keys and values (cached as such, larger than the latent).
 
 use kestrel_gguf::GgufModel;
 use kestrel_graph::{MoeActivation, MoeGating};
@@ -25,13 +26,22 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
 
     let k_mla = get("attention.key_length_mla")?.unwrap_or(0);
     let v_mla = get("attention.value_length_mla")?.unwrap_or(0);
-    if k_mla == 0 || v_mla == 0 || model.tensor_info("blk.0.attn_kv_b.weight").is_some() {
-        return Err(super::unsupported_feature(
-            cfg,
-            "the pre-MLA GGUF form (attn_kv_b without attention.key_length_mla): convert the \
-             model again with a current converter, which writes attn_k_b and attn_v_b",
+    let absorbed = k_mla != 0 && v_mla != 0;
+    let decompressed = model.tensor_info("blk.0.attn_kv_b.weight").is_some();
+    if absorbed == decompressed {
+        return Err(invalid(
+            "not one form of multi-head latent attention: the absorbed form \
+             (attention.key_length_mla, attn_k_b, attn_v_b) or the decompressed one (attn_kv_b \
+             without key_length_mla)"
+                .into(),
         ));
     }
+    // The decompressed form's heads are the plain key and value lengths.
+    let (k_mla, v_mla) = if absorbed {
+        (k_mla, v_mla)
+    } else {
+        (cfg.head_dim_k, cfg.head_dim_v)
+    };
     let kv_lora_rank = md.get_usize(&key("attention.kv_lora_rank"))?;
     let q_lora_rank = if model.tensor_info("blk.0.attn_q_a.weight").is_some() {
         md.get_usize(&key("attention.q_lora_rank"))?
@@ -41,20 +51,26 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
     let qk_rope = cfg.rope.n_rot;
     if qk_rope == 0 || qk_rope >= k_mla || !qk_rope.is_multiple_of(2) {
         return Err(invalid(format!(
-            "rope.dimension_count {qk_rope} with key_length_mla {k_mla}"
+            "rope.dimension_count {qk_rope} with a key length of {k_mla}"
         )));
     }
-    // The latent cache: one row per token of the latent and the shared rotated key part.
-    if cfg.head_dim_k != kv_lora_rank + qk_rope || cfg.head_dim_v != kv_lora_rank {
-        return Err(invalid(format!(
-            "key_length {} and value_length {} do not fit kv_lora_rank {kv_lora_rank} and \
-             {qk_rope} rotated values",
-            cfg.head_dim_k, cfg.head_dim_v
-        )));
-    }
-    if cfg.n_head_kv.iter().any(|&h| h != 1) {
+    if absorbed {
+        // The latent cache: one row per token of the latent and the shared rotated key part.
+        if cfg.head_dim_k != kv_lora_rank + qk_rope || cfg.head_dim_v != kv_lora_rank {
+            return Err(invalid(format!(
+                "key_length {} and value_length {} do not fit kv_lora_rank {kv_lora_rank} and \
+                 {qk_rope} rotated values",
+                cfg.head_dim_k, cfg.head_dim_v
+            )));
+        }
+        if cfg.n_head_kv.iter().any(|&h| h != 1) {
+            return Err(invalid(
+                "the absorbed form needs head_count_kv 1 (one latent row per token)".into(),
+            ));
+        }
+    } else if cfg.n_head_kv != cfg.n_head {
         return Err(invalid(
-            "the absorbed form needs head_count_kv 1 (one latent row per token)".into(),
+            "the decompressed form needs as many KV heads as heads".into(),
         ));
     }
     cfg.mla = Some(MlaConfig {
@@ -63,6 +79,7 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
         qk_nope: k_mla - qk_rope,
         qk_rope,
         v_head: v_mla,
+        absorbed,
     });
     cfg.rope.neox = false;
     cfg.tied_output = model.tensor_info("output.weight").is_none();

@@ -420,21 +420,127 @@ fn build_as(s: &Skeleton, seed: u64, stdev: f32, ty: impl Fn(&str) -> GgmlType) 
 /// The storage type a variant gives each tensor, by name.
 pub type TypeOf = fn(&str) -> GgmlType;
 
-/// The variants kestrel derives from llama.cpp's files, by file stem: `<stem>-mxfp4` is `<stem>`
-/// with its expert matrices in MXFP4 (gpt-oss's real files store them so).
-pub fn variant(stem: &str) -> Option<(&str, TypeOf)> {
-    let base = stem.strip_suffix("-mxfp4")?;
-    Some((base, |name: &str| {
-        if name.contains("_exps.weight") {
-            GgmlType::MXFP4
-        } else {
-            GgmlType::F32
-        }
-    }))
+/// A file kestrel derives from one of llama.cpp's (llama.cpp's logits for it are computed on the
+/// bytes [`Variant::bytes`] writes): other storage types, and/or another shape of the model.
+pub struct Variant {
+    types: TypeOf,
+    reshape: Option<fn(&Skeleton) -> Skeleton>,
 }
 
-/// A variant's model in memory.
-pub fn build_variant(s: &Skeleton, stem: &str, seed: u64, stdev: f32) -> Option<GgufModel> {
-    let (_, ty) = variant(stem)?;
-    Some(build_as(s, seed, stdev, ty))
+fn all_f32(_: &str) -> GgmlType {
+    GgmlType::F32
+}
+
+fn experts_mxfp4(name: &str) -> GgmlType {
+    if name.contains("_exps.weight") {
+        GgmlType::MXFP4
+    } else {
+        GgmlType::F32
+    }
+}
+
+/// The variants, by file stem, with the stem of the llama.cpp file each comes from:
+/// - `<stem>-mxfp4`: `<stem>` with its expert matrices in MXFP4 (gpt-oss's real files store them
+///   so);
+/// - `deepseek2-moe-h4`: llama.cpp's deepseek2 file (absorbed multi-head latent attention, one
+///   head) with 4 query heads, as real DeepSeek files have many;
+/// - `deepseek2-moe-h4-kvb`: the same in the older decompressed form (`attn_kv_b`, 4 KV heads
+///   of key length 192 and value length 128, no `*_mla` keys).
+pub fn variant(stem: &str) -> Option<(&str, Variant)> {
+    if let Some(base) = stem.strip_suffix("-mxfp4") {
+        let v = Variant {
+            types: experts_mxfp4,
+            reshape: None,
+        };
+        return Some((base, v));
+    }
+    let reshape: fn(&Skeleton) -> Skeleton = match stem {
+        "deepseek2-moe-h4" => |s| deepseek2_heads(s, 4, false),
+        "deepseek2-moe-h4-kvb" => |s| deepseek2_heads(s, 4, true),
+        _ => return None,
+    };
+    Some((
+        "deepseek2-moe",
+        Variant {
+            types: all_f32,
+            reshape: Some(reshape),
+        },
+    ))
+}
+
+impl Variant {
+    fn skeleton(&self, base: &Skeleton) -> Skeleton {
+        match self.reshape {
+            Some(f) => f(base),
+            None => Skeleton {
+                metadata: base.metadata.clone(),
+                tensors: base.tensors.clone(),
+            },
+        }
+    }
+
+    /// The variant's GGUF bytes (for llama.cpp to read).
+    pub fn bytes(&self, base: &Skeleton, seed: u64, stdev: f32) -> Vec<u8> {
+        build_bytes_as(&self.skeleton(base), seed, stdev, self.types)
+    }
+
+    /// The variant's model in memory.
+    pub fn model(&self, base: &Skeleton, seed: u64, stdev: f32) -> GgufModel {
+        build_as(&self.skeleton(base), seed, stdev, self.types)
+    }
+}
+
+/// llama.cpp's one-head deepseek2 file with `n_head` heads: the absorbed form (`attn_k_b`,
+/// `attn_v_b` per head, one latent KV head), or the decompressed one (`attn_kv_b`, a KV head
+/// per head, plain key and value lengths). Weights are drawn by name as llama.cpp draws them.
+fn deepseek2_heads(s: &Skeleton, n_head: u64, decompressed: bool) -> Skeleton {
+    let u32_of = |key: &str| {
+        s.metadata.iter().find_map(|(k, v)| match v {
+            MetadataValue::U32(x) if k == key => Some(u64::from(*x)),
+            _ => None,
+        })
+    };
+    let k_mla = u32_of("deepseek2.attention.key_length_mla").expect("key_length_mla");
+    let v_mla = u32_of("deepseek2.attention.value_length_mla").expect("value_length_mla");
+    let rope = u32_of("deepseek2.rope.dimension_count").expect("rope dims");
+    let nope = k_mla - rope;
+    let set = |k: &str, v: &MetadataValue| -> Option<MetadataValue> {
+        let short = k.strip_prefix("deepseek2.attention.")?;
+        Some(match short {
+            "head_count" => MetadataValue::U32(n_head as u32),
+            "head_count_kv" if decompressed => MetadataValue::U32(n_head as u32),
+            "key_length" if decompressed => MetadataValue::U32(k_mla as u32),
+            "value_length" if decompressed => MetadataValue::U32(v_mla as u32),
+            _ => v.clone(),
+        })
+    };
+    let metadata = s
+        .metadata
+        .iter()
+        .filter(|(k, _)| !(decompressed && k.ends_with("_length_mla")))
+        .map(|(k, v)| (k.clone(), set(k, v).unwrap_or_else(|| v.clone())))
+        .collect();
+    let mut tensors = Vec::new();
+    for (name, dims) in &s.tensors {
+        let (prefix, last) = name.rsplit_once(".attn_").map_or(("", ""), |(a, b)| (a, b));
+        let d = match last {
+            "q_b.weight" => vec![dims[0], n_head * k_mla],
+            "output.weight" => vec![n_head * v_mla, dims[1]],
+            "k_b.weight" if decompressed => {
+                // One matrix in place of the two: the latent to each head's keys and values.
+                let rank = dims[1];
+                tensors.push((
+                    format!("{prefix}.attn_kv_b.weight"),
+                    vec![rank, n_head * (nope + v_mla)],
+                ));
+                continue;
+            }
+            "v_b.weight" if decompressed => continue,
+            "k_b.weight" => vec![dims[0], dims[1], n_head],
+            "v_b.weight" => vec![dims[0], dims[1], n_head],
+            _ => dims.clone(),
+        };
+        tensors.push((name.clone(), d));
+    }
+    Skeleton { metadata, tensors }
 }

@@ -1,9 +1,11 @@
-//! Attention over a latent cache (DeepSeek's multi-head latent attention in its absorbed form, as
-//! llama.cpp runs it): the cache holds one row per position of `head_dim_k` values (the normed
-//! latent followed by the rotated key part) and no values; a query head scores the whole row, and
-//! its values are the row's first `head_dim_v` entries. Every query head reads the same cache
-//! heads as GQA groups them (one latent head in DeepSeek's files). One online-softmax pass per
-//! (row, head), parallel over them; f32 accumulation, keys and values read in the cache's type.
+//! Attention whose keys and values differ in size, as DeepSeek's multi-head latent attention
+//! needs. In the absorbed form llama.cpp runs, the cache is latent: one row per position of
+//! `head_dim_k` values (the normed latent followed by the rotated key part) and no values; a query
+//! head scores the whole row, and its values are the row's first `head_dim_v` entries. In the
+//! decompressed form (files with `attn_kv_b`), keys of `head_dim_k` and values of `head_dim_v`
+//! per head are cached apart. Query heads read cache heads as GQA groups them. One online-softmax
+//! pass per (row, head), parallel over them; f32 accumulation, keys and values read in the
+//! cache's type.
 
 use rayon::prelude::*;
 
@@ -28,13 +30,18 @@ pub struct LatentAttentionParams {
     pub softcap: f32,
     /// Sliding window (0: none), as [`visible_keys`] reads it.
     pub window: usize,
+    /// A latent cache: the values are the front of each key head, and `seq.v` is not read;
+    /// otherwise `seq.v` holds `head_dim_v` values per cache head.
+    pub values_in_keys: bool,
 }
 
-/// One (row, head): softmax over the visible keys of `scale · q·k`, values the keys' heads.
+/// One (row, head): softmax over the visible keys of `scale · q·k`; values from `v` (`None`:
+/// the front of the keys' heads).
 #[allow(clippy::too_many_arguments)]
 fn row_head<T: KvElem>(
     q: &[f32],
     k: &[T],
+    v: Option<&[T]>,
     seq: &PagedSeq<'_>,
     pos: i32,
     h: usize,
@@ -45,6 +52,7 @@ fn row_head<T: KvElem>(
     let group = p.n_head / p.n_kv_head;
     let stride = p.n_kv_head * dk;
     let off = (h / group) * dk;
+    let (v_stride, v_off) = (p.n_kv_head * dv, (h / group) * dv);
     out.fill(0.0);
     let (lo, hi) = visible_keys(pos, seq.kv_len, p.window);
     let mut m = f32::NEG_INFINITY;
@@ -67,7 +75,11 @@ fn row_head<T: KvElem>(
         }
         let w = (s - m).exp();
         sum += w;
-        T::axpy(out, w, head(k, row * stride + off, dv));
+        let vr = match v {
+            Some(v) => head(v, row * v_stride + v_off, dv),
+            None => head(k, row * stride + off, dv),
+        };
+        T::axpy(out, w, vr);
     }
     if sum > 0.0 {
         let inv = 1.0 / sum;
@@ -76,8 +88,8 @@ fn row_head<T: KvElem>(
 }
 
 /// Attention of the query rows `q` (`[rows][n_head][head_dim_k]`, the rows of `seqs` in order,
-/// row `r` at `positions[r]`) over each sequence's latent cache `seq.k` (`seq.v` is not read),
-/// writing `out` (`[rows][n_head][head_dim_v]`). A query that sees no key gets zeros. Tolerance
+/// row `r` at `positions[r]`) over each sequence's cache (keys `seq.k`; values `seq.v`, or the
+/// keys' front in a latent cache), writing `out` (`[rows][n_head][head_dim_v]`). A query that sees no key gets zeros. Tolerance
 /// against an f64 reference: ~1e-5 relative for unit-scale inputs and an f32 cache.
 ///
 /// # Errors
@@ -122,18 +134,34 @@ pub fn attention_latent(
     for s in seqs {
         let quantized = matches!(s.k, KvSlice::Q8_0(_) | KvSlice::Q4_0(_));
         if quantized && (!p.head_dim_k.is_multiple_of(32) || !p.head_dim_v.is_multiple_of(32)) {
-            return bad("a quantized latent cache needs sizes that are multiples of 32");
+            return bad("a quantized cache needs head sizes that are multiples of 32");
+        }
+        let same_type = matches!(
+            (s.k, s.v),
+            (KvSlice::F32(_), KvSlice::F32(_))
+                | (KvSlice::F16(_), KvSlice::F16(_))
+                | (KvSlice::Q8_0(_), KvSlice::Q8_0(_))
+                | (KvSlice::Q4_0(_), KvSlice::Q4_0(_))
+        );
+        if !p.values_in_keys && !same_type {
+            return bad("keys and values of different types");
         }
         // The highest row any visible position maps to must be inside the cache.
         let top = (0..s.kv_len).map(|j| s.rows.row(j) + 1).max().unwrap_or(0);
-        let need = top.saturating_mul(stride);
-        if s.k.len() < need {
-            return Err(TensorError::LengthMismatch {
-                op: OP,
-                what: "k",
-                expected: need,
-                actual: s.k.len(),
-            });
+        let mut need = vec![("k", top.saturating_mul(stride), s.k.len())];
+        if !p.values_in_keys {
+            let vs = p.n_kv_head * p.head_dim_v;
+            need.push(("v", top.saturating_mul(vs), s.v.len()));
+        }
+        for (what, expected, actual) in need {
+            if actual < expected {
+                return Err(TensorError::LengthMismatch {
+                    op: OP,
+                    what,
+                    expected,
+                    actual,
+                });
+            }
         }
     }
     // (sequence, first row) of every row, so that each (row, head) item finds its cache.
@@ -158,11 +186,26 @@ pub fn attention_latent(
         };
         let seq = &seqs[si];
         let qh = &q[r * qw + h * p.head_dim_k..r * qw + (h + 1) * p.head_dim_k];
-        match seq.k {
-            KvSlice::F32(k) => row_head(qh, k, seq, positions[r], h, p, o),
-            KvSlice::F16(k) => row_head(qh, k, seq, positions[r], h, p, o),
-            KvSlice::Q8_0(k) => row_head(qh, k, seq, positions[r], h, p, o),
-            KvSlice::Q4_0(k) => row_head(qh, k, seq, positions[r], h, p, o),
+        let latent = p.values_in_keys;
+        let pos = positions[r];
+        // Keys and values of one type (checked above); a latent cache's values are its keys.
+        match (seq.k, seq.v) {
+            (KvSlice::F32(k), KvSlice::F32(v)) if !latent => {
+                row_head(qh, k, Some(v), seq, pos, h, p, o)
+            }
+            (KvSlice::F16(k), KvSlice::F16(v)) if !latent => {
+                row_head(qh, k, Some(v), seq, pos, h, p, o)
+            }
+            (KvSlice::Q8_0(k), KvSlice::Q8_0(v)) if !latent => {
+                row_head(qh, k, Some(v), seq, pos, h, p, o)
+            }
+            (KvSlice::Q4_0(k), KvSlice::Q4_0(v)) if !latent => {
+                row_head(qh, k, Some(v), seq, pos, h, p, o)
+            }
+            (KvSlice::F32(k), _) => row_head(qh, k, None, seq, pos, h, p, o),
+            (KvSlice::F16(k), _) => row_head(qh, k, None, seq, pos, h, p, o),
+            (KvSlice::Q8_0(k), _) => row_head(qh, k, None, seq, pos, h, p, o),
+            (KvSlice::Q4_0(k), _) => row_head(qh, k, None, seq, pos, h, p, o),
         }
     });
     Ok(())
@@ -230,6 +273,7 @@ mod tests {
                 scale: 0.2,
                 softcap: 0.0,
                 window,
+                values_in_keys: true,
             };
             let kv_len = 6;
             let k: Vec<f32> = (0..kv_len * n_kv_head * 40).map(val).collect();
@@ -271,6 +315,7 @@ mod tests {
             scale: 0.125,
             softcap: 0.0,
             window: 0,
+            values_in_keys: true,
         };
         let ka: Vec<f32> = (0..5 * 64).map(val).collect();
         let kb: Vec<f32> = (0..3 * 64).map(|i| val(i + 11)).collect();
@@ -310,6 +355,62 @@ mod tests {
         }
     }
 
+    /// Values cached apart, of their own size (the decompressed form), against the f64
+    /// definition.
+    #[test]
+    fn values_of_their_own_size_match_the_definition() {
+        let (n_head, n_kv_head, dk, dv) = (4usize, 2usize, 24usize, 16usize);
+        let p = LatentAttentionParams {
+            n_head,
+            n_kv_head,
+            head_dim_k: dk,
+            head_dim_v: dv,
+            scale: 0.3,
+            softcap: 0.0,
+            window: 0,
+            values_in_keys: false,
+        };
+        let kv_len = 5;
+        let k: Vec<f32> = (0..kv_len * n_kv_head * dk).map(val).collect();
+        let v: Vec<f32> = (0..kv_len * n_kv_head * dv).map(|i| val(i + 9)).collect();
+        let q: Vec<f32> = (0..n_head * dk).map(|i| val(i + 4)).collect();
+        let seq = PagedSeq {
+            n_rows: 1,
+            k: KvSlice::F32(&k),
+            v: KvSlice::F32(&v),
+            kv_len,
+            rows: KvRows::CONTIGUOUS,
+        };
+        let mut out = vec![0f32; n_head * dv];
+        attention_latent(&q, &[4], &[seq], &p, &mut out).unwrap();
+        for h in 0..n_head {
+            let kvh = h / (n_head / n_kv_head);
+            let qh = &q[h * dk..(h + 1) * dk];
+            let s: Vec<f64> = (0..kv_len)
+                .map(|j| {
+                    let kr = &k[(j * n_kv_head + kvh) * dk..(j * n_kv_head + kvh + 1) * dk];
+                    0.3 * qh
+                        .iter()
+                        .zip(kr)
+                        .map(|(&a, &b)| a as f64 * b as f64)
+                        .sum::<f64>()
+                })
+                .collect();
+            let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+            for d in 0..dv {
+                let want: f64 = (0..kv_len)
+                    .map(|j| (s[j] - m).exp() / z * v[(j * n_kv_head + kvh) * dv + d] as f64)
+                    .sum();
+                let got = out[h * dv + d] as f64;
+                assert!(
+                    (got - want).abs() < 1e-5,
+                    "head {h} dim {d}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn bad_sizes_are_errors() {
         let p = LatentAttentionParams {
@@ -320,6 +421,7 @@ mod tests {
             scale: 1.0,
             softcap: 0.0,
             window: 0,
+            values_in_keys: true,
         };
         let k = [0f32; 8];
         let seq = PagedSeq {
