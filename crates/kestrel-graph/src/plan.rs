@@ -43,6 +43,30 @@ impl BoundWeight {
 /// Segments attended per call of `attention_paged_batch` (their views live on the stack).
 const ATTN_GROUP: usize = 32;
 
+/// The cache views of a group of segments for one attention call (each sees its positions up
+/// to the end of its part of the step); returns the rows the group has in the step.
+fn group_views<'a>(
+    kv: &'a dyn BatchKv,
+    layer: usize,
+    group: &[BatchSeq],
+    seqs: &mut [cpu::PagedSeq<'a>; ATTN_GROUP],
+) -> Result<usize, GraphError> {
+    let mut rows = 0;
+    for (slot, s) in seqs.iter_mut().zip(group) {
+        let kv_len = s.pos0 + s.len;
+        let view = kv.view_seq(layer, s.seq, kv_len)?;
+        *slot = cpu::PagedSeq {
+            n_rows: s.len,
+            k: view.k,
+            v: view.v,
+            kv_len,
+            rows: view.rows,
+        };
+        rows += s.len;
+    }
+    Ok(rows)
+}
+
 /// One sequence's part of a batched step: `len` consecutive tokens of the flat list, at
 /// positions `pos0..pos0 + len` of sequence `seq`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -569,19 +593,7 @@ impl ExecutionPlan {
                 let mut r0 = 0;
                 for group in self.segs.chunks(ATTN_GROUP) {
                     let mut seqs = [cpu::PagedSeq::EMPTY; ATTN_GROUP];
-                    let mut r1 = r0;
-                    for (slot, s) in seqs.iter_mut().zip(group) {
-                        let kv_len = s.pos0 + s.len;
-                        let view = kv.view_seq(p.layer, s.seq, kv_len)?;
-                        *slot = cpu::PagedSeq {
-                            n_rows: s.len,
-                            k: view.k,
-                            v: view.v,
-                            kv_len,
-                            rows: view.rows,
-                        };
-                        r1 += s.len;
-                    }
+                    let r1 = r0 + group_views(kv, p.layer, group, &mut seqs)?;
                     cpu::attention_latent(
                         &a[r0 * qw..r1 * qw],
                         &positions[r0..r1],
@@ -619,19 +631,7 @@ impl ExecutionPlan {
                 let mut r0 = 0;
                 for group in self.segs.chunks(ATTN_GROUP) {
                     let mut seqs = [cpu::PagedSeq::EMPTY; ATTN_GROUP];
-                    let mut r1 = r0;
-                    for (slot, s) in seqs.iter_mut().zip(group) {
-                        let kv_len = s.pos0 + s.len;
-                        let view = kv.view_seq(p.layer, s.seq, kv_len)?;
-                        *slot = cpu::PagedSeq {
-                            n_rows: s.len,
-                            k: view.k,
-                            v: view.v,
-                            kv_len,
-                            rows: view.rows,
-                        };
-                        r1 += s.len;
-                    }
+                    let r1 = r0 + group_views(kv, p.layer, group, &mut seqs)?;
                     cpu::attention_paged_batch(
                         &a[r0 * qw..r1 * qw],
                         &mask[r0..r1],
