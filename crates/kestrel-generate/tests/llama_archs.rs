@@ -322,20 +322,34 @@ fn markdown(table: &BTreeMap<String, Vec<(String, Outcome)>>, version: &str) -> 
 /// a token).
 #[test]
 fn moe_batched_decode_equals_single() {
+    let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
+    batched_equals_single(files::build(&skeletons["qwen3moe-moe"], 1, 0.1));
+}
+
+/// The same for DeepSeek with many heads, through the batch scheduler's paged caches: the latent
+/// (keys-only) cache and the decompressed form's keys and values of different sizes.
+#[test]
+fn deepseek2_batched_decode_equals_single() {
+    let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
+    for stem in ["deepseek2-moe-h4", "deepseek2-moe-h4-kvb"] {
+        let (base, v) = files::variant(stem).expect("variant");
+        batched_equals_single(v.model(&skeletons[base], 1, 0.1));
+    }
+}
+
+fn batched_equals_single(model: GgufModel) {
     use std::sync::Arc;
 
     use kestrel_generate::{
         BatchOptions, BatchRequest, GenerateParams, Generator, GeneratorOptions,
     };
 
-    let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
-    let model = Arc::new(files::build(&skeletons["qwen3moe-moe"], 1, 0.1));
     let opts = GeneratorOptions {
         threads: 2,
         ctx: 128,
         ..GeneratorOptions::default()
     };
-    let mut g = Generator::new(model, opts).expect("generator");
+    let mut g = Generator::new(Arc::new(model), opts).expect("generator");
     let prompts: Vec<Vec<u32>> = (0..8u32)
         .map(|i| (0..3 + 5 * i).map(|j| (i * 31 + j * 7 + 1) % 128).collect())
         .collect();
