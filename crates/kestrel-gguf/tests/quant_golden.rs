@@ -8,7 +8,7 @@ use kestrel_gguf::quant::{can_dequantize, dequantize, quantize};
 use kestrel_gguf::GgmlType;
 
 /// Types with dequantization fixtures, and their file stems.
-const DEQUANT: [(GgmlType, &str); 17] = [
+const DEQUANT: [(GgmlType, &str); 19] = [
     (GgmlType::F32, "f32"),
     (GgmlType::F16, "f16"),
     (GgmlType::BF16, "bf16"),
@@ -26,11 +26,14 @@ const DEQUANT: [(GgmlType, &str); 17] = [
     (GgmlType::IQ4NL, "iq4_nl"),
     (GgmlType::IQ4XS, "iq4_xs"),
     (GgmlType::MXFP4, "mxfp4"),
+    (GgmlType::TQ1_0, "tq1_0"),
+    (GgmlType::TQ2_0, "tq2_0"),
 ];
 
-/// Types with quantization fixtures, and their file stems: the first seven and MXFP4 from gguf-py,
+/// Types with quantization fixtures, and their file stems: the first seven, MXFP4 and the ternary
+/// types from gguf-py,
 /// the K-quants from ggml's own `quantize_row_*_ref` (gguf-py has no K-quant quantizer).
-const QUANT: [(GgmlType, &str); 14] = [
+const QUANT: [(GgmlType, &str); 16] = [
     (GgmlType::Q4_0, "q4_0"),
     (GgmlType::Q4_1, "q4_1"),
     (GgmlType::Q5_0, "q5_0"),
@@ -45,6 +48,8 @@ const QUANT: [(GgmlType, &str); 14] = [
     (GgmlType::Q6K, "q6_k"),
     (GgmlType::Q8K, "q8_k"),
     (GgmlType::MXFP4, "mxfp4"),
+    (GgmlType::TQ1_0, "tq1_0"),
+    (GgmlType::TQ2_0, "tq2_0"),
 ];
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -169,6 +174,8 @@ fn quantized_fixtures_round_trip_close_to_input() {
                 GgmlType::Q2K | GgmlType::Q3K => amax / 2.0,
                 // MXFP4's largest code is 1.5 * 2^floor(log2(amax)): up to a quarter clipped.
                 GgmlType::MXFP4 => amax / 4.0,
+                // Ternary: every value becomes -amax, 0 or amax (f16-rounded).
+                GgmlType::TQ1_0 | GgmlType::TQ2_0 => amax / 2.0 + amax * 1e-3,
                 _ => amax / 6.0,
             };
             for (a, b) in xb.iter().zip(yb) {

@@ -45,11 +45,15 @@ pub enum DType {
     IQ4XS,
     /// ggml MXFP4 (OCP microscaling FP4: gpt-oss's experts).
     MXFP4,
+    /// ggml TQ1_0 (ternary, 1.69 bits per weight: BitNet b1.58, TriLM).
+    TQ1_0,
+    /// ggml TQ2_0 (ternary, 2.06 bits per weight).
+    TQ2_0,
 }
 
 impl DType {
     /// Every dtype, in ggml id order of the matching [`GgmlType`].
-    pub const ALL: [DType; 17] = [
+    pub const ALL: [DType; 19] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -67,6 +71,8 @@ impl DType {
         DType::IQ4XS,
         DType::BF16,
         DType::MXFP4,
+        DType::TQ1_0,
+        DType::TQ2_0,
     ];
 
     /// The GGUF tensor type with the same bytes.
@@ -89,6 +95,8 @@ impl DType {
             DType::IQ4NL => GgmlType::IQ4NL,
             DType::IQ4XS => GgmlType::IQ4XS,
             DType::MXFP4 => GgmlType::MXFP4,
+            DType::TQ1_0 => GgmlType::TQ1_0,
+            DType::TQ2_0 => GgmlType::TQ2_0,
         }
     }
 

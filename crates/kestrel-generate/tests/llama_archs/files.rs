@@ -363,7 +363,7 @@ pub fn read_skeletons(path: &Path) -> BTreeMap<String, Skeleton> {
 
 /// The file `test-llama-archs -s seed -d stdev` writes for this skeleton, in memory.
 pub fn build(s: &Skeleton, seed: u64, stdev: f32) -> GgufModel {
-    build_as(s, seed, stdev, |_| GgmlType::F32)
+    build_as(s, seed, stdev, all_f32)
 }
 
 /// [`build`] with the tensors `ty` names stored in that type (quantized from the same values by
@@ -372,7 +372,7 @@ pub fn build_bytes_as(
     s: &Skeleton,
     seed: u64,
     stdev: f32,
-    ty: impl Fn(&str) -> GgmlType,
+    ty: impl Fn(&str, &[u64]) -> GgmlType,
 ) -> Vec<u8> {
     let mut w = GgufWriter::new();
     for (k, v) in &s.metadata {
@@ -381,7 +381,7 @@ pub fn build_bytes_as(
     for (name, dims) in &s.tensors {
         let n = dims.iter().product::<u64>() as usize;
         let values = tensor_values(name, n, seed, stdev);
-        let t = ty(name);
+        let t = ty(name, dims);
         let bytes = if t == GgmlType::F32 {
             values.iter().flat_map(|v| v.to_le_bytes()).collect()
         } else {
@@ -394,8 +394,13 @@ pub fn build_bytes_as(
     w.to_bytes().expect("GGUF")
 }
 
-fn build_as(s: &Skeleton, seed: u64, stdev: f32, ty: impl Fn(&str) -> GgmlType) -> GgufModel {
-    if s.tensors.iter().any(|(n, _)| ty(n) != GgmlType::F32) {
+fn build_as(
+    s: &Skeleton,
+    seed: u64,
+    stdev: f32,
+    ty: impl Fn(&str, &[u64]) -> GgmlType,
+) -> GgufModel {
+    if s.tensors.iter().any(|(n, d)| ty(n, d) != GgmlType::F32) {
         let bytes = build_bytes_as(s, seed, stdev, ty);
         let file = GgufFile::from_bytes(bytes).expect("GGUF parses");
         return GgufModel::from_shards(vec![file], Path::new("rebuilt.gguf")).expect("model");
@@ -417,8 +422,8 @@ fn build_as(s: &Skeleton, seed: u64, stdev: f32, ty: impl Fn(&str) -> GgmlType) 
     GgufModel::from_shards(vec![file], Path::new("rebuilt.gguf")).expect("model")
 }
 
-/// The storage type a variant gives each tensor, by name.
-pub type TypeOf = fn(&str) -> GgmlType;
+/// The storage type a variant gives each tensor, by name and ggml dims.
+pub type TypeOf = fn(&str, &[u64]) -> GgmlType;
 
 /// A file kestrel derives from one of llama.cpp's (llama.cpp's logits for it are computed on the
 /// bytes [`Variant::bytes`] writes): other storage types, and/or another shape of the model.
@@ -427,11 +432,20 @@ pub struct Variant {
     reshape: Option<fn(&Skeleton) -> Skeleton>,
 }
 
-fn all_f32(_: &str) -> GgmlType {
+fn all_f32(_: &str, _: &[u64]) -> GgmlType {
     GgmlType::F32
 }
 
-fn experts_mxfp4(name: &str) -> GgmlType {
+/// Every matrix whose rows are whole 256-value super-blocks in `ty`.
+fn matrices_as(ty: GgmlType, dims: &[u64]) -> GgmlType {
+    if dims.len() >= 2 && dims[0].is_multiple_of(256) {
+        ty
+    } else {
+        GgmlType::F32
+    }
+}
+
+fn experts_mxfp4(name: &str, _: &[u64]) -> GgmlType {
     if name.contains("_exps.weight") {
         GgmlType::MXFP4
     } else {
@@ -442,6 +456,8 @@ fn experts_mxfp4(name: &str) -> GgmlType {
 /// The variants, by file stem, with the stem of the llama.cpp file each comes from:
 /// - `<stem>-mxfp4`: `<stem>` with its expert matrices in MXFP4 (gpt-oss's real files store them
 ///   so);
+/// - `<stem>-tq1_0`, `<stem>-tq2_0`: `<stem>` with every matrix of 256-value rows in the ternary
+///   type (quantized by kestrel's reference quantizer, byte for byte ggml's);
 /// - `deepseek2-moe-h4`: llama.cpp's deepseek2 file (absorbed multi-head latent attention, one
 ///   head) with 4 query heads, as real DeepSeek files have many;
 /// - `deepseek2-moe-h4-kvb`: the same in the older decompressed form (`attn_kv_b`, 4 KV heads
@@ -450,6 +466,18 @@ pub fn variant(stem: &str) -> Option<(&str, Variant)> {
     if let Some(base) = stem.strip_suffix("-mxfp4") {
         let v = Variant {
             types: experts_mxfp4,
+            reshape: None,
+        };
+        return Some((base, v));
+    }
+    let ternary: Option<(&str, TypeOf)> = match stem.rsplit_once('-') {
+        Some((base, "tq1_0")) => Some((base, |_, d| matrices_as(GgmlType::TQ1_0, d))),
+        Some((base, "tq2_0")) => Some((base, |_, d| matrices_as(GgmlType::TQ2_0, d))),
+        _ => None,
+    };
+    if let Some((base, types)) = ternary {
+        let v = Variant {
+            types,
             reshape: None,
         };
         return Some((base, v));

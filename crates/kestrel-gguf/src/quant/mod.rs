@@ -42,6 +42,7 @@ pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
 pub mod q8_k;
+pub mod tq;
 
 #[cfg(test)]
 mod tests;
@@ -62,6 +63,7 @@ pub use q5_k::BlockQ5K;
 pub use q6_k::BlockQ6K;
 pub use q8_0::BlockQ8_0;
 pub use q8_k::BlockQ8K;
+pub use tq::{BlockTQ1_0, BlockTQ2_0};
 
 use crate::GgmlType;
 
@@ -92,6 +94,8 @@ pub fn can_dequantize(ty: GgmlType) -> bool {
             | GgmlType::IQ4NL
             | GgmlType::IQ4XS
             | GgmlType::MXFP4
+            | GgmlType::TQ1_0
+            | GgmlType::TQ2_0
     )
 }
 
@@ -114,6 +118,8 @@ pub fn can_quantize(ty: GgmlType) -> bool {
             | GgmlType::Q6K
             | GgmlType::Q8K
             | GgmlType::MXFP4
+            | GgmlType::TQ1_0
+            | GgmlType::TQ2_0
     )
 }
 
@@ -143,6 +149,8 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), Quan
         GgmlType::IQ4NL => iq4_nl::dequantize_bytes(data, out),
         GgmlType::IQ4XS => iq4_xs::dequantize_bytes(data, out),
         GgmlType::MXFP4 => mxfp4::dequantize_bytes(data, out),
+        GgmlType::TQ1_0 => tq::dequantize_bytes_tq1_0(data, out),
+        GgmlType::TQ2_0 => tq::dequantize_bytes_tq2_0(data, out),
         _ => Err(QuantError::Unsupported {
             ty,
             op: QuantOp::Dequantize,
@@ -175,6 +183,8 @@ pub fn quantize(ty: GgmlType, src: &[f32], out: &mut [u8]) -> Result<(), QuantEr
         GgmlType::Q6K => q6_k::quantize_bytes(src, out),
         GgmlType::Q8K => q8_k::quantize_bytes(src, out),
         GgmlType::MXFP4 => mxfp4::quantize_bytes(src, out),
+        GgmlType::TQ1_0 => tq::quantize_bytes_tq1_0(src, out),
+        GgmlType::TQ2_0 => tq::quantize_bytes_tq2_0(src, out),
         _ => Err(QuantError::Unsupported {
             ty,
             op: QuantOp::Quantize,

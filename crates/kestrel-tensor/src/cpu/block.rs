@@ -65,6 +65,8 @@ quant_kernel!(KQ8K, quant::BlockQ8K, quant::q8_k::dequantize_block);
 quant_kernel!(KIQ4NL, quant::BlockIQ4NL, quant::iq4_nl::dequantize_block);
 quant_kernel!(KIQ4XS, quant::BlockIQ4XS, quant::iq4_xs::dequantize_block);
 quant_kernel!(KMXFP4, quant::BlockMXFP4, quant::mxfp4::dequantize_block);
+quant_kernel!(KTQ1_0, quant::BlockTQ1_0, quant::tq::dequantize_block_tq1_0);
+quant_kernel!(KTQ2_0, quant::BlockTQ2_0, quant::tq::dequantize_block_tq2_0);
 
 /// F32 weights.
 pub(crate) struct KF32;
@@ -179,6 +181,14 @@ macro_rules! dispatch {
             }
             DType::MXFP4 => {
                 type $K = KMXFP4;
+                $body
+            }
+            DType::TQ1_0 => {
+                type $K = KTQ1_0;
+                $body
+            }
+            DType::TQ2_0 => {
+                type $K = KTQ2_0;
                 $body
             }
         }

@@ -238,6 +238,8 @@ pub fn matmul_segmented(
         DType::IQ4NL => matmul_q::<DIQ4NL>(x, n, k, w, row_bytes, m, out, segments, scratch),
         DType::IQ4XS => matmul_q::<DIQ4XS>(x, n, k, w, row_bytes, m, out, segments, scratch),
         DType::MXFP4 => matmul_q::<DMXFP4>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::TQ1_0 => matmul_q::<DTQ1_0>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::TQ2_0 => matmul_q::<DTQ2_0>(x, n, k, w, row_bytes, m, out, segments, scratch),
     }
     Ok(())
 }

@@ -48,7 +48,8 @@ pub(crate) fn quantized_rows(
         let src = rng.vec(n, 1.0);
         quant::quantize(ty, &src, &mut bytes).unwrap();
     } else {
-        // IQ4_NL / IQ4_XS / MXFP4 have no quantizer: random bits with a small scale in front.
+        // IQ4_NL / IQ4_XS / MXFP4 / TQ1_0 / TQ2_0 have no quantizer: random bits with a small
+        // scale.
         for b in bytes.iter_mut() {
             *b = rng.next_u64() as u8;
         }
@@ -56,6 +57,13 @@ pub(crate) fn quantized_rows(
             if dtype == DType::MXFP4 {
                 // An E8M0 scale of 2^-8 .. 2^-5 (values up to 12 * 2^-6).
                 blk[0] = 119 + (rng.next_u64() % 4) as u8;
+                continue;
+            }
+            if matches!(dtype, DType::TQ1_0 | DType::TQ2_0) {
+                // The ternary types keep their f16 scale last.
+                let d = f16::from_f32(0.001 + 0.01 * rng.f32().abs());
+                let at = blk.len() - 2;
+                blk[at..].copy_from_slice(&d.to_bits().to_le_bytes());
                 continue;
             }
             let d = f16::from_f32(0.001 + 0.01 * rng.f32().abs());
