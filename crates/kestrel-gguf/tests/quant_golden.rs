@@ -8,7 +8,7 @@ use kestrel_gguf::quant::{can_dequantize, dequantize, quantize};
 use kestrel_gguf::GgmlType;
 
 /// Types with dequantization fixtures, and their file stems.
-const DEQUANT: [(GgmlType, &str); 19] = [
+const DEQUANT: [(GgmlType, &str); 26] = [
     (GgmlType::F32, "f32"),
     (GgmlType::F16, "f16"),
     (GgmlType::BF16, "bf16"),
@@ -28,6 +28,13 @@ const DEQUANT: [(GgmlType, &str); 19] = [
     (GgmlType::MXFP4, "mxfp4"),
     (GgmlType::TQ1_0, "tq1_0"),
     (GgmlType::TQ2_0, "tq2_0"),
+    (GgmlType::IQ2XXS, "iq2_xxs"),
+    (GgmlType::IQ2XS, "iq2_xs"),
+    (GgmlType::IQ2S, "iq2_s"),
+    (GgmlType::IQ3XXS, "iq3_xxs"),
+    (GgmlType::IQ3S, "iq3_s"),
+    (GgmlType::IQ1S, "iq1_s"),
+    (GgmlType::IQ1M, "iq1_m"),
 ];
 
 /// Types with quantization fixtures, and their file stems: the first seven, MXFP4 and the ternary
@@ -183,4 +190,30 @@ fn quantized_fixtures_round_trip_close_to_input() {
             }
         }
     }
+}
+
+/// Dequantization against ggml itself on many blocks: `KESTREL_QUANT_BULK=DIR` names a folder
+/// of `<stem>.dq.bin` / `<stem>.dq.f32` pairs that `tests/fixtures/quant/make_bulk.py` wrote
+/// with ggml's own `dequantize_row_*` (through ctypes, from a llama.cpp build; 10,000 random
+/// blocks per type). Every type with a pair there must match bit for bit.
+#[test]
+#[ignore = "needs KESTREL_QUANT_BULK: blocks dequantized by ggml (make_bulk.py)"]
+fn dequantize_matches_ggml_on_bulk_blocks() {
+    let dir = PathBuf::from(std::env::var_os("KESTREL_QUANT_BULK").expect("KESTREL_QUANT_BULK"));
+    let mut checked = 0;
+    for (ty, stem) in DEQUANT {
+        let (Ok(data), Ok(want)) = (
+            std::fs::read(dir.join(format!("{stem}.dq.bin"))),
+            std::fs::read(dir.join(format!("{stem}.dq.f32"))),
+        ) else {
+            continue;
+        };
+        let want = f32s(&want);
+        let mut got = vec![f32::NAN; want.len()];
+        dequantize(ty, &data, &mut got).unwrap();
+        assert_bits_eq(ty, "bulk dequantize", &got, &want);
+        eprintln!("{ty}: {} blocks match ggml", data.len() / ty.type_size());
+        checked += 1;
+    }
+    assert!(checked > 0, "no bulk pair in {}", dir.display());
 }

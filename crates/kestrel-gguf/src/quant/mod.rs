@@ -28,8 +28,12 @@ mod common;
 mod error;
 
 pub mod float;
+pub mod iq1;
+pub mod iq2;
+pub mod iq3;
 pub mod iq4_nl;
 pub mod iq4_xs;
+pub(crate) mod iq_grids;
 pub mod mxfp4;
 pub mod q2_k;
 pub mod q3_k;
@@ -49,6 +53,9 @@ mod tests;
 
 pub use common::{get_scale_min_k4, QuantBlock, K_SCALE_SIZE, QK_K};
 pub use error::{QuantError, QuantOp};
+pub use iq1::{BlockIQ1M, BlockIQ1S};
+pub use iq2::{BlockIQ2S, BlockIQ2XS, BlockIQ2XXS};
+pub use iq3::{BlockIQ3S, BlockIQ3XXS};
 pub use iq4_nl::BlockIQ4NL;
 pub use iq4_xs::BlockIQ4XS;
 pub use mxfp4::BlockMXFP4;
@@ -96,6 +103,13 @@ pub fn can_dequantize(ty: GgmlType) -> bool {
             | GgmlType::MXFP4
             | GgmlType::TQ1_0
             | GgmlType::TQ2_0
+            | GgmlType::IQ2XXS
+            | GgmlType::IQ2XS
+            | GgmlType::IQ2S
+            | GgmlType::IQ3XXS
+            | GgmlType::IQ3S
+            | GgmlType::IQ1S
+            | GgmlType::IQ1M
     )
 }
 
@@ -151,6 +165,13 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), Quan
         GgmlType::MXFP4 => mxfp4::dequantize_bytes(data, out),
         GgmlType::TQ1_0 => tq::dequantize_bytes_tq1_0(data, out),
         GgmlType::TQ2_0 => tq::dequantize_bytes_tq2_0(data, out),
+        GgmlType::IQ2XXS => iq2::dequantize_bytes_iq2_xxs(data, out),
+        GgmlType::IQ2XS => iq2::dequantize_bytes_iq2_xs(data, out),
+        GgmlType::IQ2S => iq2::dequantize_bytes_iq2_s(data, out),
+        GgmlType::IQ3XXS => iq3::dequantize_bytes_iq3_xxs(data, out),
+        GgmlType::IQ3S => iq3::dequantize_bytes_iq3_s(data, out),
+        GgmlType::IQ1S => iq1::dequantize_bytes_iq1_s(data, out),
+        GgmlType::IQ1M => iq1::dequantize_bytes_iq1_m(data, out),
         _ => Err(QuantError::Unsupported {
             ty,
             op: QuantOp::Dequantize,
