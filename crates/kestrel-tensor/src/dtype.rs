@@ -49,11 +49,25 @@ pub enum DType {
     TQ1_0,
     /// ggml TQ2_0 (ternary, 2.06 bits per weight).
     TQ2_0,
+    /// ggml IQ2_XXS (2.06 bits per weight, grid).
+    IQ2XXS,
+    /// ggml IQ2_XS (2.31 bits per weight, grid).
+    IQ2XS,
+    /// ggml IQ2_S (2.56 bits per weight, grid).
+    IQ2S,
+    /// ggml IQ3_XXS (3.06 bits per weight, grid).
+    IQ3XXS,
+    /// ggml IQ3_S (3.44 bits per weight, grid).
+    IQ3S,
+    /// ggml IQ1_S (1.56 bits per weight, grid).
+    IQ1S,
+    /// ggml IQ1_M (1.75 bits per weight, grid).
+    IQ1M,
 }
 
 impl DType {
     /// Every dtype, in ggml id order of the matching [`GgmlType`].
-    pub const ALL: [DType; 19] = [
+    pub const ALL: [DType; 26] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -67,12 +81,19 @@ impl DType {
         DType::Q5K,
         DType::Q6K,
         DType::Q8K,
+        DType::IQ2XXS,
+        DType::IQ2XS,
+        DType::IQ3XXS,
+        DType::IQ1S,
         DType::IQ4NL,
+        DType::IQ3S,
+        DType::IQ2S,
         DType::IQ4XS,
+        DType::IQ1M,
         DType::BF16,
-        DType::MXFP4,
         DType::TQ1_0,
         DType::TQ2_0,
+        DType::MXFP4,
     ];
 
     /// The GGUF tensor type with the same bytes.
@@ -97,6 +118,13 @@ impl DType {
             DType::MXFP4 => GgmlType::MXFP4,
             DType::TQ1_0 => GgmlType::TQ1_0,
             DType::TQ2_0 => GgmlType::TQ2_0,
+            DType::IQ2XXS => GgmlType::IQ2XXS,
+            DType::IQ2XS => GgmlType::IQ2XS,
+            DType::IQ2S => GgmlType::IQ2S,
+            DType::IQ3XXS => GgmlType::IQ3XXS,
+            DType::IQ3S => GgmlType::IQ3S,
+            DType::IQ1S => GgmlType::IQ1S,
+            DType::IQ1M => GgmlType::IQ1M,
         }
     }
 
@@ -173,9 +201,10 @@ mod tests {
                 d.ggml_type().row_bytes(256).map(|b| b as usize)
             );
         }
+        // The integer types hold no weights kestrel computes with.
         assert!(matches!(
-            DType::try_from(GgmlType::IQ2XXS),
-            Err(TensorError::UnsupportedGgmlType(GgmlType::IQ2XXS))
+            DType::try_from(GgmlType::I8),
+            Err(TensorError::UnsupportedGgmlType(GgmlType::I8))
         ));
         assert_eq!(DType::Q4K.block_size(), 256);
         assert_eq!(DType::Q4K.block_bytes(), 144);

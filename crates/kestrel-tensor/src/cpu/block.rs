@@ -67,6 +67,25 @@ quant_kernel!(KIQ4XS, quant::BlockIQ4XS, quant::iq4_xs::dequantize_block);
 quant_kernel!(KMXFP4, quant::BlockMXFP4, quant::mxfp4::dequantize_block);
 quant_kernel!(KTQ1_0, quant::BlockTQ1_0, quant::tq::dequantize_block_tq1_0);
 quant_kernel!(KTQ2_0, quant::BlockTQ2_0, quant::tq::dequantize_block_tq2_0);
+quant_kernel!(
+    KIQ2XXS,
+    quant::BlockIQ2XXS,
+    quant::iq2::dequantize_block_iq2_xxs
+);
+quant_kernel!(
+    KIQ2XS,
+    quant::BlockIQ2XS,
+    quant::iq2::dequantize_block_iq2_xs
+);
+quant_kernel!(KIQ2S, quant::BlockIQ2S, quant::iq2::dequantize_block_iq2_s);
+quant_kernel!(
+    KIQ3XXS,
+    quant::BlockIQ3XXS,
+    quant::iq3::dequantize_block_iq3_xxs
+);
+quant_kernel!(KIQ3S, quant::BlockIQ3S, quant::iq3::dequantize_block_iq3_s);
+quant_kernel!(KIQ1S, quant::BlockIQ1S, quant::iq1::dequantize_block_iq1_s);
+quant_kernel!(KIQ1M, quant::BlockIQ1M, quant::iq1::dequantize_block_iq1_m);
 
 /// F32 weights.
 pub(crate) struct KF32;
@@ -189,6 +208,34 @@ macro_rules! dispatch {
             }
             DType::TQ2_0 => {
                 type $K = KTQ2_0;
+                $body
+            }
+            DType::IQ2XXS => {
+                type $K = KIQ2XXS;
+                $body
+            }
+            DType::IQ2XS => {
+                type $K = KIQ2XS;
+                $body
+            }
+            DType::IQ2S => {
+                type $K = KIQ2S;
+                $body
+            }
+            DType::IQ3XXS => {
+                type $K = KIQ3XXS;
+                $body
+            }
+            DType::IQ3S => {
+                type $K = KIQ3S;
+                $body
+            }
+            DType::IQ1S => {
+                type $K = KIQ1S;
+                $body
+            }
+            DType::IQ1M => {
+                type $K = KIQ1M;
                 $body
             }
         }

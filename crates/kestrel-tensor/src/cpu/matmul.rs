@@ -240,6 +240,13 @@ pub fn matmul_segmented(
         DType::MXFP4 => matmul_q::<DMXFP4>(x, n, k, w, row_bytes, m, out, segments, scratch),
         DType::TQ1_0 => matmul_q::<DTQ1_0>(x, n, k, w, row_bytes, m, out, segments, scratch),
         DType::TQ2_0 => matmul_q::<DTQ2_0>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::IQ2XXS => matmul_q::<DIQ2XXS>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::IQ2XS => matmul_q::<DIQ2XS>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::IQ2S => matmul_q::<DIQ2S>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::IQ3XXS => matmul_q::<DIQ3XXS>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::IQ3S => matmul_q::<DIQ3S>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::IQ1S => matmul_q::<DIQ1S>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::IQ1M => matmul_q::<DIQ1M>(x, n, k, w, row_bytes, m, out, segments, scratch),
     }
     Ok(())
 }

@@ -23,6 +23,7 @@ mod out_ptr;
 pub mod packed;
 pub mod q8;
 pub(crate) mod qdot;
+pub(crate) mod qdot_iq;
 pub(crate) mod qdot_k_x86;
 pub mod rope;
 pub mod softmax;

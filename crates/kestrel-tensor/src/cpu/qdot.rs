@@ -21,11 +21,12 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 use kestrel_gguf::quant::{
     self, BlockIQ4NL, BlockIQ4XS, BlockMXFP4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
-    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockTQ1_0, BlockTQ2_0, QK_K,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK_K,
 };
 
 use super::dispatch::{self, TypeKernels};
 use super::q8::{self, BlockQ8_1, QK8};
+use super::qdot_iq::*;
 
 const KVALUES: [i8; 16] = quant::iq4_nl::KVALUES_IQ4NL;
 
@@ -164,6 +165,13 @@ qdot_type!(DQ8K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q8_k);
 qdot_type!(DIQ4XS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq4_xs);
 qdot_type!(DTQ1_0, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_tq1_0);
 qdot_type!(DTQ2_0, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_tq2_0);
+qdot_type!(DIQ2XXS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq2_xxs);
+qdot_type!(DIQ2XS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq2_xs);
+qdot_type!(DIQ2S, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq2_s);
+qdot_type!(DIQ3XXS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq3_xxs);
+qdot_type!(DIQ3S, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq3_s);
+qdot_type!(DIQ1S, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq1_s);
+qdot_type!(DIQ1M, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq1_m);
 qdot_type!(DF16, u16, 1, q8::convert_row_f16, dot_f16);
 qdot_type!(DBF16, u16, 1, q8::convert_row_bf16, dot_bf16);
 
@@ -708,38 +716,6 @@ pub(crate) fn dot_iq4_xs(w: &[u8], y: &[BlockQ8K]) -> f32 {
     sumf
 }
 
-/// `ggml_vec_dot_tq1_0_q8_K_generic`: the block's trits (in dequantization order, which is the
-/// order of the q8_K values they meet) times the activations, in integers, then one scale.
-pub(crate) fn dot_tq1_0(w: &[u8], y: &[BlockQ8K]) -> f32 {
-    let mut sumf = 0f32;
-    for_each_block(w, |i, x: &BlockTQ1_0| {
-        let yb = &y[i];
-        let mut sum = 0i32;
-        quant::tq::tq1_0_values(x, |j, v| sum += v * yb.qs[j] as i32);
-        sumf += sum as f32 * (h(x.d) * yb.d);
-    });
-    sumf
-}
-
-/// `ggml_vec_dot_tq2_0_q8_K_generic`.
-pub(crate) fn dot_tq2_0(w: &[u8], y: &[BlockQ8K]) -> f32 {
-    let mut sumf = 0f32;
-    for_each_block(w, |i, x: &BlockTQ2_0| {
-        let yb = &y[i];
-        let mut sumi = 0i32;
-        for j in (0..QK_K / 4).step_by(32) {
-            for l in 0..4 {
-                for k in 0..32 {
-                    let q = ((x.qs[j + k] >> (l * 2)) & 3) as i32 - 1;
-                    sumi += yb.qs[j * 4 + l * 32 + k] as i32 * q;
-                }
-            }
-        }
-        sumf += sumi as f32 * (yb.d * h(x.d));
-    });
-    sumf
-}
-
 /// `ggml_vec_dot_f16` without SIMD: exact f32 products summed in f64.
 pub(crate) fn dot_f16(w: &[u8], y: &[u16]) -> f32 {
     let mut sum = 0f64;
@@ -956,6 +932,13 @@ mod tests {
             DType::MXFP4 => check::<DMXFP4>(dtype, k, seed, scale),
             DType::TQ1_0 => check::<DTQ1_0>(dtype, k, seed, scale),
             DType::TQ2_0 => check::<DTQ2_0>(dtype, k, seed, scale),
+            DType::IQ2XXS => check::<DIQ2XXS>(dtype, k, seed, scale),
+            DType::IQ2XS => check::<DIQ2XS>(dtype, k, seed, scale),
+            DType::IQ2S => check::<DIQ2S>(dtype, k, seed, scale),
+            DType::IQ3XXS => check::<DIQ3XXS>(dtype, k, seed, scale),
+            DType::IQ3S => check::<DIQ3S>(dtype, k, seed, scale),
+            DType::IQ1S => check::<DIQ1S>(dtype, k, seed, scale),
+            DType::IQ1M => check::<DIQ1M>(dtype, k, seed, scale),
             DType::F32 => {}
         }
     }

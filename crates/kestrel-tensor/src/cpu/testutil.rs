@@ -59,6 +59,15 @@ pub(crate) fn quantized_rows(
                 blk[0] = 119 + (rng.next_u64() % 4) as u8;
                 continue;
             }
+            if dtype == DType::IQ1M {
+                // The f16 scale in the top nibbles of the four scale words (bytes 48..56).
+                let d = f16::from_f32(0.001 + 0.01 * rng.f32().abs()).to_bits();
+                for w in 0..4 {
+                    let at = 48 + 2 * w + 1;
+                    blk[at] = (blk[at] & 0x0f) | ((((d >> (4 * w)) & 0xf) as u8) << 4);
+                }
+                continue;
+            }
             if matches!(dtype, DType::TQ1_0 | DType::TQ2_0) {
                 // The ternary types keep their f16 scale last.
                 let d = f16::from_f32(0.001 + 0.01 * rng.f32().abs());
