@@ -55,7 +55,8 @@ fn compare(file: &str, prompt: &[u32]) {
     let lookup = |name: &str| weight_tensor(&model, name);
     let mut prefill = ExecutionPlan::compile(&graph, 64, &lookup).unwrap();
     let mut decode = ExecutionPlan::compile(&graph, 1, &lookup).unwrap();
-    let mut gpu = CudaPlan::compile(&graph, dev, 64, 128, &lookup).unwrap();
+    let mut gpu = CudaPlan::compile(&graph, dev, 64, &lookup).unwrap();
+    let mut gpu_kv = gpu.new_cache(128).unwrap();
     let layout = KvLayout {
         n_layers: cfg.n_layer,
         n_kv_head: cfg.n_head_kv[0],
@@ -66,7 +67,7 @@ fn compare(file: &str, prompt: &[u32]) {
     let mut kv = ContiguousCache::new(layout, 128).unwrap();
     let engine = CpuEngine::new(2).unwrap();
     let mut cpu_logits = prefill.run(&engine, &mut kv, prompt, 0).unwrap().to_vec();
-    let mut gpu_logits = gpu.run(prompt).unwrap();
+    let mut gpu_logits = gpu.run(&mut gpu_kv, prompt).unwrap().to_vec();
     let mut klds = Vec::new();
     for step in 0..16 {
         assert_eq!(cpu_logits.len(), gpu_logits.len());
@@ -87,7 +88,7 @@ fn compare(file: &str, prompt: &[u32]) {
             .run(&engine, &mut kv, &[next as u32], pos)
             .unwrap()
             .to_vec();
-        gpu_logits = gpu.run(&[next as u32]).unwrap();
+        gpu_logits = gpu.run(&mut gpu_kv, &[next as u32]).unwrap().to_vec();
     }
     let mean = klds.iter().sum::<f64>() / klds.len() as f64;
     eprintln!(
@@ -127,7 +128,8 @@ fn synthetic_architectures_on_the_gpu_match_the_cpu() {
         let g = build_decoder(&cfg, &m, Logits::All).unwrap();
         let lookup = |n: &str| weight_tensor(&m, n);
         let mut cpu_plan = ExecutionPlan::compile(&g, 8, &lookup).unwrap();
-        let mut gpu = CudaPlan::compile(&g, Arc::clone(&dev), 8, 32, &lookup).unwrap();
+        let mut gpu = CudaPlan::compile(&g, Arc::clone(&dev), 8, &lookup).unwrap();
+        let mut gpu_kv = gpu.new_cache(32).unwrap();
         let layout = KvLayout {
             n_layers: cfg.n_layer,
             n_kv_head: cfg.n_head_kv[0],
@@ -141,7 +143,7 @@ fn synthetic_architectures_on_the_gpu_match_the_cpu() {
         for step in steps {
             let pos = kv.seq_len();
             let want = cpu_plan.run(&engine, &mut kv, &step, pos).unwrap().to_vec();
-            let got = gpu.run(&step).unwrap();
+            let got = gpu.run(&mut gpu_kv, &step).unwrap();
             assert_eq!(want.len(), step.len() * SYNTHETIC_VOCAB, "{arch}");
             assert_eq!(got.len(), want.len(), "{arch}");
             for (r, (w, g)) in want

@@ -90,8 +90,9 @@ pub fn logits_of_ids(
     let flat = match device {
         Device::Cuda(ordinal) => {
             let dev = CudaDevice::open(ordinal).map_err(|e| invalid("device", e.to_string()))?;
-            let mut plan = CudaPlan::compile(&graph, Arc::new(dev), n, n, &lookup)?;
-            plan.run(ids)?
+            let mut plan = CudaPlan::compile(&graph, Arc::new(dev), n, &lookup)?;
+            let mut kv = plan.new_cache(n)?;
+            plan.run(&mut kv, ids)?.to_vec()
         }
         _ => {
             let engine = CpuEngine::new(opts.threads)?;

@@ -1,8 +1,10 @@
-//! `CudaPlan`: a graph compiled for the CUDA engine, one sequence at a time. Weights are
-//! uploaded once, still quantized (vectors as f32); every node owns a device buffer sized for
-//! the longest step, and every attention layer an f16 KV cache on the device, so a step
-//! allocates nothing but its small position uploads. `run` binds the step's tokens, enqueues the
-//! nodes in order and copies back the output rows (the last token's logits).
+//! `CudaPlan`: a graph compiled for the CUDA engine, one sequence a step. Weights are uploaded
+//! once, still quantized (vectors as f32); every node owns a device buffer sized for the
+//! longest step. A sequence's keys and values live in a [`CudaKvCache`] the caller owns (one per
+//! session, as the CPU plan's `ContiguousCache`), so one plan serves any number of sequences.
+//! `run` binds the step's tokens, enqueues the nodes in order and copies the output rows (the
+//! last token's logits) into a host buffer the plan keeps: a step allocates nothing on the host
+//! but its small position uploads.
 //!
 //! It reads the same [`Graph`] as [`crate::ExecutionPlan`], op for op. Without kestrel-tensor's
 //! `cuda` feature it compiles against the engine's stub (no `CudaDevice` can exist, so no plan
@@ -22,22 +24,79 @@ struct LayerCache {
     v: DeviceTensor,
 }
 
-/// A graph compiled for one sequence on one GPU.
+/// One sequence's keys and values on the GPU: an f16 key and value matrix of `capacity` rows per
+/// attention layer, shaped for the plan that made it ([`CudaPlan::new_cache`]).
+pub struct CudaKvCache {
+    layers: Vec<Option<LayerCache>>,
+    /// Each layer's K/V row width (`None` for a layer without attention): the plan checks it.
+    widths: Vec<Option<usize>>,
+    capacity: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for CudaKvCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaKvCache")
+            .field("layers", &self.widths.iter().flatten().count())
+            .field("capacity", &self.capacity)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl CudaKvCache {
+    /// Positions cached so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True before the first step.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Most positions the cache holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Forgets every position (the next step starts a new sequence at position 0).
+    pub fn reset(&mut self) {
+        self.len = 0;
+    }
+
+    /// Keeps the first `len` positions (no-op when it holds fewer): the next step writes
+    /// position `len`, so a shared prefix is reused without copying.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Device bytes held (keys and values, every layer).
+    pub fn memory_bytes(&self) -> usize {
+        self.widths
+            .iter()
+            .flatten()
+            .map(|w| 2 * 2 * w * self.capacity)
+            .sum()
+    }
+}
+
+/// A graph compiled for one GPU.
 pub struct CudaPlan {
     dev: Arc<CudaDevice>,
     nodes: Vec<Node>,
     output: usize,
     max_tokens: usize,
-    capacity: usize,
     weights: Vec<DeviceTensor>,
     /// Each node's output buffer (`None` only while the node runs).
     acts: Vec<Option<DeviceTensor>>,
-    caches: Vec<Option<LayerCache>>,
+    /// Each layer's K/V row width, for the caches this plan makes.
+    kv_widths: Vec<Option<usize>>,
     positions: Vec<i32>,
     mask: Vec<i32>,
     ids: Vec<u32>,
-    /// Positions cached so far.
-    len: usize,
+    /// The output rows of the last step, copied back.
+    out: Vec<f32>,
 }
 
 impl std::fmt::Debug for CudaPlan {
@@ -46,7 +105,6 @@ impl std::fmt::Debug for CudaPlan {
             .field("device", &self.dev)
             .field("nodes", &self.nodes.len())
             .field("max_tokens", &self.max_tokens)
-            .field("capacity", &self.capacity)
             .finish()
     }
 }
@@ -56,8 +114,8 @@ fn internal(why: &str) -> GraphError {
 }
 
 impl CudaPlan {
-    /// Compiles `graph` for steps of up to `max_tokens` tokens over a context of `capacity`
-    /// positions; `weight` finds a weight's tensor by name.
+    /// Compiles `graph` for steps of up to `max_tokens` tokens; `weight` finds a weight's tensor
+    /// by name.
     ///
     /// # Errors
     /// A missing or misshapen weight, an op the CUDA engine lacks, out of device memory.
@@ -65,7 +123,6 @@ impl CudaPlan {
         graph: &Graph,
         dev: Arc<CudaDevice>,
         max_tokens: usize,
-        capacity: usize,
         weight: &dyn Fn(&str) -> Option<Tensor>,
     ) -> Result<CudaPlan, GraphError> {
         let max_tokens = max_tokens.max(1);
@@ -93,7 +150,7 @@ impl CudaPlan {
             weights.push(dev.upload(&t)?);
         }
         let mut acts = Vec::with_capacity(graph.nodes().len());
-        let mut caches: Vec<Option<LayerCache>> = Vec::new();
+        let mut kv_widths: Vec<Option<usize>> = Vec::new();
         for node in graph.nodes() {
             if let Some(op) = unsupported(&node.op, node.width) {
                 return Err(GraphError::Unsupported {
@@ -108,58 +165,77 @@ impl CudaPlan {
             };
             acts.push(Some(dev.zeros_f32(Shape::matrix(rows, node.width)?)?));
             if let Op::Attention(p) = &node.op {
-                if p.head_dim_k != p.head_dim_v {
-                    return Err(internal("attention with different K and V head sizes"));
+                if kv_widths.len() <= p.layer {
+                    kv_widths.resize(p.layer + 1, None);
                 }
-                if caches.len() <= p.layer {
-                    caches.resize_with(p.layer + 1, || None);
-                }
-                if caches[p.layer].is_none() {
-                    let shape = Shape::matrix(capacity, p.n_kv_head * p.head_dim_k)?;
-                    caches[p.layer] = Some(LayerCache {
-                        k: dev.zeros(DType::F16, shape)?,
-                        v: dev.zeros(DType::F16, shape)?,
-                    });
-                }
+                kv_widths[p.layer] = Some(p.n_kv_head * p.head_dim_k);
             }
         }
+        let out_node = &graph.nodes()[output];
+        let out_rows = match out_node.rows {
+            Rows::Tokens => max_tokens,
+            Rows::Outputs => 1,
+        };
         Ok(CudaPlan {
             dev,
             nodes: graph.nodes().to_vec(),
             output,
             max_tokens,
-            capacity,
             weights,
             acts,
-            caches,
+            kv_widths,
             positions: Vec::with_capacity(max_tokens),
             mask: Vec::with_capacity(max_tokens),
             ids: Vec::with_capacity(max_tokens),
+            out: vec![0.0; out_rows * out_node.width],
+        })
+    }
+
+    /// Most tokens one step takes.
+    pub fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+
+    /// The GPU the plan runs on.
+    pub fn device(&self) -> &Arc<CudaDevice> {
+        &self.dev
+    }
+
+    /// A new, empty KV cache for one sequence of up to `capacity` positions, on this plan's GPU.
+    ///
+    /// # Errors
+    /// Out of device memory (with the sizes asked and free).
+    pub fn new_cache(&self, capacity: usize) -> Result<CudaKvCache, GraphError> {
+        let capacity = capacity.max(1);
+        let mut layers = Vec::with_capacity(self.kv_widths.len());
+        for w in &self.kv_widths {
+            layers.push(match w {
+                Some(w) => {
+                    let shape = Shape::matrix(capacity, *w)?;
+                    Some(LayerCache {
+                        k: self.dev.zeros(DType::F16, shape)?,
+                        v: self.dev.zeros(DType::F16, shape)?,
+                    })
+                }
+                None => None,
+            });
+        }
+        Ok(CudaKvCache {
+            layers,
+            widths: self.kv_widths.clone(),
+            capacity,
             len: 0,
         })
     }
 
-    /// Positions cached so far.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True before the first step.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Forgets the cached positions (the next step starts a new sequence at position 0).
-    pub fn reset(&mut self) {
-        self.len = 0;
-    }
-
-    /// Runs one step: `tokens` at the positions after the cached ones. Returns the output
-    /// node's rows (the last token's logits for a decoder graph), copied back.
+    /// Runs one step of the sequence `cache` holds: `tokens` at the positions after the cached
+    /// ones. Returns the output node's rows (the last token's logits for a decoder graph),
+    /// copied back into a buffer the plan reuses.
     ///
     /// # Errors
-    /// No tokens or more than the plan takes, a full context, a device error.
-    pub fn run(&mut self, tokens: &[u32]) -> Result<Vec<f32>, GraphError> {
+    /// No tokens or more than the plan takes, a cache made by another plan, a full context, a
+    /// device error.
+    pub fn run(&mut self, cache: &mut CudaKvCache, tokens: &[u32]) -> Result<&[f32], GraphError> {
         let t = tokens.len();
         if t == 0 || t > self.max_tokens {
             return Err(GraphError::TooManyTokens {
@@ -167,12 +243,15 @@ impl CudaPlan {
                 max: self.max_tokens,
             });
         }
-        let pos0 = self.len;
+        if cache.widths != self.kv_widths {
+            return Err(internal("the KV cache was made by a plan of another graph"));
+        }
+        let pos0 = cache.len;
         let end = pos0.saturating_add(t);
-        if end > self.capacity || end > i32::MAX as usize {
+        if end > cache.capacity || end > i32::MAX as usize {
             return Err(GraphError::ContextFull {
                 needed: end,
-                capacity: self.capacity,
+                capacity: cache.capacity,
             });
         }
         self.positions.clear();
@@ -182,14 +261,20 @@ impl CudaPlan {
         let result = nodes
             .iter()
             .enumerate()
-            .try_for_each(|(i, node)| self.exec(i, node, tokens, pos0));
+            .try_for_each(|(i, node)| self.exec(i, node, tokens, pos0, cache));
         self.nodes = nodes;
         result?;
-        self.len = end;
+        cache.len = end;
         let out = self.acts[self.output]
             .as_ref()
             .ok_or_else(|| internal("output buffer missing"))?;
-        Ok(self.dev.download_f32(out)?)
+        let n = out.shape().elem_count();
+        let dst = self
+            .out
+            .get_mut(..n)
+            .ok_or_else(|| internal("output larger than its host buffer"))?;
+        self.dev.download_f32_into(out, dst)?;
+        Ok(&self.out[..n])
     }
 
     fn rows(&self, node: &Node, t: usize) -> usize {
@@ -205,13 +290,14 @@ impl CudaPlan {
         node: &Node,
         tokens: &[u32],
         pos0: usize,
+        cache: &mut CudaKvCache,
     ) -> Result<(), GraphError> {
         let rows = self.rows(node, tokens.len());
         let mut out = self.acts[i]
             .take()
             .ok_or_else(|| internal("node buffer in use"))?;
         out.set_shape(Shape::matrix(rows, node.width)?)?;
-        let result = self.exec_into(node, &mut out, tokens, pos0);
+        let result = self.exec_into(node, &mut out, tokens, pos0, cache);
         self.acts[i] = Some(out);
         result
     }
@@ -232,6 +318,7 @@ impl CudaPlan {
         out: &mut DeviceTensor,
         tokens: &[u32],
         pos0: usize,
+        cache: &mut CudaKvCache,
     ) -> Result<(), GraphError> {
         let t = tokens.len();
         let dev = Arc::clone(&self.dev);
@@ -288,28 +375,23 @@ impl CudaPlan {
             }
             Op::Attention(p) => {
                 let params = p.engine_params();
-                let mut cache = self
-                    .caches
+                let end = pos0 + t;
+                self.mask.clear();
+                if p.causal {
+                    self.mask.extend_from_slice(&self.positions);
+                } else {
+                    // Every query sees every key: mask as if each sat at the last position.
+                    self.mask.extend(std::iter::repeat_n((end - 1) as i32, t));
+                }
+                let layer = cache
+                    .layers
                     .get_mut(p.layer)
-                    .and_then(Option::take)
+                    .and_then(Option::as_mut)
                     .ok_or_else(|| internal("layer cache missing"))?;
-                let r = (|| -> Result<(), GraphError> {
-                    dev.kv_append(self.input(node, 1)?, &self.positions, &mut cache.k)?;
-                    dev.kv_append(self.input(node, 2)?, &self.positions, &mut cache.v)?;
-                    let end = pos0 + t;
-                    self.mask.clear();
-                    if p.causal {
-                        self.mask.extend_from_slice(&self.positions);
-                    } else {
-                        // Every query sees every key: mask as if each sat at the last position.
-                        self.mask.extend(std::iter::repeat_n((end - 1) as i32, t));
-                    }
-                    let q = self.input(node, 0)?;
-                    dev.attention(q, &self.mask, &cache.k, &cache.v, end, &params, out)?;
-                    Ok(())
-                })();
-                self.caches[p.layer] = Some(cache);
-                r?;
+                dev.kv_append(self.input(node, 1)?, &self.positions, &mut layer.k)?;
+                dev.kv_append(self.input(node, 2)?, &self.positions, &mut layer.v)?;
+                let q = self.input(node, 0)?;
+                dev.attention(q, &self.mask, &layer.k, &layer.v, end, &params, out)?;
             }
             Op::Add => dev.add(self.input(node, 0)?, self.input(node, 1)?, out)?,
             Op::Mul => dev.mul(self.input(node, 0)?, self.input(node, 1)?, out)?,

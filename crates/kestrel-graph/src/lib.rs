@@ -18,7 +18,7 @@ mod memory;
 mod moe;
 mod plan;
 
-pub use cuda_plan::CudaPlan;
+pub use cuda_plan::{CudaKvCache, CudaPlan};
 pub use error::GraphError;
 pub use graph::Graph;
 pub use ir::{

@@ -360,6 +360,35 @@ impl CudaDevice {
             .collect())
     }
 
+    /// An f32 tensor's values copied into `dst`, which must hold exactly its elements; waits
+    /// for the stream. Allocates nothing (the per-step logits copy of a plan).
+    ///
+    /// # Errors
+    /// [`TensorError::UnsupportedDType`] for other dtypes, [`TensorError::LengthMismatch`] for
+    /// a `dst` of another length; a driver error.
+    pub fn download_f32_into(&self, t: &DeviceTensor, dst: &mut [f32]) -> Result<()> {
+        f32_only("download_f32_into", t)?;
+        let n = t.shape.elem_count();
+        if dst.len() != n {
+            return Err(TensorError::LengthMismatch {
+                op: "download_f32_into",
+                what: "destination",
+                actual: dst.len(),
+                expected: n,
+            });
+        }
+        // SAFETY: every byte pattern is a valid f32 and u8 has alignment 1, so the f32 slice
+        // may be written through a byte view of the same memory; the GPU hosts CUDA runs on
+        // are little-endian, as the device's f32 layout is.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<u8>(), n * 4) };
+        self.stream
+            .memcpy_dtoh(&t.buf.slice(0..n * 4), bytes)
+            .map_err(driver("cuMemcpyDtoH"))?;
+        self.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))
+    }
+
     /// Waits for every op enqueued so far.
     ///
     /// # Errors

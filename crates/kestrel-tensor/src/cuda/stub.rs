@@ -110,6 +110,14 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// An f32 tensor's values copied into `dst`.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn download_f32_into(&self, _t: &DeviceTensor, _dst: &mut [f32]) -> Result<()> {
+        match self.never {}
+    }
+
     /// Waits for the stream.
     ///
     /// # Errors
