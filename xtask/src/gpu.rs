@@ -15,6 +15,7 @@ use crate::{cargo_with, run, workspace_root};
 const TESTS: &[(&str, &str)] = &[
     ("kestrel-tensor", "cuda_kernels"),
     ("kestrel-arch", "cuda_forward"),
+    ("kestrel-generate", "cuda_generate"),
 ];
 
 /// Builds one test target with `--features cuda` and returns its executable.

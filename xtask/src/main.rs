@@ -240,7 +240,7 @@ fn test() -> Result<()> {
             "--workspace",
             "--all-targets",
             "--features",
-            "kestrel-tensor/cuda,kestrel-arch/cuda,kestrel-cli/cuda",
+            "kestrel-tensor/cuda,kestrel-arch/cuda,kestrel-generate/cuda,kestrel-cli/cuda",
             "--",
             "-D",
             "warnings",
@@ -262,6 +262,15 @@ fn test() -> Result<()> {
             "cuda",
             "--test",
             "cuda_forward",
+        ]),
+        cargo_with(&[
+            "test",
+            "-p",
+            "kestrel-generate",
+            "--features",
+            "cuda",
+            "--test",
+            "cuda_generate",
         ]),
     ];
     let total = commands.len() + 4;

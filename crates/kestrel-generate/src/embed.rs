@@ -54,6 +54,7 @@ impl Generator {
         if ids.is_empty() {
             return Err(GenerateError::EmptyPrompt);
         }
+        self.core.cpu_only("embeddings")?;
         self.core.check_room(ids.len(), 0)?;
         let n_embd = self.core.cfg.n_embd;
         if self.embed.is_none() {
@@ -78,7 +79,10 @@ impl Generator {
         let chunk = state.plan.max_tokens();
         let mut pos = 0;
         for part in ids.chunks(chunk) {
-            let rows = state.plan.run(&self.core.engine, &mut kv.kv, part, pos)?;
+            let rows =
+                state
+                    .plan
+                    .run(&self.core.engine, kv.kv.cpu_mut("embeddings")?, part, pos)?;
             let take = |r: usize, pooled: &mut [f64]| {
                 for (p, &x) in pooled.iter_mut().zip(&rows[r * n_embd..(r + 1) * n_embd]) {
                     *p += f64::from(x);

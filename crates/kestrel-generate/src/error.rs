@@ -64,6 +64,15 @@ pub enum GenerateError {
     /// not one for this model.
     #[error("log-probability file: {0}")]
     LogProbFile(String),
+    /// A path the chosen device does not run yet (batched scheduling, speculation and
+    /// embeddings run on the CPU engine only, until the CUDA engine has them).
+    #[error("{what} does not run on {device} yet; load the model with --device cpu")]
+    NotOnDevice {
+        /// The path asked for.
+        what: &'static str,
+        /// The device the model was loaded on.
+        device: String,
+    },
     /// The token callback asked to stop with an error.
     #[error("stopped by the caller: {0}")]
     Callback(String),

@@ -1,19 +1,22 @@
-//! `Generator`: a model ready to run — config, engine, prefill and decode plans, tokenizer and a
-//! default [`Session`] — with the greedy loop over ids, the sampled/streamed generation entry
-//! points (the loop itself is in `stream.rs`; perplexity is in `perplexity/`).
+//! `Generator`: a model ready to run — config, engine, prefill and decode plans (the CPU
+//! engine's, or one CUDA plan), tokenizer and a default [`Session`] — with the greedy loop over
+//! ids, the sampled/streamed generation entry points (the loop itself is in `stream.rs`;
+//! perplexity is in `perplexity/`).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use kestrel_arch::{build_decoder, weight_tensor, DecoderConfig, Logits};
 use kestrel_gguf::{GgufModel, Value};
-use kestrel_graph::ExecutionPlan;
+use kestrel_graph::{CudaPlan, ExecutionPlan};
 use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout, PagedCache};
 use kestrel_sampling::TokenTrie;
-use kestrel_tensor::{cpu, CpuEngine};
+use kestrel_tensor::cuda::CudaDevice;
+use kestrel_tensor::{cpu, CpuEngine, Device, TensorError};
 use kestrel_tokenizer::{Tokenizer, TokenizerOptions};
 
 use crate::batch::BatchState;
+use crate::session::SessionKv;
 use crate::stream::{Completion, StreamError, Token, TokenIter, TokenStream};
 use crate::{BatchEvent, BatchOptions, BatchRequest, CancelToken, Scheduler};
 use crate::{GenerateError, GenerateMetrics, GenerateParams, Session};
@@ -43,6 +46,9 @@ pub struct GeneratorOptions {
     pub batch: usize,
     /// KV cache element type.
     pub kv_dtype: KvDType,
+    /// Where the model runs: the CPU engine, or a CUDA GPU (weights uploaded once, KV caches
+    /// in device memory; f16 caches only, one sequence per step).
+    pub device: Device,
 }
 
 impl Default for GeneratorOptions {
@@ -52,6 +58,7 @@ impl Default for GeneratorOptions {
             ctx: 0,
             batch: 512,
             kv_dtype: KvDType::F16,
+            device: Device::Cpu,
         }
     }
 }
@@ -85,13 +92,28 @@ pub struct Generator {
     pub(crate) embed: Option<crate::embed::EmbedState>,
 }
 
+/// The compiled steps of the device the generator runs on.
+// One per generator, never moved in a hot path: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Plans {
+    /// The CPU engine: a plan for prefill chunks and one for single-token steps.
+    Cpu {
+        prefill: ExecutionPlan,
+        decode: ExecutionPlan,
+    },
+    /// One CUDA plan for both (its buffers are sized for the prefill chunk; a decode step uses
+    /// the first row).
+    Cuda(CudaPlan),
+}
+
 /// What runs the model: config, engine, plans, and the logits of the last step.
 pub(crate) struct Core {
     pub(crate) model: Arc<GgufModel>,
     pub(crate) cfg: DecoderConfig,
+    /// The CPU engine (also what the CPU-only paths of a CUDA generator would use).
     pub(crate) engine: CpuEngine,
-    prefill: ExecutionPlan,
-    decode: ExecutionPlan,
+    pub(crate) plans: Plans,
+    pub(crate) device: Device,
     layout: KvLayout,
     pub(crate) ctx: usize,
     pub(crate) stop_ids: Vec<u32>,
@@ -130,20 +152,42 @@ impl Core {
         }
         session.truncate(common);
         let rest = &prompt[common..];
-        let batch = self.prefill.max_tokens();
+        let batch = match &self.plans {
+            Plans::Cpu { prefill, .. } => prefill.max_tokens(),
+            Plans::Cuda(plan) => plan.max_tokens(),
+        };
         let last_start = (rest.len() - 1) / batch * batch;
         for chunk in rest[..last_start].chunks(batch) {
-            let pos = session.kv.seq_len();
-            self.prefill
-                .run(&self.engine, &mut session.kv, chunk, pos)?;
-            session.tokens.extend_from_slice(chunk);
+            self.run_chunk(session, chunk, false, false)?;
         }
-        let pos = session.kv.seq_len();
-        let tail = &rest[last_start..];
-        let logits = self.prefill.run(&self.engine, &mut session.kv, tail, pos)?;
-        copy_logits(&mut self.logits, logits)?;
-        session.tokens.extend_from_slice(tail);
+        self.run_chunk(session, &rest[last_start..], false, true)?;
         Ok(common)
+    }
+
+    /// Runs `tokens` at the session's next positions on the generator's device (the decode
+    /// plan when `decode`) and appends them to the session; the last position's logits land in
+    /// `self.logits` when `keep`.
+    fn run_chunk(
+        &mut self,
+        session: &mut Session,
+        tokens: &[u32],
+        decode: bool,
+        keep: bool,
+    ) -> Result<(), GenerateError> {
+        let pos = session.kv.seq_len();
+        let logits = match (&mut self.plans, &mut session.kv) {
+            (Plans::Cpu { prefill, decode: d }, SessionKv::Cpu(kv)) => {
+                let plan = if decode { d } else { prefill };
+                plan.run(&self.engine, kv, tokens, pos)?
+            }
+            (Plans::Cuda(plan), SessionKv::Cuda(kv)) => plan.run(kv, tokens)?,
+            _ => return Err(foreign_session()),
+        };
+        if keep {
+            copy_logits(&mut self.logits, logits)?;
+        }
+        session.tokens.extend_from_slice(tokens);
+        Ok(())
     }
 
     /// Append `token` to `session` and compute the logits that follow it. Allocates nothing.
@@ -157,12 +201,7 @@ impl Core {
                 ctx: self.ctx,
             });
         }
-        let logits = self
-            .decode
-            .run(&self.engine, &mut session.kv, &[token], pos)?;
-        copy_logits(&mut self.logits, logits)?;
-        session.tokens.push(token);
-        Ok(())
+        self.run_chunk(session, &[token], true, true)
     }
 
     /// A prompt of `prompt` tokens and `max_new` new ones fit in the context.
@@ -184,13 +223,49 @@ impl Core {
     }
 
     fn check_session(&self, session: &Session) -> Result<(), GenerateError> {
-        if session.kv.layout() != &self.layout || session.kv.capacity() != self.ctx {
-            return Err(GenerateError::InvalidOption {
-                name: "session",
-                reason: "the session was made by a generator with another model or context".into(),
-            });
+        let same = match &session.kv {
+            SessionKv::Cpu(kv) => {
+                matches!(self.plans, Plans::Cpu { .. })
+                    && kv.layout() == &self.layout
+                    && kv.capacity() == self.ctx
+            }
+            // The CUDA plan checks the cache's layer shapes itself.
+            SessionKv::Cuda(kv) => {
+                matches!(self.plans, Plans::Cuda(_)) && kv.capacity() == self.ctx
+            }
+        };
+        if !same {
+            return Err(foreign_session());
         }
         Ok(())
+    }
+
+    /// A new empty cache of the context's length on the generator's device.
+    pub(crate) fn new_kv(&self) -> Result<SessionKv, GenerateError> {
+        Ok(match &self.plans {
+            Plans::Cpu { .. } => {
+                SessionKv::Cpu(ContiguousCache::new(self.layout.clone(), self.ctx)?)
+            }
+            Plans::Cuda(plan) => SessionKv::Cuda(plan.new_cache(self.ctx)?),
+        })
+    }
+
+    /// Refuses a path the CUDA engine does not run yet.
+    pub(crate) fn cpu_only(&self, what: &'static str) -> Result<(), GenerateError> {
+        match self.device {
+            Device::Cpu => Ok(()),
+            d => Err(GenerateError::NotOnDevice {
+                what,
+                device: d.to_string(),
+            }),
+        }
+    }
+}
+
+fn foreign_session() -> GenerateError {
+    GenerateError::InvalidOption {
+        name: "session",
+        reason: "the session was made by a generator with another model, context or device".into(),
     }
 }
 
@@ -289,25 +364,48 @@ impl Generator {
         let engine = CpuEngine::new(opts.threads)?;
         let graph = build_decoder(&cfg, &model, Logits::Last)?;
         let lookup = |name: &str| weight_tensor(&model, name);
-        let prefill = ExecutionPlan::compile(&graph, opts.batch.min(ctx), &lookup)?;
-        let decode = ExecutionPlan::compile(&graph, 1, &lookup)?;
+        let plans = match opts.device {
+            Device::Cuda(ordinal) => {
+                if opts.kv_dtype != KvDType::F16 {
+                    return Err(GenerateError::InvalidOption {
+                        name: "cache-type",
+                        reason: format!(
+                            "{} KV caches are not on CUDA yet (f16 is)",
+                            opts.kv_dtype.name()
+                        ),
+                    });
+                }
+                let dev = CudaDevice::open(ordinal).map_err(TensorError::Cuda)?;
+                Plans::Cuda(CudaPlan::compile(
+                    &graph,
+                    Arc::new(dev),
+                    opts.batch.min(ctx),
+                    &lookup,
+                )?)
+            }
+            _ => Plans::Cpu {
+                prefill: ExecutionPlan::compile(&graph, opts.batch.min(ctx), &lookup)?,
+                decode: ExecutionPlan::compile(&graph, 1, &lookup)?,
+            },
+        };
         let layout = kv_layout(&cfg, opts.kv_dtype)?;
-        let session = Session::new(ContiguousCache::new(layout.clone(), ctx)?);
         let stop_ids = stop_ids(&model);
         let tokenizer = tokenizer_of(&model)?;
         let logits = vec![0.0; cfg.n_vocab];
+        let core = Core {
+            model,
+            cfg,
+            engine,
+            plans,
+            device: opts.device,
+            layout,
+            ctx,
+            stop_ids,
+            logits,
+        };
+        let session = Session::new(core.new_kv()?);
         Ok(Generator {
-            core: Core {
-                model,
-                cfg,
-                engine,
-                prefill,
-                decode,
-                layout,
-                ctx,
-                stop_ids,
-                logits,
-            },
+            core,
             batch: None,
             embed: None,
             session,
@@ -325,10 +423,12 @@ impl Generator {
 
     /// A new empty session with its own KV cache, for this generator's model and context.
     pub fn new_session(&self) -> Result<Session, GenerateError> {
-        Ok(Session::new(ContiguousCache::new(
-            self.core.layout.clone(),
-            self.core.ctx,
-        )?))
+        Ok(Session::new(self.core.new_kv()?))
+    }
+
+    /// The device the model runs on.
+    pub fn device(&self) -> Device {
+        self.core.device
     }
 
     /// The default session (the one `iter`, `generate`, `prefill` and `step` use).
@@ -435,6 +535,23 @@ impl Generator {
         Ok(&self.core.logits)
     }
 
+    /// Bring `session` to hold `prompt`, prefilling only what follows the longest prefix it
+    /// already holds, and return the last position's logits.
+    pub fn prefill_in(
+        &mut self,
+        session: &mut Session,
+        prompt: &[u32],
+    ) -> Result<&[f32], GenerateError> {
+        self.core.feed(session, prompt)?;
+        Ok(&self.core.logits)
+    }
+
+    /// [`step`](Self::step) on a session of the caller's.
+    pub fn step_in(&mut self, session: &mut Session, token: u32) -> Result<&[f32], GenerateError> {
+        self.core.step(session, token)?;
+        Ok(&self.core.logits)
+    }
+
     /// One decode step: append `token` at the next position of the default session and return
     /// the logits that follow it. Allocates nothing.
     pub fn step(&mut self, token: u32) -> Result<&[f32], GenerateError> {
@@ -517,6 +634,7 @@ impl Generator {
             ));
         }
         let core = &mut self.core;
+        core.cpu_only("batched generation")?;
         if self.batch.as_ref().is_none_or(|b| &b.opts != opts) {
             self.batch = None; // free the old pool before making the new one
             let graph = build_decoder(&core.cfg, &core.model, Logits::Last)?;

@@ -1,8 +1,73 @@
 //! `Session`: one sequence's KV cache and the tokens in it, kept across generations so a new
 //! prompt that starts with the same tokens (a system prompt, earlier chat turns) skips their
-//! prefill.
+//! prefill. The cache lives where the generator runs: host memory for the CPU engine, device
+//! memory for the CUDA one.
 
+use kestrel_graph::CudaKvCache;
 use kestrel_kv::{ContiguousCache, KvCache};
+
+use crate::GenerateError;
+
+/// A session's cache, on the generator's device.
+pub(crate) enum SessionKv {
+    /// Host memory, for the CPU engine.
+    Cpu(ContiguousCache),
+    /// Device memory, for the CUDA engine.
+    Cuda(CudaKvCache),
+}
+
+impl SessionKv {
+    /// Positions cached.
+    pub(crate) fn seq_len(&self) -> usize {
+        match self {
+            SessionKv::Cpu(kv) => kv.seq_len(),
+            SessionKv::Cuda(kv) => kv.len(),
+        }
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        match self {
+            SessionKv::Cpu(kv) => kv.capacity(),
+            SessionKv::Cuda(kv) => kv.capacity(),
+        }
+    }
+
+    fn memory_bytes(&self) -> usize {
+        match self {
+            SessionKv::Cpu(kv) => kv.memory_bytes(),
+            SessionKv::Cuda(kv) => kv.memory_bytes(),
+        }
+    }
+
+    fn reset(&mut self) {
+        match self {
+            SessionKv::Cpu(kv) => kv.reset(),
+            SessionKv::Cuda(kv) => kv.reset(),
+        }
+    }
+
+    fn truncate(&mut self, len: usize) {
+        match self {
+            SessionKv::Cpu(kv) => kv.truncate(len),
+            SessionKv::Cuda(kv) => kv.truncate(len),
+        }
+    }
+
+    /// The host cache, for the paths only the CPU engine runs (`what` names the path in the
+    /// error a CUDA session gets).
+    pub(crate) fn cpu_mut(
+        &mut self,
+        what: &'static str,
+    ) -> Result<&mut ContiguousCache, GenerateError> {
+        match self {
+            SessionKv::Cpu(kv) => Ok(kv),
+            SessionKv::Cuda(_) => Err(GenerateError::NotOnDevice {
+                what,
+                device: "CUDA".into(),
+            }),
+        }
+    }
+}
 
 /// A sequence with its own KV cache.
 ///
@@ -12,7 +77,7 @@ use kestrel_kv::{ContiguousCache, KvCache};
 /// whole conversation so far; the longest prefix it shares with [`tokens`](Self::tokens) is
 /// reused from the cache and only the rest is prefilled.
 pub struct Session {
-    pub(crate) kv: ContiguousCache,
+    pub(crate) kv: SessionKv,
     pub(crate) tokens: Vec<u32>,
 }
 
@@ -26,7 +91,7 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    pub(crate) fn new(kv: ContiguousCache) -> Self {
+    pub(crate) fn new(kv: SessionKv) -> Self {
         let cap = kv.capacity();
         Session {
             kv,
@@ -44,7 +109,7 @@ impl Session {
         self.kv.capacity()
     }
 
-    /// Bytes of KV cache memory held.
+    /// Bytes of KV cache memory held (device memory for a CUDA session).
     pub fn kv_bytes(&self) -> usize {
         self.kv.memory_bytes()
     }

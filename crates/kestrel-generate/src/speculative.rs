@@ -22,7 +22,6 @@ use std::time::Instant;
 
 use kestrel_arch::{build_decoder, weight_tensor, Logits};
 use kestrel_graph::ExecutionPlan;
-use kestrel_kv::KvCache;
 use kestrel_tensor::cpu;
 
 use kestrel_sampling::speculative::accept_or_resample;
@@ -329,6 +328,7 @@ impl Generator {
             ngram: 1,
             max_draft,
         };
+        self.core.cpu_only("speculative decoding")?;
         self.core.check_room(prompt.len(), max_new)?;
         if opts.ngram == 0 || opts.max_draft == 0 || opts.max_draft > 64 {
             return Err(GenerateError::InvalidOption {
@@ -398,7 +398,8 @@ impl Generator {
             batch.clear();
             batch.push(next);
             batch.extend_from_slice(&draft);
-            let logits = verify.run(&self.core.engine, &mut self.session.kv, &batch, pos)?;
+            let kv = self.session.kv.cpu_mut("speculative decoding")?;
+            let logits = verify.run(&self.core.engine, kv, &batch, pos)?;
             let mut j = 0;
             let mut correction = None;
             let base = history.len();

@@ -111,12 +111,16 @@ impl Backend for CpuBackend {
         true
     }
     fn load_model(&self, path: &Path, opts: &LoadOptions) -> Result<Box<dyn TextModel>, Error> {
-        Ok(Box::new(Model::load_file(path, opts.clone())?))
+        let opts = LoadOptions {
+            device: "cpu".into(),
+            ..opts.clone()
+        };
+        Ok(Box::new(Model::load_file(path, opts)?))
     }
 }
 
-/// kestrel's CUDA engine. Registered so callers can ask for it by name; its kernels exist
-/// (`kestrel_tensor::cuda`) but models do not run on it yet, so it is never available.
+/// kestrel's CUDA engine: available when the build has the `cuda` feature and the driver finds a
+/// GPU. Models load on `opts.device` when it names a GPU (`cuda:N`), else on GPU 0.
 #[derive(Debug, Default)]
 pub struct CudaBackend;
 
@@ -125,17 +129,14 @@ impl Backend for CudaBackend {
         "cuda"
     }
     fn available(&self) -> bool {
-        false
+        kestrel_tensor::cuda::device_count().is_ok_and(|n| n > 0)
     }
-    fn load_model(&self, _: &Path, _: &LoadOptions) -> Result<Box<dyn TextModel>, Error> {
-        // Says whether the build, the driver or the GPU is missing, or that models do not run
-        // on the CUDA engine yet.
-        Err(crate::model::check_cpu_device("cuda")
-            .err()
-            .unwrap_or_else(|| Error::InvalidOption {
-                name: "device",
-                reason: "the CUDA engine does not run whole models yet".into(),
-            }))
+    fn load_model(&self, path: &Path, opts: &LoadOptions) -> Result<Box<dyn TextModel>, Error> {
+        let mut opts = opts.clone();
+        if !opts.device.trim().to_ascii_lowercase().starts_with("cuda") {
+            opts.device = "cuda".into();
+        }
+        Ok(Box::new(Model::load_file(path, opts)?))
     }
 }
 
@@ -186,8 +187,8 @@ pub fn default_backend() -> Option<Arc<dyn Backend>> {
     backends().into_iter().find(|b| b.available())
 }
 
-/// Load `path` with the backend `device` names (`cpu`, `cuda`, `cuda:N` asks for `cuda`), or
-/// the default one when `None`.
+/// Load `path` with the backend `device` names (`cpu`, `cuda`, `cuda:N` asks for `cuda` with
+/// that GPU), or the default one when `None`.
 pub fn load_model(
     path: &Path,
     device: Option<&str>,
@@ -219,5 +220,14 @@ pub fn load_model(
             reason: format!("the {} backend is not available here", b.name()),
         });
     }
-    b.load_model(path, opts)
+    match device {
+        Some(d) if d.trim().to_ascii_lowercase().starts_with("cuda") => {
+            let opts = LoadOptions {
+                device: d.to_string(),
+                ..opts.clone()
+            };
+            b.load_model(path, &opts)
+        }
+        _ => b.load_model(path, opts),
+    }
 }

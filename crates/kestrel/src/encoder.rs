@@ -36,7 +36,7 @@ impl EncoderModel {
     /// Load a GGUF encoder. `opts.ctx` caps the input length (0: the model's positions);
     /// `threads`, `mmap` and `device` apply as for [`crate::Model`].
     pub fn load_file(path: impl AsRef<Path>, opts: LoadOptions) -> Result<EncoderModel, Error> {
-        check_cpu_device(&opts.device)?;
+        check_cpu_device(&opts.device, "encoders")?;
         let model = Arc::new(GgufModel::open_with(path, OpenOptions { mmap: opts.mmap })?);
         let encoder = Encoder::new(
             model.clone(),

@@ -11,6 +11,7 @@ use kestrel_generate::{
 use kestrel_gguf::{GgufModel, OpenOptions};
 use kestrel_kv::KvDType;
 use kestrel_sampling::{Grammar, SamplingConfig};
+use kestrel_tensor::{Device, DeviceRequest};
 use kestrel_tokenizer::{ChatMessage, ChatTemplate, DecodeOptions, EncodeOptions, Tokenizer};
 
 use crate::{Error, Prompter};
@@ -30,8 +31,10 @@ use crate::{Error, Prompter};
 /// ```
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
-    /// Where to run: `cpu` (default), `cuda`, `cuda:N` or `auto` (`cuda` is refused, saying
-    /// why, until the CUDA engine runs whole models; `auto` runs on the CPU until then).
+    /// Where to run: `cpu` (default), `cuda`, `cuda:N` or `auto` (a GPU when a CUDA build,
+    /// driver and GPU are there, else the CPU: [`Model::device_note`] says why). On CUDA the
+    /// model runs one sequence a step with f16 KV caches; batched generation, speculation and
+    /// embeddings are refused there until the CUDA engine has them.
     pub device: String,
     /// Threads (0: all cores).
     pub threads: usize,
@@ -66,7 +69,7 @@ impl Default for LoadOptions {
 }
 
 impl LoadOptions {
-    /// `cpu`, `cuda` or `cuda:N`.
+    /// `cpu`, `cuda`, `cuda:N` or `auto`.
     pub fn with_device(mut self, device: impl Into<String>) -> Self {
         self.device = device.into();
         self
@@ -302,13 +305,26 @@ pub struct Response {
     pub metrics: GenerateMetrics,
 }
 
-/// Check the device a user asked for (`cpu`, `cuda`, `cuda:N`, `auto`) and refuse what cannot
-/// run a model yet, naming why. `auto` runs on the CPU until the CUDA engine runs whole models
-/// (issue 23: `CudaPlan` runs a graph, the generator does not use it yet); `cuda`
-/// says whether the build, the driver or the GPU is missing, and otherwise that models do not
-/// run there yet.
-pub(crate) fn check_cpu_device(device: &str) -> Result<(), Error> {
-    use kestrel_tensor::DeviceRequest;
+/// Resolve the device a user asked for (`cpu`, `cuda`, `cuda:N`, `auto`). `cuda` says whether
+/// the build, the driver or the GPU is missing; `auto` takes GPU 0 when a driver and a GPU are
+/// there, else the CPU with the reason (the note, for one log line).
+pub(crate) fn resolve_device(device: &str) -> Result<(Device, Option<String>), Error> {
+    let request: DeviceRequest =
+        device
+            .parse()
+            .map_err(|e: kestrel_tensor::ParseDeviceError| Error::InvalidOption {
+                name: "device",
+                reason: e.to_string(),
+            })?;
+    request.resolve().map_err(|e| Error::InvalidOption {
+        name: "device",
+        reason: e.to_string(),
+    })
+}
+
+/// For what runs on the CPU engine only (`what`: encoders): `cpu` and `auto` pass, `cuda` is
+/// refused, saying why.
+pub(crate) fn check_cpu_device(device: &str, what: &str) -> Result<(), Error> {
     let request: DeviceRequest =
         device
             .parse()
@@ -317,18 +333,10 @@ pub(crate) fn check_cpu_device(device: &str) -> Result<(), Error> {
                 reason: e.to_string(),
             })?;
     match request {
-        DeviceRequest::Cuda(_) => {
-            let reason = match request.resolve() {
-                Err(e) => e.to_string(),
-                Ok((dev, _)) => format!(
-                    "{dev} is there, but the CUDA engine does not run whole models yet;                      use --device cpu (or auto)"
-                ),
-            };
-            Err(Error::InvalidOption {
-                name: "device",
-                reason,
-            })
-        }
+        DeviceRequest::Cuda(_) => Err(Error::InvalidOption {
+            name: "device",
+            reason: format!("{what} run on the CPU engine only; use --device cpu (or auto)"),
+        }),
         _ => Ok(()),
     }
 }
@@ -349,6 +357,7 @@ pub struct Model {
     last_metrics: GenerateMetrics,
     concurrency: usize,
     sessions: crate::session_pool::SessionPool,
+    device_note: Option<String>,
 }
 
 impl std::fmt::Debug for Model {
@@ -394,7 +403,7 @@ impl Model {
 
     /// Load a GGUF file (any shard of a split model).
     pub fn load_file(path: impl AsRef<Path>, opts: LoadOptions) -> Result<Model, Error> {
-        check_cpu_device(&opts.device)?;
+        let (device, device_note) = resolve_device(&opts.device)?;
         let sessions = crate::session_pool::SessionPool::new(opts.session_pool)?;
         let model = Arc::new(GgufModel::open_with(path, OpenOptions { mmap: opts.mmap })?);
         let generator = Generator::new(
@@ -404,6 +413,7 @@ impl Model {
                 ctx: opts.ctx,
                 batch: opts.batch,
                 kv_dtype: opts.kv_dtype,
+                device,
             },
         )?;
         let tokenizer = generator.tokenizer().cloned().ok_or(Error::InvalidOption {
@@ -420,7 +430,19 @@ impl Model {
             last_metrics: GenerateMetrics::default(),
             concurrency: opts.concurrency,
             sessions,
+            device_note,
         })
+    }
+
+    /// The device the model runs on (`cpu` or `cuda:N`).
+    pub fn device(&self) -> Device {
+        self.generator.device()
+    }
+
+    /// Why `auto` chose the CPU (no CUDA build, driver or GPU), for one log line; `None`
+    /// otherwise.
+    pub fn device_note(&self) -> Option<&str> {
+        self.device_note.as_deref()
     }
 
     /// The tokenizer.

@@ -193,3 +193,45 @@ fn a_session_pool_keeps_two_conversations_cached() {
     assert!(cached1 < 5, "pool of 1: {cached1} cached");
     assert!(Model::load_file(&p, LoadOptions::default().with_session_pool(0)).is_err());
 }
+
+#[test]
+fn devices_are_resolved_or_refused_with_the_reason() {
+    let Some(p) = test_model(SMOLLM2_135M_Q4_1) else {
+        return;
+    };
+    let with = |device: &str| {
+        Model::load_file(
+            &p,
+            LoadOptions::default()
+                .with_threads(2)
+                .with_max_seq_len(64)
+                .with_device(device),
+        )
+    };
+    let e = with("tpu").err().unwrap().to_string();
+    assert!(e.contains("tpu") && e.contains("cuda:N"), "{e}");
+    // Without a GPU (as in CI) `cuda` names what is missing and `auto` falls back to the CPU,
+    // saying why; with one, both run there.
+    match kestrel::tensor::cuda::device_count() {
+        Ok(n) if n > 0 => {
+            let m = with("auto").unwrap();
+            assert_eq!(m.device(), kestrel::tensor::Device::Cuda(0));
+            assert!(m.device_note().is_none());
+        }
+        _ => {
+            // The build, the driver or the GPU: whichever is missing is named.
+            let e = with("cuda").err().unwrap().to_string().to_lowercase();
+            assert!(
+                e.contains("cuda")
+                    && (e.contains("feature") || e.contains("driver") || e.contains("device")),
+                "{e}"
+            );
+            let m = with("auto").unwrap();
+            assert_eq!(m.device(), kestrel::tensor::Device::Cpu);
+            let note = m.device_note().unwrap();
+            assert!(note.contains("CPU"), "{note}");
+            assert!(with("cuda:3").is_err());
+        }
+    }
+    assert_eq!(with("cpu").unwrap().device(), kestrel::tensor::Device::Cpu);
+}

@@ -54,6 +54,9 @@ pub struct BenchArgs {
     /// Print a JSON array instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Where to run: cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 /// One test's samples.
@@ -145,9 +148,16 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         threads: args.threads,
         ctx,
         batch: args.batch.min(ctx),
+        device: args.device.clone(),
         ..LoadOptions::default()
     };
     let mut model = Model::load_file(&args.model, load).map_err(|e| e.to_string())?;
+    super::model_args::note_device(&model);
+    // The backend and the path it took: the CPU's ISA, or the GPU.
+    let (backend, isa) = match model.device() {
+        kestrel::tensor::Device::Cpu => ("CPU", kestrel_tensor_isa().to_string()),
+        d => ("CUDA", d.to_string()),
+    };
     let bos = model.tokenizer().special_tokens().bos;
     let n_vocab = model.generator().config().n_vocab;
     let threads = if args.threads == 0 {
@@ -217,8 +227,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 json!({
                     "model": model_name,
                     "model_filename": args.model.display().to_string(),
-                    "backend": "CPU",
-                    "isa": kestrel_tensor_isa(),
+                    "backend": backend,
+                    "isa": isa,
                     "test": r.name,
                     "n_prompt": r.n_prompt,
                     "n_gen": r.n_gen,
@@ -249,8 +259,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         let (avg, std) = mean_std(&ts);
         let (median, min, max) = median_min_max(&ts);
         out.push_str(&format!(
-            "| {model_name} | {threads} | {} | {} | {avg:.2} ± {std:.2} | {median:.2} | {min:.2} | {max:.2} |\n",
-            kestrel_tensor_isa(),
+            "| {model_name} | {threads} | {isa} | {} | {avg:.2} ± {std:.2} | {median:.2} | {min:.2} | {max:.2} |\n",
             r.name
         ));
     }

@@ -1,5 +1,5 @@
-//! The model flags `run` and `chat` share (`-m MODEL -t THREADS -c CTX`), and loading the model
-//! they name.
+//! The model flags `run`, `chat` and `serve` share (`-m MODEL -t THREADS -c CTX --device D`), and
+//! loading the model they name.
 
 use std::path::PathBuf;
 
@@ -21,6 +21,9 @@ pub struct ModelArgs {
     /// KV cache type: f16 (default), f32, q8_0 or q4_0.
     #[arg(long = "cache-type", default_value = "f16")]
     pub cache_type: String,
+    /// Where to run: cpu, cuda, cuda:N or auto (a GPU when one is found, else the CPU).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 impl ModelArgs {
@@ -31,9 +34,19 @@ impl ModelArgs {
             threads: self.threads,
             ctx: self.ctx,
             kv_dtype,
+            device: self.device.clone(),
             ..LoadOptions::default()
         };
-        Model::load_file(&self.model, opts).map_err(|e| e.to_string())
+        let model = Model::load_file(&self.model, opts).map_err(|e| e.to_string())?;
+        note_device(&model);
+        Ok(model)
+    }
+}
+
+/// One stderr line when `auto` fell back to the CPU, saying why.
+pub fn note_device(model: &Model) {
+    if let Some(note) = model.device_note() {
+        eprintln!("kestrel: {note}");
     }
 }
 

@@ -45,6 +45,9 @@ pub struct PerplexityArgs {
     /// KV cache type: f16 (default), f32, q8_0 or q4_0.
     #[arg(long = "cache-type", default_value = "f16")]
     pub cache_type: String,
+    /// Where to run: cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 pub fn run(args: &PerplexityArgs) -> Result<(), String> {
@@ -91,9 +94,12 @@ fn load(args: &PerplexityArgs, ctx: usize) -> Result<Model, String> {
         threads: args.threads,
         ctx,
         kv_dtype: super::model_args::kv_dtype(&args.cache_type)?,
+        device: args.device.clone(),
         ..LoadOptions::default()
     };
-    Model::load_file(&args.model, opts).map_err(|e| e.to_string())
+    let model = Model::load_file(&args.model, opts).map_err(|e| e.to_string())?;
+    super::model_args::note_device(&model);
+    Ok(model)
 }
 
 fn kl_divergence(args: &PerplexityArgs) -> Result<(), String> {

@@ -15,11 +15,12 @@ mod logprob_file;
 use std::io::{Read, Write};
 
 use kestrel_arch::{build_decoder, weight_tensor, Logits};
-use kestrel_graph::ExecutionPlan;
+use kestrel_graph::{CudaKvCache, CudaPlan, ExecutionPlan};
 
 pub use kld::{Estimate, KlDivergence, KldAccumulator, Percentiles};
 pub use logprob_file::{LogProbHeader, LogProbReader, LogProbRow, LogProbWriter};
 
+use crate::generator::Plans;
 use crate::{GenerateError, Generator};
 use logprob_file::scored_rows;
 
@@ -242,7 +243,16 @@ impl Generator {
         let graph = build_decoder(&core.cfg, &core.model, Logits::All)?;
         let model = core.model.clone();
         let lookup = |name: &str| weight_tensor(&model, name);
-        let mut plan = ExecutionPlan::compile(&graph, n_ctx, &lookup)?;
+        // On a GPU the windows run through their own all-positions plan and cache on the
+        // generator's device (its weights are uploaded once more for the run).
+        let mut plan = match &core.plans {
+            Plans::Cpu { .. } => WindowPlan::Cpu(ExecutionPlan::compile(&graph, n_ctx, &lookup)?),
+            Plans::Cuda(gen_plan) => {
+                let p = CudaPlan::compile(&graph, gen_plan.device().clone(), n_ctx, &lookup)?;
+                let cache = p.new_cache(n_ctx)?;
+                WindowPlan::Cuda(p, cache)
+            }
+        };
         let n_vocab = core.cfg.n_vocab;
         let mut window = vec![0u32; n_ctx];
         for c in 0..n_chunks {
@@ -252,7 +262,15 @@ impl Generator {
                 window[0] = b;
             }
             kv.reset();
-            let logits = plan.run(&core.engine, &mut kv.kv, &window, 0)?;
+            let logits = match &mut plan {
+                WindowPlan::Cpu(p) => {
+                    p.run(&core.engine, kv.kv.cpu_mut("perplexity")?, &window, 0)?
+                }
+                WindowPlan::Cuda(p, cache) => {
+                    cache.reset();
+                    p.run(cache, &window)?
+                }
+            };
             each(&core.engine, original, logits, n_vocab)?;
         }
         kv.reset();
@@ -269,4 +287,12 @@ fn scored<'a>(
 ) -> impl Iterator<Item = (usize, &'a [f32])> + 'a {
     let n_ctx = window.len();
     (n_ctx / 2..n_ctx - 1).map(move |j| (j, &logits[j * n_vocab..(j + 1) * n_vocab]))
+}
+
+/// The plan that scores perplexity windows, on the generator's device.
+// One per perplexity run: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum WindowPlan {
+    Cpu(ExecutionPlan),
+    Cuda(CudaPlan, CudaKvCache),
 }
