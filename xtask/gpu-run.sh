@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU test machine (docs/gpu.md), from the repository root, after
 # `cargo xtask gpu-pack` here and a device run that carries `.gpu`: every CUDA test with a GPU
-# required, then compute-sanitizer's memcheck over the kernel tests. Logs go to $OUT (the
+# required, then compute-sanitizer's memcheck over the kernel tests, then `kestrel bench --device
+# cuda` on random-weight files of real shapes that `kestrel synth` writes there. Logs go to $OUT (the
 # device tool brings them back) or ./gpu-report.
 set -uo pipefail
 out="${OUT:-gpu-report}"
@@ -12,7 +13,7 @@ status=0
     nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
     nvcc --version | tail -2
 } 2>&1 | tee "$out/device.txt"
-for t in cuda_kernels cuda_forward; do
+for t in cuda_kernels cuda_forward cuda_generate; do
     echo "== $t"
     if ! .gpu/$t --test-threads 1 --nocapture 2>&1 | tee "$out/$t.log"; then
         status=1
@@ -25,6 +26,23 @@ if command -v compute-sanitizer >/dev/null; then
         status=1
     fi
     tail -5 "$out/memcheck.log"
+fi
+# Speed on random-weight files of real shapes, written here by kestrel (no transfer needed).
+# GPU_RUN_BENCH=0 skips it; GPU_RUN_SHAPES picks the files (8B ones take ~1 min to write).
+if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
+    tmp="${TMPDIR:-/tmp}/kestrel-synth"
+    mkdir -p "$tmp"
+    for spec in ${GPU_RUN_SHAPES:-gemma3-270m:Q4_K_M llama-1b:Q4_0 llama-8b:Q4_K_M}; do
+        shape="${spec%%:*}"
+        ty="${spec#*:}"
+        f="$tmp/$shape-$ty.gguf"
+        echo "== bench $shape $ty"
+        if .gpu/kestrel synth --shape "$shape" --type "$ty" -o "$f" 2>&1 | tee -a "$out/bench.log"; then
+            .gpu/kestrel bench -m "$f" --device cuda -p 512 -n 128 -r 3 2>&1 | tee -a "$out/bench.log"
+            .gpu/kestrel bench -m "$f" --device cpu -p 64 -n 16 -r 1 -t 16 2>&1 | tee -a "$out/bench.log"
+        fi
+        rm -f "$f"
+    done
 fi
 echo "== gpu-run: exit $status"
 exit $status

@@ -15,6 +15,7 @@ mod config;
 mod encoder;
 mod error;
 mod registry;
+pub mod synth;
 pub mod synthetic;
 mod weights;
 

@@ -11,10 +11,10 @@ pub const SYNTHETIC_ARCHS: &[&str] = &["llama", "gemma3", "qwen2", "qwen3"];
 pub const SYNTHETIC_VOCAB: usize = 256;
 
 /// A small deterministic generator (SplitMix64), so the weights are the same everywhere.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -23,7 +23,7 @@ impl Rng {
     }
 
     /// Uniform in [-scale, scale).
-    fn uniform(&mut self, scale: f32) -> f32 {
+    pub(crate) fn uniform(&mut self, scale: f32) -> f32 {
         let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
         (2.0 * u - 1.0) * scale
     }

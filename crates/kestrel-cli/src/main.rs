@@ -41,6 +41,8 @@ enum Command {
     Embed(commands::embed::EmbedArgs),
     /// Convert a Hugging Face checkpoint (BERT encoders) to GGUF.
     Convert(commands::convert::ConvertArgs),
+    /// Write a random-weight GGUF of a real model's shape (for speed measurements).
+    Synth(commands::synth::SynthArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::run(&args),
         Command::Embed(args) => commands::embed::run(&args),
         Command::Convert(args) => commands::convert::run(&args),
+        Command::Synth(args) => commands::synth::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

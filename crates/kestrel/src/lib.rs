@@ -48,6 +48,7 @@ pub use encoder::{cosine, EncoderModel};
 pub use error::Error;
 pub use hub::discover;
 pub use info::ModelInfo;
+pub use kestrel_arch as arch;
 pub use kestrel_generate as generate;
 pub use kestrel_generate::{
     CancelToken, FinishReason, GenerateMetrics, KlDivergence, KldAccumulator, LogProbHeader,

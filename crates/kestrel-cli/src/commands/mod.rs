@@ -12,5 +12,6 @@ pub mod perplexity;
 pub mod run;
 pub mod sampling;
 pub mod serve;
+pub mod synth;
 pub mod template;
 pub mod tokenize;
