@@ -34,12 +34,9 @@ impl SynthShape {
         ("gemma3-270m", SynthShape::Gemma3_270M),
     ];
 
-    /// The shape of a name in [`ALL`](Self::ALL).
+    /// The shape of a name in [`ALL`](Self::ALL), case-insensitive.
     pub fn from_name(name: &str) -> Option<SynthShape> {
-        Self::ALL
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|&(_, s)| s)
+        by_name(Self::ALL, name)
     }
 
     fn dims(self) -> Dims {
@@ -119,10 +116,7 @@ impl SynthType {
 
     /// The type of a name in [`ALL`](Self::ALL), case-insensitive.
     pub fn from_name(name: &str) -> Option<SynthType> {
-        Self::ALL
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|&(_, t)| t)
+        by_name(Self::ALL, name)
     }
 
     /// llama.cpp's `general.file_type` (`llama_ftype`).
@@ -160,6 +154,13 @@ impl SynthType {
             }
         }
     }
+}
+
+/// The value named `name` (case-insensitive) in a table of names.
+fn by_name<T: Copy>(all: &[(&str, T)], name: &str) -> Option<T> {
+    all.iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|&(_, v)| v)
 }
 
 /// A K-quant needs rows of whole 256-value blocks; llama.cpp falls back for rows that are not
