@@ -33,6 +33,30 @@ fn random_vec(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// `m` rows of `k` values as `dtype`: quantized from random values, or for the IQ4 types
+/// (which kestrel does not quantize) random codes under a fixed scale (speed does not depend on
+/// the values).
+fn weights(dtype: DType, m: usize, k: usize) -> Vec<u8> {
+    let mut w = vec![0u8; dtype.row_bytes(k).expect("whole blocks") * m];
+    match dtype {
+        DType::IQ4NL | DType::IQ4XS => {
+            for (i, b) in w.iter_mut().enumerate() {
+                *b = (i.wrapping_mul(2654435761) >> 7) as u8;
+            }
+            let bb = dtype.block_bytes();
+            let d = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+            for blk in w.chunks_exact_mut(bb) {
+                blk[..2].copy_from_slice(&d);
+            }
+        }
+        _ => {
+            let src = random_vec(m * k, 2);
+            quant::quantize(dtype.ggml_type(), &src, &mut w).expect("quantize");
+        }
+    }
+    w
+}
+
 fn matvec(c: &mut Criterion) {
     let threads = std::env::var("KESTREL_THREADS")
         .ok()
@@ -53,10 +77,10 @@ fn matvec(c: &mut Criterion) {
         DType::Q8_0,
         DType::Q4K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ] {
-        let src = random_vec(m * k, 2);
-        let mut w = vec![0u8; dtype.row_bytes(k).expect("whole blocks") * m];
-        quant::quantize(dtype.ggml_type(), &src, &mut w).expect("quantize");
+        let w = weights(dtype, m, k);
         group.throughput(Throughput::Bytes(w.len() as u64));
         group.bench_function(dtype.name(), |b| {
             engine.install(|| b.iter(|| cpu::matvec(&x, &w, dtype, m, &mut out).expect("matvec")))
@@ -96,10 +120,10 @@ fn prefill(c: &mut Criterion) {
         DType::Q8_0,
         DType::Q4K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ] {
-        let src = random_vec(m * k, 2);
-        let mut w = vec![0u8; dtype.row_bytes(k).expect("whole blocks") * m];
-        quant::quantize(dtype.ggml_type(), &src, &mut w).expect("quantize");
+        let w = weights(dtype, m, k);
         group.throughput(Throughput::Elements((n * m * k) as u64));
         group.bench_function(dtype.name(), |b| {
             engine.install(|| {

@@ -225,6 +225,8 @@ pub(crate) struct Kernels {
     pub q4_k: TypeKernels<BlockQ8K>,
     pub q5_k: TypeKernels<BlockQ8K>,
     pub q6_k: TypeKernels<BlockQ8K>,
+    pub iq4_nl: TypeKernels<BlockQ8_0>,
+    pub iq4_xs: TypeKernels<BlockQ8K>,
 }
 
 impl Kernels {
@@ -251,6 +253,8 @@ impl Kernels {
             prepped: None,
             ..TypeKernels::scalar::<qdot::DQ6K>()
         },
+        iq4_nl: TypeKernels::scalar::<qdot::DIQ4NL>(),
+        iq4_xs: TypeKernels::scalar::<qdot::DIQ4XS>(),
     };
 
     /// The kernels of `isa`, or `None` when this CPU cannot run it.
@@ -261,9 +265,13 @@ impl Kernels {
         match isa {
             Isa::Scalar => Some(Kernels::SCALAR),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => Some(super::x86_64::avx2_kernels(Kernels::SCALAR)),
+            Isa::Avx2 => Some(super::x86_64::iq4::with_iq4(super::x86_64::avx2_kernels(
+                Kernels::SCALAR,
+            ))),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Some(super::x86_64::avx512_kernels(Kernels::SCALAR)),
+            Isa::Avx512 => Some(super::x86_64::iq4::with_iq4(super::x86_64::avx512_kernels(
+                Kernels::SCALAR,
+            ))),
             #[allow(unreachable_patterns)]
             _ => None,
         }

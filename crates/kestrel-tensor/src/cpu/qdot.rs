@@ -139,7 +139,14 @@ qdot_type!(
     dot_q8_0_x86,
     |k| k.q8_0
 );
-qdot_type!(DIQ4NL, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_iq4_nl);
+qdot_type!(
+    DIQ4NL,
+    BlockQ8_0,
+    QK8,
+    q8::quantize_row_q8_0,
+    dot_iq4_nl,
+    |k| k.iq4_nl
+);
 qdot_type!(DMXFP4, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_mxfp4);
 qdot_type!(DQ2K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q2_k);
 qdot_type!(DQ3K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q3_k);
@@ -162,7 +169,14 @@ qdot_type!(
     |k| k.q6_k
 );
 qdot_type!(DQ8K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q8_k);
-qdot_type!(DIQ4XS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq4_xs);
+qdot_type!(
+    DIQ4XS,
+    BlockQ8K,
+    QK_K,
+    q8::quantize_row_q8_k,
+    dot_iq4_xs,
+    |k| k.iq4_xs
+);
 qdot_type!(DTQ1_0, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_tq1_0);
 qdot_type!(DTQ2_0, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_tq2_0);
 qdot_type!(DIQ2XXS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq2_xxs);

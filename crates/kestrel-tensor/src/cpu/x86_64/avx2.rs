@@ -8,7 +8,7 @@ use std::arch::x86_64::*;
 /// ones.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn sum_i8(x: __m256i, y: __m256i) -> __m256i {
+pub(crate) fn sum_i8(x: __m256i, y: __m256i) -> __m256i {
     sum_u8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
 

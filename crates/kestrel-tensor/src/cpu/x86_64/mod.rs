@@ -15,6 +15,7 @@ pub(crate) mod avx2;
 pub(crate) mod avx2_kquants;
 pub(crate) mod avx512;
 pub(crate) mod f16_ops;
+pub(crate) mod iq4;
 pub(crate) mod kquants;
 pub(crate) mod kquants_vnni;
 pub(crate) mod q4_kx16;
