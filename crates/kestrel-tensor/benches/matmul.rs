@@ -33,20 +33,31 @@ fn random_vec(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// `m` rows of `k` values as `dtype`: quantized from random values, or for the IQ4 types
-/// (which kestrel does not quantize) random codes under a fixed scale (speed does not depend on
-/// the values).
+/// `m` rows of `k` values as `dtype`: quantized from random values, or for the IQ types and
+/// MXFP4 (which kestrel does not quantize) random codes under a fixed scale (speed does not
+/// depend on the values).
 fn weights(dtype: DType, m: usize, k: usize) -> Vec<u8> {
     let mut w = vec![0u8; dtype.row_bytes(k).expect("whole blocks") * m];
     match dtype {
-        DType::IQ4NL | DType::IQ4XS => {
+        DType::IQ4NL
+        | DType::IQ4XS
+        | DType::MXFP4
+        | DType::IQ2XXS
+        | DType::IQ2XS
+        | DType::IQ2S
+        | DType::IQ3XXS
+        | DType::IQ3S => {
             for (i, b) in w.iter_mut().enumerate() {
                 *b = (i.wrapping_mul(2654435761) >> 7) as u8;
             }
             let bb = dtype.block_bytes();
             let d = half::f16::from_f32(0.01).to_bits().to_le_bytes();
             for blk in w.chunks_exact_mut(bb) {
-                blk[..2].copy_from_slice(&d);
+                if dtype == DType::MXFP4 {
+                    blk[0] = 120;
+                } else {
+                    blk[..2].copy_from_slice(&d);
+                }
             }
         }
         _ => {
@@ -79,6 +90,12 @@ fn matvec(c: &mut Criterion) {
         DType::Q6K,
         DType::IQ4NL,
         DType::IQ4XS,
+        DType::MXFP4,
+        DType::IQ2XXS,
+        DType::IQ2XS,
+        DType::IQ2S,
+        DType::IQ3XXS,
+        DType::IQ3S,
     ] {
         let w = weights(dtype, m, k);
         group.throughput(Throughput::Bytes(w.len() as u64));
@@ -122,6 +139,12 @@ fn prefill(c: &mut Criterion) {
         DType::Q6K,
         DType::IQ4NL,
         DType::IQ4XS,
+        DType::MXFP4,
+        DType::IQ2XXS,
+        DType::IQ2XS,
+        DType::IQ2S,
+        DType::IQ3XXS,
+        DType::IQ3S,
     ] {
         let w = weights(dtype, m, k);
         group.throughput(Throughput::Elements((n * m * k) as u64));

@@ -33,7 +33,7 @@ pub mod iq2;
 pub mod iq3;
 pub mod iq4_nl;
 pub mod iq4_xs;
-pub(crate) mod iq_grids;
+pub mod iq_grids;
 pub mod mxfp4;
 pub mod q2_k;
 pub mod q3_k;

@@ -227,6 +227,12 @@ pub(crate) struct Kernels {
     pub q6_k: TypeKernels<BlockQ8K>,
     pub iq4_nl: TypeKernels<BlockQ8_0>,
     pub iq4_xs: TypeKernels<BlockQ8K>,
+    pub mxfp4: TypeKernels<BlockQ8_0>,
+    pub iq2_xxs: TypeKernels<BlockQ8K>,
+    pub iq2_xs: TypeKernels<BlockQ8K>,
+    pub iq2_s: TypeKernels<BlockQ8K>,
+    pub iq3_xxs: TypeKernels<BlockQ8K>,
+    pub iq3_s: TypeKernels<BlockQ8K>,
 }
 
 impl Kernels {
@@ -255,6 +261,12 @@ impl Kernels {
         },
         iq4_nl: TypeKernels::scalar::<qdot::DIQ4NL>(),
         iq4_xs: TypeKernels::scalar::<qdot::DIQ4XS>(),
+        mxfp4: TypeKernels::scalar::<qdot::DMXFP4>(),
+        iq2_xxs: TypeKernels::scalar::<qdot::DIQ2XXS>(),
+        iq2_xs: TypeKernels::scalar::<qdot::DIQ2XS>(),
+        iq2_s: TypeKernels::scalar::<qdot::DIQ2S>(),
+        iq3_xxs: TypeKernels::scalar::<qdot::DIQ3XXS>(),
+        iq3_s: TypeKernels::scalar::<qdot::DIQ3S>(),
     };
 
     /// The kernels of `isa`, or `None` when this CPU cannot run it.
@@ -265,11 +277,11 @@ impl Kernels {
         match isa {
             Isa::Scalar => Some(Kernels::SCALAR),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => Some(super::x86_64::iq4::with_iq4(super::x86_64::avx2_kernels(
+            Isa::Avx2 => Some(super::x86_64::with_iq(super::x86_64::avx2_kernels(
                 Kernels::SCALAR,
             ))),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Some(super::x86_64::iq4::with_iq4(super::x86_64::avx512_kernels(
+            Isa::Avx512 => Some(super::x86_64::with_iq(super::x86_64::avx512_kernels(
                 Kernels::SCALAR,
             ))),
             #[allow(unreachable_patterns)]

@@ -25,6 +25,7 @@ pub mod q8;
 pub(crate) mod qdot;
 pub(crate) mod qdot_iq;
 pub(crate) mod qdot_k_x86;
+pub(crate) mod qdot_table_x86;
 pub mod rope;
 pub mod softmax;
 

@@ -20,13 +20,14 @@ use super::qdot_k_x86::{dot_q4_k_8x8_gemv, dot_q6_k_x86};
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 use kestrel_gguf::quant::{
-    self, BlockIQ4NL, BlockIQ4XS, BlockMXFP4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
-    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK_K,
+    self, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK_K,
 };
 
 use super::dispatch::{self, TypeKernels};
 use super::q8::{self, BlockQ8_1, QK8};
 use super::qdot_iq::*;
+use super::qdot_table_x86::{dot_iq4_nl_x86, dot_iq4_xs_x86, dot_mxfp4_x86};
 
 const KVALUES: [i8; 16] = quant::iq4_nl::KVALUES_IQ4NL;
 
@@ -144,10 +145,17 @@ qdot_type!(
     BlockQ8_0,
     QK8,
     q8::quantize_row_q8_0,
-    dot_iq4_nl,
+    dot_iq4_nl_x86,
     |k| k.iq4_nl
 );
-qdot_type!(DMXFP4, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_mxfp4);
+qdot_type!(
+    DMXFP4,
+    BlockQ8_0,
+    QK8,
+    q8::quantize_row_q8_0,
+    dot_mxfp4_x86,
+    |k| k.mxfp4
+);
 qdot_type!(DQ2K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q2_k);
 qdot_type!(DQ3K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q3_k);
 qdot_type!(
@@ -174,16 +182,51 @@ qdot_type!(
     BlockQ8K,
     QK_K,
     q8::quantize_row_q8_k,
-    dot_iq4_xs,
+    dot_iq4_xs_x86,
     |k| k.iq4_xs
 );
 qdot_type!(DTQ1_0, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_tq1_0);
 qdot_type!(DTQ2_0, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_tq2_0);
-qdot_type!(DIQ2XXS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq2_xxs);
-qdot_type!(DIQ2XS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq2_xs);
-qdot_type!(DIQ2S, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq2_s);
-qdot_type!(DIQ3XXS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq3_xxs);
-qdot_type!(DIQ3S, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq3_s);
+qdot_type!(
+    DIQ2XXS,
+    BlockQ8K,
+    QK_K,
+    q8::quantize_row_q8_k,
+    dot_iq2_xxs,
+    |k| k.iq2_xxs
+);
+qdot_type!(
+    DIQ2XS,
+    BlockQ8K,
+    QK_K,
+    q8::quantize_row_q8_k,
+    dot_iq2_xs,
+    |k| k.iq2_xs
+);
+qdot_type!(
+    DIQ2S,
+    BlockQ8K,
+    QK_K,
+    q8::quantize_row_q8_k,
+    dot_iq2_s,
+    |k| k.iq2_s
+);
+qdot_type!(
+    DIQ3XXS,
+    BlockQ8K,
+    QK_K,
+    q8::quantize_row_q8_k,
+    dot_iq3_xxs,
+    |k| k.iq3_xxs
+);
+qdot_type!(
+    DIQ3S,
+    BlockQ8K,
+    QK_K,
+    q8::quantize_row_q8_k,
+    dot_iq3_s,
+    |k| k.iq3_s
+);
 qdot_type!(DIQ1S, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq1_s);
 qdot_type!(DIQ1M, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq1_m);
 qdot_type!(DF16, u16, 1, q8::convert_row_f16, dot_f16);
@@ -403,7 +446,8 @@ pub(crate) fn dot_q8_0(w: &[u8], y: &[BlockQ8_0]) -> f32 {
 }
 
 /// The integer sum of one block of 4-bit table codes (byte `j`: value `j` low, `j + 16` high)
-/// with its q8_0 activations, as ggml's generic IQ4_NL and MXFP4 dots take it.
+/// with its q8_0 activations, as ggml's generic IQ4_NL dot takes it.
+#[cfg_attr(not(test), allow(dead_code))]
 #[inline]
 fn table_block_sum(table: &[i8; 16], qs: &[u8; QK8 / 2], yq: &[i8; QK8]) -> i32 {
     let (mut s1, mut s2) = (0i32, 0i32);
@@ -415,6 +459,7 @@ fn table_block_sum(table: &[i8; 16], qs: &[u8; QK8 / 2], yq: &[i8; QK8]) -> i32 
 }
 
 /// `ggml_vec_dot_iq4_nl_q8_0_generic`.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn dot_iq4_nl(w: &[u8], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;
     for_each_block(w, |i, x: &BlockIQ4NL| {
@@ -425,17 +470,6 @@ pub(crate) fn dot_iq4_nl(w: &[u8], y: &[BlockQ8_0]) -> f32 {
 }
 
 /// `ggml_vec_dot_mxfp4_q8_0_generic`.
-pub(crate) fn dot_mxfp4(w: &[u8], y: &[BlockQ8_0]) -> f32 {
-    use quant::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4};
-    let mut sumf = 0f32;
-    for_each_block(w, |i, x: &BlockMXFP4| {
-        let yb = &y[i];
-        let d = h(yb.d) * e8m0_to_f32_half(x.e);
-        sumf += d * table_block_sum(&KVALUES_MXFP4, &x.qs, &yb.qs) as f32;
-    });
-    sumf
-}
-
 /// `ggml_vec_dot_q2_K_q8_K_generic`.
 pub(crate) fn dot_q2_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;
@@ -702,6 +736,7 @@ pub(crate) fn dot_q8_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
 }
 
 /// `ggml_vec_dot_iq4_xs_q8_K_generic`.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn dot_iq4_xs(w: &[u8], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;
     for_each_block(w, |ibl, x: &BlockIQ4XS| {
@@ -1113,6 +1148,32 @@ mod tests {
                         dot_q5_1_x86
                     };
                     Some(c.w.chunks_exact(rb).map(|wr| f(wr, &y)).collect())
+                }
+                DType::IQ4NL => {
+                    let mut y = vec![BlockQ8_0::zeroed(); c.k / QK8];
+                    q8::quantize_row_q8_0(&c.x, &mut y);
+                    for (r, wr) in c.w.chunks_exact(rb).enumerate() {
+                        let (a, b) = (dot_iq4_nl(wr, &y).to_bits(), c.generic[r].to_bits());
+                        assert!(a.abs_diff(b) <= 1, "IQ4_NL generic row {r}");
+                    }
+                    Some(
+                        c.w.chunks_exact(rb)
+                            .map(|wr| dot_iq4_nl_x86(wr, &y))
+                            .collect(),
+                    )
+                }
+                DType::IQ4XS => {
+                    let mut y = vec![BlockQ8K::zeroed(); c.k / QK_K];
+                    q8::quantize_row_q8_k(&c.x, &mut y);
+                    for (r, wr) in c.w.chunks_exact(rb).enumerate() {
+                        let (a, b) = (dot_iq4_xs(wr, &y).to_bits(), c.generic[r].to_bits());
+                        assert!(a.abs_diff(b) <= 1, "IQ4_XS generic row {r}");
+                    }
+                    Some(
+                        c.w.chunks_exact(rb)
+                            .map(|wr| dot_iq4_xs_x86(wr, &y))
+                            .collect(),
+                    )
                 }
                 _ => None,
             };

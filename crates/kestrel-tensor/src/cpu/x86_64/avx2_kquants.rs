@@ -31,7 +31,7 @@ const Q6K_BYTES: usize = 210;
 /// f16 bits at `b[o..o + 2]` (little-endian) to f32, exactly.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn fp16_at(b: &[u8], o: usize) -> f32 {
+pub(crate) fn fp16_at(b: &[u8], o: usize) -> f32 {
     let bits = u16::from_le_bytes([b[o], b[o + 1]]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
@@ -39,7 +39,7 @@ fn fp16_at(b: &[u8], o: usize) -> f32 {
 /// ggml's `hsum_float_8`: lanes `i + 4` and `i` added, then `(0 + 2) + (1 + 3)`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum8(v: __m256) -> f32 {
+pub(crate) fn hsum8(v: __m256) -> f32 {
     let r = _mm_add_ps(_mm256_extractf128_ps::<1>(v), _mm256_castps256_ps128(v));
     hsum4(r)
 }

@@ -16,6 +16,7 @@ pub(crate) mod avx2_kquants;
 pub(crate) mod avx512;
 pub(crate) mod f16_ops;
 pub(crate) mod iq4;
+pub(crate) mod iq_grid;
 pub(crate) mod kquants;
 pub(crate) mod kquants_vnni;
 pub(crate) mod q4_kx16;
@@ -162,6 +163,11 @@ macro_rules! safe_table {
             ..$base
         }
     }};
+}
+
+/// `base` with the IQ and MXFP4 kernels ([`iq4`], [`iq_grid`]) where the CPU has AVX2.
+pub(crate) fn with_iq(base: Kernels) -> Kernels {
+    iq_grid::with_iq_grid(iq4::with_iq4(base))
 }
 
 /// The AVX2 table over `base` (types without an AVX2 kernel keep `base`'s).
