@@ -841,6 +841,8 @@ pub(super) struct F16Isa {
     #[cfg(target_arch = "x86_64")]
     avx512: bool,
     #[cfg(target_arch = "x86_64")]
+    avx2: bool,
+    #[cfg(target_arch = "x86_64")]
     fma: bool,
 }
 
@@ -850,6 +852,9 @@ impl F16Isa {
             #[cfg(target_arch = "x86_64")]
             avx512: super::x86_64::f16_ops::available()
                 && super::dispatch::active_isa() >= super::dispatch::Isa::Avx512,
+            #[cfg(target_arch = "x86_64")]
+            avx2: super::x86_64::f16_ops_avx2::available()
+                && super::dispatch::active_isa() >= super::dispatch::Isa::Avx2,
             #[cfg(target_arch = "x86_64")]
             fma: std::arch::is_x86_feature_detected!("fma"),
         }
@@ -862,6 +867,12 @@ impl F16Isa {
         if self.avx512 {
             // SAFETY: the CPU has the features (checked in `detect`).
             unsafe { f16_row_avx512(row, o) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: the CPU has the features (checked in `detect`).
+            unsafe { f16_row_avx2(row, o) };
             return;
         }
         #[cfg(target_arch = "x86_64")]
@@ -1002,6 +1013,46 @@ impl F16Ops for Avx512F16 {
         // SAFETY: as above.
         unsafe { super::x86_64::f16_ops::to_f32_scaled(src, s, dst) }
     }
+}
+
+/// AVX2 + F16C [`F16Ops`] (only used once the features were detected).
+#[cfg(target_arch = "x86_64")]
+struct Avx2F16;
+
+#[cfg(target_arch = "x86_64")]
+impl F16Ops for Avx2F16 {
+    #[inline(always)]
+    fn dot(a: &[f16], b: &[f16]) -> f32 {
+        // SAFETY: Avx2F16 is only used behind `f16_ops_avx2::available()`.
+        unsafe { super::x86_64::f16_ops_avx2::dot_f16(a, b) }
+    }
+    #[inline(always)]
+    fn mad(acc: &mut [f16], v: &[f16], s: f32) {
+        // SAFETY: as above.
+        unsafe { super::x86_64::f16_ops_avx2::mad_f16(acc, v, s) }
+    }
+    #[inline(always)]
+    fn scale(acc: &mut [f16], s: f32) {
+        // SAFETY: as above.
+        unsafe { super::x86_64::f16_ops_avx2::scale_f16(acc, s) }
+    }
+    #[inline(always)]
+    fn to_f16(src: &[f32], dst: &mut [f16]) {
+        // SAFETY: as above.
+        unsafe { super::x86_64::f16_ops_avx2::to_f16(src, dst) }
+    }
+    #[inline(always)]
+    fn to_f32_scaled(src: &[f16], s: f32, dst: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { super::x86_64::f16_ops_avx2::to_f32_scaled(src, s, dst) }
+    }
+}
+
+/// [`f16_row`] with the AVX2 vector ops.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_row_avx2(r: &F16Row<'_>, o: &mut [f32]) {
+    f16_row::<Avx2F16>(r, o)
 }
 
 /// [`f16_row`] compiled with FMA, so `mul_add` is one instruction rather than a libm call.

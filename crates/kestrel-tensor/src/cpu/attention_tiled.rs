@@ -9,8 +9,9 @@
 //!
 //! A row's result depends only on its own query, positions and the keys: the same operations
 //! run whatever other rows share its call, so the work is split freely (by head and chunks of
-//! rows). The loops are plain Rust with `mul_add`; [`attend_rows`] is compiled once portable
-//! and once with AVX-512 so LLVM vectorizes the column loops. FMA is exact, so both round alike.
+//! rows). The loops are plain Rust with `mul_add`; [`attend_rows`] is compiled portable, with
+//! AVX2 + FMA and with AVX-512 so LLVM vectorizes the column loops. FMA is exact, so all round
+//! alike.
 
 use rayon::prelude::*;
 
@@ -82,6 +83,8 @@ pub(crate) fn run_tiled(
     let n = positions.len();
     #[cfg(target_arch = "x86_64")]
     let avx512 = super::dispatch::active_isa() >= super::dispatch::Isa::Avx512;
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = super::dispatch::active_isa() >= super::dispatch::Isa::Avx2;
     // Tasks: (head, chunk of Q_TILE rows); each writes its rows' outputs (strided in `out`),
     // through a per-thread result buffer, so a call allocates nothing once the threads' scratch
     // has grown.
@@ -112,6 +115,10 @@ pub(crate) fn run_tiled(
             let done = if avx512 {
                 // SAFETY: the active ISA is AVX-512, so the CPU has these features.
                 unsafe { attend_rows_avx512(&task, res, buf) };
+                true
+            } else if avx2 {
+                // SAFETY: the active ISA is AVX2, so the CPU has AVX2 and FMA.
+                unsafe { attend_rows_avx2(&task, res, buf) };
                 true
             } else {
                 false
@@ -301,6 +308,15 @@ struct Task<'a> {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,fma")]
 fn attend_rows_avx512(t: &Task<'_>, res: &mut [f32], buf: &mut Vec<f32>) {
     attend_rows::<Avx512>(t, res, buf)
+}
+
+/// [`attend_rows`] with the portable loops compiled for AVX2 and FMA: they vectorize 8 lanes
+/// wide and `mul_add` is one instruction (not a libm call); FMA is exact, so the results are
+/// the portable build's.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn attend_rows_avx2(t: &Task<'_>, res: &mut [f32], buf: &mut Vec<f32>) {
+    attend_rows::<Portable>(t, res, buf)
 }
 
 #[inline(always)]

@@ -15,6 +15,7 @@ pub(crate) mod avx2;
 pub(crate) mod avx2_kquants;
 pub(crate) mod avx512;
 pub(crate) mod f16_ops;
+pub(crate) mod f16_ops_avx2;
 pub(crate) mod iq4;
 pub(crate) mod iq_grid;
 pub(crate) mod kquants;
