@@ -23,12 +23,7 @@ unsafe fn load8(p: *const f16) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn store8(p: *mut f16, x: __m256) {
     // SAFETY: the caller keeps 8 elements at `p` in bounds.
-    unsafe {
-        _mm_storeu_si128(
-            p.cast(),
-            _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x),
-        )
-    }
+    unsafe { _mm_storeu_si128(p.cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)) }
 }
 
 /// `ggml_vec_dot_f16` in an AVX512 build's order (see `qdot::dot_f16_ggml_x86`): four 16-lane
@@ -121,7 +116,12 @@ pub(crate) unsafe fn to_f16(src: &[f32], dst: &mut [f16]) {
     let np = n & !7;
     for i in (0..np).step_by(8) {
         // SAFETY: i + 8 <= np <= n for both slices.
-        unsafe { store8(dst.as_mut_ptr().add(i), _mm256_loadu_ps(src.as_ptr().add(i))) };
+        unsafe {
+            store8(
+                dst.as_mut_ptr().add(i),
+                _mm256_loadu_ps(src.as_ptr().add(i)),
+            )
+        };
     }
     for i in np..n {
         dst[i] = f16::from_f32(src[i]);
