@@ -77,6 +77,7 @@ impl Isa {
 pub(crate) type RowsFn<A> = fn(w: &[u8], y: &[A], out: &mut [f32]);
 
 /// [`RowsFn`] over a scalar twin: one [`QDot::dot`] per row.
+#[inline]
 pub(crate) fn scalar_rows<D: QDot>(w: &[u8], y: &[D::Act], out: &mut [f32]) {
     rows_by_dot(w, y, out, D::dot)
 }
@@ -98,6 +99,7 @@ pub(crate) fn rows_by_dot<A>(w: &[u8], y: &[A], out: &mut [f32], dot: impl Fn(&[
 pub(crate) type TileFn<A> = fn(w: &[u8], y: &[A], n_act: usize, out: &mut [f32]);
 
 /// A [`TileFn`] over a scalar twin: one [`QDot::dot`] per (weight row, activation row).
+#[inline]
 pub(crate) fn scalar_tile<D: QDot>(w: &[u8], y: &[D::Act], n_act: usize, out: &mut [f32]) {
     tile_by_dots(w, y, n_act, out, D::dot)
 }

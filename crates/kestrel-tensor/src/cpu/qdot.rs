@@ -658,6 +658,7 @@ pub(crate) fn dot_q4_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
 }
 
 /// `ggml_vec_dot_q5_K_q8_K_generic`.
+#[inline]
 pub(crate) fn dot_q5_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     let mut sums = [0f32; 8];
     let mut sumf = 0f32;

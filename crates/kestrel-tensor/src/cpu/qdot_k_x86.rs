@@ -161,6 +161,7 @@ fn q4k_pairs(x: &BlockQ4K, yb: &BlockQ8K) -> ([i32; 4], [i32; 4]) {
 /// Q4_K weights at load, which it does by default on AVX2/AVX-512 CPUs: per super-block one exact integer for the
 /// scaled products and one for `Σ min · bsum`, each added as `acc = fma(f32(int), d_w·d_x,
 /// acc)` into its own accumulator; `acc - acc_min` at the end.
+#[inline]
 pub(crate) fn dot_q4_k_8x8_gemv(w: &[u8], y: &[BlockQ8K]) -> f32 {
     let (mut acc, mut acc_min) = (0f32, 0f32);
     for_each_block(w, |i, x: &BlockQ4K| {
@@ -175,6 +176,7 @@ pub(crate) fn dot_q4_k_8x8_gemv(w: &[u8], y: &[BlockQ8K]) -> f32 {
 
 /// Q4_K · q8_K in the float order of llama.cpp's x86 `ggml_gemm_q4_K_8x8_q8_K` (its path for
 /// groups of 4 activation rows): as [`dot_q4_k_8x8_gemv`] but one `fma` per pair of sub-blocks.
+#[inline]
 pub(crate) fn dot_q4_k_8x8_gemm(w: &[u8], y: &[BlockQ8K]) -> f32 {
     let (mut acc, mut acc_min) = (0f32, 0f32);
     for_each_block(w, |i, x: &BlockQ4K| {
@@ -224,6 +226,7 @@ pub(crate) fn dot_q5_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {
 /// `32l..32l + 32`), not bytes `4l..4l+4` of each chunk. Older ggml sources subtract `32·q8`
 /// inside each chunk instead, which spreads the offset over the lanes differently (1 ulp
 /// apart on the fixture).
+#[inline]
 pub(crate) fn dot_q6_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {
     debug_assert_eq!(w.len(), y.len() * std::mem::size_of::<BlockQ6K>());
     let mut acc = [0f32; 8];
@@ -262,6 +265,7 @@ pub(crate) fn dot_q6_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {
 /// order, `acc = fma(f32(isum) · d_w, d_a, acc)` (its VNNI microtile's epilogue
 /// `acc + (cvt(s1) * d0) * d1`, which GCC contracts to one FMA; bit-identical to libggml-cpu
 /// on the `ggml_matmul.bin` fixture, and not without the FMA).
+#[inline]
 pub(crate) fn dot_q6_k_tiled(w: &[u8], y: &[BlockQ8K]) -> f32 {
     debug_assert_eq!(w.len(), y.len() * std::mem::size_of::<BlockQ6K>());
     let mut acc = 0f32;

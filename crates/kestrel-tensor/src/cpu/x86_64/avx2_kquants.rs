@@ -12,12 +12,16 @@
 //! `min(w.len() / block_bytes, y.len())` blocks, so a wrong length (caught by a
 //! `debug_assert`) never reads out of bounds.
 
-// Not wired into the dispatch table yet: for now only the tests call them.
+// Only Q6_K's is in the dispatch table ([`with_kquants`]): the table's Q4_K and Q5_K twins
+// sum in other orders (llama.cpp's repacked gemv/gemm, ggml's generic), Q2_K/Q3_K have no
+// table slot. The tests check all of them.
 #![cfg_attr(not(test), allow(dead_code))]
 
 use std::arch::x86_64::*;
 
 use kestrel_gguf::quant::BlockQ8K;
+
+use crate::cpu::dispatch::{self, Kernels, TypeKernels};
 
 use crate::cpu::qdot::k4_scales;
 use crate::cpu::qdot_k_x86::q3_scales;
@@ -311,6 +315,93 @@ pub(crate) unsafe fn dot_q3_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum8(acc)
+}
+
+/// `base` (the AVX2 table) with the K-quants run as AVX2 code: Q6_K by [`dot_q6_k`] (bit for
+/// bit its twin), and the twins that have no AVX2 kernel (Q4_K's gemv and gemm orders, Q5_K,
+/// Q6_K's tiled order for wide steps) compiled with AVX2, FMA and F16C, so `mul_add` is one
+/// instruction instead of a libm call and the loops vectorize; FMA is exact, so they round as
+/// the portable twins do.
+pub(crate) fn with_kquants(mut base: Kernels) -> Kernels {
+    use crate::cpu::qdot::{DQ4K, DQ5K};
+    use crate::cpu::qdot_k_x86::{dot_q4_k_8x8_gemm, dot_q6_k_tiled};
+
+    if !super::has_avx2() {
+        return base;
+    }
+    macro_rules! compiled {
+        ($name:ident, rows, $body:expr) => {
+            fn $name(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+                #[target_feature(enable = "avx2,fma,f16c")]
+                fn inner(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+                    $body(w, y, out)
+                }
+                // SAFETY: only reachable through a table made after detection (above).
+                unsafe { inner(w, y, out) }
+            }
+        };
+        ($name:ident, tile, $body:expr) => {
+            fn $name(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+                #[target_feature(enable = "avx2,fma,f16c")]
+                fn inner(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+                    $body(w, y, n_act, out)
+                }
+                // SAFETY: as above.
+                unsafe { inner(w, y, n_act, out) }
+            }
+        };
+    }
+    compiled!(q4_k_rows, rows, dispatch::scalar_rows::<DQ4K>);
+    compiled!(q4_k_single, tile, dispatch::scalar_tile::<DQ4K>);
+    compiled!(q4_k_tile, tile, |w, y, n, o| dispatch::tile_by_dots(
+        w,
+        y,
+        n,
+        o,
+        dot_q4_k_8x8_gemm
+    ));
+    compiled!(q5_k_rows, rows, dispatch::scalar_rows::<DQ5K>);
+    compiled!(q5_k_tile, tile, dispatch::scalar_tile::<DQ5K>);
+    compiled!(q6_k_rows, rows, |w, y, o| dispatch::rows_by_dot(
+        w,
+        y,
+        o,
+        // SAFETY: AVX2, FMA and F16C (this function's features).
+        |wr, y| unsafe { dot_q6_k(wr, y) }
+    ));
+    compiled!(q6_k_tile, tile, |w, y, n, o| dispatch::tile_by_dots(
+        w,
+        y,
+        n,
+        o,
+        // SAFETY: as above.
+        |wr, y| unsafe { dot_q6_k(wr, y) }
+    ));
+    compiled!(q6_k_wide, tile, |w, y, n, o| dispatch::tile_by_dots(
+        w,
+        y,
+        n,
+        o,
+        dot_q6_k_tiled
+    ));
+    base.q4_k = TypeKernels {
+        rows: q4_k_rows,
+        tile: q4_k_tile,
+        single: Some(q4_k_single),
+        ..base.q4_k
+    };
+    base.q5_k = TypeKernels {
+        rows: q5_k_rows,
+        tile: q5_k_tile,
+        ..base.q5_k
+    };
+    base.q6_k = TypeKernels {
+        rows: q6_k_rows,
+        tile: q6_k_tile,
+        wide: Some((dispatch::TILED_MIN_ROWS, q6_k_wide)),
+        ..base.q6_k
+    };
+    base
 }
 
 #[cfg(test)]

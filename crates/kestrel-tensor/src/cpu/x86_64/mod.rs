@@ -176,7 +176,12 @@ pub(crate) fn with_iq(base: Kernels) -> Kernels {
 /// # Panics
 /// If the CPU lacks AVX2/FMA/F16C (callers check [`has_avx2`] first).
 pub(crate) fn avx2_kernels(base: Kernels) -> Kernels {
-    safe_table!(avx2, has_avx2, base, super::dispatch::Isa::Avx2)
+    avx2_kquants::with_kquants(safe_table!(
+        avx2,
+        has_avx2,
+        base,
+        super::dispatch::Isa::Avx2
+    ))
 }
 
 /// The AVX-512 table over `base`.
@@ -499,7 +504,8 @@ mod tests {
         }
     }
 
-    /// The K-quant table entries (rows and tiles) equal the scalar twins bit for bit.
+    /// The K-quant table entries (rows, tiles, single-row and wide-step tiles) equal the scalar
+    /// twins bit for bit.
     #[test]
     fn kquant_table_entries_equal_scalar_twins() {
         use kestrel_gguf::quant::BlockQ8K;
@@ -524,6 +530,17 @@ mod tests {
                 (t.rows)(&w, &y[..2], &mut rows);
                 let mut tile = vec![0f32; 3];
                 (t.tile)(&w[..w.len() / 3], &y, 3, &mut tile);
+                // The single-row and wide-step entries where the type has them.
+                if let Some(single) = t.single {
+                    let mut one = vec![0f32; 3];
+                    single(&w[..w.len() / 3], &y, 3, &mut one);
+                    tile.extend(one);
+                }
+                if let Some((_, wide)) = t.wide {
+                    let mut many = vec![0f32; 3];
+                    wide(&w[..w.len() / 3], &y, 3, &mut many);
+                    tile.extend(many);
+                }
                 (rows, tile)
             };
             let want = run(&Kernels::for_isa(Isa::Scalar).unwrap());
