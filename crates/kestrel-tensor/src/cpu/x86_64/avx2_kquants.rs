@@ -36,7 +36,13 @@ const Q6K_BYTES: usize = 210;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn fp16_at(b: &[u8], o: usize) -> f32 {
-    let bits = u16::from_le_bytes([b[o], b[o + 1]]);
+    fp16(u16::from_le_bytes([b[o], b[o + 1]]))
+}
+
+/// f16 bits to f32, exactly (F16C).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn fp16(bits: u16) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 

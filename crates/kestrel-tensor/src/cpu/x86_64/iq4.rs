@@ -15,7 +15,7 @@ use kestrel_gguf::quant::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4};
 use kestrel_gguf::quant::{BlockQ8K, BlockQ8_0, QK_K};
 
 use super::avx2::sum_i8;
-use super::avx2_kquants::hsum8;
+use super::avx2_kquants::{fp16, fp16_at, hsum8};
 use crate::cpu::dispatch::{Kernels, TypeKernels};
 
 /// Bytes of one IQ4_NL block: f16 scale, 16 bytes of codes.
@@ -80,13 +80,6 @@ unsafe fn block_sum(x: __m256i, q8: *const i8) -> i32 {
     hsum(sum_i8(x, y))
 }
 
-/// f16 bits at `b[at..at + 2]` to f32, exactly.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    fp16_bits(u16::from_le_bytes([b[at], b[at + 1]]))
-}
-
 /// IQ4_NL rows (`w` holds `out.len()` rows of `y.len()` blocks) against one q8_0 row.
 ///
 /// # Safety
@@ -105,7 +98,7 @@ pub(crate) unsafe fn rows_iq4_nl(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn tile_iq4_nl(w: &[u8], y: &[BlockQ8_0], n_act: usize, out: &mut [f32]) {
     // SAFETY: the caller's CPU features.
-    unsafe { tile_table::<NL_BYTES>(w, y, n_act, out, table(), |b| f16_at(b, 0)) }
+    unsafe { tile_table::<NL_BYTES>(w, y, n_act, out, table(), |b| fp16_at(b, 0)) }
 }
 
 /// MXFP4 rows against one q8_0 row.
@@ -205,8 +198,8 @@ unsafe fn tile_table_n<const BYTES: usize, const N: usize>(
                         _mm256_loadu_si256(y1.qs.as_ptr().cast()),
                     )
                 };
-                let s0 = _mm256_set1_ps(fp16_bits(y0.d.to_bits()) * d0);
-                let s1 = _mm256_set1_ps(fp16_bits(y1.d.to_bits()) * d1);
+                let s0 = _mm256_set1_ps(fp16(y0.d.to_bits()) * d0);
+                let s1 = _mm256_set1_ps(fp16(y1.d.to_bits()) * d1);
                 acc0[t] = _mm256_fmadd_ps(s0, _mm256_cvtepi32_ps(sum_i8(x0, q0)), acc0[t]);
                 acc1[t] = _mm256_fmadd_ps(s1, _mm256_cvtepi32_ps(sum_i8(x1, q1)), acc1[t]);
             }
@@ -221,18 +214,11 @@ unsafe fn tile_table_n<const BYTES: usize, const N: usize>(
                 let x = unsafe { values(blk.as_ptr().add(BYTES - 16), table) };
                 // SAFETY: as above.
                 let s = unsafe { block_sum(x, yb.qs.as_ptr()) };
-                sumf = (fp16_bits(yb.d.to_bits()) * scale(blk)).mul_add(s as f32, sumf);
+                sumf = (fp16(yb.d.to_bits()) * scale(blk)).mul_add(s as f32, sumf);
             }
             out[r * N + t] = sumf;
         }
     }
-}
-
-/// f16 bits to f32 (exact) with F16C.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn fp16_bits(bits: u16) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
 /// The 6-bit scale of group `g` of an IQ4_XS super-block.
@@ -291,7 +277,7 @@ unsafe fn tile_iq4_xs_n<const N: usize>(w: &[u8], y: &[BlockQ8K], out: &mut [f32
     for (r, row) in w.chunks_exact(nb * XS_BYTES).take(n_w).enumerate() {
         let mut acc = [_mm256_setzero_ps(); N];
         for (ibl, blk) in row.chunks_exact(XS_BYTES).enumerate() {
-            let d = f16_at(blk, 0);
+            let d = fp16_at(blk, 0);
             // Per group: |value| bytes, the values (whose signs move onto the activations, as
             // `sum_i8` does) and the scale in each i16 lane.
             let mut ax = [_mm256_setzero_si256(); QK_K / 32];

@@ -1,9 +1,10 @@
 //! AVX2 kernels for the IQ grid types against q8_K activations: IQ2_XXS, IQ2_XS, IQ2_S,
 //! IQ3_XXS and IQ3_S (the low-bit types of llama.cpp's IQ files).
 //!
-//! Each 256-value weight block is decoded once (for all the activation rows of a tile) into,
-//! per 32 values: the grid magnitudes as unsigned bytes (4 grid entries of 8 values, or 8 of 4,
-//! gathered from the tables), the signs as ±1 bytes, and the scales as i16 lanes. An activation
+//! Each 32 values of a weight block are decoded (as they are reached for one activation row,
+//! once per block for all the rows of a tile) into the grid magnitudes as unsigned bytes (4
+//! grid entries of 8 values, or 8 of 4, from the tables), the signs as ±1 bytes, and the
+//! scales as i16 lanes. An activation
 //! row then costs per 32 values one `vpsignb` (the signs moved onto the activations, whose
 //! q8_K quants lie in -127..=127, so negation never wraps), one `vpmaddubsw` (magnitudes ≤ 62:
 //! no saturation) and one `vpmaddwd` by the scales.
@@ -18,7 +19,8 @@ use kestrel_gguf::quant::iq_grids::{
 };
 use kestrel_gguf::quant::{BlockQ8K, QK_K};
 
-use super::iq4::{fp16_bits, hsum};
+use super::avx2_kquants::fp16_at;
+use super::iq4::hsum;
 use crate::cpu::dispatch::{Kernels, TypeKernels};
 
 /// Groups of 32 values in a block.
@@ -236,7 +238,7 @@ unsafe fn tile_grid<const BYTES: usize>(
         acc.fill(0.0);
         if n_act == 1 {
             for (i, blk) in row.chunks_exact(BYTES).enumerate() {
-                let d = fp16_bits(u16_at(blk, 0));
+                let d = fp16_at(blk, 0);
                 let yb = &y[i];
                 let mut lanes = [_mm256_setzero_si256(); 2];
                 for ib in 0..GROUPS {
@@ -251,7 +253,7 @@ unsafe fn tile_grid<const BYTES: usize>(
             let z = _mm256_setzero_si256();
             let mut x = [Group { g: z, s: z, sc: z }; GROUPS];
             for (i, blk) in row.chunks_exact(BYTES).enumerate() {
-                let d = fp16_bits(u16_at(blk, 0));
+                let d = fp16_at(blk, 0);
                 for (ib, xg) in x.iter_mut().enumerate() {
                     *xg = group(blk, ib);
                 }
