@@ -224,6 +224,8 @@ pub(crate) struct Kernels {
     pub q5_0: TypeKernels<BlockQ8_0>,
     pub q5_1: TypeKernels<BlockQ8_1>,
     pub q8_0: TypeKernels<BlockQ8_0>,
+    pub q2_k: TypeKernels<BlockQ8K>,
+    pub q3_k: TypeKernels<BlockQ8K>,
     pub q4_k: TypeKernels<BlockQ8K>,
     pub q5_k: TypeKernels<BlockQ8K>,
     pub q6_k: TypeKernels<BlockQ8K>,
@@ -246,6 +248,8 @@ impl Kernels {
         q5_0: TypeKernels::scalar::<qdot::DQ5_0>(),
         q5_1: TypeKernels::scalar::<qdot::DQ5_1>(),
         q8_0: TypeKernels::scalar::<qdot::DQ8_0>(),
+        q2_k: TypeKernels::scalar::<qdot::DQ2K>(),
+        q3_k: TypeKernels::scalar::<qdot::DQ3K>(),
         q4_k: TypeKernels {
             rows: scalar_rows::<qdot::DQ4K>,
             tile: q4_k_gemm_tile,

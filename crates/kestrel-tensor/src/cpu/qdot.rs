@@ -16,7 +16,7 @@
 // The kernels index as ggml's C does, so they can be read side by side with it.
 #![allow(clippy::needless_range_loop)]
 
-use super::qdot_k_x86::{dot_q4_k_8x8_gemv, dot_q6_k_x86};
+use super::qdot_k_x86::{dot_q2_k_x86, dot_q3_k_x86, dot_q4_k_8x8_gemv, dot_q6_k_x86};
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 use kestrel_gguf::quant::{
@@ -156,8 +156,22 @@ qdot_type!(
     dot_mxfp4_x86,
     |k| k.mxfp4
 );
-qdot_type!(DQ2K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q2_k);
-qdot_type!(DQ3K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q3_k);
+qdot_type!(
+    DQ2K,
+    BlockQ8K,
+    QK_K,
+    q8::quantize_row_q8_k,
+    dot_q2_k_x86,
+    |k| k.q2_k
+);
+qdot_type!(
+    DQ3K,
+    BlockQ8K,
+    QK_K,
+    q8::quantize_row_q8_k,
+    dot_q3_k_x86,
+    |k| k.q3_k
+);
 qdot_type!(
     DQ4K,
     BlockQ8K,
@@ -469,8 +483,8 @@ pub(crate) fn dot_iq4_nl(w: &[u8], y: &[BlockQ8_0]) -> f32 {
     sumf
 }
 
-/// `ggml_vec_dot_mxfp4_q8_0_generic`.
-/// `ggml_vec_dot_q2_K_q8_K_generic`.
+/// `ggml_vec_dot_q2_K_q8_K_generic` (the x86 twin is checked against it).
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn dot_q2_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;
     for_each_block(w, |i, x: &BlockQ2K| {
@@ -524,7 +538,8 @@ fn acc_groups(aux32: &mut [i32; 8], q8: &[i8], a: &[i8], scale: i32) {
     }
 }
 
-/// `ggml_vec_dot_q3_K_q8_K_generic`.
+/// `ggml_vec_dot_q3_K_q8_K_generic` (the x86 twin is checked against it).
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn dot_q3_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     const KMASK1: u32 = 0x0303_0303;
     const KMASK2: u32 = 0x0f0f_0f0f;

@@ -12,9 +12,9 @@
 //! `min(w.len() / block_bytes, y.len())` blocks, so a wrong length (caught by a
 //! `debug_assert`) never reads out of bounds.
 
-// Only Q6_K's is in the dispatch table ([`with_kquants`]): the table's Q4_K and Q5_K twins
-// sum in other orders (llama.cpp's repacked gemv/gemm, ggml's generic), Q2_K/Q3_K have no
-// table slot. The tests check all of them.
+// Q2_K's, Q3_K's and Q6_K's are in the dispatch table ([`with_kquants`]); the table's Q4_K
+// and Q5_K twins sum in other orders (llama.cpp's repacked gemv/gemm, ggml's generic), so
+// those two run their twins compiled for AVX2+FMA instead. The tests check all of them.
 #![cfg_attr(not(test), allow(dead_code))]
 
 use std::arch::x86_64::*;
@@ -390,6 +390,37 @@ pub(crate) fn with_kquants(mut base: Kernels) -> Kernels {
         o,
         dot_q6_k_tiled
     ));
+    macro_rules! by_dot {
+        ($rows:ident, $tile:ident, $dot:ident) => {
+            compiled!($rows, rows, |w, y, o| dispatch::rows_by_dot(
+                w,
+                y,
+                o,
+                // SAFETY: AVX2, FMA and F16C (this function's features).
+                |wr, y| unsafe { $dot(wr, y) }
+            ));
+            compiled!($tile, tile, |w, y, n, o| dispatch::tile_by_dots(
+                w,
+                y,
+                n,
+                o,
+                // SAFETY: as above.
+                |wr, y| unsafe { $dot(wr, y) }
+            ));
+        };
+    }
+    by_dot!(q2_k_rows, q2_k_tile, dot_q2_k);
+    by_dot!(q3_k_rows, q3_k_tile, dot_q3_k);
+    base.q2_k = TypeKernels {
+        rows: q2_k_rows,
+        tile: q2_k_tile,
+        ..base.q2_k
+    };
+    base.q3_k = TypeKernels {
+        rows: q3_k_rows,
+        tile: q3_k_tile,
+        ..base.q3_k
+    };
     base.q4_k = TypeKernels {
         rows: q4_k_rows,
         tile: q4_k_tile,

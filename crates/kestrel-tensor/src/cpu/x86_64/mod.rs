@@ -511,7 +511,7 @@ mod tests {
         use kestrel_gguf::quant::BlockQ8K;
         let mut rng = Rng::new(77);
         let k = 512;
-        for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
+        for dtype in [DType::Q2K, DType::Q3K, DType::Q4K, DType::Q5K, DType::Q6K] {
             let mut w = Vec::new();
             for _ in 0..3 {
                 w.extend(quantized_row(&mut rng, dtype, k).0);
@@ -520,6 +520,8 @@ mod tests {
             let mut y = vec![BlockQ8K::zeroed(); 2 * 3];
             q8::quantize_row_q8_k(&x, &mut y);
             let pick = |kern: &Kernels| match dtype {
+                DType::Q2K => kern.q2_k,
+                DType::Q3K => kern.q3_k,
                 DType::Q4K => kern.q4_k,
                 DType::Q5K => kern.q5_k,
                 _ => kern.q6_k,
