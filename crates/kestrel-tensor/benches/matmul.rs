@@ -2,8 +2,9 @@
 //! - `matvec_*`: decode, `out[m] = W[m×k] · x[k]`, as GB/s of weight bytes read;
 //! - `prefill_*`: 64 activation rows at once (the tile kernels), as multiply-adds per second
 //!   (criterion's "elements");
-//! - `*_packed`: the same on weights repacked at load (`cpu::PackedWeight`: Q4_0, Q4_K, Q6_K
-//!   on AVX-512 VNNI CPUs; Q4_1, Q5_0, Q8_0 too with `KESTREL_REPACK=all`);
+//! - `*_packed`: the same on weights repacked at load (`cpu::PackedWeight`: Q4_0, IQ4_NL and
+//!   MXFP4 on AVX2 and AVX-512 VNNI CPUs, Q4_K and Q6_K on AVX-512 VNNI ones; Q4_1, Q5_0, Q8_0
+//!   too there with `KESTREL_REPACK=all`);
 //! - `small_batch`: SmolLM2's shapes, 1 and 8 rows, packed Q4_1 (needs `KESTREL_REPACK=all`);
 //! - `read_bandwidth`: the machine's read bandwidth (a 256 MiB buffer summed by the pool's
 //!   threads, and by one), the ceiling of `matvec_*`'s GB/s.

@@ -5,12 +5,15 @@
 //! block finishes 16 outputs instead of one.
 //!
 //! Layouts (one file each), for matrices whose row count is a multiple of 16, on CPUs with
-//! AVX-512 VNNI (elsewhere nothing is packed: the scalar twins exist to test the kernels):
-//! - [`q8_family`] **Q4_0x16, Q4_1x16, Q5_0x16, Q5_1x16, Q8_0x16**: the file's quants moved
-//!   (Q8_0's made unsigned), not widened; llama.cpp's repacked Q4_0 GEMM numerics, exact block
-//!   sums, for all five (which differ in the last bits from the unpacked path's, ggml's
-//!   `vec_dot`). Only Q4_0 is packed by default (llama.cpp repacks it too);
-//!   `KESTREL_REPACK=all` packs the other four and tied embeddings (see `packing_enabled`).
+//! AVX-512 VNNI, and for Q4_0, IQ4_NL and MXFP4 on AVX2 CPUs too (elsewhere nothing is packed:
+//! the scalar twins exist to test the kernels):
+//! - [`q8_family`] **Q4_0x16, Q4_1x16, Q5_0x16, Q5_1x16, Q8_0x16, IQ4NLx16, MXFP4x16**: the
+//!   file's quants moved (Q8_0's made unsigned), not widened; llama.cpp's repacked Q4_0 GEMM
+//!   numerics, exact block sums, for all seven (which differ in the last bits from the unpacked
+//!   path's, ggml's `vec_dot`). Q4_0, IQ4_NL and MXFP4 are packed by default (llama.cpp repacks
+//!   them too, with these numerics); `KESTREL_REPACK=all` packs the other four and tied
+//!   embeddings (see `packing_enabled`). The AVX-512 kernel computes the first five, the AVX2
+//!   kernel (`x86_64::nibblex16_avx2`) Q4_0 and the two table types.
 //! - [`q6_k`] **Q6_Kx16**: the 6-bit quants regrouped; the numerics of the unpacked Q6_K
 //!   kernels, bit for bit, in both of llama.cpp's orders (`vec_dot`'s 8 float lanes below
 //!   [`TILED_MIN_ROWS`] rows per sequence, the tiled matmul's exact super-block sums from
@@ -66,6 +69,10 @@ pub enum PackedLayout {
     Q5_1x16,
     /// Q8_0, 16 rows interleaved 4 bytes at a time, made unsigned.
     Q8_0x16,
+    /// IQ4_NL, as Q4_0x16 (its nibbles index IQ4_NL's table).
+    IQ4NLx16,
+    /// MXFP4, as Q4_0x16 with the E8M0 exponent bytes as the scales.
+    MXFP4x16,
     /// Q4_K, 16 rows interleaved 4 bytes at a time (see [`q4_k`]).
     Q4Kx16,
     /// Q6_K, 16 rows interleaved 4 values at a time (see [`q6_k`]).
@@ -82,6 +89,8 @@ impl PackedLayout {
             PackedLayout::Q5_0x16 => Kind::Q5_0,
             PackedLayout::Q5_1x16 => Kind::Q5_1,
             PackedLayout::Q8_0x16 => Kind::Q8_0,
+            PackedLayout::IQ4NLx16 => Kind::IQ4NL,
+            PackedLayout::MXFP4x16 => Kind::MXFP4,
             PackedLayout::Q4Kx16 | PackedLayout::Q6Kx16 => return None,
         })
     }
@@ -107,7 +116,8 @@ impl std::fmt::Debug for PackedWeight {
 /// Whether a packed layout runs fast here (packing is pointless otherwise) and is wanted.
 ///
 /// `KESTREL_REPACK=0` packs nothing. By default the layouts whose numerics are llama.cpp's
-/// (Q4_0: its repacked GEMM; Q4_K, Q6_K: bit for bit the unpacked kernels) are packed;
+/// (Q4_0, IQ4_NL, MXFP4: its repacked GEMM and GEMV; Q4_K, Q6_K: bit for bit the unpacked
+/// kernels) are packed, the first three from AVX2 up, the rest on AVX-512 VNNI CPUs;
 /// `KESTREL_REPACK=all` packs the rest of the q8_0 family too (Q4_1, Q5_0, Q5_1, Q8_0, tied
 /// embeddings included), whose exact block sums differ from ggml's `vec_dot` in the last bits,
 /// which these models amplify to ~1 in the logits (see `q8_family`).
@@ -123,7 +133,12 @@ fn packing_enabled(dtype: DType) -> bool {
         }
         _ => {}
     }
-    super::dispatch::active_isa() >= super::dispatch::Isa::Avx512
+    let isa = super::dispatch::active_isa();
+    match dtype {
+        // The AVX2 kernel's types (`x86_64::nibblex16_avx2`).
+        DType::Q4_0 | DType::IQ4NL | DType::MXFP4 => isa >= super::dispatch::Isa::Avx2,
+        _ => isa >= super::dispatch::Isa::Avx512,
+    }
 }
 
 /// Whether `KESTREL_REPACK` names `dtype` in a comma-separated list of types packed beyond the
@@ -141,8 +156,9 @@ static SHARED: Mutex<Vec<(usize, usize, Weak<PackedWeight>)>> = Mutex::new(Vec::
 
 impl PackedWeight {
     /// Packs `m` rows of `k` elements of `dtype` (raw bytes `w`), or `None` when no packed
-    /// layout serves this matrix on this CPU (not of the q8_0 family, Q4_K or Q6_K, rows not a
-    /// multiple of 16, no AVX-512 VNNI) or is wanted (`KESTREL_REPACK`, see `packing_enabled`).
+    /// layout serves this matrix on this CPU (not of the q8_0 family, IQ4_NL, MXFP4, Q4_K or
+    /// Q6_K, rows not a multiple of 16, no AVX-512 VNNI, or no AVX2 for Q4_0, IQ4_NL and MXFP4)
+    /// or is wanted (`KESTREL_REPACK`, see `packing_enabled`).
     pub fn pack(w: &[u8], dtype: DType, m: usize, k: usize) -> Option<PackedWeight> {
         if !packing_enabled(dtype) {
             return None;
@@ -158,7 +174,13 @@ impl PackedWeight {
             return None;
         }
         let (layout, buf) = match dtype {
-            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => {
+            DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::IQ4NL
+            | DType::MXFP4 => {
                 let kind = q8_family::Kind::of(dtype)?;
                 let layout = [
                     PackedLayout::Q4_0x16,
@@ -166,6 +188,8 @@ impl PackedWeight {
                     PackedLayout::Q5_0x16,
                     PackedLayout::Q5_1x16,
                     PackedLayout::Q8_0x16,
+                    PackedLayout::IQ4NLx16,
+                    PackedLayout::MXFP4x16,
                 ]
                 .into_iter()
                 .find(|l| l.q8_kind() == Some(kind))?;
@@ -282,6 +306,18 @@ impl PackedWeight {
     pub fn nbytes(&self) -> usize {
         self.buf.len()
     }
+
+    /// [`PackedWeight::pack`] whatever the CPU and `KESTREL_REPACK` (for kernel tests).
+    #[cfg(test)]
+    pub(crate) fn pack_for_test(w: &[u8], dtype: DType, m: usize, k: usize) -> Option<Self> {
+        PackedWeight::pack_any(w, dtype, m, k, false)
+    }
+
+    /// The packed bytes (for kernel tests).
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.buf.as_bytes()
+    }
 }
 
 /// `out[t·m + r] = Σ_j x[t·k + j] · W[r][j]` for a packed `W` (`m = w.rows()`, `k =
@@ -325,7 +361,9 @@ pub fn matmul_packed(
         | PackedLayout::Q4_1x16
         | PackedLayout::Q5_0x16
         | PackedLayout::Q5_1x16
-        | PackedLayout::Q8_0x16 => {
+        | PackedLayout::Q8_0x16
+        | PackedLayout::IQ4NLx16
+        | PackedLayout::MXFP4x16 => {
             let kind = w.layout.q8_kind().unwrap_or(q8_family::Kind::Q4_0);
             let nb = k / 32;
             let act = q8_family::prepare(kind, x, n, k, scratch);

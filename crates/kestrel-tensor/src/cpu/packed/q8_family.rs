@@ -2,12 +2,16 @@
 //! Q8_0x16, each 16 rows interleaved so that one 64-byte load holds four consecutive elements
 //! of every row, one row per 32-bit lane.
 //!
+//! The two 4-bit table types of the same block shape, IQ4_NL and MXFP4 (whose nibbles index a
+//! 16-value table instead of counting from an offset), pack the same way: IQ4_NLx16, MXFP4x16.
+//!
 //! Per group of 16 rows: for each of the `nb` blocks of a row, the quant bytes, then the
-//! group's `nb` blocks of scales (16 f16 `d`, then, for the types with a min, 16 f16 `m`).
+//! group's `nb` blocks of scales (16 f16 `d`, then, for the types with a min, 16 f16 `m`;
+//! MXFP4: 16 E8M0 exponent bytes).
 //! The quant bytes of a block, by type (`v` in 0..8 names elements `4v..4v + 4` of a block):
-//! - Q4_0, Q4_1: 256 bytes, `for c in 0..4, for r in 0..16: bytes 4c..4c + 4 of row r's
-//!   nibbles`: chunk `c` holds elements `4c..` (low nibbles) and `16 + 4c..` (high nibbles);
-//!   the file's bytes moved, not converted.
+//! - Q4_0, Q4_1, IQ4_NL, MXFP4: 256 bytes, `for c in 0..4, for r in 0..16: bytes 4c..4c + 4 of
+//!   row r's nibbles`: chunk `c` holds elements `4c..` (low nibbles) and `16 + 4c..` (high
+//!   nibbles); the file's bytes moved, not converted.
 //! - Q5_0, Q5_1: the Q4 nibbles, then 8 little-endian u64 masks, mask `v` bit `4r + j` the
 //!   fifth bit of element `4v + j` of row `r` (the file's `qh`, regrouped: same size).
 //! - Q8_0: 512 bytes, `for v in 0..8, for r in 0..16: elements 4v..4v + 4 of row r`, each as
@@ -15,15 +19,20 @@
 //!
 //! Every layout is exactly as large as the file's rows.
 //!
-//! Numerics (all five): per weight row and q8_0 activation row, over the blocks in order,
+//! Numerics (all seven): per weight row and q8_0 activation row, over the blocks in order,
 //! `acc = fma(f32(Σ q·a), d_w·d_x, acc)` with the block sum exact in integers (`q` the signed
-//! quant: `q - 8` for Q4_0, `q - 16` for Q5_0), then for the types with a min `acc = fma(m_w,
+//! quant: `q - 8` for Q4_0, `q - 16` for Q5_0, the table value for IQ4_NL and MXFP4, whose
+//! `d_w` is then the E8M0 exponent as ggml's half scale), then for the types with a min `acc = fma(m_w,
 //! s_x, acc)` with `s_x = f16(d_x·Σ a)` as ggml's q8_1 activations hold it (its `vec_dot`
 //! rounds the min term so, and that rounding moves logits by ~1 through 30 layers: it is
-//! kept). For Q4_0 that is llama.cpp's repacked GEMM (`ggml_gemm_q4_0_8x8_q8_0`);
+//! kept). For Q4_0, IQ4_NL and MXFP4 that is llama.cpp's repacked GEMM and GEMV
+//! (`ggml_gemm_q4_0_8x8_q8_0`, `ggml_gemv_iq4_nl_8x8_q8_0`, `ggml_gemv_mxfp4_8x8_q8_0`);
 //! for the others it is the same rule, where ggml's `vec_dot` (which the unpacked path follows
 //! bit for bit) converts 8 partial lane sums per block to float instead: the two differ in the
 //! last bits. A row's result does not depend on how many activation rows a call has.
+
+use kestrel_gguf::quant::iq4_nl::KVALUES_IQ4NL;
+use kestrel_gguf::quant::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4};
 
 use super::GROUP_ROWS;
 use crate::cpu::matmul::MatmulScratch;
@@ -39,6 +48,8 @@ pub(crate) enum Kind {
     Q5_0,
     Q5_1,
     Q8_0,
+    IQ4NL,
+    MXFP4,
 }
 
 impl Kind {
@@ -50,6 +61,8 @@ impl Kind {
             DType::Q5_0 => Kind::Q5_0,
             DType::Q5_1 => Kind::Q5_1,
             DType::Q8_0 => Kind::Q8_0,
+            DType::IQ4NL => Kind::IQ4NL,
+            DType::MXFP4 => Kind::MXFP4,
             _ => return None,
         })
     }
@@ -62,6 +75,8 @@ impl Kind {
             Kind::Q5_0 => DType::Q5_0,
             Kind::Q5_1 => DType::Q5_1,
             Kind::Q8_0 => DType::Q8_0,
+            Kind::IQ4NL => DType::IQ4NL,
+            Kind::MXFP4 => DType::MXFP4,
         }
     }
 
@@ -73,6 +88,8 @@ impl Kind {
             Kind::Q5_0 => 22,
             Kind::Q5_1 => 24,
             Kind::Q8_0 => 34,
+            Kind::IQ4NL => 18,
+            Kind::MXFP4 => 17,
         }
     }
 
@@ -81,20 +98,31 @@ impl Kind {
         matches!(self, Kind::Q4_1 | Kind::Q5_1)
     }
 
-    /// What makes a stored quant unsigned (subtracted to get the signed value).
+    /// What makes a stored quant unsigned (subtracted to get the signed value; 0 for the table
+    /// types, whose values come from their table).
     pub(crate) const fn offset(self) -> i32 {
         match self {
             Kind::Q4_0 => 8,
             Kind::Q5_0 => 16,
             Kind::Q8_0 => 128,
-            Kind::Q4_1 | Kind::Q5_1 => 0,
+            Kind::Q4_1 | Kind::Q5_1 | Kind::IQ4NL | Kind::MXFP4 => 0,
+        }
+    }
+
+    /// The 16 values the nibbles of a table type index (IQ4_NL's, and MXFP4's E2M1 values
+    /// doubled, as ggml's kernels take them against the half scale).
+    pub(crate) const fn table(self) -> Option<&'static [i8; 16]> {
+        match self {
+            Kind::IQ4NL => Some(&KVALUES_IQ4NL),
+            Kind::MXFP4 => Some(&KVALUES_MXFP4),
+            _ => None,
         }
     }
 
     /// Quant bytes of one block of a group.
     pub(crate) const fn quant_bytes(self) -> usize {
         match self {
-            Kind::Q4_0 | Kind::Q4_1 => GROUP_ROWS * 16,
+            Kind::Q4_0 | Kind::Q4_1 | Kind::IQ4NL | Kind::MXFP4 => GROUP_ROWS * 16,
             Kind::Q5_0 | Kind::Q5_1 => GROUP_ROWS * 16 + 64,
             Kind::Q8_0 => GROUP_ROWS * 32,
         }
@@ -104,15 +132,27 @@ impl Kind {
     pub(crate) const fn scale_bytes(self) -> usize {
         if self.has_min() {
             GROUP_ROWS * 4
+        } else if matches!(self, Kind::MXFP4) {
+            GROUP_ROWS
         } else {
             GROUP_ROWS * 2
+        }
+    }
+
+    /// Bytes of a block's scale in the file (the f16 `d`, or MXFP4's exponent byte).
+    const fn d_bytes(self) -> usize {
+        if matches!(self, Kind::MXFP4) {
+            1
+        } else {
+            2
         }
     }
 
     /// Where the file block's `d`, `m` (if any), `qh` (Q5) and quants start.
     const fn fields(self) -> (Option<usize>, Option<usize>, usize) {
         match self {
-            Kind::Q4_0 | Kind::Q8_0 => (None, None, 2),
+            Kind::Q4_0 | Kind::Q8_0 | Kind::IQ4NL => (None, None, 2),
+            Kind::MXFP4 => (None, None, 1),
             Kind::Q4_1 => (Some(2), None, 4),
             Kind::Q5_0 => (None, Some(2), 6),
             Kind::Q5_1 => (Some(2), Some(4), 8),
@@ -155,8 +195,9 @@ pub(crate) fn pack(kind: Kind, w: &[u8], m: usize, k: usize, release: bool) -> O
     }
     let sizes = (kind.raw_bytes(), kind.quant_bytes(), kind.scale_bytes());
     let (m_at, qh_at, qs_at) = kind.fields();
+    let db = kind.d_bytes();
     super::pack_groups(w, m, k / 32, sizes, release, |r, blk, quants, scales| {
-        scales[r * 2..r * 2 + 2].copy_from_slice(&blk[..2]);
+        scales[r * db..(r + 1) * db].copy_from_slice(&blk[..db]);
         if let Some(at) = m_at {
             scales[32 + r * 2..32 + r * 2 + 2].copy_from_slice(&blk[at..at + 2]);
         }
@@ -196,7 +237,8 @@ pub(crate) fn unpack_block(
     let q = &group[b * qb..(b + 1) * qb];
     let s = &group[nb * qb + b * sb..nb * qb + (b + 1) * sb];
     let (m_at, qh_at, qs_at) = kind.fields();
-    out[..2].copy_from_slice(&s[2 * r..2 * r + 2]);
+    let db = kind.d_bytes();
+    out[..db].copy_from_slice(&s[db * r..db * (r + 1)]);
     if let Some(at) = m_at {
         out[at..at + 2].copy_from_slice(&s[32 + 2 * r..32 + 2 * r + 2]);
     }
@@ -251,24 +293,39 @@ pub(crate) fn prepare<'s>(
 }
 
 /// One group against 1 to [`super::MAX_ACTS`] activation rows: `out[t · 16 + r]`; the
-/// AVX-512 kernel when the CPU runs it, else the scalar twin.
+/// AVX-512 kernel when the CPU runs it (the types with an offset or a min), the AVX2 kernel for
+/// Q4_0, IQ4_NL and MXFP4 on AVX2 CPUs (and the table types on AVX-512 ones), else the scalar
+/// twin.
 pub(crate) fn group_tile(kind: Kind, group: &[u8], nb: usize, act: ActQ8<'_>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if super::simd() {
-        // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
-        unsafe { crate::cpu::x86_64::q8_familyx16::group_tile(kind, group, nb, act, out) };
-        return;
+    {
+        use crate::cpu::dispatch::{active_isa, Isa};
+        use crate::cpu::x86_64::nibblex16_avx2;
+        let isa = active_isa();
+        if isa >= Isa::Avx512 && kind.table().is_none() {
+            // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
+            unsafe { crate::cpu::x86_64::q8_familyx16::group_tile(kind, group, nb, act, out) };
+            return;
+        }
+        if isa >= Isa::Avx2 && nibblex16_avx2::handles(kind) {
+            // SAFETY: the active ISA is at least AVX2, and the kernel handles `kind`.
+            unsafe { nibblex16_avx2::group_tile(kind, group, nb, act, out) };
+            return;
+        }
     }
     tile_scalar(kind, group, nb, act, out)
 }
 
-/// The unsigned quant of element `e` of row `r` in a packed block's quant bytes `q`.
+/// The unsigned quant of element `e` of row `r` in a packed block's quant bytes `q` (the
+/// table value for the table types).
 fn unsigned(kind: Kind, q: &[u8], r: usize, e: usize) -> i32 {
     let at = (e % 16 / 4) * 64 + r * 4 + e % 4;
     let nibble = if e < 16 { q[at] & 0x0F } else { q[at] >> 4 };
     match kind {
         Kind::Q8_0 => i32::from(q[(e / 4) * 64 + r * 4 + e % 4]),
         Kind::Q4_0 | Kind::Q4_1 => i32::from(nibble),
+        Kind::IQ4NL => i32::from(KVALUES_IQ4NL[nibble as usize]),
+        Kind::MXFP4 => i32::from(KVALUES_MXFP4[nibble as usize]),
         Kind::Q5_0 | Kind::Q5_1 => {
             let bit = (e / 4) * 64 + 4 * r + e % 4;
             i32::from(nibble | ((q[256 + bit / 8] >> (bit % 8)) & 1) << 4)
@@ -279,6 +336,15 @@ fn unsigned(kind: Kind, q: &[u8], r: usize, e: usize) -> i32 {
 /// The f16 at `s[i]` (little-endian) as f32.
 fn f16_at(s: &[u8], i: usize) -> f32 {
     half::f16::from_le_bytes([s[2 * i], s[2 * i + 1]]).to_f32()
+}
+
+/// Row `r`'s weight scale in a block's scale bytes `s`.
+fn d_at(kind: Kind, s: &[u8], r: usize) -> f32 {
+    if kind == Kind::MXFP4 {
+        e8m0_to_f32_half(s[r])
+    } else {
+        f16_at(s, r)
+    }
 }
 
 /// The scalar twin of the AVX-512 kernel.
@@ -298,7 +364,7 @@ pub(crate) fn tile_scalar(kind: Kind, group: &[u8], nb: usize, act: ActQ8<'_>, o
                     sum += unsigned(kind, q, r, e) * i32::from(a);
                 }
                 let s = &scales[b * sb..(b + 1) * sb];
-                acc = (sum as f32).mul_add(f16_at(s, r) * act.d[i], acc);
+                acc = (sum as f32).mul_add(d_at(kind, s, r) * act.d[i], acc);
                 if kind.has_min() {
                     acc = f16_at(s, 16 + r).mul_add(act.s(i), acc);
                 }
@@ -316,18 +382,20 @@ mod tests {
     use crate::cpu::packed::{matmul_packed, PackedWeight};
     use crate::cpu::testutil::{quantized_rows, Rng};
 
-    const ALL: [(Kind, DType); 5] = [
+    const ALL: [(Kind, DType); 7] = [
         (Kind::Q4_0, DType::Q4_0),
         (Kind::Q4_1, DType::Q4_1),
         (Kind::Q5_0, DType::Q5_0),
         (Kind::Q5_1, DType::Q5_1),
         (Kind::Q8_0, DType::Q8_0),
+        (Kind::IQ4NL, DType::IQ4NL),
+        (Kind::MXFP4, DType::MXFP4),
     ];
 
     /// A file block's `d`, `m` and 32 signed values (`d·v + m` dequantizes it).
     fn decode(kind: Kind, blk: &[u8]) -> (f32, f32, [i32; 32]) {
         let (m_at, qh_at, qs_at) = kind.fields();
-        let d = f16_at(blk, 0);
+        let d = d_at(kind, blk, 0);
         let m = m_at.map_or(0.0, |at| f16_at(&blk[at..], 0));
         let qh = qh_at.map_or(0, |at| {
             u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]])
@@ -336,6 +404,9 @@ mod tests {
         for (e, v) in v.iter_mut().enumerate() {
             *v = if kind == Kind::Q8_0 {
                 i32::from(blk[qs_at + e] as i8)
+            } else if let Some(table) = kind.table() {
+                let byte = blk[qs_at + e % 16];
+                i32::from(table[usize::from(if e < 16 { byte & 0x0F } else { byte >> 4 })])
             } else {
                 let byte = blk[qs_at + e % 16];
                 let nib = if e < 16 { byte & 0x0F } else { byte >> 4 };
@@ -494,7 +565,7 @@ mod tests {
                     let (d, mn, v) = decode(kind, &w[(r * nb + b) * kind.raw_bytes()..]);
                     let q = &group[b * qb..(b + 1) * qb];
                     let s = &group[nb * qb + b * sb..nb * qb + (b + 1) * sb];
-                    assert_eq!(f16_at(s, r % 16), d);
+                    assert_eq!(d_at(kind, s, r % 16), d);
                     if kind.has_min() {
                         assert_eq!(f16_at(s, 16 + r % 16), mn);
                     }

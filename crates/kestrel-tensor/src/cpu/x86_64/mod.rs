@@ -20,6 +20,7 @@ pub(crate) mod iq4;
 pub(crate) mod iq_grid;
 pub(crate) mod kquants;
 pub(crate) mod kquants_vnni;
+pub(crate) mod nibblex16_avx2;
 pub(crate) mod q4_kx16;
 pub(crate) mod q6_kx16;
 pub(crate) mod q8_familyx16;

@@ -200,6 +200,7 @@ pub(crate) unsafe fn group_tile(
             Kind::Q5_0 => by_rows::<L5_0>(group, nb, act, out),
             Kind::Q5_1 => by_rows::<L5_1>(group, nb, act, out),
             Kind::Q8_0 => by_rows::<L8_0>(group, nb, act, out),
+            Kind::IQ4NL | Kind::MXFP4 => panic!("{kind:?}: the AVX2 kernel computes it"),
         }
     }
 }
