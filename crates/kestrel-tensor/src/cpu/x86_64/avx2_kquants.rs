@@ -368,21 +368,6 @@ pub(crate) fn with_kquants(mut base: Kernels) -> Kernels {
     ));
     compiled!(q5_k_rows, rows, dispatch::scalar_rows::<DQ5K>);
     compiled!(q5_k_tile, tile, dispatch::scalar_tile::<DQ5K>);
-    compiled!(q6_k_rows, rows, |w, y, o| dispatch::rows_by_dot(
-        w,
-        y,
-        o,
-        // SAFETY: AVX2, FMA and F16C (this function's features).
-        |wr, y| unsafe { dot_q6_k(wr, y) }
-    ));
-    compiled!(q6_k_tile, tile, |w, y, n, o| dispatch::tile_by_dots(
-        w,
-        y,
-        n,
-        o,
-        // SAFETY: as above.
-        |wr, y| unsafe { dot_q6_k(wr, y) }
-    ));
     compiled!(q6_k_wide, tile, |w, y, n, o| dispatch::tile_by_dots(
         w,
         y,
@@ -410,6 +395,7 @@ pub(crate) fn with_kquants(mut base: Kernels) -> Kernels {
         };
     }
     by_dot!(q2_k_rows, q2_k_tile, dot_q2_k);
+    by_dot!(q6_k_rows, q6_k_tile, dot_q6_k);
     by_dot!(q3_k_rows, q3_k_tile, dot_q3_k);
     base.q2_k = TypeKernels {
         rows: q2_k_rows,
