@@ -28,6 +28,7 @@ pub(crate) mod qdot_k_x86;
 pub(crate) mod qdot_table_x86;
 pub mod rope;
 pub mod softmax;
+pub mod ssm;
 
 #[cfg(test)]
 pub(crate) mod testutil;
@@ -50,3 +51,4 @@ pub use norm::{layer_norm, rms_norm, rms_norm_inplace};
 pub use packed::{matmul_packed, PackedLayout, PackedWeight};
 pub use rope::{rope, rope_with, rope_yarn_corr_dims, RopeCache, RopeMode, RopeParams};
 pub use softmax::{softmax, softmax_row, SoftmaxParams};
+pub use ssm::{softplus, ssm_conv, ssm_scan, SsmScanParams};
