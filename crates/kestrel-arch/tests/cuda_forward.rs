@@ -63,6 +63,7 @@ fn compare(file: &str, prompt: &[u32]) {
         k_head_dim: cfg.head_dim_k,
         v_head_dim: cfg.head_dim_v,
         dtype: KvDType::F16,
+        recurrent: kestrel_kv::RecurrentLayout::NONE,
     };
     let mut kv = ContiguousCache::new(layout, 128).unwrap();
     let engine = CpuEngine::new(2).unwrap();
@@ -136,6 +137,7 @@ fn synthetic_architectures_on_the_gpu_match_the_cpu() {
             k_head_dim: cfg.head_dim_k,
             v_head_dim: cfg.head_dim_v,
             dtype: KvDType::F16,
+            recurrent: kestrel_kv::RecurrentLayout::NONE,
         };
         let mut kv = ContiguousCache::new(layout, 32).unwrap();
         let mut steps: Vec<Vec<u32>> = vec![tokens.to_vec()];

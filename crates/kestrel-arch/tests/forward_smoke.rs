@@ -21,6 +21,7 @@ fn greedy(file: &str, prompt: &[u32], n: usize) -> Option<Vec<u32>> {
         k_head_dim: cfg.head_dim_k,
         v_head_dim: cfg.head_dim_v,
         dtype: KvDType::F16,
+        recurrent: kestrel_kv::RecurrentLayout::NONE,
     };
     let mut kv = ContiguousCache::new(layout, 128).unwrap();
     let engine = CpuEngine::new(2).unwrap();

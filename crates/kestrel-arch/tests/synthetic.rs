@@ -34,6 +34,7 @@ fn every_architecture_runs_and_prefill_equals_stepping() {
             k_head_dim: cfg.head_dim_k,
             v_head_dim: cfg.head_dim_v,
             dtype: KvDType::F32,
+            recurrent: kestrel_kv::RecurrentLayout::NONE,
         };
         let mut kv = ContiguousCache::new(layout.clone(), 16).unwrap();
         let batch = all.run(&engine, &mut kv, &tokens, 0).unwrap().to_vec();
@@ -91,6 +92,7 @@ fn logits_match_llama_cpp() {
             k_head_dim: cfg.head_dim_k,
             v_head_dim: cfg.head_dim_v,
             dtype: KvDType::F16,
+            recurrent: kestrel_kv::RecurrentLayout::NONE,
         };
         let mut kv = ContiguousCache::new(layout, 16).unwrap();
         let got = plan.run(&engine, &mut kv, &tokens, 0).unwrap();

@@ -84,6 +84,7 @@ impl Encoder {
             k_head_dim: cfg.head_dim,
             v_head_dim: cfg.head_dim,
             dtype: KvDType::F32,
+            recurrent: kestrel_kv::RecurrentLayout::NONE,
         };
         let kv = ContiguousCache::new(layout, max)?;
         let tokenizer = tokenizer_of(&model)?;

@@ -21,6 +21,7 @@ fn cache(layers: usize) -> ContiguousCache {
         k_head_dim: W,
         v_head_dim: W,
         dtype: KvDType::F32,
+        recurrent: kestrel_kv::RecurrentLayout::NONE,
     };
     ContiguousCache::new(layout, 8).unwrap()
 }

@@ -44,6 +44,7 @@ fn head_slice_concat_and_matmul() {
         k_head_dim: 4,
         v_head_dim: 4,
         dtype: KvDType::F32,
+        recurrent: kestrel_kv::RecurrentLayout::NONE,
     };
     let mut kv = ContiguousCache::new(layout, 8).unwrap();
     let ids = [3u32, 1];
@@ -105,6 +106,7 @@ fn latent_attention_reads_values_from_the_keys() {
         k_head_dim: dk,
         v_head_dim: 0,
         dtype: KvDType::F32,
+        recurrent: kestrel_kv::RecurrentLayout::NONE,
     };
     let mut kv = ContiguousCache::new(layout, 8).unwrap();
     let ids = [4u32, 0, 2];

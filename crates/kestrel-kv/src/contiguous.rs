@@ -4,15 +4,17 @@
 use crate::buf::Buf;
 #[cfg(test)]
 use crate::kv_get;
+use crate::state::{Checkpoint, States};
 #[cfg(test)]
 use crate::KvDType;
-use crate::{KvCache, KvError, KvLayout, KvRows, LayerView};
+use crate::{KvCache, KvError, KvLayout, KvRows, LayerView, RecurrentState};
 
 /// A KV cache preallocated to `capacity` tokens.
 ///
 /// ```
 /// use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout};
-/// let layout = KvLayout { n_layers: 2, n_kv_head: 1, k_head_dim: 4, v_head_dim: 4, dtype: KvDType::F16 };
+/// let layout = KvLayout { n_layers: 2, n_kv_head: 1, k_head_dim: 4, v_head_dim: 4, dtype: KvDType::F16,
+///     recurrent: kestrel_kv::RecurrentLayout::NONE };
 /// let mut c = ContiguousCache::new(layout, 16).unwrap();
 /// c.write(0, 0, &[1.0; 8], &[2.0; 8]).unwrap(); // two tokens of layer 0
 /// c.write(1, 0, &[3.0; 8], &[4.0; 8]).unwrap();
@@ -27,6 +29,11 @@ pub struct ContiguousCache {
     len: usize,
     k: Vec<Buf>,
     v: Vec<Buf>,
+    /// The recurrent layers' state (one slot), if the model has such layers.
+    states: States,
+    checkpoint: Checkpoint,
+    /// A step took the state and has not committed: the state may be past `len`.
+    dirty: bool,
 }
 
 impl ContiguousCache {
@@ -51,12 +58,19 @@ impl ContiguousCache {
             .filter(|&b| b <= isize::MAX as usize)
             .ok_or_else(too_large)?;
         let (k, v) = Buf::layers(&layout, nk, nv).map_err(|_| too_large())?;
+        let mut states = States::new(layout.recurrent);
+        if layout.recurrent.is_some() {
+            states.ensure(0)?;
+        }
         Ok(ContiguousCache {
             layout,
             capacity,
             len: 0,
             k,
             v,
+            states,
+            checkpoint: Checkpoint::default(),
+            dirty: false,
         })
     }
 }
@@ -119,15 +133,62 @@ impl KvCache for ContiguousCache {
             });
         }
         self.len = len;
+        self.dirty = false;
         Ok(())
     }
 
     fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        if !self.layout.recurrent.is_some() || (len >= self.len && !self.dirty) {
+            self.len = self.len.min(len);
+            return;
+        }
+        if self.checkpoint.len == Some(len) && len <= self.len {
+            if let Some(s) = self.states.slot_mut(0) {
+                if s.len() == self.checkpoint.data.len() {
+                    s.copy_from_slice(&self.checkpoint.data);
+                    self.len = len;
+                    self.dirty = false;
+                    return;
+                }
+            }
+        }
+        // The state cannot go back: the sequence starts over.
+        self.states.clear(0);
+        self.checkpoint.len = None;
+        self.len = 0;
+        self.dirty = false;
     }
 
     fn memory_bytes(&self) -> usize {
-        self.capacity * self.layout.bytes_per_token()
+        self.capacity * self.layout.bytes_per_token() + self.states.bytes()
+    }
+
+    fn state(&mut self, layer: usize) -> Result<RecurrentState<'_>, KvError> {
+        if !self.states.layout().is_some() {
+            return Err(KvError::NoState);
+        }
+        self.dirty = true;
+        self.states.layer(0, layer)
+    }
+
+    fn can_truncate(&self, len: usize) -> bool {
+        !self.layout.recurrent.is_some()
+            || len == 0
+            || (len >= self.len && !self.dirty)
+            || (self.checkpoint.len == Some(len) && len <= self.len)
+    }
+
+    fn checkpoint(&mut self) -> Result<(), KvError> {
+        if !self.layout.recurrent.is_some() {
+            return Ok(());
+        }
+        if self.dirty {
+            self.truncate(self.len);
+        }
+        match self.states.slot(0) {
+            Some(s) => self.checkpoint.save(s, self.len),
+            None => Ok(()),
+        }
     }
 }
 
@@ -142,6 +203,7 @@ mod tests {
             k_head_dim: 4,
             v_head_dim: 3,
             dtype,
+            recurrent: crate::RecurrentLayout::NONE,
         }
     }
 
@@ -223,6 +285,7 @@ mod tests {
                 k_head_dim: 32,
                 v_head_dim: 64,
                 dtype,
+                recurrent: crate::RecurrentLayout::NONE,
             };
             let mut c = ContiguousCache::new(l.clone(), 8).unwrap();
             let per = if dtype == KvDType::Q8_0 { 34 } else { 18 };
@@ -251,5 +314,47 @@ mod tests {
         }
         assert_eq!(KvDType::parse("Q8_0"), Some(KvDType::Q8_0));
         assert_eq!(KvDType::parse("q5_1"), None);
+    }
+
+    /// A recurrent state stays, returns to 0, or returns to its checkpoint; any other cut, or
+    /// a step that did not commit, starts the sequence over.
+    #[test]
+    fn recurrent_state_truncates_to_checkpoints_only() {
+        let l = KvLayout {
+            n_layers: 0,
+            recurrent: crate::RecurrentLayout {
+                n_layers: 1,
+                conv: 2,
+                ssm: 2,
+            },
+            ..layout(KvDType::F32)
+        };
+        let mut c = ContiguousCache::new(l, 16).unwrap();
+        assert_eq!(c.memory_bytes(), 16);
+        c.state(0).unwrap().ssm.fill(1.0);
+        c.commit(4).unwrap();
+        c.checkpoint().unwrap();
+        c.state(0).unwrap().ssm.fill(2.0);
+        c.commit(7).unwrap();
+        assert!(c.can_truncate(7) && c.can_truncate(4) && c.can_truncate(0));
+        assert!(!c.can_truncate(5));
+        c.truncate(4);
+        assert_eq!(c.seq_len(), 4);
+        assert_eq!(c.state(0).unwrap().ssm, &[1.0, 1.0]);
+        // A step that took the state and failed before committing: back to the checkpoint.
+        c.state(0).unwrap().ssm.fill(3.0);
+        assert!(c.can_truncate(4));
+        c.truncate(4);
+        assert_eq!(c.state(0).unwrap().ssm, &[1.0, 1.0]);
+        c.commit(6).unwrap();
+        c.state(0).unwrap().ssm.fill(3.0);
+        assert!(!c.can_truncate(6));
+        c.commit(6).unwrap();
+        c.truncate(5);
+        assert_eq!(c.seq_len(), 0);
+        assert_eq!(c.state(0).unwrap().ssm, &[0.0, 0.0]);
+        assert!(c.state(1).is_err());
+        let mut plain = ContiguousCache::new(layout(KvDType::F32), 4).unwrap();
+        assert_eq!(plain.state(0).unwrap_err(), KvError::NoState);
     }
 }

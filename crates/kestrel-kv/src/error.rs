@@ -64,6 +64,9 @@ pub enum KvError {
     /// A block size that is not a power of two, or a pool of no blocks.
     #[error("KV block pool: {0}")]
     Pool(String),
+    /// A recurrent state asked of a cache that keeps none (a transformer's).
+    #[error("this cache keeps no recurrent state (the model has no state-space layers)")]
+    NoState,
     /// A zero-sized dimension.
     #[error("KV layout has a zero dimension: {0}")]
     EmptyLayout(&'static str),

@@ -1,6 +1,6 @@
 //! `KvLayout`: how many layers, heads and head dims a cache holds, and in which dtype.
 
-use crate::KvError;
+use crate::{KvError, RecurrentLayout};
 
 /// Element type of a cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -66,6 +66,10 @@ pub struct KvLayout {
     pub v_head_dim: usize,
     /// Element type.
     pub dtype: KvDType,
+    /// The recurrent state of a state-space model's layers, kept per sequence beside the keys
+    /// and values ([`RecurrentLayout::NONE`] for a transformer). `n_layers` counts the
+    /// attention layers only: a model of recurrent layers alone has 0.
+    pub recurrent: RecurrentLayout,
 }
 
 impl KvLayout {
@@ -117,6 +121,10 @@ impl KvLayout {
     }
 
     pub(crate) fn check(&self) -> Result<(), KvError> {
+        if self.n_layers == 0 && self.recurrent.is_some() {
+            // Recurrent layers only: no keys or values are kept.
+            return Ok(());
+        }
         // `v_head_dim` may be 0: a latent cache (DeepSeek's multi-head latent attention) holds
         // keys only, and attention reads the values from the front of each key row.
         for (v, what) in [

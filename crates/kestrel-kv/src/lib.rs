@@ -13,11 +13,13 @@ mod error;
 mod layout;
 mod paged;
 mod prefix;
+mod state;
 
 pub use contiguous::ContiguousCache;
 pub use error::KvError;
 pub use layout::{KvDType, KvLayout};
 pub use paged::{PagedCache, PoolStats, PrefixStats, SeqId};
+pub use state::{RecurrentLayout, RecurrentState};
 
 /// Keys or values of one layer, as stored: the attention kernel's own slice type, so attention
 /// reads the cache in place.
@@ -93,6 +95,27 @@ pub trait KvCache: Send {
     }
     /// Bytes of memory held.
     fn memory_bytes(&self) -> usize;
+    /// Recurrent layer `layer`'s state (the layout's recurrent layers, numbered from 0), which
+    /// a step updates in place. A step that fails after taking it leaves the sequence to start
+    /// over at the next [`truncate`](KvCache::truncate).
+    fn state(&mut self, layer: usize) -> Result<RecurrentState<'_>, KvError> {
+        let _ = layer;
+        Err(KvError::NoState)
+    }
+    /// Whether [`truncate`](KvCache::truncate)`(len)` keeps the first `len` positions: always
+    /// for keys and values; a recurrent state only stays where it is, returns to 0, or returns
+    /// to its [checkpoint](KvCache::checkpoint); at any other length `truncate` empties the
+    /// sequence (the caller then runs it again from the start).
+    fn can_truncate(&self, len: usize) -> bool {
+        let _ = len;
+        true
+    }
+    /// Remember the recurrent state at the current length, so that a later
+    /// [`truncate`](KvCache::truncate) to this length keeps it (speculative decoding takes one
+    /// before verifying a draft). Nothing to do without recurrent layers.
+    fn checkpoint(&mut self) -> Result<(), KvError> {
+        Ok(())
+    }
 }
 
 /// The KV storage of one batched step: several sequences, each addressed by an index, written
@@ -112,6 +135,11 @@ pub trait BatchKv: Send {
     ) -> Result<(), KvError>;
     /// Layer `layer` of sequence `seq`, positions `0..len`.
     fn view_seq(&self, layer: usize, seq: SeqId, len: usize) -> Result<LayerView<'_>, KvError>;
+    /// Recurrent layer `layer`'s state of sequence `seq` (see [`KvCache::state`]).
+    fn state_seq(&mut self, layer: usize, seq: SeqId) -> Result<RecurrentState<'_>, KvError> {
+        let _ = (layer, seq);
+        Err(KvError::NoState)
+    }
 }
 
 /// One sequence's [`KvCache`] as a batch of one (sequence 0).
@@ -141,5 +169,12 @@ impl BatchKv for SingleSeq<'_> {
             return Err(KvError::UnknownSeq(seq));
         }
         self.0.view(layer, len)
+    }
+
+    fn state_seq(&mut self, layer: usize, seq: SeqId) -> Result<RecurrentState<'_>, KvError> {
+        if seq != 0 {
+            return Err(KvError::UnknownSeq(seq));
+        }
+        self.0.state(layer)
     }
 }

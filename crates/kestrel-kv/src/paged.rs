@@ -14,7 +14,8 @@
 use crate::buf::Buf;
 use crate::prefix::PrefixIndex;
 pub use crate::prefix::PrefixStats;
-use crate::{BatchKv, KvError, KvLayout, KvRows, LayerView};
+use crate::state::States;
+use crate::{BatchKv, KvError, KvLayout, KvRows, LayerView, RecurrentState};
 
 /// A sequence's handle in a [`PagedCache`].
 pub type SeqId = usize;
@@ -51,7 +52,8 @@ pub struct PoolStats {
 ///
 /// ```
 /// use kestrel_kv::{BatchKv, KvDType, KvLayout, PagedCache};
-/// let layout = KvLayout { n_layers: 1, n_kv_head: 1, k_head_dim: 2, v_head_dim: 2, dtype: KvDType::F32 };
+/// let layout = KvLayout { n_layers: 1, n_kv_head: 1, k_head_dim: 2, v_head_dim: 2, dtype: KvDType::F32,
+///     recurrent: kestrel_kv::RecurrentLayout::NONE };
 /// let mut pool = PagedCache::new(layout, 4, 8).unwrap(); // 8 blocks of 4 tokens
 /// let a = pool.add_seq();
 /// pool.reserve(a, 6).unwrap(); // two blocks
@@ -73,6 +75,8 @@ pub struct PagedCache {
     refs: Vec<u32>,
     seqs: Vec<Option<Seq>>,
     prefix: PrefixIndex,
+    /// Each sequence's recurrent state (slot = sequence id), for state-space layers.
+    states: States,
 }
 
 impl std::fmt::Debug for PagedCache {
@@ -123,6 +127,7 @@ impl PagedCache {
             refs: vec![0; n_blocks],
             seqs: Vec::new(),
             prefix: PrefixIndex::new(n_blocks),
+            states: States::new(layout.recurrent),
             layout,
         })
     }
@@ -132,7 +137,12 @@ impl PagedCache {
     /// # Errors
     /// As [`new`](Self::new).
     pub fn with_budget_mb(layout: KvLayout, block_size: usize, mb: usize) -> Result<Self, KvError> {
-        let per_block = layout.bytes_per_token().saturating_mul(block_size).max(1);
+        // A model of recurrent layers alone keeps no keys or values: its blocks only count
+        // positions, and 4 KiB a block keeps their bookkeeping small.
+        let per_block = match layout.bytes_per_token().saturating_mul(block_size) {
+            0 => 4096,
+            b => b,
+        };
         let n = (mb.saturating_mul(1 << 20) / per_block).max(1);
         PagedCache::new(layout, block_size, n)
     }
@@ -159,16 +169,18 @@ impl PagedCache {
 
     /// Bytes of the pool.
     pub fn memory_bytes(&self) -> usize {
-        self.n_blocks * self.block_size * self.layout.bytes_per_token()
+        self.n_blocks * self.block_size * self.layout.bytes_per_token() + self.states.bytes()
     }
 
     /// A new empty sequence.
     pub fn add_seq(&mut self) -> SeqId {
         if let Some(i) = self.seqs.iter().position(Option::is_none) {
             self.seqs[i] = Some(Seq::default());
+            self.states.clear(i);
             return i;
         }
         self.seqs.push(Some(Seq::default()));
+        self.states.clear(self.seqs.len() - 1);
         self.seqs.len() - 1
     }
 
@@ -243,13 +255,23 @@ impl PagedCache {
     }
 
     /// Drop positions past `len` of `seq`, returning whole blocks it no longer needs.
+    ///
+    /// A sequence with recurrent state cannot go back part of the way (see
+    /// [`KvCache::can_truncate`](crate::KvCache::can_truncate)): cut below its length, it
+    /// starts over empty.
     pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<(), KvError> {
-        let keep = self.blocks_for(len);
         let s = self
             .seqs
             .get_mut(seq)
             .and_then(Option::as_mut)
             .ok_or(KvError::UnknownSeq(seq))?;
+        let len = if self.layout.recurrent.is_some() && len < s.len {
+            self.states.clear(seq);
+            0
+        } else {
+            len
+        };
+        let keep = len.div_ceil(self.block_size);
         s.len = s.len.min(len);
         while s.table.len() > keep {
             let Some(b) = s.table.pop() else { break };
@@ -284,6 +306,10 @@ impl PagedCache {
                 "sequence {seq} is not empty: a prefix attaches to a new sequence"
             )));
         }
+        if self.layout.recurrent.is_some() {
+            // A recurrent state is not made of blocks: there is no prefix to share.
+            return Ok(s.len);
+        }
         let blocks = self.prefix.lookup(tokens, self.block_size);
         for &b in &blocks {
             self.refs[b as usize] += 1;
@@ -302,6 +328,9 @@ impl PagedCache {
             .get(seq)
             .and_then(Option::as_ref)
             .ok_or(KvError::UnknownSeq(seq))?;
+        if self.layout.recurrent.is_some() {
+            return Ok(());
+        }
         let n = (tokens.len().min(s.len) / self.block_size).min(s.table.len());
         let added = self.prefix.insert(
             &tokens[..n * self.block_size],
@@ -414,6 +443,15 @@ impl BatchKv for PagedCache {
                 .map_err(|e| KvError::Pool(e.to_string()))?,
         })
     }
+
+    fn state_seq(&mut self, layer: usize, seq: SeqId) -> Result<RecurrentState<'_>, KvError> {
+        if !self.layout.recurrent.is_some() {
+            return Err(KvError::NoState);
+        }
+        self.seq(seq)?;
+        self.states.ensure(seq)?;
+        self.states.layer(seq, layer)
+    }
 }
 
 #[cfg(test)]
@@ -428,6 +466,7 @@ mod tests {
             k_head_dim: 2,
             v_head_dim: 2,
             dtype,
+            recurrent: crate::RecurrentLayout::NONE,
         }
     }
 
@@ -569,5 +608,40 @@ mod tests {
         assert_eq!(pool.free_blocks(), 4);
         pool.clear_prefix_cache();
         assert_eq!(pool.free_blocks(), 6);
+    }
+
+    /// Recurrent sequences: a state per sequence, zeroed when it starts over, no prefix shared.
+    #[test]
+    fn recurrent_states_are_per_sequence() {
+        let l = KvLayout {
+            n_layers: 0,
+            recurrent: crate::RecurrentLayout {
+                n_layers: 2,
+                conv: 3,
+                ssm: 5,
+            },
+            ..layout(KvDType::F32)
+        };
+        let mut pool = PagedCache::with_budget_mb(l, 16, 1).unwrap();
+        let a = pool.add_seq();
+        let b = pool.add_seq();
+        pool.state_seq(1, a).unwrap().ssm.fill(1.0);
+        pool.state_seq(0, b).unwrap().conv.fill(2.0);
+        assert!(pool.state_seq(1, b).unwrap().ssm.iter().all(|&v| v == 0.0));
+        assert_eq!(pool.state_seq(1, a).unwrap().ssm, &[1.0; 5]);
+        assert!(pool.state_seq(2, a).is_err());
+        pool.reserve(a, 20).unwrap();
+        pool.commit(a, 20).unwrap();
+        pool.publish_prefix(a, &[7; 20]).unwrap();
+        // Cut back part of the way: the sequence starts over.
+        pool.truncate(a, 10).unwrap();
+        assert_eq!(pool.seq_len(a).unwrap(), 0);
+        assert!(pool.state_seq(1, a).unwrap().ssm.iter().all(|&v| v == 0.0));
+        let c = pool.add_seq();
+        assert_eq!(pool.attach_prefix(c, &[7; 20]).unwrap(), 0);
+        pool.free_seq(b).unwrap();
+        let d = pool.add_seq();
+        assert_eq!(d, b);
+        assert!(pool.state_seq(0, d).unwrap().conv.iter().all(|&v| v == 0.0));
     }
 }
