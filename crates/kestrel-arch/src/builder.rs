@@ -3,11 +3,13 @@
 //! `archs/<name>.rs`). Weight shapes come from the file and are checked as the graph is built.
 
 use kestrel_gguf::GgufModel;
-use kestrel_graph::{AttentionParams, EmbedIndex, Graph, MoeParams, NodeId, RopeParams};
+use kestrel_graph::{
+    AttentionParams, EmbedIndex, Graph, MoeParams, NodeId, RopeParams, SsmConvParams, SsmScanParams,
+};
 
 use crate::{
     Activation, ArchError, BlockLayout, DecoderConfig, FfnKind, MlaConfig, NormKind, QkNorm,
-    RopeScaling,
+    RopeScaling, SsmConfig,
 };
 
 /// Which positions get logits.
@@ -443,7 +445,7 @@ fn mla_attention(
             b.g.head_concat(&p("k_heads"), k_nope, k_pe, n_head, [n_head, 1])
                 .map_err(&ge)?;
         let params = AttentionParams {
-            layer: il,
+            layer: cfg.attention_index(il),
             n_head,
             n_kv_head: n_head,
             head_dim_k: nope + rope,
@@ -472,7 +474,7 @@ fn mla_attention(
         b.g.head_concat(&p("k_mla"), latent, k_pe, 1, [1, 1])
             .map_err(&ge)?;
     let params = AttentionParams {
-        layer: il,
+        layer: cfg.attention_index(il),
         n_head,
         n_kv_head: 1,
         head_dim_k: rank + rope,
@@ -491,6 +493,105 @@ fn mla_attention(
     let wv_b = b.weight(&p("attn_v_b.weight"))?;
     b.g.head_matmul(&p("attn_v_b"), a, wv_b, n_head)
         .map_err(&ge)
+}
+
+/// A state-space layer `il` as llama.cpp's `build_mamba_layer` / `build_mamba2_layer` builds
+/// it (see [`SsmConfig`]): its output before the residual.
+fn mamba_layer(
+    b: &mut Builder<'_>,
+    cfg: &DecoderConfig,
+    ssm: &SsmConfig,
+    il: usize,
+    h: NodeId,
+) -> Result<NodeId, ArchError> {
+    let ge = graph_err(&cfg.arch);
+    let p = |s: &str| format!("blk.{il}.{s}");
+    let layer = cfg.recurrent_index(il);
+    let (d_inner, d_state, n_group) = (ssm.d_inner, ssm.d_state, ssm.n_group);
+    let conv_ch = ssm.conv_channels();
+    let proj = b.linear(&p("ssm_in"), h)?;
+    let (z, conv_in, dt_in) = if ssm.mamba2 {
+        (
+            b.g.slice(&p("ssm_z"), proj, 0, d_inner).map_err(&ge)?,
+            b.g.slice(&p("ssm_xbc"), proj, d_inner, conv_ch)
+                .map_err(&ge)?,
+            Some(
+                b.g.slice(&p("ssm_dt_in"), proj, d_inner + conv_ch, ssm.dt_rank)
+                    .map_err(&ge)?,
+            ),
+        )
+    } else {
+        (
+            b.g.slice(&p("ssm_z"), proj, d_inner, d_inner)
+                .map_err(&ge)?,
+            b.g.slice(&p("ssm_x_in"), proj, 0, d_inner).map_err(&ge)?,
+            None,
+        )
+    };
+    let conv = SsmConvParams {
+        layer,
+        d_conv: ssm.d_conv,
+        weight: b.weight(&p("ssm_conv1d.weight"))?,
+        bias: b.opt_weight(&p("ssm_conv1d.bias")),
+    };
+    let conv = b.g.ssm_conv(&p("ssm_conv"), conv_in, conv).map_err(&ge)?;
+    let conv = b.g.silu(&p("ssm_conv_silu"), conv).map_err(&ge)?;
+    let bc_width = 2 * n_group * d_state;
+    let (x, dt, bc, n_head) = if let Some(dt_in) = dt_in {
+        let x = b.g.slice(&p("ssm_x"), conv, 0, d_inner).map_err(&ge)?;
+        let bc =
+            b.g.slice(&p("ssm_bc"), conv, d_inner, bc_width)
+                .map_err(&ge)?;
+        let bias = b.weight(&p("ssm_dt.bias"))?;
+        let dt = b.g.add_bias(&p("ssm_dt"), dt_in, bias).map_err(&ge)?;
+        (x, dt, bc, ssm.dt_rank)
+    } else {
+        let w = b.weight(&p("ssm_x.weight"))?;
+        let x_db = b.g.matmul(&p("ssm_x"), conv, w).map_err(&ge)?;
+        let mut dt =
+            b.g.slice(&p("ssm_dt_low"), x_db, 0, ssm.dt_rank)
+                .map_err(&ge)?;
+        let mut bc =
+            b.g.slice(&p("ssm_bc"), x_db, ssm.dt_rank, bc_width)
+                .map_err(&ge)?;
+        if ssm.dt_b_c_rms {
+            if b.has(&p("ssm_b_norm.weight")) {
+                return Err(crate::archs::unsupported_feature(
+                    cfg,
+                    "weighted norms of B and C (jamba)",
+                ));
+            }
+            dt =
+                b.g.rms_norm(&p("ssm_dt_norm"), dt, ssm.dt_rank, cfg.norm_eps, None)
+                    .map_err(&ge)?;
+            bc =
+                b.g.rms_norm(&p("ssm_bc_norm"), bc, d_state, cfg.norm_eps, None)
+                    .map_err(&ge)?;
+        }
+        let w = b.weight(&p("ssm_dt.weight"))?;
+        let dt = b.g.matmul(&p("ssm_dt"), dt, w).map_err(&ge)?;
+        let bias = b.weight(&p("ssm_dt.bias"))?;
+        let dt = b.g.add_bias(&p("ssm_dt_b"), dt, bias).map_err(&ge)?;
+        (conv, dt, bc, d_inner)
+    };
+    let scan = SsmScanParams {
+        layer,
+        d_state,
+        n_head,
+        head_dim: d_inner / n_head,
+        n_group,
+        a: b.weight(&p("ssm_a"))?,
+        d: b.weight(&p("ssm_d"))?,
+    };
+    let y = b.g.ssm_scan(&p("ssm_scan"), x, dt, bc, scan).map_err(&ge)?;
+    let mut y = b.g.swiglu(&p("ssm_gated"), z, y).map_err(&ge)?;
+    if let Some(w) = b.opt_weight(&p("ssm_norm.weight")) {
+        y =
+            b.g.rms_norm(&p("ssm_norm"), y, d_inner / n_group, cfg.norm_eps, None)
+                .map_err(&ge)?;
+        y = b.g.mul_weight(&p("ssm_norm_w"), y, w).map_err(&ge)?;
+    }
+    b.linear(&p("ssm_out"), y)
 }
 
 /// Build the graph of one step.
@@ -523,6 +624,16 @@ pub fn build_decoder(
     };
     for il in 0..cfg.n_layer {
         let p = |s: &str| format!("blk.{il}.{s}");
+        if cfg.recurrent_layers[il] {
+            let ssm = cfg.ssm.as_ref().ok_or_else(|| ArchError::Invalid {
+                arch: cfg.arch.clone(),
+                reason: format!("layer {il} is recurrent without ssm sizes"),
+            })?;
+            let h = b.norm(cfg, &p("attn_norm"), x)?;
+            let m = mamba_layer(&mut b, cfg, ssm, il, h)?;
+            x = b.g.add(&p("ssm_residual"), m, x).map_err(&ge)?;
+            continue;
+        }
         let (n_head, n_kv) = (cfg.n_head[il], cfg.n_head_kv[il]);
         let (q_width, k_width) = (n_head * cfg.head_dim_k, n_kv * cfg.head_dim_k);
 
@@ -582,7 +693,7 @@ pub fn build_decoder(
                 None
             };
             let params = AttentionParams {
-                layer: il,
+                layer: cfg.attention_index(il),
                 n_head,
                 n_kv_head: n_kv,
                 head_dim_k: cfg.head_dim_k,

@@ -110,6 +110,50 @@ pub struct MlaConfig {
     pub absorbed: bool,
 }
 
+/// State-space (Mamba) layers, as llama.cpp's `build_mamba_layer` and `build_mamba2_layer`
+/// build them: `ssm_in` projects to `x` and the gate `z` (Mamba-2: `z`, then `x`, B and C, then
+/// one `dt` per head); a causal convolution (`ssm_conv1d`, its bias, SiLU) over `x` (Mamba-2:
+/// over `x`, B and C together); Mamba: `ssm_x` gives the rank-`dt_rank` `dt` input, B and C,
+/// and `ssm_dt` expands `dt`; the selective scan with `ssm_a` and `ssm_d`; `y · silu(z)`
+/// (Mamba-2: then an RMS norm per group, `ssm_norm`); `ssm_out`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SsmConfig {
+    /// Convolution kernel width.
+    pub d_conv: usize,
+    /// Inner channels.
+    pub d_inner: usize,
+    /// State values per channel.
+    pub d_state: usize,
+    /// Mamba: the rank of `dt`; Mamba-2: the heads.
+    pub dt_rank: usize,
+    /// Mamba-2: groups of B and C (Mamba: 1).
+    pub n_group: usize,
+    /// Mamba: RMS norms (no weights) on `dt`, B and C (FalconMamba).
+    pub dt_b_c_rms: bool,
+    /// The Mamba-2 layer.
+    pub mamba2: bool,
+}
+
+impl SsmConfig {
+    /// Channels the convolution runs over: `x` (Mamba), `x`, B and C (Mamba-2).
+    pub fn conv_channels(&self) -> usize {
+        if self.mamba2 {
+            self.d_inner + 2 * self.n_group * self.d_state
+        } else {
+            self.d_inner
+        }
+    }
+
+    /// The recurrent state of one layer and sequence (llama.cpp's `n_embd_r`, `n_embd_s`):
+    /// the convolution's last `d_conv - 1` inputs per channel, and the scan's state.
+    pub fn state_sizes(&self) -> (usize, usize) {
+        (
+            self.d_conv.saturating_sub(1) * self.conv_channels(),
+            self.d_state * self.d_inner,
+        )
+    }
+}
+
 /// Where the block's norms sit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -259,6 +303,11 @@ pub struct DecoderConfig {
     /// Multi-head latent attention (deepseek2): the attention block is built from it, and the
     /// KV cache holds `head_dim_k` latent values per token and no values.
     pub mla: Option<MlaConfig>,
+    /// State-space layers (Mamba, Mamba-2), for the families that have them.
+    pub ssm: Option<SsmConfig>,
+    /// Which layers are state-space layers rather than attention layers (all false for a
+    /// transformer).
+    pub recurrent_layers: Vec<bool>,
 }
 
 /// A per-layer field: a scalar for all layers or an array with one value per layer.
@@ -282,6 +331,27 @@ fn per_layer(md: &Metadata<'_>, key: &str, n_layer: usize) -> Result<Vec<usize>,
 }
 
 impl DecoderConfig {
+    /// Attention layers before layer `il`: the KV cache's index of attention layer `il`.
+    pub fn attention_index(&self, il: usize) -> usize {
+        self.recurrent_layers[..il.min(self.n_layer)]
+            .iter()
+            .filter(|&&r| !r)
+            .count()
+    }
+
+    /// Recurrent layers before layer `il`: the state's index of recurrent layer `il`.
+    pub fn recurrent_index(&self, il: usize) -> usize {
+        self.recurrent_layers[..il.min(self.n_layer)]
+            .iter()
+            .filter(|&&r| r)
+            .count()
+    }
+
+    /// Layers with attention (and so a KV cache).
+    pub fn n_attention_layers(&self) -> usize {
+        self.attention_index(self.n_layer)
+    }
+
     /// Values per KV head and token the cache holds for values: `head_dim_v`, or 0 for a latent
     /// cache (multi-head latent attention), whose values are the front of its key rows.
     pub fn kv_value_dim(&self) -> usize {
@@ -313,13 +383,22 @@ impl DecoderConfig {
                 "block_count {n_layer}, embedding_length {n_embd}"
             )));
         }
-        let n_head = per_layer(&md, &key("attention.head_count"), n_layer)?;
+        // Families of state-space layers alone have no attention heads (llama.cpp's converter
+        // writes 0 heads and FFN size 0 for them).
+        let recurrent_only = kind.is_recurrent_only();
+        let n_head = match md.contains(&key("attention.head_count")) || !recurrent_only {
+            true => per_layer(&md, &key("attention.head_count"), n_layer)?,
+            false => vec![0; n_layer],
+        };
         let n_head_kv = match md.contains(&key("attention.head_count_kv")) {
             true => per_layer(&md, &key("attention.head_count_kv"), n_layer)?,
             false => n_head.clone(),
         };
-        let n_ff = per_layer(&md, &key("feed_forward_length"), n_layer)?;
-        for il in 0..n_layer {
+        let n_ff = match md.contains(&key("feed_forward_length")) || !recurrent_only {
+            true => per_layer(&md, &key("feed_forward_length"), n_layer)?,
+            false => vec![0; n_layer],
+        };
+        for il in (0..n_layer).filter(|_| !recurrent_only) {
             let (h, kv) = (n_head[il], n_head_kv[il]);
             if h == 0 || kv == 0 || h % kv != 0 {
                 return Err(invalid(format!("layer {il}: {h} heads and {kv} KV heads (heads must be a non-zero multiple of KV heads)")));
@@ -327,11 +406,11 @@ impl DecoderConfig {
         }
         let head_dim_k = md
             .opt(&key("attention.key_length"), |m, k| m.get_usize(k))?
-            .unwrap_or(n_embd / n_head[0]);
+            .unwrap_or_else(|| n_embd.checked_div(n_head[0]).unwrap_or(0));
         let head_dim_v = md
             .opt(&key("attention.value_length"), |m, k| m.get_usize(k))?
             .unwrap_or(head_dim_k);
-        if head_dim_k == 0 || head_dim_v == 0 {
+        if !recurrent_only && (head_dim_k == 0 || head_dim_v == 0) {
             return Err(invalid("head size 0".into()));
         }
         let n_vocab = match md.opt(&key("vocab_size"), |m, k| m.get_usize(k))? {
@@ -348,7 +427,7 @@ impl DecoderConfig {
         let n_rot = md
             .opt(&key("rope.dimension_count"), |m, k| m.get_usize(k))?
             .unwrap_or(head_dim_k);
-        if n_rot > head_dim_k || n_rot % 2 != 0 {
+        if !recurrent_only && (n_rot > head_dim_k || n_rot % 2 != 0) {
             return Err(invalid(format!(
                 "rope.dimension_count {n_rot} with head size {head_dim_k}"
             )));
@@ -410,6 +489,8 @@ impl DecoderConfig {
             output_bias: true,
             attn_sinks: false,
             mla: None,
+            ssm: None,
+            recurrent_layers: vec![false; n_layer],
         };
         archs::adjust(&mut cfg, model)?;
         if cfg.moe.is_none() && model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {

@@ -108,6 +108,10 @@ pub enum ArchKind {
     ChatGlm,
     /// PLaMo.
     Plamo,
+    /// Mamba (state-space layers alone).
+    Mamba,
+    /// Mamba-2 (state-space layers alone).
+    Mamba2,
     /// BERT-style encoders (sentence embeddings): see [`crate::EncoderConfig`].
     Bert,
 }
@@ -165,6 +169,8 @@ const REGISTRY: &[(&str, ArchKind)] = &[
     ("qwen", ArchKind::Qwen),
     ("chatglm", ArchKind::ChatGlm),
     ("plamo", ArchKind::Plamo),
+    ("mamba", ArchKind::Mamba),
+    ("mamba2", ArchKind::Mamba2),
     ("bert", ArchKind::Bert),
 ];
 
@@ -177,6 +183,11 @@ impl ArchKind {
     /// True for encoder-only families, which run through [`crate::build_encoder`].
     pub fn is_encoder(self) -> bool {
         matches!(self, ArchKind::Bert)
+    }
+
+    /// Whether every layer is a state-space layer (no attention at all).
+    pub fn is_recurrent_only(self) -> bool {
+        matches!(self, ArchKind::Mamba | ArchKind::Mamba2)
     }
 
     /// The family for `general.architecture`, if registered.

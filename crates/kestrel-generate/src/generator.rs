@@ -9,7 +9,7 @@ use std::time::Instant;
 use kestrel_arch::{build_decoder, weight_tensor, DecoderConfig, Logits};
 use kestrel_gguf::{GgufModel, Value};
 use kestrel_graph::{CudaPlan, ExecutionPlan};
-use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout, PagedCache};
+use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout, PagedCache, RecurrentLayout};
 use kestrel_sampling::TokenTrie;
 use kestrel_tensor::cuda::CudaDevice;
 use kestrel_tensor::{cpu, CpuEngine, Device, TensorError};
@@ -151,6 +151,8 @@ impl Core {
             common -= 1; // the last prompt token runs again, for its logits
         }
         session.truncate(common);
+        // A recurrent state cannot go back part of the way: the session may have started over.
+        let common = session.tokens.len();
         let rest = &prompt[common..];
         let batch = match &self.plans {
             Plans::Cpu { prefill, .. } => prefill.max_tokens(),
@@ -300,19 +302,33 @@ impl std::fmt::Debug for Generator {
 /// # Errors
 /// `InvalidOption` for layers with different KV head counts.
 pub fn kv_layout(cfg: &DecoderConfig, dtype: KvDType) -> Result<KvLayout, GenerateError> {
-    let n_kv_head = cfg.n_head_kv[0];
-    if cfg.n_head_kv.iter().any(|&h| h != n_kv_head) {
+    let mut attn = (0..cfg.n_layer).filter(|&il| !cfg.recurrent_layers[il]);
+    let n_kv_head = attn.next().map_or(1, |il| cfg.n_head_kv[il]);
+    if attn.any(|il| cfg.n_head_kv[il] != n_kv_head) {
         return Err(GenerateError::InvalidOption {
             name: "model",
             reason: "layers with different KV head counts are not supported yet".into(),
         });
     }
+    // State-space layers keep a state per sequence instead of keys and values.
+    let recurrent = match &cfg.ssm {
+        Some(ssm) if cfg.recurrent_layers.iter().any(|&r| r) => {
+            let (conv, state) = ssm.state_sizes();
+            RecurrentLayout {
+                n_layers: cfg.n_layer - cfg.n_attention_layers(),
+                conv,
+                ssm: state,
+            }
+        }
+        _ => RecurrentLayout::NONE,
+    };
     Ok(KvLayout {
-        n_layers: cfg.n_layer,
+        n_layers: cfg.n_attention_layers(),
         n_kv_head,
         k_head_dim: cfg.head_dim_k,
         v_head_dim: cfg.kv_value_dim(),
         dtype,
+        recurrent,
     })
 }
 
@@ -652,6 +668,12 @@ impl Generator {
                 n => n,
             };
             let pool = PagedCache::new(core.layout.clone(), opts.block_size, blocks)?;
+            if opts.prefix_cache && core.layout.recurrent.is_some() {
+                eprintln!(
+                    "kestrel: prefix caching is off for {}: its state-space layers keep one state per sequence, not per-token blocks to share",
+                    core.cfg.arch
+                );
+            }
             self.batch = Some(BatchState {
                 opts: opts.clone(),
                 plan,

@@ -120,9 +120,12 @@ impl Session {
         self.tokens.clear();
     }
 
-    /// Keep only the first `len` tokens (the rest of the cache is dropped).
+    /// Keep only the first `len` tokens (the rest of the cache is dropped). A model with
+    /// recurrent (state-space) layers keeps them only where its state can go back there (see
+    /// `kestrel_kv::KvCache::can_truncate`); otherwise the session starts over empty.
     pub fn truncate(&mut self, len: usize) {
         self.kv.truncate(len);
-        self.tokens.truncate(len);
+        let kept = self.kv.seq_len().min(len);
+        self.tokens.truncate(kept);
     }
 }

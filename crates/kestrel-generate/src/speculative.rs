@@ -399,6 +399,9 @@ impl Generator {
             batch.push(next);
             batch.extend_from_slice(&draft);
             let kv = self.session.kv.cpu_mut("speculative decoding")?;
+            // A recurrent state cannot be cut back to the accepted tokens: keep it as it is
+            // before the draft (nothing to do for a transformer's cache).
+            kestrel_kv::KvCache::checkpoint(kv)?;
             let logits = verify.run(&self.core.engine, kv, &batch, pos)?;
             let mut j = 0;
             let mut correction = None;
@@ -431,6 +434,14 @@ impl Generator {
             self.session.tokens.push(next);
             self.session.tokens.extend_from_slice(&draft[..j]);
             self.session.truncate(pos + 1 + j);
+            if self.session.kv.seq_len() < pos + 1 + j {
+                // The state went back to its checkpoint before the draft: run the kept
+                // tokens again.
+                let kv = self.session.kv.cpu_mut("speculative decoding")?;
+                verify.run(&self.core.engine, kv, &batch[..1 + j], pos)?;
+                self.session.tokens.truncate(pos);
+                self.session.tokens.extend_from_slice(&batch[..1 + j]);
+            }
             let step_rate = j as f64 / draft.len() as f64;
             rate = 0.7 * rate + 0.3 * step_rate;
             k = if j == draft.len() {

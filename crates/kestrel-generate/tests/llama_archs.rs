@@ -337,6 +337,64 @@ fn deepseek2_batched_decode_equals_single() {
     }
 }
 
+/// Mamba and Mamba-2 keep one recurrent state per sequence: sequences in a batch decode as each
+/// does alone; a session continues from its state, and one cut back part of the way starts over
+/// (a state cannot go back), giving a fresh prefill's logits; prompt-lookup speculation (which
+/// returns the state to its checkpoint and runs the kept tokens again after a rejected draft)
+/// gives greedy decoding's ids.
+#[test]
+fn mamba_states_follow_each_sequence() {
+    use std::sync::Arc;
+
+    use kestrel_generate::{Generator, GeneratorOptions, LookupOptions};
+
+    let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
+    for stem in ["mamba-dense", "mamba2-dense"] {
+        batched_equals_single(files::build(&skeletons[stem], 1, 0.1));
+        let opts = GeneratorOptions {
+            threads: 2,
+            ctx: 128,
+            ..GeneratorOptions::default()
+        };
+        let model = Arc::new(files::build(&skeletons[stem], 2, 0.1));
+        let mut g = Generator::new(model, opts).expect("generator");
+        let prompt: Vec<u32> = (0..24).map(|i| [5, 9, 17, 33, 64][i % 5]).collect();
+        let fresh =
+            |g: &mut Generator, n: usize| g.prefill(&prompt[..n]).expect("prefill").to_vec();
+        let (l15, l20) = (fresh(&mut g, 15), fresh(&mut g, 20));
+        let mut s = g.new_session().expect("session");
+        g.prefill_in(&mut s, &prompt[..10]).expect("prefill");
+        let cont = g
+            .prefill_in(&mut s, &prompt[..20])
+            .expect("continue")
+            .to_vec();
+        assert_eq!(argmax(&cont), argmax(&l20), "{stem}: continued");
+        assert!(
+            nmse(&l20, &cont) < 1e-8,
+            "{stem}: continued {}",
+            nmse(&l20, &cont)
+        );
+        let cut = g
+            .prefill_in(&mut s, &prompt[..15])
+            .expect("cut back")
+            .to_vec();
+        assert_eq!(cut, l15, "{stem}: cut back");
+        assert_eq!(s.tokens(), &prompt[..15]);
+
+        let plain = g
+            .generate_ids(&prompt, 32, &mut |_| Ok(true))
+            .expect("greedy");
+        let (spec, stats) = g
+            .generate_lookup(&prompt, 32, LookupOptions::default(), &mut |_| Ok(true))
+            .expect("lookup");
+        assert_eq!(spec.ids, plain.ids, "{stem}: {stats:?}");
+        assert!(
+            stats.drafted > stats.accepted,
+            "{stem}: no draft rejected: {stats:?}"
+        );
+    }
+}
+
 fn batched_equals_single(model: GgufModel) {
     use std::sync::Arc;
 

@@ -423,7 +423,9 @@ impl CudaPlan {
             | Op::HeadMatMul { .. }
             | Op::HeadSlice { .. }
             | Op::HeadConcat { .. }
-            | Op::Clamp(_) => {
+            | Op::Clamp(_)
+            | Op::SsmConv(_)
+            | Op::SsmScan(_) => {
                 return Err(GraphError::Unsupported {
                     op: unsupported(&node.op, node.width).unwrap_or("?"),
                     node: node.name.clone(),
@@ -461,6 +463,8 @@ fn unsupported(op: &Op, width: usize) -> Option<&'static str> {
         Op::HeadMatMul { .. } => Some("per-head matmul"),
         Op::HeadSlice { .. } => Some("head_slice"),
         Op::HeadConcat { .. } => Some("head_concat"),
+        Op::SsmConv(_) => Some("ssm_conv"),
+        Op::SsmScan(_) => Some("ssm_scan"),
         _ => None,
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use crate::ir::{
     AttentionParams, EmbedIndex, MoeActivation, MoeParams, Node, NodeId, Op, RopeParams, Rows,
-    WeightId, WeightRef,
+    SsmConvParams, SsmScanParams, WeightId, WeightRef,
 };
 use crate::GraphError;
 
@@ -516,6 +516,72 @@ impl Graph {
             ));
         }
         Ok(self.push(name, Op::Rope(p), vec![x], rows, w))
+    }
+
+    /// A state-space layer's causal convolution of `x` (one channel per value) with taps of
+    /// ggml dims `[d_conv, width]`.
+    pub fn ssm_conv(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        p: SsmConvParams,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        let dims = self.weight_dims(p.weight, name)?;
+        let taps_ok = dims.len() >= 2
+            && dims[0] as usize == p.d_conv
+            && dims[1] as usize == w
+            && dims.iter().skip(2).all(|&d| d == 1);
+        if rows != Rows::Tokens || p.d_conv == 0 || !taps_ok {
+            return Err(shape_err(
+                name,
+                format!(
+                    "taps of dims {dims:?} over {w} channels, kernel {}",
+                    p.d_conv
+                ),
+            ));
+        }
+        if let Some(b) = p.bias {
+            let n = self.weight_dims(b, name)?.iter().product::<u64>() as usize;
+            if n != w {
+                return Err(shape_err(name, format!("a bias of {n} for {w} channels")));
+            }
+        }
+        Ok(self.push(name, Op::SsmConv(p), vec![x], Rows::Tokens, w))
+    }
+
+    /// A state-space layer's selective scan over `x` (`n_head · head_dim` channels), `dt`
+    /// (`n_head` per token) and `bc` (`2 · n_group · d_state` per token).
+    pub fn ssm_scan(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        dt: NodeId,
+        bc: NodeId,
+        p: SsmScanParams,
+    ) -> Result<NodeId, GraphError> {
+        let (rx, wx) = self.shape(x)?;
+        let (rd, wd) = self.shape(dt)?;
+        let (rb, wb) = self.shape(bc)?;
+        let a = self.weight_dims(p.a, name)?.iter().product::<u64>() as usize;
+        let d = self.weight_dims(p.d, name)?.iter().product::<u64>() as usize;
+        let ok = [rx, rd, rb].iter().all(|&r| r == Rows::Tokens)
+            && p.n_head > 0
+            && p.n_group > 0
+            && p.d_state > 0
+            && p.n_head.is_multiple_of(p.n_group)
+            && wx == p.n_head * p.head_dim
+            && wd == p.n_head
+            && wb == 2 * p.n_group * p.d_state
+            && (a == p.n_head * p.d_state || a == p.n_head)
+            && d == p.n_head;
+        if !ok {
+            return Err(shape_err(
+                name,
+                format!("x {wx}, dt {wd}, bc {wb}, A {a}, D {d} do not fit {p:?}"),
+            ));
+        }
+        Ok(self.push(name, Op::SsmScan(p), vec![x, dt, bc], Rows::Tokens, wx))
     }
 
     /// Attention of `q` over the cache after writing `k` and `v` into it.

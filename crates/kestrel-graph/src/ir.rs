@@ -318,6 +318,45 @@ pub enum Op {
     /// The rows of a `Tokens` node that the step asks outputs for (by default the last token of
     /// each sequence).
     OutputRows,
+    /// A state-space layer's causal depthwise convolution over each sequence's tokens, carrying
+    /// the sequence's convolution state (llama.cpp's `ggml_ssm_conv` plus the bias).
+    SsmConv(SsmConvParams),
+    /// A state-space layer's selective scan plus its skip term; inputs `x`, `dt` (biased, before
+    /// the softplus) and `bc` (B's groups then C's per token), carrying the sequence's scan
+    /// state (llama.cpp's `ggml_ssm_scan`, then `y + x · D`).
+    SsmScan(SsmScanParams),
+}
+
+/// Parameters of an [`Op::SsmConv`] node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SsmConvParams {
+    /// The recurrent layer whose state it reads and writes (recurrent layers numbered from 0).
+    pub layer: usize,
+    /// Kernel width (`ssm.conv_kernel`).
+    pub d_conv: usize,
+    /// Taps (ggml dims `[d_conv, channels]`).
+    pub weight: WeightId,
+    /// Added per channel.
+    pub bias: Option<WeightId>,
+}
+
+/// Parameters of an [`Op::SsmScan`] node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SsmScanParams {
+    /// The recurrent layer whose state it reads and writes.
+    pub layer: usize,
+    /// State values per channel.
+    pub d_state: usize,
+    /// Heads (Mamba: one per channel).
+    pub n_head: usize,
+    /// Channels per head (Mamba: 1).
+    pub head_dim: usize,
+    /// Groups of B and C.
+    pub n_group: usize,
+    /// The decay `A`: `n_head × d_state` values (Mamba) or one per head (Mamba-2).
+    pub a: WeightId,
+    /// The skip factor `D`, one per head.
+    pub d: WeightId,
 }
 
 /// A node: an op, its inputs, and the shape of its output.

@@ -23,7 +23,7 @@ pub use error::GraphError;
 pub use graph::Graph;
 pub use ir::{
     AttentionParams, EmbedIndex, MoeActivation, MoeGating, MoeParams, Node, NodeId, Op, RopeParams,
-    Rows, WeightId, WeightRef,
+    Rows, SsmConvParams, SsmScanParams, WeightId, WeightRef,
 };
 pub use memory::{plan_memory, MemoryPlan, ALIGN_F32};
 pub use plan::{BatchSeq, ExecutionPlan};

@@ -187,6 +187,20 @@ impl ExecutionPlan {
         // copy (the source pages are handed back once packed, and reading them again would
         // fault them in row by row).
         let mut matmul_reads = vec![false; graph.weights().len()];
+        // Weights a state-space op reads as plain f32 values (taps, A, D: small matrices).
+        let mut ssm_reads = vec![false; graph.weights().len()];
+        for node in graph.nodes() {
+            let ids = match &node.op {
+                Op::SsmConv(p) => [Some(p.weight), p.bias],
+                Op::SsmScan(p) => [Some(p.a), Some(p.d)],
+                _ => continue,
+            };
+            for id in ids.into_iter().flatten() {
+                if let Some(slot) = ssm_reads.get_mut(id) {
+                    *slot = true;
+                }
+            }
+        }
         let mut looked_up = vec![false; graph.weights().len()];
         for node in graph.nodes() {
             let (id, slots) = match &node.op {
@@ -211,7 +225,7 @@ impl ExecutionPlan {
                     reason: format!("dims {dims:?}, the graph expects {:?}", w.dims),
                 });
             }
-            let is_vector = w.dims.iter().skip(1).all(|&d| d == 1);
+            let is_vector = w.dims.iter().skip(1).all(|&d| d == 1) || ssm_reads[id];
             let vector = if is_vector && (tensor.dtype() != DType::F32 || tensor.as_f32().is_err())
             {
                 Some(tensor.to_f32_vec()?)
@@ -818,6 +832,65 @@ impl ExecutionPlan {
             Op::OutputRows => {
                 for (o, &r) in out.chunks_exact_mut(width).zip(&self.out_rows) {
                     o.copy_from_slice(&a[r * width..(r + 1) * width]);
+                }
+            }
+            Op::SsmConv(p) => {
+                let w = self.weights[p.weight].vector()?;
+                let bias = match p.bias {
+                    Some(b) => Some(self.weights[b].vector()?),
+                    None => None,
+                };
+                let mut r0 = 0;
+                for s in &self.segs {
+                    let r1 = r0 + s.len;
+                    let st = kv.state_seq(p.layer, s.seq)?;
+                    if s.pos0 == 0 {
+                        // Position 0 starts the sequence: no earlier inputs.
+                        st.conv.fill(0.0);
+                    }
+                    cpu::ssm_conv(
+                        &a[r0 * width..r1 * width],
+                        s.len,
+                        width,
+                        p.d_conv,
+                        w,
+                        bias,
+                        st.conv,
+                        &mut out[r0 * width..r1 * width],
+                    )?;
+                    r0 = r1;
+                }
+            }
+            Op::SsmScan(p) => {
+                let av = self.weights[p.a].vector()?;
+                let dv = self.weights[p.d].vector()?;
+                let sp = cpu::SsmScanParams {
+                    d_state: p.d_state,
+                    n_head: p.n_head,
+                    head_dim: p.head_dim,
+                    n_group: p.n_group,
+                    a_per_state: av.len() == p.n_head * p.d_state && p.d_state > 1,
+                };
+                let (nh, bw) = (p.n_head, 2 * p.n_group * p.d_state);
+                let mut r0 = 0;
+                for s in &self.segs {
+                    let r1 = r0 + s.len;
+                    let st = kv.state_seq(p.layer, s.seq)?;
+                    if s.pos0 == 0 {
+                        st.ssm.fill(0.0);
+                    }
+                    cpu::ssm_scan(
+                        &sp,
+                        st.ssm,
+                        &a[r0 * width..r1 * width],
+                        &b[r0 * nh..r1 * nh],
+                        av,
+                        &c[r0 * bw..r1 * bw],
+                        dv,
+                        s.len,
+                        &mut out[r0 * width..r1 * width],
+                    )?;
+                    r0 = r1;
                 }
             }
         }

@@ -18,6 +18,7 @@ pub(crate) mod gpt_oss;
 pub(crate) mod granite;
 pub(crate) mod llama;
 pub(crate) mod llama_like;
+pub(crate) mod mamba;
 pub(crate) mod olmo;
 pub(crate) mod phi;
 pub(crate) mod qwen2;
@@ -76,6 +77,8 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
         ArchKind::Qwen => classic::adjust_qwen(cfg, model),
         ArchKind::ChatGlm => classic::adjust_chatglm(cfg, model),
         ArchKind::Plamo => classic::adjust_plamo(cfg, model),
+        ArchKind::Mamba => mamba::adjust(cfg, model, false),
+        ArchKind::Mamba2 => mamba::adjust(cfg, model, true),
         ArchKind::Bert => Ok(()),
     }
 }
