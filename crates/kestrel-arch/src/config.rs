@@ -110,37 +110,51 @@ pub struct MlaConfig {
     pub absorbed: bool,
 }
 
-/// State-space (Mamba) layers, as llama.cpp's `build_mamba_layer` and `build_mamba2_layer`
-/// build them: `ssm_in` projects to `x` and the gate `z` (Mamba-2: `z`, then `x`, B and C, then
-/// one `dt` per head); a causal convolution (`ssm_conv1d`, its bias, SiLU) over `x` (Mamba-2:
-/// over `x`, B and C together); Mamba: `ssm_x` gives the rank-`dt_rank` `dt` input, B and C,
-/// and `ssm_dt` expands `dt`; the selective scan with `ssm_a` and `ssm_d`; `y · silu(z)`
-/// (Mamba-2: then an RMS norm per group, `ssm_norm`); `ssm_out`.
+/// Which recurrent layer a family has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SsmKind {
+    /// llama.cpp's `build_mamba_layer`: `ssm_in` projects to `x` and the gate `z`; a causal
+    /// convolution (`ssm_conv1d`, its bias, SiLU) over `x`; `ssm_x` gives the rank-`dt_rank`
+    /// `dt` input, B and C (RMS-normed where `dt_b_c_rms` says, with `ssm_{dt,b,c}_norm`
+    /// weights where the file has them: jamba); `ssm_dt` expands `dt`; the selective scan with
+    /// `ssm_a` and `ssm_d`; `y · silu(z)`; `ssm_out`.
+    Mamba,
+    /// llama.cpp's `build_mamba2_layer`: `ssm_in` projects to `z`, then `x`, B and C, then one
+    /// `dt` per head; the convolution runs over `x`, B and C together; the scan has one decay
+    /// per head; `y · silu(z)`, then an RMS norm per group (`ssm_norm`) where the file has it.
+    Mamba2,
+    /// LFM2's short convolution: `shortconv.in_proj` gives B, C and `x`; `C · conv(B · x)`
+    /// (kernel `shortconv.l_cache`, no bias, no scan); `shortconv.out_proj`.
+    ShortConv,
+}
+
+/// A family's recurrent (state-space) layers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SsmConfig {
+    /// Which layer.
+    pub kind: SsmKind,
     /// Convolution kernel width.
     pub d_conv: usize,
-    /// Inner channels.
+    /// Inner channels (the embedding width for the short convolution).
     pub d_inner: usize,
-    /// State values per channel.
+    /// State values per channel (0: no scan).
     pub d_state: usize,
     /// Mamba: the rank of `dt`; Mamba-2: the heads.
     pub dt_rank: usize,
     /// Mamba-2: groups of B and C (Mamba: 1).
     pub n_group: usize,
-    /// Mamba: RMS norms (no weights) on `dt`, B and C (FalconMamba).
+    /// Mamba: RMS norms on `dt`, B and C (FalconMamba, jamba).
     pub dt_b_c_rms: bool,
-    /// The Mamba-2 layer.
-    pub mamba2: bool,
 }
 
 impl SsmConfig {
-    /// Channels the convolution runs over: `x` (Mamba), `x`, B and C (Mamba-2).
+    /// Channels the convolution runs over: `x` (Mamba, the short convolution), `x`, B and C
+    /// (Mamba-2).
     pub fn conv_channels(&self) -> usize {
-        if self.mamba2 {
-            self.d_inner + 2 * self.n_group * self.d_state
-        } else {
-            self.d_inner
+        match self.kind {
+            SsmKind::Mamba2 => self.d_inner + 2 * self.n_group * self.d_state,
+            _ => self.d_inner,
         }
     }
 
@@ -305,9 +319,19 @@ pub struct DecoderConfig {
     pub mla: Option<MlaConfig>,
     /// State-space layers (Mamba, Mamba-2), for the families that have them.
     pub ssm: Option<SsmConfig>,
-    /// Which layers are state-space layers rather than attention layers (all false for a
-    /// transformer).
+    /// Which layers have attention (all but a hybrid's recurrent and FFN-only layers).
+    pub attention_layers: Vec<bool>,
+    /// Which layers have a recurrent (state-space) mixer: instead of attention, or beside it
+    /// (falcon-h1 adds the two); all false for a transformer. A layer with neither runs its FFN
+    /// as its mixer (nemotron_h).
     pub recurrent_layers: Vec<bool>,
+    /// Whether each layer has an FFN after its mixer (false: Mamba, nemotron_h).
+    pub block_ffn: bool,
+    /// Whether `attn_output.bias` is added where the file has one (falcon-h1's graph leaves it
+    /// out).
+    pub attn_out_bias: bool,
+    /// The final norm's tensor (LFM2: `token_embd_norm`).
+    pub output_norm_name: &'static str,
 }
 
 /// A per-layer field: a scalar for all layers or an array with one value per layer.
@@ -333,9 +357,9 @@ fn per_layer(md: &Metadata<'_>, key: &str, n_layer: usize) -> Result<Vec<usize>,
 impl DecoderConfig {
     /// Attention layers before layer `il`: the KV cache's index of attention layer `il`.
     pub fn attention_index(&self, il: usize) -> usize {
-        self.recurrent_layers[..il.min(self.n_layer)]
+        self.attention_layers[..il.min(self.n_layer)]
             .iter()
-            .filter(|&&r| !r)
+            .filter(|&&a| a)
             .count()
     }
 
@@ -398,12 +422,6 @@ impl DecoderConfig {
             true => per_layer(&md, &key("feed_forward_length"), n_layer)?,
             false => vec![0; n_layer],
         };
-        for il in (0..n_layer).filter(|_| !recurrent_only) {
-            let (h, kv) = (n_head[il], n_head_kv[il]);
-            if h == 0 || kv == 0 || h % kv != 0 {
-                return Err(invalid(format!("layer {il}: {h} heads and {kv} KV heads (heads must be a non-zero multiple of KV heads)")));
-            }
-        }
         let head_dim_k = md
             .opt(&key("attention.key_length"), |m, k| m.get_usize(k))?
             .unwrap_or_else(|| n_embd.checked_div(n_head[0]).unwrap_or(0));
@@ -490,9 +508,21 @@ impl DecoderConfig {
             attn_sinks: false,
             mla: None,
             ssm: None,
+            attention_layers: vec![true; n_layer],
             recurrent_layers: vec![false; n_layer],
+            block_ffn: true,
+            attn_out_bias: true,
+            output_norm_name: "output_norm",
         };
         archs::adjust(&mut cfg, model)?;
+        // A hybrid's recurrent layers have 0 KV heads (llama.cpp reads them so): only the
+        // attention layers are checked, once the family has said which they are.
+        for il in (0..n_layer).filter(|&il| !recurrent_only && cfg.attention_layers[il]) {
+            let (h, kv) = (cfg.n_head[il], cfg.n_head_kv[il]);
+            if h == 0 || kv == 0 || h % kv != 0 {
+                return Err(invalid(format!("layer {il}: {h} heads and {kv} KV heads (heads must be a non-zero multiple of KV heads)")));
+            }
+        }
         if cfg.moe.is_none() && model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {
             return Err(archs::unsupported_feature(
                 &cfg,

@@ -22,7 +22,7 @@ mod weights;
 pub use builder::{build_decoder, rope_params, Logits};
 pub use config::{
     Activation, BlockLayout, DecoderConfig, FfnKind, MlaConfig, MoeConfig, NormKind, QkNorm,
-    RopeConfig, RopeScaling, SsmConfig,
+    RopeConfig, RopeScaling, SsmConfig, SsmKind,
 };
 pub use encoder::{build_encoder, EncoderConfig, PoolingType};
 pub use error::ArchError;

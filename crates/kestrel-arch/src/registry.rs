@@ -112,6 +112,16 @@ pub enum ArchKind {
     Mamba,
     /// Mamba-2 (state-space layers alone).
     Mamba2,
+    /// Jamba (Mamba and attention layers, experts).
+    Jamba,
+    /// Granite 4 hybrid (Mamba-2 and attention layers).
+    GraniteHybrid,
+    /// Nemotron-H (Mamba-2, attention and FFN-only layers).
+    NemotronH,
+    /// Falcon-H1 (attention and Mamba-2 side by side).
+    FalconH1,
+    /// LFM2 (short convolutions and attention layers).
+    Lfm2,
     /// BERT-style encoders (sentence embeddings): see [`crate::EncoderConfig`].
     Bert,
 }
@@ -171,6 +181,11 @@ const REGISTRY: &[(&str, ArchKind)] = &[
     ("plamo", ArchKind::Plamo),
     ("mamba", ArchKind::Mamba),
     ("mamba2", ArchKind::Mamba2),
+    ("jamba", ArchKind::Jamba),
+    ("granitehybrid", ArchKind::GraniteHybrid),
+    ("nemotron_h", ArchKind::NemotronH),
+    ("falcon-h1", ArchKind::FalconH1),
+    ("lfm2", ArchKind::Lfm2),
     ("bert", ArchKind::Bert),
 ];
 

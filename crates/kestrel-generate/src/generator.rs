@@ -302,7 +302,7 @@ impl std::fmt::Debug for Generator {
 /// # Errors
 /// `InvalidOption` for layers with different KV head counts.
 pub fn kv_layout(cfg: &DecoderConfig, dtype: KvDType) -> Result<KvLayout, GenerateError> {
-    let mut attn = (0..cfg.n_layer).filter(|&il| !cfg.recurrent_layers[il]);
+    let mut attn = (0..cfg.n_layer).filter(|&il| cfg.attention_layers[il]);
     let n_kv_head = attn.next().map_or(1, |il| cfg.n_head_kv[il]);
     if attn.any(|il| cfg.n_head_kv[il] != n_kv_head) {
         return Err(GenerateError::InvalidOption {
@@ -315,7 +315,7 @@ pub fn kv_layout(cfg: &DecoderConfig, dtype: KvDType) -> Result<KvLayout, Genera
         Some(ssm) if cfg.recurrent_layers.iter().any(|&r| r) => {
             let (conv, state) = ssm.state_sizes();
             RecurrentLayout {
-                n_layers: cfg.n_layer - cfg.n_attention_layers(),
+                n_layers: cfg.recurrent_layers.iter().filter(|&&r| r).count(),
                 conv,
                 ssm: state,
             }

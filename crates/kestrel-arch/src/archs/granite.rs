@@ -62,6 +62,32 @@ pub(crate) fn adjust_swa(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(
     Ok(())
 }
 
+/// granitehybrid's attention and FFN side (its recurrent layers are set in `mamba.rs`):
+/// granite's multipliers with the logit scale optional, RoPE unless `rope.scaling.finetuned` is
+/// false, granitemoe's experts where the file has them.
+pub(crate) fn adjust_hybrid(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
+    let md = model.metadata();
+    let key = |f: &str| format!("{}.{f}", cfg.arch);
+    let nonzero = |k: &str| -> Result<Option<f32>, ArchError> {
+        Ok(md
+            .opt(k, |m, k| m.get_f32(k))?
+            .filter(|&v| v != 0.0 && v.is_finite()))
+    };
+    cfg.rope.neox = false;
+    cfg.logit_scale = nonzero(&key("logit_scale"))?.map(|s| 1.0 / s);
+    cfg.residual_scale = nonzero(&key("residual_scale"))?;
+    cfg.embd_scale = nonzero(&key("embedding_scale"))?;
+    if let Some(s) = nonzero(&key("attention.scale"))? {
+        cfg.attn_scale = s;
+    }
+    let finetuned = md
+        .opt(&key("rope.scaling.finetuned"), |m, k| m.get_bool(k))?
+        .unwrap_or(true);
+    cfg.rope_layers = vec![finetuned; cfg.n_layer];
+    cfg.moe = super::softmax_moe(cfg, model, true, false, false)?;
+    Ok(())
+}
+
 /// granitemoe (Granite 3 MoE, and its shared-expert variant): granite's graph with softmax
 /// routing over normalized weights (no expert scales) and an unscaled shared expert where the
 /// file has one; RoPE on every layer (`rope.scaling.finetuned` is not read).

@@ -1,18 +1,21 @@
-//! Mamba and Mamba-2: state-space layers alone, each `x + mamba(rms_norm(x))` with no attention
-//! and no FFN (llama.cpp's `llama_model_mamba`, `llama_model_mamba2`). The sizes are the
-//! `ssm.*` keys; the recurrent state per sequence replaces the KV cache.
+//! The state-space families: Mamba and Mamba-2 (recurrent layers alone, each
+//! `x + mamba(rms_norm(x))` with no attention and no FFN: llama.cpp's `llama_model_mamba`,
+//! `llama_model_mamba2`), and the hybrids that mix them with attention: jamba, granitehybrid
+//! (Granite 4), nemotron_h, falcon-h1, and LFM2's short convolutions. The sizes are the `ssm.*`
+//! keys; the recurrent state per sequence sits beside the attention layers' KV cache.
 
 use kestrel_gguf::GgufModel;
 
-use crate::{ArchError, DecoderConfig, SsmConfig};
+use crate::{ArchError, DecoderConfig, QkNorm, SsmConfig, SsmKind};
 
 /// The `ssm.*` keys (Mamba-2 also reads `ssm.group_count`), checked for the shapes the graph
 /// needs.
 pub(crate) fn ssm_config(
     cfg: &DecoderConfig,
     model: &GgufModel,
-    mamba2: bool,
+    kind: SsmKind,
 ) -> Result<SsmConfig, ArchError> {
+    let mamba2 = kind == SsmKind::Mamba2;
     let md = model.metadata();
     let key = |f: &str| format!("{}.ssm.{f}", cfg.arch);
     let ssm = SsmConfig {
@@ -29,7 +32,7 @@ pub(crate) fn ssm_config(
             && md
                 .opt(&key("dt_b_c_rms"), |m, k| m.get_bool(k))?
                 .unwrap_or(false),
-        mamba2,
+        kind,
     };
     let bad = |reason: String| ArchError::Invalid {
         arch: cfg.arch.clone(),
@@ -61,12 +64,164 @@ pub(crate) fn ssm_config(
     Ok(ssm)
 }
 
+/// Mamba, Mamba-2: recurrent layers alone, no FFN.
 pub(crate) fn adjust(
     cfg: &mut DecoderConfig,
     model: &GgufModel,
-    mamba2: bool,
+    kind: SsmKind,
 ) -> Result<(), ArchError> {
-    cfg.ssm = Some(ssm_config(cfg, model, mamba2)?);
+    cfg.ssm = Some(ssm_config(cfg, model, kind)?);
     cfg.recurrent_layers = vec![true; cfg.n_layer];
+    cfg.attention_layers = vec![false; cfg.n_layer];
+    cfg.block_ffn = false;
+    Ok(())
+}
+
+/// The layers with 0 KV heads are the recurrent ones (llama.cpp's `is_recr` for jamba,
+/// granitehybrid and LFM2).
+fn recurrent_where_no_kv_heads(cfg: &mut DecoderConfig) {
+    cfg.recurrent_layers = cfg.n_head_kv.iter().map(|&kv| kv == 0).collect();
+    cfg.attention_layers = cfg.recurrent_layers.iter().map(|&r| !r).collect();
+}
+
+/// jamba: Mamba layers (with weighted RMS norms on `dt`, B and C) where a layer has no KV
+/// heads, attention without RoPE elsewhere, an FFN (dense, or softmax-routed experts) after
+/// every layer.
+pub(crate) fn adjust_jamba(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
+    // The graph normalizes dt, B and C in each layer that has the three norm weights.
+    cfg.ssm = Some(ssm_config(cfg, model, SsmKind::Mamba)?);
+    recurrent_where_no_kv_heads(cfg);
+    cfg.rope_layers = vec![false; cfg.n_layer];
+    let scale = model
+        .metadata()
+        .opt(&format!("{}.expert_weights_scale", cfg.arch), |m, k| {
+            m.get_f32(k)
+        })?
+        .unwrap_or(0.0);
+    cfg.moe = super::softmax_moe(cfg, model, false, false, false)?.map(|mut m| {
+        m.weights_scale = if scale == 0.0 { 1.0 } else { scale };
+        m
+    });
+    Ok(())
+}
+
+/// granitehybrid (Granite 4): granite's multipliers (logit scale optional), Mamba-2 layers where
+/// a layer has no KV heads, attention with adjacent-pair RoPE unless `rope.scaling.finetuned` is
+/// false; the residual scale applies to either mixer's output.
+pub(crate) fn adjust_granite_hybrid(
+    cfg: &mut DecoderConfig,
+    model: &GgufModel,
+) -> Result<(), ArchError> {
+    super::granite::adjust_hybrid(cfg, model)?;
+    cfg.ssm = Some(ssm_config(cfg, model, SsmKind::Mamba2)?);
+    recurrent_where_no_kv_heads(cfg);
+    Ok(())
+}
+
+/// nemotron_h: each layer is one of three blocks, each `x + block(rms_norm(x))`: Mamba-2 (no KV
+/// heads and FFN size 0), attention without RoPE (FFN size 0), or an FFN alone (ungated relu²,
+/// with biases and per-tensor scales).
+pub(crate) fn adjust_nemotron_h(
+    cfg: &mut DecoderConfig,
+    model: &GgufModel,
+) -> Result<(), ArchError> {
+    cfg.ssm = Some(ssm_config(cfg, model, SsmKind::Mamba2)?);
+    cfg.recurrent_layers = (0..cfg.n_layer)
+        .map(|il| cfg.n_head_kv[il] == 0 && cfg.n_ff[il] == 0)
+        .collect();
+    cfg.attention_layers = (0..cfg.n_layer)
+        .map(|il| !cfg.recurrent_layers[il] && cfg.n_ff[il] == 0)
+        .collect();
+    cfg.block_ffn = false;
+    cfg.rope_layers = vec![false; cfg.n_layer];
+    cfg.ffn = crate::FfnKind::Plain;
+    cfg.activation = crate::Activation::ReluSqr;
+    cfg.ffn_scales = true;
+    if let Some(s) = model
+        .metadata()
+        .opt(&format!("{}.attention.scale", cfg.arch), |m, k| {
+            m.get_f32(k)
+        })?
+        .filter(|&s| s != 0.0)
+    {
+        cfg.attn_scale = s;
+    }
+    if model.tensor_info("blk.0.ffn_gate_inp.weight").is_some()
+        || (0..cfg.n_layer).any(|il| {
+            model
+                .tensor_info(&format!("blk.{il}.ffn_gate_inp.weight"))
+                .is_some()
+        })
+    {
+        return Err(super::unsupported_feature(
+            cfg,
+            "nemotron_h's mixture-of-experts layers",
+        ));
+    }
+    Ok(())
+}
+
+/// falcon-h1: attention (NeoX RoPE, no frequency factors, no output bias) and Mamba-2 side by
+/// side in every layer, their outputs added, then a gated FFN with biases (its norm tensor is
+/// `blk.N.ffn_norm`, without `.weight`).
+pub(crate) fn adjust_falcon_h1(
+    cfg: &mut DecoderConfig,
+    model: &GgufModel,
+) -> Result<(), ArchError> {
+    cfg.ssm = Some(ssm_config(cfg, model, SsmKind::Mamba2)?);
+    cfg.recurrent_layers = vec![true; cfg.n_layer];
+    cfg.rope.neox = true;
+    cfg.rope.freq_factors = None;
+    cfg.attn_out_bias = false;
+    if let Some(s) = model
+        .metadata()
+        .opt(&format!("{}.attention.scale", cfg.arch), |m, k| {
+            m.get_f32(k)
+        })?
+        .filter(|&s| s != 0.0)
+    {
+        cfg.attn_scale = s;
+    }
+    Ok(())
+}
+
+/// LFM2: short convolutions where a layer has no KV heads, attention with per-head QK RMS norms
+/// and NeoX RoPE elsewhere (sliding on every attention layer when `attention.sliding_window` is
+/// set), a gated FFN after every layer (no per-tensor scales), the final norm
+/// `token_embd_norm`.
+pub(crate) fn adjust_lfm2(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
+    let md = model.metadata();
+    let l_cache = md.get_usize(&format!("{}.shortconv.l_cache", cfg.arch))?;
+    if !(2..=64).contains(&l_cache) {
+        return Err(ArchError::Invalid {
+            arch: cfg.arch.clone(),
+            reason: format!("shortconv.l_cache {l_cache} (2..=64)"),
+        });
+    }
+    cfg.ssm = Some(SsmConfig {
+        kind: SsmKind::ShortConv,
+        d_conv: l_cache,
+        d_inner: cfg.n_embd,
+        d_state: 0,
+        dt_rank: 0,
+        n_group: 1,
+        dt_b_c_rms: false,
+    });
+    recurrent_where_no_kv_heads(cfg);
+    cfg.rope.neox = true;
+    cfg.qk_norm = QkNorm::PerHead;
+    cfg.output_norm_name = "token_embd_norm";
+    let window = md
+        .opt(&format!("{}.attention.sliding_window", cfg.arch), |m, k| {
+            m.get_usize(k)
+        })?
+        .filter(|&w| w > 0);
+    if window.is_some() {
+        cfg.sliding_window = window;
+        cfg.swa_layers = cfg.attention_layers.clone();
+    }
+    if model.tensor_info("blk.0.ffn_gate_inp.weight").is_some() {
+        return Err(super::unsupported_feature(cfg, "experts"));
+    }
     Ok(())
 }

@@ -4,7 +4,7 @@
 
 use kestrel_gguf::GgufModel;
 
-use crate::{ArchError, ArchKind, DecoderConfig};
+use crate::{ArchError, ArchKind, DecoderConfig, SsmKind};
 
 pub(crate) mod classic;
 pub(crate) mod cohere;
@@ -77,8 +77,13 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
         ArchKind::Qwen => classic::adjust_qwen(cfg, model),
         ArchKind::ChatGlm => classic::adjust_chatglm(cfg, model),
         ArchKind::Plamo => classic::adjust_plamo(cfg, model),
-        ArchKind::Mamba => mamba::adjust(cfg, model, false),
-        ArchKind::Mamba2 => mamba::adjust(cfg, model, true),
+        ArchKind::Mamba => mamba::adjust(cfg, model, SsmKind::Mamba),
+        ArchKind::Mamba2 => mamba::adjust(cfg, model, SsmKind::Mamba2),
+        ArchKind::Jamba => mamba::adjust_jamba(cfg, model),
+        ArchKind::GraniteHybrid => mamba::adjust_granite_hybrid(cfg, model),
+        ArchKind::NemotronH => mamba::adjust_nemotron_h(cfg, model),
+        ArchKind::FalconH1 => mamba::adjust_falcon_h1(cfg, model),
+        ArchKind::Lfm2 => mamba::adjust_lfm2(cfg, model),
         ArchKind::Bert => Ok(()),
     }
 }

@@ -3,14 +3,15 @@
 //! `archs/<name>.rs`). Weight shapes come from the file and are checked as the graph is built.
 
 use kestrel_gguf::GgufModel;
-use kestrel_graph::{
-    AttentionParams, EmbedIndex, Graph, MoeParams, NodeId, RopeParams, SsmConvParams, SsmScanParams,
-};
+use kestrel_graph::{AttentionParams, EmbedIndex, Graph, MoeParams, NodeId, RopeParams};
 
 use crate::{
     Activation, ArchError, BlockLayout, DecoderConfig, FfnKind, MlaConfig, NormKind, QkNorm,
-    RopeScaling, SsmConfig,
+    RopeScaling,
 };
+
+mod recurrent;
+use recurrent::recurrent_mixer;
 
 /// Which positions get logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,14 +24,14 @@ pub enum Logits {
     Hidden,
 }
 
-struct Builder<'a> {
-    g: Graph,
+pub(crate) struct Builder<'a> {
+    pub(crate) g: Graph,
     model: &'a GgufModel,
     arch: &'a str,
 }
 
 impl Builder<'_> {
-    fn weight(&mut self, name: &str) -> Result<usize, ArchError> {
+    pub(crate) fn weight(&mut self, name: &str) -> Result<usize, ArchError> {
         let info = self
             .model
             .tensor_info(name)
@@ -41,33 +42,34 @@ impl Builder<'_> {
         Ok(self.g.weight(name, info.dims()))
     }
 
-    fn opt_weight(&mut self, name: &str) -> Option<usize> {
+    pub(crate) fn opt_weight(&mut self, name: &str) -> Option<usize> {
         let info = self.model.tensor_info(name)?;
         Some(self.g.weight(name, info.dims()))
     }
 
-    fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         self.model.tensor_info(name).is_some()
     }
 
     /// A projection as llama.cpp's `build_lora_mm` and its callers make it: `x · Wᵀ`, times the
     /// per-tensor `{name}.scale` when the file has one, plus `{name}.bias` when it has one.
-    fn linear(&mut self, name: &str, x: NodeId) -> Result<NodeId, ArchError> {
-        self.projection(name, x, true, false)
+    pub(crate) fn linear(&mut self, name: &str, x: NodeId) -> Result<NodeId, ArchError> {
+        self.projection(name, x, true, false, true)
     }
 
     /// An FFN projection as llama.cpp's `build_ffn` makes it: the bias is added before the
     /// per-tensor scale, and the scale only where the family's graph passes it on (`scaled`).
     fn ffn_linear(&mut self, name: &str, x: NodeId, scaled: bool) -> Result<NodeId, ArchError> {
-        self.projection(name, x, scaled, true)
+        self.projection(name, x, scaled, true, true)
     }
 
-    fn projection(
+    pub(crate) fn projection(
         &mut self,
         name: &str,
         x: NodeId,
         scaled: bool,
         bias_first: bool,
+        biased: bool,
     ) -> Result<NodeId, ArchError> {
         let ge = graph_err(self.arch);
         let w = self.weight(&format!("{name}.weight"))?;
@@ -75,7 +77,9 @@ impl Builder<'_> {
         let scale = scaled
             .then(|| self.opt_weight(&format!("{name}.scale")))
             .flatten();
-        let bias = self.opt_weight(&format!("{name}.bias"));
+        let bias = biased
+            .then(|| self.opt_weight(&format!("{name}.bias")))
+            .flatten();
         let scale_it = |b: &mut Self, t: NodeId| match scale {
             Some(s) => b.g.mul_weight(&format!("{name}_s"), t, s),
             None => Ok(t),
@@ -93,7 +97,12 @@ impl Builder<'_> {
     }
 
     /// The residual stream's norm `{name}.weight` (and `{name}.bias` for a layer norm).
-    fn norm(&mut self, cfg: &DecoderConfig, name: &str, x: NodeId) -> Result<NodeId, ArchError> {
+    pub(crate) fn norm(
+        &mut self,
+        cfg: &DecoderConfig,
+        name: &str,
+        x: NodeId,
+    ) -> Result<NodeId, ArchError> {
         let ge = graph_err(self.arch);
         if cfg.norm == NormKind::LayerPlain {
             return self
@@ -101,7 +110,11 @@ impl Builder<'_> {
                 .layer_norm(name, x, cfg.norm_eps, None, None)
                 .map_err(&ge);
         }
-        let w = self.weight(&format!("{name}.weight"))?;
+        // falcon-h1 names its FFN norm `blk.N.ffn_norm`, without `.weight`.
+        let w = match self.has(&format!("{name}.weight")) || !self.has(name) {
+            true => self.weight(&format!("{name}.weight"))?,
+            false => self.weight(name)?,
+        };
         match cfg.norm {
             NormKind::Layer => {
                 let b = self.opt_weight(&format!("{name}.bias"));
@@ -273,7 +286,7 @@ impl Builder<'_> {
     }
 }
 
-fn graph_err(arch: &str) -> impl Fn(kestrel_graph::GraphError) -> ArchError + '_ {
+pub(crate) fn graph_err(arch: &str) -> impl Fn(kestrel_graph::GraphError) -> ArchError + '_ {
     move |e| ArchError::Invalid {
         arch: arch.to_string(),
         reason: e.to_string(),
@@ -495,103 +508,88 @@ fn mla_attention(
         .map_err(&ge)
 }
 
-/// A state-space layer `il` as llama.cpp's `build_mamba_layer` / `build_mamba2_layer` builds
-/// it (see [`SsmConfig`]): its output before the residual.
-fn mamba_layer(
+/// The attention of layer `il` over its normed input `h`: the heads' output before
+/// `attn_output`.
+fn attention_block(
     b: &mut Builder<'_>,
     cfg: &DecoderConfig,
-    ssm: &SsmConfig,
     il: usize,
     h: NodeId,
+    freq_factors: Option<usize>,
 ) -> Result<NodeId, ArchError> {
     let ge = graph_err(&cfg.arch);
     let p = |s: &str| format!("blk.{il}.{s}");
-    let layer = cfg.recurrent_index(il);
-    let (d_inner, d_state, n_group) = (ssm.d_inner, ssm.d_state, ssm.n_group);
-    let conv_ch = ssm.conv_channels();
-    let proj = b.linear(&p("ssm_in"), h)?;
-    let (z, conv_in, dt_in) = if ssm.mamba2 {
-        (
-            b.g.slice(&p("ssm_z"), proj, 0, d_inner).map_err(&ge)?,
-            b.g.slice(&p("ssm_xbc"), proj, d_inner, conv_ch)
-                .map_err(&ge)?,
-            Some(
-                b.g.slice(&p("ssm_dt_in"), proj, d_inner + conv_ch, ssm.dt_rank)
+    let (n_head, n_kv) = (cfg.n_head[il], cfg.n_head_kv[il]);
+    let (q_width, k_width) = (n_head * cfg.head_dim_k, n_kv * cfg.head_dim_k);
+    let a = if let Some(mla) = &cfg.mla {
+        mla_attention(b, cfg, mla, il, h)?
+    } else {
+        let (mut q, mut k, mut v) = if b.has(&p("attn_qkv.weight")) {
+            let qkv = b.linear(&p("attn_qkv"), h)?;
+            let v_width = n_kv * cfg.head_dim_v;
+            (
+                b.g.slice(&p("q_part"), qkv, 0, q_width).map_err(&ge)?,
+                b.g.slice(&p("k_part"), qkv, q_width, k_width)
                     .map_err(&ge)?,
-            ),
-        )
-    } else {
-        (
-            b.g.slice(&p("ssm_z"), proj, d_inner, d_inner)
-                .map_err(&ge)?,
-            b.g.slice(&p("ssm_x_in"), proj, 0, d_inner).map_err(&ge)?,
-            None,
-        )
-    };
-    let conv = SsmConvParams {
-        layer,
-        d_conv: ssm.d_conv,
-        weight: b.weight(&p("ssm_conv1d.weight"))?,
-        bias: b.opt_weight(&p("ssm_conv1d.bias")),
-    };
-    let conv = b.g.ssm_conv(&p("ssm_conv"), conv_in, conv).map_err(&ge)?;
-    let conv = b.g.silu(&p("ssm_conv_silu"), conv).map_err(&ge)?;
-    let bc_width = 2 * n_group * d_state;
-    let (x, dt, bc, n_head) = if let Some(dt_in) = dt_in {
-        let x = b.g.slice(&p("ssm_x"), conv, 0, d_inner).map_err(&ge)?;
-        let bc =
-            b.g.slice(&p("ssm_bc"), conv, d_inner, bc_width)
-                .map_err(&ge)?;
-        let bias = b.weight(&p("ssm_dt.bias"))?;
-        let dt = b.g.add_bias(&p("ssm_dt"), dt_in, bias).map_err(&ge)?;
-        (x, dt, bc, ssm.dt_rank)
-    } else {
-        let w = b.weight(&p("ssm_x.weight"))?;
-        let x_db = b.g.matmul(&p("ssm_x"), conv, w).map_err(&ge)?;
-        let mut dt =
-            b.g.slice(&p("ssm_dt_low"), x_db, 0, ssm.dt_rank)
-                .map_err(&ge)?;
-        let mut bc =
-            b.g.slice(&p("ssm_bc"), x_db, ssm.dt_rank, bc_width)
-                .map_err(&ge)?;
-        if ssm.dt_b_c_rms {
-            if b.has(&p("ssm_b_norm.weight")) {
-                return Err(crate::archs::unsupported_feature(
-                    cfg,
-                    "weighted norms of B and C (jamba)",
-                ));
-            }
-            dt =
-                b.g.rms_norm(&p("ssm_dt_norm"), dt, ssm.dt_rank, cfg.norm_eps, None)
+                b.g.slice(&p("v_part"), qkv, q_width + k_width, v_width)
+                    .map_err(&ge)?,
+            )
+        } else {
+            (
+                b.linear(&p("attn_q"), h)?,
+                b.linear(&p("attn_k"), h)?,
+                b.linear(&p("attn_v"), h)?,
+            )
+        };
+        if let Some(limit) = cfg.clamp_kqv {
+            q = b.g.clamp(&p("q_clamped"), q, limit).map_err(&ge)?;
+            k = b.g.clamp(&p("k_clamped"), k, limit).map_err(&ge)?;
+            v = b.g.clamp(&p("v_clamped"), v, limit).map_err(&ge)?;
+        }
+        if !cfg.qk_norm_after_rope {
+            (q, k) = qk_norm(b, cfg, il, q, k)?;
+        }
+        if cfg.rope_layers[il] {
+            q =
+                b.g.rope(&p("rope_q"), q, rope_params(cfg, il, n_head, freq_factors))
                     .map_err(&ge)?;
-            bc =
-                b.g.rms_norm(&p("ssm_bc_norm"), bc, d_state, cfg.norm_eps, None)
+            k =
+                b.g.rope(&p("rope_k"), k, rope_params(cfg, il, n_kv, freq_factors))
                     .map_err(&ge)?;
         }
-        let w = b.weight(&p("ssm_dt.weight"))?;
-        let dt = b.g.matmul(&p("ssm_dt"), dt, w).map_err(&ge)?;
-        let bias = b.weight(&p("ssm_dt.bias"))?;
-        let dt = b.g.add_bias(&p("ssm_dt_b"), dt, bias).map_err(&ge)?;
-        (conv, dt, bc, d_inner)
+        if cfg.qk_norm_after_rope {
+            (q, k) = qk_norm(b, cfg, il, q, k)?;
+        }
+        let mut scale = cfg.attn_scale;
+        if cfg.q_prescale {
+            q = b.g.scale(&p("q_scaled"), q, scale).map_err(&ge)?;
+            scale = 1.0;
+        }
+        let window = if cfg.swa_layers[il] {
+            cfg.sliding_window
+        } else {
+            None
+        };
+        let params = AttentionParams {
+            layer: cfg.attention_index(il),
+            n_head,
+            n_kv_head: n_kv,
+            head_dim_k: cfg.head_dim_k,
+            head_dim_v: cfg.head_dim_v,
+            scale,
+            window,
+            softcap: cfg.attn_softcap,
+            causal: true,
+            latent: false,
+            sinks: if cfg.attn_sinks {
+                Some(b.weight(&p("attn_sinks.weight"))?)
+            } else {
+                None
+            },
+        };
+        b.g.attention(&p("attn"), q, k, v, params).map_err(&ge)?
     };
-    let scan = SsmScanParams {
-        layer,
-        d_state,
-        n_head,
-        head_dim: d_inner / n_head,
-        n_group,
-        a: b.weight(&p("ssm_a"))?,
-        d: b.weight(&p("ssm_d"))?,
-    };
-    let y = b.g.ssm_scan(&p("ssm_scan"), x, dt, bc, scan).map_err(&ge)?;
-    let mut y = b.g.swiglu(&p("ssm_gated"), z, y).map_err(&ge)?;
-    if let Some(w) = b.opt_weight(&p("ssm_norm.weight")) {
-        y =
-            b.g.rms_norm(&p("ssm_norm"), y, d_inner / n_group, cfg.norm_eps, None)
-                .map_err(&ge)?;
-        y = b.g.mul_weight(&p("ssm_norm_w"), y, w).map_err(&ge)?;
-    }
-    b.linear(&p("ssm_out"), y)
+    Ok(a)
 }
 
 /// Build the graph of one step.
@@ -624,99 +622,46 @@ pub fn build_decoder(
     };
     for il in 0..cfg.n_layer {
         let p = |s: &str| format!("blk.{il}.{s}");
-        if cfg.recurrent_layers[il] {
-            let ssm = cfg.ssm.as_ref().ok_or_else(|| ArchError::Invalid {
-                arch: cfg.arch.clone(),
-                reason: format!("layer {il} is recurrent without ssm sizes"),
-            })?;
-            let h = b.norm(cfg, &p("attn_norm"), x)?;
-            let m = mamba_layer(&mut b, cfg, ssm, il, h)?;
-            x = b.g.add(&p("ssm_residual"), m, x).map_err(&ge)?;
-            continue;
-        }
-        let (n_head, n_kv) = (cfg.n_head[il], cfg.n_head_kv[il]);
-        let (q_width, k_width) = (n_head * cfg.head_dim_k, n_kv * cfg.head_dim_k);
-
-        // Attention.
+        // The mixer: attention, a recurrent layer, both added (falcon-h1), or neither (the
+        // layer's FFN mixes: nemotron_h).
         let h = if cfg.pre_norms {
             b.norm(cfg, &p("attn_norm"), x)?
         } else {
             x
         };
-        let a = if let Some(mla) = &cfg.mla {
-            mla_attention(&mut b, cfg, mla, il, h)?
-        } else {
-            let (mut q, mut k, mut v) = if b.has(&p("attn_qkv.weight")) {
-                let qkv = b.linear(&p("attn_qkv"), h)?;
-                let v_width = n_kv * cfg.head_dim_v;
-                (
-                    b.g.slice(&p("q_part"), qkv, 0, q_width).map_err(&ge)?,
-                    b.g.slice(&p("k_part"), qkv, q_width, k_width)
-                        .map_err(&ge)?,
-                    b.g.slice(&p("v_part"), qkv, q_width + k_width, v_width)
-                        .map_err(&ge)?,
-                )
+        let mut o = None;
+        if cfg.attention_layers[il] {
+            let a = attention_block(&mut b, cfg, il, h, freq_factors)?;
+            o = Some(if cfg.attn_out_bias {
+                b.linear(&p("attn_output"), a)?
             } else {
-                (
-                    b.linear(&p("attn_q"), h)?,
-                    b.linear(&p("attn_k"), h)?,
-                    b.linear(&p("attn_v"), h)?,
-                )
-            };
-            if let Some(limit) = cfg.clamp_kqv {
-                q = b.g.clamp(&p("q_clamped"), q, limit).map_err(&ge)?;
-                k = b.g.clamp(&p("k_clamped"), k, limit).map_err(&ge)?;
-                v = b.g.clamp(&p("v_clamped"), v, limit).map_err(&ge)?;
-            }
-            if !cfg.qk_norm_after_rope {
-                (q, k) = qk_norm(&mut b, cfg, il, q, k)?;
-            }
-            if cfg.rope_layers[il] {
-                q =
-                    b.g.rope(&p("rope_q"), q, rope_params(cfg, il, n_head, freq_factors))
-                        .map_err(&ge)?;
-                k =
-                    b.g.rope(&p("rope_k"), k, rope_params(cfg, il, n_kv, freq_factors))
-                        .map_err(&ge)?;
-            }
-            if cfg.qk_norm_after_rope {
-                (q, k) = qk_norm(&mut b, cfg, il, q, k)?;
-            }
-            let mut scale = cfg.attn_scale;
-            if cfg.q_prescale {
-                q = b.g.scale(&p("q_scaled"), q, scale).map_err(&ge)?;
-                scale = 1.0;
-            }
-            let window = if cfg.swa_layers[il] {
-                cfg.sliding_window
-            } else {
-                None
-            };
-            let params = AttentionParams {
-                layer: cfg.attention_index(il),
-                n_head,
-                n_kv_head: n_kv,
-                head_dim_k: cfg.head_dim_k,
-                head_dim_v: cfg.head_dim_v,
-                scale,
-                window,
-                softcap: cfg.attn_softcap,
-                causal: true,
-                latent: false,
-                sinks: if cfg.attn_sinks {
-                    Some(b.weight(&p("attn_sinks.weight"))?)
-                } else {
-                    None
-                },
-            };
-            b.g.attention(&p("attn"), q, k, v, params).map_err(&ge)?
+                b.projection(&p("attn_output"), a, true, false, false)?
+            });
+        }
+        if cfg.recurrent_layers[il] {
+            let ssm = cfg.ssm.as_ref().ok_or_else(|| ArchError::Invalid {
+                arch: cfg.arch.clone(),
+                reason: format!("layer {il} is recurrent without ssm sizes"),
+            })?;
+            let m = recurrent_mixer(&mut b, cfg, ssm, il, h)?;
+            o = Some(match o {
+                Some(a) => b.g.add(&p("attn_ssm"), a, m).map_err(&ge)?,
+                None => m,
+            });
+        }
+        let mut o = match o {
+            Some(o) => o,
+            None => b.ffn(cfg, il, h)?,
         };
-        let mut o = b.linear(&p("attn_output"), a)?;
         if cfg.post_norms {
             o = b.norm(cfg, &p("post_attention_norm"), o)?;
         }
         if let Some(s) = cfg.residual_scale {
             o = b.g.scale(&p("attn_res_scaled"), o, s).map_err(&ge)?;
+        }
+        if !cfg.block_ffn {
+            x = b.g.add(&p("block_residual"), o, x).map_err(&ge)?;
+            continue;
         }
 
         match cfg.layout {
@@ -750,7 +695,7 @@ pub fn build_decoder(
     if logits == Logits::Last {
         x = b.g.last_row("last_token", x).map_err(&ge)?;
     }
-    x = b.norm(cfg, "output_norm", x)?;
+    x = b.norm(cfg, cfg.output_norm_name, x)?;
     if logits == Logits::Hidden {
         b.g.set_output(x).map_err(&ge)?;
         return Ok(b.g);
