@@ -19,7 +19,9 @@ mod metadata;
 pub mod models;
 mod parse;
 pub mod quant;
+pub mod quantize;
 mod split;
+mod stream_writer;
 mod tensor_info;
 mod value;
 mod writer;
@@ -32,6 +34,7 @@ pub use parse::{DEFAULT_ALIGNMENT, MAX_ARRAY_NESTING};
 pub use split::{
     parse_split_path, split_path, GgufModel, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT,
 };
+pub use stream_writer::{GgufStreamWriter, TensorSpec};
 pub use tensor_info::{TensorInfo, TensorView, MAX_DIMS};
 pub use value::{ArrayIter, ArrayView, MetadataValue, Value, ValueType};
 pub use writer::GgufWriter;

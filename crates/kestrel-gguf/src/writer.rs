@@ -231,7 +231,7 @@ impl GgufWriter {
     }
 }
 
-fn check_value(key: &str, v: &MetadataValue, depth: usize) -> Result<()> {
+pub(crate) fn check_value(key: &str, v: &MetadataValue, depth: usize) -> Result<()> {
     if let MetadataValue::Array {
         element_type,
         items,
@@ -255,12 +255,12 @@ fn check_value(key: &str, v: &MetadataValue, depth: usize) -> Result<()> {
     Ok(())
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u64).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
 }
 
-fn put_value(out: &mut Vec<u8>, v: &MetadataValue) {
+pub(crate) fn put_value(out: &mut Vec<u8>, v: &MetadataValue) {
     match v {
         MetadataValue::U8(x) => out.push(*x),
         MetadataValue::I8(x) => out.push(*x as u8),
