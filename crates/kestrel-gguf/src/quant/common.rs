@@ -176,6 +176,16 @@ pub(crate) fn nearest_int(fval: f32) -> i32 {
     (i & 0x007f_ffff) - 0x0040_0000
 }
 
+/// `v[0] + v[1] + ...`, added left to right (as a C loop adds them).
+#[inline(always)]
+fn ordered_sum(v: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for &x in v {
+        s += x;
+    }
+    s
+}
+
 /// ggml's `MAX(a, b)` macro: `a > b ? a : b` (NaN handling included).
 #[inline]
 pub(crate) fn c_max(a: f32, b: f32) -> f32 {
@@ -229,29 +239,35 @@ pub(crate) fn make_qx_quants(
         rmse_type = -rmse_type;
         return_early = true;
     }
-    let weight = |i: usize| -> f32 {
-        match qw {
-            Some(qw) => qw.get(i).copied().unwrap_or(0.0),
-            None => {
-                let v = x[i];
-                match rmse_type {
-                    1 => v * v,
-                    2 => 1.0,
-                    3 => v.abs(),
-                    _ => v.abs().sqrt(),
-                }
-            }
-        }
+    // The weights, computed once (the search below runs 19 passes over them).
+    let mut wbuf = [0f32; 64];
+    let mut wvec = Vec::new();
+    let w: &mut [f32] = if n <= wbuf.len() {
+        &mut wbuf[..n]
+    } else {
+        wvec.resize(n, 0.0);
+        &mut wvec
     };
+    for (i, (wi, &v)) in w.iter_mut().zip(x).enumerate() {
+        *wi = match qw {
+            Some(qw) => qw.get(i).copied().unwrap_or(0.0),
+            None => match rmse_type {
+                1 => v * v,
+                2 => 1.0,
+                3 => v.abs(),
+                _ => v.abs().sqrt(),
+            },
+        };
+    }
+    let w = &*w;
     let mut sumlx = 0.0f32;
     let mut suml2 = 0.0f32;
-    for i in 0..n {
-        let l = clamp(nearest_int(iscale * x[i]));
-        l_out[i] = (l + nmax) as i8;
-        let w = weight(i);
+    for ((lo, &xi), &wi) in l_out.iter_mut().zip(x).zip(w) {
+        let l = clamp(nearest_int(iscale * xi));
+        *lo = (l + nmax) as i8;
         let lf = l as f32;
-        sumlx += w * x[i] * lf;
-        suml2 += w * lf * lf;
+        sumlx += wi * xi * lf;
+        suml2 += wi * lf * lf;
     }
     let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
     if return_early {
@@ -267,15 +283,26 @@ pub(crate) fn make_qx_quants(
             continue;
         }
         iscale = -(nmaxf + 0.1 * is as f32) / max;
-        sumlx = 0.0;
-        suml2 = 0.0;
-        for (i, &xi) in x.iter().enumerate() {
-            let l = clamp(nearest_int(iscale * xi));
-            let w = weight(i);
-            let lf = l as f32;
-            sumlx += w * xi * lf;
-            suml2 += w * lf * lf;
-        }
+        // The terms first (a loop the compiler vectorizes), then their sums in order: the
+        // same roundings as one loop, as ggml's compiled code computes them.
+        let mut tx = [0f32; 64];
+        let mut t2 = [0f32; 64];
+        (sumlx, suml2) = if n <= 64 {
+            for (((a, b), &xi), &wi) in tx.iter_mut().zip(t2.iter_mut()).zip(x).zip(w) {
+                let lf = clamp(nearest_int(iscale * xi)) as f32;
+                *a = wi * xi * lf;
+                *b = wi * lf * lf;
+            }
+            (ordered_sum(&tx[..n]), ordered_sum(&t2[..n]))
+        } else {
+            let (mut sx, mut s2) = (0.0f32, 0.0f32);
+            for (&xi, &wi) in x.iter().zip(w) {
+                let lf = clamp(nearest_int(iscale * xi)) as f32;
+                sx += wi * xi * lf;
+                s2 += wi * lf * lf;
+            }
+            (sx, s2)
+        };
         if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
             for (l, &xi) in l_out.iter_mut().zip(x) {
                 *l = (nmax + clamp(nearest_int(iscale * xi))) as i8;
@@ -429,18 +456,36 @@ pub(crate) fn make_qkx2_quants(
     }
     for is in 0..=p.nstep {
         iscale = (p.rmin + p.rdelta * is as f32 + nmaxf) / (max - min);
-        let mut sum_l = 0.0f32;
-        let mut sum_l2 = 0.0f32;
-        let mut sum_xl = 0.0f32;
-        for i in 0..n {
-            let l = nearest_int(iscale * (x[i] - min)).min(nmax).max(0);
-            l_aux[i] = l as u8;
-            let w = weights[i];
-            let lf = l as f32;
-            sum_l += w * lf;
-            sum_l2 += w * lf * lf;
-            sum_xl += w * lf * x[i];
-        }
+        let (sum_l, sum_l2, sum_xl) = if n <= 32 {
+            // The terms first (vectorized), then their sums in order (see make_qx_quants).
+            let (mut t1, mut t2, mut t3) = ([0f32; 32], [0f32; 32], [0f32; 32]);
+            for i in 0..n {
+                let l = nearest_int(iscale * (x[i] - min)).min(nmax).max(0);
+                l_aux[i] = l as u8;
+                let w = weights[i];
+                let lf = l as f32;
+                t1[i] = w * lf;
+                t2[i] = w * lf * lf;
+                t3[i] = w * lf * x[i];
+            }
+            (
+                ordered_sum(&t1[..n]),
+                ordered_sum(&t2[..n]),
+                ordered_sum(&t3[..n]),
+            )
+        } else {
+            let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+            for i in 0..n {
+                let l = nearest_int(iscale * (x[i] - min)).min(nmax).max(0);
+                l_aux[i] = l as u8;
+                let w = weights[i];
+                let lf = l as f32;
+                sum_l += w * lf;
+                sum_l2 += w * lf * lf;
+                sum_xl += w * lf * x[i];
+            }
+            (sum_l, sum_l2, sum_xl)
+        };
         let d = sum_w * sum_l2 - sum_l * sum_l;
         if d > 0.0 {
             let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
@@ -449,11 +494,21 @@ pub(crate) fn make_qkx2_quants(
                 this_min = 0.0;
                 this_scale = sum_xl / sum_l2;
             }
-            let mut cur_error = 0.0f32;
-            for i in 0..n {
-                let diff = this_scale * l_aux[i] as f32 + this_min - x[i];
-                cur_error += weights[i] * err(diff);
-            }
+            let cur_error = if n <= 32 {
+                let mut t = [0f32; 32];
+                for i in 0..n {
+                    let diff = this_scale * l_aux[i] as f32 + this_min - x[i];
+                    t[i] = weights[i] * err(diff);
+                }
+                ordered_sum(&t[..n])
+            } else {
+                let mut cur_error = 0.0f32;
+                for i in 0..n {
+                    let diff = this_scale * l_aux[i] as f32 + this_min - x[i];
+                    cur_error += weights[i] * err(diff);
+                }
+                cur_error
+            };
             if cur_error < best_error {
                 l_out.copy_from_slice(l_aux);
                 best_error = cur_error;
