@@ -41,6 +41,8 @@ enum Command {
     Embed(commands::embed::EmbedArgs),
     /// Convert a Hugging Face checkpoint (BERT encoders) to GGUF.
     Convert(commands::convert::ConvertArgs),
+    /// Quantize a GGUF model to one of llama-quantize's mixes (Q4_K_M, Q8_0, ...).
+    Quantize(commands::quantize::QuantizeArgs),
     /// Write a random-weight GGUF of a real model's shape (for speed measurements).
     Synth(commands::synth::SynthArgs),
 }
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::run(&args),
         Command::Embed(args) => commands::embed::run(&args),
         Command::Convert(args) => commands::convert::run(&args),
+        Command::Quantize(args) => commands::quantize::run(&args),
         Command::Synth(args) => commands::synth::run(&args),
     };
     match result {

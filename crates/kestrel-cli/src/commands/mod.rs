@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod logits;
 pub mod model_args;
 pub mod perplexity;
+pub mod quantize;
 pub mod run;
 pub mod sampling;
 pub mod serve;

@@ -1,0 +1,106 @@
+//! `kestrel quantize` writes what `llama-quantize` writes, byte for byte: the inputs are
+//! llama.cpp's random-weight architecture files (seed 1, rebuilt from
+//! `fixtures/archs/skeletons.json`: the same tensors as `test-llama-archs -s 1` writes, the
+//! metadata keys sorted), and `fixtures/quantize/golden.json` holds the sha256 of
+//! `llama-quantize`'s output on those very bytes for each file and mix (llama.cpp b11434, 2
+//! threads, no importance matrix; `KESTREL_QUANT_INPUTS=DIR` writes the inputs to remake it).
+//! Their rows (256 and 384 wide) take the mixes' fallback types too.
+
+use std::path::{Path, PathBuf};
+
+use kestrel_gguf::quantize::{quantize_file, FileType, QuantizeOptions};
+use sha2::{Digest, Sha256};
+
+// Only the file builders of the shared module are used here.
+#[allow(dead_code)]
+#[path = "llama_archs/files.rs"]
+mod files;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+#[test]
+fn quantize_matches_llama_quantize_byte_for_byte() {
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("quantize/golden.json")).expect("golden"),
+    )
+    .expect("json");
+    let skeletons = files::read_skeletons(&fixtures().join("archs/skeletons.json"));
+    let dir = std::env::temp_dir().join(format!("kestrel-quantize-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut checked = 0;
+    for (stem, mixes) in golden["files"].as_object().expect("files") {
+        let input = dir.join(format!("{stem}.gguf"));
+        let bytes = files::build_bytes_as(&skeletons[stem.as_str()], 1, 0.1, |_, _| {
+            kestrel_gguf::GgmlType::F32
+        });
+        std::fs::write(&input, bytes).expect("input");
+        // KESTREL_QUANT_INPUTS=DIR writes the inputs there (for llama-quantize to make the
+        // golden file from) and checks nothing.
+        if let Ok(d) = std::env::var("KESTREL_QUANT_INPUTS") {
+            std::fs::copy(&input, Path::new(&d).join(format!("{stem}.gguf"))).expect("copy");
+            continue;
+        }
+        for (mix, sha) in mixes.as_object().expect("mixes") {
+            let ft = FileType::parse(mix).expect("mix name");
+            let output = dir.join(format!("{stem}-{mix}.gguf"));
+            let opts = QuantizeOptions {
+                threads: 2,
+                ..QuantizeOptions::new(ft)
+            };
+            quantize_file(&input, &output, &opts, &mut |_| {}).expect("quantize");
+            let got = format!(
+                "{:x}",
+                Sha256::digest(std::fs::read(&output).expect("output"))
+            );
+            assert_eq!(got, sha.as_str().expect("sha"), "{stem} {mix}");
+            std::fs::remove_file(&output).ok();
+            checked += 1;
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    if std::env::var("KESTREL_QUANT_INPUTS").is_ok() {
+        return;
+    }
+    assert!(checked >= 70, "{checked} files checked");
+}
+
+#[test]
+fn quantize_refuses_what_llama_quantize_refuses() {
+    let skeletons = files::read_skeletons(&fixtures().join("archs/skeletons.json"));
+    let dir = std::env::temp_dir().join(format!("kestrel-quantize-r-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let input = dir.join("in.gguf");
+    let bytes = files::build_bytes_as(&skeletons["llama-dense"], 1, 0.1, |name, dims| {
+        if dims.len() == 2 && name.ends_with("weight") && dims[0] % 32 == 0 {
+            kestrel_gguf::GgmlType::Q8_0
+        } else {
+            kestrel_gguf::GgmlType::F32
+        }
+    });
+    std::fs::write(&input, bytes).expect("input");
+    let out = dir.join("out.gguf");
+    let run = |ft: FileType, requant: bool| {
+        let opts = QuantizeOptions {
+            allow_requantize: requant,
+            ..QuantizeOptions::new(ft)
+        };
+        quantize_file(&input, &out, &opts, &mut |_| {})
+    };
+    // Quantized input needs --allow-requantize; the IQ2 mixes need an importance matrix.
+    let e = run(FileType::Q4_K_M, false).unwrap_err().to_string();
+    assert!(e.contains("requantizing"), "{e}");
+    assert!(run(FileType::Q4_K_M, true).is_ok());
+    let e = run(FileType::IQ2_XS, true).unwrap_err().to_string();
+    assert!(e.contains("importance matrix"), "{e}");
+    assert!(run(FileType::Q8_0, true).is_ok());
+    let missing = quantize_file(
+        &dir.join("nope.gguf"),
+        &out,
+        &QuantizeOptions::new(FileType::Q8_0),
+        &mut |_| {},
+    );
+    assert!(missing.is_err());
+    std::fs::remove_dir_all(&dir).ok();
+}

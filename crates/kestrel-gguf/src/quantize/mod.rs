@@ -1,0 +1,400 @@
+//! `quantize_file`: a GGUF model re-encoded in a quantization mix (`Q4_K_M`, `Q8_0`, ...),
+//! as `llama-quantize` does it: the same tensor types per tensor (llama.cpp's mixes, in
+//! [`mix`]), the same metadata (every key kept in order, then `general.quantization_version`
+//! and `general.file_type`), the same tensor order (by layer, then name) and the same blocks
+//! (ggml's quantizers without an importance matrix), so the output is byte for byte
+//! `llama-quantize`'s. Tensors stream through: the input is memory-mapped, each tensor is
+//! converted in slabs of rows over `threads` threads and written out before the next.
+
+mod ftype;
+mod mix;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub use ftype::FileType;
+
+use crate::quant::{self, QuantError};
+use crate::{GgmlType, GgufError, GgufFile, GgufStreamWriter, MetadataValue, TensorSpec, Value};
+use mix::{Category, MixState, ModelFacts};
+
+/// `general.quantization_version` as ggml writes it (`GGML_QNT_VERSION`).
+pub const QUANTIZATION_VERSION: u32 = 2;
+
+/// Rows converted at once are capped to about this many bytes of f32 values.
+const SLAB_BYTES: usize = 64 << 20;
+
+/// How to quantize.
+#[derive(Clone, Debug)]
+pub struct QuantizeOptions {
+    /// The mix.
+    pub ftype: FileType,
+    /// Worker threads (0: all cores).
+    pub threads: usize,
+    /// Allow quantized input tensors to be quantized again (`--allow-requantize`).
+    pub allow_requantize: bool,
+    /// Keep `output.weight` as it is (`--leave-output-tensor`).
+    pub leave_output: bool,
+    /// Every quantizable tensor gets the mix's default type (`--pure`).
+    pub pure: bool,
+}
+
+impl QuantizeOptions {
+    /// The mix with llama-quantize's defaults.
+    pub fn new(ftype: FileType) -> QuantizeOptions {
+        QuantizeOptions {
+            ftype,
+            threads: 0,
+            allow_requantize: false,
+            leave_output: false,
+            pure: false,
+        }
+    }
+}
+
+/// What went wrong quantizing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuantizeError {
+    /// The input file could not be read, or the output not written.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// A tensor could not be (de)quantized.
+    #[error("tensor {tensor}: {source}")]
+    Quant {
+        /// The tensor.
+        tensor: String,
+        /// Why.
+        source: QuantError,
+    },
+    /// The output file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The input or the options ask for something refused (as llama-quantize refuses it).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// One tensor as it was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorReport {
+    /// Its position (1-based) and the number of tensors.
+    pub index: (usize, usize),
+    /// Its name.
+    pub name: String,
+    /// Its dims.
+    pub dims: Vec<u64>,
+    /// Its type in the input and in the output.
+    pub from: GgmlType,
+    /// Its type in the output.
+    pub to: GgmlType,
+    /// Bytes in the input and in the output.
+    pub bytes: (u64, u64),
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuantizeReport {
+    /// Tensors written.
+    pub tensors: usize,
+    /// Tensors converted to another type.
+    pub converted: usize,
+    /// Tensor bytes in and out.
+    pub bytes: (u64, u64),
+    /// Tensors whose rows did not fit the mix's type, given a fallback type.
+    pub fallbacks: usize,
+}
+
+fn facts(file: &GgufFile) -> ModelFacts {
+    let md = file.metadata();
+    let arch = md.architecture().unwrap_or("").to_string();
+    let first = |field: &str| -> u32 {
+        match md.get(&format!("{arch}.{field}")) {
+            Some(Value::Array(a)) => a
+                .to_i64_vec()
+                .and_then(|v| v.first().copied())
+                .map_or(0, |x| x.clamp(0, u32::MAX as i64) as u32),
+            Some(v) => v
+                .as_integer()
+                .map_or(0, |x| x.clamp(0, u32::MAX as i128) as u32),
+            None => 0,
+        }
+    };
+    let n_head = first("attention.head_count");
+    let n_head_kv = match md.contains(&format!("{arch}.attention.head_count_kv")) {
+        true => first("attention.head_count_kv"),
+        false => n_head,
+    };
+    let n_layer = first("block_count");
+    ModelFacts {
+        n_gqa: n_head.checked_div(n_head_kv).unwrap_or(0),
+        n_expert: first("expert_count"),
+        is_70b: arch == "llama" && n_layer == 80 && n_head != n_head_kv,
+        n_layer,
+        arch,
+    }
+}
+
+/// The dims ggml counts (`ggml_n_dims`: trailing 1s dropped, at least 1).
+fn n_dims(dims: &[u64]) -> usize {
+    dims.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1)
+}
+
+/// The tensors' order in llama.cpp's loader: by layer (`blk.N.`, the rest first), then name.
+fn llama_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let layer = |s: &str| -> i64 {
+        s.strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(-1)
+    };
+    layer(a).cmp(&layer(b)).then_with(|| a.cmp(b))
+}
+
+/// The output types of every tensor of `file` (in llama.cpp's order) under `opts`.
+fn plan(
+    file: &GgufFile,
+    opts: &QuantizeOptions,
+) -> Result<(Vec<TensorSpec>, usize), QuantizeError> {
+    let ft = opts.ftype;
+    let m = facts(file);
+    let mut order: Vec<usize> = (0..file.tensors().len()).collect();
+    order.sort_by(|&a, &b| llama_order(file.tensors()[a].name(), file.tensors()[b].name()));
+    let mut st = MixState {
+        has_tied_embeddings: file.tensor_info("output.weight").is_none(),
+        n_attention_wv: file
+            .tensors()
+            .iter()
+            .filter(|t| {
+                matches!(
+                    Category::of(t.name()),
+                    Category::AttnV | Category::AttnQkv | Category::AttnKvB
+                )
+            })
+            .count() as u32,
+        ..MixState::default()
+    };
+    let default = ft.default_type();
+    let mut specs = Vec::with_capacity(order.len());
+    for i in order {
+        let t = &file.tensors()[i];
+        let (name, dims) = (t.name(), t.dims());
+        let mut to = t.ggml_type();
+        if mix::allows_quantization(name, n_dims(dims), !opts.leave_output) {
+            to = default;
+            if default.is_quantized() {
+                let ne0 = dims.first().copied().unwrap_or(1);
+                let ne2 = dims.get(2).copied().unwrap_or(1);
+                if !opts.pure {
+                    to = mix::mix_type(&mut st, &m, to, name, ne0, ne2, ft, Category::of(name))
+                        .map_err(QuantizeError::Refused)?;
+                }
+                to = mix::fallback(&mut st, to, ne0).map_err(QuantizeError::Refused)?;
+            }
+            if mix::requires_imatrix(name, to, ft) {
+                return Err(QuantizeError::Refused(format!(
+                    "{name}: {} needs an importance matrix (kestrel has none yet; llama-quantize refuses it too without one)",
+                    to
+                )));
+            }
+        }
+        specs.push(TensorSpec {
+            name: name.to_string(),
+            ggml_type: to,
+            dims: dims.to_vec(),
+        });
+    }
+    Ok((specs, st.n_fallback as usize))
+}
+
+/// The output's metadata: the input's keys in order (split keys dropped), then
+/// `general.quantization_version` and `general.file_type`, as llama.cpp's `gguf_set_val_*`
+/// re-adds them at the end.
+fn metadata(file: &GgufFile, ft: FileType) -> Vec<(String, MetadataValue)> {
+    const DROP: &[&str] = &[
+        "general.quantization_version",
+        "general.file_type",
+        "split.no",
+        "split.count",
+        "split.tensors.count",
+    ];
+    let mut md: Vec<(String, MetadataValue)> = file
+        .metadata()
+        .iter()
+        .filter(|(k, _)| !DROP.contains(k))
+        .map(|(k, v)| (k.to_string(), v.to_owned_value()))
+        .collect();
+    md.push((
+        "general.quantization_version".into(),
+        MetadataValue::U32(QUANTIZATION_VERSION),
+    ));
+    md.push(("general.file_type".into(), MetadataValue::U32(ft.id())));
+    md
+}
+
+/// Quantizes `input` into `output` (written through a temporary file renamed into place);
+/// `on_tensor` hears of each tensor as it is written.
+///
+/// # Errors
+/// `Refused` for a split input, a quantized input tensor without `allow_requantize`, a type
+/// that needs an importance matrix, or a type kestrel cannot quantize to yet; `Gguf`, `Quant`
+/// or `Io` for unreadable input and failed writes.
+pub fn quantize_file(
+    input: &Path,
+    output: &Path,
+    opts: &QuantizeOptions,
+    on_tensor: &mut dyn FnMut(&TensorReport),
+) -> Result<QuantizeReport, QuantizeError> {
+    let file = GgufFile::open(input)?;
+    if file
+        .metadata()
+        .get("split.count")
+        .and_then(|v| v.as_integer())
+        .is_some_and(|n| n > 1)
+    {
+        return Err(QuantizeError::Refused(
+            "split input files are not supported yet: merge them first (kestrel's GGUF reader opens splits)".into(),
+        ));
+    }
+    let (specs, fallbacks) = plan(&file, opts)?;
+    for s in &specs {
+        let t = file
+            .tensor_info(&s.name)
+            .ok_or_else(|| QuantizeError::Refused(format!("tensor {} vanished", s.name)))?;
+        if s.ggml_type != t.ggml_type() {
+            if t.ggml_type().is_quantized() && !opts.allow_requantize {
+                return Err(QuantizeError::Refused(format!(
+                    "{}: requantizing from {} is disabled (pass --allow-requantize)",
+                    s.name,
+                    t.ggml_type()
+                )));
+            }
+            if !quant::can_quantize(s.ggml_type) {
+                return Err(QuantizeError::Refused(format!(
+                    "{}: kestrel cannot quantize to {} yet",
+                    s.name, s.ggml_type
+                )));
+            }
+        }
+    }
+    let io = |source| QuantizeError::Io {
+        path: output.to_path_buf(),
+        source,
+    };
+    let tmp = output.with_extension("gguf.tmp");
+    let sink = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(&tmp).map_err(io)?);
+    let md = metadata(&file, opts.ftype);
+    let mut w = GgufStreamWriter::new(sink, file.alignment(), &md, &specs)?;
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let mut report = QuantizeReport {
+        fallbacks,
+        ..QuantizeReport::default()
+    };
+    let mut f32_buf: Vec<f32> = Vec::new();
+    let mut out_buf: Vec<u8> = Vec::new();
+    let n = specs.len();
+    for (i, s) in specs.iter().enumerate() {
+        let t = file.tensor(&s.name)?;
+        let from = t.info.ggml_type();
+        let data = t.data;
+        let bytes_out = if from == s.ggml_type {
+            w.write(data)?;
+            data.len() as u64
+        } else {
+            convert(
+                &s.name,
+                data,
+                from,
+                s.ggml_type,
+                &s.dims,
+                threads,
+                &mut f32_buf,
+                &mut out_buf,
+                &mut w,
+            )?
+        };
+        report.tensors += 1;
+        report.converted += usize::from(from != s.ggml_type);
+        report.bytes.0 += data.len() as u64;
+        report.bytes.1 += bytes_out;
+        on_tensor(&TensorReport {
+            index: (i + 1, n),
+            name: s.name.clone(),
+            dims: s.dims.clone(),
+            from,
+            to: s.ggml_type,
+            bytes: (data.len() as u64, bytes_out),
+        });
+    }
+    let mut sink = w.finish()?;
+    sink.flush().map_err(io)?;
+    drop(sink);
+    std::fs::rename(&tmp, output).map_err(io)?;
+    Ok(report)
+}
+
+/// Converts one tensor in slabs of rows, each slab's rows split over `threads` threads.
+#[allow(clippy::too_many_arguments)]
+fn convert<W: Write>(
+    name: &str,
+    data: &[u8],
+    from: GgmlType,
+    to: GgmlType,
+    dims: &[u64],
+    threads: usize,
+    f32_buf: &mut Vec<f32>,
+    out_buf: &mut Vec<u8>,
+    w: &mut GgufStreamWriter<W>,
+) -> Result<u64, QuantizeError> {
+    let qerr = |source| QuantizeError::Quant {
+        tensor: name.to_string(),
+        source,
+    };
+    let ne0 = dims.first().copied().unwrap_or(1);
+    let bad = || QuantizeError::Refused(format!("{name}: rows of {ne0} do not fit its types"));
+    let row_in = from.row_bytes(ne0).ok_or_else(bad)? as usize;
+    let row_out = to.row_bytes(ne0).ok_or_else(bad)? as usize;
+    let ne0 = ne0 as usize;
+    let n_rows = data.len().checked_div(row_in).unwrap_or(0);
+    let slab = (SLAB_BYTES / (ne0 * 4).max(1)).clamp(1, n_rows.max(1));
+    let mut total = 0u64;
+    for r0 in (0..n_rows).step_by(slab) {
+        let rows = slab.min(n_rows - r0);
+        f32_buf.clear();
+        f32_buf.resize(rows * ne0, 0.0);
+        out_buf.clear();
+        out_buf.resize(rows * row_out, 0);
+        let src = &data[r0 * row_in..(r0 + rows) * row_in];
+        let per = rows.div_ceil(threads.max(1));
+        std::thread::scope(|scope| -> Result<(), QuantizeError> {
+            let jobs: Vec<_> = src
+                .chunks(per * row_in)
+                .zip(f32_buf.chunks_mut(per * ne0))
+                .zip(out_buf.chunks_mut(per * row_out))
+                .map(|((s, f), o)| {
+                    scope.spawn(move || -> Result<(), QuantError> {
+                        quant::dequantize(from, s, f)?;
+                        quant::quantize(to, f, o)
+                    })
+                })
+                .collect();
+            for j in jobs {
+                j.join()
+                    .map_err(|_| QuantizeError::Refused(format!("{name}: a worker panicked")))?
+                    .map_err(qerr)?;
+            }
+            Ok(())
+        })?;
+        w.write(out_buf)?;
+        total += out_buf.len() as u64;
+    }
+    Ok(total)
+}
