@@ -32,6 +32,7 @@ pub mod iq1;
 pub mod iq2;
 pub mod iq3;
 pub mod iq4_nl;
+mod iq4_quantize;
 pub mod iq4_xs;
 pub mod iq_grids;
 pub mod mxfp4;
@@ -57,6 +58,7 @@ pub use iq1::{BlockIQ1M, BlockIQ1S};
 pub use iq2::{BlockIQ2S, BlockIQ2XS, BlockIQ2XXS};
 pub use iq3::{BlockIQ3S, BlockIQ3XXS};
 pub use iq4_nl::BlockIQ4NL;
+pub use iq4_quantize::{quantize_block_iq4_nl, quantize_block_iq4_xs};
 pub use iq4_xs::BlockIQ4XS;
 pub use mxfp4::BlockMXFP4;
 pub use q2_k::BlockQ2K;
@@ -176,6 +178,24 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), Quan
             ty,
             op: QuantOp::Dequantize,
         }),
+    }
+}
+
+/// Whether [`quantize_chunk`] can write `ty`.
+pub fn can_quantize_chunk(ty: GgmlType) -> bool {
+    can_quantize(ty) || matches!(ty, GgmlType::IQ4NL | GgmlType::IQ4XS)
+}
+
+/// Quantizes `src` into `out` as `llama-quantize` does (ggml's `ggml_quantize_chunk` without
+/// an importance matrix): the reference algorithm of [`quantize`] for the types that have one
+/// in that path, and IQ4_NL and IQ4_XS with ggml's 7 scale trials per block.
+///
+/// # Errors
+/// As [`quantize`].
+pub fn quantize_chunk(ty: GgmlType, src: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    match ty {
+        GgmlType::IQ4NL | GgmlType::IQ4XS => iq4_quantize::quantize_bytes(ty, src, out),
+        _ => quantize(ty, src, out),
     }
 }
 

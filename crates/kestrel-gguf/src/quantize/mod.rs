@@ -274,7 +274,7 @@ pub fn quantize_file(
                     t.ggml_type()
                 )));
             }
-            if !quant::can_quantize(s.ggml_type) {
+            if !quant::can_quantize_chunk(s.ggml_type) {
                 return Err(QuantizeError::Refused(format!(
                     "{}: kestrel cannot quantize to {} yet",
                     s.name, s.ggml_type
@@ -382,7 +382,7 @@ fn convert<W: Write>(
                 .map(|((s, f), o)| {
                     scope.spawn(move || -> Result<(), QuantError> {
                         quant::dequantize(from, s, f)?;
-                        quant::quantize(to, f, o)
+                        quant::quantize_chunk(to, f, o)
                     })
                 })
                 .collect();
