@@ -66,6 +66,105 @@ fn quantize_matches_llama_quantize_byte_for_byte() {
     assert!(checked >= 80, "{checked} files checked");
 }
 
+/// A synthetic importance matrix for every quantizable matrix of `model` (GGUF, as
+/// `llama-imatrix` writes it: `<name>.in_sum2` and `<name>.counts`; deterministic values).
+fn synthetic_imatrix(model: &[u8]) -> Vec<u8> {
+    use kestrel_gguf::{GgufFile, GgufWriter, MetadataValue, ValueType};
+    let file = GgufFile::from_bytes(model.to_vec()).expect("model");
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.type", "imatrix");
+    w.add_metadata(
+        "imatrix.datasets",
+        MetadataValue::Array {
+            element_type: ValueType::String,
+            items: vec![MetadataValue::String("synthetic.txt".into())],
+        },
+    );
+    w.add_metadata("imatrix.chunk_count", MetadataValue::U32(3));
+    w.add_metadata("imatrix.chunk_size", MetadataValue::U32(512));
+    let mut seed = 1u64;
+    for t in file.tensors() {
+        let name = t.name();
+        let dims = t.dims();
+        if dims.len() < 2 || !name.ends_with("weight") || name.contains("norm") {
+            continue;
+        }
+        if name == "token_embd.weight" {
+            continue;
+        }
+        let (ne0, ne2) = (dims[0], dims.get(2).copied().unwrap_or(1));
+        let sums: Vec<f32> = (0..ne0 * ne2)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                1.0 + ((seed >> 40) as f32 / (1u64 << 24) as f32) * 100.0
+            })
+            .collect();
+        w.add_f32_tensor(&format!("{name}.in_sum2"), &[ne0 * ne2], &sums)
+            .expect("sums");
+        w.add_f32_tensor(&format!("{name}.counts"), &[ne2], &vec![50.0; ne2 as usize])
+            .expect("counts");
+    }
+    w.to_bytes().expect("imatrix")
+}
+
+/// With an importance matrix too (`golden.json`'s `imatrix` section: llama-quantize run with
+/// `--imatrix imatrix.gguf` from the inputs' folder, so the file name it records is the same).
+#[test]
+fn quantize_with_an_imatrix_matches_llama_quantize() {
+    use kestrel_gguf::quantize::Imatrix;
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("quantize/golden.json")).expect("golden"),
+    )
+    .expect("json");
+    let skeletons = files::read_skeletons(&fixtures().join("archs/skeletons.json"));
+    let dir = std::env::temp_dir().join(format!("kestrel-quantize-i-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut checked = 0;
+    for (stem, mixes) in golden["imatrix"].as_object().expect("imatrix section") {
+        let bytes = files::build_bytes_as(&skeletons[stem.as_str()], 1, 0.1, |_, _| {
+            kestrel_gguf::GgmlType::F32
+        });
+        let imatrix = synthetic_imatrix(&bytes);
+        let input = dir.join(format!("{stem}.gguf"));
+        std::fs::write(&input, &bytes).expect("input");
+        let im_path = dir.join(format!("{stem}.imatrix.gguf"));
+        std::fs::write(&im_path, imatrix).expect("imatrix");
+        if let Ok(d) = std::env::var("KESTREL_QUANT_INPUTS") {
+            std::fs::copy(&im_path, Path::new(&d).join(format!("{stem}.imatrix.gguf")))
+                .expect("copy");
+            continue;
+        }
+        let mut im = Imatrix::load(&im_path).expect("load imatrix");
+        im.file = "imatrix.gguf".into();
+        for (mix, sha) in mixes.as_object().expect("mixes") {
+            let output = dir.join(format!("{stem}-{mix}.gguf"));
+            let opts = QuantizeOptions {
+                threads: 2,
+                imatrix: Some(im.clone()),
+                ..QuantizeOptions::new(FileType::parse(mix).expect("mix"))
+            };
+            quantize_file(&input, &output, &opts, &mut |_| {}).expect("quantize");
+            let got = format!(
+                "{:x}",
+                Sha256::digest(std::fs::read(&output).expect("output"))
+            );
+            assert_eq!(
+                got,
+                sha.as_str().expect("sha"),
+                "{stem} {mix} with an imatrix"
+            );
+            std::fs::remove_file(&output).ok();
+            checked += 1;
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    if std::env::var("KESTREL_QUANT_INPUTS").is_err() {
+        assert!(checked >= 18, "{checked} files checked");
+    }
+}
+
 #[test]
 fn quantize_refuses_what_llama_quantize_refuses() {
     let skeletons = files::read_skeletons(&fixtures().join("archs/skeletons.json"));

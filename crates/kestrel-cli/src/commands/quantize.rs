@@ -1,13 +1,13 @@
 //! `kestrel quantize IN.gguf OUT.gguf TYPE [-t N] [--allow-requantize] [--leave-output-tensor]
-//! [--pure]`: a model re-encoded in one of llama-quantize's mixes, byte for byte what
-//! `llama-quantize` writes (no importance matrix yet).
+//! [--pure] [--imatrix FILE]`: a model re-encoded in one of llama-quantize's mixes, byte for
+//! byte what `llama-quantize` writes.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
-use kestrel_gguf::quantize::{quantize_file, FileType, QuantizeOptions};
+use kestrel_gguf::quantize::{quantize_file, FileType, Imatrix, QuantizeOptions};
 
 #[derive(Args, Debug)]
 pub struct QuantizeArgs {
@@ -30,6 +30,9 @@ pub struct QuantizeArgs {
     /// Give every tensor the mix's default type (no k-quant mixture).
     #[arg(long)]
     pub pure: bool,
+    /// An importance matrix from llama-imatrix (GGUF format).
+    #[arg(long)]
+    pub imatrix: Option<PathBuf>,
     /// Print nothing per tensor.
     #[arg(short, long)]
     pub quiet: bool,
@@ -43,7 +46,12 @@ pub fn run(args: &QuantizeArgs) -> Result<(), String> {
             FileType::names().collect::<Vec<_>>().join(", ")
         )
     })?;
+    let imatrix = match &args.imatrix {
+        Some(p) => Some(Imatrix::load(p).map_err(|e| e.to_string())?),
+        None => None,
+    };
     let opts = QuantizeOptions {
+        imatrix,
         threads: args.threads,
         allow_requantize: args.allow_requantize,
         leave_output: args.leave_output_tensor,

@@ -215,6 +215,30 @@ pub(crate) fn quantize_bytes(ty: GgmlType, src: &[f32], out: &mut [u8]) -> Resul
     Ok(())
 }
 
+/// One row of IQ4_NL or IQ4_XS blocks with importance weights (one per column).
+pub(crate) fn quantize_bytes_weighted(
+    ty: GgmlType,
+    src: &[f32],
+    out: &mut [u8],
+    qw: &[f32],
+) -> Result<(), QuantError> {
+    check_bytes(ty, QuantOp::Quantize, src.len(), out.len())?;
+    let (bs, size) = (ty.block_size(), ty.type_size());
+    for (i, (x, o)) in src
+        .chunks_exact(bs)
+        .zip(out.chunks_exact_mut(size))
+        .enumerate()
+    {
+        let w = qw.get(i * bs..i * bs + bs);
+        if let Ok(x) = <&[f32; QK4_NL]>::try_from(x) {
+            o.copy_from_slice(bytemuck::bytes_of(&quantize_block_iq4_nl(x, w)));
+        } else if let Ok(x) = <&[f32; QK_K]>::try_from(x) {
+            o.copy_from_slice(bytemuck::bytes_of(&quantize_block_iq4_xs(x, w)));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

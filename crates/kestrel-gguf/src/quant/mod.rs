@@ -48,6 +48,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_k;
 pub mod tq;
+pub mod weighted;
 
 #[cfg(test)]
 mod tests;

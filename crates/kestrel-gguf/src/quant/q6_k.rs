@@ -56,6 +56,12 @@ pub fn dequantize_block(b: &BlockQ6K, y: &mut [f32; QK_K]) {
 
 /// Quantizes one super-block (ggml's `quantize_row_q6_K_ref` body).
 pub fn quantize_block(x: &[f32; QK_K]) -> BlockQ6K {
+    quantize_block_weighted(x, None)
+}
+
+/// Quantizes one super-block with importance weights `qw` (256 values) when given (ggml's
+/// `quantize_row_q6_K_impl`: the reference with the weights in each group's fit).
+pub fn quantize_block_weighted(x: &[f32; QK_K], qw: Option<&[f32]>) -> BlockQ6K {
     let mut l = [0i8; QK_K];
     let mut scales = [0f32; QK_K / 16];
     let mut max_scale = 0.0f32;
@@ -66,7 +72,7 @@ pub fn quantize_block(x: &[f32; QK_K]) -> BlockQ6K {
             &x[16 * ib..16 * ib + 16],
             &mut l[16 * ib..16 * ib + 16],
             1,
-            None,
+            qw.and_then(|w| w.get(16 * ib..16 * ib + 16)),
         );
         scales[ib] = scale;
         let abs_scale = scale.abs();

@@ -7,12 +7,14 @@
 //! converted in slabs of rows over `threads` threads and written out before the next.
 
 mod ftype;
+mod imatrix;
 mod mix;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub use ftype::FileType;
+pub use imatrix::Imatrix;
 
 use crate::quant::{self, QuantError};
 use crate::{GgmlType, GgufError, GgufFile, GgufStreamWriter, MetadataValue, TensorSpec, Value};
@@ -37,6 +39,8 @@ pub struct QuantizeOptions {
     pub leave_output: bool,
     /// Every quantizable tensor gets the mix's default type (`--pure`).
     pub pure: bool,
+    /// The importance matrix (`--imatrix`).
+    pub imatrix: Option<Imatrix>,
 }
 
 impl QuantizeOptions {
@@ -48,6 +52,7 @@ impl QuantizeOptions {
             allow_requantize: false,
             leave_output: false,
             pure: false,
+            imatrix: None,
         }
     }
 }
@@ -166,6 +171,7 @@ fn plan(
     let mut order: Vec<usize> = (0..file.tensors().len()).collect();
     order.sort_by(|&a, &b| llama_order(file.tensors()[a].name(), file.tensors()[b].name()));
     let mut st = MixState {
+        has_imatrix: opts.imatrix.is_some(),
         has_tied_embeddings: file.tensor_info("output.weight").is_none(),
         n_attention_wv: file
             .tensors()
@@ -196,7 +202,7 @@ fn plan(
                 }
                 to = mix::fallback(&mut st, to, ne0).map_err(QuantizeError::Refused)?;
             }
-            if mix::requires_imatrix(name, to, ft) {
+            if opts.imatrix.is_none() && mix::requires_imatrix(name, to, ft) {
                 return Err(QuantizeError::Refused(format!(
                     "{name}: {} needs an importance matrix (kestrel has none yet; llama-quantize refuses it too without one)",
                     to
@@ -215,7 +221,8 @@ fn plan(
 /// The output's metadata: the input's keys in order (split keys dropped), then
 /// `general.quantization_version` and `general.file_type`, as llama.cpp's `gguf_set_val_*`
 /// re-adds them at the end.
-fn metadata(file: &GgufFile, ft: FileType) -> Vec<(String, MetadataValue)> {
+fn metadata(file: &GgufFile, opts: &QuantizeOptions) -> Vec<(String, MetadataValue)> {
+    let ft = opts.ftype;
     const DROP: &[&str] = &[
         "general.quantization_version",
         "general.file_type",
@@ -234,6 +241,30 @@ fn metadata(file: &GgufFile, ft: FileType) -> Vec<(String, MetadataValue)> {
         MetadataValue::U32(QUANTIZATION_VERSION),
     ));
     md.push(("general.file_type".into(), MetadataValue::U32(ft.id())));
+    if let Some(im) = &opts.imatrix {
+        // llama-quantize's overrides: strings cut to 127 bytes, counts as u32.
+        let cut = |s: &str| {
+            let mut end = s.len().min(127);
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            MetadataValue::String(s[..end].to_string())
+        };
+        md.push(("quantize.imatrix.file".into(), cut(&im.file)));
+        if let Some(d) = im.datasets.first() {
+            md.push(("quantize.imatrix.dataset".into(), cut(d)));
+        }
+        md.push((
+            "quantize.imatrix.entries_count".into(),
+            MetadataValue::U32(im.entries.len() as u32),
+        ));
+        if im.chunks > 0 {
+            md.push((
+                "quantize.imatrix.chunks_count".into(),
+                MetadataValue::U32(im.chunks),
+            ));
+        }
+    }
     md
 }
 
@@ -288,7 +319,7 @@ pub fn quantize_file(
     };
     let tmp = output.with_extension("gguf.tmp");
     let sink = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(&tmp).map_err(io)?);
-    let md = metadata(&file, opts.ftype);
+    let md = metadata(&file, opts);
     let mut w = GgufStreamWriter::new(sink, file.alignment(), &md, &specs)?;
     let threads = match opts.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -309,12 +340,14 @@ pub fn quantize_file(
             w.write(data)?;
             data.len() as u64
         } else {
+            let im = tensor_imatrix(opts, &s.name, s.ggml_type, &s.dims)?;
             convert(
                 &s.name,
                 data,
                 from,
                 s.ggml_type,
                 &s.dims,
+                im,
                 threads,
                 &mut f32_buf,
                 &mut out_buf,
@@ -341,7 +374,43 @@ pub fn quantize_file(
     Ok(report)
 }
 
-/// Converts one tensor in slabs of rows, each slab's rows split over `threads` threads.
+/// The importance weights of tensor `name` (one row of `ne0` per expert), as llama-quantize
+/// picks them: none where the matrix has no entry (an error where the type needs one), an
+/// error where the entry's size does not fit (the token embeddings aside).
+fn tensor_imatrix<'a>(
+    opts: &'a QuantizeOptions,
+    name: &str,
+    to: GgmlType,
+    dims: &[u64],
+) -> Result<Option<&'a [f32]>, QuantizeError> {
+    let ne0 = dims.first().copied().unwrap_or(1);
+    let ne2 = dims.get(2).copied().unwrap_or(1);
+    let im = match opts.imatrix.as_ref().and_then(|m| m.entries.get(name)) {
+        Some(e) if e.len() as u64 == ne0 * ne2 => Some(&e[..]),
+        Some(e) if !mix::is_token_embd(name) => {
+            return Err(QuantizeError::Refused(format!(
+                "importance matrix size {} is different from tensor size {} for {name}",
+                e.len(),
+                ne0 * ne2
+            )))
+        }
+        _ => None,
+    };
+    if im.is_none() && mix::requires_imatrix(name, to, opts.ftype) {
+        return Err(QuantizeError::Refused(format!(
+            "missing importance matrix for tensor {name} in a very low-bit quantization ({to})"
+        )));
+    }
+    if im.is_some() && to.is_quantized() && !quant::weighted::supports_weights(to) {
+        return Err(QuantizeError::Refused(format!(
+            "{name}: kestrel cannot quantize to {to} with an importance matrix yet"
+        )));
+    }
+    Ok(im.filter(|_| to.is_quantized()))
+}
+
+/// Converts one tensor in slabs of rows, each slab's rows split over `threads` threads; with
+/// importance weights, row by row (each expert's rows with its own weights).
 #[allow(clippy::too_many_arguments)]
 fn convert<W: Write>(
     name: &str,
@@ -349,6 +418,7 @@ fn convert<W: Write>(
     from: GgmlType,
     to: GgmlType,
     dims: &[u64],
+    im: Option<&[f32]>,
     threads: usize,
     f32_buf: &mut Vec<f32>,
     out_buf: &mut Vec<u8>,
@@ -374,15 +444,30 @@ fn convert<W: Write>(
         out_buf.resize(rows * row_out, 0);
         let src = &data[r0 * row_in..(r0 + rows) * row_in];
         let per = rows.div_ceil(threads.max(1));
+        let ne1 = dims.get(1).copied().unwrap_or(1).max(1) as usize;
         std::thread::scope(|scope| -> Result<(), QuantizeError> {
             let jobs: Vec<_> = src
                 .chunks(per * row_in)
                 .zip(f32_buf.chunks_mut(per * ne0))
                 .zip(out_buf.chunks_mut(per * row_out))
-                .map(|((s, f), o)| {
+                .enumerate()
+                .map(|(k, ((s, f), o))| {
                     scope.spawn(move || -> Result<(), QuantError> {
                         quant::dequantize(from, s, f)?;
-                        quant::quantize_chunk(to, f, o)
+                        let Some(im) = im else {
+                            return quant::quantize_chunk(to, f, o);
+                        };
+                        let first = r0 + k * per;
+                        for (j, (fr, or)) in f
+                            .chunks_exact(ne0)
+                            .zip(o.chunks_exact_mut(row_out))
+                            .enumerate()
+                        {
+                            let e = (first + j) / ne1;
+                            let w = &im[e * ne0..(e + 1) * ne0];
+                            quant::weighted::quantize_rows(to, fr, or, ne0, w)?;
+                        }
+                        Ok(())
                     })
                 })
                 .collect();
