@@ -1,13 +1,19 @@
 //! Quantization with an importance matrix, as `llama-quantize --imatrix` does it (ggml's
-//! `quantize_row_*_impl` for Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; Q8_0 ignores the
+//! `quantize_row_*_impl` for Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K; Q8_0 ignores the
 //! weights), float operation for float operation so the blocks are ggml's. The weights are one
 //! value per column of the row (llama.cpp's imatrix entry: mean squared activation).
+
+// The loops index as ggml's C does, so each line can be checked against it.
+#![allow(clippy::needless_range_loop)]
 
 use half::f16;
 
 use super::common::{check_bytes, make_qx_quants, nearest_int, GROUP_MAX_EPS};
 use super::q4_k::requantize;
-use super::{BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, QuantError, QuantOp};
+use super::{
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, QuantError,
+    QuantOp,
+};
 use crate::GgmlType;
 
 const QK_K: usize = 256;
@@ -294,6 +300,154 @@ fn q5_k_block(x: &[f32; QK_K], qw: &[f32]) -> BlockQ5K {
     }
 }
 
+fn q2_k_block(x: &[f32; QK_K], qw: &[f32]) -> BlockQ2K {
+    let mut sumx2 = 0.0f32;
+    for &v in x {
+        sumx2 += v * v;
+    }
+    let sigma2 = sumx2 / QK_K as f32;
+    let mut l = [0u8; QK_K];
+    let mut l_aux = [0u8; 16];
+    let (mut scales, mut mins, mut sw) = ([0f32; 16], [0f32; 16], [0f32; 16]);
+    for j in 0..QK_K / 16 {
+        let mut weight = [0f32; 16];
+        for k in 0..16 {
+            let v = x[16 * j + k];
+            weight[k] = qw[16 * j + k] * (sigma2 + v * v).sqrt();
+        }
+        for &w in &weight {
+            sw[j] += w;
+        }
+        let (s, m) = make_qkx3_quants(
+            3,
+            &x[16 * j..16 * j + 16],
+            &weight,
+            &mut l[16 * j..16 * j + 16],
+            &mut l_aux,
+            -0.9,
+            0.05,
+            36,
+        );
+        scales[j] = s;
+        mins[j] = m;
+    }
+    let (mut ls, mut lm) = ([0u8; 16], [0u8; 16]);
+    let dm = make_qp_quants(15, &scales, &mut ls, &sw);
+    let mm = make_qp_quants(15, &mins, &mut lm, &sw);
+    let mut b = BlockQ2K {
+        scales: [0; 16],
+        qs: [0; QK_K / 4],
+        d: f16::from_f32(dm),
+        dmin: f16::from_f32(mm),
+    };
+    let (dm, mm) = (b.d.to_f32(), b.dmin.to_f32());
+    for j in 0..16 {
+        b.scales[j] = ls[j] | (lm[j] << 4);
+    }
+    for j in 0..16 {
+        let d = dm * (b.scales[j] & 0xf) as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let m = mm * (b.scales[j] >> 4) as f32;
+        for ii in 0..16 {
+            l[16 * j + ii] = nearest_int((x[16 * j + ii] + m) / d).clamp(0, 3) as u8;
+        }
+    }
+    for j in (0..QK_K).step_by(128) {
+        for k in 0..32 {
+            b.qs[j / 4 + k] =
+                l[j + k] | (l[j + k + 32] << 2) | (l[j + k + 64] << 4) | (l[j + k + 96] << 6);
+        }
+    }
+    b
+}
+
+fn q3_k_block(x: &[f32; QK_K], qw: &[f32]) -> BlockQ3K {
+    let mut sumx2 = 0.0f32;
+    for &v in x {
+        sumx2 += v * v;
+    }
+    let sigma2 = 2.0 * sumx2 / QK_K as f32;
+    let mut l = [0i8; QK_K];
+    let (mut scales, mut sw) = ([0f32; 16], [0f32; 16]);
+    for j in 0..QK_K / 16 {
+        let mut weight = [0f32; 16];
+        for k in 0..16 {
+            let v = x[16 * j + k];
+            weight[k] = qw[16 * j + k] * (sigma2 + v * v).sqrt();
+        }
+        let mut sumw = 0.0f32;
+        for &w in &weight {
+            sumw += w;
+        }
+        sw[j] = sumw;
+        scales[j] = make_qx_quants(
+            4,
+            &x[16 * j..16 * j + 16],
+            &mut l[16 * j..16 * j + 16],
+            1,
+            Some(&weight),
+        );
+    }
+    let mut ls = [0i8; 16];
+    let d_block = make_qx_quants(32, &scales, &mut ls, 1, Some(&sw));
+    let mut b = BlockQ3K {
+        hmask: [0; QK_K / 8],
+        qs: [0; QK_K / 4],
+        scales: [0; 12],
+        d: f16::from_f32(d_block),
+    };
+    for j in 0..16 {
+        let mut v = ls[j] as i32;
+        if j < 8 {
+            b.scales[j] = (v & 0xf) as u8;
+        } else {
+            b.scales[j - 8] |= ((v & 0xf) << 4) as u8;
+        }
+        v >>= 4;
+        b.scales[j % 4 + 8] |= (v << (2 * (j / 4))) as u8;
+    }
+    let dd = b.d.to_f32();
+    for j in 0..16 {
+        let low = if j < 8 {
+            b.scales[j] & 0xf
+        } else {
+            b.scales[j - 8] >> 4
+        };
+        let sc = (low | (((b.scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) as i32 - 32;
+        let d = dd * sc as f32;
+        if d == 0.0 {
+            continue;
+        }
+        for ii in 0..16 {
+            l[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-4, 3) + 4) as i8;
+        }
+    }
+    let (mut m, mut hm) = (0usize, 1u8);
+    let mut lu = [0u8; QK_K];
+    for j in 0..QK_K {
+        let mut v = l[j] as u8;
+        if v > 3 {
+            b.hmask[m] |= hm;
+            v -= 4;
+        }
+        lu[j] = v;
+        m += 1;
+        if m == QK_K / 8 {
+            m = 0;
+            hm = hm.wrapping_shl(1);
+        }
+    }
+    for j in (0..QK_K).step_by(128) {
+        for k in 0..32 {
+            b.qs[j / 4 + k] =
+                lu[j + k] | (lu[j + k + 32] << 2) | (lu[j + k + 64] << 4) | (lu[j + k + 96] << 6);
+        }
+    }
+    b
+}
+
 /// The 32-value block types' row form (`quantize_row_q{4,5}_{0,1}_impl`): the weights scale by
 /// the row's mean square.
 fn legacy_row(ty: GgmlType, x: &[f32], qw: &[f32], out: &mut [u8]) {
@@ -385,6 +539,8 @@ pub fn supports_weights(ty: GgmlType) -> bool {
             | GgmlType::Q5_0
             | GgmlType::Q5_1
             | GgmlType::Q8_0
+            | GgmlType::Q2K
+            | GgmlType::Q3K
             | GgmlType::Q4K
             | GgmlType::Q5K
             | GgmlType::Q6K
@@ -449,6 +605,8 @@ pub fn quantize_rows(
                     match ty {
                         GgmlType::Q4K => ob.copy_from_slice(bytemuck::bytes_of(&q4_k_block(xb, w))),
                         GgmlType::Q5K => ob.copy_from_slice(bytemuck::bytes_of(&q5_k_block(xb, w))),
+                        GgmlType::Q2K => ob.copy_from_slice(bytemuck::bytes_of(&q2_k_block(xb, w))),
+                        GgmlType::Q3K => ob.copy_from_slice(bytemuck::bytes_of(&q3_k_block(xb, w))),
                         _ => ob.copy_from_slice(bytemuck::bytes_of(
                             &super::q6_k::quantize_block_weighted(xb, Some(w)),
                         )),
