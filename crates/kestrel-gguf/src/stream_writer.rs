@@ -62,7 +62,18 @@ impl<W: Write> GgufStreamWriter<W> {
     /// Writes the header of a file with `metadata` (in order, as given) and `tensors`, data
     /// aligned to `alignment` bytes (a power of two; `general.alignment` is not added here).
     pub fn new(
+        w: W,
+        alignment: u64,
+        metadata: &[(String, MetadataValue)],
+        tensors: &[TensorSpec],
+    ) -> Result<Self> {
+        Self::with_version(w, 3, alignment, metadata, tensors)
+    }
+
+    /// [`new`](Self::new) for GGUF version 2 or 3.
+    pub(crate) fn with_version(
         mut w: W,
+        version: u32,
         alignment: u64,
         metadata: &[(String, MetadataValue)],
         tensors: &[TensorSpec],
@@ -73,7 +84,7 @@ impl<W: Write> GgufStreamWriter<W> {
         }
         let mut head = Vec::new();
         head.extend_from_slice(b"GGUF");
-        head.extend_from_slice(&3u32.to_le_bytes());
+        head.extend_from_slice(&version.to_le_bytes());
         head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
         head.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
         let mut keys = std::collections::HashSet::new();

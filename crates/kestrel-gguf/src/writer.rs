@@ -9,7 +9,7 @@ use crate::error::{GgufError, Result};
 use crate::parse::DEFAULT_ALIGNMENT;
 use crate::tensor_info::MAX_DIMS;
 use crate::value::MetadataValue;
-use crate::GgmlType;
+use crate::{GgmlType, GgufStreamWriter, TensorSpec};
 
 struct PendingTensor {
     name: String,
@@ -175,36 +175,20 @@ impl GgufWriter {
     pub fn write_to(&self, w: &mut impl Write) -> Result<()> {
         self.check()?;
         let md = self.full_metadata();
-        let mut head = Vec::new();
-        head.extend_from_slice(b"GGUF");
-        head.extend_from_slice(&self.version.to_le_bytes());
-        head.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        head.extend_from_slice(&(md.len() as u64).to_le_bytes());
-        for (k, v) in &md {
-            put_str(&mut head, k);
-            head.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
-            put_value(&mut head, v);
-        }
-        let align = self.alignment;
-        let mut offset = 0u64;
+        let specs: Vec<TensorSpec> = self
+            .tensors
+            .iter()
+            .map(|t| TensorSpec {
+                name: t.name.clone(),
+                ggml_type: t.ggml_type,
+                dims: t.dims.clone(),
+            })
+            .collect();
+        let mut s = GgufStreamWriter::with_version(w, self.version, self.alignment, &md, &specs)?;
         for t in &self.tensors {
-            put_str(&mut head, &t.name);
-            head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
-            for d in &t.dims {
-                head.extend_from_slice(&d.to_le_bytes());
-            }
-            head.extend_from_slice(&t.ggml_type.id().to_le_bytes());
-            head.extend_from_slice(&offset.to_le_bytes());
-            offset = (offset + t.data.len() as u64).div_ceil(align) * align;
+            s.write(&t.data)?;
         }
-        let pad = |n: usize| (n as u64).div_ceil(align) * align - n as u64;
-        head.resize(head.len() + pad(head.len()) as usize, 0);
-        w.write_all(&head).map_err(GgufError::Write)?;
-        for t in &self.tensors {
-            w.write_all(&t.data).map_err(GgufError::Write)?;
-            w.write_all(&vec![0u8; pad(t.data.len()) as usize])
-                .map_err(GgufError::Write)?;
-        }
+        s.finish()?;
         Ok(())
     }
 

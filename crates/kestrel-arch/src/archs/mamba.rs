@@ -77,6 +77,20 @@ pub(crate) fn adjust(
     Ok(())
 }
 
+/// `attention.scale` where the file sets it (non-zero), as llama.cpp's `f_attention_scale`.
+fn attention_scale(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
+    if let Some(s) = model
+        .metadata()
+        .opt(&format!("{}.attention.scale", cfg.arch), |m, k| {
+            m.get_f32(k)
+        })?
+        .filter(|&s| s != 0.0)
+    {
+        cfg.attn_scale = s;
+    }
+    Ok(())
+}
+
 /// The layers with 0 KV heads are the recurrent ones (llama.cpp's `is_recr` for jamba,
 /// granitehybrid and LFM2).
 fn recurrent_where_no_kv_heads(cfg: &mut DecoderConfig) {
@@ -137,15 +151,7 @@ pub(crate) fn adjust_nemotron_h(
     cfg.ffn = crate::FfnKind::Plain;
     cfg.activation = crate::Activation::ReluSqr;
     cfg.ffn_scales = true;
-    if let Some(s) = model
-        .metadata()
-        .opt(&format!("{}.attention.scale", cfg.arch), |m, k| {
-            m.get_f32(k)
-        })?
-        .filter(|&s| s != 0.0)
-    {
-        cfg.attn_scale = s;
-    }
+    attention_scale(cfg, model)?;
     if model.tensor_info("blk.0.ffn_gate_inp.weight").is_some()
         || (0..cfg.n_layer).any(|il| {
             model
@@ -173,15 +179,7 @@ pub(crate) fn adjust_falcon_h1(
     cfg.rope.neox = true;
     cfg.rope.freq_factors = None;
     cfg.attn_out_bias = false;
-    if let Some(s) = model
-        .metadata()
-        .opt(&format!("{}.attention.scale", cfg.arch), |m, k| {
-            m.get_f32(k)
-        })?
-        .filter(|&s| s != 0.0)
-    {
-        cfg.attn_scale = s;
-    }
+    attention_scale(cfg, model)?;
     Ok(())
 }
 

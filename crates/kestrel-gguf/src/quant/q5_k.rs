@@ -75,6 +75,19 @@ pub fn quantize_block(x: &[f32; QK_K]) -> BlockQ5K {
     let (scales, d, dmin) = fit_scales_mins(x, &params, &mut l);
     requantize(x, &scales, d, dmin, 31, &mut l);
 
+    let (qh, qs) = pack(&l);
+    BlockQ5K {
+        d,
+        dmin,
+        scales,
+        qh,
+        qs,
+    }
+}
+
+/// The 5-bit levels of a super-block as Q5_K stores them: the fifth bits in `qh` (two bit
+/// planes per 64 values), the low nibbles in `qs`.
+pub(crate) fn pack(l: &[u8; QK_K]) -> ([u8; QK_K / 8], [u8; QK_K / 2]) {
     let mut qh = [0u8; QK_K / 8];
     let mut qs = [0u8; QK_K / 2];
     let mut m1: u8 = 1;
@@ -96,13 +109,7 @@ pub fn quantize_block(x: &[f32; QK_K]) -> BlockQ5K {
         m1 = m1.wrapping_shl(2);
         m2 = m2.wrapping_shl(2);
     }
-    BlockQ5K {
-        d,
-        dmin,
-        scales,
-        qh,
-        qs,
-    }
+    (qh, qs)
 }
 
 /// Dequantizes `blocks` into `out`, which must hold exactly `256 * blocks.len()` values.

@@ -271,26 +271,7 @@ fn q4_k_block(x: &[f32; QK_K], qw: &[f32]) -> BlockQ4K {
 
 fn q5_k_block(x: &[f32; QK_K], qw: &[f32]) -> BlockQ5K {
     let (d, dmin, scales, l) = k_block(x, qw, 31, true);
-    let mut qh = [0u8; QK_K / 8];
-    let mut qs = [0u8; QK_K / 2];
-    let (mut m1, mut m2) = (1u8, 2u8);
-    for p in 0..QK_K / 64 {
-        for j in 0..32 {
-            let mut l1 = l[64 * p + j];
-            if l1 > 15 {
-                l1 -= 16;
-                qh[j] |= m1;
-            }
-            let mut l2 = l[64 * p + j + 32];
-            if l2 > 15 {
-                l2 -= 16;
-                qh[j] |= m2;
-            }
-            qs[32 * p + j] = l1 | (l2 << 4);
-        }
-        m1 = m1.wrapping_shl(2);
-        m2 = m2.wrapping_shl(2);
-    }
+    let (qh, qs) = super::q5_k::pack(&l);
     BlockQ5K {
         d,
         dmin,
