@@ -74,14 +74,14 @@ fn converted(outtype: OutType) -> Option<PathBuf> {
     static F32: OnceLock<Option<PathBuf>> = OnceLock::new();
     static F16: OnceLock<Option<PathBuf>> = OnceLock::new();
     let cell = match outtype {
-        OutType::F32 => &F32,
         OutType::F16 => &F16,
+        _ => &F32,
     };
     cell.get_or_init(|| {
         let weights = test_model(MINILM_L6_V2_SAFETENSORS)?;
         let dir = weights.parent().unwrap();
         let out = scratch(&format!("{outtype:?}")).join("minilm.gguf");
-        let report = convert_hf(dir, &out, &ConvertOptions { outtype }).unwrap();
+        let report = convert_hf(dir, &out, &ConvertOptions::new(outtype)).unwrap();
         // 5 embedding tensors + 16 per layer.
         assert_eq!((report.arch.as_str(), report.tensors), ("bert", 5 + 6 * 16));
         Some(out)

@@ -1,5 +1,6 @@
-//! `kestrel convert DIR -o OUT [--outtype f32|f16]`: a Hugging Face checkpoint (BERT encoders
-//! for now) to GGUF, with kestrel's own converter.
+//! `kestrel convert DIR -o OUT [--outtype f32|f16|bf16|q8_0]`: a Hugging Face checkpoint
+//! (Llama/Mistral, Qwen2, Qwen3, Gemma 3 decoders; BERT encoders) to GGUF, with kestrel's own
+//! converter.
 
 use std::path::PathBuf;
 
@@ -14,16 +15,23 @@ pub struct ConvertArgs {
     /// The GGUF file to write.
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Element type of the matrices: f32 (exact) or f16.
+    /// Element type of the matrices: f32 (exact), f16, bf16 or q8_0 (bf16 and q8_0 for decoders).
     #[arg(long, default_value = "f32")]
     pub outtype: String,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 pub fn run(args: &ConvertArgs) -> Result<(), String> {
-    let outtype = OutType::parse(&args.outtype)
-        .ok_or_else(|| format!("--outtype {}: expected f32 or f16", args.outtype))?;
-    let r = convert_hf(&args.dir, &args.output, &ConvertOptions { outtype })
-        .map_err(|e| e.to_string())?;
+    let outtype = OutType::parse(&args.outtype).ok_or_else(|| {
+        format!(
+            "--outtype {}: expected f32, f16, bf16 or q8_0",
+            args.outtype
+        )
+    })?;
+    let opts = ConvertOptions::new(outtype).with_progress(!args.quiet);
+    let r = convert_hf(&args.dir, &args.output, &opts).map_err(|e| e.to_string())?;
     eprintln!(
         "wrote {} ({}, {} tensors, {} bytes)",
         args.output.display(),

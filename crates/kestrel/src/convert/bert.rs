@@ -242,13 +242,7 @@ pub(super) fn convert(
         .unwrap_or_else(|| "bert".into());
     w.add_metadata("general.architecture", "bert");
     w.add_metadata("general.name", name);
-    w.add_metadata(
-        "general.file_type",
-        match opts.outtype {
-            OutType::F32 => 0u32,
-            OutType::F16 => 1u32,
-        },
-    );
+    w.add_metadata("general.file_type", opts.outtype.file_type());
     w.add_metadata("bert.context_length", n_ctx as u32);
     w.add_metadata("bert.embedding_length", n_embd as u32);
     w.add_metadata("bert.feed_forward_length", n_ff as u32);

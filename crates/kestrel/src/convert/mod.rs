@@ -2,22 +2,31 @@
 //! the tokenizer files) to GGUF, written by kestrel's own GGUF writer with the tensor names and
 //! metadata llama.cpp's `convert_hf_to_gguf.py` uses, so either engine reads the result.
 //!
-//! Supported: BERT encoders (`BertModel`, e.g. sentence-transformers' all-MiniLM-L6-v2), F32
-//! or F16 output. Everything is held in memory while writing: meant for encoder-sized models.
+//! Supported: decoders (Llama/Mistral, Qwen2/2.5, Qwen3, Gemma 3; [`decoder`]) with their
+//! tokenizers (BPE `tokenizer.json` with the pre-tokenizer name llama.cpp would choose, or a
+//! SentencePiece `tokenizer.model`), streamed from the memory-mapped shards to F32, F16, BF16
+//! or Q8_0; and BERT encoders (`BertModel`, e.g. sentence-transformers' all-MiniLM-L6-v2), F32
+//! or F16, held in memory (encoder-sized). Anything else is refused with the list of what is
+//! supported.
 //!
 //! ```no_run
 //! use kestrel::convert::{convert_hf, ConvertOptions, OutType};
 //! let report = convert_hf(
 //!     "models/all-MiniLM-L6-v2".as_ref(),
 //!     "all-minilm-l6-v2-f16.gguf".as_ref(),
-//!     &ConvertOptions { outtype: OutType::F16 },
+//!     &ConvertOptions::new(OutType::F16),
 //! )?;
 //! println!("{} tensors, {} bytes", report.tensors, report.bytes);
 //! # Ok::<(), kestrel::convert::ConvertError>(())
 //! ```
 
 mod bert;
+pub mod checkpoint;
+mod decoder;
+mod general;
+mod meta;
 pub mod safetensors;
+mod vocab;
 
 use std::path::{Path, PathBuf};
 
@@ -46,32 +55,85 @@ pub enum ConvertError {
     Write(#[from] kestrel_gguf::GgufError),
 }
 
-/// Element type of the converted matrices (vectors stay F32, as llama.cpp keeps them).
+/// Element type of the converted matrices (vectors, norms and biases stay F32, as llama.cpp
+/// keeps them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OutType {
     /// Exact.
     #[default]
     F32,
-    /// Half the size.
+    /// Half the size (IEEE half).
     F16,
+    /// Half the size (bfloat16; decoders only).
+    BF16,
+    /// 8-bit blocks (decoders only; matrices whose rows are not whole blocks get F16, as
+    /// llama.cpp does).
+    Q8_0,
 }
 
 impl OutType {
-    /// By name (`f32`, `f16`).
+    /// By name (`f32`, `f16`, `bf16`, `q8_0`).
     pub fn parse(s: &str) -> Option<OutType> {
         match s.to_ascii_lowercase().as_str() {
             "f32" => Some(OutType::F32),
             "f16" => Some(OutType::F16),
+            "bf16" => Some(OutType::BF16),
+            "q8_0" => Some(OutType::Q8_0),
             _ => None,
+        }
+    }
+
+    /// llama.cpp's `general.file_type` for a file of this type.
+    pub fn file_type(self) -> u32 {
+        match self {
+            OutType::F32 => 0,
+            OutType::F16 => 1,
+            OutType::Q8_0 => 7,
+            OutType::BF16 => 32,
         }
     }
 }
 
 /// How to convert.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConvertOptions {
     /// Element type of the matrices.
     pub outtype: OutType,
+    /// Draw a progress bar on standard error while writing tensors.
+    pub progress: bool,
+}
+
+impl ConvertOptions {
+    /// Options with this output type and no progress bar.
+    pub fn new(outtype: OutType) -> ConvertOptions {
+        ConvertOptions {
+            outtype,
+            progress: false,
+        }
+    }
+
+    /// With or without a progress bar.
+    pub fn with_progress(mut self, on: bool) -> ConvertOptions {
+        self.progress = on;
+        self
+    }
+}
+
+/// A progress bar over `total` bytes, hidden unless `on`.
+pub(crate) fn progress_bar(on: bool, total: u64) -> indicatif::ProgressBar {
+    if !on {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message("writing");
+    bar
 }
 
 /// What a conversion wrote.
@@ -123,6 +185,14 @@ pub fn convert_hf(
         .and_then(|v| v.as_array())
         .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
         .unwrap_or_default();
+    if let Some((family, hf_arch)) = archs
+        .first()
+        .and_then(|a| decoder::Family::of(a).map(|f| (f, *a)))
+    {
+        let mut report = decoder::convert(dir, out, family, hf_arch, &config, opts)?;
+        report.arch = family.arch().to_string();
+        return Ok(report);
+    }
     let is_bert = model_type == "bert"
         || archs.iter().any(|a| {
             matches!(
@@ -137,7 +207,16 @@ pub fn convert_hf(
             } else {
                 model_type
             },
-            supported: "bert (BertModel)",
+            supported: decoder::SUPPORTED,
+        });
+    }
+    if !matches!(opts.outtype, OutType::F32 | OutType::F16) {
+        return Err(ConvertError::Input {
+            path: config_path,
+            reason: format!(
+                "BERT encoders convert to f32 or f16, not {:?}",
+                opts.outtype
+            ),
         });
     }
     let (writer, tensors) = bert::convert(dir, &config, opts)?;

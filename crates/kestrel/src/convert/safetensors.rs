@@ -155,6 +155,15 @@ impl SafeTensors {
         &self.path
     }
 
+    /// A tensor's description and its bytes.
+    pub fn raw(&self, name: &str) -> Option<(&StTensor, &[u8])> {
+        let t = self.tensors.get(name)?;
+        Some((
+            t,
+            &self.map[self.data_start + t.range.0..self.data_start + t.range.1],
+        ))
+    }
+
     /// The values of a float tensor as f32.
     ///
     /// # Errors

@@ -1,0 +1,356 @@
+//! What differs between the decoder families: the GGUF architecture, tensor names, the
+//! per-tensor changes llama.cpp's converter makes (Llama's Q/K row order, Gemma's `1 + w` norms
+//! and trimmed embedding rows) and the family's extra metadata.
+
+use serde_json::Value;
+
+/// A decoder family the converter knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// `LlamaForCausalLM`, `MistralForCausalLM` (GGUF `llama`).
+    Llama,
+    /// `Qwen2ForCausalLM` (GGUF `qwen2`).
+    Qwen2,
+    /// `Qwen3ForCausalLM` (GGUF `qwen3`).
+    Qwen3,
+    /// `Gemma3ForCausalLM`, the text half of `Gemma3ForConditionalGeneration` (GGUF `gemma3`).
+    Gemma3,
+}
+
+/// The Hugging Face architectures converted, for error messages.
+pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, \
+     Qwen3ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), BertModel";
+
+impl Family {
+    /// The family of a `config.json` `architectures[0]`.
+    pub(crate) fn of(hf_arch: &str) -> Option<Family> {
+        Some(match hf_arch {
+            "LlamaForCausalLM" | "LLaMAForCausalLM" | "MistralForCausalLM" | "LlamaModel" => {
+                Family::Llama
+            }
+            "Qwen2ForCausalLM" | "Qwen2Model" => Family::Qwen2,
+            "Qwen3ForCausalLM" | "Qwen3Model" => Family::Qwen3,
+            "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => Family::Gemma3,
+            _ => return None,
+        })
+    }
+
+    /// `general.architecture`.
+    pub(crate) fn arch(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Gemma3 => "gemma3",
+        }
+    }
+
+    /// Whether Q/K rows are reordered from Hugging Face's rotary layout to GGML's.
+    pub(crate) fn undo_permute(self) -> bool {
+        self == Family::Llama
+    }
+
+    /// Gemma's RMSNorm multiplies by `1 + w`; llama.cpp stores `1 + w`.
+    pub(crate) fn norm_shift(self, hf_name: &str) -> bool {
+        self == Family::Gemma3 && hf_name.ends_with("norm.weight")
+    }
+}
+
+/// The name after llama.cpp's filters (`None`: a tensor the text model does not use).
+pub(crate) fn filter_name(hf: &str) -> Option<String> {
+    let skip_prefix = [
+        "mlp",
+        "vit.",
+        "vpm.",
+        "siglip2.",
+        "conformer.",
+        "merger.",
+        "resampler.",
+        "sound_encoder.",
+        "sound_projection.",
+        "speech_embeddings.",
+    ];
+    let skip_inner = [
+        "visual.",
+        "vision.",
+        "audio.",
+        "talker.",
+        "vision_",
+        "audio_",
+        "token2wav.",
+        "code2wav.",
+        "projector.",
+        "pre_mm_projector_norm",
+        "image_newline",
+        "view_seperator",
+        "patch_embed",
+        "patch_embedding",
+        "patch_merger.",
+        "patch_merge_mlp.",
+        "model.connector.",
+    ];
+    if skip_prefix.iter().any(|p| hf.starts_with(p)) || skip_inner.iter().any(|p| hf.contains(p)) {
+        return None;
+    }
+    let mut name = hf.replace("e_score_correction_bias", "e_score_correction.bias");
+    name = name.replace("language_model.", "");
+    name = name.replace("text_model.", "");
+    if name.ends_with(".attention.masked_bias")
+        || name.ends_with(".attention.bias")
+        || name.ends_with(".rotary_emb.inv_freq")
+    {
+        return None;
+    }
+    // Bare `*Model` checkpoints (no `model.` prefix), as llama.cpp's Llama and Qwen2 classes.
+    if name.starts_with("layers.") || name.starts_with("embed_tokens.") || name.starts_with("norm.")
+    {
+        name = format!("model.{name}");
+    }
+    Some(name)
+}
+
+/// The GGUF name of a (filtered) Hugging Face tensor name, or `None` if the family has no
+/// such tensor.
+pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
+    match name {
+        "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
+        "model.norm.weight" => return Some("output_norm.weight".into()),
+        "lm_head.weight" => return Some("output.weight".into()),
+        _ => {}
+    }
+    let rest = name.strip_prefix("model.layers.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, kind) = tail.rsplit_once('.')?;
+    if kind != "weight" && kind != "bias" {
+        return None;
+    }
+    let gemma = family == Family::Gemma3;
+    let qk_norm = matches!(family, Family::Qwen3 | Family::Gemma3);
+    let short = match module {
+        "input_layernorm" => "attn_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "self_attn.q_norm" if qk_norm => "attn_q_norm",
+        "self_attn.k_norm" if qk_norm => "attn_k_norm",
+        "post_attention_layernorm" if gemma => "post_attention_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "pre_feedforward_layernorm" if gemma => "ffn_norm",
+        "post_feedforward_layernorm" if gemma => "post_ffw_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{short}.{kind}"))
+}
+
+/// The config as `transformers`' `AutoConfig` would read it (what llama.cpp's converter
+/// sees): the class defaults of `model_type` for the keys the converter reads, where the
+/// file leaves them out, and the values its `__init__` derives (`head_dim`, KV heads).
+pub(crate) fn with_defaults(config: &Value) -> Value {
+    let mut c = config.clone();
+    let model_type = c
+        .get("model_type")
+        .and_then(|m| m.as_str())
+        .unwrap_or("")
+        .to_string();
+    if model_type == "gemma3" {
+        if let Some(text) = c.get("text_config").cloned() {
+            let mut t = text;
+            if t.get("model_type").is_none() {
+                t["model_type"] = Value::from("gemma3_text");
+            }
+            c["text_config"] = with_defaults(&t);
+        }
+        return c;
+    }
+    let defaults: &[(&str, Value)] = match model_type.as_str() {
+        "llama" => &[
+            ("vocab_size", Value::from(32000)),
+            ("hidden_size", Value::from(4096)),
+            ("intermediate_size", Value::from(11008)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("max_position_embeddings", Value::from(2048)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(10000.0)),
+        ],
+        "mistral" => &[
+            ("vocab_size", Value::from(32000)),
+            ("hidden_size", Value::from(4096)),
+            ("intermediate_size", Value::from(14336)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("num_key_value_heads", Value::from(8)),
+            ("max_position_embeddings", Value::from(131072)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(10000.0)),
+            ("sliding_window", Value::from(4096)),
+        ],
+        "qwen2" | "qwen3" => &[
+            ("vocab_size", Value::from(151936)),
+            ("hidden_size", Value::from(4096)),
+            ("intermediate_size", Value::from(22016)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("max_position_embeddings", Value::from(32768)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(10000.0)),
+        ],
+        "gemma3_text" => &[
+            ("vocab_size", Value::from(262208)),
+            ("hidden_size", Value::from(2304)),
+            ("intermediate_size", Value::from(9216)),
+            ("num_hidden_layers", Value::from(26)),
+            ("num_attention_heads", Value::from(8)),
+            ("num_key_value_heads", Value::from(4)),
+            ("head_dim", Value::from(256)),
+            ("max_position_embeddings", Value::from(131072)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(1_000_000.0)),
+            ("rope_local_base_freq", Value::from(10000.0)),
+            ("sliding_window", Value::from(4096)),
+        ],
+        _ => &[],
+    };
+    let Some(obj) = c.as_object_mut() else {
+        return c;
+    };
+    for (k, v) in defaults {
+        if !obj.contains_key(*k) {
+            obj.insert((*k).to_string(), v.clone());
+        }
+    }
+    let missing =
+        |o: &serde_json::Map<String, Value>, k: &str| o.get(k).is_none_or(|v| v.is_null());
+    if matches!(model_type.as_str(), "llama" | "qwen2" | "qwen3")
+        && missing(obj, "num_key_value_heads")
+    {
+        if let Some(h) = obj.get("num_attention_heads").cloned() {
+            obj.insert("num_key_value_heads".into(), h);
+        }
+    }
+    if model_type == "qwen3" && !obj.contains_key("head_dim") {
+        obj.insert("head_dim".into(), Value::from(128));
+    }
+    if model_type == "llama" && missing(obj, "head_dim") {
+        let hd = obj
+            .get("hidden_size")
+            .and_then(|v| v.as_u64())
+            .zip(
+                obj.get("num_attention_heads")
+                    .and_then(|v| v.as_u64())
+                    .filter(|&n| n > 0),
+            )
+            .map(|(h, n)| h / n);
+        if let Some(hd) = hd {
+            obj.insert("head_dim".into(), Value::from(hd));
+        }
+    }
+    c
+}
+
+/// A config value by the first of `keys` present (llama.cpp's `find_hparam`).
+pub(crate) fn find<'a>(h: &'a Value, keys: &[&str]) -> Option<&'a Value> {
+    keys.iter().find_map(|k| h.get(*k))
+}
+
+/// llama.cpp's `rope_parameters`: `rope_parameters` or `rope_scaling`, with the top-level
+/// theta values folded in.
+pub(crate) fn rope_parameters(h: &Value) -> serde_json::Map<String, Value> {
+    let mut rp = h
+        .get("rope_parameters")
+        .or_else(|| h.get("rope_scaling"))
+        .and_then(|v| v.as_object())
+        .cloned()
+        .unwrap_or_default();
+    let theta = find(
+        h,
+        &[
+            "global_rope_theta",
+            "rope_global_theta",
+            "rope_theta_global",
+            "rope_theta",
+            "rotary_emb_base",
+        ],
+    )
+    .filter(|v| !v.is_null())
+    .cloned();
+    let local = find(
+        h,
+        &[
+            "local_rope_theta",
+            "rope_local_theta",
+            "rope_theta_local",
+            "swa_rope_theta",
+            "rope_local_base_freq",
+        ],
+    )
+    .filter(|v| !v.is_null())
+    .cloned();
+    let partial = find(h, &["partial_rotary_factor", "rope_pct", "rope_percent"])
+        .filter(|v| !v.is_null())
+        .cloned();
+    let orig = h
+        .get("original_max_position_embeddings")
+        .filter(|v| !v.is_null())
+        .cloned();
+    if !rp.contains_key("full_attention") && !rp.contains_key("sliding_attention") {
+        if let Some(l) = local {
+            rp.insert(
+                "sliding_attention".into(),
+                serde_json::json!({ "rope_theta": l }),
+            );
+        }
+        if let Some(t) = theta {
+            rp.entry("rope_theta").or_insert(t);
+        }
+        if !rp.contains_key("rope_type") {
+            if let Some(t) = rp.get("type").filter(|t| !t.is_null()).cloned() {
+                rp.insert("rope_type".into(), t);
+            }
+        }
+        if let Some(p) = partial {
+            rp.entry("partial_rotary_factor").or_insert(p);
+        }
+        if let Some(o) = orig {
+            rp.entry("original_max_position_embeddings").or_insert(o);
+        }
+    }
+    rp
+}
+
+/// Llama 3's per-frequency RoPE factors (`rope_freqs.weight`), computed in f32 as llama.cpp's
+/// converter computes them with torch.
+pub(crate) fn llama3_rope_factors(rp: &serde_json::Map<String, Value>, dim: usize) -> Vec<f32> {
+    let f = |k: &str, d: f64| rp.get(k).and_then(|v| v.as_f64()).unwrap_or(d);
+    let base = f("rope_theta", 10000.0) as f32;
+    let factor = f("factor", 8.0);
+    let low = f("low_freq_factor", 1.0);
+    let high = f("high_freq_factor", 4.0);
+    let old_ctx = f("original_max_position_embeddings", 8192.0);
+    let low_wavelen = old_ctx / low;
+    let high_wavelen = old_ctx / high;
+    (0..dim)
+        .step_by(2)
+        .map(|i| {
+            let e = i as f32 / dim as f32;
+            let freq = 1.0f32 / base.powf(e);
+            // python-scalar / tensor is reciprocal(tensor) * scalar in torch.
+            let wavelen = (1.0f32 / freq) * (2.0 * std::f64::consts::PI) as f32;
+            if (wavelen as f64) < high_wavelen {
+                1.0
+            } else if (wavelen as f64) > low_wavelen {
+                factor as f32
+            } else {
+                let smooth =
+                    ((1.0f32 / wavelen) * old_ctx as f32 - low as f32) / (high - low) as f32;
+                let d = (1.0f32 - smooth) / factor as f32 + smooth;
+                1.0f32 / d
+            }
+        })
+        .collect()
+}

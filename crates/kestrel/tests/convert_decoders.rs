@@ -1,0 +1,291 @@
+//! `kestrel convert` on decoder checkpoints writes what llama.cpp's `convert_hf_to_gguf.py`
+//! writes. The checkpoints are built here (`convert_inputs`: random weights, real tokenizers
+//! rebuilt from the fetched SmolLM2 and Gemma 3 files); `fixtures/convert/golden.json` holds,
+//! for each checkpoint and output type, every metadata key with the SHA-256 of its on-disk
+//! value and every tensor's name, type, dims and data SHA-256 as llama.cpp b11434's converter
+//! wrote them from these very files (`KESTREL_CONVERT_INPUTS=DIR` writes the checkpoints;
+//! `fixtures/convert/make_golden.py` converts them with llama.cpp and writes the golden file).
+
+mod convert_inputs;
+
+use std::path::{Path, PathBuf};
+
+use kestrel::convert::{convert_hf, ConvertError, ConvertOptions, OutType};
+use kestrel_gguf::models::{test_model, GEMMA3_270M_Q4_K_M, SMOLLM2_135M_Q4_1};
+use kestrel_gguf::{GgufFile, Value};
+use serde_json::Value as Json;
+use sha2::{Digest, Sha256};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/convert")
+}
+
+fn hex(b: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(b))
+}
+
+/// A metadata value as the file stores it: type id, then the value's bytes.
+fn value_bytes(v: &Value) -> Vec<u8> {
+    let mut out = (v.value_type() as u32).to_le_bytes().to_vec();
+    match v {
+        Value::U8(x) => out.push(*x),
+        Value::I8(x) => out.push(*x as u8),
+        Value::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::Bool(x) => out.push(u8::from(*x)),
+        Value::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::String(s) => {
+            out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            out.extend_from_slice(s);
+        }
+        Value::Array(a) => {
+            out.extend_from_slice(&(a.element_type() as u32).to_le_bytes());
+            out.extend_from_slice(&(a.len() as u64).to_le_bytes());
+            out.extend_from_slice(a.raw_bytes());
+        }
+    }
+    out
+}
+
+/// The comparable summary of a GGUF file: (metadata key, value digest) and (tensor name,
+/// type, dims, data digest), in file order.
+type Summary = (Vec<(String, String)>, Vec<(String, u32, Vec<u64>, String)>);
+
+fn summary(path: &Path) -> Summary {
+    let f = GgufFile::open(path).unwrap();
+    let meta = f
+        .metadata()
+        .iter()
+        .map(|(k, v)| (k.to_string(), hex(&value_bytes(&v))))
+        .collect();
+    let tensors = f
+        .tensors()
+        .iter()
+        .map(|t| {
+            let view = f.view(t);
+            (
+                t.name().to_string(),
+                t.ggml_type().id(),
+                t.dims().to_vec(),
+                hex(view.data),
+            )
+        })
+        .collect();
+    (meta, tensors)
+}
+
+fn tokenizer_sources() -> Option<(PathBuf, PathBuf)> {
+    Some((
+        test_model(SMOLLM2_135M_Q4_1)?,
+        test_model(GEMMA3_270M_Q4_K_M)?,
+    ))
+}
+
+fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kestrel-convert-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn decoders_convert_as_llama_cpp_converts_them() {
+    let Some((smollm, gemma)) = tokenizer_sources() else {
+        return;
+    };
+    let golden: Json =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("golden.json")).unwrap())
+            .unwrap();
+    let work = temp("golden");
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for case in convert_inputs::cases() {
+        let dir = match std::env::var("KESTREL_CONVERT_INPUTS") {
+            Ok(d) => Path::new(&d).join(case.name),
+            Err(_) => work.join(case.name),
+        };
+        convert_inputs::write_case(&case, &dir, &smollm, &gemma);
+        if std::env::var("KESTREL_CONVERT_INPUTS").is_ok() {
+            continue;
+        }
+        let outtypes = golden[case.name]
+            .as_object()
+            .unwrap_or_else(|| panic!("no golden entry for {}", case.name));
+        for (ot, want) in outtypes {
+            let out = work.join(format!("{}-{ot}.gguf", case.name));
+            let opts = ConvertOptions::new(OutType::parse(ot).unwrap());
+            convert_hf(&dir, &out, &opts).unwrap_or_else(|e| panic!("{} {ot}: {e}", case.name));
+            let (meta, tensors) = summary(&out);
+            let want_meta: Vec<(String, String)> = want["metadata"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p[0].as_str().unwrap().into(), p[1].as_str().unwrap().into()))
+                .collect();
+            for (k, v) in &want_meta {
+                match meta.iter().find(|(mk, _)| mk == k) {
+                    None => failures.push(format!("{} {ot}: missing key {k}", case.name)),
+                    Some((_, got)) if got != v => {
+                        failures.push(format!("{} {ot}: {k} differs", case.name))
+                    }
+                    _ => {}
+                }
+            }
+            for (k, _) in &meta {
+                if !want_meta.iter().any(|(wk, _)| wk == k) {
+                    failures.push(format!("{} {ot}: extra key {k}", case.name));
+                }
+            }
+            let want_t = want["tensors"].as_array().unwrap();
+            if want_t.len() != tensors.len() {
+                failures.push(format!(
+                    "{} {ot}: {} tensors, llama.cpp wrote {}",
+                    case.name,
+                    tensors.len(),
+                    want_t.len()
+                ));
+            }
+            for (w, (name, ty, dims, sha)) in want_t.iter().zip(&tensors) {
+                let wdims: Vec<u64> = w[2]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d.as_u64().unwrap())
+                    .collect();
+                if w[0].as_str() != Some(name.as_str())
+                    || w[1].as_u64() != Some(u64::from(*ty))
+                    || wdims != *dims
+                {
+                    failures.push(format!(
+                        "{} {ot}: tensor {name} type {ty} {dims:?}, llama.cpp {w}",
+                        case.name
+                    ));
+                } else if w[3].as_str() != Some(sha.as_str()) {
+                    failures.push(format!("{} {ot}: tensor {name} data differs", case.name));
+                }
+            }
+            std::fs::remove_file(&out).ok();
+            checked += 1;
+        }
+    }
+    std::fs::remove_dir_all(&work).ok();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    if std::env::var("KESTREL_CONVERT_INPUTS").is_err() {
+        assert!(checked >= 7, "only {checked} conversions checked");
+    }
+}
+
+/// A multilingual text with digits, emoji, code and the tokenizers' special tokens.
+const TEXT: &str = "Hello world! Ça va? 你好，世界。 Привет, мир! 1234567 🦙✨ \
+    <|im_start|>user\nfn main() { println!(\"hi\"); }<|im_end|>\n\t  spaced   out  ";
+
+#[test]
+fn converted_tokenizers_give_the_source_tokenizers_ids() {
+    let Some((smollm, gemma)) = tokenizer_sources() else {
+        return;
+    };
+    let work = temp("tok");
+    let cases = convert_inputs::cases();
+    for case in cases
+        .iter()
+        .filter(|c| c.name == "qwen3" || c.name == "gemma3")
+    {
+        let dir = work.join(case.name);
+        convert_inputs::write_case(case, &dir, &smollm, &gemma);
+        let out = work.join(format!("{}.gguf", case.name));
+        convert_hf(&dir, &out, &ConvertOptions::new(OutType::F16)).unwrap();
+        let conv = GgufFile::open(&out).unwrap();
+        let tok = kestrel_tokenizer::Tokenizer::from_metadata(
+            &conv.metadata(),
+            kestrel_tokenizer::TokenizerOptions::default(),
+        )
+        .unwrap();
+        let mut enc = kestrel_tokenizer::EncodeOptions::default();
+        enc.add_special = false;
+        enc.parse_special = true;
+        let got = tok.encode(TEXT, enc).unwrap();
+        let want: Vec<u32> = if case.spm {
+            let src = GgufFile::open(&gemma).unwrap();
+            let t = kestrel_tokenizer::Tokenizer::from_metadata(
+                &src.metadata(),
+                kestrel_tokenizer::TokenizerOptions::default(),
+            )
+            .unwrap();
+            t.encode(TEXT, enc).unwrap()
+        } else {
+            let hf = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+            hf.encode(TEXT, false).unwrap().get_ids().to_vec()
+        };
+        assert_eq!(got, want, "{}", case.name);
+        assert!(got.len() > 20);
+    }
+    std::fs::remove_dir_all(&work).ok();
+}
+
+#[test]
+fn unknown_models_and_broken_checkpoints_are_refused() {
+    let Some((smollm, gemma)) = tokenizer_sources() else {
+        return;
+    };
+    let work = temp("bad");
+    let cases = convert_inputs::cases();
+    let qwen = cases.iter().find(|c| c.name == "qwen2").unwrap();
+    let dir = work.join("q");
+    convert_inputs::write_case(qwen, &dir, &smollm, &gemma);
+    let out = work.join("out.gguf");
+    let opts = ConvertOptions::new(OutType::F16);
+
+    // An architecture nobody converts.
+    let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        cfg.replace("Qwen2ForCausalLM", "FancyNewForCausalLM")
+            .replace("\"qwen2\"", "\"fancy\""),
+    )
+    .unwrap();
+    let e = convert_hf(&dir, &out, &opts).unwrap_err();
+    assert!(matches!(e, ConvertError::Unsupported { .. }), "{e}");
+    assert!(e.to_string().contains("Qwen2ForCausalLM"), "{e}");
+    std::fs::write(dir.join("config.json"), &cfg).unwrap();
+
+    // A pre-tokenizer llama.cpp does not know: refused, not guessed.
+    let tj = std::fs::read_to_string(dir.join("tokenizer.json")).unwrap();
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        tj.replacen("\"use_regex\":true", "\"use_regex\":false", 1),
+    )
+    .unwrap();
+    let e = convert_hf(&dir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("pre-tokenizer"), "{e}");
+    std::fs::write(dir.join("tokenizer.json"), &tj).unwrap();
+
+    // A tensor the family does not have.
+    let st = dir.join("model.safetensors");
+    let good = std::fs::read(&st).unwrap();
+    convert_inputs::write_safetensors(
+        &dir.join("model-extra.safetensors"),
+        &[(
+            "model.layers.0.mlp.router.weight".into(),
+            vec![4, 64],
+            vec![0.0; 256],
+        )],
+        convert_inputs::Dt::F32,
+    );
+    let e = convert_hf(&dir, &out, &opts).unwrap_err().to_string();
+    assert!(
+        e.contains("cannot map tensor") && e.contains("router"),
+        "{e}"
+    );
+    std::fs::remove_file(dir.join("model-extra.safetensors")).unwrap();
+
+    // A truncated shard.
+    std::fs::write(&st, &good[..good.len() / 2]).unwrap();
+    let e = convert_hf(&dir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("model.safetensors"), "{e}");
+    assert!(!out.exists() && !out.with_extension("gguf.partial").exists());
+    std::fs::remove_dir_all(&work).ok();
+}

@@ -1,0 +1,569 @@
+//! Hugging Face checkpoints for the converter tests, written here: random weights (a fixed
+//! seed) in safetensors, `config.json` as `transformers` writes it, and real tokenizers rebuilt
+//! from the fetched test models: SmolLM2's BPE as a `tokenizer.json`, Gemma 3's SentencePiece
+//! as a `tokenizer.model` protobuf.
+
+use std::path::Path;
+
+use half::{bf16, f16};
+use kestrel_gguf::{GgufFile, Value};
+use serde_json::{json, Value as Json};
+
+/// A tensor to write: name, shape (PyTorch order), values.
+pub type Named = (String, Vec<usize>, Vec<f32>);
+
+/// Element type of a written tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dt {
+    F32,
+    F16,
+    BF16,
+}
+
+impl Dt {
+    fn name(self) -> &'static str {
+        match self {
+            Dt::F32 => "F32",
+            Dt::F16 => "F16",
+            Dt::BF16 => "BF16",
+        }
+    }
+    fn encode(self, v: f32, out: &mut Vec<u8>) {
+        match self {
+            Dt::F32 => out.extend_from_slice(&v.to_le_bytes()),
+            Dt::F16 => out.extend_from_slice(&f16::from_f32(v).to_bits().to_le_bytes()),
+            Dt::BF16 => out.extend_from_slice(&bf16::from_f32(v).to_bits().to_le_bytes()),
+        }
+    }
+}
+
+/// A small deterministic generator (splitmix64).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-a, a).
+    pub fn uniform(&mut self, a: f32) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
+    }
+}
+
+/// Writes `tensors` (name → shape, values) as one safetensors file.
+pub fn write_safetensors(path: &Path, tensors: &[Named], dt: Dt) {
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), json!({ "format": "pt" }));
+    let mut data = Vec::new();
+    let mut sorted: Vec<&Named> = tensors.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, shape, vals) in sorted {
+        let start = data.len();
+        for &v in vals {
+            dt.encode(v, &mut data);
+        }
+        header.insert(
+            name.clone(),
+            json!({ "dtype": dt.name(), "shape": shape, "data_offsets": [start, data.len()] }),
+        );
+    }
+    let mut h = serde_json::to_vec(&Json::Object(header)).unwrap();
+    while !h.len().is_multiple_of(8) {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend(h);
+    out.extend(data);
+    std::fs::write(path, out).unwrap();
+}
+
+/// Writes the tensors as `shards` files with a `model.safetensors.index.json` (or one
+/// `model.safetensors` when `shards == 1`).
+pub fn write_weights(dir: &Path, tensors: Vec<Named>, dt: Dt, shards: usize) {
+    if shards <= 1 {
+        write_safetensors(&dir.join("model.safetensors"), &tensors, dt);
+        return;
+    }
+    let mut parts: Vec<Vec<Named>> = vec![Vec::new(); shards];
+    let mut map = serde_json::Map::new();
+    for (i, t) in tensors.into_iter().enumerate() {
+        let s = i % shards;
+        map.insert(
+            t.0.clone(),
+            json!(format!("model-{:05}-of-{:05}.safetensors", s + 1, shards)),
+        );
+        parts[s].push(t);
+    }
+    for (s, p) in parts.iter().enumerate() {
+        write_safetensors(
+            &dir.join(format!("model-{:05}-of-{:05}.safetensors", s + 1, shards)),
+            p,
+            dt,
+        );
+    }
+    let index = json!({ "metadata": { "total_size": 0 }, "weight_map": map });
+    std::fs::write(
+        dir.join("model.safetensors.index.json"),
+        serde_json::to_vec_pretty(&index).unwrap(),
+    )
+    .unwrap();
+}
+
+fn strings(f: &GgufFile, key: &str) -> Vec<String> {
+    match f.metadata().get(key) {
+        Some(Value::Array(a)) => a
+            .strings()
+            .unwrap()
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect(),
+        _ => panic!("{key} missing"),
+    }
+}
+
+fn ints(f: &GgufFile, key: &str) -> Vec<i32> {
+    match f.metadata().get(key) {
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| match v {
+                Value::I32(x) => x,
+                Value::U32(x) => x as i32,
+                _ => 0,
+            })
+            .collect(),
+        _ => panic!("{key} missing"),
+    }
+}
+
+fn chat_template(f: &GgufFile) -> String {
+    match f.metadata().get("tokenizer.chat_template") {
+        Some(Value::String(s)) => String::from_utf8_lossy(s).into_owned(),
+        _ => String::new(),
+    }
+}
+
+/// SmolLM2's tokenizer as Hugging Face files (`tokenizer.json`, `tokenizer_config.json`).
+pub fn write_smollm_tokenizer(gguf: &Path, dir: &Path) {
+    let f = GgufFile::open(gguf).unwrap();
+    let tokens = strings(&f, "tokenizer.ggml.tokens");
+    let types = ints(&f, "tokenizer.ggml.token_type");
+    let merges = strings(&f, "tokenizer.ggml.merges");
+    let mut vocab = serde_json::Map::new();
+    for (i, t) in tokens.iter().enumerate() {
+        vocab.insert(t.clone(), json!(i));
+    }
+    let mut added = Vec::new();
+    let mut decoder = serde_json::Map::new();
+    for (i, t) in tokens.iter().enumerate() {
+        if types[i] == 3 {
+            let a = json!({ "id": i, "content": t, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": true });
+            added.push(a.clone());
+            let mut d = a.as_object().unwrap().clone();
+            d.remove("id");
+            decoder.insert(i.to_string(), Json::Object(d));
+        }
+    }
+    let merges: Vec<Json> = merges
+        .iter()
+        .map(|m| {
+            let (a, b) = m.split_once(' ').unwrap();
+            json!([a, b])
+        })
+        .collect();
+    let tj = json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": { "type": "Sequence", "pretokenizers": [
+            { "type": "Digits", "individual_digits": true },
+            { "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true }
+        ]},
+        "post_processor": { "type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true },
+        "decoder": { "type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true },
+        "model": { "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+            "ignore_merges": false, "vocab": vocab, "merges": merges }
+    });
+    std::fs::write(dir.join("tokenizer.json"), serde_json::to_vec(&tj).unwrap()).unwrap();
+    let tc = json!({
+        "add_prefix_space": false,
+        "added_tokens_decoder": decoder,
+        "bos_token": "<|im_start|>",
+        "chat_template": chat_template(&f),
+        "clean_up_tokenization_spaces": false,
+        "eos_token": "<|im_end|>",
+        "model_max_length": 8192,
+        "pad_token": "<|im_end|>",
+        "tokenizer_class": "GPT2Tokenizer",
+        "unk_token": "<|endoftext|>",
+        "vocab_size": 49152
+    });
+    std::fs::write(
+        dir.join("tokenizer_config.json"),
+        serde_json::to_vec_pretty(&tc).unwrap(),
+    )
+    .unwrap();
+}
+
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn field_bytes(field: u64, payload: &[u8], out: &mut Vec<u8>) {
+    varint(field << 3 | 2, out);
+    varint(payload.len() as u64, out);
+    out.extend_from_slice(payload);
+}
+
+/// Gemma 3's tokenizer as a SentencePiece `tokenizer.model` (+ `tokenizer_config.json`).
+pub fn write_gemma_tokenizer(gguf: &Path, dir: &Path) {
+    let f = GgufFile::open(gguf).unwrap();
+    let tokens = strings(&f, "tokenizer.ggml.tokens");
+    let types = ints(&f, "tokenizer.ggml.token_type");
+    let scores: Vec<f32> = match f.metadata().get("tokenizer.ggml.scores") {
+        Some(Value::Array(a)) => a.to_f32_vec().unwrap(),
+        _ => panic!("scores"),
+    };
+    let mut model = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let mut p = Vec::new();
+        field_bytes(1, t.as_bytes(), &mut p);
+        p.push(2 << 3 | 5);
+        p.extend_from_slice(&scores[i].to_le_bytes());
+        let ty = if t == "<unk>" { 2 } else { types[i] as u64 };
+        if ty != 1 {
+            varint(3 << 3, &mut p);
+            varint(ty, &mut p);
+        }
+        field_bytes(1, &p, &mut model);
+    }
+    // trainer_spec: model_type BPE (3 = 2), byte_fallback (35 = true).
+    let mut ts = Vec::new();
+    varint(3 << 3, &mut ts);
+    varint(2, &mut ts);
+    varint(35 << 3, &mut ts);
+    varint(1, &mut ts);
+    field_bytes(2, &ts, &mut model);
+    // normalizer_spec: name "identity", add_dummy_prefix false, remove_extra_whitespaces false.
+    let mut ns = Vec::new();
+    field_bytes(1, b"identity", &mut ns);
+    varint(3 << 3, &mut ns);
+    varint(0, &mut ns);
+    varint(4 << 3, &mut ns);
+    varint(0, &mut ns);
+    field_bytes(3, &ns, &mut model);
+    std::fs::write(dir.join("tokenizer.model"), model).unwrap();
+    // As Gemma's own tokenizer_config.json: every control and user-defined token.
+    let mut decoder = serde_json::Map::new();
+    for (i, t) in tokens.iter().enumerate() {
+        if types[i] == 3 || types[i] == 4 {
+            decoder.insert(
+                i.to_string(),
+                json!({ "content": t, "lstrip": false, "normalized": false,
+                    "rstrip": false, "single_word": false, "special": types[i] == 3 }),
+            );
+        }
+    }
+    let tc = json!({
+        "add_bos_token": true,
+        "add_eos_token": false,
+        "added_tokens_decoder": decoder,
+        "bos_token": "<bos>",
+        "chat_template": chat_template(&f),
+        "eos_token": "<eos>",
+        "pad_token": "<pad>",
+        "unk_token": "<unk>",
+        "spaces_between_special_tokens": false,
+        "tokenizer_class": "GemmaTokenizer",
+    });
+    std::fs::write(
+        dir.join("tokenizer_config.json"),
+        serde_json::to_vec_pretty(&tc).unwrap(),
+    )
+    .unwrap();
+}
+
+/// One test checkpoint: its family settings.
+pub struct Case {
+    pub name: &'static str,
+    pub arch: &'static str,
+    pub model_type: &'static str,
+    pub spm: bool,
+    pub dt: Dt,
+    pub shards: usize,
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: Option<usize>,
+    pub layers: usize,
+    pub ff: usize,
+    pub tied: bool,
+    pub extra: Json,
+}
+
+/// The checkpoints the tests convert.
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "llama-bpe",
+            arch: "LlamaForCausalLM",
+            model_type: "llama",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 2,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 2,
+            ff: 96,
+            tied: false,
+            extra: json!({ "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 4096,
+                "rope_scaling": { "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 256, "rope_type": "llama3" },
+                "bos_token_id": 1, "eos_token_id": 2, "_name_or_path": "kestrel-tests/Tiny-Llama-Test-Instruct-v0.2" }),
+        },
+        Case {
+            name: "mistral-spm",
+            arch: "MistralForCausalLM",
+            model_type: "mistral",
+            spm: true,
+            dt: Dt::F16,
+            shards: 1,
+            hidden: 32,
+            heads: 4,
+            kv_heads: 1,
+            head_dim: Some(8),
+            layers: 2,
+            ff: 64,
+            tied: false,
+            extra: json!({ "rope_theta": 1000000.0, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 2048, "sliding_window": null,
+                "bos_token_id": 2, "eos_token_id": 1 }),
+        },
+        Case {
+            name: "qwen2",
+            arch: "Qwen2ForCausalLM",
+            model_type: "qwen2",
+            spm: false,
+            dt: Dt::F16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 2,
+            ff: 128,
+            tied: true,
+            extra: json!({ "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 32768, "use_sliding_window": false,
+                "sliding_window": 32768, "max_window_layers": 2,
+                "bos_token_id": 0, "eos_token_id": 0 }),
+        },
+        Case {
+            name: "qwen3",
+            arch: "Qwen3ForCausalLM",
+            model_type: "qwen3",
+            spm: false,
+            dt: Dt::F32,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: Some(32),
+            layers: 2,
+            ff: 128,
+            tied: true,
+            extra: json!({ "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 40960, "attention_bias": false,
+                "bos_token_id": 1, "eos_token_id": 2 }),
+        },
+        Case {
+            name: "gemma3",
+            arch: "Gemma3ForCausalLM",
+            model_type: "gemma3_text",
+            spm: true,
+            dt: Dt::F16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 1,
+            head_dim: Some(32),
+            layers: 3,
+            ff: 128,
+            tied: true,
+            extra: json!({ "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                "rms_norm_eps": 1e-6, "max_position_embeddings": 32768,
+                "sliding_window": 512, "query_pre_attn_scalar": 32,
+                "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention"],
+                "final_logit_softcapping": null, "attn_logit_softcapping": null,
+                "hidden_activation": "gelu_pytorch_tanh",
+                "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0 }),
+        },
+    ]
+}
+
+/// Writes `case`'s checkpoint into `dir` (tokenizers from the fetched models).
+pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let vocab = if case.spm {
+        write_gemma_tokenizer(gemma, dir);
+        262144
+    } else {
+        write_smollm_tokenizer(smollm, dir);
+        49152
+    };
+    let mut cfg = json!({
+        "architectures": [case.arch],
+        "model_type": case.model_type,
+        "hidden_size": case.hidden,
+        "intermediate_size": case.ff,
+        "num_attention_heads": case.heads,
+        "num_key_value_heads": case.kv_heads,
+        "num_hidden_layers": case.layers,
+        "vocab_size": vocab,
+        "tie_word_embeddings": case.tied,
+        "torch_dtype": match case.dt { Dt::F32 => "float32", Dt::F16 => "float16", Dt::BF16 => "bfloat16" },
+        "hidden_act": "silu",
+    });
+    if let Some(hd) = case.head_dim {
+        cfg["head_dim"] = json!(hd);
+    }
+    for (k, v) in case.extra.as_object().unwrap() {
+        cfg[k] = v.clone();
+    }
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_vec_pretty(&cfg).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("generation_config.json"),
+        serde_json::to_vec_pretty(
+            &json!({ "do_sample": true, "temperature": 0.6, "top_p": 0.9, "top_k": 40 }),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+
+    let mut rng = Rng::new(0x6b65_7374 ^ case.name.len() as u64);
+    let hd = case.head_dim.unwrap_or(case.hidden / case.heads);
+    let q = case.heads * hd;
+    let kv = case.kv_heads * hd;
+    let gemma = case.model_type.starts_with("gemma");
+    let qwen2 = case.model_type == "qwen2";
+    let qk_norm = gemma || case.model_type == "qwen3";
+    let mut t: Vec<Named> = Vec::new();
+    let mat = |rng: &mut Rng, name: String, shape: Vec<usize>, a: f32| {
+        let n = shape.iter().product::<usize>();
+        let v: Vec<f32> = (0..n).map(|_| rng.uniform(a)).collect();
+        (name, shape, v)
+    };
+    let norm = |rng: &mut Rng, name: String, n: usize| {
+        let base = if gemma { 0.0 } else { 1.0 };
+        let v: Vec<f32> = (0..n).map(|_| base + rng.uniform(0.2)).collect();
+        (name, vec![n], v)
+    };
+    t.push(mat(
+        &mut rng,
+        "model.embed_tokens.weight".into(),
+        vec![vocab, case.hidden],
+        0.5,
+    ));
+    t.push(norm(&mut rng, "model.norm.weight".into(), case.hidden));
+    if !case.tied {
+        t.push(mat(
+            &mut rng,
+            "lm_head.weight".into(),
+            vec![vocab, case.hidden],
+            0.1,
+        ));
+    }
+    for l in 0..case.layers {
+        let p = |s: &str| format!("model.layers.{l}.{s}");
+        t.push(norm(&mut rng, p("input_layernorm.weight"), case.hidden));
+        t.push(norm(
+            &mut rng,
+            p("post_attention_layernorm.weight"),
+            case.hidden,
+        ));
+        if gemma {
+            t.push(norm(
+                &mut rng,
+                p("pre_feedforward_layernorm.weight"),
+                case.hidden,
+            ));
+            t.push(norm(
+                &mut rng,
+                p("post_feedforward_layernorm.weight"),
+                case.hidden,
+            ));
+        }
+        let a = 1.0 / (case.hidden as f32).sqrt();
+        t.push(mat(
+            &mut rng,
+            p("self_attn.q_proj.weight"),
+            vec![q, case.hidden],
+            a,
+        ));
+        t.push(mat(
+            &mut rng,
+            p("self_attn.k_proj.weight"),
+            vec![kv, case.hidden],
+            a,
+        ));
+        t.push(mat(
+            &mut rng,
+            p("self_attn.v_proj.weight"),
+            vec![kv, case.hidden],
+            a,
+        ));
+        t.push(mat(
+            &mut rng,
+            p("self_attn.o_proj.weight"),
+            vec![case.hidden, q],
+            a,
+        ));
+        if qwen2 {
+            t.push(mat(&mut rng, p("self_attn.q_proj.bias"), vec![q], 0.1));
+            t.push(mat(&mut rng, p("self_attn.k_proj.bias"), vec![kv], 0.1));
+            t.push(mat(&mut rng, p("self_attn.v_proj.bias"), vec![kv], 0.1));
+        }
+        if qk_norm {
+            t.push(norm(&mut rng, p("self_attn.q_norm.weight"), hd));
+            t.push(norm(&mut rng, p("self_attn.k_norm.weight"), hd));
+        }
+        t.push(mat(
+            &mut rng,
+            p("mlp.gate_proj.weight"),
+            vec![case.ff, case.hidden],
+            a,
+        ));
+        t.push(mat(
+            &mut rng,
+            p("mlp.up_proj.weight"),
+            vec![case.ff, case.hidden],
+            a,
+        ));
+        let b = 1.0 / (case.ff as f32).sqrt();
+        t.push(mat(
+            &mut rng,
+            p("mlp.down_proj.weight"),
+            vec![case.hidden, case.ff],
+            b,
+        ));
+    }
+    write_weights(dir, t, case.dt, case.shards);
+}
