@@ -39,10 +39,12 @@ enum Command {
     Serve(commands::serve::ServeArgs),
     /// Embed texts (encoder or decoder models) and print their cosine similarities.
     Embed(commands::embed::EmbedArgs),
-    /// Convert a Hugging Face checkpoint (BERT encoders) to GGUF.
+    /// Convert a Hugging Face checkpoint (Llama/Mistral, Qwen2, Qwen3, Gemma 3, BERT) to GGUF.
     Convert(commands::convert::ConvertArgs),
     /// Quantize a GGUF model to one of llama-quantize's mixes (Q4_K_M, Q8_0, ...).
     Quantize(commands::quantize::QuantizeArgs),
+    /// Compute an importance matrix (llama-imatrix's GGUF format) for `quantize --imatrix`.
+    Imatrix(commands::imatrix::ImatrixArgs),
     /// Write a random-weight GGUF of a real model's shape (for speed measurements).
     Synth(commands::synth::SynthArgs),
 }
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Command::Embed(args) => commands::embed::run(&args),
         Command::Convert(args) => commands::convert::run(&args),
         Command::Quantize(args) => commands::quantize::run(&args),
+        Command::Imatrix(args) => commands::imatrix::run(&args),
         Command::Synth(args) => commands::synth::run(&args),
     };
     match result {

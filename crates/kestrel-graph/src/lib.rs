@@ -26,4 +26,4 @@ pub use ir::{
     Rows, SsmConvParams, SsmScanParams, WeightId, WeightRef,
 };
 pub use memory::{plan_memory, MemoryPlan, ALIGN_F32};
-pub use plan::{BatchSeq, ExecutionPlan};
+pub use plan::{ActivationHook, BatchSeq, ExecutionPlan};

@@ -22,6 +22,8 @@ pub(crate) struct MoeScratch {
     chosen: Vec<usize>,
     /// Weight of each (row, slot).
     weights: Vec<f32>,
+    /// The routing slot of each row of the current group (for an activation hook).
+    slots: Vec<usize>,
     /// Rows of the current expert's group, and the (row, slot) each came from.
     group: Vec<(usize, usize)>,
     segs: Vec<usize>,
@@ -120,6 +122,8 @@ fn swiglu_oai(gate: &[f32], up: &[f32], out: &mut [f32]) {
 
 /// `out[rows, width]` = the MoE FFN of `x[rows, width]`; `segments` are the step's rows per
 /// sequence (consecutive).
+/// `hook`: an activation hook with the up, gate (`""` without one) and down weights' names.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     p: &MoeParams,
     w: &MoeWeights<'_>,
@@ -128,6 +132,7 @@ pub(crate) fn run(
     segments: &[usize],
     s: &mut MoeScratch,
     out: &mut [f32],
+    mut hook: Option<(&mut (dyn crate::ActivationHook + 'static), [&str; 3])>,
 ) -> Result<(), GraphError> {
     let rows = x.len() / width.max(1);
     let (ne, k, nf) = (p.n_expert, p.n_used, p.n_ff);
@@ -247,6 +252,14 @@ pub(crate) fn run(
         for (i, &(r, _)) in s.group.iter().enumerate() {
             xs[i * width..(i + 1) * width].copy_from_slice(&x[r * width..(r + 1) * width]);
         }
+        if let Some((h, names)) = hook.as_mut() {
+            s.slots.clear();
+            s.slots.extend(s.group.iter().map(|&(_, slot)| slot));
+            h.expert(names[0], ne, e, &xs[..n * width], width, &s.slots);
+            if w.gate.is_some() {
+                h.expert(names[1], ne, e, &xs[..n * width], width, &s.slots);
+            }
+        }
         let project = |t: &Tensor,
                        input: &[f32],
                        kin: usize,
@@ -314,6 +327,9 @@ pub(crate) fn run(
                     }
                 }
             }
+        }
+        if let Some((h, names)) = hook.as_mut() {
+            h.expert(names[2], ne, e, &act[..n * nf], nf, &s.slots);
         }
         let down = grow(&mut s.down, n * width);
         project(w.down, act, nf, down, sb(2), &s.segs, &mut s.matmul)?;
@@ -518,7 +534,7 @@ mod tests {
         };
         let rows = x.len() / W;
         let mut out = vec![0f32; rows * W];
-        run(p, &w, x, W, segs, s, &mut out).unwrap();
+        run(p, &w, x, W, segs, s, &mut out, None).unwrap();
         out
     }
 
@@ -586,7 +602,17 @@ mod tests {
             ..p
         };
         let mut fused = vec![0f32; 7 * W];
-        run(&p, &w, x, W, &[7], &mut MoeScratch::default(), &mut fused).unwrap();
+        run(
+            &p,
+            &w,
+            x,
+            W,
+            &[7],
+            &mut MoeScratch::default(),
+            &mut fused,
+            None,
+        )
+        .unwrap();
         for (a, b) in fused.iter().zip(&separate) {
             assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
         }

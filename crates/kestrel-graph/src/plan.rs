@@ -79,6 +79,26 @@ pub struct BatchSeq {
     pub len: usize,
 }
 
+/// Watches the inputs of a plan's weight matmuls, as llama-imatrix's callback does: how an
+/// importance matrix is collected. Installed with [`ExecutionPlan::set_activation_hook`]; a
+/// plan without one pays a branch per matmul.
+pub trait ActivationHook: Send {
+    /// `x` holds the `rows` input rows (`width` values each) of the matmul with `weight`.
+    fn dense(&mut self, weight: &str, x: &[f32], rows: usize, width: usize);
+
+    /// `x` holds the rows routed to `expert` (of `n_expert`) of the stacked expert `weight`,
+    /// in token order, `slots[i]` the routing slot that chose it for row `i`.
+    fn expert(
+        &mut self,
+        weight: &str,
+        n_expert: usize,
+        expert: usize,
+        x: &[f32],
+        width: usize,
+        slots: &[usize],
+    );
+}
+
 /// A compiled plan for steps of at most `max_tokens` tokens.
 pub struct ExecutionPlan {
     nodes: Vec<Node>,
@@ -97,6 +117,10 @@ pub struct ExecutionPlan {
     out_segs: Vec<usize>,
     arena: Vec<f32>,
     weights: Vec<BoundWeight>,
+    /// The weights' GGUF names (for the activation hook).
+    weight_names: Vec<String>,
+    /// Sees each weight matmul's inputs, when installed.
+    hook: Option<Box<dyn ActivationHook>>,
     positions: Vec<i32>,
     /// Mask positions for non-causal attention (every query "at" the last key).
     mask_positions: Vec<i32>,
@@ -265,6 +289,8 @@ impl ExecutionPlan {
             out_segs: Vec::with_capacity(max_outputs),
             arena,
             weights,
+            weight_names: graph.weights().iter().map(|w| w.name.clone()).collect(),
+            hook: None,
             positions: vec![0; max_tokens],
             mask_positions: vec![0; max_tokens],
             scratch: cpu::MatmulScratch::new(),
@@ -276,6 +302,15 @@ impl ExecutionPlan {
                 .ok()
                 .filter(|v| !v.is_empty()),
         })
+    }
+
+    /// Installs (or with `None` removes) the hook that sees every weight matmul's inputs;
+    /// returns the one installed before.
+    pub fn set_activation_hook(
+        &mut self,
+        hook: Option<Box<dyn ActivationHook>>,
+    ) -> Option<Box<dyn ActivationHook>> {
+        std::mem::replace(&mut self.hook, hook)
     }
 
     /// The most tokens one step may hold.
@@ -504,6 +539,14 @@ impl ExecutionPlan {
                 }
             }
             Op::MatMul { weight } => {
+                if let Some(h) = self.hook.as_mut() {
+                    h.dense(
+                        &self.weight_names[*weight],
+                        &a[..in_rows * in_width],
+                        in_rows,
+                        in_width,
+                    );
+                }
                 let bound = &self.weights[*weight];
                 // Each row's numerics follow its own sequence's rows only (see
                 // `matmul_segmented`): all of the step's tokens by segment, or the output rows
@@ -746,6 +789,11 @@ impl ExecutionPlan {
                     scales: [vec(p.scales[0])?, vec(p.scales[1])?, vec(p.scales[2])?],
                     biases: [vec(p.biases[0])?, vec(p.biases[1])?, vec(p.biases[2])?],
                 };
+                let names = &self.weight_names;
+                let hook = self.hook.as_deref_mut().map(|h| {
+                    let gate = p.gate.map(|g| names[g].as_str()).unwrap_or("");
+                    (h, [names[p.up].as_str(), gate, names[p.down].as_str()])
+                });
                 moe::run(
                     p,
                     &bound,
@@ -754,6 +802,7 @@ impl ExecutionPlan {
                     segments,
                     &mut self.moe_scratch,
                     out,
+                    hook,
                 )?;
             }
             Op::Clamp(limit) => {

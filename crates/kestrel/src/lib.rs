@@ -51,8 +51,8 @@ pub use info::ModelInfo;
 pub use kestrel_arch as arch;
 pub use kestrel_generate as generate;
 pub use kestrel_generate::{
-    CancelToken, FinishReason, GenerateMetrics, KlDivergence, KldAccumulator, LogProbHeader,
-    LogProbReader, Perplexity, Token, TokenIter,
+    CancelToken, FinishReason, GenerateMetrics, ImatrixOptions, ImatrixRun, KlDivergence,
+    KldAccumulator, LogProbHeader, LogProbReader, Perplexity, Token, TokenIter,
 };
 pub use kestrel_gguf as gguf;
 pub use kestrel_kv::KvDType;

@@ -888,6 +888,23 @@ impl Model {
     }
 
     /// The token llama-perplexity puts first in every window: BOS when the model adds one.
+    /// An importance matrix of `text` as `llama-imatrix -f` computes it (windows of
+    /// `opts.n_ctx` tokens, BOS first where the model adds one), for `kestrel quantize
+    /// --imatrix` or `llama-quantize --imatrix`: write `run.sums` with
+    /// [`ImatrixSums::write`](kestrel_gguf::quantize::ImatrixSums::write). `on_chunk` gets
+    /// each finished window's number and the perplexity so far. CPU only; resets the chat
+    /// cache.
+    pub fn imatrix(
+        &mut self,
+        text: &str,
+        opts: &kestrel_generate::ImatrixOptions,
+        on_chunk: impl FnMut(usize, &Perplexity),
+    ) -> Result<kestrel_generate::ImatrixRun, Error> {
+        let ids = self.tokenizer.encode(text, EncodeOptions::default())?;
+        let bos = self.perplexity_bos();
+        Ok(self.generator.imatrix(&ids, opts, bos, on_chunk)?)
+    }
+
     fn perplexity_bos(&self) -> Option<u32> {
         let md = self.generator.model().metadata();
         let add_bos = md.get_bool("tokenizer.ggml.add_bos_token").unwrap_or(false);

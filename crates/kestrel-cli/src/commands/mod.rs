@@ -5,6 +5,7 @@ pub mod chat;
 pub mod convert;
 pub mod detokenize;
 pub mod embed;
+pub mod imatrix;
 pub mod inspect;
 pub mod logits;
 pub mod model_args;

@@ -15,7 +15,7 @@ mod logprob_file;
 use std::io::{Read, Write};
 
 use kestrel_arch::{build_decoder, weight_tensor, Logits};
-use kestrel_graph::{CudaKvCache, CudaPlan, ExecutionPlan};
+use kestrel_graph::{ActivationHook, CudaKvCache, CudaPlan, ExecutionPlan};
 
 pub use kld::{Estimate, KlDivergence, KldAccumulator, Percentiles};
 pub use logprob_file::{LogProbHeader, LogProbReader, LogProbRow, LogProbWriter};
@@ -39,20 +39,33 @@ pub struct Perplexity {
 
 /// Sums of negative log-likelihoods, in the order positions are scored.
 #[derive(Default)]
-struct NllSum {
+pub(crate) struct NllSum {
     nll: f64,
     nll2: f64,
     count: usize,
 }
 
 impl NllSum {
-    fn add(&mut self, v: f64) {
+    pub(crate) fn add(&mut self, v: f64) {
         self.nll += v;
         self.nll2 += v * v;
         self.count += 1;
     }
 
-    fn finish(&self, chunks: usize) -> Perplexity {
+    /// Adds the scored positions of a window (see [`scored`]).
+    pub(crate) fn add_window(&mut self, window: &[u32], logits: &[f32], n_vocab: usize) {
+        for (j, row) in scored(window, logits, n_vocab) {
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
+            let s: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
+            let logp = row
+                .get(window[j + 1] as usize)
+                .map(|&x| x as f64 - max - s.ln())
+                .unwrap_or(f64::NEG_INFINITY);
+            self.add(-logp);
+        }
+    }
+
+    pub(crate) fn finish(&self, chunks: usize) -> Perplexity {
         let mean = self.nll / self.count as f64;
         let var = self.nll2 / self.count as f64 - mean * mean;
         let ppl = mean.exp();
@@ -85,19 +98,17 @@ impl Generator {
         bos: Option<u32>,
     ) -> Result<Perplexity, GenerateError> {
         let mut sum = NllSum::default();
-        let chunks =
-            self.score_windows(tokens, n_ctx, None, bos, |_, window, logits, n_vocab| {
-                for (j, row) in scored(window, logits, n_vocab) {
-                    let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
-                    let s: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
-                    let logp = row
-                        .get(window[j + 1] as usize)
-                        .map(|&x| x as f64 - max - s.ln())
-                        .unwrap_or(f64::NEG_INFINITY);
-                    sum.add(-logp);
-                }
+        let chunks = self.score_windows(
+            tokens,
+            n_ctx,
+            None,
+            bos,
+            None,
+            |_, window, logits, n_vocab| {
+                sum.add_window(window, logits, n_vocab);
                 Ok(())
-            })?;
+            },
+        )?;
         Ok(sum.finish(chunks))
     }
 
@@ -117,12 +128,19 @@ impl Generator {
         let n_vocab = self.core.cfg.n_vocab;
         let mut writer = LogProbWriter::new(out, n_ctx, n_vocab, &tokens[..n_chunks * n_ctx])?;
         let mut sum = NllSum::default();
-        self.score_windows(tokens, n_ctx, chunks, bos, |_, window, logits, n_vocab| {
-            for (j, row) in scored(window, logits, n_vocab) {
-                sum.add(writer.write_row(row, window[j + 1])?);
-            }
-            Ok(())
-        })?;
+        self.score_windows(
+            tokens,
+            n_ctx,
+            chunks,
+            bos,
+            None,
+            |_, window, logits, n_vocab| {
+                for (j, row) in scored(window, logits, n_vocab) {
+                    sum.add(writer.write_row(row, window[j + 1])?);
+                }
+                Ok(())
+            },
+        )?;
         Ok((sum.finish(n_chunks), writer.finish()?))
     }
 
@@ -158,6 +176,7 @@ impl Generator {
             head.n_ctx,
             chunks,
             bos,
+            None,
             |engine, window, logits, n_vocab| {
                 let first = head.n_ctx / 2;
                 let n = scored_rows(head.n_ctx);
@@ -223,13 +242,14 @@ impl Generator {
 
     /// Runs each window through an all-positions plan and hands `each` the engine, the
     /// window's tokens (as in the text: not BOS-replaced) and its `n_ctx × n_vocab` logits.
-    /// Returns the number of windows.
-    fn score_windows(
+    /// `hook` sees every weight matmul's inputs (CPU only). Returns the number of windows.
+    pub(crate) fn score_windows(
         &mut self,
         tokens: &[u32],
         n_ctx: usize,
         chunks: Option<usize>,
         bos: Option<u32>,
+        hook: Option<Box<dyn ActivationHook>>,
         mut each: impl FnMut(
             &kestrel_tensor::CpuEngine,
             &[u32],
@@ -246,7 +266,17 @@ impl Generator {
         // On a GPU the windows run through their own all-positions plan and cache on the
         // generator's device (its weights are uploaded once more for the run).
         let mut plan = match &core.plans {
-            Plans::Cpu { .. } => WindowPlan::Cpu(ExecutionPlan::compile(&graph, n_ctx, &lookup)?),
+            Plans::Cpu { .. } => {
+                let mut p = ExecutionPlan::compile(&graph, n_ctx, &lookup)?;
+                p.set_activation_hook(hook);
+                WindowPlan::Cpu(p)
+            }
+            Plans::Cuda(_) if hook.is_some() => {
+                return Err(GenerateError::InvalidOption {
+                    name: "device",
+                    reason: "importance matrices are collected on the CPU only".into(),
+                })
+            }
             Plans::Cuda(gen_plan) => {
                 let p = CudaPlan::compile(&graph, gen_plan.device().clone(), n_ctx, &lookup)?;
                 let cache = p.new_cache(n_ctx)?;

@@ -1,12 +1,78 @@
 //! Importance matrices: llama.cpp's `llama-imatrix` output (a GGUF file of `<tensor>.in_sum2`
 //! and `<tensor>.counts` per weight matrix), read as `llama-quantize` reads it: each entry's
 //! per-column sums divided by its count (per expert for 3-d weights; 1 where a count is 0).
+//! [`ImatrixSums`] writes such a file.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use super::QuantizeError;
-use crate::{GgmlType, GgufFile, Value};
+use crate::{GgmlType, GgufFile, GgufWriter, MetadataValue, Value};
+
+/// One weight matrix's collected activations.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ImatrixEntry {
+    /// Sum of squares of each input column, per expert (`n_expert × width`, one expert for a
+    /// dense matrix).
+    pub in_sum2: Vec<f32>,
+    /// Sum of each input column, laid out as `in_sum2`.
+    pub in_sum: Vec<f32>,
+    /// Rows seen, per expert.
+    pub counts: Vec<f32>,
+}
+
+/// What `llama-imatrix` writes: per-matrix sums over a text's tokens, with the text's name and
+/// the chunks it was cut into.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ImatrixSums {
+    /// The texts (`imatrix.datasets`).
+    pub datasets: Vec<String>,
+    /// Chunks evaluated (`imatrix.chunk_count`).
+    pub chunk_count: u32,
+    /// Tokens per chunk (`imatrix.chunk_size`).
+    pub chunk_size: u32,
+    /// The matrices by GGUF tensor name.
+    pub entries: BTreeMap<String, ImatrixEntry>,
+}
+
+impl ImatrixSums {
+    /// Writes the GGUF imatrix file llama-imatrix writes (`general.type = imatrix`; per matrix,
+    /// in name order, `<name>.in_sum2` `[width, n_expert]`, `<name>.counts` `[1, n_expert]`,
+    /// `<name>.in_sum`; llama-imatrix's per-matrix `.stats` summaries are not written).
+    ///
+    /// # Errors
+    /// An entry whose lengths disagree, or the write failing.
+    pub fn write(&self, path: &Path) -> crate::Result<()> {
+        let mut w = GgufWriter::new();
+        w.add_metadata("general.type", "imatrix");
+        w.add_metadata(
+            "imatrix.datasets",
+            MetadataValue::string_array(self.datasets.iter().cloned()),
+        );
+        w.add_metadata("imatrix.chunk_count", self.chunk_count);
+        w.add_metadata("imatrix.chunk_size", self.chunk_size);
+        for (name, e) in &self.entries {
+            let n = e.counts.len() as u64;
+            if n == 0
+                || !(e.in_sum2.len() as u64).is_multiple_of(n)
+                || (!e.in_sum.is_empty() && e.in_sum.len() != e.in_sum2.len())
+            {
+                return Err(crate::GgufError::InvalidWrite(format!(
+                    "imatrix entry {name}: {} sums, {} counts",
+                    e.in_sum2.len(),
+                    e.counts.len()
+                )));
+            }
+            let width = e.in_sum2.len() as u64 / n;
+            w.add_f32_tensor(&format!("{name}.in_sum2"), &[width, n], &e.in_sum2)?;
+            w.add_f32_tensor(&format!("{name}.counts"), &[1, n], &e.counts)?;
+            if !e.in_sum.is_empty() {
+                w.add_f32_tensor(&format!("{name}.in_sum"), &[width, n], &e.in_sum)?;
+            }
+        }
+        w.write_file(path)
+    }
+}
 
 /// An importance matrix: for each weight matrix, one weight per input column (per expert).
 #[derive(Clone, Debug, Default)]

@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub use ftype::FileType;
-pub use imatrix::Imatrix;
+pub use imatrix::{Imatrix, ImatrixEntry, ImatrixSums};
 
 use crate::quant::{self, QuantError};
 use crate::{GgmlType, GgufError, GgufFile, GgufStreamWriter, MetadataValue, TensorSpec, Value};
