@@ -31,6 +31,7 @@ pub mod float;
 pub mod iq1;
 pub mod iq2;
 pub mod iq3;
+mod iq3_quantize;
 pub mod iq4_nl;
 mod iq4_quantize;
 pub mod iq4_xs;
@@ -184,18 +185,24 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), Quan
 
 /// Whether [`quantize_chunk`] can write `ty`.
 pub fn can_quantize_chunk(ty: GgmlType) -> bool {
-    can_quantize(ty) || matches!(ty, GgmlType::IQ4NL | GgmlType::IQ4XS)
+    can_quantize(ty)
+        || matches!(
+            ty,
+            GgmlType::IQ4NL | GgmlType::IQ4XS | GgmlType::IQ3XXS | GgmlType::IQ3S
+        )
 }
 
 /// Quantizes `src` into `out` as `llama-quantize` does (ggml's `ggml_quantize_chunk` without
 /// an importance matrix): the reference algorithm of [`quantize`] for the types that have one
-/// in that path, and IQ4_NL and IQ4_XS with ggml's 7 scale trials per block.
+/// in that path, IQ4_NL and IQ4_XS with ggml's 7 scale trials per block, and IQ3_XXS and
+/// IQ3_S with their grid searches.
 ///
 /// # Errors
 /// As [`quantize`].
 pub fn quantize_chunk(ty: GgmlType, src: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     match ty {
         GgmlType::IQ4NL | GgmlType::IQ4XS => iq4_quantize::quantize_bytes(ty, src, out),
+        GgmlType::IQ3XXS | GgmlType::IQ3S => iq3_quantize::quantize_bytes(ty, src, out, None),
         _ => quantize(ty, src, out),
     }
 }

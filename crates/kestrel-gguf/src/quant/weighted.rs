@@ -527,6 +527,8 @@ pub fn supports_weights(ty: GgmlType) -> bool {
             | GgmlType::Q6K
             | GgmlType::IQ4NL
             | GgmlType::IQ4XS
+            | GgmlType::IQ3XXS
+            | GgmlType::IQ3S
     )
 }
 
@@ -573,6 +575,9 @@ pub fn quantize_rows(
             }
             GgmlType::IQ4NL | GgmlType::IQ4XS => {
                 super::iq4_quantize::quantize_bytes_weighted(ty, x, o, qw)?
+            }
+            GgmlType::IQ3XXS | GgmlType::IQ3S => {
+                super::iq3_quantize::quantize_bytes(ty, x, o, Some(qw))?
             }
             _ => {
                 let size = ty.type_size();
