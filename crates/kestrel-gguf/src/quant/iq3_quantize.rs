@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use half::f16;
 
 use super::common::{check_bytes, nearest_int};
+use super::iq_grid_search::Grid;
 use super::{QuantError, QuantOp};
 use crate::GgmlType;
 
@@ -22,112 +23,16 @@ const K_MAX_Q: i32 = 8;
 
 include!("iq3_kgrid.rs");
 
-/// A grid: its points (4 odd values each, `2l + 1`), the map from a point's 12-bit code to its
-/// index (or `-(offset + 1)` into `neighbours` for a code off the grid), and the neighbour
-/// lists (a count, then that many grid indices).
-struct Tables {
-    grid: Vec<[i8; 4]>,
-    map: Vec<i32>,
-    neighbours: Vec<u16>,
-}
-
-/// ggml's `iq3xs_init_impl`: for every code off the grid, the grid points at the `nwant`
-/// smallest squared distances.
-fn build(kgrid: &[u16], nwant: usize) -> Tables {
-    let grid: Vec<[i8; 4]> = kgrid
-        .iter()
-        .map(|&g| std::array::from_fn(|i| (2 * ((g >> (3 * i)) & 7) + 1) as i8))
-        .collect();
-    let mut map = vec![-1i32; 4096];
-    for (i, p) in grid.iter().enumerate() {
-        let index = p.iter().enumerate().fold(0usize, |acc, (k, &v)| {
-            acc | (((v as usize - 1) / 2) << (3 * k))
-        });
-        map[index] = i as i32;
-    }
-    let mut neighbours = Vec::new();
-    let mut dist2: Vec<(i32, usize)> = Vec::with_capacity(grid.len());
-    for i in 0..4096 {
-        if map[i] >= 0 {
-            continue;
-        }
-        let pos: [i32; 4] = std::array::from_fn(|k| 2 * ((i as i32 >> (3 * k)) & 7) + 1);
-        dist2.clear();
-        for (j, pg) in grid.iter().enumerate() {
-            let d2: i32 = (0..4).map(|k| (pg[k] as i32 - pos[k]).pow(2)).sum();
-            dist2.push((d2, j));
-        }
-        dist2.sort_unstable();
-        let offset = neighbours.len();
-        map[i] = -(offset as i32 + 1);
-        neighbours.push(0u16);
-        let (mut d2, mut nhave, mut n) = (dist2[0].0, 1, 0u16);
-        for &(d, j) in &dist2 {
-            if d > d2 {
-                if nhave == nwant {
-                    break;
-                }
-                d2 = d;
-                nhave += 1;
-            }
-            neighbours.push(j as u16);
-            n += 1;
-        }
-        neighbours[offset] = n;
-    }
-    Tables {
-        grid,
-        map,
-        neighbours,
-    }
-}
+type Tables = Grid<4>;
 
 fn tables(grid_size: usize) -> &'static Tables {
     static T256: OnceLock<Tables> = OnceLock::new();
     static T512: OnceLock<Tables> = OnceLock::new();
     if grid_size == 256 {
-        T256.get_or_init(|| build(&KGRID_256, 2))
+        T256.get_or_init(|| Grid::build(&KGRID_256, 3, 4096, 2))
     } else {
-        T512.get_or_init(|| build(&KGRID_512, 3))
+        T512.get_or_init(|| Grid::build(&KGRID_512, 3, 4096, 3))
     }
-}
-
-/// ggml's `iq3_find_best_neighbour`: the neighbour (of the list at `offset`) nearest to `xval`
-/// at `scale` under `weight`; its levels go to `l`.
-fn best_neighbour(
-    t: &Tables,
-    offset: usize,
-    xval: &[f32],
-    weight: &[f32],
-    scale: f32,
-    l: &mut [i8],
-) -> usize {
-    let n = t.neighbours[offset] as usize;
-    let mut best_d2 = f32::MAX;
-    let mut index = t.neighbours[offset + 1] as usize;
-    for &g in &t.neighbours[offset + 1..=offset + n] {
-        let pg = &t.grid[g as usize];
-        let mut d2 = 0.0f32;
-        for i in 0..4 {
-            let q = pg[i] as f32;
-            let diff = scale * q - xval[i];
-            d2 += weight[i] * diff * diff;
-        }
-        if d2 < best_d2 {
-            best_d2 = d2;
-            index = g as usize;
-        }
-    }
-    let pg = &t.grid[index];
-    for i in 0..4 {
-        l[i] = (pg[i] - 1) / 2;
-    }
-    index
-}
-
-/// The grid index of a group's levels (`u`: the 12-bit code), or a neighbour's.
-fn code(l: &[i8]) -> usize {
-    (0..4).fold(0usize, |u, i| u | ((l[i] as usize) << (3 * i)))
 }
 
 /// Levels of 4 values at inverse scale `id`, clamped to 0..7.
@@ -176,13 +81,12 @@ fn search(
         for k in 0..8 {
             let g = 4 * k..4 * k + 4;
             levels(id, &xval[g.clone()], &mut laux[g.clone()]);
-            let m = t.map[code(&laux[g.clone()])];
+            let m = t.map[t.code(&laux[g.clone()])];
             aux[k] = true;
             if m < 0 {
                 aux[k] = false;
-                best_neighbour(
-                    t,
-                    (-m - 1) as usize,
+                t.best_neighbour(
+                    m,
                     &xval[g.clone()],
                     &waux[g.clone()],
                     this_scale,
@@ -208,21 +112,17 @@ fn search(
             let g = 4 * k..4 * k + 4;
             let mut lk = [0i8; 4];
             levels(id, &xval[g.clone()], &mut lk);
-            let mut index = t.map[code(&lk)];
+            let mut index = t.map[t.code(&lk)];
             if index < 0 {
-                index = best_neighbour(
-                    t,
-                    (-index - 1) as usize,
+                index = t.best_neighbour(
+                    index,
                     &xval[g.clone()],
                     &waux[g.clone()],
                     scale,
                     &mut l[g.clone()],
                 ) as i32;
             }
-            let pg = &t.grid[index as usize];
-            for (i, li) in l[g].iter_mut().enumerate() {
-                *li = (pg[i] - 1) / 2;
-            }
+            t.levels_of(index as usize, &mut l[g]);
         }
         let (sumqx, sumq2) = fit(weight, xval, l);
         if sumq2 > 0.0 {
@@ -310,7 +210,7 @@ fn block_xxs(xbl: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
             }
         }
         for k in 0..8 {
-            q3[8 * ib + k] = t.map[code(&l[4 * k..4 * k + 4])].max(0) as u8;
+            q3[8 * ib + k] = t.map[t.code(&l[4 * k..4 * k + 4])].max(0) as u8;
         }
         sas[ib] = block_signs[0] as u32
             | (block_signs[1] as u32) << 7
@@ -380,7 +280,7 @@ fn block_s(xbl: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
             }
         }
         for k in 0..8 {
-            let index = t.map[code(&l[4 * k..4 * k + 4])].max(0) as usize;
+            let index = t.map[t.code(&l[4 * k..4 * k + 4])].max(0) as usize;
             out[qs_at + k] = (index & 255) as u8;
             let bit = ib * 8 + k;
             out[qh_at + bit / 8] |= ((index >> 8) << (bit % 8)) as u8;
@@ -444,21 +344,13 @@ mod tests {
 
     #[test]
     fn grids_and_neighbours_cover_every_code() {
-        for (size, want) in [(256, 2), (512, 3)] {
+        for size in [256, 512] {
             let t = tables(size);
-            assert_eq!(t.grid.len(), size);
+            assert_eq!(t.points.len(), size);
             assert_eq!(t.map.iter().filter(|&&m| m >= 0).count(), size);
-            for &m in &t.map {
-                if m < 0 {
-                    let off = (-m - 1) as usize;
-                    let n = t.neighbours[off] as usize;
-                    assert!(n >= 1 && n < size, "{n} neighbours");
-                    assert!(t.neighbours[off + 1..=off + n]
-                        .iter()
-                        .all(|&g| (g as usize) < size));
-                }
-            }
-            let _ = want;
+            let (off, most) = t.neighbour_stats();
+            assert_eq!(off, 4096 - size);
+            assert!(most < size);
         }
     }
 

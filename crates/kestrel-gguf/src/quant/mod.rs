@@ -30,11 +30,13 @@ mod error;
 pub mod float;
 pub mod iq1;
 pub mod iq2;
+mod iq2_quantize;
 pub mod iq3;
 mod iq3_quantize;
 pub mod iq4_nl;
 mod iq4_quantize;
 pub mod iq4_xs;
+mod iq_grid_search;
 pub mod iq_grids;
 pub mod mxfp4;
 pub mod q2_k;
@@ -188,7 +190,7 @@ pub fn can_quantize_chunk(ty: GgmlType) -> bool {
     can_quantize(ty)
         || matches!(
             ty,
-            GgmlType::IQ4NL | GgmlType::IQ4XS | GgmlType::IQ3XXS | GgmlType::IQ3S
+            GgmlType::IQ4NL | GgmlType::IQ4XS | GgmlType::IQ3XXS | GgmlType::IQ3S | GgmlType::IQ2S
         )
 }
 
@@ -203,6 +205,7 @@ pub fn quantize_chunk(ty: GgmlType, src: &[f32], out: &mut [u8]) -> Result<(), Q
     match ty {
         GgmlType::IQ4NL | GgmlType::IQ4XS => iq4_quantize::quantize_bytes(ty, src, out),
         GgmlType::IQ3XXS | GgmlType::IQ3S => iq3_quantize::quantize_bytes(ty, src, out, None),
+        GgmlType::IQ2S => iq2_quantize::quantize_bytes(ty, src, out, None),
         _ => quantize(ty, src, out),
     }
 }

@@ -109,7 +109,7 @@ fn make_qkx3_quants(
 
 /// ggml's `make_qp_quants`: a positive scale for `x` (the group scales or mins of a K-quant
 /// super-block) on levels `0..=nmax`, weighted by `qw`.
-fn make_qp_quants(nmax: i32, x: &[f32], l: &mut [u8], qw: &[f32]) -> f32 {
+pub(crate) fn make_qp_quants(nmax: i32, x: &[f32], l: &mut [u8], qw: &[f32]) -> f32 {
     let n = x.len();
     let mut max = 0.0f32;
     for &v in x {
@@ -152,7 +152,9 @@ fn make_qp_quants(nmax: i32, x: &[f32], l: &mut [u8], qw: &[f32]) -> f32 {
         let li = nearest_int(iscale * x[i]).min(nmax);
         l[i] = li as u8;
         let w = qw[i];
-        let lf = l[i] as f32;
+        // The int, not the stored byte: a negative level (IQ2_XXS's sign-flipped value) wraps
+        // in `L` but counts as itself here, as in ggml.
+        let lf = li as f32;
         sumlx += w * x[i] * lf;
         suml2 += w * lf * lf;
     }
@@ -529,6 +531,9 @@ pub fn supports_weights(ty: GgmlType) -> bool {
             | GgmlType::IQ4XS
             | GgmlType::IQ3XXS
             | GgmlType::IQ3S
+            | GgmlType::IQ2XXS
+            | GgmlType::IQ2XS
+            | GgmlType::IQ2S
     )
 }
 
@@ -578,6 +583,9 @@ pub fn quantize_rows(
             }
             GgmlType::IQ3XXS | GgmlType::IQ3S => {
                 super::iq3_quantize::quantize_bytes(ty, x, o, Some(qw))?
+            }
+            GgmlType::IQ2XXS | GgmlType::IQ2XS | GgmlType::IQ2S => {
+                super::iq2_quantize::quantize_bytes(ty, x, o, Some(qw))?
             }
             _ => {
                 let size = ty.type_size();

@@ -305,7 +305,8 @@ pub fn quantize_file(
                     t.ggml_type()
                 )));
             }
-            if !quant::can_quantize_chunk(s.ggml_type) {
+            let weighted = opts.imatrix.is_some() && quant::weighted::supports_weights(s.ggml_type);
+            if !quant::can_quantize_chunk(s.ggml_type) && !weighted {
                 return Err(QuantizeError::Refused(format!(
                     "{}: kestrel cannot quantize to {} yet",
                     s.name, s.ggml_type
