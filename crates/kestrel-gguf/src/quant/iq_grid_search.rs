@@ -84,9 +84,7 @@ impl<const N: usize> Grid<N> {
         scale: f32,
         l: &mut [i8],
     ) -> usize {
-        let offset = (-m - 1) as usize;
-        let n = self.neighbours[offset] as usize;
-        let list = &self.neighbours[offset + 1..=offset + n];
+        let list = self.neighbours_of(m);
         let mut best_d2 = f32::MAX;
         let mut index = list[0] as usize;
         for &g in list {
@@ -107,6 +105,13 @@ impl<const N: usize> Grid<N> {
             l[i] = (pg[i] - 1) / 2;
         }
         index
+    }
+
+    /// The neighbour list of the off-grid code whose map entry is `m`.
+    pub(crate) fn neighbours_of(&self, m: i32) -> &[u16] {
+        let offset = (-m - 1) as usize;
+        let n = self.neighbours[offset] as usize;
+        &self.neighbours[offset + 1..=offset + n]
     }
 
     /// A point's levels into `l`.

@@ -29,6 +29,7 @@ mod error;
 
 pub mod float;
 pub mod iq1;
+mod iq1_quantize;
 pub mod iq2;
 mod iq2_quantize;
 pub mod iq3;

@@ -534,6 +534,7 @@ pub fn supports_weights(ty: GgmlType) -> bool {
             | GgmlType::IQ2XXS
             | GgmlType::IQ2XS
             | GgmlType::IQ2S
+            | GgmlType::IQ1S
     )
 }
 
@@ -587,6 +588,7 @@ pub fn quantize_rows(
             GgmlType::IQ2XXS | GgmlType::IQ2XS | GgmlType::IQ2S => {
                 super::iq2_quantize::quantize_bytes(ty, x, o, Some(qw))?
             }
+            GgmlType::IQ1S => super::iq1_quantize::quantize_bytes(ty, x, o, qw)?,
             _ => {
                 let size = ty.type_size();
                 for (ib, (xb, ob)) in x
