@@ -191,7 +191,12 @@ pub fn can_quantize_chunk(ty: GgmlType) -> bool {
     can_quantize(ty)
         || matches!(
             ty,
-            GgmlType::IQ4NL | GgmlType::IQ4XS | GgmlType::IQ3XXS | GgmlType::IQ3S | GgmlType::IQ2S
+            GgmlType::IQ4NL
+                | GgmlType::IQ4XS
+                | GgmlType::IQ3XXS
+                | GgmlType::IQ3S
+                | GgmlType::IQ2S
+                | GgmlType::IQ1M
         )
 }
 
@@ -207,6 +212,7 @@ pub fn quantize_chunk(ty: GgmlType, src: &[f32], out: &mut [u8]) -> Result<(), Q
         GgmlType::IQ4NL | GgmlType::IQ4XS => iq4_quantize::quantize_bytes(ty, src, out),
         GgmlType::IQ3XXS | GgmlType::IQ3S => iq3_quantize::quantize_bytes(ty, src, out, None),
         GgmlType::IQ2S => iq2_quantize::quantize_bytes(ty, src, out, None),
+        GgmlType::IQ1M => iq1_quantize::quantize_bytes(ty, src, out, None),
         _ => quantize(ty, src, out),
     }
 }

@@ -535,6 +535,7 @@ pub fn supports_weights(ty: GgmlType) -> bool {
             | GgmlType::IQ2XS
             | GgmlType::IQ2S
             | GgmlType::IQ1S
+            | GgmlType::IQ1M
     )
 }
 
@@ -588,7 +589,9 @@ pub fn quantize_rows(
             GgmlType::IQ2XXS | GgmlType::IQ2XS | GgmlType::IQ2S => {
                 super::iq2_quantize::quantize_bytes(ty, x, o, Some(qw))?
             }
-            GgmlType::IQ1S => super::iq1_quantize::quantize_bytes(ty, x, o, qw)?,
+            GgmlType::IQ1S | GgmlType::IQ1M => {
+                super::iq1_quantize::quantize_bytes(ty, x, o, Some(qw))?
+            }
             _ => {
                 let size = ty.type_size();
                 for (ib, (xb, ob)) in x
