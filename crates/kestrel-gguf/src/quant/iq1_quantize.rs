@@ -220,7 +220,11 @@ const X_M: [f32; 3] = [-1.0 - IQ1S_DELTA, -IQ1S_DELTA, 1.0 - IQ1S_DELTA];
 
 /// The level values of IQ1_M group `k` (0 or 1) of a 16-value block with shift code `best_k`.
 fn shift_of(best_k: usize, k: usize) -> &'static [f32; 3] {
-    let plus = if k == 0 { best_k < 2 } else { best_k % 2 == 0 };
+    let plus = if k == 0 {
+        best_k < 2
+    } else {
+        best_k.is_multiple_of(2)
+    };
     if plus {
         &X_P
     } else {
