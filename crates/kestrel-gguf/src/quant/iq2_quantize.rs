@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use half::f16;
 
 use super::common::{check_bytes, nearest_int, GROUP_MAX_EPS};
-use super::iq_grid_search::Grid;
+use super::iq_grid_search::{odd_fit, odd_levels, Grid};
 use super::weighted::make_qp_quants;
 use super::{QuantError, QuantOp};
 use crate::GgmlType;
@@ -38,21 +38,7 @@ fn grid(ty: GgmlType) -> &'static Grid<8> {
 }
 
 fn levels(id: f32, xval: &[f32], l: &mut [i8]) {
-    for i in 0..8 {
-        let v = nearest_int(0.5 * (id * xval[i] - 1.0));
-        l[i] = v.clamp(0, K_MAX_Q - 1) as i8;
-    }
-}
-
-fn fit(weight: &[f32], xval: &[f32], l: &[i8]) -> (f32, f32) {
-    let (mut sumqx, mut sumq2) = (0.0f32, 0.0f32);
-    for i in 0..weight.len() {
-        let w = weight[i];
-        let q = (2 * l[i] as i32 + 1) as f32;
-        sumqx += w * xval[i] * q;
-        sumq2 += w * q * q;
-    }
-    (sumqx, sumq2)
+    odd_levels(id, &xval[..8], &mut l[..8], K_MAX_Q);
 }
 
 fn sumx2(xbl: &[f32]) -> f32 {
@@ -153,7 +139,7 @@ fn block_xxs(xbl: &[f32], qw: &[f32], out: &mut [u8]) {
                     );
                 }
             }
-            let (sumqx, sumq2) = fit(&weight, &xval, &laux);
+            let (sumqx, sumq2) = odd_fit(&weight, &xval, &laux);
             if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
                 scale = sumqx / sumq2;
                 best = scale * sumqx;
@@ -178,7 +164,7 @@ fn block_xxs(xbl: &[f32], qw: &[f32], out: &mut [u8]) {
                 }
                 t.levels_of(index as usize, &mut l[g]);
             }
-            let (sumqx, sumq2) = fit(&weight, &xval, &l);
+            let (sumqx, sumq2) = odd_fit(&weight, &xval, &l);
             if sumq2 > 0.0 {
                 scale = sumqx / sumq2;
             }
@@ -274,7 +260,7 @@ fn block_xs_s(ty: GgmlType, xbl: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
                     );
                 }
             }
-            let (sumqx, sumq2) = fit(&weight, &xval, &laux);
+            let (sumqx, sumq2) = odd_fit(&weight, &xval, &laux);
             if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
                 scale = sumqx / sumq2;
                 best = scale * sumqx;
@@ -296,7 +282,7 @@ fn block_xs_s(ty: GgmlType, xbl: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
                     t.best_neighbour(m, &xval[g.clone()], &waux[g.clone()], scale, &mut l[g]);
                 }
             }
-            let (sumqx, sumq2) = fit(&weight, &xval, &l);
+            let (sumqx, sumq2) = odd_fit(&weight, &xval, &l);
             if sumq2 > 0.0 {
                 scale = sumqx / sumq2;
             }

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use half::f16;
 
 use super::common::{check_bytes, nearest_int};
-use super::iq_grid_search::Grid;
+use super::iq_grid_search::{odd_fit, odd_levels, Grid};
 use super::{QuantError, QuantOp};
 use crate::GgmlType;
 
@@ -35,24 +35,8 @@ fn tables(grid_size: usize) -> &'static Tables {
     }
 }
 
-/// Levels of 4 values at inverse scale `id`, clamped to 0..7.
 fn levels(id: f32, xval: &[f32], l: &mut [i8]) {
-    for i in 0..4 {
-        let v = nearest_int(0.5 * (id * xval[i] - 1.0));
-        l[i] = v.clamp(0, K_MAX_Q - 1) as i8;
-    }
-}
-
-/// A group's weighted fit: `(sumqx, sumq2)` of `xval` against levels `l`.
-fn fit(weight: &[f32], xval: &[f32], l: &[i8]) -> (f32, f32) {
-    let (mut sumqx, mut sumq2) = (0.0f32, 0.0f32);
-    for i in 0..weight.len() {
-        let w = weight[i];
-        let q = (2 * l[i] as i32 + 1) as f32;
-        sumqx += w * xval[i] * q;
-        sumq2 += w * q * q;
-    }
-    (sumqx, sumq2)
+    odd_levels(id, &xval[..4], &mut l[..4], K_MAX_Q);
 }
 
 /// One 32-value group's search (shared by both types): returns its scale and sets `l`.
@@ -94,7 +78,7 @@ fn search(
                 );
             }
         }
-        let (sumqx, sumq2) = fit(weight, xval, &laux);
+        let (sumqx, sumq2) = odd_fit(weight, xval, &laux);
         if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
             scale = sumqx / sumq2;
             best = scale * sumqx;
@@ -124,7 +108,7 @@ fn search(
             }
             t.levels_of(index as usize, &mut l[g]);
         }
-        let (sumqx, sumq2) = fit(weight, xval, l);
+        let (sumqx, sumq2) = odd_fit(weight, xval, l);
         if sumq2 > 0.0 {
             scale = sumqx / sumq2;
         }

@@ -3,6 +3,27 @@
 //! `BITS` bits); every code off the grid lists the grid points at its `nwant` smallest squared
 //! distances, searched by [`Grid::best_neighbour`] as ggml searches them.
 
+use super::common::nearest_int;
+
+/// The odd levels `2l + 1` of `xval` at inverse scale `id`, `l` clamped to `0..kmax_q`
+/// (`nearest_int(0.5·(id·x − 1))`, as every IQ2/IQ3 search rounds).
+pub(crate) fn odd_levels(id: f32, xval: &[f32], l: &mut [i8], kmax_q: i32) {
+    for (li, &x) in l.iter_mut().zip(xval) {
+        *li = nearest_int(0.5 * (id * x - 1.0)).clamp(0, kmax_q - 1) as i8;
+    }
+}
+
+/// A group's weighted fit to odd levels: `(Σ w·x·q, Σ w·q²)` with `q = 2l + 1`, summed in order.
+pub(crate) fn odd_fit(weight: &[f32], xval: &[f32], l: &[i8]) -> (f32, f32) {
+    let (mut sumqx, mut sumq2) = (0.0f32, 0.0f32);
+    for ((&w, &x), &li) in weight.iter().zip(xval).zip(l) {
+        let q = (2 * li as i32 + 1) as f32;
+        sumqx += w * x * q;
+        sumq2 += w * q * q;
+    }
+    (sumqx, sumq2)
+}
+
 /// A grid of `N`-value points.
 pub(crate) struct Grid<const N: usize> {
     /// The points.
