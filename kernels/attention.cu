@@ -5,7 +5,8 @@
 // merged at the end. Causal with an optional sliding window (a query at position p sees keys
 // p - window < j <= p; window 0: all j <= p), or non-causal (every key below kv_len); scores
 // `scale * q·k`, soft-capped as `cap * tanh(s / cap)` when cap > 0; GQA (query head h reads KV
-// head h / (n_head / n_kv_head)). head_dim <= 256 and a multiple of 32. A query that sees no
+// head h / (n_head / n_kv_head)). Any head_dim up to 256 (lane i holds elements i, i + 32, ...;
+// 64, 80, 96, 128, 256 and the synthetic models' 16 all occur). A query that sees no
 // key (a negative position) gets zeros.
 // Layouts: q and out [n_tokens][n_head][head_dim] f32; k and v [capacity][n_kv_head][head_dim]
 // f16. Launch: grid n_tokens * n_head, block (32, 4).
@@ -28,7 +29,6 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
     const int token = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int kvh = h / (n_head / n_kv_head);
     const int lane = threadIdx.x, warp = threadIdx.y;
-    const int per_lane = head_dim / WARP;
     const float *qh = q + (long long)blockIdx.x * head_dim;
     float *oh = out + (long long)blockIdx.x * head_dim;
 
@@ -47,7 +47,7 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
     float qv[PER_LANE], acc[PER_LANE];
 #pragma unroll
     for (int i = 0; i < PER_LANE; i++) {
-        qv[i] = i < per_lane ? qh[lane + WARP * i] : 0.0f;
+        qv[i] = lane + WARP * i < head_dim ? qh[lane + WARP * i] : 0.0f;
         acc[i] = 0.0f;
     }
     float m = -__int_as_float(0x7f800000), l = 0.0f;
@@ -57,7 +57,7 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
         float d = 0.0f;
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++)
-            if (i < per_lane) d = fmaf(qv[i], __half2float(kj[lane + WARP * i]), d);
+            if (lane + WARP * i < head_dim) d = fmaf(qv[i], __half2float(kj[lane + WARP * i]), d);
         float s = warp_sum(d) * scale;
         if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
         const float m_new = fmaxf(m, s);
@@ -67,7 +67,7 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
         const __half *vj = v + j * row + (long long)kvh * head_dim;
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++)
-            if (i < per_lane) acc[i] = fmaf(p, __half2float(vj[lane + WARP * i]), acc[i] * corr);
+            if (lane + WARP * i < head_dim) acc[i] = fmaf(p, __half2float(vj[lane + WARP * i]), acc[i] * corr);
         m = m_new;
     }
     if (lane == 0) {
@@ -76,7 +76,7 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
     }
 #pragma unroll
     for (int i = 0; i < PER_LANE; i++)
-        if (i < per_lane) s_acc[warp][lane + WARP * i] = acc[i];
+        if (lane + WARP * i < head_dim) s_acc[warp][lane + WARP * i] = acc[i];
     __syncthreads();
     if (warp != 0) return;
     float gm = s_m[0];

@@ -1,9 +1,9 @@
 // K-quant matrices (Q4_K, Q5_K, Q6_K) times 1-8 Q8_1 activation rows: per 32-value activation
 // block, the integer dot product of the weight's quants and the activation's, then the block's
-// scales (and, for Q4_K/Q5_K, `dmin * m * s` with `s = Σx` of the activation block, as
-// ggml-cuda). A plain first version: each lane of a warp takes whole 32-value blocks, decodes
-// the weight's quants byte by byte into packed words once, then `__dp4a`s them with each
-// activation row; vectorized loads come with issue 24's speed work.
+// scales (and, for Q4_K/Q5_K, `dmin * m * s` with `s = d·Σq` of the activation block, as
+// ggml-cpu's bsums). Each lane of a warp takes whole 32-value sub-blocks, unpacks the weight's
+// quants into packed words once (word loads and masks), then `__dp4a`s them with each
+// activation row.
 //
 // Layout: `w` m rows of `nb` 256-value blocks; `a` NCOLS rows of `8 * nb` Q8_1 blocks;
 // `out[c * m + r]`. Launch: block (32, 4), grid ceil(m / 4).
@@ -12,15 +12,34 @@
 #define ROWS_PER_CTA 4
 
 // The 32 integer quants of sub-block `b`, packed 4 to a word as signed bytes (decoded once
-// and reused for every activation row).
-template <typename B>
-__device__ __forceinline__ void k_words(const B *w, int b, int *words) {
+// and reused for every activation row): whole words loaded and masked, as ggml-cuda's vec_dot
+// functions do (Q4_K/Q5_K blocks are 144/176 bytes, so 4-byte aligned; Q6_K's 210 are not).
+__device__ __forceinline__ void k_words(const block_q4_K *w, int b, int *words) {
+    const u8 *q = w->qs + 32 * (b / 2);
+    const int sh = 4 * (b % 2);
+#pragma unroll
+    for (int v = 0; v < 8; v++) words[v] = (load_i32_a4(q + 4 * v) >> sh) & 0x0F0F0F0F;
+}
+__device__ __forceinline__ void k_words(const block_q5_K *w, int b, int *words) {
+    const u8 *q = w->qs + 32 * (b / 2);
+    const int sh = 4 * (b % 2);
 #pragma unroll
     for (int v = 0; v < 8; v++) {
-        u32 word = 0;
+        const int lo = (load_i32_a4(q + 4 * v) >> sh) & 0x0F0F0F0F;
+        const int hi = ((load_i32_a4(w->qh + 4 * v) >> b) & 0x01010101) << 4;
+        words[v] = lo | hi;
+    }
+}
+__device__ __forceinline__ void k_words(const block_q6_K *w, int b, int *words) {
+    const int n = b / 4, g = b % 4;
+    const u8 *ql = w->ql + 64 * n + 32 * (g & 1);
+    const u8 *qh = w->qh + 32 * n;
+    const int nsh = 4 * (g >> 1), hsh = 2 * g;
 #pragma unroll
-        for (int j = 0; j < 4; j++) word |= ((u32)(k_quant(w, b, 4 * v + j) & 0xFF)) << (8 * j);
-        words[v] = (int)word;
+    for (int v = 0; v < 8; v++) {
+        const int lo = (load_i32_a2(ql + 4 * v) >> nsh) & 0x0F0F0F0F;
+        const int hi = ((load_i32_a2(qh + 4 * v) >> hsh) & 0x03030303) << 4;
+        words[v] = (int)__vsub4((u32)(lo | hi), 0x20202020u);  // q - 32 in each byte
     }
 }
 

@@ -1,5 +1,8 @@
 // Activation quantization for the integer matvec (mmvq.cu): f32 rows to Q8_1 blocks, as
-// ggml-cuda's `quantize_q8_1`: `d = amax / 127`, `q = round(x / d)`, `s = sum(x)` (f16 both).
+// ggml-cuda's `quantize_q8_1`: `d = amax / 127`, `q = round(x / d)`, and
+// `s = d * sum(q)` (f16 both) as ggml-cpu's `quantize_row_q8_1` (ggml-cuda stores `sum(x)`
+// instead, which leaves each block's rounding error times the weight's offset in Q4_0/Q4_1/
+// Q5_x/Q4_K/Q5_K dot products: 5-20x the CPU engine's error on random rows).
 #include "common.cuh"
 
 // One warp per block of 32 values; `x` holds `nblocks * 32` values, rows back to back (a row's
@@ -11,9 +14,9 @@ extern "C" __global__ void quantize_q8_1(const float *__restrict__ x, block_q8_1
     if (b >= nblocks) return;  // the whole warp leaves together
     const float v = x[(long long)b * QK + lane];
     const float amax = warp_max(fabsf(v));
-    const float sum = warp_sum(v);
     const float d = amax / 127.0f;
     const int q = amax == 0.0f ? 0 : (int)roundf(v / d);
+    const float sum = d * warp_sum((float)q);  // |sum(q)| <= 4064: exact in f32
     y[b].qs[lane] = (i8)q;
     if (lane == 0) {
         y[b].d = __float2half(d);

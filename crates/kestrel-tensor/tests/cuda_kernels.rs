@@ -6,13 +6,18 @@
 //! - float matvec: F32 weights 1e-10 (same products, another summation order); F16 1e-6 and
 //!   BF16 5e-5, because the CPU engine rounds the activations to the weight's type first (as
 //!   ggml's `vec_dot_f16` does: relative 2^-11 and 2^-8 an element) and the GPU keeps them f32;
-//! - quantized matvec (Q4_0..Q8_0 against 8-bit activations): both engines are measured
-//!   against an f64 product of the dequantized weights and the f32 activations, and the GPU's
-//!   NMSE must stay within 4× the CPU engine's (+1e-9). Both errors are the 8-bit activation
-//!   quantization's; the GPU takes ggml-cuda's offset/min term (`Σx` of the block, not
-//!   `d·Σq` as ggml-cpu), which adds noise of the same order, so the two cannot be compared
-//!   with each other tightly;
-//! - norms 1e-10; SiLU/GELU/SwiGLU/GeGLU 1e-10 (the GPU's expf/tanhf are within 2 ulp);
+//! - quantized matvec (Q4_0..Q8_0, K-quants, against 8-bit activations): both engines are
+//!   measured against an f64 product of the dequantized weights and the f32 activations, and
+//!   the GPU's NMSE must stay within 1.5× the CPU engine's (+1e-9): both errors are the 8-bit
+//!   activation quantization's, and the GPU's Q8_1 `s` is `d·Σq` as ggml-cpu's (not ggml-cuda's
+//!   `Σx`, which measured 18× the CPU's error on Q4_0 here), so they differ only by f16
+//!   rounding of `s` and the order of sums;
+//!   From 9 rows matmul takes the cuBLAS GEMM (TF32 products of f32 activations and the
+//!   dequantized weight), whose error against f64 is far below the CPU's 8-bit one, so the
+//!   same bound holds; float weights keep the bounds below (F32 weights take full f32);
+//! - norms 1e-10; SiLU/SwiGLU 1e-10 (the GPU's expf is within 2 ulp); GELU/GeGLU 2e-7
+//!   (the CPU engine rounds GELU through ggml-cpu's f16 table, as ggml-cpu does; the GPU keeps
+//!   it f32 as ggml-cuda does: relative 2^-12 a value);
 //!   add/mul and get_rows exact to 1e-12; argmax exact.
 #![cfg(feature = "cuda")]
 
@@ -130,7 +135,7 @@ fn matmul_matches_the_cpu_engine() {
             }
             let w = weight(dtype, m, k, k as u64 + m as u64);
             let dw = dev.upload(&w).unwrap();
-            for n in [1, 2, 3, 8, 13] {
+            for n in [1, 2, 3, 8, 13, 64] {
                 let x = f32_tensor(n, k, n as u64);
                 let mut want = Tensor::zeros(DType::F32, Shape::matrix(n, m).unwrap()).unwrap();
                 cpu.matmul(&x, &w, &mut want).unwrap();
@@ -142,7 +147,7 @@ fn matmul_matches_the_cpu_engine() {
                     let exact = reference(&w, &x);
                     let (gpu, cpu) = (nmse(&got, &exact), nmse(want.as_f32().unwrap(), &exact));
                     assert!(
-                        gpu <= 4.0 * cpu + 1e-9,
+                        gpu <= 1.5 * cpu + 1e-9,
                         "{dtype} k={k} m={m} n={n}: nmse {gpu:e} against f64, the CPU's {cpu:e}"
                     );
                     continue;
@@ -160,6 +165,31 @@ fn matmul_matches_the_cpu_engine() {
             }
         }
     }
+}
+
+/// From 9 rows matmul dequantizes the weight in bands of at most 256 MiB of f32 and runs
+/// cuBLAS; a weight of 4096 × 17000 takes two bands, the second writing from column 16384 on.
+#[test]
+fn gemm_covers_every_band_of_a_large_weight() {
+    let Some(dev) = device() else { return };
+    if std::env::var_os("KESTREL_REQUIRE_GPU").is_some() {
+        assert_eq!(dev.gemm_off(), None, "the GPU machine has cuBLAS");
+    }
+    let cpu = CpuEngine::new(4).unwrap();
+    let (k, m, n) = (4096, 17_000, 16);
+    let w = weight(DType::Q8_0, m, k, 77);
+    let x = f32_tensor(n, k, 78);
+    let mut want = Tensor::zeros(DType::F32, Shape::matrix(n, m).unwrap()).unwrap();
+    cpu.matmul(&x, &w, &mut want).unwrap();
+    let mut out = dev.zeros_f32(Shape::matrix(n, m).unwrap()).unwrap();
+    dev.matmul(&dev.upload(&x).unwrap(), &dev.upload(&w).unwrap(), &mut out)
+        .unwrap();
+    let got = dev.download_f32(&out).unwrap();
+    // The CPU's 8-bit activations against the GPU's TF32 ones: both near the exact product.
+    let e = nmse(&got, want.as_f32().unwrap());
+    assert!(e <= 1e-4, "Q8_0 {k}x{m}, {n} rows: nmse {e:e}");
+    let tail = nmse(&got[m - 600..m], &want.as_f32().unwrap()[m - 600..m]);
+    assert!(tail <= 1e-4, "the last band: nmse {tail:e}");
 }
 
 #[test]
@@ -262,7 +292,7 @@ fn elementwise_matches_the_cpu_engine() {
     check("swiglu", dev.download_f32(&out).unwrap(), &want, 1e-10);
     cpu.geglu(&a, &b, &mut want).unwrap();
     dev.geglu(&da, &db, &mut out).unwrap();
-    check("geglu", dev.download_f32(&out).unwrap(), &want, 1e-10);
+    check("geglu", dev.download_f32(&out).unwrap(), &want, 2e-7);
     for (name, op) in [("silu", 0), ("gelu", 1), ("scale", 2)] {
         let mut host = a.clone();
         let mut dx = dev.upload(&a).unwrap();
@@ -280,7 +310,8 @@ fn elementwise_matches_the_cpu_engine() {
                 dev.scale(&mut dx, 0.125).unwrap();
             }
         }
-        check(name, dev.download_f32(&dx).unwrap(), &host, 1e-10);
+        let bound = if name == "gelu" { 2e-7 } else { 1e-10 };
+        check(name, dev.download_f32(&dx).unwrap(), &host, bound);
     }
 }
 

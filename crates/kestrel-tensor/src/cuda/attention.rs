@@ -5,7 +5,7 @@
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::engine::{cfg, driver, f32_only, grid_for, i32_of};
-use super::{CudaDevice, DeviceTensor, MAX_HEAD_DIM};
+use super::{CudaDevice, DeviceIds, DeviceTensor, MAX_HEAD_DIM};
 use crate::cpu::{rope_yarn_corr_dims, AttentionParams, RopeMode, RopeParams};
 use crate::error::{Result, TensorError};
 use crate::{DType, Shape};
@@ -31,17 +31,6 @@ impl CudaDevice {
         })
     }
 
-    fn positions(&self, positions: &[i32]) -> Result<CudaSlice<i32>> {
-        let p = if positions.is_empty() {
-            &[0][..]
-        } else {
-            positions
-        };
-        self.stream
-            .clone_htod(p)
-            .map_err(|e| self.alloc_error(p.len() * 4, e))
-    }
-
     /// RoPE in place on `x` (`[n_tokens][n_head][head_dim]`), token `t` at `positions[t]`,
     /// with the CPU engine's parameters and optional per-pair frequency divisors.
     ///
@@ -49,6 +38,45 @@ impl CudaDevice {
     /// Shape mismatches, an odd or too large `n_rot`, a launch failure.
     pub fn rope(
         &self,
+        x: &mut DeviceTensor,
+        positions: &[i32],
+        n_head: usize,
+        head_dim: usize,
+        p: &RopeParams,
+        freq_factors: Option<&DeviceTensor>,
+    ) -> Result<()> {
+        self.rope_impl(None, x, positions, n_head, head_dim, p, freq_factors)
+    }
+
+    /// [`Self::rope`] with the positions in a device buffer the caller wrote (a CUDA graph
+    /// replays it with each step's positions).
+    ///
+    /// # Errors
+    /// As [`Self::rope`].
+    pub fn rope_ids(
+        &self,
+        x: &mut DeviceTensor,
+        positions: &DeviceIds,
+        n_head: usize,
+        head_dim: usize,
+        p: &RopeParams,
+        freq_factors: Option<&DeviceTensor>,
+    ) -> Result<()> {
+        self.rope_impl(
+            Some(&positions.buf),
+            x,
+            &positions.host,
+            n_head,
+            head_dim,
+            p,
+            freq_factors,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rope_impl(
+        &self,
+        dev_ids: Option<&CudaSlice<i32>>,
         x: &mut DeviceTensor,
         positions: &[i32],
         n_head: usize,
@@ -89,36 +117,42 @@ impl CudaDevice {
             return Ok(());
         }
         let corr = rope_yarn_corr_dims(n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
-        let pos = self.positions(positions)?;
-        let null = 0u64;
-        let (nh, hd, nr) = (
-            i32_of(OP, n_head)?,
-            i32_of(OP, head_dim)?,
-            i32_of(OP, n_rot)?,
-        );
-        let neox = i32::from(p.mode == RopeMode::Neox);
-        let f = self.func("rope_f32")?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&mut x.buf).arg(&pos);
-        match freq_factors {
-            Some(ff) => b.arg(&ff.buf),
-            None => b.arg(&null),
+        let mut run = |pos: &CudaSlice<i32>| {
+            let null = 0u64;
+            let (nh, hd, nr) = (
+                i32_of(OP, n_head)?,
+                i32_of(OP, head_dim)?,
+                i32_of(OP, n_rot)?,
+            );
+            let neox = i32::from(p.mode == RopeMode::Neox);
+            let f = self.func("rope_f32")?;
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&mut x.buf).arg(pos);
+            match freq_factors {
+                Some(ff) => b.arg(&ff.buf),
+                None => b.arg(&null),
+            };
+            b.arg(&nh)
+                .arg(&hd)
+                .arg(&nr)
+                .arg(&neox)
+                .arg(&p.freq_base)
+                .arg(&p.freq_scale)
+                .arg(&p.ext_factor)
+                .arg(&p.attn_factor)
+                .arg(&corr[0])
+                .arg(&corr[1]);
+            let grid = grid_for(positions.len() * n_head, 1)?;
+            // SAFETY: x holds tokens*n_head*head_dim f32, positions one i32 per token, ff n_rot/2
+            // f32 or null (checked); one thread per rotated pair.
+            unsafe { b.launch(cfg(grid, ((n_rot / 2) as u32, 1))) }
+                .map_err(driver("launch rope"))?;
+            Ok(())
         };
-        b.arg(&nh)
-            .arg(&hd)
-            .arg(&nr)
-            .arg(&neox)
-            .arg(&p.freq_base)
-            .arg(&p.freq_scale)
-            .arg(&p.ext_factor)
-            .arg(&p.attn_factor)
-            .arg(&corr[0])
-            .arg(&corr[1]);
-        let grid = grid_for(positions.len() * n_head, 1)?;
-        // SAFETY: x holds tokens*n_head*head_dim f32, positions one i32 per token, ff n_rot/2
-        // f32 or null (checked); one thread per rotated pair.
-        unsafe { b.launch(cfg(grid, ((n_rot / 2) as u32, 1))) }.map_err(driver("launch rope"))?;
-        Ok(())
+        match dev_ids {
+            Some(d) => run(d),
+            None => self.with_ids(positions.iter().copied(), run),
+        }
     }
 
     /// Writes `src` (`[n_tokens][row]` f32) into the F16 cache (`[capacity][row]`) at
@@ -128,6 +162,30 @@ impl CudaDevice {
     /// A position outside the cache, shape or dtype mismatches, a launch failure.
     pub fn kv_append(
         &self,
+        src: &DeviceTensor,
+        positions: &[i32],
+        cache: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.kv_append_impl(None, src, positions, cache)
+    }
+
+    /// [`Self::kv_append`] with the positions in a device buffer the caller wrote.
+    ///
+    /// # Errors
+    /// As [`Self::kv_append`].
+    pub fn kv_append_ids(
+        &self,
+        src: &DeviceTensor,
+        positions: &DeviceIds,
+        cache: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.kv_append_impl(Some(&positions.buf), src, &positions.host, cache)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn kv_append_impl(
+        &self,
+        dev_ids: Option<&CudaSlice<i32>>,
         src: &DeviceTensor,
         positions: &[i32],
         cache: &mut DeviceTensor,
@@ -165,15 +223,20 @@ impl CudaDevice {
         if positions.is_empty() {
             return Ok(());
         }
-        let pos = self.positions(positions)?;
-        let r = i32_of(OP, row)?;
-        let f = self.func("kv_append_f16")?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&src.buf).arg(&pos).arg(&mut cache.buf).arg(&r);
-        // SAFETY: positions are inside the cache (checked), src holds tokens*row f32.
-        unsafe { b.launch(cfg(grid_for(positions.len(), 1)?, (256, 1))) }
-            .map_err(driver("launch kv_append"))?;
-        Ok(())
+        let mut run = |pos: &CudaSlice<i32>| {
+            let r = i32_of(OP, row)?;
+            let f = self.func("kv_append_f16")?;
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&src.buf).arg(pos).arg(&mut cache.buf).arg(&r);
+            // SAFETY: positions are inside the cache (checked), src holds tokens*row f32.
+            unsafe { b.launch(cfg(grid_for(positions.len(), 1)?, (256, 1))) }
+                .map_err(driver("launch kv_append"))?;
+            Ok(())
+        };
+        match dev_ids {
+            Some(d) => run(d),
+            None => self.with_ids(positions.iter().copied(), run),
+        }
     }
 
     /// Causal attention of `q` (`[n_tokens][n_head][head_dim]`, token `t` at `positions[t]`)
@@ -181,11 +244,53 @@ impl CudaDevice {
     /// head_dim]`), with the CPU engine's scale, soft cap, window and GQA rules.
     ///
     /// # Errors
-    /// Head counts that do not divide, a head over 256 values or not a multiple of 32,
+    /// Head counts that do not divide, a head of 0 or over 256 values,
     /// `kv_len` over the capacity, shape or dtype mismatches, a launch failure.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
+        q: &DeviceTensor,
+        positions: &[i32],
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        kv_len: usize,
+        p: &AttentionParams,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.attention_impl(None, q, positions, k, v, kv_len, p, out)
+    }
+
+    /// [`Self::attention`] with the positions in a device buffer the caller wrote.
+    ///
+    /// # Errors
+    /// As [`Self::attention`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_ids(
+        &self,
+        q: &DeviceTensor,
+        positions: &DeviceIds,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        kv_len: usize,
+        p: &AttentionParams,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.attention_impl(
+            Some(&positions.buf),
+            q,
+            &positions.host,
+            k,
+            v,
+            kv_len,
+            p,
+            out,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention_impl(
+        &self,
+        dev_ids: Option<&CudaSlice<i32>>,
         q: &DeviceTensor,
         positions: &[i32],
         k: &DeviceTensor,
@@ -211,10 +316,10 @@ impl CudaDevice {
                 why: "n_head must be a positive multiple of n_kv_head",
             });
         }
-        if p.head_dim == 0 || p.head_dim > MAX_HEAD_DIM || !p.head_dim.is_multiple_of(32) {
+        if p.head_dim == 0 || p.head_dim > MAX_HEAD_DIM {
             return Err(TensorError::InvalidParam {
                 op: OP,
-                why: "head_dim must be a multiple of 32, at most 256",
+                why: "head_dim must be 1 to 256",
             });
         }
         let row = p.n_kv_head * p.head_dim;
@@ -242,34 +347,39 @@ impl CudaDevice {
         if want == 0 {
             return Ok(());
         }
-        let pos = self.positions(positions)?;
-        let (nh, nkv, hd, kl) = (
-            i32_of(OP, p.n_head)?,
-            i32_of(OP, p.n_kv_head)?,
-            i32_of(OP, p.head_dim)?,
-            i32_of(OP, kv_len)?,
-        );
-        let window = i32_of(OP, p.window)?;
-        let causal = 1i32;
-        let f = self.func("attention_f16")?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&q.buf)
-            .arg(&pos)
-            .arg(&k.buf)
-            .arg(&v.buf)
-            .arg(&mut out.buf)
-            .arg(&nh)
-            .arg(&nkv)
-            .arg(&hd)
-            .arg(&kl)
-            .arg(&p.scale)
-            .arg(&p.softcap)
-            .arg(&window)
-            .arg(&causal);
-        let grid = grid_for(positions.len() * p.n_head, 1)?;
-        // SAFETY: q and out hold tokens*n_head*head_dim f32, k and v at least kv_len rows of
-        // n_kv_head*head_dim f16, positions one i32 per token (all checked).
-        unsafe { b.launch(cfg(grid, (32, 4))) }.map_err(driver("launch attention"))?;
-        Ok(())
+        let mut run = |pos: &CudaSlice<i32>| {
+            let (nh, nkv, hd, kl) = (
+                i32_of(OP, p.n_head)?,
+                i32_of(OP, p.n_kv_head)?,
+                i32_of(OP, p.head_dim)?,
+                i32_of(OP, kv_len)?,
+            );
+            let window = i32_of(OP, p.window)?;
+            let causal = 1i32;
+            let f = self.func("attention_f16")?;
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&q.buf)
+                .arg(pos)
+                .arg(&k.buf)
+                .arg(&v.buf)
+                .arg(&mut out.buf)
+                .arg(&nh)
+                .arg(&nkv)
+                .arg(&hd)
+                .arg(&kl)
+                .arg(&p.scale)
+                .arg(&p.softcap)
+                .arg(&window)
+                .arg(&causal);
+            let grid = grid_for(positions.len() * p.n_head, 1)?;
+            // SAFETY: q and out hold tokens*n_head*head_dim f32, k and v at least kv_len rows of
+            // n_kv_head*head_dim f16, positions one i32 per token (all checked).
+            unsafe { b.launch(cfg(grid, (32, 4))) }.map_err(driver("launch attention"))?;
+            Ok(())
+        };
+        match dev_ids {
+            Some(d) => run(d),
+            None => self.with_ids(positions.iter().copied(), run),
+        }
     }
 }

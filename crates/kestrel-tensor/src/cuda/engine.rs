@@ -4,6 +4,7 @@
 //! errors as the CPU engine and enqueue kernels on the stream; downloads synchronize.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUresult;
@@ -12,6 +13,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
+use super::gemm::Blas;
 use super::{CudaError, MAX_MATVEC_ROWS, MODULES};
 use crate::error::{Result, TensorError};
 use crate::{DType, Shape, Tensor};
@@ -163,11 +165,26 @@ pub struct CudaDevice {
     ordinal: usize,
     name: String,
     capability: (i32, i32),
-    ctx: Arc<CudaContext>,
+    pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
     functions: HashMap<&'static str, CudaFunction>,
     /// Q8_1 activations of the last matvec (grown, never shrunk).
     scratch: Mutex<Option<CudaSlice<u8>>>,
+    /// cuBLAS and the dequantized-weight band of the prefill GEMM (`gemm.rs`).
+    pub(super) blas: Blas,
+    /// The last id arrays the kernels read (positions, token ids), kept on the device.
+    ids: Mutex<IdSlots>,
+    /// Bumped whenever a scratch buffer is reallocated (`graph.rs`).
+    pub(super) epoch: AtomicU64,
+}
+
+/// A few small i32 arrays kept on the device with their host copies: every layer of a step
+/// asks for the same positions, so they are copied once per step, into a buffer that is reused
+/// (no allocation per op or per step once grown).
+#[derive(Default)]
+struct IdSlots {
+    slots: [(Vec<i32>, Option<CudaSlice<i32>>, u64); 2],
+    tick: u64,
 }
 
 impl std::fmt::Debug for CudaDevice {
@@ -232,6 +249,10 @@ impl CudaDevice {
             }
         };
         let ctx = CudaContext::new(ordinal).map_err(err("cuCtxCreate"))?;
+        // One stream per device: cudarc's per-buffer events (for ordering across streams) would
+        // only add an event record per kernel argument (and forbid nothing a graph captures).
+        // SAFETY: every buffer of this context is allocated and used on `stream` alone.
+        unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx
             .compute_capability()
             .map_err(err("cuDeviceGetAttribute"))?;
@@ -261,14 +282,18 @@ impl CudaDevice {
                 functions.insert(name, f);
             }
         }
+        let blas = Blas::open(&stream);
         Ok(CudaDevice {
             ordinal,
             name,
             capability: (major, minor),
             ctx,
             stream,
+            blas,
             functions,
             scratch: Mutex::new(None),
+            ids: Mutex::new(IdSlots::default()),
+            epoch: AtomicU64::new(0),
         })
     }
 
@@ -309,6 +334,61 @@ impl CudaDevice {
             TensorError::Cuda(CudaError::OutOfMemory { asked, free, total })
         } else {
             driver("cuMemAlloc")(e)
+        }
+    }
+
+    /// Runs `f` with `ids` on the device. An array equal to one of the last two asked for is
+    /// not copied again (a step's positions serve every layer); otherwise the older slot is
+    /// overwritten in stream order, after the kernels already enqueued have read it.
+    pub(super) fn with_ids<R>(
+        &self,
+        ids: impl ExactSizeIterator<Item = i32> + Clone,
+        f: impl FnOnce(&CudaSlice<i32>) -> Result<R>,
+    ) -> Result<R> {
+        let mut guard = self.ids.lock().map_err(|_| TensorError::InvalidParam {
+            op: "cuda ids",
+            why: "lock poisoned",
+        })?;
+        let cache = &mut *guard;
+        cache.tick += 1;
+        let tick = cache.tick;
+        let hit = cache
+            .slots
+            .iter()
+            .position(|(host, dev, _)| dev.is_some() && host.iter().copied().eq(ids.clone()));
+        let slot = match hit {
+            Some(i) => i,
+            None => {
+                let i = usize::from(cache.slots[1].2 < cache.slots[0].2);
+                let (host, dev, _) = &mut cache.slots[i];
+                host.clear();
+                host.extend(ids);
+                if host.is_empty() {
+                    host.push(0);
+                }
+                if dev.as_ref().is_none_or(|d| d.len() < host.len()) {
+                    self.bump_epoch();
+                    *dev = Some(
+                        self.stream
+                            .alloc_zeros::<i32>(host.len().next_power_of_two())
+                            .map_err(|e| self.alloc_error(host.len() * 4, e))?,
+                    );
+                }
+                if let Some(d) = dev.as_mut() {
+                    self.stream
+                        .memcpy_htod(host.as_slice(), &mut d.slice_mut(0..host.len()))
+                        .map_err(driver("cuMemcpyHtoD"))?;
+                }
+                i
+            }
+        };
+        cache.slots[slot].2 = tick;
+        match cache.slots[slot].1.as_ref() {
+            Some(d) => f(d),
+            None => Err(TensorError::InvalidParam {
+                op: "cuda ids",
+                why: "id buffer missing",
+            }),
         }
     }
 
@@ -399,10 +479,11 @@ impl CudaDevice {
             .map_err(driver("cuStreamSynchronize"))
     }
 
-    /// `out[n×m] = x[n×k] · W[m×k]ᵀ` for any number of activation rows, run in launches of up to
-    /// [`MAX_MATVEC_ROWS`] rows (each weight row read once per launch; the prefill matmul that
-    /// reads it once per step comes with issue 24); weights F32, F16, BF16, Q4_0, Q4_1, Q5_0,
-    /// Q5_1, Q8_0, Q4_K, Q5_K or Q6_K (the quantized ones against Q8_1 activations).
+    /// `out[n×m] = x[n×k] · W[m×k]ᵀ` for any number of activation rows; weights F32, F16, BF16,
+    /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K. Up to [`MAX_MATVEC_ROWS`] rows: the
+    /// matvec kernels (quantized weights against Q8_1 activations, each weight row read once
+    /// per launch); more: the cuBLAS GEMM over the dequantized weight (`gemm.rs`), or matvec
+    /// launches of 8 rows when cuBLAS is missing.
     ///
     /// # Errors
     /// Shape or dtype mismatches, a launch failure.
@@ -432,6 +513,9 @@ impl CudaDevice {
         if n == 0 {
             return Ok(());
         }
+        if self.gemm_applies(w.dtype, n) {
+            return self.gemm(x, w, out, (n, k, m));
+        }
         let grid = grid_for(m, ROWS_PER_CTA as usize)?;
         let block = (32, ROWS_PER_CTA);
         let (ki, mi) = (i32_of(OP, k)?, i32_of(OP, m)?);
@@ -456,6 +540,7 @@ impl CudaDevice {
             let need = n * q_row;
             if guard.as_ref().is_none_or(|s| s.len() < need) {
                 *guard = Some(self.alloc(need)?);
+                self.bump_epoch();
             }
             let Some(scratch) = guard.as_mut() else {
                 return Err(TensorError::InvalidParam {

@@ -15,14 +15,19 @@
 //! `dp4a`, as ggml-cuda's MMVQ), rms/layer norm with weight, get_rows, add/mul (row
 //! broadcast), scale, soft cap, SiLU, GELU (tanh and erf), SwiGLU, GeGLU, argmax, RoPE (normal,
 //! NeoX, YaRN, frequency factors), the f16 KV append and attention over an f16 cache (causal,
-//! window, soft cap, GQA). Still to come (issue 23): the prefill matmul, paged attention, q8_0
-//! caches, and plans that run a whole model.
+//! window, soft cap, GQA); `gemm.rs`: from 9 activation rows, the weight dequantized to f32
+//! and multiplied by cuBLAS (TF32). Still to come (issues 23/24): paged attention, q8_0
+//! caches, integer-MMQ prefill, CUDA graphs.
 
 #[cfg(feature = "cuda")]
 mod attention;
 #[cfg(feature = "cuda")]
 mod engine;
 mod error;
+#[cfg(feature = "cuda")]
+mod gemm;
+#[cfg(feature = "cuda")]
+mod graph;
 #[cfg(feature = "cuda")]
 mod ops;
 #[cfg(not(feature = "cuda"))]
@@ -32,8 +37,10 @@ pub use error::CudaError;
 
 #[cfg(feature = "cuda")]
 pub use engine::{device_count, probe, CudaDevice, DeviceTensor};
+#[cfg(feature = "cuda")]
+pub use graph::{DeviceGraph, DeviceIds};
 #[cfg(not(feature = "cuda"))]
-pub use stub::{device_count, probe, CudaDevice, DeviceTensor};
+pub use stub::{device_count, probe, CudaDevice, DeviceGraph, DeviceIds, DeviceTensor};
 
 /// One compiled kernel module.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]

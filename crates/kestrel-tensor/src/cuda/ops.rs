@@ -2,12 +2,44 @@
 //! activations, argmax. Each checks shapes on the host (the CPU engine's errors) and enqueues
 //! its kernel on the device's stream.
 
-use cudarc::driver::PushKernelArg;
+use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::engine::{cfg, driver, elementwise_cfg, f32_only, grid_for, i32_of, same_shape};
-use super::{CudaDevice, DeviceTensor};
+use super::{CudaDevice, DeviceIds, DeviceTensor};
 use crate::error::{Result, TensorError};
 use crate::{DType, Shape};
+
+/// Embedding ids as the two callers hold them: token ids (`u32`) or a device buffer's host
+/// copy (`i32`).
+#[derive(Clone, Copy)]
+enum Ids<'a> {
+    U32(&'a [u32]),
+    I32(&'a [i32]),
+}
+
+impl<'a> Ids<'a> {
+    fn len(self) -> usize {
+        match self {
+            Ids::U32(v) => v.len(),
+            Ids::I32(v) => v.len(),
+        }
+    }
+
+    fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    fn get(self, i: usize) -> i64 {
+        match self {
+            Ids::U32(v) => i64::from(v[i]),
+            Ids::I32(v) => i64::from(v[i]),
+        }
+    }
+
+    fn iter(self) -> impl ExactSizeIterator<Item = i64> + Clone + 'a {
+        (0..self.len()).map(move |i| self.get(i))
+    }
+}
 
 impl CudaDevice {
     /// `x / sqrt(mean(x²) + eps) * weight` per row.
@@ -97,14 +129,42 @@ impl CudaDevice {
         ids: &[u32],
         out: &mut DeviceTensor,
     ) -> Result<()> {
+        self.get_rows_impl(None, table, Ids::U32(ids), out)
+    }
+
+    /// [`Self::get_rows`] with the ids in a device buffer the caller wrote (ids are i32 there;
+    /// each is checked against the table's rows from the buffer's host copy).
+    ///
+    /// # Errors
+    /// As [`Self::get_rows`], and a negative id.
+    pub fn get_rows_ids(
+        &self,
+        table: &DeviceTensor,
+        ids: &DeviceIds,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        self.get_rows_impl(Some(&ids.buf), table, Ids::I32(&ids.host), out)
+    }
+
+    fn get_rows_impl(
+        &self,
+        dev_ids: Option<&CudaSlice<i32>>,
+        table: &DeviceTensor,
+        ids: Ids<'_>,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
         const OP: &str = "cuda get_rows";
         f32_only(OP, out)?;
         let k = table.shape.row_len();
         let rows = table.shape.n_rows();
-        if let Some((index, &id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= rows) {
+        if let Some((index, id)) = ids
+            .iter()
+            .enumerate()
+            .find(|&(_, id)| id < 0 || id >= rows as i64)
+        {
             return Err(TensorError::IdOutOfRange {
                 op: OP,
-                id: i64::from(id),
+                id,
                 index,
                 rows,
             });
@@ -134,19 +194,21 @@ impl CudaDevice {
             DType::Q6K => "get_rows_q6_K",
             dtype => return Err(TensorError::UnsupportedDType { op: OP, dtype }),
         };
-        let ids_i: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-        let dev_ids = self
-            .stream
-            .clone_htod(&ids_i)
-            .map_err(|e| self.alloc_error(ids.len() * 4, e))?;
+
         let ki = i32_of(OP, k)?;
-        let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&table.buf).arg(&dev_ids).arg(&mut out.buf).arg(&ki);
-        // SAFETY: ids are in range (checked), out holds ids*k f32.
-        unsafe { b.launch(cfg(grid_for(ids.len(), 1)?, (256, 1))) }
-            .map_err(driver("launch get_rows"))?;
-        Ok(())
+        let mut run = |dev_ids: &CudaSlice<i32>| {
+            let f = self.func(name)?;
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&table.buf).arg(dev_ids).arg(&mut out.buf).arg(&ki);
+            // SAFETY: ids are in range (checked), out holds ids*k f32.
+            unsafe { b.launch(cfg(grid_for(ids.len(), 1)?, (256, 1))) }
+                .map_err(driver("launch get_rows"))?;
+            Ok(())
+        };
+        match dev_ids {
+            Some(d) => run(d),
+            None => self.with_ids(ids.iter().map(|i| i as i32), run),
+        }
     }
 
     /// `out = a + b`, `b` the same size or one row repeated.

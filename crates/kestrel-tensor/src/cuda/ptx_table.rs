@@ -15,6 +15,11 @@ pub(crate) const MODULES: &[PtxModule] = &[
         sm90: include_str!("ptx/attention.sm_90.ptx"),
     },
     PtxModule {
+        name: "dequant",
+        sm80: include_str!("ptx/dequant.sm_80.ptx"),
+        sm90: include_str!("ptx/dequant.sm_90.ptx"),
+    },
+    PtxModule {
         name: "elementwise",
         sm80: include_str!("ptx/elementwise.sm_80.ptx"),
         sm90: include_str!("ptx/elementwise.sm_90.ptx"),

@@ -56,6 +56,50 @@ impl DeviceTensor {
     }
 }
 
+/// Ids on the device (none can exist in this build).
+#[derive(Debug)]
+pub struct DeviceIds {
+    never: Infallible,
+}
+
+impl DeviceIds {
+    /// The values last written.
+    pub fn as_slice(&self) -> &[i32] {
+        match self.never {}
+    }
+
+    /// How many values were last written.
+    pub fn len(&self) -> usize {
+        match self.never {}
+    }
+
+    /// True when none were written.
+    pub fn is_empty(&self) -> bool {
+        match self.never {}
+    }
+
+    /// Most values it holds.
+    pub fn capacity(&self) -> usize {
+        match self.never {}
+    }
+}
+
+/// A captured graph (none can exist in this build).
+#[derive(Debug)]
+pub struct DeviceGraph {
+    never: Infallible,
+}
+
+impl DeviceGraph {
+    /// Replays the graph.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn launch(&self) -> Result<()> {
+        match self.never {}
+    }
+}
+
 /// One GPU (none can be opened in this build).
 #[derive(Debug)]
 pub struct CudaDevice {
@@ -115,6 +159,11 @@ impl CudaDevice {
     /// # Errors
     /// Unreachable.
     pub fn download_f32_into(&self, _t: &DeviceTensor, _dst: &mut [f32]) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Why the prefill GEMM is off: never asked in this build.
+    pub fn gemm_off(&self) -> Option<&str> {
         match self.never {}
     }
 
@@ -260,6 +309,103 @@ impl CudaDevice {
     /// # Errors
     /// Unreachable.
     pub fn zeros(&self, _dtype: DType, _shape: Shape) -> Result<DeviceTensor> {
+        match self.never {}
+    }
+
+    /// A device id buffer.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn new_ids(&self, _capacity: usize) -> Result<DeviceIds> {
+        match self.never {}
+    }
+
+    /// Writes ids.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn set_ids(&self, _ids: &mut DeviceIds, _values: &[i32]) -> Result<()> {
+        match self.never {}
+    }
+
+    /// The scratch epoch.
+    pub fn epoch(&self) -> u64 {
+        match self.never {}
+    }
+
+    /// Starts a capture.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn begin_capture(&self) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Ends a capture.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn end_capture(&self) -> Result<Option<DeviceGraph>> {
+        match self.never {}
+    }
+
+    /// RoPE with device positions.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn rope_ids(
+        &self,
+        _x: &mut DeviceTensor,
+        _positions: &DeviceIds,
+        _n_head: usize,
+        _head_dim: usize,
+        _p: &RopeParams,
+        _freq_factors: Option<&DeviceTensor>,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// KV-cache append with device positions.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn kv_append_ids(
+        &self,
+        _src: &DeviceTensor,
+        _positions: &DeviceIds,
+        _cache: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Attention with device positions.
+    ///
+    /// # Errors
+    /// Unreachable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_ids(
+        &self,
+        _q: &DeviceTensor,
+        _positions: &DeviceIds,
+        _k: &DeviceTensor,
+        _v: &DeviceTensor,
+        _kv_len: usize,
+        _p: &AttentionParams,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Embedding lookup with device ids.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn get_rows_ids(
+        &self,
+        _table: &DeviceTensor,
+        _ids: &DeviceIds,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
         match self.never {}
     }
 

@@ -1,0 +1,190 @@
+//! The prefill matmul: from [`GEMM_MIN_ROWS`] activation rows on, the weight (a band of its
+//! rows at a time) is dequantized to f32 on the device (`kernels/dequant.cu`) and multiplied
+//! by cuBLAS (TF32 tensor cores; plain f32 for F32 weights), so each weight is read once per
+//! step instead of once per [`MAX_MATVEC_ROWS`] rows as the matvec kernels read it. ggml-cuda
+//! takes the same route (dequantize, then cuBLAS) where its integer MMQ kernels do not apply.
+//! f32 rather than f16 operands: activations that overflow f16 (Gemma's) stay finite, and the
+//! result is closer to the exact product than the CPU engine's 8-bit activations give.
+//!
+//! cuBLAS is loaded at run time like the driver; without it (or with `KESTREL_CUDA_GEMM=0`)
+//! matmul keeps the matvec kernels for every row count.
+
+use std::sync::Mutex;
+
+use cudarc::cublas::{result as blas, sys as blas_sys, CudaBlas};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, PushKernelArg};
+
+use super::engine::{cfg, driver, grid_for};
+use super::{CudaDevice, CudaError, DeviceTensor, MAX_MATVEC_ROWS};
+use crate::error::{Result, TensorError};
+use crate::DType;
+
+/// Activation rows from which [`CudaDevice::matmul`] takes the GEMM.
+pub const GEMM_MIN_ROWS: usize = MAX_MATVEC_ROWS + 1;
+
+/// Largest band of dequantized weight rows held at once (bytes of f32): an 8B model's output
+/// matrix (128256 × 4096) would take 2 GiB whole.
+const BAND_BYTES: usize = 256 << 20;
+
+/// cuBLAS for one device, or why there is none.
+pub(super) struct Blas {
+    handle: Option<Mutex<CudaBlas>>,
+    /// Why `handle` is `None` (logged once by callers that care).
+    pub(super) missing: Option<String>,
+    /// The dequantized band (grown, never shrunk).
+    band: Mutex<Option<CudaSlice<u8>>>,
+}
+
+impl Blas {
+    /// Loads cuBLAS onto `stream` unless it is missing or `KESTREL_CUDA_GEMM=0`.
+    pub(super) fn open(stream: &std::sync::Arc<CudaStream>) -> Blas {
+        let (handle, missing) = if std::env::var("KESTREL_CUDA_GEMM").is_ok_and(|v| v == "0") {
+            (None, Some("KESTREL_CUDA_GEMM=0".to_string()))
+        // SAFETY: only tries to dlopen libcublas under its usual names.
+        } else if !unsafe { blas_sys::is_culib_present() } {
+            (None, Some("libcublas was not found".to_string()))
+        } else {
+            match CudaBlas::new(std::sync::Arc::clone(stream)) {
+                Ok(b) => (Some(Mutex::new(b)), None),
+                Err(e) => (None, Some(format!("cublasCreate: {e}"))),
+            }
+        };
+        Blas {
+            handle,
+            missing,
+            band: Mutex::new(None),
+        }
+    }
+}
+
+/// The dequantization kernel of a weight type (`None`: F32, used as it is).
+fn dequant_kernel(dtype: DType) -> Option<Option<&'static str>> {
+    Some(Some(match dtype {
+        DType::F32 => return Some(None),
+        DType::F16 => "dequant_f32_f16",
+        DType::BF16 => "dequant_f32_bf16",
+        DType::Q4_0 => "dequant_f32_q4_0",
+        DType::Q4_1 => "dequant_f32_q4_1",
+        DType::Q5_0 => "dequant_f32_q5_0",
+        DType::Q5_1 => "dequant_f32_q5_1",
+        DType::Q8_0 => "dequant_f32_q8_0",
+        DType::Q4K => "dequant_f32_q4_K",
+        DType::Q5K => "dequant_f32_q5_K",
+        DType::Q6K => "dequant_f32_q6_K",
+        _ => return None,
+    }))
+}
+
+fn blas_error(op: &'static str) -> impl Fn(blas::CublasError) -> TensorError {
+    move |e| {
+        TensorError::Cuda(CudaError::Driver {
+            op,
+            message: e.to_string(),
+        })
+    }
+}
+
+impl CudaDevice {
+    /// Why the prefill GEMM is off (no cuBLAS, or `KESTREL_CUDA_GEMM=0`): matmul then runs the
+    /// matvec kernels for every row count. `None` when it is on.
+    pub fn gemm_off(&self) -> Option<&str> {
+        self.blas.missing.as_deref()
+    }
+
+    /// Whether matmul takes the GEMM for `n` rows of this weight type.
+    pub(super) fn gemm_applies(&self, dtype: DType, n: usize) -> bool {
+        n >= GEMM_MIN_ROWS && self.blas.handle.is_some() && dequant_kernel(dtype).is_some()
+    }
+
+    /// `out[n×m] = x[n×k] · W[m×k]ᵀ` through cuBLAS (shapes checked by the caller, and
+    /// [`Self::gemm_applies`] true).
+    pub(super) fn gemm(
+        &self,
+        x: &DeviceTensor,
+        w: &DeviceTensor,
+        out: &mut DeviceTensor,
+        (n, k, m): (usize, usize, usize),
+    ) -> Result<()> {
+        const OP: &str = "cuda gemm";
+        let (Some(handle), Some(kernel)) = (&self.blas.handle, dequant_kernel(w.dtype)) else {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "no cuBLAS or no dequantization for this type",
+            });
+        };
+        let poisoned = || TensorError::InvalidParam {
+            op: OP,
+            why: "lock poisoned",
+        };
+        let handle = handle.lock().map_err(|_| poisoned())?;
+        let mut band = self.blas.band.lock().map_err(|_| poisoned())?;
+        let row_bytes = w.row_bytes();
+        let band_rows = (BAND_BYTES / (k * 4)).clamp(1, m);
+        if kernel.is_some() && band.as_ref().is_none_or(|b| b.len() < band_rows * k * 4) {
+            *band = Some(self.alloc(band_rows * k * 4)?);
+            self.bump_epoch();
+        }
+        let (ki, ni) = (super::engine::i32_of(OP, k)?, super::engine::i32_of(OP, n)?);
+        let ldc = super::engine::i32_of(OP, m)?;
+        // F32 weights keep full f32 products (the matvec's bound); the rest take TF32.
+        let compute = if w.dtype == DType::F32 {
+            blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
+        } else {
+            blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
+        };
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver("cuCtxSetCurrent"))?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        for r0 in (0..m).step_by(band_rows) {
+            let rows = band_rows.min(m - r0);
+            let mi = super::engine::i32_of(OP, rows)?;
+            let src = w.buf.slice(r0 * row_bytes..(r0 + rows) * row_bytes);
+            let (a_ptr, _a_rec) = match (kernel, band.as_mut()) {
+                (Some(name), Some(dst)) => {
+                    let values = (rows * k) as i64;
+                    let f = self.func(name)?;
+                    let mut b = self.stream.launch_builder(f);
+                    b.arg(&src).arg(&mut *dst).arg(&values);
+                    // SAFETY: `src` holds `rows` whole rows of the weight's blocks, `dst` at
+                    // least rows*k f32 (grown above); the kernel writes `values` floats.
+                    unsafe { b.launch(cfg(grid_for(rows * k, 256)?.min(65_535), (256, 1))) }
+                        .map_err(driver("launch dequant"))?;
+                    dst.device_ptr(&self.stream)
+                }
+                _ => src.device_ptr(&self.stream),
+            };
+            let (x_ptr, _x_rec) = x.buf.device_ptr(&self.stream);
+            let (o_ptr, _o_rec) = out.buf.device_ptr_mut(&self.stream);
+            let c_ptr = o_ptr + (r0 * 4) as u64;
+            // SAFETY: column-major view: A = the band as k×rows (lda k), transposed; B = x as
+            // k×n (ldb k); C = out as m×n (ldc m) from column r0. Every extent was checked
+            // against the buffers by the caller; pointers stay valid while the records live.
+            unsafe {
+                blas::gemm_ex(
+                    *handle.handle(),
+                    blas_sys::cublasOperation_t::CUBLAS_OP_T,
+                    blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                    mi,
+                    ni,
+                    ki,
+                    (&alpha as *const f32).cast(),
+                    a_ptr as *const _,
+                    blas_sys::cudaDataType_t::CUDA_R_32F,
+                    ki,
+                    x_ptr as *const _,
+                    blas_sys::cudaDataType_t::CUDA_R_32F,
+                    ki,
+                    (&beta as *const f32).cast(),
+                    c_ptr as *mut _,
+                    blas_sys::cudaDataType_t::CUDA_R_32F,
+                    ldc,
+                    compute,
+                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            }
+            .map_err(blas_error("cublasGemmEx"))?;
+        }
+        Ok(())
+    }
+}
