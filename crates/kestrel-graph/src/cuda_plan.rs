@@ -2,17 +2,26 @@
 //! once, still quantized (vectors as f32); every node owns a device buffer sized for the
 //! longest step. A sequence's keys and values live in a [`CudaKvCache`] the caller owns (one per
 //! session, as the CPU plan's `ContiguousCache`), so one plan serves any number of sequences.
-//! `run` binds the step's tokens, enqueues the nodes in order and copies the output rows (the
-//! last token's logits) into a host buffer the plan keeps: a step allocates nothing on the host
-//! but its small position uploads.
+//! `run` writes the step's token ids and positions into device buffers the plan owns (two small
+//! copies a step), enqueues the nodes in order and copies the output rows (the last token's
+//! logits) into a host buffer the plan keeps: a step allocates nothing.
+//!
+//! Decode steps (one token) replay a CUDA graph: the first one-token step of a cache runs the
+//! nodes as usual, the second captures them into a graph kept in that cache, every later one
+//! launches it once. What changes between steps is read from device memory (ids, positions;
+//! causal attention bounds its keys by the query's position, so it is handed the cache's
+//! capacity), so one capture serves the whole sequence; a scratch reallocation (a new device
+//! epoch) or another plan makes the cache capture again. `KESTREL_CUDA_GRAPHS=0` or
+//! [`CudaPlan::set_graphs`] keeps plain launches, for comparison.
 //!
 //! It reads the same [`Graph`] as [`crate::ExecutionPlan`], op for op. Without kestrel-tensor's
 //! `cuda` feature it compiles against the engine's stub (no `CudaDevice` can exist, so no plan
-//! either). Batched steps, paged caches and CUDA graphs come with issues 23 and 24.
+//! either). Batched steps and paged caches come with issues 23 and 24.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use kestrel_tensor::cuda::{CudaDevice, DeviceTensor};
+use kestrel_tensor::cuda::{CudaDevice, DeviceGraph, DeviceIds, DeviceTensor};
 use kestrel_tensor::{DType, Shape, Tensor};
 
 use crate::ir::{EmbedIndex, Node, Op, Rows};
@@ -32,6 +41,10 @@ pub struct CudaKvCache {
     widths: Vec<Option<usize>>,
     capacity: usize,
     len: usize,
+    /// The decode step's graph: (plan id, device epoch, graph).
+    graph: Option<(u64, u64, DeviceGraph)>,
+    /// A one-token step ran plainly with (plan id, device epoch): the next one may capture.
+    warm: Option<(u64, u64)>,
 }
 
 impl std::fmt::Debug for CudaKvCache {
@@ -65,6 +78,11 @@ impl CudaKvCache {
         self.len = 0;
     }
 
+    /// Whether the cache holds a captured decode graph (for tests and benchmarks).
+    pub fn has_graph(&self) -> bool {
+        self.graph.is_some()
+    }
+
     /// Keeps the first `len` positions (no-op when it holds fewer): the next step writes
     /// position `len`, so a shared prefix is reused without copying.
     pub fn truncate(&mut self, len: usize) {
@@ -95,9 +113,25 @@ pub struct CudaPlan {
     positions: Vec<i32>,
     mask: Vec<i32>,
     ids: Vec<u32>,
+    tokens: Vec<i32>,
+    /// The step's token ids, positions and (non-causal attention) mask on the device.
+    d_tokens: DeviceIds,
+    d_positions: DeviceIds,
+    d_mask: DeviceIds,
+    /// Whether one-token steps replay CUDA graphs, and whether this graph allows it (only
+    /// causal attention and embeddings of tokens or positions).
+    graphs: bool,
+    graphable: bool,
+    /// Why graphs were turned off after a failed capture.
+    graph_off: Option<String>,
+    /// Tells this plan's graphs from another's.
+    id: u64,
     /// The output rows of the last step, copied back.
     out: Vec<f32>,
 }
+
+/// Plan ids (a cache's graph belongs to the plan that captured it).
+static NEXT_PLAN_ID: AtomicU64 = AtomicU64::new(1);
 
 impl std::fmt::Debug for CudaPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -171,13 +205,18 @@ impl CudaPlan {
                 kv_widths[p.layer] = Some(p.n_kv_head * p.head_dim_k);
             }
         }
+        let graphable = graph.nodes().iter().all(|n| match &n.op {
+            Op::Attention(p) => p.causal,
+            Op::Embed { index, .. } => !matches!(index, EmbedIndex::Row(_)),
+            _ => true,
+        });
+        let graphs = std::env::var("KESTREL_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let out_node = &graph.nodes()[output];
         let out_rows = match out_node.rows {
             Rows::Tokens => max_tokens,
             Rows::Outputs => 1,
         };
         Ok(CudaPlan {
-            dev,
             nodes: graph.nodes().to_vec(),
             output,
             max_tokens,
@@ -187,7 +226,16 @@ impl CudaPlan {
             positions: Vec::with_capacity(max_tokens),
             mask: Vec::with_capacity(max_tokens),
             ids: Vec::with_capacity(max_tokens),
+            tokens: Vec::with_capacity(max_tokens),
+            d_tokens: dev.new_ids(max_tokens)?,
+            d_positions: dev.new_ids(max_tokens)?,
+            d_mask: dev.new_ids(max_tokens)?,
+            graphs,
+            graphable,
+            graph_off: None,
+            id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
             out: vec![0.0; out_rows * out_node.width],
+            dev,
         })
     }
 
@@ -199,6 +247,21 @@ impl CudaPlan {
     /// The GPU the plan runs on.
     pub fn device(&self) -> &Arc<CudaDevice> {
         &self.dev
+    }
+
+    /// Turns CUDA graphs for one-token steps on or off (on unless `KESTREL_CUDA_GRAPHS=0`).
+    pub fn set_graphs(&mut self, on: bool) {
+        self.graphs = on;
+    }
+
+    /// Whether one-token steps replay CUDA graphs.
+    pub fn graphs(&self) -> bool {
+        self.graphs && self.graphable
+    }
+
+    /// Why a capture failed and turned graphs off for this plan (`None`: it did not).
+    pub fn graph_error(&self) -> Option<&str> {
+        self.graph_off.as_deref()
     }
 
     /// A new, empty KV cache for one sequence of up to `capacity` positions, on this plan's GPU.
@@ -225,6 +288,8 @@ impl CudaPlan {
             widths: self.kv_widths.clone(),
             capacity,
             len: 0,
+            graph: None,
+            warm: None,
         })
     }
 
@@ -256,14 +321,21 @@ impl CudaPlan {
         }
         self.positions.clear();
         self.positions.extend((pos0..end).map(|p| p as i32));
-        // The nodes leave the plan for the step, so each op borrows its node without a copy.
-        let nodes = std::mem::take(&mut self.nodes);
-        let result = nodes
-            .iter()
-            .enumerate()
-            .try_for_each(|(i, node)| self.exec(i, node, tokens, pos0, cache));
-        self.nodes = nodes;
-        result?;
+        self.tokens.clear();
+        self.tokens.extend(tokens.iter().map(|&t| t as i32));
+        self.dev.set_ids(&mut self.d_positions, &self.positions)?;
+        self.dev.set_ids(&mut self.d_tokens, &self.tokens)?;
+        if !self.graphable {
+            // Non-causal attention: every query sees every key, as if at the last position.
+            self.mask.clear();
+            self.mask.extend(std::iter::repeat_n((end - 1) as i32, t));
+            self.dev.set_ids(&mut self.d_mask, &self.mask)?;
+        }
+        if t == 1 && self.graphs() {
+            self.step_graph(cache, tokens, pos0)?;
+        } else {
+            self.step_plain(cache, tokens, pos0)?;
+        }
         cache.len = end;
         let out = self.acts[self.output]
             .as_ref()
@@ -275,6 +347,78 @@ impl CudaPlan {
             .ok_or_else(|| internal("output larger than its host buffer"))?;
         self.dev.download_f32_into(out, dst)?;
         Ok(&self.out[..n])
+    }
+
+    /// Enqueues every node, in order.
+    fn step_plain(
+        &mut self,
+        cache: &mut CudaKvCache,
+        tokens: &[u32],
+        pos0: usize,
+    ) -> Result<(), GraphError> {
+        // The nodes leave the plan for the step, so each op borrows its node without a copy.
+        let nodes = std::mem::take(&mut self.nodes);
+        let result = nodes
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, node)| self.exec(i, node, tokens, pos0, cache));
+        self.nodes = nodes;
+        result
+    }
+
+    /// A one-token step through the cache's graph: replayed when it is current, captured when
+    /// a plain step has run in this epoch, else a plain step that prepares the capture.
+    fn step_graph(
+        &mut self,
+        cache: &mut CudaKvCache,
+        tokens: &[u32],
+        pos0: usize,
+    ) -> Result<(), GraphError> {
+        let epoch = self.dev.epoch();
+        if let Some((id, e, g)) = &cache.graph {
+            if *id == self.id && *e == epoch {
+                return Ok(g.launch()?);
+            }
+        }
+        cache.graph = None;
+        if cache.warm != Some((self.id, epoch)) {
+            self.step_plain(cache, tokens, pos0)?;
+            cache.warm = Some((self.id, self.dev.epoch()));
+            return Ok(());
+        }
+        let captured = self.capture(cache, tokens, pos0);
+        match captured {
+            Ok(Some(g)) if self.dev.epoch() == epoch => {
+                g.launch()?;
+                cache.graph = Some((self.id, epoch, g));
+                Ok(())
+            }
+            // Nothing recorded, or a scratch buffer moved while recording: plainly this time.
+            Ok(_) => {
+                cache.warm = None;
+                self.step_plain(cache, tokens, pos0)
+            }
+            // The step cannot be captured: this plan keeps plain launches from now on.
+            Err(e) => {
+                self.graphs = false;
+                self.graph_off = Some(e.to_string());
+                self.step_plain(cache, tokens, pos0)
+            }
+        }
+    }
+
+    /// Records one plain step into a graph (not run).
+    fn capture(
+        &mut self,
+        cache: &mut CudaKvCache,
+        tokens: &[u32],
+        pos0: usize,
+    ) -> Result<Option<DeviceGraph>, GraphError> {
+        self.dev.begin_capture()?;
+        let recorded = self.step_plain(cache, tokens, pos0);
+        let graph = self.dev.end_capture();
+        recorded?;
+        Ok(graph?)
     }
 
     fn rows(&self, node: &Node, t: usize) -> usize {
@@ -323,17 +467,19 @@ impl CudaPlan {
         let t = tokens.len();
         let dev = Arc::clone(&self.dev);
         match &node.op {
-            Op::Embed { table, index } => {
-                self.ids.clear();
-                match index {
-                    EmbedIndex::Tokens => self.ids.extend_from_slice(tokens),
-                    EmbedIndex::Positions => {
-                        self.ids.extend(self.positions.iter().map(|&p| p as u32))
-                    }
-                    EmbedIndex::Row(r) => self.ids.extend(std::iter::repeat_n(*r, t)),
+            Op::Embed { table, index } => match index {
+                EmbedIndex::Tokens => {
+                    dev.get_rows_ids(&self.weights[*table], &self.d_tokens, out)?
                 }
-                dev.get_rows(&self.weights[*table], &self.ids, out)?;
-            }
+                EmbedIndex::Positions => {
+                    dev.get_rows_ids(&self.weights[*table], &self.d_positions, out)?
+                }
+                EmbedIndex::Row(r) => {
+                    self.ids.clear();
+                    self.ids.extend(std::iter::repeat_n(*r, t));
+                    dev.get_rows(&self.weights[*table], &self.ids, out)?;
+                }
+            },
             Op::MatMul { weight } => {
                 let a = self.input(node, 0)?;
                 dev.matmul(a, &self.weights[*weight], out)?;
@@ -371,27 +517,27 @@ impl CudaPlan {
                 dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
                 let params = p.engine_params();
                 let ff = p.freq_factors.map(|w| &self.weights[w]);
-                dev.rope(out, &self.positions, p.n_head, p.head_dim, &params, ff)?;
+                dev.rope_ids(out, &self.d_positions, p.n_head, p.head_dim, &params, ff)?;
             }
             Op::Attention(p) => {
                 let params = p.engine_params();
-                let end = pos0 + t;
-                self.mask.clear();
-                if p.causal {
-                    self.mask.extend_from_slice(&self.positions);
+                // Causal queries bound their keys by their own position, so the kernel is given
+                // the capacity (the same for every step: a graph replays it); a non-causal one
+                // sees every key written so far.
+                let (mask, kv_len) = if p.causal {
+                    (&self.d_positions, cache.capacity)
                 } else {
-                    // Every query sees every key: mask as if each sat at the last position.
-                    self.mask.extend(std::iter::repeat_n((end - 1) as i32, t));
-                }
+                    (&self.d_mask, pos0 + t)
+                };
                 let layer = cache
                     .layers
                     .get_mut(p.layer)
                     .and_then(Option::as_mut)
                     .ok_or_else(|| internal("layer cache missing"))?;
-                dev.kv_append(self.input(node, 1)?, &self.positions, &mut layer.k)?;
-                dev.kv_append(self.input(node, 2)?, &self.positions, &mut layer.v)?;
+                dev.kv_append_ids(self.input(node, 1)?, &self.d_positions, &mut layer.k)?;
+                dev.kv_append_ids(self.input(node, 2)?, &self.d_positions, &mut layer.v)?;
                 let q = self.input(node, 0)?;
-                dev.attention(q, &self.mask, &layer.k, &layer.v, end, &params, out)?;
+                dev.attention_ids(q, mask, &layer.k, &layer.v, kv_len, &params, out)?;
             }
             Op::Add => dev.add(self.input(node, 0)?, self.input(node, 1)?, out)?,
             Op::Mul => dev.mul(self.input(node, 0)?, self.input(node, 1)?, out)?,
