@@ -24,6 +24,7 @@ use std::sync::Arc;
 use kestrel_tensor::cuda::{CudaDevice, DeviceGraph, DeviceIds, DeviceTensor};
 use kestrel_tensor::{DType, Shape, Tensor};
 
+use crate::cuda_profile::{self, Profile};
 use crate::ir::{EmbedIndex, Node, Op, Rows};
 use crate::{Graph, GraphError};
 
@@ -126,6 +127,8 @@ pub struct CudaPlan {
     graph_off: Option<String>,
     /// Tells this plan's graphs from another's.
     id: u64,
+    /// Per-op GPU times (`KESTREL_CUDA_PROFILE=1`).
+    profile: Option<Profile>,
     /// The output rows of the last step, copied back.
     out: Vec<f32>,
 }
@@ -145,6 +148,14 @@ impl std::fmt::Debug for CudaPlan {
 
 fn internal(why: &str) -> GraphError {
     GraphError::Internal(why.to_string())
+}
+
+impl Drop for CudaPlan {
+    fn drop(&mut self) {
+        if let Some(p) = &self.profile {
+            eprint!("{}", p.report());
+        }
+    }
 }
 
 impl CudaPlan {
@@ -210,7 +221,25 @@ impl CudaPlan {
             Op::Embed { index, .. } => !matches!(index, EmbedIndex::Row(_)),
             _ => true,
         });
-        let graphs = std::env::var("KESTREL_CUDA_GRAPHS").map_or(true, |v| v != "0");
+        let profile = if cuda_profile::wanted() {
+            let labels = graph
+                .nodes()
+                .iter()
+                .map(|n| match &n.op {
+                    Op::MatMul { weight } => {
+                        let w = &weights[*weight];
+                        let s = w.shape();
+                        format!("MatMul {} {}x{}", w.dtype(), s.row_len(), s.n_rows())
+                    }
+                    op => cuda_profile::op_kind(op),
+                })
+                .collect();
+            Some(Profile::new(&dev, labels)?)
+        } else {
+            None
+        };
+        let graphs =
+            profile.is_none() && std::env::var("KESTREL_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let out_node = &graph.nodes()[output];
         let out_rows = match out_node.rows {
             Rows::Tokens => max_tokens,
@@ -233,6 +262,7 @@ impl CudaPlan {
             graphs,
             graphable,
             graph_off: None,
+            profile,
             id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
             out: vec![0.0; out_rows * out_node.width],
             dev,
@@ -346,6 +376,9 @@ impl CudaPlan {
             .get_mut(..n)
             .ok_or_else(|| internal("output larger than its host buffer"))?;
         self.dev.download_f32_into(out, dst)?;
+        if let Some(p) = self.profile.as_mut() {
+            p.collect(t == 1)?;
+        }
         Ok(&self.out[..n])
     }
 
@@ -358,10 +391,16 @@ impl CudaPlan {
     ) -> Result<(), GraphError> {
         // The nodes leave the plan for the step, so each op borrows its node without a copy.
         let nodes = std::mem::take(&mut self.nodes);
-        let result = nodes
-            .iter()
-            .enumerate()
-            .try_for_each(|(i, node)| self.exec(i, node, tokens, pos0, cache));
+        let result = nodes.iter().enumerate().try_for_each(|(i, node)| {
+            if let Some(p) = &self.profile {
+                p.mark(&self.dev, i, false)?;
+            }
+            self.exec(i, node, tokens, pos0, cache)?;
+            match &self.profile {
+                Some(p) => p.mark(&self.dev, i, true),
+                None => Ok(()),
+            }
+        });
         self.nodes = nodes;
         result
     }

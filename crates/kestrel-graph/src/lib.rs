@@ -11,6 +11,7 @@
 //! stub engine otherwise, so no caller needs a `cfg`).
 
 mod cuda_plan;
+mod cuda_profile;
 mod error;
 mod graph;
 pub mod ir;

@@ -3,11 +3,12 @@
 //! step's values through the same pointer), stream capture into a [`DeviceGraph`] and its
 //! replay, and [`CudaDevice::epoch`], which changes whenever the engine reallocates a scratch
 //! buffer a captured graph may point into (a graph from an older epoch must be captured again).
+//! Also [`DeviceEvent`]s, to time work on the stream (a plan's per-op profile).
 
 use std::sync::atomic::Ordering;
 
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaSlice};
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice};
 
 use super::engine::driver;
 use super::CudaDevice;
@@ -73,7 +74,48 @@ impl DeviceGraph {
     }
 }
 
+/// A point in the stream's work, for timing (`KESTREL_CUDA_PROFILE`).
+#[derive(Debug)]
+pub struct DeviceEvent {
+    event: CudaEvent,
+}
+
+impl DeviceEvent {
+    /// Milliseconds of stream work between `self` and the later `end` (waits for both).
+    ///
+    /// # Errors
+    /// A driver error (an event never recorded, for one).
+    pub fn elapsed_ms(&self, end: &DeviceEvent) -> Result<f32> {
+        self.event
+            .elapsed_ms(&end.event)
+            .map_err(driver("cuEventElapsedTime"))
+    }
+}
+
 impl CudaDevice {
+    /// A timing event.
+    ///
+    /// # Errors
+    /// A driver error.
+    pub fn new_event(&self) -> Result<DeviceEvent> {
+        let event = self
+            .ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(driver("cuEventCreate"))?;
+        Ok(DeviceEvent { event })
+    }
+
+    /// Records `event` at this point of the stream's work.
+    ///
+    /// # Errors
+    /// A driver error.
+    pub fn record(&self, event: &DeviceEvent) -> Result<()> {
+        event
+            .event
+            .record(&self.stream)
+            .map_err(driver("cuEventRecord"))
+    }
+
     /// A device buffer for up to `capacity` ids, empty.
     ///
     /// # Errors

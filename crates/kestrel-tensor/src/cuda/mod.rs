@@ -38,9 +38,11 @@ pub use error::CudaError;
 #[cfg(feature = "cuda")]
 pub use engine::{device_count, probe, CudaDevice, DeviceTensor};
 #[cfg(feature = "cuda")]
-pub use graph::{DeviceGraph, DeviceIds};
+pub use graph::{DeviceEvent, DeviceGraph, DeviceIds};
 #[cfg(not(feature = "cuda"))]
-pub use stub::{device_count, probe, CudaDevice, DeviceGraph, DeviceIds, DeviceTensor};
+pub use stub::{
+    device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor,
+};
 
 /// One compiled kernel module.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]

@@ -100,6 +100,22 @@ impl DeviceGraph {
     }
 }
 
+/// A timing event (none can exist in this build).
+#[derive(Debug)]
+pub struct DeviceEvent {
+    never: Infallible,
+}
+
+impl DeviceEvent {
+    /// Milliseconds between two events.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn elapsed_ms(&self, _end: &DeviceEvent) -> Result<f32> {
+        match self.never {}
+    }
+}
+
 /// One GPU (none can be opened in this build).
 #[derive(Debug)]
 pub struct CudaDevice {
@@ -309,6 +325,22 @@ impl CudaDevice {
     /// # Errors
     /// Unreachable.
     pub fn zeros(&self, _dtype: DType, _shape: Shape) -> Result<DeviceTensor> {
+        match self.never {}
+    }
+
+    /// A timing event.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn new_event(&self) -> Result<DeviceEvent> {
+        match self.never {}
+    }
+
+    /// Records an event.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn record(&self, _event: &DeviceEvent) -> Result<()> {
         match self.never {}
     }
 
