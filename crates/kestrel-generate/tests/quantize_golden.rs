@@ -203,3 +203,83 @@ fn quantize_refuses_what_llama_quantize_refuses() {
     assert!(missing.is_err());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// llama-quantize's per-tensor type options, byte for byte: `--output-tensor-type`,
+/// `--token-embedding-type` (tied embeddings follow the output's), `--tensor-type
+/// PATTERN=TYPE` (a regular expression searched in the name, overriding the mix but not the
+/// row fallback) and with `--pure` (`golden.json`'s `overrides`, llama.cpp b11434).
+#[test]
+fn per_tensor_type_options_match_llama_quantize() {
+    use kestrel_gguf::quantize::{parse_ggml_type, TensorTypeRule};
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("quantize/golden.json")).expect("golden"),
+    )
+    .expect("json");
+    let skeletons = files::read_skeletons(&fixtures().join("archs/skeletons.json"));
+    let dir = std::env::temp_dir().join(format!("kestrel-quantize-tt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let cases = golden["overrides"].as_array().expect("overrides");
+    assert!(cases.len() >= 10, "{} cases", cases.len());
+    for (i, case) in cases.iter().enumerate() {
+        let stem = case["file"].as_str().expect("file");
+        let input = dir.join(format!("{stem}.gguf"));
+        if !input.exists() {
+            let bytes =
+                files::build_bytes_as(&skeletons[stem], 1, 0.1, |_, _| kestrel_gguf::GgmlType::F32);
+            std::fs::write(&input, bytes).expect("input");
+        }
+        let mix = case["mix"].as_str().expect("mix");
+        let mut opts = QuantizeOptions {
+            threads: 2,
+            ..QuantizeOptions::new(FileType::parse(mix).expect("mix name"))
+        };
+        let args: Vec<&str> = case["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .map(|a| a.as_str().expect("arg"))
+            .collect();
+        let mut it = args.iter();
+        while let Some(&flag) = it.next() {
+            match flag {
+                "--pure" => opts.pure = true,
+                "--output-tensor-type" => {
+                    opts.output_tensor_type = parse_ggml_type(it.next().expect("type"))
+                }
+                "--token-embedding-type" => {
+                    opts.token_embedding_type = parse_ggml_type(it.next().expect("type"))
+                }
+                "--tensor-type" => opts
+                    .tensor_types
+                    .push(TensorTypeRule::parse(it.next().expect("rule")).expect("rule")),
+                other => panic!("unknown flag {other}"),
+            }
+        }
+        let output = dir.join(format!("out-{i}.gguf"));
+        quantize_file(&input, &output, &opts, &mut |_| {}).expect("quantize");
+        let got = format!(
+            "{:x}",
+            Sha256::digest(std::fs::read(&output).expect("output"))
+        );
+        assert_eq!(
+            got,
+            case["sha256"].as_str().expect("sha"),
+            "{stem} {mix} {args:?}"
+        );
+        std::fs::remove_file(&output).ok();
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn tensor_type_rules_are_parsed_as_llama_quantize_parses_them() {
+    use kestrel_gguf::quantize::TensorTypeRule;
+    let r = TensorTypeRule::parse("ATTN_Q=Q8_0").expect("rule");
+    assert_eq!(r.pattern, "attn_q", "the pattern is lowercased");
+    assert_eq!(r.ggml_type, kestrel_gguf::GgmlType::Q8_0);
+    assert!(r.matches("blk.3.attn_q.weight") && !r.matches("blk.3.attn_k.weight"));
+    for bad in ["attn_q", "=q8_0", "attn_q=", "attn_q=q9_9", "attn_(q=q8_0"] {
+        let e = TensorTypeRule::parse(bad).expect_err(bad).to_string();
+        assert!(e.contains("--tensor-type"), "{bad}: {e}");
+    }
+}

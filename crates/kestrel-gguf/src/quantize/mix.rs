@@ -87,6 +87,10 @@ pub(crate) struct MixState {
     pub(crate) n_fallback: u32,
     pub(crate) has_imatrix: bool,
     pub(crate) has_tied_embeddings: bool,
+    /// `--output-tensor-type` (also the tied token embeddings' type).
+    pub(crate) output_type: Option<GgmlType>,
+    /// `--token-embedding-type`.
+    pub(crate) token_embd_type: Option<GgmlType>,
 }
 
 /// llama.cpp's `tensor_allows_quantization` (the rules that can apply to the families kestrel
@@ -186,7 +190,9 @@ pub(crate) fn mix_type(
     );
     if cat == Category::Output || (st.has_tied_embeddings && cat == Category::TokenEmbd) {
         let qk = t.block_size() as u64;
-        if ft == F::MXFP4_MOE || falcon || !ne0.is_multiple_of(qk) {
+        if let Some(o) = st.output_type {
+            t = o;
+        } else if ft == F::MXFP4_MOE || falcon || !ne0.is_multiple_of(qk) {
             t = G::Q8_0;
         } else if matches!(
             ft,
@@ -199,7 +205,9 @@ pub(crate) fn mix_type(
     } else if ft == F::MXFP4_MOE {
         t = if ne2 > 1 { G::MXFP4 } else { G::Q8_0 };
     } else if cat == Category::TokenEmbd {
-        if matches!(ft, F::IQ2_XXS | F::IQ2_XS | F::IQ1_S | F::IQ1_M) {
+        if let Some(e) = st.token_embd_type {
+            t = e;
+        } else if matches!(ft, F::IQ2_XXS | F::IQ2_XS | F::IQ1_S | F::IQ1_M) {
             t = G::Q2K;
         } else if matches!(ft, F::IQ2_S | F::IQ2_M | F::IQ3_XXS) {
             t = G::IQ3S;

@@ -41,6 +41,63 @@ pub struct QuantizeOptions {
     pub pure: bool,
     /// The importance matrix (`--imatrix`).
     pub imatrix: Option<Imatrix>,
+    /// `output.weight`'s type (`--output-tensor-type`; tied token embeddings follow it).
+    pub output_tensor_type: Option<GgmlType>,
+    /// The token embeddings' type (`--token-embedding-type`).
+    pub token_embedding_type: Option<GgmlType>,
+    /// Types by tensor-name pattern (`--tensor-type PATTERN=TYPE`): the first pattern found
+    /// anywhere in a quantizable tensor's name sets its type instead of the mix.
+    pub tensor_types: Vec<TensorTypeRule>,
+}
+
+/// One `--tensor-type` rule: a regular expression (lowercased, searched in the tensor name as
+/// llama-quantize's `std::regex_search` does) and the type for tensors it matches.
+#[derive(Clone, Debug)]
+pub struct TensorTypeRule {
+    /// The pattern as given (lowercased).
+    pub pattern: String,
+    regex: regex::Regex,
+    /// The type.
+    pub ggml_type: GgmlType,
+}
+
+impl TensorTypeRule {
+    /// Parses `PATTERN=TYPE` as llama-quantize does: the pattern lowercased, the type by its
+    /// ggml name in any case (`q8_0`, `Q4_K`, `f16`).
+    ///
+    /// # Errors
+    /// A missing `=`, pattern or type, an unknown type, a pattern that is not a regular
+    /// expression (Rust's `regex` syntax: no look-around or back-references).
+    pub fn parse(arg: &str) -> Result<TensorTypeRule, QuantizeError> {
+        let bad = |why: String| QuantizeError::Refused(format!("--tensor-type {arg:?}: {why}"));
+        let (pattern, ty) = arg
+            .split_once('=')
+            .ok_or_else(|| bad("expected PATTERN=TYPE".into()))?;
+        if pattern.is_empty() {
+            return Err(bad("missing tensor name".into()));
+        }
+        if ty.is_empty() {
+            return Err(bad("missing quantization type".into()));
+        }
+        let ggml_type = parse_ggml_type(ty).ok_or_else(|| bad(format!("unknown type {ty:?}")))?;
+        let pattern = pattern.to_lowercase();
+        let regex = regex::Regex::new(&pattern).map_err(|e| bad(e.to_string()))?;
+        Ok(TensorTypeRule {
+            pattern,
+            regex,
+            ggml_type,
+        })
+    }
+
+    /// Whether the rule's pattern occurs in `name`.
+    pub fn matches(&self, name: &str) -> bool {
+        self.regex.is_match(name)
+    }
+}
+
+/// A ggml type by its name in any case (`q4_k`, `F16`), as llama-quantize's `parse_ggml_type`.
+pub fn parse_ggml_type(name: &str) -> Option<GgmlType> {
+    GgmlType::from_name(name)
 }
 
 impl QuantizeOptions {
@@ -53,6 +110,9 @@ impl QuantizeOptions {
             leave_output: false,
             pure: false,
             imatrix: None,
+            output_tensor_type: None,
+            token_embedding_type: None,
+            tensor_types: Vec::new(),
         }
     }
 }
@@ -161,6 +221,45 @@ fn llama_order(a: &str, b: &str) -> std::cmp::Ordering {
     layer(a).cmp(&layer(b)).then_with(|| a.cmp(b))
 }
 
+/// llama.cpp's `llama_tensor_get_type` for a quantizable tensor: `--token-embedding-type` and
+/// `--output-tensor-type` as they are (no fallback; `per_layer_token_embd` yields to a
+/// `--tensor-type` rule naming it), else the mix's default type, a matching `--tensor-type`
+/// rule's instead of the mix's choice, and the fallback for rows the type cannot split.
+fn type_for(
+    st: &mut MixState,
+    m: &ModelFacts,
+    opts: &QuantizeOptions,
+    name: &str,
+    dims: &[u64],
+) -> Result<GgmlType, QuantizeError> {
+    let ft = opts.ftype;
+    let cat = Category::of(name);
+    let rule = opts.tensor_types.iter().find(|r| r.matches(name));
+    if let (Some(e), Category::TokenEmbd) = (opts.token_embedding_type, cat) {
+        if name != "per_layer_token_embd.weight" || rule.is_none() {
+            return Ok(e);
+        }
+    }
+    if let (Some(o), Category::Output) = (opts.output_tensor_type, cat) {
+        return Ok(o);
+    }
+    let mut to = ft.default_type();
+    if to.is_quantized() {
+        let ne0 = dims.first().copied().unwrap_or(1);
+        let ne2 = dims.get(2).copied().unwrap_or(1);
+        match rule {
+            Some(r) => to = r.ggml_type,
+            None if !opts.pure => {
+                to = mix::mix_type(st, m, to, name, ne0, ne2, ft, cat)
+                    .map_err(QuantizeError::Refused)?;
+            }
+            None => {}
+        }
+        to = mix::fallback(st, to, ne0).map_err(QuantizeError::Refused)?;
+    }
+    Ok(to)
+}
+
 /// The output types of every tensor of `file` (in llama.cpp's order) under `opts`.
 fn plan(
     file: &GgufFile,
@@ -173,6 +272,8 @@ fn plan(
     let mut st = MixState {
         has_imatrix: opts.imatrix.is_some(),
         has_tied_embeddings: file.tensor_info("output.weight").is_none(),
+        output_type: opts.output_tensor_type,
+        token_embd_type: opts.token_embedding_type,
         n_attention_wv: file
             .tensors()
             .iter()
@@ -185,23 +286,13 @@ fn plan(
             .count() as u32,
         ..MixState::default()
     };
-    let default = ft.default_type();
     let mut specs = Vec::with_capacity(order.len());
     for i in order {
         let t = &file.tensors()[i];
         let (name, dims) = (t.name(), t.dims());
         let mut to = t.ggml_type();
         if mix::allows_quantization(name, n_dims(dims), !opts.leave_output) {
-            to = default;
-            if default.is_quantized() {
-                let ne0 = dims.first().copied().unwrap_or(1);
-                let ne2 = dims.get(2).copied().unwrap_or(1);
-                if !opts.pure {
-                    to = mix::mix_type(&mut st, &m, to, name, ne0, ne2, ft, Category::of(name))
-                        .map_err(QuantizeError::Refused)?;
-                }
-                to = mix::fallback(&mut st, to, ne0).map_err(QuantizeError::Refused)?;
-            }
+            to = type_for(&mut st, &m, opts, name, dims)?;
             if opts.imatrix.is_none() && mix::requires_imatrix(name, to, ft) {
                 return Err(QuantizeError::Refused(format!(
                     "{name}: {} needs an importance matrix (kestrel has none yet; llama-quantize refuses it too without one)",
@@ -268,6 +359,79 @@ fn metadata(file: &GgufFile, opts: &QuantizeOptions) -> Vec<(String, MetadataVal
     md
 }
 
+/// llama-quantize's refusals for the planned types: requantizing without
+/// `allow_requantize`, a type kestrel cannot write (weighted-only types without an imatrix).
+fn check(
+    file: &GgufFile,
+    specs: &[TensorSpec],
+    opts: &QuantizeOptions,
+) -> Result<(), QuantizeError> {
+    for s in specs {
+        let t = file
+            .tensor_info(&s.name)
+            .ok_or_else(|| QuantizeError::Refused(format!("tensor {} vanished", s.name)))?;
+        if s.ggml_type != t.ggml_type() {
+            if t.ggml_type().is_quantized() && !opts.allow_requantize {
+                return Err(QuantizeError::Refused(format!(
+                    "{}: requantizing from {} is disabled (pass --allow-requantize)",
+                    s.name,
+                    t.ggml_type()
+                )));
+            }
+            let weighted = opts.imatrix.is_some() && quant::weighted::supports_weights(s.ggml_type);
+            if !quant::can_quantize_chunk(s.ggml_type) && !weighted {
+                return Err(QuantizeError::Refused(format!(
+                    "{}: kestrel cannot quantize to {} yet",
+                    s.name, s.ggml_type
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What [`quantize_file`] would write, without writing it (`--dry-run`): each tensor's
+/// type and size, and the totals; the same refusals.
+///
+/// # Errors
+/// As [`quantize_file`], short of writing.
+pub fn quantize_dry_run(
+    input: &Path,
+    opts: &QuantizeOptions,
+    on_tensor: &mut dyn FnMut(&TensorReport),
+) -> Result<QuantizeReport, QuantizeError> {
+    let file = GgufFile::open(input)?;
+    let (specs, fallbacks) = plan(&file, opts)?;
+    check(&file, &specs, opts)?;
+    let mut report = QuantizeReport {
+        fallbacks,
+        ..QuantizeReport::default()
+    };
+    let n = specs.len();
+    for (i, s) in specs.iter().enumerate() {
+        let t = file
+            .tensor_info(&s.name)
+            .ok_or_else(|| QuantizeError::Refused(format!("tensor {} vanished", s.name)))?;
+        let from = t.ggml_type();
+        let values: u64 = s.dims.iter().product();
+        let size = |ty: GgmlType| values / ty.block_size() as u64 * ty.type_size() as u64;
+        let bytes = (size(from), size(s.ggml_type));
+        report.tensors += 1;
+        report.converted += usize::from(from != s.ggml_type);
+        report.bytes.0 += bytes.0;
+        report.bytes.1 += bytes.1;
+        on_tensor(&TensorReport {
+            index: (i + 1, n),
+            name: s.name.clone(),
+            dims: s.dims.clone(),
+            from,
+            to: s.ggml_type,
+            bytes,
+        });
+    }
+    Ok(report)
+}
+
 /// Quantizes `input` into `output` (written through a temporary file renamed into place);
 /// `on_tensor` hears of each tensor as it is written.
 ///
@@ -293,27 +457,7 @@ pub fn quantize_file(
         ));
     }
     let (specs, fallbacks) = plan(&file, opts)?;
-    for s in &specs {
-        let t = file
-            .tensor_info(&s.name)
-            .ok_or_else(|| QuantizeError::Refused(format!("tensor {} vanished", s.name)))?;
-        if s.ggml_type != t.ggml_type() {
-            if t.ggml_type().is_quantized() && !opts.allow_requantize {
-                return Err(QuantizeError::Refused(format!(
-                    "{}: requantizing from {} is disabled (pass --allow-requantize)",
-                    s.name,
-                    t.ggml_type()
-                )));
-            }
-            let weighted = opts.imatrix.is_some() && quant::weighted::supports_weights(s.ggml_type);
-            if !quant::can_quantize_chunk(s.ggml_type) && !weighted {
-                return Err(QuantizeError::Refused(format!(
-                    "{}: kestrel cannot quantize to {} yet",
-                    s.name, s.ggml_type
-                )));
-            }
-        }
-    }
+    check(&file, &specs, opts)?;
     let io = |source| QuantizeError::Io {
         path: output.to_path_buf(),
         source,
