@@ -37,7 +37,7 @@ fn convert_then_embed_prints_vectors_and_similarities() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("bert, 101 tensors"));
     let bad = kestrel(&["convert", ck, "-o", "x.gguf", "--outtype", "q4"]);
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected f32, f16, bf16 or q8_0"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected f32, f16, bf16, q8_0 or auto"));
 
     let out = kestrel(&[
         "embed",

@@ -1,4 +1,4 @@
-//! `kestrel convert DIR -o OUT [--outtype f32|f16|bf16|q8_0]`: a Hugging Face checkpoint
+//! `kestrel convert DIR -o OUT [--outtype f32|f16|bf16|q8_0|auto]`: a Hugging Face checkpoint
 //! (Llama/Mistral, Qwen2, Qwen3, Gemma 3 decoders; BERT encoders) to GGUF, with kestrel's own
 //! converter.
 
@@ -15,7 +15,8 @@ pub struct ConvertArgs {
     /// The GGUF file to write.
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Element type of the matrices: f32 (exact), f16, bf16 or q8_0 (bf16 and q8_0 for decoders).
+    /// Element type of the matrices: f32 (exact), f16, bf16, q8_0 (bf16 and q8_0 for decoders),
+    /// or auto (the checkpoint's own 16-bit type, as llama.cpp guesses it).
     #[arg(long, default_value = "f32")]
     pub outtype: String,
     /// No progress bar.
@@ -26,7 +27,7 @@ pub struct ConvertArgs {
 pub fn run(args: &ConvertArgs) -> Result<(), String> {
     let outtype = OutType::parse(&args.outtype).ok_or_else(|| {
         format!(
-            "--outtype {}: expected f32, f16, bf16 or q8_0",
+            "--outtype {}: expected f32, f16, bf16, q8_0 or auto",
             args.outtype
         )
     })?;

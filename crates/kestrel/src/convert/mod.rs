@@ -30,6 +30,8 @@ mod vocab;
 
 use std::path::{Path, PathBuf};
 
+use safetensors::StDType;
+
 /// Why a conversion failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -70,16 +72,20 @@ pub enum OutType {
     /// 8-bit blocks (decoders only; matrices whose rows are not whole blocks get F16, as
     /// llama.cpp does).
     Q8_0,
+    /// The checkpoint's own 16-bit type, as llama.cpp's `--outtype auto` guesses it: the first
+    /// matrix (in converter order) stored as BF16 or F16 decides; all-F32 checkpoints get F16.
+    Auto,
 }
 
 impl OutType {
-    /// By name (`f32`, `f16`, `bf16`, `q8_0`).
+    /// By name (`f32`, `f16`, `bf16`, `q8_0`, `auto`).
     pub fn parse(s: &str) -> Option<OutType> {
         match s.to_ascii_lowercase().as_str() {
             "f32" => Some(OutType::F32),
             "f16" => Some(OutType::F16),
             "bf16" => Some(OutType::BF16),
             "q8_0" => Some(OutType::Q8_0),
+            "auto" => Some(OutType::Auto),
             _ => None,
         }
     }
@@ -91,7 +97,29 @@ impl OutType {
             OutType::F16 => 1,
             OutType::Q8_0 => 7,
             OutType::BF16 => 32,
+            // Resolved before anything is written; llama.cpp's GUESSED.
+            OutType::Auto => 1024,
         }
+    }
+
+    /// `Auto` resolved against the checkpoint in `dir` (other types as they are).
+    ///
+    /// # Errors
+    /// An unreadable checkpoint.
+    pub fn resolve(self, dir: &Path) -> Result<OutType, ConvertError> {
+        if self != OutType::Auto {
+            return Ok(self);
+        }
+        let ck = checkpoint::Checkpoint::open(dir)?;
+        for name in ck.names() {
+            match ck.info(name) {
+                Some((_, shape)) if shape.len() < 2 => continue,
+                Some((StDType::BF16, _)) => return Ok(OutType::BF16),
+                Some((StDType::F16, _)) => return Ok(OutType::F16),
+                _ => continue,
+            }
+        }
+        Ok(OutType::F16)
     }
 }
 
@@ -175,6 +203,16 @@ pub fn convert_hf(
 ) -> Result<ConvertReport, ConvertError> {
     let config_path = dir.join("config.json");
     let config = read_json(&config_path)?;
+    let resolved;
+    let opts = if opts.outtype == OutType::Auto {
+        resolved = ConvertOptions {
+            outtype: opts.outtype.resolve(dir)?,
+            ..opts.clone()
+        };
+        &resolved
+    } else {
+        opts
+    };
     let model_type = config
         .get("model_type")
         .and_then(|v| v.as_str())

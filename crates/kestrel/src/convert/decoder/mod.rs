@@ -136,7 +136,8 @@ pub(crate) fn convert(
             OutType::BF16 => GgmlType::BF16,
             // gguf-py falls back to F16 for rows that are not whole Q8_0 blocks.
             OutType::Q8_0 if cols.is_multiple_of(32) => GgmlType::Q8_0,
-            OutType::Q8_0 => GgmlType::F16,
+            // Resolved by `convert_hf` before this runs; F16 is its all-F32 answer.
+            OutType::Q8_0 | OutType::Auto => GgmlType::F16,
         }
     };
     if family == Family::Llama {
