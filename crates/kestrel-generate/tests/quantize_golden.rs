@@ -20,13 +20,24 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
-#[test]
-fn quantize_matches_llama_quantize_byte_for_byte() {
-    let golden: serde_json::Value = serde_json::from_str(
+/// `golden.json` and the architecture skeletons the inputs are rebuilt from.
+fn golden_and_skeletons() -> (
+    serde_json::Value,
+    std::collections::BTreeMap<String, files::Skeleton>,
+) {
+    let golden = serde_json::from_str(
         &std::fs::read_to_string(fixtures().join("quantize/golden.json")).expect("golden"),
     )
     .expect("json");
-    let skeletons = files::read_skeletons(&fixtures().join("archs/skeletons.json"));
+    (
+        golden,
+        files::read_skeletons(&fixtures().join("archs/skeletons.json")),
+    )
+}
+
+#[test]
+fn quantize_matches_llama_quantize_byte_for_byte() {
+    let (golden, skeletons) = golden_and_skeletons();
     let dir = std::env::temp_dir().join(format!("kestrel-quantize-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let mut checked = 0;
@@ -114,11 +125,7 @@ fn synthetic_imatrix(model: &[u8]) -> Vec<u8> {
 #[test]
 fn quantize_with_an_imatrix_matches_llama_quantize() {
     use kestrel_gguf::quantize::Imatrix;
-    let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("quantize/golden.json")).expect("golden"),
-    )
-    .expect("json");
-    let skeletons = files::read_skeletons(&fixtures().join("archs/skeletons.json"));
+    let (golden, skeletons) = golden_and_skeletons();
     let dir = std::env::temp_dir().join(format!("kestrel-quantize-i-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let mut checked = 0;
@@ -211,11 +218,7 @@ fn quantize_refuses_what_llama_quantize_refuses() {
 #[test]
 fn per_tensor_type_options_match_llama_quantize() {
     use kestrel_gguf::quantize::{parse_ggml_type, TensorTypeRule};
-    let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("quantize/golden.json")).expect("golden"),
-    )
-    .expect("json");
-    let skeletons = files::read_skeletons(&fixtures().join("archs/skeletons.json"));
+    let (golden, skeletons) = golden_and_skeletons();
     let dir = std::env::temp_dir().join(format!("kestrel-quantize-tt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let cases = golden["overrides"].as_array().expect("overrides");

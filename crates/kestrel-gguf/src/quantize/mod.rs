@@ -175,6 +175,31 @@ pub struct QuantizeReport {
     pub fallbacks: usize,
 }
 
+impl QuantizeReport {
+    /// Counts one tensor and tells `on_tensor` of it.
+    fn add(
+        &mut self,
+        index: (usize, usize),
+        s: &TensorSpec,
+        from: GgmlType,
+        bytes: (u64, u64),
+        on_tensor: &mut dyn FnMut(&TensorReport),
+    ) {
+        self.tensors += 1;
+        self.converted += usize::from(from != s.ggml_type);
+        self.bytes.0 += bytes.0;
+        self.bytes.1 += bytes.1;
+        on_tensor(&TensorReport {
+            index,
+            name: s.name.clone(),
+            dims: s.dims.clone(),
+            from,
+            to: s.ggml_type,
+            bytes,
+        });
+    }
+}
+
 fn facts(file: &GgufFile) -> ModelFacts {
     let md = file.metadata();
     let arch = md.architecture().unwrap_or("").to_string();
@@ -415,19 +440,13 @@ pub fn quantize_dry_run(
         let from = t.ggml_type();
         let values: u64 = s.dims.iter().product();
         let size = |ty: GgmlType| values / ty.block_size() as u64 * ty.type_size() as u64;
-        let bytes = (size(from), size(s.ggml_type));
-        report.tensors += 1;
-        report.converted += usize::from(from != s.ggml_type);
-        report.bytes.0 += bytes.0;
-        report.bytes.1 += bytes.1;
-        on_tensor(&TensorReport {
-            index: (i + 1, n),
-            name: s.name.clone(),
-            dims: s.dims.clone(),
+        report.add(
+            (i + 1, n),
+            s,
             from,
-            to: s.ggml_type,
-            bytes,
-        });
+            (size(from), size(s.ggml_type)),
+            on_tensor,
+        );
     }
     Ok(report)
 }
@@ -499,18 +518,13 @@ pub fn quantize_file(
                 &mut w,
             )?
         };
-        report.tensors += 1;
-        report.converted += usize::from(from != s.ggml_type);
-        report.bytes.0 += data.len() as u64;
-        report.bytes.1 += bytes_out;
-        on_tensor(&TensorReport {
-            index: (i + 1, n),
-            name: s.name.clone(),
-            dims: s.dims.clone(),
+        report.add(
+            (i + 1, n),
+            s,
             from,
-            to: s.ggml_type,
-            bytes: (data.len() as u64, bytes_out),
-        });
+            (data.len() as u64, bytes_out),
+            on_tensor,
+        );
     }
     let mut sink = w.finish()?;
     sink.flush().map_err(io)?;
