@@ -224,6 +224,10 @@ pub struct RopeConfig {
     /// The tensor of per-dimension frequency divisors, when the family uses one and the file has
     /// it (`rope_freqs.weight` of llama 3.1+; phi3's `rope_factors_short.weight`).
     pub freq_factors: Option<String>,
+    /// Multiplier of the rotated values' cos/sin outside YaRN (`rope.scaling.attn_factor`:
+    /// LongRoPE's `sqrt(1 + ln(s) / ln(n_ctx_orig))` for Phi-3 128k; llama.cpp's
+    /// `rope_attn_factor`). YaRN reads the same key as its own attention factor.
+    pub attn_factor: f32,
 }
 
 /// A decoder-only transformer's configuration.
@@ -462,7 +466,16 @@ impl DecoderConfig {
             freq_factors: model
                 .tensor_info("rope_freqs.weight")
                 .map(|_| "rope_freqs.weight".to_string()),
+            attn_factor: md
+                .opt(&key("rope.scaling.attn_factor"), |m, k| m.get_f32(k))?
+                .unwrap_or(1.0),
         };
+        if !(rope.attn_factor.is_finite() && rope.attn_factor > 0.0) {
+            return Err(ArchError::Invalid {
+                arch: arch.clone(),
+                reason: format!("rope.scaling.attn_factor {}", rope.attn_factor),
+            });
+        }
         let mut cfg = DecoderConfig {
             arch: arch.clone(),
             kind,

@@ -172,6 +172,29 @@ fn rope_scaling_from_metadata() {
 }
 
 #[test]
+fn longrope_attention_factor_scales_the_rotation() {
+    // Phi-3 128k files carry LongRoPE's sqrt(1 + ln(s) / ln(n_ctx_orig)) here; llama.cpp
+    // multiplies every RoPE's cos/sin by it (`rope_attn_factor`), as transformers does.
+    let f = synthetic(
+        "llama",
+        &[("rope.scaling.attn_factor", MetadataValue::F32(1.19))],
+        LLAMA_TENSORS,
+    );
+    let c = DecoderConfig::from_model(&f).unwrap();
+    assert_eq!(c.rope.attn_factor, 1.19);
+    assert_eq!(kestrel_arch::rope_params(&c, 0, 4, None).attn_factor, 1.19);
+    let plain = synthetic("llama", &[], LLAMA_TENSORS);
+    let c = DecoderConfig::from_model(&plain).unwrap();
+    assert_eq!(kestrel_arch::rope_params(&c, 0, 4, None).attn_factor, 1.0);
+    let bad = synthetic(
+        "llama",
+        &[("rope.scaling.attn_factor", MetadataValue::F32(-1.0))],
+        LLAMA_TENSORS,
+    );
+    assert!(DecoderConfig::from_model(&bad).is_err());
+}
+
+#[test]
 fn unknown_arch_is_refused_even_with_llama_tensors() {
     // Run as llama, a family that is not llama gives wrong text without an error.
     let e = DecoderConfig::from_model(&synthetic("mysterynet", &[], LLAMA_TENSORS)).unwrap_err();

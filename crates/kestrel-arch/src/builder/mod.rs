@@ -343,6 +343,9 @@ pub fn rope_params(
             }
         }
     }
+    if !matches!(cfg.rope.scaling, RopeScaling::Yarn { .. }) {
+        p.attn_factor *= cfg.rope.attn_factor;
+    }
     p
 }
 
