@@ -289,3 +289,48 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     assert!(!out.exists() && !out.with_extension("gguf.partial").exists());
     std::fs::remove_dir_all(&work).ok();
 }
+
+#[test]
+fn experts_that_do_not_match_the_config_are_refused() {
+    let Some((smollm, gemma)) = tokenizer_sources() else {
+        return;
+    };
+    let work = temp("moe");
+    let cases = convert_inputs::cases();
+    let moe = cases.iter().find(|c| c.name == "qwen3moe").unwrap();
+    let dir = work.join("m");
+    convert_inputs::write_case(moe, &dir, &smollm, &gemma);
+    let out = work.join("out.gguf");
+    let opts = ConvertOptions::new(OutType::F16);
+    let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    assert!(cfg.contains("\"num_experts\": 4"), "{cfg}");
+
+    // More experts configured than the checkpoint has: the layer never completes.
+    std::fs::write(
+        dir.join("config.json"),
+        cfg.replace("\"num_experts\": 4", "\"num_experts\": 5"),
+    )
+    .unwrap();
+    let e = convert_hf(&dir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("12 of its 15 expert tensors"), "{e}");
+
+    // Fewer: an expert index past the count.
+    std::fs::write(
+        dir.join("config.json"),
+        cfg.replace("\"num_experts\": 4", "\"num_experts\": 3"),
+    )
+    .unwrap();
+    let e = convert_hf(&dir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("expert 3 of a model with 3 experts"), "{e}");
+    assert!(!out.exists() && !out.with_extension("gguf.partial").exists());
+
+    // As configured, the experts stack into one tensor per projection and layer.
+    std::fs::write(dir.join("config.json"), &cfg).unwrap();
+    convert_hf(&dir, &out, &opts).unwrap();
+    let f = GgufFile::open(&out).unwrap();
+    let t = f.tensor_info("blk.1.ffn_down_exps.weight").unwrap();
+    assert_eq!(t.dims(), [48, 64, 4]);
+    let r = f.tensor_info("blk.0.ffn_gate_inp.weight").unwrap();
+    assert_eq!(r.ggml_type(), kestrel_gguf::GgmlType::F32);
+    std::fs::remove_dir_all(&work).ok();
+}

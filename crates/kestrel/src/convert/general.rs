@@ -346,8 +346,61 @@ pub(crate) fn size_label(total_params: u64) -> String {
     format!("{scaled:.fix$}{suffix}")
 }
 
+/// A model's parameter counts as gguf-py's `get_total_parameter_count` gives them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ParamCount {
+    /// Every tensor's values.
+    pub total: u64,
+    /// Values outside the stacked expert tensors.
+    pub shared: u64,
+    /// Values of one expert of each stacked expert tensor.
+    pub expert: u64,
+    /// Experts per stacked tensor (0: a dense model).
+    pub experts: u64,
+}
+
+impl ParamCount {
+    /// Counts `(name, ggml dims)` the way gguf-py does: a tensor named `*_exps.*` with three
+    /// or more dims holds `dims[2]` experts.
+    pub(crate) fn of<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a [u64])>) -> ParamCount {
+        let mut c = ParamCount::default();
+        let (mut expert_sum, mut n_expert_tensors) = (0u64, 0u64);
+        for (name, dims) in tensors {
+            let size: u64 = dims.iter().product();
+            c.total += size;
+            if name.contains("_exps.") && dims.len() >= 3 {
+                // gguf-py reads numpy's shape[-2] (bias) or shape[-3]: ggml's dims[1] / dims[2].
+                let e = if name.contains(".bias") {
+                    dims[1]
+                } else {
+                    dims[2]
+                };
+                if let Some(per_expert) = size.checked_div(e) {
+                    c.expert += per_expert;
+                    expert_sum += e;
+                    n_expert_tensors += 1;
+                }
+            } else {
+                c.shared += size;
+            }
+        }
+        c.experts = expert_sum.checked_div(n_expert_tensors).unwrap_or(0);
+        c
+    }
+
+    /// gguf-py's `size_label`: `{experts}x{per-expert size}` for a mixture of experts.
+    pub(crate) fn label(self) -> String {
+        if self.experts > 0 {
+            format!("{}x{}", self.experts, size_label(self.shared + self.expert))
+        } else {
+            size_label(self.total)
+        }
+    }
+}
+
 /// Writes `general.type`, the sampling defaults and the name fields, in llama.cpp's order.
-pub(crate) fn write(meta: &mut Meta, dir: &Path, hparams: &serde_json::Value, total_params: u64) {
+pub(crate) fn write(meta: &mut Meta, dir: &Path, hparams: &serde_json::Value, params: ParamCount) {
+    let total_params = params.total;
     meta.str("general.type", "model");
     let gen = std::fs::read(dir.join("generation_config.json"))
         .ok()
@@ -440,7 +493,7 @@ pub(crate) fn write(meta: &mut Meta, dir: &Path, hparams: &serde_json::Value, to
     if let Some(v) = basename {
         meta.str("general.basename", v);
     }
-    let size = size.or_else(|| (total_params > 0).then(|| size_label(total_params)));
+    let size = size.or_else(|| (total_params > 0).then(|| params.label()));
     if let Some(v) = size {
         meta.str("general.size_label", v);
     }
@@ -466,6 +519,23 @@ mod tests {
         assert_eq!(p.finetune.as_deref(), Some("128k"));
         assert_eq!(id_to_title("smollm2-135m"), "Smollm2 135m");
         assert_eq!(id_to_title("tiny-llama"), "Tiny Llama");
+    }
+
+    #[test]
+    fn experts_count_once_in_the_size_label() {
+        let dims: [(&str, Vec<u64>); 3] = [
+            ("token_embd.weight", vec![4096, 32000]),
+            ("blk.0.ffn_up_exps.weight", vec![4096, 14336, 8]),
+            ("blk.0.ffn_gate_inp.weight", vec![4096, 8]),
+        ];
+        let c = ParamCount::of(dims.iter().map(|(n, d)| (*n, d.as_slice())));
+        assert_eq!(c.experts, 8);
+        assert_eq!(c.expert, 4096 * 14336);
+        assert_eq!(c.shared, 4096 * 32000 + 4096 * 8);
+        assert_eq!(c.total, c.shared + 8 * c.expert);
+        assert_eq!(c.label(), "8x190M");
+        let dense = ParamCount::of([("output.weight", [64u64, 100].as_slice())]);
+        assert_eq!((dense.experts, dense.label()), (0, "6.4K".to_string()));
     }
 
     #[test]

@@ -412,6 +412,108 @@ pub fn cases() -> Vec<Case> {
                 "hidden_activation": "gelu_pytorch_tanh",
                 "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0 }),
         },
+        Case {
+            name: "mixtral",
+            arch: "MixtralForCausalLM",
+            model_type: "mixtral",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 2,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 2,
+            ff: 64,
+            tied: false,
+            extra: json!({ "rope_theta": 1000000.0, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 4096, "sliding_window": null,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "router_jitter_noise": 0.0,
+                "bos_token_id": 1, "eos_token_id": 2 }),
+        },
+        Case {
+            name: "qwen2moe",
+            arch: "Qwen2MoeForCausalLM",
+            model_type: "qwen2_moe",
+            spm: false,
+            dt: Dt::F16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 2,
+            ff: 128,
+            tied: false,
+            extra: json!({ "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 32768, "use_sliding_window": false,
+                "sliding_window": null, "num_experts": 4, "num_experts_per_tok": 2,
+                "moe_intermediate_size": 32, "shared_expert_intermediate_size": 96,
+                "norm_topk_prob": false, "decoder_sparse_step": 1, "mlp_only_layers": [],
+                "bos_token_id": 0, "eos_token_id": 0 }),
+        },
+        Case {
+            name: "qwen3moe",
+            arch: "Qwen3MoeForCausalLM",
+            model_type: "qwen3_moe",
+            spm: false,
+            dt: Dt::F32,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: Some(32),
+            layers: 2,
+            ff: 128,
+            tied: true,
+            extra: json!({ "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 40960, "attention_bias": false,
+                "use_sliding_window": false, "sliding_window": null,
+                "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+                "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
+                "bos_token_id": 1, "eos_token_id": 2 }),
+        },
+        Case {
+            name: "gemma2",
+            arch: "Gemma2ForCausalLM",
+            model_type: "gemma2",
+            spm: true,
+            dt: Dt::F16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: Some(32),
+            layers: 2,
+            ff: 128,
+            tied: true,
+            extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 8192, "sliding_window": 512,
+                "query_pre_attn_scalar": 32, "attn_logit_softcapping": 50.0,
+                "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh",
+                "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0 }),
+        },
+        Case {
+            name: "phi3",
+            arch: "Phi3ForCausalLM",
+            model_type: "phi3",
+            spm: true,
+            dt: Dt::BF16,
+            shards: 1,
+            hidden: 32,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 2,
+            ff: 64,
+            tied: false,
+            extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 8192, "original_max_position_embeddings": 2048,
+                "rope_scaling": { "type": "longrope",
+                    "long_factor": [1.0, 1.5, 3.25, 7.0], "short_factor": [1.0, 1.0, 1.125, 1.5] },
+                "sliding_window": 2047, "partial_rotary_factor": 1.0,
+                "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0 }),
+        },
     ]
 }
 
@@ -420,6 +522,16 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     let vocab = if case.spm {
         write_gemma_tokenizer(gemma, dir);
+        if case.model_type == "phi3" {
+            // Phi-3 ships a tokenizer.json beside tokenizer.model; its converter applies the
+            // added tokens from it (one replaces an ordinary piece here).
+            let added = json!({ "added_tokens": [
+                { "id": 105, "content": "<start_of_turn>", "special": true },
+                { "id": 106, "content": "<end_of_turn>", "special": true },
+                { "id": 300, "content": "<|placeholder1|>", "special": false },
+            ] });
+            std::fs::write(dir.join("tokenizer.json"), added.to_string()).unwrap();
+        }
         262144
     } else {
         write_smollm_tokenizer(smollm, dir);
@@ -463,8 +575,17 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     let q = case.heads * hd;
     let kv = case.kv_heads * hd;
     let gemma = case.model_type.starts_with("gemma");
-    let qwen2 = case.model_type == "qwen2";
-    let qk_norm = gemma || case.model_type == "qwen3";
+    let mt = case.model_type;
+    let qwen2 = mt == "qwen2" || mt == "qwen2_moe";
+    let qk_norm = matches!(mt, "gemma3_text" | "qwen3" | "qwen3_moe");
+    let phi3 = mt == "phi3";
+    let n_exp = ["num_local_experts", "num_experts"]
+        .iter()
+        .find_map(|k| case.extra.get(*k).and_then(|v| v.as_u64()))
+        .unwrap_or(0) as usize;
+    let moe_ff = case.extra["moe_intermediate_size"]
+        .as_u64()
+        .map_or(case.ff, |v| v as usize);
     let mut t: Vec<Named> = Vec::new();
     let mat = |rng: &mut Rng, name: String, shape: Vec<usize>, a: f32| {
         let n = shape.iter().product::<usize>();
@@ -512,24 +633,23 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             ));
         }
         let a = 1.0 / (case.hidden as f32).sqrt();
-        t.push(mat(
-            &mut rng,
-            p("self_attn.q_proj.weight"),
-            vec![q, case.hidden],
-            a,
-        ));
-        t.push(mat(
-            &mut rng,
-            p("self_attn.k_proj.weight"),
-            vec![kv, case.hidden],
-            a,
-        ));
-        t.push(mat(
-            &mut rng,
-            p("self_attn.v_proj.weight"),
-            vec![kv, case.hidden],
-            a,
-        ));
+        if phi3 {
+            t.push(mat(
+                &mut rng,
+                p("self_attn.qkv_proj.weight"),
+                vec![q + 2 * kv, case.hidden],
+                a,
+            ));
+        } else {
+            for (name, rows) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+                t.push(mat(
+                    &mut rng,
+                    p(&format!("self_attn.{name}.weight")),
+                    vec![rows, case.hidden],
+                    a,
+                ));
+            }
+        }
         t.push(mat(
             &mut rng,
             p("self_attn.o_proj.weight"),
@@ -545,25 +665,51 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             t.push(norm(&mut rng, p("self_attn.q_norm.weight"), hd));
             t.push(norm(&mut rng, p("self_attn.k_norm.weight"), hd));
         }
-        t.push(mat(
-            &mut rng,
-            p("mlp.gate_proj.weight"),
-            vec![case.ff, case.hidden],
-            a,
-        ));
-        t.push(mat(
-            &mut rng,
-            p("mlp.up_proj.weight"),
-            vec![case.ff, case.hidden],
-            a,
-        ));
-        let b = 1.0 / (case.ff as f32).sqrt();
-        t.push(mat(
-            &mut rng,
-            p("mlp.down_proj.weight"),
-            vec![case.hidden, case.ff],
-            b,
-        ));
+        // (name, rows, cols) of one feed-forward block's matrices.
+        let ffn = |prefix: &str, ff: usize, names: [&str; 3]| {
+            [
+                (format!("{prefix}{}.weight", names[0]), ff, case.hidden),
+                (format!("{prefix}{}.weight", names[1]), ff, case.hidden),
+                (format!("{prefix}{}.weight", names[2]), case.hidden, ff),
+            ]
+        };
+        let mut mats: Vec<(String, usize, usize)> = Vec::new();
+        if n_exp > 0 {
+            let (router, experts, names) = if mt == "mixtral" {
+                (
+                    "block_sparse_moe.gate",
+                    "block_sparse_moe.experts",
+                    ["w1", "w3", "w2"],
+                )
+            } else {
+                (
+                    "mlp.gate",
+                    "mlp.experts",
+                    ["gate_proj", "up_proj", "down_proj"],
+                )
+            };
+            mats.push((format!("{router}.weight"), n_exp, case.hidden));
+            for e in 0..n_exp {
+                mats.extend(ffn(&format!("{experts}.{e}."), moe_ff, names));
+            }
+            if let Some(sh) = case.extra["shared_expert_intermediate_size"].as_u64() {
+                mats.extend(ffn(
+                    "mlp.shared_expert.",
+                    sh as usize,
+                    ["gate_proj", "up_proj", "down_proj"],
+                ));
+                mats.push(("mlp.shared_expert_gate.weight".into(), 1, case.hidden));
+            }
+        } else if phi3 {
+            mats.push(("mlp.gate_up_proj.weight".into(), 2 * case.ff, case.hidden));
+            mats.push(("mlp.down_proj.weight".into(), case.hidden, case.ff));
+        } else {
+            mats.extend(ffn("mlp.", case.ff, ["gate_proj", "up_proj", "down_proj"]));
+        }
+        for (name, rows, cols) in mats {
+            let scale = 1.0 / (cols as f32).sqrt();
+            t.push(mat(&mut rng, p(&name), vec![rows, cols], scale));
+        }
     }
     write_weights(dir, t, case.dt, case.shards);
 }

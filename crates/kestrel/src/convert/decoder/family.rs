@@ -1,6 +1,6 @@
 //! What differs between the decoder families: the GGUF architecture, tensor names, the
 //! per-tensor changes llama.cpp's converter makes (Llama's Q/K row order, Gemma's `1 + w` norms
-//! and trimmed embedding rows) and the family's extra metadata.
+//! and trimmed embedding rows, experts stacked into one tensor) and the family's extra metadata.
 
 use serde_json::Value;
 
@@ -15,11 +15,49 @@ pub(crate) enum Family {
     Qwen3,
     /// `Gemma3ForCausalLM`, the text half of `Gemma3ForConditionalGeneration` (GGUF `gemma3`).
     Gemma3,
+    /// `Gemma2ForCausalLM` (GGUF `gemma2`).
+    Gemma2,
+    /// `Phi3ForCausalLM` (GGUF `phi3`: fused QKV and gate-up matrices).
+    Phi3,
+    /// `Qwen2MoeForCausalLM` (GGUF `qwen2moe`: routed and shared experts).
+    Qwen2Moe,
+    /// `Qwen3MoeForCausalLM` (GGUF `qwen3moe`).
+    Qwen3Moe,
 }
 
 /// The Hugging Face architectures converted, for error messages.
-pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, \
-     Qwen3ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), BertModel";
+pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, \
+     Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
+     Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
+     Phi3ForCausalLM, BertModel";
+
+/// How a family stores its experts, one 2-D tensor per expert and projection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ExpertLayout {
+    /// The part of the name before the expert index (`model.layers.{L}.` + this + `{E}.`).
+    pub infix: &'static str,
+    /// The projections in the order llama.cpp writes the stacked tensors, each with its
+    /// stacked GGUF name (`blk.{L}.` + name + `.weight`).
+    pub parts: [(&'static str, &'static str); 3],
+}
+
+const MIXTRAL_EXPERTS: ExpertLayout = ExpertLayout {
+    infix: "block_sparse_moe.experts.",
+    parts: [
+        ("w1", "ffn_gate_exps"),
+        ("w2", "ffn_down_exps"),
+        ("w3", "ffn_up_exps"),
+    ],
+};
+
+const QWEN_EXPERTS: ExpertLayout = ExpertLayout {
+    infix: "mlp.experts.",
+    parts: [
+        ("down_proj", "ffn_down_exps"),
+        ("gate_proj", "ffn_gate_exps"),
+        ("up_proj", "ffn_up_exps"),
+    ],
+};
 
 impl Family {
     /// The family of a `config.json` `architectures[0]`.
@@ -31,6 +69,11 @@ impl Family {
             "Qwen2ForCausalLM" | "Qwen2Model" => Family::Qwen2,
             "Qwen3ForCausalLM" | "Qwen3Model" => Family::Qwen3,
             "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => Family::Gemma3,
+            "Gemma2ForCausalLM" => Family::Gemma2,
+            "Phi3ForCausalLM" => Family::Phi3,
+            "MixtralForCausalLM" => Family::Llama,
+            "Qwen2MoeForCausalLM" => Family::Qwen2Moe,
+            "Qwen3MoeForCausalLM" => Family::Qwen3Moe,
             _ => return None,
         })
     }
@@ -42,7 +85,25 @@ impl Family {
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
             Family::Gemma3 => "gemma3",
+            Family::Gemma2 => "gemma2",
+            Family::Phi3 => "phi3",
+            Family::Qwen2Moe => "qwen2moe",
+            Family::Qwen3Moe => "qwen3moe",
         }
+    }
+
+    /// Where the family keeps per-expert tensors, if it has experts.
+    pub(crate) fn experts(self) -> Option<ExpertLayout> {
+        match self {
+            Family::Llama => Some(MIXTRAL_EXPERTS),
+            Family::Qwen2Moe | Family::Qwen3Moe => Some(QWEN_EXPERTS),
+            _ => None,
+        }
+    }
+
+    /// Whether the family is one of Gemma's (`1 + w` norms, post-norms).
+    pub(crate) fn is_gemma(self) -> bool {
+        matches!(self, Family::Gemma2 | Family::Gemma3)
     }
 
     /// Whether Q/K rows are reordered from Hugging Face's rotary layout to GGML's.
@@ -52,8 +113,20 @@ impl Family {
 
     /// Gemma's RMSNorm multiplies by `1 + w`; llama.cpp stores `1 + w`.
     pub(crate) fn norm_shift(self, hf_name: &str) -> bool {
-        self == Family::Gemma3 && hf_name.ends_with("norm.weight")
+        self.is_gemma() && hf_name.ends_with("norm.weight")
     }
+}
+
+/// An expert tensor's (layer, expert, projection index in `layout.parts`), or `None` when
+/// `name` is not one.
+pub(crate) fn expert_of(layout: &ExpertLayout, name: &str) -> Option<(usize, usize, usize)> {
+    let rest = name.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let rest = rest.strip_prefix(layout.infix)?;
+    let (expert, rest) = rest.split_once('.')?;
+    let proj = rest.strip_suffix(".weight")?;
+    let part = layout.parts.iter().position(|p| p.0 == proj)?;
+    Some((layer.parse().ok()?, expert.parse().ok()?, part))
 }
 
 /// The name after llama.cpp's filters (`None`: a tensor the text model does not use).
@@ -125,8 +198,10 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     if kind != "weight" && kind != "bias" {
         return None;
     }
-    let gemma = family == Family::Gemma3;
-    let qk_norm = matches!(family, Family::Qwen3 | Family::Gemma3);
+    let gemma = family.is_gemma();
+    let qk_norm = matches!(family, Family::Qwen3 | Family::Gemma3 | Family::Qwen3Moe);
+    let phi3 = family == Family::Phi3;
+    let moe = matches!(family, Family::Llama | Family::Qwen2Moe | Family::Qwen3Moe);
     let short = match module {
         "input_layernorm" => "attn_norm",
         "self_attn.q_proj" => "attn_q",
@@ -142,6 +217,14 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "mlp.gate_proj" => "ffn_gate",
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
+        "self_attn.qkv_proj" if phi3 => "attn_qkv",
+        "mlp.gate_up_proj" if phi3 => "ffn_up",
+        "block_sparse_moe.gate" if family == Family::Llama => "ffn_gate_inp",
+        "mlp.gate" if moe => "ffn_gate_inp",
+        "mlp.shared_expert.gate_proj" if family == Family::Qwen2Moe => "ffn_gate_shexp",
+        "mlp.shared_expert.up_proj" if family == Family::Qwen2Moe => "ffn_up_shexp",
+        "mlp.shared_expert.down_proj" if family == Family::Qwen2Moe => "ffn_down_shexp",
+        "mlp.shared_expert_gate" if family == Family::Qwen2Moe => "ffn_gate_inp_shexp",
         _ => return None,
     };
     Some(format!("blk.{layer}.{short}.{kind}"))
@@ -214,6 +297,74 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("rope_local_base_freq", Value::from(10000.0)),
             ("sliding_window", Value::from(4096)),
         ],
+        "gemma2" => &[
+            ("vocab_size", Value::from(256000)),
+            ("hidden_size", Value::from(2304)),
+            ("intermediate_size", Value::from(9216)),
+            ("num_hidden_layers", Value::from(26)),
+            ("num_attention_heads", Value::from(8)),
+            ("num_key_value_heads", Value::from(4)),
+            ("head_dim", Value::from(256)),
+            ("max_position_embeddings", Value::from(8192)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(10000.0)),
+            ("sliding_window", Value::from(4096)),
+            ("attn_logit_softcapping", Value::from(50.0)),
+            ("final_logit_softcapping", Value::from(30.0)),
+        ],
+        "phi3" => &[
+            ("vocab_size", Value::from(32064)),
+            ("hidden_size", Value::from(3072)),
+            ("intermediate_size", Value::from(8192)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("max_position_embeddings", Value::from(4096)),
+            ("original_max_position_embeddings", Value::from(4096)),
+            ("rms_norm_eps", Value::from(1e-5)),
+            ("rope_theta", Value::from(10000.0)),
+            ("partial_rotary_factor", Value::from(1.0)),
+        ],
+        "mixtral" => &[
+            ("vocab_size", Value::from(32000)),
+            ("hidden_size", Value::from(4096)),
+            ("intermediate_size", Value::from(14336)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("num_key_value_heads", Value::from(8)),
+            ("max_position_embeddings", Value::from(131072)),
+            ("rms_norm_eps", Value::from(1e-5)),
+            ("rope_theta", Value::from(1_000_000.0)),
+            ("num_local_experts", Value::from(8)),
+            ("num_experts_per_tok", Value::from(2)),
+        ],
+        "qwen2_moe" => &[
+            ("vocab_size", Value::from(151936)),
+            ("hidden_size", Value::from(2048)),
+            ("intermediate_size", Value::from(5632)),
+            ("num_hidden_layers", Value::from(24)),
+            ("num_attention_heads", Value::from(16)),
+            ("max_position_embeddings", Value::from(32768)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(10000.0)),
+            ("moe_intermediate_size", Value::from(1408)),
+            ("shared_expert_intermediate_size", Value::from(5632)),
+            ("num_experts_per_tok", Value::from(4)),
+            ("num_experts", Value::from(60)),
+        ],
+        "qwen3_moe" => &[
+            ("vocab_size", Value::from(151936)),
+            ("hidden_size", Value::from(2048)),
+            ("intermediate_size", Value::from(6144)),
+            ("num_hidden_layers", Value::from(24)),
+            ("num_attention_heads", Value::from(32)),
+            ("num_key_value_heads", Value::from(4)),
+            ("max_position_embeddings", Value::from(32768)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(10000.0)),
+            ("moe_intermediate_size", Value::from(768)),
+            ("num_experts_per_tok", Value::from(8)),
+            ("num_experts", Value::from(128)),
+        ],
         _ => &[],
     };
     let Some(obj) = c.as_object_mut() else {
@@ -226,8 +377,10 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
     }
     let missing =
         |o: &serde_json::Map<String, Value>, k: &str| o.get(k).is_none_or(|v| v.is_null());
-    if matches!(model_type.as_str(), "llama" | "qwen2" | "qwen3")
-        && missing(obj, "num_key_value_heads")
+    if matches!(
+        model_type.as_str(),
+        "llama" | "qwen2" | "qwen3" | "mixtral" | "qwen2_moe" | "phi3"
+    ) && missing(obj, "num_key_value_heads")
     {
         if let Some(h) = obj.get("num_attention_heads").cloned() {
             obj.insert("num_key_value_heads".into(), h);

@@ -109,8 +109,23 @@ pub(crate) fn parse_pieces(model: &[u8]) -> Result<Vec<Piece>, String> {
     Ok(pieces)
 }
 
+/// Which of llama.cpp's SentencePiece readers to follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Style {
+    /// `_create_vocab_sentencepiece`: added tokens that look special become CONTROL, others
+    /// have their `▁` written as spaces.
+    Default,
+    /// `Phi3MiniModel.set_vocab`: added tokens kept as written, CONTROL only when marked
+    /// special, and `tokenizer.json`'s `added_tokens` applied too.
+    Phi3,
+}
+
 /// Read `dir/tokenizer.model` (and the added-token files) as llama.cpp does.
-pub(crate) fn load(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, ConvertError> {
+pub(crate) fn load(
+    dir: &Path,
+    vocab_size: Option<usize>,
+    style: Style,
+) -> Result<Vocab, ConvertError> {
     let path = dir.join("tokenizer.model");
     let bad = |reason: String| ConvertError::Input {
         path: path.clone(),
@@ -177,7 +192,9 @@ pub(crate) fn load(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, Conve
                 }
                 let special = data.get("special").and_then(|s| s.as_bool()) == Some(true);
                 let mut token = content.to_string();
-                if special || looks_special(&token) {
+                if style == Style::Phi3 {
+                    types[id] = if special { CONTROL } else { USER_DEFINED };
+                } else if special || looks_special(&token) {
                     types[id] = CONTROL;
                 } else {
                     token = token.replace('\u{2581}', " ");
@@ -186,6 +203,36 @@ pub(crate) fn load(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, Conve
                 scores[id] = -1000.0;
                 tokens[id] = token;
             }
+        }
+    }
+    let tj = dir.join("tokenizer.json");
+    if style == Style::Phi3 && tj.is_file() {
+        let t = read_json(&tj)?;
+        for data in t
+            .get("added_tokens")
+            .and_then(|a| a.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let (Some(id), Some(content)) = (
+                data.get("id").and_then(|i| i.as_u64()),
+                data.get("content").and_then(|c| c.as_str()),
+            ) else {
+                return Err(ConvertError::Input {
+                    path: tj.clone(),
+                    reason: format!("added token {data} has no id or content"),
+                });
+            };
+            let Some(id) = usize::try_from(id).ok().filter(|&i| i < n) else {
+                return Err(ConvertError::Input {
+                    path: tj.clone(),
+                    reason: format!("added token {content:?} has id {id}, past the {n} tokens"),
+                });
+            };
+            let special = data.get("special").and_then(|s| s.as_bool()) == Some(true);
+            tokens[id] = content.to_string();
+            scores[id] = -1000.0;
+            types[id] = if special { CONTROL } else { USER_DEFINED };
         }
     }
     Ok(Vocab {

@@ -1,0 +1,500 @@
+//! A decoder's hyperparameters as GGUF metadata, key for key and in the order llama.cpp's
+//! converter writes them: `TextModel.set_gguf_parameters` (the base most families extend) and
+//! the families that write their own (Gemma 2, Phi-3).
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::family::{self, Family};
+use super::{bad, u32_of, uint};
+use crate::convert::meta::Meta;
+use crate::convert::ConvertError;
+
+/// What the metadata is written from.
+pub(super) struct Hparams<'a> {
+    /// `config.json` with `text_config` folded on top and `AutoConfig`'s defaults.
+    pub h: &'a Value,
+    /// llama.cpp's `rope_parameters`.
+    pub rp: &'a Map<String, Value>,
+    /// The config's path, for errors.
+    pub cfg: &'a Path,
+    pub arch: &'static str,
+    pub n_layer: u64,
+    pub n_embd: Option<u64>,
+    pub n_head: Option<u64>,
+    pub vocab_size: Option<u64>,
+    /// `general.file_type`.
+    pub file_type: u32,
+}
+
+/// Writes `family`'s hyperparameters.
+pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(), ConvertError> {
+    match family {
+        Family::Gemma2 => return gemma2(meta, hp),
+        Family::Phi3 => return phi3(meta, hp),
+        _ => {}
+    }
+    let (h, rp, cfg, arch) = (hp.h, hp.rp, hp.cfg, hp.arch);
+    let (n_layer, n_embd, n_head, vocab_size) = (hp.n_layer, hp.n_embd, hp.n_head, hp.vocab_size);
+    let k = |s: &str| format!("{arch}.{s}");
+    meta.u32(k("block_count"), u32_of(n_layer, "num_hidden_layers", cfg)?);
+    let ctx = uint(
+        h,
+        &[
+            "max_position_embeddings",
+            "n_ctx",
+            "n_positions",
+            "max_length",
+            "max_sequence_length",
+            "model_max_length",
+        ],
+        cfg,
+    )?;
+    if let Some(v) = ctx {
+        meta.u32(
+            k("context_length"),
+            u32_of(v, "max_position_embeddings", cfg)?,
+        );
+    }
+    if let Some(v) = n_embd {
+        meta.u32(k("embedding_length"), u32_of(v, "hidden_size", cfg)?);
+    }
+    let ff = uint(
+        h,
+        &[
+            "prefix_dense_intermediate_size",
+            "dense_intermediate_size",
+            "intermediate_size",
+            "n_inner",
+            "hidden_dim",
+        ],
+        cfg,
+    )?;
+    if let Some(v) = ff {
+        meta.u32(
+            k("feed_forward_length"),
+            u32_of(v, "intermediate_size", cfg)?,
+        );
+    }
+    if let Some(v) = uint(h, &["num_attention_heads", "n_head", "n_heads"], cfg)? {
+        meta.u32(
+            k("attention.head_count"),
+            u32_of(v, "num_attention_heads", cfg)?,
+        );
+    }
+    if let Some(v) = uint(h, &["num_key_value_heads", "n_kv_heads"], cfg)? {
+        meta.u32(
+            k("attention.head_count_kv"),
+            u32_of(v, "num_key_value_heads", cfg)?,
+        );
+    }
+    if h.get("is_causal") == Some(&Value::Bool(false)) {
+        meta.bool(k("attention.causal"), false);
+    }
+    let rope_params = rp
+        .get("full_attention")
+        .and_then(|v| v.as_object())
+        .cloned()
+        .unwrap_or_else(|| rp.clone());
+    if let Some(rope_type) = rope_params.get("rope_type").and_then(|v| v.as_str()) {
+        let factor = rope_params.get("factor").and_then(|v| v.as_f64());
+        match (rope_type, factor) {
+            ("linear", Some(f)) => {
+                meta.str(k("rope.scaling.type"), "linear");
+                meta.f32(k("rope.scaling.factor"), f as f32);
+            }
+            ("yarn", Some(f)) => {
+                meta.str(k("rope.scaling.type"), "yarn");
+                meta.f32(k("rope.scaling.factor"), f as f32);
+                let orig = rope_params
+                    .get("original_max_position_embeddings")
+                    .and_then(|v| v.as_u64())
+                    .ok_or_else(|| {
+                        bad(cfg, "yarn RoPE without original_max_position_embeddings")
+                    })?;
+                meta.u32(
+                    k("rope.scaling.original_context_length"),
+                    u32_of(orig, "original_max_position_embeddings", cfg)?,
+                );
+                for (src, dst) in [
+                    ("extrapolation_factor", "rope.scaling.yarn_ext_factor"),
+                    ("attention_factor", "rope.scaling.yarn_attn_factor"),
+                    ("beta_fast", "rope.scaling.yarn_beta_fast"),
+                    ("beta_slow", "rope.scaling.yarn_beta_slow"),
+                ] {
+                    let v = rope_params.get(src).or_else(|| {
+                        (src == "attention_factor")
+                            .then(|| rope_params.get("attn_factor"))
+                            .flatten()
+                    });
+                    if let Some(v) = v.and_then(|v| v.as_f64()) {
+                        meta.f32(k(dst), v as f32);
+                    }
+                }
+            }
+            ("su" | "longrope", _) => meta.str(k("rope.scaling.type"), "longrope"),
+            _ => {}
+        }
+    }
+    if let Some(t) = rope_params.get("rope_theta").and_then(|v| v.as_f64()) {
+        meta.f32(k("rope.freq_base"), t as f32);
+    }
+    if let Some(t) = rp
+        .get("sliding_attention")
+        .and_then(|s| s.get("rope_theta"))
+        .and_then(|v| v.as_f64())
+    {
+        meta.f32(k("rope.freq_base_swa"), t as f32);
+    }
+    if let Some(v) = family::find(h, &["rms_norm_eps", "norm_eps"]).and_then(|v| v.as_f64()) {
+        meta.f32(k("attention.layer_norm_rms_epsilon"), v as f32);
+    }
+    if let Some(v) = family::find(h, &["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"])
+        .and_then(|v| v.as_f64())
+    {
+        meta.f32(k("attention.layer_norm_epsilon"), v as f32);
+    }
+    if let Some(v) = uint(
+        h,
+        &["num_local_experts", "num_experts", "n_routed_experts"],
+        cfg,
+    )? {
+        meta.u32(k("expert_count"), u32_of(v, "num_experts", cfg)?);
+    }
+    if let Some(v) = uint(
+        h,
+        &[
+            "num_experts_per_tok",
+            "num_experts_per_token",
+            "top_k_experts",
+        ],
+        cfg,
+    )? {
+        meta.u32(
+            k("expert_used_count"),
+            u32_of(v, "num_experts_per_tok", cfg)?,
+        );
+    }
+    if let Some(v) = uint(h, &["n_group"], cfg)? {
+        meta.u32(k("expert_group_count"), u32_of(v, "n_group", cfg)?);
+    }
+    if let Some(v) = uint(h, &["topk_group"], cfg)? {
+        meta.u32(k("expert_group_used_count"), u32_of(v, "topk_group", cfg)?);
+    }
+    let score = family::find(
+        h,
+        &[
+            "score_function",
+            "scoring_func",
+            "score_func",
+            "moe_router_activation",
+            "moe_router_activation_func",
+            "expert_selection_fn",
+        ],
+    )
+    .filter(|v| !v.is_null());
+    if let Some(f) = score {
+        // gguf-py's ExpertGatingFuncType.
+        let id = match f.as_str() {
+            Some("softmax") => 1,
+            Some("sigmoid") => 2,
+            Some("sqrtsoftplus") => 4,
+            _ => return Err(bad(cfg, format!("unsupported expert gating function {f}"))),
+        };
+        meta.u32(k("expert_gating_func"), id);
+    }
+    let head_dim = uint(h, &["head_dim"], cfg)?;
+    if let Some(v) = head_dim {
+        meta.u32(k("attention.key_length"), u32_of(v, "head_dim", cfg)?);
+        meta.u32(k("attention.value_length"), u32_of(v, "head_dim", cfg)?);
+    }
+    meta.u32("general.file_type", hp.file_type);
+    match family {
+        Family::Llama => {
+            let v = vocab_size.ok_or_else(|| bad(cfg, "no vocab_size"))?;
+            meta.u32(k("vocab_size"), u32_of(v, "vocab_size", cfg)?);
+            let rope_dim = match head_dim {
+                Some(d) => d,
+                None => {
+                    let e = n_embd.ok_or_else(|| bad(cfg, "no hidden_size"))?;
+                    let nh = n_head
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| bad(cfg, "no num_attention_heads"))?;
+                    e / nh
+                }
+            };
+            meta.u32(
+                k("rope.dimension_count"),
+                u32_of(rope_dim, "head_dim", cfg)?,
+            );
+        }
+        Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Phi3 => {}
+        Family::Qwen2Moe | Family::Qwen3Moe => {
+            if let Some(v) = uint(h, &["moe_intermediate_size"], cfg)? {
+                meta.u32(
+                    k("expert_feed_forward_length"),
+                    u32_of(v, "moe_intermediate_size", cfg)?,
+                );
+            }
+            if let Some(v) = uint(h, &["shared_expert_intermediate_size"], cfg)? {
+                meta.u32(
+                    k("expert_shared_feed_forward_length"),
+                    u32_of(v, "shared_expert_intermediate_size", cfg)?,
+                );
+            }
+        }
+        Family::Gemma3 => {
+            let g = |key: &str, d: u64| -> Result<u32, ConvertError> {
+                u32_of(uint(h, &[key], cfg)?.unwrap_or(d), key, cfg)
+            };
+            meta.u32(k("context_length"), g("max_position_embeddings", 131072)?);
+            meta.u32(k("attention.head_count"), g("num_attention_heads", 8)?);
+            let eps = h
+                .get("rms_norm_eps")
+                .and_then(|v| v.as_f64())
+                .unwrap_or(1e-6);
+            meta.f32(k("attention.layer_norm_rms_epsilon"), eps as f32);
+            meta.u32(k("attention.key_length"), g("head_dim", 256)?);
+            meta.u32(k("attention.value_length"), g("head_dim", 256)?);
+            let theta = rope_params
+                .get("rope_theta")
+                .and_then(|v| v.as_f64())
+                .unwrap_or(1_000_000.0);
+            meta.f32(k("rope.freq_base"), theta as f32);
+            if h.get("attn_logit_softcapping")
+                .is_some_and(|v| !v.is_null())
+            {
+                return Err(bad(
+                    cfg,
+                    "Gemma 3 has no attn_logit_softcapping; refusing a config that sets it",
+                ));
+            }
+            if let Some(c) = h.get("final_logit_softcapping").and_then(|v| v.as_f64()) {
+                if c != 0.0 {
+                    meta.f32(k("final_logit_softcapping"), c as f32);
+                }
+            }
+            if h.get("sliding_window_pattern").and_then(|v| v.as_i64()) != Some(1) {
+                let sw = uint(h, &["sliding_window"], cfg)?
+                    .ok_or_else(|| bad(cfg, "no sliding_window"))?;
+                meta.u32(
+                    k("attention.sliding_window"),
+                    u32_of(sw, "sliding_window", cfg)?,
+                );
+            }
+            meta.u32(k("attention.head_count_kv"), g("num_key_value_heads", 4)?);
+        }
+    }
+    Ok(())
+}
+
+/// A value the family's converter reads without a default: missing is an error, as the
+/// Python `KeyError` is.
+fn need(hp: &Hparams, keys: &[&str]) -> Result<u64, ConvertError> {
+    uint(hp.h, keys, hp.cfg)?.ok_or_else(|| bad(hp.cfg, format!("no {}", keys[0])))
+}
+
+fn need_u32(hp: &Hparams, keys: &[&str]) -> Result<u32, ConvertError> {
+    u32_of(need(hp, keys)?, keys[0], hp.cfg)
+}
+
+fn need_f32(hp: &Hparams, key: &str) -> Result<f32, ConvertError> {
+    hp.h.get(key)
+        .and_then(|v| v.as_f64())
+        .map(|v| v as f32)
+        .ok_or_else(|| bad(hp.cfg, format!("no {key} (a number)")))
+}
+
+/// `Gemma2Model.set_gguf_parameters` (it does not call the base).
+fn gemma2(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
+    let k = |s: &str| format!("{}.{s}", hp.arch);
+    meta.u32(
+        k("context_length"),
+        need_u32(hp, &["max_position_embeddings"])?,
+    );
+    meta.u32(k("embedding_length"), need_u32(hp, &["hidden_size"])?);
+    meta.u32(
+        k("block_count"),
+        u32_of(hp.n_layer, "num_hidden_layers", hp.cfg)?,
+    );
+    meta.u32(
+        k("feed_forward_length"),
+        need_u32(hp, &["intermediate_size"])?,
+    );
+    let heads = need_u32(hp, &["num_attention_heads"])?;
+    meta.u32(k("attention.head_count"), heads);
+    let kv = match uint(hp.h, &["num_key_value_heads"], hp.cfg)? {
+        Some(v) => u32_of(v, "num_key_value_heads", hp.cfg)?,
+        None => heads,
+    };
+    meta.u32(k("attention.head_count_kv"), kv);
+    meta.f32(
+        k("attention.layer_norm_rms_epsilon"),
+        need_f32(hp, "rms_norm_eps")?,
+    );
+    let hd = need_u32(hp, &["head_dim"])?;
+    meta.u32(k("attention.key_length"), hd);
+    meta.u32(k("attention.value_length"), hd);
+    meta.u32("general.file_type", hp.file_type);
+    meta.f32(
+        k("attn_logit_softcapping"),
+        need_f32(hp, "attn_logit_softcapping")?,
+    );
+    meta.f32(
+        k("final_logit_softcapping"),
+        need_f32(hp, "final_logit_softcapping")?,
+    );
+    meta.u32(
+        k("attention.sliding_window"),
+        need_u32(hp, &["sliding_window"])?,
+    );
+    Ok(())
+}
+
+/// Phi-3's RoPE dimensions: `int(partial_rotary_factor * n_embd) // n_head`.
+pub(super) fn phi3_rope_dims(hp: &Hparams) -> Result<u64, ConvertError> {
+    let n_embd = need(hp, &["hidden_size", "n_embd"])?;
+    let n_head = need(hp, &["num_attention_heads", "n_head"])?;
+    if n_head == 0 {
+        return Err(bad(hp.cfg, "num_attention_heads is 0"));
+    }
+    let pct = hp
+        .rp
+        .get("partial_rotary_factor")
+        .and_then(|v| v.as_f64())
+        .unwrap_or(1.0);
+    Ok((pct * n_embd as f64) as u64 / n_head)
+}
+
+/// Phi-3's LongRoPE: the attention factor and the long and short frequency factors.
+pub(super) struct LongRope {
+    /// `rope.scaling.attn_factor`.
+    pub attn_factor: f32,
+    /// `rope_factors_long.weight`.
+    pub long: Vec<f32>,
+    /// `rope_factors_short.weight`.
+    pub short: Vec<f32>,
+}
+
+/// Phi-3's long-context RoPE, when the config has it (`Phi3MiniModel.generate_extra_tensors`).
+pub(super) fn phi3_rope_factors(hp: &Hparams) -> Result<Option<LongRope>, ConvertError> {
+    let rp = hp.rp;
+    let factors = |key: &str| -> Option<Vec<f32>> {
+        let a = rp.get(key)?.as_array()?;
+        a.iter().map(|v| v.as_f64().map(|x| x as f32)).collect()
+    };
+    let long = factors("long_factor");
+    if long.as_ref().is_none_or(|l| l.is_empty()) {
+        return Ok(None);
+    }
+    let max_pos = need(hp, &["n_positions", "max_position_embeddings"])? as f64;
+    let orig = rp
+        .get("original_max_position_embeddings")
+        .and_then(|v| v.as_f64())
+        .ok_or_else(|| bad(hp.cfg, "no original_max_position_embeddings"))?;
+    let scale = max_pos / orig;
+    let ty = rp
+        .get("rope_type")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_lowercase();
+    let attn = match ty.as_str() {
+        "" => return Err(bad(hp.cfg, "rope_scaling has factors but no type")),
+        "su" | "longrope" if scale > 1.0 => (1.0 + scale.ln() / orig.ln()).sqrt(),
+        "yarn" if scale > 1.0 => 0.1 * scale.ln() + 1.0,
+        "su" | "longrope" | "yarn" => 1.0,
+        t => {
+            return Err(bad(
+                hp.cfg,
+                format!("RoPE scaling type {t:?} is not supported"),
+            ))
+        }
+    };
+    let (Some(long), Some(short)) = (long, factors("short_factor")) else {
+        return Err(bad(
+            hp.cfg,
+            "rope_scaling needs both long_factor and short_factor",
+        ));
+    };
+    let dims = phi3_rope_dims(hp)?;
+    if long.len() != short.len() || long.len() as u64 * 2 != dims {
+        return Err(bad(
+            hp.cfg,
+            format!(
+                "RoPE long and short factors must have {} values each, not {} and {}",
+                dims / 2,
+                long.len(),
+                short.len()
+            ),
+        ));
+    }
+    Ok(Some(LongRope {
+        attn_factor: attn as f32,
+        long,
+        short,
+    }))
+}
+
+/// `Phi3MiniModel.set_gguf_parameters` (it does not call the base).
+fn phi3(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
+    let k = |s: &str| format!("{}.{s}", hp.arch);
+    let orig = hp
+        .rp
+        .get("original_max_position_embeddings")
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| bad(hp.cfg, "no original_max_position_embeddings"))?;
+    meta.u32(
+        k("context_length"),
+        need_u32(hp, &["n_positions", "max_position_embeddings"])?,
+    );
+    meta.u32(
+        k("rope.scaling.original_context_length"),
+        u32_of(orig, "original_max_position_embeddings", hp.cfg)?,
+    );
+    meta.u32(
+        k("embedding_length"),
+        need_u32(hp, &["hidden_size", "n_embd"])?,
+    );
+    meta.u32(
+        k("feed_forward_length"),
+        need_u32(hp, &["intermediate_size"])?,
+    );
+    meta.u32(
+        k("block_count"),
+        u32_of(hp.n_layer, "num_hidden_layers", hp.cfg)?,
+    );
+    meta.u32(
+        k("attention.head_count"),
+        need_u32(hp, &["num_attention_heads", "n_head"])?,
+    );
+    meta.u32(
+        k("attention.head_count_kv"),
+        need_u32(hp, &["num_key_value_heads", "n_head_kv"])?,
+    );
+    meta.f32(
+        k("attention.layer_norm_rms_epsilon"),
+        need_f32(hp, "rms_norm_eps")?,
+    );
+    meta.u32(
+        k("rope.dimension_count"),
+        u32_of(phi3_rope_dims(hp)?, "rope dimensions", hp.cfg)?,
+    );
+    let rope = hp
+        .rp
+        .get("full_attention")
+        .and_then(|v| v.as_object())
+        .unwrap_or(hp.rp);
+    let theta = rope
+        .get("rope_theta")
+        .and_then(|v| v.as_f64())
+        .ok_or_else(|| bad(hp.cfg, "no rope_theta"))?;
+    meta.f32(k("rope.freq_base"), theta as f32);
+    meta.u32("general.file_type", hp.file_type);
+    let sw = uint(hp.h, &["sliding_window"], hp.cfg)?.unwrap_or(0);
+    meta.u32(
+        k("attention.sliding_window"),
+        u32_of(sw, "sliding_window", hp.cfg)?,
+    );
+    Ok(())
+}
