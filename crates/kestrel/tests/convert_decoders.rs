@@ -252,6 +252,20 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     assert!(e.to_string().contains("Qwen2ForCausalLM"), "{e}");
     std::fs::write(dir.join("config.json"), &cfg).unwrap();
 
+    // A checkpoint shipped quantized (other than gpt-oss's MXFP4): refused, not misread.
+    std::fs::write(
+        dir.join("config.json"),
+        cfg.replacen(
+            '{',
+            "{\"quantization_config\": {\"quant_method\": \"fp8\"},",
+            1,
+        ),
+    )
+    .unwrap();
+    let e = convert_hf(&dir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("fp8-quantized"), "{e}");
+    std::fs::write(dir.join("config.json"), &cfg).unwrap();
+
     // A pre-tokenizer llama.cpp does not know: refused, not guessed.
     let tj = std::fs::read_to_string(dir.join("tokenizer.json")).unwrap();
     std::fs::write(

@@ -7,7 +7,7 @@ use std::path::Path;
 use half::f16;
 use kestrel_gguf::{GgmlType, GgufWriter, MetadataValue};
 
-use super::safetensors::{SafeTensors, StDType};
+use super::safetensors::SafeTensors;
 use super::{read_json, ConvertError, ConvertOptions, OutType};
 
 /// llama.cpp's token types.
@@ -275,7 +275,7 @@ pub(super) fn convert(
     let mut count = 0;
     for (hf, t) in st.tensors() {
         let Some(name) = gguf_name(hf) else { continue };
-        if t.dtype == StDType::Other {
+        if !t.dtype.is_float() {
             return Err(ConvertError::Input {
                 path: st.path().to_path_buf(),
                 reason: format!("tensor {hf:?} is not a float tensor"),

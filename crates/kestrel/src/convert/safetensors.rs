@@ -23,11 +23,18 @@ pub enum StDType {
     F16,
     /// bfloat16.
     BF16,
+    /// Unsigned bytes (MXFP4 blocks and scales of gpt-oss checkpoints).
+    U8,
     /// Anything else (integer buffers such as `position_ids`): skipped, never converted.
     Other,
 }
 
 impl StDType {
+    /// F32, F16 or BF16.
+    pub fn is_float(self) -> bool {
+        matches!(self, StDType::F32 | StDType::F16 | StDType::BF16)
+    }
+
     fn parse(s: &str) -> (StDType, usize) {
         match s {
             "F32" => (StDType::F32, 4),
@@ -36,6 +43,7 @@ impl StDType {
             "F64" | "I64" | "U64" => (StDType::Other, 8),
             "I32" | "U32" => (StDType::Other, 4),
             "I16" | "U16" => (StDType::Other, 2),
+            "U8" => (StDType::U8, 1),
             _ => (StDType::Other, 1),
         }
     }
@@ -188,7 +196,7 @@ impl SafeTensors {
                 .chunks_exact(2)
                 .map(|c| bf16::from_bits(le2(c)).to_f32())
                 .collect(),
-            StDType::Other => {
+            StDType::U8 | StDType::Other => {
                 return Err(ConvertError::Input {
                     path: self.path.clone(),
                     reason: format!("tensor {name:?} is not a float tensor"),

@@ -57,7 +57,8 @@ impl Rng {
     }
 }
 
-/// Writes `tensors` (name → shape, values) as one safetensors file.
+/// Writes `tensors` (name → shape, values) as one safetensors file; MXFP4 `*_blocks` and
+/// `*_scales` tensors are written as U8 (their values are the bytes).
 pub fn write_safetensors(path: &Path, tensors: &[Named], dt: Dt) {
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), json!({ "format": "pt" }));
@@ -66,12 +67,18 @@ pub fn write_safetensors(path: &Path, tensors: &[Named], dt: Dt) {
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     for (name, shape, vals) in sorted {
         let start = data.len();
+        let bytes = name.ends_with("_blocks") || name.ends_with("_scales");
         for &v in vals {
-            dt.encode(v, &mut data);
+            if bytes {
+                data.push(v as u8);
+            } else {
+                dt.encode(v, &mut data);
+            }
         }
+        let dtype = if bytes { "U8" } else { dt.name() };
         header.insert(
             name.clone(),
-            json!({ "dtype": dt.name(), "shape": shape, "data_offsets": [start, data.len()] }),
+            json!({ "dtype": dtype, "shape": shape, "data_offsets": [start, data.len()] }),
         );
     }
     let mut h = serde_json::to_vec(&Json::Object(header)).unwrap();
@@ -514,6 +521,52 @@ pub fn cases() -> Vec<Case> {
                 "sliding_window": 2047, "partial_rotary_factor": 1.0,
                 "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0 }),
         },
+        Case {
+            name: "gpt-oss",
+            arch: "GptOssForCausalLM",
+            model_type: "gpt_oss",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: Some(16),
+            layers: 2,
+            ff: 32,
+            tied: false,
+            extra: json!({ "rope_theta": 150000.0, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 131072, "sliding_window": 8,
+                "rope_scaling": { "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                    "beta_slow": 1.0, "truncate": false, "original_max_position_embeddings": 4096 },
+                "layer_types": ["sliding_attention", "full_attention"], "attention_bias": true,
+                "num_local_experts": 4, "num_experts_per_tok": 2,
+                "quantization_config": { "quant_method": "mxfp4", "modules_to_not_convert":
+                    ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"] },
+                "bos_token_id": 1, "eos_token_id": 2 }),
+        },
+        Case {
+            name: "gpt-oss-bf16",
+            arch: "GptOssForCausalLM",
+            model_type: "gpt_oss",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: Some(16),
+            layers: 2,
+            ff: 32,
+            tied: false,
+            extra: json!({ "rope_theta": 150000.0, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 131072, "sliding_window": 8,
+                "rope_scaling": { "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                    "beta_slow": 1.0, "truncate": false, "original_max_position_embeddings": 4096 },
+                "layer_types": ["sliding_attention", "full_attention"], "attention_bias": true,
+                "num_local_experts": 4, "num_experts_per_tok": 2,
+                "bos_token_id": 1, "eos_token_id": 2 }),
+        },
     ]
 }
 
@@ -579,6 +632,8 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     let qwen2 = mt == "qwen2" || mt == "qwen2_moe";
     let qk_norm = matches!(mt, "gemma3_text" | "qwen3" | "qwen3_moe");
     let phi3 = mt == "phi3";
+    let oss = mt == "gpt_oss";
+    let mxfp4 = case.extra.get("quantization_config").is_some();
     let n_exp = ["num_local_experts", "num_experts"]
         .iter()
         .find_map(|k| case.extra.get(*k).and_then(|v| v.as_u64()))
@@ -656,7 +711,16 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             vec![case.hidden, q],
             a,
         ));
-        if qwen2 {
+        if oss {
+            t.push(mat(
+                &mut rng,
+                p("self_attn.o_proj.bias"),
+                vec![case.hidden],
+                0.1,
+            ));
+            t.push(mat(&mut rng, p("self_attn.sinks"), vec![case.heads], 1.0));
+        }
+        if qwen2 || oss {
             t.push(mat(&mut rng, p("self_attn.q_proj.bias"), vec![q], 0.1));
             t.push(mat(&mut rng, p("self_attn.k_proj.bias"), vec![kv], 0.1));
             t.push(mat(&mut rng, p("self_attn.v_proj.bias"), vec![kv], 0.1));
@@ -674,7 +738,72 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             ]
         };
         let mut mats: Vec<(String, usize, usize)> = Vec::new();
-        if n_exp > 0 {
+        if oss {
+            let (h, f) = (case.hidden, case.ff);
+            t.push(mat(&mut rng, p("mlp.router.bias"), vec![n_exp], 0.1));
+            t.push(mat(
+                &mut rng,
+                p("mlp.experts.gate_up_proj_bias"),
+                vec![n_exp, 2 * f],
+                0.1,
+            ));
+            t.push(mat(
+                &mut rng,
+                p("mlp.experts.down_proj_bias"),
+                vec![n_exp, h],
+                0.1,
+            ));
+            mats.push(("mlp.router.weight".into(), n_exp, h));
+            if mxfp4 {
+                // Random MXFP4 bytes, block scales 2^-9 .. 2^-4 (e8m0 118 .. 123).
+                let mut bytes = |name: &str, shape: Vec<usize>, lo: u32, n: u32| {
+                    let len = shape.iter().product::<usize>();
+                    let v = (0..len)
+                        .map(|_| (lo + (rng.uniform(1.0).abs() * n as f32) as u32 % n) as f32)
+                        .collect();
+                    t.push((p(name), shape, v));
+                };
+                bytes(
+                    "mlp.experts.gate_up_proj_blocks",
+                    vec![n_exp, 2 * f, h / 32, 16],
+                    0,
+                    256,
+                );
+                bytes(
+                    "mlp.experts.gate_up_proj_scales",
+                    vec![n_exp, 2 * f, h / 32],
+                    118,
+                    6,
+                );
+                bytes(
+                    "mlp.experts.down_proj_blocks",
+                    vec![n_exp, h, f / 32, 16],
+                    0,
+                    256,
+                );
+                bytes(
+                    "mlp.experts.down_proj_scales",
+                    vec![n_exp, h, f / 32],
+                    118,
+                    6,
+                );
+            } else {
+                let a = 1.0 / (h as f32).sqrt();
+                let b = 1.0 / (f as f32).sqrt();
+                t.push(mat(
+                    &mut rng,
+                    p("mlp.experts.gate_up_proj"),
+                    vec![n_exp, h, 2 * f],
+                    a,
+                ));
+                t.push(mat(
+                    &mut rng,
+                    p("mlp.experts.down_proj"),
+                    vec![n_exp, f, h],
+                    b,
+                ));
+            }
+        } else if n_exp > 0 {
             let (router, experts, names) = if mt == "mixtral" {
                 (
                     "block_sparse_moe.gate",

@@ -14,7 +14,6 @@ use super::family::{self, ExpertLayout, Family};
 use super::write::{Planned, Source};
 use super::{bad, uint};
 use crate::convert::checkpoint::Checkpoint;
-use crate::convert::safetensors::StDType;
 use crate::convert::ConvertError;
 
 /// One layer's experts seen so far: per projection, per expert, the checkpoint name.
@@ -92,7 +91,7 @@ impl Experts {
         let (dtype, shape) = ck
             .info(hf)
             .ok_or_else(|| bad(&self.cfg, format!("{hf} vanished")))?;
-        if dtype == StDType::Other {
+        if !dtype.is_float() {
             return Err(bad(
                 &self.cfg,
                 format!("tensor {hf:?} is not a float tensor"),

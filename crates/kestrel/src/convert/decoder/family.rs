@@ -23,13 +23,15 @@ pub(crate) enum Family {
     Qwen2Moe,
     /// `Qwen3MoeForCausalLM` (GGUF `qwen3moe`).
     Qwen3Moe,
+    /// `GptOssForCausalLM` (GGUF `gpt-oss`: MXFP4 or float 3-D experts, attention sinks).
+    GptOss,
 }
 
 /// The Hugging Face architectures converted, for error messages.
 pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, \
      Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
      Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
-     Phi3ForCausalLM, BertModel";
+     Phi3ForCausalLM, GptOssForCausalLM, BertModel";
 
 /// How a family stores its experts, one 2-D tensor per expert and projection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +76,7 @@ impl Family {
             "MixtralForCausalLM" => Family::Llama,
             "Qwen2MoeForCausalLM" => Family::Qwen2Moe,
             "Qwen3MoeForCausalLM" => Family::Qwen3Moe,
+            "GptOssForCausalLM" => Family::GptOss,
             _ => return None,
         })
     }
@@ -89,6 +92,7 @@ impl Family {
             Family::Phi3 => "phi3",
             Family::Qwen2Moe => "qwen2moe",
             Family::Qwen3Moe => "qwen3moe",
+            Family::GptOss => "gpt-oss",
         }
     }
 
@@ -202,6 +206,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     let qk_norm = matches!(family, Family::Qwen3 | Family::Gemma3 | Family::Qwen3Moe);
     let phi3 = family == Family::Phi3;
     let moe = matches!(family, Family::Llama | Family::Qwen2Moe | Family::Qwen3Moe);
+    let oss = family == Family::GptOss;
     let short = match module {
         "input_layernorm" => "attn_norm",
         "self_attn.q_proj" => "attn_q",
@@ -210,7 +215,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "self_attn.o_proj" => "attn_output",
         "self_attn.q_norm" if qk_norm => "attn_q_norm",
         "self_attn.k_norm" if qk_norm => "attn_k_norm",
-        "post_attention_layernorm" if gemma => "post_attention_norm",
+        "post_attention_layernorm" if gemma || oss => "post_attention_norm",
+        "self_attn.sinks" if oss => "attn_sinks",
+        "mlp.router" if oss => "ffn_gate_inp",
         "post_attention_layernorm" => "ffn_norm",
         "pre_feedforward_layernorm" if gemma => "ffn_norm",
         "post_feedforward_layernorm" if gemma => "post_ffw_norm",
@@ -364,6 +371,26 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("moe_intermediate_size", Value::from(768)),
             ("num_experts_per_tok", Value::from(8)),
             ("num_experts", Value::from(128)),
+        ],
+        "gpt_oss" => &[
+            ("vocab_size", Value::from(201088)),
+            ("hidden_size", Value::from(2880)),
+            ("intermediate_size", Value::from(2880)),
+            ("num_hidden_layers", Value::from(36)),
+            ("num_attention_heads", Value::from(64)),
+            ("num_key_value_heads", Value::from(8)),
+            ("head_dim", Value::from(64)),
+            ("num_local_experts", Value::from(128)),
+            ("num_experts_per_tok", Value::from(4)),
+            ("sliding_window", Value::from(128)),
+            ("max_position_embeddings", Value::from(131072)),
+            ("rms_norm_eps", Value::from(1e-5)),
+            ("rope_theta", Value::from(150000.0)),
+            (
+                "rope_scaling",
+                serde_json::json!({ "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                    "beta_slow": 1.0, "truncate": false, "original_max_position_embeddings": 4096 }),
+            ),
         ],
         _ => &[],
     };

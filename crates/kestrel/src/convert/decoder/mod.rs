@@ -5,6 +5,7 @@
 
 mod experts;
 mod family;
+mod gpt_oss;
 mod params;
 mod write;
 
@@ -19,7 +20,6 @@ pub(crate) use family::{Family, SUPPORTED};
 use super::checkpoint::Checkpoint;
 use super::general::{self, ParamCount};
 use super::meta::Meta;
-use super::safetensors::StDType;
 use super::vocab::{bpe, special::SpecialVocab, spm, Vocab};
 use super::{ConvertError, ConvertOptions, ConvertReport, OutType};
 use write::{Planned, Source};
@@ -106,6 +106,29 @@ pub(crate) fn convert(
             bpe::load(dir, n_vocab)?
         }
     };
+    // Checkpoints shipped quantized: only gpt-oss's MXFP4 experts are read (as llama.cpp,
+    // which marks such files MXFP4_MOE unless asked for Q8_0).
+    let quant = h
+        .get("quantization_config")
+        .and_then(|q| q.get("quant_method"))
+        .and_then(|m| m.as_str());
+    let mxfp4 = quant == Some("mxfp4");
+    match quant {
+        None => {}
+        Some("mxfp4") if family == Family::GptOss => {}
+        Some(m) => {
+            return Err(bad(
+                &cfg_path,
+                format!(
+                    "a {m}-quantized checkpoint: not supported yet (convert the unquantized one)"
+                ),
+            ))
+        }
+    }
+    let file_type = match opts.outtype {
+        OutType::F32 | OutType::F16 | OutType::BF16 if mxfp4 => 38,
+        _ => opts.outtype.file_type(),
+    };
     let hp = params::Hparams {
         h: &h,
         rp: &rp,
@@ -115,7 +138,7 @@ pub(crate) fn convert(
         n_embd,
         n_head,
         vocab_size,
-        file_type: opts.outtype.file_type(),
+        file_type,
     };
 
     // Plan every tensor: name, type, dims, where its values come from.
@@ -191,11 +214,23 @@ pub(crate) fn convert(
             }
         }
     }
+    if family == Family::GptOss {
+        plan.extend(gpt_oss::plan_mxfp4(&ck, dir)?);
+    }
     let mut experts = Experts::new(family, &h, &cfg_path)?;
     for hf in ck.names() {
-        let Some(name) = family::filter_name(hf) else {
+        let Some(mut name) = family::filter_name(hf) else {
             continue;
         };
+        if family == Family::GptOss {
+            if let Some(p) = gpt_oss::plan_expert(&ck, dir, hf, &out_type)? {
+                plan.extend(p);
+                continue;
+            }
+            if name.ends_with(".self_attn.sinks") {
+                name.push_str(".weight");
+            }
+        }
         if family.is_gemma() && family != Family::Gemma3 && name == "lm_head.weight" {
             // Gemma 2 ties its output to the embedding; llama.cpp skips a stray lm_head.
             continue;
@@ -207,7 +242,7 @@ pub(crate) fn convert(
         let (dtype, shape) = ck
             .info(hf)
             .ok_or_else(|| bad(dir, format!("{hf} vanished")))?;
-        if dtype == StDType::Other {
+        if !dtype.is_float() {
             return Err(bad(dir, format!("tensor {hf:?} is not a float tensor")));
         }
         let gguf = family::gguf_name(family, &name)

@@ -230,6 +230,20 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             );
         }
         Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Phi3 => {}
+        Family::GptOss => {
+            let sw =
+                uint(h, &["sliding_window"], cfg)?.ok_or_else(|| bad(cfg, "no sliding_window"))?;
+            meta.u32(
+                k("attention.sliding_window"),
+                u32_of(sw, "sliding_window", cfg)?,
+            );
+            let ff = uint(h, &["intermediate_size"], cfg)?
+                .ok_or_else(|| bad(cfg, "no intermediate_size"))?;
+            meta.u32(
+                k("expert_feed_forward_length"),
+                u32_of(ff, "intermediate_size", cfg)?,
+            );
+        }
         Family::Qwen2Moe | Family::Qwen3Moe => {
             if let Some(v) = uint(h, &["moe_intermediate_size"], cfg)? {
                 meta.u32(

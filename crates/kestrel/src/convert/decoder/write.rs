@@ -28,6 +28,30 @@ pub(super) enum Source {
     /// Checkpoint tensors of `rows` rows each, one after the other (experts stacked into one
     /// 3-D tensor).
     Stacked { hfs: Vec<String>, rows: usize },
+    /// Values gathered by element strides from a checkpoint tensor: output row `(p, r)` (of
+    /// `planes` x `rows`) holds, for each column `j`, the element at
+    /// `off + p * s_plane + r * s_row + j * s_col` (gpt-oss's transposed, interleaved experts).
+    Strided {
+        hf: String,
+        planes: usize,
+        rows: usize,
+        s_plane: usize,
+        s_row: usize,
+        s_col: usize,
+        off: usize,
+    },
+    /// MXFP4 experts already quantized in the checkpoint (`*_blocks` `[E, R, B, 16]` and
+    /// `*_scales` `[E, R, B]` bytes), repacked into GGUF's MXFP4 blocks: output row `(e, r)`
+    /// is input row `r * row_step + row_off`.
+    Mxfp4 {
+        blocks: String,
+        scales: String,
+        planes: usize,
+        rows: usize,
+        in_rows: usize,
+        row_step: usize,
+        row_off: usize,
+    },
     /// Values the converter computes (Llama 3's RoPE factors).
     Generated(Vec<f32>),
 }
@@ -148,6 +172,88 @@ pub(super) fn write_file(
                     };
                     stream_rows(ck, &part, p, &mut buf, &mut w, &bar, out)?;
                 }
+                Source::Strided {
+                    hf,
+                    planes,
+                    rows,
+                    s_plane,
+                    s_row,
+                    s_col,
+                    off,
+                } => {
+                    let (t, bytes) = ck
+                        .get(hf)
+                        .ok_or_else(|| bad(out, format!("{hf} vanished")))?;
+                    let n = t.shape.iter().product::<usize>();
+                    let last = off
+                        + (planes.max(&1) - 1) * s_plane
+                        + (rows.max(&1) - 1) * s_row
+                        + (p.cols.max(1) - 1) * s_col;
+                    if last >= n {
+                        return Err(bad(out, format!("{hf}: strided read past its {n} values")));
+                    }
+                    let row_bytes = p.spec.ggml_type.row_bytes(p.cols as u64).unwrap_or(0) as usize;
+                    let total = planes * rows;
+                    let chunk_rows = (CHUNK_VALUES / p.cols.max(1)).max(1);
+                    let mut r0 = 0;
+                    while r0 < total {
+                        let n = chunk_rows.min(total - r0);
+                        buf.resize(n * row_bytes, 0);
+                        buf.par_chunks_mut(row_bytes.max(1))
+                            .enumerate()
+                            .try_for_each(|(i, dst)| {
+                                let i = r0 + i;
+                                let base = off + (i / rows) * s_plane + (i % rows) * s_row;
+                                let vals: Vec<f32> = (0..p.cols)
+                                    .map(|j| element(t.dtype, bytes, base + j * s_col))
+                                    .collect();
+                                kestrel_gguf::quant::quantize(p.spec.ggml_type, &vals, dst)
+                                    .map_err(|e| e.to_string())
+                            })
+                            .map_err(|e| bad(out, format!("{hf}: {e}")))?;
+                        w.write(&buf)?;
+                        bar.inc(buf.len() as u64);
+                        r0 += n;
+                    }
+                }
+                Source::Mxfp4 {
+                    blocks,
+                    scales,
+                    planes,
+                    rows,
+                    in_rows,
+                    row_step,
+                    row_off,
+                } => {
+                    let get = |name: &str| {
+                        ck.get(name)
+                            .map(|(_, b)| b)
+                            .ok_or_else(|| bad(out, format!("{name} vanished")))
+                    };
+                    let (bl, sc) = (get(blocks)?, get(scales)?);
+                    let nb = p.cols / 32;
+                    let rows_fit = *rows == 0 || (rows - 1) * row_step + row_off < *in_rows;
+                    if !rows_fit
+                        || bl.len() != planes * in_rows * nb * 16
+                        || sc.len() != planes * in_rows * nb
+                    {
+                        return Err(bad(out, format!("{blocks}: sizes do not match {scales}")));
+                    }
+                    // One expert at a time: rows x blocks x 17 bytes.
+                    for e in 0..*planes {
+                        buf.clear();
+                        for r in 0..*rows {
+                            let ir = e * in_rows + r * row_step + row_off;
+                            for b in 0..nb {
+                                buf.push(sc[ir * nb + b]);
+                                let q = &bl[(ir * nb + b) * 16..][..16];
+                                buf.extend_from_slice(&mxfp4_nibbles(q));
+                            }
+                        }
+                        w.write(&buf)?;
+                        bar.inc(buf.len() as u64);
+                    }
+                }
                 Source::Stacked { hfs, rows } => {
                     for hf in hfs {
                         let part = Part {
@@ -183,6 +289,30 @@ pub(super) fn write_file(
     })
 }
 
+/// Element `i` of a float tensor as f32.
+fn element(dtype: StDType, bytes: &[u8], i: usize) -> f32 {
+    let le2 = |k: usize| u16::from_le_bytes([bytes[2 * k], bytes[2 * k + 1]]);
+    match dtype {
+        StDType::F32 => f32::from_le_bytes([
+            bytes[4 * i],
+            bytes[4 * i + 1],
+            bytes[4 * i + 2],
+            bytes[4 * i + 3],
+        ]),
+        StDType::F16 => f16::from_bits(le2(i)).to_f32(),
+        StDType::BF16 => bf16::from_bits(le2(i)).to_f32(),
+        StDType::U8 | StDType::Other => f32::NAN,
+    }
+}
+
+/// One MXFP4 block's 32 nibbles from Hugging Face's order (value `k` in byte `k / 2`, low
+/// nibble first) to ggml's (byte `j` holds value `j` low and value `j + 16` high), as
+/// llama.cpp's `transform_nibble_layout`.
+pub(super) fn mxfp4_nibbles(q: &[u8]) -> [u8; 16] {
+    let v = |k: usize| (q[k / 2] >> (4 * (k % 2))) & 0x0f;
+    std::array::from_fn(|j| v(j) | (v(j + 16) << 4))
+}
+
 /// The source row of output row `r` under llama.cpp's `permute` (rows as `[heads][2][half]`
 /// read as `[heads][half][2]`).
 fn permuted_row(r: usize, heads: usize, rows: usize) -> usize {
@@ -207,7 +337,7 @@ fn encode_row(
     let esize = match dtype {
         StDType::F32 => 4,
         StDType::F16 | StDType::BF16 => 2,
-        StDType::Other => return Err("not a float tensor".into()),
+        StDType::U8 | StDType::Other => return Err("not a float tensor".into()),
     };
     let src = bytes
         .get(row * cols * esize..(row + 1) * cols * esize)
@@ -232,7 +362,7 @@ fn encode_row(
             .chunks_exact(2)
             .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
             .collect(),
-        StDType::Other => unreachable!(),
+        StDType::U8 | StDType::Other => unreachable!(),
     };
     if shift && dtype != StDType::F16 {
         for v in &mut vals {
@@ -240,4 +370,27 @@ fn encode_row(
         }
     }
     kestrel_gguf::quant::quantize(ty, &vals, dst).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mxfp4_nibbles_move_to_ggml_order() {
+        // Value k (0..32) = k % 16, packed two per byte, low nibble first (Hugging Face).
+        let q: Vec<u8> = (0..16u8)
+            .map(|i| (2 * i % 16) | ((2 * i + 1) % 16) << 4)
+            .collect();
+        // ggml: byte j holds value j (low) and value j + 16 (high), here both j % 16.
+        let want: Vec<u8> = (0..16u8).map(|j| j | (j << 4)).collect();
+        assert_eq!(mxfp4_nibbles(&q).to_vec(), want);
+    }
+
+    #[test]
+    fn permuted_rows_interleave_rotary_halves() {
+        // One head of 8 rows: [0 1 2 3 | 4 5 6 7] read as pairs (0 4) (1 5) ...
+        let rows: Vec<usize> = (0..8).map(|r| permuted_row(r, 1, 8)).collect();
+        assert_eq!(rows, [0, 4, 1, 5, 2, 6, 3, 7]);
+    }
 }
