@@ -596,14 +596,27 @@ pub(crate) fn swa_pattern(
     let key = format!("{arch}.attention.sliding_window_pattern");
     let n_pattern = match md.get(&key) {
         Some(Value::Array(a)) => {
-            let v = a.to_i64_vec().unwrap_or_default();
+            // llama.cpp's converter writes booleans; older files integers.
+            let v: Option<Vec<bool>> = a
+                .iter()
+                .map(|x| match x {
+                    Value::Bool(b) => Some(b),
+                    x => x.as_integer().map(|i| i != 0),
+                })
+                .collect();
+            let Some(v) = v else {
+                return Err(ArchError::Invalid {
+                    arch: arch.into(),
+                    reason: format!("{key} holds neither booleans nor integers"),
+                });
+            };
             if v.len() < n_layer {
                 return Err(ArchError::Invalid {
                     arch: arch.into(),
                     reason: format!("{key} has {} entries for {n_layer} layers", v.len()),
                 });
             }
-            return Ok(v[..n_layer].iter().map(|&x| x != 0).collect());
+            return Ok(v[..n_layer].to_vec());
         }
         Some(_) => md.get_usize(&key)?,
         None => n_pattern,

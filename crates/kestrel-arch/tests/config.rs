@@ -195,6 +195,53 @@ fn longrope_attention_factor_scales_the_rotation() {
 }
 
 #[test]
+fn sliding_window_patterns_read_as_booleans_or_integers() {
+    // llama.cpp's converter writes OLMo 3's pattern as booleans (gguf-py infers the type).
+    let pattern = |items: Vec<MetadataValue>, ty| {
+        synthetic(
+            "olmo2",
+            &[
+                ("attention.sliding_window", MetadataValue::U32(8)),
+                (
+                    "attention.sliding_window_pattern",
+                    MetadataValue::Array {
+                        element_type: ty,
+                        items,
+                    },
+                ),
+            ],
+            LLAMA_TENSORS,
+        )
+    };
+    use kestrel_gguf::ValueType;
+    let b = pattern(
+        vec![MetadataValue::Bool(true), MetadataValue::Bool(false)],
+        ValueType::Bool,
+    );
+    assert_eq!(
+        DecoderConfig::from_model(&b).unwrap().swa_layers,
+        [true, false]
+    );
+    let i = pattern(
+        vec![MetadataValue::I32(0), MetadataValue::I32(1)],
+        ValueType::I32,
+    );
+    assert_eq!(
+        DecoderConfig::from_model(&i).unwrap().swa_layers,
+        [false, true]
+    );
+    let s = pattern(
+        vec![
+            MetadataValue::String("x".into()),
+            MetadataValue::String("y".into()),
+        ],
+        ValueType::String,
+    );
+    let e = DecoderConfig::from_model(&s).unwrap_err().to_string();
+    assert!(e.contains("neither booleans nor integers"), "{e}");
+}
+
+#[test]
 fn unknown_arch_is_refused_even_with_llama_tensors() {
     // Run as llama, a family that is not llama gives wrong text without an error.
     let e = DecoderConfig::from_model(&synthetic("mysterynet", &[], LLAMA_TENSORS)).unwrap_err();
