@@ -79,6 +79,16 @@ impl Meta {
         );
     }
 
+    pub(crate) fn bools(&mut self, key: impl Into<String>, v: &[bool]) {
+        self.set(
+            key,
+            MetadataValue::Array {
+                element_type: ValueType::Bool,
+                items: v.iter().map(|&x| MetadataValue::Bool(x)).collect(),
+            },
+        );
+    }
+
     pub(crate) fn into_entries(self) -> Vec<(String, MetadataValue)> {
         self.entries
     }

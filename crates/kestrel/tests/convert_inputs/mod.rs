@@ -567,6 +567,83 @@ pub fn cases() -> Vec<Case> {
                 "num_local_experts": 4, "num_experts_per_tok": 2,
                 "bos_token_id": 1, "eos_token_id": 2 }),
         },
+        Case {
+            name: "smollm3",
+            arch: "SmolLM3ForCausalLM",
+            model_type: "smollm3",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 4,
+            ff: 96,
+            tied: true,
+            extra: json!({ "rope_theta": 2000000.0, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 65536, "use_sliding_window": false,
+                "sliding_window": null, "no_rope_layers": [1, 1, 1, 0],
+                "no_rope_layer_interval": 4, "attention_bias": false,
+                "bos_token_id": null, "eos_token_id": 2, "pad_token_id": 2 }),
+        },
+        Case {
+            name: "olmo2",
+            arch: "Olmo2ForCausalLM",
+            model_type: "olmo2",
+            spm: false,
+            dt: Dt::F32,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 4,
+            head_dim: None,
+            layers: 2,
+            ff: 128,
+            tied: false,
+            extra: json!({ "rope_theta": 500000.0, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 4096, "attention_bias": false,
+                "bos_token_id": null, "eos_token_id": 0, "pad_token_id": 1 }),
+        },
+        Case {
+            name: "olmo3",
+            arch: "Olmo3ForCausalLM",
+            model_type: "olmo3",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 4,
+            ff: 128,
+            tied: false,
+            extra: json!({ "rope_theta": 500000.0, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 65536, "attention_bias": false, "sliding_window": 8,
+                "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
+                    "full_attention"],
+                "bos_token_id": null, "eos_token_id": 0, "pad_token_id": 1 }),
+        },
+        Case {
+            name: "olmoe",
+            arch: "OlmoeForCausalLM",
+            model_type: "olmoe",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 4,
+            head_dim: None,
+            layers: 2,
+            ff: 32,
+            tied: false,
+            extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 4096, "attention_bias": false, "clip_qkv": null,
+                "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": false,
+                "bos_token_id": null, "eos_token_id": 0, "pad_token_id": 1 }),
+        },
     ]
 }
 
@@ -632,6 +709,7 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     let qwen2 = mt == "qwen2" || mt == "qwen2_moe";
     let qk_norm = matches!(mt, "gemma3_text" | "qwen3" | "qwen3_moe");
     let phi3 = mt == "phi3";
+    let olmo2 = mt == "olmo2" || mt == "olmo3";
     let oss = mt == "gpt_oss";
     let mxfp4 = case.extra.get("quantization_config").is_some();
     let n_exp = ["num_local_experts", "num_experts"]
@@ -669,12 +747,21 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     for l in 0..case.layers {
         let p = |s: &str| format!("model.layers.{l}.{s}");
-        t.push(norm(&mut rng, p("input_layernorm.weight"), case.hidden));
+        if !olmo2 {
+            t.push(norm(&mut rng, p("input_layernorm.weight"), case.hidden));
+        }
         t.push(norm(
             &mut rng,
             p("post_attention_layernorm.weight"),
             case.hidden,
         ));
+        if olmo2 {
+            t.push(norm(
+                &mut rng,
+                p("post_feedforward_layernorm.weight"),
+                case.hidden,
+            ));
+        }
         if gemma {
             t.push(norm(
                 &mut rng,
@@ -728,6 +815,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         if qk_norm {
             t.push(norm(&mut rng, p("self_attn.q_norm.weight"), hd));
             t.push(norm(&mut rng, p("self_attn.k_norm.weight"), hd));
+        }
+        if olmo2 || mt == "olmoe" {
+            // OLMo normalizes the whole Q and K rows, not each head.
+            t.push(norm(&mut rng, p("self_attn.q_norm.weight"), q));
+            t.push(norm(&mut rng, p("self_attn.k_norm.weight"), kv));
         }
         // (name, rows, cols) of one feed-forward block's matrices.
         let ffn = |prefix: &str, ff: usize, names: [&str; 3]| {

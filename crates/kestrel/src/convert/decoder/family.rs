@@ -25,13 +25,20 @@ pub(crate) enum Family {
     Qwen3Moe,
     /// `GptOssForCausalLM` (GGUF `gpt-oss`: MXFP4 or float 3-D experts, attention sinks).
     GptOss,
+    /// `SmolLM3ForCausalLM` (GGUF `smollm3`: Llama's converter, NoPE layers implied).
+    SmolLm3,
+    /// `Olmo2ForCausalLM`, `Olmo3ForCausalLM` (GGUF `olmo2`: post-norms, full-width Q/K norms).
+    Olmo2,
+    /// `OlmoeForCausalLM` (GGUF `olmoe`).
+    Olmoe,
 }
 
 /// The Hugging Face architectures converted, for error messages.
 pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, \
      Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
      Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
-     Phi3ForCausalLM, GptOssForCausalLM, BertModel";
+     Phi3ForCausalLM, GptOssForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
+     OlmoeForCausalLM, BertModel";
 
 /// How a family stores its experts, one 2-D tensor per expert and projection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +84,9 @@ impl Family {
             "Qwen2MoeForCausalLM" => Family::Qwen2Moe,
             "Qwen3MoeForCausalLM" => Family::Qwen3Moe,
             "GptOssForCausalLM" => Family::GptOss,
+            "SmolLM3ForCausalLM" => Family::SmolLm3,
+            "Olmo2ForCausalLM" | "Olmo3ForCausalLM" => Family::Olmo2,
+            "OlmoeForCausalLM" => Family::Olmoe,
             _ => return None,
         })
     }
@@ -93,6 +103,9 @@ impl Family {
             Family::Qwen2Moe => "qwen2moe",
             Family::Qwen3Moe => "qwen3moe",
             Family::GptOss => "gpt-oss",
+            Family::SmolLm3 => "smollm3",
+            Family::Olmo2 => "olmo2",
+            Family::Olmoe => "olmoe",
         }
     }
 
@@ -100,9 +113,15 @@ impl Family {
     pub(crate) fn experts(self) -> Option<ExpertLayout> {
         match self {
             Family::Llama => Some(MIXTRAL_EXPERTS),
-            Family::Qwen2Moe | Family::Qwen3Moe => Some(QWEN_EXPERTS),
+            Family::Qwen2Moe | Family::Qwen3Moe | Family::Olmoe => Some(QWEN_EXPERTS),
             _ => None,
         }
+    }
+
+    /// Whether llama.cpp converts the family with its `LlamaModel` class (Q/K row order,
+    /// Llama 3 RoPE factors, Llama's tokenizer rules).
+    pub(crate) fn is_llama(self) -> bool {
+        matches!(self, Family::Llama | Family::SmolLm3)
     }
 
     /// Whether the family is one of Gemma's (`1 + w` norms, post-norms).
@@ -112,7 +131,7 @@ impl Family {
 
     /// Whether Q/K rows are reordered from Hugging Face's rotary layout to GGML's.
     pub(crate) fn undo_permute(self) -> bool {
-        self == Family::Llama
+        self.is_llama()
     }
 
     /// Gemma's RMSNorm multiplies by `1 + w`; llama.cpp stores `1 + w`.
@@ -203,9 +222,16 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         return None;
     }
     let gemma = family.is_gemma();
-    let qk_norm = matches!(family, Family::Qwen3 | Family::Gemma3 | Family::Qwen3Moe);
+    let qk_norm = matches!(
+        family,
+        Family::Qwen3 | Family::Gemma3 | Family::Qwen3Moe | Family::Olmo2 | Family::Olmoe
+    );
+    let olmo2 = family == Family::Olmo2;
     let phi3 = family == Family::Phi3;
-    let moe = matches!(family, Family::Llama | Family::Qwen2Moe | Family::Qwen3Moe);
+    let moe = matches!(
+        family,
+        Family::Llama | Family::Qwen2Moe | Family::Qwen3Moe | Family::Olmoe
+    );
     let oss = family == Family::GptOss;
     let short = match module {
         "input_layernorm" => "attn_norm",
@@ -215,12 +241,12 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "self_attn.o_proj" => "attn_output",
         "self_attn.q_norm" if qk_norm => "attn_q_norm",
         "self_attn.k_norm" if qk_norm => "attn_k_norm",
-        "post_attention_layernorm" if gemma || oss => "post_attention_norm",
+        "post_attention_layernorm" if gemma || oss || olmo2 => "post_attention_norm",
         "self_attn.sinks" if oss => "attn_sinks",
         "mlp.router" if oss => "ffn_gate_inp",
         "post_attention_layernorm" => "ffn_norm",
         "pre_feedforward_layernorm" if gemma => "ffn_norm",
-        "post_feedforward_layernorm" if gemma => "post_ffw_norm",
+        "post_feedforward_layernorm" if gemma || olmo2 => "post_ffw_norm",
         "mlp.gate_proj" => "ffn_gate",
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
@@ -372,6 +398,39 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("num_experts_per_tok", Value::from(8)),
             ("num_experts", Value::from(128)),
         ],
+        "smollm3" => &[
+            ("vocab_size", Value::from(128256)),
+            ("hidden_size", Value::from(2048)),
+            ("intermediate_size", Value::from(11008)),
+            ("num_hidden_layers", Value::from(36)),
+            ("num_attention_heads", Value::from(16)),
+            ("num_key_value_heads", Value::from(4)),
+            ("max_position_embeddings", Value::from(32768)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(2_000_000.0)),
+        ],
+        "olmo2" | "olmo3" => &[
+            ("vocab_size", Value::from(50304)),
+            ("hidden_size", Value::from(4096)),
+            ("intermediate_size", Value::from(11008)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("max_position_embeddings", Value::from(2048)),
+            ("rms_norm_eps", Value::from(1e-5)),
+            ("rope_theta", Value::from(10000.0)),
+        ],
+        "olmoe" => &[
+            ("vocab_size", Value::from(50304)),
+            ("hidden_size", Value::from(2048)),
+            ("intermediate_size", Value::from(2048)),
+            ("num_hidden_layers", Value::from(16)),
+            ("num_attention_heads", Value::from(16)),
+            ("max_position_embeddings", Value::from(4096)),
+            ("rms_norm_eps", Value::from(1e-5)),
+            ("rope_theta", Value::from(10000.0)),
+            ("num_experts", Value::from(64)),
+            ("num_experts_per_tok", Value::from(8)),
+        ],
         "gpt_oss" => &[
             ("vocab_size", Value::from(201088)),
             ("hidden_size", Value::from(2880)),
@@ -404,9 +463,38 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
     }
     let missing =
         |o: &serde_json::Map<String, Value>, k: &str| o.get(k).is_none_or(|v| v.is_null());
+    if model_type == "olmo3" {
+        if missing(obj, "sliding_window") {
+            obj.insert("sliding_window".into(), Value::from(4096));
+        }
+        let n = obj
+            .get("num_hidden_layers")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        if missing(obj, "layer_types") && n <= 1 << 16 {
+            let types: Vec<Value> = (0..n)
+                .map(|i| {
+                    Value::from(if (i + 1) % 4 != 0 {
+                        "sliding_attention"
+                    } else {
+                        "full_attention"
+                    })
+                })
+                .collect();
+            obj.insert("layer_types".into(), Value::Array(types));
+        }
+    }
     if matches!(
         model_type.as_str(),
-        "llama" | "qwen2" | "qwen3" | "mixtral" | "qwen2_moe" | "phi3"
+        "llama"
+            | "qwen2"
+            | "qwen3"
+            | "mixtral"
+            | "qwen2_moe"
+            | "phi3"
+            | "olmo2"
+            | "olmo3"
+            | "olmoe"
     ) && missing(obj, "num_key_value_heads")
     {
         if let Some(h) = obj.get("num_attention_heads").cloned() {

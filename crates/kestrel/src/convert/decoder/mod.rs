@@ -90,7 +90,9 @@ pub(crate) fn convert(
     let has_spm = dir.join("tokenizer.model").is_file();
     let n_vocab = vocab_size.map(|v| v as usize);
     let vocab: Vocab = match family {
-        Family::Llama | Family::Qwen2 | Family::Qwen3 | Family::Gemma3 if has_spm => {
+        Family::Llama | Family::SmolLm3 | Family::Qwen2 | Family::Qwen3 | Family::Gemma3
+            if has_spm =>
+        {
             spm::load(dir, n_vocab, spm::Style::Default)?
         }
         Family::Gemma2 => spm::load(dir, n_vocab, spm::Style::Default)?,
@@ -100,7 +102,7 @@ pub(crate) fn convert(
             if !tj.is_file() {
                 return Err(bad(dir, "no tokenizer.model and no tokenizer.json"));
             }
-            if family == Family::Llama {
+            if family.is_llama() {
                 refuse_llama_hf(&tj)?;
             }
             bpe::load(dir, n_vocab)?
@@ -163,7 +165,7 @@ pub(crate) fn convert(
             OutType::Q8_0 | OutType::Auto => GgmlType::F16,
         }
     };
-    if family == Family::Llama {
+    if family.is_llama() {
         let rope_params = rp
             .get("full_attention")
             .and_then(|v| v.as_object())
@@ -314,7 +316,7 @@ pub(crate) fn convert(
     meta.u32("general.quantization_version", 2);
 
     // Tokenizer.
-    if family == Family::Llama {
+    if family.is_llama() {
         if let Some(b) = read_opt_json(&dir.join("tokenizer_config.json"))?
             .and_then(|c| c.get("add_prefix_space").and_then(|v| v.as_bool()))
         {
@@ -328,7 +330,7 @@ pub(crate) fn convert(
     if (family == Family::Gemma3 && has_spm) || family == Family::Gemma2 {
         meta.bool("tokenizer.ggml.add_space_prefix", false);
     }
-    if family == Family::Llama && vocab_size == Some(49152) {
+    if family.is_llama() && vocab_size == Some(49152) {
         // llama.cpp's rule for Granite-sized (and SmolLM) vocabularies.
         meta.bool("tokenizer.ggml.add_bos_token", false);
     }

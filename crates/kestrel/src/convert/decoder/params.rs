@@ -211,7 +211,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
     }
     meta.u32("general.file_type", hp.file_type);
     match family {
-        Family::Llama => {
+        Family::Llama | Family::SmolLm3 => {
             let v = vocab_size.ok_or_else(|| bad(cfg, "no vocab_size"))?;
             meta.u32(k("vocab_size"), u32_of(v, "vocab_size", cfg)?);
             let rope_dim = match head_dim {
@@ -230,6 +230,27 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             );
         }
         Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Phi3 => {}
+        Family::Olmo2 => {
+            if let Some(sw) = uint(h, &["sliding_window"], cfg)? {
+                meta.u32(
+                    k("attention.sliding_window"),
+                    u32_of(sw, "sliding_window", cfg)?,
+                );
+                let pattern: Vec<bool> = match h.get("layer_types").and_then(|v| v.as_array()) {
+                    Some(types) => types
+                        .iter()
+                        .map(|t| t.as_str() == Some("sliding_attention"))
+                        .collect(),
+                    // OLMo 3's default: every fourth layer global.
+                    None => (0..n_layer).map(|i| (i + 1) % 4 != 0).collect(),
+                };
+                meta.bools(k("attention.sliding_window_pattern"), &pattern);
+            }
+        }
+        Family::Olmoe => {
+            // llama.cpp's OlmoeModel writes 1e-5 whatever the config says.
+            meta.f32(k("attention.layer_norm_rms_epsilon"), 1e-5);
+        }
         Family::GptOss => {
             let sw =
                 uint(h, &["sliding_window"], cfg)?.ok_or_else(|| bad(cfg, "no sliding_window"))?;
