@@ -1,5 +1,5 @@
 //! `kestrel convert DIR -o OUT [--outtype f32|f16|bf16|q8_0|auto]`: a Hugging Face checkpoint
-//! (Llama/Mistral/Mixtral, Qwen2/3 and their MoE, Gemma 2/3, Phi-3, SmolLM3, OLMo 2/3, OLMoE, gpt-oss decoders; BERT encoders) to GGUF, with kestrel's own
+//! (Llama/Mistral/Mixtral, Qwen2/3 and their MoE, Gemma 2/3, Phi-3, SmolLM3, OLMo 2/3, OLMoE, Granite, gpt-oss decoders; BERT encoders) to GGUF, with kestrel's own
 //! converter.
 
 use std::path::PathBuf;

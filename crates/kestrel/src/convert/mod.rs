@@ -3,7 +3,7 @@
 //! metadata llama.cpp's `convert_hf_to_gguf.py` uses, so either engine reads the result.
 //!
 //! Supported: decoders (Llama/Mistral/Mixtral, Qwen2/2.5, Qwen2-MoE, Qwen3, Qwen3-MoE, Gemma 2,
-//! Gemma 3, Phi-3, SmolLM3, OLMo 2/3, OLMoE, gpt-oss with its MXFP4 experts; [`decoder`]) with their
+//! Gemma 3, Phi-3, SmolLM3, OLMo 2/3, OLMoE, Granite, gpt-oss with its MXFP4 experts; [`decoder`]) with their
 //! tokenizers (BPE `tokenizer.json` with the pre-tokenizer name llama.cpp would choose, or a
 //! SentencePiece `tokenizer.model`), streamed from the memory-mapped shards to F32, F16, BF16
 //! or Q8_0; and BERT encoders (`BertModel`, e.g. sentence-transformers' all-MiniLM-L6-v2), F32

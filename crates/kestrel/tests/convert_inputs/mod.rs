@@ -644,6 +644,26 @@ pub fn cases() -> Vec<Case> {
                 "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": false,
                 "bos_token_id": null, "eos_token_id": 0, "pad_token_id": 1 }),
         },
+        Case {
+            name: "granite",
+            arch: "GraniteForCausalLM",
+            model_type: "granite",
+            spm: false,
+            dt: Dt::F16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: Some(16),
+            layers: 2,
+            ff: 128,
+            tied: true,
+            extra: json!({ "rope_theta": 10000000.0, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 131072, "attention_bias": false, "mlp_bias": false,
+                "embedding_multiplier": 12.0, "logits_scaling": 8.0,
+                "residual_multiplier": 0.22, "attention_multiplier": 0.0078125,
+                "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0 }),
+        },
     ]
 }
 

@@ -31,6 +31,8 @@ pub(crate) enum Family {
     Olmo2,
     /// `OlmoeForCausalLM` (GGUF `olmoe`).
     Olmoe,
+    /// `GraniteForCausalLM` (GGUF `granite`: Llama's converter plus four scales).
+    Granite,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -38,7 +40,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
      Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      Phi3ForCausalLM, GptOssForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, BertModel";
+     OlmoeForCausalLM, GraniteForCausalLM, BertModel";
 
 /// How a family stores its experts, one 2-D tensor per expert and projection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +89,7 @@ impl Family {
             "SmolLM3ForCausalLM" => Family::SmolLm3,
             "Olmo2ForCausalLM" | "Olmo3ForCausalLM" => Family::Olmo2,
             "OlmoeForCausalLM" => Family::Olmoe,
+            "GraniteForCausalLM" => Family::Granite,
             _ => return None,
         })
     }
@@ -106,6 +109,7 @@ impl Family {
             Family::SmolLm3 => "smollm3",
             Family::Olmo2 => "olmo2",
             Family::Olmoe => "olmoe",
+            Family::Granite => "granite",
         }
     }
 
@@ -121,7 +125,7 @@ impl Family {
     /// Whether llama.cpp converts the family with its `LlamaModel` class (Q/K row order,
     /// Llama 3 RoPE factors, Llama's tokenizer rules).
     pub(crate) fn is_llama(self) -> bool {
-        matches!(self, Family::Llama | Family::SmolLm3)
+        matches!(self, Family::Llama | Family::SmolLm3 | Family::Granite)
     }
 
     /// Whether the family is one of Gemma's (`1 + w` norms, post-norms).
@@ -397,6 +401,20 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("moe_intermediate_size", Value::from(768)),
             ("num_experts_per_tok", Value::from(8)),
             ("num_experts", Value::from(128)),
+        ],
+        "granite" => &[
+            ("vocab_size", Value::from(32000)),
+            ("hidden_size", Value::from(4096)),
+            ("intermediate_size", Value::from(11008)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("max_position_embeddings", Value::from(2048)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(10000.0)),
+            ("embedding_multiplier", Value::from(1.0)),
+            ("logits_scaling", Value::from(1.0)),
+            ("residual_multiplier", Value::from(1.0)),
+            ("attention_multiplier", Value::from(1.0)),
         ],
         "smollm3" => &[
             ("vocab_size", Value::from(128256)),

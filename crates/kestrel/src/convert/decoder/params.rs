@@ -204,14 +204,18 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         };
         meta.u32(k("expert_gating_func"), id);
     }
-    let head_dim = uint(h, &["head_dim"], cfg)?;
+    // Granite's converter drops head_dim before writing (RoPE over hidden / heads).
+    let head_dim = match family {
+        Family::Granite => None,
+        _ => uint(h, &["head_dim"], cfg)?,
+    };
     if let Some(v) = head_dim {
         meta.u32(k("attention.key_length"), u32_of(v, "head_dim", cfg)?);
         meta.u32(k("attention.value_length"), u32_of(v, "head_dim", cfg)?);
     }
     meta.u32("general.file_type", hp.file_type);
     match family {
-        Family::Llama | Family::SmolLm3 => {
+        Family::Llama | Family::SmolLm3 | Family::Granite => {
             let v = vocab_size.ok_or_else(|| bad(cfg, "no vocab_size"))?;
             meta.u32(k("vocab_size"), u32_of(v, "vocab_size", cfg)?);
             let rope_dim = match head_dim {
@@ -228,6 +232,19 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                 k("rope.dimension_count"),
                 u32_of(rope_dim, "head_dim", cfg)?,
             );
+            if family == Family::Granite {
+                // The `*_multiplier`s under llama.cpp's `*_scale` names, when not 0.
+                for (src, dst) in [
+                    ("attention_multiplier", "attention.scale"),
+                    ("embedding_multiplier", "embedding_scale"),
+                    ("residual_multiplier", "residual_scale"),
+                    ("logits_scaling", "logit_scale"),
+                ] {
+                    if let Some(v) = h.get(src).and_then(|v| v.as_f64()).filter(|&v| v != 0.0) {
+                        meta.f32(k(dst), v as f32);
+                    }
+                }
+            }
         }
         Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Phi3 => {}
         Family::Olmo2 => {
