@@ -21,6 +21,17 @@ fn fixtures() -> PathBuf {
 }
 
 /// `golden.json` and the architecture skeletons the inputs are rebuilt from.
+/// Quantizes `input` to `output` with `opts`, returns the output's SHA-256 (hex) and removes it.
+fn quantized_sha(input: &Path, output: &Path, opts: &QuantizeOptions) -> String {
+    quantize_file(input, output, opts, &mut |_| {}).expect("quantize");
+    let sha = format!(
+        "{:x}",
+        Sha256::digest(std::fs::read(output).expect("output"))
+    );
+    std::fs::remove_file(output).ok();
+    sha
+}
+
 fn golden_and_skeletons() -> (
     serde_json::Value,
     std::collections::BTreeMap<String, files::Skeleton>,
@@ -60,13 +71,8 @@ fn quantize_matches_llama_quantize_byte_for_byte() {
                 threads: 2,
                 ..QuantizeOptions::new(ft)
             };
-            quantize_file(&input, &output, &opts, &mut |_| {}).expect("quantize");
-            let got = format!(
-                "{:x}",
-                Sha256::digest(std::fs::read(&output).expect("output"))
-            );
+            let got = quantized_sha(&input, &output, &opts);
             assert_eq!(got, sha.as_str().expect("sha"), "{stem} {mix}");
-            std::fs::remove_file(&output).ok();
             checked += 1;
         }
     }
@@ -152,17 +158,12 @@ fn quantize_with_an_imatrix_matches_llama_quantize() {
                 imatrix: Some(im.clone()),
                 ..QuantizeOptions::new(FileType::parse(mix).expect("mix"))
             };
-            quantize_file(&input, &output, &opts, &mut |_| {}).expect("quantize");
-            let got = format!(
-                "{:x}",
-                Sha256::digest(std::fs::read(&output).expect("output"))
-            );
+            let got = quantized_sha(&input, &output, &opts);
             assert_eq!(
                 got,
                 sha.as_str().expect("sha"),
                 "{stem} {mix} with an imatrix"
             );
-            std::fs::remove_file(&output).ok();
             checked += 1;
         }
     }
@@ -259,17 +260,12 @@ fn per_tensor_type_options_match_llama_quantize() {
             }
         }
         let output = dir.join(format!("out-{i}.gguf"));
-        quantize_file(&input, &output, &opts, &mut |_| {}).expect("quantize");
-        let got = format!(
-            "{:x}",
-            Sha256::digest(std::fs::read(&output).expect("output"))
-        );
+        let got = quantized_sha(&input, &output, &opts);
         assert_eq!(
             got,
             case["sha256"].as_str().expect("sha"),
             "{stem} {mix} {args:?}"
         );
-        std::fs::remove_file(&output).ok();
     }
     std::fs::remove_dir_all(&dir).ok();
 }
