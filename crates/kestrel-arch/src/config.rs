@@ -79,7 +79,7 @@ pub struct MoeConfig {
     /// The router's and the experts' biases (`ffn_gate_inp.bias`, `ffn_*_exps.bias`) are added
     /// (gpt-oss).
     pub biases: bool,
-    /// `ffn_exp_probs_b.bias`, where the file has it, is added to the probabilities for the
+    /// `blk.{L}.exp_probs_b.bias`, where the file has it, is added to the probabilities for the
     /// choice only (DeepSeek V3).
     pub selection_bias: bool,
     /// Expert groups `(groups, used)` (`expert_group_count`, `expert_group_used_count`).

@@ -2,7 +2,7 @@
 //! latent attention in the absorbed form (`attention.key_length_mla` / `value_length_mla`, the
 //! split `attn_k_b` / `attn_v_b`), adjacent-pair RoPE on the shared key part and each head's
 //! query part, leading dense layers, then mixture-of-experts layers with a shared expert,
-//! softmax or sigmoid gating, an optional selection bias (`ffn_exp_probs_b`) and expert groups.
+//! softmax or sigmoid gating, an optional selection bias (`exp_probs_b`) and expert groups.
 //! Attention scores are scaled by `mscale² / sqrt(key_length_mla)` with YaRN's `mscale` as
 //! llama.cpp computes it (`rope.scaling.yarn_log_multiplier`). Files of the older form, with one
 //! `attn_kv_b` matrix, run as llama.cpp runs them: the latent decompressed into plain heads of

@@ -181,7 +181,7 @@ impl Builder<'_> {
                 None
             },
             selection_bias: if moe.selection_bias {
-                self.opt_weight(&p("ffn_exp_probs_b.bias"))
+                self.opt_weight(&p("exp_probs_b.bias"))
             } else {
                 None
             },

@@ -461,7 +461,9 @@ fn experts_mxfp4(name: &str, _: &[u64]) -> GgmlType {
 /// - `deepseek2-moe-h4`: llama.cpp's deepseek2 file (absorbed multi-head latent attention, one
 ///   head) with 4 query heads, as real DeepSeek files have many;
 /// - `deepseek2-moe-h4-kvb`: the same in the older decompressed form (`attn_kv_b`, 4 KV heads
-///   of key length 192 and value length 128, no `*_mla` keys).
+///   of key length 192 and value length 128, no `*_mla` keys);
+/// - `deepseek2-moe-h4-top1`: `deepseek2-moe-h4` choosing one of its two experts per token
+///   (so the selection bias `exp_probs_b` decides, as in DeepSeek V3), weights scaled by 2.5.
 pub fn variant(stem: &str) -> Option<(&str, Variant)> {
     if let Some(base) = stem.strip_suffix("-mxfp4") {
         let v = Variant {
@@ -485,6 +487,7 @@ pub fn variant(stem: &str) -> Option<(&str, Variant)> {
     let reshape: fn(&Skeleton) -> Skeleton = match stem {
         "deepseek2-moe-h4" => |s| deepseek2_heads(s, 4, false),
         "deepseek2-moe-h4-kvb" => |s| deepseek2_heads(s, 4, true),
+        "deepseek2-moe-h4-top1" => |s| deepseek2_top1(&deepseek2_heads(s, 4, false)),
         _ => return None,
     };
     Some((
@@ -571,4 +574,24 @@ fn deepseek2_heads(s: &Skeleton, n_head: u64, decompressed: bool) -> Skeleton {
         tensors.push((name.clone(), d));
     }
     Skeleton { metadata, tensors }
+}
+
+/// `s` with one expert used per token and the routing weights scaled by 2.5.
+fn deepseek2_top1(s: &Skeleton) -> Skeleton {
+    let metadata = s
+        .metadata
+        .iter()
+        .map(|(k, v)| {
+            let v = match k.as_str() {
+                "deepseek2.expert_used_count" => MetadataValue::U32(1),
+                "deepseek2.expert_weights_scale" => MetadataValue::F32(2.5),
+                _ => v.clone(),
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    Skeleton {
+        metadata,
+        tensors: s.tensors.clone(),
+    }
 }
