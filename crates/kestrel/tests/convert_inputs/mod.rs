@@ -3,6 +3,8 @@
 //! from the fetched test models: SmolLM2's BPE as a `tokenizer.json`, Gemma 3's SentencePiece
 //! as a `tokenizer.model` protobuf.
 
+mod deepseek;
+
 use std::path::Path;
 
 use half::{bf16, f16};
@@ -664,6 +666,59 @@ pub fn cases() -> Vec<Case> {
                 "residual_multiplier": 0.22, "attention_multiplier": 0.0078125,
                 "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0 }),
         },
+        Case {
+            name: "deepseek-v2",
+            arch: "DeepseekV2ForCausalLM",
+            model_type: "deepseek_v2",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 2,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 4,
+            head_dim: None,
+            layers: 2,
+            ff: 96,
+            tied: false,
+            extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 163840, "q_lora_rank": null, "kv_lora_rank": 32,
+                "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+                "n_routed_experts": 4, "n_shared_experts": 2, "num_experts_per_tok": 2,
+                "moe_intermediate_size": 32, "first_k_dense_replace": 1,
+                "routed_scaling_factor": 1.0, "topk_method": "greedy", "n_group": 1,
+                "topk_group": 1, "norm_topk_prob": false, "scoring_func": "softmax",
+                "rope_scaling": { "type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
+                    "mscale": 0.707, "mscale_all_dim": 0.707,
+                    "original_max_position_embeddings": 4096 },
+                "bos_token_id": 0, "eos_token_id": 0 }),
+        },
+        Case {
+            name: "deepseek-v3",
+            arch: "DeepseekV3ForCausalLM",
+            model_type: "deepseek_v3",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 4,
+            head_dim: None,
+            layers: 2,
+            ff: 96,
+            tied: false,
+            extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 163840, "q_lora_rank": 32, "kv_lora_rank": 32,
+                "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+                "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                "moe_intermediate_size": 32, "first_k_dense_replace": 1,
+                "routed_scaling_factor": 2.5, "topk_method": "noaux_tc", "n_group": 4,
+                "topk_group": 2, "norm_topk_prob": true, "scoring_func": "sigmoid",
+                "num_nextn_predict_layers": 1,
+                "rope_scaling": { "type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
+                    "mscale": 1.0, "mscale_all_dim": 1.0,
+                    "original_max_position_embeddings": 4096 },
+                "bos_token_id": 0, "eos_token_id": 0 }),
+        },
     ]
 }
 
@@ -764,6 +819,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             vec![vocab, case.hidden],
             0.1,
         ));
+    }
+    if mt.starts_with("deepseek") {
+        deepseek::layers(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
     }
     for l in 0..case.layers {
         let p = |s: &str| format!("model.layers.{l}.{s}");

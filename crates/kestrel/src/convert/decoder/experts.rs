@@ -38,6 +38,7 @@ impl Experts {
     pub(super) fn new(family: Family, h: &Value, cfg: &Path) -> Result<Experts, ConvertError> {
         let keys: &[&str] = match family {
             Family::Llama => &["num_local_experts"],
+            Family::DeepSeek2 => &["n_routed_experts"],
             _ => &["num_local_experts", "num_experts"],
         };
         let count = match family.experts() {

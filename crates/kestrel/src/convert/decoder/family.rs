@@ -33,6 +33,9 @@ pub(crate) enum Family {
     Olmoe,
     /// `GraniteForCausalLM` (GGUF `granite`: Llama's converter plus four scales).
     Granite,
+    /// `DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM` (GGUF `deepseek2`: multi-head latent
+    /// attention with `kv_b_proj` split, leading dense layers, routed and shared experts).
+    DeepSeek2,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -40,7 +43,8 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
      Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      Phi3ForCausalLM, GptOssForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, BertModel";
+     OlmoeForCausalLM, GraniteForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
+     BertModel";
 
 /// How a family stores its experts, one 2-D tensor per expert and projection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +94,7 @@ impl Family {
             "Olmo2ForCausalLM" | "Olmo3ForCausalLM" => Family::Olmo2,
             "OlmoeForCausalLM" => Family::Olmoe,
             "GraniteForCausalLM" => Family::Granite,
+            "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Family::DeepSeek2,
             _ => return None,
         })
     }
@@ -110,6 +115,7 @@ impl Family {
             Family::Olmo2 => "olmo2",
             Family::Olmoe => "olmoe",
             Family::Granite => "granite",
+            Family::DeepSeek2 => "deepseek2",
         }
     }
 
@@ -117,7 +123,9 @@ impl Family {
     pub(crate) fn experts(self) -> Option<ExpertLayout> {
         match self {
             Family::Llama => Some(MIXTRAL_EXPERTS),
-            Family::Qwen2Moe | Family::Qwen3Moe | Family::Olmoe => Some(QWEN_EXPERTS),
+            Family::Qwen2Moe | Family::Qwen3Moe | Family::Olmoe | Family::DeepSeek2 => {
+                Some(QWEN_EXPERTS)
+            }
             _ => None,
         }
     }
@@ -234,8 +242,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     let phi3 = family == Family::Phi3;
     let moe = matches!(
         family,
-        Family::Llama | Family::Qwen2Moe | Family::Qwen3Moe | Family::Olmoe
+        Family::Llama | Family::Qwen2Moe | Family::Qwen3Moe | Family::Olmoe | Family::DeepSeek2
     );
+    let mla = family == Family::DeepSeek2;
     let oss = family == Family::GptOss;
     let short = match module {
         "input_layernorm" => "attn_norm",
@@ -262,6 +271,17 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "mlp.shared_expert.up_proj" if family == Family::Qwen2Moe => "ffn_up_shexp",
         "mlp.shared_expert.down_proj" if family == Family::Qwen2Moe => "ffn_down_shexp",
         "mlp.shared_expert_gate" if family == Family::Qwen2Moe => "ffn_gate_inp_shexp",
+        "self_attn.q_a_proj" if mla => "attn_q_a",
+        "self_attn.q_a_layernorm" if mla => "attn_q_a_norm",
+        "self_attn.q_b_proj" if mla => "attn_q_b",
+        "self_attn.kv_a_proj_with_mqa" if mla => "attn_kv_a_mqa",
+        "self_attn.kv_a_layernorm" if mla => "attn_kv_a_norm",
+        "self_attn.k_b_proj" if mla => "attn_k_b",
+        "self_attn.v_b_proj" if mla => "attn_v_b",
+        "mlp.gate.e_score_correction" if mla => "exp_probs_b",
+        "mlp.shared_experts.gate_proj" if mla => "ffn_gate_shexp",
+        "mlp.shared_experts.up_proj" if mla => "ffn_up_shexp",
+        "mlp.shared_experts.down_proj" if mla => "ffn_down_shexp",
         _ => return None,
     };
     Some(format!("blk.{layer}.{short}.{kind}"))
@@ -469,6 +489,54 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
                     "beta_slow": 1.0, "truncate": false, "original_max_position_embeddings": 4096 }),
             ),
         ],
+        "deepseek_v2" => &[
+            ("vocab_size", Value::from(32000)),
+            ("hidden_size", Value::from(4096)),
+            ("intermediate_size", Value::from(11008)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("max_position_embeddings", Value::from(2048)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(10000.0)),
+            ("first_k_dense_replace", Value::from(0)),
+            ("kv_lora_rank", Value::from(512)),
+            ("q_lora_rank", Value::from(1536)),
+            ("n_group", Value::Null),
+            ("n_routed_experts", Value::from(64)),
+            ("n_shared_experts", Value::from(2)),
+            ("qk_nope_head_dim", Value::from(128)),
+            ("qk_rope_head_dim", Value::from(64)),
+            ("routed_scaling_factor", Value::from(1.0)),
+            ("topk_group", Value::Null),
+            ("v_head_dim", Value::from(128)),
+            ("num_experts_per_tok", Value::Null),
+            ("norm_topk_prob", Value::from(false)),
+            ("moe_intermediate_size", Value::from(1407)),
+        ],
+        "deepseek_v3" => &[
+            ("vocab_size", Value::from(129280)),
+            ("hidden_size", Value::from(7168)),
+            ("intermediate_size", Value::from(18432)),
+            ("num_hidden_layers", Value::from(61)),
+            ("num_attention_heads", Value::from(128)),
+            ("max_position_embeddings", Value::from(4096)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(10000.0)),
+            ("first_k_dense_replace", Value::from(3)),
+            ("kv_lora_rank", Value::from(512)),
+            ("q_lora_rank", Value::from(1536)),
+            ("n_group", Value::from(8)),
+            ("n_routed_experts", Value::from(256)),
+            ("n_shared_experts", Value::from(1)),
+            ("qk_nope_head_dim", Value::from(128)),
+            ("qk_rope_head_dim", Value::from(64)),
+            ("routed_scaling_factor", Value::from(2.5)),
+            ("topk_group", Value::from(4)),
+            ("v_head_dim", Value::from(128)),
+            ("num_experts_per_tok", Value::from(8)),
+            ("norm_topk_prob", Value::from(true)),
+            ("moe_intermediate_size", Value::from(2048)),
+        ],
         _ => &[],
     };
     let Some(obj) = c.as_object_mut() else {
@@ -513,10 +581,18 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             | "olmo2"
             | "olmo3"
             | "olmoe"
+            | "deepseek_v2"
+            | "deepseek_v3"
     ) && missing(obj, "num_key_value_heads")
     {
         if let Some(h) = obj.get("num_attention_heads").cloned() {
             obj.insert("num_key_value_heads".into(), h);
+        }
+    }
+    if model_type == "deepseek_v2" || model_type == "deepseek_v3" {
+        // Their configs set `head_dim = qk_rope_head_dim`, whatever the file says.
+        if let Some(r) = obj.get("qk_rope_head_dim").cloned() {
+            obj.insert("head_dim".into(), r);
         }
     }
     if model_type == "qwen3" && !obj.contains_key("head_dim") {

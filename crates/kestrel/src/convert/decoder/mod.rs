@@ -6,6 +6,7 @@
 mod experts;
 mod family;
 mod gpt_oss;
+mod mla;
 mod params;
 mod write;
 
@@ -236,6 +237,16 @@ pub(crate) fn convert(
         if family.is_gemma() && family != Family::Gemma3 && name == "lm_head.weight" {
             // Gemma 2 ties its output to the embedding; llama.cpp skips a stray lm_head.
             continue;
+        }
+        if family == Family::DeepSeek2 {
+            let tied = h.get("tie_word_embeddings") == Some(&Value::Bool(true));
+            if mla::is_mtp(&name, n_layer) || (tied && name == "lm_head.weight") {
+                continue;
+            }
+            if let Some(split) = mla::split_kv_b(&ck, hf, &name, &h, &cfg_path, &out_type)? {
+                plan.extend(split);
+                continue;
+            }
         }
         if let Some(stacked) = experts.take(&ck, hf, &name, &out_type)? {
             plan.extend(stacked);
