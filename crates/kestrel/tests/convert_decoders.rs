@@ -252,18 +252,23 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     assert!(e.to_string().contains("Qwen2ForCausalLM"), "{e}");
     std::fs::write(dir.join("config.json"), &cfg).unwrap();
 
-    // A checkpoint shipped quantized (other than gpt-oss's MXFP4): refused, not misread.
-    std::fs::write(
-        dir.join("config.json"),
-        cfg.replacen(
-            '{',
-            "{\"quantization_config\": {\"quant_method\": \"fp8\"},",
-            1,
+    // A checkpoint shipped quantized in a way not read (FP8 and gpt-oss's MXFP4 are): refused,
+    // not misread; so is an FP8 block size that is not two sizes.
+    for (q, want) in [
+        ("{\"quant_method\": \"awq\"}", "awq-quantized"),
+        (
+            "{\"quant_method\": \"fp8\", \"weight_block_size\": [128, 0]}",
+            "weight_block_size",
         ),
-    )
-    .unwrap();
-    let e = convert_hf(&dir, &out, &opts).unwrap_err().to_string();
-    assert!(e.contains("fp8-quantized"), "{e}");
+    ] {
+        std::fs::write(
+            dir.join("config.json"),
+            cfg.replacen('{', &format!("{{\"quantization_config\": {q},"), 1),
+        )
+        .unwrap();
+        let e = convert_hf(&dir, &out, &opts).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
     std::fs::write(dir.join("config.json"), &cfg).unwrap();
 
     // A pre-tokenizer llama.cpp does not know: refused, not guessed.

@@ -25,6 +25,11 @@ pub enum StDType {
     BF16,
     /// Unsigned bytes (MXFP4 blocks and scales of gpt-oss checkpoints).
     U8,
+    /// 8-bit float, 4 exponent and 3 mantissa bits, no infinities (`float8_e4m3fn`): FP8
+    /// checkpoints' weights, read with their `*_scale_inv` block scales.
+    F8E4M3,
+    /// 8-bit float, 5 exponent and 2 mantissa bits (`float8_e5m2`).
+    F8E5M2,
     /// Anything else (integer buffers such as `position_ids`): skipped, never converted.
     Other,
 }
@@ -33,6 +38,11 @@ impl StDType {
     /// F32, F16 or BF16.
     pub fn is_float(self) -> bool {
         matches!(self, StDType::F32 | StDType::F16 | StDType::BF16)
+    }
+
+    /// One of the 8-bit floats.
+    pub fn is_fp8(self) -> bool {
+        matches!(self, StDType::F8E4M3 | StDType::F8E5M2)
     }
 
     fn parse(s: &str) -> (StDType, usize) {
@@ -44,6 +54,8 @@ impl StDType {
             "I32" | "U32" => (StDType::Other, 4),
             "I16" | "U16" => (StDType::Other, 2),
             "U8" => (StDType::U8, 1),
+            "F8_E4M3" => (StDType::F8E4M3, 1),
+            "F8_E5M2" => (StDType::F8E5M2, 1),
             _ => (StDType::Other, 1),
         }
     }
@@ -196,7 +208,7 @@ impl SafeTensors {
                 .chunks_exact(2)
                 .map(|c| bf16::from_bits(le2(c)).to_f32())
                 .collect(),
-            StDType::U8 | StDType::Other => {
+            StDType::U8 | StDType::Other | StDType::F8E4M3 | StDType::F8E5M2 => {
                 return Err(ConvertError::Input {
                     path: self.path.clone(),
                     reason: format!("tensor {name:?} is not a float tensor"),
@@ -204,4 +216,25 @@ impl SafeTensors {
             }
         })
     }
+}
+
+/// An `float8_e4m3fn` value as f32 (exact): bias 7, subnormals below 2^-6, 0x7f and 0xff NaN.
+pub fn f8e4m3_to_f32(b: u8) -> f32 {
+    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let e = (b >> 3) & 0x0f;
+    let m = f32::from(b & 0x07);
+    if e == 0x0f && b & 0x07 == 0x07 {
+        return f32::NAN;
+    }
+    let mag = if e == 0 {
+        m / 8.0 * 2f32.powi(-6)
+    } else {
+        (1.0 + m / 8.0) * 2f32.powi(i32::from(e) - 7)
+    };
+    sign * mag
+}
+
+/// An `float8_e5m2` value as f32 (exact): the top byte of an IEEE half.
+pub fn f8e5m2_to_f32(b: u8) -> f32 {
+    f16::from_bits(u16::from(b) << 8).to_f32()
 }

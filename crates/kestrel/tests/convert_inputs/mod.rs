@@ -3,8 +3,13 @@
 //! from the fetched test models: SmolLM2's BPE as a `tokenizer.json`, Gemma 3's SentencePiece
 //! as a `tokenizer.model` protobuf.
 
+mod cases;
 mod deepseek;
+mod fp8;
 
+pub use cases::{cases, Case};
+
+use std::collections::HashSet;
 use std::path::Path;
 
 use half::{bf16, f16};
@@ -62,6 +67,12 @@ impl Rng {
 /// Writes `tensors` (name → shape, values) as one safetensors file; MXFP4 `*_blocks` and
 /// `*_scales` tensors are written as U8 (their values are the bytes).
 pub fn write_safetensors(path: &Path, tensors: &[Named], dt: Dt) {
+    write_safetensors_fp8(path, tensors, dt, &HashSet::new());
+}
+
+/// [`write_safetensors`], the tensors named in `fp8` as `F8_E4M3` (their values are the
+/// bytes) and FP8 scales (`*_scale_inv`) as F32.
+pub fn write_safetensors_fp8(path: &Path, tensors: &[Named], dt: Dt, fp8: &HashSet<String>) {
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), json!({ "format": "pt" }));
     let mut data = Vec::new();
@@ -70,14 +81,24 @@ pub fn write_safetensors(path: &Path, tensors: &[Named], dt: Dt) {
     for (name, shape, vals) in sorted {
         let start = data.len();
         let bytes = name.ends_with("_blocks") || name.ends_with("_scales");
+        let f8 = fp8.contains(name);
+        let tdt = if name.ends_with("_scale_inv") {
+            Dt::F32
+        } else {
+            dt
+        };
         for &v in vals {
-            if bytes {
+            if bytes || f8 {
                 data.push(v as u8);
             } else {
-                dt.encode(v, &mut data);
+                tdt.encode(v, &mut data);
             }
         }
-        let dtype = if bytes { "U8" } else { dt.name() };
+        let dtype = match (bytes, f8) {
+            (true, _) => "U8",
+            (_, true) => "F8_E4M3",
+            _ => tdt.name(),
+        };
         header.insert(
             name.clone(),
             json!({ "dtype": dtype, "shape": shape, "data_offsets": [start, data.len()] }),
@@ -96,8 +117,19 @@ pub fn write_safetensors(path: &Path, tensors: &[Named], dt: Dt) {
 /// Writes the tensors as `shards` files with a `model.safetensors.index.json` (or one
 /// `model.safetensors` when `shards == 1`).
 pub fn write_weights(dir: &Path, tensors: Vec<Named>, dt: Dt, shards: usize) {
+    write_weights_fp8(dir, tensors, dt, shards, &HashSet::new());
+}
+
+/// [`write_weights`] with the tensors named in `fp8` as `F8_E4M3`.
+pub fn write_weights_fp8(
+    dir: &Path,
+    tensors: Vec<Named>,
+    dt: Dt,
+    shards: usize,
+    fp8: &HashSet<String>,
+) {
     if shards <= 1 {
-        write_safetensors(&dir.join("model.safetensors"), &tensors, dt);
+        write_safetensors_fp8(&dir.join("model.safetensors"), &tensors, dt, fp8);
         return;
     }
     let mut parts: Vec<Vec<Named>> = vec![Vec::new(); shards];
@@ -111,10 +143,11 @@ pub fn write_weights(dir: &Path, tensors: Vec<Named>, dt: Dt, shards: usize) {
         parts[s].push(t);
     }
     for (s, p) in parts.iter().enumerate() {
-        write_safetensors(
+        write_safetensors_fp8(
             &dir.join(format!("model-{:05}-of-{:05}.safetensors", s + 1, shards)),
             p,
             dt,
+            fp8,
         );
     }
     let index = json!({ "metadata": { "total_size": 0 }, "weight_map": map });
@@ -303,425 +336,6 @@ pub fn write_gemma_tokenizer(gguf: &Path, dir: &Path) {
     .unwrap();
 }
 
-/// One test checkpoint: its family settings.
-pub struct Case {
-    pub name: &'static str,
-    pub arch: &'static str,
-    pub model_type: &'static str,
-    pub spm: bool,
-    pub dt: Dt,
-    pub shards: usize,
-    pub hidden: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: Option<usize>,
-    pub layers: usize,
-    pub ff: usize,
-    pub tied: bool,
-    pub extra: Json,
-}
-
-/// The checkpoints the tests convert.
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            name: "llama-bpe",
-            arch: "LlamaForCausalLM",
-            model_type: "llama",
-            spm: false,
-            dt: Dt::BF16,
-            shards: 2,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: None,
-            layers: 2,
-            ff: 96,
-            tied: false,
-            extra: json!({ "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
-                "max_position_embeddings": 4096,
-                "rope_scaling": { "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                    "original_max_position_embeddings": 256, "rope_type": "llama3" },
-                "bos_token_id": 1, "eos_token_id": 2, "_name_or_path": "kestrel-tests/Tiny-Llama-Test-Instruct-v0.2" }),
-        },
-        Case {
-            name: "mistral-spm",
-            arch: "MistralForCausalLM",
-            model_type: "mistral",
-            spm: true,
-            dt: Dt::F16,
-            shards: 1,
-            hidden: 32,
-            heads: 4,
-            kv_heads: 1,
-            head_dim: Some(8),
-            layers: 2,
-            ff: 64,
-            tied: false,
-            extra: json!({ "rope_theta": 1000000.0, "rms_norm_eps": 1e-5,
-                "max_position_embeddings": 2048, "sliding_window": null,
-                "bos_token_id": 2, "eos_token_id": 1 }),
-        },
-        Case {
-            name: "qwen2",
-            arch: "Qwen2ForCausalLM",
-            model_type: "qwen2",
-            spm: false,
-            dt: Dt::F16,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: None,
-            layers: 2,
-            ff: 128,
-            tied: true,
-            extra: json!({ "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
-                "max_position_embeddings": 32768, "use_sliding_window": false,
-                "sliding_window": 32768, "max_window_layers": 2,
-                "bos_token_id": 0, "eos_token_id": 0 }),
-        },
-        Case {
-            name: "qwen3",
-            arch: "Qwen3ForCausalLM",
-            model_type: "qwen3",
-            spm: false,
-            dt: Dt::F32,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: Some(32),
-            layers: 2,
-            ff: 128,
-            tied: true,
-            extra: json!({ "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
-                "max_position_embeddings": 40960, "attention_bias": false,
-                "bos_token_id": 1, "eos_token_id": 2 }),
-        },
-        Case {
-            name: "gemma3",
-            arch: "Gemma3ForCausalLM",
-            model_type: "gemma3_text",
-            spm: true,
-            dt: Dt::F16,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 1,
-            head_dim: Some(32),
-            layers: 3,
-            ff: 128,
-            tied: true,
-            extra: json!({ "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
-                "rms_norm_eps": 1e-6, "max_position_embeddings": 32768,
-                "sliding_window": 512, "query_pre_attn_scalar": 32,
-                "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention"],
-                "final_logit_softcapping": null, "attn_logit_softcapping": null,
-                "hidden_activation": "gelu_pytorch_tanh",
-                "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0 }),
-        },
-        Case {
-            name: "mixtral",
-            arch: "MixtralForCausalLM",
-            model_type: "mixtral",
-            spm: false,
-            dt: Dt::BF16,
-            shards: 2,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: None,
-            layers: 2,
-            ff: 64,
-            tied: false,
-            extra: json!({ "rope_theta": 1000000.0, "rms_norm_eps": 1e-5,
-                "max_position_embeddings": 4096, "sliding_window": null,
-                "num_local_experts": 4, "num_experts_per_tok": 2, "router_jitter_noise": 0.0,
-                "bos_token_id": 1, "eos_token_id": 2 }),
-        },
-        Case {
-            name: "qwen2moe",
-            arch: "Qwen2MoeForCausalLM",
-            model_type: "qwen2_moe",
-            spm: false,
-            dt: Dt::F16,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: None,
-            layers: 2,
-            ff: 128,
-            tied: false,
-            extra: json!({ "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
-                "max_position_embeddings": 32768, "use_sliding_window": false,
-                "sliding_window": null, "num_experts": 4, "num_experts_per_tok": 2,
-                "moe_intermediate_size": 32, "shared_expert_intermediate_size": 96,
-                "norm_topk_prob": false, "decoder_sparse_step": 1, "mlp_only_layers": [],
-                "bos_token_id": 0, "eos_token_id": 0 }),
-        },
-        Case {
-            name: "qwen3moe",
-            arch: "Qwen3MoeForCausalLM",
-            model_type: "qwen3_moe",
-            spm: false,
-            dt: Dt::F32,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: Some(32),
-            layers: 2,
-            ff: 128,
-            tied: true,
-            extra: json!({ "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
-                "max_position_embeddings": 40960, "attention_bias": false,
-                "use_sliding_window": false, "sliding_window": null,
-                "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
-                "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
-                "bos_token_id": 1, "eos_token_id": 2 }),
-        },
-        Case {
-            name: "gemma2",
-            arch: "Gemma2ForCausalLM",
-            model_type: "gemma2",
-            spm: true,
-            dt: Dt::F16,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: Some(32),
-            layers: 2,
-            ff: 128,
-            tied: true,
-            extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
-                "max_position_embeddings": 8192, "sliding_window": 512,
-                "query_pre_attn_scalar": 32, "attn_logit_softcapping": 50.0,
-                "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh",
-                "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0 }),
-        },
-        Case {
-            name: "phi3",
-            arch: "Phi3ForCausalLM",
-            model_type: "phi3",
-            spm: true,
-            dt: Dt::BF16,
-            shards: 1,
-            hidden: 32,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: None,
-            layers: 2,
-            ff: 64,
-            tied: false,
-            extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
-                "max_position_embeddings": 8192, "original_max_position_embeddings": 2048,
-                "rope_scaling": { "type": "longrope",
-                    "long_factor": [1.0, 1.5, 3.25, 7.0], "short_factor": [1.0, 1.0, 1.125, 1.5] },
-                "sliding_window": 2047, "partial_rotary_factor": 1.0,
-                "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0 }),
-        },
-        Case {
-            name: "gpt-oss",
-            arch: "GptOssForCausalLM",
-            model_type: "gpt_oss",
-            spm: false,
-            dt: Dt::BF16,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: Some(16),
-            layers: 2,
-            ff: 32,
-            tied: false,
-            extra: json!({ "rope_theta": 150000.0, "rms_norm_eps": 1e-5,
-                "max_position_embeddings": 131072, "sliding_window": 8,
-                "rope_scaling": { "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
-                    "beta_slow": 1.0, "truncate": false, "original_max_position_embeddings": 4096 },
-                "layer_types": ["sliding_attention", "full_attention"], "attention_bias": true,
-                "num_local_experts": 4, "num_experts_per_tok": 2,
-                "quantization_config": { "quant_method": "mxfp4", "modules_to_not_convert":
-                    ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"] },
-                "bos_token_id": 1, "eos_token_id": 2 }),
-        },
-        Case {
-            name: "gpt-oss-bf16",
-            arch: "GptOssForCausalLM",
-            model_type: "gpt_oss",
-            spm: false,
-            dt: Dt::BF16,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: Some(16),
-            layers: 2,
-            ff: 32,
-            tied: false,
-            extra: json!({ "rope_theta": 150000.0, "rms_norm_eps": 1e-5,
-                "max_position_embeddings": 131072, "sliding_window": 8,
-                "rope_scaling": { "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
-                    "beta_slow": 1.0, "truncate": false, "original_max_position_embeddings": 4096 },
-                "layer_types": ["sliding_attention", "full_attention"], "attention_bias": true,
-                "num_local_experts": 4, "num_experts_per_tok": 2,
-                "bos_token_id": 1, "eos_token_id": 2 }),
-        },
-        Case {
-            name: "smollm3",
-            arch: "SmolLM3ForCausalLM",
-            model_type: "smollm3",
-            spm: false,
-            dt: Dt::BF16,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: None,
-            layers: 4,
-            ff: 96,
-            tied: true,
-            extra: json!({ "rope_theta": 2000000.0, "rms_norm_eps": 1e-6,
-                "max_position_embeddings": 65536, "use_sliding_window": false,
-                "sliding_window": null, "no_rope_layers": [1, 1, 1, 0],
-                "no_rope_layer_interval": 4, "attention_bias": false,
-                "bos_token_id": null, "eos_token_id": 2, "pad_token_id": 2 }),
-        },
-        Case {
-            name: "olmo2",
-            arch: "Olmo2ForCausalLM",
-            model_type: "olmo2",
-            spm: false,
-            dt: Dt::F32,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 4,
-            head_dim: None,
-            layers: 2,
-            ff: 128,
-            tied: false,
-            extra: json!({ "rope_theta": 500000.0, "rms_norm_eps": 1e-6,
-                "max_position_embeddings": 4096, "attention_bias": false,
-                "bos_token_id": null, "eos_token_id": 0, "pad_token_id": 1 }),
-        },
-        Case {
-            name: "olmo3",
-            arch: "Olmo3ForCausalLM",
-            model_type: "olmo3",
-            spm: false,
-            dt: Dt::BF16,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: None,
-            layers: 4,
-            ff: 128,
-            tied: false,
-            extra: json!({ "rope_theta": 500000.0, "rms_norm_eps": 1e-6,
-                "max_position_embeddings": 65536, "attention_bias": false, "sliding_window": 8,
-                "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
-                    "full_attention"],
-                "bos_token_id": null, "eos_token_id": 0, "pad_token_id": 1 }),
-        },
-        Case {
-            name: "olmoe",
-            arch: "OlmoeForCausalLM",
-            model_type: "olmoe",
-            spm: false,
-            dt: Dt::BF16,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 4,
-            head_dim: None,
-            layers: 2,
-            ff: 32,
-            tied: false,
-            extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
-                "max_position_embeddings": 4096, "attention_bias": false, "clip_qkv": null,
-                "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": false,
-                "bos_token_id": null, "eos_token_id": 0, "pad_token_id": 1 }),
-        },
-        Case {
-            name: "granite",
-            arch: "GraniteForCausalLM",
-            model_type: "granite",
-            spm: false,
-            dt: Dt::F16,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: Some(16),
-            layers: 2,
-            ff: 128,
-            tied: true,
-            extra: json!({ "rope_theta": 10000000.0, "rms_norm_eps": 1e-5,
-                "max_position_embeddings": 131072, "attention_bias": false, "mlp_bias": false,
-                "embedding_multiplier": 12.0, "logits_scaling": 8.0,
-                "residual_multiplier": 0.22, "attention_multiplier": 0.0078125,
-                "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0 }),
-        },
-        Case {
-            name: "deepseek-v2",
-            arch: "DeepseekV2ForCausalLM",
-            model_type: "deepseek_v2",
-            spm: false,
-            dt: Dt::BF16,
-            shards: 2,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 4,
-            head_dim: None,
-            layers: 2,
-            ff: 96,
-            tied: false,
-            extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
-                "max_position_embeddings": 163840, "q_lora_rank": null, "kv_lora_rank": 32,
-                "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
-                "n_routed_experts": 4, "n_shared_experts": 2, "num_experts_per_tok": 2,
-                "moe_intermediate_size": 32, "first_k_dense_replace": 1,
-                "routed_scaling_factor": 1.0, "topk_method": "greedy", "n_group": 1,
-                "topk_group": 1, "norm_topk_prob": false, "scoring_func": "softmax",
-                "rope_scaling": { "type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
-                    "mscale": 0.707, "mscale_all_dim": 0.707,
-                    "original_max_position_embeddings": 4096 },
-                "bos_token_id": 0, "eos_token_id": 0 }),
-        },
-        Case {
-            name: "deepseek-v3",
-            arch: "DeepseekV3ForCausalLM",
-            model_type: "deepseek_v3",
-            spm: false,
-            dt: Dt::BF16,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 4,
-            head_dim: None,
-            layers: 2,
-            ff: 96,
-            tied: false,
-            extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
-                "max_position_embeddings": 163840, "q_lora_rank": 32, "kv_lora_rank": 32,
-                "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
-                "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
-                "moe_intermediate_size": 32, "first_k_dense_replace": 1,
-                "routed_scaling_factor": 2.5, "topk_method": "noaux_tc", "n_group": 4,
-                "topk_group": 2, "norm_topk_prob": true, "scoring_func": "sigmoid",
-                "num_nextn_predict_layers": 1,
-                "rope_scaling": { "type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
-                    "mscale": 1.0, "mscale_all_dim": 1.0,
-                    "original_max_position_embeddings": 4096 },
-                "bos_token_id": 0, "eos_token_id": 0 }),
-        },
-    ]
-}
-
 /// Writes `case`'s checkpoint into `dir` (tokenizers from the fetched models).
 pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     std::fs::create_dir_all(dir).unwrap();
@@ -822,7 +436,19 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     if mt.starts_with("deepseek") {
         deepseek::layers(case, &mut rng, &mut t);
-        write_weights(dir, t, case.dt, case.shards);
+        let block = case.extra["quantization_config"]["weight_block_size"]
+            .as_array()
+            .map(|b| {
+                (
+                    b[0].as_u64().unwrap() as usize,
+                    b[1].as_u64().unwrap() as usize,
+                )
+            });
+        let f8 = match block {
+            Some(b) => fp8::quantize(&mut t, b),
+            None => HashSet::new(),
+        };
+        write_weights_fp8(dir, t, case.dt, case.shards, &f8);
         return;
     }
     for l in 0..case.layers {

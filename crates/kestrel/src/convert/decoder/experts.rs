@@ -92,7 +92,7 @@ impl Experts {
         let (dtype, shape) = ck
             .info(hf)
             .ok_or_else(|| bad(&self.cfg, format!("{hf} vanished")))?;
-        if !dtype.is_float() {
+        if !dtype.is_float() && !dtype.is_fp8() {
             return Err(bad(
                 &self.cfg,
                 format!("tensor {hf:?} is not a float tensor"),

@@ -50,7 +50,7 @@ pub(super) fn split_kv_b(
     let (dtype, shape) = ck
         .info(hf)
         .ok_or_else(|| bad(cfg, format!("{hf} vanished")))?;
-    if !dtype.is_float() {
+    if !dtype.is_float() && !dtype.is_fp8() {
         return Err(bad(cfg, format!("tensor {hf:?} is not a float tensor")));
     }
     let &[rows, rank] = shape else {

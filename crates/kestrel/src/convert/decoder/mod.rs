@@ -8,6 +8,7 @@ mod family;
 mod gpt_oss;
 mod mla;
 mod params;
+mod read;
 mod write;
 
 use std::path::Path;
@@ -116,8 +117,14 @@ pub(crate) fn convert(
         .and_then(|q| q.get("quant_method"))
         .and_then(|m| m.as_str());
     let mxfp4 = quant == Some("mxfp4");
+    let fp8 = quant == Some("fp8");
+    let fp8_block = if fp8 {
+        fp8_block_size(&h, &cfg_path)?
+    } else {
+        None
+    };
     match quant {
-        None => {}
+        None | Some("fp8") => {}
         Some("mxfp4") if family == Family::GptOss => {}
         Some(m) => {
             return Err(bad(
@@ -222,6 +229,18 @@ pub(crate) fn convert(
     }
     let mut experts = Experts::new(family, &h, &cfg_path)?;
     for hf in ck.names() {
+        if fp8 {
+            // The scales are read with their weights; activation scales are unused.
+            if hf.ends_with("_scale_inv") || hf.ends_with("activation_scale") {
+                continue;
+            }
+            if hf.ends_with(".qscale_weight") || hf.ends_with(".qscale_act") {
+                return Err(bad(
+                    dir,
+                    format!("{hf:?}: FP8 in Mistral's own layout is not supported yet"),
+                ));
+            }
+        }
         let Some(mut name) = family::filter_name(hf) else {
             continue;
         };
@@ -255,7 +274,7 @@ pub(crate) fn convert(
         let (dtype, shape) = ck
             .info(hf)
             .ok_or_else(|| bad(dir, format!("{hf} vanished")))?;
-        if !dtype.is_float() {
+        if !(dtype.is_float() || (fp8 && dtype.is_fp8())) {
             return Err(bad(dir, format!("tensor {hf:?} is not a float tensor")));
         }
         let gguf = family::gguf_name(family, &name)
@@ -349,7 +368,34 @@ pub(crate) fn convert(
         return Err(bad(&cfg_path, "Qwen3 rerankers are not converted yet"));
     }
 
-    write::write_file(out, &ck, meta, &plan, opts)
+    write::write_file(out, &ck, fp8_block, meta, &plan, opts)
+}
+
+/// An FP8 checkpoint's `weight_block_size` (`[rows, columns]` per scale), if it has one.
+fn fp8_block_size(h: &Value, cfg: &Path) -> Result<Option<(usize, usize)>, ConvertError> {
+    let v = h
+        .get("quantization_config")
+        .and_then(|q| q.get("weight_block_size"));
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(a)) => match a.as_slice() {
+            [r, c] => {
+                let dim = |x: &Value| x.as_u64().filter(|&d| d > 0 && d <= 1 << 20);
+                match (dim(r), dim(c)) {
+                    (Some(r), Some(c)) => Ok(Some((r as usize, c as usize))),
+                    _ => Err(bad(
+                        cfg,
+                        format!("weight_block_size {v:?} is not two sizes"),
+                    )),
+                }
+            }
+            _ => Err(bad(cfg, "weight_block_size is not [rows, columns]")),
+        },
+        Some(other) => Err(bad(
+            cfg,
+            format!("weight_block_size = {other} is not a list"),
+        )),
+    }
 }
 
 /// Phi-4 ships a GPT-2 tokenizer under the Phi-3 architecture (`tokenizer_class`).

@@ -5,14 +5,13 @@
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use half::{bf16, f16};
-use kestrel_gguf::{GgmlType, GgufStreamWriter, TensorSpec};
+use kestrel_gguf::{GgufStreamWriter, TensorSpec};
 use rayon::prelude::*;
 
 use super::bad;
+use super::read::Values;
 use crate::convert::checkpoint::Checkpoint;
 use crate::convert::meta::Meta;
-use crate::convert::safetensors::StDType;
 use crate::convert::{ConvertError, ConvertOptions, ConvertReport};
 
 /// Where a tensor's values come from.
@@ -74,8 +73,10 @@ struct Part<'a> {
 }
 
 /// Streams `part`'s rows, encoded as `p`'s type, a chunk at a time.
+#[allow(clippy::too_many_arguments)]
 fn stream_rows<W: Write>(
     ck: &Checkpoint,
+    fp8_block: Option<(usize, usize)>,
     part: &Part,
     p: &Planned,
     buf: &mut Vec<u8>,
@@ -84,16 +85,23 @@ fn stream_rows<W: Write>(
     out: &Path,
 ) -> Result<(), ConvertError> {
     let hf = part.hf;
-    let (t, bytes) = ck
-        .get(hf)
-        .ok_or_else(|| bad(out, format!("{hf} vanished")))?;
+    let values = Values::open(ck, hf, fp8_block).map_err(|e| bad(out, format!("{hf}: {e}")))?;
+    if values.cols() != p.cols {
+        return Err(bad(
+            out,
+            format!("{hf}: rows of {} values, {} planned", values.cols(), p.cols),
+        ));
+    }
     let row_bytes = p
         .spec
         .ggml_type
         .row_bytes(p.cols as u64)
         .ok_or_else(|| bad(out, format!("{hf}: bad row")))? as usize;
     let chunk_rows = (CHUNK_VALUES / p.cols.max(1)).max(1);
-    let src_rows = t.shape.first().copied().unwrap_or(1);
+    let src_rows = ck
+        .info(hf)
+        .and_then(|(_, sh)| sh.first().copied())
+        .unwrap_or(1);
     let mut r0 = 0;
     while r0 < part.rows {
         let n = chunk_rows.min(part.rows - r0);
@@ -106,15 +114,10 @@ fn stream_rows<W: Write>(
                     Some(h) => permuted_row(r, h, src_rows),
                     None => r,
                 };
-                encode_row(
-                    t.dtype,
-                    bytes,
-                    src,
-                    p.cols,
-                    part.shift,
-                    p.spec.ggml_type,
-                    dst,
-                )
+                let mut vals = Vec::with_capacity(p.cols);
+                values.row(src, part.shift, &mut vals)?;
+                kestrel_gguf::quant::quantize(p.spec.ggml_type, &vals, dst)
+                    .map_err(|e| e.to_string())
             })
             .map_err(|e| bad(out, format!("{hf}: {e}")))?;
         w.write(buf)?;
@@ -127,9 +130,12 @@ fn stream_rows<W: Write>(
 /// Rows per chunk (and per parallel task) when streaming a tensor.
 const CHUNK_VALUES: usize = 1 << 20;
 
+/// Writes `meta` and the `plan`ned tensors to `out` (FP8 weights scaled per
+/// `fp8_block`, the checkpoint's `weight_block_size`).
 pub(super) fn write_file(
     out: &Path,
     ck: &Checkpoint,
+    fp8_block: Option<(usize, usize)>,
     meta: Meta,
     plan: &[Planned],
     opts: &ConvertOptions,
@@ -170,7 +176,7 @@ pub(super) fn write_file(
                         permute_heads: *permute_heads,
                         shift: *shift,
                     };
-                    stream_rows(ck, &part, p, &mut buf, &mut w, &bar, out)?;
+                    stream_rows(ck, fp8_block, &part, p, &mut buf, &mut w, &bar, out)?;
                 }
                 Source::Strided {
                     hf,
@@ -181,10 +187,11 @@ pub(super) fn write_file(
                     s_col,
                     off,
                 } => {
-                    let (t, bytes) = ck
-                        .get(hf)
-                        .ok_or_else(|| bad(out, format!("{hf} vanished")))?;
-                    let n = t.shape.iter().product::<usize>();
+                    let values = Values::open(ck, hf, fp8_block)
+                        .map_err(|e| bad(out, format!("{hf}: {e}")))?;
+                    let n = ck
+                        .info(hf)
+                        .map_or(0, |(_, sh)| sh.iter().product::<usize>());
                     let last = off
                         + (planes.max(&1) - 1) * s_plane
                         + (rows.max(&1) - 1) * s_row
@@ -204,9 +211,8 @@ pub(super) fn write_file(
                             .try_for_each(|(i, dst)| {
                                 let i = r0 + i;
                                 let base = off + (i / rows) * s_plane + (i % rows) * s_row;
-                                let vals: Vec<f32> = (0..p.cols)
-                                    .map(|j| element(t.dtype, bytes, base + j * s_col))
-                                    .collect();
+                                let vals: Vec<f32> =
+                                    (0..p.cols).map(|j| values.get(base + j * s_col)).collect();
                                 kestrel_gguf::quant::quantize(p.spec.ggml_type, &vals, dst)
                                     .map_err(|e| e.to_string())
                             })
@@ -262,7 +268,7 @@ pub(super) fn write_file(
                             permute_heads: None,
                             shift: false,
                         };
-                        stream_rows(ck, &part, p, &mut buf, &mut w, &bar, out)?;
+                        stream_rows(ck, fp8_block, &part, p, &mut buf, &mut w, &bar, out)?;
                     }
                 }
             }
@@ -289,22 +295,6 @@ pub(super) fn write_file(
     })
 }
 
-/// Element `i` of a float tensor as f32.
-fn element(dtype: StDType, bytes: &[u8], i: usize) -> f32 {
-    let le2 = |k: usize| u16::from_le_bytes([bytes[2 * k], bytes[2 * k + 1]]);
-    match dtype {
-        StDType::F32 => f32::from_le_bytes([
-            bytes[4 * i],
-            bytes[4 * i + 1],
-            bytes[4 * i + 2],
-            bytes[4 * i + 3],
-        ]),
-        StDType::F16 => f16::from_bits(le2(i)).to_f32(),
-        StDType::BF16 => bf16::from_bits(le2(i)).to_f32(),
-        StDType::U8 | StDType::Other => f32::NAN,
-    }
-}
-
 /// One MXFP4 block's 32 nibbles from Hugging Face's order (value `k` in byte `k / 2`, low
 /// nibble first) to ggml's (byte `j` holds value `j` low and value `j + 16` high), as
 /// llama.cpp's `transform_nibble_layout`.
@@ -321,55 +311,6 @@ fn permuted_row(r: usize, heads: usize, rows: usize) -> usize {
     let (h, rest) = (r / per_head, r % per_head);
     let (i, j) = (rest / 2, rest % 2);
     h * per_head + j * half + i
-}
-
-/// One row converted: read as f32 (F16 values shifted in f16, as torch adds in the tensor's
-/// own type), then encoded as `ty`.
-fn encode_row(
-    dtype: StDType,
-    bytes: &[u8],
-    row: usize,
-    cols: usize,
-    shift: bool,
-    ty: GgmlType,
-    dst: &mut [u8],
-) -> Result<(), String> {
-    let esize = match dtype {
-        StDType::F32 => 4,
-        StDType::F16 | StDType::BF16 => 2,
-        StDType::U8 | StDType::Other => return Err("not a float tensor".into()),
-    };
-    let src = bytes
-        .get(row * cols * esize..(row + 1) * cols * esize)
-        .ok_or_else(|| format!("row {row} is outside the tensor"))?;
-    let mut vals: Vec<f32> = match dtype {
-        StDType::F32 => src
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        StDType::F16 => src
-            .chunks_exact(2)
-            .map(|c| {
-                let x = f16::from_bits(u16::from_le_bytes([c[0], c[1]]));
-                if shift {
-                    f16::from_f32(x.to_f32() + 1.0).to_f32()
-                } else {
-                    x.to_f32()
-                }
-            })
-            .collect(),
-        StDType::BF16 => src
-            .chunks_exact(2)
-            .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
-            .collect(),
-        StDType::U8 | StDType::Other => unreachable!(),
-    };
-    if shift && dtype != StDType::F16 {
-        for v in &mut vals {
-            *v += 1.0;
-        }
-    }
-    kestrel_gguf::quant::quantize(ty, &vals, dst).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
