@@ -375,6 +375,9 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     for (k, v) in case.extra.as_object().unwrap() {
         cfg[k] = v.clone();
     }
+    if case.model_type == "mistral3" {
+        cfg = mistral3_config(cfg);
+    }
     std::fs::write(
         dir.join("config.json"),
         serde_json::to_vec_pretty(&cfg).unwrap(),
@@ -638,5 +641,56 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             t.push(mat(&mut rng, p(&name), vec![rows, cols], scale));
         }
     }
+    if mt == "mistral3" {
+        // Mistral3ForConditionalGeneration's text model as transformers saves it, beside a
+        // vision tower and projector (left out by converters of the text model).
+        for (name, _, _) in &mut t {
+            if let Some(rest) = name.strip_prefix("model.") {
+                *name = format!("model.language_model.{rest}");
+            }
+        }
+        t.push(mat(
+            &mut rng,
+            "model.vision_tower.ln_pre.weight".into(),
+            vec![32],
+            1.0,
+        ));
+        t.push(mat(
+            &mut rng,
+            "model.multi_modal_projector.linear_1.weight".into(),
+            vec![case.hidden, 32],
+            0.1,
+        ));
+    }
     write_weights(dir, t, case.dt, case.shards);
+}
+
+/// A flat test config as Mistral 3's: the text model's keys under `text_config` (a Mistral
+/// model), a small Pixtral `vision_config` and the multimodal keys at the top.
+fn mistral3_config(flat: Json) -> Json {
+    let mut text = flat.clone();
+    let top = ["architectures", "torch_dtype"];
+    for k in top {
+        text.as_object_mut().unwrap().remove(k);
+    }
+    let text_type = flat
+        .get("text_model_type")
+        .cloned()
+        .unwrap_or(json!("mistral"));
+    text.as_object_mut().unwrap().remove("text_model_type");
+    text["model_type"] = text_type;
+    json!({
+        "architectures": flat["architectures"],
+        "model_type": "mistral3",
+        "torch_dtype": flat["torch_dtype"],
+        "image_token_index": 10,
+        "multimodal_projector_bias": false,
+        "projector_hidden_act": "gelu",
+        "spatial_merge_size": 2,
+        "vision_feature_layer": -1,
+        "text_config": text,
+        "vision_config": { "model_type": "pixtral", "hidden_size": 32, "intermediate_size": 64,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "image_size": 64,
+            "patch_size": 16, "num_channels": 3, "rope_theta": 10000.0 },
+    })
 }

@@ -33,6 +33,9 @@ pub(crate) enum Family {
     Olmoe,
     /// `GraniteForCausalLM` (GGUF `granite`: Llama's converter plus four scales).
     Granite,
+    /// `Mistral3ForConditionalGeneration` (Mistral Small 3.x, Magistral, Devstral: the text
+    /// model) and `Ministral3ForCausalLM` (GGUF `mistral3`: Llama's converter).
+    Mistral3,
     /// `DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM` (GGUF `deepseek2`: multi-head latent
     /// attention with `kv_b_proj` split, leading dense layers, routed and shared experts).
     DeepSeek2,
@@ -42,7 +45,8 @@ pub(crate) enum Family {
 pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, \
      Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
      Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
-     Phi3ForCausalLM, GptOssForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
+     Phi3ForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
+     GptOssForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
      OlmoeForCausalLM, GraniteForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
 
@@ -95,6 +99,7 @@ impl Family {
             "OlmoeForCausalLM" => Family::Olmoe,
             "GraniteForCausalLM" => Family::Granite,
             "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Family::DeepSeek2,
+            "Mistral3ForConditionalGeneration" | "Ministral3ForCausalLM" => Family::Mistral3,
             _ => return None,
         })
     }
@@ -116,6 +121,7 @@ impl Family {
             Family::Olmoe => "olmoe",
             Family::Granite => "granite",
             Family::DeepSeek2 => "deepseek2",
+            Family::Mistral3 => "mistral3",
         }
     }
 
@@ -133,7 +139,10 @@ impl Family {
     /// Whether llama.cpp converts the family with its `LlamaModel` class (Q/K row order,
     /// Llama 3 RoPE factors, Llama's tokenizer rules).
     pub(crate) fn is_llama(self) -> bool {
-        matches!(self, Family::Llama | Family::SmolLm3 | Family::Granite)
+        matches!(
+            self,
+            Family::Llama | Family::SmolLm3 | Family::Granite | Family::Mistral3
+        )
     }
 
     /// Whether the family is one of Gemma's (`1 + w` norms, post-norms).
@@ -297,11 +306,17 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
         .and_then(|m| m.as_str())
         .unwrap_or("")
         .to_string();
-    if model_type == "gemma3" {
+    // Multimodal configs: the defaults of their text model's type.
+    let text_type = match model_type.as_str() {
+        "gemma3" => Some("gemma3_text"),
+        "mistral3" => Some("mistral"),
+        _ => None,
+    };
+    if let Some(text_type) = text_type {
         if let Some(text) = c.get("text_config").cloned() {
             let mut t = text;
             if t.get("model_type").is_none() {
-                t["model_type"] = Value::from("gemma3_text");
+                t["model_type"] = Value::from(text_type);
             }
             c["text_config"] = with_defaults(&t);
         }

@@ -92,7 +92,12 @@ pub(crate) fn convert(
     let has_spm = dir.join("tokenizer.model").is_file();
     let n_vocab = vocab_size.map(|v| v as usize);
     let vocab: Vocab = match family {
-        Family::Llama | Family::SmolLm3 | Family::Qwen2 | Family::Qwen3 | Family::Gemma3
+        Family::Llama
+        | Family::SmolLm3
+        | Family::Mistral3
+        | Family::Qwen2
+        | Family::Qwen3
+        | Family::Gemma3
             if has_spm =>
         {
             spm::load(dir, n_vocab, spm::Style::Default)?

@@ -220,7 +220,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
     }
     meta.u32("general.file_type", hp.file_type);
     match family {
-        Family::Llama | Family::SmolLm3 | Family::Granite => {
+        Family::Llama | Family::SmolLm3 | Family::Granite | Family::Mistral3 => {
             let v = vocab_size.ok_or_else(|| bad(cfg, "no vocab_size"))?;
             meta.u32(k("vocab_size"), u32_of(v, "vocab_size", cfg)?);
             let rope_dim = match head_dim {
@@ -237,6 +237,27 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                 k("rope.dimension_count"),
                 u32_of(rope_dim, "head_dim", cfg)?,
             );
+            if h.get("model_type").and_then(|v| v.as_str()) == Some("ministral3") {
+                // Ministral 3: YaRN with `mscale_all_dim` as the log multiplier (not x 0.1
+                // as DeepSeek's) and Llama 4's attention temperature.
+                let need_f = |key: &str| {
+                    rope_params
+                        .get(key)
+                        .and_then(|v| v.as_f64())
+                        .ok_or_else(|| bad(cfg, format!("ministral3 RoPE parameters need {key}")))
+                };
+                if rope_params.get("rope_type").and_then(|v| v.as_str()) != Some("yarn") {
+                    return Err(bad(cfg, "ministral3's rope_type must be yarn"));
+                }
+                meta.f32(
+                    k("rope.scaling.yarn_log_multiplier"),
+                    need_f("mscale_all_dim")? as f32,
+                );
+                meta.f32(
+                    k("attention.temperature_scale"),
+                    need_f("llama_4_scaling_beta")? as f32,
+                );
+            }
             if family == Family::Granite {
                 // The `*_multiplier`s under llama.cpp's `*_scale` names, when not 0.
                 for (src, dst) in [
