@@ -399,9 +399,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     let gemma = case.model_type.starts_with("gemma");
     let mt = case.model_type;
     let qwen2 = mt == "qwen2" || mt == "qwen2_moe";
-    let qk_norm = matches!(mt, "gemma3_text" | "qwen3" | "qwen3_moe");
+    let qk_norm = matches!(mt, "gemma3_text" | "qwen3" | "qwen3_moe" | "exaone4");
     let phi3 = mt == "phi3";
     let olmo2 = mt == "olmo2" || mt == "olmo3";
+    // Norms after attention and feed-forward only (OLMo 2, EXAONE 4).
+    let post_norms = olmo2 || mt == "exaone4";
     let oss = mt == "gpt_oss";
     let mxfp4 = case.extra.get("quantization_config").is_some();
     let n_exp = ["num_local_experts", "num_experts"]
@@ -456,15 +458,18 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     for l in 0..case.layers {
         let p = |s: &str| format!("model.layers.{l}.{s}");
-        if !olmo2 {
+        if !post_norms {
             t.push(norm(&mut rng, p("input_layernorm.weight"), case.hidden));
         }
-        t.push(norm(
-            &mut rng,
-            p("post_attention_layernorm.weight"),
-            case.hidden,
-        ));
-        if olmo2 {
+        // Command R7B's block is parallel: one norm.
+        if mt != "cohere2" {
+            t.push(norm(
+                &mut rng,
+                p("post_attention_layernorm.weight"),
+                case.hidden,
+            ));
+        }
+        if post_norms {
             t.push(norm(
                 &mut rng,
                 p("post_feedforward_layernorm.weight"),

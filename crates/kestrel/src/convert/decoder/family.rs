@@ -36,6 +36,10 @@ pub(crate) enum Family {
     /// `Mistral3ForConditionalGeneration` (Mistral Small 3.x, Magistral, Devstral: the text
     /// model) and `Ministral3ForCausalLM` (GGUF `mistral3`: Llama's converter).
     Mistral3,
+    /// `Exaone4ForCausalLM` (GGUF `exaone4`: post-norms, Q/K norms, sliding-window pattern).
+    Exaone4,
+    /// `Cohere2ForCausalLM` (Command R7B; GGUF `cohere2`: parallel block, logit scale).
+    Cohere2,
     /// `DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM` (GGUF `deepseek2`: multi-head latent
     /// attention with `kv_b_proj` split, leading dense layers, routed and shared experts).
     DeepSeek2,
@@ -47,7 +51,8 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      Phi3ForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, Exaone4ForCausalLM, Cohere2ForCausalLM, \
+     DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
 
 /// How a family stores its experts, one 2-D tensor per expert and projection.
@@ -100,6 +105,8 @@ impl Family {
             "GraniteForCausalLM" => Family::Granite,
             "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Family::DeepSeek2,
             "Mistral3ForConditionalGeneration" | "Ministral3ForCausalLM" => Family::Mistral3,
+            "Exaone4ForCausalLM" => Family::Exaone4,
+            "Cohere2ForCausalLM" => Family::Cohere2,
             _ => return None,
         })
     }
@@ -122,6 +129,8 @@ impl Family {
             Family::Granite => "granite",
             Family::DeepSeek2 => "deepseek2",
             Family::Mistral3 => "mistral3",
+            Family::Exaone4 => "exaone4",
+            Family::Cohere2 => "cohere2",
         }
     }
 
@@ -245,9 +254,15 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     let gemma = family.is_gemma();
     let qk_norm = matches!(
         family,
-        Family::Qwen3 | Family::Gemma3 | Family::Qwen3Moe | Family::Olmo2 | Family::Olmoe
+        Family::Qwen3
+            | Family::Gemma3
+            | Family::Qwen3Moe
+            | Family::Olmo2
+            | Family::Olmoe
+            | Family::Exaone4
     );
-    let olmo2 = family == Family::Olmo2;
+    // Norms after attention and feed-forward (OLMo 2, EXAONE 4), no pre-norms.
+    let olmo2 = matches!(family, Family::Olmo2 | Family::Exaone4);
     let phi3 = family == Family::Phi3;
     let moe = matches!(
         family,
@@ -368,6 +383,31 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("rope_theta", Value::from(1_000_000.0)),
             ("rope_local_base_freq", Value::from(10000.0)),
             ("sliding_window", Value::from(4096)),
+        ],
+        "exaone4" => &[
+            ("vocab_size", Value::from(102400)),
+            ("hidden_size", Value::from(4096)),
+            ("intermediate_size", Value::from(16384)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("num_key_value_heads", Value::from(32)),
+            ("max_position_embeddings", Value::from(2048)),
+            ("rms_norm_eps", Value::from(1e-5)),
+            ("rope_theta", Value::from(10000.0)),
+            ("sliding_window", Value::from(4096)),
+            ("sliding_window_pattern", Value::from(4)),
+        ],
+        "cohere2" => &[
+            ("vocab_size", Value::from(256000)),
+            ("hidden_size", Value::from(8192)),
+            ("intermediate_size", Value::from(22528)),
+            ("num_hidden_layers", Value::from(40)),
+            ("num_attention_heads", Value::from(64)),
+            ("max_position_embeddings", Value::from(8192)),
+            ("layer_norm_eps", Value::from(1e-5)),
+            ("rope_theta", Value::from(10000.0)),
+            ("sliding_window", Value::from(4096)),
+            ("logit_scale", Value::from(0.0625)),
         ],
         "gemma2" => &[
             ("vocab_size", Value::from(256000)),
@@ -598,10 +638,52 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             | "olmoe"
             | "deepseek_v2"
             | "deepseek_v3"
+            | "cohere2"
     ) && missing(obj, "num_key_value_heads")
     {
         if let Some(h) = obj.get("num_attention_heads").cloned() {
             obj.insert("num_key_value_heads".into(), h);
+        }
+    }
+    if model_type == "cohere2" {
+        // Cohere2Config sets `head_dim = hidden_size // num_attention_heads`.
+        let hd = obj
+            .get("hidden_size")
+            .and_then(|v| v.as_u64())
+            .zip(
+                obj.get("num_attention_heads")
+                    .and_then(|v| v.as_u64())
+                    .filter(|&n| n > 0),
+            )
+            .map(|(h, n)| h / n);
+        if let Some(hd) = hd {
+            obj.insert("head_dim".into(), Value::from(hd));
+        }
+    }
+    if matches!(model_type.as_str(), "exaone4" | "cohere2") && missing(obj, "layer_types") {
+        // Their configs derive the layer types from an integer `sliding_window_pattern`
+        // (EXAONE 4: none without a window).
+        let n = obj
+            .get("num_hidden_layers")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        // A pattern string ("LLLG") fails the config class: llama.cpp reads config.json as is.
+        let pattern = match obj.get("sliding_window_pattern") {
+            None => Some(4),
+            Some(v) => v.as_u64(),
+        };
+        let windowed = model_type == "cohere2" || !missing(obj, "sliding_window");
+        if let Some(pattern) = pattern.filter(|&p| windowed && p > 0 && n <= 1 << 16) {
+            let types: Vec<Value> = (0..n)
+                .map(|i| {
+                    Value::from(if (i + 1) % pattern != 0 {
+                        "sliding_attention"
+                    } else {
+                        "full_attention"
+                    })
+                })
+                .collect();
+            obj.insert("layer_types".into(), Value::Array(types));
         }
     }
     if model_type == "deepseek_v2" || model_type == "deepseek_v3" {

@@ -178,7 +178,7 @@ pub(crate) fn convert(
             OutType::Q8_0 | OutType::Auto => GgmlType::F16,
         }
     };
-    if family.is_llama() {
+    if family.is_llama() || family == Family::Exaone4 {
         let rope_params = rp
             .get("full_attention")
             .and_then(|v| v.as_object())
@@ -260,6 +260,13 @@ pub(crate) fn convert(
         }
         if family.is_gemma() && family != Family::Gemma3 && name == "lm_head.weight" {
             // Gemma 2 ties its output to the embedding; llama.cpp skips a stray lm_head.
+            continue;
+        }
+        if family == Family::Cohere2 && name.ends_with(".bias") {
+            // llama.cpp runs Command R7B without biases; its checkpoints carry zero ones.
+            if !all_zero(&ck, dir, hf)? {
+                return Err(bad(dir, format!("bias {hf:?} is not zero")));
+            }
             continue;
         }
         if family == Family::DeepSeek2 {
@@ -374,6 +381,13 @@ pub(crate) fn convert(
     }
 
     write::write_file(out, &ck, fp8_block, meta, &plan, opts)
+}
+
+/// Whether every value of `hf` is zero.
+fn all_zero(ck: &Checkpoint, dir: &Path, hf: &str) -> Result<bool, ConvertError> {
+    let v = read::Values::open(ck, hf, None).map_err(|e| bad(dir, format!("{hf}: {e}")))?;
+    let n = ck.info(hf).map_or(0, |(_, s)| s.iter().product::<usize>());
+    Ok((0..n).all(|i| v.get(i) == 0.0))
 }
 
 /// An FP8 checkpoint's `weight_block_size` (`[rows, columns]` per scale), if it has one.

@@ -291,6 +291,56 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             }
         }
         Family::DeepSeek2 => deepseek2(meta, hp)?,
+        Family::Exaone4 => {
+            meta.u32(k("vocab_size"), need_u32(hp, &["vocab_size"])?);
+            if let Some(sw) = uint(h, &["sliding_window"], cfg)? {
+                meta.u32(
+                    k("attention.sliding_window"),
+                    u32_of(sw, "sliding_window", cfg)?,
+                );
+                match h.get("layer_types") {
+                    Some(Value::Array(types)) => {
+                        let p: Vec<bool> = types
+                            .iter()
+                            .map(|t| t.as_str() == Some("sliding_attention"))
+                            .collect();
+                        meta.bools(k("attention.sliding_window_pattern"), &p);
+                    }
+                    _ => {
+                        if let Some(p) = exaone4_pattern(h, n_layer) {
+                            meta.bools(k("attention.sliding_window_pattern"), &p);
+                        }
+                    }
+                }
+            }
+        }
+        Family::Cohere2 => {
+            let scale = h
+                .get("logit_scale")
+                .and_then(|v| v.as_f64())
+                .ok_or_else(|| bad(cfg, "no logit_scale"))?;
+            meta.f32(k("logit_scale"), scale as f32);
+            meta.u32(
+                k("attention.sliding_window"),
+                need_u32(hp, &["sliding_window"])?,
+            );
+            meta.u32(k("vocab_size"), need_u32(hp, &["vocab_size"])?);
+            let pct = h
+                .get("rotary_pct")
+                .and_then(|v| v.as_f64())
+                .ok_or_else(|| bad(cfg, "no rotary_pct"))?;
+            let embd = need(hp, &["hidden_size"])?;
+            let heads = need(hp, &["num_attention_heads"])?;
+            if heads == 0 {
+                return Err(bad(cfg, "num_attention_heads is 0"));
+            }
+            let dims = (pct * (embd / heads) as f64) as u64;
+            meta.u32(
+                k("rope.dimension_count"),
+                u32_of(dims, "rope dimensions", cfg)?,
+            );
+            meta.str(k("rope.scaling.type"), "none");
+        }
         Family::Olmoe => {
             // llama.cpp's OlmoeModel writes 1e-5 whatever the config says.
             meta.f32(k("attention.layer_norm_rms_epsilon"), 1e-5);
@@ -366,6 +416,24 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// EXAONE 4's per-layer window flags from a `sliding_window_pattern` (`"LLLG"` repeated, or
+/// every `n`-th layer global), when the config has no `layer_types`.
+fn exaone4_pattern(h: &Value, n_layer: u64) -> Option<Vec<bool>> {
+    let n = usize::try_from(n_layer).ok().filter(|&n| n <= 1 << 16)?;
+    let p: Vec<bool> = match h.get("sliding_window_pattern")? {
+        Value::String(s) if !s.is_empty() => {
+            let b = s.as_bytes();
+            (0..n).map(|i| b[i % b.len()] == b'L').collect()
+        }
+        Value::Number(x) => {
+            let m = x.as_u64().filter(|&m| m > 0)? as usize;
+            (0..n).map(|i| (i + 1) % m != 0).collect()
+        }
+        _ => return None,
+    };
+    Some(p)
 }
 
 /// A value the family's converter reads without a default: missing is an error, as the
