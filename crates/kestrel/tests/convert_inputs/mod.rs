@@ -439,6 +439,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             0.1,
         ));
     }
+    if mt == "starcoder2" {
+        starcoder2_layers(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
     if mt.starts_with("deepseek") {
         deepseek::layers(case, &mut rng, &mut t);
         let block = case.extra["quantization_config"]["weight_block_size"]
@@ -698,4 +703,41 @@ fn mistral3_config(flat: Json) -> Json {
             "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "image_size": 64,
             "patch_size": 16, "num_channels": 3, "rope_theta": 10000.0 },
     })
+}
+
+/// StarCoder 2's layers: LayerNorms and every projection with biases, a two-matrix GELU MLP
+/// (`c_fc`, `c_proj`), and the final norm's bias.
+fn starcoder2_layers(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
+    let h = case.hidden;
+    let hd = case.head_dim.unwrap_or(h / case.heads);
+    let (q, kv) = (case.heads * hd, case.kv_heads * hd);
+    let mut push = |rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32| {
+        let n = shape.iter().product::<usize>();
+        t.push((name, shape, (0..n).map(|_| base + rng.uniform(a)).collect()));
+    };
+    push(rng, "model.norm.bias".into(), vec![h], 0.0, 0.1);
+    for l in 0..case.layers {
+        let p = |s: &str| format!("model.layers.{l}.{s}");
+        for norm in ["input_layernorm", "post_attention_layernorm"] {
+            push(rng, p(&format!("{norm}.weight")), vec![h], 1.0, 0.2);
+            push(rng, p(&format!("{norm}.bias")), vec![h], 0.0, 0.1);
+        }
+        let a = 1.0 / (h as f32).sqrt();
+        for (name, rows, cols) in [
+            ("self_attn.q_proj", q, h),
+            ("self_attn.k_proj", kv, h),
+            ("self_attn.v_proj", kv, h),
+            ("self_attn.o_proj", h, q),
+            ("mlp.c_fc", case.ff, h),
+            ("mlp.c_proj", h, case.ff),
+        ] {
+            let a = if cols == h {
+                a
+            } else {
+                1.0 / (cols as f32).sqrt()
+            };
+            push(rng, p(&format!("{name}.weight")), vec![rows, cols], 0.0, a);
+            push(rng, p(&format!("{name}.bias")), vec![rows], 0.0, 0.05);
+        }
+    }
 }

@@ -40,6 +40,8 @@ pub(crate) enum Family {
     Exaone4,
     /// `Cohere2ForCausalLM` (Command R7B; GGUF `cohere2`: parallel block, logit scale).
     Cohere2,
+    /// `Starcoder2ForCausalLM` (GGUF `starcoder2`: LayerNorm with biases, GELU MLP).
+    StarCoder2,
     /// `DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM` (GGUF `deepseek2`: multi-head latent
     /// attention with `kv_b_proj` split, leading dense layers, routed and shared experts).
     DeepSeek2,
@@ -52,6 +54,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      Phi3ForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
      OlmoeForCausalLM, GraniteForCausalLM, Exaone4ForCausalLM, Cohere2ForCausalLM, \
+     Starcoder2ForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
 
@@ -107,6 +110,7 @@ impl Family {
             "Mistral3ForConditionalGeneration" | "Ministral3ForCausalLM" => Family::Mistral3,
             "Exaone4ForCausalLM" => Family::Exaone4,
             "Cohere2ForCausalLM" => Family::Cohere2,
+            "Starcoder2ForCausalLM" => Family::StarCoder2,
             _ => return None,
         })
     }
@@ -131,6 +135,7 @@ impl Family {
             Family::Mistral3 => "mistral3",
             Family::Exaone4 => "exaone4",
             Family::Cohere2 => "cohere2",
+            Family::StarCoder2 => "starcoder2",
         }
     }
 
@@ -241,6 +246,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     match name {
         "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
         "model.norm.weight" => return Some("output_norm.weight".into()),
+        "model.norm.bias" if family == Family::StarCoder2 => {
+            return Some("output_norm.bias".into())
+        }
         "lm_head.weight" => return Some("output.weight".into()),
         _ => {}
     }
@@ -295,6 +303,8 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "mlp.shared_expert.up_proj" if family == Family::Qwen2Moe => "ffn_up_shexp",
         "mlp.shared_expert.down_proj" if family == Family::Qwen2Moe => "ffn_down_shexp",
         "mlp.shared_expert_gate" if family == Family::Qwen2Moe => "ffn_gate_inp_shexp",
+        "mlp.c_fc" if family == Family::StarCoder2 => "ffn_up",
+        "mlp.c_proj" if family == Family::StarCoder2 => "ffn_down",
         "self_attn.q_a_proj" if mla => "attn_q_a",
         "self_attn.q_a_layernorm" if mla => "attn_q_a_norm",
         "self_attn.q_b_proj" if mla => "attn_q_b",
@@ -383,6 +393,17 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("rope_theta", Value::from(1_000_000.0)),
             ("rope_local_base_freq", Value::from(10000.0)),
             ("sliding_window", Value::from(4096)),
+        ],
+        "starcoder2" => &[
+            ("vocab_size", Value::from(49152)),
+            ("hidden_size", Value::from(3072)),
+            ("intermediate_size", Value::from(12288)),
+            ("num_hidden_layers", Value::from(30)),
+            ("num_attention_heads", Value::from(24)),
+            ("num_key_value_heads", Value::from(2)),
+            ("max_position_embeddings", Value::from(4096)),
+            ("norm_epsilon", Value::from(1e-5)),
+            ("rope_theta", Value::from(10000.0)),
         ],
         "exaone4" => &[
             ("vocab_size", Value::from(102400)),

@@ -272,7 +272,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                 }
             }
         }
-        Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Phi3 => {}
+        Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Phi3 | Family::StarCoder2 => {}
         Family::Olmo2 => {
             if let Some(sw) = uint(h, &["sliding_window"], cfg)? {
                 meta.u32(
