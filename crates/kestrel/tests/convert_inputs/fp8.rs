@@ -4,26 +4,9 @@
 
 use std::collections::HashSet;
 
-use super::Named;
+use kestrel::convert::safetensors::f8e4m3_to_f32 as decode;
 
-/// The e4m3fn value of byte `b` (NaN for 0x7f / 0xff).
-fn decode(b: u8) -> f32 {
-    let e = (b >> 3) & 0x0f;
-    let m = f32::from(b & 7);
-    if e == 0x0f && b & 7 == 7 {
-        return f32::NAN;
-    }
-    let mag = if e == 0 {
-        m / 8.0 * 2f32.powi(-6)
-    } else {
-        (1.0 + m / 8.0) * 2f32.powi(i32::from(e) - 7)
-    };
-    if b & 0x80 != 0 {
-        -mag
-    } else {
-        mag
-    }
-}
+use super::Named;
 
 /// The nearest e4m3fn byte to `v` (ties to the even code), saturating at ±448.
 fn encode(v: f32) -> u8 {
