@@ -159,7 +159,32 @@ impl<'a> Values<'a> {
             return Err(format!("row {r} is outside the tensor"));
         }
         out.clear();
-        out.extend((start..start + self.cols).map(|i| self.get(i)));
+        // One dtype match per row: this is the converter's inner loop.
+        let size = elem_size(self.dtype).unwrap_or(1);
+        let src = &self.bytes[start * size..(start + self.cols) * size];
+        let le2 = |c: &[u8]| u16::from_le_bytes([c[0], c[1]]);
+        match self.dtype {
+            StDType::F32 => out.extend(
+                src.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            ),
+            StDType::F16 => {
+                out.extend(src.chunks_exact(2).map(|c| f16::from_bits(le2(c)).to_f32()))
+            }
+            StDType::BF16 => out.extend(
+                src.chunks_exact(2)
+                    .map(|c| bf16::from_bits(le2(c)).to_f32()),
+            ),
+            StDType::F8E4M3 => out.extend(src.iter().map(|&b| f8e4m3_to_f32(b))),
+            StDType::F8E5M2 => out.extend(src.iter().map(|&b| f8e5m2_to_f32(b))),
+            StDType::U8 | StDType::Other => return Err("not a float tensor".into()),
+        }
+        if let Some(s) = &self.scales {
+            let srow = (r / s.block.0) * s.cols;
+            for (c, v) in out.iter_mut().enumerate() {
+                *v *= float_at(s.dtype, s.bytes, srow + c / s.block.1);
+            }
+        }
         if shift {
             for v in out.iter_mut() {
                 *v = if self.dtype == StDType::F16 {
