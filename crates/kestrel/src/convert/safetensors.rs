@@ -194,28 +194,43 @@ impl SafeTensors {
             reason: format!("tensor {name:?} is missing"),
         })?;
         let bytes = &self.map[self.data_start + t.range.0..self.data_start + t.range.1];
-        let le2 = |c: &[u8]| u16::from_le_bytes([c[0], c[1]]);
-        Ok(match t.dtype {
-            StDType::F32 => bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            StDType::F16 => bytes
-                .chunks_exact(2)
-                .map(|c| f16::from_bits(le2(c)).to_f32())
-                .collect(),
-            StDType::BF16 => bytes
-                .chunks_exact(2)
-                .map(|c| bf16::from_bits(le2(c)).to_f32())
-                .collect(),
-            StDType::U8 | StDType::Other | StDType::F8E4M3 | StDType::F8E5M2 => {
-                return Err(ConvertError::Input {
-                    path: self.path.clone(),
-                    reason: format!("tensor {name:?} is not a float tensor"),
-                })
-            }
-        })
+        // FP8 values mean nothing without their scales: not read here.
+        let mut out = Vec::new();
+        if !t.dtype.is_float() || !decode_into(t.dtype, bytes, &mut out) {
+            return Err(ConvertError::Input {
+                path: self.path.clone(),
+                reason: format!("tensor {name:?} is not a float tensor"),
+            });
+        }
+        Ok(out)
     }
+}
+
+/// Appends the values in `bytes` (little-endian elements of `dtype`) to `out` as f32; `false`
+/// for a type that is not a float.
+pub fn decode_into(dtype: StDType, bytes: &[u8], out: &mut Vec<f32>) -> bool {
+    let le2 = |c: &[u8]| u16::from_le_bytes([c[0], c[1]]);
+    match dtype {
+        StDType::F32 => out.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        ),
+        StDType::F16 => out.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| f16::from_bits(le2(c)).to_f32()),
+        ),
+        StDType::BF16 => out.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| bf16::from_bits(le2(c)).to_f32()),
+        ),
+        StDType::F8E4M3 => out.extend(bytes.iter().map(|&b| f8e4m3_to_f32(b))),
+        StDType::F8E5M2 => out.extend(bytes.iter().map(|&b| f8e5m2_to_f32(b))),
+        StDType::U8 | StDType::Other => return false,
+    }
+    true
 }
 
 /// An `float8_e4m3fn` value as f32 (exact): bias 7, subnormals below 2^-6, 0x7f and 0xff NaN.

@@ -7,7 +7,7 @@
 use half::{bf16, f16};
 
 use crate::convert::checkpoint::Checkpoint;
-use crate::convert::safetensors::{f8e4m3_to_f32, f8e5m2_to_f32, StDType};
+use crate::convert::safetensors::{decode_into, f8e4m3_to_f32, f8e5m2_to_f32, StDType};
 
 /// The scales of an FP8 tensor.
 struct Scales<'a> {
@@ -153,32 +153,15 @@ impl<'a> Values<'a> {
     /// Row `r` into `out`; `shift` adds 1 (Gemma's norms), in f16 for F16 tensors as torch
     /// adds in the tensor's own type.
     pub(super) fn row(&self, r: usize, shift: bool, out: &mut Vec<f32>) -> Result<(), String> {
-        let n = self.bytes.len() / elem_size(self.dtype).unwrap_or(1);
+        let size = elem_size(self.dtype).ok_or("not a float tensor")?;
         let start = r * self.cols;
-        if start + self.cols > n {
-            return Err(format!("row {r} is outside the tensor"));
-        }
+        let src = self
+            .bytes
+            .get(start * size..(start + self.cols) * size)
+            .ok_or_else(|| format!("row {r} is outside the tensor"))?;
         out.clear();
         // One dtype match per row: this is the converter's inner loop.
-        let size = elem_size(self.dtype).unwrap_or(1);
-        let src = &self.bytes[start * size..(start + self.cols) * size];
-        let le2 = |c: &[u8]| u16::from_le_bytes([c[0], c[1]]);
-        match self.dtype {
-            StDType::F32 => out.extend(
-                src.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-            ),
-            StDType::F16 => {
-                out.extend(src.chunks_exact(2).map(|c| f16::from_bits(le2(c)).to_f32()))
-            }
-            StDType::BF16 => out.extend(
-                src.chunks_exact(2)
-                    .map(|c| bf16::from_bits(le2(c)).to_f32()),
-            ),
-            StDType::F8E4M3 => out.extend(src.iter().map(|&b| f8e4m3_to_f32(b))),
-            StDType::F8E5M2 => out.extend(src.iter().map(|&b| f8e5m2_to_f32(b))),
-            StDType::U8 | StDType::Other => return Err("not a float tensor".into()),
-        }
+        decode_into(self.dtype, src, out);
         if let Some(s) = &self.scales {
             let srow = (r / s.block.0) * s.cols;
             for (c, v) in out.iter_mut().enumerate() {
