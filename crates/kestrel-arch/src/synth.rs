@@ -1,4 +1,5 @@
-//! Random-weight decoders of real shapes (Llama 3.2 1B, Llama 3.1 8B, Gemma 3 270M) in a chosen
+//! Random-weight decoders of real shapes (Llama 3.2 1B, Llama 3.1 8B, Gemma 3 270M, SmolLM2
+//! 135M) in a chosen
 //! quantization, for measuring speed where the real file cannot be had or carried: the GPU test
 //! machine takes at most 64 MiB per transfer, and no 8B file is in the project. Both engines run
 //! the same file (llama.cpp reads it as any GGUF), so the figures compare like with like.
@@ -24,6 +25,9 @@ pub enum SynthShape {
     /// Gemma 3 270M: 18 layers of 640, 4 heads (1 KV) of 256, FFN 2048, vocabulary 262144,
     /// tied embeddings, sliding window 512 on five of every six layers.
     Gemma3_270M,
+    /// SmolLM2 135M: 30 layers of 576, 9 heads (3 KV) of 64, FFN 1536, vocabulary 49152, tied
+    /// embeddings (the project's test model, for GPU runs that cannot carry the real file).
+    SmolLM2_135M,
 }
 
 impl SynthShape {
@@ -32,6 +36,7 @@ impl SynthShape {
         ("llama-1b", SynthShape::Llama1B),
         ("llama-8b", SynthShape::Llama8B),
         ("gemma3-270m", SynthShape::Gemma3_270M),
+        ("smollm2-135m", SynthShape::SmolLM2_135M),
     ];
 
     /// The shape of a name in [`ALL`](Self::ALL), case-insensitive.
@@ -82,6 +87,20 @@ impl SynthShape {
                 tied: true,
                 rope_base: 1_000_000.0,
                 ctx: 32_768,
+            },
+            SynthShape::SmolLM2_135M => Dims {
+                arch: "llama",
+                name: "SmolLM2-135M-shaped (random weights)",
+                n_embd: 576,
+                n_layer: 30,
+                n_head: 9,
+                n_kv: 3,
+                head_dim: 64,
+                n_ff: 1536,
+                n_vocab: 49_152,
+                tied: true,
+                rope_base: 100_000.0,
+                ctx: 8192,
             },
         }
     }

@@ -10,7 +10,7 @@ use kestrel::arch::synth::{synth_model, SynthShape, SynthType};
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// The shape: llama-1b, llama-8b or gemma3-270m.
+    /// The shape: llama-1b, llama-8b, gemma3-270m or smollm2-135m.
     #[arg(long)]
     pub shape: String,
     /// The quantization: F16, Q8_0, Q4_0, Q4_1 or Q4_K_M.
