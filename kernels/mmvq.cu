@@ -17,12 +17,14 @@ __device__ __forceinline__ int fifth_bits(u32 h) {
                  ((h << 25) & 0x10000000u));
 }
 
-// Σ over the block of (weight quant as stored, unsigned for Q4/Q5) × activation quant.
+// Σ over the block of (weight quant as stored, unsigned for Q4/Q5) × activation quant. `A4`:
+// `qs` is 4-byte aligned (Q4_1's and Q5_1's 20- and 24-byte blocks), read a word at a time.
+template <bool A4>
 __device__ __forceinline__ int nibble_dot(const u8 *qs, u32 qh, bool has_qh, const block_q8_1 *a) {
     int sumi = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int v = load_i32_a2(qs + 4 * i);
+        const int v = A4 ? load_i32_a4(qs + 4 * i) : load_i32_a2(qs + 4 * i);
         int lo = v & 0x0F0F0F0F;
         int hi = (v >> 4) & 0x0F0F0F0F;
         if (has_qh) {
@@ -36,23 +38,23 @@ __device__ __forceinline__ int nibble_dot(const u8 *qs, u32 qh, bool has_qh, con
 }
 
 __device__ __forceinline__ float dot_block(const block_q4_0 *w, const block_q8_1 *a) {
-    const int sumi = nibble_dot(w->qs, 0, false, a);
+    const int sumi = nibble_dot<false>(w->qs, 0, false, a);
     return __half2float(w->d) * (__half2float(a->d) * (float)sumi - 8.0f * __half2float(a->s));
 }
 
 __device__ __forceinline__ float dot_block(const block_q4_1 *w, const block_q8_1 *a) {
-    const int sumi = nibble_dot(w->qs, 0, false, a);
+    const int sumi = nibble_dot<true>(w->qs, 0, false, a);
     return __half2float(w->d) * __half2float(a->d) * (float)sumi +
            __half2float(w->m) * __half2float(a->s);
 }
 
 __device__ __forceinline__ float dot_block(const block_q5_0 *w, const block_q8_1 *a) {
-    const int sumi = nibble_dot(w->qs, (u32)load_i32_a2(w->qh), true, a);
+    const int sumi = nibble_dot<false>(w->qs, (u32)load_i32_a2(w->qh), true, a);
     return __half2float(w->d) * (__half2float(a->d) * (float)sumi - 16.0f * __half2float(a->s));
 }
 
 __device__ __forceinline__ float dot_block(const block_q5_1 *w, const block_q8_1 *a) {
-    const int sumi = nibble_dot(w->qs, (u32)load_i32_a2(w->qh), true, a);
+    const int sumi = nibble_dot<true>(w->qs, (u32)load_i32_a4(w->qh), true, a);
     return __half2float(w->d) * __half2float(a->d) * (float)sumi +
            __half2float(w->m) * __half2float(a->s);
 }

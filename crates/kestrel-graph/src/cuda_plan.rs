@@ -21,7 +21,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use kestrel_tensor::cuda::{CudaDevice, DeviceGraph, DeviceIds, DeviceTensor};
+use kestrel_tensor::cuda::{CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, Q8Ticket};
 use kestrel_tensor::{DType, Shape, Tensor};
 
 use crate::cuda_profile::{self, Profile};
@@ -129,6 +129,10 @@ pub struct CudaPlan {
     id: u64,
     /// Per-op GPU times (`KESTREL_CUDA_PROFILE=1`).
     profile: Option<Profile>,
+    /// The node whose output the device's matvec scratch holds as Q8_1 this step, and the
+    /// ticket naming it: the next matmul of the same node (q, k and v share one input; gate
+    /// and up another) skips quantizing it again. Cleared at every step's start.
+    q8: Option<(usize, Q8Ticket)>,
     /// The output rows of the last step, copied back.
     out: Vec<f32>,
 }
@@ -255,6 +259,7 @@ impl CudaPlan {
             positions: Vec::with_capacity(max_tokens),
             mask: Vec::with_capacity(max_tokens),
             ids: Vec::with_capacity(max_tokens),
+            q8: None,
             tokens: Vec::with_capacity(max_tokens),
             d_tokens: dev.new_ids(max_tokens)?,
             d_positions: dev.new_ids(max_tokens)?,
@@ -391,6 +396,7 @@ impl CudaPlan {
     ) -> Result<(), GraphError> {
         // The nodes leave the plan for the step, so each op borrows its node without a copy.
         let nodes = std::mem::take(&mut self.nodes);
+        self.q8 = None;
         let result = nodes.iter().enumerate().try_for_each(|(i, node)| {
             if let Some(p) = &self.profile {
                 p.mark(&self.dev, i, false)?;
@@ -521,7 +527,10 @@ impl CudaPlan {
             },
             Op::MatMul { weight } => {
                 let a = self.input(node, 0)?;
-                dev.matmul(a, &self.weights[*weight], out)?;
+                let from = node.inputs[0];
+                let ticket = self.q8.and_then(|(id, t)| (id == from).then_some(t));
+                let issued = dev.matmul_reusing(a, &self.weights[*weight], out, ticket)?;
+                self.q8 = issued.map(|t| (from, t));
             }
             Op::AddBias { bias } => dev.add(self.input(node, 0)?, &self.weights[*bias], out)?,
             Op::RmsNorm { group, eps, weight } => {

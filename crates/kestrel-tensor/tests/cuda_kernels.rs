@@ -21,7 +21,7 @@
 //!   add/mul and get_rows exact to 1e-12; argmax exact.
 #![cfg(feature = "cuda")]
 
-use kestrel_tensor::cuda::{CudaDevice, CudaError};
+use kestrel_tensor::cuda::{AttentionKernel, CudaDevice, CudaError};
 use kestrel_tensor::{quant, CpuEngine, DType, Engine, Shape, Tensor};
 
 fn device() -> Option<CudaDevice> {
@@ -192,6 +192,35 @@ fn gemm_covers_every_band_of_a_large_weight() {
     assert!(tail <= 1e-4, "the last band: nmse {tail:e}");
 }
 
+/// A matvec handed the ticket of the same input's Q8_1 data skips quantizing it and gives the
+/// product bit for bit; a ticket gone stale (another input quantized since) is refused.
+#[test]
+fn a_reused_quantized_input_gives_the_same_product() {
+    let Some(dev) = device() else { return };
+    let (k, m, n) = (1024, 256, 2);
+    let w1 = dev.upload(&weight(DType::Q4K, m, k, 5)).unwrap();
+    let w2 = dev.upload(&weight(DType::Q8_0, m, k, 6)).unwrap();
+    let x = dev.upload(&f32_tensor(n, k, 7)).unwrap();
+    let y = dev.upload(&f32_tensor(n, k, 8)).unwrap();
+    let zeros = || dev.zeros_f32(Shape::matrix(n, m).unwrap()).unwrap();
+    let mut o = zeros();
+    dev.matmul(&x, &w2, &mut o).unwrap();
+    let want = dev.download_f32(&o).unwrap();
+
+    let t = dev.matmul_reusing(&x, &w1, &mut zeros(), None).unwrap();
+    assert!(t.is_some(), "a matvec leaves Q8_1 data");
+    let mut o = zeros();
+    let reused = dev.matmul_reusing(&x, &w2, &mut o, t).unwrap();
+    assert_eq!(reused, t, "the same data is named by the same ticket");
+    assert_eq!(dev.download_f32(&o).unwrap(), want);
+
+    dev.matmul(&y, &w1, &mut zeros()).unwrap();
+    let mut o = zeros();
+    let fresh = dev.matmul_reusing(&x, &w2, &mut o, t).unwrap();
+    assert_ne!(fresh, t, "a stale ticket makes the call quantize again");
+    assert_eq!(dev.download_f32(&o).unwrap(), want);
+}
+
 #[test]
 fn matmul_takes_any_rows_and_refuses_a_k_mismatch() {
     let Some(dev) = device() else { return };
@@ -208,7 +237,9 @@ fn matmul_takes_any_rows_and_refuses_a_k_mismatch() {
 fn norms_match_the_cpu_engine() {
     let Some(dev) = device() else { return };
     let cpu = CpuEngine::new(2).unwrap();
-    for (rows, k) in [(1, 576), (7, 640), (3, 4096)] {
+    // rms_norm holds up to 8192 values a row in registers and loops over longer rows (16384);
+    // per-head norms are many short rows (64).
+    for (rows, k) in [(1, 576), (7, 640), (3, 4096), (2, 16_384), (40, 64)] {
         let x = f32_tensor(rows, k, 3);
         let w = f32_tensor(1, k, 4).reshape(Shape::vector(k)).unwrap();
         let b = f32_tensor(1, k, 5).reshape(Shape::vector(k)).unwrap();
@@ -414,8 +445,15 @@ fn attention_matches_the_cpu_engine() {
             softcap,
             window,
         };
-        // One decode query and a three-token prefill tail, all inside the cached 300.
-        for positions in [vec![299], vec![100, 101, 299]] {
+        // One decode query, a three-token prefill tail, and prefill chunks that take the tiled
+        // kernel (from 8 tokens: the first 40 positions, then 50 ending at 299), all inside
+        // the cached 300.
+        for positions in [
+            vec![299],
+            vec![100, 101, 299],
+            (0..40).collect(),
+            (250..300).collect(),
+        ] {
             let q = random(positions.len() * n_head * head_dim, 43);
             let mut want = vec![0f32; q.len()];
             attention(
@@ -443,16 +481,21 @@ fn attention_matches_the_cpu_engine() {
                 .unwrap();
             let qshape = Shape::matrix(positions.len() * n_head, head_dim).unwrap();
             let dq = dev.upload(&Tensor::from_f32(qshape, &q).unwrap()).unwrap();
-            let mut out = dev.zeros_f32(qshape).unwrap();
-            dev.attention(&dq, &positions, &kc, &vc, kv_len, &p, &mut out)
-                .unwrap();
-            // The CPU rounds the query and its accumulator to f16 on this path, as llama.cpp
-            // does (~1e-3 relative); the GPU keeps both in f32.
-            let e = nmse(&dev.download_f32(&out).unwrap(), &want);
-            assert!(
-                e <= 1e-5,
-                "attention {n_head}/{n_kv_head}x{head_dim} window {window} cap {softcap} at {positions:?}: {e:e}"
-            );
+            // Both kernels (the tiled one serves 8 tokens or more).
+            for kernel in [AttentionKernel::PerToken, AttentionKernel::Tiled] {
+                dev.set_attention_kernel(kernel);
+                let mut out = dev.zeros_f32(qshape).unwrap();
+                dev.attention(&dq, &positions, &kc, &vc, kv_len, &p, &mut out)
+                    .unwrap();
+                // The CPU rounds the query and its accumulator to f16 on this path, as
+                // llama.cpp does (~1e-3 relative); the GPU keeps both in f32.
+                let e = nmse(&dev.download_f32(&out).unwrap(), &want);
+                assert!(
+                    e <= 1e-5,
+                    "attention ({kernel:?}) {n_head}/{n_kv_head}x{head_dim} window {window} cap {softcap} at {positions:?}: {e:e}"
+                );
+            }
+            dev.set_attention_kernel(AttentionKernel::Auto);
         }
     }
 }

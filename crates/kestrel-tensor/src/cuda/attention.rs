@@ -2,15 +2,37 @@
 //! the cache (`kernels/rope.cu`, `kernels/attention.cu`). Parameters are the CPU engine's
 //! ([`RopeParams`], [`AttentionParams`]) so a plan hands both engines the same values.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::engine::{cfg, driver, f32_only, grid_for, i32_of};
-use super::{CudaDevice, DeviceIds, DeviceTensor, MAX_HEAD_DIM};
+use super::{AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, MAX_HEAD_DIM};
 use crate::cpu::{rope_yarn_corr_dims, AttentionParams, RopeMode, RopeParams};
 use crate::error::{Result, TensorError};
 use crate::{DType, Shape};
 
+/// Query tokens from which attention may take the tiled kernel (`attention_f16_tiled`: a CTA
+/// per 16 query rows of one KV head, K/V tiles staged in shared memory) instead of a CTA per
+/// (token, head) reading K/V from global memory.
+pub const TILED_ATTENTION_MIN_TOKENS: usize = 8;
+
+/// The tiled kernel's CTAs must fill the device this many times over: with few KV heads it
+/// makes few CTAs (Gemma 3 270M's one KV head: 128 for 512 tokens) and measured slower than the
+/// CTA-per-(token, head) kernel (H200, session 35: Gemma-shaped pp512 62k t/s against 90k),
+/// while at 288 CTAs (SmolLM2's three heads, 132 SMs) it was 1.29× faster.
+const TILED_ATTENTION_MIN_WAVES: usize = 2;
+
+/// Query rows and keys per tile of `attention_f16_tiled` (`TILE_ROWS`, `TILE_KEYS`).
+const TILE_ROWS: usize = 16;
+const TILE_KEYS: usize = 32;
+
 impl CudaDevice {
+    /// Picks the kernel attention takes for several query tokens (tests and A/B runs;
+    /// `KESTREL_CUDA_ATTENTION` sets the default when the device opens).
+    pub fn set_attention_kernel(&self, kernel: AttentionKernel) {
+        self.attention_kernel
+            .store(kernel as u8, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// A zeroed tensor of any dtype (a KV cache: F16 `[row, capacity]`).
     ///
     /// # Errors
@@ -356,6 +378,54 @@ impl CudaDevice {
             );
             let window = i32_of(OP, p.window)?;
             let causal = 1i32;
+            let n_tokens = positions.len();
+            let rows = n_tokens * (p.n_head / p.n_kv_head);
+            let ctas = rows.div_ceil(TILE_ROWS) * p.n_kv_head;
+            let choice = AttentionKernel::from_index(
+                self.attention_kernel
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            );
+            let fills = ctas >= TILED_ATTENTION_MIN_WAVES * self.sm_count;
+            let tiled = match choice {
+                AttentionKernel::Tiled => true,
+                AttentionKernel::PerToken => false,
+                _ => fills,
+            };
+            if tiled && n_tokens >= TILED_ATTENTION_MIN_TOKENS && p.head_dim.is_multiple_of(2) {
+                let nt = i32_of(OP, n_tokens)?;
+                let f = self.func("attention_f16_tiled")?;
+                let mut b = self.stream.launch_builder(f);
+                b.arg(&q.buf)
+                    .arg(pos)
+                    .arg(&k.buf)
+                    .arg(&v.buf)
+                    .arg(&mut out.buf)
+                    .arg(&nt)
+                    .arg(&nh)
+                    .arg(&nkv)
+                    .arg(&hd)
+                    .arg(&kl)
+                    .arg(&p.scale)
+                    .arg(&p.softcap)
+                    .arg(&window)
+                    .arg(&causal);
+                let smem = (TILE_ROWS * p.head_dim + TILE_KEYS * (p.head_dim / 2 + 1)) * 4;
+                let config = LaunchConfig {
+                    grid_dim: (
+                        grid_for(rows, TILE_ROWS)?,
+                        u32::try_from(p.n_kv_head).map_err(|_| TensorError::InvalidParam {
+                            op: OP,
+                            why: "too many KV heads",
+                        })?,
+                        1,
+                    ),
+                    block_dim: (32, 4, 1),
+                    shared_mem_bytes: smem as u32, // at most 32.1 KiB (head_dim <= 256)
+                };
+                // SAFETY: as below; the kernel's shared memory is `smem` bytes, its layout.
+                unsafe { b.launch(config) }.map_err(driver("launch attention_f16_tiled"))?;
+                return Ok(());
+            }
             let f = self.func("attention_f16")?;
             let mut b = self.stream.launch_builder(f);
             b.arg(&q.buf)

@@ -13,6 +13,8 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
+use super::AttentionKernel;
+
 use super::gemm::Blas;
 use super::{CudaError, MAX_MATVEC_ROWS, MODULES};
 use crate::error::{Result, TensorError};
@@ -160,16 +162,28 @@ impl std::fmt::Debug for DeviceTensor {
     }
 }
 
+/// Names the Q8_1 activations one [`CudaDevice::matmul_reusing`] call left in the device's
+/// scratch; handed back, it lets the next call with the same input skip quantizing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Q8Ticket(u64);
+
 /// One GPU with kestrel's kernels loaded.
 pub struct CudaDevice {
     ordinal: usize,
     name: String,
     capability: (i32, i32),
+    /// Streaming multiprocessors (how many CTAs fill the device: kernel choices).
+    pub(super) sm_count: usize,
+    /// Which attention kernel prefill takes ([`crate::cuda::AttentionKernel`] as its index).
+    pub(super) attention_kernel: std::sync::atomic::AtomicU8,
     pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
     functions: HashMap<&'static str, CudaFunction>,
     /// Q8_1 activations of the last matvec (grown, never shrunk).
     scratch: Mutex<Option<CudaSlice<u8>>>,
+    /// Serial number of the last quantization into `scratch` (changed under its lock), and
+    /// the (rows, row length) it quantized: what a [`Q8Ticket`] is checked against.
+    q8_last: Mutex<(u64, usize, usize)>,
     /// cuBLAS and the dequantized-weight band of the prefill GEMM (`gemm.rs`).
     pub(super) blas: Blas,
     /// The last id arrays the kernels read (positions, token ids), kept on the device.
@@ -264,6 +278,11 @@ impl CudaDevice {
             });
         }
         let name = ctx.name().map_err(err("cuDeviceGetName"))?;
+        let sm_count = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(err("cuDeviceGetAttribute"))?;
         let stream = ctx.new_stream().map_err(err("cuStreamCreate"))?;
         let mut functions = HashMap::new();
         for m in MODULES {
@@ -287,11 +306,14 @@ impl CudaDevice {
             ordinal,
             name,
             capability: (major, minor),
+            sm_count: usize::try_from(sm_count).unwrap_or(1).max(1),
+            attention_kernel: std::sync::atomic::AtomicU8::new(AttentionKernel::from_env() as u8),
             ctx,
             stream,
             blas,
             functions,
             scratch: Mutex::new(None),
+            q8_last: Mutex::new((0, 0, 0)),
             ids: Mutex::new(IdSlots::default()),
             epoch: AtomicU64::new(0),
         })
@@ -488,6 +510,25 @@ impl CudaDevice {
     /// # Errors
     /// Shape or dtype mismatches, a launch failure.
     pub fn matmul(&self, x: &DeviceTensor, w: &DeviceTensor, out: &mut DeviceTensor) -> Result<()> {
+        self.matmul_reusing(x, w, out, None).map(|_| ())
+    }
+
+    /// [`Self::matmul`] that may skip quantizing `x` to Q8_1: when `ticket` is the one a
+    /// previous call returned for the same, unchanged `x` (the caller's promise: a plan's node
+    /// output is written once a step, so the q, k and v projections, or gate and up, of one
+    /// layer share it) and no other matvec has quantized anything since, the scratch still
+    /// holds `x` as Q8_1 and the launch is saved. Returns the ticket of the Q8_1 data this call
+    /// left in the scratch (`None` when it took the GEMM, which quantizes nothing).
+    ///
+    /// # Errors
+    /// As [`Self::matmul`].
+    pub fn matmul_reusing(
+        &self,
+        x: &DeviceTensor,
+        w: &DeviceTensor,
+        out: &mut DeviceTensor,
+        ticket: Option<Q8Ticket>,
+    ) -> Result<Option<Q8Ticket>> {
         const OP: &str = "cuda matmul";
         f32_only(OP, x)?;
         f32_only(OP, out)?;
@@ -511,10 +552,10 @@ impl CudaDevice {
             });
         }
         if n == 0 {
-            return Ok(());
+            return Ok(None);
         }
         if self.gemm_applies(w.dtype, n) {
-            return self.gemm(x, w, out, (n, k, m));
+            return self.gemm(x, w, out, (n, k, m)).map(|()| None);
         }
         let grid = grid_for(m, ROWS_PER_CTA as usize)?;
         let block = (32, ROWS_PER_CTA);
@@ -548,13 +589,23 @@ impl CudaDevice {
                     why: "no scratch",
                 });
             };
-            let nblocks_i = i32_of(OP, nblocks)?;
-            let q = self.func("quantize_q8_1")?;
-            let mut b = self.stream.launch_builder(q);
-            b.arg(&x.buf).arg(&mut *scratch).arg(&nblocks_i);
-            // SAFETY: `x` holds n*k f32 (checked), the scratch n rows of Q8_1 blocks (grown).
-            unsafe { b.launch(cfg(grid_for(nblocks, 8)?, (256, 1))) }
-                .map_err(driver("launch quantize_q8_1"))?;
+            let mut last = self.q8_last.lock().map_err(|_| TensorError::InvalidParam {
+                op: OP,
+                why: "scratch lock poisoned",
+            })?;
+            let reuse = ticket.is_some_and(|t| t.0 == last.0 && (n, k) == (last.1, last.2));
+            if !reuse {
+                let nblocks_i = i32_of(OP, nblocks)?;
+                let q = self.func("quantize_q8_1")?;
+                let mut b = self.stream.launch_builder(q);
+                b.arg(&x.buf).arg(&mut *scratch).arg(&nblocks_i);
+                // SAFETY: `x` holds n*k f32 (checked), the scratch n rows of Q8_1 blocks (grown).
+                unsafe { b.launch(cfg(grid_for(nblocks, 8)?, (256, 1))) }
+                    .map_err(driver("launch quantize_q8_1"))?;
+                *last = (last.0 + 1, n, k);
+            }
+            let issued = Q8Ticket(last.0);
+            drop(last);
             let nb_i = i32_of(OP, nb)?;
             for r0 in (0..n).step_by(MAX_MATVEC_ROWS) {
                 let rows = (n - r0).min(MAX_MATVEC_ROWS);
@@ -567,7 +618,7 @@ impl CudaDevice {
                 // `o` their rows*m f32; the kernel reads and writes only those.
                 unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch mmvq"))?;
             }
-            return Ok(());
+            return Ok(Some(issued));
         }
         let name = match w.dtype {
             DType::F32 => "matvec_f32",
@@ -591,7 +642,7 @@ impl CudaDevice {
             // SAFETY: w holds m*k elements of its float type, xv rows*k f32, o rows*m f32.
             unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch matvec"))?;
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Copies `rows` rows of `src` from row `src_row` into `dst` from row `dst_row` (same

@@ -6,6 +6,11 @@
 //! f32 rather than f16 operands: activations that overflow f16 (Gemma's) stay finite, and the
 //! result is closer to the exact product than the CPU engine's 8-bit activations give.
 //!
+//! `KESTREL_CUDA_GEMM=f16` takes f16 operands instead (the weight dequantized to f16, F16
+//! weights as they are, the activations rounded to f16; f16 tensor cores, f32 accumulation),
+//! as ggml-cuda's cuBLAS path does: half the bytes dequantized and twice TF32's peak, for
+//! models whose activations fit f16. It stays opt-in until it measures faster.
+//!
 //! cuBLAS is loaded at run time like the driver; without it (or with `KESTREL_CUDA_GEMM=0`)
 //! matmul keeps the matvec kernels for every row count.
 
@@ -26,19 +31,54 @@ pub const GEMM_MIN_ROWS: usize = MAX_MATVEC_ROWS + 1;
 /// matrix (128256 × 4096) would take 2 GiB whole.
 const BAND_BYTES: usize = 256 << 20;
 
+/// The GEMM's operand type (see the module's first lines).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Operands {
+    /// f32 (TF32 tensor cores; full f32 for F32 weights).
+    F32,
+    /// f16, f32 accumulation (`KESTREL_CUDA_GEMM=f16`).
+    F16,
+}
+
+impl Operands {
+    fn bytes(self) -> usize {
+        match self {
+            Operands::F32 => 4,
+            Operands::F16 => 2,
+        }
+    }
+
+    fn cuda_type(self) -> blas_sys::cudaDataType_t {
+        match self {
+            Operands::F32 => blas_sys::cudaDataType_t::CUDA_R_32F,
+            Operands::F16 => blas_sys::cudaDataType_t::CUDA_R_16F,
+        }
+    }
+}
+
 /// cuBLAS for one device, or why there is none.
 pub(super) struct Blas {
     handle: Option<Mutex<CudaBlas>>,
     /// Why `handle` is `None` (logged once by callers that care).
     pub(super) missing: Option<String>,
+    /// Operands for quantized, F16 and BF16 weights (F32 weights always take f32).
+    operands: Operands,
     /// The dequantized band (grown, never shrunk).
     band: Mutex<Option<CudaSlice<u8>>>,
+    /// The activations in f16 (f16 operands only; grown, never shrunk).
+    x16: Mutex<Option<CudaSlice<u8>>>,
 }
 
 impl Blas {
     /// Loads cuBLAS onto `stream` unless it is missing or `KESTREL_CUDA_GEMM=0`.
     pub(super) fn open(stream: &std::sync::Arc<CudaStream>) -> Blas {
-        let (handle, missing) = if std::env::var("KESTREL_CUDA_GEMM").is_ok_and(|v| v == "0") {
+        let var = std::env::var("KESTREL_CUDA_GEMM").unwrap_or_default();
+        let operands = if var.eq_ignore_ascii_case("f16") {
+            Operands::F16
+        } else {
+            Operands::F32
+        };
+        let (handle, missing) = if var == "0" {
             (None, Some("KESTREL_CUDA_GEMM=0".to_string()))
         // SAFETY: only tries to dlopen libcublas under its usual names.
         } else if !unsafe { blas_sys::is_culib_present() } {
@@ -52,27 +92,42 @@ impl Blas {
         Blas {
             handle,
             missing,
+            operands,
             band: Mutex::new(None),
+            x16: Mutex::new(None),
         }
     }
 }
 
-/// The dequantization kernel of a weight type (`None`: F32, used as it is).
-fn dequant_kernel(dtype: DType) -> Option<Option<&'static str>> {
-    Some(Some(match dtype {
-        DType::F32 => return Some(None),
+/// How a weight type enters the GEMM: its dequantization kernel (`None`: used as it is) and
+/// the operand type; `None` for types the GEMM does not take.
+fn dequant_kernel(dtype: DType, operands: Operands) -> Option<(Option<&'static str>, Operands)> {
+    let f16 = operands == Operands::F16;
+    let name = match dtype {
+        DType::F32 => return Some((None, Operands::F32)),
+        DType::F16 if f16 => return Some((None, Operands::F16)),
         DType::F16 => "dequant_f32_f16",
+        DType::BF16 if f16 => "dequant_f16_bf16",
         DType::BF16 => "dequant_f32_bf16",
+        DType::Q4_0 if f16 => "dequant_f16_q4_0",
         DType::Q4_0 => "dequant_f32_q4_0",
+        DType::Q4_1 if f16 => "dequant_f16_q4_1",
         DType::Q4_1 => "dequant_f32_q4_1",
+        DType::Q5_0 if f16 => "dequant_f16_q5_0",
         DType::Q5_0 => "dequant_f32_q5_0",
+        DType::Q5_1 if f16 => "dequant_f16_q5_1",
         DType::Q5_1 => "dequant_f32_q5_1",
+        DType::Q8_0 if f16 => "dequant_f16_q8_0",
         DType::Q8_0 => "dequant_f32_q8_0",
+        DType::Q4K if f16 => "dequant_f16_q4_K",
         DType::Q4K => "dequant_f32_q4_K",
+        DType::Q5K if f16 => "dequant_f16_q5_K",
         DType::Q5K => "dequant_f32_q5_K",
+        DType::Q6K if f16 => "dequant_f16_q6_K",
         DType::Q6K => "dequant_f32_q6_K",
         _ => return None,
-    }))
+    };
+    Some((Some(name), operands))
 }
 
 fn blas_error(op: &'static str) -> impl Fn(blas::CublasError) -> TensorError {
@@ -93,7 +148,9 @@ impl CudaDevice {
 
     /// Whether matmul takes the GEMM for `n` rows of this weight type.
     pub(super) fn gemm_applies(&self, dtype: DType, n: usize) -> bool {
-        n >= GEMM_MIN_ROWS && self.blas.handle.is_some() && dequant_kernel(dtype).is_some()
+        n >= GEMM_MIN_ROWS
+            && self.blas.handle.is_some()
+            && dequant_kernel(dtype, self.blas.operands).is_some()
     }
 
     /// `out[n×m] = x[n×k] · W[m×k]ᵀ` through cuBLAS (shapes checked by the caller, and
@@ -106,7 +163,10 @@ impl CudaDevice {
         (n, k, m): (usize, usize, usize),
     ) -> Result<()> {
         const OP: &str = "cuda gemm";
-        let (Some(handle), Some(kernel)) = (&self.blas.handle, dequant_kernel(w.dtype)) else {
+        let (Some(handle), Some((kernel, operands))) = (
+            &self.blas.handle,
+            dequant_kernel(w.dtype, self.blas.operands),
+        ) else {
             return Err(TensorError::InvalidParam {
                 op: OP,
                 why: "no cuBLAS or no dequantization for this type",
@@ -118,16 +178,23 @@ impl CudaDevice {
         };
         let handle = handle.lock().map_err(|_| poisoned())?;
         let mut band = self.blas.band.lock().map_err(|_| poisoned())?;
+        let mut x16 = self.blas.x16.lock().map_err(|_| poisoned())?;
         let row_bytes = w.row_bytes();
-        let band_rows = (BAND_BYTES / (k * 4)).clamp(1, m);
-        if kernel.is_some() && band.as_ref().is_none_or(|b| b.len() < band_rows * k * 4) {
-            *band = Some(self.alloc(band_rows * k * 4)?);
+        let elem = operands.bytes();
+        let band_rows = (BAND_BYTES / (k * elem)).clamp(1, m);
+        if kernel.is_some() && band.as_ref().is_none_or(|b| b.len() < band_rows * k * elem) {
+            *band = Some(self.alloc(band_rows * k * elem)?);
+            self.bump_epoch();
+        }
+        if operands == Operands::F16 && x16.as_ref().is_none_or(|b| b.len() < n * k * 2) {
+            *x16 = Some(self.alloc(n * k * 2)?);
             self.bump_epoch();
         }
         let (ki, ni) = (super::engine::i32_of(OP, k)?, super::engine::i32_of(OP, n)?);
         let ldc = super::engine::i32_of(OP, m)?;
-        // F32 weights keep full f32 products (the matvec's bound); the rest take TF32.
-        let compute = if w.dtype == DType::F32 {
+        // F32 weights keep full f32 products (the matvec's bound), f16 operands accumulate in
+        // f32; the rest take TF32.
+        let compute = if w.dtype == DType::F32 || operands == Operands::F16 {
             blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
         } else {
             blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
@@ -136,6 +203,21 @@ impl CudaDevice {
             .bind_to_thread()
             .map_err(driver("cuCtxSetCurrent"))?;
         let (alpha, beta) = (1.0f32, 0.0f32);
+        // The activations as the operand type: f16 rounded once per call, or x as it is.
+        let (x_ptr, _x_rec) = match (operands, x16.as_mut()) {
+            (Operands::F16, Some(dst)) => {
+                let values = (n * k) as i64;
+                let f = self.func("f32_to_f16")?;
+                let mut b = self.stream.launch_builder(f);
+                b.arg(&x.buf).arg(&mut *dst).arg(&values);
+                // SAFETY: x holds n*k f32 (checked by the caller), dst at least n*k f16.
+                unsafe { b.launch(cfg(grid_for(n * k, 256)?.min(65_535), (256, 1))) }
+                    .map_err(driver("launch f32_to_f16"))?;
+                dst.device_ptr(&self.stream)
+            }
+            _ => x.buf.device_ptr(&self.stream),
+        };
+        let ab_type = operands.cuda_type();
         for r0 in (0..m).step_by(band_rows) {
             let rows = band_rows.min(m - r0);
             let mi = super::engine::i32_of(OP, rows)?;
@@ -147,14 +229,13 @@ impl CudaDevice {
                     let mut b = self.stream.launch_builder(f);
                     b.arg(&src).arg(&mut *dst).arg(&values);
                     // SAFETY: `src` holds `rows` whole rows of the weight's blocks, `dst` at
-                    // least rows*k f32 (grown above); the kernel writes `values` floats.
+                    // least rows*k operands (grown above); the kernel writes `values` of them.
                     unsafe { b.launch(cfg(grid_for(rows * k, 256)?.min(65_535), (256, 1))) }
                         .map_err(driver("launch dequant"))?;
                     dst.device_ptr(&self.stream)
                 }
                 _ => src.device_ptr(&self.stream),
             };
-            let (x_ptr, _x_rec) = x.buf.device_ptr(&self.stream);
             let (o_ptr, _o_rec) = out.buf.device_ptr_mut(&self.stream);
             let c_ptr = o_ptr + (r0 * 4) as u64;
             // SAFETY: column-major view: A = the band as k×rows (lda k), transposed; B = x as
@@ -170,10 +251,10 @@ impl CudaDevice {
                     ki,
                     (&alpha as *const f32).cast(),
                     a_ptr as *const _,
-                    blas_sys::cudaDataType_t::CUDA_R_32F,
+                    ab_type,
                     ki,
                     x_ptr as *const _,
-                    blas_sys::cudaDataType_t::CUDA_R_32F,
+                    ab_type,
                     ki,
                     (&beta as *const f32).cast(),
                     c_ptr as *mut _,

@@ -36,13 +36,49 @@ mod stub;
 pub use error::CudaError;
 
 #[cfg(feature = "cuda")]
-pub use engine::{device_count, probe, CudaDevice, DeviceTensor};
+pub use engine::{device_count, probe, CudaDevice, DeviceTensor, Q8Ticket};
 #[cfg(feature = "cuda")]
 pub use graph::{DeviceEvent, DeviceGraph, DeviceIds};
 #[cfg(not(feature = "cuda"))]
 pub use stub::{
-    device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor,
+    device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor, Q8Ticket,
 };
+
+/// Which kernel attention takes for a step of several query tokens (one-token steps always
+/// take the CTA-per-(token, head) kernel).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+#[repr(u8)]
+pub enum AttentionKernel {
+    /// The tiled kernel from 8 tokens when its CTAs fill the device twice over, else the
+    /// CTA-per-(token, head) kernel (`KESTREL_CUDA_ATTENTION` unset).
+    #[default]
+    Auto = 0,
+    /// The tiled kernel from 8 tokens, however few CTAs (`KESTREL_CUDA_ATTENTION=tiled`).
+    Tiled = 1,
+    /// Always the CTA-per-(token, head) kernel (`KESTREL_CUDA_ATTENTION=per-token`).
+    PerToken = 2,
+}
+
+impl AttentionKernel {
+    /// The choice `KESTREL_CUDA_ATTENTION` names (`tiled`, `per-token`; else `Auto`).
+    pub fn from_env() -> AttentionKernel {
+        match std::env::var("KESTREL_CUDA_ATTENTION").as_deref() {
+            Ok("tiled") => AttentionKernel::Tiled,
+            Ok("per-token") => AttentionKernel::PerToken,
+            _ => AttentionKernel::Auto,
+        }
+    }
+
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn from_index(i: u8) -> AttentionKernel {
+        match i {
+            1 => AttentionKernel::Tiled,
+            2 => AttentionKernel::PerToken,
+            _ => AttentionKernel::Auto,
+        }
+    }
+}
 
 /// One compiled kernel module.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]

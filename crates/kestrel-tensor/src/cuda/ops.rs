@@ -41,6 +41,16 @@ impl<'a> Ids<'a> {
     }
 }
 
+/// Values of a row each `rms_norm_f32` thread holds in registers (`RMS_PER_THREAD`).
+const RMS_PER_THREAD: usize = 8;
+
+/// Threads of an `rms_norm_f32` CTA for rows of `k`: enough for [`RMS_PER_THREAD`] values
+/// each, in whole warps, at most 1024 (longer rows loop).
+fn rms_threads(k: usize) -> u32 {
+    let warps = k.div_ceil(RMS_PER_THREAD * 32).clamp(1, 32);
+    (warps * 32) as u32
+}
+
 impl CudaDevice {
     /// `x / sqrt(mean(x²) + eps) * weight` per row.
     ///
@@ -113,8 +123,13 @@ impl CudaDevice {
             };
         }
         b.arg(&mut out.buf).arg(&ki).arg(&eps);
+        let threads = if name == "rms_norm_f32" {
+            rms_threads(k)
+        } else {
+            256
+        };
         // SAFETY: x and out hold rows*k f32, weight and bias k f32 or null (checked).
-        unsafe { b.launch(cfg(grid_for(x.shape.n_rows(), 1)?, (256, 1))) }
+        unsafe { b.launch(cfg(grid_for(x.shape.n_rows(), 1)?, (threads, 1))) }
             .map_err(driver("launch norm"))?;
         Ok(())
     }

@@ -116,6 +116,10 @@ impl DeviceEvent {
     }
 }
 
+/// Names quantized activations left in a device's scratch (none can exist in this build).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Q8Ticket(());
+
 /// One GPU (none can be opened in this build).
 #[derive(Debug)]
 pub struct CudaDevice {
@@ -201,6 +205,25 @@ impl CudaDevice {
         _w: &DeviceTensor,
         _out: &mut DeviceTensor,
     ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Picks the attention kernel for several query tokens.
+    pub fn set_attention_kernel(&self, _kernel: super::AttentionKernel) {
+        match self.never {}
+    }
+
+    /// Matmul that may reuse the last call's quantized input.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn matmul_reusing(
+        &self,
+        _x: &DeviceTensor,
+        _w: &DeviceTensor,
+        _out: &mut DeviceTensor,
+        _ticket: Option<Q8Ticket>,
+    ) -> Result<Option<Q8Ticket>> {
         match self.never {}
     }
 
