@@ -29,6 +29,20 @@
 #define MAX_HEAD_DIM 256
 #define PER_LANE (MAX_HEAD_DIM / WARP)
 
+// The keys [lo, hi) a query at `pos` sees: causal, p - window < j <= p (window 0: j <= p),
+// none for a negative position; non-causal, every key below kv_len.
+__device__ __forceinline__ void visible_keys(int pos, int kv_len, int window, int causal, int *lo, int *hi) {
+    *lo = 0;
+    *hi = kv_len;
+    if (!causal) return;
+    if (pos < 0) {
+        *hi = 0;
+        return;
+    }
+    *hi = min(pos + 1, kv_len);
+    *lo = min(window > 0 ? max(0, pos + 1 - window) : 0, *hi);
+}
+
 extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
     attention_f16(const float *__restrict__ q, const int *__restrict__ positions,
                   const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
@@ -42,17 +56,8 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
     const float *qh = q + (long long)blockIdx.x * head_dim;
     float *oh = out + (long long)blockIdx.x * head_dim;
 
-    int lo = 0, hi = kv_len;
-    const int pos = positions[token];
-    if (causal) {
-        if (pos < 0) {
-            hi = 0;
-        } else {
-            hi = min(pos + 1, kv_len);
-            lo = window > 0 ? max(0, pos + 1 - window) : 0;
-            lo = min(lo, hi);
-        }
-    }
+    int lo, hi;
+    visible_keys(positions[token], kv_len, window, causal, &lo, &hi);
 
     float qv[PER_LANE], acc[PER_LANE];
 #pragma unroll
@@ -109,6 +114,17 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
 #define TILE_KEYS 32
 #define MAX_PAIRS_PER_LANE (MAX_HEAD_DIM / 2 / WARP)
 
+// Keys t0 .. t0 + TILE_KEYS of one KV head (`base` = its first row) into the shared tile as
+// half2 rows of hd2 + 1 words; keys from `end` on as zeros. Every thread of the CTA takes part.
+__device__ __forceinline__ void load_tile(__half2 *tile, const __half *base, long long kv_row, int t0,
+                                          int end, int hd2, int tid) {
+    for (int i = tid; i < TILE_KEYS * hd2; i += WARP * ATT_WARPS) {
+        const int j = i / hd2, d2 = i % hd2, key = t0 + j;
+        tile[j * (hd2 + 1) + d2] = key < end ? *(const __half2 *)(base + key * kv_row + 2 * d2)
+                                             : __floats2half2_rn(0.0f, 0.0f);
+    }
+}
+
 // Dynamic shared memory of attention_f16_tiled: the Q rows as f32 ([TILE_ROWS][head_dim]), then
 // one K-or-V tile as half2 rows of head_dim / 2 + 1 words (the extra word keeps lanes reading
 // different keys' rows on different banks). 32.1 KiB at head_dim 256; the launcher in
@@ -116,8 +132,8 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
 extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
     attention_f16_tiled(const float *__restrict__ q, const int *__restrict__ positions,
                         const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
-                        int n_tokens, int n_head, int n_kv_head, int head_dim, int kv_len, float scale,
-                        float softcap, int window, int causal) {
+                        int n_head, int n_kv_head, int head_dim, int kv_len, float scale, float softcap,
+                        int window, int causal, int n_tokens) {
     extern __shared__ float smem[];
     __shared__ int s_lo[TILE_ROWS], s_hi[TILE_ROWS];
     __shared__ int s_range[2];
@@ -136,19 +152,7 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
     if (tid < TILE_ROWS) {
         const int r = row0 + tid;
         int lo = 0, hi = 0;
-        if (r < n_rows) {
-            hi = kv_len;
-            if (causal) {
-                const int pos = positions[r / group];
-                if (pos < 0) {
-                    hi = 0;
-                } else {
-                    hi = min(pos + 1, kv_len);
-                    lo = window > 0 ? max(0, pos + 1 - window) : 0;
-                    lo = min(lo, hi);
-                }
-            }
-        }
+        if (r < n_rows) visible_keys(causal ? positions[r / group] : 0, kv_len, window, causal, &lo, &hi);
         s_lo[tid] = lo;
         s_hi[tid] = hi;
     }
@@ -205,11 +209,7 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
         // arithmetic only.
         const bool active = t0 < warp_hi && t0 + TILE_KEYS > warp_lo;
         __syncthreads();  // the previous V tile is no longer read
-        for (int i = tid; i < TILE_KEYS * hd2; i += WARP * ATT_WARPS) {
-            const int j = i / hd2, d2 = i % hd2, key = t0 + j;
-            kvs[j * stride + d2] = key < cta_hi ? *(const __half2 *)(kbase + key * kv_row + 2 * d2)
-                                                : __floats2half2_rn(0.0f, 0.0f);
-        }
+        load_tile(kvs, kbase, kv_row, t0, cta_hi, hd2, tid);
         __syncthreads();
         if (active) {
             // Scores: lane j against key t0 + j, for each of the warp's rows.
@@ -249,11 +249,7 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
             }
         }
         __syncthreads();  // the K tile is no longer read
-        for (int i = tid; i < TILE_KEYS * hd2; i += WARP * ATT_WARPS) {
-            const int j = i / hd2, d2 = i % hd2, key = t0 + j;
-            kvs[j * stride + d2] = key < cta_hi ? *(const __half2 *)(vbase + key * kv_row + 2 * d2)
-                                                : __floats2half2_rn(0.0f, 0.0f);
-        }
+        load_tile(kvs, vbase, kv_row, t0, cta_hi, hd2, tid);
         __syncthreads();
         if (active) {
             // Values: lane owns dimension pairs lane, lane + 32, ...

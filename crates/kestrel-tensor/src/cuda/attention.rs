@@ -390,43 +390,14 @@ impl CudaDevice {
                 AttentionKernel::Tiled => true,
                 AttentionKernel::PerToken => false,
                 _ => fills,
-            };
-            if tiled && n_tokens >= TILED_ATTENTION_MIN_TOKENS && p.head_dim.is_multiple_of(2) {
-                let nt = i32_of(OP, n_tokens)?;
-                let f = self.func("attention_f16_tiled")?;
-                let mut b = self.stream.launch_builder(f);
-                b.arg(&q.buf)
-                    .arg(pos)
-                    .arg(&k.buf)
-                    .arg(&v.buf)
-                    .arg(&mut out.buf)
-                    .arg(&nt)
-                    .arg(&nh)
-                    .arg(&nkv)
-                    .arg(&hd)
-                    .arg(&kl)
-                    .arg(&p.scale)
-                    .arg(&p.softcap)
-                    .arg(&window)
-                    .arg(&causal);
-                let smem = (TILE_ROWS * p.head_dim + TILE_KEYS * (p.head_dim / 2 + 1)) * 4;
-                let config = LaunchConfig {
-                    grid_dim: (
-                        grid_for(rows, TILE_ROWS)?,
-                        u32::try_from(p.n_kv_head).map_err(|_| TensorError::InvalidParam {
-                            op: OP,
-                            why: "too many KV heads",
-                        })?,
-                        1,
-                    ),
-                    block_dim: (32, 4, 1),
-                    shared_mem_bytes: smem as u32, // at most 32.1 KiB (head_dim <= 256)
-                };
-                // SAFETY: as below; the kernel's shared memory is `smem` bytes, its layout.
-                unsafe { b.launch(config) }.map_err(driver("launch attention_f16_tiled"))?;
-                return Ok(());
-            }
-            let f = self.func("attention_f16")?;
+            } && n_tokens >= TILED_ATTENTION_MIN_TOKENS
+                && p.head_dim.is_multiple_of(2);
+            let nt = i32_of(OP, n_tokens)?;
+            let f = self.func(if tiled {
+                "attention_f16_tiled"
+            } else {
+                "attention_f16"
+            })?;
             let mut b = self.stream.launch_builder(f);
             b.arg(&q.buf)
                 .arg(pos)
@@ -441,10 +412,29 @@ impl CudaDevice {
                 .arg(&p.softcap)
                 .arg(&window)
                 .arg(&causal);
-            let grid = grid_for(positions.len() * p.n_head, 1)?;
+            let config = if tiled {
+                b.arg(&nt);
+                LaunchConfig {
+                    grid_dim: (
+                        grid_for(rows, TILE_ROWS)?,
+                        u32::try_from(p.n_kv_head).map_err(|_| TensorError::InvalidParam {
+                            op: OP,
+                            why: "too many KV heads",
+                        })?,
+                        1,
+                    ),
+                    block_dim: (32, 4, 1),
+                    // At most 32.1 KiB (head_dim <= 256): the kernel's layout.
+                    shared_mem_bytes: ((TILE_ROWS * p.head_dim + TILE_KEYS * (p.head_dim / 2 + 1))
+                        * 4) as u32,
+                }
+            } else {
+                cfg(grid_for(n_tokens * p.n_head, 1)?, (32, 4))
+            };
             // SAFETY: q and out hold tokens*n_head*head_dim f32, k and v at least kv_len rows of
-            // n_kv_head*head_dim f16, positions one i32 per token (all checked).
-            unsafe { b.launch(cfg(grid, (32, 4))) }.map_err(driver("launch attention"))?;
+            // n_kv_head*head_dim f16, positions one i32 per token (all checked); the shared
+            // memory is what the tiled kernel lays out.
+            unsafe { b.launch(config) }.map_err(driver("launch attention"))?;
             Ok(())
         };
         match dev_ids {
