@@ -481,7 +481,8 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
                 case.hidden,
             ));
         }
-        if gemma {
+        // Gemma 2 and 3 add norms around the feed-forward; Gemma 1 has Llama's two.
+        if gemma && mt != "gemma" {
             t.push(norm(
                 &mut rng,
                 p("pre_feedforward_layernorm.weight"),

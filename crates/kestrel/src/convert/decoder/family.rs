@@ -17,6 +17,8 @@ pub(crate) enum Family {
     Gemma3,
     /// `Gemma2ForCausalLM` (GGUF `gemma2`).
     Gemma2,
+    /// `GemmaForCausalLM`, Gemma 1 and CodeGemma (GGUF `gemma`: no post-norms or soft caps).
+    Gemma,
     /// `Phi3ForCausalLM` (GGUF `phi3`: fused QKV and gate-up matrices).
     Phi3,
     /// `Qwen2MoeForCausalLM` (GGUF `qwen2moe`: routed and shared experts).
@@ -50,7 +52,7 @@ pub(crate) enum Family {
 /// The Hugging Face architectures converted, for error messages.
 pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, \
      Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
-     Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
+     GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      Phi3ForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
      OlmoeForCausalLM, GraniteForCausalLM, Exaone4ForCausalLM, Cohere2ForCausalLM, \
@@ -97,6 +99,7 @@ impl Family {
             "Qwen3ForCausalLM" | "Qwen3Model" => Family::Qwen3,
             "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => Family::Gemma3,
             "Gemma2ForCausalLM" => Family::Gemma2,
+            "GemmaForCausalLM" => Family::Gemma,
             "Phi3ForCausalLM" => Family::Phi3,
             "MixtralForCausalLM" => Family::Llama,
             "Qwen2MoeForCausalLM" => Family::Qwen2Moe,
@@ -123,6 +126,7 @@ impl Family {
             Family::Qwen3 => "qwen3",
             Family::Gemma3 => "gemma3",
             Family::Gemma2 => "gemma2",
+            Family::Gemma => "gemma",
             Family::Phi3 => "phi3",
             Family::Qwen2Moe => "qwen2moe",
             Family::Qwen3Moe => "qwen3moe",
@@ -159,9 +163,9 @@ impl Family {
         )
     }
 
-    /// Whether the family is one of Gemma's (`1 + w` norms, post-norms).
+    /// Whether the family is one of Gemma's (`1 + w` norms, a tied output).
     pub(crate) fn is_gemma(self) -> bool {
-        matches!(self, Family::Gemma2 | Family::Gemma3)
+        matches!(self, Family::Gemma | Family::Gemma2 | Family::Gemma3)
     }
 
     /// Whether Q/K rows are reordered from Hugging Face's rotary layout to GGML's.
@@ -259,7 +263,8 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     if kind != "weight" && kind != "bias" {
         return None;
     }
-    let gemma = family.is_gemma();
+    // Gemma 2 and 3: norms before and after attention and feed-forward (Gemma 1 has Llama's).
+    let gemma = matches!(family, Family::Gemma2 | Family::Gemma3);
     let qk_norm = matches!(
         family,
         Family::Qwen3
@@ -429,6 +434,18 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("rope_theta", Value::from(10000.0)),
             ("sliding_window", Value::from(4096)),
             ("logit_scale", Value::from(0.0625)),
+        ],
+        "gemma" => &[
+            ("vocab_size", Value::from(256000)),
+            ("hidden_size", Value::from(3072)),
+            ("intermediate_size", Value::from(24576)),
+            ("num_hidden_layers", Value::from(28)),
+            ("num_attention_heads", Value::from(16)),
+            ("num_key_value_heads", Value::from(16)),
+            ("head_dim", Value::from(256)),
+            ("max_position_embeddings", Value::from(8192)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(10000.0)),
         ],
         "gemma2" => &[
             ("vocab_size", Value::from(256000)),

@@ -102,7 +102,7 @@ pub(crate) fn convert(
         {
             spm::load(dir, n_vocab, spm::Style::Default)?
         }
-        Family::Gemma2 => spm::load(dir, n_vocab, spm::Style::Default)?,
+        Family::Gemma | Family::Gemma2 => spm::load(dir, n_vocab, spm::Style::Default)?,
         Family::Phi3 if !phi3_gpt2_tokenizer(dir)? => spm::load(dir, n_vocab, spm::Style::Phi3)?,
         _ => {
             let tj = dir.join("tokenizer.json");
@@ -369,7 +369,13 @@ pub(crate) fn convert(
     let is_bpe = vocab.model == "gpt2";
     let sv = SpecialVocab::load(dir, is_bpe, (!is_bpe).then_some(vocab.tokens.len()))?;
     sv.write(&mut meta);
-    if (family == Family::Gemma3 && has_spm) || family == Family::Gemma2 {
+    if family == Family::Gemma {
+        // GemmaModel.set_vocab's second SpecialVocab: of its CodeGemma FIM ids (67-70) the
+        // writer has a key for none but the end of turn, 107. (It would take an `eot_token`
+        // named in tokenizer_config.json first; no Gemma 1 release names one.)
+        meta.u32("tokenizer.ggml.eot_token_id", 107);
+    }
+    if (family == Family::Gemma3 && has_spm) || matches!(family, Family::Gemma | Family::Gemma2) {
         meta.bool("tokenizer.ggml.add_space_prefix", false);
     }
     if family.is_llama() && vocab_size == Some(49152) {

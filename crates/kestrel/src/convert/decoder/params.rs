@@ -32,6 +32,7 @@ pub(super) struct Hparams<'a> {
 pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(), ConvertError> {
     match family {
         Family::Gemma2 => return gemma2(meta, hp),
+        Family::Gemma => return gemma(meta, hp),
         Family::Phi3 => return phi3(meta, hp),
         _ => {}
     }
@@ -272,7 +273,12 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                 }
             }
         }
-        Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Phi3 | Family::StarCoder2 => {}
+        Family::Qwen2
+        | Family::Qwen3
+        | Family::Gemma
+        | Family::Gemma2
+        | Family::Phi3
+        | Family::StarCoder2 => {}
         Family::Olmo2 => {
             if let Some(sw) = uint(h, &["sliding_window"], cfg)? {
                 meta.u32(
@@ -540,8 +546,9 @@ fn deepseek2(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
     Ok(())
 }
 
-/// `Gemma2Model.set_gguf_parameters` (it does not call the base).
-fn gemma2(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
+/// `GemmaModel.set_gguf_parameters` (Gemma 1; it does not call the base): sizes, heads,
+/// epsilon, head size and file type only.
+fn gemma(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
     let k = |s: &str| format!("{}.{s}", hp.arch);
     meta.u32(
         k("context_length"),
@@ -571,6 +578,13 @@ fn gemma2(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
     meta.u32(k("attention.key_length"), hd);
     meta.u32(k("attention.value_length"), hd);
     meta.u32("general.file_type", hp.file_type);
+    Ok(())
+}
+
+/// `Gemma2Model.set_gguf_parameters`: Gemma 1's keys, then the soft caps and the window.
+fn gemma2(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
+    let k = |s: &str| format!("{}.{s}", hp.arch);
+    gemma(meta, hp)?;
     meta.f32(
         k("attn_logit_softcapping"),
         need_f32(hp, "attn_logit_softcapping")?,
