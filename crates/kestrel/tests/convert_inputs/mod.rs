@@ -466,8 +466,8 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         if !post_norms {
             t.push(norm(&mut rng, p("input_layernorm.weight"), case.hidden));
         }
-        // Command R7B's block is parallel: one norm.
-        if mt != "cohere2" {
+        // Command R's and R7B's blocks are parallel: one norm.
+        if mt != "cohere2" && mt != "cohere" {
             t.push(norm(
                 &mut rng,
                 p("post_attention_layernorm.weight"),
@@ -535,6 +535,13 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         if qk_norm {
             t.push(norm(&mut rng, p("self_attn.q_norm.weight"), hd));
             t.push(norm(&mut rng, p("self_attn.k_norm.weight"), hd));
+        }
+        if mt == "cohere" && case.extra["use_qk_norm"] == true {
+            // Command R+: a layer norm per head, weights [heads, head_dim].
+            for (name, heads) in [("q_norm", case.heads), ("k_norm", case.kv_heads)] {
+                let (n, _, v) = norm(&mut rng, p(&format!("self_attn.{name}.weight")), heads * hd);
+                t.push((n, vec![heads, hd], v));
+            }
         }
         if olmo2 || mt == "olmoe" {
             // OLMo normalizes the whole Q and K rows, not each head.

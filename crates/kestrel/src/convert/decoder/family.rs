@@ -42,6 +42,9 @@ pub(crate) enum Family {
     Exaone4,
     /// `Cohere2ForCausalLM` (Command R7B; GGUF `cohere2`: parallel block, logit scale).
     Cohere2,
+    /// `CohereForCausalLM` (Command R, Command R+, Aya 23; GGUF `command-r`: parallel block,
+    /// logit scale, per-head Q/K layer norms in Command R+).
+    CommandR,
     /// `Starcoder2ForCausalLM` (GGUF `starcoder2`: LayerNorm with biases, GELU MLP).
     StarCoder2,
     /// `DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM` (GGUF `deepseek2`: multi-head latent
@@ -55,7 +58,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      Phi3ForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, Exaone4ForCausalLM, Cohere2ForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, \
      Starcoder2ForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -113,6 +116,7 @@ impl Family {
             "Mistral3ForConditionalGeneration" | "Ministral3ForCausalLM" => Family::Mistral3,
             "Exaone4ForCausalLM" => Family::Exaone4,
             "Cohere2ForCausalLM" => Family::Cohere2,
+            "CohereForCausalLM" => Family::CommandR,
             "Starcoder2ForCausalLM" => Family::StarCoder2,
             _ => return None,
         })
@@ -139,6 +143,7 @@ impl Family {
             Family::Mistral3 => "mistral3",
             Family::Exaone4 => "exaone4",
             Family::Cohere2 => "cohere2",
+            Family::CommandR => "command-r",
             Family::StarCoder2 => "starcoder2",
         }
     }
@@ -273,6 +278,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
             | Family::Olmo2
             | Family::Olmoe
             | Family::Exaone4
+            | Family::CommandR
     );
     // Norms after attention and feed-forward (OLMo 2, EXAONE 4), no pre-norms.
     let olmo2 = matches!(family, Family::Olmo2 | Family::Exaone4);
@@ -422,6 +428,17 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("rope_theta", Value::from(10000.0)),
             ("sliding_window", Value::from(4096)),
             ("sliding_window_pattern", Value::from(4)),
+        ],
+        "cohere" => &[
+            ("vocab_size", Value::from(256000)),
+            ("hidden_size", Value::from(8192)),
+            ("intermediate_size", Value::from(22528)),
+            ("num_hidden_layers", Value::from(40)),
+            ("num_attention_heads", Value::from(64)),
+            ("max_position_embeddings", Value::from(8192)),
+            ("layer_norm_eps", Value::from(1e-5)),
+            ("rope_theta", Value::from(10000.0)),
+            ("logit_scale", Value::from(0.0625)),
         ],
         "cohere2" => &[
             ("vocab_size", Value::from(256000)),
@@ -676,11 +693,19 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             | "olmoe"
             | "deepseek_v2"
             | "deepseek_v3"
+            | "cohere"
             | "cohere2"
     ) && missing(obj, "num_key_value_heads")
     {
         if let Some(h) = obj.get("num_attention_heads").cloned() {
             obj.insert("num_key_value_heads".into(), h);
+        }
+    }
+    if model_type == "cohere" {
+        // llama.cpp's CommandR2Model: Command R's config says 8192 but it was trained on 128k,
+        // which `model_max_length` holds (Aya 23's configs have none).
+        if let Some(v) = obj.get("model_max_length").cloned() {
+            obj.insert("max_position_embeddings".into(), v);
         }
     }
     if model_type == "cohere2" {

@@ -347,6 +347,14 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             );
             meta.str(k("rope.scaling.type"), "none");
         }
+        Family::CommandR => {
+            let scale = h
+                .get("logit_scale")
+                .and_then(|v| v.as_f64())
+                .ok_or_else(|| bad(cfg, "no logit_scale"))?;
+            meta.f32(k("logit_scale"), scale as f32);
+            meta.str(k("rope.scaling.type"), "none");
+        }
         Family::Olmoe => {
             // llama.cpp's OlmoeModel writes 1e-5 whatever the config says.
             meta.f32(k("attention.layer_norm_rms_epsilon"), 1e-5);
