@@ -680,6 +680,10 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             0.1,
         ));
     }
+    if mt == "olmo" {
+        // OLMo 1's layer norms have no parameters.
+        t.retain(|(name, _, _)| !name.ends_with("layernorm.weight") && name != "model.norm.weight");
+    }
     write_weights(dir, t, case.dt, case.shards);
 }
 

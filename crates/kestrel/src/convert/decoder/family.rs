@@ -31,6 +31,8 @@ pub(crate) enum Family {
     SmolLm3,
     /// `Olmo2ForCausalLM`, `Olmo3ForCausalLM` (GGUF `olmo2`: post-norms, full-width Q/K norms).
     Olmo2,
+    /// `OlmoForCausalLM` (OLMo 1, 1.7; GGUF `olmo`: weightless layer norms, Q/K/V clamp).
+    Olmo,
     /// `OlmoeForCausalLM` (GGUF `olmoe`).
     Olmoe,
     /// `GraniteForCausalLM` (GGUF `granite`: Llama's converter plus four scales).
@@ -57,7 +59,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      Phi3ForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
-     GptOssForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
+     GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
      OlmoeForCausalLM, GraniteForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, \
      Starcoder2ForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
@@ -110,6 +112,7 @@ impl Family {
             "GptOssForCausalLM" => Family::GptOss,
             "SmolLM3ForCausalLM" => Family::SmolLm3,
             "Olmo2ForCausalLM" | "Olmo3ForCausalLM" => Family::Olmo2,
+            "OlmoForCausalLM" | "OLMoForCausalLM" => Family::Olmo,
             "OlmoeForCausalLM" => Family::Olmoe,
             "GraniteForCausalLM" => Family::Granite,
             "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Family::DeepSeek2,
@@ -137,6 +140,7 @@ impl Family {
             Family::GptOss => "gpt-oss",
             Family::SmolLm3 => "smollm3",
             Family::Olmo2 => "olmo2",
+            Family::Olmo => "olmo",
             Family::Olmoe => "olmoe",
             Family::Granite => "granite",
             Family::DeepSeek2 => "deepseek2",
@@ -175,7 +179,8 @@ impl Family {
 
     /// Whether Q/K rows are reordered from Hugging Face's rotary layout to GGML's.
     pub(crate) fn undo_permute(self) -> bool {
-        self.is_llama()
+        // llama.cpp's OlmoModel permutes as LlamaModel does.
+        self.is_llama() || self == Family::Olmo
     }
 
     /// Gemma's RMSNorm multiplies by `1 + w`; llama.cpp stores `1 + w`.
@@ -428,6 +433,15 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("rope_theta", Value::from(10000.0)),
             ("sliding_window", Value::from(4096)),
             ("sliding_window_pattern", Value::from(4)),
+        ],
+        "olmo" => &[
+            ("vocab_size", Value::from(50304)),
+            ("hidden_size", Value::from(4096)),
+            ("intermediate_size", Value::from(11008)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("max_position_embeddings", Value::from(2048)),
+            ("rope_theta", Value::from(10000.0)),
         ],
         "cohere" => &[
             ("vocab_size", Value::from(256000)),
@@ -693,6 +707,7 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             | "olmoe"
             | "deepseek_v2"
             | "deepseek_v3"
+            | "olmo"
             | "cohere"
             | "cohere2"
     ) && missing(obj, "num_key_value_heads")

@@ -347,6 +347,13 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             );
             meta.str(k("rope.scaling.type"), "none");
         }
+        Family::Olmo => {
+            // OLMo's layer norms have no weights and a fixed epsilon.
+            meta.f32(k("attention.layer_norm_epsilon"), 1e-5);
+            if let Some(v) = h.get("clip_qkv").and_then(|v| v.as_f64()) {
+                meta.f32(k("attention.clamp_kqv"), v as f32);
+            }
+        }
         Family::CommandR => {
             let scale = h
                 .get("logit_scale")
