@@ -439,8 +439,9 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             0.1,
         ));
     }
-    if mt == "starcoder2" {
-        starcoder2_layers(case, &mut rng, &mut t);
+    if mt == "starcoder2" || mt == "phi" {
+        let names = if mt == "phi" { &PHI2 } else { &STARCODER2 };
+        biased_layers(case, vocab, &mut rng, &mut t, names);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }
@@ -719,18 +720,61 @@ fn mistral3_config(flat: Json) -> Json {
 
 /// StarCoder 2's layers: LayerNorms and every projection with biases, a two-matrix GELU MLP
 /// (`c_fc`, `c_proj`), and the final norm's bias.
-fn starcoder2_layers(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
+/// Names of a layer whose every projection and norm has a bias (StarCoder 2, Phi-2).
+struct BiasedNames {
+    /// The output norm (`model.norm` or Phi-2's `model.final_layernorm`).
+    final_norm: &'static str,
+    norms: &'static [&'static str],
+    out_proj: &'static str,
+    up: &'static str,
+    down: &'static str,
+}
+
+const STARCODER2: BiasedNames = BiasedNames {
+    final_norm: "model.norm",
+    norms: &["input_layernorm", "post_attention_layernorm"],
+    out_proj: "self_attn.o_proj",
+    up: "mlp.c_fc",
+    down: "mlp.c_proj",
+};
+
+/// Phi-2: one norm before its parallel attention and MLP, `dense`/`fc1`/`fc2`, an output bias.
+const PHI2: BiasedNames = BiasedNames {
+    final_norm: "model.final_layernorm",
+    norms: &["input_layernorm"],
+    out_proj: "self_attn.dense",
+    up: "mlp.fc1",
+    down: "mlp.fc2",
+};
+
+/// The layers (and the output norm's bias; the caller wrote `model.norm.weight`, renamed here)
+/// of a family whose projections and norms all have biases.
+fn biased_layers(
+    case: &Case,
+    vocab: usize,
+    rng: &mut Rng,
+    t: &mut Vec<Named>,
+    names: &BiasedNames,
+) {
     let h = case.hidden;
     let hd = case.head_dim.unwrap_or(h / case.heads);
     let (q, kv) = (case.heads * hd, case.kv_heads * hd);
+    for (name, _, _) in t.iter_mut() {
+        if name == "model.norm.weight" {
+            *name = format!("{}.weight", names.final_norm);
+        }
+    }
     let mut push = |rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32| {
         let n = shape.iter().product::<usize>();
         t.push((name, shape, (0..n).map(|_| base + rng.uniform(a)).collect()));
     };
-    push(rng, "model.norm.bias".into(), vec![h], 0.0, 0.1);
+    push(rng, format!("{}.bias", names.final_norm), vec![h], 0.0, 0.1);
+    if !case.tied && names.final_norm != "model.norm" {
+        push(rng, "lm_head.bias".into(), vec![vocab], 0.0, 0.05);
+    }
     for l in 0..case.layers {
         let p = |s: &str| format!("model.layers.{l}.{s}");
-        for norm in ["input_layernorm", "post_attention_layernorm"] {
+        for norm in names.norms {
             push(rng, p(&format!("{norm}.weight")), vec![h], 1.0, 0.2);
             push(rng, p(&format!("{norm}.bias")), vec![h], 0.0, 0.1);
         }
@@ -739,9 +783,9 @@ fn starcoder2_layers(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
             ("self_attn.q_proj", q, h),
             ("self_attn.k_proj", kv, h),
             ("self_attn.v_proj", kv, h),
-            ("self_attn.o_proj", h, q),
-            ("mlp.c_fc", case.ff, h),
-            ("mlp.c_proj", h, case.ff),
+            (names.out_proj, h, q),
+            (names.up, case.ff, h),
+            (names.down, h, case.ff),
         ] {
             let a = if cols == h {
                 a

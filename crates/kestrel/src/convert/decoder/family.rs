@@ -21,6 +21,8 @@ pub(crate) enum Family {
     Gemma,
     /// `Phi3ForCausalLM` (GGUF `phi3`: fused QKV and gate-up matrices).
     Phi3,
+    /// `PhiForCausalLM` (Phi-1.5, Phi-2; GGUF `phi2`: parallel block, biases, partial RoPE).
+    Phi2,
     /// `Qwen2MoeForCausalLM` (GGUF `qwen2moe`: routed and shared experts).
     Qwen2Moe,
     /// `Qwen3MoeForCausalLM` (GGUF `qwen3moe`).
@@ -58,7 +60,7 @@ pub(crate) enum Family {
 pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, \
      Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
-     Phi3ForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
+     PhiForCausalLM, Phi3ForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
      OlmoeForCausalLM, GraniteForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, \
      Starcoder2ForCausalLM, \
@@ -106,6 +108,7 @@ impl Family {
             "Gemma2ForCausalLM" => Family::Gemma2,
             "GemmaForCausalLM" => Family::Gemma,
             "Phi3ForCausalLM" => Family::Phi3,
+            "PhiForCausalLM" => Family::Phi2,
             "MixtralForCausalLM" => Family::Llama,
             "Qwen2MoeForCausalLM" => Family::Qwen2Moe,
             "Qwen3MoeForCausalLM" => Family::Qwen3Moe,
@@ -135,6 +138,7 @@ impl Family {
             Family::Gemma2 => "gemma2",
             Family::Gemma => "gemma",
             Family::Phi3 => "phi3",
+            Family::Phi2 => "phi2",
             Family::Qwen2Moe => "qwen2moe",
             Family::Qwen3Moe => "qwen3moe",
             Family::GptOss => "gpt-oss",
@@ -264,6 +268,13 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
             return Some("output_norm.bias".into())
         }
         "lm_head.weight" => return Some("output.weight".into()),
+        "lm_head.bias" if family == Family::Phi2 => return Some("output.bias".into()),
+        "model.final_layernorm.weight" if family == Family::Phi2 => {
+            return Some("output_norm.weight".into())
+        }
+        "model.final_layernorm.bias" if family == Family::Phi2 => {
+            return Some("output_norm.bias".into())
+        }
         _ => {}
     }
     let rest = name.strip_prefix("model.layers.")?;
@@ -319,6 +330,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "mlp.shared_expert.up_proj" if family == Family::Qwen2Moe => "ffn_up_shexp",
         "mlp.shared_expert.down_proj" if family == Family::Qwen2Moe => "ffn_down_shexp",
         "mlp.shared_expert_gate" if family == Family::Qwen2Moe => "ffn_gate_inp_shexp",
+        "self_attn.dense" if family == Family::Phi2 => "attn_output",
+        "mlp.fc1" if family == Family::Phi2 => "ffn_up",
+        "mlp.fc2" if family == Family::Phi2 => "ffn_down",
         "mlp.c_fc" if family == Family::StarCoder2 => "ffn_up",
         "mlp.c_proj" if family == Family::StarCoder2 => "ffn_down",
         "self_attn.q_a_proj" if mla => "attn_q_a",
@@ -433,6 +447,17 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("rope_theta", Value::from(10000.0)),
             ("sliding_window", Value::from(4096)),
             ("sliding_window_pattern", Value::from(4)),
+        ],
+        "phi" => &[
+            ("vocab_size", Value::from(51200)),
+            ("hidden_size", Value::from(2048)),
+            ("intermediate_size", Value::from(8192)),
+            ("num_hidden_layers", Value::from(24)),
+            ("num_attention_heads", Value::from(32)),
+            ("max_position_embeddings", Value::from(2048)),
+            ("layer_norm_eps", Value::from(1e-5)),
+            ("rope_theta", Value::from(10000.0)),
+            ("partial_rotary_factor", Value::from(0.5)),
         ],
         "olmo" => &[
             ("vocab_size", Value::from(50304)),
@@ -708,6 +733,7 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             | "deepseek_v2"
             | "deepseek_v3"
             | "olmo"
+            | "phi"
             | "cohere"
             | "cohere2"
     ) && missing(obj, "num_key_value_heads")

@@ -34,6 +34,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::Gemma2 => return gemma2(meta, hp),
         Family::Gemma => return gemma(meta, hp),
         Family::Phi3 => return phi3(meta, hp),
+        Family::Phi2 => return phi2(meta, hp),
         _ => {}
     }
     let (h, rp, cfg, arch) = (hp.h, hp.rp, hp.cfg, hp.arch);
@@ -277,6 +278,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Qwen3
         | Family::Gemma
         | Family::Gemma2
+        | Family::Phi2
         | Family::Phi3
         | Family::StarCoder2 => {}
         Family::Olmo2 => {
@@ -321,11 +323,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             }
         }
         Family::Cohere2 => {
-            let scale = h
-                .get("logit_scale")
-                .and_then(|v| v.as_f64())
-                .ok_or_else(|| bad(cfg, "no logit_scale"))?;
-            meta.f32(k("logit_scale"), scale as f32);
+            logit_scale(meta, hp)?;
             meta.u32(
                 k("attention.sliding_window"),
                 need_u32(hp, &["sliding_window"])?,
@@ -355,11 +353,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             }
         }
         Family::CommandR => {
-            let scale = h
-                .get("logit_scale")
-                .and_then(|v| v.as_f64())
-                .ok_or_else(|| bad(cfg, "no logit_scale"))?;
-            meta.f32(k("logit_scale"), scale as f32);
+            logit_scale(meta, hp)?;
             meta.str(k("rope.scaling.type"), "none");
         }
         Family::Olmoe => {
@@ -612,6 +606,51 @@ fn gemma2(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
         k("attention.sliding_window"),
         need_u32(hp, &["sliding_window"])?,
     );
+    Ok(())
+}
+
+/// Cohere's `logit_scale` (Command R, R7B), required.
+fn logit_scale(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
+    let scale =
+        hp.h.get("logit_scale")
+            .and_then(|v| v.as_f64())
+            .ok_or_else(|| bad(hp.cfg, "no logit_scale"))?;
+    meta.f32(format!("{}.logit_scale", hp.arch), scale as f32);
+    Ok(())
+}
+
+/// `Phi2Model.set_gguf_parameters` (it does not call the base): a feed-forward of 4 × the
+/// width and one KV head per head whatever the config says, the rotary share of each head,
+/// and `add_bos_token` false (a tokenizer that says otherwise overwrites it in place).
+fn phi2(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
+    let k = |s: &str| format!("{}.{s}", hp.arch);
+    meta.u32(
+        k("context_length"),
+        need_u32(hp, &["n_positions", "max_position_embeddings"])?,
+    );
+    let n_embd = need_u32(hp, &["hidden_size", "n_embd"])?;
+    meta.u32(k("embedding_length"), n_embd);
+    let ff = n_embd
+        .checked_mul(4)
+        .ok_or_else(|| bad(hp.cfg, "hidden_size too large"))?;
+    meta.u32(k("feed_forward_length"), ff);
+    meta.u32(
+        k("block_count"),
+        u32_of(hp.n_layer, "num_hidden_layers", hp.cfg)?,
+    );
+    let heads = need_u32(hp, &["num_attention_heads", "n_head"])?;
+    meta.u32(k("attention.head_count"), heads);
+    meta.u32(k("attention.head_count_kv"), heads);
+    let eps = family::find(hp.h, &["layer_norm_epsilon", "layer_norm_eps"])
+        .and_then(|v| v.as_f64())
+        .ok_or_else(|| bad(hp.cfg, "no layer_norm_eps"))?;
+    meta.f32(k("attention.layer_norm_epsilon"), eps as f32);
+    meta.u32(
+        k("rope.dimension_count"),
+        u32_of(phi3_rope_dims(hp)?, "rope dimensions", hp.cfg)?,
+    );
+    meta.u32("general.file_type", hp.file_type);
+    meta.bool("tokenizer.ggml.add_bos_token", false);
     Ok(())
 }
 
