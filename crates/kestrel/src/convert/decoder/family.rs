@@ -468,7 +468,8 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("max_position_embeddings", Value::from(2048)),
             ("rope_theta", Value::from(10000.0)),
         ],
-        "cohere" => &[
+        // CohereConfig's and Cohere2Config's (which adds `sliding_window`, below).
+        "cohere" | "cohere2" => &[
             ("vocab_size", Value::from(256000)),
             ("hidden_size", Value::from(8192)),
             ("intermediate_size", Value::from(22528)),
@@ -477,18 +478,6 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("max_position_embeddings", Value::from(8192)),
             ("layer_norm_eps", Value::from(1e-5)),
             ("rope_theta", Value::from(10000.0)),
-            ("logit_scale", Value::from(0.0625)),
-        ],
-        "cohere2" => &[
-            ("vocab_size", Value::from(256000)),
-            ("hidden_size", Value::from(8192)),
-            ("intermediate_size", Value::from(22528)),
-            ("num_hidden_layers", Value::from(40)),
-            ("num_attention_heads", Value::from(64)),
-            ("max_position_embeddings", Value::from(8192)),
-            ("layer_norm_eps", Value::from(1e-5)),
-            ("rope_theta", Value::from(10000.0)),
-            ("sliding_window", Value::from(4096)),
             ("logit_scale", Value::from(0.0625)),
         ],
         "gemma" => &[
@@ -741,6 +730,9 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
         if let Some(h) = obj.get("num_attention_heads").cloned() {
             obj.insert("num_key_value_heads".into(), h);
         }
+    }
+    if model_type == "cohere2" && !obj.contains_key("sliding_window") {
+        obj.insert("sliding_window".into(), Value::from(4096));
     }
     if model_type == "cohere" {
         // llama.cpp's CommandR2Model: Command R's config says 8192 but it was trained on 128k,
