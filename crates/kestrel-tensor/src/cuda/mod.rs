@@ -107,6 +107,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn attention_kernel_choices_survive_their_index() {
+        for k in [
+            AttentionKernel::Auto,
+            AttentionKernel::Tiled,
+            AttentionKernel::PerToken,
+        ] {
+            assert_eq!(AttentionKernel::from_index(k as u8), k);
+        }
+        assert_eq!(AttentionKernel::from_index(9), AttentionKernel::Auto);
+    }
+
+    #[test]
     fn every_module_has_ptx_for_both_targets() {
         assert!(!MODULES.is_empty());
         for m in MODULES {

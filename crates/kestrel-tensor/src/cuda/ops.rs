@@ -433,3 +433,20 @@ impl CudaDevice {
         self.unary("gelu_erf_f32", x)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::rms_threads;
+
+    #[test]
+    fn rms_norm_threads_hold_a_row_in_whole_warps() {
+        // 8 values a thread: a 4096-value row takes 512 threads, short rows one warp, rows past
+        // 8192 values 1024 threads that loop.
+        assert_eq!(rms_threads(4096), 512);
+        assert_eq!(rms_threads(640), 96);
+        assert_eq!(rms_threads(64), 32);
+        assert_eq!(rms_threads(1), 32);
+        assert_eq!(rms_threads(8192), 1024);
+        assert_eq!(rms_threads(16_384), 1024);
+    }
+}
