@@ -237,3 +237,44 @@ fn graph_replays_match_plain_steps_bit_for_bit() {
     }
     assert!(graphed > 0, "no synthetic architecture could be graphed");
 }
+
+/// A plan compiled from another one's weights (`compile_sharing`: speculative verification,
+/// embeddings and perplexity windows next to the generator's plan) uses the very same device
+/// buffers, runs on the caches the first plan makes, and gives what a plan that uploaded its
+/// own weights gives, bit for bit.
+#[test]
+fn plans_sharing_weights_match_plans_with_their_own() {
+    use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
+    use kestrel_gguf::GgufFile;
+    let Some(dev) = device() else { return };
+    for arch in SYNTHETIC_ARCHS {
+        let bytes = synthetic_model(arch, 11).unwrap().to_bytes().unwrap();
+        let m = GgufModel::from_shards(
+            vec![GgufFile::from_bytes(bytes).unwrap()],
+            std::path::Path::new(arch),
+        )
+        .unwrap();
+        let cfg = DecoderConfig::from_model(&m).unwrap();
+        let last = build_decoder(&cfg, &m, Logits::Last).unwrap();
+        let all = build_decoder(&cfg, &m, Logits::All).unwrap();
+        let lookup = |n: &str| weight_tensor(&m, n);
+        let base = CudaPlan::compile(&last, Arc::clone(&dev), 8, &lookup).unwrap();
+        let mut shared = CudaPlan::compile_sharing(&all, &base, 8, &lookup).unwrap();
+        let mut own = CudaPlan::compile(&all, Arc::clone(&dev), 8, &lookup).unwrap();
+        for w in all.weights() {
+            assert!(
+                shared.shares_weight(&base, &w.name),
+                "{arch}: {} shared",
+                w.name
+            );
+            assert!(!own.shares_weight(&base, &w.name), "{arch}: {} own", w.name);
+        }
+        // The sharing plan runs on a cache the base plan made.
+        let (mut a, mut b) = (base.new_cache(32).unwrap(), own.new_cache(32).unwrap());
+        for step in [&[2u32, 71, 82, 81, 82][..], &[8, 45], &[90]] {
+            let x = shared.run(&mut a, step).unwrap().to_vec();
+            let y = own.run(&mut b, step).unwrap();
+            assert_eq!(x, y, "{arch}: {step:?}");
+        }
+    }
+}

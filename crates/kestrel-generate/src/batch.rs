@@ -15,16 +15,21 @@
 //! Finished and cancelled sequences free their blocks at once; the next step admits more.
 //! With the prefix cache on, a prompt's whole blocks are published once it is prefilled (and a
 //! sequence's whole blocks when it ends); a later prompt with the same prefix starts from them.
+//!
+//! On a GPU the same scheduler runs over one device cache per sequence ([`SeqStore`]): a step's
+//! sequences run one after another through the generator's CUDA plan, prompts in its prefill
+//! chunks, so each sequence gets the tokens it gets alone; there is no prefix cache there yet.
 
 use std::collections::VecDeque;
 use std::sync::OnceLock;
 use std::time::Instant;
 
 use kestrel_graph::BatchSeq;
-use kestrel_kv::{KvError, PagedCache, PoolStats, SeqId};
+use kestrel_kv::{PoolStats, SeqId};
 use kestrel_sampling::TokenTrie;
 use kestrel_tokenizer::Tokenizer;
 
+pub(crate) use crate::batch_store::{SeqStore, StepRunner};
 use crate::generator::{trie_of, Core};
 use crate::metrics::peak_memory_bytes;
 use crate::stream::Decoding;
@@ -79,11 +84,12 @@ pub enum BatchEvent {
     Done(RequestId, Result<Completion, GenerateError>),
 }
 
-/// The batched plan and block pool, kept by the generator between schedulers.
+/// The batched plan and block pool (or the GPU's caches), kept by the generator between
+/// schedulers.
 pub(crate) struct BatchState {
     pub(crate) opts: BatchOptions,
-    pub(crate) plan: kestrel_graph::ExecutionPlan,
-    pub(crate) pool: PagedCache,
+    pub(crate) runner: StepRunner,
+    pub(crate) store: SeqStore,
 }
 
 struct Running<'g> {
@@ -134,7 +140,7 @@ impl std::fmt::Debug for Scheduler<'_> {
         f.debug_struct("Scheduler")
             .field("queued", &self.queue.len())
             .field("running", &self.running.len())
-            .field("pool", &self.state.pool.stats())
+            .field("pool", &self.state.store.stats())
             .finish()
     }
 }
@@ -147,7 +153,7 @@ impl<'g> Scheduler<'g> {
         trie_cell: &'g OnceLock<TokenTrie>,
     ) -> Scheduler<'g> {
         let n_vocab = core.cfg.n_vocab;
-        let max_tokens = state.plan.max_tokens();
+        let max_tokens = state.runner.max_tokens();
         Scheduler {
             core,
             state,
@@ -174,15 +180,7 @@ impl<'g> Scheduler<'g> {
         }
         let max_new = params.sampling.max_new_tokens;
         self.core.check_room(prompt.len(), max_new)?;
-        let pool = &self.state.pool;
-        let blocks = pool.blocks_for(prompt.len() + max_new);
-        if blocks > pool.total_blocks() {
-            return Err(GenerateError::Kv(KvError::OutOfBlocks {
-                needed: blocks,
-                free: pool.free_blocks(),
-                total: pool.total_blocks(),
-            }));
-        }
+        self.state.store.check_fits(prompt.len() + max_new)?;
         let trie = match &params.grammar {
             Some(_) => Some(trie_of(self.trie_cell, self.tokenizer, self.core)?),
             None => None,
@@ -221,7 +219,7 @@ impl<'g> Scheduler<'g> {
 
     /// Occupancy of the KV block pool.
     pub fn pool_stats(&self) -> PoolStats {
-        self.state.pool.stats()
+        self.state.store.stats()
     }
 
     /// Admit, run one batched forward pass, sample; `on_event` receives every token and every
@@ -241,9 +239,9 @@ impl<'g> Scheduler<'g> {
         if !has_outputs {
             self.outputs.push(0); // a step of prompt chunks only: one row, ignored
         }
-        let result = self.state.plan.run_batch(
-            &self.core.engine,
-            &mut self.state.pool,
+        let result = self.state.runner.run(
+            &mut self.state.store,
+            self.core,
             &self.tokens,
             &self.segs,
             &self.outputs,
@@ -254,7 +252,7 @@ impl<'g> Scheduler<'g> {
                 // A failed step leaves no sequence in a known state: end them all.
                 let msg = e.to_string();
                 for r in std::mem::take(&mut self.running) {
-                    let _ = self.state.pool.free_seq(r.seq);
+                    let _ = self.state.store.free(r.seq);
                     on_event(BatchEvent::Done(
                         r.id,
                         Err(GenerateError::InvalidOption {
@@ -263,11 +261,11 @@ impl<'g> Scheduler<'g> {
                         }),
                     ));
                 }
-                return Err(e.into());
+                return Err(e);
             }
         };
         for s in &self.segs {
-            self.state.pool.commit(s.seq, s.pos0 + s.len)?;
+            self.state.store.commit(s.seq, s.pos0 + s.len)?;
         }
         // account prefill progress
         let mut i = 0;
@@ -290,8 +288,8 @@ impl<'g> Scheduler<'g> {
                 let now = Instant::now();
                 if r.first.is_none() && self.state.opts.prefix_cache {
                     self.state
-                        .pool
-                        .publish_prefix(r.seq, &r.history[..r.prompt_len])?;
+                        .store
+                        .publish(r.seq, &r.history[..r.prompt_len])?;
                 }
                 if r.first.is_none() {
                     r.first = Some(now);
@@ -321,7 +319,7 @@ impl<'g> Scheduler<'g> {
             let out = match res {
                 Ok(()) => self.finish(r).map(|(_, c)| c),
                 Err(e) => {
-                    self.state.pool.free_seq(r.seq)?;
+                    self.state.store.free(r.seq)?;
                     Err(e)
                 }
             };
@@ -333,10 +331,10 @@ impl<'g> Scheduler<'g> {
     /// Free a finished sequence and make its completion.
     fn finish(&mut self, mut r: Running<'g>) -> Result<(RequestId, Completion), GenerateError> {
         if self.state.opts.prefix_cache {
-            let len = self.state.pool.seq_len(r.seq)?.min(r.history.len());
-            self.state.pool.publish_prefix(r.seq, &r.history[..len])?;
+            let len = self.state.store.seq_len(r.seq)?.min(r.history.len());
+            self.state.store.publish(r.seq, &r.history[..len])?;
         }
-        self.state.pool.free_seq(r.seq)?;
+        self.state.store.free(r.seq)?;
         let finish = r.dec.finish.unwrap_or(FinishReason::Length);
         r.metrics.generated_tokens = r.dec.ids.len();
         if let Some(t) = r.first {
@@ -400,26 +398,20 @@ impl<'g> Scheduler<'g> {
                 break;
             };
             let needed = q.prompt.len() + q.dec.left();
-            let pool = &mut self.state.pool;
-            let seq = pool.add_seq();
-            let cached = if self.state.opts.prefix_cache {
-                pool.attach_prefix(seq, &q.prompt[..q.prompt.len() - 1])?
-            } else {
-                0
-            };
-            match pool.reserve(seq, needed) {
-                Ok(()) => {}
-                Err(KvError::OutOfBlocks { .. }) => {
+            let prefix_cache = self.state.opts.prefix_cache;
+            let admitted = self
+                .state
+                .store
+                .admit(self.core, &q.prompt, needed, prefix_cache);
+            let (seq, cached) = match admitted {
+                Ok(Some(s)) => s,
+                Ok(None) => {
                     // wait: the head of the queue is never overtaken
-                    pool.free_seq(seq)?;
                     self.queue.push_front(q);
                     break;
                 }
-                Err(e) => {
-                    pool.free_seq(seq)?;
-                    return Err(e.into());
-                }
-            }
+                Err(e) => return Err(e),
+            };
             let prompt_len = q.prompt.len();
             let mut history = q.prompt;
             history.reserve(q.dec.left());
@@ -451,20 +443,35 @@ impl<'g> Scheduler<'g> {
         self.segs.clear();
         self.outputs.clear();
         self.out_owner.clear();
-        let budget = self.state.plan.max_tokens();
+        let budget = self.state.runner.max_tokens();
+        // A GPU store prefills in the chunks a single generation uses (so a sequence's numbers
+        // do not depend on its neighbours); the first chunk of a step may exceed the budget.
+        let chunk = self.state.runner.prefill_chunk();
         let decoding = self.running.iter().filter(|r| r.pending.is_some()).count();
         let mut prefill_budget = budget.saturating_sub(decoding);
+        let mut prefills = 0usize;
         for (ri, r) in self.running.iter().enumerate() {
             let pos0 = r.history.len() - usize::from(r.pending.is_some());
             let (chunk, last): (&[u32], bool) = if let Some(tok) = r.pending.as_ref() {
                 (std::slice::from_ref(tok), true)
             } else {
                 let rest = r.prompt_len - r.prefilled;
-                let n = rest.min(prefill_budget);
+                let n = match chunk {
+                    None => rest.min(prefill_budget),
+                    Some(c) => {
+                        let n = rest.min(c);
+                        if n > prefill_budget && prefills > 0 {
+                            0
+                        } else {
+                            n
+                        }
+                    }
+                };
                 if n == 0 {
                     continue;
                 }
-                prefill_budget -= n;
+                prefills += 1;
+                prefill_budget = prefill_budget.saturating_sub(n);
                 (&r.history[r.prefilled..r.prefilled + n], n == rest)
             };
             let pos0 = if r.pending.is_some() {

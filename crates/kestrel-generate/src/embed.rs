@@ -1,10 +1,13 @@
 //! Embeddings from a decoder model: the hidden states after the final norm, pooled over the
 //! tokens (mean or last, as the file's `<arch>.pooling_type` says; mean when it says nothing)
-//! and L2-normalized.
+//! and L2-normalized. On a GPU the hidden-state plan shares the generator's uploaded weights
+//! and runs in the default session's device cache.
 
 use kestrel_arch::{build_decoder, weight_tensor, Logits};
-use kestrel_graph::ExecutionPlan;
+use kestrel_graph::{CudaPlan, ExecutionPlan};
 
+use crate::generator::Plans;
+use crate::session::SessionKv;
 use crate::{GenerateError, Generator};
 
 /// How token states become one vector.
@@ -33,8 +36,25 @@ impl Pooling {
 
 /// The embedding plan, made on first use.
 pub(crate) struct EmbedState {
-    plan: ExecutionPlan,
+    plan: EmbedPlan,
     pooled: Vec<f64>,
+}
+
+/// The hidden-state plan on the generator's device.
+// One per generator: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum EmbedPlan {
+    Cpu(ExecutionPlan),
+    Cuda(CudaPlan),
+}
+
+impl EmbedPlan {
+    fn max_tokens(&self) -> usize {
+        match self {
+            EmbedPlan::Cpu(p) => p.max_tokens(),
+            EmbedPlan::Cuda(p) => p.max_tokens(),
+        }
+    }
 }
 
 impl Generator {
@@ -54,7 +74,6 @@ impl Generator {
         if ids.is_empty() {
             return Err(GenerateError::EmptyPrompt);
         }
-        self.core.cpu_only("embeddings")?;
         self.core.check_room(ids.len(), 0)?;
         let n_embd = self.core.cfg.n_embd;
         if self.embed.is_none() {
@@ -62,8 +81,16 @@ impl Generator {
             let model = self.core.model.clone();
             let lookup = |name: &str| weight_tensor(&model, name);
             let chunk = self.opts.batch.min(self.core.ctx);
+            let plan = match &self.core.plans {
+                Plans::Cpu { .. } => {
+                    EmbedPlan::Cpu(ExecutionPlan::compile(&graph, chunk, &lookup)?)
+                }
+                Plans::Cuda(p) => {
+                    EmbedPlan::Cuda(CudaPlan::compile_sharing(&graph, p, chunk, &lookup)?)
+                }
+            };
             self.embed = Some(EmbedState {
-                plan: ExecutionPlan::compile(&graph, chunk, &lookup)?,
+                plan,
                 pooled: vec![0.0; n_embd],
             });
         }
@@ -79,10 +106,16 @@ impl Generator {
         let chunk = state.plan.max_tokens();
         let mut pos = 0;
         for part in ids.chunks(chunk) {
-            let rows =
-                state
-                    .plan
-                    .run(&self.core.engine, kv.kv.cpu_mut("embeddings")?, part, pos)?;
+            let rows = match (&mut state.plan, &mut kv.kv) {
+                (EmbedPlan::Cpu(p), SessionKv::Cpu(c)) => p.run(&self.core.engine, c, part, pos)?,
+                (EmbedPlan::Cuda(p), SessionKv::Cuda(c)) => p.run(c, part)?,
+                _ => {
+                    return Err(GenerateError::InvalidOption {
+                        name: "embed",
+                        reason: "the session's cache is on another device than the model".into(),
+                    })
+                }
+            };
             let take = |r: usize, pooled: &mut [f64]| {
                 for (p, &x) in pooled.iter_mut().zip(&rows[r * n_embd..(r + 1) * n_embd]) {
                     *p += f64::from(x);

@@ -64,8 +64,7 @@ pub enum GenerateError {
     /// not one for this model.
     #[error("log-probability file: {0}")]
     LogProbFile(String),
-    /// A path the chosen device does not run yet (batched scheduling, speculation and
-    /// embeddings run on the CPU engine only, until the CUDA engine has them).
+    /// A path the chosen device does not run yet.
     #[error("{what} does not run on {device} yet; load the model with --device cpu")]
     NotOnDevice {
         /// The path asked for.

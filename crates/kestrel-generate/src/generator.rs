@@ -16,6 +16,7 @@ use kestrel_tensor::{cpu, CpuEngine, Device, TensorError};
 use kestrel_tokenizer::{Tokenizer, TokenizerOptions};
 
 use crate::batch::BatchState;
+use crate::batch_store::{CudaSeqs, SeqStore, StepRunner};
 use crate::session::SessionKv;
 use crate::stream::{Completion, StreamError, Token, TokenIter, TokenStream};
 use crate::{BatchEvent, BatchOptions, BatchRequest, CancelToken, Scheduler};
@@ -250,17 +251,6 @@ impl Core {
             }
             Plans::Cuda(plan) => SessionKv::Cuda(plan.new_cache(self.ctx)?),
         })
-    }
-
-    /// Refuses a path the CUDA engine does not run yet.
-    pub(crate) fn cpu_only(&self, what: &'static str) -> Result<(), GenerateError> {
-        match self.device {
-            Device::Cpu => Ok(()),
-            d => Err(GenerateError::NotOnDevice {
-                what,
-                device: d.to_string(),
-            }),
-        }
     }
 }
 
@@ -650,16 +640,11 @@ impl Generator {
             ));
         }
         let core = &mut self.core;
-        core.cpu_only("batched generation")?;
         if self.batch.as_ref().is_none_or(|b| &b.opts != opts) {
             self.batch = None; // free the old pool before making the new one
-            let graph = build_decoder(&core.cfg, &core.model, Logits::Last)?;
-            let model = core.model.clone();
-            let lookup = |name: &str| weight_tensor(&model, name);
             let max_tokens = opts
                 .max_step_tokens
                 .min(core.ctx.saturating_mul(opts.max_seqs));
-            let plan = ExecutionPlan::compile_batch(&graph, max_tokens, opts.max_seqs, &lookup)?;
             let blocks = match opts.kv_blocks {
                 0 => core
                     .ctx
@@ -667,17 +652,36 @@ impl Generator {
                     .saturating_mul(opts.max_seqs),
                 n => n,
             };
-            let pool = PagedCache::new(core.layout.clone(), opts.block_size, blocks)?;
-            if opts.prefix_cache && core.layout.recurrent.is_some() {
-                eprintln!(
-                    "kestrel: prefix caching is off for {}: its state-space layers keep one state per sequence, not per-token blocks to share",
-                    core.cfg.arch
-                );
-            }
+            let (runner, store) = match &core.plans {
+                Plans::Cpu { .. } => {
+                    let graph = build_decoder(&core.cfg, &core.model, Logits::Last)?;
+                    let model = core.model.clone();
+                    let lookup = |name: &str| weight_tensor(&model, name);
+                    let plan =
+                        ExecutionPlan::compile_batch(&graph, max_tokens, opts.max_seqs, &lookup)?;
+                    let pool = PagedCache::new(core.layout.clone(), opts.block_size, blocks)?;
+                    if opts.prefix_cache && core.layout.recurrent.is_some() {
+                        eprintln!(
+                            "kestrel: prefix caching is off for {}: its state-space layers keep one state per sequence, not per-token blocks to share",
+                            core.cfg.arch
+                        );
+                    }
+                    (StepRunner::Cpu(plan), SeqStore::Paged(pool))
+                }
+                Plans::Cuda(plan) => (
+                    StepRunner::Cuda {
+                        step_tokens: max_tokens,
+                        chunk: plan.max_tokens(),
+                        rows: Vec::new(),
+                        n_vocab: core.cfg.n_vocab,
+                    },
+                    SeqStore::Cuda(CudaSeqs::new(opts.max_seqs, opts.block_size, blocks)),
+                ),
+            };
             self.batch = Some(BatchState {
                 opts: opts.clone(),
-                plan,
-                pool,
+                runner,
+                store,
             });
         }
         let Some(state) = self.batch.as_mut() else {

@@ -20,6 +20,7 @@
 //! Status: prefix caching, quantized KV and speculative decoding come with their issue.
 
 mod batch;
+mod batch_store;
 mod cancel;
 mod embed;
 mod encoder;

@@ -17,17 +17,69 @@
 //! lookup) and the first rejected one is replaced by a draw from `max(0, p - q)`
 //! ([`kestrel_sampling::speculative`]), so the output is distributed as the target's own
 //! sampling, not equal to it draw for draw.
+//!
+//! On a GPU the verification pass is a plan of its own that shares the generator's uploaded
+//! weights. Its rows run through the prefill kernels, whose float order differs from a decode
+//! step's, so greedy output there agrees with plain greedy decoding except at near-ties.
 
 use std::time::Instant;
 
 use kestrel_arch::{build_decoder, weight_tensor, Logits};
-use kestrel_graph::ExecutionPlan;
-use kestrel_tensor::cpu;
+use kestrel_graph::{CudaPlan, ExecutionPlan};
+use kestrel_tensor::{cpu, CpuEngine};
 
 use kestrel_sampling::speculative::accept_or_resample;
 use kestrel_sampling::{Sampler, SamplingConfig};
 
+use crate::generator::Plans;
+use crate::session::SessionKv;
 use crate::{GenerateError, GenerateMetrics, Generation, Generator};
+
+/// The plan that runs a token and its draft in one pass (all rows' logits), on the
+/// generator's device.
+// Made once per generation: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Verify {
+    Cpu(ExecutionPlan),
+    Cuda(CudaPlan),
+}
+
+impl Verify {
+    /// Runs `tokens` at position `pos` of `kv` (the session's next one); returns every row's
+    /// logits. `checkpoint` first saves a recurrent state (CPU caches only have one).
+    fn run<'a>(
+        &'a mut self,
+        engine: &CpuEngine,
+        kv: &mut SessionKv,
+        tokens: &[u32],
+        pos: usize,
+        checkpoint: bool,
+    ) -> Result<&'a [f32], GenerateError> {
+        match (self, kv) {
+            (Verify::Cpu(plan), SessionKv::Cpu(kv)) => {
+                if checkpoint {
+                    // A recurrent state cannot be cut back to the accepted tokens: keep it as
+                    // it is before the draft (nothing to do for a transformer's cache).
+                    kestrel_kv::KvCache::checkpoint(kv)?;
+                }
+                Ok(plan.run(engine, kv, tokens, pos)?)
+            }
+            (Verify::Cuda(plan), SessionKv::Cuda(kv)) => {
+                if kv.len() != pos {
+                    return Err(GenerateError::InvalidOption {
+                        name: "session",
+                        reason: format!("the cache holds {} positions, not {pos}", kv.len()),
+                    });
+                }
+                Ok(plan.run(kv, tokens)?)
+            }
+            _ => Err(GenerateError::InvalidOption {
+                name: "session",
+                reason: "the session's cache is on another device than the model".into(),
+            }),
+        }
+    }
+}
 
 /// A token distribution: `(id, probability)` pairs.
 type Dist = Vec<(u32, f32)>;
@@ -328,7 +380,6 @@ impl Generator {
             ngram: 1,
             max_draft,
         };
-        self.core.cpu_only("speculative decoding")?;
         self.core.check_room(prompt.len(), max_new)?;
         if opts.ngram == 0 || opts.max_draft == 0 || opts.max_draft > 64 {
             return Err(GenerateError::InvalidOption {
@@ -353,7 +404,13 @@ impl Generator {
         let graph = build_decoder(&self.core.cfg, &self.core.model, Logits::All)?;
         let model = self.core.model.clone();
         let lookup = |name: &str| weight_tensor(&model, name);
-        let mut verify = ExecutionPlan::compile(&graph, opts.max_draft + 1, &lookup)?;
+        let rows = opts.max_draft + 1;
+        let mut verify = match &self.core.plans {
+            Plans::Cpu { .. } => Verify::Cpu(ExecutionPlan::compile(&graph, rows, &lookup)?),
+            Plans::Cuda(plan) => {
+                Verify::Cuda(CudaPlan::compile_sharing(&graph, plan, rows, &lookup)?)
+            }
+        };
         let n_vocab = self.core.cfg.n_vocab;
 
         let t0 = Instant::now();
@@ -398,11 +455,8 @@ impl Generator {
             batch.clear();
             batch.push(next);
             batch.extend_from_slice(&draft);
-            let kv = self.session.kv.cpu_mut("speculative decoding")?;
-            // A recurrent state cannot be cut back to the accepted tokens: keep it as it is
-            // before the draft (nothing to do for a transformer's cache).
-            kestrel_kv::KvCache::checkpoint(kv)?;
-            let logits = verify.run(&self.core.engine, kv, &batch, pos)?;
+            let engine = &self.core.engine;
+            let logits = verify.run(engine, &mut self.session.kv, &batch, pos, true)?;
             let mut j = 0;
             let mut correction = None;
             let base = history.len();
@@ -437,8 +491,8 @@ impl Generator {
             if self.session.kv.seq_len() < pos + 1 + j {
                 // The state went back to its checkpoint before the draft: run the kept
                 // tokens again.
-                let kv = self.session.kv.cpu_mut("speculative decoding")?;
-                verify.run(&self.core.engine, kv, &batch[..1 + j], pos)?;
+                let engine = &self.core.engine;
+                verify.run(engine, &mut self.session.kv, &batch[..1 + j], pos, false)?;
                 self.session.tokens.truncate(pos);
                 self.session.tokens.extend_from_slice(&batch[..1 + j]);
             }

@@ -9,12 +9,21 @@
 //! logits of a fresh prefill within KLD 1e-6 (only the chunking differs); greedy continuations
 //! of a real model agree with the CPU's for 32 tokens unless they part at a near-tie (the CPU's
 //! top two logits within 0.5).
+//!
+//! The paths above the plan on the GPU: the continuous-batching scheduler gives each sequence
+//! the tokens it gets alone, bit for bit (it runs them one by one in the same prefill chunks);
+//! prompt-lookup speculation keeps greedy decoding's tokens except at a near-tie (its
+//! verification rows run through the prefill kernels); embeddings match the CPU's (cosine
+//! ≥ 0.999).
 #![cfg(feature = "cuda")]
 
 use std::sync::Arc;
 
 use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
-use kestrel_generate::{Generator, GeneratorOptions};
+use kestrel_generate::{
+    BatchOptions, BatchRequest, FinishReason, GenerateParams, Generator, GeneratorOptions,
+    LookupOptions, Pooling,
+};
 use kestrel_gguf::models::{test_model, GEMMA3_270M_Q4_K_M, SMOLLM2_135M_Q4_1};
 use kestrel_gguf::{GgufFile, GgufModel};
 use kestrel_tensor::cuda::{device_count, CudaError};
@@ -186,4 +195,149 @@ fn smollm2_greedy_on_the_gpu_agrees_with_the_cpu() {
 #[test]
 fn gemma3_greedy_on_the_gpu_agrees_with_the_cpu() {
     greedy_agrees(GEMMA3_270M_Q4_K_M);
+}
+
+/// Greedy ids of `prompt` in a new session of `g`: up to `n` of them, and the logits each one
+/// was picked from.
+fn greedy_alone(g: &mut Generator, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let mut s = g.new_session().unwrap();
+    let mut logits = g.prefill_in(&mut s, prompt).unwrap().to_vec();
+    let (mut ids, mut rows) = (Vec::new(), Vec::new());
+    while ids.len() < n {
+        let next = argmax(&logits);
+        ids.push(next);
+        rows.push(logits);
+        logits = g.step_in(&mut s, next).unwrap().to_vec();
+    }
+    (ids, rows)
+}
+
+/// The largest logit minus the second largest.
+fn top_gap(x: &[f32]) -> f32 {
+    let mut v = x.to_vec();
+    v.sort_by(|a, b| b.total_cmp(a));
+    v[0] - v[1]
+}
+
+#[test]
+fn the_scheduler_gives_each_gpu_sequence_its_tokens_alone() {
+    if !have_gpu() {
+        return;
+    }
+    let m = synthetic("llama");
+    // Prefill chunks of 8, so the longer prompts take several steps.
+    let mut g = generator(&m, Device::Cuda(0), 8);
+    let n_new = 10;
+    let prompts: Vec<Vec<u32>> = (0..6u32)
+        .map(|i| (0..3 + 5 * i).map(|j| (j * 31 + i * 7 + 1) % 256).collect())
+        .collect();
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| greedy_alone(&mut g, p, n_new).0)
+        .collect();
+    // Fewer slots than requests and a small step budget: requests wait and join later.
+    let opts = BatchOptions {
+        max_seqs: 4,
+        max_step_tokens: 12,
+        ..BatchOptions::default()
+    };
+    for round in 0..2 {
+        let requests = prompts
+            .iter()
+            .map(|p| BatchRequest {
+                prompt: p.clone(),
+                params: GenerateParams::greedy(n_new),
+            })
+            .collect();
+        let out = g.batch_generate(requests, &opts).unwrap();
+        for (i, (want, got)) in alone.iter().zip(&out).enumerate() {
+            let got = got.as_ref().unwrap();
+            assert!(!got.ids.is_empty(), "round {round}, request {i}");
+            assert_eq!(
+                got.ids[..],
+                want[..got.ids.len()],
+                "round {round}, request {i}"
+            );
+            assert!(
+                got.ids.len() == n_new || got.finish == FinishReason::EndOfGeneration,
+                "round {round}, request {i}: {} ids, {:?}",
+                got.ids.len(),
+                got.finish
+            );
+        }
+        let sched = g.scheduler(&opts).unwrap();
+        let stats = sched.pool_stats();
+        assert_eq!(stats.free_blocks, stats.total_blocks, "every block back");
+        assert_eq!(stats.sequences, 0);
+    }
+    // A request larger than the whole store is refused at once.
+    let tiny = BatchOptions {
+        kv_blocks: 1,
+        ..opts.clone()
+    };
+    let mut sched = g.scheduler(&tiny).unwrap();
+    let err = sched
+        .submit(BatchRequest {
+            prompt: prompts[5].clone(),
+            params: GenerateParams::greedy(n_new),
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("block"), "{err}");
+}
+
+#[test]
+fn prompt_lookup_on_the_gpu_keeps_greedy_tokens() {
+    if !have_gpu() {
+        return;
+    }
+    let m = synthetic("llama");
+    let mut g = generator(&m, Device::Cuda(0), 16);
+    let prompt: Vec<u32> = [5u32, 6, 7, 8, 9].repeat(4);
+    let n = 24;
+    let (want, rows) = greedy_alone(&mut g, &prompt, n);
+    let (gen, stats) = g
+        .generate_lookup(&prompt, n, LookupOptions::default(), &mut |_| Ok(true))
+        .unwrap();
+    assert!(stats.drafted > 0, "nothing was drafted");
+    let agree = want
+        .iter()
+        .zip(&gen.ids)
+        .take_while(|(a, b)| a == b)
+        .count();
+    if agree < gen.ids.len().min(n) {
+        let gap = top_gap(&rows[agree]);
+        assert!(
+            gap <= 0.5,
+            "speculation parted from greedy at token {agree} with a top-2 gap of {gap}"
+        );
+    } else {
+        assert!(gen.ids.len() == n || gen.stopped);
+    }
+}
+
+#[test]
+fn embeddings_on_the_gpu_match_the_cpu() {
+    if !have_gpu() {
+        return;
+    }
+    let m = synthetic("llama");
+    let ids: Vec<u32> = (0..40).map(|i| (i * 13 + 2) % 256).collect();
+    // Chunks of 16: the hidden-state plan runs three steps on both.
+    let mut cpu = generator(&m, Device::Cpu, 16);
+    let mut gpu = generator(&m, Device::Cuda(0), 16);
+    for pooling in [Pooling::Mean, Pooling::Last, Pooling::First] {
+        let a = cpu.embed(&ids, pooling).unwrap();
+        let b = gpu.embed(&ids, pooling).unwrap();
+        assert_eq!(a.len(), b.len());
+        let cos: f64 = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| f64::from(x) * f64::from(y))
+            .sum();
+        assert!(cos >= 0.999, "{pooling:?}: cosine {cos}");
+    }
+    // The generator still generates after embedding (its session was reset).
+    let after = gpu.prefill(&ids[..5]).unwrap().to_vec();
+    let mut fresh = generator(&m, Device::Cuda(0), 16);
+    assert_eq!(after, fresh.prefill(&ids[..5]).unwrap());
 }

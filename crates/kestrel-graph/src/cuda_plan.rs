@@ -17,6 +17,10 @@
 //! It reads the same [`Graph`] as [`crate::ExecutionPlan`], op for op. Without kestrel-tensor's
 //! `cuda` feature it compiles against the engine's stub (no `CudaDevice` can exist, so no plan
 //! either). Batched steps and paged caches come with issues 23 and 24.
+//!
+//! Plans of other graphs of the same model (all-positions logits, hidden states) are compiled
+//! from a first one with [`CudaPlan::compile_sharing`] and use its weights: one upload per
+//! model.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -106,7 +110,10 @@ pub struct CudaPlan {
     nodes: Vec<Node>,
     output: usize,
     max_tokens: usize,
-    weights: Vec<DeviceTensor>,
+    /// Uploaded weights, by graph weight index (shared with the plans compiled from this one
+    /// by [`CudaPlan::compile_sharing`]), and their names.
+    weights: Vec<Arc<DeviceTensor>>,
+    weight_names: Vec<String>,
     /// Each node's output buffer (`None` only while the node runs).
     acts: Vec<Option<DeviceTensor>>,
     /// Each layer's K/V row width, for the caches this plan makes.
@@ -174,10 +181,43 @@ impl CudaPlan {
         max_tokens: usize,
         weight: &dyn Fn(&str) -> Option<Tensor>,
     ) -> Result<CudaPlan, GraphError> {
+        Self::compile_with(graph, dev, max_tokens, weight, None)
+    }
+
+    /// Compiles another graph of the same model (all positions' logits for speculative
+    /// verification, hidden states for embeddings) on `donor`'s GPU, reusing the weights
+    /// `donor` uploaded (same name and dims) instead of uploading them again; `weight` finds
+    /// the others.
+    ///
+    /// # Errors
+    /// As [`CudaPlan::compile`].
+    pub fn compile_sharing(
+        graph: &Graph,
+        donor: &CudaPlan,
+        max_tokens: usize,
+        weight: &dyn Fn(&str) -> Option<Tensor>,
+    ) -> Result<CudaPlan, GraphError> {
+        Self::compile_with(graph, donor.dev.clone(), max_tokens, weight, Some(donor))
+    }
+
+    fn compile_with(
+        graph: &Graph,
+        dev: Arc<CudaDevice>,
+        max_tokens: usize,
+        weight: &dyn Fn(&str) -> Option<Tensor>,
+        donor: Option<&CudaPlan>,
+    ) -> Result<CudaPlan, GraphError> {
         let max_tokens = max_tokens.max(1);
         let output = *graph.outputs().first().ok_or(GraphError::NoOutput)?;
         let mut weights = Vec::with_capacity(graph.weights().len());
+        let mut weight_names = Vec::with_capacity(graph.weights().len());
         for w in graph.weights() {
+            weight_names.push(w.name.clone());
+            let shared = donor.and_then(|d| d.shared_weight(&w.name, &w.dims));
+            if let Some(t) = shared {
+                weights.push(t);
+                continue;
+            }
             let t = weight(&w.name).ok_or_else(|| GraphError::Weight {
                 name: w.name.clone(),
                 reason: "not found".into(),
@@ -196,7 +236,7 @@ impl CudaPlan {
             } else {
                 t
             };
-            weights.push(dev.upload(&t)?);
+            weights.push(Arc::new(dev.upload(&t)?));
         }
         let mut acts = Vec::with_capacity(graph.nodes().len());
         let mut kv_widths: Vec<Option<usize>> = Vec::new();
@@ -254,6 +294,7 @@ impl CudaPlan {
             output,
             max_tokens,
             weights,
+            weight_names,
             acts,
             kv_widths,
             positions: Vec::with_capacity(max_tokens),
@@ -272,6 +313,30 @@ impl CudaPlan {
             out: vec![0.0; out_rows * out_node.width],
             dev,
         })
+    }
+
+    /// The uploaded weight `name`, when its dims are `dims`.
+    fn shared_weight(&self, name: &str, dims: &[u64]) -> Option<Arc<DeviceTensor>> {
+        let i = self.weight_names.iter().position(|n| n == name)?;
+        let t = &self.weights[i];
+        let have: Vec<u64> = t.shape().dims().iter().map(|&d| d as u64).collect();
+        // Vectors were uploaded as f32 vectors: compare element counts for them.
+        let same = have == dims
+            || (dims.iter().skip(1).all(|&d| d == 1)
+                && t.shape().elem_count() as u64 == dims.iter().product::<u64>());
+        same.then(|| Arc::clone(t))
+    }
+
+    /// Whether this plan uses the very weight buffer `other` uses for `name` (a plan made by
+    /// [`CudaPlan::compile_sharing`] from `other` does; for tests).
+    pub fn shares_weight(&self, other: &CudaPlan, name: &str) -> bool {
+        let find = |p: &CudaPlan| {
+            p.weight_names
+                .iter()
+                .position(|n| n == name)
+                .map(|i| Arc::as_ptr(&p.weights[i]))
+        };
+        matches!((find(self), find(other)), (Some(a), Some(b)) if a == b)
     }
 
     /// Most tokens one step takes.
@@ -543,7 +608,7 @@ impl CudaPlan {
                     a.set_shape(grouped)?;
                 }
                 out.set_shape(grouped)?;
-                let w = weight.map(|w| &self.weights[w]);
+                let w = weight.map(|w| &*self.weights[w]);
                 let r = dev.rms_norm(self.input(node, 0)?, w, *eps, out);
                 if let Some(a) = self.acts[in_id].as_mut() {
                     a.set_shape(a_shape)?;
@@ -555,8 +620,8 @@ impl CudaPlan {
                 eps, weight, bias, ..
             } => {
                 let (w, b) = (
-                    weight.map(|w| &self.weights[w]),
-                    bias.map(|b| &self.weights[b]),
+                    weight.map(|w| &*self.weights[w]),
+                    bias.map(|b| &*self.weights[b]),
                 );
                 dev.layer_norm(self.input(node, 0)?, w, b, *eps, out)?;
             }
@@ -564,7 +629,7 @@ impl CudaPlan {
                 let a = self.input(node, 0)?;
                 dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
                 let params = p.engine_params();
-                let ff = p.freq_factors.map(|w| &self.weights[w]);
+                let ff = p.freq_factors.map(|w| &*self.weights[w]);
                 dev.rope_ids(out, &self.d_positions, p.n_head, p.head_dim, &params, ff)?;
             }
             Op::Attention(p) => {

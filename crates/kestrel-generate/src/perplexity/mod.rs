@@ -264,7 +264,7 @@ impl Generator {
         let model = core.model.clone();
         let lookup = |name: &str| weight_tensor(&model, name);
         // On a GPU the windows run through their own all-positions plan and cache on the
-        // generator's device (its weights are uploaded once more for the run).
+        // generator's device (sharing the weights the generator uploaded).
         let mut plan = match &core.plans {
             Plans::Cpu { .. } => {
                 let mut p = ExecutionPlan::compile(&graph, n_ctx, &lookup)?;
@@ -278,7 +278,7 @@ impl Generator {
                 })
             }
             Plans::Cuda(gen_plan) => {
-                let p = CudaPlan::compile(&graph, gen_plan.device().clone(), n_ctx, &lookup)?;
+                let p = CudaPlan::compile_sharing(&graph, gen_plan, n_ctx, &lookup)?;
                 let cache = p.new_cache(n_ctx)?;
                 WindowPlan::Cuda(p, cache)
             }

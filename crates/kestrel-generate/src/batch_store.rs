@@ -1,0 +1,326 @@
+//! Where a [`Scheduler`](crate::Scheduler)'s sequences keep their keys and values, and how a
+//! step runs them: the CPU engine's paged block pool with its batched plan (every weight read
+//! once for all rows), or, on a GPU, one device cache per sequence run through the
+//! generator's CUDA plan.
+//!
+//! The GPU store runs the step's sequences one after another (a decode token replays the
+//! sequence's CUDA graph) in the same prefill chunks a single generation uses, so each
+//! sequence's tokens are those it gets alone. It reserves each sequence's whole budget at
+//! admission, like the pool, counted in blocks of `block_size` tokens against `kv_blocks`; it
+//! has no prefix cache. Batched GPU steps (a weight read once for many sequences) are issue
+//! 24's.
+
+use kestrel_graph::{BatchSeq, CudaKvCache, ExecutionPlan};
+use kestrel_kv::{KvError, PagedCache, PoolStats, PrefixStats, SeqId};
+
+use crate::generator::{Core, Plans};
+use crate::GenerateError;
+
+/// What runs a scheduler's steps (kept apart from the caches, so the rows it returns stay
+/// borrowed while the caches change).
+// One per generator, never moved in a hot path: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum StepRunner {
+    /// The CPU engine's batched plan.
+    Cpu(ExecutionPlan),
+    /// The generator's CUDA plan, one sequence at a time.
+    Cuda {
+        /// Most tokens in one step.
+        step_tokens: usize,
+        /// The prefill chunk of the generator's plan (a single generation's chunking).
+        chunk: usize,
+        /// Output rows of the last step.
+        rows: Vec<f32>,
+        n_vocab: usize,
+    },
+}
+
+/// Where a scheduler's sequences keep their keys and values.
+// One per generator, never moved in a hot path: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum SeqStore {
+    /// The CPU engine's paged pool.
+    Paged(PagedCache),
+    /// A GPU: one device cache per running sequence.
+    Cuda(CudaSeqs),
+}
+
+/// The GPU store: per-slot device caches and the block accounting of their budgets.
+pub(crate) struct CudaSeqs {
+    /// The cache of each slot (a slot is a [`SeqId`]); `None` when free.
+    caches: Vec<Option<CudaKvCache>>,
+    /// Blocks each slot reserved.
+    reserved: Vec<usize>,
+    block_size: usize,
+    total_blocks: usize,
+    used_blocks: usize,
+}
+
+impl CudaSeqs {
+    /// A store for up to `max_seqs` sequences and `total_blocks` blocks of `block_size`
+    /// tokens.
+    pub(crate) fn new(max_seqs: usize, block_size: usize, total_blocks: usize) -> CudaSeqs {
+        CudaSeqs {
+            caches: Vec::with_capacity(max_seqs),
+            reserved: Vec::with_capacity(max_seqs),
+            block_size,
+            total_blocks,
+            used_blocks: 0,
+        }
+    }
+
+    fn blocks_for(&self, tokens: usize) -> usize {
+        tokens.div_ceil(self.block_size)
+    }
+
+    fn cache(&mut self, seq: SeqId) -> Result<&mut CudaKvCache, GenerateError> {
+        self.caches
+            .get_mut(seq)
+            .and_then(Option::as_mut)
+            .ok_or(GenerateError::Kv(KvError::UnknownSeq(seq)))
+    }
+}
+
+impl StepRunner {
+    /// Most tokens one step takes.
+    pub(crate) fn max_tokens(&self) -> usize {
+        match self {
+            StepRunner::Cpu(plan) => plan.max_tokens(),
+            StepRunner::Cuda { step_tokens, .. } => *step_tokens,
+        }
+    }
+
+    /// The prefill chunk a sequence's prompt is cut into, when the runner needs one (the
+    /// GPU's, so a sequence is prefilled as it is alone).
+    pub(crate) fn prefill_chunk(&self) -> Option<usize> {
+        match self {
+            StepRunner::Cpu(_) => None,
+            StepRunner::Cuda { chunk, .. } => Some(*chunk),
+        }
+    }
+
+    /// Runs one step over `store`: `tokens` cut into `segs`; returns the logits of the rows
+    /// `outputs` names (token indices, in segment order), one row each. The caller commits
+    /// the segments.
+    pub(crate) fn run(
+        &mut self,
+        store: &mut SeqStore,
+        core: &mut Core,
+        tokens: &[u32],
+        segs: &[BatchSeq],
+        outputs: &[usize],
+    ) -> Result<&[f32], GenerateError> {
+        match (self, store) {
+            (StepRunner::Cpu(plan), SeqStore::Paged(pool)) => {
+                Ok(plan.run_batch(&core.engine, pool, tokens, segs, outputs)?)
+            }
+            (StepRunner::Cuda { rows, n_vocab, .. }, SeqStore::Cuda(c)) => {
+                let Plans::Cuda(plan) = &mut core.plans else {
+                    return Err(mismatch());
+                };
+                let n_vocab = *n_vocab;
+                rows.resize(outputs.len() * n_vocab, 0.0);
+                let mut start = 0;
+                let mut o = 0;
+                for s in segs {
+                    let end = start + s.len;
+                    let cache = c.cache(s.seq)?;
+                    if cache.len() != s.pos0 {
+                        return Err(GenerateError::InvalidOption {
+                            name: "batch",
+                            reason: format!(
+                                "sequence {} holds {} positions, its segment starts at {}",
+                                s.seq,
+                                cache.len(),
+                                s.pos0
+                            ),
+                        });
+                    }
+                    let chunk =
+                        tokens
+                            .get(start..end)
+                            .ok_or_else(|| GenerateError::InvalidOption {
+                                name: "batch",
+                                reason: "a segment past the step's tokens".into(),
+                            })?;
+                    let logits = plan.run(cache, chunk)?;
+                    // The plan returns the segment's last row: it is an output when asked for.
+                    if outputs.get(o) == Some(&(end - 1)) {
+                        if logits.len() != n_vocab {
+                            return Err(GenerateError::InvalidOption {
+                                name: "batch",
+                                reason: format!(
+                                    "the plan returned {} logits for a vocabulary of {n_vocab}",
+                                    logits.len()
+                                ),
+                            });
+                        }
+                        rows[o * n_vocab..(o + 1) * n_vocab].copy_from_slice(logits);
+                        o += 1;
+                    }
+                    start = end;
+                }
+                Ok(rows)
+            }
+            _ => Err(mismatch()),
+        }
+    }
+}
+
+fn mismatch() -> GenerateError {
+    GenerateError::InvalidOption {
+        name: "batch",
+        reason: "the batch store is on another device than the model".into(),
+    }
+}
+
+impl SeqStore {
+    /// Refuses a request whose budget (`tokens`) exceeds the whole store.
+    pub(crate) fn check_fits(&self, tokens: usize) -> Result<(), GenerateError> {
+        let (needed, free, total) = match self {
+            SeqStore::Paged(pool) => (
+                pool.blocks_for(tokens),
+                pool.free_blocks(),
+                pool.total_blocks(),
+            ),
+            SeqStore::Cuda(c) => (
+                c.blocks_for(tokens),
+                c.total_blocks - c.used_blocks,
+                c.total_blocks,
+            ),
+        };
+        if needed > total {
+            return Err(GenerateError::Kv(KvError::OutOfBlocks {
+                needed,
+                free,
+                total,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Makes room for a sequence of `prompt` that may grow to `needed` tokens: its id and the
+    /// prompt tokens already cached (prefix cache), or `None` when it must wait for blocks.
+    pub(crate) fn admit(
+        &mut self,
+        core: &Core,
+        prompt: &[u32],
+        needed: usize,
+        prefix_cache: bool,
+    ) -> Result<Option<(SeqId, usize)>, GenerateError> {
+        match self {
+            SeqStore::Paged(pool) => {
+                let seq = pool.add_seq();
+                let cached = if prefix_cache {
+                    pool.attach_prefix(seq, &prompt[..prompt.len() - 1])?
+                } else {
+                    0
+                };
+                match pool.reserve(seq, needed) {
+                    Ok(()) => Ok(Some((seq, cached))),
+                    Err(KvError::OutOfBlocks { .. }) => {
+                        pool.free_seq(seq)?;
+                        Ok(None)
+                    }
+                    Err(e) => {
+                        pool.free_seq(seq)?;
+                        Err(e.into())
+                    }
+                }
+            }
+            SeqStore::Cuda(c) => {
+                let blocks = c.blocks_for(needed);
+                if c.used_blocks + blocks > c.total_blocks {
+                    return Ok(None);
+                }
+                let Plans::Cuda(plan) = &core.plans else {
+                    return Err(mismatch());
+                };
+                let cache = plan.new_cache(blocks * c.block_size)?;
+                let slot = match c.caches.iter().position(Option::is_none) {
+                    Some(s) => s,
+                    None => {
+                        c.caches.push(None);
+                        c.reserved.push(0);
+                        c.caches.len() - 1
+                    }
+                };
+                c.caches[slot] = Some(cache);
+                c.reserved[slot] = blocks;
+                c.used_blocks += blocks;
+                Ok(Some((slot, 0)))
+            }
+        }
+    }
+
+    /// Frees a sequence's blocks (its cache, on a GPU).
+    pub(crate) fn free(&mut self, seq: SeqId) -> Result<(), GenerateError> {
+        match self {
+            SeqStore::Paged(pool) => Ok(pool.free_seq(seq)?),
+            SeqStore::Cuda(c) => {
+                c.cache(seq)?;
+                c.caches[seq] = None;
+                c.used_blocks -= std::mem::take(&mut c.reserved[seq]);
+                Ok(())
+            }
+        }
+    }
+
+    /// Offers a sequence's first `tokens` to the prefix cache (the GPU store has none).
+    pub(crate) fn publish(&mut self, seq: SeqId, tokens: &[u32]) -> Result<(), GenerateError> {
+        match self {
+            SeqStore::Paged(pool) => Ok(pool.publish_prefix(seq, tokens)?),
+            SeqStore::Cuda(_) => Ok(()),
+        }
+    }
+
+    /// Positions a sequence holds.
+    pub(crate) fn seq_len(&mut self, seq: SeqId) -> Result<usize, GenerateError> {
+        match self {
+            SeqStore::Paged(pool) => Ok(pool.seq_len(seq)?),
+            SeqStore::Cuda(c) => Ok(c.cache(seq)?.len()),
+        }
+    }
+
+    /// Occupancy.
+    pub(crate) fn stats(&self) -> PoolStats {
+        match self {
+            SeqStore::Paged(pool) => pool.stats(),
+            SeqStore::Cuda(c) => {
+                let live = c.caches.iter().flatten();
+                let tokens: usize = live.clone().map(CudaKvCache::len).sum();
+                let held = c.used_blocks * c.block_size;
+                PoolStats {
+                    total_blocks: c.total_blocks,
+                    free_blocks: c.total_blocks - c.used_blocks,
+                    sequences: live.count(),
+                    tokens,
+                    fragmentation: if held == 0 {
+                        0.0
+                    } else {
+                        1.0 - tokens as f64 / held as f64
+                    },
+                    cached_blocks: 0,
+                    prefix: PrefixStats::default(),
+                }
+            }
+        }
+    }
+
+    /// Records that a sequence now holds `len` positions (the GPU cache counts itself).
+    pub(crate) fn commit(&mut self, seq: SeqId, len: usize) -> Result<(), GenerateError> {
+        match self {
+            SeqStore::Paged(pool) => Ok(pool.commit(seq, len)?),
+            SeqStore::Cuda(c) => {
+                let have = c.cache(seq)?.len();
+                if have != len {
+                    return Err(GenerateError::InvalidOption {
+                        name: "batch",
+                        reason: format!("sequence {seq} holds {have} positions, not {len}"),
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+}
