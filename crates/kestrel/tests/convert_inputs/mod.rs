@@ -6,6 +6,7 @@
 mod cases;
 mod deepseek;
 mod fp8;
+mod stablelm;
 
 pub use cases::{cases, Case};
 
@@ -442,6 +443,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     if mt == "starcoder2" || mt == "phi" {
         let names = if mt == "phi" { &PHI2 } else { &STARCODER2 };
         biased_layers(case, vocab, &mut rng, &mut t, names);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
+    if mt == "stablelm" {
+        stablelm::layers(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }

@@ -3,9 +3,11 @@
 //! tokenizer data. Tensors stream from the memory-mapped shards to the file a block of rows at
 //! a time, so the model is never held in memory.
 
+mod defaults;
 mod experts;
 mod family;
 mod gpt_oss;
+mod head_norms;
 mod mla;
 mod params;
 mod read;
@@ -60,7 +62,7 @@ pub(crate) fn convert(
 ) -> Result<ConvertReport, ConvertError> {
     let cfg_path = dir.join("config.json");
     // `text_config` folded onto the top level, as llama.cpp does.
-    let full = family::with_defaults(config);
+    let full = defaults::with_defaults(config);
     let config = &full;
     let mut h = config.clone();
     if let (Some(top), Some(text)) = (
@@ -233,6 +235,7 @@ pub(crate) fn convert(
         plan.extend(gpt_oss::plan_mxfp4(&ck, dir)?);
     }
     let mut experts = Experts::new(family, &h, &cfg_path)?;
+    let mut head_norms = head_norms::HeadNorms::new(n_head, n_head_kv, &cfg_path);
     for hf in ck.names() {
         if fp8 {
             // The scales are read with their weights; activation scales are unused.
@@ -282,6 +285,12 @@ pub(crate) fn convert(
         if let Some(stacked) = experts.take(&ck, hf, &name, &out_type)? {
             plan.extend(stacked);
             continue;
+        }
+        if family == Family::StableLm {
+            if let Some(stacked) = head_norms.take(&ck, hf, &name)? {
+                plan.extend(stacked);
+                continue;
+            }
         }
         let (dtype, shape) = ck
             .info(hf)
@@ -342,6 +351,7 @@ pub(crate) fn convert(
         });
     }
     experts.finish()?;
+    head_norms.finish()?;
     let params = ParamCount::of(
         plan.iter()
             .map(|p| (p.spec.name.as_str(), p.spec.dims.as_slice())),

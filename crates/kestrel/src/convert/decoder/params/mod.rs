@@ -1,15 +1,19 @@
 //! A decoder's hyperparameters as GGUF metadata, key for key and in the order llama.cpp's
 //! converter writes them: `TextModel.set_gguf_parameters` (the base most families extend) and
-//! the families that write their own (Gemma 2, Phi-3).
+//! the families that write their own (`own.rs`: Gemma 1 and 2, Phi-2, Phi-3, StableLM).
 
 use std::path::Path;
 
 use serde_json::{Map, Value};
 
+mod own;
+
 use super::family::{self, Family};
 use super::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;
+use own::{gemma, gemma2, phi2, phi3, stablelm};
+pub(super) use own::{phi3_rope_factors, LongRope};
 
 /// What the metadata is written from.
 pub(super) struct Hparams<'a> {
@@ -35,6 +39,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::Gemma => return gemma(meta, hp),
         Family::Phi3 => return phi3(meta, hp),
         Family::Phi2 => return phi2(meta, hp),
+        Family::StableLm => return stablelm(meta, hp),
         _ => {}
     }
     let (h, rp, cfg, arch) = (hp.h, hp.rp, hp.cfg, hp.arch);
@@ -280,6 +285,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Gemma2
         | Family::Phi2
         | Family::Phi3
+        | Family::StableLm
         | Family::StarCoder2 => {}
         Family::Olmo2 => {
             if let Some(sw) = uint(h, &["sliding_window"], cfg)? {
@@ -453,15 +459,15 @@ fn exaone4_pattern(h: &Value, n_layer: u64) -> Option<Vec<bool>> {
 
 /// A value the family's converter reads without a default: missing is an error, as the
 /// Python `KeyError` is.
-fn need(hp: &Hparams, keys: &[&str]) -> Result<u64, ConvertError> {
+pub(super) fn need(hp: &Hparams, keys: &[&str]) -> Result<u64, ConvertError> {
     uint(hp.h, keys, hp.cfg)?.ok_or_else(|| bad(hp.cfg, format!("no {}", keys[0])))
 }
 
-fn need_u32(hp: &Hparams, keys: &[&str]) -> Result<u32, ConvertError> {
+pub(super) fn need_u32(hp: &Hparams, keys: &[&str]) -> Result<u32, ConvertError> {
     u32_of(need(hp, keys)?, keys[0], hp.cfg)
 }
 
-fn need_f32(hp: &Hparams, key: &str) -> Result<f32, ConvertError> {
+pub(super) fn need_f32(hp: &Hparams, key: &str) -> Result<f32, ConvertError> {
     hp.h.get(key)
         .and_then(|v| v.as_f64())
         .map(|v| v as f32)
@@ -555,60 +561,6 @@ fn deepseek2(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
     Ok(())
 }
 
-/// `GemmaModel.set_gguf_parameters` (Gemma 1; it does not call the base): sizes, heads,
-/// epsilon, head size and file type only.
-fn gemma(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
-    let k = |s: &str| format!("{}.{s}", hp.arch);
-    meta.u32(
-        k("context_length"),
-        need_u32(hp, &["max_position_embeddings"])?,
-    );
-    meta.u32(k("embedding_length"), need_u32(hp, &["hidden_size"])?);
-    meta.u32(
-        k("block_count"),
-        u32_of(hp.n_layer, "num_hidden_layers", hp.cfg)?,
-    );
-    meta.u32(
-        k("feed_forward_length"),
-        need_u32(hp, &["intermediate_size"])?,
-    );
-    let heads = need_u32(hp, &["num_attention_heads"])?;
-    meta.u32(k("attention.head_count"), heads);
-    let kv = match uint(hp.h, &["num_key_value_heads"], hp.cfg)? {
-        Some(v) => u32_of(v, "num_key_value_heads", hp.cfg)?,
-        None => heads,
-    };
-    meta.u32(k("attention.head_count_kv"), kv);
-    meta.f32(
-        k("attention.layer_norm_rms_epsilon"),
-        need_f32(hp, "rms_norm_eps")?,
-    );
-    let hd = need_u32(hp, &["head_dim"])?;
-    meta.u32(k("attention.key_length"), hd);
-    meta.u32(k("attention.value_length"), hd);
-    meta.u32("general.file_type", hp.file_type);
-    Ok(())
-}
-
-/// `Gemma2Model.set_gguf_parameters`: Gemma 1's keys, then the soft caps and the window.
-fn gemma2(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
-    let k = |s: &str| format!("{}.{s}", hp.arch);
-    gemma(meta, hp)?;
-    meta.f32(
-        k("attn_logit_softcapping"),
-        need_f32(hp, "attn_logit_softcapping")?,
-    );
-    meta.f32(
-        k("final_logit_softcapping"),
-        need_f32(hp, "final_logit_softcapping")?,
-    );
-    meta.u32(
-        k("attention.sliding_window"),
-        need_u32(hp, &["sliding_window"])?,
-    );
-    Ok(())
-}
-
 /// Cohere's `logit_scale` (Command R, R7B), required.
 fn logit_scale(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
     let scale =
@@ -616,187 +568,5 @@ fn logit_scale(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
             .and_then(|v| v.as_f64())
             .ok_or_else(|| bad(hp.cfg, "no logit_scale"))?;
     meta.f32(format!("{}.logit_scale", hp.arch), scale as f32);
-    Ok(())
-}
-
-/// `Phi2Model.set_gguf_parameters` (it does not call the base): a feed-forward of 4 × the
-/// width and one KV head per head whatever the config says, the rotary share of each head,
-/// and `add_bos_token` false (a tokenizer that says otherwise overwrites it in place).
-fn phi2(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
-    let k = |s: &str| format!("{}.{s}", hp.arch);
-    meta.u32(
-        k("context_length"),
-        need_u32(hp, &["n_positions", "max_position_embeddings"])?,
-    );
-    let n_embd = need_u32(hp, &["hidden_size", "n_embd"])?;
-    meta.u32(k("embedding_length"), n_embd);
-    let ff = n_embd
-        .checked_mul(4)
-        .ok_or_else(|| bad(hp.cfg, "hidden_size too large"))?;
-    meta.u32(k("feed_forward_length"), ff);
-    meta.u32(
-        k("block_count"),
-        u32_of(hp.n_layer, "num_hidden_layers", hp.cfg)?,
-    );
-    let heads = need_u32(hp, &["num_attention_heads", "n_head"])?;
-    meta.u32(k("attention.head_count"), heads);
-    meta.u32(k("attention.head_count_kv"), heads);
-    let eps = family::find(hp.h, &["layer_norm_epsilon", "layer_norm_eps"])
-        .and_then(|v| v.as_f64())
-        .ok_or_else(|| bad(hp.cfg, "no layer_norm_eps"))?;
-    meta.f32(k("attention.layer_norm_epsilon"), eps as f32);
-    meta.u32(
-        k("rope.dimension_count"),
-        u32_of(phi3_rope_dims(hp)?, "rope dimensions", hp.cfg)?,
-    );
-    meta.u32("general.file_type", hp.file_type);
-    meta.bool("tokenizer.ggml.add_bos_token", false);
-    Ok(())
-}
-
-/// Phi-3's RoPE dimensions: `int(partial_rotary_factor * n_embd) // n_head`.
-pub(super) fn phi3_rope_dims(hp: &Hparams) -> Result<u64, ConvertError> {
-    let n_embd = need(hp, &["hidden_size", "n_embd"])?;
-    let n_head = need(hp, &["num_attention_heads", "n_head"])?;
-    if n_head == 0 {
-        return Err(bad(hp.cfg, "num_attention_heads is 0"));
-    }
-    let pct = hp
-        .rp
-        .get("partial_rotary_factor")
-        .and_then(|v| v.as_f64())
-        .unwrap_or(1.0);
-    Ok((pct * n_embd as f64) as u64 / n_head)
-}
-
-/// Phi-3's LongRoPE: the attention factor and the long and short frequency factors.
-pub(super) struct LongRope {
-    /// `rope.scaling.attn_factor`.
-    pub attn_factor: f32,
-    /// `rope_factors_long.weight`.
-    pub long: Vec<f32>,
-    /// `rope_factors_short.weight`.
-    pub short: Vec<f32>,
-}
-
-/// Phi-3's long-context RoPE, when the config has it (`Phi3MiniModel.generate_extra_tensors`).
-pub(super) fn phi3_rope_factors(hp: &Hparams) -> Result<Option<LongRope>, ConvertError> {
-    let rp = hp.rp;
-    let factors = |key: &str| -> Option<Vec<f32>> {
-        let a = rp.get(key)?.as_array()?;
-        a.iter().map(|v| v.as_f64().map(|x| x as f32)).collect()
-    };
-    let long = factors("long_factor");
-    if long.as_ref().is_none_or(|l| l.is_empty()) {
-        return Ok(None);
-    }
-    let max_pos = need(hp, &["n_positions", "max_position_embeddings"])? as f64;
-    let orig = rp
-        .get("original_max_position_embeddings")
-        .and_then(|v| v.as_f64())
-        .ok_or_else(|| bad(hp.cfg, "no original_max_position_embeddings"))?;
-    let scale = max_pos / orig;
-    let ty = rp
-        .get("rope_type")
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
-        .to_lowercase();
-    let attn = match ty.as_str() {
-        "" => return Err(bad(hp.cfg, "rope_scaling has factors but no type")),
-        "su" | "longrope" if scale > 1.0 => (1.0 + scale.ln() / orig.ln()).sqrt(),
-        "yarn" if scale > 1.0 => 0.1 * scale.ln() + 1.0,
-        "su" | "longrope" | "yarn" => 1.0,
-        t => {
-            return Err(bad(
-                hp.cfg,
-                format!("RoPE scaling type {t:?} is not supported"),
-            ))
-        }
-    };
-    let (Some(long), Some(short)) = (long, factors("short_factor")) else {
-        return Err(bad(
-            hp.cfg,
-            "rope_scaling needs both long_factor and short_factor",
-        ));
-    };
-    let dims = phi3_rope_dims(hp)?;
-    if long.len() != short.len() || long.len() as u64 * 2 != dims {
-        return Err(bad(
-            hp.cfg,
-            format!(
-                "RoPE long and short factors must have {} values each, not {} and {}",
-                dims / 2,
-                long.len(),
-                short.len()
-            ),
-        ));
-    }
-    Ok(Some(LongRope {
-        attn_factor: attn as f32,
-        long,
-        short,
-    }))
-}
-
-/// `Phi3MiniModel.set_gguf_parameters` (it does not call the base).
-fn phi3(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
-    let k = |s: &str| format!("{}.{s}", hp.arch);
-    let orig = hp
-        .rp
-        .get("original_max_position_embeddings")
-        .and_then(|v| v.as_u64())
-        .ok_or_else(|| bad(hp.cfg, "no original_max_position_embeddings"))?;
-    meta.u32(
-        k("context_length"),
-        need_u32(hp, &["n_positions", "max_position_embeddings"])?,
-    );
-    meta.u32(
-        k("rope.scaling.original_context_length"),
-        u32_of(orig, "original_max_position_embeddings", hp.cfg)?,
-    );
-    meta.u32(
-        k("embedding_length"),
-        need_u32(hp, &["hidden_size", "n_embd"])?,
-    );
-    meta.u32(
-        k("feed_forward_length"),
-        need_u32(hp, &["intermediate_size"])?,
-    );
-    meta.u32(
-        k("block_count"),
-        u32_of(hp.n_layer, "num_hidden_layers", hp.cfg)?,
-    );
-    meta.u32(
-        k("attention.head_count"),
-        need_u32(hp, &["num_attention_heads", "n_head"])?,
-    );
-    meta.u32(
-        k("attention.head_count_kv"),
-        need_u32(hp, &["num_key_value_heads", "n_head_kv"])?,
-    );
-    meta.f32(
-        k("attention.layer_norm_rms_epsilon"),
-        need_f32(hp, "rms_norm_eps")?,
-    );
-    meta.u32(
-        k("rope.dimension_count"),
-        u32_of(phi3_rope_dims(hp)?, "rope dimensions", hp.cfg)?,
-    );
-    let rope = hp
-        .rp
-        .get("full_attention")
-        .and_then(|v| v.as_object())
-        .unwrap_or(hp.rp);
-    let theta = rope
-        .get("rope_theta")
-        .and_then(|v| v.as_f64())
-        .ok_or_else(|| bad(hp.cfg, "no rope_theta"))?;
-    meta.f32(k("rope.freq_base"), theta as f32);
-    meta.u32("general.file_type", hp.file_type);
-    let sw = uint(hp.h, &["sliding_window"], hp.cfg)?.unwrap_or(0);
-    meta.u32(
-        k("attention.sliding_window"),
-        u32_of(sw, "sliding_window", hp.cfg)?,
-    );
     Ok(())
 }
