@@ -6,6 +6,7 @@
 mod cases;
 mod deepseek;
 mod fp8;
+mod gpt2;
 mod stablelm;
 
 pub use cases::{cases, Case};
@@ -379,6 +380,9 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     if case.model_type == "mistral3" {
         cfg = mistral3_config(cfg);
     }
+    if matches!(case.model_type, "gpt2" | "gpt_bigcode") {
+        cfg = gpt2::config(case, cfg);
+    }
     std::fs::write(
         dir.join("config.json"),
         serde_json::to_vec_pretty(&cfg).unwrap(),
@@ -443,6 +447,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     if mt == "starcoder2" || mt == "phi" {
         let names = if mt == "phi" { &PHI2 } else { &STARCODER2 };
         biased_layers(case, vocab, &mut rng, &mut t, names);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
+    if mt == "gpt2" || mt == "gpt_bigcode" {
+        gpt2::tensors(case, vocab, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }

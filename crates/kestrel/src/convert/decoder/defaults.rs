@@ -112,6 +112,15 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("rope_theta", Value::from(10000.0)),
             ("partial_rotary_factor", Value::from(0.5)),
         ],
+        // GPT2Config's and GPTBigCodeConfig's (keys renamed by their `attribute_map` below).
+        "gpt2" | "gpt_bigcode" => &[
+            ("vocab_size", Value::from(50257)),
+            ("n_positions", Value::from(1024)),
+            ("n_embd", Value::from(768)),
+            ("n_layer", Value::from(12)),
+            ("n_head", Value::from(12)),
+            ("layer_norm_epsilon", Value::from(1e-5)),
+        ],
         "stablelm" => &[
             ("vocab_size", Value::from(50304)),
             ("hidden_size", Value::from(2560)),
@@ -348,6 +357,19 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
     let Some(obj) = c.as_object_mut() else {
         return c;
     };
+    if matches!(model_type.as_str(), "gpt2" | "gpt_bigcode") {
+        // Their `attribute_map`: a config written with the common names holds GPT-2's.
+        for (common, own) in [
+            ("hidden_size", "n_embd"),
+            ("max_position_embeddings", "n_positions"),
+            ("num_attention_heads", "n_head"),
+            ("num_hidden_layers", "n_layer"),
+        ] {
+            if let Some(v) = obj.remove(common) {
+                obj.insert(own.to_string(), v);
+            }
+        }
+    }
     for (k, v) in defaults {
         if !obj.contains_key(*k) {
             obj.insert((*k).to_string(), v.clone());

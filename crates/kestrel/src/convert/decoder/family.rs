@@ -54,6 +54,12 @@ pub(crate) enum Family {
     /// `StableLmForCausalLM` (StableLM 2, StableLM Zephyr; GGUF `stablelm`: LayerNorm with
     /// biases, partial RoPE, optional parallel block and per-head Q/K layer norms).
     StableLm,
+    /// `GPT2LMHeadModel` (GGUF `gpt2`: learned positions, fused QKV, Conv1D weights stored
+    /// transposed).
+    Gpt2,
+    /// `GPTBigCodeForCausalLM` (StarCoder 1, SantaCoder; GGUF `starcoder`: GPT-2's layout with
+    /// one KV head).
+    StarCoder,
     /// `DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM` (GGUF `deepseek2`: multi-head latent
     /// attention with `kv_b_proj` split, leading dense layers, routed and shared experts).
     DeepSeek2,
@@ -66,7 +72,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      PhiForCausalLM, Phi3ForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
      OlmoeForCausalLM, GraniteForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, \
-     Starcoder2ForCausalLM, StableLmForCausalLM, \
+     Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
 
@@ -128,6 +134,8 @@ impl Family {
             "CohereForCausalLM" => Family::CommandR,
             "Starcoder2ForCausalLM" => Family::StarCoder2,
             "StableLmForCausalLM" | "StableLMEpochForCausalLM" => Family::StableLm,
+            "GPT2LMHeadModel" => Family::Gpt2,
+            "GPTBigCodeForCausalLM" => Family::StarCoder,
             _ => return None,
         })
     }
@@ -158,6 +166,8 @@ impl Family {
             Family::CommandR => "command-r",
             Family::StarCoder2 => "starcoder2",
             Family::StableLm => "stablelm",
+            Family::Gpt2 => "gpt2",
+            Family::StarCoder => "starcoder",
         }
     }
 
@@ -266,6 +276,9 @@ pub(crate) fn filter_name(hf: &str) -> Option<String> {
 /// The GGUF name of a (filtered) Hugging Face tensor name, or `None` if the family has no
 /// such tensor.
 pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
+    if matches!(family, Family::Gpt2 | Family::StarCoder) {
+        return gpt2_name(name);
+    }
     match name {
         "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
         "model.norm.weight" => return Some("output_norm.weight".into()),
@@ -357,6 +370,48 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         _ => return None,
     };
     Some(format!("blk.{layer}.{short}.{kind}"))
+}
+
+/// GPT-2's and StarCoder 1's tensor names (`transformer.h.{L}.*`).
+fn gpt2_name(name: &str) -> Option<String> {
+    let whole = match name {
+        "transformer.wte.weight" => Some("token_embd.weight"),
+        "transformer.wpe.weight" => Some("position_embd.weight"),
+        "transformer.ln_f.weight" => Some("output_norm.weight"),
+        "transformer.ln_f.bias" => Some("output_norm.bias"),
+        "lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(n) = whole {
+        return Some(n.into());
+    }
+    let rest = name.strip_prefix("transformer.h.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, kind) = tail.rsplit_once('.')?;
+    if kind != "weight" && kind != "bias" {
+        return None;
+    }
+    let short = match module {
+        "ln_1" => "attn_norm",
+        "attn.c_attn" => "attn_qkv",
+        "attn.c_proj" => "attn_output",
+        "ln_2" => "ffn_norm",
+        "mlp.c_fc" => "ffn_up",
+        "mlp.c_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{short}.{kind}"))
+}
+
+/// Whether `name` is one of GPT-2's `Conv1D` weights, stored `[in, out]` (llama.cpp writes
+/// them transposed, as every other matrix).
+pub(crate) fn is_conv1d(family: Family, name: &str) -> bool {
+    family == Family::Gpt2
+        && name.starts_with("transformer.h.")
+        && [".c_attn.weight", ".c_proj.weight", ".c_fc.weight"]
+            .iter()
+            .any(|s| name.ends_with(s))
 }
 
 /// A config value by the first of `keys` present (llama.cpp's `find_hparam`).

@@ -161,12 +161,14 @@ pub(crate) fn convert(
     // Plan every tensor: name, type, dims, where its values come from.
     let mut plan: Vec<Planned> = Vec::new();
     let out_type = |name: &str, n_dims: usize, cols: usize| -> GgmlType {
-        // 1-D tensors, norms, biases and the expert routers stay F32, as gguf-py keeps them.
+        // 1-D tensors, norms, biases, the expert routers and learned positions stay F32, as
+        // llama.cpp's converter keeps them.
         if n_dims <= 1
             || name.ends_with("_norm.weight")
             || !name.ends_with(".weight")
             || name.ends_with(".ffn_gate_inp.weight")
             || name.ends_with(".ffn_gate_inp_shexp.weight")
+            || name == "position_embd.weight"
         {
             return GgmlType::F32;
         }
@@ -302,6 +304,29 @@ pub(crate) fn convert(
             .ok_or_else(|| bad(dir, format!("cannot map tensor {hf:?} for {arch}")))?;
         if shape.len() > 2 {
             return Err(bad(dir, format!("tensor {hf:?} has {} dims", shape.len())));
+        }
+        if family::is_conv1d(family, &name) && shape.len() == 2 {
+            // `[in, out]` read column by column: rows of `in` values, `out` of them.
+            let (cols, rows) = (shape[0], shape[1]);
+            let ty = out_type(&gguf, 2, cols);
+            plan.push(Planned {
+                spec: TensorSpec {
+                    name: gguf,
+                    ggml_type: ty,
+                    dims: vec![cols as u64, rows as u64],
+                },
+                cols,
+                source: Source::Strided {
+                    hf: hf.to_string(),
+                    planes: 1,
+                    rows,
+                    s_plane: 0,
+                    s_row: 1,
+                    s_col: rows,
+                    off: 0,
+                },
+            });
+            continue;
         }
         let cols = shape.last().copied().unwrap_or(1);
         let mut rows = if shape.len() == 2 { shape[0] } else { 1 };

@@ -12,7 +12,7 @@ use super::family::{self, Family};
 use super::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;
-use own::{gemma, gemma2, phi2, phi3, stablelm};
+use own::{gemma, gemma2, gpt2, phi2, phi3, stablelm};
 pub(super) use own::{phi3_rope_factors, LongRope};
 
 /// What the metadata is written from.
@@ -40,6 +40,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::Phi3 => return phi3(meta, hp),
         Family::Phi2 => return phi2(meta, hp),
         Family::StableLm => return stablelm(meta, hp),
+        Family::Gpt2 | Family::StarCoder => return gpt2(meta, family, hp),
         _ => {}
     }
     let (h, rp, cfg, arch) = (hp.h, hp.rp, hp.cfg, hp.arch);
@@ -286,6 +287,8 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Phi2
         | Family::Phi3
         | Family::StableLm
+        | Family::Gpt2
+        | Family::StarCoder
         | Family::StarCoder2 => {}
         Family::Olmo2 => {
             if let Some(sw) = uint(h, &["sliding_window"], cfg)? {

@@ -1,9 +1,9 @@
 //! The families whose llama.cpp converter writes its own hyperparameters instead of extending
 //! `TextModel.set_gguf_parameters`: Gemma 1 and 2, Phi-2, Phi-3 (with its LongRoPE factors),
-//! StableLM.
+//! StableLM, GPT-2 and StarCoder 1.
 
 use super::{need, need_f32, need_u32, Hparams};
-use crate::convert::decoder::family;
+use crate::convert::decoder::family::{self, Family};
 use crate::convert::decoder::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;
@@ -301,6 +301,49 @@ pub(super) fn stablelm(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError
     let eps = family::find(hp.h, &["layer_norm_eps", "norm_eps"])
         .and_then(|v| v.as_f64())
         .ok_or_else(|| bad(hp.cfg, "no layer_norm_eps"))?;
+    meta.f32(k("attention.layer_norm_epsilon"), eps as f32);
+    meta.u32("general.file_type", hp.file_type);
+    Ok(())
+}
+
+/// `GPT2Model.set_gguf_parameters` and `StarCoderModel.set_gguf_parameters`, which write the
+/// same keys in different orders: sizes (a feed-forward of 4 × the width), heads (StarCoder 1:
+/// one KV head), the layer-norm epsilon. GPT-2's context is `n_ctx` (the original configs
+/// carry it; kestrel takes `n_positions` where it is missing, where llama.cpp fails),
+/// StarCoder's `n_positions`.
+pub(super) fn gpt2(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(), ConvertError> {
+    let k = |s: &str| format!("{}.{s}", hp.arch);
+    let block_count = u32_of(hp.n_layer, "n_layer", hp.cfg)?;
+    let n_embd = need(hp, &["n_embd"])?;
+    let ff = n_embd
+        .checked_mul(4)
+        .ok_or_else(|| bad(hp.cfg, "n_embd too large"))?;
+    let (n_embd, ff) = (
+        u32_of(n_embd, "n_embd", hp.cfg)?,
+        u32_of(ff, "4 * n_embd", hp.cfg)?,
+    );
+    if family == Family::Gpt2 {
+        meta.u32(k("block_count"), block_count);
+        meta.u32(
+            k("context_length"),
+            need_u32(hp, &["n_ctx", "n_positions"])?,
+        );
+    } else {
+        meta.u32(k("context_length"), need_u32(hp, &["n_positions"])?);
+    }
+    meta.u32(k("embedding_length"), n_embd);
+    meta.u32(k("feed_forward_length"), ff);
+    if family == Family::StarCoder {
+        meta.u32(k("block_count"), block_count);
+    }
+    meta.u32(k("attention.head_count"), need_u32(hp, &["n_head"])?);
+    if family == Family::StarCoder {
+        meta.u32(k("attention.head_count_kv"), 1);
+    }
+    let eps =
+        hp.h.get("layer_norm_epsilon")
+            .and_then(|v| v.as_f64())
+            .ok_or_else(|| bad(hp.cfg, "no layer_norm_epsilon"))?;
     meta.f32(k("attention.layer_norm_epsilon"), eps as f32);
     meta.u32("general.file_type", hp.file_type);
     Ok(())
