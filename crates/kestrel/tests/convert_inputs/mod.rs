@@ -7,6 +7,7 @@ mod cases;
 mod deepseek;
 mod fp8;
 mod gpt2;
+mod granitemoe;
 mod stablelm;
 
 pub use cases::{cases, Case};
@@ -573,7 +574,9 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             ]
         };
         let mut mats: Vec<(String, usize, usize)> = Vec::new();
-        if oss {
+        if mt.starts_with("granitemoe") {
+            granitemoe::ffn(case, l, &mut rng, &mut t);
+        } else if oss {
             let (h, f) = (case.hidden, case.ff);
             t.push(mat(&mut rng, p("mlp.router.bias"), vec![n_exp], 0.1));
             t.push(mat(

@@ -251,6 +251,23 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("residual_multiplier", Value::from(1.0)),
             ("attention_multiplier", Value::from(1.0)),
         ],
+        // GraniteMoeConfig's and GraniteMoeSharedConfig's (which adds the shared size).
+        "granitemoe" | "granitemoeshared" => &[
+            ("vocab_size", Value::from(32000)),
+            ("hidden_size", Value::from(4096)),
+            ("intermediate_size", Value::from(11008)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("max_position_embeddings", Value::from(2048)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(10000.0)),
+            ("embedding_multiplier", Value::from(1.0)),
+            ("logits_scaling", Value::from(1.0)),
+            ("residual_multiplier", Value::from(1.0)),
+            ("attention_multiplier", Value::from(1.0)),
+            ("num_local_experts", Value::from(8)),
+            ("num_experts_per_tok", Value::from(2)),
+        ],
         "smollm3" => &[
             ("vocab_size", Value::from(128256)),
             ("hidden_size", Value::from(2048)),
@@ -415,11 +432,16 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             | "phi"
             | "cohere"
             | "cohere2"
+            | "granitemoe"
+            | "granitemoeshared"
     ) && missing(obj, "num_key_value_heads")
     {
         if let Some(h) = obj.get("num_attention_heads").cloned() {
             obj.insert("num_key_value_heads".into(), h);
         }
+    }
+    if model_type == "granitemoeshared" && !obj.contains_key("shared_intermediate_size") {
+        obj.insert("shared_intermediate_size".into(), Value::from(0));
     }
     if model_type == "cohere2" && !obj.contains_key("sliding_window") {
         obj.insert("sliding_window".into(), Value::from(4096));

@@ -39,6 +39,9 @@ pub(crate) enum Family {
     Olmoe,
     /// `GraniteForCausalLM` (GGUF `granite`: Llama's converter plus four scales).
     Granite,
+    /// `GraniteMoeForCausalLM`, `GraniteMoeSharedForCausalLM` (GGUF `granitemoe`: Granite's
+    /// rules, fused expert tensors split, a shared expert).
+    GraniteMoe,
     /// `Mistral3ForConditionalGeneration` (Mistral Small 3.x, Magistral, Devstral: the text
     /// model) and `Ministral3ForCausalLM` (GGUF `mistral3`: Llama's converter).
     Mistral3,
@@ -71,7 +74,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -127,6 +130,7 @@ impl Family {
             "OlmoForCausalLM" | "OLMoForCausalLM" => Family::Olmo,
             "OlmoeForCausalLM" => Family::Olmoe,
             "GraniteForCausalLM" => Family::Granite,
+            "GraniteMoeForCausalLM" | "GraniteMoeSharedForCausalLM" => Family::GraniteMoe,
             "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Family::DeepSeek2,
             "Mistral3ForConditionalGeneration" | "Ministral3ForCausalLM" => Family::Mistral3,
             "Exaone4ForCausalLM" => Family::Exaone4,
@@ -159,6 +163,7 @@ impl Family {
             Family::Olmo => "olmo",
             Family::Olmoe => "olmoe",
             Family::Granite => "granite",
+            Family::GraniteMoe => "granitemoe",
             Family::DeepSeek2 => "deepseek2",
             Family::Mistral3 => "mistral3",
             Family::Exaone4 => "exaone4",
@@ -187,7 +192,11 @@ impl Family {
     pub(crate) fn is_llama(self) -> bool {
         matches!(
             self,
-            Family::Llama | Family::SmolLm3 | Family::Granite | Family::Mistral3
+            Family::Llama
+                | Family::SmolLm3
+                | Family::Granite
+                | Family::GraniteMoe
+                | Family::Mistral3
         )
     }
 
@@ -349,6 +358,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "mlp.shared_expert.down_proj" if family == Family::Qwen2Moe => "ffn_down_shexp",
         "mlp.shared_expert_gate" if family == Family::Qwen2Moe => "ffn_gate_inp_shexp",
         "self_attn.dense" if family == Family::Phi2 => "attn_output",
+        // (Its fused expert tensors are split by `granite_moe.rs`.)
+        "block_sparse_moe.router.layer" if family == Family::GraniteMoe => "ffn_gate_inp",
+        "shared_mlp.output_linear" if family == Family::GraniteMoe => "ffn_down_shexp",
         // Stacked from per-head norms by `head_norms.rs`.
         "self_attn.q_layernorm" if family == Family::StableLm => "attn_q_norm",
         "self_attn.k_layernorm" if family == Family::StableLm => "attn_k_norm",

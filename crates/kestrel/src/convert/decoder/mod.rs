@@ -7,6 +7,7 @@ mod defaults;
 mod experts;
 mod family;
 mod gpt_oss;
+mod granite_moe;
 mod head_norms;
 mod mla;
 mod params;
@@ -281,6 +282,12 @@ pub(crate) fn convert(
             }
             if let Some(split) = mla::split_kv_b(&ck, hf, &name, &h, &cfg_path, &out_type)? {
                 plan.extend(split);
+                continue;
+            }
+        }
+        if family == Family::GraniteMoe {
+            if let Some(parts) = granite_moe::plan(&ck, hf, &name, &h, &cfg_path, &out_type)? {
+                plan.extend(parts);
                 continue;
             }
         }

@@ -219,7 +219,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
     }
     // Granite's converter drops head_dim before writing (RoPE over hidden / heads).
     let head_dim = match family {
-        Family::Granite => None,
+        Family::Granite | Family::GraniteMoe => None,
         _ => uint(h, &["head_dim"], cfg)?,
     };
     if let Some(v) = head_dim {
@@ -228,7 +228,11 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
     }
     meta.u32("general.file_type", hp.file_type);
     match family {
-        Family::Llama | Family::SmolLm3 | Family::Granite | Family::Mistral3 => {
+        Family::Llama
+        | Family::SmolLm3
+        | Family::Granite
+        | Family::GraniteMoe
+        | Family::Mistral3 => {
             let v = vocab_size.ok_or_else(|| bad(cfg, "no vocab_size"))?;
             meta.u32(k("vocab_size"), u32_of(v, "vocab_size", cfg)?);
             let rope_dim = match head_dim {
@@ -266,7 +270,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                     need_f("llama_4_scaling_beta")? as f32,
                 );
             }
-            if family == Family::Granite {
+            if matches!(family, Family::Granite | Family::GraniteMoe) {
                 // The `*_multiplier`s under llama.cpp's `*_scale` names, when not 0.
                 for (src, dst) in [
                     ("attention_multiplier", "attention.scale"),
@@ -277,6 +281,15 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                     if let Some(v) = h.get(src).and_then(|v| v.as_f64()).filter(|&v| v != 0.0) {
                         meta.f32(k(dst), v as f32);
                     }
+                }
+            }
+            if family == Family::GraniteMoe {
+                // GraniteMoeShared's shared expert, when its size is not 0.
+                if let Some(v) = uint(h, &["shared_intermediate_size"], cfg)?.filter(|&v| v > 0) {
+                    meta.u32(
+                        k("expert_shared_feed_forward_length"),
+                        u32_of(v, "shared_intermediate_size", cfg)?,
+                    );
                 }
             }
         }
