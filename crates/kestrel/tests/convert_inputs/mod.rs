@@ -8,6 +8,7 @@ mod deepseek;
 mod fp8;
 mod gpt2;
 mod granitemoe;
+mod phimoe;
 mod stablelm;
 
 pub use cases::{cases, Case};
@@ -478,8 +479,14 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         write_weights_fp8(dir, t, case.dt, case.shards, &f8);
         return;
     }
+    if mt == "phimoe" {
+        phimoe::head_biases(case, vocab, &mut rng, &mut t);
+    }
     for l in 0..case.layers {
         let p = |s: &str| format!("model.layers.{l}.{s}");
+        if mt == "phimoe" {
+            phimoe::layer_biases(case, l, &mut rng, &mut t);
+        }
         if !post_norms {
             t.push(norm(&mut rng, p("input_layernorm.weight"), case.hidden));
         }
@@ -642,7 +649,7 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
                 ));
             }
         } else if n_exp > 0 {
-            let (router, experts, names) = if mt == "mixtral" {
+            let (router, experts, names) = if mt == "mixtral" || mt == "phimoe" {
                 (
                     "block_sparse_moe.gate",
                     "block_sparse_moe.experts",

@@ -23,6 +23,9 @@ pub(crate) enum Family {
     Phi3,
     /// `PhiForCausalLM` (Phi-1.5, Phi-2; GGUF `phi2`: parallel block, biases, partial RoPE).
     Phi2,
+    /// `PhiMoEForCausalLM` (Phi-3.5-MoE; GGUF `phimoe`: Phi-3's converter, LayerNorms and
+    /// projections with biases, Mixtral's experts).
+    PhiMoe,
     /// `Qwen2MoeForCausalLM` (GGUF `qwen2moe`: routed and shared experts).
     Qwen2Moe,
     /// `Qwen3MoeForCausalLM` (GGUF `qwen3moe`).
@@ -72,7 +75,7 @@ pub(crate) enum Family {
 pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, \
      Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
-     PhiForCausalLM, Phi3ForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
+     PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
      OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
@@ -121,6 +124,7 @@ impl Family {
             "GemmaForCausalLM" => Family::Gemma,
             "Phi3ForCausalLM" => Family::Phi3,
             "PhiForCausalLM" => Family::Phi2,
+            "PhiMoEForCausalLM" => Family::PhiMoe,
             "MixtralForCausalLM" => Family::Llama,
             "Qwen2MoeForCausalLM" => Family::Qwen2Moe,
             "Qwen3MoeForCausalLM" => Family::Qwen3Moe,
@@ -155,6 +159,7 @@ impl Family {
             Family::Gemma => "gemma",
             Family::Phi3 => "phi3",
             Family::Phi2 => "phi2",
+            Family::PhiMoe => "phimoe",
             Family::Qwen2Moe => "qwen2moe",
             Family::Qwen3Moe => "qwen3moe",
             Family::GptOss => "gpt-oss",
@@ -179,7 +184,7 @@ impl Family {
     /// Where the family keeps per-expert tensors, if it has experts.
     pub(crate) fn experts(self) -> Option<ExpertLayout> {
         match self {
-            Family::Llama => Some(MIXTRAL_EXPERTS),
+            Family::Llama | Family::PhiMoe => Some(MIXTRAL_EXPERTS),
             Family::Qwen2Moe | Family::Qwen3Moe | Family::Olmoe | Family::DeepSeek2 => {
                 Some(QWEN_EXPERTS)
             }
@@ -291,11 +296,18 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     match name {
         "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
         "model.norm.weight" => return Some("output_norm.weight".into()),
-        "model.norm.bias" if matches!(family, Family::StarCoder2 | Family::StableLm) => {
+        "model.norm.bias"
+            if matches!(
+                family,
+                Family::StarCoder2 | Family::StableLm | Family::PhiMoe
+            ) =>
+        {
             return Some("output_norm.bias".into())
         }
         "lm_head.weight" => return Some("output.weight".into()),
-        "lm_head.bias" if family == Family::Phi2 => return Some("output.bias".into()),
+        "lm_head.bias" if matches!(family, Family::Phi2 | Family::PhiMoe) => {
+            return Some("output.bias".into())
+        }
         "model.final_layernorm.weight" if family == Family::Phi2 => {
             return Some("output_norm.weight".into())
         }
@@ -351,7 +363,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "mlp.down_proj" => "ffn_down",
         "self_attn.qkv_proj" if phi3 => "attn_qkv",
         "mlp.gate_up_proj" if phi3 => "ffn_up",
-        "block_sparse_moe.gate" if family == Family::Llama => "ffn_gate_inp",
+        "block_sparse_moe.gate" if matches!(family, Family::Llama | Family::PhiMoe) => {
+            "ffn_gate_inp"
+        }
         "mlp.gate" if moe => "ffn_gate_inp",
         "mlp.shared_expert.gate_proj" if family == Family::Qwen2Moe => "ffn_gate_shexp",
         "mlp.shared_expert.up_proj" if family == Family::Qwen2Moe => "ffn_up_shexp",

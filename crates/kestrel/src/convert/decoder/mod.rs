@@ -106,7 +106,9 @@ pub(crate) fn convert(
             spm::load(dir, n_vocab, spm::Style::Default)?
         }
         Family::Gemma | Family::Gemma2 => spm::load(dir, n_vocab, spm::Style::Default)?,
-        Family::Phi3 if !phi3_gpt2_tokenizer(dir)? => spm::load(dir, n_vocab, spm::Style::Phi3)?,
+        Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
+            spm::load(dir, n_vocab, spm::Style::Phi3)?
+        }
         _ => {
             let tj = dir.join("tokenizer.json");
             if !tj.is_file() {
@@ -210,7 +212,7 @@ pub(crate) fn convert(
         }
     }
     let mut phi3_attn_factor = None;
-    if family == Family::Phi3 {
+    if matches!(family, Family::Phi3 | Family::PhiMoe) {
         if let Some(params::LongRope {
             attn_factor,
             long,

@@ -38,6 +38,20 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::Gemma2 => return gemma2(meta, hp),
         Family::Gemma => return gemma(meta, hp),
         Family::Phi3 => return phi3(meta, hp),
+        Family::PhiMoe => {
+            // `PhiMoeModel`: Phi-3's keys, then the experts used and their count.
+            phi3(meta, hp)?;
+            let k = |s: &str| format!("{}.{s}", hp.arch);
+            meta.u32(
+                k("expert_used_count"),
+                need_u32(hp, &["num_experts_per_tok", "num_experts_per_token"])?,
+            );
+            meta.u32(
+                k("expert_count"),
+                need_u32(hp, &["num_local_experts", "num_experts"])?,
+            );
+            return Ok(());
+        }
         Family::Phi2 => return phi2(meta, hp),
         Family::StableLm => return stablelm(meta, hp),
         Family::Gpt2 | Family::StarCoder => return gpt2(meta, family, hp),
@@ -299,6 +313,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Gemma2
         | Family::Phi2
         | Family::Phi3
+        | Family::PhiMoe
         | Family::StableLm
         | Family::Gpt2
         | Family::StarCoder
