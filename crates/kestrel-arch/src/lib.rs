@@ -14,6 +14,8 @@ mod builder;
 mod config;
 mod encoder;
 mod error;
+pub mod lora;
+mod lora_export;
 mod registry;
 pub mod synth;
 pub mod synthetic;
@@ -26,5 +28,7 @@ pub use config::{
 };
 pub use encoder::{build_encoder, EncoderConfig, PoolingType};
 pub use error::ArchError;
+pub use lora::{adapted_weight, apply_adapters, LoraAdapter, LoraError};
+pub use lora_export::{export_merged, ExportReport};
 pub use registry::{list_architectures, ArchKind};
 pub use weights::weight_tensor;

@@ -47,6 +47,8 @@ enum Command {
     Imatrix(commands::imatrix::ImatrixArgs),
     /// Write a random-weight GGUF of a real model's shape (for speed measurements).
     Synth(commands::synth::SynthArgs),
+    /// Merge LoRA adapters into a model file, as llama-export-lora does.
+    ExportLora(commands::export_lora::ExportLoraArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Command::Quantize(args) => commands::quantize::run(&args),
         Command::Imatrix(args) => commands::imatrix::run(&args),
         Command::Synth(args) => commands::synth::run(&args),
+        Command::ExportLora(args) => commands::export_lora::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,7 +3,7 @@
 //! and L2-normalized. On a GPU the hidden-state plan shares the generator's uploaded weights
 //! and runs in the default session's device cache.
 
-use kestrel_arch::{build_decoder, weight_tensor, Logits};
+use kestrel_arch::Logits;
 use kestrel_graph::{CudaPlan, ExecutionPlan};
 
 use crate::generator::Plans;
@@ -77,9 +77,9 @@ impl Generator {
         self.core.check_room(ids.len(), 0)?;
         let n_embd = self.core.cfg.n_embd;
         if self.embed.is_none() {
-            let graph = build_decoder(&self.core.cfg, &self.core.model, Logits::Hidden)?;
-            let model = self.core.model.clone();
-            let lookup = |name: &str| weight_tensor(&model, name);
+            let graph = self.core.weights.graph(&self.core.cfg, Logits::Hidden)?;
+            let weights = self.core.weights.clone();
+            let lookup = |name: &str| weights.get(name);
             let chunk = self.opts.batch.min(self.core.ctx);
             let plan = match &self.core.plans {
                 Plans::Cpu { .. } => {

@@ -13,6 +13,9 @@ pub enum GenerateError {
     /// Compiling or running a plan.
     #[error(transparent)]
     Graph(#[from] kestrel_graph::GraphError),
+    /// A LoRA adapter that could not be read, or does not fit the model.
+    #[error(transparent)]
+    Lora(Box<kestrel_arch::LoraError>),
     /// The KV cache.
     #[error(transparent)]
     Kv(#[from] kestrel_kv::KvError),
@@ -75,4 +78,10 @@ pub enum GenerateError {
     /// The token callback asked to stop with an error.
     #[error("stopped by the caller: {0}")]
     Callback(String),
+}
+
+impl From<kestrel_arch::LoraError> for GenerateError {
+    fn from(e: kestrel_arch::LoraError) -> Self {
+        GenerateError::Lora(Box::new(e))
+    }
 }

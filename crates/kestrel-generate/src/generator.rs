@@ -6,7 +6,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use kestrel_arch::{build_decoder, weight_tensor, DecoderConfig, Logits};
+use kestrel_arch::{DecoderConfig, Logits};
 use kestrel_gguf::{GgufModel, Value};
 use kestrel_graph::{CudaPlan, ExecutionPlan};
 use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout, PagedCache, RecurrentLayout};
@@ -15,6 +15,7 @@ use kestrel_tensor::cuda::CudaDevice;
 use kestrel_tensor::{cpu, CpuEngine, Device, TensorError};
 use kestrel_tokenizer::{Tokenizer, TokenizerOptions};
 
+use crate::adapters::Weights;
 use crate::batch::BatchState;
 use crate::batch_store::{CudaSeqs, SeqStore, StepRunner};
 use crate::session::SessionKv;
@@ -50,6 +51,9 @@ pub struct GeneratorOptions {
     /// Where the model runs: the CPU engine, or a CUDA GPU (weights uploaded once, KV caches
     /// in device memory; f16 caches only, one sequence per step).
     pub device: Device,
+    /// LoRA adapters applied to every step, in order, each with its scale (llama.cpp's
+    /// `--lora-scaled FILE SCALE`; `--lora FILE` is scale 1). Checked against the model.
+    pub adapters: Vec<(Arc<kestrel_arch::LoraAdapter>, f32)>,
 }
 
 impl Default for GeneratorOptions {
@@ -60,6 +64,7 @@ impl Default for GeneratorOptions {
             batch: 512,
             kv_dtype: KvDType::F16,
             device: Device::Cpu,
+            adapters: Vec::new(),
         }
     }
 }
@@ -110,6 +115,8 @@ pub(crate) enum Plans {
 /// What runs the model: config, engine, plans, and the logits of the last step.
 pub(crate) struct Core {
     pub(crate) model: Arc<GgufModel>,
+    /// The model's weights with the generator's adapters: what every graph reads.
+    pub(crate) weights: Weights,
     pub(crate) cfg: DecoderConfig,
     /// The CPU engine (also what the CPU-only paths of a CUDA generator would use).
     pub(crate) engine: CpuEngine,
@@ -368,8 +375,9 @@ impl Generator {
         }
         // 0 threads: one per logical CPU (the engine's own default).
         let engine = CpuEngine::new(opts.threads)?;
-        let graph = build_decoder(&cfg, &model, Logits::Last)?;
-        let lookup = |name: &str| weight_tensor(&model, name);
+        let weights = Weights::new(model.clone(), opts.adapters.clone())?;
+        let graph = weights.graph(&cfg, Logits::Last)?;
+        let lookup = |name: &str| weights.get(name);
         let plans = match opts.device {
             Device::Cuda(ordinal) => {
                 if opts.kv_dtype != KvDType::F16 {
@@ -400,6 +408,7 @@ impl Generator {
         let logits = vec![0.0; cfg.n_vocab];
         let core = Core {
             model,
+            weights,
             cfg,
             engine,
             plans,
@@ -654,9 +663,9 @@ impl Generator {
             };
             let (runner, store) = match &core.plans {
                 Plans::Cpu { .. } => {
-                    let graph = build_decoder(&core.cfg, &core.model, Logits::Last)?;
-                    let model = core.model.clone();
-                    let lookup = |name: &str| weight_tensor(&model, name);
+                    let graph = core.weights.graph(&core.cfg, Logits::Last)?;
+                    let weights = core.weights.clone();
+                    let lookup = |name: &str| weights.get(name);
                     let plan =
                         ExecutionPlan::compile_batch(&graph, max_tokens, opts.max_seqs, &lookup)?;
                     let pool = PagedCache::new(core.layout.clone(), opts.block_size, blocks)?;
@@ -773,6 +782,11 @@ impl Generator {
                 }))
             })
             .collect())
+    }
+
+    /// The LoRA adapters applied, in order, with their scales.
+    pub fn adapters(&self) -> &[(Arc<kestrel_arch::LoraAdapter>, f32)] {
+        self.core.weights.adapters()
     }
 
     /// Options it was made with.

@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use kestrel_arch::{build_decoder, weight_tensor, DecoderConfig, Logits};
+use kestrel_arch::LoraAdapter;
+use kestrel_arch::{adapted_weight, apply_adapters, build_decoder, DecoderConfig, Logits};
 use kestrel_gguf::GgufModel;
 use kestrel_graph::{CudaPlan, ExecutionPlan};
 use kestrel_kv::{ContiguousCache, KvDType};
@@ -19,7 +20,7 @@ use crate::GenerateError;
 pub const MAX_LOGITS_IDS: usize = 1 << 15;
 
 /// Settings of [`logits_of_ids`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LogitsOptions {
     /// Every position's logits (`true`), or only the last's.
     pub all_positions: bool,
@@ -27,6 +28,8 @@ pub struct LogitsOptions {
     pub device: String,
     /// CPU threads (0: one per logical CPU).
     pub threads: usize,
+    /// LoRA adapter files applied, in order, each with its scale.
+    pub lora: Vec<(std::path::PathBuf, f32)>,
 }
 
 impl Default for LogitsOptions {
@@ -35,6 +38,7 @@ impl Default for LogitsOptions {
             all_positions: false,
             device: "cpu".into(),
             threads: 0,
+            lora: Vec::new(),
         }
     }
 }
@@ -84,8 +88,16 @@ pub fn logits_of_ids(
     } else {
         Logits::Last
     };
-    let graph = build_decoder(&cfg, model, which)?;
-    let lookup = |name: &str| weight_tensor(model, name);
+    let adapters = opts
+        .lora
+        .iter()
+        .map(|(path, scale)| Ok((Arc::new(LoraAdapter::open(path)?), *scale)))
+        .collect::<Result<Vec<_>, GenerateError>>()?;
+    for (a, _) in &adapters {
+        a.check(model)?;
+    }
+    let graph = apply_adapters(&build_decoder(&cfg, model, which)?, &adapters)?;
+    let lookup = |name: &str| adapted_weight(model, &adapters, name);
     let n = ids.len();
     let flat = match device {
         Device::Cuda(ordinal) => {

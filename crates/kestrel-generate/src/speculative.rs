@@ -24,7 +24,7 @@
 
 use std::time::Instant;
 
-use kestrel_arch::{build_decoder, weight_tensor, Logits};
+use kestrel_arch::Logits;
 use kestrel_graph::{CudaPlan, ExecutionPlan};
 use kestrel_tensor::{cpu, CpuEngine};
 
@@ -401,9 +401,9 @@ impl Generator {
             };
             return Ok((g, stats));
         }
-        let graph = build_decoder(&self.core.cfg, &self.core.model, Logits::All)?;
-        let model = self.core.model.clone();
-        let lookup = |name: &str| weight_tensor(&model, name);
+        let graph = self.core.weights.graph(&self.core.cfg, Logits::All)?;
+        let weights = self.core.weights.clone();
+        let lookup = |name: &str| weights.get(name);
         let rows = opts.max_draft + 1;
         let mut verify = match &self.core.plans {
             Plans::Cpu { .. } => Verify::Cpu(ExecutionPlan::compile(&graph, rows, &lookup)?),

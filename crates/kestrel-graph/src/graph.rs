@@ -72,6 +72,12 @@ impl Graph {
         id
     }
 
+    /// Appends a node as it is (its inputs must be earlier nodes of this graph).
+    pub(crate) fn push_node(&mut self, node: Node) -> NodeId {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
     fn push(
         &mut self,
         name: &str,

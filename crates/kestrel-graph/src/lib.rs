@@ -15,6 +15,7 @@ mod cuda_profile;
 mod error;
 mod graph;
 pub mod ir;
+mod lora;
 mod memory;
 mod moe;
 mod plan;
@@ -26,5 +27,6 @@ pub use ir::{
     AttentionParams, EmbedIndex, MoeActivation, MoeGating, MoeParams, Node, NodeId, Op, RopeParams,
     Rows, SsmConvParams, SsmScanParams, WeightId, WeightRef,
 };
+pub use lora::LowRank;
 pub use memory::{plan_memory, MemoryPlan, ALIGN_F32};
 pub use plan::{ActivationHook, BatchSeq, ExecutionPlan};

@@ -33,8 +33,7 @@ use crate::{Error, Prompter};
 pub struct LoadOptions {
     /// Where to run: `cpu` (default), `cuda`, `cuda:N` or `auto` (a GPU when a CUDA build,
     /// driver and GPU are there, else the CPU: [`Model::device_note`] says why). On CUDA the
-    /// model runs one sequence a step with f16 KV caches; batched generation, speculation and
-    /// embeddings are refused there until the CUDA engine has them.
+    /// model runs one sequence a step with f16 KV caches.
     pub device: String,
     /// Threads (0: all cores).
     pub threads: usize,
@@ -51,6 +50,9 @@ pub struct LoadOptions {
     /// KV sessions kept, so this many conversations stay cached at once (1..=64; each holds a
     /// whole context's cache, made when first needed).
     pub session_pool: usize,
+    /// LoRA adapter files (GGUF, as llama.cpp's `convert_lora_to_gguf.py` writes them) applied
+    /// to every generation, in order, each with its scale.
+    pub lora: Vec<(std::path::PathBuf, f32)>,
 }
 
 impl Default for LoadOptions {
@@ -64,6 +66,7 @@ impl Default for LoadOptions {
             batch: 512,
             concurrency: 0,
             session_pool: 1,
+            lora: Vec::new(),
         }
     }
 }
@@ -107,6 +110,12 @@ impl LoadOptions {
     /// Conversations kept cached at once (see [`LoadOptions::session_pool`]).
     pub fn with_session_pool(mut self, n: usize) -> Self {
         self.session_pool = n;
+        self
+    }
+    /// Applies the LoRA adapter at `path` with `scale` (llama.cpp's `--lora-scaled`; 1.0 is
+    /// `--lora`), after those added before.
+    pub fn with_lora(mut self, path: impl Into<std::path::PathBuf>, scale: f32) -> Self {
+        self.lora.push((path.into(), scale));
         self
     }
 }
@@ -414,6 +423,15 @@ impl Model {
                 batch: opts.batch,
                 kv_dtype: opts.kv_dtype,
                 device,
+                adapters: opts
+                    .lora
+                    .iter()
+                    .map(|(path, scale)| {
+                        let a = kestrel_arch::LoraAdapter::open(path)
+                            .map_err(kestrel_generate::GenerateError::from)?;
+                        Ok((std::sync::Arc::new(a), *scale))
+                    })
+                    .collect::<Result<Vec<_>, Error>>()?,
             },
         )?;
         let tokenizer = generator.tokenizer().cloned().ok_or(Error::InvalidOption {

@@ -57,6 +57,9 @@ pub struct BenchArgs {
     /// Where to run: cpu, cuda, cuda:N or auto.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// LoRA adapters.
+    #[command(flatten)]
+    pub lora: super::lora_args::LoraArgs,
 }
 
 /// One test's samples.
@@ -149,6 +152,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         ctx,
         batch: args.batch.min(ctx),
         device: args.device.clone(),
+        lora: args.lora.adapters()?,
         ..LoadOptions::default()
     };
     let mut model = Model::load_file(&args.model, load).map_err(|e| e.to_string())?;

@@ -37,6 +37,9 @@ pub struct LogitsArgs {
     /// Top tokens shown per position without --json.
     #[arg(long, default_value_t = 5)]
     pub top: usize,
+    /// LoRA adapters.
+    #[command(flatten)]
+    pub lora: super::lora_args::LoraArgs,
 }
 
 /// Runs `kestrel logits`.
@@ -52,6 +55,7 @@ pub fn run(args: &LogitsArgs) -> Result<(), String> {
         all_positions: args.all_positions,
         device: args.device.clone(),
         threads: args.threads,
+        lora: args.lora.adapters()?,
     };
     let rows = logits_of_ids(&model, &args.ids, &opts).map_err(|e| e.to_string())?;
     if args.json {

@@ -1,10 +1,13 @@
-//! The model flags `run`, `chat` and `serve` share (`-m MODEL -t THREADS -c CTX --device D`), and
+//! The model flags `run`, `chat` and `serve` share (`-m MODEL -t THREADS -c CTX --device D`,
+//! `--lora`/`--lora-scaled`), and
 //! loading the model they name.
 
 use std::path::PathBuf;
 
 use clap::Args;
 use kestrel::{LoadOptions, Model};
+
+use super::lora_args::LoraArgs;
 
 /// Which model to load, and how.
 #[derive(Args, Debug)]
@@ -24,6 +27,9 @@ pub struct ModelArgs {
     /// Where to run: cpu, cuda, cuda:N or auto (a GPU when one is found, else the CPU).
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// LoRA adapters.
+    #[command(flatten)]
+    pub lora: LoraArgs,
 }
 
 impl ModelArgs {
@@ -35,6 +41,7 @@ impl ModelArgs {
             ctx: self.ctx,
             kv_dtype,
             device: self.device.clone(),
+            lora: self.lora.adapters()?,
             ..LoadOptions::default()
         };
         let model = Model::load_file(&self.model, opts).map_err(|e| e.to_string())?;

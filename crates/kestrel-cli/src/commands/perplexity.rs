@@ -48,6 +48,9 @@ pub struct PerplexityArgs {
     /// Where to run: cpu, cuda, cuda:N or auto.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// LoRA adapters.
+    #[command(flatten)]
+    pub lora: super::lora_args::LoraArgs,
 }
 
 pub fn run(args: &PerplexityArgs) -> Result<(), String> {
@@ -95,6 +98,7 @@ fn load(args: &PerplexityArgs, ctx: usize) -> Result<Model, String> {
         ctx,
         kv_dtype: super::model_args::kv_dtype(&args.cache_type)?,
         device: args.device.clone(),
+        lora: args.lora.adapters()?,
         ..LoadOptions::default()
     };
     let model = Model::load_file(&args.model, opts).map_err(|e| e.to_string())?;

@@ -14,7 +14,7 @@ mod logprob_file;
 
 use std::io::{Read, Write};
 
-use kestrel_arch::{build_decoder, weight_tensor, Logits};
+use kestrel_arch::Logits;
 use kestrel_graph::{ActivationHook, CudaKvCache, CudaPlan, ExecutionPlan};
 
 pub use kld::{Estimate, KlDivergence, KldAccumulator, Percentiles};
@@ -260,9 +260,9 @@ impl Generator {
         let n_chunks = self.check_windows(tokens, n_ctx, chunks)?;
         let core = &mut self.core;
         let kv = &mut self.session;
-        let graph = build_decoder(&core.cfg, &core.model, Logits::All)?;
-        let model = core.model.clone();
-        let lookup = |name: &str| weight_tensor(&model, name);
+        let graph = core.weights.graph(&core.cfg, Logits::All)?;
+        let weights = core.weights.clone();
+        let lookup = |name: &str| weights.get(name);
         // On a GPU the windows run through their own all-positions plan and cache on the
         // generator's device (sharing the weights the generator uploaded).
         let mut plan = match &core.plans {

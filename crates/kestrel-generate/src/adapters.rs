@@ -1,0 +1,54 @@
+//! The weights a generator's graphs read: the model's, with the LoRA adapters it was set up
+//! with applied on top (each adapted matmul gets its low-rank terms; nothing is merged).
+
+use std::sync::Arc;
+
+use kestrel_arch::{adapted_weight, apply_adapters, build_decoder, DecoderConfig, Logits};
+use kestrel_arch::{LoraAdapter, LoraError};
+use kestrel_gguf::GgufModel;
+use kestrel_graph::Graph;
+use kestrel_tensor::Tensor;
+
+use crate::GenerateError;
+
+/// A model and the adapters applied to it, each with its scale.
+#[derive(Clone, Debug)]
+pub(crate) struct Weights {
+    pub(crate) model: Arc<GgufModel>,
+    adapters: Vec<(Arc<LoraAdapter>, f32)>,
+}
+
+impl Weights {
+    /// Checks every adapter against `model` (architecture, tensors, shapes) and its scale.
+    pub(crate) fn new(
+        model: Arc<GgufModel>,
+        adapters: Vec<(Arc<LoraAdapter>, f32)>,
+    ) -> Result<Weights, GenerateError> {
+        for (a, scale) in &adapters {
+            a.check(&model)?;
+            if !scale.is_finite() {
+                return Err(GenerateError::from(LoraError::Invalid {
+                    path: a.path().to_path_buf(),
+                    reason: format!("scale {scale} is not a finite number"),
+                }));
+            }
+        }
+        Ok(Weights { model, adapters })
+    }
+
+    /// The decoder graph for `which` outputs, adapters applied.
+    pub(crate) fn graph(&self, cfg: &DecoderConfig, which: Logits) -> Result<Graph, GenerateError> {
+        let g = build_decoder(cfg, &self.model, which)?;
+        Ok(apply_adapters(&g, &self.adapters)?)
+    }
+
+    /// A weight of [`graph`](Self::graph)'s graphs by name.
+    pub(crate) fn get(&self, name: &str) -> Option<Tensor> {
+        adapted_weight(&self.model, &self.adapters, name)
+    }
+
+    /// The adapters, in order, with their scales.
+    pub(crate) fn adapters(&self) -> &[(Arc<LoraAdapter>, f32)] {
+        &self.adapters
+    }
+}

@@ -1,0 +1,160 @@
+//! Low-rank adapters (LoRA) applied to a graph without merging them into its weights: every
+//! matmul `y = x · Wᵀ` whose weight has adapters becomes `y + Σ scale · (x · Aᵀ) · Bᵀ`, and an
+//! adapted token embedding `e = W[id]` becomes `e + Σ scale · A[id] · Bᵀ`, as llama.cpp's
+//! `build_lora_mm` and `build_inp_embd` compute them. The base weights stay as they are
+//! (quantized, packed); the adapter's `A` and `B` are small extra weights of the graph.
+
+use std::collections::HashSet;
+
+use crate::ir::{EmbedIndex, Node, Op, WeightId};
+use crate::{Graph, GraphError};
+
+/// One adapter's pair for one base weight: the names its lookup resolves, ggml dims, and the
+/// scale its product is added with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LowRank {
+    /// `A`: ggml dims `[k, rank]` for a matmul weight `[k, m]`; `[rank, n_vocab]` for an
+    /// embedding table (its rows are picked by token, as the table's).
+    pub a: (String, Vec<u64>),
+    /// `B`: ggml dims `[rank, m]` (an embedding table's `[rank, width]`).
+    pub b: (String, Vec<u64>),
+    /// The product's factor (llama.cpp: `scale · alpha / rank`, or `scale` without an alpha).
+    pub scale: f32,
+}
+
+impl Graph {
+    /// This graph with the low-rank terms `pairs` gives for each weight name added wherever the
+    /// weight is a matmul's or a token embedding's. Returns the graph and the names of the base
+    /// weights that got a term; a weight with pairs that only other ops use (per-head matmuls,
+    /// experts, a norm) is not among them, so the caller can refuse what it cannot apply.
+    ///
+    /// # Errors
+    /// A pair whose dims do not fit its weight.
+    pub fn with_low_rank(
+        &self,
+        pairs: &dyn Fn(&str) -> Vec<LowRank>,
+    ) -> Result<(Graph, HashSet<String>), GraphError> {
+        let mut g = Graph::new();
+        for w in self.weights() {
+            g.weight(&w.name, &w.dims);
+        }
+        let mut applied = HashSet::new();
+        // Old node id → the new node holding its value.
+        let mut map: Vec<usize> = Vec::with_capacity(self.nodes().len());
+        for node in self.nodes() {
+            let inputs: Vec<usize> = node.inputs.iter().map(|&i| map[i]).collect();
+            let id = g.push_node(Node {
+                inputs: inputs.clone(),
+                ..node.clone()
+            });
+            let (weight, embed) = match &node.op {
+                Op::MatMul { weight } => (Some(*weight), false),
+                Op::Embed {
+                    table,
+                    index: EmbedIndex::Tokens,
+                } => (Some(*table), true),
+                _ => (None, false),
+            };
+            let Some(w) = weight else {
+                map.push(id);
+                continue;
+            };
+            let wname = self.weights()[w].name.clone();
+            let mut acc = id;
+            for (k, p) in pairs(&wname).into_iter().enumerate() {
+                let tag = format!("{}.lora{k}", node.name);
+                let a: WeightId = g.weight(&p.a.0, &p.a.1);
+                let b: WeightId = g.weight(&p.b.0, &p.b.1);
+                let low = if embed {
+                    g.embed_by(&format!("{tag}.a"), a, EmbedIndex::Tokens)?
+                } else {
+                    g.matmul(&format!("{tag}.a"), inputs[0], a)?
+                };
+                let up = g.matmul(&format!("{tag}.b"), low, b)?;
+                if g.shape(up)? != g.shape(acc)? {
+                    return Err(GraphError::Shape {
+                        node: tag,
+                        reason: format!(
+                            "the adapter's product is {:?}, the weight's output {:?}",
+                            g.shape(up)?,
+                            g.shape(acc)?
+                        ),
+                    });
+                }
+                let scaled = g.scale(&format!("{tag}.scale"), up, p.scale)?;
+                acc = g.add(&format!("{tag}.add"), acc, scaled)?;
+                applied.insert(wname.clone());
+            }
+            map.push(acc);
+        }
+        for &o in self.outputs() {
+            g.set_output(map[o])?;
+        }
+        Ok((g, applied))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LowRank;
+    use crate::Graph;
+
+    #[test]
+    fn adapted_matmuls_and_embeddings_get_their_terms() {
+        let mut g = Graph::new();
+        let emb = g.weight("token_embd.weight", &[8, 32]);
+        let wq = g.weight("blk.0.attn_q.weight", &[8, 8]);
+        let wo = g.weight("output.weight", &[8, 32]);
+        let x = g.embed("embd", emb).unwrap();
+        let q = g.matmul("q", x, wq).unwrap();
+        let r = g.add("res", x, q).unwrap();
+        let out = g.matmul("out", r, wo).unwrap();
+        g.set_output(out).unwrap();
+        let pairs = |name: &str| match name {
+            "blk.0.attn_q.weight" => vec![
+                LowRank {
+                    a: ("q.a0".into(), vec![8, 2]),
+                    b: ("q.b0".into(), vec![2, 8]),
+                    scale: 0.5,
+                },
+                LowRank {
+                    a: ("q.a1".into(), vec![8, 4]),
+                    b: ("q.b1".into(), vec![4, 8]),
+                    scale: 2.0,
+                },
+            ],
+            "token_embd.weight" => vec![LowRank {
+                a: ("e.a".into(), vec![3, 32]),
+                b: ("e.b".into(), vec![3, 8]),
+                scale: 1.0,
+            }],
+            _ => vec![],
+        };
+        let (h, applied) = g.with_low_rank(&pairs).unwrap();
+        assert_eq!(applied.len(), 2);
+        assert!(applied.contains("blk.0.attn_q.weight"));
+        // 4 nodes + 4 per adapter term (3 terms).
+        assert_eq!(h.nodes().len(), 4 + 12);
+        assert_eq!(h.weights().len(), 3 + 6);
+        let out = h.node(h.outputs()[0]).unwrap();
+        assert_eq!(out.name, "out");
+        // The residual adds the adapted embedding and the adapted q.
+        let res = h.nodes().iter().find(|n| n.name == "res").unwrap();
+        let names: Vec<&str> = res
+            .inputs
+            .iter()
+            .map(|&i| h.nodes()[i].name.as_str())
+            .collect();
+        assert_eq!(names, ["embd.lora0.add", "q.lora1.add"]);
+        // A pair that does not fit is refused.
+        let bad = |name: &str| match name {
+            "blk.0.attn_q.weight" => vec![LowRank {
+                a: ("a".into(), vec![8, 2]),
+                b: ("b".into(), vec![2, 7]),
+                scale: 1.0,
+            }],
+            _ => vec![],
+        };
+        assert!(g.with_low_rank(&bad).is_err());
+    }
+}
