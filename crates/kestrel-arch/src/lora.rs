@@ -285,7 +285,9 @@ pub fn adapted_weight(
 
 /// `graph` with every adapter of `adapters` (each with its user scale) added to the matmuls
 /// and the token embedding whose weights it adapts; the graph's weights are then found with
-/// [`adapted_weight`]. Adapters are applied in order, each as its own term (not merged).
+/// [`adapted_weight`]. Adapters are applied in order, each as its own term (not merged):
+/// with `fused`, a matmul's term is one low-rank node (the CPU engine's fast path); without,
+/// four plain nodes every engine runs (the CUDA plan).
 ///
 /// # Errors
 /// An adapted weight the graph uses only in ops kestrel does not adapt (experts, per-head
@@ -293,6 +295,7 @@ pub fn adapted_weight(
 pub fn apply_adapters(
     graph: &Graph,
     adapters: &[(Arc<LoraAdapter>, f32)],
+    fused: bool,
 ) -> Result<Graph, LoraError> {
     if adapters.is_empty() {
         return Ok(graph.clone());
@@ -329,7 +332,7 @@ pub fn apply_adapters(
             });
         }
     }
-    let (g, applied) = graph.with_low_rank(&pairs)?;
+    let (g, applied) = graph.with_low_rank(&pairs, fused)?;
     for (ad, _) in adapters {
         for w in ad.pairs.keys().filter(|w| !applied.contains(*w)) {
             // A weight of the model the graph does not read at all (an unused output head) is

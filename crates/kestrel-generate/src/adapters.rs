@@ -16,6 +16,8 @@ use crate::GenerateError;
 pub(crate) struct Weights {
     pub(crate) model: Arc<GgufModel>,
     adapters: Vec<(Arc<LoraAdapter>, f32)>,
+    /// Adapter terms as fused low-rank nodes (the CPU engine) or plain ones (CUDA).
+    fused: bool,
 }
 
 impl Weights {
@@ -23,6 +25,7 @@ impl Weights {
     pub(crate) fn new(
         model: Arc<GgufModel>,
         adapters: Vec<(Arc<LoraAdapter>, f32)>,
+        fused: bool,
     ) -> Result<Weights, GenerateError> {
         for (a, scale) in &adapters {
             a.check(&model)?;
@@ -33,13 +36,17 @@ impl Weights {
                 }));
             }
         }
-        Ok(Weights { model, adapters })
+        Ok(Weights {
+            model,
+            adapters,
+            fused,
+        })
     }
 
     /// The decoder graph for `which` outputs, adapters applied.
     pub(crate) fn graph(&self, cfg: &DecoderConfig, which: Logits) -> Result<Graph, GenerateError> {
         let g = build_decoder(cfg, &self.model, which)?;
-        Ok(apply_adapters(&g, &self.adapters)?)
+        Ok(apply_adapters(&g, &self.adapters, self.fused)?)
     }
 
     /// A weight of [`graph`](Self::graph)'s graphs by name.

@@ -375,7 +375,8 @@ impl Generator {
         }
         // 0 threads: one per logical CPU (the engine's own default).
         let engine = CpuEngine::new(opts.threads)?;
-        let weights = Weights::new(model.clone(), opts.adapters.clone())?;
+        let on_cpu = !matches!(opts.device, Device::Cuda(_));
+        let weights = Weights::new(model.clone(), opts.adapters.clone(), on_cpu)?;
         let graph = weights.graph(&cfg, Logits::Last)?;
         let lookup = |name: &str| weights.get(name);
         let plans = match opts.device {

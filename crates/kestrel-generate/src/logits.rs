@@ -96,7 +96,8 @@ pub fn logits_of_ids(
     for (a, _) in &adapters {
         a.check(model)?;
     }
-    let graph = apply_adapters(&build_decoder(&cfg, model, which)?, &adapters)?;
+    let on_cpu = !matches!(device, Device::Cuda(_));
+    let graph = apply_adapters(&build_decoder(&cfg, model, which)?, &adapters, on_cpu)?;
     let lookup = |name: &str| adapted_weight(model, &adapters, name);
     let n = ids.len();
     let flat = match device {

@@ -684,7 +684,8 @@ impl CudaPlan {
             | Op::HeadConcat { .. }
             | Op::Clamp(_)
             | Op::SsmConv(_)
-            | Op::SsmScan(_) => {
+            | Op::SsmScan(_)
+            | Op::LowRank { .. } => {
                 return Err(GraphError::Unsupported {
                     op: unsupported(&node.op, node.width).unwrap_or("?"),
                     node: node.name.clone(),
@@ -724,6 +725,9 @@ fn unsupported(op: &Op, width: usize) -> Option<&'static str> {
         Op::HeadConcat { .. } => Some("head_concat"),
         Op::SsmConv(_) => Some("ssm_conv"),
         Op::SsmScan(_) => Some("ssm_scan"),
+        Op::LowRank { .. } => {
+            Some("fused low-rank adapter term (the CUDA plan takes the unfused form)")
+        }
         _ => None,
     }
 }

@@ -663,6 +663,33 @@ impl Graph {
         self.binary(name, Op::GeGlu, gate, up)
     }
 
+    /// `acc + scale · (x · Aᵀ) · Bᵀ` ([`Op::LowRank`]): `x` is `k` wide, `A`'s ggml dims
+    /// `[k, rank]`, `B`'s `[rank, m]`, `acc` `m` wide with `x`'s rows.
+    pub fn low_rank(
+        &mut self,
+        name: &str,
+        acc: NodeId,
+        x: NodeId,
+        a: WeightId,
+        b: WeightId,
+        scale: f32,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, k) = self.shape(x)?;
+        let (acc_rows, m) = self.shape(acc)?;
+        let (ad, bd) = (self.weight_dims(a, name)?, self.weight_dims(b, name)?);
+        let fits = matches!((ad, bd), ([ak, ar], [br, bm])
+            if *ak as usize == k && ar == br && *bm as usize == m && *ar > 0);
+        if !fits || acc_rows != rows {
+            return Err(shape_err(
+                name,
+                format!(
+                    "input {rows:?} x {k}, output {acc_rows:?} x {m}: A {ad:?} and B {bd:?} do not fit"
+                ),
+            ));
+        }
+        Ok(self.push(name, Op::LowRank { a, b, scale }, vec![acc, x], rows, m))
+    }
+
     /// `x * s`.
     pub fn scale(&mut self, name: &str, x: NodeId, s: f32) -> Result<NodeId, GraphError> {
         self.elementwise(name, Op::Scale(s), x)

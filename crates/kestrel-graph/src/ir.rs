@@ -254,6 +254,16 @@ pub enum Op {
     Mul,
     /// Multiply by a constant.
     Scale(f32),
+    /// A LoRA adapter's term added to a matmul's output: `acc + scale · (x · Aᵀ) · Bᵀ`, inputs
+    /// `[acc, x]`, `A` of ggml dims `[k, rank]` and `B` `[rank, m]` (read as f32 values).
+    LowRank {
+        /// `A`.
+        a: WeightId,
+        /// `B`.
+        b: WeightId,
+        /// The product's factor.
+        scale: f32,
+    },
     /// `cap * tanh(x / cap)`.
     SoftCap(f32),
     /// `silu(a) * b` (SwiGLU).

@@ -30,9 +30,14 @@ impl Graph {
     ///
     /// # Errors
     /// A pair whose dims do not fit its weight.
+    ///
+    /// With `fused`, a matmul's term is one [`Op::LowRank`] node (the CPU engine runs it as one
+    /// step); without, four plain nodes (matmul by `A`, matmul by `B`, scale, add), which every
+    /// engine runs.
     pub fn with_low_rank(
         &self,
         pairs: &dyn Fn(&str) -> Vec<LowRank>,
+        fused: bool,
     ) -> Result<(Graph, HashSet<String>), GraphError> {
         let mut g = Graph::new();
         for w in self.weights() {
@@ -65,6 +70,11 @@ impl Graph {
                 let tag = format!("{}.lora{k}", node.name);
                 let a: WeightId = g.weight(&p.a.0, &p.a.1);
                 let b: WeightId = g.weight(&p.b.0, &p.b.1);
+                if fused && !embed {
+                    acc = g.low_rank(&tag, acc, inputs[0], a, b, p.scale)?;
+                    applied.insert(wname.clone());
+                    continue;
+                }
                 let low = if embed {
                     g.embed_by(&format!("{tag}.a"), a, EmbedIndex::Tokens)?
                 } else {
@@ -130,7 +140,10 @@ mod tests {
             }],
             _ => vec![],
         };
-        let (h, applied) = g.with_low_rank(&pairs).unwrap();
+        let (h, applied) = g.with_low_rank(&pairs, false).unwrap();
+        // Fused: one node per matmul term, the embedding's stays four.
+        let (f, _) = g.with_low_rank(&pairs, true).unwrap();
+        assert_eq!(f.nodes().len(), 4 + 2 + 4);
         assert_eq!(applied.len(), 2);
         assert!(applied.contains("blk.0.attn_q.weight"));
         // 4 nodes + 4 per adapter term (3 terms).
@@ -155,6 +168,7 @@ mod tests {
             }],
             _ => vec![],
         };
-        assert!(g.with_low_rank(&bad).is_err());
+        assert!(g.with_low_rank(&bad, false).is_err());
+        assert!(g.with_low_rank(&bad, true).is_err());
     }
 }

@@ -131,6 +131,8 @@ pub struct ExecutionPlan {
     moe_scratch: MoeScratch,
     /// One head's inputs and outputs of a per-head matmul (grown once to the largest step).
     head_in: Vec<f32>,
+    /// A LoRA term's `x · Aᵀ` rows (grown once to the largest step).
+    low_rank: Vec<f32>,
     head_out: Vec<f32>,
     /// RoPE angles of the step's positions, computed by the first layer and reused by the rest.
     rope_cache: cpu::RopeCache,
@@ -296,6 +298,7 @@ impl ExecutionPlan {
             scratch: cpu::MatmulScratch::new(),
             moe_scratch: MoeScratch::default(),
             head_in: Vec::new(),
+            low_rank: Vec::new(),
             head_out: Vec::new(),
             rope_cache: cpu::RopeCache::default(),
             trace: std::env::var("KESTREL_TRACE")
@@ -715,6 +718,62 @@ impl ExecutionPlan {
                 out.copy_from_slice(a);
                 cpu::scale(out, *s);
             }
+            Op::LowRank {
+                a: wa,
+                b: wb,
+                scale,
+            } => {
+                // As its unfused twin computes it, bit for bit: aligned F32 halves through
+                // `low_rank_add` (no per-op dispatch), others through the matmul kernel.
+                let k = self.nodes[node.inputs[1]].width;
+                let (ta, tb) = (&self.weights[*wa].tensor, &self.weights[*wb].tensor);
+                let rank = ta.shape().elem_count() / k.max(1);
+                let segments = if rows == t {
+                    &self.seg_rows[..]
+                } else {
+                    &self.out_segs[..]
+                };
+                let low = grow(&mut self.low_rank, rows * rank);
+                match ta.as_f32() {
+                    Ok(av) => {
+                        for (tr, xr) in low.chunks_exact_mut(rank).zip(b.chunks_exact(k)) {
+                            for (tj, aj) in tr.iter_mut().zip(av.chunks_exact(k)) {
+                                *tj = dot_blocks(aj, xr);
+                            }
+                        }
+                    }
+                    Err(_) => cpu::matmul_segmented(
+                        &b[..rows * k],
+                        rows,
+                        k,
+                        ta.as_bytes(),
+                        ta.dtype(),
+                        rank,
+                        low,
+                        segments,
+                        &mut self.scratch,
+                    )?,
+                }
+                match tb.as_f32() {
+                    Ok(bv) => low_rank_add(a, bv, rank, width, *scale, low, out),
+                    Err(_) => {
+                        cpu::matmul_segmented(
+                            low,
+                            rows,
+                            rank,
+                            tb.as_bytes(),
+                            tb.dtype(),
+                            width,
+                            out,
+                            segments,
+                            &mut self.scratch,
+                        )?;
+                        for (o, &c) in out.iter_mut().zip(a) {
+                            *o = c + *scale * *o;
+                        }
+                    }
+                }
+            }
             Op::SoftCap(cap) => {
                 for (o, &x) in out.iter_mut().zip(a) {
                     *o = cap * (x / cap).tanh();
@@ -944,5 +1003,60 @@ impl ExecutionPlan {
             }
         }
         Ok(())
+    }
+}
+
+/// A dot product summed as the F32 matmul kernel sums it (32-value blocks, left to right), so a
+/// fused low-rank term gives the bits of its unfused twin (two F32 matmuls, a scale, an add).
+fn dot_blocks(a: &[f32], x: &[f32]) -> f32 {
+    let mut s = 0f32;
+    for (ca, cx) in a.chunks(32).zip(x.chunks(32)) {
+        s += cpu::dot(ca, cx);
+    }
+    s
+}
+
+/// `out = acc + scale · t · Bᵀ` for `acc`'s rows: `t` rows of `rank` (the term's `x · Aᵀ`), `B`
+/// `m` rows of `rank`. Rows in parallel for a prefill; the output columns in parallel for a
+/// single row. The sums are the F32 matmul kernel's ([`dot_blocks`]).
+fn low_rank_add(
+    acc: &[f32],
+    b: &[f32],
+    rank: usize,
+    m: usize,
+    scale: f32,
+    t: &[f32],
+    out: &mut [f32],
+) {
+    use rayon::prelude::*;
+    if rank == 0 || m == 0 {
+        out.copy_from_slice(acc);
+        return;
+    }
+    let rows = out.len() / m;
+    if rows == 1 && m * rank <= 1 << 15 {
+        // A small term for one row: a parallel dispatch would cost more than the sums.
+        for ((y, &v), bo) in out.iter_mut().zip(acc).zip(b.chunks_exact(rank)) {
+            *y = v + scale * dot_blocks(bo, &t[..rank]);
+        }
+    } else if rows == 1 {
+        // One row: its output columns in chunks.
+        const COLS: usize = 512;
+        out.par_chunks_mut(COLS)
+            .zip(acc.par_chunks(COLS))
+            .zip(b.par_chunks(COLS * rank))
+            .for_each(|((o, c), bc)| {
+                for ((y, &v), bo) in o.iter_mut().zip(c).zip(bc.chunks_exact(rank)) {
+                    *y = v + scale * dot_blocks(bo, &t[..rank]);
+                }
+            });
+    } else {
+        out.par_chunks_mut(m)
+            .zip(acc.par_chunks(m).zip(t.par_chunks(rank)))
+            .for_each(|(o, (c, tr))| {
+                for ((y, &v), bo) in o.iter_mut().zip(c).zip(b.chunks_exact(rank)) {
+                    *y = v + scale * dot_blocks(bo, tr);
+                }
+            });
     }
 }
