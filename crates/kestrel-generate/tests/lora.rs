@@ -30,22 +30,10 @@ fn base(dir: &Path, arch: &str) -> PathBuf {
 }
 
 /// An adapter of rank `rank` for `targets` (`(weight, in, out)`; the token embedding's `in` is
-/// its width and `out` the vocabulary), uniform values from `seed`, `lora_b` in `b_type`.
-fn adapter(
-    path: &Path,
-    arch: &str,
-    alpha: Option<f32>,
-    rank: usize,
-    targets: &[(&str, usize, usize)],
-    seed: u64,
-    b_type: GgmlType,
-) {
-    adapter_with(path, arch, alpha, rank, targets, seed, b_type, 0.2);
-}
-
-/// [`adapter`] with values uniform in `±amplitude`.
+/// its width and `out` the vocabulary), values uniform in `±amplitude` from `seed`, `lora_b` in
+/// `b_type`.
 #[allow(clippy::too_many_arguments)]
-fn adapter_with(
+fn adapter(
     path: &Path,
     arch: &str,
     alpha: Option<f32>,
@@ -153,9 +141,27 @@ fn adapters_on_top_match_adapters_merged_in() {
     let model = base(&dir, "llama");
     let one = dir.join("one.gguf");
     let two = dir.join("two.gguf");
-    adapter(&one, "llama", Some(8.0), 4, &TARGETS, 11, GgmlType::F32);
+    adapter(
+        &one,
+        "llama",
+        Some(8.0),
+        4,
+        &TARGETS,
+        11,
+        GgmlType::F32,
+        0.2,
+    );
     // No alpha (the scale alone), rank 2, B in F16, a subset of the weights.
-    adapter(&two, "llama", None, 2, &TARGETS[1..4], 12, GgmlType::F16);
+    adapter(
+        &two,
+        "llama",
+        None,
+        2,
+        &TARGETS[1..4],
+        12,
+        GgmlType::F16,
+        0.2,
+    );
     let plain = run(&mut generator(&model, &[]).unwrap());
     for set in [
         vec![(one.clone(), 1.0)],
@@ -221,6 +227,7 @@ fn adapters_that_do_not_fit_are_refused_with_the_reason() {
         &TARGETS[..1],
         1,
         GgmlType::F32,
+        0.2,
     );
     refuse(&[(other, 1.0)], "it is for \"qwen2\"");
     let missing = dir.join("missing.gguf");
@@ -232,6 +239,7 @@ fn adapters_that_do_not_fit_are_refused_with_the_reason() {
         &[("blk.7.attn_q.weight", 64, 64)],
         1,
         GgmlType::F32,
+        0.2,
     );
     refuse(
         &[(missing, 1.0)],
@@ -246,6 +254,7 @@ fn adapters_that_do_not_fit_are_refused_with_the_reason() {
         &[("blk.0.attn_q.weight", 64, 48)],
         1,
         GgmlType::F32,
+        0.2,
     );
     refuse(&[(shape, 1.0)], "do not fit it");
     let plain_model = dir.join("plain.gguf");
@@ -275,6 +284,7 @@ fn adapters_that_do_not_fit_are_refused_with_the_reason() {
         &[("token_embd.weight", 64, SYNTHETIC_VOCAB)],
         1,
         GgmlType::F32,
+        0.2,
     );
     let err = generator(&gemma, &[(tied, 1.0)]).unwrap_err();
     assert!(err.contains("tied output"), "{err}");
@@ -286,7 +296,16 @@ fn the_scheduler_applies_adapters_as_a_single_sequence_does() {
     let dir = temp_dir("batch");
     let model = base(&dir, "llama");
     let one = dir.join("one.gguf");
-    adapter(&one, "llama", Some(8.0), 4, &TARGETS, 21, GgmlType::F32);
+    adapter(
+        &one,
+        "llama",
+        Some(8.0),
+        4,
+        &TARGETS,
+        21,
+        GgmlType::F32,
+        0.2,
+    );
     let mut g = generator(&model, &[(one, 1.0)]).unwrap();
     let prompts: Vec<Vec<u32>> = (0..3u32)
         .map(|i| (0..4 + 3 * i).map(|j| (j * 29 + i * 5 + 3) % 256).collect())
@@ -384,10 +403,12 @@ fn cases(dir: &Path) -> Vec<Case> {
             ],
         );
         let some = matmul_targets(&smollm, &["attn_v", "ffn_down"]);
-        let refs = |t: &[(String, usize, usize)]| -> Vec<(String, usize, usize)> { t.to_vec() };
+        fn refs(t: &[(String, usize, usize)]) -> Vec<(&str, usize, usize)> {
+            t.iter().map(|(n, k, m)| (n.as_str(), *k, *m)).collect()
+        }
         let a = dir.join("smollm2-a.gguf");
         let b = dir.join("smollm2-b.gguf");
-        adapter_owned(
+        adapter(
             &a,
             "llama",
             Some(16.0),
@@ -397,7 +418,7 @@ fn cases(dir: &Path) -> Vec<Case> {
             GgmlType::F32,
             0.02,
         );
-        adapter_owned(&b, "llama", None, 4, &refs(&some), 32, GgmlType::F16, 0.02);
+        adapter(&b, "llama", None, 4, &refs(&some), 32, GgmlType::F16, 0.02);
         // The base model alone: how far the two engines are apart without adapters.
         out.push(Case {
             name: "smollm2-none",
@@ -420,11 +441,7 @@ fn cases(dir: &Path) -> Vec<Case> {
     }
     let synth = base(dir, "llama");
     let s = dir.join("synth-a.gguf");
-    let targets: Vec<(String, usize, usize)> = TARGETS
-        .iter()
-        .map(|&(n, k, m)| (n.to_string(), k, m))
-        .collect();
-    adapter_owned(&s, "llama", Some(8.0), 4, &targets, 33, GgmlType::F32, 0.2);
+    adapter(&s, "llama", Some(8.0), 4, &TARGETS, 33, GgmlType::F32, 0.2);
     out.push(Case {
         name: "synthetic-llama",
         model: synth,
@@ -432,25 +449,6 @@ fn cases(dir: &Path) -> Vec<Case> {
         prompt: PROMPT.iter().map(|&t| t % SYNTHETIC_VOCAB as u32).collect(),
     });
     out
-}
-
-/// [`adapter`] with owned names and a value amplitude.
-#[allow(clippy::too_many_arguments)]
-fn adapter_owned(
-    path: &Path,
-    arch: &str,
-    alpha: Option<f32>,
-    rank: usize,
-    targets: &[(String, usize, usize)],
-    seed: u64,
-    b_type: GgmlType,
-    amplitude: f32,
-) {
-    let t: Vec<(&str, usize, usize)> = targets
-        .iter()
-        .map(|(n, k, m)| (n.as_str(), *k, *m))
-        .collect();
-    adapter_with(path, arch, alpha, rank, &t, seed, b_type, amplitude);
 }
 
 /// Decodes standard base64.

@@ -1033,30 +1033,26 @@ fn low_rank_add(
         out.copy_from_slice(acc);
         return;
     }
+    // `out[j] = acc[j] + scale · B_j · tr` for the rows of B that `out` and `acc` cover.
+    let add = |out: &mut [f32], acc: &[f32], b: &[f32], tr: &[f32]| {
+        for ((y, &v), bo) in out.iter_mut().zip(acc).zip(b.chunks_exact(rank)) {
+            *y = v + scale * dot_blocks(bo, tr);
+        }
+    };
     let rows = out.len() / m;
     if rows == 1 && m * rank <= 1 << 15 {
         // A small term for one row: a parallel dispatch would cost more than the sums.
-        for ((y, &v), bo) in out.iter_mut().zip(acc).zip(b.chunks_exact(rank)) {
-            *y = v + scale * dot_blocks(bo, &t[..rank]);
-        }
+        add(out, acc, b, &t[..rank]);
     } else if rows == 1 {
         // One row: its output columns in chunks.
         const COLS: usize = 512;
         out.par_chunks_mut(COLS)
             .zip(acc.par_chunks(COLS))
             .zip(b.par_chunks(COLS * rank))
-            .for_each(|((o, c), bc)| {
-                for ((y, &v), bo) in o.iter_mut().zip(c).zip(bc.chunks_exact(rank)) {
-                    *y = v + scale * dot_blocks(bo, &t[..rank]);
-                }
-            });
+            .for_each(|((o, c), bc)| add(o, c, bc, &t[..rank]));
     } else {
         out.par_chunks_mut(m)
             .zip(acc.par_chunks(m).zip(t.par_chunks(rank)))
-            .for_each(|(o, (c, tr))| {
-                for ((y, &v), bo) in o.iter_mut().zip(c).zip(b.chunks_exact(rank)) {
-                    *y = v + scale * dot_blocks(bo, tr);
-                }
-            });
+            .for_each(|(o, (c, tr))| add(o, c, b, tr));
     }
 }

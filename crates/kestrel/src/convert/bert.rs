@@ -28,13 +28,7 @@ fn gguf_name(hf: &str) -> Option<String> {
     if let Some(f) = fixed {
         return Some(f.to_string());
     }
-    let rest = name.strip_prefix("encoder.layer.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let (module, kind) = tail.rsplit_once('.')?;
-    if kind != "weight" && kind != "bias" {
-        return None;
-    }
+    let (layer, module, kind) = super::layer_tensor(name, "encoder.layer.")?;
     let short = match module {
         "attention.self.query" => "attn_q",
         "attention.self.key" => "attn_k",

@@ -278,3 +278,13 @@ pub fn convert_hf(
         bytes,
     })
 }
+
+/// A per-layer checkpoint tensor's `(layer, module, "weight" | "bias")`: `name` is
+/// `{prefix}{layer}.{module}.{kind}` (`model.layers.`, `transformer.h.`, `encoder.layer.`).
+pub(crate) fn layer_tensor<'a>(name: &'a str, prefix: &str) -> Option<(usize, &'a str, &'a str)> {
+    let rest = name.strip_prefix(prefix)?;
+    let (layer, tail) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, kind) = tail.rsplit_once('.')?;
+    (kind == "weight" || kind == "bias").then_some((layer, module, kind))
+}

@@ -316,13 +316,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         }
         _ => {}
     }
-    let rest = name.strip_prefix("model.layers.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let (module, kind) = tail.rsplit_once('.')?;
-    if kind != "weight" && kind != "bias" {
-        return None;
-    }
+    let (layer, module, kind) = crate::convert::layer_tensor(name, "model.layers.")?;
     // Gemma 2 and 3: norms before and after attention and feed-forward (Gemma 1 has Llama's).
     let gemma = matches!(family, Family::Gemma2 | Family::Gemma3);
     let qk_norm = matches!(
@@ -411,13 +405,7 @@ fn gpt2_name(name: &str) -> Option<String> {
     if let Some(n) = whole {
         return Some(n.into());
     }
-    let rest = name.strip_prefix("transformer.h.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let (module, kind) = tail.rsplit_once('.')?;
-    if kind != "weight" && kind != "bias" {
-        return None;
-    }
+    let (layer, module, kind) = crate::convert::layer_tensor(name, "transformer.h.")?;
     let short = match module {
         "ln_1" => "attn_norm",
         "attn.c_attn" => "attn_qkv",
