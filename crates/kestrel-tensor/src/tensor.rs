@@ -111,6 +111,29 @@ impl Tensor {
         })
     }
 
+    /// This tensor with its bytes behind an `Arc` (read-only from now on), so clones share
+    /// them instead of copying (a tensor made once and handed to several plans).
+    pub fn into_shared(self) -> Tensor {
+        match self.storage {
+            Storage::Owned(buf) => {
+                let end = buf.len();
+                let owner: ByteOwner = std::sync::Arc::new(buf);
+                Tensor {
+                    dtype: self.dtype,
+                    shape: self.shape,
+                    storage: Storage::Shared {
+                        owner,
+                        range: Range { start: 0, end },
+                    },
+                }
+            }
+            shared => Tensor {
+                storage: shared,
+                ..self
+            },
+        }
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype

@@ -51,6 +51,16 @@ pub fn bf16_to_f32_slice(src: &[bf16], out: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
+/// Rounds every value to `dtype` and back when it is F16 or BF16 (as ggml reads a matmul's
+/// input for a weight of that type); other types leave `x` as it is.
+pub fn round_to(dtype: crate::DType, x: &mut [f32]) {
+    match dtype {
+        crate::DType::F16 => x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32()),
+        crate::DType::BF16 => x.iter_mut().for_each(|v| *v = bf16_to_f32(f32_to_bf16(*v))),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ pub(crate) mod attention_tiled;
 pub mod convert;
 pub mod elementwise;
 pub mod get_rows;
+pub mod low_rank;
 pub mod matmul;
 pub mod norm;
 mod out_ptr;
@@ -38,12 +39,13 @@ pub use attention_batch::{attention_paged_batch, PagedSeq};
 pub use attention_latent::{attention_latent, LatentAttentionParams};
 pub use attention_sinks::apply_attention_sinks;
 pub use block::{dot, vec_dot};
-pub use convert::{bf16_to_f32_slice, f16_to_f32, f32_to_bf16_slice, f32_to_f16};
+pub use convert::{bf16_to_f32_slice, f16_to_f32, f32_to_bf16_slice, f32_to_f16, round_to};
 pub use elementwise::{
     add, add_assign, argmax, erf, geglu, gelu, gelu_erf, gelu_erf_f32, gelu_f32, mul, mul_assign,
     scale, silu, silu_f32, swiglu,
 };
 pub use get_rows::get_rows;
+pub use low_rank::{low_rank_down, low_rank_up};
 pub use matmul::{
     matmul, matmul_dequantized, matmul_segmented, matmul_with_scratch, matvec, MatmulScratch,
 };

@@ -1,0 +1,187 @@
+//! AVX2 and AVX-512 forms of the low-rank products, bit for bit the scalar twins in the parent
+//! module: `down` keeps the sixteen lane sums in one 512-bit register (two 256-bit ones) and
+//! sums them in the twins' tree; `up` puts one output column in each lane. Four rows (down) or
+//! four column blocks (up) run side by side so the fused multiply-add chains overlap.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::{tail_scalar, up_col_scalar};
+
+/// The twins' tree over sixteen lanes: `l + 8`, then `+ 4`, `+ 2`, `+ 1`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tree512(v: __m512) -> f32 {
+    let lo = _mm512_castps512_ps256(v);
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    tree256(_mm256_add_ps(lo, hi))
+}
+
+/// The tree from eight lanes (`l` with `l + 4`, then `+ 2`, `+ 1`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tree256(s8: __m256) -> f32 {
+    let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps::<0b01>(s2, s2)))
+}
+
+/// `low_rank_down` with AVX-512.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL and VNNI; `a` holds `t.len() · k` values, `x` at least `k`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn down_avx512(a: &[f32], k: usize, x: &[f32], t: &mut [f32]) {
+    let k16 = k - k % 16;
+    let rows = t.len();
+    let (pa, px) = (a.as_ptr(), x.as_ptr());
+    let mut r = 0;
+    while r < rows {
+        let n = (rows - r).min(4);
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let mut i = 0;
+        while i < k16 {
+            // SAFETY: i + 16 <= k <= x.len(); row r + q < rows, so its values lie in `a`.
+            unsafe {
+                let xv = _mm512_loadu_ps(px.add(i));
+                for (q, s) in acc.iter_mut().enumerate().take(n) {
+                    *s = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add((r + q) * k + i)), xv, *s);
+                }
+            }
+            i += 16;
+        }
+        for (q, &s) in acc.iter().enumerate().take(n) {
+            let row = &a[(r + q) * k..(r + q + 1) * k];
+            t[r + q] = tree512(s) + tail_scalar(&row[k16..], &x[k16..k]);
+        }
+        r += n;
+    }
+}
+
+/// `low_rank_down` with AVX2: lanes 0–7 and 8–15 in two registers.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; lengths as for [`down_avx512`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn down_avx2(a: &[f32], k: usize, x: &[f32], t: &mut [f32]) {
+    let k16 = k - k % 16;
+    let rows = t.len();
+    let (pa, px) = (a.as_ptr(), x.as_ptr());
+    let mut r = 0;
+    while r < rows {
+        let n = (rows - r).min(4);
+        let mut lo = [_mm256_setzero_ps(); 4];
+        let mut hi = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i < k16 {
+            // SAFETY: as in `down_avx512`.
+            unsafe {
+                let x0 = _mm256_loadu_ps(px.add(i));
+                let x1 = _mm256_loadu_ps(px.add(i + 8));
+                for q in 0..n {
+                    let row = pa.add((r + q) * k + i);
+                    lo[q] = _mm256_fmadd_ps(_mm256_loadu_ps(row), x0, lo[q]);
+                    hi[q] = _mm256_fmadd_ps(_mm256_loadu_ps(row.add(8)), x1, hi[q]);
+                }
+            }
+            i += 16;
+        }
+        for q in 0..n {
+            let row = &a[(r + q) * k..(r + q + 1) * k];
+            t[r + q] = tree256(_mm256_add_ps(lo[q], hi[q])) + tail_scalar(&row[k16..], &x[k16..k]);
+        }
+        r += n;
+    }
+}
+
+/// `low_rank_up` with AVX-512: sixteen columns per register, four registers side by side.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL and VNNI; lengths checked by the caller (`cols` within `m`,
+/// `bt` `t.len()` rows of `m`, `acc` and `out` `cols.len()` long).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn up_avx512(
+    bt: &[f32],
+    m: usize,
+    t: &[f32],
+    f: f32,
+    cols: Range<usize>,
+    acc: &[f32],
+    out: &mut [f32],
+) {
+    const W: usize = 16;
+    let n = cols.len();
+    let whole = n - n % W;
+    let (pb, pc, po) = (bt.as_ptr(), acc.as_ptr(), out.as_mut_ptr());
+    let fv = _mm512_set1_ps(f);
+    let mut c = 0;
+    while c < whole {
+        let blocks = ((whole - c) / W).min(4);
+        let mut s = [_mm512_setzero_ps(); 4];
+        for (r, &tr) in t.iter().enumerate() {
+            let tv = _mm512_set1_ps(tr);
+            // SAFETY: columns cols.start + c .. + blocks·16 lie within `m` (c + 16·blocks <=
+            // whole <= cols.len()), row r < t.len() rows of `bt`.
+            let row = unsafe { pb.add(r * m + cols.start + c) };
+            for (b, sb) in s.iter_mut().enumerate().take(blocks) {
+                *sb = _mm512_fmadd_ps(unsafe { _mm512_loadu_ps(row.add(b * W)) }, tv, *sb);
+            }
+        }
+        for (b, &sb) in s.iter().enumerate().take(blocks) {
+            // SAFETY: c + 16·b + 16 <= whole <= cols.len() = acc.len() = out.len().
+            unsafe {
+                let cv = _mm512_loadu_ps(pc.add(c + b * W));
+                _mm512_storeu_ps(po.add(c + b * W), _mm512_fmadd_ps(sb, fv, cv));
+            }
+        }
+        c += blocks * W;
+    }
+    for i in whole..n {
+        out[i] = up_col_scalar(bt, m, t, cols.start + i).mul_add(f, acc[i]);
+    }
+}
+
+/// `low_rank_up` with AVX2: eight columns per register, four registers side by side.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; lengths as for [`up_avx512`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn up_avx2(
+    bt: &[f32],
+    m: usize,
+    t: &[f32],
+    f: f32,
+    cols: Range<usize>,
+    acc: &[f32],
+    out: &mut [f32],
+) {
+    const W: usize = 8;
+    let n = cols.len();
+    let whole = n - n % W;
+    let (pb, pc, po) = (bt.as_ptr(), acc.as_ptr(), out.as_mut_ptr());
+    let fv = _mm256_set1_ps(f);
+    let mut c = 0;
+    while c < whole {
+        let blocks = ((whole - c) / W).min(4);
+        let mut s = [_mm256_setzero_ps(); 4];
+        for (r, &tr) in t.iter().enumerate() {
+            let tv = _mm256_set1_ps(tr);
+            // SAFETY: as in `up_avx512`.
+            let row = unsafe { pb.add(r * m + cols.start + c) };
+            for (b, sb) in s.iter_mut().enumerate().take(blocks) {
+                *sb = _mm256_fmadd_ps(unsafe { _mm256_loadu_ps(row.add(b * W)) }, tv, *sb);
+            }
+        }
+        for (b, &sb) in s.iter().enumerate().take(blocks) {
+            // SAFETY: as in `up_avx512`.
+            unsafe {
+                let cv = _mm256_loadu_ps(pc.add(c + b * W));
+                _mm256_storeu_ps(po.add(c + b * W), _mm256_fmadd_ps(sb, fv, cv));
+            }
+        }
+        c += blocks * W;
+    }
+    for i in whole..n {
+        out[i] = up_col_scalar(bt, m, t, cols.start + i).mul_add(f, acc[i]);
+    }
+}
