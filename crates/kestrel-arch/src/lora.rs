@@ -77,6 +77,9 @@ pub struct LoraAdapter {
     alpha: f32,
     /// Base weight name → its pair.
     pairs: BTreeMap<String, Pair>,
+    /// Halves as the fused low-rank op reads them (F32, `B` transposed), made on first use and
+    /// shared by every plan.
+    derived: std::sync::Mutex<std::collections::HashMap<String, Tensor>>,
 }
 
 impl LoraAdapter {
@@ -162,6 +165,7 @@ impl LoraAdapter {
             arch,
             alpha,
             pairs,
+            derived: Default::default(),
         })
     }
 
@@ -240,9 +244,33 @@ impl LoraAdapter {
         Ok(())
     }
 
-    /// A tensor of the adapter file by its name there.
+    /// A tensor of the adapter file by its name there, or one a fused low-rank term reads
+    /// (`{name}#f32`, `{name}#T`: see `kestrel_graph::low_rank_names`), made once and shared.
     pub fn tensor(&self, name: &str) -> Option<Tensor> {
-        weight_tensor(&self.file, name)
+        let plain = |n: &str| weight_tensor(&self.file, n);
+        let mut cache = self
+            .derived
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(t) = cache.get(name) {
+            return Some(t.clone());
+        }
+        match kestrel_graph::derived_weight(name, &plain) {
+            Some(made) => {
+                let t = made.ok()?;
+                cache.insert(name.to_string(), t.clone());
+                Some(t)
+            }
+            None => plain(name),
+        }
+    }
+
+    /// A tensor's type in the file (F32 when it cannot be said).
+    fn dtype_of(&self, name: &str) -> kestrel_tensor::DType {
+        self.file
+            .tensor_info(name)
+            .and_then(|t| kestrel_tensor::DType::try_from(t.ggml_type()).ok())
+            .unwrap_or(kestrel_tensor::DType::F32)
     }
 
     /// The factor of a product of `rank` at user scale `scale`: `scale · alpha / rank`, or
@@ -310,6 +338,9 @@ pub fn apply_adapters(
                     a: (format!("lora{k}:{}", p.a), p.a_dims.clone()),
                     b: (format!("lora{k}:{}", p.b), p.b_dims.clone()),
                     scale: ad.factor(p, *scale),
+                    adapter: k,
+                    alpha: ad.alpha,
+                    types: (ad.dtype_of(&p.a), ad.dtype_of(&p.b)),
                 })
             })
             .collect()

@@ -107,6 +107,10 @@ struct Running<'g> {
     submitted: Instant,
     admitted: Instant,
     first: Option<Instant>,
+    /// Its adapter scales, one per adapter.
+    adapters: Vec<f32>,
+    /// At the generator's adapter scales: it may share the prefix cache.
+    shared: bool,
 }
 
 struct Queued<'g> {
@@ -114,6 +118,8 @@ struct Queued<'g> {
     prompt: Vec<u32>,
     dec: Decoding<'g>,
     submitted: Instant,
+    adapters: Vec<f32>,
+    shared: bool,
 }
 
 /// Continuous batching over one generator (see the module docs).
@@ -132,6 +138,8 @@ pub struct Scheduler<'g> {
     outputs: Vec<usize>,
     /// Running index of each output row.
     out_owner: Vec<usize>,
+    /// The segments' adapter scales (empty for a model without adapters).
+    seg_adapters: Vec<f32>,
     logits: Vec<f32>,
 }
 
@@ -167,6 +175,7 @@ impl<'g> Scheduler<'g> {
             segs: Vec::with_capacity(max_tokens),
             outputs: Vec::with_capacity(max_tokens),
             out_owner: Vec::with_capacity(max_tokens),
+            seg_adapters: Vec::new(),
             logits: vec![0.0; n_vocab],
         }
     }
@@ -186,6 +195,8 @@ impl<'g> Scheduler<'g> {
             None => None,
         };
         let dec = Decoding::new(self.core.cfg.n_vocab, self.tokenizer, trie, &params)?;
+        let adapters = self.core.adapter_scales(params.adapters.as_deref())?;
+        let shared = adapters == self.core.weights.scales();
         let id = self.next_id;
         self.next_id += 1;
         self.queue.push_back(Queued {
@@ -193,6 +204,8 @@ impl<'g> Scheduler<'g> {
             prompt,
             dec,
             submitted: Instant::now(),
+            adapters,
+            shared,
         });
         Ok(id)
     }
@@ -215,6 +228,29 @@ impl<'g> Scheduler<'g> {
     /// Steps run so far.
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    /// Sets the generator's adapter scales, for requests submitted from now on that choose
+    /// none ([`Generator::set_adapter_scales`](crate::Generator::set_adapter_scales)); queued
+    /// and running requests keep the scales they were submitted with. The prefix cache is
+    /// emptied (its blocks were computed at the old scales).
+    ///
+    /// # Errors
+    /// As [`Generator::set_adapter_scales`](crate::Generator::set_adapter_scales).
+    pub fn set_adapter_scales(&mut self, scales: &[f32]) -> Result<(), GenerateError> {
+        if scales == self.core.weights.scales() {
+            return Ok(());
+        }
+        self.core.set_adapter_scales(scales)?;
+        self.state.store.clear_prefix_cache();
+        // Only sequences at the new scales may publish or reuse blocks from now on.
+        for r in &mut self.running {
+            r.shared = r.adapters == scales;
+        }
+        for q in &mut self.queue {
+            q.shared = q.adapters == scales;
+        }
+        Ok(())
     }
 
     /// Occupancy of the KV block pool.
@@ -245,6 +281,7 @@ impl<'g> Scheduler<'g> {
             &self.tokens,
             &self.segs,
             &self.outputs,
+            &self.seg_adapters,
         );
         let rows = match result {
             Ok(rows) => rows,
@@ -286,7 +323,7 @@ impl<'g> Scheduler<'g> {
                 self.logits
                     .copy_from_slice(&rows[o * n_vocab..(o + 1) * n_vocab]);
                 let now = Instant::now();
-                if r.first.is_none() && self.state.opts.prefix_cache {
+                if r.first.is_none() && self.state.opts.prefix_cache && r.shared {
                     self.state
                         .store
                         .publish(r.seq, &r.history[..r.prompt_len])?;
@@ -330,7 +367,7 @@ impl<'g> Scheduler<'g> {
 
     /// Free a finished sequence and make its completion.
     fn finish(&mut self, mut r: Running<'g>) -> Result<(RequestId, Completion), GenerateError> {
-        if self.state.opts.prefix_cache {
+        if self.state.opts.prefix_cache && r.shared {
             let len = self.state.store.seq_len(r.seq)?.min(r.history.len());
             self.state.store.publish(r.seq, &r.history[..len])?;
         }
@@ -398,7 +435,7 @@ impl<'g> Scheduler<'g> {
                 break;
             };
             let needed = q.prompt.len() + q.dec.left();
-            let prefix_cache = self.state.opts.prefix_cache;
+            let prefix_cache = self.state.opts.prefix_cache && q.shared;
             let admitted = self
                 .state
                 .store
@@ -431,6 +468,8 @@ impl<'g> Scheduler<'g> {
                 submitted: q.submitted,
                 admitted: Instant::now(),
                 first: None,
+                adapters: q.adapters,
+                shared: q.shared,
             });
         }
         Ok(())
@@ -443,6 +482,7 @@ impl<'g> Scheduler<'g> {
         self.segs.clear();
         self.outputs.clear();
         self.out_owner.clear();
+        self.seg_adapters.clear();
         let budget = self.state.runner.max_tokens();
         // A GPU store prefills in the chunks a single generation uses (so a sequence's numbers
         // do not depend on its neighbours); the first chunk of a step may exceed the budget.
@@ -485,6 +525,7 @@ impl<'g> Scheduler<'g> {
                 len: chunk.len(),
             });
             self.tokens.extend_from_slice(chunk);
+            self.seg_adapters.extend_from_slice(&r.adapters);
             if last {
                 self.outputs.push(self.tokens.len() - 1);
                 self.out_owner.push(ri);

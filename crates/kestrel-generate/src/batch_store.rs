@@ -101,7 +101,8 @@ impl StepRunner {
 
     /// Runs one step over `store`: `tokens` cut into `segs`; returns the logits of the rows
     /// `outputs` names (token indices, in segment order), one row each. The caller commits
-    /// the segments.
+    /// the segments. `adapter_scales`: each segment's adapter scales (the CPU plan's; the GPU
+    /// plan runs the generator's, the only ones a GPU request may choose).
     pub(crate) fn run(
         &mut self,
         store: &mut SeqStore,
@@ -109,10 +110,11 @@ impl StepRunner {
         tokens: &[u32],
         segs: &[BatchSeq],
         outputs: &[usize],
+        adapter_scales: &[f32],
     ) -> Result<&[f32], GenerateError> {
         match (self, store) {
             (StepRunner::Cpu(plan), SeqStore::Paged(pool)) => {
-                Ok(plan.run_batch(&core.engine, pool, tokens, segs, outputs)?)
+                Ok(plan.run_batch(&core.engine, pool, tokens, segs, outputs, adapter_scales)?)
             }
             (StepRunner::Cuda { rows, n_vocab, .. }, SeqStore::Cuda(c)) => {
                 let Plans::Cuda(plan) = &mut core.plans else {
@@ -271,6 +273,13 @@ impl SeqStore {
         match self {
             SeqStore::Paged(pool) => Ok(pool.publish_prefix(seq, tokens)?),
             SeqStore::Cuda(_) => Ok(()),
+        }
+    }
+
+    /// Drops what the prefix cache holds (blocks computed at adapter scales no longer used).
+    pub(crate) fn clear_prefix_cache(&mut self) {
+        if let SeqStore::Paged(pool) = self {
+            pool.clear_prefix_cache();
         }
     }
 

@@ -104,10 +104,17 @@ impl Generator {
         kv.reset();
         state.pooled.fill(0.0);
         let chunk = state.plan.max_tokens();
+        // The generator's adapter scales (they may have changed since the plan was made).
+        let scales = self.core.weights.scales();
         let mut pos = 0;
         for part in ids.chunks(chunk) {
             let rows = match (&mut state.plan, &mut kv.kv) {
-                (EmbedPlan::Cpu(p), SessionKv::Cpu(c)) => p.run(&self.core.engine, c, part, pos)?,
+                (EmbedPlan::Cpu(p), SessionKv::Cpu(c)) => {
+                    if p.adapter_slots() > 0 {
+                        p.set_adapter_scales(&scales)?;
+                    }
+                    p.run(&self.core.engine, c, part, pos)?
+                }
                 (EmbedPlan::Cuda(p), SessionKv::Cuda(c)) => p.run(c, part)?,
                 _ => {
                     return Err(GenerateError::InvalidOption {

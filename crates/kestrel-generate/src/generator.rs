@@ -188,6 +188,10 @@ impl Core {
         let logits = match (&mut self.plans, &mut session.kv) {
             (Plans::Cpu { prefill, decode: d }, SessionKv::Cpu(kv)) => {
                 let plan = if decode { d } else { prefill };
+                if plan.adapter_slots() > 0 {
+                    // The session's scales: its cache was computed at them.
+                    plan.set_adapter_scales(&session.adapters)?;
+                }
                 plan.run(&self.engine, kv, tokens, pos)?
             }
             (Plans::Cuda(plan), SessionKv::Cuda(kv)) => plan.run(kv, tokens)?,
@@ -419,7 +423,7 @@ impl Generator {
             stop_ids,
             logits,
         };
-        let session = Session::new(core.new_kv()?);
+        let session = Session::new(core.new_kv()?, core.weights.scales());
         Ok(Generator {
             core,
             batch: None,
@@ -439,7 +443,10 @@ impl Generator {
 
     /// A new empty session with its own KV cache, for this generator's model and context.
     pub fn new_session(&self) -> Result<Session, GenerateError> {
-        Ok(Session::new(self.core.new_kv()?))
+        Ok(Session::new(
+            self.core.new_kv()?,
+            self.core.weights.scales(),
+        ))
     }
 
     /// The device the model runs on.
@@ -547,17 +554,20 @@ impl Generator {
     /// position's logits.
     pub fn prefill(&mut self, prompt: &[u32]) -> Result<&[f32], GenerateError> {
         self.session.reset();
+        self.session.use_adapters(self.core.adapter_scales(None)?);
         self.core.feed(&mut self.session, prompt)?;
         Ok(&self.core.logits)
     }
 
     /// Bring `session` to hold `prompt`, prefilling only what follows the longest prefix it
-    /// already holds, and return the last position's logits.
+    /// already holds, and return the last position's logits. It runs at the generator's
+    /// adapter scales (a cache computed at others starts over).
     pub fn prefill_in(
         &mut self,
         session: &mut Session,
         prompt: &[u32],
     ) -> Result<&[f32], GenerateError> {
+        session.use_adapters(self.core.adapter_scales(None)?);
         self.core.feed(session, prompt)?;
         Ok(&self.core.logits)
     }
@@ -785,9 +795,28 @@ impl Generator {
             .collect())
     }
 
-    /// The LoRA adapters applied, in order, with their scales.
+    /// The LoRA adapters applied, in order, with their current scales.
     pub fn adapters(&self) -> &[(Arc<kestrel_arch::LoraAdapter>, f32)] {
         self.core.weights.adapters()
+    }
+
+    /// Sets the scale of every adapter (one per [`adapters`](Self::adapters) entry, 0 turning
+    /// one off) for generations that choose none of their own, as llama-server's
+    /// `POST /lora-adapters` does; no weight is reloaded. Caches computed at the old scales
+    /// (sessions, the batch's prefix cache) are not reused.
+    ///
+    /// # Errors
+    /// A wrong count or a scale that is not finite; on the CUDA engine, any change (its plan
+    /// has the scales built in).
+    pub fn set_adapter_scales(&mut self, scales: &[f32]) -> Result<(), GenerateError> {
+        if scales == self.core.weights.scales() {
+            return Ok(());
+        }
+        self.core.set_adapter_scales(scales)?;
+        if let Some(b) = &mut self.batch {
+            b.store.clear_prefix_cache();
+        }
+        Ok(())
     }
 
     /// Options it was made with.

@@ -27,6 +27,10 @@ pub struct GenerateParams {
     /// Report each token's log-probability and this many most likely alternatives (at most
     /// [`MAX_TOP_LOGPROBS`](crate::MAX_TOP_LOGPROBS)); `None`: none.
     pub logprobs: Option<usize>,
+    /// The generator's LoRA adapters this generation uses, by index in
+    /// [`Generator::adapters`](crate::Generator::adapters), each with its scale; adapters not
+    /// listed are off (llama-server's per-request `lora` list). `None`: the generator's scales.
+    pub adapters: Option<Vec<(usize, f32)>>,
 }
 
 impl GenerateParams {

@@ -79,6 +79,8 @@ impl SessionKv {
 pub struct Session {
     pub(crate) kv: SessionKv,
     pub(crate) tokens: Vec<u32>,
+    /// The LoRA adapter scales its cache was computed at (one per adapter of the generator).
+    pub(crate) adapters: Vec<f32>,
 }
 
 impl std::fmt::Debug for Session {
@@ -91,11 +93,12 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    pub(crate) fn new(kv: SessionKv) -> Self {
+    pub(crate) fn new(kv: SessionKv, adapters: Vec<f32>) -> Self {
         let cap = kv.capacity();
         Session {
             kv,
             tokens: Vec::with_capacity(cap),
+            adapters,
         }
     }
 

@@ -326,6 +326,7 @@ impl Generator {
             }
         };
         draft.session.reset();
+        draft.session.use_adapters(draft.core.adapter_scales(None)?);
         let mut hist = Vec::new();
         let mut drafter = |h: &[u32], k: usize, out: &mut Vec<u32>, dists: &mut Vec<Dist>| {
             out.clear();

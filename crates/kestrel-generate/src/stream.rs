@@ -222,6 +222,7 @@ impl<'a> TokenIter<'a> {
             prompt_tokens: prompt.len(),
             ..Default::default()
         };
+        session.use_adapters(core.adapter_scales(params.adapters.as_deref())?);
         metrics.cached_tokens = core.feed(session, prompt)?;
         metrics.prefill = start.elapsed();
         Ok(TokenIter {

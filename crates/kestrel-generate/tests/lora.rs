@@ -6,106 +6,18 @@
 //! `lora_b`'s input). Also: bad adapters are refused with
 //! the reason, and the batched scheduler applies adapters as a single sequence does.
 
+mod lora_common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_VOCAB};
 use kestrel_arch::{export_merged, LoraAdapter};
-use kestrel_generate::{BatchOptions, BatchRequest, GenerateParams, Generator, GeneratorOptions};
+use kestrel_generate::{BatchOptions, BatchRequest, GenerateParams, Generator};
 use kestrel_gguf::{GgmlType, GgufModel, GgufWriter};
+use lora_common::{adapter, base, generator, temp_dir};
 
 const IDS: [u32; 12] = [1, 17, 200, 3, 99, 42, 7, 128, 5, 61, 33, 250];
-
-/// A fresh folder under the system temp dir.
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kestrel-lora-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn base(dir: &Path, arch: &str) -> PathBuf {
-    let p = dir.join(format!("{arch}.gguf"));
-    synthetic_model(arch, 5).unwrap().write_file(&p).unwrap();
-    p
-}
-
-/// An adapter of rank `rank` for `targets` (`(weight, in, out)`; the token embedding's `in` is
-/// its width and `out` the vocabulary), values uniform in `±amplitude` from `seed`, `lora_b` in
-/// `b_type`.
-#[allow(clippy::too_many_arguments)]
-fn adapter(
-    path: &Path,
-    arch: &str,
-    alpha: Option<f32>,
-    rank: usize,
-    targets: &[(&str, usize, usize)],
-    seed: u64,
-    b_type: GgmlType,
-    amplitude: f32,
-) {
-    let mut s = seed;
-    let mut next = move || {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amplitude
-    };
-    let mut w = GgufWriter::new();
-    w.add_metadata("general.architecture", arch);
-    w.add_metadata("general.type", "adapter");
-    w.add_metadata("adapter.type", "lora");
-    if let Some(a) = alpha {
-        w.add_metadata("adapter.lora.alpha", a);
-    }
-    for &(name, k, m) in targets {
-        let (a_dims, b_dims) = if name == "token_embd.weight" {
-            ([rank as u64, m as u64], [rank as u64, k as u64])
-        } else {
-            ([k as u64, rank as u64], [rank as u64, m as u64])
-        };
-        let a: Vec<f32> = (0..a_dims[0] * a_dims[1]).map(|_| next()).collect();
-        let b: Vec<f32> = (0..b_dims[0] * b_dims[1]).map(|_| next()).collect();
-        w.add_f32_tensor(&format!("{name}.lora_a"), &a_dims, &a)
-            .unwrap();
-        let b_name = format!("{name}.lora_b");
-        match b_type {
-            GgmlType::F16 => {
-                let bytes: Vec<u8> = b
-                    .iter()
-                    .flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes())
-                    .collect();
-                w.add_tensor(&b_name, GgmlType::F16, &b_dims, bytes)
-                    .unwrap();
-            }
-            _ => {
-                w.add_f32_tensor(&b_name, &b_dims, &b).unwrap();
-            }
-        }
-    }
-    w.write_file(path).unwrap();
-}
-
-/// The model with `adapters`, or the error (as text) that refused them.
-fn generator(model: &Path, adapters: &[(PathBuf, f32)]) -> Result<Generator, String> {
-    let model = Arc::new(GgufModel::open(model).unwrap());
-    let adapters = adapters
-        .iter()
-        .map(|(p, s)| {
-            Ok((
-                Arc::new(LoraAdapter::open(p).map_err(|e| e.to_string())?),
-                *s,
-            ))
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    let opts = GeneratorOptions {
-        threads: 2,
-        ctx: 64,
-        batch: 8,
-        adapters,
-        ..GeneratorOptions::default()
-    };
-    Generator::new(model, opts).map_err(|e| e.to_string())
-}
 
 fn nmse(want: &[f32], got: &[f32]) -> f64 {
     let num: f64 = want
@@ -473,8 +385,10 @@ fn base64(s: &str) -> Vec<u8> {
 }
 
 /// kestrel's last-position logits with the adapters (as `kestrel logits --lora-scaled`) against
-/// llama.cpp b11434's (`fixtures/lora/golden.json`, from `make_lora_golden.py`): NMSE ≤ 1e-4 and
-/// the same top token wherever llama.cpp's top two are 1e-3 apart. With `KESTREL_LORA_OUT=DIR`
+/// llama.cpp b11434's (`fixtures/lora/golden.json`, from `make_lora_golden.py`): NMSE ≤ 1e-6
+/// (the issue asks 1e-4; the golden file's f16 rounding alone is 4.5e-8, and reading an F16
+/// half's input unrounded, unlike ggml, already costs 8e-5 on the two-adapter case) and the
+/// same top token wherever llama.cpp's top two are 1e-3 apart. With `KESTREL_LORA_OUT=DIR`
 /// the files and `cases.json` are written there for the script instead.
 #[test]
 fn adapters_match_llama_cpp() {
@@ -537,7 +451,7 @@ fn adapters_match_llama_cpp() {
             "{}: NMSE {d:.2e} against llama.cpp, top {gi} (llama.cpp {wi}, gap {gap:.3})",
             c.name
         );
-        assert!(d <= 1e-4, "{}: NMSE {d} against llama.cpp", c.name);
+        assert!(d <= 1e-6, "{}: NMSE {d} against llama.cpp", c.name);
         if c.name.starts_with("smollm2-") && !c.adapters.is_empty() {
             // The adapters do move the logits, far past the engines' distance.
             let none: Vec<f32> = base64(

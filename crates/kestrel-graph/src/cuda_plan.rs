@@ -654,7 +654,8 @@ impl CudaPlan {
             }
             Op::Add => dev.add(self.input(node, 0)?, self.input(node, 1)?, out)?,
             Op::Mul => dev.mul(self.input(node, 0)?, self.input(node, 1)?, out)?,
-            Op::Scale(s) => {
+            // The CUDA plan runs every sequence at the scales its graph was built with.
+            Op::Scale(s) | Op::AdapterScale { scale: s, .. } => {
                 let a = self.input(node, 0)?;
                 dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
                 dev.scale(out, *s)?;

@@ -4,10 +4,11 @@
 use std::collections::HashMap;
 
 use crate::ir::{
-    AttentionParams, EmbedIndex, MoeActivation, MoeParams, Node, NodeId, Op, RopeParams, Rows,
-    SsmConvParams, SsmScanParams, WeightId, WeightRef,
+    AdapterTerm, AttentionParams, EmbedIndex, MoeActivation, MoeParams, Node, NodeId, Op,
+    RopeParams, Rows, SsmConvParams, SsmScanParams, WeightId, WeightRef,
 };
 use crate::GraphError;
+use kestrel_tensor::DType;
 
 /// A computation graph over one step's tokens.
 #[derive(Clone, Debug, Default)]
@@ -664,30 +665,54 @@ impl Graph {
     }
 
     /// `acc + scale · (x · Aᵀ) · Bᵀ` ([`Op::LowRank`]): `x` is `k` wide, `A`'s ggml dims
-    /// `[k, rank]`, `B`'s `[rank, m]`, `acc` `m` wide with `x`'s rows.
+    /// `[k, rank]`, `Bᵀ`'s `[m, rank]` (`B` transposed), `acc` `m` wide with `x`'s rows; `term`
+    /// says which adapter it is, for steps that scale adapters per sequence; `inputs` the
+    /// halves' types in the file (an F16 or BF16 half reads its input rounded to that type).
+    #[allow(clippy::too_many_arguments)]
     pub fn low_rank(
         &mut self,
         name: &str,
         acc: NodeId,
         x: NodeId,
         a: WeightId,
-        b: WeightId,
+        bt: WeightId,
         scale: f32,
+        term: AdapterTerm,
+        inputs: (DType, DType),
     ) -> Result<NodeId, GraphError> {
         let (rows, k) = self.shape(x)?;
         let (acc_rows, m) = self.shape(acc)?;
-        let (ad, bd) = (self.weight_dims(a, name)?, self.weight_dims(b, name)?);
-        let fits = matches!((ad, bd), ([ak, ar], [br, bm])
+        let (ad, bd) = (self.weight_dims(a, name)?, self.weight_dims(bt, name)?);
+        let fits = matches!((ad, bd), ([ak, ar], [bm, br])
             if *ak as usize == k && ar == br && *bm as usize == m && *ar > 0);
         if !fits || acc_rows != rows {
             return Err(shape_err(
                 name,
                 format!(
-                    "input {rows:?} x {k}, output {acc_rows:?} x {m}: A {ad:?} and B {bd:?} do not fit"
+                    "input {rows:?} x {k}, output {acc_rows:?} x {m}: A {ad:?} and B transposed {bd:?} do not fit"
                 ),
             ));
         }
-        Ok(self.push(name, Op::LowRank { a, b, scale }, vec![acc, x], rows, m))
+        let op = Op::LowRank {
+            a,
+            bt,
+            scale,
+            term,
+            inputs,
+        };
+        Ok(self.push(name, op, vec![acc, x], rows, m))
+    }
+
+    /// `x * scale`, or each row times its sequence's factor of adapter `term`
+    /// ([`Op::AdapterScale`]).
+    pub fn adapter_scale(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        scale: f32,
+        term: AdapterTerm,
+    ) -> Result<NodeId, GraphError> {
+        self.elementwise(name, Op::AdapterScale { scale, term }, x)
     }
 
     /// `x * s`.

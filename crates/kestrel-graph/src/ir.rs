@@ -7,6 +7,8 @@
 //! plan runs, so one graph gives the prefill plan (many tokens), the decode plan (one token) and
 //! the batched plan (tokens of several sequences).
 
+use kestrel_tensor::DType;
+
 /// Index of a node in its graph.
 pub type NodeId = usize;
 
@@ -200,6 +202,30 @@ pub enum EmbedIndex {
     Row(u32),
 }
 
+/// Which adapter a low-rank term belongs to and how a user scale becomes its factor, so one
+/// plan can run each sequence of a batch with its own adapters and scales.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdapterTerm {
+    /// The adapter's index among the graph's adapters.
+    pub adapter: usize,
+    /// The adapter's `adapter.lora.alpha` (0: none).
+    pub alpha: f32,
+    /// The term's rank (`B`'s first ggml dim).
+    pub rank: usize,
+}
+
+impl AdapterTerm {
+    /// The factor at user scale `scale`: `scale · alpha / rank`, or `scale` without an alpha
+    /// (llama.cpp's `get_scale`, in its order of operations).
+    pub fn factor(&self, scale: f32) -> f32 {
+        if self.alpha != 0.0 {
+            scale * self.alpha / self.rank as f32
+        } else {
+            scale
+        }
+    }
+}
+
 /// An operation.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -255,14 +281,28 @@ pub enum Op {
     /// Multiply by a constant.
     Scale(f32),
     /// A LoRA adapter's term added to a matmul's output: `acc + scale · (x · Aᵀ) · Bᵀ`, inputs
-    /// `[acc, x]`, `A` of ggml dims `[k, rank]` and `B` `[rank, m]` (read as f32 values).
+    /// `[acc, x]`, both halves F32: `A` of ggml dims `[k, rank]` and `B` given transposed,
+    /// `Bᵀ` of ggml dims `[m, rank]` (see [`low_rank_names`](crate::low_rank_names)).
     LowRank {
-        /// `A`.
+        /// `A` (F32).
         a: WeightId,
-        /// `B`.
-        b: WeightId,
-        /// The product's factor.
+        /// `Bᵀ` (F32).
+        bt: WeightId,
+        /// The product's factor when a step binds no per-sequence adapter scales.
         scale: f32,
+        /// The adapter it belongs to, for per-sequence scales.
+        term: AdapterTerm,
+        /// The halves' types in the adapter file: an F16 or BF16 half reads its input rounded
+        /// to that type, as ggml's matmul does (the sums stay f32).
+        inputs: (DType, DType),
+    },
+    /// An adapter's product scaled as [`Op::LowRank`]'s is (its unfused form): by `scale`, or
+    /// by the factor of each row's sequence's scale for `term` when the step binds them.
+    AdapterScale {
+        /// The factor when a step binds no per-sequence adapter scales.
+        scale: f32,
+        /// The adapter it belongs to.
+        term: AdapterTerm,
     },
     /// `cap * tanh(x / cap)`.
     SoftCap(f32),

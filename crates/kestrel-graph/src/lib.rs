@@ -24,9 +24,9 @@ pub use cuda_plan::{CudaKvCache, CudaPlan};
 pub use error::GraphError;
 pub use graph::Graph;
 pub use ir::{
-    AttentionParams, EmbedIndex, MoeActivation, MoeGating, MoeParams, Node, NodeId, Op, RopeParams,
-    Rows, SsmConvParams, SsmScanParams, WeightId, WeightRef,
+    AdapterTerm, AttentionParams, EmbedIndex, MoeActivation, MoeGating, MoeParams, Node, NodeId,
+    Op, RopeParams, Rows, SsmConvParams, SsmScanParams, WeightId, WeightRef,
 };
-pub use lora::LowRank;
+pub use lora::{derived_weight, low_rank_names, LowRank};
 pub use memory::{plan_memory, MemoryPlan, ALIGN_F32};
 pub use plan::{ActivationHook, BatchSeq, ExecutionPlan};

@@ -3,11 +3,77 @@
 //! adapted token embedding `e = W[id]` becomes `e + Σ scale · A[id] · Bᵀ`, as llama.cpp's
 //! `build_lora_mm` and `build_inp_embd` compute them. The base weights stay as they are
 //! (quantized, packed); the adapter's `A` and `B` are small extra weights of the graph.
+//!
+//! A fused term ([`Op::LowRank`]) reads its halves as F32, `B` transposed, under derived names
+//! ([`low_rank_names`]); [`derived_weight`] makes those tensors from the plain ones, for weight
+//! lookups to call (once per adapter, so every plan shares them).
 
 use std::collections::HashSet;
 
-use crate::ir::{EmbedIndex, Node, Op, WeightId};
+use kestrel_tensor::{DType, Shape, Tensor};
+
+use crate::ir::{AdapterTerm, EmbedIndex, Node, Op, WeightId};
 use crate::{Graph, GraphError};
+
+/// Marks the F32 copy of a half (`{name}#f32`).
+const AS_F32: &str = "#f32";
+/// Marks the transposed F32 copy of a half (`{name}#T`).
+const TRANSPOSED: &str = "#T";
+
+/// The names a fused term reads its halves under: `A` as F32 (`{a}#f32`) and `B` transposed
+/// as F32 (`{b}#T`).
+pub fn low_rank_names(a: &str, b: &str) -> (String, String) {
+    (format!("{a}{AS_F32}"), format!("{b}{TRANSPOSED}"))
+}
+
+/// The tensor a derived name of [`low_rank_names`] stands for, made from `plain` (the lookup of
+/// undecorated names): `{x}#f32` is `x`'s values as F32 (`x` itself when it already is), `{x}#T`
+/// is `x` transposed to F32 (ggml dims swapped). `None` for any other name or a missing
+/// tensor. Made tensors share their bytes between clones.
+///
+/// # Errors
+/// A tensor that is not 2-D or cannot be read as f32 values.
+pub fn derived_weight(
+    name: &str,
+    plain: &dyn Fn(&str) -> Option<Tensor>,
+) -> Option<Result<Tensor, GraphError>> {
+    let bad = |e: String| GraphError::Shape {
+        node: name.to_string(),
+        reason: e,
+    };
+    if let Some(base) = name.strip_suffix(AS_F32) {
+        let t = plain(base)?;
+        if t.dtype() == DType::F32 && t.as_f32().is_ok() {
+            return Some(Ok(t));
+        }
+        return Some(
+            t.to_f32_vec()
+                .and_then(|v| Tensor::from_f32(t.shape(), &v))
+                .map(Tensor::into_shared)
+                .map_err(|e| bad(e.to_string())),
+        );
+    }
+    let base = name.strip_suffix(TRANSPOSED)?;
+    let t = plain(base)?;
+    let made = (|| {
+        let dims = t.shape().dims().to_vec();
+        let &[cols, rows] = dims.as_slice() else {
+            return Err(format!("a transposed half must be 2-D, {base} is {dims:?}"));
+        };
+        let v = t.to_f32_vec().map_err(|e| e.to_string())?;
+        let mut out = vec![0f32; v.len()];
+        for (r, row) in v.chunks_exact(cols.max(1)).enumerate().take(rows) {
+            for (c, &x) in row.iter().enumerate() {
+                out[c * rows + r] = x;
+            }
+        }
+        let shape = Shape::new(&[rows, cols]).map_err(|e| e.to_string())?;
+        Tensor::from_f32(shape, &out)
+            .map(Tensor::into_shared)
+            .map_err(|e| e.to_string())
+    })();
+    Some(made.map_err(bad))
+}
 
 /// One adapter's pair for one base weight: the names its lookup resolves, ggml dims, and the
 /// scale its product is added with.
@@ -20,6 +86,14 @@ pub struct LowRank {
     pub b: (String, Vec<u64>),
     /// The product's factor (llama.cpp: `scale · alpha / rank`, or `scale` without an alpha).
     pub scale: f32,
+    /// Which adapter the pair is of (its index among the graph's adapters): a step may scale
+    /// each sequence's adapters differently.
+    pub adapter: usize,
+    /// The adapter's alpha (0: none), from which a per-sequence scale becomes a factor.
+    pub alpha: f32,
+    /// `A`'s and `B`'s types in the file (a fused term rounds an F16 or BF16 half's input to
+    /// that type, as ggml's matmul reads it).
+    pub types: (DType, DType),
 }
 
 impl Graph {
@@ -68,13 +142,22 @@ impl Graph {
             let mut acc = id;
             for (k, p) in pairs(&wname).into_iter().enumerate() {
                 let tag = format!("{}.lora{k}", node.name);
-                let a: WeightId = g.weight(&p.a.0, &p.a.1);
-                let b: WeightId = g.weight(&p.b.0, &p.b.1);
+                let term = AdapterTerm {
+                    adapter: p.adapter,
+                    alpha: p.alpha,
+                    rank: p.b.1.first().copied().unwrap_or(0) as usize,
+                };
                 if fused && !embed {
-                    acc = g.low_rank(&tag, acc, inputs[0], a, b, p.scale)?;
+                    let (an, btn) = low_rank_names(&p.a.0, &p.b.0);
+                    let a = g.weight(&an, &p.a.1);
+                    let bt: Vec<u64> = p.b.1.iter().rev().copied().collect();
+                    let bt = g.weight(&btn, &bt);
+                    acc = g.low_rank(&tag, acc, inputs[0], a, bt, p.scale, term, p.types)?;
                     applied.insert(wname.clone());
                     continue;
                 }
+                let a: WeightId = g.weight(&p.a.0, &p.a.1);
+                let b: WeightId = g.weight(&p.b.0, &p.b.1);
                 let low = if embed {
                     g.embed_by(&format!("{tag}.a"), a, EmbedIndex::Tokens)?
                 } else {
@@ -91,7 +174,7 @@ impl Graph {
                         ),
                     });
                 }
-                let scaled = g.scale(&format!("{tag}.scale"), up, p.scale)?;
+                let scaled = g.adapter_scale(&format!("{tag}.scale"), up, p.scale, term)?;
                 acc = g.add(&format!("{tag}.add"), acc, scaled)?;
                 applied.insert(wname.clone());
             }
@@ -108,6 +191,7 @@ impl Graph {
 mod tests {
     use super::LowRank;
     use crate::Graph;
+    use kestrel_tensor::DType;
 
     #[test]
     fn adapted_matmuls_and_embeddings_get_their_terms() {
@@ -126,17 +210,26 @@ mod tests {
                     a: ("q.a0".into(), vec![8, 2]),
                     b: ("q.b0".into(), vec![2, 8]),
                     scale: 0.5,
+                    adapter: 0,
+                    alpha: 0.0,
+                    types: (DType::F32, DType::F32),
                 },
                 LowRank {
                     a: ("q.a1".into(), vec![8, 4]),
                     b: ("q.b1".into(), vec![4, 8]),
                     scale: 2.0,
+                    adapter: 1,
+                    alpha: 0.0,
+                    types: (DType::F32, DType::F32),
                 },
             ],
             "token_embd.weight" => vec![LowRank {
                 a: ("e.a".into(), vec![3, 32]),
                 b: ("e.b".into(), vec![3, 8]),
                 scale: 1.0,
+                adapter: 0,
+                alpha: 0.0,
+                types: (DType::F32, DType::F32),
             }],
             _ => vec![],
         };
@@ -165,6 +258,9 @@ mod tests {
                 a: ("a".into(), vec![8, 2]),
                 b: ("b".into(), vec![2, 7]),
                 scale: 1.0,
+                adapter: 0,
+                alpha: 0.0,
+                types: (DType::F32, DType::F32),
             }],
             _ => vec![],
         };

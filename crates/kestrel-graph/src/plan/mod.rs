@@ -19,6 +19,9 @@ use crate::memory::{plan_memory, MemoryPlan};
 use crate::moe::{self, grow, MoeScratch, MoeWeights};
 use crate::{Graph, GraphError};
 
+mod adapters;
+use adapters::StepAdapters;
+
 /// A weight bound to its bytes, with an f32 view for vectors (norm weights, biases, rope
 /// frequency factors). Matrices stay in their stored type.
 struct BoundWeight {
@@ -133,6 +136,10 @@ pub struct ExecutionPlan {
     head_in: Vec<f32>,
     /// A LoRA term's `x · Aᵀ` rows (grown once to the largest step).
     low_rank: Vec<f32>,
+    /// A LoRA term's input rounded as its `A` reads it (grown once).
+    low_rank_in: Vec<f32>,
+    /// The adapter scales of the step's sequences.
+    adapters: StepAdapters,
     head_out: Vec<f32>,
     /// RoPE angles of the step's positions, computed by the first layer and reused by the rest.
     rope_cache: cpu::RopeCache,
@@ -299,6 +306,8 @@ impl ExecutionPlan {
             moe_scratch: MoeScratch::default(),
             head_in: Vec::new(),
             low_rank: Vec::new(),
+            low_rank_in: Vec::new(),
+            adapters: StepAdapters::new(graph.nodes(), max_tokens),
             head_out: Vec::new(),
             rope_cache: cpu::RopeCache::default(),
             trace: std::env::var("KESTREL_TRACE")
@@ -331,6 +340,23 @@ impl ExecutionPlan {
         self.max_outputs
     }
 
+    /// LoRA adapters the graph's low-rank terms belong to (each step's scales give one scale per
+    /// adapter and sequence).
+    pub fn adapter_slots(&self) -> usize {
+        self.adapters.slots()
+    }
+
+    /// The adapter scales of steps that give none ([`run`](Self::run), and
+    /// [`run_batch`](Self::run_batch) without scales): one per
+    /// [adapter slot](Self::adapter_slots), 0 leaving an adapter out. Until this is called each
+    /// term has the factor its graph gave it. Allocates only the first time.
+    ///
+    /// # Errors
+    /// A count other than the plan's adapters, or a scale that is not finite.
+    pub fn set_adapter_scales(&mut self, scales: &[f32]) -> Result<(), GraphError> {
+        self.adapters.set_defaults(scales)
+    }
+
     /// Run one step: `tokens` at positions `pos0..`, reading and extending `kv` (committed to
     /// `pos0 + tokens.len()` on success). Returns the output node's rows (the last token's
     /// logits, or every token's for a graph without an output-row selection).
@@ -355,7 +381,7 @@ impl ExecutionPlan {
             len: t,
         }];
         let last = [t.saturating_sub(1)];
-        self.execute(engine, &mut SingleSeq(&mut *kv), tokens, &seg, &last)?;
+        self.execute(engine, &mut SingleSeq(&mut *kv), tokens, &seg, &last, &[])?;
         kv.commit(end)?;
         Ok(self.output_rows(t))
     }
@@ -366,6 +392,10 @@ impl ExecutionPlan {
     /// room; committing the new lengths is the caller's (so a rejected draft is not kept).
     /// Returns `outputs.len()` rows of the output node (every token's row for a graph without an
     /// output-row selection).
+    ///
+    /// `adapter_scales` holds each segment's scale of each of the graph's LoRA adapters
+    /// ([`adapter_slots`](Self::adapter_slots) per segment, in order; 0 leaves an adapter out
+    /// of that sequence); empty: every segment at the plan's scales.
     pub fn run_batch(
         &mut self,
         engine: &CpuEngine,
@@ -373,8 +403,9 @@ impl ExecutionPlan {
         tokens: &[u32],
         seqs: &[BatchSeq],
         outputs: &[usize],
+        adapter_scales: &[f32],
     ) -> Result<&[f32], GraphError> {
-        self.execute(engine, kv, tokens, seqs, outputs)?;
+        self.execute(engine, kv, tokens, seqs, outputs, adapter_scales)?;
         Ok(self.output_rows(tokens.len()))
     }
 
@@ -389,6 +420,7 @@ impl ExecutionPlan {
         tokens: &[u32],
         seqs: &[BatchSeq],
         outputs: &[usize],
+        adapter_scales: &[f32],
     ) -> Result<(), GraphError> {
         let t = tokens.len();
         if t == 0 || t > self.max_tokens {
@@ -418,6 +450,7 @@ impl ExecutionPlan {
                 "the segments must have at least one token each, positions below 2^31, and cover the step's {t} tokens"
             ));
         }
+        self.adapters.bind(seqs, adapter_scales)?;
         self.segs.clear();
         self.segs.extend_from_slice(seqs);
         self.seg_rows.clear();
@@ -720,59 +753,33 @@ impl ExecutionPlan {
             }
             Op::LowRank {
                 a: wa,
-                b: wb,
+                bt,
                 scale,
+                term,
+                inputs,
             } => {
-                // As its unfused twin computes it, bit for bit: aligned F32 halves through
-                // `low_rank_add` (no per-op dispatch), others through the matmul kernel.
-                let k = self.nodes[node.inputs[1]].width;
-                let (ta, tb) = (&self.weights[*wa].tensor, &self.weights[*wb].tensor);
-                let rank = ta.shape().elem_count() / k.max(1);
-                let segments = if rows == t {
-                    &self.seg_rows[..]
-                } else {
-                    &self.out_segs[..]
+                let half = |w: usize| {
+                    self.weights[w].tensor.as_f32().map_err(|e| {
+                        GraphError::Internal(format!(
+                            "low-rank term {}: {} is not F32 ({e})",
+                            node.name, self.weight_names[w]
+                        ))
+                    })
                 };
-                let low = grow(&mut self.low_rank, rows * rank);
-                match ta.as_f32() {
-                    Ok(av) => {
-                        for (tr, xr) in low.chunks_exact_mut(rank).zip(b.chunks_exact(k)) {
-                            for (tj, aj) in tr.iter_mut().zip(av.chunks_exact(k)) {
-                                *tj = dot_blocks(aj, xr);
-                            }
-                        }
-                    }
-                    Err(_) => cpu::matmul_segmented(
-                        &b[..rows * k],
-                        rows,
-                        k,
-                        ta.as_bytes(),
-                        ta.dtype(),
-                        rank,
-                        low,
-                        segments,
-                        &mut self.scratch,
-                    )?,
-                }
-                match tb.as_f32() {
-                    Ok(bv) => low_rank_add(a, bv, rank, width, *scale, low, out),
-                    Err(_) => {
-                        cpu::matmul_segmented(
-                            low,
-                            rows,
-                            rank,
-                            tb.as_bytes(),
-                            tb.dtype(),
-                            width,
-                            out,
-                            segments,
-                            &mut self.scratch,
-                        )?;
-                        for (o, &c) in out.iter_mut().zip(a) {
-                            *o = c + *scale * *o;
-                        }
-                    }
-                }
+                let io = adapters::LowRankIo {
+                    a: half(*wa)?,
+                    bt: half(*bt)?,
+                    k: self.nodes[node.inputs[1]].width,
+                    m: width,
+                    factors: self.adapters.factors(term, *scale, rows, t, &self.out_rows),
+                    inputs: *inputs,
+                };
+                let (low, rounded) = (&mut self.low_rank, &mut self.low_rank_in);
+                adapters::low_rank(&io, a, b, out, low, rounded)?;
+            }
+            Op::AdapterScale { scale, term } => {
+                let f = self.adapters.factors(term, *scale, rows, t, &self.out_rows);
+                adapters::scale_rows(a, f, out);
             }
             Op::SoftCap(cap) => {
                 for (o, &x) in out.iter_mut().zip(a) {
@@ -1003,56 +1010,5 @@ impl ExecutionPlan {
             }
         }
         Ok(())
-    }
-}
-
-/// A dot product summed as the F32 matmul kernel sums it (32-value blocks, left to right), so a
-/// fused low-rank term gives the bits of its unfused twin (two F32 matmuls, a scale, an add).
-fn dot_blocks(a: &[f32], x: &[f32]) -> f32 {
-    let mut s = 0f32;
-    for (ca, cx) in a.chunks(32).zip(x.chunks(32)) {
-        s += cpu::dot(ca, cx);
-    }
-    s
-}
-
-/// `out = acc + scale · t · Bᵀ` for `acc`'s rows: `t` rows of `rank` (the term's `x · Aᵀ`), `B`
-/// `m` rows of `rank`. Rows in parallel for a prefill; the output columns in parallel for a
-/// single row. The sums are the F32 matmul kernel's ([`dot_blocks`]).
-fn low_rank_add(
-    acc: &[f32],
-    b: &[f32],
-    rank: usize,
-    m: usize,
-    scale: f32,
-    t: &[f32],
-    out: &mut [f32],
-) {
-    use rayon::prelude::*;
-    if rank == 0 || m == 0 {
-        out.copy_from_slice(acc);
-        return;
-    }
-    // `out[j] = acc[j] + scale · B_j · tr` for the rows of B that `out` and `acc` cover.
-    let add = |out: &mut [f32], acc: &[f32], b: &[f32], tr: &[f32]| {
-        for ((y, &v), bo) in out.iter_mut().zip(acc).zip(b.chunks_exact(rank)) {
-            *y = v + scale * dot_blocks(bo, tr);
-        }
-    };
-    let rows = out.len() / m;
-    if rows == 1 && m * rank <= 1 << 15 {
-        // A small term for one row: a parallel dispatch would cost more than the sums.
-        add(out, acc, b, &t[..rank]);
-    } else if rows == 1 {
-        // One row: its output columns in chunks.
-        const COLS: usize = 512;
-        out.par_chunks_mut(COLS)
-            .zip(acc.par_chunks(COLS))
-            .zip(b.par_chunks(COLS * rank))
-            .for_each(|((o, c), bc)| add(o, c, bc, &t[..rank]));
-    } else {
-        out.par_chunks_mut(m)
-            .zip(acc.par_chunks(m).zip(t.par_chunks(rank)))
-            .for_each(|(o, (c, tr))| add(o, c, b, tr));
     }
 }

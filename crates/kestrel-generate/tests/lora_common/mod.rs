@@ -1,0 +1,103 @@
+//! Helpers of the LoRA tests: a synthetic base model and random adapters written by kestrel's
+//! GGUF writer, and a generator over them.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kestrel_arch::synthetic::synthetic_model;
+use kestrel_arch::LoraAdapter;
+use kestrel_generate::{Generator, GeneratorOptions};
+use kestrel_gguf::{GgmlType, GgufModel, GgufWriter};
+
+/// A fresh folder under the system temp dir.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kestrel-lora-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn base(dir: &Path, arch: &str) -> PathBuf {
+    let p = dir.join(format!("{arch}.gguf"));
+    synthetic_model(arch, 5).unwrap().write_file(&p).unwrap();
+    p
+}
+
+/// An adapter of rank `rank` for `targets` (`(weight, in, out)`; the token embedding's `in` is
+/// its width and `out` the vocabulary), values uniform in `±amplitude` from `seed`, `lora_b` in
+/// `b_type`.
+#[allow(clippy::too_many_arguments)]
+pub fn adapter(
+    path: &Path,
+    arch: &str,
+    alpha: Option<f32>,
+    rank: usize,
+    targets: &[(&str, usize, usize)],
+    seed: u64,
+    b_type: GgmlType,
+    amplitude: f32,
+) {
+    let mut s = seed;
+    let mut next = move || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amplitude
+    };
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", arch);
+    w.add_metadata("general.type", "adapter");
+    w.add_metadata("adapter.type", "lora");
+    if let Some(a) = alpha {
+        w.add_metadata("adapter.lora.alpha", a);
+    }
+    for &(name, k, m) in targets {
+        let (a_dims, b_dims) = if name == "token_embd.weight" {
+            ([rank as u64, m as u64], [rank as u64, k as u64])
+        } else {
+            ([k as u64, rank as u64], [rank as u64, m as u64])
+        };
+        let a: Vec<f32> = (0..a_dims[0] * a_dims[1]).map(|_| next()).collect();
+        let b: Vec<f32> = (0..b_dims[0] * b_dims[1]).map(|_| next()).collect();
+        w.add_f32_tensor(&format!("{name}.lora_a"), &a_dims, &a)
+            .unwrap();
+        let b_name = format!("{name}.lora_b");
+        match b_type {
+            GgmlType::F16 => {
+                let bytes: Vec<u8> = b
+                    .iter()
+                    .flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes())
+                    .collect();
+                w.add_tensor(&b_name, GgmlType::F16, &b_dims, bytes)
+                    .unwrap();
+            }
+            _ => {
+                w.add_f32_tensor(&b_name, &b_dims, &b).unwrap();
+            }
+        }
+    }
+    w.write_file(path).unwrap();
+}
+
+/// The model with `adapters`, or the error (as text) that refused them.
+pub fn generator(model: &Path, adapters: &[(PathBuf, f32)]) -> Result<Generator, String> {
+    let model = Arc::new(GgufModel::open(model).unwrap());
+    let adapters = adapters
+        .iter()
+        .map(|(p, s)| {
+            Ok((
+                Arc::new(LoraAdapter::open(p).map_err(|e| e.to_string())?),
+                *s,
+            ))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let opts = GeneratorOptions {
+        threads: 2,
+        ctx: 64,
+        batch: 8,
+        adapters,
+        ..GeneratorOptions::default()
+    };
+    Generator::new(model, opts).map_err(|e| e.to_string())
+}
