@@ -40,10 +40,15 @@ pub(crate) enum Event {
 }
 
 enum Msg {
-    Generate(Job),
+    Generate(Box<Job>),
     Embed {
         prompt: Vec<u32>,
         reply: oneshot::Sender<Result<Vec<f32>, kestrel::Error>>,
+    },
+    /// New adapter scales for requests that choose none.
+    SetAdapters {
+        scales: Vec<f32>,
+        reply: oneshot::Sender<Result<(), GenerateError>>,
     },
 }
 
@@ -87,7 +92,7 @@ impl Engine {
 
     /// Queue a job; `false` when the engine is gone.
     pub(crate) fn submit(&self, job: Job) -> bool {
-        self.tx.send(Msg::Generate(job)).is_ok()
+        self.tx.send(Msg::Generate(Box::new(job))).is_ok()
     }
 
     /// Pooled, normalized hidden states of `prompt` (run between batch steps).
@@ -101,6 +106,19 @@ impl Engine {
             .send(Msg::Embed { prompt, reply })
             .map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
+    }
+
+    /// Sets the adapters' scales for requests that choose none (running ones keep theirs).
+    pub(crate) async fn set_adapter_scales(&self, scales: Vec<f32>) -> Result<(), kestrel::Error> {
+        let (reply, rx) = oneshot::channel();
+        let gone = || kestrel::Error::InvalidOption {
+            name: "engine",
+            reason: "the engine thread is gone".into(),
+        };
+        self.tx
+            .send(Msg::SetAdapters { scales, reply })
+            .map_err(|_| gone())?;
+        Ok(rx.await.map_err(|_| gone())??)
     }
 }
 
@@ -174,6 +192,7 @@ fn accept(
 ) {
     match m {
         Msg::Generate(job) => {
+            let job = *job;
             let cancel = job.params.cancel.clone().unwrap_or_default();
             let params = GenerateParams {
                 cancel: Some(cancel.clone()),
@@ -200,6 +219,9 @@ fn accept(
             }
         }
         Msg::Embed { prompt, reply } => embeds.push((prompt, reply)),
+        Msg::SetAdapters { scales, reply } => {
+            let _ = reply.send(sched.set_adapter_scales(&scales));
+        }
     }
 }
 

@@ -1,7 +1,9 @@
 //! An OpenAI-compatible HTTP server over the kestrel facade.
 //!
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
-//! `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text). Every generation request
+//! `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text), `GET`/`POST
+//! /lora-adapters` (llama-server's; a request picks adapters with `lora` or
+//! `"model": "<model>:<adapter>"`, see [`api::lora`]). Every generation request
 //! goes through one continuous-batching scheduler on an engine thread (see [`engine`]), so
 //! concurrent clients share each batched forward pass. Streaming is SSE in OpenAI's chunk
 //! format ending with `data: [DONE]`; a client that goes away cancels its sequences.
@@ -160,6 +162,8 @@ pub fn router(model: Model, opts: ServeOptions) -> Result<(Router, Arc<Metrics>)
         "n_parallel": opts.parallel,
     });
     let id = model_id(&model, &opts);
+    let adapters = model.adapters();
+    let scales = adapters.iter().map(|a| a.scale).collect();
     let batch = BatchOptions {
         max_seqs: opts.parallel,
         max_step_tokens: opts.max_step_tokens,
@@ -178,6 +182,8 @@ pub fn router(model: Model, opts: ServeOptions) -> Result<(Router, Arc<Metrics>)
         model_meta,
         created: api::unix_secs(),
         native_tools,
+        adapters,
+        adapter_scales: std::sync::Mutex::new(scales),
     });
     let v1 = Router::new()
         .route(
@@ -191,6 +197,12 @@ pub fn router(model: Model, opts: ServeOptions) -> Result<(Router, Arc<Metrics>)
         .route(
             "/v1/embeddings",
             post(api::embeddings::handle).fallback(api::models::method_not_allowed),
+        )
+        .route(
+            "/lora-adapters",
+            get(api::lora::list)
+                .post(api::lora::set)
+                .fallback(api::models::method_not_allowed),
         )
         .route("/v1/models", get(api::models::list))
         .route("/v1/models/{*id}", get(api::models::get))

@@ -33,6 +33,7 @@
 //! embeddings from encoder (BERT) models ([`EncoderModel`], converted from Hugging Face
 //! checkpoints by [`convert`]), and the [`Backend`] registry. CUDA is not in this build.
 
+mod adapters;
 pub mod backend;
 pub mod convert;
 mod encoder;
@@ -40,9 +41,11 @@ mod error;
 pub mod hub;
 mod info;
 mod model;
+mod options;
 mod prompter;
 mod session_pool;
 
+pub use adapters::{find_adapter, AdapterInfo};
 pub use backend::{Backend, TextModel};
 pub use encoder::{cosine, EncoderModel};
 pub use error::Error;
@@ -60,7 +63,8 @@ pub use kestrel_sampling::{Grammar, SamplingConfig};
 pub use kestrel_tensor as tensor;
 pub use kestrel_tokenizer as tokenizer;
 pub use kestrel_tokenizer::ChatMessage;
-pub use model::{Classification, GenerateOptions, LoadOptions, Model, Output, Response, Usage};
+pub use model::{Classification, Model, Output, Response, Usage};
+pub use options::{GenerateOptions, LoadOptions};
 pub use prompter::Prompter;
 
 /// The instruction set kestrel's CPU kernels run with in this process (`scalar`, `avx2`,

@@ -4,274 +4,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kestrel_generate::{
-    CancelToken, Completion, FinishReason, GenerateError, GenerateMetrics, GenerateParams,
-    Generator, GeneratorOptions, KlDivergence, KldAccumulator, LogProbReader, Perplexity,
-    TokenIter,
+    Completion, FinishReason, GenerateError, GenerateMetrics, GenerateParams, Generator,
+    GeneratorOptions, KlDivergence, KldAccumulator, LogProbReader, Perplexity, TokenIter,
 };
 use kestrel_gguf::{GgufModel, OpenOptions};
-use kestrel_kv::KvDType;
-use kestrel_sampling::{Grammar, SamplingConfig};
 use kestrel_tensor::{Device, DeviceRequest};
 use kestrel_tokenizer::{ChatMessage, ChatTemplate, DecodeOptions, EncodeOptions, Tokenizer};
 
-use crate::{Error, Prompter};
-
-/// How to load a model.
-///
-/// ```
-/// use kestrel::{KvDType, LoadOptions};
-/// let opts = LoadOptions::default()
-///     .with_device("cpu")
-///     .with_threads(2)
-///     .with_max_seq_len(2048)
-///     .with_kv_dtype(KvDType::Q8_0)
-///     .with_mmap(true)
-///     .with_concurrency(8);
-/// assert_eq!(opts.ctx, 2048);
-/// ```
-#[derive(Clone, Debug)]
-pub struct LoadOptions {
-    /// Where to run: `cpu` (default), `cuda`, `cuda:N` or `auto` (a GPU when a CUDA build,
-    /// driver and GPU are there, else the CPU: [`Model::device_note`] says why). On CUDA the
-    /// model runs one sequence a step with f16 KV caches.
-    pub device: String,
-    /// Threads (0: all cores).
-    pub threads: usize,
-    /// Context length (0: the model's, at most 4096).
-    pub ctx: usize,
-    /// Memory-map the file (default) or read it into memory.
-    pub mmap: bool,
-    /// KV cache element type.
-    pub kv_dtype: KvDType,
-    /// Prompt tokens per prefill step.
-    pub batch: usize,
-    /// Most sequences [`Model::generate_batch`] runs at once (0: one per prompt, at most 16).
-    pub concurrency: usize,
-    /// KV sessions kept, so this many conversations stay cached at once (1..=64; each holds a
-    /// whole context's cache, made when first needed).
-    pub session_pool: usize,
-    /// LoRA adapter files (GGUF, as llama.cpp's `convert_lora_to_gguf.py` writes them) applied
-    /// to every generation, in order, each with its scale.
-    pub lora: Vec<(std::path::PathBuf, f32)>,
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        LoadOptions {
-            device: "cpu".into(),
-            threads: 0,
-            ctx: 0,
-            mmap: true,
-            kv_dtype: KvDType::F16,
-            batch: 512,
-            concurrency: 0,
-            session_pool: 1,
-            lora: Vec::new(),
-        }
-    }
-}
-
-impl LoadOptions {
-    /// `cpu`, `cuda`, `cuda:N` or `auto`.
-    pub fn with_device(mut self, device: impl Into<String>) -> Self {
-        self.device = device.into();
-        self
-    }
-    /// Threads (0: all cores).
-    pub fn with_threads(mut self, n: usize) -> Self {
-        self.threads = n;
-        self
-    }
-    /// Context length in tokens (0: the model's, at most 4096).
-    pub fn with_max_seq_len(mut self, n: usize) -> Self {
-        self.ctx = n;
-        self
-    }
-    /// KV cache element type.
-    pub fn with_kv_dtype(mut self, d: KvDType) -> Self {
-        self.kv_dtype = d;
-        self
-    }
-    /// Memory-map the file (true) or read it.
-    pub fn with_mmap(mut self, yes: bool) -> Self {
-        self.mmap = yes;
-        self
-    }
-    /// Prompt tokens per prefill step.
-    pub fn with_batch(mut self, n: usize) -> Self {
-        self.batch = n;
-        self
-    }
-    /// Most sequences batched together by [`Model::generate_batch`].
-    pub fn with_concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n;
-        self
-    }
-    /// Conversations kept cached at once (see [`LoadOptions::session_pool`]).
-    pub fn with_session_pool(mut self, n: usize) -> Self {
-        self.session_pool = n;
-        self
-    }
-    /// Applies the LoRA adapter at `path` with `scale` (llama.cpp's `--lora-scaled`; 1.0 is
-    /// `--lora`), after those added before.
-    pub fn with_lora(mut self, path: impl Into<std::path::PathBuf>, scale: f32) -> Self {
-        self.lora.push((path.into(), scale));
-        self
-    }
-}
-
-/// How to generate: sampling, grammar, stop conditions, tokenization of the prompt.
-///
-/// The defaults are the seed project's ([`SamplingConfig::default`]): temperature 1.0, no
-/// filtering, 256 new tokens, a random seed. Builder methods mirror its `With...` options.
-///
-/// ```
-/// use kestrel::GenerateOptions;
-/// let opts = GenerateOptions::default()
-///     .with_temperature(0.7)
-///     .with_top_k(40)
-///     .with_top_p(0.95)
-///     .with_max_tokens(64)
-///     .with_seed(42)
-///     .with_stop_strings(["\n\n"]);
-/// assert_eq!(opts.sampling.top_k, 40);
-/// let greedy = GenerateOptions::greedy().with_max_tokens(16);
-/// assert_eq!(greedy.sampling.temperature, 0.0);
-/// let json = GenerateOptions::default()
-///     .with_json_schema(r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}"#)?;
-/// assert!(json.grammar.is_some());
-/// # Ok::<(), kestrel::Error>(())
-/// ```
-#[derive(Clone, Debug)]
-pub struct GenerateOptions {
-    /// Sampler chain, token budget, stop ids and stop strings.
-    pub sampling: SamplingConfig,
-    /// Constrain the output to a grammar (GBNF or a JSON Schema's).
-    pub grammar: Option<Grammar>,
-    /// Add BOS as the model's metadata says.
-    pub add_bos: bool,
-    /// Parse special-token text in the prompt (`<|im_start|>`) as those tokens.
-    pub parse_special: bool,
-    /// Stop when this token is cancelled.
-    pub cancel: Option<CancelToken>,
-    /// Report each token's log-probability and this many alternatives ([`Token::logprob`](kestrel_generate::Token)).
-    pub logprobs: Option<usize>,
-}
-
-impl Default for GenerateOptions {
-    fn default() -> Self {
-        GenerateOptions {
-            sampling: SamplingConfig::default(),
-            grammar: None,
-            add_bos: true,
-            parse_special: false,
-            cancel: None,
-            logprobs: None,
-        }
-    }
-}
-
-impl GenerateOptions {
-    /// Greedy decoding (temperature 0), everything else default.
-    pub fn greedy() -> Self {
-        GenerateOptions {
-            sampling: SamplingConfig::greedy(),
-            ..Default::default()
-        }
-    }
-
-    /// Sampling temperature (0: greedy).
-    pub fn with_temperature(mut self, t: f32) -> Self {
-        self.sampling.temperature = t;
-        self
-    }
-
-    /// Keep the `k` most likely tokens (0: off).
-    pub fn with_top_k(mut self, k: usize) -> Self {
-        self.sampling.top_k = k;
-        self
-    }
-
-    /// Nucleus sampling mass (1: off).
-    pub fn with_top_p(mut self, p: f32) -> Self {
-        self.sampling.top_p = p;
-        self
-    }
-
-    /// Minimum probability relative to the most likely token (0: off).
-    pub fn with_min_p(mut self, p: f32) -> Self {
-        self.sampling.min_p = p;
-        self
-    }
-
-    /// Most new tokens.
-    pub fn with_max_tokens(mut self, n: usize) -> Self {
-        self.sampling.max_new_tokens = n;
-        self
-    }
-
-    /// Repetition penalty over the last 64 tokens (1: off).
-    pub fn with_repetition_penalty(mut self, p: f32) -> Self {
-        self.sampling.repeat_penalty = p;
-        self
-    }
-
-    /// Strings that end generation (not included in the text).
-    pub fn with_stop_strings<I, S>(mut self, stops: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.sampling.stop_strings = stops.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// RNG seed: the same seed and inputs give the same output.
-    pub fn with_seed(mut self, seed: u64) -> Self {
-        self.sampling.seed = Some(seed);
-        self
-    }
-
-    /// Constrain the output to a grammar.
-    pub fn with_grammar(mut self, grammar: Grammar) -> Self {
-        self.grammar = Some(grammar);
-        self
-    }
-
-    /// Constrain the output to GBNF text (llama.cpp's grammar syntax).
-    pub fn with_gbnf(self, gbnf: &str) -> Result<Self, Error> {
-        Ok(self.with_grammar(Grammar::from_gbnf(gbnf)?))
-    }
-
-    /// Constrain the output to JSON valid against a JSON Schema (its text; properties are
-    /// generated in the order they are written).
-    pub fn with_json_schema(self, schema: &str) -> Result<Self, Error> {
-        Ok(self.with_grammar(Grammar::from_json_schema_str(schema)?))
-    }
-
-    /// Report each token's log-probability and the `top` most likely alternatives.
-    pub fn with_logprobs(mut self, top: usize) -> Self {
-        self.logprobs = Some(top);
-        self
-    }
-
-    /// Stop when `cancel` is cancelled.
-    pub fn with_cancel(mut self, cancel: CancelToken) -> Self {
-        self.cancel = Some(cancel);
-        self
-    }
-
-    /// The generator-level parameters these options make (what a
-    /// [`Scheduler`](kestrel_generate::Scheduler) request takes).
-    pub fn params(&self) -> GenerateParams {
-        GenerateParams {
-            sampling: self.sampling.clone(),
-            grammar: self.grammar.clone(),
-            cancel: self.cancel.clone(),
-            logprobs: self.logprobs,
-        }
-    }
-}
+use crate::{Error, GenerateOptions, LoadOptions, Prompter};
 
 /// The result of a generation.
 #[derive(Clone, Debug)]
@@ -540,11 +280,13 @@ impl Model {
         }
         let requests = encoded
             .iter()
-            .map(|ids| BatchRequest {
-                prompt: ids.clone(),
-                params: opts.params(),
+            .map(|ids| {
+                Ok(BatchRequest {
+                    prompt: ids.clone(),
+                    params: opts.params(&self.adapters())?,
+                })
             })
-            .collect();
+            .collect::<Result<_, Error>>()?;
         let batch = BatchOptions {
             max_seqs: match self.concurrency {
                 0 => prompts.len().clamp(1, 16),
@@ -585,6 +327,7 @@ impl Model {
         lookup: kestrel_generate::LookupOptions,
     ) -> Result<(Output, kestrel_generate::SpecStats), Error> {
         check_speculative(opts)?;
+        self.check_model_adapters(opts)?;
         let prompt_ids = self.encode(prompt, opts)?;
         let stop_ids = opts.sampling.stop_token_ids.clone();
         self.sessions.select(&mut self.generator, &prompt_ids)?;
@@ -612,6 +355,7 @@ impl Model {
         max_draft: usize,
     ) -> Result<(Output, kestrel_generate::SpecStats), Error> {
         check_speculative(opts)?;
+        self.check_model_adapters(opts)?;
         let prompt_ids = self.encode(prompt, opts)?;
         let stop_ids = opts.sampling.stop_token_ids.clone();
         self.sessions.select(&mut self.generator, &prompt_ids)?;
@@ -678,7 +422,8 @@ impl Model {
     ) -> Result<TokenIter<'_>, Error> {
         let ids = self.encode(prompt, opts)?;
         self.sessions.select(&mut self.generator, &ids)?;
-        Ok(self.generator.iter(&ids, &opts.params())?)
+        let params = opts.params(&self.adapters())?;
+        Ok(self.generator.iter(&ids, &params)?)
     }
 
     /// Render `messages` with the model's chat template (the file's, else a built-in guessed
@@ -818,7 +563,7 @@ impl Model {
         let cancel = opts.cancel.clone().unwrap_or_default();
         let params = GenerateParams {
             cancel: Some(cancel.clone()),
-            ..opts.params()
+            ..opts.params(&self.adapters())?
         };
         self.sessions.select(&mut self.generator, ids)?;
         let mut iter = self.generator.iter(ids, &params)?;
@@ -964,6 +709,57 @@ impl Model {
 }
 
 /// Speculative decoding applies neither grammars nor stop strings.
+impl Model {
+    /// The LoRA adapters the model was loaded with, in order, with their current scales.
+    pub fn adapters(&self) -> Vec<crate::AdapterInfo> {
+        crate::adapters::infos(&self.generator)
+    }
+
+    /// Sets adapter `name`'s scale (0: off) for the generations that choose no adapters of
+    /// their own, as llama-server's `POST /lora-adapters` does; nothing is reloaded. Cached
+    /// conversations computed at the old scales are prefilled again when next used.
+    ///
+    /// # Errors
+    /// An adapter name the model does not have, a scale that is not finite, or on CUDA any
+    /// change (its plan has the scales built in).
+    pub fn set_adapter_scale(&mut self, name: &str, scale: f32) -> Result<(), Error> {
+        let all = self.adapters();
+        let id = crate::find_adapter(&all, name)?;
+        let mut scales: Vec<f32> = all.iter().map(|a| a.scale).collect();
+        scales[id] = scale;
+        self.set_adapter_scales(&scales)
+    }
+
+    /// Sets every adapter's scale at once, in [`adapters`](Self::adapters)' order.
+    ///
+    /// # Errors
+    /// As [`set_adapter_scale`](Self::set_adapter_scale), and a count other than the adapters'.
+    pub fn set_adapter_scales(&mut self, scales: &[f32]) -> Result<(), Error> {
+        Ok(self.generator.set_adapter_scales(scales)?)
+    }
+
+    /// Refuses adapter choices other than the model's scales (for the paths that run at them).
+    fn check_model_adapters(&self, opts: &GenerateOptions) -> Result<(), Error> {
+        let Some(choice) = &opts.adapters else {
+            return Ok(());
+        };
+        let mut wanted = vec![0.0f32; self.generator.adapters().len()];
+        for (id, s) in crate::adapters::resolve(&self.adapters(), choice)? {
+            wanted[id] = s;
+        }
+        let current: Vec<f32> = self.generator.adapters().iter().map(|a| a.1).collect();
+        if wanted != current {
+            return Err(Error::InvalidOption {
+                name: "adapter",
+                reason: "speculative decoding runs at the model's adapter scales; set them with \
+                         Model::set_adapter_scales"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 fn check_speculative(opts: &GenerateOptions) -> Result<(), Error> {
     if opts.grammar.is_some() || !opts.sampling.stop_strings.is_empty() {
         return Err(Error::InvalidOption {

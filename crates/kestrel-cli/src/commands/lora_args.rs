@@ -1,7 +1,8 @@
 //! `--lora FILE[,FILE...]` and `--lora-scaled FILE:SCALE[,FILE:SCALE...]`, as llama.cpp's tools
 //! take them (and its older `--lora-scaled FILE SCALE`): LoRA adapters (GGUF) applied on top of
 //! the model, each with its scale (1 for `--lora`). Both repeat; the `--lora` ones are applied
-//! first, then the `--lora-scaled` ones, each in the order given.
+//! first, then the `--lora-scaled` ones, each in the order given. `--lora-init-without-apply`
+//! loads them all at scale 0 (for `kestrel serve`, where requests choose them).
 
 use std::path::PathBuf;
 
@@ -17,6 +18,10 @@ pub struct LoraArgs {
     /// for more.
     #[arg(long = "lora-scaled", num_args = 1..=2, value_names = ["FILE:SCALE", "SCALE"], action = ArgAction::Append)]
     pub lora_scaled: Vec<String>,
+    /// Load the adapters with scale 0 (off until a request or `POST /lora-adapters` turns
+    /// them on).
+    #[arg(long = "lora-init-without-apply")]
+    pub lora_init_without_apply: bool,
 }
 
 impl LoraArgs {
@@ -53,6 +58,11 @@ impl LoraArgs {
                         .ok_or_else(|| format!("--lora-scaled {v}: expected FILE:SCALE"))?;
                     out.push((PathBuf::from(v), number(v, scale)?));
                 }
+            }
+        }
+        if self.lora_init_without_apply {
+            for (_, s) in &mut out {
+                *s = 0.0;
             }
         }
         Ok(out)
@@ -102,5 +112,16 @@ mod tests {
         assert!(bad.lora.adapters().unwrap_err().contains("not a number"));
         let bare = Cli::try_parse_from(["x", "--lora-scaled", "b.gguf"]).unwrap();
         assert!(bare.lora.adapters().unwrap_err().contains("FILE:SCALE"));
+        let off = Cli::try_parse_from([
+            "x",
+            "--lora",
+            "a.gguf",
+            "--lora-scaled",
+            "b.gguf:0.5",
+            "--lora-init-without-apply",
+        ])
+        .unwrap();
+        let scales: Vec<f32> = off.lora.adapters().unwrap().iter().map(|a| a.1).collect();
+        assert_eq!(scales, [0.0, 0.0]);
     }
 }

@@ -134,9 +134,10 @@ pub(crate) async fn handle(
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let b: ChatBody = body(raw)?;
-    st.check_model(&b.common.model)?;
+    let adapters = super::lora::choice(&st, &b.common.model, &b.common.lora)?;
     let p = b.common.parse(st.n_vocab)?;
     let mut opts = p.opts;
+    opts.adapters = adapters;
     let mut msgs = messages(b.messages)?;
     let tools = tools::parse(&b.tools, &b.tool_choice)?;
     let format = response_format(&b.response_format)?;

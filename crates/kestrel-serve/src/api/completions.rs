@@ -92,9 +92,10 @@ pub(crate) async fn handle(
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let b: CompletionBody = body(raw)?;
-    st.check_model(&b.common.model)?;
+    let adapters = super::lora::choice(&st, &b.common.model, &b.common.lora)?;
     let p = b.common.parse(st.n_vocab)?;
     let mut opts = p.opts;
+    opts.adapters = adapters;
     if let Some(g) = super::chat::response_format(&b.response_format)? {
         opts.grammar = Some(g);
     }

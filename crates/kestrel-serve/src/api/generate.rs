@@ -81,7 +81,7 @@ pub(crate) fn submit(
         for j in 0..n {
             let cancel = CancelToken::new();
             cancels.push(cancel.clone());
-            let mut params = opts.params();
+            let mut params = opts.params(&st.adapters)?;
             params.sampling.max_new_tokens = max_new;
             if let Some(seed) = params.sampling.seed {
                 params.sampling.seed = Some(seed.wrapping_add(j as u64));

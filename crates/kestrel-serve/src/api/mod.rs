@@ -4,6 +4,7 @@ pub(crate) mod chat;
 pub(crate) mod completions;
 pub(crate) mod embeddings;
 pub(crate) mod generate;
+pub(crate) mod lora;
 pub(crate) mod models;
 pub(crate) mod params;
 
@@ -39,6 +40,10 @@ pub(crate) struct AppState {
     pub created: u64,
     /// The chat template reads a `tools` global.
     pub native_tools: bool,
+    /// The model's LoRA adapters (their scales as loaded).
+    pub adapters: Vec<kestrel::AdapterInfo>,
+    /// The adapters' current scales (for requests that choose none).
+    pub adapter_scales: std::sync::Mutex<Vec<f32>>,
 }
 
 pub(crate) type State = axum::extract::State<Arc<AppState>>;
@@ -97,6 +102,14 @@ pub(crate) fn body<T: DeserializeOwned>(
 }
 
 impl AppState {
+    /// The adapters' current scales.
+    pub(crate) fn scales(&self) -> Vec<f32> {
+        self.adapter_scales
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// A request's `model` must be this server's (or absent).
     pub(crate) fn check_model(&self, model: &Option<String>) -> Result<(), ApiError> {
         match model {

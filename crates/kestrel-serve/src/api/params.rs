@@ -36,6 +36,8 @@ pub struct Common {
     pub logit_bias: Option<Json>,
     pub stream: Option<Json>,
     pub stream_options: Option<Json>,
+    /// llama-server's per-request LoRA scales (`[{"id", "scale"}]`).
+    pub lora: Option<Json>,
 }
 
 /// What the shared fields ask for.
