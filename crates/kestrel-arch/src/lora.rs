@@ -245,7 +245,7 @@ impl LoraAdapter {
     }
 
     /// A tensor of the adapter file by its name there, or one a fused low-rank term reads
-    /// (`{name}#f32`, `{name}#T`: see `kestrel_graph::low_rank_names`), made once and shared.
+    /// (`{name}#lr`, `{name}#T`: see `kestrel_graph::low_rank_names`), made once and shared.
     pub fn tensor(&self, name: &str) -> Option<Tensor> {
         let plain = |n: &str| weight_tensor(&self.file, n);
         let mut cache = self

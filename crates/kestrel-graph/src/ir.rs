@@ -281,12 +281,12 @@ pub enum Op {
     /// Multiply by a constant.
     Scale(f32),
     /// A LoRA adapter's term added to a matmul's output: `acc + scale · (x · Aᵀ) · Bᵀ`, inputs
-    /// `[acc, x]`, both halves F32: `A` of ggml dims `[k, rank]` and `B` given transposed,
+    /// `[acc, x]`, halves F32 or F16: `A` of ggml dims `[k, rank]` and `B` given transposed,
     /// `Bᵀ` of ggml dims `[m, rank]` (see [`low_rank_names`](crate::low_rank_names)).
     LowRank {
-        /// `A` (F32).
+        /// `A` (F32 or F16).
         a: WeightId,
-        /// `Bᵀ` (F32).
+        /// `Bᵀ` (F32 or F16).
         bt: WeightId,
         /// The product's factor when a step binds no per-sequence adapter scales.
         scale: f32,

@@ -4,9 +4,9 @@
 //! `build_lora_mm` and `build_inp_embd` compute them. The base weights stay as they are
 //! (quantized, packed); the adapter's `A` and `B` are small extra weights of the graph.
 //!
-//! A fused term ([`Op::LowRank`]) reads its halves as F32, `B` transposed, under derived names
-//! ([`low_rank_names`]); [`derived_weight`] makes those tensors from the plain ones, for weight
-//! lookups to call (once per adapter, so every plan shares them).
+//! A fused term ([`Op::LowRank`]) reads its halves as F32 or F16, `B` transposed, under derived
+//! names ([`low_rank_names`]); [`derived_weight`] makes those tensors from the plain ones, for
+//! weight lookups to call (once per adapter, so every plan shares them).
 
 use std::collections::HashSet;
 
@@ -15,21 +15,22 @@ use kestrel_tensor::{DType, Shape, Tensor};
 use crate::ir::{AdapterTerm, EmbedIndex, Node, Op, WeightId};
 use crate::{Graph, GraphError};
 
-/// Marks the F32 copy of a half (`{name}#f32`).
-const AS_F32: &str = "#f32";
-/// Marks the transposed F32 copy of a half (`{name}#T`).
+/// Marks a half as the low-rank kernels read it (`{name}#lr`).
+const AS_READ: &str = "#lr";
+/// Marks a half transposed (`{name}#T`).
 const TRANSPOSED: &str = "#T";
 
-/// The names a fused term reads its halves under: `A` as F32 (`{a}#f32`) and `B` transposed
-/// as F32 (`{b}#T`).
+/// The names a fused term reads its halves under: `A` as the kernels read it (`{a}#lr`) and
+/// `B` transposed (`{b}#T`).
 pub fn low_rank_names(a: &str, b: &str) -> (String, String) {
-    (format!("{a}{AS_F32}"), format!("{b}{TRANSPOSED}"))
+    (format!("{a}{AS_READ}"), format!("{b}{TRANSPOSED}"))
 }
 
 /// The tensor a derived name of [`low_rank_names`] stands for, made from `plain` (the lookup of
-/// undecorated names): `{x}#f32` is `x`'s values as F32 (`x` itself when it already is), `{x}#T`
-/// is `x` transposed to F32 (ggml dims swapped). `None` for any other name or a missing
-/// tensor. Made tensors share their bytes between clones.
+/// undecorated names): `{x}#lr` is `x` as F32 or F16 (`x` itself when it is one of them,
+/// F32 values otherwise), `{x}#T` is `x` transposed (ggml dims swapped), F16 when `x` is, F32
+/// otherwise. `None` for any other name or a missing tensor. Made tensors share their bytes
+/// between clones.
 ///
 /// # Errors
 /// A tensor that is not 2-D or cannot be read as f32 values.
@@ -41,15 +42,24 @@ pub fn derived_weight(
         node: name.to_string(),
         reason: e,
     };
-    if let Some(base) = name.strip_suffix(AS_F32) {
+    if let Some(base) = name.strip_suffix(AS_READ) {
         let t = plain(base)?;
-        if t.dtype() == DType::F32 && t.as_f32().is_ok() {
+        let readable = match t.dtype() {
+            DType::F32 => t.as_f32().is_ok(),
+            DType::F16 => t.as_f16().is_ok(),
+            _ => false,
+        };
+        if readable {
             return Some(Ok(t));
         }
+        let keep = if t.dtype() == DType::F16 {
+            DType::F16
+        } else {
+            DType::F32
+        };
         return Some(
             t.to_f32_vec()
-                .and_then(|v| Tensor::from_f32(t.shape(), &v))
-                .map(Tensor::into_shared)
+                .and_then(|v| make(keep, t.shape(), &v))
                 .map_err(|e| bad(e.to_string())),
         );
     }
@@ -68,11 +78,29 @@ pub fn derived_weight(
             }
         }
         let shape = Shape::new(&[rows, cols]).map_err(|e| e.to_string())?;
-        Tensor::from_f32(shape, &out)
-            .map(Tensor::into_shared)
-            .map_err(|e| e.to_string())
+        let keep = if t.dtype() == DType::F16 {
+            DType::F16
+        } else {
+            DType::F32
+        };
+        make(keep, shape, &out).map_err(|e| e.to_string())
     })();
     Some(made.map_err(bad))
+}
+
+/// A shared tensor of `dtype` (F32 or F16, exact for values read from an F16 tensor).
+fn make(dtype: DType, shape: Shape, v: &[f32]) -> kestrel_tensor::Result<Tensor> {
+    let t = match dtype {
+        DType::F16 => {
+            let bytes: Vec<u8> = v
+                .iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                .collect();
+            Tensor::from_bytes(DType::F16, shape, &bytes)?
+        }
+        _ => Tensor::from_f32(shape, v)?,
+    };
+    Ok(t.into_shared())
 }
 
 /// One adapter's pair for one base weight: the names its lookup resolves, ggml dims, and the

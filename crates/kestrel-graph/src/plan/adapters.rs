@@ -6,7 +6,9 @@
 //! A row whose factor is 0 gets the base output exactly (its term is not computed), so a
 //! sequence without adapters in a batch with adapted ones gets the bits of a plan without them.
 
-use kestrel_tensor::{cpu, DType};
+use half::f16;
+use kestrel_tensor::cpu::low_rank::LowRankHalf;
+use kestrel_tensor::{cpu, DType, Tensor};
 
 use super::BatchSeq;
 use crate::ir::{AdapterTerm, Node, Op};
@@ -133,12 +135,36 @@ fn check(scales: &[f32], n: usize, segs: usize) -> Result<(), GraphError> {
     Ok(())
 }
 
+/// A half of a fused term as the kernels read it.
+#[derive(Clone, Copy)]
+pub(super) enum HalfRef<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+}
+
+impl<'a> HalfRef<'a> {
+    /// `t`'s values, F32 or F16 (the forms `derived_weight` makes).
+    pub(super) fn of(t: &'a Tensor) -> Result<HalfRef<'a>, String> {
+        match t.dtype() {
+            DType::F16 => t.as_f16().map(HalfRef::F16).map_err(|e| e.to_string()),
+            _ => t.as_f32().map(HalfRef::F32).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            HalfRef::F32(v) => v.len(),
+            HalfRef::F16(v) => v.len(),
+        }
+    }
+}
+
 /// The pieces of one fused low-rank term.
 pub(super) struct LowRankIo<'a> {
     /// `A`: `rank` rows of `k`.
-    pub(super) a: &'a [f32],
+    pub(super) a: HalfRef<'a>,
     /// `Bᵀ`: `rank` rows of `m`.
-    pub(super) bt: &'a [f32],
+    pub(super) bt: HalfRef<'a>,
     /// The input's width.
     pub(super) k: usize,
     /// The output's width.
@@ -152,8 +178,8 @@ pub(super) struct LowRankIo<'a> {
 
 /// `out = acc + factor · (x · Aᵀ) · Bᵀ` row by row with the low-rank kernels
 /// ([`cpu::low_rank_down`], [`cpu::low_rank_up`]): rows in parallel for a prefill, one row's
-/// output columns in parallel when its term is large. Row-local, so thread counts and batch
-/// neighbours never change a row's bits.
+/// `A` rows and `Bᵀ` columns shared out among the threads when its term is large. Row-local,
+/// so thread counts and batch neighbours never change a row's bits.
 pub(super) fn low_rank(
     io: &LowRankIo<'_>,
     acc: &[f32],
@@ -162,9 +188,7 @@ pub(super) fn low_rank(
     low: &mut Vec<f32>,
     rounded: &mut Vec<f32>,
 ) -> Result<(), GraphError> {
-    use rayon::prelude::*;
-    let (k, m, f) = (io.k, io.m, io.factors);
-    let rows = f.len();
+    let (k, m) = (io.k, io.m);
     let rank = io.a.len() / k.max(1);
     if k == 0 || rank == 0 || io.bt.len() != rank * m || io.a.len() != rank * k {
         return Err(GraphError::Internal(format!(
@@ -173,10 +197,9 @@ pub(super) fn low_rank(
             io.bt.len()
         )));
     }
+    let rows = io.factors.len();
     let low = grow(low, rows * rank);
-    let (a, bt) = (io.a, io.bt);
-    let (round_x, round_t) = (rounds(io.inputs.0), io.inputs.1);
-    let x = if round_x {
+    let x = if rounds(io.inputs.0) {
         let xs = grow(rounded, rows * k);
         xs.copy_from_slice(&x[..rows * k]);
         cpu::round_to(io.inputs.0, xs);
@@ -184,51 +207,88 @@ pub(super) fn low_rank(
     } else {
         x
     };
-    if rows == 1 {
-        if f[0] == 0.0 {
-            out.copy_from_slice(acc);
-            return Ok(());
-        }
-        let threads = rayon::current_num_threads();
-        if threads == 1 || (k + m) * rank < PAR_MIN {
-            cpu::low_rank_down(a, k, &x[..k], low);
-            cpu::round_to(round_t, low);
-            cpu::low_rank_up(bt, m, low, f[0], 0..m, acc, out);
-            return Ok(());
-        }
-        // One token: `A`'s rows, then `Bᵀ`'s columns, shared out among the threads (the term
-        // streams its halves from memory once per token, as a matmul does its weight).
-        let per = rank.div_ceil(threads);
-        low.par_chunks_mut(per).enumerate().for_each(|(c, tc)| {
-            cpu::low_rank_down(&a[c * per * k..], k, &x[..k], tc);
-            cpu::round_to(round_t, tc);
-        });
-        let t: &[f32] = low;
-        let cols = m.div_ceil(threads).next_multiple_of(16);
-        out.par_chunks_mut(cols)
-            .zip(acc.par_chunks(cols))
-            .enumerate()
-            .for_each(|(c, (o, cc))| {
-                let j0 = c * cols;
-                cpu::low_rank_up(bt, m, t, f[0], j0..j0 + o.len(), cc, o);
-            });
-        return Ok(());
+    let run = Term {
+        k,
+        m,
+        rank,
+        factors: io.factors,
+        round_t: io.inputs.1,
+    };
+    match (io.a, io.bt) {
+        (HalfRef::F32(a), HalfRef::F32(bt)) => run.go(a, bt, acc, x, out, low),
+        (HalfRef::F32(a), HalfRef::F16(bt)) => run.go(a, bt, acc, x, out, low),
+        (HalfRef::F16(a), HalfRef::F32(bt)) => run.go(a, bt, acc, x, out, low),
+        (HalfRef::F16(a), HalfRef::F16(bt)) => run.go(a, bt, acc, x, out, low),
     }
-    out.par_chunks_mut(m)
-        .zip(acc.par_chunks(m))
-        .zip(x.par_chunks(k))
-        .zip(low.par_chunks_mut(rank))
-        .zip(f.par_iter())
-        .for_each(|((((o, c), xr), tr), &fr)| {
-            if fr == 0.0 {
-                o.copy_from_slice(c);
-            } else {
-                cpu::low_rank_down(a, k, xr, tr);
-                cpu::round_to(round_t, tr);
-                cpu::low_rank_up(bt, m, tr, fr, 0..m, c, o);
-            }
-        });
     Ok(())
+}
+
+/// One term's sizes, factors and the rounding of `x · Aᵀ`.
+struct Term<'a> {
+    k: usize,
+    m: usize,
+    rank: usize,
+    factors: &'a [f32],
+    round_t: DType,
+}
+
+impl Term<'_> {
+    fn go<A: LowRankHalf, B: LowRankHalf>(
+        &self,
+        a: &[A],
+        bt: &[B],
+        acc: &[f32],
+        x: &[f32],
+        out: &mut [f32],
+        low: &mut [f32],
+    ) {
+        use rayon::prelude::*;
+        let (k, m, rank, f, round_t) = (self.k, self.m, self.rank, self.factors, self.round_t);
+        if f.len() == 1 {
+            if f[0] == 0.0 {
+                out.copy_from_slice(acc);
+                return;
+            }
+            let threads = rayon::current_num_threads();
+            if threads == 1 || (k + m) * rank < PAR_MIN {
+                cpu::low_rank_down(a, k, &x[..k], low);
+                cpu::round_to(round_t, low);
+                cpu::low_rank_up(bt, m, low, f[0], 0..m, acc, out);
+                return;
+            }
+            // One token: `A`'s rows, then `Bᵀ`'s columns, shared out among the threads (the
+            // term streams its halves from memory once per token, as a matmul its weight).
+            let per = rank.div_ceil(threads);
+            low.par_chunks_mut(per).enumerate().for_each(|(c, tc)| {
+                cpu::low_rank_down(&a[c * per * k..], k, &x[..k], tc);
+                cpu::round_to(round_t, tc);
+            });
+            let t: &[f32] = low;
+            let cols = m.div_ceil(threads).next_multiple_of(16);
+            out.par_chunks_mut(cols)
+                .zip(acc.par_chunks(cols))
+                .enumerate()
+                .for_each(|(c, (o, cc))| {
+                    let j0 = c * cols;
+                    cpu::low_rank_up(bt, m, t, f[0], j0..j0 + o.len(), cc, o);
+                });
+            return;
+        }
+        out.par_chunks_mut(m)
+            .zip(acc.par_chunks(m))
+            .zip(x.par_chunks(k))
+            .zip(low.par_chunks_mut(rank))
+            .zip(f.par_iter())
+            .for_each(|((((o, c), xr), tr), &fr)| {
+                if fr == 0.0 {
+                    o.copy_from_slice(c);
+                } else {
+                    cpu::low_rank_down(a, k, xr, tr);
+                    cpu::round_to(round_t, tr);
+                    cpu::low_rank_up(bt, m, tr, fr, 0..m, c, o);
+                }
+            });
+    }
 }
 
 /// Halves' values (`(k + m) · rank`) from which one token's term is shared out among threads.

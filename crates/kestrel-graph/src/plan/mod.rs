@@ -759,9 +759,9 @@ impl ExecutionPlan {
                 inputs,
             } => {
                 let half = |w: usize| {
-                    self.weights[w].tensor.as_f32().map_err(|e| {
+                    adapters::HalfRef::of(&self.weights[w].tensor).map_err(|e| {
                         GraphError::Internal(format!(
-                            "low-rank term {}: {} is not F32 ({e})",
+                            "low-rank term {}: {} is neither F32 nor F16 ({e})",
                             node.name, self.weight_names[w]
                         ))
                     })

@@ -1,5 +1,6 @@
-//! The two skinny products of a LoRA term `y = acc + f · B·(A·x)`, in f32, for the CPU plan's
-//! fused low-rank op:
+//! The two skinny products of a LoRA term `y = acc + f · B·(A·x)`, summed in f32 over halves
+//! stored as f32 or f16 ([`LowRankHalf`]: an F16 adapter streams half the bytes), for the CPU
+//! plan's fused low-rank op:
 //! - [`low_rank_down`]: `t = A·x`, `A` `rank` rows of `k` (a few long dot products);
 //! - [`low_rank_up`]: `out = acc + f · Bᵀᵀ·t` over a range of output columns, `B` given
 //!   transposed (`rank` rows of `m`), so each output column is one SIMD lane.
@@ -17,28 +18,130 @@
 
 use std::ops::Range;
 
+use half::f16;
+
 use super::dispatch::{active_isa, Isa};
 
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+}
+
+/// An element type the low-rank kernels read halves in (f32 or f16; values are widened to f32
+/// exactly, so both give the same bits for the same values).
+pub trait LowRankHalf: Copy + Send + Sync + sealed::Sealed {
+    /// The value as f32 (exact).
+    fn widen(self) -> f32;
+
+    #[doc(hidden)]
+    /// Runs the down kernel of `isa` when there is one; `false` otherwise.
+    fn down_simd(isa: Isa, a: &[Self], k: usize, x: &[f32], t: &mut [f32]) -> bool;
+
+    #[doc(hidden)]
+    /// Runs the up kernel of `isa` when there is one; `false` otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn up_simd(
+        isa: Isa,
+        bt: &[Self],
+        m: usize,
+        t: &[f32],
+        f: f32,
+        cols: Range<usize>,
+        acc: &[f32],
+        out: &mut [f32],
+    ) -> bool;
+}
+
+macro_rules! half_impl {
+    ($t:ty, $widen:expr, $d512:ident, $d2:ident, $u512:ident, $u2:ident) => {
+        impl LowRankHalf for $t {
+            #[inline(always)]
+            fn widen(self) -> f32 {
+                $widen(self)
+            }
+
+            #[allow(unused_variables)]
+            fn down_simd(isa: Isa, a: &[Self], k: usize, x: &[f32], t: &mut [f32]) -> bool {
+                #[cfg(target_arch = "x86_64")]
+                match isa {
+                    // SAFETY: `isa` is one this CPU runs (the callers pass the active one or
+                    // one of `Isa::available`); lengths checked by the callers.
+                    Isa::Avx512 => {
+                        unsafe { x86_64::$d512(a, k, x, t) };
+                        return true;
+                    }
+                    Isa::Avx2 => {
+                        unsafe { x86_64::$d2(a, k, x, t) };
+                        return true;
+                    }
+                    _ => {}
+                }
+                false
+            }
+
+            #[allow(unused_variables)]
+            fn up_simd(
+                isa: Isa,
+                bt: &[Self],
+                m: usize,
+                t: &[f32],
+                f: f32,
+                cols: Range<usize>,
+                acc: &[f32],
+                out: &mut [f32],
+            ) -> bool {
+                #[cfg(target_arch = "x86_64")]
+                match isa {
+                    // SAFETY: as in `down_simd`.
+                    Isa::Avx512 => {
+                        unsafe { x86_64::$u512(bt, m, t, f, cols, acc, out) };
+                        return true;
+                    }
+                    Isa::Avx2 => {
+                        unsafe { x86_64::$u2(bt, m, t, f, cols, acc, out) };
+                        return true;
+                    }
+                    _ => {}
+                }
+                false
+            }
+        }
+    };
+}
+
+half_impl!(
+    f32,
+    |v: f32| v,
+    down_avx512_f32,
+    down_avx2_f32,
+    up_avx512_f32,
+    up_avx2_f32
+);
+half_impl!(
+    f16,
+    f16::to_f32,
+    down_avx512_f16,
+    down_avx2_f16,
+    up_avx512_f16,
+    up_avx2_f16
+);
+
 /// `t[r] = A_r · x` for the `t.len()` rows of `a` (`k` values each; `x` at least `k` long).
 ///
 /// # Panics
 /// `a` shorter than `t.len() · k`, or `x` shorter than `k`.
-pub fn low_rank_down(a: &[f32], k: usize, x: &[f32], t: &mut [f32]) {
+pub fn low_rank_down<T: LowRankHalf>(a: &[T], k: usize, x: &[f32], t: &mut [f32]) {
     assert!(
         a.len() >= t.len() * k && x.len() >= k,
         "low_rank_down: short inputs"
     );
-    #[cfg(target_arch = "x86_64")]
-    match active_isa() {
-        // SAFETY: the active ISA says the CPU has the kernel's features; lengths checked above.
-        Isa::Avx512 => return unsafe { x86_64::down_avx512(a, k, x, t) },
-        Isa::Avx2 => return unsafe { x86_64::down_avx2(a, k, x, t) },
-        _ => {}
+    if !T::down_simd(active_isa(), a, k, x, t) {
+        low_rank_down_scalar(a, k, x, t);
     }
-    low_rank_down_scalar(a, k, x, t);
 }
 
 /// `out[j - cols.start] = fma(Σ_r bt[r][j] · t[r], f, acc[j - cols.start])` for `j` in `cols`,
@@ -46,8 +149,8 @@ pub fn low_rank_down(a: &[f32], k: usize, x: &[f32], t: &mut [f32]) {
 ///
 /// # Panics
 /// `cols` past `m`, `bt` shorter than `t.len() · m`, `acc` or `out` not `cols.len()` long.
-pub fn low_rank_up(
-    bt: &[f32],
+pub fn low_rank_up<T: LowRankHalf>(
+    bt: &[T],
     m: usize,
     t: &[f32],
     f: f32,
@@ -55,22 +158,17 @@ pub fn low_rank_up(
     acc: &[f32],
     out: &mut [f32],
 ) {
-    check_up(bt, m, t, &cols, acc, out);
-    #[cfg(target_arch = "x86_64")]
-    match active_isa() {
-        // SAFETY: the active ISA says the CPU has the kernel's features; lengths checked.
-        Isa::Avx512 => return unsafe { x86_64::up_avx512(bt, m, t, f, cols, acc, out) },
-        Isa::Avx2 => return unsafe { x86_64::up_avx2(bt, m, t, f, cols, acc, out) },
-        _ => {}
+    check_up(bt.len(), m, t, &cols, acc, out);
+    if !T::up_simd(active_isa(), bt, m, t, f, cols.clone(), acc, out) {
+        low_rank_up_scalar(bt, m, t, f, cols, acc, out);
     }
-    low_rank_up_scalar(bt, m, t, f, cols, acc, out);
 }
 
-fn check_up(bt: &[f32], m: usize, t: &[f32], cols: &Range<usize>, acc: &[f32], out: &[f32]) {
+fn check_up(bt: usize, m: usize, t: &[f32], cols: &Range<usize>, acc: &[f32], out: &[f32]) {
     assert!(
         cols.start <= cols.end
             && cols.end <= m
-            && bt.len() >= t.len() * m
+            && bt >= t.len() * m
             && acc.len() == cols.len()
             && out.len() == cols.len(),
         "low_rank_up: bad lengths"
@@ -78,20 +176,20 @@ fn check_up(bt: &[f32], m: usize, t: &[f32], cols: &Range<usize>, acc: &[f32], o
 }
 
 /// [`low_rank_down`]'s scalar twin.
-pub fn low_rank_down_scalar(a: &[f32], k: usize, x: &[f32], t: &mut [f32]) {
+pub fn low_rank_down_scalar<T: LowRankHalf>(a: &[T], k: usize, x: &[f32], t: &mut [f32]) {
     for (r, tr) in t.iter_mut().enumerate() {
         *tr = down_row_scalar(&a[r * k..(r + 1) * k], x);
     }
 }
 
 /// One row of [`low_rank_down_scalar`]: the lane sums, their tree, the tail.
-fn down_row_scalar(a: &[f32], x: &[f32]) -> f32 {
+fn down_row_scalar<T: LowRankHalf>(a: &[T], x: &[f32]) -> f32 {
     let k = a.len();
     let k16 = k - k % 16;
     let mut lanes = [0f32; 16];
     for (ca, cx) in a[..k16].chunks_exact(16).zip(x[..k16].chunks_exact(16)) {
         for l in 0..16 {
-            lanes[l] = ca[l].mul_add(cx[l], lanes[l]);
+            lanes[l] = ca[l].widen().mul_add(cx[l], lanes[l]);
         }
     }
     tree16(lanes) + tail_scalar(&a[k16..], &x[k16..k])
@@ -112,13 +210,15 @@ fn tree16(v: [f32; 16]) -> f32 {
 }
 
 /// The terms past the last whole 16: fused-added in order to a sum from 0.
-fn tail_scalar(a: &[f32], x: &[f32]) -> f32 {
-    a.iter().zip(x).fold(0f32, |s, (&p, &q)| p.mul_add(q, s))
+fn tail_scalar<T: LowRankHalf>(a: &[T], x: &[f32]) -> f32 {
+    a.iter()
+        .zip(x)
+        .fold(0f32, |s, (&p, &q)| p.widen().mul_add(q, s))
 }
 
 /// [`low_rank_up`]'s scalar twin.
-pub fn low_rank_up_scalar(
-    bt: &[f32],
+pub fn low_rank_up_scalar<T: LowRankHalf>(
+    bt: &[T],
     m: usize,
     t: &[f32],
     f: f32,
@@ -126,17 +226,17 @@ pub fn low_rank_up_scalar(
     acc: &[f32],
     out: &mut [f32],
 ) {
-    check_up(bt, m, t, &cols, acc, out);
+    check_up(bt.len(), m, t, &cols, acc, out);
     for ((j, o), &c) in cols.zip(out.iter_mut()).zip(acc) {
         *o = up_col_scalar(bt, m, t, j).mul_add(f, c);
     }
 }
 
 /// Column `j`'s sum `Σ_r bt[r][j] · t[r]`, fused-added over `r` in order from 0.
-fn up_col_scalar(bt: &[f32], m: usize, t: &[f32], j: usize) -> f32 {
+fn up_col_scalar<T: LowRankHalf>(bt: &[T], m: usize, t: &[f32], j: usize) -> f32 {
     t.iter()
         .enumerate()
-        .fold(0f32, |s, (r, &tr)| bt[r * m + j].mul_add(tr, s))
+        .fold(0f32, |s, (r, &tr)| bt[r * m + j].widen().mul_add(tr, s))
 }
 
 #[cfg(test)]
@@ -152,21 +252,16 @@ mod tests {
         }
     }
 
-    fn down_with(isa: Isa, a: &[f32], k: usize, x: &[f32], t: &mut [f32]) {
-        match isa {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Isa::available` lists only what this CPU runs.
-            Isa::Avx512 => unsafe { x86_64::down_avx512(a, k, x, t) },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { x86_64::down_avx2(a, k, x, t) },
-            _ => low_rank_down_scalar(a, k, x, t),
+    fn down_with<T: LowRankHalf>(isa: Isa, a: &[T], k: usize, x: &[f32], t: &mut [f32]) {
+        if isa == Isa::Scalar || !T::down_simd(isa, a, k, x, t) {
+            low_rank_down_scalar(a, k, x, t);
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn up_with(
+    fn up_with<T: LowRankHalf>(
         isa: Isa,
-        bt: &[f32],
+        bt: &[T],
         m: usize,
         t: &[f32],
         f: f32,
@@ -174,20 +269,50 @@ mod tests {
         acc: &[f32],
         out: &mut [f32],
     ) {
-        match isa {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Isa::available` lists only what this CPU runs.
-            Isa::Avx512 => unsafe { x86_64::up_avx512(bt, m, t, f, cols, acc, out) },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { x86_64::up_avx2(bt, m, t, f, cols, acc, out) },
-            _ => low_rank_up_scalar(bt, m, t, f, cols, acc, out),
+        if isa == Isa::Scalar || !T::up_simd(isa, bt, m, t, f, cols.clone(), acc, out) {
+            low_rank_up_scalar(bt, m, t, f, cols, acc, out);
+        }
+    }
+
+    /// Every ISA with halves of type `T` gives the bits of the f32 scalar twin on the halves'
+    /// widened values (`aw`, `btw`).
+    #[allow(clippy::too_many_arguments)]
+    fn check_twins<T: LowRankHalf>(
+        a: &[T],
+        bt: &[T],
+        aw: &[f32],
+        btw: &[f32],
+        (k, rank, m): (usize, usize, usize),
+        x: &[f32],
+        acc: &[f32],
+    ) {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut want_t = vec![0f32; rank];
+        low_rank_down_scalar(aw, k, x, &mut want_t);
+        for cols in [
+            0..m,
+            m / 3..m,
+            m / 2..m / 2,
+            1.min(m)..m.saturating_sub(1).max(1),
+        ] {
+            let (n, c) = (cols.len(), &acc[cols.clone()]);
+            let mut want = vec![0f32; n];
+            low_rank_up_scalar(btw, m, &want_t, 0.37, cols.clone(), c, &mut want);
+            each_isa(|isa| {
+                let mut t = vec![f32::NAN; rank];
+                down_with(isa, a, k, x, &mut t);
+                assert_eq!(bits(&t), bits(&want_t), "{isa:?} down k {k} rank {rank}");
+                let mut got = vec![f32::NAN; n];
+                up_with(isa, bt, m, &t, 0.37, cols.clone(), c, &mut got);
+                assert_eq!(bits(&got), bits(&want), "{isa:?} up m {m} cols {cols:?}");
+            });
         }
     }
 
     #[test]
     fn simd_kernels_give_the_scalar_twins_bits() {
         let mut rng = Rng::new(17);
-        for &(k, rank, m) in &[
+        for &dims in &[
             (576, 16, 1536),
             (17, 3, 5),
             (16, 1, 16),
@@ -196,48 +321,16 @@ mod tests {
             (4096, 64, 40),
             (0, 4, 9),
         ] {
+            let (k, rank, m) = dims;
             let a = rng.vec(rank * k, 1.0);
             let x = rng.vec(k, 3.0);
             let bt = rng.vec(rank * m, 1.0);
             let acc = rng.vec(m, 2.0);
-            let mut want_t = vec![0f32; rank];
-            low_rank_down_scalar(&a, k, &x, &mut want_t);
-            for cols in [
-                0..m,
-                m / 3..m,
-                m / 2..m / 2,
-                1.min(m)..m.saturating_sub(1).max(1),
-            ] {
-                let n = cols.len();
-                let mut want = vec![0f32; n];
-                low_rank_up_scalar(
-                    &bt,
-                    m,
-                    &want_t,
-                    0.37,
-                    cols.clone(),
-                    &acc[cols.clone()],
-                    &mut want,
-                );
-                each_isa(|isa| {
-                    let mut t = vec![f32::NAN; rank];
-                    down_with(isa, &a, k, &x, &mut t);
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(&t), bits(&want_t), "{isa:?} down k {k} rank {rank}");
-                    let mut got = vec![f32::NAN; n];
-                    up_with(
-                        isa,
-                        &bt,
-                        m,
-                        &t,
-                        0.37,
-                        cols.clone(),
-                        &acc[cols.clone()],
-                        &mut got,
-                    );
-                    assert_eq!(bits(&got), bits(&want), "{isa:?} up m {m} cols {cols:?}");
-                });
-            }
+            check_twins(&a, &bt, &a, &bt, dims, &x, &acc);
+            let half = |v: &[f32]| v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>();
+            let wide = |v: &[f16]| v.iter().map(|x| x.to_f32()).collect::<Vec<_>>();
+            let (a16, bt16) = (half(&a), half(&bt));
+            check_twins(&a16, &bt16, &wide(&a16), &wide(&bt16), dims, &x, &acc);
         }
     }
 
