@@ -800,6 +800,19 @@ impl Generator {
         self.core.weights.adapters()
     }
 
+    /// The adapter scales a generation with `choice` ([`GenerateParams::adapters`]) runs at:
+    /// the generator's for `None`, else the listed adapters at their scales and the rest 0.
+    ///
+    /// # Errors
+    /// An index past the adapters, a scale that is not finite, or on CUDA scales other than
+    /// the generator's.
+    pub fn adapter_scales_for(
+        &self,
+        choice: Option<&[(usize, f32)]>,
+    ) -> Result<Vec<f32>, GenerateError> {
+        self.core.adapter_scales(choice)
+    }
+
     /// Sets the scale of every adapter (one per [`adapters`](Self::adapters) entry, 0 turning
     /// one off) for generations that choose none of their own, as llama-server's
     /// `POST /lora-adapters` does; no weight is reloaded. Caches computed at the old scales

@@ -102,6 +102,12 @@ impl Session {
         }
     }
 
+    /// The LoRA adapter scales its cache was computed at (one per adapter of its generator;
+    /// a generation at other scales starts it over).
+    pub fn adapter_scales(&self) -> &[f32] {
+        &self.adapters
+    }
+
     /// The tokens whose keys and values are in the cache, in order.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens

@@ -240,3 +240,51 @@ fn adapters_per_request_and_at_run_time() {
     assert_no_leaked_blocks(&settle(addr, None));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_session_pool_keeps_a_conversation_per_adapter_choice() {
+    let Some(path) = test_model(SMOLLM2_135M_Q4_1) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("kestrel-pool-lora-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = dir.join("terse.gguf");
+    write_adapter(
+        &path,
+        &a,
+        3,
+        &["blk.0.attn_q.weight", "blk.3.ffn_down.weight"],
+    );
+    let mut m = Model::load_file(
+        &path,
+        LoadOptions {
+            threads: 2,
+            ctx: 256,
+            session_pool: 2,
+            ..LoadOptions::default()
+        }
+        .with_lora(&a, 1.0),
+    )
+    .unwrap();
+    let text = "The history of the city of Lyon begins with the Roman colony of Lugdunum, founded in 43 BC.";
+    let greedy = GenerateOptions::greedy().with_max_tokens(4);
+    let first = m.generate(text, &greedy).unwrap();
+    // The same prompt without the adapter: nothing of the adapted cache may be reused.
+    let plain = m
+        .generate(text, &greedy.clone().without_adapters())
+        .unwrap();
+    assert!(plain.metrics.cached_tokens == 0, "{:?}", plain.metrics);
+    let base = load(&path, &[]).generate(text, &greedy).unwrap();
+    assert_eq!(plain.text, base.text);
+    // Back with the adapter: its conversation is still cached in the other session.
+    let again = m
+        .generate(&format!("{text}{}", first.text), &greedy)
+        .unwrap();
+    assert!(
+        again.metrics.cached_tokens > 20,
+        "{} of {} prompt tokens cached",
+        again.metrics.cached_tokens,
+        again.metrics.prompt_tokens
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

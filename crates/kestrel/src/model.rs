@@ -330,7 +330,7 @@ impl Model {
         self.check_model_adapters(opts)?;
         let prompt_ids = self.encode(prompt, opts)?;
         let stop_ids = opts.sampling.stop_token_ids.clone();
-        self.sessions.select(&mut self.generator, &prompt_ids)?;
+        self.select_session(&prompt_ids, &GenerateParams::default())?;
         let (g, stats) = self.generator.generate_lookup_sampled(
             &prompt_ids,
             &opts.sampling,
@@ -358,7 +358,7 @@ impl Model {
         self.check_model_adapters(opts)?;
         let prompt_ids = self.encode(prompt, opts)?;
         let stop_ids = opts.sampling.stop_token_ids.clone();
-        self.sessions.select(&mut self.generator, &prompt_ids)?;
+        self.select_session(&prompt_ids, &GenerateParams::default())?;
         let (g, stats) = self.generator.generate_speculative_sampled(
             &mut draft.generator,
             &prompt_ids,
@@ -421,8 +421,8 @@ impl Model {
         opts: &GenerateOptions,
     ) -> Result<TokenIter<'_>, Error> {
         let ids = self.encode(prompt, opts)?;
-        self.sessions.select(&mut self.generator, &ids)?;
         let params = opts.params(&self.adapters())?;
+        self.select_session(&ids, &params)?;
         Ok(self.generator.iter(&ids, &params)?)
     }
 
@@ -565,7 +565,7 @@ impl Model {
             cancel: Some(cancel.clone()),
             ..opts.params(&self.adapters())?
         };
-        self.sessions.select(&mut self.generator, ids)?;
+        self.select_session(ids, &params)?;
         let mut iter = self.generator.iter(ids, &params)?;
         for tok in iter.by_ref() {
             let tok = tok?;
@@ -736,6 +736,14 @@ impl Model {
     /// As [`set_adapter_scale`](Self::set_adapter_scale), and a count other than the adapters'.
     pub fn set_adapter_scales(&mut self, scales: &[f32]) -> Result<(), Error> {
         Ok(self.generator.set_adapter_scales(scales)?)
+    }
+
+    /// Makes the pooled session that suits `ids` at `params`' adapter scales the active one.
+    fn select_session(&mut self, ids: &[u32], params: &GenerateParams) -> Result<(), Error> {
+        let scales = self
+            .generator
+            .adapter_scales_for(params.adapters.as_deref())?;
+        self.sessions.select(&mut self.generator, ids, &scales)
     }
 
     /// Refuses adapter choices other than the model's scales (for the paths that run at them).

@@ -2,7 +2,9 @@
 //! cached at once. A prompt that extends the active session's tokens stays on it; one that
 //! leaves it moves to the spare session sharing the longest prefix with it, else to a fresh
 //! session while the pool has room, else to the least recently used one — so switching between
-//! conversations does not throw their caches away.
+//! conversations does not throw their caches away. A session counts only for prompts run at
+//! the LoRA adapter scales its cache was computed at (conversations with different adapters
+//! keep their own sessions).
 
 use kestrel_generate::{Generator, Session};
 
@@ -52,13 +54,27 @@ impl SessionPool {
         1 + self.spare.len()
     }
 
-    /// Make the session that suits `prompt` best the generator's active one.
-    pub(crate) fn select(&mut self, gen: &mut Generator, prompt: &[u32]) -> Result<(), Error> {
+    /// Make the session that suits `prompt` at adapter scales `scales` best the generator's
+    /// active one.
+    pub(crate) fn select(
+        &mut self,
+        gen: &mut Generator,
+        prompt: &[u32],
+        scales: &[f32],
+    ) -> Result<(), Error> {
         self.clock += 1;
+        // The prefix a session can reuse: none at other scales.
+        let usable = |s: &Session| {
+            if s.adapter_scales() == scales {
+                common_prefix(s.tokens(), prompt)
+            } else {
+                0
+            }
+        };
         if self.size > 1 {
-            let held = gen.session().tokens();
-            let active = common_prefix(held, prompt);
-            if active < held.len() {
+            let held = gen.session().tokens().len();
+            let active = usable(gen.session());
+            if active < held {
                 // The prompt leaves the active conversation: take the spare that shares more
                 // of it, else keep the active one intact and use a fresh session (while the
                 // pool has room) or the least recently used spare.
@@ -66,7 +82,7 @@ impl SessionPool {
                     .spare
                     .iter()
                     .enumerate()
-                    .map(|(i, s)| (common_prefix(s.tokens(), prompt), i))
+                    .map(|(i, s)| (usable(s), i))
                     .max_by_key(|&(n, i)| (n, std::cmp::Reverse(i)));
                 match best {
                     Some((n, i)) if n > active => self.swap_in(gen, i),
