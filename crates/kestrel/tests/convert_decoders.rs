@@ -306,6 +306,20 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     let e = convert_hf(&dir, &out, &opts).unwrap_err().to_string();
     assert!(e.contains("model.safetensors"), "{e}");
     assert!(!out.exists() && !out.with_extension("gguf.partial").exists());
+
+    // GLM-4 without the `<|user|>` token its converter takes as the end of turn.
+    let glm = cases.iter().find(|c| c.name == "glm4").unwrap();
+    let gdir = work.join("g");
+    convert_inputs::write_case(glm, &gdir, &smollm, &gemma);
+    convert_hf(&gdir, &out, &opts).unwrap();
+    let tj = std::fs::read_to_string(gdir.join("tokenizer.json")).unwrap();
+    std::fs::write(
+        gdir.join("tokenizer.json"),
+        tj.replace("<|user|>", "<|usr|>"),
+    )
+    .unwrap();
+    let e = convert_hf(&gdir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("<|user|>"), "{e}");
     std::fs::remove_dir_all(&work).ok();
 }
 

@@ -6,6 +6,7 @@
 mod cases;
 mod deepseek;
 mod fp8;
+mod glm4;
 mod gpt2;
 mod granitemoe;
 mod phimoe;
@@ -459,6 +460,12 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     if mt == "stablelm" {
         stablelm::layers(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
+    if mt == "glm4" {
+        glm4::tokenizer(dir);
+        glm4::layers(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }

@@ -66,6 +66,9 @@ pub(crate) enum Family {
     /// `GPTBigCodeForCausalLM` (StarCoder 1, SantaCoder; GGUF `starcoder`: GPT-2's layout with
     /// one KV head).
     StarCoder,
+    /// `Glm4ForCausalLM` (GLM-4-0414; GGUF `glm4`: fused gate-up matrix, norms after attention
+    /// and feed-forward, Q/K/V biases, RoPE over half of each head).
+    Glm4,
     /// `DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM` (GGUF `deepseek2`: multi-head latent
     /// attention with `kv_b_proj` split, leading dense layers, routed and shared experts).
     DeepSeek2,
@@ -77,7 +80,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -144,6 +147,7 @@ impl Family {
             "StableLmForCausalLM" | "StableLMEpochForCausalLM" => Family::StableLm,
             "GPT2LMHeadModel" => Family::Gpt2,
             "GPTBigCodeForCausalLM" => Family::StarCoder,
+            "Glm4ForCausalLM" => Family::Glm4,
             _ => return None,
         })
     }
@@ -178,6 +182,7 @@ impl Family {
             Family::StableLm => "stablelm",
             Family::Gpt2 => "gpt2",
             Family::StarCoder => "starcoder",
+            Family::Glm4 => "glm4",
         }
     }
 
@@ -332,6 +337,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     // Norms after attention and feed-forward (OLMo 2, EXAONE 4), no pre-norms.
     let olmo2 = matches!(family, Family::Olmo2 | Family::Exaone4);
     let phi3 = family == Family::Phi3;
+    let glm4 = family == Family::Glm4;
     let moe = matches!(
         family,
         Family::Llama | Family::Qwen2Moe | Family::Qwen3Moe | Family::Olmoe | Family::DeepSeek2
@@ -347,6 +353,8 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "self_attn.q_norm" if qk_norm => "attn_q_norm",
         "self_attn.k_norm" if qk_norm => "attn_k_norm",
         "post_attention_layernorm" if gemma || oss || olmo2 => "post_attention_norm",
+        "post_self_attn_layernorm" if glm4 => "post_attention_norm",
+        "post_mlp_layernorm" if glm4 => "post_ffw_norm",
         "self_attn.sinks" if oss => "attn_sinks",
         "mlp.router" if oss => "ffn_gate_inp",
         "post_attention_layernorm" => "ffn_norm",
@@ -356,7 +364,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
         "self_attn.qkv_proj" if phi3 => "attn_qkv",
-        "mlp.gate_up_proj" if phi3 => "ffn_up",
+        "mlp.gate_up_proj" if phi3 || glm4 => "ffn_up",
         "block_sparse_moe.gate" if matches!(family, Family::Llama | Family::PhiMoe) => {
             "ffn_gate_inp"
         }

@@ -411,7 +411,10 @@ pub(crate) fn convert(
     }
     vocab.write(&mut meta);
     let is_bpe = vocab.model == "gpt2";
-    let sv = SpecialVocab::load(dir, is_bpe, (!is_bpe).then_some(vocab.tokens.len()))?;
+    let mut sv = SpecialVocab::load(dir, is_bpe, (!is_bpe).then_some(vocab.tokens.len()))?;
+    if family == Family::Glm4 {
+        glm4_specials(dir, &mut sv)?;
+    }
     sv.write(&mut meta);
     if family == Family::Gemma {
         // GemmaModel.set_vocab's second SpecialVocab: of its CodeGemma FIM ids (67-70) the
@@ -431,6 +434,31 @@ pub(crate) fn convert(
     }
 
     write::write_file(out, &ck, fp8_block, meta, &plan, opts)
+}
+
+/// GLM-4's special tokens, as its converter sets them after loading (each only if not set
+/// yet): end of text as EOS, unknown and BOS, `<|user|>` as end of turn. Both must be added
+/// tokens of `tokenizer.json` (llama.cpp stops with a `KeyError` otherwise).
+fn glm4_specials(dir: &Path, sv: &mut SpecialVocab) -> Result<(), ConvertError> {
+    let tj = dir.join("tokenizer.json");
+    let v = crate::convert::read_json(&tj)?;
+    let added = |content: &str| -> Result<u32, ConvertError> {
+        v.get("added_tokens")
+            .and_then(|a| a.as_array())
+            .and_then(|a| {
+                a.iter()
+                    .rev()
+                    .filter(|t| t.get("content").and_then(|c| c.as_str()) == Some(content))
+                    .find_map(|t| t.get("id").and_then(|i| i.as_u64()))
+            })
+            .and_then(|i| u32::try_from(i).ok())
+            .ok_or_else(|| bad(&tj, format!("GLM-4 needs {content} among the added tokens")))
+    };
+    let (end, user) = (added("<|endoftext|>")?, added("<|user|>")?);
+    for (typ, id) in [("eos", end), ("eot", user), ("unk", end), ("bos", end)] {
+        sv.set_if_absent(typ, id)?;
+    }
+    Ok(())
 }
 
 /// Whether every value of `hf` is zero.

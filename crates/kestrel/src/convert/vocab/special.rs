@@ -102,6 +102,17 @@ impl SpecialVocab {
         Ok(())
     }
 
+    /// Sets `typ` to `id` unless it is set already or `id` is past the vocabulary (gguf-py's
+    /// `_set_special_token`, as a converter calls it after loading).
+    pub(crate) fn set_if_absent(&mut self, typ: &str, id: u32) -> Result<(), ConvertError> {
+        if !self.types.contains(&typ) {
+            if let Some(t) = ["eot", "eom"].into_iter().find(|t| *t == typ) {
+                self.types.push(t);
+            }
+        }
+        self.set_id(typ, Some(&Value::from(id)))
+    }
+
     fn parse_normalizer(&mut self, n: &Value) {
         match n.get("type").and_then(|t| t.as_str()) {
             Some("Lowercase") => self.lowercase = Some(true),

@@ -382,6 +382,30 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             );
             meta.str(k("rope.scaling.type"), "none");
         }
+        Family::Glm4 => {
+            // RoPE over `partial_rotary_factor` (0.5 unless given) of each head.
+            let head_dim = match uint(h, &["head_dim"], cfg)? {
+                Some(d) => d,
+                None => {
+                    let heads = need(hp, &["num_attention_heads"])?;
+                    if heads == 0 {
+                        return Err(bad(cfg, "num_attention_heads is 0"));
+                    }
+                    need(hp, &["hidden_size"])? / heads
+                }
+            };
+            let factor = match hp.rp.get("partial_rotary_factor") {
+                None => 0.5,
+                Some(v) => v
+                    .as_f64()
+                    .ok_or_else(|| bad(cfg, "partial_rotary_factor is not a number"))?,
+            };
+            let dims = (head_dim as f64 * factor).trunc();
+            if !(0.0..=f64::from(u32::MAX)).contains(&dims) {
+                return Err(bad(cfg, format!("partial_rotary_factor = {factor}")));
+            }
+            meta.u32(k("rope.dimension_count"), dims as u32);
+        }
         Family::Olmo => {
             // OLMo's layer norms have no weights and a fixed epsilon.
             meta.f32(k("attention.layer_norm_epsilon"), 1e-5);
