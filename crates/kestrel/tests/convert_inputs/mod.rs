@@ -406,7 +406,7 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     let kv = case.kv_heads * hd;
     let gemma = case.model_type.starts_with("gemma");
     let mt = case.model_type;
-    let qwen2 = mt == "qwen2" || mt == "qwen2_moe";
+    let qwen2 = matches!(mt, "qwen2" | "qwen2_moe" | "qwen2_vl");
     let qk_norm = matches!(mt, "gemma3_text" | "qwen3" | "qwen3_moe" | "exaone4");
     let phi3 = mt == "phi3";
     let olmo2 = mt == "olmo2" || mt == "olmo3";

@@ -11,6 +11,9 @@ pub(crate) enum Family {
     Llama,
     /// `Qwen2ForCausalLM` (GGUF `qwen2`).
     Qwen2,
+    /// `Qwen2VLForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration` (the text model;
+    /// GGUF `qwen2vl`: Qwen 2's layers, M-RoPE sections).
+    Qwen2Vl,
     /// `Qwen3ForCausalLM` (GGUF `qwen3`).
     Qwen3,
     /// `Gemma3ForCausalLM`, the text half of `Gemma3ForConditionalGeneration` (GGUF `gemma3`).
@@ -80,7 +83,8 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, Qwen2VLForConditionalGeneration (text), \
+     Qwen2_5_VLForConditionalGeneration (text), \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -148,6 +152,9 @@ impl Family {
             "GPT2LMHeadModel" => Family::Gpt2,
             "GPTBigCodeForCausalLM" => Family::StarCoder,
             "Glm4ForCausalLM" => Family::Glm4,
+            "Qwen2VLForConditionalGeneration"
+            | "Qwen2_5_VLForConditionalGeneration"
+            | "Qwen2VLModel" => Family::Qwen2Vl,
             _ => return None,
         })
     }
@@ -183,6 +190,7 @@ impl Family {
             Family::Gpt2 => "gpt2",
             Family::StarCoder => "starcoder",
             Family::Glm4 => "glm4",
+            Family::Qwen2Vl => "qwen2vl",
         }
     }
 

@@ -99,6 +99,7 @@ pub(crate) fn convert(
         | Family::SmolLm3
         | Family::Mistral3
         | Family::Qwen2
+        | Family::Qwen2Vl
         | Family::Qwen3
         | Family::Gemma3
             if has_spm =>

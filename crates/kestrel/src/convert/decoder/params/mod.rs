@@ -164,6 +164,18 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             _ => {}
         }
     }
+    if let Some(sections) = rp.get("mrope_section") {
+        // M-RoPE's sections (time, height, width, extra), padded to four with 0.
+        let mut v: Vec<i32> = sections
+            .as_array()
+            .ok_or_else(|| bad(cfg, "mrope_section is not a list"))?
+            .iter()
+            .map(|x| x.as_i64().and_then(|x| i32::try_from(x).ok()))
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad(cfg, "mrope_section holds a non-integer"))?;
+        v.resize(v.len().max(4), 0);
+        meta.i32s(k("rope.dimension_sections"), &v[..4]);
+    }
     if let Some(t) = rope_params.get("rope_theta").and_then(|v| v.as_f64()) {
         meta.f32(k("rope.freq_base"), t as f32);
     }
@@ -308,6 +320,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             }
         }
         Family::Qwen2
+        | Family::Qwen2Vl
         | Family::Qwen3
         | Family::Gemma
         | Family::Gemma2
