@@ -215,7 +215,8 @@ fn quantize_refuses_what_llama_quantize_refuses() {
 /// llama-quantize's per-tensor type options, byte for byte: `--output-tensor-type`,
 /// `--token-embedding-type` (tied embeddings follow the output's), `--tensor-type
 /// PATTERN=TYPE` (a regular expression searched in the name, overriding the mix but not the
-/// row fallback) and with `--pure` (`golden.json`'s `overrides`, llama.cpp b11434).
+/// row fallback), `--pure`, and `--override-kv` metadata (`golden.json`'s `overrides`,
+/// llama.cpp b11434).
 #[test]
 fn per_tensor_type_options_match_llama_quantize() {
     use kestrel_gguf::quantize::{parse_ggml_type, TensorTypeRule};
@@ -256,6 +257,9 @@ fn per_tensor_type_options_match_llama_quantize() {
                 "--tensor-type" => opts
                     .tensor_types
                     .push(TensorTypeRule::parse(it.next().expect("rule")).expect("rule")),
+                "--override-kv" => opts.kv_overrides.push(
+                    kestrel_gguf::quantize::KvOverride::parse(it.next().expect("kv")).expect("kv"),
+                ),
                 other => panic!("unknown flag {other}"),
             }
         }

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use clap::Args;
 use kestrel_gguf::quantize::{
-    parse_ggml_type, quantize_dry_run, quantize_file, FileType, Imatrix, QuantizeOptions,
-    TensorTypeRule,
+    parse_ggml_type, quantize_dry_run, quantize_file, FileType, Imatrix, KvOverride,
+    QuantizeOptions, TensorTypeRule,
 };
 
 #[derive(Args, Debug)]
@@ -54,6 +54,10 @@ pub struct QuantizeArgs {
     /// Print each tensor's type and size and the totals; write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Set metadata in the output: KEY=TYPE:VALUE, TYPE int, float, bool or str (repeat for
+    /// more; llama-quantize's option).
+    #[arg(long = "override-kv", value_name = "KEY=TYPE:VALUE")]
+    pub override_kv: Vec<String>,
     /// Print nothing per tensor.
     #[arg(short, long)]
     pub quiet: bool,
@@ -100,6 +104,11 @@ pub fn run(args: &QuantizeArgs) -> Result<(), String> {
         output_tensor_type: ggml_type("--output-tensor-type", &args.output_tensor_type)?,
         token_embedding_type: ggml_type("--token-embedding-type", &args.token_embedding_type)?,
         tensor_types,
+        kv_overrides: args
+            .override_kv
+            .iter()
+            .map(|o| KvOverride::parse(o).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?,
         ..QuantizeOptions::new(ftype)
     };
     let t0 = Instant::now();

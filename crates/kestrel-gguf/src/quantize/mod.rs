@@ -9,12 +9,14 @@
 mod ftype;
 mod imatrix;
 mod mix;
+mod overrides;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub use ftype::FileType;
 pub use imatrix::{Imatrix, ImatrixEntry, ImatrixSums};
+pub use overrides::KvOverride;
 
 use crate::quant::{self, QuantError};
 use crate::{GgmlType, GgufError, GgufFile, GgufStreamWriter, MetadataValue, TensorSpec, Value};
@@ -48,6 +50,9 @@ pub struct QuantizeOptions {
     /// Types by tensor-name pattern (`--tensor-type PATTERN=TYPE`): the first pattern found
     /// anywhere in a quantizable tensor's name sets its type instead of the mix.
     pub tensor_types: Vec<TensorTypeRule>,
+    /// Metadata set in the output (`--override-kv`), in order, before the importance
+    /// matrix's keys.
+    pub kv_overrides: Vec<KvOverride>,
 }
 
 /// One `--tensor-type` rule: a regular expression (lowercased, searched in the tensor name as
@@ -113,6 +118,7 @@ impl QuantizeOptions {
             output_tensor_type: None,
             token_embedding_type: None,
             tensor_types: Vec::new(),
+            kv_overrides: Vec::new(),
         }
     }
 }
@@ -336,7 +342,8 @@ fn plan(
 
 /// The output's metadata: the input's keys in order (split keys dropped), then
 /// `general.quantization_version` and `general.file_type`, as llama.cpp's `gguf_set_val_*`
-/// re-adds them at the end.
+/// re-adds them at the end, then the overrides (`--override-kv`'s, the importance matrix's),
+/// each moved to the end.
 fn metadata(file: &GgufFile, opts: &QuantizeOptions) -> Vec<(String, MetadataValue)> {
     let ft = opts.ftype;
     const DROP: &[&str] = &[
@@ -357,6 +364,9 @@ fn metadata(file: &GgufFile, opts: &QuantizeOptions) -> Vec<(String, MetadataVal
         MetadataValue::U32(QUANTIZATION_VERSION),
     ));
     md.push(("general.file_type".into(), MetadataValue::U32(ft.id())));
+    for o in &opts.kv_overrides {
+        overrides::set_last(&mut md, &o.key, o.value.clone());
+    }
     if let Some(im) = &opts.imatrix {
         // llama-quantize's overrides: strings cut to 127 bytes, counts as u32.
         let cut = |s: &str| {
@@ -366,19 +376,21 @@ fn metadata(file: &GgufFile, opts: &QuantizeOptions) -> Vec<(String, MetadataVal
             }
             MetadataValue::String(s[..end].to_string())
         };
-        md.push(("quantize.imatrix.file".into(), cut(&im.file)));
+        overrides::set_last(&mut md, "quantize.imatrix.file", cut(&im.file));
         if let Some(d) = im.datasets.first() {
-            md.push(("quantize.imatrix.dataset".into(), cut(d)));
+            overrides::set_last(&mut md, "quantize.imatrix.dataset", cut(d));
         }
-        md.push((
-            "quantize.imatrix.entries_count".into(),
+        overrides::set_last(
+            &mut md,
+            "quantize.imatrix.entries_count",
             MetadataValue::U32(im.entries.len() as u32),
-        ));
+        );
         if im.chunks > 0 {
-            md.push((
-                "quantize.imatrix.chunks_count".into(),
+            overrides::set_last(
+                &mut md,
+                "quantize.imatrix.chunks_count",
                 MetadataValue::U32(im.chunks),
-            ));
+            );
         }
     }
     md
