@@ -751,12 +751,9 @@ impl Model {
         let Some(choice) = &opts.adapters else {
             return Ok(());
         };
-        let mut wanted = vec![0.0f32; self.generator.adapters().len()];
-        for (id, s) in crate::adapters::resolve(&self.adapters(), choice)? {
-            wanted[id] = s;
-        }
-        let current: Vec<f32> = self.generator.adapters().iter().map(|a| a.1).collect();
-        if wanted != current {
+        let ids = crate::adapters::resolve(&self.adapters(), choice)?;
+        let g = &self.generator;
+        if g.adapter_scales_for(Some(&ids))? != g.adapter_scales_for(None)? {
             return Err(Error::InvalidOption {
                 name: "adapter",
                 reason: "speculative decoding runs at the model's adapter scales; set them with \

@@ -94,7 +94,7 @@ pub(crate) fn choice(
     lora: &Option<Json_>,
 ) -> Result<Option<Vec<(String, f32)>>, ApiError> {
     let named = match model {
-        Some(m) if st.check_model(model).is_err() => Some(adapter_of(st, m)?),
+        Some(m) if !st.serves(m) => Some(adapter_of(st, m)?),
         _ => None,
     };
     let mut list = match lora {
@@ -117,7 +117,7 @@ fn adapter_of(st: &AppState, model: &str) -> Result<usize, ApiError> {
         .or_else(|| model.strip_prefix("default"))
         .and_then(|r| r.strip_prefix(':'));
     let Some(name) = rest else {
-        return Err(st.check_model(&Some(model.to_string())).unwrap_err());
+        return Err(st.unknown_model(model));
     };
     kestrel::find_adapter(&st.adapters, name).map_err(|e| {
         ApiError::status(

@@ -113,18 +113,26 @@ impl AppState {
     /// A request's `model` must be this server's (or absent).
     pub(crate) fn check_model(&self, model: &Option<String>) -> Result<(), ApiError> {
         match model {
-            Some(m) if !m.is_empty() && *m != self.model_id && m != "default" => {
-                Err(ApiError::status(
-                    StatusCode::NOT_FOUND,
-                    "invalid_request_error",
-                    format!(
-                        "the model {m:?} does not exist; this server serves {:?}",
-                        self.model_id
-                    ),
-                )
-                .with_code("model_not_found"))
-            }
+            Some(m) if !self.serves(m) => Err(self.unknown_model(m)),
             _ => Ok(()),
         }
+    }
+
+    /// `model` names this server's model (empty, its id, or `default`).
+    pub(crate) fn serves(&self, model: &str) -> bool {
+        model.is_empty() || model == self.model_id || model == "default"
+    }
+
+    /// The 404 for a `model` this server does not serve.
+    pub(crate) fn unknown_model(&self, model: &str) -> ApiError {
+        ApiError::status(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!(
+                "the model {model:?} does not exist; this server serves {:?}",
+                self.model_id
+            ),
+        )
+        .with_code("model_not_found")
     }
 }
