@@ -55,16 +55,66 @@ pub fn bf16_to_f32_slice(src: &[bf16], out: &mut [f32]) -> Result<()> {
 /// input for a weight of that type); other types leave `x` as it is.
 pub fn round_to(dtype: crate::DType, x: &mut [f32]) {
     match dtype {
-        crate::DType::F16 => x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32()),
-        crate::DType::BF16 => x.iter_mut().for_each(|v| *v = bf16_to_f32(f32_to_bf16(*v))),
+        crate::DType::F16 => {
+            // Through a small buffer, so `half` converts with F16C a vector at a time (its
+            // rounding is the scalar one: to nearest even).
+            let mut buf = [f16::ZERO; 256];
+            for c in x.chunks_mut(256) {
+                let h = &mut buf[..c.len()];
+                h.convert_from_f32_slice(c);
+                h.convert_to_f32_slice(c);
+            }
+        }
+        crate::DType::BF16 => x.iter_mut().for_each(|v| *v = bf16_round(*v)),
         _ => {}
     }
+}
+
+/// `f32(bf16(v))` as ggml rounds (nearest even; NaN stays NaN), branch-free on the bits so
+/// the loop over a slice vectorizes.
+#[inline]
+fn bf16_round(v: f32) -> f32 {
+    let b = v.to_bits();
+    let rounded = (b.wrapping_add(0x7fff + ((b >> 16) & 1))) & 0xffff_0000;
+    let nan = (b & 0xffff_0000) | 0x0040_0000;
+    f32::from_bits(if v.is_nan() { nan } else { rounded })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cpu::testutil::Rng;
+
+    #[test]
+    fn round_to_is_the_scalar_round_trip() {
+        let mut rng = Rng::new(7);
+        let mut x = rng.vec(1000, 70000.0);
+        x.extend([
+            f32::NAN,
+            f32::INFINITY,
+            -0.0,
+            1e-9,
+            65520.0,
+            f32::MAX,
+            -f32::MAX,
+            3.0e38,
+        ]);
+        x.extend((0..64).map(|i| f32::from_bits(0x3f80_8000 + i * 0x1_0000)));
+        for dtype in [crate::DType::F16, crate::DType::BF16] {
+            let mut got = x.clone();
+            round_to(dtype, &mut got);
+            for (&v, &g) in x.iter().zip(&got) {
+                let want = match dtype {
+                    crate::DType::F16 => f16::from_f32(v).to_f32(),
+                    _ => bf16_to_f32(f32_to_bf16(v)),
+                };
+                assert!(
+                    want.to_bits() == g.to_bits() || (want.is_nan() && g.is_nan()),
+                    "{dtype:?} {v}: {g} want {want}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn round_trips_are_within_half_an_ulp() {
