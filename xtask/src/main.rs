@@ -220,6 +220,7 @@ fn test() -> Result<()> {
     tests
         .env("KESTREL_REQUIRE_MODELS", "1")
         .env("KESTREL_REQUIRE_OPENAI", "1")
+        .env("KESTREL_REQUIRE_BROWSER", "1")
         .env("KESTREL_PYTHON", venv.join("bin").join("python"))
         .env(models::KESTREL_HOME_ENV, &home);
 
@@ -273,20 +274,21 @@ fn test() -> Result<()> {
             "cuda_generate",
         ]),
     ];
-    let total = commands.len() + 4;
+    let total = commands.len() + 5;
     step(1, total, "fetch-models", || {
         fetch::fetch_models(&[], fetch::Options::default())
     })?;
     step(2, total, "python openai client", || openai_venv(&venv))?;
+    step(3, total, "chromium for the chat page test", chromium)?;
     step(
-        3,
+        4,
         total,
         "kernels --check (the committed PTX matches kernels/)",
         || kernels::kernels(true),
     )?;
     commands.push(tests);
     for (i, mut cmd) in commands.into_iter().enumerate() {
-        step(i + 4, total, &describe(&cmd), || run(&mut cmd))?;
+        step(i + 5, total, &describe(&cmd), || run(&mut cmd))?;
     }
     println!("==> xtask test: all {total} steps passed");
     Ok(())
@@ -310,6 +312,41 @@ fn openai_venv(venv: &Path) -> Result<()> {
     run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--no-input", "openai"]))?;
     if !has(&python) {
         bail!("{} still cannot import openai", python.display());
+    }
+    Ok(())
+}
+
+/// Debian's Chromium and chromedriver, for the chat page's browser test (installed with apt
+/// when missing; the test fails rather than skips under `cargo xtask test`).
+fn chromium() -> Result<()> {
+    let have = || {
+        ["/usr/bin/chromium", "/usr/bin/chromedriver"]
+            .iter()
+            .all(|p| Path::new(p).is_file())
+    };
+    if have() {
+        return Ok(());
+    }
+    let install = || {
+        let mut c = Command::new("apt-get");
+        c.args([
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "chromium",
+            "chromium-driver",
+        ])
+        .env("DEBIAN_FRONTEND", "noninteractive");
+        c
+    };
+    // The package lists may be stale on a fresh machine: refresh them when the first try fails.
+    if run(&mut install()).is_err() {
+        run(Command::new("apt-get").args(["update", "-q"]))?;
+        run(&mut install())?;
+    }
+    if !have() {
+        bail!("apt-get installed chromium and chromium-driver, but /usr/bin/chromium or /usr/bin/chromedriver is missing");
     }
     Ok(())
 }

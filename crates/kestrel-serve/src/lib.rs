@@ -1,12 +1,13 @@
 //! An OpenAI-compatible HTTP server over the kestrel facade.
 //!
-//! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
-//! `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text), `GET`/`POST
-//! /lora-adapters` (llama-server's; a request picks adapters with `lora` or
-//! `"model": "<model>:<adapter>"`, see [`api::lora`]). Every generation request
-//! goes through one continuous-batching scheduler on an engine thread (see [`engine`]), so
-//! concurrent clients share each batched forward pass. Streaming is SSE in OpenAI's chunk
-//! format ending with `data: [DONE]`; a client that goes away cancels its sequences.
+//! A chat page at `/` (see [`ServeOptions::webui`]). Endpoints: `POST /v1/chat/completions`,
+//! `POST /v1/completions`, `POST /v1/embeddings`, `GET /v1/models`, `GET /health`, `GET
+//! /metrics` (Prometheus text), `GET`/`POST /lora-adapters` (llama-server's; a request picks
+//! adapters with `lora` or `"model": "<model>:<adapter>"`, see [`api::lora`]). Every
+//! generation request goes through one continuous-batching scheduler on an engine thread (see
+//! [`engine`]), so concurrent clients share each batched forward pass. Streaming is SSE in
+//! OpenAI's chunk format ending with `data: [DONE]`; a client that goes away cancels its
+//! sequences.
 //!
 //! ```no_run
 //! use kestrel::{LoadOptions, Model};
@@ -24,6 +25,7 @@ mod engine;
 pub mod error;
 pub mod metrics;
 mod tools;
+mod webui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,6 +64,8 @@ pub struct ServeOptions {
     pub cors_origins: Vec<String>,
     /// Tokens per batched step (decode tokens plus prefill chunks).
     pub max_step_tokens: usize,
+    /// Serve the chat page at `/` (its assets are in the binary).
+    pub webui: bool,
 }
 
 impl Default for ServeOptions {
@@ -77,6 +81,7 @@ impl Default for ServeOptions {
             timeout: Duration::from_secs(600),
             cors_origins: Vec::new(),
             max_step_tokens: 512,
+            webui: true,
         }
     }
 }
@@ -213,7 +218,11 @@ pub fn router(model: Model, opts: ServeOptions) -> Result<(Router, Arc<Metrics>)
         ));
     let mut app = Router::new()
         .route("/health", get(api::models::health))
-        .merge(v1)
+        .merge(v1);
+    if opts.webui {
+        app = app.merge(webui::routes());
+    }
+    let mut app = app
         .fallback(api::models::not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -395,6 +395,52 @@ fn models_health_metrics_and_auth() {
     }
 }
 
+/// The chat page needs no key (its API calls do), ships a CSP that allows only this server,
+/// and `webui: false` leaves `/` unserved.
+#[test]
+fn chat_page_is_served_without_a_key_and_can_be_turned_off() {
+    let Some(addr) = shared() else { return };
+    let page = get(addr, "/", None);
+    assert_eq!(page.status, 200);
+    assert!(page
+        .header("content-type")
+        .unwrap_or_default()
+        .starts_with("text/html"));
+    let csp = page.header("content-security-policy").unwrap_or_default();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("connect-src 'self'"),
+        "{csp}"
+    );
+    assert!(String::from_utf8_lossy(&page.body).contains("/webui/app.js"));
+    for (path, kind) in [
+        ("/webui/app.js", "text/javascript"),
+        ("/webui/markdown.js", "text/javascript"),
+        ("/webui/style.css", "text/css"),
+    ] {
+        let r = get(addr, path, None);
+        assert_eq!(r.status, 200, "{path}");
+        assert!(
+            r.header("content-type")
+                .unwrap_or_default()
+                .starts_with(kind),
+            "{path}"
+        );
+    }
+    assert_eq!(get(addr, "/webui/nope.js", None).status, 404);
+    let Some(off) = server(
+        256,
+        ServeOptions {
+            webui: false,
+            ..ServeOptions::default()
+        },
+    ) else {
+        return;
+    };
+    assert_eq!(get(off.addr(), "/", None).status, 404);
+    assert_eq!(get(off.addr(), "/webui/app.js", None).status, 404);
+    assert_eq!(get(off.addr(), "/health", None).status, 200);
+}
+
 #[test]
 fn malformed_requests_get_openai_errors_and_the_server_keeps_serving() {
     let Some(addr) = shared() else { return };

@@ -40,6 +40,9 @@ pub struct ServeArgs {
     /// Allow cross-origin requests from these origins (`*`: any); CORS is off without it.
     #[arg(long = "cors-origin")]
     pub cors: Vec<String>,
+    /// Do not serve the chat page at `/` (the API is unchanged).
+    #[arg(long)]
+    pub no_webui: bool,
 }
 
 pub fn run(args: &ServeArgs) -> Result<(), String> {
@@ -64,10 +67,14 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         max_body_bytes: args.max_body,
         timeout: Duration::from_secs(args.timeout),
         cors_origins: args.cors.clone(),
+        webui: !args.no_webui,
         ..ServeOptions::default()
     };
     let server = Server::start(model, opts).map_err(|e| e.to_string())?;
     // scripts wait for this line
     eprintln!("kestrel: listening on http://{}", server.addr());
+    if !args.no_webui {
+        eprintln!("kestrel: chat page at http://{}/", server.addr());
+    }
     server.wait().map_err(|e| e.to_string())
 }
