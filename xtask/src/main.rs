@@ -274,7 +274,7 @@ fn test() -> Result<()> {
             "cuda_generate",
         ]),
     ];
-    let total = commands.len() + 5;
+    let total = commands.len() + 6;
     step(1, total, "fetch-models", || {
         fetch::fetch_models(&[], fetch::Options::default())
     })?;
@@ -290,6 +290,12 @@ fn test() -> Result<()> {
     for (i, mut cmd) in commands.into_iter().enumerate() {
         step(i + 5, total, &describe(&cmd), || run(&mut cmd))?;
     }
+    step(
+        total,
+        total,
+        "python bindings: fmt, clippy, pip install, pytest",
+        || python_bindings(&venv, &home),
+    )?;
     println!("==> xtask test: all {total} steps passed");
     Ok(())
 }
@@ -314,6 +320,52 @@ fn openai_venv(venv: &Path) -> Result<()> {
         bail!("{} still cannot import openai", python.display());
     }
     Ok(())
+}
+
+/// The Python bindings (`bindings/python`, a workspace of its own): fmt and clippy, built and
+/// installed into the test venv with maturin, then their pytest suite on the real models.
+fn python_bindings(venv: &Path, home: &Path) -> Result<()> {
+    let dir = workspace_root().join("bindings").join("python");
+    let manifest = dir.join("Cargo.toml");
+    let manifest = manifest.to_string_lossy();
+    run(&mut cargo_with(&[
+        "fmt",
+        "--manifest-path",
+        &manifest,
+        "--check",
+    ]))?;
+    run(&mut cargo_with(&[
+        "clippy",
+        "--manifest-path",
+        &manifest,
+        "--release",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    let bin = venv.join("bin");
+    let python = bin.join("python");
+    // the build backend runs the venv's `maturin` by name
+    let mut path = std::ffi::OsString::from(&bin);
+    if let Some(p) = std::env::var_os("PATH") {
+        path.push(":");
+        path.push(p);
+    }
+    let pip = |args: &[&str]| {
+        let mut c = Command::new(&python);
+        c.args(["-m", "pip", "install", "--quiet", "--no-input"])
+            .args(args)
+            .env("PATH", &path);
+        c
+    };
+    run(&mut pip(&["maturin>=1.5,<2", "pytest"]))?;
+    // maturin is in the venv already: no isolated build environment to download each time
+    run(pip(&["--no-build-isolation", "--force-reinstall", "--no-deps"]).arg(&dir))?;
+    run(Command::new(&python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(dir.join("tests"))
+        .env(models::KESTREL_HOME_ENV, home))
 }
 
 /// Debian's Chromium and chromedriver, for the chat page's browser test (installed with apt
