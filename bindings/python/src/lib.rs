@@ -11,9 +11,9 @@ use std::thread::JoinHandle;
 
 use kestrel::{CancelToken, ChatMessage, FinishReason, GenerateOptions, LoadOptions};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyFileNotFoundError, PyValueError};
+use pyo3::exceptions::{PyException, PyFileNotFoundError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString};
+use pyo3::types::{PyDict, PyList, PyString};
 
 create_exception!(
     kestrel,
@@ -73,7 +73,41 @@ struct Sampling {
     grammar: Option<String>,
 }
 
+/// The keywords [`Sampling::from_kwargs`] takes.
+const SAMPLING_KEYS: &str = "max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, \
+                             seed, stop, json_schema, grammar";
+
 impl Sampling {
+    /// The sampling keywords of a call (`None` values are left at their defaults); an unknown
+    /// keyword is a `TypeError`, as Python's own calls make it.
+    fn from_kwargs(kw: Option<&Bound<'_, PyDict>>) -> PyResult<Sampling> {
+        let mut s = Sampling::default();
+        for (k, v) in kw.into_iter().flat_map(|d| d.iter()) {
+            let key: String = k.extract()?;
+            if v.is_none() {
+                continue;
+            }
+            match key.as_str() {
+                "max_tokens" => s.max_tokens = Some(v.extract()?),
+                "temperature" => s.temperature = Some(v.extract()?),
+                "top_k" => s.top_k = Some(v.extract()?),
+                "top_p" => s.top_p = Some(v.extract()?),
+                "min_p" => s.min_p = Some(v.extract()?),
+                "repeat_penalty" => s.repeat_penalty = Some(v.extract()?),
+                "seed" => s.seed = Some(v.extract()?),
+                "stop" => s.stop = Some(v.extract()?),
+                "json_schema" => s.json_schema = schema_text(Some(&v))?,
+                "grammar" => s.grammar = Some(v.extract()?),
+                _ => {
+                    return Err(PyTypeError::new_err(format!(
+                        "unexpected keyword argument {key:?} (sampling takes {SAMPLING_KEYS})"
+                    )))
+                }
+            }
+        }
+        Ok(s)
+    }
+
     /// The options, every value checked (a bad one is `InvalidArgumentError`, never a panic).
     fn options(&self) -> PyResult<GenerateOptions> {
         let mut o = GenerateOptions::default();
@@ -275,24 +309,6 @@ impl Drop for TokenStream {
     }
 }
 
-macro_rules! sampling_args {
-    ($max_tokens:ident, $temperature:ident, $top_k:ident, $top_p:ident, $min_p:ident,
-     $repeat_penalty:ident, $seed:ident, $stop:ident, $json_schema:ident, $grammar:ident) => {
-        Sampling {
-            max_tokens: $max_tokens,
-            temperature: $temperature,
-            top_k: $top_k,
-            top_p: $top_p,
-            min_p: $min_p,
-            repeat_penalty: $repeat_penalty,
-            seed: $seed,
-            stop: $stop,
-            json_schema: schema_text($json_schema.as_ref())?,
-            grammar: $grammar,
-        }
-    };
-}
-
 #[pymethods]
 impl Model {
     /// Loads a GGUF file, or a model by name (cached or fetched), on `device` (`"cpu"`,
@@ -370,37 +386,14 @@ impl Model {
     }
 
     /// A continuation of `prompt`.
-    #[pyo3(signature = (prompt, *, max_tokens = None, temperature = None, top_k = None, top_p = None,
-        min_p = None, repeat_penalty = None, seed = None, stop = None, json_schema = None, grammar = None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (prompt, **sampling))]
     fn generate(
         &self,
         py: Python<'_>,
         prompt: &str,
-        max_tokens: Option<i64>,
-        temperature: Option<f64>,
-        top_k: Option<i64>,
-        top_p: Option<f64>,
-        min_p: Option<f64>,
-        repeat_penalty: Option<f64>,
-        seed: Option<u64>,
-        stop: Option<Vec<String>>,
-        json_schema: Option<Bound<'_, PyAny>>,
-        grammar: Option<String>,
+        sampling: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<String> {
-        let opts = sampling_args!(
-            max_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repeat_penalty,
-            seed,
-            stop,
-            json_schema,
-            grammar
-        )
-        .options()?;
+        let opts = Sampling::from_kwargs(sampling)?.options()?;
         let inner = self.inner.clone();
         py.allow_threads(move || lock(&inner).generate(prompt, &opts))
             .map(|o| o.text)
@@ -408,38 +401,16 @@ impl Model {
     }
 
     /// [`generate`](Self::generate) as an iterator of text pieces, each as soon as it is final.
-    #[pyo3(signature = (prompt, *, max_tokens = None, temperature = None, top_k = None, top_p = None,
-        min_p = None, repeat_penalty = None, seed = None, stop = None, json_schema = None, grammar = None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (prompt, **sampling))]
     fn stream(
         &self,
         prompt: String,
-        max_tokens: Option<i64>,
-        temperature: Option<f64>,
-        top_k: Option<i64>,
-        top_p: Option<f64>,
-        min_p: Option<f64>,
-        repeat_penalty: Option<f64>,
-        seed: Option<u64>,
-        stop: Option<Vec<String>>,
-        json_schema: Option<Bound<'_, PyAny>>,
-        grammar: Option<String>,
+        sampling: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<TokenStream> {
         let cancel = CancelToken::new();
-        let opts = sampling_args!(
-            max_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repeat_penalty,
-            seed,
-            stop,
-            json_schema,
-            grammar
-        )
-        .options()?
-        .with_cancel(cancel.clone());
+        let opts = Sampling::from_kwargs(sampling)?
+            .options()?
+            .with_cancel(cancel.clone());
         let inner = self.inner.clone();
         TokenStream::spawn(
             move |send| {
@@ -451,75 +422,28 @@ impl Model {
     }
 
     /// The assistant's reply to `messages` (the model's chat template applies).
-    #[pyo3(signature = (messages, *, max_tokens = None, temperature = None, top_k = None, top_p = None,
-        min_p = None, repeat_penalty = None, seed = None, stop = None, json_schema = None, grammar = None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (messages, **sampling))]
     fn chat(
         &self,
         py: Python<'_>,
         messages: &Bound<'_, PyAny>,
-        max_tokens: Option<i64>,
-        temperature: Option<f64>,
-        top_k: Option<i64>,
-        top_p: Option<f64>,
-        min_p: Option<f64>,
-        repeat_penalty: Option<f64>,
-        seed: Option<u64>,
-        stop: Option<Vec<String>>,
-        json_schema: Option<Bound<'_, PyAny>>,
-        grammar: Option<String>,
+        sampling: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<String> {
-        let r = self.chat_with_usage(
-            py,
-            messages,
-            max_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repeat_penalty,
-            seed,
-            stop,
-            json_schema,
-            grammar,
-        )?;
+        let r = self.chat_with_usage(py, messages, sampling)?;
         Ok(r.0)
     }
 
     /// [`chat`](Self::chat) with why it ended and the token counts: `(text, finish_reason,
     /// prompt_tokens, completion_tokens)`.
-    #[pyo3(signature = (messages, *, max_tokens = None, temperature = None, top_k = None, top_p = None,
-        min_p = None, repeat_penalty = None, seed = None, stop = None, json_schema = None, grammar = None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (messages, **sampling))]
     fn chat_with_usage(
         &self,
         py: Python<'_>,
         messages: &Bound<'_, PyAny>,
-        max_tokens: Option<i64>,
-        temperature: Option<f64>,
-        top_k: Option<i64>,
-        top_p: Option<f64>,
-        min_p: Option<f64>,
-        repeat_penalty: Option<f64>,
-        seed: Option<u64>,
-        stop: Option<Vec<String>>,
-        json_schema: Option<Bound<'_, PyAny>>,
-        grammar: Option<String>,
+        sampling: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<(String, &'static str, usize, usize)> {
         let msgs = self::messages(messages)?;
-        let opts = sampling_args!(
-            max_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repeat_penalty,
-            seed,
-            stop,
-            json_schema,
-            grammar
-        )
-        .options()?;
+        let opts = Sampling::from_kwargs(sampling)?.options()?;
         let inner = self.inner.clone();
         let r = py
             .allow_threads(move || lock(&inner).chat(&msgs, &opts))
@@ -533,39 +457,17 @@ impl Model {
     }
 
     /// [`chat`](Self::chat) as an iterator of text pieces.
-    #[pyo3(signature = (messages, *, max_tokens = None, temperature = None, top_k = None, top_p = None,
-        min_p = None, repeat_penalty = None, seed = None, stop = None, json_schema = None, grammar = None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (messages, **sampling))]
     fn chat_stream(
         &self,
         messages: &Bound<'_, PyAny>,
-        max_tokens: Option<i64>,
-        temperature: Option<f64>,
-        top_k: Option<i64>,
-        top_p: Option<f64>,
-        min_p: Option<f64>,
-        repeat_penalty: Option<f64>,
-        seed: Option<u64>,
-        stop: Option<Vec<String>>,
-        json_schema: Option<Bound<'_, PyAny>>,
-        grammar: Option<String>,
+        sampling: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<TokenStream> {
         let msgs = self::messages(messages)?;
         let cancel = CancelToken::new();
-        let opts = sampling_args!(
-            max_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repeat_penalty,
-            seed,
-            stop,
-            json_schema,
-            grammar
-        )
-        .options()?
-        .with_cancel(cancel.clone());
+        let opts = Sampling::from_kwargs(sampling)?
+            .options()?
+            .with_cancel(cancel.clone());
         let inner = self.inner.clone();
         TokenStream::spawn(
             move |send| {
@@ -578,37 +480,14 @@ impl Model {
 
     /// Continuations of several prompts, decoded together by the batching scheduler; in
     /// order. A prompt that fails raises (after the others ran).
-    #[pyo3(signature = (prompts, *, max_tokens = None, temperature = None, top_k = None, top_p = None,
-        min_p = None, repeat_penalty = None, seed = None, stop = None, json_schema = None, grammar = None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (prompts, **sampling))]
     fn generate_batch(
         &self,
         py: Python<'_>,
         prompts: Vec<String>,
-        max_tokens: Option<i64>,
-        temperature: Option<f64>,
-        top_k: Option<i64>,
-        top_p: Option<f64>,
-        min_p: Option<f64>,
-        repeat_penalty: Option<f64>,
-        seed: Option<u64>,
-        stop: Option<Vec<String>>,
-        json_schema: Option<Bound<'_, PyAny>>,
-        grammar: Option<String>,
+        sampling: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Vec<String>> {
-        let opts = sampling_args!(
-            max_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repeat_penalty,
-            seed,
-            stop,
-            json_schema,
-            grammar
-        )
-        .options()?;
+        let opts = Sampling::from_kwargs(sampling)?.options()?;
         let inner = self.inner.clone();
         let outs = py
             .allow_threads(move || {

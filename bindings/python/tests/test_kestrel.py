@@ -167,6 +167,11 @@ def test_bad_arguments_raise_invalid_argument(smol, kw):
     assert issubclass(kestrel.InvalidArgumentError, ValueError)
 
 
+def test_unknown_keyword_is_a_type_error(smol):
+    with pytest.raises(TypeError, match="temprature"):
+        smol.generate("Hi", temprature=0.5)
+
+
 def test_bad_messages_raise_invalid_argument(smol):
     with pytest.raises(kestrel.InvalidArgumentError):
         smol.chat([{"content": "no role"}])

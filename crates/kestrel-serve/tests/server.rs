@@ -347,26 +347,6 @@ fn embeddings_float_and_base64() {
         .all(|(a, b)| (a - b).abs() < 1e-6));
 }
 
-fn base64_decode(s: &str) -> Vec<u8> {
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        _ => 63,
-    };
-    let mut out = Vec::new();
-    for q in s.as_bytes().chunks(4) {
-        let n = q.iter().take_while(|&&c| c != b'=').count();
-        let mut v = 0u32;
-        for (i, &c) in q.iter().enumerate() {
-            v |= u32::from(if c == b'=' { 0 } else { val(c) }) << (18 - 6 * i);
-        }
-        out.extend_from_slice(&v.to_be_bytes()[1..n]);
-    }
-    out
-}
-
 #[test]
 fn models_health_metrics_and_auth() {
     let Some(addr) = shared() else { return };

@@ -1,6 +1,8 @@
 """Type stubs for kestrel's extension module (re-exported by `kestrel`)."""
 
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypedDict, Union
+
+from typing_extensions import Unpack
 
 __version__: str
 
@@ -14,6 +16,20 @@ class InvalidArgumentError(ValueError):
     """An option out of range, or a grammar or JSON Schema that does not compile."""
 
 Schema = Union[str, Dict[str, Any], None]
+
+class Sampling(TypedDict, total=False):
+    """The sampling keywords of every generating method (None: the default)."""
+
+    max_tokens: Optional[int]
+    temperature: Optional[float]
+    top_k: Optional[int]
+    top_p: Optional[float]
+    min_p: Optional[float]
+    repeat_penalty: Optional[float]
+    seed: Optional[int]
+    stop: Optional[List[str]]
+    json_schema: Schema
+    grammar: Optional[str]
 
 class TokenStream(Iterator[str]):
     """Generated text pieces; the generation runs on its own thread."""
@@ -42,95 +58,11 @@ class Model:
     def n_ctx(self) -> int: ...
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> List[int]: ...
     def detokenize(self, ids: Sequence[int]) -> str: ...
-    def generate(
-        self,
-        prompt: str,
-        *,
-        max_tokens: Optional[int] = None,
-        temperature: Optional[float] = None,
-        top_k: Optional[int] = None,
-        top_p: Optional[float] = None,
-        min_p: Optional[float] = None,
-        repeat_penalty: Optional[float] = None,
-        seed: Optional[int] = None,
-        stop: Optional[List[str]] = None,
-        json_schema: Schema = None,
-        grammar: Optional[str] = None,
-    ) -> str: ...
-    def stream(
-        self,
-        prompt: str,
-        *,
-        max_tokens: Optional[int] = None,
-        temperature: Optional[float] = None,
-        top_k: Optional[int] = None,
-        top_p: Optional[float] = None,
-        min_p: Optional[float] = None,
-        repeat_penalty: Optional[float] = None,
-        seed: Optional[int] = None,
-        stop: Optional[List[str]] = None,
-        json_schema: Schema = None,
-        grammar: Optional[str] = None,
-    ) -> TokenStream: ...
-    def chat(
-        self,
-        messages: List[Dict[str, Any]],
-        *,
-        max_tokens: Optional[int] = None,
-        temperature: Optional[float] = None,
-        top_k: Optional[int] = None,
-        top_p: Optional[float] = None,
-        min_p: Optional[float] = None,
-        repeat_penalty: Optional[float] = None,
-        seed: Optional[int] = None,
-        stop: Optional[List[str]] = None,
-        json_schema: Schema = None,
-        grammar: Optional[str] = None,
-    ) -> str: ...
-    def chat_with_usage(
-        self,
-        messages: List[Dict[str, Any]],
-        *,
-        max_tokens: Optional[int] = None,
-        temperature: Optional[float] = None,
-        top_k: Optional[int] = None,
-        top_p: Optional[float] = None,
-        min_p: Optional[float] = None,
-        repeat_penalty: Optional[float] = None,
-        seed: Optional[int] = None,
-        stop: Optional[List[str]] = None,
-        json_schema: Schema = None,
-        grammar: Optional[str] = None,
-    ) -> Tuple[str, str, int, int]:
+    def generate(self, prompt: str, **sampling: Unpack[Sampling]) -> str: ...
+    def stream(self, prompt: str, **sampling: Unpack[Sampling]) -> TokenStream: ...
+    def chat(self, messages: List[Dict[str, Any]], **sampling: Unpack[Sampling]) -> str: ...
+    def chat_with_usage(self, messages: List[Dict[str, Any]], **sampling: Unpack[Sampling]) -> Tuple[str, str, int, int]:
         """(text, finish_reason, prompt_tokens, completion_tokens)"""
-    def chat_stream(
-        self,
-        messages: List[Dict[str, Any]],
-        *,
-        max_tokens: Optional[int] = None,
-        temperature: Optional[float] = None,
-        top_k: Optional[int] = None,
-        top_p: Optional[float] = None,
-        min_p: Optional[float] = None,
-        repeat_penalty: Optional[float] = None,
-        seed: Optional[int] = None,
-        stop: Optional[List[str]] = None,
-        json_schema: Schema = None,
-        grammar: Optional[str] = None,
-    ) -> TokenStream: ...
-    def generate_batch(
-        self,
-        prompts: List[str],
-        *,
-        max_tokens: Optional[int] = None,
-        temperature: Optional[float] = None,
-        top_k: Optional[int] = None,
-        top_p: Optional[float] = None,
-        min_p: Optional[float] = None,
-        repeat_penalty: Optional[float] = None,
-        seed: Optional[int] = None,
-        stop: Optional[List[str]] = None,
-        json_schema: Schema = None,
-        grammar: Optional[str] = None,
-    ) -> List[str]: ...
+    def chat_stream(self, messages: List[Dict[str, Any]], **sampling: Unpack[Sampling]) -> TokenStream: ...
+    def generate_batch(self, prompts: List[str], **sampling: Unpack[Sampling]) -> List[str]: ...
     def embed(self, input: Union[str, List[str]]) -> Union[List[float], List[List[float]]]: ...

@@ -187,7 +187,7 @@ impl Browser {
     /// Writes a PNG screenshot of the window to `path`.
     pub fn screenshot(&self, path: &Path) {
         let v = self.cmd("GET", "/screenshot", None);
-        let png = base64_decode(v.as_str().expect("base64 screenshot"));
+        let png = crate::common::base64_decode(v.as_str().expect("base64 screenshot"));
         assert!(png.starts_with(b"\x89PNG"), "the screenshot is not a PNG");
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).expect("screenshot folder");
@@ -251,29 +251,4 @@ fn request(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> (
     let mut out = vec![0; len];
     r.read_exact(&mut out).expect("body");
     (status, out)
-}
-
-/// Standard base64 (with padding) to bytes.
-fn base64_decode(s: &str) -> Vec<u8> {
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => panic!("not base64: {c}"),
-    };
-    let bytes: Vec<u8> = s
-        .bytes()
-        .filter(|&c| c != b'=' && !c.is_ascii_whitespace())
-        .collect();
-    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
-    for chunk in bytes.chunks(4) {
-        let mut n = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            n |= u32::from(val(c)) << (18 - 6 * i);
-        }
-        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
-    }
-    out
 }
