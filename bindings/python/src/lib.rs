@@ -9,6 +9,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+use kestrel::generate::GenerateError;
 use kestrel::{CancelToken, ChatMessage, FinishReason, GenerateOptions, LoadOptions};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyFileNotFoundError, PyTypeError, PyValueError};
@@ -39,6 +40,18 @@ fn to_py(e: kestrel::Error) -> PyErr {
     match e {
         kestrel::Error::NotFound { .. } => ModelNotFoundError::new_err(msg),
         kestrel::Error::InvalidOption { .. } | kestrel::Error::Sampling(_) => {
+            InvalidArgumentError::new_err(msg)
+        }
+        // what the caller asked for does not fit (llama-cpp-python raises ValueError too)
+        kestrel::Error::Generate(ref g)
+            if matches!(
+                **g,
+                GenerateError::ContextTooSmall { .. }
+                    | GenerateError::EmptyPrompt
+                    | GenerateError::InvalidOption { .. }
+                    | GenerateError::Sampling(_)
+            ) =>
+        {
             InvalidArgumentError::new_err(msg)
         }
         _ => KestrelError::new_err(msg),
@@ -95,7 +108,13 @@ impl Sampling {
                 "min_p" => s.min_p = Some(v.extract()?),
                 "repeat_penalty" => s.repeat_penalty = Some(v.extract()?),
                 "seed" => s.seed = Some(v.extract()?),
-                "stop" => s.stop = Some(v.extract()?),
+                // one string or a list of them, as llama-cpp-python takes it
+                "stop" => {
+                    s.stop = Some(match v.extract::<String>() {
+                        Ok(one) => vec![one],
+                        Err(_) => v.extract()?,
+                    })
+                }
                 "json_schema" => s.json_schema = schema_text(Some(&v))?,
                 "grammar" => s.grammar = Some(v.extract()?),
                 _ => {

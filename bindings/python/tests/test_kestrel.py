@@ -167,6 +167,19 @@ def test_bad_arguments_raise_invalid_argument(smol, kw):
     assert issubclass(kestrel.InvalidArgumentError, ValueError)
 
 
+def test_requests_that_do_not_fit_raise_invalid_argument(smol):
+    with pytest.raises(kestrel.InvalidArgumentError, match="context"):
+        smol.generate("word " * 2000, max_tokens=4)
+    with pytest.raises(kestrel.InvalidArgumentError, match="empty"):
+        smol.generate("")
+
+
+def test_stop_takes_a_string_or_a_list(smol):
+    a = smol.generate("1, 2, 3, 4,", max_tokens=12, temperature=0, stop="7")
+    b = smol.generate("1, 2, 3, 4,", max_tokens=12, temperature=0, stop=["7"])
+    assert a == b and "7" not in a
+
+
 def test_unknown_keyword_is_a_type_error(smol):
     with pytest.raises(TypeError, match="temprature"):
         smol.generate("Hi", temprature=0.5)

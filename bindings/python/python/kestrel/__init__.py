@@ -84,7 +84,7 @@ def create_chat_completion(
         min_p=min_p,
         repeat_penalty=repeat_penalty,
         seed=seed,
-        stop=[stop] if isinstance(stop, str) else stop,
+        stop=stop,
         json_schema=_schema(response_format),
     )
     cid = "chatcmpl-" + uuid.uuid4().hex

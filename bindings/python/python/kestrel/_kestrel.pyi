@@ -27,7 +27,7 @@ class Sampling(TypedDict, total=False):
     min_p: Optional[float]
     repeat_penalty: Optional[float]
     seed: Optional[int]
-    stop: Optional[List[str]]
+    stop: Union[str, List[str], None]
     json_schema: Schema
     grammar: Optional[str]
 
