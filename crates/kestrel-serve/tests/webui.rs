@@ -5,7 +5,8 @@
 //!   a message streams an answer that completes with its speed shown;
 //! - a long answer is seen growing while it streams, then the stop button ends it (text stops
 //!   growing, the server's sequence is cancelled);
-//! - after a reload the conversation is still there, both answers included.
+//! - after a reload the conversation is still there, both answers included; storage in a shape
+//!   the page did not write is salvaged, not fatal.
 //!
 //! Screenshots of the streaming, completed and reloaded states are written to
 //! `target/tmp/webui/`. `cargo xtask test` installs Chromium and sets
@@ -195,5 +196,23 @@ fn chat_page_streams_stops_and_remembers() {
     assert_eq!(text_of(&b, ".msg.assistant .body"), first);
     assert_eq!(text_of(&b, &format!("{last} .body")), stopped);
     b.screenshot(&shots.join("reloaded.png"));
+
+    // Storage left in a shape the page did not write: what reads as a chat is kept, the rest
+    // dropped, and the page still works.
+    b.js(
+        "localStorage.setItem('kestrel.chat.v1', arguments[0]);",
+        json!([
+            r#"{"conversations": [null, {"id": 5}, {"id": "x", "title": 7,
+            "messages": [null, {"role": "user", "content": "kept"}, {"role": "x"}]}],
+            "current": "x"}"#
+        ]),
+    );
+    b.goto(&url);
+    b.wait_for(
+        "the salvaged conversation",
+        Duration::from_secs(20),
+        "return document.querySelectorAll('#conversations li').length === 1 \
+         && document.querySelector('.msg.user .body').textContent === 'kept';",
+    );
     eprintln!("screenshots in {}", shots.display());
 }

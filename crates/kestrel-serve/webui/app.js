@@ -20,7 +20,17 @@
   }
 
   const state = load(STORE, { conversations: [], current: null });
+  // whatever another version of the page (or a hand edit) left: keep only what reads as chats
   if (!Array.isArray(state.conversations)) state.conversations = [];
+  state.conversations = state.conversations.filter(function (c) {
+    return c && typeof c.id === "string" && Array.isArray(c.messages);
+  });
+  state.conversations.forEach(function (c) {
+    c.title = String(c.title || "Chat");
+    c.messages = c.messages.filter(function (m) {
+      return m && (m.role === "user" || m.role === "assistant") && typeof m.content === "string";
+    });
+  });
   const settings = Object.assign({}, defaults, load(SETTINGS, {}));
   let busy = null; // {controller, conversation} while an answer streams
   let modelId = null;
