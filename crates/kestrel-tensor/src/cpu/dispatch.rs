@@ -1,14 +1,16 @@
 //! Runtime choice of the dot kernels: once per process, the CPU's features pick the fastest
-//! instruction set kestrel has kernels for (AVX-512 VNNI, AVX2, or the scalar twins in
-//! [`super::qdot`]), and [`kernels`] hands out a table of plain function pointers that the
-//! matmul fetches once per call.
+//! instruction set kestrel has kernels for (x86-64: AVX-512 VNNI or AVX2; aarch64: NEON with
+//! or without the dot-product extension; else the scalar twins in [`super::qdot`]), and
+//! [`kernels`] hands out a table of plain function pointers that the matmul fetches once per
+//! call.
 //!
 //! Every SIMD kernel computes the same integer block sums and the same f32 operations in the
 //! same order as its scalar twin, so the choice changes speed, never results (the tests check
 //! bit equality on random blocks for every ISA this CPU has).
 //!
-//! `KESTREL_ISA=scalar|avx2|avx512` caps the choice (for benchmarks and A/B checks); a value
-//! this CPU cannot run, or an unknown one, falls back to the best it can.
+//! `KESTREL_ISA=scalar|avx2|avx512` (x86-64) or `scalar|neon|dotprod` (aarch64) caps the
+//! choice (for benchmarks and A/B checks); a level above what this CPU runs gives the best it
+//! runs, and so does an unknown value or one of another architecture.
 
 use std::sync::OnceLock;
 
@@ -17,23 +19,41 @@ use kestrel_gguf::quant::{BlockQ8K, BlockQ8_0};
 use super::q8::BlockQ8_1;
 use super::qdot::{self, QDot};
 
-/// An instruction set kestrel has CPU kernels for, weakest first.
+/// An instruction set kestrel has CPU kernels for. Within one architecture the levels are
+/// ordered weakest first; the aarch64 levels sort below the x86-64 ones, so a test such as
+/// `isa >= Isa::Avx2` holds only on x86-64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Isa {
     /// Portable Rust (the scalar twins every SIMD kernel is tested against).
     Scalar,
+    /// aarch64 Advanced SIMD (NEON, every aarch64 CPU).
+    Neon,
+    /// aarch64 NEON with the dot-product extension (`sdot`/`udot`, FEAT_DotProd: Cortex-A76
+    /// and later, Apple M1 and later, Graviton 2 and later).
+    Dotprod,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
     /// x86-64 AVX-512 F/BW/VL + VNNI (on top of AVX2).
     Avx512,
 }
 
+/// The levels of this build's architecture, weakest first.
+const LADDER: &[Isa] = if cfg!(target_arch = "x86_64") {
+    &[Isa::Scalar, Isa::Avx2, Isa::Avx512]
+} else if cfg!(target_arch = "aarch64") {
+    &[Isa::Scalar, Isa::Neon, Isa::Dotprod]
+} else {
+    &[Isa::Scalar]
+};
+
 impl Isa {
-    /// The lowercase name (`scalar`, `avx2`, `avx512`).
+    /// The lowercase name (`scalar`, `neon`, `dotprod`, `avx2`, `avx512`).
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
+            Isa::Neon => "neon",
+            Isa::Dotprod => "dotprod",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
         }
@@ -43,6 +63,8 @@ impl Isa {
     pub fn from_name(s: &str) -> Option<Isa> {
         match s.trim().to_ascii_lowercase().as_str() {
             "scalar" => Some(Isa::Scalar),
+            "neon" => Some(Isa::Neon),
+            "dotprod" => Some(Isa::Dotprod),
             "avx2" => Some(Isa::Avx2),
             "avx512" => Some(Isa::Avx512),
             _ => None,
@@ -60,15 +82,31 @@ impl Isa {
                 return Isa::Avx2;
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        {
+            if super::aarch64::has_dotprod() {
+                return Isa::Dotprod;
+            }
+            return Isa::Neon;
+        }
+        #[allow(unreachable_code)]
         Isa::Scalar
     }
 
     /// Every instruction set this CPU runs, weakest first (for tests and benches).
     pub fn available() -> Vec<Isa> {
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
-            .into_iter()
-            .filter(|&i| i <= Isa::detected())
-            .collect()
+        let best = Isa::detected();
+        LADDER.iter().copied().filter(|&i| i <= best).collect()
+    }
+
+    /// `want` capped at what this CPU runs; `None` (or a level of another architecture) gives
+    /// the best it runs.
+    pub fn capped(want: Option<Isa>) -> Isa {
+        let best = Isa::detected();
+        match want {
+            Some(w) if LADDER.contains(&w) => w.min(best),
+            _ => best,
+        }
     }
 }
 
@@ -277,7 +315,7 @@ impl Kernels {
 
     /// The kernels of `isa`, or `None` when this CPU cannot run it.
     pub(crate) fn for_isa(isa: Isa) -> Option<Kernels> {
-        if isa > Isa::detected() {
+        if !Isa::available().contains(&isa) {
             return None;
         }
         match isa {
@@ -290,6 +328,10 @@ impl Kernels {
             Isa::Avx512 => Some(super::x86_64::with_iq(super::x86_64::avx512_kernels(
                 Kernels::SCALAR,
             ))),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => Some(super::aarch64::neon_kernels(Kernels::SCALAR)),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Dotprod => Some(super::aarch64::dotprod_kernels(Kernels::SCALAR)),
             #[allow(unreachable_patterns)]
             _ => None,
         }
@@ -301,12 +343,10 @@ static KERNELS: OnceLock<Kernels> = OnceLock::new();
 /// The kernels in use: the best this CPU runs, capped by `KESTREL_ISA`.
 pub(crate) fn kernels() -> &'static Kernels {
     KERNELS.get_or_init(|| {
-        let best = Isa::detected();
         let want = std::env::var("KESTREL_ISA")
             .ok()
-            .and_then(|s| Isa::from_name(&s))
-            .map_or(best, |w| w.min(best));
-        Kernels::for_isa(want).unwrap_or(Kernels::SCALAR)
+            .and_then(|s| Isa::from_name(&s));
+        Kernels::for_isa(Isa::capped(want)).unwrap_or(Kernels::SCALAR)
     })
 }
 

@@ -329,6 +329,7 @@ fn apply<S: Fn(usize, f32) -> f32, T: Fn(usize, f32) -> f32>(
 }
 
 /// Whether the AVX-512 SiLU (`x86_64::silu`) runs here.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn simd_silu() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

@@ -4,8 +4,15 @@
 //! [`CpuEngine`](crate::CpuEngine) installs its own). Every op is tested against a plain f64
 //! reference; the tolerances are in each function's docs.
 
+#[macro_use]
+mod simd_table;
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod aarch64;
 pub(crate) mod block;
 pub mod dispatch;
+#[cfg(test)]
+mod kernel_tests;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_64;
 

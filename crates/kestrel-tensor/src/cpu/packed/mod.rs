@@ -308,13 +308,13 @@ impl PackedWeight {
     }
 
     /// [`PackedWeight::pack`] whatever the CPU and `KESTREL_REPACK` (for kernel tests).
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(crate) fn pack_for_test(w: &[u8], dtype: DType, m: usize, k: usize) -> Option<Self> {
         PackedWeight::pack_any(w, dtype, m, k, false)
     }
 
     /// The packed bytes (for kernel tests).
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(crate) fn bytes(&self) -> &[u8] {
         self.buf.as_bytes()
     }
@@ -574,6 +574,7 @@ fn release_pages(bytes: &[u8]) {
 }
 
 /// Whether the AVX-512 kernels run here (else the scalar twins do).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn simd() -> bool {
     super::dispatch::active_isa() >= super::dispatch::Isa::Avx512
 }

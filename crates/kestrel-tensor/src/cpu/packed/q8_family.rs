@@ -111,6 +111,7 @@ impl Kind {
 
     /// The 16 values the nibbles of a table type index (IQ4_NL's, and MXFP4's E2M1 values
     /// doubled, as ggml's kernels take them against the half scale).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn table(self) -> Option<&'static [i8; 16]> {
         match self {
             Kind::IQ4NL => Some(&KVALUES_IQ4NL),

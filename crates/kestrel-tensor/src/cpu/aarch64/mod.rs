@@ -1,0 +1,79 @@
+//! aarch64 SIMD kernels, one module per level: [`neon`] (Advanced SIMD, on every aarch64 CPU)
+//! and [`dotprod`] (the same kernels with `sdot` summing four byte products per lane in one
+//! instruction). Both are instantiated from the one kernel body in [`q8_family`], so they
+//! cannot drift apart; each is bit-identical to its scalar twin in `cpu::qdot`, which follows
+//! ggml's x86 float order, so an aarch64 machine gives what an x86-64 one gives on the
+//! unpacked paths (`cpu::kernel_tests`, run under `qemu-aarch64` in CI).
+//!
+//! The kernels are `unsafe` (they need CPU features); [`neon_kernels`] / [`dotprod_kernels`]
+//! wrap them in safe functions that [`super::dispatch`] only hands out once the features were
+//! detected. The weight types without a kernel here run their scalar twins.
+
+#[macro_use]
+mod q8_family;
+
+pub(crate) mod dotprod;
+pub(crate) mod neon;
+
+use super::dispatch::{Isa, Kernels};
+
+/// Advanced SIMD: part of the aarch64 base architecture, always there.
+pub(crate) fn has_neon() -> bool {
+    true
+}
+
+/// The dot-product extension (`sdot`/`udot`).
+pub(crate) fn has_dotprod() -> bool {
+    std::arch::is_aarch64_feature_detected!("dotprod")
+}
+
+/// f16 bits to f32 (exact) with the base ISA's `fcvt` (the `half` crate converts in software
+/// unless the whole build targets FEAT_FP16).
+#[inline(always)]
+pub(crate) fn fp16(bits: u16) -> f32 {
+    let r: f32;
+    // SAFETY: `fmov` + `fcvt` (ARMv8.0 floating point, always present on aarch64) touch only
+    // the named registers.
+    unsafe {
+        std::arch::asm!(
+            "fmov {h:s}, {b:w}",
+            "fcvt {r:s}, {h:h}",
+            b = in(reg) u32::from(bits),
+            h = out(vreg) _,
+            r = lateout(vreg) r,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    r
+}
+
+/// The NEON table over `base` (types without a NEON kernel keep `base`'s).
+pub(crate) fn neon_kernels(base: Kernels) -> Kernels {
+    safe_table!(neon, has_neon, base, Isa::Neon)
+}
+
+/// The dot-product table over `base`.
+///
+/// # Panics
+/// If the CPU lacks the dot-product extension (callers check [`has_dotprod`] first).
+pub(crate) fn dotprod_kernels(base: Kernels) -> Kernels {
+    safe_table!(dotprod, has_dotprod, base, Isa::Dotprod)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fp16;
+
+    /// The hardware conversion equals `half`'s on every f16 bit pattern (NaNs: both NaN).
+    #[test]
+    fn fp16_matches_half_on_every_pattern() {
+        for bits in 0..=u16::MAX {
+            let want = half::f16::from_bits(bits).to_f32();
+            let got = fp16(bits);
+            assert!(
+                want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()),
+                "{bits:#06x}: {want} vs {got}"
+            );
+        }
+    }
+}
