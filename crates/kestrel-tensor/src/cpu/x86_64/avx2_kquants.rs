@@ -13,8 +13,8 @@
 //! `debug_assert`) never reads out of bounds.
 
 // Q2_K's, Q3_K's and Q6_K's are in the dispatch table ([`with_kquants`]); the table's Q4_K
-// and Q5_K twins sum in other orders (llama.cpp's repacked gemv/gemm, ggml's generic), so
-// those two run their twins compiled for AVX2+FMA instead. The tests check all of them.
+// and Q5_K twins sum in other orders (llama.cpp's repacked gemv/gemm, ggml's generic): Q4_K
+// runs `kquant_lanes_avx2` there, Q5_K its twin compiled for AVX2+FMA. The tests check all of them.
 #![cfg_attr(not(test), allow(dead_code))]
 
 use std::arch::x86_64::*;
@@ -329,8 +329,7 @@ pub(crate) unsafe fn dot_q3_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
 /// instruction instead of a libm call and the loops vectorize; FMA is exact, so they round as
 /// the portable twins do.
 pub(crate) fn with_kquants(mut base: Kernels) -> Kernels {
-    use crate::cpu::qdot::{DQ4K, DQ5K};
-    use crate::cpu::qdot_k_x86::{dot_q4_k_8x8_gemm, dot_q6_k_tiled};
+    use crate::cpu::qdot::DQ5K;
 
     if !super::has_avx2() {
         return base;
@@ -357,24 +356,8 @@ pub(crate) fn with_kquants(mut base: Kernels) -> Kernels {
             }
         };
     }
-    compiled!(q4_k_rows, rows, dispatch::scalar_rows::<DQ4K>);
-    compiled!(q4_k_single, tile, dispatch::scalar_tile::<DQ4K>);
-    compiled!(q4_k_tile, tile, |w, y, n, o| dispatch::tile_by_dots(
-        w,
-        y,
-        n,
-        o,
-        dot_q4_k_8x8_gemm
-    ));
     compiled!(q5_k_rows, rows, dispatch::scalar_rows::<DQ5K>);
     compiled!(q5_k_tile, tile, dispatch::scalar_tile::<DQ5K>);
-    compiled!(q6_k_wide, tile, |w, y, n, o| dispatch::tile_by_dots(
-        w,
-        y,
-        n,
-        o,
-        dot_q6_k_tiled
-    ));
     macro_rules! by_dot {
         ($rows:ident, $tile:ident, $dot:ident) => {
             compiled!($rows, rows, |w, y, o| dispatch::rows_by_dot(
@@ -407,10 +390,31 @@ pub(crate) fn with_kquants(mut base: Kernels) -> Kernels {
         tile: q3_k_tile,
         ..base.q3_k
     };
+    // Q4_K and Q6_K's wide order: 8 (weight row, activation row) pairs in the lanes.
+    macro_rules! lanes {
+        ($name:ident, rows) => {
+            fn $name(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+                // SAFETY: only reachable through a table made after detection (above).
+                unsafe { super::kquant_lanes_avx2::$name(w, y, out) }
+            }
+        };
+        ($name:ident, tile) => {
+            fn $name(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
+                // SAFETY: as above.
+                unsafe { super::kquant_lanes_avx2::$name(w, y, n_act, out) }
+            }
+        };
+    }
+    lanes!(rows_q4_k, rows);
+    lanes!(tile_q4_k_gemm, tile);
+    lanes!(tile_q4_k_gemv, tile);
+    lanes!(tile_q6_k_tiled, tile);
     base.q4_k = TypeKernels {
-        rows: q4_k_rows,
-        tile: q4_k_tile,
-        single: Some(q4_k_single),
+        rows: rows_q4_k,
+        tile: tile_q4_k_gemm,
+        tile_rows: super::kquant_lanes_avx2::TILE_ROWS,
+        tile_acts: 4,
+        single: Some(tile_q4_k_gemv),
         ..base.q4_k
     };
     base.q5_k = TypeKernels {
@@ -421,7 +425,9 @@ pub(crate) fn with_kquants(mut base: Kernels) -> Kernels {
     base.q6_k = TypeKernels {
         rows: q6_k_rows,
         tile: q6_k_tile,
-        wide: Some((dispatch::TILED_MIN_ROWS, q6_k_wide)),
+        tile_rows: super::kquant_lanes_avx2::TILE_ROWS,
+        tile_acts: 4,
+        wide: Some((dispatch::TILED_MIN_ROWS, tile_q6_k_tiled)),
         ..base.q6_k
     };
     base
