@@ -274,7 +274,7 @@ fn test() -> Result<()> {
             "cuda_generate",
         ]),
     ];
-    let total = commands.len() + 6;
+    let total = commands.len() + 7;
     step(1, total, "fetch-models", || {
         fetch::fetch_models(&[], fetch::Options::default())
     })?;
@@ -290,6 +290,12 @@ fn test() -> Result<()> {
     for (i, mut cmd) in commands.into_iter().enumerate() {
         step(i + 5, total, &describe(&cmd), || run(&mut cmd))?;
     }
+    step(
+        total - 1,
+        total,
+        "aarch64 under qemu: NEON/dotprod kernels vs scalar twins, golden logits",
+        || aarch64_qemu(&home),
+    )?;
     step(
         total,
         total,
@@ -366,6 +372,76 @@ fn python_bindings(venv: &Path, home: &Path) -> Result<()> {
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(dir.join("tests"))
         .env(models::KESTREL_HOME_ENV, home))
+}
+
+/// The aarch64 kernels, cross-compiled and run under `qemu-aarch64` (the target, Debian's
+/// cross linker and qemu-user installed when missing): clippy on kestrel-tensor for the target,
+/// its unit tests at every
+/// level qemu's default CPU has (scalar, NEON, dotprod) and again on a Cortex-A53 (no dotprod:
+/// the detection's other branch), then the golden logits of both real models against
+/// llama.cpp's x86 figures (KL divergence at most `MAX_KLD`).
+fn aarch64_qemu(home: &Path) -> Result<()> {
+    const TARGET: &str = "aarch64-unknown-linux-gnu";
+    let have_target = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.trim() == TARGET)
+        });
+    if !have_target {
+        run(Command::new("rustup").args(["target", "add", TARGET]))?;
+    }
+    let tools = ["/usr/bin/aarch64-linux-gnu-gcc", "/usr/bin/qemu-aarch64"];
+    if !tools.iter().all(|p| Path::new(p).is_file()) {
+        let install = || {
+            let mut c = Command::new("apt-get");
+            c.args([
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "gcc-aarch64-linux-gnu",
+                "libc6-dev-arm64-cross",
+                "qemu-user",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive");
+            c
+        };
+        if run(&mut install()).is_err() {
+            run(Command::new("apt-get").args(["update", "-q"]))?;
+            run(&mut install())?;
+        }
+    }
+    let test = |args: &[&str]| {
+        let mut c = cargo_with(&["test", "--release", "--target", TARGET]);
+        c.args(args)
+            .env("KESTREL_REQUIRE_MODELS", "1")
+            .env(models::KESTREL_HOME_ENV, home);
+        c
+    };
+    run(&mut cargo_with(&[
+        "clippy",
+        "--target",
+        TARGET,
+        "-p",
+        "kestrel-tensor",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    run(&mut test(&["-p", "kestrel-tensor", "--lib"]))?;
+    run(test(&["-p", "kestrel-tensor", "--lib", "cpu::"]).env("QEMU_CPU", "cortex-a53"))?;
+    run(&mut test(&[
+        "-p",
+        "kestrel",
+        "--test",
+        "golden",
+        "--",
+        "golden_fast",
+    ]))
 }
 
 /// Debian's Chromium and chromedriver, for the chat page's browser test (installed with apt

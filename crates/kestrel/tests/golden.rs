@@ -30,6 +30,33 @@ struct Bounds {
     logits: f32,
 }
 
+/// Most KL divergence (nats) of kestrel's last-position token distribution from llama.cpp's
+/// at any prompt with stored full logits: what the aarch64 kernels (run under qemu in CI, in
+/// x86's float order but with scalar attention and elementwise ops) must keep to.
+const MAX_KLD: f64 = 0.002;
+
+/// `KL(P || Q)` of the softmax distributions of `p` and `q` (logits), in f64.
+fn kl_divergence(p: &[f32], q: &[f32]) -> f64 {
+    fn log_softmax(x: &[f32]) -> Vec<f64> {
+        let max = x
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+        let lse = x
+            .iter()
+            .map(|&v| (f64::from(v) - max).exp())
+            .sum::<f64>()
+            .ln()
+            + max;
+        x.iter().map(|&v| f64::from(v) - lse).collect()
+    }
+    log_softmax(p)
+        .into_iter()
+        .zip(log_softmax(q))
+        .map(|(lp, lq)| lp.exp() * (lp - lq))
+        .sum::<f64>()
+        .max(0.0)
+}
+
 /// The criteria.
 const TARGET: Bounds = Bounds {
     tie: 1e-3,
@@ -119,6 +146,9 @@ struct PromptResult {
     top20_diff: f32,
     /// Max abs logit difference over the vocabulary, for prompts with stored full logits.
     full_diff: Option<f32>,
+    /// KL divergence of kestrel's last-position distribution from llama.cpp's, for prompts
+    /// with stored full logits.
+    kld: Option<f64>,
     /// Max abs difference over llama.cpp's top-5 at each decode step while the ids agree.
     steps_diff: f32,
 }
@@ -196,6 +226,7 @@ fn check_model(file: &str, key: &str, only: Option<&[&str]>, bounds: Bounds) -> 
                 ));
             }
         }
+        let mut kld = None;
         let full_diff = g.get("full_logits").and_then(Value::as_str).map(|f| {
             let reference = read_f32(&fixtures().join(f));
             assert_eq!(
@@ -214,6 +245,13 @@ fn check_model(file: &str, key: &str, only: Option<&[&str]>, bounds: Bounds) -> 
                     bounds.logits
                 ));
             }
+            let k = kl_divergence(&reference, &logits);
+            if k > MAX_KLD {
+                failures.push(format!(
+                    "{key}/{name}: KL divergence {k:.6} from llama.cpp's last-position distribution, bound {MAX_KLD}"
+                ));
+            }
+            kld = Some(k);
             d
         });
 
@@ -260,6 +298,7 @@ fn check_model(file: &str, key: &str, only: Option<&[&str]>, bounds: Bounds) -> 
             parted,
             top20_diff,
             full_diff,
+            kld,
             steps_diff,
         });
     }
@@ -288,6 +327,10 @@ fn report(key: &str, results: &[PromptResult]) {
         let full = r
             .full_diff
             .map_or(String::new(), |d| format!(", full {d:.4}"));
+        let full = match r.kld {
+            Some(k) => format!("{full}, KLD {k:.2e}"),
+            None => full,
+        };
         eprintln!(
             "  {:<11} {:>2}/32 {parted}; max|dlogit| top20 {:.4}{full}, decode steps {:.4}",
             r.name, r.matched, r.top20_diff, r.steps_diff
