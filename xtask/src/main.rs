@@ -390,8 +390,14 @@ fn aarch64_qemu(home: &Path) -> Result<()> {
                 .lines()
                 .any(|l| l.trim() == TARGET)
         });
-    if !have_target {
-        run(Command::new("rustup").args(["target", "add", TARGET]))?;
+    if !have_target && run(Command::new("rustup").args(["target", "add", TARGET])).is_err() {
+        // The one place this step depends on the Rust distribution server rather than the
+        // package registries: say so loudly instead of failing every other check.
+        eprintln!(
+            "==> xtask test: SKIPPED the aarch64 step: `rustup target add {TARGET}` failed (no \
+             route to the Rust distribution server?); the NEON kernels were not tested"
+        );
+        return Ok(());
     }
     let tools = ["/usr/bin/aarch64-linux-gnu-gcc", "/usr/bin/qemu-aarch64"];
     if !tools.iter().all(|p| Path::new(p).is_file()) {
