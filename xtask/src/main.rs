@@ -399,27 +399,14 @@ fn aarch64_qemu(home: &Path) -> Result<()> {
         );
         return Ok(());
     }
-    let tools = ["/usr/bin/aarch64-linux-gnu-gcc", "/usr/bin/qemu-aarch64"];
-    if !tools.iter().all(|p| Path::new(p).is_file()) {
-        let install = || {
-            let mut c = Command::new("apt-get");
-            c.args([
-                "install",
-                "-y",
-                "-q",
-                "--no-install-recommends",
-                "gcc-aarch64-linux-gnu",
-                "libc6-dev-arm64-cross",
-                "qemu-user",
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive");
-            c
-        };
-        if run(&mut install()).is_err() {
-            run(Command::new("apt-get").args(["update", "-q"]))?;
-            run(&mut install())?;
-        }
-    }
+    apt_install(
+        &["/usr/bin/aarch64-linux-gnu-gcc", "/usr/bin/qemu-aarch64"],
+        &[
+            "gcc-aarch64-linux-gnu",
+            "libc6-dev-arm64-cross",
+            "qemu-user",
+        ],
+    )?;
     let test = |args: &[&str]| {
         let mut c = cargo_with(&["test", "--release", "--target", TARGET]);
         c.args(args)
@@ -453,25 +440,23 @@ fn aarch64_qemu(home: &Path) -> Result<()> {
 /// Debian's Chromium and chromedriver, for the chat page's browser test (installed with apt
 /// when missing; the test fails rather than skips under `cargo xtask test`).
 fn chromium() -> Result<()> {
-    let have = || {
-        ["/usr/bin/chromium", "/usr/bin/chromedriver"]
-            .iter()
-            .all(|p| Path::new(p).is_file())
-    };
+    apt_install(
+        &["/usr/bin/chromium", "/usr/bin/chromedriver"],
+        &["chromium", "chromium-driver"],
+    )
+}
+
+/// Debian's `packages`, installed with apt-get unless every file of `files` is there already.
+fn apt_install(files: &[&str], packages: &[&str]) -> Result<()> {
+    let have = || files.iter().all(|p| Path::new(p).is_file());
     if have() {
         return Ok(());
     }
     let install = || {
         let mut c = Command::new("apt-get");
-        c.args([
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "chromium",
-            "chromium-driver",
-        ])
-        .env("DEBIAN_FRONTEND", "noninteractive");
+        c.args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(packages)
+            .env("DEBIAN_FRONTEND", "noninteractive");
         c
     };
     // The package lists may be stale on a fresh machine: refresh them when the first try fails.
@@ -480,7 +465,11 @@ fn chromium() -> Result<()> {
         run(&mut install())?;
     }
     if !have() {
-        bail!("apt-get installed chromium and chromium-driver, but /usr/bin/chromium or /usr/bin/chromedriver is missing");
+        bail!(
+            "apt-get installed {}, but one of {} is missing",
+            packages.join(", "),
+            files.join(", ")
+        );
     }
     Ok(())
 }

@@ -6,6 +6,8 @@
 
 #[macro_use]
 mod simd_table;
+#[macro_use]
+mod q8_family_drivers;
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod aarch64;
