@@ -169,16 +169,23 @@ fn q8_family_tiles_equal_scalar_twin() {
 /// twins bit for bit.
 #[test]
 fn kquant_table_entries_equal_scalar_twins() {
+    for (i, k) in [256usize, 512, 1024].into_iter().enumerate() {
+        check_kquants(77 + i as u64, k, 1.0);
+    }
+}
+
+/// 3 rows of each K-quant type × 3 activation rows of `k` values: every ISA's table entries
+/// equal the scalar twins'.
+fn check_kquants(seed: u64, k: usize, scale: f32) {
     use kestrel_gguf::quant::BlockQ8K;
-    let mut rng = Rng::new(77);
-    let k = 512;
+    let mut rng = Rng::new(seed);
     for dtype in [DType::Q2K, DType::Q3K, DType::Q4K, DType::Q5K, DType::Q6K] {
         let mut w = Vec::new();
         for _ in 0..3 {
             w.extend(quantized_row(&mut rng, dtype, k).0);
         }
-        let x = rng.vec(k * 3, 1.0);
-        let mut y = vec![BlockQ8K::zeroed(); 2 * 3];
+        let x = rng.vec(k * 3, scale);
+        let mut y = vec![BlockQ8K::zeroed(); k / 256 * 3];
         q8::quantize_row_q8_k(&x, &mut y);
         let pick = |kern: &Kernels| match dtype {
             DType::Q2K => kern.q2_k,
@@ -190,7 +197,7 @@ fn kquant_table_entries_equal_scalar_twins() {
         let run = |kern: &Kernels| {
             let t = pick(kern);
             let mut rows = vec![0f32; 3];
-            (t.rows)(&w, &y[..2], &mut rows);
+            (t.rows)(&w, &y[..k / 256], &mut rows);
             let mut tile = vec![0f32; 3];
             (t.tile)(&w[..w.len() / 3], &y, 3, &mut tile);
             // The single-row and wide-step entries where the type has them.
@@ -243,6 +250,13 @@ proptest! {
         scale in 1e-3f32..1e3
     ) {
         check(TYPES[t], blocks * 32, m, seed, scale);
+    }
+
+    #[test]
+    fn kquant_table_entries_equal_scalar_twins_random(
+        blocks in 1usize..5, seed in any::<u64>(), scale in 1e-3f32..1e3
+    ) {
+        check_kquants(seed, blocks * 256, scale);
     }
 
     #[test]

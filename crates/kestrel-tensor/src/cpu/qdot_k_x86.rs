@@ -134,7 +134,7 @@ pub(crate) fn dot_q4_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {
 /// sub-blocks `p` (0..4): `Σ scale · q · a` over sub-blocks `2p` and `2p + 1`, and
 /// `Σ min · bsum` over the same two (exact integers).
 #[inline(always)]
-fn q4k_pairs(x: &BlockQ4K, yb: &BlockQ8K) -> ([i32; 4], [i32; 4]) {
+pub(crate) fn q4k_pairs(x: &BlockQ4K, yb: &BlockQ8K) -> ([i32; 4], [i32; 4]) {
     let (scales, mins) = k4_scales(&x.scales);
     let mut val = [0i32; 4];
     let mut min = [0i32; 4];
@@ -163,10 +163,21 @@ fn q4k_pairs(x: &BlockQ4K, yb: &BlockQ8K) -> ([i32; 4], [i32; 4]) {
 /// acc)` into its own accumulator; `acc - acc_min` at the end.
 #[inline]
 pub(crate) fn dot_q4_k_8x8_gemv(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    dot_q4_k_8x8_gemv_with(w, y, q4k_pairs)
+}
+
+/// [`dot_q4_k_8x8_gemv`]'s float steps over the integer parts `pairs` computes (the twin's
+/// [`q4k_pairs`], or a SIMD kernel's: exact integers, so the results are the same bits).
+#[inline(always)]
+pub(crate) fn dot_q4_k_8x8_gemv_with(
+    w: &[u8],
+    y: &[BlockQ8K],
+    pairs: impl Fn(&BlockQ4K, &BlockQ8K) -> ([i32; 4], [i32; 4]),
+) -> f32 {
     let (mut acc, mut acc_min) = (0f32, 0f32);
     for_each_block(w, |i, x: &BlockQ4K| {
         let yb = &y[i];
-        let (val, min) = q4k_pairs(x, yb);
+        let (val, min) = pairs(x, yb);
         let (v, m) = (val.iter().sum::<i32>(), min.iter().sum::<i32>());
         acc = (v as f32).mul_add(h(x.d) * yb.d, acc);
         acc_min = (m as f32).mul_add(h(x.dmin) * yb.d, acc_min);
@@ -178,10 +189,20 @@ pub(crate) fn dot_q4_k_8x8_gemv(w: &[u8], y: &[BlockQ8K]) -> f32 {
 /// groups of 4 activation rows): as [`dot_q4_k_8x8_gemv`] but one `fma` per pair of sub-blocks.
 #[inline]
 pub(crate) fn dot_q4_k_8x8_gemm(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    dot_q4_k_8x8_gemm_with(w, y, q4k_pairs)
+}
+
+/// [`dot_q4_k_8x8_gemm`]'s float steps over the integer parts `pairs` computes.
+#[inline(always)]
+pub(crate) fn dot_q4_k_8x8_gemm_with(
+    w: &[u8],
+    y: &[BlockQ8K],
+    pairs: impl Fn(&BlockQ4K, &BlockQ8K) -> ([i32; 4], [i32; 4]),
+) -> f32 {
     let (mut acc, mut acc_min) = (0f32, 0f32);
     for_each_block(w, |i, x: &BlockQ4K| {
         let yb = &y[i];
-        let (val, min) = q4k_pairs(x, yb);
+        let (val, min) = pairs(x, yb);
         let (d, dmin) = (h(x.d) * yb.d, h(x.dmin) * yb.d);
         for p in 0..QK_K / 64 {
             acc = (val[p] as f32).mul_add(d, acc);
@@ -228,33 +249,58 @@ pub(crate) fn dot_q5_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {
 /// apart on the fixture).
 #[inline]
 pub(crate) fn dot_q6_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    dot_q6_k_x86_with(w, y, q6k_lanes)
+}
+
+/// The 8 integer lanes of one Q6_K super-block in [`dot_q6_k_x86`]'s arrangement, the `-32`
+/// offset subtracted per lane (exact).
+#[inline(always)]
+pub(crate) fn q6k_lanes(x: &BlockQ6K, yb: &BlockQ8K) -> [i32; 8] {
+    let sc = &x.scales;
+    let mut sumi = [0i32; 8];
+    for c in 0..8 {
+        // Half j = c/4 of the block, chunk k = c%4 in it: low bits from ql bytes
+        // 64j + 32·(k%2).. (nibble k/2), high bits 2k..2k+2 of qh bytes 32j...
+        let (j, k) = (c / 4, c % 4);
+        let ql = &x.ql[64 * j + 32 * (k % 2)..64 * j + 32 * (k % 2) + 32];
+        let qh = &x.qh[32 * j..32 * j + 32];
+        let q = |b: usize| {
+            let lo = (ql[b] >> (4 * (k / 2))) & 0xf;
+            let hi = (qh[b] >> (2 * k)) & 3;
+            (lo | (hi << 4)) as i32
+        };
+        let (s_lo, s_hi) = (sc[2 * c] as i32, sc[2 * c + 1] as i32);
+        chunk(&mut sumi, q, &yb.qs[32 * c..32 * c + 32], s_lo, s_hi);
+    }
+    q6k_offset(&mut sumi, x, yb);
+    sumi
+}
+
+/// Subtracts Q6_K's `-32` offset from `sumi` per lane: `32 · (sc[2l]·bsums[2l] +
+/// sc[2l+1]·bsums[2l+1])` from lane `l`.
+#[inline(always)]
+pub(crate) fn q6k_offset(sumi: &mut [i32; 8], x: &BlockQ6K, yb: &BlockQ8K) {
+    let sc = &x.scales;
+    for l in 0..8 {
+        let off = sc[2 * l] as i32 * yb.bsums[2 * l] as i32
+            + sc[2 * l + 1] as i32 * yb.bsums[2 * l + 1] as i32;
+        sumi[l] -= 32 * off;
+    }
+}
+
+/// [`dot_q6_k_x86`]'s float steps over the integer lanes `lanes` computes.
+#[inline(always)]
+pub(crate) fn dot_q6_k_x86_with(
+    w: &[u8],
+    y: &[BlockQ8K],
+    lanes: impl Fn(&BlockQ6K, &BlockQ8K) -> [i32; 8],
+) -> f32 {
     debug_assert_eq!(w.len(), y.len() * std::mem::size_of::<BlockQ6K>());
     let mut acc = [0f32; 8];
     for_each_block(w, |i, x: &BlockQ6K| {
         let yb = &y[i];
         let d = yb.d * h(x.d);
-        let sc = &x.scales;
-        let mut sumi = [0i32; 8];
-        for c in 0..8 {
-            // Half j = c/4 of the block, chunk k = c%4 in it: low bits from ql bytes
-            // 64j + 32·(k%2).. (nibble k/2), high bits 2k..2k+2 of qh bytes 32j...
-            let (j, k) = (c / 4, c % 4);
-            let ql = &x.ql[64 * j + 32 * (k % 2)..64 * j + 32 * (k % 2) + 32];
-            let qh = &x.qh[32 * j..32 * j + 32];
-            let q = |b: usize| {
-                let lo = (ql[b] >> (4 * (k / 2))) & 0xf;
-                let hi = (qh[b] >> (2 * k)) & 3;
-                (lo | (hi << 4)) as i32
-            };
-            let (s_lo, s_hi) = (sc[2 * c] as i32, sc[2 * c + 1] as i32);
-            chunk(&mut sumi, q, &yb.qs[32 * c..32 * c + 32], s_lo, s_hi);
-        }
-        for l in 0..8 {
-            let off = sc[2 * l] as i32 * yb.bsums[2 * l] as i32
-                + sc[2 * l + 1] as i32 * yb.bsums[2 * l + 1] as i32;
-            sumi[l] -= 32 * off;
-        }
-        fma8(&mut acc, d, &sumi);
+        fma8(&mut acc, d, &lanes(x, yb));
     });
     hsum_float_8(&acc)
 }
@@ -267,26 +313,43 @@ pub(crate) fn dot_q6_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {
 /// on the `ggml_matmul.bin` fixture, and not without the FMA).
 #[inline]
 pub(crate) fn dot_q6_k_tiled(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    dot_q6_k_tiled_with(w, y, q6k_isum)
+}
+
+/// One Q6_K super-block's exact integer dot `Σ scale · (q - 32) · a` (the tiled order's).
+#[inline(always)]
+fn q6k_isum(x: &BlockQ6K, yb: &BlockQ8K) -> i32 {
+    let mut isum = 0i32;
+    for c in 0..8 {
+        let (j, k) = (c / 4, c % 4);
+        let ql = &x.ql[64 * j + 32 * (k % 2)..64 * j + 32 * (k % 2) + 32];
+        let qh = &x.qh[32 * j..32 * j + 32];
+        for half in 0..2 {
+            let mut sub = 0i32;
+            for b in 16 * half..16 * half + 16 {
+                let lo = (ql[b] >> (4 * (k / 2))) & 0xf;
+                let hi = (qh[b] >> (2 * k)) & 3;
+                let q = (lo | (hi << 4)) as i32 - 32;
+                sub += q * yb.qs[32 * c + b] as i32;
+            }
+            isum += x.scales[2 * c + half] as i32 * sub;
+        }
+    }
+    isum
+}
+
+/// [`dot_q6_k_tiled`]'s float steps over the per-super-block integers `isum` computes.
+#[inline(always)]
+pub(crate) fn dot_q6_k_tiled_with(
+    w: &[u8],
+    y: &[BlockQ8K],
+    isum: impl Fn(&BlockQ6K, &BlockQ8K) -> i32,
+) -> f32 {
     debug_assert_eq!(w.len(), y.len() * std::mem::size_of::<BlockQ6K>());
     let mut acc = 0f32;
     for_each_block(w, |i, x: &BlockQ6K| {
         let yb = &y[i];
-        let mut isum = 0i32;
-        for c in 0..8 {
-            let (j, k) = (c / 4, c % 4);
-            let ql = &x.ql[64 * j + 32 * (k % 2)..64 * j + 32 * (k % 2) + 32];
-            let qh = &x.qh[32 * j..32 * j + 32];
-            for half in 0..2 {
-                let mut sub = 0i32;
-                for b in 16 * half..16 * half + 16 {
-                    let lo = (ql[b] >> (4 * (k / 2))) & 0xf;
-                    let hi = (qh[b] >> (2 * k)) & 3;
-                    let q = (lo | (hi << 4)) as i32 - 32;
-                    sub += q * yb.qs[32 * c + b] as i32;
-                }
-                isum += x.scales[2 * c + half] as i32 * sub;
-            }
-        }
+        let isum = isum(x, yb);
         acc = (isum as f32 * h(x.d)).mul_add(yb.d, acc);
     });
     acc

@@ -1,5 +1,5 @@
-//! NEON kernels with the dot-product extension (FEAT_DotProd): the q8_0 family with four byte
-//! products per lane summed by one `sdot` (through `asm!`: Rust's `vdotq_s32` is not stable).
+//! NEON kernels with the dot-product extension (FEAT_DotProd): the q8_0 family and Q4_K/Q6_K
+//! with four byte products per lane summed by one `sdot` (through `asm!`: Rust's `vdotq_s32` is not stable).
 //! The integer lane sums equal the plain NEON ones exactly.
 
 use std::arch::aarch64::*;
@@ -30,4 +30,12 @@ fn lane_sums(x: B32, y: B32) -> (int32x4_t, int32x4_t) {
     (sdot(z, x.0, y.0), sdot(z, x.1, y.1))
 }
 
+/// The 4-byte lane sums of `x` · `y` (16 bytes).
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn quad_sums(x: int8x16_t, y: int8x16_t) -> int32x4_t {
+    sdot(vdupq_n_s32(0), x, y)
+}
+
 q8_family_kernels!("neon,dotprod");
+kquant_kernels!("neon,dotprod");

@@ -1,7 +1,8 @@
 //! aarch64 SIMD kernels, one module per level: [`neon`] (Advanced SIMD, on every aarch64 CPU)
 //! and [`dotprod`] (the same kernels with `sdot` summing four byte products per lane in one
-//! instruction). Both are instantiated from the one kernel body in [`q8_family`], so they
-//! cannot drift apart; each is bit-identical to its scalar twin in `cpu::qdot`, which follows
+//! instruction). Both are instantiated from the one kernel body in [`q8_family`] (Q4_0, Q4_1,
+//! Q5_0, Q5_1, Q8_0) and the integer halves in [`kquants`] (Q4_K, Q6_K), so they cannot drift
+//! apart; each is bit-identical to its scalar twin in `cpu::qdot`, which follows
 //! ggml's x86 float order, so an aarch64 machine gives what an x86-64 one gives on the
 //! unpacked paths (`cpu::kernel_tests`, run under `qemu-aarch64` in CI).
 //!
@@ -11,6 +12,8 @@
 
 #[macro_use]
 mod q8_family;
+#[macro_use]
+mod kquants;
 
 pub(crate) mod dotprod;
 pub(crate) mod neon;
@@ -47,9 +50,67 @@ pub(crate) fn fp16(bits: u16) -> f32 {
     r
 }
 
+/// `base` with one level's Q4_K and Q6_K kernels (dots per row and pair, in the twins' orders:
+/// Q4_K's gemv for rows and single rows, gemm for groups; Q6_K's `vec_dot`, tiled from
+/// `TILED_MIN_ROWS` rows of a sequence).
+macro_rules! with_kquants {
+    ($level:ident, $base:expr) => {{
+        use kestrel_gguf::quant::BlockQ8K;
+
+        use crate::cpu::dispatch::{rows_by_dot, tile_by_dots, TypeKernels, TILED_MIN_ROWS};
+
+        fn q4_k_rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+            // SAFETY: only reachable through a table made after detection.
+            rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_q4_k_gemv(wr, y) })
+        }
+        fn q4_k_tile(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
+            // SAFETY: as above.
+            tile_by_dots(w, y, n, out, |wr, y| unsafe {
+                $level::dot_q4_k_gemm(wr, y)
+            })
+        }
+        fn q4_k_single(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
+            // SAFETY: as above.
+            tile_by_dots(w, y, n, out, |wr, y| unsafe {
+                $level::dot_q4_k_gemv(wr, y)
+            })
+        }
+        fn q6_k_rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+            // SAFETY: as above.
+            rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_q6_k(wr, y) })
+        }
+        fn q6_k_tile(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
+            // SAFETY: as above.
+            tile_by_dots(w, y, n, out, |wr, y| unsafe { $level::dot_q6_k(wr, y) })
+        }
+        fn q6_k_tiled(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
+            // SAFETY: as above.
+            tile_by_dots(w, y, n, out, |wr, y| unsafe {
+                $level::dot_q6_k_tiled(wr, y)
+            })
+        }
+        let base: Kernels = $base;
+        Kernels {
+            q4_k: TypeKernels {
+                rows: q4_k_rows,
+                tile: q4_k_tile,
+                single: Some(q4_k_single),
+                ..base.q4_k
+            },
+            q6_k: TypeKernels {
+                rows: q6_k_rows,
+                tile: q6_k_tile,
+                wide: Some((TILED_MIN_ROWS, q6_k_tiled)),
+                ..base.q6_k
+            },
+            ..base
+        }
+    }};
+}
+
 /// The NEON table over `base` (types without a NEON kernel keep `base`'s).
 pub(crate) fn neon_kernels(base: Kernels) -> Kernels {
-    safe_table!(neon, has_neon, base, Isa::Neon)
+    with_kquants!(neon, safe_table!(neon, has_neon, base, Isa::Neon))
 }
 
 /// The dot-product table over `base`.
@@ -57,7 +118,10 @@ pub(crate) fn neon_kernels(base: Kernels) -> Kernels {
 /// # Panics
 /// If the CPU lacks the dot-product extension (callers check [`has_dotprod`] first).
 pub(crate) fn dotprod_kernels(base: Kernels) -> Kernels {
-    safe_table!(dotprod, has_dotprod, base, Isa::Dotprod)
+    with_kquants!(
+        dotprod,
+        safe_table!(dotprod, has_dotprod, base, Isa::Dotprod)
+    )
 }
 
 #[cfg(test)]

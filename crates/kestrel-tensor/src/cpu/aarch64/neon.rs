@@ -1,6 +1,7 @@
-//! Advanced SIMD (NEON) kernels, every aarch64 CPU: the q8_0 family with the byte products
-//! widened by `smull` and summed pairwise (`saddlp`, `addp`) into 8 i32 lanes of four products
-//! each, the lanes `sdot` gives at the dot-product level (see `q8_family`).
+//! Advanced SIMD (NEON) kernels, every aarch64 CPU: the q8_0 family and Q4_K/Q6_K with the
+//! byte products widened by `smull` and summed pairwise (`saddlp`, `addp`) into i32 lanes of
+//! four products each, the lanes `sdot` gives at the dot-product level (see `q8_family`,
+//! `kquants`).
 
 use std::arch::aarch64::*;
 
@@ -22,3 +23,4 @@ fn lane_sums(x: B32, y: B32) -> (int32x4_t, int32x4_t) {
 }
 
 q8_family_kernels!("neon");
+kquant_kernels!("neon");
