@@ -354,3 +354,32 @@ pub(crate) fn kernels() -> &'static Kernels {
 pub fn active_isa() -> Isa {
     kernels().isa
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Isa;
+
+    /// `KESTREL_ISA` caps within this architecture; above the CPU, unknown, or another
+    /// architecture's level gives the best this CPU runs.
+    #[test]
+    fn capped_stays_within_this_architecture_and_cpu() {
+        let best = Isa::detected();
+        assert_eq!(Isa::capped(None), best);
+        assert_eq!(Isa::capped(Some(Isa::Scalar)), Isa::Scalar);
+        for isa in Isa::available() {
+            assert_eq!(Isa::capped(Some(isa)), isa);
+            assert_eq!(Isa::from_name(isa.name()), Some(isa));
+        }
+        let foreign = if cfg!(target_arch = "x86_64") {
+            [Isa::Neon, Isa::Dotprod]
+        } else {
+            [Isa::Avx2, Isa::Avx512]
+        };
+        for isa in foreign {
+            assert_eq!(Isa::capped(Some(isa)), best, "{isa:?}");
+            assert!(!Isa::available().contains(&isa));
+        }
+        assert_eq!(Isa::from_name(" AVX2 "), Some(Isa::Avx2));
+        assert_eq!(Isa::from_name("sse4"), None);
+    }
+}
