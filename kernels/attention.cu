@@ -20,9 +20,6 @@
 // pairs and accumulate p_j · v_j. head_dim even (the launcher falls back to attention_f16
 // otherwise). Launch: grid (ceil(n_tokens * group / TILE_ROWS), n_kv_head), block (32, 4),
 // dynamic shared memory (TILE_ROWS * head_dim + TILE_KEYS * (head_dim / 2 + 1)) * 4 bytes.
-//
-// kv_append_f16: `cache[positions[t]][i] = half(src[t][i])` for rows of `row` values.
-// Launch: grid n_tokens, block 256.
 #include "common.cuh"
 
 #define ATT_WARPS 4
@@ -289,11 +286,4 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
             }
         }
     }
-}
-
-extern "C" __global__ void kv_append_f16(const float *__restrict__ src, const int *__restrict__ positions,
-                                         __half *__restrict__ cache, int row) {
-    const float *s = src + (long long)blockIdx.x * row;
-    __half *d = cache + (long long)positions[blockIdx.x] * row;
-    for (int i = threadIdx.x; i < row; i += blockDim.x) d[i] = __float2half(s[i]);
 }

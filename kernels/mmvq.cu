@@ -1,13 +1,19 @@
 // Quantized matrix times 1-8 activation rows (decode and small batches), as ggml-cuda's MMVQ:
-// activations in Q8_1 (quantize.cu), integer dot products per 32-value block with `__dp4a`,
-// one float multiply-add per block. Every weight row is read once for all activation rows.
+// activations in Q8_1 (quantize.cu), integer dot products with `__dp4a`, float scales per
+// 32-value block. Every weight row is read once for all activation rows.
+//
+// A CTA of MMVQ_WARPS warps per weight row (mmvq.cuh); 2 threads share each 32-value block, as
+// ggml-cuda's MMVQ for these types, thread t taking quant words 2t and 2t+1 (elements 8t..8t+7
+// and 16+8t..16+8t+7 for the nibble types; words 2t, 2t+1, 2t+4, 2t+5 for Q8_0), so the CTA's
+// loads of a row are contiguous. A thread unpacks its slice once for all activation rows; the
+// block's constant term (`-8d`/`-16d` or the min, times the activation block's `s = d·Σq`) is
+// added by thread 0 of the pair alone.
 //
 // Layout: `w` m rows of `nb` blocks; `a` NCOLS rows of `nb` Q8_1 blocks; `out[c * m + r]`.
-// Launch: block (32, ROWS_PER_CTA), grid ceil(m / ROWS_PER_CTA); one warp per weight row, its
-// lanes striding over the row's blocks.
-#include "common.cuh"
+// Launch: block (32, MMVQ_WARPS), grid ceil(m / rpc).
+#include "mmvq.cuh"
 
-#define ROWS_PER_CTA 4
+#define LANES_PER_BLOCK 2
 
 __device__ __forceinline__ int a_word(const block_q8_1 *a, int i) { return load_i32_a4(a->qs + 4 * i); }
 
@@ -17,79 +23,103 @@ __device__ __forceinline__ int fifth_bits(u32 h) {
                  ((h << 25) & 0x10000000u));
 }
 
-// Σ over the block of (weight quant as stored, unsigned for Q4/Q5) × activation quant. `A4`:
-// `qs` is 4-byte aligned (Q4_1's and Q5_1's 20- and 24-byte blocks), read a word at a time.
-template <bool A4>
-__device__ __forceinline__ int nibble_dot(const u8 *qs, u32 qh, bool has_qh, const block_q8_1 *a) {
-    int sumi = 0;
+// A thread's slice of one weight block: quant words `lo[i]` and `hi[i]` (dotted with activation
+// words 2t+i and 2t+i+4), the block scale, and the constant term's factor (0 except for t = 0).
+struct QSlice {
+    int lo[2], hi[2];
+    float d, c;
+};
+
+// Nibble words 2t, 2t+1 of `qs` (4-byte aligned when A4), with fifth bits from `qh` when Q5.
+template <bool Q5, bool A4>
+__device__ __forceinline__ void nibbles(const u8 *qs, u32 qh, int t, QSlice *s) {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int v = A4 ? load_i32_a4(qs + 4 * i) : load_i32_a2(qs + 4 * i);
-        int lo = v & 0x0F0F0F0F;
-        int hi = (v >> 4) & 0x0F0F0F0F;
-        if (has_qh) {
-            lo |= fifth_bits(qh >> (4 * i));
-            hi |= fifth_bits(qh >> (4 * i + 16));
+    for (int i = 0; i < 2; i++) {
+        const int w = 2 * t + i;
+        const int v = A4 ? load_i32_a4(qs + 4 * w) : load_i32_a2(qs + 4 * w);
+        s->lo[i] = v & 0x0F0F0F0F;
+        s->hi[i] = (v >> 4) & 0x0F0F0F0F;
+        if (Q5) {
+            s->lo[i] |= fifth_bits(qh >> (4 * w));
+            s->hi[i] |= fifth_bits(qh >> (4 * w + 16));
         }
-        sumi = __dp4a(lo, a_word(a, i), sumi);
-        sumi = __dp4a(hi, a_word(a, i + 4), sumi);
     }
-    return sumi;
 }
 
-__device__ __forceinline__ float dot_block(const block_q4_0 *w, const block_q8_1 *a) {
-    const int sumi = nibble_dot<false>(w->qs, 0, false, a);
-    return __half2float(w->d) * (__half2float(a->d) * (float)sumi - 8.0f * __half2float(a->s));
+__device__ __forceinline__ QSlice slice(const block_q4_0 *w, int t) {
+    QSlice s;
+    nibbles<false, false>(w->qs, 0, t, &s);
+    s.d = __half2float(w->d);
+    s.c = t == 0 ? -8.0f * s.d : 0.0f;
+    return s;
 }
 
-__device__ __forceinline__ float dot_block(const block_q4_1 *w, const block_q8_1 *a) {
-    const int sumi = nibble_dot<true>(w->qs, 0, false, a);
-    return __half2float(w->d) * __half2float(a->d) * (float)sumi +
-           __half2float(w->m) * __half2float(a->s);
+__device__ __forceinline__ QSlice slice(const block_q4_1 *w, int t) {
+    QSlice s;
+    nibbles<false, true>(w->qs, 0, t, &s);
+    s.d = __half2float(w->d);
+    s.c = t == 0 ? __half2float(w->m) : 0.0f;
+    return s;
 }
 
-__device__ __forceinline__ float dot_block(const block_q5_0 *w, const block_q8_1 *a) {
-    const int sumi = nibble_dot<false>(w->qs, (u32)load_i32_a2(w->qh), true, a);
-    return __half2float(w->d) * (__half2float(a->d) * (float)sumi - 16.0f * __half2float(a->s));
+__device__ __forceinline__ QSlice slice(const block_q5_0 *w, int t) {
+    QSlice s;
+    nibbles<true, false>(w->qs, (u32)load_i32_a2(w->qh), t, &s);
+    s.d = __half2float(w->d);
+    s.c = t == 0 ? -16.0f * s.d : 0.0f;
+    return s;
 }
 
-__device__ __forceinline__ float dot_block(const block_q5_1 *w, const block_q8_1 *a) {
-    const int sumi = nibble_dot<true>(w->qs, (u32)load_i32_a4(w->qh), true, a);
-    return __half2float(w->d) * __half2float(a->d) * (float)sumi +
-           __half2float(w->m) * __half2float(a->s);
+__device__ __forceinline__ QSlice slice(const block_q5_1 *w, int t) {
+    QSlice s;
+    nibbles<true, true>(w->qs, (u32)load_i32_a4(w->qh), t, &s);
+    s.d = __half2float(w->d);
+    s.c = t == 0 ? __half2float(w->m) : 0.0f;
+    return s;
 }
 
-__device__ __forceinline__ float dot_block(const block_q8_0 *w, const block_q8_1 *a) {
-    int sumi = 0;
+__device__ __forceinline__ QSlice slice(const block_q8_0 *w, int t) {
+    QSlice s;
 #pragma unroll
-    for (int i = 0; i < 8; i++) sumi = __dp4a(load_i32_a2(w->qs + 4 * i), a_word(a, i), sumi);
-    return __half2float(w->d) * __half2float(a->d) * (float)sumi;
+    for (int i = 0; i < 2; i++) {
+        s.lo[i] = load_i32_a2(w->qs + 4 * (2 * t + i));
+        s.hi[i] = load_i32_a2(w->qs + 4 * (2 * t + i + 4));
+    }
+    s.d = __half2float(w->d);
+    s.c = 0.0f;
+    return s;
 }
 
 template <typename B, int NCOLS>
 __device__ __forceinline__ void mmvq(const B *__restrict__ w, const block_q8_1 *__restrict__ a,
-                                     float *__restrict__ out, int nb, int m) {
-    const int row = blockIdx.x * ROWS_PER_CTA + threadIdx.y;
-    if (row >= m) return;
-    const B *wr = w + (long long)row * nb;
+                                     float *__restrict__ out, int nb, int m, int rpc) {
+    const MmvqPlace p = mmvq_place(rpc, m);
+    const B *wr = w + (long long)p.row * nb;
+    const int t = p.tid % LANES_PER_BLOCK, end = p.live ? nb : 0;
     float acc[NCOLS];
 #pragma unroll
     for (int c = 0; c < NCOLS; c++) acc[c] = 0.0f;
-    for (int ib = threadIdx.x; ib < nb; ib += WARP) {
+    for (int ib = p.tid / LANES_PER_BLOCK; ib < end; ib += p.nthreads / LANES_PER_BLOCK) {
+        const QSlice s = slice(wr + ib, t);
 #pragma unroll
-        for (int c = 0; c < NCOLS; c++) acc[c] += dot_block(wr + ib, a + (long long)c * nb + ib);
-    }
+        for (int c = 0; c < NCOLS; c++) {
+            const block_q8_1 *ab = a + (long long)c * nb + ib;
+            int sumi = 0;
 #pragma unroll
-    for (int c = 0; c < NCOLS; c++) {
-        const float s = warp_sum(acc[c]);
-        if (threadIdx.x == 0) out[(long long)c * m + row] = s;
+            for (int i = 0; i < 2; i++) {
+                sumi = __dp4a(s.lo[i], a_word(ab, 2 * t + i), sumi);
+                sumi = __dp4a(s.hi[i], a_word(ab, 2 * t + i + 4), sumi);
+            }
+            acc[c] += s.d * __half2float(ab->d) * (float)sumi + s.c * __half2float(ab->s);
+        }
     }
+    mmvq_store<NCOLS>(acc, out, m, p, rpc);
 }
 
 #define MMVQ(T, N)                                                                         \
-    extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)                      \
-        mmvq_##T##_##N(const block_##T *w, const block_q8_1 *a, float *out, int nb, int m) { \
-        mmvq<block_##T, N>(w, a, out, nb, m);                                              \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                      \
+        mmvq_##T##_##N(const block_##T *w, const block_q8_1 *a, float *out, int nb, int m, int rpc) { \
+        mmvq<block_##T, N>(w, a, out, nb, m, rpc);                                          \
     }
 #define MMVQ_ALL(T) MMVQ(T, 1) MMVQ(T, 2) MMVQ(T, 3) MMVQ(T, 4) MMVQ(T, 5) MMVQ(T, 6) MMVQ(T, 7) MMVQ(T, 8)
 

@@ -12,7 +12,10 @@
 //! beside it records the NVRTC version and the sha256 of every source (a `.cu` with all
 //! `.cuh` headers) and PTX, and `ptx_table.rs` lists the modules for `include_str!`.
 //! `--check` (run by `cargo xtask test`) recomputes the hashes without NVRTC and fails when a
-//! kernel source changed but its PTX was not rebuilt, or a PTX file was edited by hand.
+//! kernel source changed but its PTX was not rebuilt, or a PTX file was edited by hand, then runs
+//! the host checks: `kernels/host/*_check.cpp` compiled with the system C++ compiler against a
+//! host stand-in for the CUDA headers (kernels run on the CPU as emulated CTAs), each against a
+//! float64 reference. No GPU or CUDA needed.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::fs::{self, File};
@@ -183,7 +186,7 @@ pub fn kernels(check: bool) -> Result<()> {
             );
         }
         println!("kernels: {} modules, PTX matches its sources", cu.len());
-        return Ok(());
+        return host_checks();
     }
     let tools = toolchain()?;
     let nvrtc = Nvrtc::load(&tools.join("nvidia/cuda_nvrtc/lib/libnvrtc.so.12"))?;
@@ -241,7 +244,7 @@ pub fn kernels(check: bool) -> Result<()> {
         "kernels: wrote {} and ptx_table.rs",
         manifest_path.display()
     );
-    Ok(())
+    host_checks()
 }
 
 /// The unpacked toolchain folder, downloading the wheels on first use.
@@ -403,4 +406,43 @@ impl Nvrtc {
             result
         }
     }
+}
+
+/// Compiles and runs each `kernels/host/*_check.cpp` (C++20, `kernels/host` first on the include
+/// path so `cuda_fp16.h` is the host stand-in). A missing C++ compiler is an error, not a skip:
+/// every machine that links Rust here has one.
+fn host_checks() -> Result<()> {
+    let host = kernels_dir().join("host");
+    let mut checks: Vec<PathBuf> = fs::read_dir(&host)
+        .context("reading kernels/host/")?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_str().is_some_and(|s| s.ends_with("_check.cpp")))
+        .collect();
+    checks.sort();
+    let out_dir = workspace_root().join("target/kernel-host-checks");
+    fs::create_dir_all(&out_dir)?;
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    for src in &checks {
+        let name = stem(src)?;
+        let exe = out_dir.join(&name);
+        let status = Command::new(&cxx)
+            .args(["-std=c++20", "-O1", "-pthread", "-I"])
+            .arg(&host)
+            .arg("-o")
+            .arg(&exe)
+            .arg(src)
+            .status()
+            .with_context(|| format!("running {cxx} (set CXX to a C++20 compiler)"))?;
+        if !status.success() {
+            bail!("kernels: compiling {} failed ({status})", src.display());
+        }
+        let status = Command::new(&exe)
+            .status()
+            .with_context(|| format!("running {}", exe.display()))?;
+        if !status.success() {
+            bail!("kernels: host check {name} failed: a kernel disagrees with its reference");
+        }
+    }
+    println!("kernels: {} host checks passed", checks.len());
+    Ok(())
 }

@@ -627,10 +627,9 @@ impl CudaPlan {
             }
             Op::Rope(p) => {
                 let a = self.input(node, 0)?;
-                dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
                 let params = p.engine_params();
                 let ff = p.freq_factors.map(|w| &*self.weights[w]);
-                dev.rope_ids(out, &self.d_positions, p.n_head, p.head_dim, &params, ff)?;
+                dev.rope_ids_from(a, out, &self.d_positions, p.n_head, p.head_dim, &params, ff)?;
             }
             Op::Attention(p) => {
                 let params = p.engine_params();
@@ -647,8 +646,11 @@ impl CudaPlan {
                     .get_mut(p.layer)
                     .and_then(Option::as_mut)
                     .ok_or_else(|| internal("layer cache missing"))?;
-                dev.kv_append_ids(self.input(node, 1)?, &self.d_positions, &mut layer.k)?;
-                dev.kv_append_ids(self.input(node, 2)?, &self.d_positions, &mut layer.v)?;
+                dev.kv_append2_ids(
+                    (self.input(node, 1)?, self.input(node, 2)?),
+                    &self.d_positions,
+                    (&mut layer.k, &mut layer.v),
+                )?;
                 let q = self.input(node, 0)?;
                 dev.attention_ids(q, mask, &layer.k, &layer.v, kv_len, &params, out)?;
             }

@@ -418,6 +418,87 @@ fn rope_matches_the_cpu_engine() {
     }
 }
 
+/// The plan's one-launch forms: RoPE from a source buffer (a partial rotation, so the copied
+/// tail counts) equals the copy + in-place RoPE, and the key/value pair append equals two
+/// appends, bit for bit.
+#[test]
+fn fused_rope_and_pair_append_equal_their_two_step_forms() {
+    use kestrel_tensor::cpu::{RopeMode, RopeParams};
+    let Some(dev) = device() else { return };
+    let positions: Vec<i32> = vec![3, 4, 5, 90];
+    let mut ids = dev.new_ids(positions.len()).unwrap();
+    dev.set_ids(&mut ids, &positions).unwrap();
+    let (n_head, head_dim) = (4, 128);
+    let p = RopeParams {
+        mode: RopeMode::Neox,
+        n_rot: 64,
+        freq_base: 10_000.0,
+        freq_scale: 1.0,
+        ext_factor: 0.0,
+        attn_factor: 1.0,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        n_ctx_orig: 4096,
+    };
+    let shape = Shape::matrix(positions.len() * n_head, head_dim).unwrap();
+    let host = random(shape.elem_count(), 9);
+    let src = dev
+        .upload(&Tensor::from_f32(shape, &host).unwrap())
+        .unwrap();
+    let mut in_place = dev
+        .upload(&Tensor::from_f32(shape, &host).unwrap())
+        .unwrap();
+    dev.rope_ids(&mut in_place, &ids, n_head, head_dim, &p, None)
+        .unwrap();
+    let mut out = dev.zeros(DType::F32, shape).unwrap();
+    dev.rope_ids_from(&src, &mut out, &ids, n_head, head_dim, &p, None)
+        .unwrap();
+    assert_eq!(
+        dev.download_f32(&out).unwrap(),
+        dev.download_f32(&in_place).unwrap()
+    );
+
+    // F16 caches are not downloadable: attention over each pair shows they hold the same.
+    let (n_kv_head, capacity) = (2, 128);
+    let row = n_kv_head * head_dim;
+    let kv_shape = Shape::matrix(positions.len(), row).unwrap();
+    let k = dev
+        .upload(&Tensor::from_f32(kv_shape, &random(kv_shape.elem_count(), 10)).unwrap())
+        .unwrap();
+    let v = dev
+        .upload(&Tensor::from_f32(kv_shape, &random(kv_shape.elem_count(), 11)).unwrap())
+        .unwrap();
+    let cache = || {
+        dev.zeros(DType::F16, Shape::matrix(capacity, row).unwrap())
+            .unwrap()
+    };
+    let (mut k1, mut v1, mut k2, mut v2) = (cache(), cache(), cache(), cache());
+    dev.kv_append_ids(&k, &ids, &mut k1).unwrap();
+    dev.kv_append_ids(&v, &ids, &mut v1).unwrap();
+    dev.kv_append2_ids((&k, &v), &ids, (&mut k2, &mut v2))
+        .unwrap();
+    let ap = kestrel_tensor::cpu::AttentionParams {
+        n_head,
+        n_kv_head,
+        head_dim,
+        scale: 0.1,
+        softcap: 0.0,
+        window: 0,
+    };
+    let attend = |kc: &_, vc: &_| {
+        let mut o = dev.zeros_f32(shape).unwrap();
+        dev.attention(&out, &positions, kc, vc, capacity, &ap, &mut o)
+            .unwrap();
+        dev.download_f32(&o).unwrap()
+    };
+    assert_eq!(attend(&k1, &v1), attend(&k2, &v2));
+    // A position past the cache is refused before anything is written.
+    dev.set_ids(&mut ids, &[0, 1, 2, capacity as i32]).unwrap();
+    assert!(dev
+        .kv_append2_ids((&k, &v), &ids, (&mut k2, &mut v2))
+        .is_err());
+}
+
 #[test]
 fn attention_matches_the_cpu_engine() {
     use half::f16;

@@ -67,7 +67,7 @@ impl CudaDevice {
         p: &RopeParams,
         freq_factors: Option<&DeviceTensor>,
     ) -> Result<()> {
-        self.rope_impl(None, x, positions, n_head, head_dim, p, freq_factors)
+        self.rope_impl(None, None, x, positions, n_head, head_dim, p, freq_factors)
     }
 
     /// [`Self::rope`] with the positions in a device buffer the caller wrote (a CUDA graph
@@ -86,7 +86,36 @@ impl CudaDevice {
     ) -> Result<()> {
         self.rope_impl(
             Some(&positions.buf),
+            None,
             x,
+            &positions.host,
+            n_head,
+            head_dim,
+            p,
+            freq_factors,
+        )
+    }
+
+    /// [`Self::rope_ids`] reading `src` and writing `out` (same shape), the unrotated dims copied:
+    /// one launch where a copy and an in-place rotation took two.
+    ///
+    /// # Errors
+    /// As [`Self::rope`], and `src` of another size than `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_ids_from(
+        &self,
+        src: &DeviceTensor,
+        out: &mut DeviceTensor,
+        positions: &DeviceIds,
+        n_head: usize,
+        head_dim: usize,
+        p: &RopeParams,
+        freq_factors: Option<&DeviceTensor>,
+    ) -> Result<()> {
+        self.rope_impl(
+            Some(&positions.buf),
+            Some(src),
+            out,
             &positions.host,
             n_head,
             head_dim,
@@ -99,6 +128,7 @@ impl CudaDevice {
     fn rope_impl(
         &self,
         dev_ids: Option<&CudaSlice<i32>>,
+        src: Option<&DeviceTensor>,
         x: &mut DeviceTensor,
         positions: &[i32],
         n_head: usize,
@@ -123,6 +153,17 @@ impl CudaDevice {
                 expected: want,
                 actual: x.shape.elem_count(),
             });
+        }
+        if let Some(src) = src {
+            f32_only(OP, src)?;
+            if src.shape.elem_count() != want {
+                return Err(TensorError::LengthMismatch {
+                    op: OP,
+                    what: "src",
+                    expected: want,
+                    actual: src.shape.elem_count(),
+                });
+            }
         }
         if let Some(ff) = freq_factors {
             f32_only(OP, ff)?;
@@ -149,6 +190,10 @@ impl CudaDevice {
             let neox = i32::from(p.mode == RopeMode::Neox);
             let f = self.func("rope_f32")?;
             let mut b = self.stream.launch_builder(f);
+            match src {
+                Some(src) => b.arg(&src.buf),
+                None => b.arg(&null),
+            };
             b.arg(&mut x.buf).arg(pos);
             match freq_factors {
                 Some(ff) => b.arg(&ff.buf),
@@ -165,8 +210,8 @@ impl CudaDevice {
                 .arg(&corr[0])
                 .arg(&corr[1]);
             let grid = grid_for(positions.len() * n_head, 1)?;
-            // SAFETY: x holds tokens*n_head*head_dim f32, positions one i32 per token, ff n_rot/2
-            // f32 or null (checked); one thread per rotated pair.
+            // SAFETY: x (and src, or null) hold tokens*n_head*head_dim f32, positions one i32 per
+            // token, ff n_rot/2 f32 or null (checked); one thread per rotated pair.
             unsafe { b.launch(cfg(grid, ((n_rot / 2) as u32, 1))) }
                 .map_err(driver("launch rope"))?;
             Ok(())
@@ -212,41 +257,12 @@ impl CudaDevice {
         positions: &[i32],
         cache: &mut DeviceTensor,
     ) -> Result<()> {
-        const OP: &str = "cuda kv_append";
-        f32_only(OP, src)?;
-        if cache.dtype != DType::F16 {
-            return Err(TensorError::UnsupportedDType {
-                op: OP,
-                dtype: cache.dtype,
-            });
-        }
-        let row = cache.shape.row_len();
-        let capacity = cache.shape.n_rows();
-        if src.shape.row_len() != row || src.shape.n_rows() != positions.len() {
-            return Err(TensorError::ShapeMismatch {
-                op: OP,
-                what: "src",
-                expected: Shape::matrix(positions.len(), row)?,
-                actual: src.shape,
-            });
-        }
-        if let Some((index, &p)) = positions
-            .iter()
-            .enumerate()
-            .find(|(_, &p)| p < 0 || p as usize >= capacity)
-        {
-            return Err(TensorError::IdOutOfRange {
-                op: OP,
-                index,
-                id: i64::from(p),
-                rows: capacity,
-            });
-        }
+        let row = check_kv_append(src, positions, cache)?;
         if positions.is_empty() {
             return Ok(());
         }
         let mut run = |pos: &CudaSlice<i32>| {
-            let r = i32_of(OP, row)?;
+            let r = i32_of("cuda kv_append", row)?;
             let f = self.func("kv_append_f16")?;
             let mut b = self.stream.launch_builder(f);
             b.arg(&src.buf).arg(pos).arg(&mut cache.buf).arg(&r);
@@ -261,6 +277,79 @@ impl CudaDevice {
         }
     }
 
+    /// [`Self::kv_append_ids`] of a step's keys and values in one launch.
+    ///
+    /// # Errors
+    /// As [`Self::kv_append`], for either pair.
+    pub fn kv_append2_ids(
+        &self,
+        (k_src, v_src): (&DeviceTensor, &DeviceTensor),
+        positions: &DeviceIds,
+        (k_cache, v_cache): (&mut DeviceTensor, &mut DeviceTensor),
+    ) -> Result<()> {
+        const OP: &str = "cuda kv_append";
+        let k_row = i32_of(OP, check_kv_append(k_src, &positions.host, k_cache)?)?;
+        let v_row = i32_of(OP, check_kv_append(v_src, &positions.host, v_cache)?)?;
+        if positions.host.is_empty() {
+            return Ok(());
+        }
+        let f = self.func("kv_append2_f16")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&k_src.buf)
+            .arg(&v_src.buf)
+            .arg(&positions.buf)
+            .arg(&mut k_cache.buf)
+            .arg(&mut v_cache.buf)
+            .arg(&k_row)
+            .arg(&v_row);
+        let launch = LaunchConfig {
+            grid_dim: (grid_for(positions.host.len(), 1)?, 2, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: positions are inside both caches, each src holds tokens*row f32 (checked).
+        unsafe { b.launch(launch) }.map_err(driver("launch kv_append2"))?;
+        Ok(())
+    }
+}
+
+/// Checks a KV append (f32 rows of the cache's row length, one per position, each position inside
+/// the F16 cache) and returns the row length.
+fn check_kv_append(src: &DeviceTensor, positions: &[i32], cache: &DeviceTensor) -> Result<usize> {
+    const OP: &str = "cuda kv_append";
+    f32_only(OP, src)?;
+    if cache.dtype != DType::F16 {
+        return Err(TensorError::UnsupportedDType {
+            op: OP,
+            dtype: cache.dtype,
+        });
+    }
+    let row = cache.shape.row_len();
+    let capacity = cache.shape.n_rows();
+    if src.shape.row_len() != row || src.shape.n_rows() != positions.len() {
+        return Err(TensorError::ShapeMismatch {
+            op: OP,
+            what: "src",
+            expected: Shape::matrix(positions.len(), row)?,
+            actual: src.shape,
+        });
+    }
+    if let Some((index, &p)) = positions
+        .iter()
+        .enumerate()
+        .find(|(_, &p)| p < 0 || p as usize >= capacity)
+    {
+        return Err(TensorError::IdOutOfRange {
+            op: OP,
+            index,
+            id: i64::from(p),
+            rows: capacity,
+        });
+    }
+    Ok(row)
+}
+
+impl CudaDevice {
     /// Causal attention of `q` (`[n_tokens][n_head][head_dim]`, token `t` at `positions[t]`)
     /// over the first `kv_len` positions of the F16 caches `k` and `v` (`[capacity][n_kv_head *
     /// head_dim]`), with the CPU engine's scale, soft cap, window and GQA rules.

@@ -23,8 +23,25 @@ use crate::{DType, Shape, Tensor};
 /// Bytes of one Q8_1 activation block (`kernels/common.cuh`).
 const Q8_1_BYTES: usize = 36;
 
-/// Warps (weight rows) per CTA of the matvec kernels (`ROWS_PER_CTA` in the `.cu` files).
+/// Warps (weight rows) per CTA of the float matvec kernels (`ROWS_PER_CTA` in matvec_float.cu).
 const ROWS_PER_CTA: u32 = 4;
+/// Warps per CTA of the quantized matvec kernels (`MMVQ_WARPS` in kernels/mmvq.cuh).
+const MMVQ_WARPS: u32 = 4;
+
+/// Weight rows per CTA of a quantized matvec (1, 2 or 4; the CTA's warps split them). One row
+/// on all four warps is what was measured (session 40, H200: 8B-shaped decode +15-21%, the
+/// 640-wide rows of Gemma 3 270M -3%); `KESTREL_CUDA_MMVQ_RPC=2|4` runs short rows on fewer
+/// warps each, to be measured (`GPU_RUN_VARIANTS` in xtask/gpu-run.sh) before it becomes a rule.
+fn mmvq_rows_per_cta() -> u32 {
+    static FORCED: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| {
+        std::env::var("KESTREL_CUDA_MMVQ_RPC")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|r| matches!(r, 1 | 2 | 4))
+            .unwrap_or(1)
+    })
+}
 
 macro_rules! mmvq_names {
     ($t:literal) => {
@@ -607,13 +624,20 @@ impl CudaDevice {
             let issued = Q8Ticket(last.0);
             drop(last);
             let nb_i = i32_of(OP, nb)?;
+            let rpc = mmvq_rows_per_cta();
+            let (grid, block, rpc_i) = (grid_for(m, rpc as usize)?, (32, MMVQ_WARPS), rpc as i32);
             for r0 in (0..n).step_by(MAX_MATVEC_ROWS) {
                 let rows = (n - r0).min(MAX_MATVEC_ROWS);
                 let f = self.func(names[rows - 1])?;
                 let a = scratch.slice(r0 * q_row..(r0 + rows) * q_row);
                 let mut o = out.buf.slice_mut(r0 * out_bytes..(r0 + rows) * out_bytes);
                 let mut b = self.stream.launch_builder(f);
-                b.arg(&w.buf).arg(&a).arg(&mut o).arg(&nb_i).arg(&mi);
+                b.arg(&w.buf)
+                    .arg(&a)
+                    .arg(&mut o)
+                    .arg(&nb_i)
+                    .arg(&mi)
+                    .arg(&rpc_i);
                 // SAFETY: w holds m rows of nb blocks of its type, `a` these rows' Q8_1 blocks,
                 // `o` their rows*m f32; the kernel reads and writes only those.
                 unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch mmvq"))?;

@@ -30,6 +30,11 @@ pub(crate) const MODULES: &[PtxModule] = &[
         sm90: include_str!("ptx/get_rows.sm_90.ptx"),
     },
     PtxModule {
+        name: "kv_append",
+        sm80: include_str!("ptx/kv_append.sm_80.ptx"),
+        sm90: include_str!("ptx/kv_append.sm_90.ptx"),
+    },
+    PtxModule {
         name: "matvec_float",
         sm80: include_str!("ptx/matvec_float.sm_80.ptx"),
         sm90: include_str!("ptx/matvec_float.sm_90.ptx"),

@@ -420,6 +420,37 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// RoPE from `src` into `out` with device positions.
+    ///
+    /// # Errors
+    /// Unreachable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_ids_from(
+        &self,
+        _src: &DeviceTensor,
+        _out: &mut DeviceTensor,
+        _positions: &DeviceIds,
+        _n_head: usize,
+        _head_dim: usize,
+        _p: &RopeParams,
+        _freq_factors: Option<&DeviceTensor>,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Keys and values appended in one launch.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn kv_append2_ids(
+        &self,
+        _src: (&DeviceTensor, &DeviceTensor),
+        _positions: &DeviceIds,
+        _cache: (&mut DeviceTensor, &mut DeviceTensor),
+    ) -> Result<()> {
+        match self.never {}
+    }
+
     /// KV-cache append with device positions.
     ///
     /// # Errors

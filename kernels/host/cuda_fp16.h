@@ -1,0 +1,119 @@
+// Host stand-in for the CUDA headers (cuda_fp16.h; cuda_bf16.h includes it), so that kernel
+// files compile with g++ and run on the CPU for `mmvq_check.cpp`: the CUDA keywords, __half,
+// int4, the integer SIMD intrinsics the kernels use, and a SIMT emulation of one CTA (each
+// thread a host thread, warp shuffles through a per-warp barrier). Not CUDA: it checks the
+// kernels' index arithmetic and numerics without a GPU, not their speed or memory model.
+#pragma once
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <math.h>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+// One CTA runs at a time, so a function-local static is that CTA's shared memory.
+#define __shared__ static
+
+struct __half {
+    uint16_t x;
+};
+inline float __half2float(__half h) {
+    const uint32_t s = (h.x >> 15) & 1, e = (h.x >> 10) & 31, m = h.x & 1023;
+    float v;
+    if (e == 0) v = std::ldexp((float)m, -24);
+    else if (e == 31) v = m ? NAN : INFINITY;
+    else v = std::ldexp((float)(m | 1024), (int)e - 25);
+    return s ? -v : v;
+}
+
+// f32 to f16, rounding to nearest even (as the device's __float2half).
+inline __half __float2half(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7FFFFFFFu;
+    if (ax >= 0x7F800000u) return __half{(uint16_t)(sign | 0x7C00u | (ax > 0x7F800000u ? 0x200u : 0))};
+    if (ax >= 0x477FF000u) return __half{(uint16_t)(sign | 0x7C00u)};  // rounds past 65504
+    if (ax < 0x38800000u) {  // subnormal f16 (or zero): value / 2^-24, rounded to nearest even
+        const float v = std::ldexp(std::fabs(f), 24);
+        return __half{(uint16_t)(sign | (uint32_t)std::nearbyint(v))};
+    }
+    const uint32_t e = (ax >> 23) - 112, m = ax & 0x7FFFFFu;
+    uint32_t h = (e << 10) | (m >> 13);
+    const uint32_t rest = m & 0x1FFFu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;
+    return __half{(uint16_t)(sign | h)};
+}
+
+struct int4 {
+    int x, y, z, w;
+};
+
+inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+    return c;
+}
+inline unsigned __vsub4(unsigned a, unsigned b) {
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= (((a >> (8 * i)) - (b >> (8 * i))) & 0xFFu) << (8 * i);
+    return r;
+}
+
+struct Dim3 {
+    unsigned x = 0, y = 0, z = 0;
+};
+inline thread_local Dim3 threadIdx, blockIdx;
+inline Dim3 blockDim, gridDim;
+
+// One warp's exchange slots; every lane of a warp must reach each shuffle (as on the GPU with a
+// full mask).
+struct WarpExchange {
+    explicit WarpExchange(std::ptrdiff_t lanes) : bar(lanes) {}
+    std::barrier<> bar;
+    float slot[32];
+};
+inline thread_local WarpExchange *tl_warp = nullptr;
+inline thread_local std::barrier<> *tl_block = nullptr;
+
+inline void __syncthreads() { tl_block->arrive_and_wait(); }
+
+inline float __shfl_xor_sync(unsigned, float v, int o) {
+    const int lane = (int)threadIdx.x % 32;
+    tl_warp->slot[lane] = v;
+    tl_warp->bar.arrive_and_wait();
+    const float r = tl_warp->slot[lane ^ o];
+    tl_warp->bar.arrive_and_wait();
+    return r;
+}
+
+// Runs `kernel` over a grid of (gx, gy) CTAs of (bx, by) threads, one CTA at a time.
+inline void launch(unsigned gx, unsigned gy, unsigned bx, unsigned by, const std::function<void()> &kernel) {
+    gridDim = {gx, gy, 1};
+    blockDim = {bx, by, 1};
+    const unsigned n = bx * by;
+    for (unsigned cy = 0; cy < gy; cy++)
+        for (unsigned cx = 0; cx < gx; cx++) {
+            std::vector<std::unique_ptr<WarpExchange>> warps;
+            for (unsigned w = 0; w < (n + 31) / 32; w++)
+                warps.push_back(std::make_unique<WarpExchange>((std::ptrdiff_t)std::min(32u, n - 32 * w)));
+            std::barrier<> block((std::ptrdiff_t)n);
+            std::vector<std::thread> threads;
+            for (unsigned y = 0; y < by; y++)
+                for (unsigned x = 0; x < bx; x++)
+                    threads.emplace_back([&, x, y] {
+                        blockIdx = {cx, cy, 0};
+                        threadIdx = {x, y, 0};
+                        tl_warp = warps[(y * bx + x) / 32].get();
+                        tl_block = &block;
+                        kernel();
+                    });
+            for (auto &t : threads) t.join();
+        }
+}

@@ -1,0 +1,88 @@
+// The one-launch forms a CUDA plan runs, against the two-step forms they replace (both run on
+// the CPU through the host stand-in, cuda_fp16.h here), bit for bit:
+// - rope_f32 reading `src` and writing `x` (unrotated dims copied) = a copy, then rope_f32 in
+//   place, for normal and NeoX rotation, partial and full, YaRN and frequency factors;
+// - kv_append2_f16 (keys and values in one launch, rows of different lengths) = kv_append_f16
+//   twice.
+// Also checks the stand-in's f32-to-f16 rounding on every f16 value and the midpoints between.
+//
+// Built and run by `cargo xtask kernels --check`; exits 1 on a mismatch. No GPU, no CUDA.
+#include "../kv_append.cu"
+#include "../rope.cu"
+
+#include <cstdio>
+#include <random>
+
+static std::mt19937 rng(11);
+
+static std::vector<float> random_floats(size_t n) {
+    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+    std::vector<float> v(n);
+    for (auto &x : v) x = u(rng);
+    return v;
+}
+
+static int check_half_rounding() {
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x7C00u; h++) {  // every finite positive f16
+        const __half x{(uint16_t)h};
+        if (__float2half(__half2float(x)).x != h && bad++ < 3) std::printf("f16 %04x does not round-trip\n", h);
+        if (h + 1 < 0x7C00u) {  // the midpoint to the next one rounds to the even of the two
+            const float mid = 0.5f * (__half2float(x) + __half2float(__half{(uint16_t)(h + 1)}));
+            const uint32_t want = (h & 1) ? h + 1 : h;
+            if (__float2half(mid).x != want && bad++ < 3) std::printf("midpoint after %04x rounds wrong\n", h);
+        }
+    }
+    std::printf("f16 rounding: %s\n", bad ? "MISMATCH" : "ok");
+    return bad;
+}
+
+static int check_rope() {
+    int bad = 0;
+    const int positions[] = {0, 3, 17, 4095};
+    const int n_tok = 4;
+    struct Case {
+        int n_head, head_dim, n_rot, neox;
+        float ext_factor;
+        bool ff;
+    };
+    for (const Case c : {Case{3, 64, 64, 0, 0.0f, false}, Case{2, 128, 64, 1, 0.0f, false},
+                         Case{2, 96, 32, 0, 1.0f, true}, Case{1, 256, 256, 1, 1.0f, true}}) {
+        const size_t n = (size_t)n_tok * c.n_head * c.head_dim;
+        const std::vector<float> src = random_floats(n);
+        std::vector<float> ff = random_floats(c.n_rot / 2);
+        for (auto &f : ff) f = 1.0f + std::fabs(f);
+        std::vector<float> in_place = src, out(n, NAN);
+        const float *ffp = c.ff ? ff.data() : nullptr;
+        const auto run = [&](const float *s, float *x) {
+            launch(n_tok * c.n_head, 1, c.n_rot / 2, 1, [&] {
+                rope_f32(s, x, positions, ffp, c.n_head, c.head_dim, c.n_rot, c.neox, 10000.0f, 0.5f,
+                         c.ext_factor, 1.0f, 3.0f, 20.0f);
+            });
+        };
+        run(nullptr, in_place.data());
+        run(src.data(), out.data());
+        if (std::memcmp(in_place.data(), out.data(), n * 4) != 0 && bad++ < 3)
+            std::printf("rope from src differs: head_dim %d n_rot %d neox %d\n", c.head_dim, c.n_rot, c.neox);
+    }
+    std::printf("rope_f32 from src: %s\n", bad ? "MISMATCH" : "ok");
+    return bad;
+}
+
+static int check_kv_append() {
+    const int positions[] = {5, 0, 9, 2, 7};
+    const int n_tok = 5, capacity = 12, k_row = 96, v_row = 40;
+    const std::vector<float> k = random_floats(n_tok * k_row), v = random_floats(n_tok * v_row);
+    const __half nan_half{0x7E00};
+    std::vector<__half> k1(capacity * k_row, nan_half), v1(capacity * v_row, nan_half);
+    std::vector<__half> k2 = k1, v2 = v1;
+    launch(n_tok, 1, 256, 1, [&] { kv_append_f16(k.data(), positions, k1.data(), k_row); });
+    launch(n_tok, 1, 256, 1, [&] { kv_append_f16(v.data(), positions, v1.data(), v_row); });
+    launch(n_tok, 2, 256, 1, [&] { kv_append2_f16(k.data(), v.data(), positions, k2.data(), v2.data(), k_row, v_row); });
+    const bool same = std::memcmp(k1.data(), k2.data(), k1.size() * 2) == 0 &&
+                      std::memcmp(v1.data(), v2.data(), v1.size() * 2) == 0;
+    std::printf("kv_append2_f16: %s\n", same ? "ok" : "MISMATCH");
+    return same ? 0 : 1;
+}
+
+int main() { return check_half_rounding() + check_rope() + check_kv_append() ? 1 : 0; }

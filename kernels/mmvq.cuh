@@ -1,0 +1,48 @@
+// What the quantized matvec kernels (mmvq.cu, mmvq_k.cu) share: a CTA of MMVQ_WARPS warps that
+// takes `rpc` weight rows (1, 2 or 4: the host picks it by row length, so short rows do not
+// leave most threads idle while long ones get enough warps in flight, as ggml-cuda's MMVQ runs a
+// decode row on 4 warps), and the row's reduction: each warp's sum through shuffles, then the
+// row's warps' partial sums added in warp order. The order depends only on the weight's shape,
+// so a row's result does not depend on how many activation rows share the launch.
+#pragma once
+#include "common.cuh"
+
+#define MMVQ_WARPS 4
+#define MMVQ_THREADS (WARP * MMVQ_WARPS)
+
+// Where a thread works: its weight row, its index among the row's threads and their count.
+struct MmvqPlace {
+    int row, tid, nthreads;
+    bool live;  // row < m (threads of a CTA's last rows past m still reach the barrier)
+};
+
+__device__ __forceinline__ MmvqPlace mmvq_place(int rpc, int m) {
+    const int wpr = MMVQ_WARPS / rpc;  // warps per row
+    MmvqPlace p;
+    p.row = blockIdx.x * rpc + threadIdx.y / wpr;
+    p.tid = (threadIdx.y % wpr) * WARP + threadIdx.x;
+    p.nthreads = wpr * WARP;
+    p.live = p.row < m;
+    return p;
+}
+
+// Writes `out[c * m + row]` = the sum of `acc[c]` over the row's threads, for each of the NCOLS
+// activation rows. Every thread of the CTA calls it.
+template <int NCOLS>
+__device__ __forceinline__ void mmvq_store(const float (&acc)[NCOLS], float *__restrict__ out, int m,
+                                           const MmvqPlace &p, int rpc) {
+    __shared__ float part[MMVQ_WARPS][NCOLS];
+#pragma unroll
+    for (int c = 0; c < NCOLS; c++) {
+        const float v = warp_sum(acc[c]);
+        if (threadIdx.x == 0) part[threadIdx.y][c] = v;
+    }
+    __syncthreads();
+    const int wpr = MMVQ_WARPS / rpc, first = threadIdx.y - threadIdx.y % wpr;
+    const int c = p.tid;
+    if (p.live && c < NCOLS) {
+        float s = part[first][c];
+        for (int w = 1; w < wpr; w++) s += part[first + w][c];
+        out[(long long)c * m + p.row] = s;
+    }
+}
