@@ -37,7 +37,8 @@ fn test_executable(package: &str, test: &str) -> Result<PathBuf> {
         test,
         "--message-format=json-render-diagnostics",
     ]);
-    cmd.stdout(Stdio::piped());
+    // Diagnostics go to the terminal: `output()` would swallow why a build failed.
+    cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
     let out = cmd.output().context("running cargo test --no-run")?;
     if !out.status.success() {
         bail!("building {package}'s {test} failed ({})", out.status);
