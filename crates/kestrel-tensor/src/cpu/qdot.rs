@@ -633,14 +633,29 @@ fn k45_block(
     sumf: &mut f32,
 ) {
     let (scales, mins) = k4_scales(packed);
-    let mut sumi = 0i32;
-    for j in 0..QK_K / 16 {
-        sumi += yb.bsums[j] as i32 * mins[j / 2] as i32;
-    }
     let mut aux32 = [0i32; 8];
     for j in 0..QK_K / 32 {
         let r = j * 32..j * 32 + 32;
         acc_groups(&mut aux32, &yb.qs[r.clone()], &aux8[r], scales[j] as i32);
+    }
+    k45_finish(&aux32, &mins, d, dmin, yb, sums, sumf);
+}
+
+/// The float half of the generic Q4_K/Q5_K dots over one super-block, given its 8 integer lanes
+/// (`aux32[l]`: `Σ scale · q8 · q` over the values whose index is `l` mod 8, exact).
+#[inline(always)]
+pub(crate) fn k45_finish(
+    aux32: &[i32; 8],
+    mins: &[u8; 8],
+    d: f16,
+    dmin: f16,
+    yb: &BlockQ8K,
+    sums: &mut [f32; 8],
+    sumf: &mut f32,
+) {
+    let mut sumi = 0i32;
+    for j in 0..QK_K / 16 {
+        sumi += yb.bsums[j] as i32 * mins[j / 2] as i32;
     }
     let d = h(d) * yb.d;
     for l in 0..8 {
@@ -675,30 +690,55 @@ pub(crate) fn dot_q4_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
 /// `ggml_vec_dot_q5_K_q8_K_generic`.
 #[inline]
 pub(crate) fn dot_q5_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    dot_q5_k_with(w, y, q5k_lanes)
+}
+
+/// [`dot_q5_k`]'s float code over integer lanes from `lanes(x, yb, scales)` (a SIMD kernel's;
+/// the lanes are exact, so the result is [`dot_q5_k`]'s bits).
+#[inline(always)]
+pub(crate) fn dot_q5_k_with(
+    w: &[u8],
+    y: &[BlockQ8K],
+    lanes: impl Fn(&BlockQ5K, &BlockQ8K, &[u8; 8]) -> [i32; 8],
+) -> f32 {
     let mut sums = [0f32; 8];
     let mut sumf = 0f32;
     for_each_block(w, |i, x: &BlockQ5K| {
-        let mut aux8 = [0i8; QK_K];
-        let mut m = 1u8;
-        for j in 0..QK_K / 64 {
-            let q4 = &x.qs[j * 32..j * 32 + 32];
-            for l in 0..32 {
-                let hi = if x.qh[l] & m != 0 { 16 } else { 0 };
-                aux8[j * 64 + l] = (q4[l] & 0xf) as i8 + hi;
-            }
-            m = m.wrapping_shl(1);
-            for l in 0..32 {
-                let hi = if x.qh[l] & m != 0 { 16 } else { 0 };
-                aux8[j * 64 + 32 + l] = (q4[l] >> 4) as i8 + hi;
-            }
-            m = m.wrapping_shl(1);
-        }
-        k45_block(&aux8, &x.scales, x.d, x.dmin, &y[i], &mut sums, &mut sumf);
+        let (scales, mins) = k4_scales(&x.scales);
+        let aux32 = lanes(x, &y[i], &scales);
+        k45_finish(&aux32, &mins, x.d, x.dmin, &y[i], &mut sums, &mut sumf);
     });
     for s in sums {
         sumf += s;
     }
     sumf
+}
+
+/// The generic Q5_K integer lanes of one super-block (`aux32` of
+/// `ggml_vec_dot_q5_K_q8_K_generic`).
+#[inline(always)]
+fn q5k_lanes(x: &BlockQ5K, yb: &BlockQ8K, scales: &[u8; 8]) -> [i32; 8] {
+    let mut aux8 = [0i8; QK_K];
+    let mut m = 1u8;
+    for j in 0..QK_K / 64 {
+        let q4 = &x.qs[j * 32..j * 32 + 32];
+        for l in 0..32 {
+            let hi = if x.qh[l] & m != 0 { 16 } else { 0 };
+            aux8[j * 64 + l] = (q4[l] & 0xf) as i8 + hi;
+        }
+        m = m.wrapping_shl(1);
+        for l in 0..32 {
+            let hi = if x.qh[l] & m != 0 { 16 } else { 0 };
+            aux8[j * 64 + 32 + l] = (q4[l] >> 4) as i8 + hi;
+        }
+        m = m.wrapping_shl(1);
+    }
+    let mut aux32 = [0i32; 8];
+    for j in 0..QK_K / 32 {
+        let r = j * 32..j * 32 + 32;
+        acc_groups(&mut aux32, &yb.qs[r.clone()], &aux8[r], scales[j] as i32);
+    }
+    aux32
 }
 
 /// `ggml_vec_dot_q6_K_q8_K_generic` (the x86 twins are checked against it).

@@ -357,7 +357,19 @@ pub(crate) fn dot_q6_k_tiled_with(
 
 /// `ggml_vec_dot_q2_K_q8_K` as x86 builds run it (the AVX2 kernel: the mins term is an 8-lane
 /// FMA into the same accumulator, before the scale term).
+#[inline]
 pub(crate) fn dot_q2_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    dot_q2_k_x86_with(w, y, q2k_lanes)
+}
+
+/// [`dot_q2_k_x86`]'s float code over the 8 integer lanes `lanes(x, yb)` gives (exact, so any
+/// kernel computing them gives the twin's bits).
+#[inline(always)]
+pub(crate) fn dot_q2_k_x86_with(
+    w: &[u8],
+    y: &[BlockQ8K],
+    lanes: impl Fn(&BlockQ2K, &BlockQ8K) -> [i32; 8],
+) -> f32 {
     debug_assert_eq!(w.len(), y.len() * std::mem::size_of::<BlockQ2K>());
     let mut acc = [0f32; 8];
     for_each_block(w, |i, x: &BlockQ2K| {
@@ -370,42 +382,69 @@ pub(crate) fn dot_q2_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {
                 + (sc[2 * l + 1] >> 4) as i32 * yb.bsums[2 * l + 1] as i32;
             acc[l] = dmin.mul_add(prod as f32, acc[l]);
         }
-        let mut sumi = [0i32; 8];
-        for c in 0..8 {
-            let (j, k) = (c / 4, c % 4);
-            let q2 = &x.qs[32 * j..32 * j + 32];
-            let q = |b: usize| ((q2[b] >> (2 * k)) & 3) as i32;
-            let (s_lo, s_hi) = ((sc[2 * c] & 0xf) as i32, (sc[2 * c + 1] & 0xf) as i32);
-            chunk(&mut sumi, q, &yb.qs[32 * c..32 * c + 32], s_lo, s_hi);
-        }
-        fma8(&mut acc, d, &sumi);
+        fma8(&mut acc, d, &lanes(x, yb));
     });
     hsum_float_8(&acc)
 }
 
+/// Q2_K's 8 integer lanes in the x86 arrangement: chunk `c` (32 values) adds bytes `4l..4l+4`
+/// into lane `l`, times the scale of its first 16 values (lanes 0-3) or its last 16 (4-7).
+#[inline(always)]
+pub(crate) fn q2k_lanes(x: &BlockQ2K, yb: &BlockQ8K) -> [i32; 8] {
+    let sc = &x.scales;
+    let mut sumi = [0i32; 8];
+    for c in 0..8 {
+        let (j, k) = (c / 4, c % 4);
+        let q2 = &x.qs[32 * j..32 * j + 32];
+        let q = |b: usize| ((q2[b] >> (2 * k)) & 3) as i32;
+        let (s_lo, s_hi) = ((sc[2 * c] & 0xf) as i32, (sc[2 * c + 1] & 0xf) as i32);
+        chunk(&mut sumi, q, &yb.qs[32 * c..32 * c + 32], s_lo, s_hi);
+    }
+    sumi
+}
+
 /// `ggml_vec_dot_q3_K_q8_K` as x86 builds run it (the AVX2 kernel).
+#[inline]
 pub(crate) fn dot_q3_k_x86(w: &[u8], y: &[BlockQ8K]) -> f32 {
+    dot_q3_k_x86_with(w, y, q3k_lanes)
+}
+
+/// [`dot_q3_k_x86`]'s float code over the 8 integer lanes `lanes(x, yb, scales)` gives
+/// (`scales`: [`q3_scales`] of the block).
+#[inline(always)]
+pub(crate) fn dot_q3_k_x86_with(
+    w: &[u8],
+    y: &[BlockQ8K],
+    lanes: impl Fn(&BlockQ3K, &BlockQ8K, &[i8; 16]) -> [i32; 8],
+) -> f32 {
     debug_assert_eq!(w.len(), y.len() * std::mem::size_of::<BlockQ3K>());
     let mut acc = [0f32; 8];
     for_each_block(w, |i, x: &BlockQ3K| {
         let yb = &y[i];
         let d = yb.d * h(x.d);
         let scales = q3_scales(&x.scales);
-        let mut sumi = [0i32; 8];
-        for c in 0..8 {
-            let (j, k) = (c / 4, c % 4);
-            let q3 = &x.qs[32 * j..32 * j + 32];
-            // Bit c of hmask[b] set: no -4.
-            let q = |b: usize| {
-                let lo = ((q3[b] >> (2 * k)) & 3) as i32;
-                lo - if (x.hmask[b] >> c) & 1 != 0 { 0 } else { 4 }
-            };
-            let (s_lo, s_hi) = (scales[2 * c] as i32, scales[2 * c + 1] as i32);
-            chunk(&mut sumi, q, &yb.qs[32 * c..32 * c + 32], s_lo, s_hi);
-        }
-        fma8(&mut acc, d, &sumi);
+        fma8(&mut acc, d, &lanes(x, yb, &scales));
     });
     hsum_float_8(&acc)
+}
+
+/// Q3_K's 8 integer lanes in the x86 arrangement (as [`q2k_lanes`]; quants `q - 4` where bit
+/// `c` of `hmask[b]` is clear).
+#[inline(always)]
+pub(crate) fn q3k_lanes(x: &BlockQ3K, yb: &BlockQ8K, scales: &[i8; 16]) -> [i32; 8] {
+    let mut sumi = [0i32; 8];
+    for c in 0..8 {
+        let (j, k) = (c / 4, c % 4);
+        let q3 = &x.qs[32 * j..32 * j + 32];
+        // Bit c of hmask[b] set: no -4.
+        let q = |b: usize| {
+            let lo = ((q3[b] >> (2 * k)) & 3) as i32;
+            lo - if (x.hmask[b] >> c) & 1 != 0 { 0 } else { 4 }
+        };
+        let (s_lo, s_hi) = (scales[2 * c] as i32, scales[2 * c + 1] as i32);
+        chunk(&mut sumi, q, &yb.qs[32 * c..32 * c + 32], s_lo, s_hi);
+    }
+    sumi
 }
 
 /// Test support shared with the AVX2 tests.

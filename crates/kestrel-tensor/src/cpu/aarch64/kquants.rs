@@ -1,20 +1,20 @@
-//! The integer halves of the aarch64 K-quant kernels (Q4_K in llama.cpp's repacked gemv/gemm
-//! orders, Q6_K in ggml's x86 `vec_dot` order and b11434's tiled order), instantiated per level
-//! by `kquant_kernels!`. Each kernel is its scalar twin's float code
-//! (`qdot_k_x86::dot_*_with`) over integers computed here with 16-byte vectors: the integers
-//! are exact, so the results are the twins' bits.
+//! The integer halves of the aarch64 K-quant kernels (Q2_K and Q3_K in ggml's x86 `vec_dot`
+//! order, Q4_K in llama.cpp's repacked gemv/gemm orders, Q5_K in ggml's generic order, Q6_K in
+//! ggml's x86 `vec_dot` order and b11434's tiled order), instantiated per level by `kquant_kernels!`. Each kernel is its scalar twin's float
+//! code (`qdot_k_x86::dot_*_with`, `qdot::dot_q5_k_with`) over integers computed here with
+//! 16-byte vectors: the integers are exact, so the results are the twins' bits.
 //!
 //! The caller provides, with its target features, `quad_sums(x, y)`: the 4 lane sums of four
 //! signed × signed byte products each (lane `l`: bytes `4l..4l+4`).
 
 macro_rules! kquant_kernels {
     ($features:literal) => {
-        use kestrel_gguf::quant::{BlockQ4K, BlockQ6K, BlockQ8K};
+        use kestrel_gguf::quant::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 
-        use crate::cpu::qdot::k4_scales;
+        use crate::cpu::qdot::{dot_q5_k_with, k4_scales};
         use crate::cpu::qdot_k_x86::{
-            dot_q4_k_8x8_gemm_with, dot_q4_k_8x8_gemv_with, dot_q6_k_tiled_with, dot_q6_k_x86_with,
-            q6k_offset,
+            dot_q2_k_x86_with, dot_q3_k_x86_with, dot_q4_k_8x8_gemm_with, dot_q4_k_8x8_gemv_with,
+            dot_q6_k_tiled_with, dot_q6_k_x86_with, q6k_offset,
         };
 
         /// `Σ x · y` over 32 bytes (`x`, `y`: two 16-byte halves each), exact.
@@ -61,6 +61,153 @@ macro_rules! kquant_kernels {
                     bs(2 * p) * i32::from(mins[2 * p]) + bs(2 * p + 1) * i32::from(mins[2 * p + 1]);
             }
             (val, min)
+        }
+
+        /// The x86 lane arrangement of Q2_K and Q3_K (`qdot_k_x86::q2k_lanes`): chunk `c`'s 32
+        /// quants (`quants(c)`, two 16-byte halves) times the activation's, bytes `4l..4l+4`
+        /// into lane `l`, the first half's lanes times `scale(2c)`, the second's `scale(2c + 1)`.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn x86_lanes(
+            yb: &BlockQ8K,
+            quants: impl Fn(usize) -> (int8x16_t, int8x16_t),
+            scale: impl Fn(usize) -> i32,
+        ) -> [i32; 8] {
+            let mut lo = vdupq_n_s32(0);
+            let mut hi = vdupq_n_s32(0);
+            for c in 0..8 {
+                let (q0, q1) = quants(c);
+                let (a0, a1) = act32(&yb.qs, 32 * c);
+                lo = vmlaq_n_s32(lo, quad_sums(q0, a0), scale(2 * c));
+                hi = vmlaq_n_s32(hi, quad_sums(q1, a1), scale(2 * c + 1));
+            }
+            let mut sumi = [0i32; 8];
+            // SAFETY: 8 i32.
+            unsafe {
+                vst1q_s32(sumi.as_mut_ptr(), lo);
+                vst1q_s32(sumi.as_mut_ptr().add(4), hi);
+            }
+            sumi
+        }
+
+        /// 2-bit field `k` (bits `2k..2k+2`) of each byte.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn crumbs(v: uint8x16_t, k: usize) -> uint8x16_t {
+            let s = match k {
+                0 => v,
+                1 => vshrq_n_u8::<2>(v),
+                2 => vshrq_n_u8::<4>(v),
+                _ => vshrq_n_u8::<6>(v),
+            };
+            vandq_u8(s, vdupq_n_u8(3))
+        }
+
+        /// Q2_K's 8 integer lanes (`qdot_k_x86::q2k_lanes`).
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn q2k_lanes(x: &BlockQ2K, yb: &BlockQ8K) -> [i32; 8] {
+            // SAFETY: 64 bytes.
+            let q = unsafe {
+                [
+                    vld1q_u8(x.qs.as_ptr()),
+                    vld1q_u8(x.qs.as_ptr().add(16)),
+                    vld1q_u8(x.qs.as_ptr().add(32)),
+                    vld1q_u8(x.qs.as_ptr().add(48)),
+                ]
+            };
+            let quants = |c: usize| {
+                let (j, k) = (c / 4, c % 4);
+                (
+                    vreinterpretq_s8_u8(crumbs(q[2 * j], k)),
+                    vreinterpretq_s8_u8(crumbs(q[2 * j + 1], k)),
+                )
+            };
+            x86_lanes(yb, quants, |i| i32::from(x.scales[i] & 0xf))
+        }
+
+        /// Q3_K's 8 integer lanes (`qdot_k_x86::q3k_lanes`): the 2-bit field minus 4 where
+        /// bit `c` of `hmask` is clear.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn q3k_lanes(x: &BlockQ3K, yb: &BlockQ8K, scales: &[i8; 16]) -> [i32; 8] {
+            // SAFETY: 64 and 32 bytes.
+            let (q, h) = unsafe {
+                (
+                    [
+                        vld1q_u8(x.qs.as_ptr()),
+                        vld1q_u8(x.qs.as_ptr().add(16)),
+                        vld1q_u8(x.qs.as_ptr().add(32)),
+                        vld1q_u8(x.qs.as_ptr().add(48)),
+                    ],
+                    [
+                        vld1q_u8(x.hmask.as_ptr()),
+                        vld1q_u8(x.hmask.as_ptr().add(16)),
+                    ],
+                )
+            };
+            let four = vdupq_n_u8(4);
+            let quants = |c: usize| {
+                let (j, k) = (c / 4, c % 4);
+                let bit = vdupq_n_u8(1 << c);
+                let q3 = |v: uint8x16_t, hm: uint8x16_t| {
+                    let minus = vbicq_u8(four, vtstq_u8(hm, bit));
+                    vsubq_s8(
+                        vreinterpretq_s8_u8(crumbs(v, k)),
+                        vreinterpretq_s8_u8(minus),
+                    )
+                };
+                (q3(q[2 * j], h[0]), q3(q[2 * j + 1], h[1]))
+            };
+            x86_lanes(yb, quants, |i| i32::from(scales[i]))
+        }
+
+        /// Q5_K's 8 integer lanes in the generic arrangement (`qdot::q5k_lanes`: lane `l` sums
+        /// `scale · q8 · q` over the values whose index is `l` mod 8): per 32-value sub-block,
+        /// the four 8-byte groups' widening products added in i16 (|4 · 128 · 31| < 2^15), then
+        /// times the scale into i32.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn q5k_lanes(x: &BlockQ5K, yb: &BlockQ8K, scales: &[u8; 8]) -> [i32; 8] {
+            let nib = vdupq_n_u8(0x0f);
+            let fifth = vdupq_n_u8(0x10);
+            // SAFETY: 32 bytes.
+            let (h0, h1) = unsafe { (vld1q_u8(x.qh.as_ptr()), vld1q_u8(x.qh.as_ptr().add(16))) };
+            let mut lo = vdupq_n_s32(0);
+            let mut hi = vdupq_n_s32(0);
+            for p in 0..4 {
+                let q = &x.qs[32 * p..32 * p + 32];
+                // SAFETY: 32 bytes.
+                let (q0, q1) = unsafe { (vld1q_u8(q.as_ptr()), vld1q_u8(q.as_ptr().add(16))) };
+                for half in 0..2 {
+                    let j = 2 * p + half;
+                    let bit = vdupq_n_u8(1 << j);
+                    let quant = |v: uint8x16_t, h: uint8x16_t| {
+                        let n = if half == 0 {
+                            vandq_u8(v, nib)
+                        } else {
+                            vshrq_n_u8::<4>(v)
+                        };
+                        vreinterpretq_s8_u8(vorrq_u8(n, vandq_u8(vtstq_u8(h, bit), fifth)))
+                    };
+                    let (a0, a1) = (quant(q0, h0), quant(q1, h1));
+                    let (y0, y1) = act32(&yb.qs, 32 * j);
+                    let mut s = vmull_s8(vget_low_s8(y0), vget_low_s8(a0));
+                    s = vmlal_high_s8(s, y0, a0);
+                    s = vmlal_s8(s, vget_low_s8(y1), vget_low_s8(a1));
+                    s = vmlal_high_s8(s, y1, a1);
+                    let sc = i16::from(scales[j]);
+                    lo = vmlal_n_s16(lo, vget_low_s16(s), sc);
+                    hi = vmlal_high_n_s16(hi, s, sc);
+                }
+            }
+            let mut aux32 = [0i32; 8];
+            // SAFETY: 8 i32.
+            unsafe {
+                vst1q_s32(aux32.as_mut_ptr(), lo);
+                vst1q_s32(aux32.as_mut_ptr().add(4), hi);
+            }
+            aux32
         }
 
         /// Q6_K's 8 integer lanes in the x86 arrangement (`qdot_k_x86::q6k_lanes`): lanes
@@ -129,6 +276,27 @@ macro_rules! kquant_kernels {
         pub(crate) fn dot_q4_k_gemm(w: &[u8], y: &[BlockQ8K]) -> f32 {
             // The closure inherits this function's features.
             dot_q4_k_8x8_gemm_with(w, y, |x, yb| q4k_pairs(x, yb))
+        }
+
+        /// Q2_K in ggml's x86 `vec_dot` order (the scalar table's).
+        #[target_feature(enable = $features)]
+        pub(crate) fn dot_q2_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
+            // The closure inherits this function's features.
+            dot_q2_k_x86_with(w, y, |x, yb| q2k_lanes(x, yb))
+        }
+
+        /// Q3_K in ggml's x86 `vec_dot` order (the scalar table's).
+        #[target_feature(enable = $features)]
+        pub(crate) fn dot_q3_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
+            // The closure inherits this function's features.
+            dot_q3_k_x86_with(w, y, |x, yb, scales| q3k_lanes(x, yb, scales))
+        }
+
+        /// Q5_K in ggml's generic order (the scalar table's).
+        #[target_feature(enable = $features)]
+        pub(crate) fn dot_q5_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
+            // The closure inherits this function's features.
+            dot_q5_k_with(w, y, |x, yb, scales| q5k_lanes(x, yb, scales))
         }
 
         /// Q6_K in ggml's x86 `vec_dot` order.

@@ -1,7 +1,7 @@
 //! aarch64 SIMD kernels, one module per level: [`neon`] (Advanced SIMD, on every aarch64 CPU)
 //! and [`dotprod`] (the same kernels with `sdot` summing four byte products per lane in one
 //! instruction). Both are instantiated from the one kernel body in [`q8_family`] (Q4_0, Q4_1,
-//! Q5_0, Q5_1, Q8_0) and the integer halves in [`kquants`] (Q4_K, Q6_K), so they cannot drift
+//! Q5_0, Q5_1, Q8_0) and the integer halves in [`kquants`] (Q2_K to Q6_K), so they cannot drift
 //! apart; each is bit-identical to its scalar twin in `cpu::qdot`, which follows
 //! ggml's x86 float order, so an aarch64 machine gives what an x86-64 one gives on the
 //! unpacked paths (`cpu::kernel_tests`, run under `qemu-aarch64` in CI).
@@ -50,9 +50,9 @@ pub(crate) fn fp16(bits: u16) -> f32 {
     r
 }
 
-/// `base` with one level's Q4_K and Q6_K kernels (dots per row and pair, in the twins' orders:
-/// Q4_K's gemv for rows and single rows, gemm for groups; Q6_K's `vec_dot`, tiled from
-/// `TILED_MIN_ROWS` rows of a sequence).
+/// `base` with one level's K-quant kernels (dots per row and pair, in the twins' orders: Q2_K's
+/// and Q3_K's x86 `vec_dot`; Q4_K's gemv for rows and single rows, gemm for groups; Q5_K's
+/// generic order; Q6_K's `vec_dot`, tiled from `TILED_MIN_ROWS` rows of a sequence).
 macro_rules! with_kquants {
     ($level:ident, $base:expr) => {{
         use kestrel_gguf::quant::BlockQ8K;
@@ -75,6 +75,30 @@ macro_rules! with_kquants {
                 $level::dot_q4_k_gemv(wr, y)
             })
         }
+        fn q2_k_rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+            // SAFETY: as above.
+            rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_q2_k(wr, y) })
+        }
+        fn q2_k_tile(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
+            // SAFETY: as above.
+            tile_by_dots(w, y, n, out, |wr, y| unsafe { $level::dot_q2_k(wr, y) })
+        }
+        fn q3_k_rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+            // SAFETY: as above.
+            rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_q3_k(wr, y) })
+        }
+        fn q3_k_tile(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
+            // SAFETY: as above.
+            tile_by_dots(w, y, n, out, |wr, y| unsafe { $level::dot_q3_k(wr, y) })
+        }
+        fn q5_k_rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+            // SAFETY: as above.
+            rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_q5_k(wr, y) })
+        }
+        fn q5_k_tile(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
+            // SAFETY: as above.
+            tile_by_dots(w, y, n, out, |wr, y| unsafe { $level::dot_q5_k(wr, y) })
+        }
         fn q6_k_rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
             // SAFETY: as above.
             rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_q6_k(wr, y) })
@@ -96,6 +120,21 @@ macro_rules! with_kquants {
                 tile: q4_k_tile,
                 single: Some(q4_k_single),
                 ..base.q4_k
+            },
+            q2_k: TypeKernels {
+                rows: q2_k_rows,
+                tile: q2_k_tile,
+                ..base.q2_k
+            },
+            q3_k: TypeKernels {
+                rows: q3_k_rows,
+                tile: q3_k_tile,
+                ..base.q3_k
+            },
+            q5_k: TypeKernels {
+                rows: q5_k_rows,
+                tile: q5_k_tile,
+                ..base.q5_k
             },
             q6_k: TypeKernels {
                 rows: q6_k_rows,
