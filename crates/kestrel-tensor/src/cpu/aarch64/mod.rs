@@ -75,38 +75,23 @@ macro_rules! with_kquants {
                 $level::dot_q4_k_gemv(wr, y)
             })
         }
-        fn q2_k_rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
-            // SAFETY: as above.
-            rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_q2_k(wr, y) })
+        // Rows and tiles of a type by its one dot (the twins' order for every entry).
+        macro_rules! by_dot {
+            ($rows:ident, $tile:ident, $dot:ident) => {
+                fn $rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
+                    // SAFETY: only reachable through a table made after detection.
+                    rows_by_dot(w, y, out, |wr, y| unsafe { $level::$dot(wr, y) })
+                }
+                fn $tile(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
+                    // SAFETY: as above.
+                    tile_by_dots(w, y, n, out, |wr, y| unsafe { $level::$dot(wr, y) })
+                }
+            };
         }
-        fn q2_k_tile(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
-            // SAFETY: as above.
-            tile_by_dots(w, y, n, out, |wr, y| unsafe { $level::dot_q2_k(wr, y) })
-        }
-        fn q3_k_rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
-            // SAFETY: as above.
-            rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_q3_k(wr, y) })
-        }
-        fn q3_k_tile(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
-            // SAFETY: as above.
-            tile_by_dots(w, y, n, out, |wr, y| unsafe { $level::dot_q3_k(wr, y) })
-        }
-        fn q5_k_rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
-            // SAFETY: as above.
-            rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_q5_k(wr, y) })
-        }
-        fn q5_k_tile(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
-            // SAFETY: as above.
-            tile_by_dots(w, y, n, out, |wr, y| unsafe { $level::dot_q5_k(wr, y) })
-        }
-        fn q6_k_rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
-            // SAFETY: as above.
-            rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_q6_k(wr, y) })
-        }
-        fn q6_k_tile(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
-            // SAFETY: as above.
-            tile_by_dots(w, y, n, out, |wr, y| unsafe { $level::dot_q6_k(wr, y) })
-        }
+        by_dot!(q2_k_rows, q2_k_tile, dot_q2_k);
+        by_dot!(q3_k_rows, q3_k_tile, dot_q3_k);
+        by_dot!(q5_k_rows, q5_k_tile, dot_q5_k);
+        by_dot!(q6_k_rows, q6_k_tile, dot_q6_k);
         fn q6_k_tiled(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
             // SAFETY: as above.
             tile_by_dots(w, y, n, out, |wr, y| unsafe {
