@@ -6,7 +6,12 @@
 //!   without what a CUDA build of llama-bench does not need (models, docs, other backends; ~5 MB)
 //!   as `.gpu/llama-cuda-src.tgz`, built and run there beside kestrel on the same files;
 //! - `KESTREL_GPU_BASE=FILE` (an earlier `kestrel` built with `--features cuda`): gzipped as
-//!   `.gpu/kestrel-base.gz` and benchmarked in the same run, for a before/after on one GPU.
+//!   `.gpu/kestrel-base.gz` and benchmarked in the same run, for a before/after on one GPU;
+//! - `KESTREL_GPU_MODELS=smollm2-135m,...` (test models from the model cache, by short or file
+//!   name): cut into parts of at most 44 MiB in the git-ignored `.gpu-models/` with a
+//!   `<file>.parts` line (part count and sha256), so each part rides one device call of its own
+//!   (64 MiB a transfer with the tree) while the machine stays warm; gpu-run.sh joins complete
+//!   sets into the model cache there and checks the hash, and the real-model tests run.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -167,6 +172,10 @@ pub fn gpu_pack() -> Result<()> {
     if let Some(base) = std::env::var_os("KESTREL_GPU_BASE") {
         gzip_into(Path::new(&base), &dir.join("kestrel-base.gz"))?;
     }
+    if let Some(list) = std::env::var_os("KESTREL_GPU_MODELS") {
+        let list = list.to_string_lossy().into_owned();
+        split_models(list.split(',').map(str::trim).filter(|n| !n.is_empty()))?;
+    }
     let mut total = 0u64;
     for entry in fs::read_dir(&dir)? {
         let e = entry?;
@@ -182,6 +191,69 @@ pub fn gpu_pack() -> Result<()> {
         "gpu-pack: {:.1} MiB in .gpu/; on the GPU machine (device tool, carry [\".gpu\"]): \
          bash xtask/gpu-run.sh",
         total as f64 / (1 << 20) as f64
+    );
+    Ok(())
+}
+
+/// Bytes of one model part: with the tracked tree (~15 MiB) under the 64 MiB a transfer carries.
+const PART_BYTES: usize = 44 << 20;
+
+/// Cuts each named test model into `.gpu-models/<file>.partNN` pieces and writes
+/// `<file>.parts` (`<count> <sha256>`), then prints the device calls that carry them.
+fn split_models<'a>(names: impl Iterator<Item = &'a str>) -> Result<()> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let out = workspace_root().join(".gpu-models");
+    if out.exists() {
+        fs::remove_dir_all(&out)?;
+    }
+    fs::create_dir_all(&out)?;
+    let cache = crate::models::models_dir()?;
+    let mut carries = Vec::new();
+    let mut last = vec!["\".gpu\"".to_string()];
+    for name in names {
+        let model = crate::models::find(name)?;
+        let path = model.path_in(&cache);
+        let mut f = fs::File::open(&path).with_context(|| {
+            format!(
+                "{}: not in the model cache (cargo xtask fetch-models)",
+                path.display()
+            )
+        })?;
+        let mut hash = Sha256::new();
+        let mut buf = vec![0u8; PART_BYTES];
+        let mut count = 0usize;
+        loop {
+            let mut len = 0;
+            while len < buf.len() {
+                let n = f.read(&mut buf[len..])?;
+                if n == 0 {
+                    break;
+                }
+                len += n;
+            }
+            if len == 0 {
+                break;
+            }
+            hash.update(&buf[..len]);
+            let part = format!("{}.part{count:02}", model.file);
+            fs::write(out.join(&part), &buf[..len])?;
+            carries.push(format!(".gpu-models/{part}"));
+            count += 1;
+        }
+        let digest: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        fs::write(
+            out.join(format!("{}.parts", model.file)),
+            format!("{count} {digest}\n"),
+        )?;
+        last.push(format!("\".gpu-models/{}.parts\"", model.file));
+        println!("gpu-pack: {} in {count} parts", model.file);
+    }
+    println!(
+        "gpu-pack: carry each of {} in a device call of its own (command `true`), one right after \
+         another, then [{}] with `bash xtask/gpu-run.sh`",
+        carries.join(", "),
+        last.join(", ")
     );
     Ok(())
 }
