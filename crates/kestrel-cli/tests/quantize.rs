@@ -47,7 +47,7 @@ fn dry_run_prints_the_types_and_writes_nothing() {
 
 #[test]
 fn bad_type_options_are_refused_with_the_reason() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &["--tensor-type", "attn_q", "in.gguf", "out.gguf", "Q4_0"],
             "PATTERN=TYPE",
@@ -67,6 +67,14 @@ fn bad_type_options_are_refused_with_the_reason() {
             "--output-tensor-type",
         ),
         (&["in.gguf", "Q4_0"], "only --dry-run"),
+        (
+            &["--prune-layers", "1,x", "in.gguf", "out.gguf", "Q4_0"],
+            "invalid layer id \"x\"",
+        ),
+        (
+            &["--prune-layers=1,-2", "in.gguf", "out.gguf", "Q4_0"],
+            "invalid layer id \"-2\"",
+        ),
     ];
     for (args, want) in cases {
         let mut all = vec!["quantize"];

@@ -215,8 +215,9 @@ fn quantize_refuses_what_llama_quantize_refuses() {
 /// llama-quantize's per-tensor type options, byte for byte: `--output-tensor-type`,
 /// `--token-embedding-type` (tied embeddings follow the output's), `--tensor-type
 /// PATTERN=TYPE` (a regular expression searched in the name, overriding the mix but not the
-/// row fallback), `--pure`, and `--override-kv` metadata (`golden.json`'s `overrides`,
-/// llama.cpp b11434).
+/// row fallback), `--pure`, `--override-kv` metadata, and `--prune-layers` (blocks dropped, the
+/// rest renumbered, with and without an importance matrix naming the input's layers)
+/// (`golden.json`'s `overrides`, llama.cpp b11434).
 #[test]
 fn per_tensor_type_options_match_llama_quantize() {
     use kestrel_gguf::quantize::{parse_ggml_type, TensorTypeRule};
@@ -260,6 +261,23 @@ fn per_tensor_type_options_match_llama_quantize() {
                 "--override-kv" => opts.kv_overrides.push(
                     kestrel_gguf::quantize::KvOverride::parse(it.next().expect("kv")).expect("kv"),
                 ),
+                "--prune-layers" => {
+                    opts.prune_layers = it
+                        .next()
+                        .expect("layers")
+                        .split(',')
+                        .map(|l| l.parse().expect("layer"))
+                        .collect()
+                }
+                // The synthetic matrix of the input, recorded under the name given.
+                "--imatrix" => {
+                    let bytes = std::fs::read(&input).expect("input");
+                    let path = dir.join(format!("imatrix-{i}.gguf"));
+                    std::fs::write(&path, synthetic_imatrix(&bytes)).expect("imatrix");
+                    let mut im = kestrel_gguf::quantize::Imatrix::load(&path).expect("imatrix");
+                    im.file = it.next().expect("imatrix name").to_string();
+                    opts.imatrix = Some(im);
+                }
                 other => panic!("unknown flag {other}"),
             }
         }

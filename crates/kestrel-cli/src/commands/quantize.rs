@@ -58,9 +58,27 @@ pub struct QuantizeArgs {
     /// more; llama-quantize's option).
     #[arg(long = "override-kv", value_name = "KEY=TYPE:VALUE")]
     pub override_kv: Vec<String>,
+    /// Leave these blocks out (comma-separated layer numbers) and renumber the rest, as
+    /// llama-quantize's --prune-layers (the model must still make sense without them).
+    #[arg(long = "prune-layers", value_name = "L0,L1,...")]
+    pub prune_layers: Option<String>,
     /// Print nothing per tensor.
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+/// `--prune-layers`' list: layer numbers separated by commas.
+fn prune_list(arg: &Option<String>) -> Result<Vec<u32>, String> {
+    let Some(list) = arg else {
+        return Ok(Vec::new());
+    };
+    list.split(',')
+        .map(|id| {
+            id.trim().parse().map_err(|_| {
+                format!("--prune-layers: invalid layer id {id:?} (expected L0,L1,...)")
+            })
+        })
+        .collect()
 }
 
 fn ggml_type(flag: &str, name: &Option<String>) -> Result<Option<kestrel_gguf::GgmlType>, String> {
@@ -109,6 +127,7 @@ pub fn run(args: &QuantizeArgs) -> Result<(), String> {
             .iter()
             .map(|o| KvOverride::parse(o).map_err(|e| e.to_string()))
             .collect::<Result<_, _>>()?,
+        prune_layers: prune_list(&args.prune_layers)?,
         ..QuantizeOptions::new(ftype)
     };
     let t0 = Instant::now();

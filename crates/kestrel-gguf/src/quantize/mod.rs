@@ -10,6 +10,7 @@ mod ftype;
 mod imatrix;
 mod mix;
 mod overrides;
+mod prune;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -53,6 +54,10 @@ pub struct QuantizeOptions {
     /// Metadata set in the output (`--override-kv`), in order, before the importance
     /// matrix's keys.
     pub kv_overrides: Vec<KvOverride>,
+    /// Blocks left out of the output (`--prune-layers`), the rest renumbered from 0 without
+    /// gaps and `block_count` set to how many remain, as llama-quantize does (the mixes still
+    /// see the input's `block_count`, as there).
+    pub prune_layers: Vec<u32>,
 }
 
 /// One `--tensor-type` rule: a regular expression (lowercased, searched in the tensor name as
@@ -119,6 +124,7 @@ impl QuantizeOptions {
             token_embedding_type: None,
             tensor_types: Vec::new(),
             kv_overrides: Vec::new(),
+            prune_layers: Vec::new(),
         }
     }
 }
@@ -291,36 +297,49 @@ fn type_for(
     Ok(to)
 }
 
+/// What a run writes: each output tensor (in llama.cpp's order) with the input tensor it comes
+/// from, and the output's `block_count` when layers were pruned.
+struct Plan {
+    specs: Vec<TensorSpec>,
+    /// The input name of each of `specs` (the same unless layers were renumbered).
+    sources: Vec<String>,
+    fallbacks: usize,
+    block_count: Option<u32>,
+}
+
 /// The output types of every tensor of `file` (in llama.cpp's order) under `opts`.
-fn plan(
-    file: &GgufFile,
-    opts: &QuantizeOptions,
-) -> Result<(Vec<TensorSpec>, usize), QuantizeError> {
+fn plan(file: &GgufFile, opts: &QuantizeOptions) -> Result<Plan, QuantizeError> {
     let ft = opts.ftype;
     let m = facts(file);
     let mut order: Vec<usize> = (0..file.tensors().len()).collect();
     order.sort_by(|&a, &b| llama_order(file.tensors()[a].name(), file.tensors()[b].name()));
+    // Pruned layers go first: llama-quantize counts the mixes' tensors over the kept ones.
+    let mut layers = prune::LayerMap::new(&opts.prune_layers);
+    let kept: Vec<(usize, String)> = order
+        .into_iter()
+        .filter_map(|i| layers.rename(file.tensors()[i].name()).map(|n| (i, n)))
+        .collect();
     let mut st = MixState {
         has_imatrix: opts.imatrix.is_some(),
         has_tied_embeddings: file.tensor_info("output.weight").is_none(),
         output_type: opts.output_tensor_type,
         token_embd_type: opts.token_embedding_type,
-        n_attention_wv: file
-            .tensors()
+        n_attention_wv: kept
             .iter()
-            .filter(|t| {
+            .filter(|(_, name)| {
                 matches!(
-                    Category::of(t.name()),
+                    Category::of(name),
                     Category::AttnV | Category::AttnQkv | Category::AttnKvB
                 )
             })
             .count() as u32,
         ..MixState::default()
     };
-    let mut specs = Vec::with_capacity(order.len());
-    for i in order {
-        let t = &file.tensors()[i];
-        let (name, dims) = (t.name(), t.dims());
+    let mut specs = Vec::with_capacity(kept.len());
+    let mut sources = Vec::with_capacity(kept.len());
+    for (i, name) in &kept {
+        let t = &file.tensors()[*i];
+        let (name, dims) = (name.as_str(), t.dims());
         let mut to = t.ggml_type();
         if mix::allows_quantization(name, n_dims(dims), !opts.leave_output) {
             to = type_for(&mut st, &m, opts, name, dims)?;
@@ -336,15 +355,25 @@ fn plan(
             ggml_type: to,
             dims: dims.to_vec(),
         });
+        sources.push(t.name().to_string());
     }
-    Ok((specs, st.n_fallback as usize))
+    Ok(Plan {
+        specs,
+        sources,
+        fallbacks: st.n_fallback as usize,
+        block_count: layers.active().then(|| layers.block_count()),
+    })
 }
 
 /// The output's metadata: the input's keys in order (split keys dropped), then
 /// `general.quantization_version` and `general.file_type`, as llama.cpp's `gguf_set_val_*`
 /// re-adds them at the end, then the overrides (`--override-kv`'s, the importance matrix's),
-/// each moved to the end.
-fn metadata(file: &GgufFile, opts: &QuantizeOptions) -> Vec<(String, MetadataValue)> {
+/// each moved to the end, then `block_count` when layers were pruned.
+fn metadata(
+    file: &GgufFile,
+    opts: &QuantizeOptions,
+    block_count: Option<u32>,
+) -> Vec<(String, MetadataValue)> {
     let ft = opts.ftype;
     const DROP: &[&str] = &[
         "general.quantization_version",
@@ -393,20 +422,24 @@ fn metadata(file: &GgufFile, opts: &QuantizeOptions) -> Vec<(String, MetadataVal
             );
         }
     }
+    if let Some(n) = block_count {
+        let arch = file.metadata().architecture().unwrap_or("").to_string();
+        overrides::set_last(
+            &mut md,
+            &format!("{arch}.block_count"),
+            MetadataValue::U32(n),
+        );
+    }
     md
 }
 
 /// llama-quantize's refusals for the planned types: requantizing without
 /// `allow_requantize`, a type kestrel cannot write (weighted-only types without an imatrix).
-fn check(
-    file: &GgufFile,
-    specs: &[TensorSpec],
-    opts: &QuantizeOptions,
-) -> Result<(), QuantizeError> {
-    for s in specs {
+fn check(file: &GgufFile, plan: &Plan, opts: &QuantizeOptions) -> Result<(), QuantizeError> {
+    for (s, source) in plan.specs.iter().zip(&plan.sources) {
         let t = file
-            .tensor_info(&s.name)
-            .ok_or_else(|| QuantizeError::Refused(format!("tensor {} vanished", s.name)))?;
+            .tensor_info(source)
+            .ok_or_else(|| QuantizeError::Refused(format!("tensor {source} vanished")))?;
         if s.ggml_type != t.ggml_type() {
             if t.ggml_type().is_quantized() && !opts.allow_requantize {
                 return Err(QuantizeError::Refused(format!(
@@ -438,17 +471,17 @@ pub fn quantize_dry_run(
     on_tensor: &mut dyn FnMut(&TensorReport),
 ) -> Result<QuantizeReport, QuantizeError> {
     let file = GgufFile::open(input)?;
-    let (specs, fallbacks) = plan(&file, opts)?;
-    check(&file, &specs, opts)?;
+    let plan = plan(&file, opts)?;
+    check(&file, &plan, opts)?;
     let mut report = QuantizeReport {
-        fallbacks,
+        fallbacks: plan.fallbacks,
         ..QuantizeReport::default()
     };
-    let n = specs.len();
-    for (i, s) in specs.iter().enumerate() {
+    let n = plan.specs.len();
+    for (i, (s, source)) in plan.specs.iter().zip(&plan.sources).enumerate() {
         let t = file
-            .tensor_info(&s.name)
-            .ok_or_else(|| QuantizeError::Refused(format!("tensor {} vanished", s.name)))?;
+            .tensor_info(source)
+            .ok_or_else(|| QuantizeError::Refused(format!("tensor {source} vanished")))?;
         let from = t.ggml_type();
         let values: u64 = s.dims.iter().product();
         let size = |ty: GgmlType| values / ty.block_size() as u64 * ty.type_size() as u64;
@@ -487,36 +520,37 @@ pub fn quantize_file(
             "split input files are not supported yet: merge them first (kestrel's GGUF reader opens splits)".into(),
         ));
     }
-    let (specs, fallbacks) = plan(&file, opts)?;
-    check(&file, &specs, opts)?;
+    let plan = plan(&file, opts)?;
+    check(&file, &plan, opts)?;
     let io = |source| QuantizeError::Io {
         path: output.to_path_buf(),
         source,
     };
     let tmp = output.with_extension("gguf.tmp");
     let sink = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(&tmp).map_err(io)?);
-    let md = metadata(&file, opts);
-    let mut w = GgufStreamWriter::new(sink, file.alignment(), &md, &specs)?;
+    let md = metadata(&file, opts, plan.block_count);
+    let mut w = GgufStreamWriter::new(sink, file.alignment(), &md, &plan.specs)?;
     let threads = match opts.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
     let mut report = QuantizeReport {
-        fallbacks,
+        fallbacks: plan.fallbacks,
         ..QuantizeReport::default()
     };
     let mut f32_buf: Vec<f32> = Vec::new();
     let mut out_buf: Vec<u8> = Vec::new();
-    let n = specs.len();
-    for (i, s) in specs.iter().enumerate() {
-        let t = file.tensor(&s.name)?;
+    let n = plan.specs.len();
+    for (i, (s, source)) in plan.specs.iter().zip(&plan.sources).enumerate() {
+        let t = file.tensor(source)?;
         let from = t.info.ggml_type();
         let data = t.data;
         let bytes_out = if from == s.ggml_type {
             w.write(data)?;
             data.len() as u64
         } else {
-            let im = tensor_imatrix(opts, &s.name, s.ggml_type, &s.dims)?;
+            // The importance matrix names the input's layers (llama.cpp's remap_imatrix).
+            let im = tensor_imatrix(opts, source, s.ggml_type, &s.dims)?;
             convert(
                 &s.name,
                 data,
