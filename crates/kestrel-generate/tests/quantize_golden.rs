@@ -304,3 +304,50 @@ fn tensor_type_rules_are_parsed_as_llama_quantize_parses_them() {
         assert!(e.contains("--tensor-type"), "{bad}: {e}");
     }
 }
+
+/// A split input (any shard opens the set) quantizes to the one file the unsplit input gives,
+/// which is llama-quantize's output on the same bytes (`golden.json`; llama-quantize drops the
+/// split keys too).
+#[test]
+fn a_split_input_quantizes_as_the_whole_file() {
+    use kestrel_gguf::{GgufFile, GgufWriter, MetadataValue};
+    let (golden, skeletons) = golden_and_skeletons();
+    let dir = std::env::temp_dir().join(format!("kestrel-quantize-s-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let bytes = files::build_bytes_as(&skeletons["llama-dense"], 1, 0.1, |_, _| {
+        kestrel_gguf::GgmlType::F32
+    });
+    let whole = GgufFile::from_bytes(bytes).expect("input");
+    let n = whole.tensors().len();
+    let shards = [0..n / 2, n / 2..n];
+    for (no, range) in shards.iter().enumerate() {
+        let mut w = GgufWriter::new();
+        if no == 0 {
+            for (k, v) in whole.metadata().iter() {
+                w.add_metadata(k, v.to_owned_value());
+            }
+        }
+        w.add_metadata("split.no", MetadataValue::U16(no as u16));
+        w.add_metadata("split.count", MetadataValue::U16(2));
+        w.add_metadata("split.tensors.count", MetadataValue::I32(n as i32));
+        for t in &whole.tensors()[range.clone()] {
+            let data = whole.tensor(t.name()).expect("tensor").data;
+            w.add_tensor(t.name(), t.ggml_type(), t.dims(), data.to_vec())
+                .expect("tensor");
+        }
+        let path = dir.join(format!("in-{:05}-of-00002.gguf", no + 1));
+        std::fs::write(path, w.to_bytes().expect("shard")).expect("write");
+    }
+    let opts = QuantizeOptions {
+        threads: 2,
+        ..QuantizeOptions::new(FileType::Q4_K_M)
+    };
+    let want = golden["files"]["llama-dense"]["Q4_K_M"]
+        .as_str()
+        .expect("golden");
+    for shard in ["in-00001-of-00002.gguf", "in-00002-of-00002.gguf"] {
+        let got = quantized_sha(&dir.join(shard), &dir.join("out.gguf"), &opts);
+        assert_eq!(got, want, "from {shard}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -20,7 +20,7 @@ pub use imatrix::{Imatrix, ImatrixEntry, ImatrixSums};
 pub use overrides::KvOverride;
 
 use crate::quant::{self, QuantError};
-use crate::{GgmlType, GgufError, GgufFile, GgufStreamWriter, MetadataValue, TensorSpec, Value};
+use crate::{GgmlType, GgufError, GgufModel, GgufStreamWriter, MetadataValue, TensorSpec, Value};
 use mix::{Category, MixState, ModelFacts};
 
 /// `general.quantization_version` as ggml writes it (`GGML_QNT_VERSION`).
@@ -212,7 +212,7 @@ impl QuantizeReport {
     }
 }
 
-fn facts(file: &GgufFile) -> ModelFacts {
+fn facts(file: &GgufModel) -> ModelFacts {
     let md = file.metadata();
     let arch = md.architecture().unwrap_or("").to_string();
     let first = |field: &str| -> u32 {
@@ -308,16 +308,17 @@ struct Plan {
 }
 
 /// The output types of every tensor of `file` (in llama.cpp's order) under `opts`.
-fn plan(file: &GgufFile, opts: &QuantizeOptions) -> Result<Plan, QuantizeError> {
+fn plan(file: &GgufModel, opts: &QuantizeOptions) -> Result<Plan, QuantizeError> {
     let ft = opts.ftype;
     let m = facts(file);
-    let mut order: Vec<usize> = (0..file.tensors().len()).collect();
-    order.sort_by(|&a, &b| llama_order(file.tensors()[a].name(), file.tensors()[b].name()));
+    // Every shard's tensors, in llama.cpp's loader order.
+    let mut infos: Vec<&crate::TensorInfo> = file.tensors().map(|v| v.info).collect();
+    infos.sort_by(|a, b| llama_order(a.name(), b.name()));
     // Pruned layers go first: llama-quantize counts the mixes' tensors over the kept ones.
     let mut layers = prune::LayerMap::new(&opts.prune_layers);
-    let kept: Vec<(usize, String)> = order
+    let kept: Vec<(&crate::TensorInfo, String)> = infos
         .into_iter()
-        .filter_map(|i| layers.rename(file.tensors()[i].name()).map(|n| (i, n)))
+        .filter_map(|t| layers.rename(t.name()).map(|n| (t, n)))
         .collect();
     let mut st = MixState {
         has_imatrix: opts.imatrix.is_some(),
@@ -337,8 +338,7 @@ fn plan(file: &GgufFile, opts: &QuantizeOptions) -> Result<Plan, QuantizeError> 
     };
     let mut specs = Vec::with_capacity(kept.len());
     let mut sources = Vec::with_capacity(kept.len());
-    for (i, name) in &kept {
-        let t = &file.tensors()[*i];
+    for (t, name) in &kept {
         let (name, dims) = (name.as_str(), t.dims());
         let mut to = t.ggml_type();
         if mix::allows_quantization(name, n_dims(dims), !opts.leave_output) {
@@ -370,7 +370,7 @@ fn plan(file: &GgufFile, opts: &QuantizeOptions) -> Result<Plan, QuantizeError> 
 /// re-adds them at the end, then the overrides (`--override-kv`'s, the importance matrix's),
 /// each moved to the end, then `block_count` when layers were pruned.
 fn metadata(
-    file: &GgufFile,
+    file: &GgufModel,
     opts: &QuantizeOptions,
     block_count: Option<u32>,
 ) -> Vec<(String, MetadataValue)> {
@@ -435,7 +435,7 @@ fn metadata(
 
 /// llama-quantize's refusals for the planned types: requantizing without
 /// `allow_requantize`, a type kestrel cannot write (weighted-only types without an imatrix).
-fn check(file: &GgufFile, plan: &Plan, opts: &QuantizeOptions) -> Result<(), QuantizeError> {
+fn check(file: &GgufModel, plan: &Plan, opts: &QuantizeOptions) -> Result<(), QuantizeError> {
     for (s, source) in plan.specs.iter().zip(&plan.sources) {
         let t = file
             .tensor_info(source)
@@ -470,7 +470,7 @@ pub fn quantize_dry_run(
     opts: &QuantizeOptions,
     on_tensor: &mut dyn FnMut(&TensorReport),
 ) -> Result<QuantizeReport, QuantizeError> {
-    let file = GgufFile::open(input)?;
+    let file = GgufModel::open(input)?;
     let plan = plan(&file, opts)?;
     check(&file, &plan, opts)?;
     let mut report = QuantizeReport {
@@ -500,7 +500,7 @@ pub fn quantize_dry_run(
 /// `on_tensor` hears of each tensor as it is written.
 ///
 /// # Errors
-/// `Refused` for a split input, a quantized input tensor without `allow_requantize`, a type
+/// `Refused` for a quantized input tensor without `allow_requantize`, a type
 /// that needs an importance matrix, or a type kestrel cannot quantize to yet; `Gguf`, `Quant`
 /// or `Io` for unreadable input and failed writes.
 pub fn quantize_file(
@@ -509,17 +509,9 @@ pub fn quantize_file(
     opts: &QuantizeOptions,
     on_tensor: &mut dyn FnMut(&TensorReport),
 ) -> Result<QuantizeReport, QuantizeError> {
-    let file = GgufFile::open(input)?;
-    if file
-        .metadata()
-        .get("split.count")
-        .and_then(|v| v.as_integer())
-        .is_some_and(|n| n > 1)
-    {
-        return Err(QuantizeError::Refused(
-            "split input files are not supported yet: merge them first (kestrel's GGUF reader opens splits)".into(),
-        ));
-    }
+    // Any shard of a split input opens them all; the output is one file (split keys dropped),
+    // as llama-quantize writes without --keep-split.
+    let file = GgufModel::open(input)?;
     let plan = plan(&file, opts)?;
     check(&file, &plan, opts)?;
     let io = |source| QuantizeError::Io {
@@ -529,7 +521,7 @@ pub fn quantize_file(
     let tmp = output.with_extension("gguf.tmp");
     let sink = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(&tmp).map_err(io)?);
     let md = metadata(&file, opts, plan.block_count);
-    let mut w = GgufStreamWriter::new(sink, file.alignment(), &md, &plan.specs)?;
+    let mut w = GgufStreamWriter::new(sink, file.shards()[0].alignment(), &md, &plan.specs)?;
     let threads = match opts.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
