@@ -448,7 +448,7 @@ fn fused_rope_and_pair_append_equal_their_two_step_forms() {
     let mut in_place = dev
         .upload(&Tensor::from_f32(shape, &host).unwrap())
         .unwrap();
-    dev.rope_ids(&mut in_place, &ids, n_head, head_dim, &p, None)
+    dev.rope(&mut in_place, &positions, n_head, head_dim, &p, None)
         .unwrap();
     let mut out = dev.zeros(DType::F32, shape).unwrap();
     dev.rope_ids_from(&src, &mut out, &ids, n_head, head_dim, &p, None)
@@ -473,8 +473,8 @@ fn fused_rope_and_pair_append_equal_their_two_step_forms() {
             .unwrap()
     };
     let (mut k1, mut v1, mut k2, mut v2) = (cache(), cache(), cache(), cache());
-    dev.kv_append_ids(&k, &ids, &mut k1).unwrap();
-    dev.kv_append_ids(&v, &ids, &mut v1).unwrap();
+    dev.kv_append(&k, &positions, &mut k1).unwrap();
+    dev.kv_append(&v, &positions, &mut v1).unwrap();
     dev.kv_append2_ids((&k, &v), &ids, (&mut k2, &mut v2))
         .unwrap();
     let ap = kestrel_tensor::cpu::AttentionParams {

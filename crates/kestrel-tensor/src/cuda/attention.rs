@@ -70,34 +70,9 @@ impl CudaDevice {
         self.rope_impl(None, None, x, positions, n_head, head_dim, p, freq_factors)
     }
 
-    /// [`Self::rope`] with the positions in a device buffer the caller wrote (a CUDA graph
-    /// replays it with each step's positions).
-    ///
-    /// # Errors
-    /// As [`Self::rope`].
-    pub fn rope_ids(
-        &self,
-        x: &mut DeviceTensor,
-        positions: &DeviceIds,
-        n_head: usize,
-        head_dim: usize,
-        p: &RopeParams,
-        freq_factors: Option<&DeviceTensor>,
-    ) -> Result<()> {
-        self.rope_impl(
-            Some(&positions.buf),
-            None,
-            x,
-            &positions.host,
-            n_head,
-            head_dim,
-            p,
-            freq_factors,
-        )
-    }
-
-    /// [`Self::rope_ids`] reading `src` and writing `out` (same shape), the unrotated dims copied:
-    /// one launch where a copy and an in-place rotation took two.
+    /// [`Self::rope`] reading `src` and writing `out` (same shape, the unrotated dims copied),
+    /// with the positions in a device buffer the caller wrote (a CUDA graph replays it with each
+    /// step's positions): one launch where a copy and an in-place rotation took two.
     ///
     /// # Errors
     /// As [`Self::rope`], and `src` of another size than `out`.
@@ -233,36 +208,12 @@ impl CudaDevice {
         positions: &[i32],
         cache: &mut DeviceTensor,
     ) -> Result<()> {
-        self.kv_append_impl(None, src, positions, cache)
-    }
-
-    /// [`Self::kv_append`] with the positions in a device buffer the caller wrote.
-    ///
-    /// # Errors
-    /// As [`Self::kv_append`].
-    pub fn kv_append_ids(
-        &self,
-        src: &DeviceTensor,
-        positions: &DeviceIds,
-        cache: &mut DeviceTensor,
-    ) -> Result<()> {
-        self.kv_append_impl(Some(&positions.buf), src, &positions.host, cache)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn kv_append_impl(
-        &self,
-        dev_ids: Option<&CudaSlice<i32>>,
-        src: &DeviceTensor,
-        positions: &[i32],
-        cache: &mut DeviceTensor,
-    ) -> Result<()> {
         let row = check_kv_append(src, positions, cache)?;
         if positions.is_empty() {
             return Ok(());
         }
-        let mut run = |pos: &CudaSlice<i32>| {
-            let r = i32_of("cuda kv_append", row)?;
+        let r = i32_of("cuda kv_append", row)?;
+        self.with_ids(positions.iter().copied(), |pos: &CudaSlice<i32>| {
             let f = self.func("kv_append_f16")?;
             let mut b = self.stream.launch_builder(f);
             b.arg(&src.buf).arg(pos).arg(&mut cache.buf).arg(&r);
@@ -270,14 +221,11 @@ impl CudaDevice {
             unsafe { b.launch(cfg(grid_for(positions.len(), 1)?, (256, 1))) }
                 .map_err(driver("launch kv_append"))?;
             Ok(())
-        };
-        match dev_ids {
-            Some(d) => run(d),
-            None => self.with_ids(positions.iter().copied(), run),
-        }
+        })
     }
 
-    /// [`Self::kv_append_ids`] of a step's keys and values in one launch.
+    /// [`Self::kv_append`] of a step's keys and values in one launch, the positions in a device
+    /// buffer the caller wrote (a CUDA graph replays it with each step's positions).
     ///
     /// # Errors
     /// As [`Self::kv_append`], for either pair.

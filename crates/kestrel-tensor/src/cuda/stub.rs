@@ -404,22 +404,6 @@ impl CudaDevice {
         match self.never {}
     }
 
-    /// RoPE with device positions.
-    ///
-    /// # Errors
-    /// Unreachable.
-    pub fn rope_ids(
-        &self,
-        _x: &mut DeviceTensor,
-        _positions: &DeviceIds,
-        _n_head: usize,
-        _head_dim: usize,
-        _p: &RopeParams,
-        _freq_factors: Option<&DeviceTensor>,
-    ) -> Result<()> {
-        match self.never {}
-    }
-
     /// RoPE from `src` into `out` with device positions.
     ///
     /// # Errors
@@ -447,19 +431,6 @@ impl CudaDevice {
         _src: (&DeviceTensor, &DeviceTensor),
         _positions: &DeviceIds,
         _cache: (&mut DeviceTensor, &mut DeviceTensor),
-    ) -> Result<()> {
-        match self.never {}
-    }
-
-    /// KV-cache append with device positions.
-    ///
-    /// # Errors
-    /// Unreachable.
-    pub fn kv_append_ids(
-        &self,
-        _src: &DeviceTensor,
-        _positions: &DeviceIds,
-        _cache: &mut DeviceTensor,
     ) -> Result<()> {
         match self.never {}
     }
