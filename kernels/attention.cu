@@ -1,15 +1,17 @@
 // Attention over an f16 KV cache, and the append that fills it.
 //
-// attention_f16: one CTA of 4 warps per (query token, head); the warps split the visible keys
-// and each keeps a running max, denominator and output (flash attention's online softmax),
-// merged at the end. Causal with an optional sliding window (a query at position p sees keys
+// attention_f16: one CTA of 4-16 warps per (query token, head); the warps split the visible
+// keys and each keeps a running max, denominator and output (flash attention's online softmax),
+// merged at the end in warp order (the launcher picks the warp count from the head count alone,
+// so a token's result does not depend on the step's other tokens; 16 where the heads leave
+// most SMs idle, as a decode step's few CTAs do). Causal with an optional sliding window (a query at position p sees keys
 // p - window < j <= p; window 0: all j <= p), or non-causal (every key below kv_len); scores
 // `scale * q·k`, soft-capped as `cap * tanh(s / cap)` when cap > 0; GQA (query head h reads KV
 // head h / (n_head / n_kv_head)). Any head_dim up to 256 (lane i holds elements i, i + 32, ...;
 // 64, 80, 96, 128, 256 and the synthetic models' 16 all occur). A query that sees no
 // key (a negative position) gets zeros.
 // Layouts: q and out [n_tokens][n_head][head_dim] f32; k and v [capacity][n_kv_head][head_dim]
-// f16. Launch: grid n_tokens * n_head, block (32, 4).
+// f16. Launch: grid n_tokens * n_head, block (32, warps), warps 1..DEC_MAX_WARPS.
 //
 // attention_f16_tiled (prefill: many query tokens): the same function, computed a tile at a
 // time. A CTA of 4 warps takes TILE_ROWS consecutive query rows of one KV head (row r = token
@@ -23,6 +25,7 @@
 #include "common.cuh"
 
 #define ATT_WARPS 4
+#define DEC_MAX_WARPS 16
 #define MAX_HEAD_DIM 256
 #define PER_LANE (MAX_HEAD_DIM / WARP)
 
@@ -40,13 +43,14 @@ __device__ __forceinline__ void visible_keys(int pos, int kv_len, int window, in
     *lo = min(window > 0 ? max(0, pos + 1 - window) : 0, *hi);
 }
 
-extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
+extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)
     attention_f16(const float *__restrict__ q, const int *__restrict__ positions,
                   const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
                   int n_head, int n_kv_head, int head_dim, int kv_len, float scale, float softcap,
                   int window, int causal) {
-    __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
-    __shared__ float s_acc[ATT_WARPS][MAX_HEAD_DIM];
+    __shared__ float s_m[DEC_MAX_WARPS], s_l[DEC_MAX_WARPS], s_f[DEC_MAX_WARPS];
+    __shared__ float s_acc[DEC_MAX_WARPS][MAX_HEAD_DIM];
+    const int nwarps = blockDim.y;
     const int token = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int kvh = h / (n_head / n_kv_head);
     const int lane = threadIdx.x, warp = threadIdx.y;
@@ -64,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
     }
     float m = -__int_as_float(0x7f800000), l = 0.0f;
     const long long row = (long long)n_kv_head * head_dim;
-    for (int j = lo + warp; j < hi; j += ATT_WARPS) {
+    for (int j = lo + warp; j < hi; j += nwarps) {
         const __half *kj = k + j * row + (long long)kvh * head_dim;
         float d = 0.0f;
 #pragma unroll
@@ -92,16 +96,18 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
     __syncthreads();
     if (warp != 0) return;
     float gm = s_m[0];
-    for (int w = 1; w < ATT_WARPS; w++) gm = fmaxf(gm, s_m[w]);
-    float gl = 0.0f, f[ATT_WARPS];
-    for (int w = 0; w < ATT_WARPS; w++) {
-        f[w] = s_l[w] > 0.0f ? expf(s_m[w] - gm) : 0.0f;
-        gl += s_l[w] * f[w];
+    for (int w = 1; w < nwarps; w++) gm = fmaxf(gm, s_m[w]);
+    float gl = 0.0f;
+    for (int w = 0; w < nwarps; w++) {
+        const float f = s_l[w] > 0.0f ? expf(s_m[w] - gm) : 0.0f;
+        if (lane == 0) s_f[w] = f;  // each warp's factor, read back below (warp 0 alone)
+        gl += s_l[w] * f;
     }
+    __syncwarp();
     const float inv = gl > 0.0f ? 1.0f / gl : 0.0f;
     for (int i = lane; i < head_dim; i += WARP) {
         float o = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++) o += s_acc[w][i] * f[w];
+        for (int w = 0; w < nwarps; w++) o += s_acc[w][i] * s_f[w];
         oh[i] = o * inv;
     }
 }

@@ -72,6 +72,22 @@ __device__ __forceinline__ float block_sum(float v, float *shared) {
     return warp_sum(v);
 }
 
+// One warp's 32 consecutive values (lane i holds value i, warp-uniform call) into the Q8_1
+// block `y`: `d = amax / 127`, `q = round(x / d)`, `s = d * sum(q)` (quantize.cu's rule, shared by
+// the kernels that fuse the quantization into their output, so either path gives the same bytes).
+__device__ __forceinline__ void q8_1_store_warp(float v, block_q8_1 *y) {
+    const int lane = threadIdx.x % WARP;
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const int q = amax == 0.0f ? 0 : (int)roundf(v / d);
+    const float sum = d * warp_sum((float)q);  // |sum(q)| <= 4064: exact in f32
+    y->qs[lane] = (i8)q;
+    if (lane == 0) {
+        y->d = __float2half(d);
+        y->s = __float2half(sum);
+    }
+}
+
 // 4 bytes at a 2-byte aligned address (quant blocks are 2-byte aligned).
 __device__ __forceinline__ int load_i32_a2(const void *p) {
     const u16 *h = (const u16 *)p;

@@ -1,7 +1,7 @@
 // Elementwise ops over `n` f32 values (grid-stride loops; launch with 256 threads and any grid):
 // add/mul with `b` of `b_len` values repeated (a row broadcast when `b_len` is a row, plain
 // when `b_len == n`), scale, soft cap (`cap * tanh(x / cap)`), SiLU, GELU (tanh form, ggml's
-// constants), exact GELU (erf), SwiGLU and GeGLU.
+// constants), exact GELU (erf), SwiGLU and GeGLU (also with the Q8_1 quantization fused in).
 #include "common.cuh"
 
 #define GRID_STRIDE(i, n) \
@@ -49,4 +49,27 @@ extern "C" __global__ void softcap_f32(float *x, long long n, float cap) {
 
 extern "C" __global__ void gelu_erf_f32(float *x, long long n) {
     GRID_STRIDE(i, n) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752440f));
+}
+
+// SwiGLU / GeGLU that also leave the result as Q8_1 in `q` (the down projection's input): one
+// warp per block of 32 values (`nblocks * 32` values, rows a multiple of 32 long), each value
+// computed as swiglu_f32 / geglu_f32 do and quantized as quantize_q8_1. Launch: 256 threads,
+// grid ceil(nblocks / 8).
+template <bool GELU>
+__device__ __forceinline__ void glu_q8_1(const float *__restrict__ gate, const float *__restrict__ up,
+                                         float *__restrict__ out, block_q8_1 *__restrict__ q, int nblocks) {
+    const int b = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (b >= nblocks) return;  // the whole warp leaves together
+    const long long i = (long long)b * QK + threadIdx.x % WARP;
+    const float y = (GELU ? gelu(gate[i]) : silu(gate[i])) * up[i];
+    out[i] = y;
+    q8_1_store_warp(y, q + b);
+}
+
+extern "C" __global__ void swiglu_q8_1_f32(const float *gate, const float *up, float *out, block_q8_1 *q, int nblocks) {
+    glu_q8_1<false>(gate, up, out, q, nblocks);
+}
+
+extern "C" __global__ void geglu_q8_1_f32(const float *gate, const float *up, float *out, block_q8_1 *q, int nblocks) {
+    glu_q8_1<true>(gate, up, out, q, nblocks);
 }

@@ -9,7 +9,8 @@
 // block's constant term (`-8d`/`-16d` or the min, times the activation block's `s = d·Σq`) is
 // added by thread 0 of the pair alone.
 //
-// Layout: `w` m rows of `nb` blocks; `a` NCOLS rows of `nb` Q8_1 blocks; `out[c * m + r]`.
+// Layout: `w` m rows of `nb` blocks; `a` NCOLS rows of `nb` Q8_1 blocks; `out[c * m + r]`, plus
+// `add[c * m + r]` when `add` is not null (a residual add in the epilogue).
 // Launch: block (32, MMVQ_WARPS), grid ceil(m / rpc).
 #include "mmvq.cuh"
 
@@ -92,7 +93,7 @@ __device__ __forceinline__ QSlice slice(const block_q8_0 *w, int t) {
 
 template <typename B, int NCOLS>
 __device__ __forceinline__ void mmvq(const B *__restrict__ w, const block_q8_1 *__restrict__ a,
-                                     float *__restrict__ out, int nb, int m, int rpc) {
+                                     float *__restrict__ out, const float *__restrict__ add, int nb, int m, int rpc) {
     const MmvqPlace p = mmvq_place(rpc, m);
     const B *wr = w + (long long)p.row * nb;
     const int t = p.tid % LANES_PER_BLOCK, end = p.live ? nb : 0;
@@ -113,13 +114,13 @@ __device__ __forceinline__ void mmvq(const B *__restrict__ w, const block_q8_1 *
             acc[c] += s.d * __half2float(ab->d) * (float)sumi + s.c * __half2float(ab->s);
         }
     }
-    mmvq_store<NCOLS>(acc, out, m, p, rpc);
+    mmvq_store<NCOLS>(acc, out, add, m, p, rpc);
 }
 
 #define MMVQ(T, N)                                                                         \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                      \
-        mmvq_##T##_##N(const block_##T *w, const block_q8_1 *a, float *out, int nb, int m, int rpc) { \
-        mmvq<block_##T, N>(w, a, out, nb, m, rpc);                                          \
+        mmvq_##T##_##N(const block_##T *w, const block_q8_1 *a, float *out, const float *add, int nb, int m, int rpc) { \
+        mmvq<block_##T, N>(w, a, out, add, nb, m, rpc);                                          \
     }
 #define MMVQ_ALL(T) MMVQ(T, 1) MMVQ(T, 2) MMVQ(T, 3) MMVQ(T, 4) MMVQ(T, 5) MMVQ(T, 6) MMVQ(T, 7) MMVQ(T, 8)
 

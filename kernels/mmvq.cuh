@@ -26,11 +26,13 @@ __device__ __forceinline__ MmvqPlace mmvq_place(int rpc, int m) {
     return p;
 }
 
-// Writes `out[c * m + row]` = the sum of `acc[c]` over the row's threads, for each of the NCOLS
-// activation rows. Every thread of the CTA calls it.
+// Writes `out[c * m + row]` = the sum of `acc[c]` over the row's threads (plus `add[c * m + row]`
+// when `add` is not null: a residual add fused into the matvec, the same float addition as
+// add_f32), for each of the NCOLS activation rows. Every thread of the CTA calls it.
 template <int NCOLS>
-__device__ __forceinline__ void mmvq_store(const float (&acc)[NCOLS], float *__restrict__ out, int m,
-                                           const MmvqPlace &p, int rpc) {
+__device__ __forceinline__ void mmvq_store(const float (&acc)[NCOLS], float *__restrict__ out,
+                                           const float *__restrict__ add, int m, const MmvqPlace &p,
+                                           int rpc) {
     __shared__ float part[MMVQ_WARPS][NCOLS];
 #pragma unroll
     for (int c = 0; c < NCOLS; c++) {
@@ -43,6 +45,7 @@ __device__ __forceinline__ void mmvq_store(const float (&acc)[NCOLS], float *__r
     if (p.live && c < NCOLS) {
         float s = part[first][c];
         for (int w = 1; w < wpr; w++) s += part[first + w][c];
-        out[(long long)c * m + p.row] = s;
+        const long long o = (long long)c * m + p.row;
+        out[o] = add ? s + add[o] : s;
     }
 }

@@ -10,7 +10,8 @@
 // `__dp4a`s it with each activation row.
 //
 // Layout: `w` m rows of `nb` 256-value blocks; `a` NCOLS rows of `8 * nb` Q8_1 blocks;
-// `out[c * m + r]`. Launch: block (32, MMVQ_WARPS), grid ceil(m / rpc).
+// `out[c * m + r]` (plus `add[c * m + r]` when `add` is not null, as mmvq.cu). Launch: block
+// (32, MMVQ_WARPS), grid ceil(m / rpc).
 #include "mmvq.cuh"
 
 // Σ_i dp4a(w[i], activation words `first + i`) over N words of a Q8_1 block.
@@ -78,7 +79,7 @@ __device__ __forceinline__ float slice_dot(const KSlice &s, int t, const block_q
 
 template <typename B, int NCOLS>
 __device__ __forceinline__ void mmvq_k45(const B *__restrict__ w, const block_q8_1 *__restrict__ a,
-                                         float *__restrict__ out, int nb, int m, int rpc) {
+                                         float *__restrict__ out, const float *__restrict__ add, int nb, int m, int rpc) {
     const MmvqPlace p = mmvq_place(rpc, m);
     const B *wr = w + (long long)p.row * nb;
     const int nb32 = nb * (QK_K / QK);
@@ -92,7 +93,7 @@ __device__ __forceinline__ void mmvq_k45(const B *__restrict__ w, const block_q8
 #pragma unroll
         for (int c = 0; c < NCOLS; c++) acc[c] += slice_dot<B>(s, t, a + (long long)c * nb32 + 8 * ib);
     }
-    mmvq_store<NCOLS>(acc, out, m, p, rpc);
+    mmvq_store<NCOLS>(acc, out, add, m, p, rpc);
 }
 
 // Q6_K: lane `t` in 0..16 takes elements 4j..4j+3 (j = t % 8) of sub-blocks 4n..4n+3 (n = t / 8):
@@ -100,7 +101,7 @@ __device__ __forceinline__ void mmvq_k45(const B *__restrict__ w, const block_q8
 // only 2-byte aligned: two 16-bit loads a word).
 template <int NCOLS>
 __device__ __forceinline__ void mmvq_q6k(const block_q6_K *__restrict__ w, const block_q8_1 *__restrict__ a,
-                                         float *__restrict__ out, int nb, int m, int rpc) {
+                                         float *__restrict__ out, const float *__restrict__ add, int nb, int m, int rpc) {
     const MmvqPlace p = mmvq_place(rpc, m);
     const block_q6_K *wr = w + (long long)p.row * nb;
     const int nb32 = nb * (QK_K / QK);
@@ -135,18 +136,18 @@ __device__ __forceinline__ void mmvq_q6k(const block_q6_K *__restrict__ w, const
             acc[c] += v;
         }
     }
-    mmvq_store<NCOLS>(acc, out, m, p, rpc);
+    mmvq_store<NCOLS>(acc, out, add, m, p, rpc);
 }
 
 #define MMVQ_K(T, N)                                                                          \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                         \
-        mmvq_##T##_##N(const block_##T *w, const block_q8_1 *a, float *out, int nb, int m, int rpc) { \
-        mmvq_k45<block_##T, N>(w, a, out, nb, m, rpc);                                           \
+        mmvq_##T##_##N(const block_##T *w, const block_q8_1 *a, float *out, const float *add, int nb, int m, int rpc) { \
+        mmvq_k45<block_##T, N>(w, a, out, add, nb, m, rpc);                                           \
     }
 #define MMVQ_Q6K(N)                                                                           \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                         \
-        mmvq_q6_K_##N(const block_q6_K *w, const block_q8_1 *a, float *out, int nb, int m, int rpc) { \
-        mmvq_q6k<N>(w, a, out, nb, m, rpc);                                                      \
+        mmvq_q6_K_##N(const block_q6_K *w, const block_q8_1 *a, float *out, const float *add, int nb, int m, int rpc) { \
+        mmvq_q6k<N>(w, a, out, add, nb, m, rpc);                                                      \
     }
 #define MMVQ_K_ALL(T) MMVQ_K(T, 1) MMVQ_K(T, 2) MMVQ_K(T, 3) MMVQ_K(T, 4) MMVQ_K(T, 5) MMVQ_K(T, 6) MMVQ_K(T, 7) MMVQ_K(T, 8)
 

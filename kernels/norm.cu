@@ -1,6 +1,8 @@
 // Row normalizations, each fused with its weight (and bias): one CTA per row of `k` values.
 // rms_norm: `x / sqrt(mean(x²) + eps) * w`; layer_norm: `(x - mean) / sqrt(var + eps) * w + b`
-// (population variance, two passes). `w` and `b` may be null.
+// (population variance, two passes). `w` and `b` may be null. The RMS norm also comes with the
+// residual add before it and/or the Q8_1 quantization after it fused in (decode steps: one
+// launch where there were two or three).
 // rms_norm_f32: each thread loads its (at most RMS_PER_THREAD) values once, all loads issued
 // before the sum, and scales them from registers: a decode step's single row is one round trip
 // to memory instead of one per value. Rows longer than RMS_PER_THREAD * blockDim.x take a
@@ -10,12 +12,32 @@
 
 #define RMS_PER_THREAD 8
 
-extern "C" __global__ void rms_norm_f32(const float *__restrict__ x, const float *__restrict__ w,
-                                        float *__restrict__ out, int k, float eps) {
+// The row's values: `x` alone, or `x + r` (the residual add fused in) also written to `sum`.
+template <bool ADD>
+__device__ __forceinline__ float rms_in(const float *xr, const float *rr, float *sr, int j) {
+    if (!ADD) return xr[j];
+    const float v = xr[j] + rr[j];
+    sr[j] = v;
+    return v;
+}
+
+// One row: optional residual add, the norm and weight, and (Q8) the normed row as Q8_1 blocks
+// into `qr` (each warp's 32 consecutive values are one block: `k` and blockDim.x multiples of
+// 32, so `j < k` is the same for a whole warp). Each value is computed by the same float
+// operations as the unfused kernels (add_f32, rms_norm_f32, quantize_q8_1): the fused forms
+// give the same bits.
+template <bool ADD, bool Q8>
+__device__ __forceinline__ void rms_norm_row(const float *__restrict__ x, const float *__restrict__ r,
+                                             float *__restrict__ sum, const float *__restrict__ w,
+                                             float *__restrict__ out, block_q8_1 *__restrict__ q,
+                                             int k, float eps) {
     __shared__ float shared[32];
     const long long base = (long long)blockIdx.x * k;
     const float *xr = x + base;
+    const float *rr = ADD ? r + base : nullptr;
+    float *sr = ADD ? sum + base : nullptr;
     float *orow = out + base;
+    block_q8_1 *qr = Q8 ? q + (long long)blockIdx.x * (k / QK) : nullptr;
     const bool cached = k <= RMS_PER_THREAD * (int)blockDim.x;
     float v[RMS_PER_THREAD];
     float s = 0.0f;
@@ -23,12 +45,15 @@ extern "C" __global__ void rms_norm_f32(const float *__restrict__ x, const float
 #pragma unroll
         for (int i = 0; i < RMS_PER_THREAD; i++) {
             const int j = threadIdx.x + i * blockDim.x;
-            v[i] = j < k ? xr[j] : 0.0f;
+            v[i] = j < k ? rms_in<ADD>(xr, rr, sr, j) : 0.0f;
         }
 #pragma unroll
         for (int i = 0; i < RMS_PER_THREAD; i++) s = fmaf(v[i], v[i], s);
     } else {
-        for (int j = threadIdx.x; j < k; j += blockDim.x) s = fmaf(xr[j], xr[j], s);
+        for (int j = threadIdx.x; j < k; j += blockDim.x) {
+            const float a = rms_in<ADD>(xr, rr, sr, j);
+            s = fmaf(a, a, s);
+        }
     }
     s = block_sum(s, shared);
     const float scale = rsqrtf(s / (float)k + eps);
@@ -37,16 +62,49 @@ extern "C" __global__ void rms_norm_f32(const float *__restrict__ x, const float
         for (int i = 0; i < RMS_PER_THREAD; i++) {
             const int j = threadIdx.x + i * blockDim.x;
             if (j < k) {
-                const float y = v[i] * scale;
-                orow[j] = w ? y * w[j] : y;
+                const float y0 = v[i] * scale;
+                const float y = w ? y0 * w[j] : y0;
+                orow[j] = y;
+                if (Q8) q8_1_store_warp(y, qr + j / QK);
             }
         }
     } else {
+        // ADD: this thread wrote `sr[j]` above, so it reads its own value back.
         for (int j = threadIdx.x; j < k; j += blockDim.x) {
-            const float y = xr[j] * scale;
-            orow[j] = w ? y * w[j] : y;
+            const float y0 = (ADD ? sr[j] : xr[j]) * scale;
+            const float y = w ? y0 * w[j] : y0;
+            orow[j] = y;
+            if (Q8) q8_1_store_warp(y, qr + j / QK);
         }
     }
+}
+
+// `out = x / sqrt(mean(x²) + eps) * w`.
+extern "C" __global__ void rms_norm_f32(const float *__restrict__ x, const float *__restrict__ w,
+                                        float *__restrict__ out, int k, float eps) {
+    rms_norm_row<false, false>(x, nullptr, nullptr, w, out, nullptr, k, eps);
+}
+
+// rms_norm_f32 that also leaves `out` as Q8_1 in `q` (the next matvec's input).
+extern "C" __global__ void rms_norm_q8_1_f32(const float *__restrict__ x, const float *__restrict__ w,
+                                             float *__restrict__ out, block_q8_1 *__restrict__ q,
+                                             int k, float eps) {
+    rms_norm_row<false, true>(x, nullptr, nullptr, w, out, q, k, eps);
+}
+
+// `sum = x + r`, then rms_norm_f32 of `sum` (a residual add and the next norm in one launch).
+extern "C" __global__ void add_rms_norm_f32(const float *__restrict__ x, const float *__restrict__ r,
+                                            float *__restrict__ sum, const float *__restrict__ w,
+                                            float *__restrict__ out, int k, float eps) {
+    rms_norm_row<true, false>(x, r, sum, w, out, nullptr, k, eps);
+}
+
+// add_rms_norm_f32 that also leaves `out` as Q8_1 in `q`.
+extern "C" __global__ void add_rms_norm_q8_1_f32(const float *__restrict__ x, const float *__restrict__ r,
+                                                 float *__restrict__ sum, const float *__restrict__ w,
+                                                 float *__restrict__ out, block_q8_1 *__restrict__ q,
+                                                 int k, float eps) {
+    rms_norm_row<true, true>(x, r, sum, w, out, q, k, eps);
 }
 
 extern "C" __global__ void layer_norm_f32(const float *__restrict__ x, const float *__restrict__ w,

@@ -10,16 +10,6 @@
 extern "C" __global__ void quantize_q8_1(const float *__restrict__ x, block_q8_1 *__restrict__ y,
                                          int nblocks) {
     const int b = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    const int lane = threadIdx.x % WARP;
     if (b >= nblocks) return;  // the whole warp leaves together
-    const float v = x[(long long)b * QK + lane];
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f;
-    const int q = amax == 0.0f ? 0 : (int)roundf(v / d);
-    const float sum = d * warp_sum((float)q);  // |sum(q)| <= 4064: exact in f32
-    y[b].qs[lane] = (i8)q;
-    if (lane == 0) {
-        y[b].d = __float2half(d);
-        y[b].s = __float2half(sum);
-    }
+    q8_1_store_warp(x[(long long)b * QK + threadIdx.x % WARP], y + b);
 }

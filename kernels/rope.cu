@@ -1,26 +1,37 @@
-// Rotary position embedding in place, ggml's `rope_ext` (normal: adjacent pairs; NeoX: halves),
-// with linear scaling, YaRN (ext_factor, attn_factor, the ramp between the correction dims the
-// host computes as ggml_rope_yarn_corr_dims) and per-pair frequency divisors (`ff`, or null).
-// `x` is [n_tokens][n_head][head_dim]; dims n_rot..head_dim are left alone. With `src` (same
-// shape; null: in place) the rotation reads `src` and writes `x`, copying the unrotated dims, so
-// a plan needs no copy ahead of it.
-// Launch: grid n_tokens * n_head, block n_rot / 2 threads (one per pair, n_rot <= 2048).
+// Rotary position embedding, ggml's `rope_ext` (normal: adjacent pairs; NeoX: halves), with
+// linear scaling, YaRN (ext_factor, attn_factor, the ramp between the correction dims the host
+// computes as ggml_rope_yarn_corr_dims) and per-pair frequency divisors (`ff`, or null). Heads
+// are `head_dim` long; dims n_rot..head_dim are left alone (copied when the output is another
+// buffer). Every kernel rotates through `rope_head`, so its forms give the same bits.
+//
+// rope_f32: `x` is [n_tokens][n_head][head_dim], rotated in place, or, with `src` (same shape;
+// null: in place), read from `src`. Launch: grid n_tokens * n_head, block n_rot / 2 threads
+// (one per pair, n_rot <= 2048).
+// rope_qk_append_f16: a decode or prefill step's attention inputs in one launch: the queries
+// rotated from `q_src` into `q_out`, the keys rotated from `k_src` straight into the f16 key
+// cache at their positions, and the values appended to the f16 value cache (rounded to f16 as
+// kv_append.cu does). Launch: grid (n_tokens, n_head + 2 * n_kv_head), block at least n_rot / 2
+// threads (blockIdx.y: query heads, then key heads, then each KV head's slice of the value row;
+// `v_row` a multiple of n_kv_head).
 #include "common.cuh"
 
-extern "C" __global__ void rope_f32(const float *src, float *x, const int *__restrict__ positions,
-                                    const float *__restrict__ ff, int n_head, int head_dim, int n_rot,
-                                    int neox, float freq_base, float freq_scale, float ext_factor,
-                                    float attn_factor, float corr0, float corr1) {
+// One head: reads `in` (`head_dim` values), writes the rotated head to `out` (f32) and/or
+// `out_h` (f16; either may be null). Thread `pair` rotates one pair; all threads copy the
+// unrotated dims when the output is not the input.
+__device__ __forceinline__ void rope_head(const float *in, float *out, __half *out_h, int pos,
+                                          const float *__restrict__ ff, int head_dim, int n_rot, int neox,
+                                          float freq_base, float freq_scale, float ext_factor,
+                                          float attn_factor, float corr0, float corr1) {
     const int pair = threadIdx.x;
-    const int token = blockIdx.x / n_head;
-    float *head = x + (long long)blockIdx.x * head_dim;
-    const float *in = src ? src + (long long)blockIdx.x * head_dim : head;
-    if (src)
-        for (int i = n_rot + pair; i < head_dim; i += blockDim.x) head[i] = in[i];
+    if (in != out)
+        for (int i = n_rot + pair; i < head_dim; i += blockDim.x) {
+            if (out) out[i] = in[i];
+            if (out_h) out_h[i] = __float2half(in[i]);
+        }
     if (2 * pair >= n_rot) return;
     const int i0 = 2 * pair;
     const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
-    const float theta_extrap = (float)positions[token] * powf(theta_scale, (float)pair) / (ff ? ff[pair] : 1.0f);
+    const float theta_extrap = (float)pos * powf(theta_scale, (float)pair) / (ff ? ff[pair] : 1.0f);
     const float theta_interp = freq_scale * theta_extrap;
     float theta = theta_interp;
     float mscale = attn_factor;
@@ -35,6 +46,52 @@ extern "C" __global__ void rope_f32(const float *src, float *x, const int *__res
     const int a = neox ? pair : i0;
     const int b = neox ? pair + n_rot / 2 : i0 + 1;
     const float x0 = in[a], x1 = in[b];
-    head[a] = x0 * c - x1 * s;
-    head[b] = x0 * s + x1 * c;
+    const float r0 = x0 * c - x1 * s, r1 = x0 * s + x1 * c;
+    if (out) {
+        out[a] = r0;
+        out[b] = r1;
+    }
+    if (out_h) {
+        out_h[a] = __float2half(r0);
+        out_h[b] = __float2half(r1);
+    }
+}
+
+extern "C" __global__ void rope_f32(const float *src, float *x, const int *__restrict__ positions,
+                                    const float *__restrict__ ff, int n_head, int head_dim, int n_rot,
+                                    int neox, float freq_base, float freq_scale, float ext_factor,
+                                    float attn_factor, float corr0, float corr1) {
+    const int token = blockIdx.x / n_head;
+    float *head = x + (long long)blockIdx.x * head_dim;
+    const float *in = src ? src + (long long)blockIdx.x * head_dim : head;
+    rope_head(in, head, nullptr, positions[token], ff, head_dim, n_rot, neox, freq_base, freq_scale,
+              ext_factor, attn_factor, corr0, corr1);
+}
+
+extern "C" __global__ void rope_qk_append_f16(const float *q_src, float *q_out, const float *k_src,
+                                              const float *__restrict__ v_src, const int *__restrict__ positions,
+                                              const float *__restrict__ ff, __half *k_cache,
+                                              __half *__restrict__ v_cache, int n_head, int n_kv_head,
+                                              int head_dim, int v_row, int n_rot, int neox, float freq_base,
+                                              float freq_scale, float ext_factor, float attn_factor,
+                                              float corr0, float corr1) {
+    const int token = blockIdx.x, h = blockIdx.y;
+    const int pos = positions[token];
+    if (h < n_head) {
+        const long long at = ((long long)token * n_head + h) * head_dim;
+        rope_head(q_src + at, q_out + at, nullptr, pos, ff, head_dim, n_rot, neox, freq_base, freq_scale,
+                  ext_factor, attn_factor, corr0, corr1);
+    } else if (h < n_head + n_kv_head) {
+        const int kh = h - n_head;
+        const long long kv_row = (long long)n_kv_head * head_dim;
+        rope_head(k_src + token * kv_row + (long long)kh * head_dim, nullptr,
+                  k_cache + pos * kv_row + (long long)kh * head_dim, pos, ff, head_dim, n_rot, neox,
+                  freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1);
+    } else {
+        // KV head `vh`'s slice of the value row (the row splits evenly among the KV heads).
+        const int vh = h - n_head - n_kv_head, chunk = v_row / n_kv_head;
+        const float *s = v_src + (long long)token * v_row + (long long)vh * chunk;
+        __half *d = v_cache + (long long)pos * v_row + (long long)vh * chunk;
+        for (int i = threadIdx.x; i < chunk; i += blockDim.x) d[i] = __float2half(s[i]);
+    }
 }

@@ -2,7 +2,7 @@
 // (cuda_fp16.h here) against a float64 dot product of the dequantized weights with the Q8_1
 // activations: every weight type, 1-8 activation rows, 1, 2 or 4 weight rows a CTA, 1-9 weight
 // rows, 1-160 blocks a row (1-24 for the K-quants), so every warp of a CTA has work and some
-// threads run past a row's end. Activation scales are powers of two and quants small, so each
+// threads run past a row's end; every other launch with a residual added in the epilogue. Activation scales are powers of two and quants small, so each
 // block's `s = d·Σq` is exact in f16 and the only differences are float rounding: relative error
 // ≤ 1e-5 of Σ|w·x|.
 //
@@ -80,7 +80,7 @@ static block_q8_1 activation_block() {
     return b;
 }
 
-typedef void (*Kernel)(const void *, const block_q8_1 *, float *, int, int, int);
+typedef void (*Kernel)(const void *, const block_q8_1 *, float *, const float *, int, int, int);
 
 template <typename B> static int check(const char *name, int block_len, const Kernel *kernels) {
     int bad = 0;
@@ -95,12 +95,15 @@ template <typename B> static int check(const char *name, int block_len, const Ke
             const int rpc = 1 << (rng() % 3);  // rows per CTA: 1, 2 or 4
             std::vector<block_q8_1> a(ncols * nb32);
             for (auto &b : a) b = activation_block();
-            std::vector<float> out(ncols * m, NAN);
-            launch((m + rpc - 1) / rpc, 1, WARP, MMVQ_WARPS,
-                   [&] { kernels[ncols - 1](w.data(), a.data(), out.data(), nb, m, rpc); });
+            std::vector<float> out(ncols * m, NAN), add(ncols * m);
+            for (auto &v : add) v = (float)((int)(rng() % 2001) - 1000);
+            const bool residual = rng() % 2;  // every other launch adds a residual in the epilogue
+            launch((m + rpc - 1) / rpc, 1, WARP, MMVQ_WARPS, [&] {
+                kernels[ncols - 1](w.data(), a.data(), out.data(), residual ? add.data() : nullptr, nb, m, rpc);
+            });
             for (int c = 0; c < ncols; c++)
                 for (int r = 0; r < m; r++) {
-                    double want = 0, mag = 0;
+                    double want = residual ? add[c * m + r] : 0, mag = std::fabs(want);
                     for (int j = 0; j < k; j++) {
                         const block_q8_1 &ab = a[c * nb32 + j / 32];
                         const double x = value(w[r * nb + j / block_len], j % block_len) * __half2float(ab.d) * ab.qs[j % 32];

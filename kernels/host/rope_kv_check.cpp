@@ -3,7 +3,9 @@
 // - rope_f32 reading `src` and writing `x` (unrotated dims copied) = a copy, then rope_f32 in
 //   place, for normal and NeoX rotation, partial and full, YaRN and frequency factors;
 // - kv_append2_f16 (keys and values in one launch, rows of different lengths) = kv_append_f16
-//   twice.
+//   twice;
+// - rope_qk_append_f16 (queries rotated, keys rotated into the f16 cache, values appended, one
+//   launch) = rope_f32 of the queries and of the keys from their sources, then kv_append2_f16.
 // Also checks the stand-in's f32-to-f16 rounding on every f16 value and the midpoints between.
 //
 // Built and run by `cargo xtask kernels --check`; exits 1 on a mismatch. No GPU, no CUDA.
@@ -85,4 +87,54 @@ static int check_kv_append() {
     return same ? 0 : 1;
 }
 
-int main() { return check_half_rounding() + check_rope() + check_kv_append() ? 1 : 0; }
+static int check_rope_qk_append() {
+    int bad = 0;
+    const int positions[] = {6, 1, 9};
+    const int n_tok = 3, capacity = 11;
+    struct Case {
+        int n_head, n_kv, head_dim, n_rot, neox, v_row, threads;
+        float ext_factor;
+        bool ff;
+    };
+    for (const Case c : {Case{9, 3, 64, 64, 0, 192, 32, 0.0f, false}, Case{4, 1, 256, 256, 1, 256, 128, 0.0f, false},
+                         Case{4, 2, 96, 32, 1, 192, 32, 1.0f, true}, Case{2, 2, 16, 16, 0, 32, 32, 0.0f, true}}) {
+        const int q_row = c.n_head * c.head_dim, k_row = c.n_kv * c.head_dim;
+        const std::vector<float> q = random_floats(n_tok * q_row), k = random_floats(n_tok * k_row),
+                                 v = random_floats(n_tok * c.v_row);
+        std::vector<float> ff = random_floats(c.n_rot / 2);
+        for (auto &f : ff) f = 1.0f + std::fabs(f);
+        const float *ffp = c.ff ? ff.data() : nullptr;
+        const __half nan_half{0x7E00};
+        // Two-step forms: rope q and k from their sources, then append the rotated keys and values.
+        std::vector<float> q1(q.size(), NAN), k1(k.size(), NAN);
+        std::vector<__half> kc1(capacity * k_row, nan_half), vc1(capacity * c.v_row, nan_half);
+        const auto rope = [&](const float *src, float *x, int n_head) {
+            launch(n_tok * n_head, 1, c.n_rot / 2, 1, [&] {
+                rope_f32(src, x, positions, ffp, n_head, c.head_dim, c.n_rot, c.neox, 10000.0f, 0.5f,
+                         c.ext_factor, 1.0f, 3.0f, 20.0f);
+            });
+        };
+        rope(q.data(), q1.data(), c.n_head);
+        rope(k.data(), k1.data(), c.n_kv);
+        launch(n_tok, 2, 256, 1, [&] {
+            kv_append2_f16(k1.data(), v.data(), positions, kc1.data(), vc1.data(), k_row, c.v_row);
+        });
+        // One launch.
+        std::vector<float> q2(q.size(), NAN);
+        std::vector<__half> kc2(capacity * k_row, nan_half), vc2(capacity * c.v_row, nan_half);
+        launch(n_tok, c.n_head + 2 * c.n_kv, c.threads, 1, [&] {
+            rope_qk_append_f16(q.data(), q2.data(), k.data(), v.data(), positions, ffp, kc2.data(), vc2.data(),
+                               c.n_head, c.n_kv, c.head_dim, c.v_row, c.n_rot, c.neox, 10000.0f, 0.5f,
+                               c.ext_factor, 1.0f, 3.0f, 20.0f);
+        });
+        const bool same = std::memcmp(q1.data(), q2.data(), q1.size() * 4) == 0 &&
+                          std::memcmp(kc1.data(), kc2.data(), kc1.size() * 2) == 0 &&
+                          std::memcmp(vc1.data(), vc2.data(), vc1.size() * 2) == 0;
+        if (!same && bad++ < 3)
+            std::printf("rope_qk_append differs: heads %d/%d head_dim %d n_rot %d\n", c.n_head, c.n_kv, c.head_dim, c.n_rot);
+    }
+    std::printf("rope_qk_append_f16: %s\n", bad ? "MISMATCH" : "ok");
+    return bad;
+}
+
+int main() { return check_half_rounding() + check_rope() + check_kv_append() + check_rope_qk_append() ? 1 : 0; }

@@ -221,6 +221,127 @@ fn a_reused_quantized_input_gives_the_same_product() {
     assert_eq!(dev.download_f32(&o).unwrap(), want);
 }
 
+/// The fused forms (`cuda/fused.rs`) against the launches they replace, bit for bit: a
+/// residual add in the matvec's epilogue; the add and RMS norm in one launch, with and without
+/// Q8_1 output (whose ticket the next matmul takes: the same product as quantizing itself);
+/// SwiGLU/GeGLU with Q8_1 output. Rows of 576 and 640 values (one and two blocks a warp's
+/// reach), 1 and 3 rows.
+#[test]
+fn fused_launches_equal_the_launches_they_replace() {
+    use kestrel_tensor::cuda::Glu;
+    let Some(dev) = device() else { return };
+    for (n, k) in [(1, 576), (3, 640)] {
+        let m = 256;
+        let shape = Shape::matrix(n, k).unwrap();
+        let zeros = |s: Shape| dev.zeros_f32(s).unwrap();
+        let x = dev.upload(&f32_tensor(n, k, 21)).unwrap();
+        let r = dev.upload(&f32_tensor(n, k, 22)).unwrap();
+        let nw = dev.upload(&f32_tensor(1, k, 23)).unwrap();
+        let dtype = if n == 1 { DType::Q4_1 } else { DType::Q8_0 };
+        let w = dev.upload(&weight(dtype, m, k, 24)).unwrap();
+        // Two-step forms.
+        let mut sum = zeros(shape);
+        dev.add(&x, &r, &mut sum).unwrap();
+        let mut normed = zeros(shape);
+        dev.rms_norm(&sum, Some(&nw), 1e-6, &mut normed).unwrap();
+        let mut prod = zeros(Shape::matrix(n, m).unwrap());
+        dev.matmul(&normed, &w, &mut prod).unwrap();
+        let res = dev.upload(&f32_tensor(n, m, 25)).unwrap();
+        let mut prod_res = zeros(Shape::matrix(n, m).unwrap());
+        dev.add(&prod, &res, &mut prod_res).unwrap();
+        let (sum, normed, prod, prod_res) = (
+            dev.download_f32(&sum).unwrap(),
+            dev.download_f32(&normed).unwrap(),
+            dev.download_f32(&prod).unwrap(),
+            dev.download_f32(&prod_res).unwrap(),
+        );
+        for quantize in [false, true] {
+            let (mut s2, mut o2) = (zeros(shape), zeros(shape));
+            let t = dev
+                .rms_norm_fused(&x, Some((&r, &mut s2)), Some(&nw), 1e-6, &mut o2, quantize)
+                .unwrap();
+            assert_eq!(t.is_some(), quantize, "a ticket exactly when quantizing");
+            assert_eq!(
+                dev.download_f32(&s2).unwrap(),
+                sum,
+                "add+norm: sum ({n}x{k})"
+            );
+            assert_eq!(dev.download_f32(&o2).unwrap(), normed, "add+norm ({n}x{k})");
+            let mut p2 = zeros(Shape::matrix(n, m).unwrap());
+            let t2 = dev.matmul_reusing(&o2, &w, &mut p2, t).unwrap();
+            assert_eq!(
+                t2.is_some() && t2 == t,
+                quantize,
+                "the matmul took the fused Q8_1"
+            );
+            assert_eq!(
+                dev.download_f32(&p2).unwrap(),
+                prod,
+                "matmul of the fused norm"
+            );
+            let mut p3 = zeros(Shape::matrix(n, m).unwrap());
+            dev.matmul_add_reusing(&o2, &w, &res, &mut p3, t2).unwrap();
+            assert_eq!(
+                dev.download_f32(&p3).unwrap(),
+                prod_res,
+                "epilogue add ({n}x{k})"
+            );
+        }
+        let mut o3 = zeros(shape);
+        dev.rms_norm_fused(
+            &sum_tensor(&dev, &sum, shape),
+            None,
+            Some(&nw),
+            1e-6,
+            &mut o3,
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            dev.download_f32(&o3).unwrap(),
+            normed,
+            "norm with Q8_1 ({n}x{k})"
+        );
+        for glu in [Glu::SwiGlu, Glu::GeGlu] {
+            let mut want = zeros(shape);
+            match glu {
+                Glu::SwiGlu => dev.swiglu(&x, &r, &mut want).unwrap(),
+                _ => dev.geglu(&x, &r, &mut want).unwrap(),
+            }
+            let mut got = zeros(shape);
+            let t = dev.glu_fused(glu, &x, &r, &mut got, true).unwrap();
+            assert!(t.is_some());
+            assert_eq!(
+                dev.download_f32(&got).unwrap(),
+                dev.download_f32(&want).unwrap()
+            );
+            let (mut p1, mut p2) = (
+                zeros(Shape::matrix(n, m).unwrap()),
+                zeros(Shape::matrix(n, m).unwrap()),
+            );
+            dev.matmul_reusing(&got, &w, &mut p2, t).unwrap();
+            dev.matmul(&want, &w, &mut p1).unwrap();
+            assert_eq!(
+                dev.download_f32(&p1).unwrap(),
+                dev.download_f32(&p2).unwrap(),
+                "{glu:?}"
+            );
+        }
+    }
+    // An epilogue add needs the quantized matvec: an F32 weight is refused, not ignored.
+    let wf = dev.upload(&f32_tensor(8, 64, 26)).unwrap();
+    let x = dev.upload(&f32_tensor(1, 64, 27)).unwrap();
+    let res = dev.upload(&f32_tensor(1, 8, 28)).unwrap();
+    let mut out = dev.zeros_f32(Shape::matrix(1, 8).unwrap()).unwrap();
+    assert!(dev
+        .matmul_add_reusing(&x, &wf, &res, &mut out, None)
+        .is_err());
+}
+
+fn sum_tensor(dev: &CudaDevice, v: &[f32], shape: Shape) -> kestrel_tensor::cuda::DeviceTensor {
+    dev.upload(&Tensor::from_f32(shape, v).unwrap()).unwrap()
+}
+
 #[test]
 fn matmul_takes_any_rows_and_refuses_a_k_mismatch() {
     let Some(dev) = device() else { return };
@@ -492,10 +613,47 @@ fn fused_rope_and_pair_append_equal_their_two_step_forms() {
         dev.download_f32(&o).unwrap()
     };
     assert_eq!(attend(&k1, &v1), attend(&k2, &v2));
+
+    // Queries and keys rotated and keys and values appended in one launch: the rotated
+    // queries as rope_ids_from's, the caches as rotating the keys and appending both.
+    let mut k_rot = dev.zeros(DType::F32, kv_shape).unwrap();
+    dev.rope_ids_from(&k, &mut k_rot, &ids, n_kv_head, head_dim, &p, None)
+        .unwrap();
+    let (mut k3, mut v3, mut k4, mut v4) = (cache(), cache(), cache(), cache());
+    dev.kv_append2_ids((&k_rot, &v), &ids, (&mut k3, &mut v3))
+        .unwrap();
+    let mut q_out = dev.zeros(DType::F32, shape).unwrap();
+    dev.rope_qk_append_ids(
+        (&src, &mut q_out),
+        (&k, &v),
+        &ids,
+        (&mut k4, &mut v4),
+        (n_head, n_kv_head, head_dim),
+        &p,
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        dev.download_f32(&q_out).unwrap(),
+        dev.download_f32(&out).unwrap(),
+        "fused RoPE: queries"
+    );
+    assert_eq!(attend(&k3, &v3), attend(&k4, &v4), "fused RoPE: caches");
     // A position past the cache is refused before anything is written.
     dev.set_ids(&mut ids, &[0, 1, 2, capacity as i32]).unwrap();
     assert!(dev
         .kv_append2_ids((&k, &v), &ids, (&mut k2, &mut v2))
+        .is_err());
+    assert!(dev
+        .rope_qk_append_ids(
+            (&src, &mut q_out),
+            (&k, &v),
+            &ids,
+            (&mut k4, &mut v4),
+            (n_head, n_kv_head, head_dim),
+            &p,
+            None,
+        )
         .is_err());
 }
 

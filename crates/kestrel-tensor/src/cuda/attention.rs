@@ -1,11 +1,12 @@
-//! The CUDA engine's position-dependent ops: RoPE, the f16 KV-cache append and attention over
-//! the cache (`kernels/rope.cu`, `kernels/attention.cu`). Parameters are the CPU engine's
+//! The CUDA engine's position-dependent ops: RoPE, the f16 KV-cache append (also fused: a
+//! step's queries and keys rotated and keys and values appended in one launch) and attention
+//! over the cache (`kernels/rope.cu`, `kernels/kv_append.cu`, `kernels/attention.cu`). Parameters are the CPU engine's
 //! ([`RopeParams`], [`AttentionParams`]) so a plan hands both engines the same values.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::engine::{cfg, driver, f32_only, grid_for, i32_of};
-use super::{AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, MAX_HEAD_DIM};
+use super::{AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, MAX_HEAD_DIM, MAX_MATVEC_ROWS};
 use crate::cpu::{rope_yarn_corr_dims, AttentionParams, RopeMode, RopeParams};
 use crate::error::{Result, TensorError};
 use crate::{DType, Shape};
@@ -21,11 +22,28 @@ pub const TILED_ATTENTION_MIN_TOKENS: usize = 8;
 /// while at 288 CTAs (SmolLM2's three heads, 132 SMs) it was 1.29× faster.
 const TILED_ATTENTION_MIN_WAVES: usize = 2;
 
+/// Most warps of an `attention_f16` CTA (`DEC_MAX_WARPS` in attention.cu).
+const DEC_MAX_WARPS: u32 = 16;
+
 /// Query rows and keys per tile of `attention_f16_tiled` (`TILE_ROWS`, `TILE_KEYS`).
 const TILE_ROWS: usize = 16;
 const TILE_KEYS: usize = 32;
 
 impl CudaDevice {
+    /// Warps of an `attention_f16` CTA for `n_tokens` query tokens of `n_head` heads: 16 for
+    /// steps of up to [`MAX_MATVEC_ROWS`] tokens (decode, speculative verification) while a
+    /// token's heads at 16 warps each fit four to an SM (each warp then walks a sixteenth of the
+    /// keys; measured: session 41, H200, SmolLM2-shaped tg128 +22% with the fused norms), else
+    /// 4, as measured for prefill (16 cost Gemma-3-shaped pp512 7%). Any step of up to 8 tokens
+    /// takes the same, so a token's result does not depend on how many share the step.
+    fn decode_attention_warps(&self, n_tokens: usize, n_head: usize) -> u32 {
+        if n_tokens <= MAX_MATVEC_ROWS && n_head * DEC_MAX_WARPS as usize <= 4 * self.sm_count {
+            DEC_MAX_WARPS
+        } else {
+            4
+        }
+    }
+
     /// Picks the kernel attention takes for several query tokens (tests and A/B runs;
     /// `KESTREL_CUDA_ATTENTION` sets the default when the device opens).
     pub fn set_attention_kernel(&self, kernel: AttentionKernel) {
@@ -259,6 +277,130 @@ impl CudaDevice {
         unsafe { b.launch(launch) }.map_err(driver("launch kv_append2"))?;
         Ok(())
     }
+    /// A step's attention inputs in one launch (`rope_qk_append_f16`): the queries rotated from
+    /// `q_src` into `q_out` (`n_head` heads a token), the keys rotated from `k_src` (`n_kv_head`
+    /// heads) straight into the f16 key cache at the step's positions, and `v_src` appended to
+    /// the value cache: the bits of [`Self::rope_ids_from`] twice and [`Self::kv_append2_ids`],
+    /// in one launch instead of three (a CTA per query head, per key head, and per KV head's
+    /// slice of the value row). The positions are the device buffer the caller wrote.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a position outside the caches, bad RoPE parameters, a launch
+    /// failure.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_qk_append_ids(
+        &self,
+        (q_src, q_out): (&DeviceTensor, &mut DeviceTensor),
+        (k_src, v_src): (&DeviceTensor, &DeviceTensor),
+        positions: &DeviceIds,
+        (k_cache, v_cache): (&mut DeviceTensor, &mut DeviceTensor),
+        (n_head, n_kv_head, head_dim): (usize, usize, usize),
+        p: &RopeParams,
+        freq_factors: Option<&DeviceTensor>,
+    ) -> Result<()> {
+        const OP: &str = "cuda rope_qk_append";
+        let n_tok = positions.host.len();
+        let n_rot = if p.n_rot == 0 { head_dim } else { p.n_rot };
+        if !n_rot.is_multiple_of(2) || n_rot > head_dim || n_rot > 2048 {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "n_rot must be even, at most head_dim and at most 2048",
+            });
+        }
+        for (what, t, len) in [
+            ("q_src", q_src, n_head * head_dim),
+            ("q_out", &*q_out, n_head * head_dim),
+        ] {
+            f32_only(OP, t)?;
+            if t.shape.elem_count() != n_tok * len {
+                return Err(TensorError::LengthMismatch {
+                    op: OP,
+                    what,
+                    expected: n_tok * len,
+                    actual: t.shape.elem_count(),
+                });
+            }
+        }
+        let k_row = check_kv_append(k_src, &positions.host, k_cache)?;
+        let v_row = check_kv_append(v_src, &positions.host, v_cache)?;
+        if n_kv_head == 0 || !v_row.is_multiple_of(n_kv_head) {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "the value row must split evenly among the KV heads",
+            });
+        }
+        if k_row != n_kv_head * head_dim {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what: "key row",
+                expected: n_kv_head * head_dim,
+                actual: k_row,
+            });
+        }
+        if let Some(ff) = freq_factors {
+            f32_only(OP, ff)?;
+            if ff.shape.elem_count() < n_rot / 2 {
+                return Err(TensorError::LengthMismatch {
+                    op: OP,
+                    what: "freq_factors",
+                    expected: n_rot / 2,
+                    actual: ff.shape.elem_count(),
+                });
+            }
+        }
+        if n_tok == 0 {
+            return Ok(());
+        }
+        let corr = rope_yarn_corr_dims(n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
+        let (nh, nkv, hd, vr, nr) = (
+            i32_of(OP, n_head)?,
+            i32_of(OP, n_kv_head)?,
+            i32_of(OP, head_dim)?,
+            i32_of(OP, v_row)?,
+            i32_of(OP, n_rot)?,
+        );
+        let neox = i32::from(p.mode == RopeMode::Neox);
+        let null = 0u64;
+        let f = self.func("rope_qk_append_f16")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&q_src.buf)
+            .arg(&mut q_out.buf)
+            .arg(&k_src.buf)
+            .arg(&v_src.buf)
+            .arg(&positions.buf);
+        match freq_factors {
+            Some(ff) => b.arg(&ff.buf),
+            None => b.arg(&null),
+        };
+        b.arg(&mut k_cache.buf)
+            .arg(&mut v_cache.buf)
+            .arg(&nh)
+            .arg(&nkv)
+            .arg(&hd)
+            .arg(&vr)
+            .arg(&nr)
+            .arg(&neox)
+            .arg(&p.freq_base)
+            .arg(&p.freq_scale)
+            .arg(&p.ext_factor)
+            .arg(&p.attn_factor)
+            .arg(&corr[0])
+            .arg(&corr[1]);
+        let launch = LaunchConfig {
+            grid_dim: (
+                grid_for(n_tok, 1)?,
+                i32_of(OP, n_head + 2 * n_kv_head)? as u32,
+                1,
+            ),
+            block_dim: ((n_rot / 2).max(32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: q_src and q_out hold tokens*n_head*head_dim f32, k_src and v_src a row per
+        // token of the caches' rows (k: n_kv_head*head_dim), positions inside both caches, ff
+        // n_rot/2 f32 or null (all checked); at least one thread per rotated pair.
+        unsafe { b.launch(launch) }.map_err(driver("launch rope_qk_append"))?;
+        Ok(())
+    }
 }
 
 /// Checks a KV append (f32 rows of the cache's row length, one per position, each position inside
@@ -466,7 +608,10 @@ impl CudaDevice {
                         * 4) as u32,
                 }
             } else {
-                cfg(grid_for(n_tokens * p.n_head, 1)?, (32, 4))
+                cfg(
+                    grid_for(n_tokens * p.n_head, 1)?,
+                    (32, self.decode_attention_warps(n_tokens, p.n_head)),
+                )
             };
             // SAFETY: q and out hold tokens*n_head*head_dim f32, k and v at least kv_len rows of
             // n_kv_head*head_dim f16, positions one i32 per token (all checked); the shared

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{
@@ -28,10 +28,10 @@ const ROWS_PER_CTA: u32 = 4;
 /// Warps per CTA of the quantized matvec kernels (`MMVQ_WARPS` in kernels/mmvq.cuh).
 const MMVQ_WARPS: u32 = 4;
 
-/// Weight rows per CTA of a quantized matvec (1, 2 or 4; the CTA's warps split them). One row
-/// on all four warps is what was measured (session 40, H200: 8B-shaped decode +15-21%, the
-/// 640-wide rows of Gemma 3 270M -3%); `KESTREL_CUDA_MMVQ_RPC=2|4` runs short rows on fewer
-/// warps each, to be measured (`GPU_RUN_VARIANTS` in xtask/gpu-run.sh) before it becomes a rule.
+/// Weight rows per CTA of a quantized matvec (1, 2 or 4; the CTA's warps split them). Two, as
+/// measured (session 41, H200, tg128 against one row a CTA: SmolLM2-135M-shaped +3.0%,
+/// Gemma-3-270M-shaped +2.5%, Llama-8B-shaped Q4_K_M +1.5%, Q4_0 +0.4%; four rows lost on the
+/// 8B shapes, -3.7% on Q4_0); `KESTREL_CUDA_MMVQ_RPC=1|2|4` picks another.
 fn mmvq_rows_per_cta() -> u32 {
     static FORCED: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *FORCED.get_or_init(|| {
@@ -39,7 +39,7 @@ fn mmvq_rows_per_cta() -> u32 {
             .ok()
             .and_then(|v| v.parse().ok())
             .filter(|r| matches!(r, 1 | 2 | 4))
-            .unwrap_or(1)
+            .unwrap_or(2)
     })
 }
 
@@ -234,6 +234,13 @@ fn entries(ptx: &'static str) -> impl Iterator<Item = &'static str> {
         let rest = l.trim_start().strip_prefix(".visible .entry ")?;
         rest.split('(').next().map(str::trim)
     })
+}
+
+fn no_scratch() -> TensorError {
+    TensorError::InvalidParam {
+        op: "cuda matmul",
+        why: "no Q8_1 scratch",
+    }
 }
 
 pub(super) fn grid_for(n: usize, per_cta: usize) -> Result<u32> {
@@ -546,6 +553,19 @@ impl CudaDevice {
         out: &mut DeviceTensor,
         ticket: Option<Q8Ticket>,
     ) -> Result<Option<Q8Ticket>> {
+        self.matmul_epilogue(x, w, out, ticket, None)
+    }
+
+    /// [`Self::matmul_reusing`], with `add` (when given: the quantized matvec only, as
+    /// [`Self::matvec_quantized`] says) added to the product in the matvec's epilogue.
+    pub(super) fn matmul_epilogue(
+        &self,
+        x: &DeviceTensor,
+        w: &DeviceTensor,
+        out: &mut DeviceTensor,
+        ticket: Option<Q8Ticket>,
+        add: Option<&DeviceTensor>,
+    ) -> Result<Option<Q8Ticket>> {
         const OP: &str = "cuda matmul";
         f32_only(OP, x)?;
         f32_only(OP, out)?;
@@ -567,6 +587,24 @@ impl CudaDevice {
                 expected: Shape::matrix(n, m)?,
                 actual: out.shape,
             });
+        }
+        if let Some(a) = add {
+            f32_only(OP, a)?;
+            if a.shape.elem_count() != n * m {
+                return Err(TensorError::ShapeMismatch {
+                    op: OP,
+                    what: "add",
+                    expected: Shape::matrix(n, m)?,
+                    actual: a.shape,
+                });
+            }
+            if !self.matvec_quantized(w.dtype, n) {
+                return Err(TensorError::InvalidParam {
+                    op: OP,
+                    why:
+                        "an epilogue add needs the quantized matvec (a quantized weight, few rows)",
+                });
+            }
         }
         if n == 0 {
             return Ok(None);
@@ -590,59 +628,45 @@ impl CudaDevice {
             // Weight blocks per row (what the kernel takes); activation blocks of 32 per row.
             let nb = k / wblock;
             let q_row = (k / 32) * Q8_1_BYTES;
-            let nblocks = n * (k / 32);
-            let mut guard = self.scratch.lock().map_err(|_| TensorError::InvalidParam {
-                op: OP,
-                why: "scratch lock poisoned",
-            })?;
-            let need = n * q_row;
-            if guard.as_ref().is_none_or(|s| s.len() < need) {
-                *guard = Some(self.alloc(need)?);
-                self.bump_epoch();
-            }
-            let Some(scratch) = guard.as_mut() else {
-                return Err(TensorError::InvalidParam {
-                    op: OP,
-                    why: "no scratch",
-                });
+            let (mut guard, issued) = match ticket.and_then(|t| self.q8_reuse(t, n, k)) {
+                Some(g) => (g, ticket),
+                None => {
+                    let (mut g, t) = self.q8_scratch(OP, n, k)?;
+                    let nblocks_i = i32_of(OP, n * (k / 32))?;
+                    let scratch = g.as_mut().ok_or_else(no_scratch)?;
+                    let q = self.func("quantize_q8_1")?;
+                    let mut b = self.stream.launch_builder(q);
+                    b.arg(&x.buf).arg(&mut *scratch).arg(&nblocks_i);
+                    // SAFETY: `x` holds n*k f32 (checked), the scratch n rows of Q8_1 blocks.
+                    unsafe { b.launch(cfg(grid_for(n * (k / 32), 8)?, (256, 1))) }
+                        .map_err(driver("launch quantize_q8_1"))?;
+                    (g, Some(t))
+                }
             };
-            let mut last = self.q8_last.lock().map_err(|_| TensorError::InvalidParam {
-                op: OP,
-                why: "scratch lock poisoned",
-            })?;
-            let reuse = ticket.is_some_and(|t| t.0 == last.0 && (n, k) == (last.1, last.2));
-            if !reuse {
-                let nblocks_i = i32_of(OP, nblocks)?;
-                let q = self.func("quantize_q8_1")?;
-                let mut b = self.stream.launch_builder(q);
-                b.arg(&x.buf).arg(&mut *scratch).arg(&nblocks_i);
-                // SAFETY: `x` holds n*k f32 (checked), the scratch n rows of Q8_1 blocks (grown).
-                unsafe { b.launch(cfg(grid_for(nblocks, 8)?, (256, 1))) }
-                    .map_err(driver("launch quantize_q8_1"))?;
-                *last = (last.0 + 1, n, k);
-            }
-            let issued = Q8Ticket(last.0);
-            drop(last);
+            let scratch = guard.as_mut().ok_or_else(no_scratch)?;
             let nb_i = i32_of(OP, nb)?;
             let rpc = mmvq_rows_per_cta();
             let (grid, block, rpc_i) = (grid_for(m, rpc as usize)?, (32, MMVQ_WARPS), rpc as i32);
+            let null = 0u64;
             for r0 in (0..n).step_by(MAX_MATVEC_ROWS) {
                 let rows = (n - r0).min(MAX_MATVEC_ROWS);
                 let f = self.func(names[rows - 1])?;
                 let a = scratch.slice(r0 * q_row..(r0 + rows) * q_row);
                 let mut o = out.buf.slice_mut(r0 * out_bytes..(r0 + rows) * out_bytes);
                 let mut b = self.stream.launch_builder(f);
-                b.arg(&w.buf)
-                    .arg(&a)
-                    .arg(&mut o)
-                    .arg(&nb_i)
-                    .arg(&mi)
-                    .arg(&rpc_i);
+                b.arg(&w.buf).arg(&a).arg(&mut o);
+                let residual = add.map(|r| r.buf.slice(r0 * out_bytes..(r0 + rows) * out_bytes));
+                match &residual {
+                    Some(r) => b.arg(r),
+                    None => b.arg(&null),
+                };
+                b.arg(&nb_i).arg(&mi).arg(&rpc_i);
                 // SAFETY: w holds m rows of nb blocks of its type, `a` these rows' Q8_1 blocks,
-                // `o` their rows*m f32; the kernel reads and writes only those.
+                // `o` (and the residual, when given) their rows*m f32; the kernel reads and
+                // writes only those.
                 unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch mmvq"))?;
             }
-            return Ok(Some(issued));
+            return Ok(issued);
         }
         let name = match w.dtype {
             DType::F32 => "matvec_f32",
@@ -667,6 +691,47 @@ impl CudaDevice {
             unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch matvec"))?;
         }
         Ok(None)
+    }
+
+    /// Whether a matmul of `n` activation rows by a `dtype` weight runs the quantized matvec
+    /// (Q8_1 activations, `mmvq`): what the fused forms in `fused.rs` need.
+    pub fn matvec_quantized(&self, dtype: DType, n: usize) -> bool {
+        n > 0 && MMVQ.iter().any(|(t, _)| *t == dtype) && !self.gemm_applies(dtype, n)
+    }
+
+    /// The Q8_1 scratch, grown for `n` rows of `k` values, and the ticket naming the data the
+    /// caller is about to quantize into it (any earlier ticket stops matching).
+    pub(super) fn q8_scratch(
+        &self,
+        op: &'static str,
+        n: usize,
+        k: usize,
+    ) -> Result<(MutexGuard<'_, Option<CudaSlice<u8>>>, Q8Ticket)> {
+        let poisoned = || TensorError::InvalidParam {
+            op,
+            why: "scratch lock poisoned",
+        };
+        let mut guard = self.scratch.lock().map_err(|_| poisoned())?;
+        let need = n * (k / 32) * Q8_1_BYTES;
+        if guard.as_ref().is_none_or(|s| s.len() < need) {
+            *guard = Some(self.alloc(need.max(1))?);
+            self.bump_epoch();
+        }
+        let mut last = self.q8_last.lock().map_err(|_| poisoned())?;
+        *last = (last.0 + 1, n, k);
+        Ok((guard, Q8Ticket(last.0)))
+    }
+
+    /// The scratch, when `ticket` still names what it holds and that was `n` rows of `k`.
+    fn q8_reuse(
+        &self,
+        ticket: Q8Ticket,
+        n: usize,
+        k: usize,
+    ) -> Option<MutexGuard<'_, Option<CudaSlice<u8>>>> {
+        let guard = self.scratch.lock().ok()?;
+        let last = self.q8_last.lock().ok()?;
+        (ticket.0 == last.0 && (n, k) == (last.1, last.2)).then_some(guard)
     }
 
     /// Copies `rows` rows of `src` from row `src_row` into `dst` from row `dst_row` (same

@@ -10,6 +10,7 @@
 //! [`CudaError::NotBuilt`], so callers need no `cfg`.
 //!
 //! Ops so far (`engine.rs`: device, tensors, matmul; `ops.rs`: row and elementwise ops;
+//! `fused.rs`: add + RMS norm, Q8_1 output of norms and gated activations, matvec epilogue adds;
 //! `attention.rs`: rope, KV append, attention): matmul for 1-8 activation rows over
 //! F32/F16/BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and Q4_K/Q5_K/Q6_K weights (Q8_1 activations and
 //! `dp4a`, as ggml-cuda's MMVQ), rms/layer norm with weight, get_rows, add/mul (row
@@ -25,6 +26,8 @@ mod attention;
 mod engine;
 mod error;
 #[cfg(feature = "cuda")]
+mod fused;
+#[cfg(feature = "cuda")]
 mod gemm;
 #[cfg(feature = "cuda")]
 mod graph;
@@ -38,10 +41,13 @@ pub use error::CudaError;
 #[cfg(feature = "cuda")]
 pub use engine::{device_count, probe, CudaDevice, DeviceTensor, Q8Ticket};
 #[cfg(feature = "cuda")]
+pub use fused::Glu;
+#[cfg(feature = "cuda")]
 pub use graph::{DeviceEvent, DeviceGraph, DeviceIds};
 #[cfg(not(feature = "cuda"))]
 pub use stub::{
-    device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor, Q8Ticket,
+    device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor, Glu,
+    Q8Ticket,
 };
 
 /// Which kernel attention takes for a step of several query tokens (one-token steps always

@@ -41,13 +41,14 @@ impl<'a> Ids<'a> {
     }
 }
 
-/// Values of a row each `rms_norm_f32` thread holds in registers (`RMS_PER_THREAD`).
-const RMS_PER_THREAD: usize = 8;
-
-/// Threads of an `rms_norm_f32` CTA for rows of `k`: enough for [`RMS_PER_THREAD`] values
-/// each, in whole warps, at most 1024 (longer rows loop).
-fn rms_threads(k: usize) -> u32 {
-    let warps = k.div_ceil(RMS_PER_THREAD * 32).clamp(1, 32);
+/// Threads of an `rms_norm_f32` CTA for rows of `k`: a value each, in whole warps, at most 1024
+/// (up to 8 values each in registers beyond that, `RMS_PER_THREAD`; longer rows loop). Short
+/// chains matter more than thread count where a step normalizes one row (measured: session
+/// 41, H200, against 8 values a thread, SmolLM2-shaped tg128 +22% together with the fused norm +
+/// Q8_1 and the 16-warp decode attention). From `k` alone, so a row's bits never depend on how
+/// many rows share the launch.
+pub(super) fn rms_threads(k: usize) -> u32 {
+    let warps = k.div_ceil(32).clamp(1, 32);
     (warps * 32) as u32
 }
 
@@ -440,13 +441,13 @@ mod tests {
 
     #[test]
     fn rms_norm_threads_hold_a_row_in_whole_warps() {
-        // 8 values a thread: a 4096-value row takes 512 threads, short rows one warp, rows past
-        // 8192 values 1024 threads that loop.
-        assert_eq!(rms_threads(4096), 512);
-        assert_eq!(rms_threads(640), 96);
-        assert_eq!(rms_threads(64), 32);
+        // A value a thread up to 1024 threads; rows past 1024 values share them (past 8192
+        // values the kernel loops).
+        assert_eq!(rms_threads(576), 576);
+        assert_eq!(rms_threads(640), 640);
+        assert_eq!(rms_threads(64), 64);
         assert_eq!(rms_threads(1), 32);
-        assert_eq!(rms_threads(8192), 1024);
+        assert_eq!(rms_threads(4096), 1024);
         assert_eq!(rms_threads(16_384), 1024);
     }
 }

@@ -120,6 +120,16 @@ impl DeviceEvent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Q8Ticket(());
 
+/// A gated activation `act(gate) * up` (as the `cuda` build's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Glu {
+    /// `silu(gate) * up`.
+    SwiGlu,
+    /// `gelu(gate) * up` (tanh form).
+    GeGlu,
+}
+
 /// One GPU (none can be opened in this build).
 #[derive(Debug)]
 pub struct CudaDevice {
@@ -221,6 +231,75 @@ impl CudaDevice {
         &self,
         _x: &DeviceTensor,
         _w: &DeviceTensor,
+        _out: &mut DeviceTensor,
+        _ticket: Option<Q8Ticket>,
+    ) -> Result<Option<Q8Ticket>> {
+        match self.never {}
+    }
+
+    /// Queries and keys rotated, keys and values appended, in one launch.
+    ///
+    /// # Errors
+    /// Unreachable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_qk_append_ids(
+        &self,
+        _q: (&DeviceTensor, &mut DeviceTensor),
+        _kv: (&DeviceTensor, &DeviceTensor),
+        _positions: &DeviceIds,
+        _caches: (&mut DeviceTensor, &mut DeviceTensor),
+        _heads: (usize, usize, usize),
+        _p: &RopeParams,
+        _freq_factors: Option<&DeviceTensor>,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Whether a matmul runs the quantized matvec: never, in this build.
+    pub fn matvec_quantized(&self, _dtype: DType, _n: usize) -> bool {
+        match self.never {}
+    }
+
+    /// RMS norm with a fused residual add and/or Q8_1 output.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn rms_norm_fused(
+        &self,
+        _x: &DeviceTensor,
+        _residual: Option<(&DeviceTensor, &mut DeviceTensor)>,
+        _weight: Option<&DeviceTensor>,
+        _eps: f32,
+        _out: &mut DeviceTensor,
+        _quantize: bool,
+    ) -> Result<Option<Q8Ticket>> {
+        match self.never {}
+    }
+
+    /// Gated activation with a fused Q8_1 output.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn glu_fused(
+        &self,
+        _glu: Glu,
+        _gate: &DeviceTensor,
+        _up: &DeviceTensor,
+        _out: &mut DeviceTensor,
+        _quantize: bool,
+    ) -> Result<Option<Q8Ticket>> {
+        match self.never {}
+    }
+
+    /// Matmul with an add in its epilogue.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn matmul_add_reusing(
+        &self,
+        _x: &DeviceTensor,
+        _w: &DeviceTensor,
+        _add: &DeviceTensor,
         _out: &mut DeviceTensor,
         _ticket: Option<Q8Ticket>,
     ) -> Result<Option<Q8Ticket>> {

@@ -14,7 +14,9 @@
 //! epoch) or another plan makes the cache capture again. `KESTREL_CUDA_GRAPHS=0` or
 //! [`CudaPlan::set_graphs`] keeps plain launches, for comparison.
 //!
-//! It reads the same [`Graph`] as [`crate::ExecutionPlan`], op for op. Without kestrel-tensor's
+//! It reads the same [`Graph`] as [`crate::ExecutionPlan`], op for op, except where `fuse.rs`
+//! runs neighbouring ops as one launch (the same bits; `KESTREL_CUDA_FUSE=0` or
+//! [`CudaPlan::set_fusion`] turns it off). Without kestrel-tensor's
 //! `cuda` feature it compiles against the engine's stub (no `CudaDevice` can exist, so no plan
 //! either). Batched steps and paged caches come with issues 23 and 24.
 //!
@@ -29,6 +31,9 @@ use kestrel_tensor::cuda::{CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, Q8T
 use kestrel_tensor::{DType, Shape, Tensor};
 
 use crate::cuda_profile::{self, Profile};
+use fuse::Fusions;
+
+mod fuse;
 use crate::ir::{EmbedIndex, Node, Op, Rows};
 use crate::{Graph, GraphError};
 
@@ -140,6 +145,14 @@ pub struct CudaPlan {
     /// ticket naming it: the next matmul of the same node (q, k and v share one input; gate
     /// and up another) skips quantizing it again. Cleared at every step's start.
     q8: Option<(usize, Q8Ticket)>,
+    /// What may fuse (`cuda_fuse.rs`), whether this plan fuses (`KESTREL_CUDA_FUSE=0` or
+    /// [`CudaPlan::set_fusion`] turns it off, for comparison), and the nodes a fused launch
+    /// has already written this step.
+    fusions: Fusions,
+    fuse: bool,
+    done: Vec<bool>,
+    /// The attention about to run had its keys and values appended by a fused launch.
+    appended: bool,
     /// The output rows of the last step, copied back.
     out: Vec<f32>,
 }
@@ -284,6 +297,9 @@ impl CudaPlan {
         };
         let graphs =
             profile.is_none() && std::env::var("KESTREL_CUDA_GRAPHS").map_or(true, |v| v != "0");
+        let types: Vec<DType> = weights.iter().map(|w| w.dtype()).collect();
+        let fusions = Fusions::find(graph.nodes(), &types, graph.outputs());
+        let fuse = std::env::var("KESTREL_CUDA_FUSE").map_or(true, |v| v != "0");
         let out_node = &graph.nodes()[output];
         let out_rows = match out_node.rows {
             Rows::Tokens => max_tokens,
@@ -301,6 +317,10 @@ impl CudaPlan {
             mask: Vec::with_capacity(max_tokens),
             ids: Vec::with_capacity(max_tokens),
             q8: None,
+            fusions,
+            fuse,
+            done: vec![false; graph.nodes().len()],
+            appended: false,
             tokens: Vec::with_capacity(max_tokens),
             d_tokens: dev.new_ids(max_tokens)?,
             d_positions: dev.new_ids(max_tokens)?,
@@ -352,6 +372,12 @@ impl CudaPlan {
     /// Turns CUDA graphs for one-token steps on or off (on unless `KESTREL_CUDA_GRAPHS=0`).
     pub fn set_graphs(&mut self, on: bool) {
         self.graphs = on;
+    }
+
+    /// Turns the fused launches on or off (on unless `KESTREL_CUDA_FUSE=0`; the outputs are
+    /// the same bits either way). A cache's captured graph keeps the launches it recorded.
+    pub fn set_fusion(&mut self, on: bool) {
+        self.fuse = on;
     }
 
     /// Whether one-token steps replay CUDA graphs.
@@ -462,6 +488,7 @@ impl CudaPlan {
         // The nodes leave the plan for the step, so each op borrows its node without a copy.
         let nodes = std::mem::take(&mut self.nodes);
         self.q8 = None;
+        self.done.fill(false);
         let result = nodes.iter().enumerate().try_for_each(|(i, node)| {
             if let Some(p) = &self.profile {
                 p.mark(&self.dev, i, false)?;
@@ -546,12 +573,19 @@ impl CudaPlan {
         pos0: usize,
         cache: &mut CudaKvCache,
     ) -> Result<(), GraphError> {
+        if self.done[i] {
+            return Ok(()); // written by an earlier node's fused launch
+        }
         let rows = self.rows(node, tokens.len());
         let mut out = self.acts[i]
             .take()
             .ok_or_else(|| internal("node buffer in use"))?;
         out.set_shape(Shape::matrix(rows, node.width)?)?;
-        let result = self.exec_into(node, &mut out, tokens, pos0, cache);
+        let result = match self.exec_fused(i, node, &mut out, rows, cache) {
+            Ok(true) => Ok(()),
+            Ok(false) => self.exec_into(node, &mut out, tokens, pos0, cache),
+            Err(e) => Err(e),
+        };
         self.acts[i] = Some(out);
         result
     }
@@ -646,11 +680,13 @@ impl CudaPlan {
                     .get_mut(p.layer)
                     .and_then(Option::as_mut)
                     .ok_or_else(|| internal("layer cache missing"))?;
-                dev.kv_append2_ids(
-                    (self.input(node, 1)?, self.input(node, 2)?),
-                    &self.d_positions,
-                    (&mut layer.k, &mut layer.v),
-                )?;
+                if !std::mem::take(&mut self.appended) {
+                    dev.kv_append2_ids(
+                        (self.input(node, 1)?, self.input(node, 2)?),
+                        &self.d_positions,
+                        (&mut layer.k, &mut layer.v),
+                    )?;
+                }
                 let q = self.input(node, 0)?;
                 dev.attention_ids(q, mask, &layer.k, &layer.v, kv_len, &params, out)?;
             }

@@ -1,0 +1,356 @@
+//! Which launches a [`CudaPlan`] step may fuse (issue 24: decode is bound by launches on
+//! small models), found once when the plan is compiled; the plan applies them per step where
+//! the quantized matvec runs (`CudaDevice::matvec_quantized`), since only its Q8_1 input and
+//! its epilogue take part:
+//! - a matmul whose product only feeds a residual add writes the sum itself (the add's launch
+//!   is saved: llama's `attn_output` and `ffn_down`);
+//! - a residual add followed by an RMS norm of its sum runs as one launch (Gemma's post-norms,
+//!   and every layer's first norm where the add was not fused into a matmul);
+//! - an RMS norm or a gated activation whose every reader is a quantized matmul also leaves its
+//!   output as Q8_1 for them (their quantize launch is saved);
+//! - the RoPE of an attention's queries and keys and the append of its keys and values to the
+//!   cache run as one launch at the attention (the keys rotated straight into the f16 cache),
+//!   at any step size.
+//!
+//! Each fused launch gives the bits of the launches it replaces, so fusing changes no output.
+
+use std::sync::Arc;
+
+use kestrel_tensor::cuda::{DeviceTensor, Glu};
+use kestrel_tensor::{DType, Shape, TensorError};
+
+use super::{internal, CudaKvCache, CudaPlan};
+use crate::ir::{Node, Op, RopeParams};
+use crate::GraphError;
+
+/// A residual add taken into a matmul's epilogue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MatMulAdd {
+    /// The add node (its output buffer receives the sum).
+    pub add: usize,
+    /// The add's other input.
+    pub residual: usize,
+}
+
+/// An RMS norm run in its residual add's launch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct AddNorm {
+    /// The norm node, right after the add.
+    pub norm: usize,
+    pub eps: f32,
+    pub weight: Option<usize>,
+}
+
+/// The RoPE nodes of an attention's queries and keys, run with its KV append in one launch.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct RopeAttention {
+    /// The query and key RoPE nodes, and their inputs.
+    pub q: usize,
+    pub k: usize,
+    pub q_src: usize,
+    pub k_src: usize,
+    /// The attention's value input.
+    pub v: usize,
+    /// Their shared parameters (the key node's head count is the KV heads').
+    pub rope: RopeParams,
+    pub n_kv_head: usize,
+}
+
+/// What may fuse around each node, by node index.
+#[derive(Debug, Default)]
+pub(crate) struct Fusions {
+    pub matmul_add: Vec<Option<MatMulAdd>>,
+    pub add_norm: Vec<Option<AddNorm>>,
+    /// The weight types of a node's readers when all of them are matmuls (empty otherwise, or
+    /// for a node whose output is a graph output): its output may also be left as Q8_1.
+    pub q8_readers: Vec<Vec<DType>>,
+    /// For an attention node: its RoPE nodes, run in its launch; `deferred` marks those RoPE
+    /// nodes (they do nothing at their own turn when the plan fuses).
+    pub rope_attention: Vec<Option<RopeAttention>>,
+    pub deferred: Vec<bool>,
+}
+
+impl Fusions {
+    /// Finds the fusions of `nodes` (weights' types by weight index; `outputs` are never
+    /// fused away).
+    pub fn find(nodes: &[Node], weight_types: &[DType], outputs: &[usize]) -> Fusions {
+        let n = nodes.len();
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, node) in nodes.iter().enumerate() {
+            for &inp in &node.inputs {
+                if inp < n && !readers[inp].contains(&i) {
+                    readers[inp].push(i);
+                }
+            }
+        }
+        let whole_rows =
+            |a: usize, b: usize| nodes[a].width == nodes[b].width && nodes[a].rows == nodes[b].rows;
+        let mut f = Fusions {
+            matmul_add: vec![None; n],
+            add_norm: vec![None; n],
+            q8_readers: vec![Vec::new(); n],
+            rope_attention: vec![None; n],
+            deferred: vec![false; n],
+        };
+        for (i, node) in nodes.iter().enumerate() {
+            let Op::Attention(att) = &node.op else {
+                continue;
+            };
+            let (Some(&q), Some(&k), Some(&v)) =
+                (node.inputs.first(), node.inputs.get(1), node.inputs.get(2))
+            else {
+                continue;
+            };
+            let (Op::Rope(pq), Op::Rope(pk)) = (&nodes[q].op, &nodes[k].op) else {
+                continue;
+            };
+            let only_here = |r: usize| readers[r] == [i] && !outputs.contains(&r);
+            let (Some(&q_src), Some(&k_src)) = (nodes[q].inputs.first(), nodes[k].inputs.first())
+            else {
+                continue;
+            };
+            let same_rope = RopeParams {
+                n_head: pq.n_head,
+                ..pk.clone()
+            } == *pq;
+            if q != k
+                && only_here(q)
+                && only_here(k)
+                && same_rope
+                && pq.head_dim == att.head_dim_k
+                && pq.n_head == att.n_head
+                && pk.n_head == att.n_kv_head
+                && whole_rows(q, q_src)
+                && whole_rows(k, k_src)
+            {
+                f.rope_attention[i] = Some(RopeAttention {
+                    q,
+                    k,
+                    q_src,
+                    k_src,
+                    v,
+                    rope: pq.clone(),
+                    n_kv_head: pk.n_head,
+                });
+                f.deferred[q] = true;
+                f.deferred[k] = true;
+            }
+        }
+        for (j, node) in nodes.iter().enumerate() {
+            if !matches!(node.op, Op::Add) || node.inputs.len() != 2 {
+                continue;
+            }
+            let (a, b) = (node.inputs[0], node.inputs[1]);
+            if a == b || !whole_rows(a, j) || !whole_rows(b, j) {
+                continue;
+            }
+            // The matmul: the later of the two inputs (the residual must exist when it runs),
+            // read by this add alone, not an output.
+            let (mm, residual) = if a > b { (a, b) } else { (b, a) };
+            let sole = readers[mm].len() == 1 && !outputs.contains(&mm);
+            if sole && matches!(nodes[mm].op, Op::MatMul { .. }) {
+                f.matmul_add[mm] = Some(MatMulAdd { add: j, residual });
+            }
+            if let Some(Node {
+                op: Op::RmsNorm { group, eps, weight },
+                inputs,
+                width,
+                ..
+            }) = nodes.get(j + 1)
+            {
+                if inputs.first() == Some(&j) && group == width && whole_rows(j, j + 1) {
+                    f.add_norm[j] = Some(AddNorm {
+                        norm: j + 1,
+                        eps: *eps,
+                        weight: *weight,
+                    });
+                }
+            }
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            let produces = match &node.op {
+                Op::RmsNorm { group, .. } => *group == node.width,
+                Op::SwiGlu | Op::GeGlu => true,
+                _ => false,
+            };
+            if !produces || readers[i].is_empty() || outputs.contains(&i) {
+                continue;
+            }
+            let types: Option<Vec<DType>> = readers[i]
+                .iter()
+                .map(|&r| match nodes[r].op {
+                    Op::MatMul { weight } if nodes[r].inputs.first() == Some(&i) => {
+                        weight_types.get(weight).copied()
+                    }
+                    _ => None,
+                })
+                .collect();
+            f.q8_readers[i] = types.unwrap_or_default();
+        }
+        f
+    }
+}
+
+impl CudaPlan {
+    /// Whether node `i`'s output of `rows` rows may also be left as Q8_1 for its readers.
+    fn q8_wanted(&self, i: usize, rows: usize) -> bool {
+        let types = &self.fusions.q8_readers[i];
+        !types.is_empty() && types.iter().all(|&t| self.dev.matvec_quantized(t, rows))
+    }
+
+    /// Takes node `j`'s buffer out, shaped `rows` × `width`, for a fused launch to write.
+    fn take_act(
+        &mut self,
+        j: usize,
+        rows: usize,
+        width: usize,
+    ) -> Result<DeviceTensor, GraphError> {
+        let mut t = self.acts[j]
+            .take()
+            .ok_or_else(|| internal("fused node buffer in use"))?;
+        t.set_shape(Shape::matrix(rows, width)?)?;
+        Ok(t)
+    }
+
+    /// The fused RoPE of `ra`'s queries (into `q_out`) and keys with the KV append of `layer`.
+    fn rope_append(
+        &self,
+        ra: &RopeAttention,
+        layer: usize,
+        q_out: &mut DeviceTensor,
+        cache: &mut CudaKvCache,
+    ) -> Result<(), GraphError> {
+        let get = |id: usize| {
+            self.acts[id]
+                .as_ref()
+                .ok_or_else(|| internal("fused RoPE input buffer missing"))
+        };
+        let (q_src, k_src, v_src) = (get(ra.q_src)?, get(ra.k_src)?, get(ra.v)?);
+        let lc = cache
+            .layers
+            .get_mut(layer)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| internal("layer cache missing"))?;
+        let params = ra.rope.engine_params();
+        let ff = ra.rope.freq_factors.map(|w| &*self.weights[w]);
+        self.dev.rope_qk_append_ids(
+            (q_src, q_out),
+            (k_src, v_src),
+            &self.d_positions,
+            (&mut lc.k, &mut lc.v),
+            (ra.rope.n_head, ra.n_kv_head, ra.rope.head_dim),
+            &params,
+            ff,
+        )?;
+        Ok(())
+    }
+
+    /// Runs node `i` (its buffer `out`) as a fused launch where `cuda_fuse.rs` found one that
+    /// applies to this step; false: run it plainly.
+    pub(super) fn exec_fused(
+        &mut self,
+        i: usize,
+        node: &Node,
+        out: &mut DeviceTensor,
+        rows: usize,
+        cache: &mut CudaKvCache,
+    ) -> Result<bool, GraphError> {
+        if !self.fuse {
+            return Ok(false);
+        }
+        let dev = Arc::clone(&self.dev);
+        match &node.op {
+            Op::MatMul { weight } => {
+                let Some(MatMulAdd { add, residual }) = self.fusions.matmul_add[i] else {
+                    return Ok(false);
+                };
+                let w = Arc::clone(&self.weights[*weight]);
+                if !dev.matvec_quantized(w.dtype(), rows) {
+                    return Ok(false);
+                }
+                let from = node.inputs[0];
+                let ticket = self.q8.and_then(|(id, t)| (id == from).then_some(t));
+                let mut sum = self.take_act(add, rows, node.width)?;
+                let r = match (self.acts[from].as_ref(), self.acts[residual].as_ref()) {
+                    (Some(x), Some(res)) => dev.matmul_add_reusing(x, &w, res, &mut sum, ticket),
+                    _ => Err(TensorError::InvalidParam {
+                        op: "cuda plan",
+                        why: "a fused matmul's input buffer is missing",
+                    }),
+                };
+                self.acts[add] = Some(sum);
+                self.q8 = r?.map(|t| (from, t));
+                self.done[add] = true;
+                Ok(true)
+            }
+            Op::Add => {
+                let Some(AddNorm { norm, eps, weight }) = self.fusions.add_norm[i] else {
+                    return Ok(false);
+                };
+                let quantize = self.q8_wanted(norm, rows);
+                let mut normed = self.take_act(norm, rows, node.width)?;
+                let (a, b) = (node.inputs[0], node.inputs[1]);
+                let w = weight.map(|w| Arc::clone(&self.weights[w]));
+                let r = match (self.acts[a].as_ref(), self.acts[b].as_ref()) {
+                    (Some(x), Some(res)) => dev.rms_norm_fused(
+                        x,
+                        Some((res, out)),
+                        w.as_deref(),
+                        eps,
+                        &mut normed,
+                        quantize,
+                    ),
+                    _ => Err(TensorError::InvalidParam {
+                        op: "cuda plan",
+                        why: "a fused add's input buffer is missing",
+                    }),
+                };
+                self.acts[norm] = Some(normed);
+                if let Some(t) = r? {
+                    self.q8 = Some((norm, t));
+                }
+                self.done[norm] = true;
+                Ok(true)
+            }
+            Op::RmsNorm { group, eps, weight } if *group == node.width => {
+                if !self.q8_wanted(i, rows) {
+                    return Ok(false);
+                }
+                let w = weight.map(|w| &*self.weights[w]);
+                let x = self.input(node, 0)?;
+                if let Some(t) = dev.rms_norm_fused(x, None, w, *eps, out, true)? {
+                    self.q8 = Some((i, t));
+                }
+                Ok(true)
+            }
+            Op::Rope(_) => Ok(self.fusions.deferred[i]),
+            Op::Attention(p) => {
+                let Some(ra) = self.fusions.rope_attention[i].clone() else {
+                    return Ok(false);
+                };
+                let mut q_out = self.take_act(ra.q, rows, ra.rope.n_head * ra.rope.head_dim)?;
+                let r = self.rope_append(&ra, p.layer, &mut q_out, cache);
+                self.acts[ra.q] = Some(q_out);
+                r?;
+                // The attention itself runs as usual, told the append is done.
+                self.appended = true;
+                Ok(false)
+            }
+            Op::SwiGlu | Op::GeGlu => {
+                if !self.q8_wanted(i, rows) {
+                    return Ok(false);
+                }
+                let glu = match node.op {
+                    Op::SwiGlu => Glu::SwiGlu,
+                    _ => Glu::GeGlu,
+                };
+                let (g, u) = (self.input(node, 0)?, self.input(node, 1)?);
+                if let Some(t) = dev.glu_fused(glu, g, u, out, true)? {
+                    self.q8 = Some((i, t));
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}

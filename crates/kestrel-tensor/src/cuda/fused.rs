@@ -1,0 +1,185 @@
+//! Fused forms of launches a decode step runs back to back (issue 24: fewer, fuller kernels):
+//! the residual add with the RMS norm after it, the Q8_1 quantization of a norm's or a gated
+//! activation's output (the next matvec's input) in the same launch, and a residual added in a
+//! quantized matvec's epilogue. Each computes every value by the same float operations as the
+//! launches it replaces, so the results are the same bits (`kernels/host/fused_check.cpp` and
+//! `mmvq_check.cpp` on the CPU, the `cuda_kernels` tests on a GPU).
+
+use cudarc::driver::PushKernelArg;
+
+use super::engine::{cfg, driver, f32_only, grid_for, i32_of, same_shape};
+use super::ops::rms_threads;
+use super::{CudaDevice, DeviceTensor, Q8Ticket};
+use crate::error::{Result, TensorError};
+
+/// A gated activation `act(gate) * up`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Glu {
+    /// `silu(gate) * up`.
+    SwiGlu,
+    /// `gelu(gate) * up` (tanh form).
+    GeGlu,
+}
+
+impl CudaDevice {
+    /// `out = x / sqrt(mean(x²) + eps) * weight` per row, with two optional fusions: `residual
+    /// = (r, sum)` adds `r` to `x` first and writes that sum to `sum` too (a residual add and
+    /// the norm after it), and `quantize` also leaves `out` as Q8_1 in the matvec scratch,
+    /// returning the ticket a following [`Self::matmul_reusing`] of `out` takes to skip its
+    /// own quantization. Quantizes only where it can: rows a multiple of 32 long (`None`
+    /// otherwise, and the matmul quantizes as usual).
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn rms_norm_fused(
+        &self,
+        x: &DeviceTensor,
+        residual: Option<(&DeviceTensor, &mut DeviceTensor)>,
+        weight: Option<&DeviceTensor>,
+        eps: f32,
+        out: &mut DeviceTensor,
+        quantize: bool,
+    ) -> Result<Option<Q8Ticket>> {
+        const OP: &str = "cuda rms_norm (fused)";
+        f32_only(OP, x)?;
+        f32_only(OP, out)?;
+        same_shape(OP, "out", x, out)?;
+        let (k, n) = (x.shape.row_len(), x.shape.n_rows());
+        if let Some(w) = weight {
+            f32_only(OP, w)?;
+            if w.shape.elem_count() != k {
+                return Err(TensorError::LengthMismatch {
+                    op: OP,
+                    what: "weight",
+                    expected: k,
+                    actual: w.shape.elem_count(),
+                });
+            }
+        }
+        if let Some((r, sum)) = &residual {
+            f32_only(OP, r)?;
+            f32_only(OP, sum)?;
+            same_shape(OP, "residual", x, r)?;
+            same_shape(OP, "sum", x, sum)?;
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        let quantize = quantize && k.is_multiple_of(32);
+        let name = match (residual.is_some(), quantize) {
+            (false, false) => "rms_norm_f32",
+            (false, true) => "rms_norm_q8_1_f32",
+            (true, false) => "add_rms_norm_f32",
+            (true, true) => "add_rms_norm_q8_1_f32",
+        };
+        let mut scratch = match quantize {
+            true => Some(self.q8_scratch(OP, n, k)?),
+            false => None,
+        };
+        let null = 0u64;
+        let ki = i32_of(OP, k)?;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&x.buf);
+        let mut residual = residual;
+        if let Some((r, sum)) = residual.as_mut() {
+            b.arg(&r.buf).arg(&mut sum.buf);
+        }
+        match weight {
+            Some(w) => b.arg(&w.buf),
+            None => b.arg(&null),
+        };
+        b.arg(&mut out.buf);
+        let mut ticket = None;
+        if let Some((guard, t)) = scratch.as_mut() {
+            let q = guard.as_mut().ok_or(TensorError::InvalidParam {
+                op: OP,
+                why: "no Q8_1 scratch",
+            })?;
+            b.arg(q);
+            ticket = Some(*t);
+        }
+        b.arg(&ki).arg(&eps);
+        // SAFETY: x, out (and r, sum) hold n*k f32, the weight k f32 or null (checked); the
+        // scratch, when passed, n rows of k/32 Q8_1 blocks (grown by q8_scratch).
+        unsafe { b.launch(cfg(grid_for(n, 1)?, (rms_threads(k), 1))) }
+            .map_err(driver("launch fused rms_norm"))?;
+        Ok(ticket)
+    }
+
+    /// `out = act(gate) * up` that also leaves `out` as Q8_1 in the matvec scratch, returning
+    /// the ticket for the next [`Self::matmul_reusing`] of `out`; without `quantize`, or for
+    /// rows not a multiple of 32 long, the plain kernel (`None`).
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn glu_fused(
+        &self,
+        glu: Glu,
+        gate: &DeviceTensor,
+        up: &DeviceTensor,
+        out: &mut DeviceTensor,
+        quantize: bool,
+    ) -> Result<Option<Q8Ticket>> {
+        const OP: &str = "cuda glu (fused)";
+        let k = gate.shape.row_len();
+        if !quantize || !k.is_multiple_of(32) {
+            match glu {
+                Glu::SwiGlu => self.swiglu(gate, up, out)?,
+                Glu::GeGlu => self.geglu(gate, up, out)?,
+            }
+            return Ok(None);
+        }
+        for t in [gate, up] {
+            f32_only(OP, t)?;
+        }
+        f32_only(OP, out)?;
+        same_shape(OP, "up", gate, up)?;
+        same_shape(OP, "out", gate, out)?;
+        let n = gate.shape.n_rows();
+        if n == 0 {
+            return Ok(None);
+        }
+        let nblocks = n * (k / 32);
+        let (mut guard, ticket) = self.q8_scratch(OP, n, k)?;
+        let q = guard.as_mut().ok_or(TensorError::InvalidParam {
+            op: OP,
+            why: "no Q8_1 scratch",
+        })?;
+        let name = match glu {
+            Glu::SwiGlu => "swiglu_q8_1_f32",
+            Glu::GeGlu => "geglu_q8_1_f32",
+        };
+        let nb = i32_of(OP, nblocks)?;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&gate.buf)
+            .arg(&up.buf)
+            .arg(&mut out.buf)
+            .arg(q)
+            .arg(&nb);
+        // SAFETY: gate, up and out hold n*k f32 (checked), the scratch n*k/32 Q8_1 blocks.
+        unsafe { b.launch(cfg(grid_for(nblocks, 8)?, (256, 1))) }
+            .map_err(driver("launch fused glu"))?;
+        Ok(Some(ticket))
+    }
+
+    /// `out = x · wᵀ + add` with the add in the quantized matvec's epilogue (one launch, or
+    /// two where `x` is not yet quantized): for weights and row counts where
+    /// [`Self::matvec_quantized`] holds. `ticket` as [`Self::matmul_reusing`].
+    ///
+    /// # Errors
+    /// As [`Self::matmul`]; `add` not the shape of `out`; a weight or row count the quantized
+    /// matvec does not take.
+    pub fn matmul_add_reusing(
+        &self,
+        x: &DeviceTensor,
+        w: &DeviceTensor,
+        add: &DeviceTensor,
+        out: &mut DeviceTensor,
+        ticket: Option<Q8Ticket>,
+    ) -> Result<Option<Q8Ticket>> {
+        self.matmul_epilogue(x, w, out, ticket, Some(add))
+    }
+}
