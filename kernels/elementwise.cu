@@ -73,3 +73,19 @@ extern "C" __global__ void swiglu_q8_1_f32(const float *gate, const float *up, f
 extern "C" __global__ void geglu_q8_1_f32(const float *gate, const float *up, float *out, block_q8_1 *q, int nblocks) {
     glu_q8_1<true>(gate, up, out, q, nblocks);
 }
+
+// Scale, soft cap and exact GELU reading `src` and writing `out` (a copy ahead of the in-place
+// forms saved: the plan's nodes each own their buffer), the same float operations as
+// scale_f32, softcap_f32 and gelu_erf_f32.
+extern "C" __global__ void scale_from_f32(const float *__restrict__ src, float *__restrict__ out, long long n, float s) {
+    GRID_STRIDE(i, n) out[i] = src[i] * s;
+}
+
+extern "C" __global__ void softcap_from_f32(const float *__restrict__ src, float *__restrict__ out, long long n,
+                                            float cap) {
+    GRID_STRIDE(i, n) out[i] = cap * tanhf(src[i] / cap);
+}
+
+extern "C" __global__ void gelu_erf_from_f32(const float *__restrict__ src, float *__restrict__ out, long long n) {
+    GRID_STRIDE(i, n) out[i] = 0.5f * src[i] * (1.0f + erff(src[i] * 0.70710678118654752440f));
+}

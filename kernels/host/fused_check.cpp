@@ -4,6 +4,7 @@
 // - add_rms_norm_f32 / add_rms_norm_q8_1_f32 = add_f32, then rms_norm_f32 (then quantize_q8_1),
 //   the sum written too;
 // - swiglu_q8_1_f32 / geglu_q8_1_f32 = swiglu_f32 / geglu_f32, then quantize_q8_1;
+// - scale_from_f32 / softcap_from_f32 / gelu_erf_from_f32 = a copy, then the in-place kernel;
 // over row lengths that take the norm's register path and its loop, with and without a weight,
 // and 1-3 rows. (The matvecs' residual epilogue is checked by mmvq_check.)
 //
@@ -102,4 +103,26 @@ static int check_glu() {
     return bad;
 }
 
-int main() { return check_norms() + check_glu() ? 1 : 0; }
+static int check_from_src() {
+    const long long n = 1000;
+    const std::vector<float> src = random_floats(n, -8.0f, 8.0f);
+    int bad = 0;
+    for (int op = 0; op < 3; op++) {
+        std::vector<float> in_place = src, out(n, NAN);
+        launch(2, 1, 256, 1, [&] {
+            if (op == 0) scale_f32(in_place.data(), n, 0.125f);
+            else if (op == 1) softcap_f32(in_place.data(), n, 3.0f);
+            else gelu_erf_f32(in_place.data(), n);
+        });
+        launch(3, 1, 256, 1, [&] {
+            if (op == 0) scale_from_f32(src.data(), out.data(), n, 0.125f);
+            else if (op == 1) softcap_from_f32(src.data(), out.data(), n, 3.0f);
+            else gelu_erf_from_f32(src.data(), out.data(), n);
+        });
+        if (!same(in_place, out) && bad++ < 3) std::printf("elementwise op %d from src differs\n", op);
+    }
+    std::printf("scale/softcap/gelu_erf from src: %s\n", bad ? "MISMATCH" : "ok");
+    return bad;
+}
+
+int main() { return check_norms() + check_glu() + check_from_src() ? 1 : 0; }

@@ -224,8 +224,8 @@ fn a_reused_quantized_input_gives_the_same_product() {
 /// The fused forms (`cuda/fused.rs`) against the launches they replace, bit for bit: a
 /// residual add in the matvec's epilogue; the add and RMS norm in one launch, with and without
 /// Q8_1 output (whose ticket the next matmul takes: the same product as quantizing itself);
-/// SwiGLU/GeGLU with Q8_1 output. Rows of 576 and 640 values (one and two blocks a warp's
-/// reach), 1 and 3 rows.
+/// SwiGLU/GeGLU with Q8_1 output; scale, soft cap and exact GELU from another buffer. Rows of
+/// 576 values (1 row, Q4_1 weight) and 640 (3 rows, Q8_0).
 #[test]
 fn fused_launches_equal_the_launches_they_replace() {
     use kestrel_tensor::cuda::Glu;
@@ -328,6 +328,36 @@ fn fused_launches_equal_the_launches_they_replace() {
             );
         }
     }
+    // Scale, soft cap and exact GELU from another buffer = a copy, then the in-place form.
+    let src = dev.upload(&f32_tensor(3, 640, 29)).unwrap();
+    let shape = Shape::matrix(3, 640).unwrap();
+    for op in 0..3 {
+        let mut want = dev.zeros_f32(shape).unwrap();
+        dev.copy_rows(&src, 0, 3, &mut want, 0).unwrap();
+        let mut got = dev.zeros_f32(shape).unwrap();
+        match op {
+            0 => {
+                dev.scale(&mut want, 0.125).unwrap();
+                dev.scale_from(&src, &mut got, 0.125).unwrap();
+            }
+            1 => {
+                dev.softcap(&mut want, 3.0).unwrap();
+                dev.softcap_from(&src, &mut got, 3.0).unwrap();
+            }
+            _ => {
+                dev.gelu_erf(&mut want).unwrap();
+                dev.gelu_erf_from(&src, &mut got).unwrap();
+            }
+        }
+        let (w, g) = (
+            dev.download_f32(&want).unwrap(),
+            dev.download_f32(&got).unwrap(),
+        );
+        assert_eq!(w, g, "elementwise op {op} from another buffer");
+    }
+    assert!(dev
+        .softcap_from(&src, &mut dev.zeros_f32(shape).unwrap(), 0.0)
+        .is_err());
     // An epilogue add needs the quantized matvec: an F32 weight is refused, not ignored.
     let wf = dev.upload(&f32_tensor(8, 64, 26)).unwrap();
     let x = dev.upload(&f32_tensor(1, 64, 27)).unwrap();

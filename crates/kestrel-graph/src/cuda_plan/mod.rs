@@ -694,22 +694,12 @@ impl CudaPlan {
             Op::Mul => dev.mul(self.input(node, 0)?, self.input(node, 1)?, out)?,
             // The CUDA plan runs every sequence at the scales its graph was built with.
             Op::Scale(s) | Op::AdapterScale { scale: s, .. } => {
-                let a = self.input(node, 0)?;
-                dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
-                dev.scale(out, *s)?;
+                dev.scale_from(self.input(node, 0)?, out, *s)?
             }
-            Op::SoftCap(cap) => {
-                let a = self.input(node, 0)?;
-                dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
-                dev.softcap(out, *cap)?;
-            }
+            Op::SoftCap(cap) => dev.softcap_from(self.input(node, 0)?, out, *cap)?,
             Op::SwiGlu => dev.swiglu(self.input(node, 0)?, self.input(node, 1)?, out)?,
             Op::GeGlu => dev.geglu(self.input(node, 0)?, self.input(node, 1)?, out)?,
-            Op::GeluErf => {
-                let a = self.input(node, 0)?;
-                dev.copy_rows(a, 0, a.shape().n_rows(), out, 0)?;
-                dev.gelu_erf(out)?;
-            }
+            Op::GeluErf => dev.gelu_erf_from(self.input(node, 0)?, out)?,
             Op::Gelu
             | Op::Silu
             | Op::ReluSqr

@@ -1,13 +1,14 @@
 //! Fused forms of launches a decode step runs back to back (issue 24: fewer, fuller kernels):
 //! the residual add with the RMS norm after it, the Q8_1 quantization of a norm's or a gated
-//! activation's output (the next matvec's input) in the same launch, and a residual added in a
-//! quantized matvec's epilogue. Each computes every value by the same float operations as the
+//! activation's output (the next matvec's input) in the same launch, a residual added in a
+//! quantized matvec's epilogue, and scale / soft cap / exact GELU reading their input from
+//! another buffer (a copy saved). Each computes every value by the same float operations as the
 //! launches it replaces, so the results are the same bits (`kernels/host/fused_check.cpp` and
 //! `mmvq_check.cpp` on the CPU, the `cuda_kernels` tests on a GPU).
 
 use cudarc::driver::PushKernelArg;
 
-use super::engine::{cfg, driver, f32_only, grid_for, i32_of, same_shape};
+use super::engine::{cfg, driver, elementwise_cfg, f32_only, grid_for, i32_of, same_shape};
 use super::ops::rms_threads;
 use super::{CudaDevice, DeviceTensor, Q8Ticket};
 use crate::error::{Result, TensorError};
@@ -181,5 +182,57 @@ impl CudaDevice {
         ticket: Option<Q8Ticket>,
     ) -> Result<Option<Q8Ticket>> {
         self.matmul_epilogue(x, w, out, ticket, Some(add))
+    }
+
+    /// `out = src * s` (one launch where a copy and [`Self::scale`] took two; the same bits).
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn scale_from(&self, src: &DeviceTensor, out: &mut DeviceTensor, s: f32) -> Result<()> {
+        self.unary_from("scale_from_f32", src, out, Some(s))
+    }
+
+    /// `out = cap * tanh(src / cap)` (as [`Self::softcap`], from another buffer).
+    ///
+    /// # Errors
+    /// A cap that is not positive, shape or dtype mismatches, a launch failure.
+    pub fn softcap_from(&self, src: &DeviceTensor, out: &mut DeviceTensor, cap: f32) -> Result<()> {
+        if cap.is_nan() || cap <= 0.0 {
+            return Err(TensorError::InvalidParam {
+                op: "cuda softcap",
+                why: "the cap must be positive",
+            });
+        }
+        self.unary_from("softcap_from_f32", src, out, Some(cap))
+    }
+
+    /// `out = gelu(src)`, the exact (erf) form (as [`Self::gelu_erf`], from another buffer).
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn gelu_erf_from(&self, src: &DeviceTensor, out: &mut DeviceTensor) -> Result<()> {
+        self.unary_from("gelu_erf_from_f32", src, out, None)
+    }
+
+    fn unary_from(
+        &self,
+        name: &'static str,
+        src: &DeviceTensor,
+        out: &mut DeviceTensor,
+        param: Option<f32>,
+    ) -> Result<()> {
+        f32_only(name, src)?;
+        f32_only(name, out)?;
+        same_shape(name, "out", src, out)?;
+        let n = src.shape.elem_count() as i64;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&src.buf).arg(&mut out.buf).arg(&n);
+        if let Some(p) = &param {
+            b.arg(p);
+        }
+        // SAFETY: src and out hold n f32 (checked).
+        unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch unary"))?;
+        Ok(())
     }
 }

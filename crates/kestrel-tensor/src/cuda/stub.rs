@@ -255,6 +255,35 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// `out = src * s`.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn scale_from(&self, _src: &DeviceTensor, _out: &mut DeviceTensor, _s: f32) -> Result<()> {
+        match self.never {}
+    }
+
+    /// `out = cap * tanh(src / cap)`.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn softcap_from(
+        &self,
+        _src: &DeviceTensor,
+        _out: &mut DeviceTensor,
+        _cap: f32,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// `out = gelu(src)` (erf form).
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn gelu_erf_from(&self, _src: &DeviceTensor, _out: &mut DeviceTensor) -> Result<()> {
+        match self.never {}
+    }
+
     /// Whether a matmul runs the quantized matvec: never, in this build.
     pub fn matvec_quantized(&self, _dtype: DType, _n: usize) -> bool {
         match self.never {}
