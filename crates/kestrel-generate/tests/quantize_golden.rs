@@ -310,10 +310,29 @@ fn tensor_type_rules_are_parsed_as_llama_quantize_parses_them() {
 /// split keys too).
 #[test]
 fn a_split_input_quantizes_as_the_whole_file() {
-    use kestrel_gguf::{GgufFile, GgufWriter, MetadataValue};
     let (golden, skeletons) = golden_and_skeletons();
     let dir = std::env::temp_dir().join(format!("kestrel-quantize-s-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
+    write_split_input(&skeletons, &dir);
+    let opts = QuantizeOptions {
+        threads: 2,
+        ..QuantizeOptions::new(FileType::Q4_K_M)
+    };
+    let want = golden["files"]["llama-dense"]["Q4_K_M"]
+        .as_str()
+        .expect("golden");
+    for shard in ["in-00001-of-00002.gguf", "in-00002-of-00002.gguf"] {
+        let got = quantized_sha(&dir.join(shard), &dir.join("out.gguf"), &opts);
+        assert_eq!(got, want, "from {shard}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `llama-dense` (seed 1) cut into two shards by kestrel's writer, as `in-0000N-of-00002.gguf`
+/// in `dir`: the first half of the tensors with the metadata, the rest without, each with
+/// the split keys (the layout llama-gguf-split writes).
+fn write_split_input(skeletons: &std::collections::BTreeMap<String, files::Skeleton>, dir: &Path) {
+    use kestrel_gguf::{GgufFile, GgufWriter, MetadataValue};
     let bytes = files::build_bytes_as(&skeletons["llama-dense"], 1, 0.1, |_, _| {
         kestrel_gguf::GgmlType::F32
     });
@@ -338,16 +357,67 @@ fn a_split_input_quantizes_as_the_whole_file() {
         let path = dir.join(format!("in-{:05}-of-00002.gguf", no + 1));
         std::fs::write(path, w.to_bytes().expect("shard")).expect("write");
     }
-    let opts = QuantizeOptions {
-        threads: 2,
-        ..QuantizeOptions::new(FileType::Q4_K_M)
-    };
-    let want = golden["files"]["llama-dense"]["Q4_K_M"]
-        .as_str()
-        .expect("golden");
-    for shard in ["in-00001-of-00002.gguf", "in-00002-of-00002.gguf"] {
-        let got = quantized_sha(&dir.join(shard), &dir.join("out.gguf"), &opts);
-        assert_eq!(got, want, "from {shard}");
+}
+
+/// `--keep-split`, byte for byte as llama-quantize (b11434, 2 threads) writes it
+/// (`golden.json`'s `keep_split`): the two-shard input quantized to two files (tensors by
+/// shard and file order, the split keys appended, the second file without the model's
+/// metadata), with `--prune-layers 0` too, and an unsplit input to one `-00001-of-00001` file.
+/// `KESTREL_QUANT_INPUTS=DIR` leaves the inputs there to remake the hashes.
+#[test]
+fn keep_split_matches_llama_quantize() {
+    let (golden, skeletons) = golden_and_skeletons();
+    let dir = std::env::temp_dir().join(format!("kestrel-quantize-ks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    write_split_input(&skeletons, &dir);
+    let whole = files::build_bytes_as(&skeletons["llama-dense"], 1, 0.1, |_, _| {
+        kestrel_gguf::GgmlType::F32
+    });
+    std::fs::write(dir.join("whole.gguf"), whole).expect("input");
+    if let Some(keep) = std::env::var_os("KESTREL_QUANT_INPUTS") {
+        for f in [
+            "in-00001-of-00002.gguf",
+            "in-00002-of-00002.gguf",
+            "whole.gguf",
+        ] {
+            std::fs::copy(dir.join(f), Path::new(&keep).join(f)).expect("copy input");
+        }
+    }
+    let cases = golden["keep_split"].as_array().expect("keep_split");
+    assert!(cases.len() >= 3);
+    for case in cases {
+        let input = dir.join(case["input"].as_str().expect("input"));
+        let prune: Vec<u32> = case["prune_layers"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|v| v.as_u64().expect("layer") as u32)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let opts = QuantizeOptions {
+            threads: 2,
+            keep_split: true,
+            prune_layers: prune,
+            ..QuantizeOptions::new(FileType::Q4_K_M)
+        };
+        let report =
+            quantize_file(&input, &dir.join("out.gguf"), &opts, &mut |_| {}).expect("quantize");
+        let want = case["sha256"].as_object().expect("sha256 by file");
+        let names: Vec<String> = report
+            .outputs
+            .iter()
+            .map(|p| p.file_name().expect("name").to_string_lossy().into_owned())
+            .collect();
+        let mut want_names: Vec<&String> = want.keys().collect();
+        want_names.sort();
+        assert_eq!(names.iter().collect::<Vec<_>>(), want_names, "{case}");
+        for p in &report.outputs {
+            let name = p.file_name().expect("name").to_string_lossy().into_owned();
+            let got = format!("{:x}", Sha256::digest(std::fs::read(p).expect("output")));
+            assert_eq!(got, want[&name].as_str().expect("sha"), "{case}: {name}");
+            std::fs::remove_file(p).ok();
+        }
     }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -1,6 +1,7 @@
 //! `kestrel quantize IN.gguf OUT.gguf TYPE [-t N] [--allow-requantize] [--leave-output-tensor]
 //! [--pure] [--imatrix FILE] [--output-tensor-type T] [--token-embedding-type T]
-//! [--tensor-type PATTERN=T]... [--tensor-type-file F]`: a model re-encoded in one of
+//! [--tensor-type PATTERN=T]... [--tensor-type-file F] [--prune-layers L,..] [--keep-split]`:
+//! a model re-encoded in one of
 //! llama-quantize's mixes, byte for byte what `llama-quantize` writes with the same options;
 //! `kestrel quantize --dry-run IN.gguf TYPE` prints the types and sizes without writing.
 
@@ -62,6 +63,10 @@ pub struct QuantizeArgs {
     /// llama-quantize's --prune-layers (the model must still make sense without them).
     #[arg(long = "prune-layers", value_name = "L0,L1,...")]
     pub prune_layers: Option<String>,
+    /// Write one file per input shard (a split model stays split), named as llama-quantize
+    /// names them: OUT without .gguf, then -00001-of-0000N.gguf.
+    #[arg(long = "keep-split")]
+    pub keep_split: bool,
     /// Print nothing per tensor.
     #[arg(short, long)]
     pub quiet: bool,
@@ -128,6 +133,7 @@ pub fn run(args: &QuantizeArgs) -> Result<(), String> {
             .map(|o| KvOverride::parse(o).map_err(|e| e.to_string()))
             .collect::<Result<_, _>>()?,
         prune_layers: prune_list(&args.prune_layers)?,
+        keep_split: args.keep_split,
         ..QuantizeOptions::new(ftype)
     };
     let t0 = Instant::now();
@@ -170,9 +176,10 @@ pub fn run(args: &QuantizeArgs) -> Result<(), String> {
         return Ok(());
     };
     let r = quantize_file(&args.input, &output, &opts, &mut print).map_err(|e| e.to_string())?;
+    let written: Vec<String> = r.outputs.iter().map(|p| p.display().to_string()).collect();
     eprintln!(
         "wrote {} ({}): {} tensors, {} converted, {:.2} MiB -> {:.2} MiB in {:.2} s{}",
-        output.display(),
+        written.join(", "),
         ftype.name(),
         r.tensors,
         r.converted,

@@ -8,6 +8,7 @@
 
 mod ftype;
 mod imatrix;
+mod keep_split;
 mod mix;
 mod overrides;
 mod prune;
@@ -58,6 +59,12 @@ pub struct QuantizeOptions {
     /// gaps and `block_count` set to how many remain, as llama-quantize does (the mixes still
     /// see the input's `block_count`, as there).
     pub prune_layers: Vec<u32>,
+    /// One output file per input shard, each with the tensors its shard held (`--keep-split`):
+    /// tensors in shard and file order, the first file with all the metadata, every file with
+    /// `split.no`, `split.count` and `split.tensors.count` appended, named
+    /// `<output without .gguf>-0000N-of-0000M.gguf` (even for an unsplit input), as
+    /// llama-quantize writes them.
+    pub keep_split: bool,
 }
 
 /// One `--tensor-type` rule: a regular expression (lowercased, searched in the tensor name as
@@ -125,6 +132,7 @@ impl QuantizeOptions {
             tensor_types: Vec::new(),
             kv_overrides: Vec::new(),
             prune_layers: Vec::new(),
+            keep_split: false,
         }
     }
 }
@@ -185,6 +193,8 @@ pub struct QuantizeReport {
     pub bytes: (u64, u64),
     /// Tensors whose rows did not fit the mix's type, given a fallback type.
     pub fallbacks: usize,
+    /// The files written (one, or one per input shard with `keep_split`; none for a dry run).
+    pub outputs: Vec<PathBuf>,
 }
 
 impl QuantizeReport {
@@ -303,6 +313,8 @@ struct Plan {
     specs: Vec<TensorSpec>,
     /// The input name of each of `specs` (the same unless layers were renumbered).
     sources: Vec<String>,
+    /// The input shard of each of `specs`.
+    shards: Vec<usize>,
     fallbacks: usize,
     block_count: Option<u32>,
 }
@@ -311,15 +323,24 @@ struct Plan {
 fn plan(file: &GgufModel, opts: &QuantizeOptions) -> Result<Plan, QuantizeError> {
     let ft = opts.ftype;
     let m = facts(file);
-    // Every shard's tensors, in llama.cpp's loader order.
-    let mut infos: Vec<&crate::TensorInfo> = file.tensors().map(|v| v.info).collect();
-    infos.sort_by(|a, b| llama_order(a.name(), b.name()));
+    // Every shard's tensors (with their shard), in llama.cpp's loader order.
+    let mut infos: Vec<(usize, &crate::TensorInfo)> = file
+        .shards()
+        .iter()
+        .enumerate()
+        .flat_map(|(i, f)| f.tensors().iter().map(move |t| (i, t)))
+        .collect();
+    infos.sort_by(|a, b| llama_order(a.1.name(), b.1.name()));
     // Pruned layers go first: llama-quantize counts the mixes' tensors over the kept ones.
     let mut layers = prune::LayerMap::new(&opts.prune_layers);
-    let kept: Vec<(&crate::TensorInfo, String)> = infos
+    let mut kept: Vec<(usize, &crate::TensorInfo, String)> = infos
         .into_iter()
-        .filter_map(|t| layers.rename(t.name()).map(|n| (t, n)))
+        .filter_map(|(i, t)| layers.rename(t.name()).map(|n| (i, t, n)))
         .collect();
+    // --keep-split: shard by shard, each in file order (the mixes then count in that order).
+    if opts.keep_split {
+        kept.sort_by_key(|(i, t, _)| (*i, t.offset()));
+    }
     let mut st = MixState {
         has_imatrix: opts.imatrix.is_some(),
         has_tied_embeddings: file.tensor_info("output.weight").is_none(),
@@ -327,7 +348,7 @@ fn plan(file: &GgufModel, opts: &QuantizeOptions) -> Result<Plan, QuantizeError>
         token_embd_type: opts.token_embedding_type,
         n_attention_wv: kept
             .iter()
-            .filter(|(_, name)| {
+            .filter(|(_, _, name)| {
                 matches!(
                     Category::of(name),
                     Category::AttnV | Category::AttnQkv | Category::AttnKvB
@@ -338,7 +359,8 @@ fn plan(file: &GgufModel, opts: &QuantizeOptions) -> Result<Plan, QuantizeError>
     };
     let mut specs = Vec::with_capacity(kept.len());
     let mut sources = Vec::with_capacity(kept.len());
-    for (t, name) in &kept {
+    let mut shards = Vec::with_capacity(kept.len());
+    for (shard, t, name) in &kept {
         let (name, dims) = (name.as_str(), t.dims());
         let mut to = t.ggml_type();
         if mix::allows_quantization(name, n_dims(dims), !opts.leave_output) {
@@ -356,10 +378,12 @@ fn plan(file: &GgufModel, opts: &QuantizeOptions) -> Result<Plan, QuantizeError>
             dims: dims.to_vec(),
         });
         sources.push(t.name().to_string());
+        shards.push(*shard);
     }
     Ok(Plan {
         specs,
         sources,
+        shards,
         fallbacks: st.n_fallback as usize,
         block_count: layers.active().then(|| layers.block_count()),
     })
@@ -510,30 +534,65 @@ pub fn quantize_file(
     on_tensor: &mut dyn FnMut(&TensorReport),
 ) -> Result<QuantizeReport, QuantizeError> {
     // Any shard of a split input opens them all; the output is one file (split keys dropped),
-    // as llama-quantize writes without --keep-split.
+    // as llama-quantize writes without --keep-split, or one per shard with it.
     let file = GgufModel::open(input)?;
     let plan = plan(&file, opts)?;
     check(&file, &plan, opts)?;
+    let md = metadata(&file, opts, plan.block_count);
+    let mut report = QuantizeReport {
+        fallbacks: plan.fallbacks,
+        ..QuantizeReport::default()
+    };
+    let all: Vec<usize> = (0..plan.specs.len()).collect();
+    let parts = if opts.keep_split {
+        keep_split::parts(output, &plan.shards, md, file.shards()[0].alignment())?
+    } else {
+        vec![keep_split::Part {
+            path: output.to_path_buf(),
+            metadata: md,
+            alignment: file.shards()[0].alignment(),
+            tensors: all,
+        }]
+    };
+    let mut bufs = (Vec::new(), Vec::new());
+    for part in &parts {
+        write_part(&file, &plan, opts, part, &mut bufs, &mut report, on_tensor)?;
+    }
+    report.outputs = parts.into_iter().map(|p| p.path).collect();
+    Ok(report)
+}
+
+/// Writes one output file (through a temporary file renamed into place): `part`'s metadata
+/// and, converted, the tensors of `plan` it lists.
+fn write_part(
+    file: &GgufModel,
+    plan: &Plan,
+    opts: &QuantizeOptions,
+    part: &keep_split::Part,
+    (f32_buf, out_buf): &mut (Vec<f32>, Vec<u8>),
+    report: &mut QuantizeReport,
+    on_tensor: &mut dyn FnMut(&TensorReport),
+) -> Result<(), QuantizeError> {
+    let output = &part.path;
     let io = |source| QuantizeError::Io {
         path: output.to_path_buf(),
         source,
     };
     let tmp = output.with_extension("gguf.tmp");
     let sink = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(&tmp).map_err(io)?);
-    let md = metadata(&file, opts, plan.block_count);
-    let mut w = GgufStreamWriter::new(sink, file.shards()[0].alignment(), &md, &plan.specs)?;
+    let specs: Vec<TensorSpec> = part
+        .tensors
+        .iter()
+        .map(|&i| plan.specs[i].clone())
+        .collect();
+    let mut w = GgufStreamWriter::new(sink, part.alignment, &part.metadata, &specs)?;
     let threads = match opts.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let mut report = QuantizeReport {
-        fallbacks: plan.fallbacks,
-        ..QuantizeReport::default()
-    };
-    let mut f32_buf: Vec<f32> = Vec::new();
-    let mut out_buf: Vec<u8> = Vec::new();
     let n = plan.specs.len();
-    for (i, (s, source)) in plan.specs.iter().zip(&plan.sources).enumerate() {
+    for &i in &part.tensors {
+        let (s, source) = (&plan.specs[i], &plan.sources[i]);
         let t = file.tensor(source)?;
         let from = t.info.ggml_type();
         let data = t.data;
@@ -551,8 +610,8 @@ pub fn quantize_file(
                 &s.dims,
                 im,
                 threads,
-                &mut f32_buf,
-                &mut out_buf,
+                f32_buf,
+                out_buf,
                 &mut w,
             )?
         };
@@ -568,7 +627,7 @@ pub fn quantize_file(
     sink.flush().map_err(io)?;
     drop(sink);
     std::fs::rename(&tmp, output).map_err(io)?;
-    Ok(report)
+    Ok(())
 }
 
 /// The importance weights of tensor `name` (one row of `ne0` per expert), as llama-quantize
