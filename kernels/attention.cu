@@ -2,12 +2,12 @@
 //
 // attention_f16: one CTA of 4-16 warps per (query token, head); the warps split the visible
 // keys and each keeps a running max, denominator and output (flash attention's online softmax),
-// merged at the end in warp order (the launcher picks the warp count from the head count alone,
-// so a token's result does not depend on the step's other tokens; 16 where the heads leave
-// most SMs idle, as a decode step's few CTAs do). Causal with an optional sliding window (a query at position p sees keys
-// p - window < j <= p; window 0: all j <= p), or non-causal (every key below kv_len); scores
-// `scale * q·k`, soft-capped as `cap * tanh(s / cap)` when cap > 0; GQA (query head h reads KV
-// head h / (n_head / n_kv_head)). Any head_dim up to 256 (lane i holds elements i, i + 32, ...;
+// merged at the end in warp order. The launcher picks 16 warps for steps of up to 8 tokens
+// whose heads leave most SMs idle (decode, verification: the same count for each, so a token's
+// result does not depend on the step's other tokens), else 4. Causal with an optional sliding
+// window (a query at position p sees keys p - window < j <= p; window 0: all j <= p), or
+// non-causal (every key below kv_len); scores `scale * q·k`, soft-capped as
+// `cap * tanh(s / cap)` when cap > 0; GQA (query head h reads KV head h / (n_head / n_kv_head)). Any head_dim up to 256 (lane i holds elements i, i + 32, ...;
 // 64, 80, 96, 128, 256 and the synthetic models' 16 all occur). A query that sees no
 // key (a negative position) gets zeros.
 // Layouts: q and out [n_tokens][n_head][head_dim] f32; k and v [capacity][n_kv_head][head_dim]

@@ -1,7 +1,8 @@
 //! The CUDA engine's position-dependent ops: RoPE, the f16 KV-cache append (also fused: a
 //! step's queries and keys rotated and keys and values appended in one launch) and attention
-//! over the cache (`kernels/rope.cu`, `kernels/kv_append.cu`, `kernels/attention.cu`). Parameters are the CPU engine's
-//! ([`RopeParams`], [`AttentionParams`]) so a plan hands both engines the same values.
+//! over the cache (`kernels/rope.cu`, `kernels/kv_append.cu`, `kernels/attention.cu`).
+//! Parameters are the CPU engine's ([`RopeParams`], [`AttentionParams`]) so a plan hands both
+//! engines the same values.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
