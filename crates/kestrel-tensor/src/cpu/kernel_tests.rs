@@ -266,3 +266,70 @@ proptest! {
         check_tile(TYPES[t], blocks * 32, seed, scale);
     }
 }
+
+/// IQ4_NL and MXFP4 (q8_0 activations) and IQ4_XS (q8_K) table entries on aarch64 against
+/// the scalar twins, bit for bit: 3 weight rows (also at an odd byte offset) × 3 activation
+/// rows, rows and tiles. (x86-64's kernels are checked against the same twins in `x86_64`.)
+#[cfg(target_arch = "aarch64")]
+fn check_iq4(seed: u64, xs_blocks: usize, nl_blocks: usize, scale: f32) {
+    use kestrel_gguf::quant::BlockQ8K;
+    let mut rng = Rng::new(seed);
+    for dtype in [DType::IQ4NL, DType::MXFP4, DType::IQ4XS] {
+        // IQ4_NL's and MXFP4's rows of an odd block count end in the twin's lone last block.
+        let k = if dtype != DType::IQ4XS {
+            32 * nl_blocks
+        } else {
+            256 * xs_blocks
+        };
+        let mut w = Vec::new();
+        for _ in 0..3 {
+            w.extend(quantized_row(&mut rng, dtype, k).0);
+        }
+        let mut shifted = vec![0u8; w.len() + 1];
+        shifted[1..].copy_from_slice(&w);
+        let x = rng.vec(k * 3, scale);
+        let mut y0 = vec![BlockQ8_0::zeroed(); k / 32 * 3];
+        q8::quantize_row_q8_0(&x, &mut y0);
+        let mut yk = vec![BlockQ8K::zeroed(); k / 256 * 3];
+        if dtype == DType::IQ4XS {
+            q8::quantize_row_q8_k(&x, &mut yk);
+        }
+        let run = |kern: &Kernels, w: &[u8]| {
+            let (mut rows, mut tile) = (vec![0f32; 3], vec![0f32; 9]);
+            if dtype != DType::IQ4XS {
+                let t = if dtype == DType::IQ4NL {
+                    kern.iq4_nl
+                } else {
+                    kern.mxfp4
+                };
+                (t.rows)(w, &y0[..k / 32], &mut rows);
+                (t.tile)(w, &y0, 3, &mut tile);
+            } else {
+                (kern.iq4_xs.rows)(w, &yk[..k / 256], &mut rows);
+                (kern.iq4_xs.tile)(w, &yk, 3, &mut tile);
+            }
+            (rows, tile)
+        };
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let want = run(&Kernels::for_isa(Isa::Scalar).unwrap(), &w);
+        for isa in Isa::available() {
+            for row in [&w[..], &shifted[1..]] {
+                let got = run(&Kernels::for_isa(isa).unwrap(), row);
+                assert_eq!(bits(&want.0), bits(&got.0), "{dtype:?} rows {}", isa.name());
+                assert_eq!(bits(&want.1), bits(&got.1), "{dtype:?} tile {}", isa.name());
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn iq4_table_entries_equal_scalar_twins_random(
+        xs_blocks in 1usize..5, nl_blocks in 1usize..40, seed in any::<u64>(),
+        scale in 1e-3f32..1e3
+    ) {
+        check_iq4(seed, xs_blocks, nl_blocks, scale);
+    }
+}

@@ -1,7 +1,8 @@
 //! aarch64 SIMD kernels, one module per level: [`neon`] (Advanced SIMD, on every aarch64 CPU)
 //! and [`dotprod`] (the same kernels with `sdot` summing four byte products per lane in one
 //! instruction). Both are instantiated from the one kernel body in [`q8_family`] (Q4_0, Q4_1,
-//! Q5_0, Q5_1, Q8_0) and the integer halves in [`kquants`] (Q2_K to Q6_K), so they cannot drift
+//! Q5_0, Q5_1, Q8_0), the integer halves in [`kquants`] (Q2_K to Q6_K) and [`iq4`] (IQ4_NL,
+//! IQ4_XS, MXFP4), so they cannot drift
 //! apart; each is bit-identical to its scalar twin in `cpu::qdot`, which follows
 //! ggml's x86 float order, so an aarch64 machine gives what an x86-64 one gives on the
 //! unpacked paths (`cpu::kernel_tests`, run under `qemu-aarch64` in CI).
@@ -14,6 +15,8 @@
 mod q8_family;
 #[macro_use]
 mod kquants;
+#[macro_use]
+mod iq4;
 
 pub(crate) mod dotprod;
 pub(crate) mod neon;
@@ -50,9 +53,10 @@ pub(crate) fn fp16(bits: u16) -> f32 {
     r
 }
 
-/// `base` with one level's K-quant kernels (dots per row and pair, in the twins' orders: Q2_K's
-/// and Q3_K's x86 `vec_dot`; Q4_K's gemv for rows and single rows, gemm for groups; Q5_K's
-/// generic order; Q6_K's `vec_dot`, tiled from `TILED_MIN_ROWS` rows of a sequence).
+/// `base` with one level's K-quant and IQ4 kernels (dots per row and pair, in the twins'
+/// orders: Q2_K's and Q3_K's x86 `vec_dot`; Q4_K's gemv for rows and single rows, gemm for
+/// groups; Q5_K's generic order; Q6_K's `vec_dot`, tiled from `TILED_MIN_ROWS` rows of a
+/// sequence; IQ4_NL's, MXFP4's and IQ4_XS's x86 order).
 macro_rules! with_kquants {
     ($level:ident, $base:expr) => {{
         use kestrel_gguf::quant::BlockQ8K;
@@ -92,6 +96,23 @@ macro_rules! with_kquants {
         by_dot!(q3_k_rows, q3_k_tile, dot_q3_k);
         by_dot!(q5_k_rows, q5_k_tile, dot_q5_k);
         by_dot!(q6_k_rows, q6_k_tile, dot_q6_k);
+        by_dot!(iq4_xs_rows, iq4_xs_tile, dot_iq4_xs);
+        fn iq4_nl_rows(w: &[u8], y: &[kestrel_gguf::quant::BlockQ8_0], out: &mut [f32]) {
+            // SAFETY: only reachable through a table made after detection.
+            rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_iq4_nl(wr, y) })
+        }
+        fn iq4_nl_tile(w: &[u8], y: &[kestrel_gguf::quant::BlockQ8_0], n: usize, out: &mut [f32]) {
+            // SAFETY: as above.
+            tile_by_dots(w, y, n, out, |wr, y| unsafe { $level::dot_iq4_nl(wr, y) })
+        }
+        fn mxfp4_rows(w: &[u8], y: &[kestrel_gguf::quant::BlockQ8_0], out: &mut [f32]) {
+            // SAFETY: only reachable through a table made after detection.
+            rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_mxfp4(wr, y) })
+        }
+        fn mxfp4_tile(w: &[u8], y: &[kestrel_gguf::quant::BlockQ8_0], n: usize, out: &mut [f32]) {
+            // SAFETY: as above.
+            tile_by_dots(w, y, n, out, |wr, y| unsafe { $level::dot_mxfp4(wr, y) })
+        }
         fn q6_k_tiled(w: &[u8], y: &[BlockQ8K], n: usize, out: &mut [f32]) {
             // SAFETY: as above.
             tile_by_dots(w, y, n, out, |wr, y| unsafe {
@@ -126,6 +147,21 @@ macro_rules! with_kquants {
                 tile: q6_k_tile,
                 wide: Some((TILED_MIN_ROWS, q6_k_tiled)),
                 ..base.q6_k
+            },
+            iq4_nl: TypeKernels {
+                rows: iq4_nl_rows,
+                tile: iq4_nl_tile,
+                ..base.iq4_nl
+            },
+            iq4_xs: TypeKernels {
+                rows: iq4_xs_rows,
+                tile: iq4_xs_tile,
+                ..base.iq4_xs
+            },
+            mxfp4: TypeKernels {
+                rows: mxfp4_rows,
+                tile: mxfp4_tile,
+                ..base.mxfp4
             },
             ..base
         }
