@@ -93,8 +93,8 @@ __device__ __forceinline__ QSlice slice(const block_q8_0 *w, int t) {
 
 template <typename B, int NCOLS>
 __device__ __forceinline__ void mmvq(const B *__restrict__ w, const block_q8_1 *__restrict__ a,
-                                     float *__restrict__ out, const float *__restrict__ add, int nb, int m, int rpc) {
-    const MmvqPlace p = mmvq_place(rpc, m);
+                                     float *__restrict__ out, const float *__restrict__ add, int nb, int m,
+                                     const MmvqPlace &p, int rpc) {
     const B *wr = w + (long long)p.row * nb;
     const int t = p.tid % LANES_PER_BLOCK, end = p.live ? nb : 0;
     float acc[NCOLS];
@@ -120,9 +120,17 @@ __device__ __forceinline__ void mmvq(const B *__restrict__ w, const block_q8_1 *
 #define MMVQ(T, N)                                                                         \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                      \
         mmvq_##T##_##N(const block_##T *w, const block_q8_1 *a, float *out, const float *add, int nb, int m, int rpc) { \
-        mmvq<block_##T, N>(w, a, out, add, nb, m, rpc);                                          \
+        mmvq<block_##T, N>(w, a, out, add, nb, m, mmvq_place(rpc, m), rpc);                      \
     }
-#define MMVQ_ALL(T) MMVQ(T, 1) MMVQ(T, 2) MMVQ(T, 3) MMVQ(T, 4) MMVQ(T, 5) MMVQ(T, 6) MMVQ(T, 7) MMVQ(T, 8)
+// Up to three weights sharing one activation row (mmvq.cuh's MmvqSegs): q/k/v, gate/up.
+#define MMVQ_MULTI(T)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                  \
+        mmvq_##T##_multi(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                            \
+        MmvqPlace p = mmvq_place(rpc, s.m[0] + s.m[1] + s.m[2]);                                         \
+        const int g = mmvq_segment(s, &p);                                                              \
+        mmvq<block_##T, 1>((const block_##T *)s.w[g], a, s.out[g], nullptr, nb, s.m[g], p, rpc);         \
+    }
+#define MMVQ_ALL(T) MMVQ(T, 1) MMVQ(T, 2) MMVQ(T, 3) MMVQ(T, 4) MMVQ(T, 5) MMVQ(T, 6) MMVQ(T, 7) MMVQ(T, 8) MMVQ_MULTI(T)
 
 MMVQ_ALL(q4_0)
 MMVQ_ALL(q4_1)

@@ -26,6 +26,27 @@ __device__ __forceinline__ MmvqPlace mmvq_place(int rpc, int m) {
     return p;
 }
 
+// Up to three weights of one type and row length that read the same activation row (a layer's
+// q/k/v or gate/up projections), launched as one matvec: rows `0..m[0]` are weight 0's, the
+// next `m[1]` weight 1's, then weight 2's (`m[2]` may be 0). Passed by value (a kernel
+// parameter), laid out as the host's `MmvqSegs` (kestrel-tensor's cuda/engine.rs).
+struct MmvqSegs {
+    const void *w[3];
+    float *out[3];
+    int m[3];
+};
+
+// Which of `s`'s weights the thread's row belongs to, with `p->row` made that weight's row.
+__device__ __forceinline__ int mmvq_segment(const MmvqSegs &s, MmvqPlace *p) {
+    if (p->row < s.m[0]) return 0;
+    if (p->row < s.m[0] + s.m[1]) {
+        p->row -= s.m[0];
+        return 1;
+    }
+    p->row -= s.m[0] + s.m[1];
+    return 2;
+}
+
 // Writes `out[c * m + row]` = the sum of `acc[c]` over the row's threads (plus `add[c * m + row]`
 // when `add` is not null: a residual add fused into the matvec, the same float addition as
 // add_f32), for each of the NCOLS activation rows. Every thread of the CTA calls it.

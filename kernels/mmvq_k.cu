@@ -79,8 +79,8 @@ __device__ __forceinline__ float slice_dot(const KSlice &s, int t, const block_q
 
 template <typename B, int NCOLS>
 __device__ __forceinline__ void mmvq_k45(const B *__restrict__ w, const block_q8_1 *__restrict__ a,
-                                         float *__restrict__ out, const float *__restrict__ add, int nb, int m, int rpc) {
-    const MmvqPlace p = mmvq_place(rpc, m);
+                                         float *__restrict__ out, const float *__restrict__ add, int nb, int m,
+                                         const MmvqPlace &p, int rpc) {
     const B *wr = w + (long long)p.row * nb;
     const int nb32 = nb * (QK_K / QK);
     const int t = p.tid % 8, end = p.live ? nb : 0;
@@ -101,8 +101,8 @@ __device__ __forceinline__ void mmvq_k45(const B *__restrict__ w, const block_q8
 // only 2-byte aligned: two 16-bit loads a word).
 template <int NCOLS>
 __device__ __forceinline__ void mmvq_q6k(const block_q6_K *__restrict__ w, const block_q8_1 *__restrict__ a,
-                                         float *__restrict__ out, const float *__restrict__ add, int nb, int m, int rpc) {
-    const MmvqPlace p = mmvq_place(rpc, m);
+                                         float *__restrict__ out, const float *__restrict__ add, int nb, int m,
+                                         const MmvqPlace &p, int rpc) {
     const block_q6_K *wr = w + (long long)p.row * nb;
     const int nb32 = nb * (QK_K / QK);
     const int t = p.tid % 16, n = t / 8, j = t % 8, end = p.live ? nb : 0;
@@ -142,15 +142,26 @@ __device__ __forceinline__ void mmvq_q6k(const block_q6_K *__restrict__ w, const
 #define MMVQ_K(T, N)                                                                          \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                         \
         mmvq_##T##_##N(const block_##T *w, const block_q8_1 *a, float *out, const float *add, int nb, int m, int rpc) { \
-        mmvq_k45<block_##T, N>(w, a, out, add, nb, m, rpc);                                           \
+        mmvq_k45<block_##T, N>(w, a, out, add, nb, m, mmvq_place(rpc, m), rpc);                       \
     }
 #define MMVQ_Q6K(N)                                                                           \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                         \
         mmvq_q6_K_##N(const block_q6_K *w, const block_q8_1 *a, float *out, const float *add, int nb, int m, int rpc) { \
-        mmvq_q6k<N>(w, a, out, add, nb, m, rpc);                                                      \
+        mmvq_q6k<N>(w, a, out, add, nb, m, mmvq_place(rpc, m), rpc);                                   \
+    }
+// Up to three weights sharing one activation row (mmvq.cuh's MmvqSegs): q/k/v, gate/up.
+#define MMVQ_K_MULTI(T, BODY)                                                                          \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                  \
+        mmvq_##T##_multi(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                            \
+        MmvqPlace p = mmvq_place(rpc, s.m[0] + s.m[1] + s.m[2]);                                         \
+        const int g = mmvq_segment(s, &p);                                                              \
+        BODY((const block_##T *)s.w[g], a, s.out[g], nullptr, nb, s.m[g], p, rpc);                       \
     }
 #define MMVQ_K_ALL(T) MMVQ_K(T, 1) MMVQ_K(T, 2) MMVQ_K(T, 3) MMVQ_K(T, 4) MMVQ_K(T, 5) MMVQ_K(T, 6) MMVQ_K(T, 7) MMVQ_K(T, 8)
 
 MMVQ_K_ALL(q4_K)
 MMVQ_K_ALL(q5_K)
 MMVQ_Q6K(1) MMVQ_Q6K(2) MMVQ_Q6K(3) MMVQ_Q6K(4) MMVQ_Q6K(5) MMVQ_Q6K(6) MMVQ_Q6K(7) MMVQ_Q6K(8)
+MMVQ_K_MULTI(q4_K, (mmvq_k45<block_q4_K, 1>))
+MMVQ_K_MULTI(q5_K, (mmvq_k45<block_q5_K, 1>))
+MMVQ_K_MULTI(q6_K, mmvq_q6k<1>)

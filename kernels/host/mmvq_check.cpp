@@ -2,7 +2,8 @@
 // (cuda_fp16.h here) against a float64 dot product of the dequantized weights with the Q8_1
 // activations: every weight type, 1-8 activation rows, 1, 2 or 4 weight rows a CTA, 1-9 weight
 // rows, 1-160 blocks a row (1-24 for the K-quants), so every warp of a CTA has work and some
-// threads run past a row's end; every other launch with a residual added in the epilogue. Activation scales are powers of two and quants small, so each
+// threads run past a row's end; every other launch with a residual added in the epilogue. And
+// the one-launch matvec over 2-3 weights against a launch per weight, bit for bit. Activation scales are powers of two and quants small, so each
 // block's `s = d·Σq` is exact in f16 and the only differences are float rounding: relative error
 // ≤ 1e-5 of Σ|w·x|.
 //
@@ -120,6 +121,45 @@ template <typename B> static int check(const char *name, int block_len, const Ke
     return bad;
 }
 
+typedef void (*MultiKernel)(MmvqSegs, const block_q8_1 *, int, int);
+
+// The one-launch matvec over 2-3 weights (q/k/v, gate/up) against one launch per weight, bit
+// for bit: every row of the shared launch belongs to one weight and reduces as alone.
+template <typename B> static int check_multi(const char *name, int block_len, Kernel single, MultiKernel multi) {
+    int bad = 0;
+    for (int trial = 0; trial < 3; trial++) {
+        const int nw = 2 + (int)(rng() % 2), nb = 1 + (int)(rng() % (block_len == 32 ? 40 : 6));
+        const int nb32 = nb * block_len / 32, rpc = 1 << (rng() % 3);
+        std::vector<block_q8_1> a(nb32);
+        for (auto &b : a) b = activation_block();
+        std::vector<std::vector<B>> w(nw);
+        std::vector<std::vector<float>> want(nw), got(nw);
+        MmvqSegs segs{};
+        for (int i = 0; i < nw; i++) {
+            const int m = 1 + (int)(rng() % 7);
+            w[i].resize(m * nb);
+            for (auto &b : w[i]) {
+                fill(b);
+                fix_scales(b);
+            }
+            want[i].assign(m, NAN);
+            got[i].assign(m, NAN);
+            launch((m + rpc - 1) / rpc, 1, WARP, MMVQ_WARPS,
+                   [&] { single(w[i].data(), a.data(), want[i].data(), nullptr, nb, m, rpc); });
+            segs.w[i] = w[i].data();
+            segs.out[i] = got[i].data();
+            segs.m[i] = m;
+        }
+        const int total = segs.m[0] + segs.m[1] + segs.m[2];
+        launch((total + rpc - 1) / rpc, 1, WARP, MMVQ_WARPS, [&] { multi(segs, a.data(), nb, rpc); });
+        for (int i = 0; i < nw; i++)
+            if (std::memcmp(want[i].data(), got[i].data(), want[i].size() * 4) != 0 && bad++ < 3)
+                std::printf("%s multi: weight %d of %d (rpc %d) differs from its own launch\n", name, i, nw, rpc);
+    }
+    std::printf("mmvq %s multi: %s\n", name, bad ? "MISMATCH" : "ok");
+    return bad;
+}
+
 #define KERNELS(T)                                                                                  \
     const Kernel k_##T[8] = {(Kernel)mmvq_##T##_1, (Kernel)mmvq_##T##_2, (Kernel)mmvq_##T##_3,       \
                              (Kernel)mmvq_##T##_4, (Kernel)mmvq_##T##_5, (Kernel)mmvq_##T##_6,       \
@@ -131,5 +171,13 @@ int main() {
               check<block_q5_0>("q5_0", 32, k_q5_0) + check<block_q5_1>("q5_1", 32, k_q5_1) +
               check<block_q8_0>("q8_0", 32, k_q8_0) + check<block_q4_K>("q4_K", 256, k_q4_K) +
               check<block_q5_K>("q5_K", 256, k_q5_K) + check<block_q6_K>("q6_K", 256, k_q6_K);
+    bad += check_multi<block_q4_0>("q4_0", 32, k_q4_0[0], mmvq_q4_0_multi) +
+           check_multi<block_q4_1>("q4_1", 32, k_q4_1[0], mmvq_q4_1_multi) +
+           check_multi<block_q5_0>("q5_0", 32, k_q5_0[0], mmvq_q5_0_multi) +
+           check_multi<block_q5_1>("q5_1", 32, k_q5_1[0], mmvq_q5_1_multi) +
+           check_multi<block_q8_0>("q8_0", 32, k_q8_0[0], mmvq_q8_0_multi) +
+           check_multi<block_q4_K>("q4_K", 256, k_q4_K[0], mmvq_q4_K_multi) +
+           check_multi<block_q5_K>("q5_K", 256, k_q5_K[0], mmvq_q5_K_multi) +
+           check_multi<block_q6_K>("q6_K", 256, k_q6_K[0], mmvq_q6_K_multi);
     return bad ? 1 : 0;
 }

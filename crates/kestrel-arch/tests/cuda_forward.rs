@@ -284,8 +284,8 @@ fn plans_sharing_weights_match_plans_with_their_own() {
 
 /// The fused launches (`cuda_plan/fuse.rs`: a residual add in the matvec's epilogue, the add
 /// and the norm after it in one launch, norms and gated activations leaving Q8_1 for the next
-/// matvec, the RoPE of queries and keys with the KV append) give the unfused plan's logits bit
-/// for bit, on random-weight files of real widths in
+/// matvec, the RoPE of queries and keys with the KV append, q/k/v and gate/up in one matvec
+/// launch) give the unfused plan's logits bit for bit, on random-weight files of real widths in
 /// llama's layout (SmolLM2-shaped Q4_1: every llama fusion) and Gemma 3's (Q4_K_M mix: post-
 /// norms, GeGLU, Q6_K rows), a few layers each: prompts of 5 tokens (the quantized matvec),
 /// 12 (the GEMM: only the add+norm fuses) and decode steps replayed from a CUDA graph.

@@ -224,8 +224,9 @@ fn a_reused_quantized_input_gives_the_same_product() {
 /// The fused forms (`cuda/fused.rs`) against the launches they replace, bit for bit: a
 /// residual add in the matvec's epilogue; the add and RMS norm in one launch, with and without
 /// Q8_1 output (whose ticket the next matmul takes: the same product as quantizing itself);
-/// SwiGLU/GeGLU with Q8_1 output; scale, soft cap and exact GELU from another buffer. Rows of
-/// 576 values (1 row, Q4_1 weight) and 640 (3 rows, Q8_0).
+/// SwiGLU/GeGLU with Q8_1 output; 2-3 matvecs of one row in one launch; scale, soft cap and
+/// exact GELU from another buffer. Rows of 576 values (1 row, Q4_1 weight) and 640 (3 rows,
+/// Q8_0).
 #[test]
 fn fused_launches_equal_the_launches_they_replace() {
     use kestrel_tensor::cuda::Glu;
@@ -327,6 +328,64 @@ fn fused_launches_equal_the_launches_they_replace() {
                 "{glu:?}"
             );
         }
+    }
+    // Two or three weights of one type against one row in one launch = a launch per weight.
+    for dtype in [DType::Q4_1, DType::Q4K, DType::Q6K] {
+        let k = 512;
+        let x = dev.upload(&f32_tensor(1, k, 30)).unwrap();
+        let ws: Vec<_> = [192usize, 64, 64]
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| dev.upload(&weight(dtype, m, k, 31 + i as u64)).unwrap())
+            .collect();
+        let want: Vec<Vec<f32>> = ws
+            .iter()
+            .map(|w| {
+                let mut o = dev
+                    .zeros_f32(Shape::matrix(1, w.shape().n_rows()).unwrap())
+                    .unwrap();
+                dev.matmul(&x, w, &mut o).unwrap();
+                dev.download_f32(&o).unwrap()
+            })
+            .collect();
+        let out = |w: &kestrel_tensor::cuda::DeviceTensor| {
+            dev.zeros_f32(Shape::matrix(1, w.shape().n_rows()).unwrap())
+                .unwrap()
+        };
+        let (mut o0, mut o1, mut o2) = (out(&ws[0]), out(&ws[1]), out(&ws[2]));
+        dev.matmul_multi_reusing(
+            &x,
+            (&ws[0], &mut o0),
+            (&ws[1], &mut o1),
+            Some((&ws[2], &mut o2)),
+            None,
+        )
+        .unwrap();
+        for (o, w) in [&o0, &o1, &o2].into_iter().zip(&want) {
+            assert_eq!(
+                &dev.download_f32(o).unwrap(),
+                w,
+                "{dtype:?} q/k/v in one launch"
+            );
+        }
+        let (mut p0, mut p1) = (out(&ws[1]), out(&ws[2]));
+        dev.matmul_multi_reusing(&x, (&ws[1], &mut p0), (&ws[2], &mut p1), None, None)
+            .unwrap();
+        assert_eq!(dev.download_f32(&p0).unwrap(), want[1], "{dtype:?} gate/up");
+        assert_eq!(dev.download_f32(&p1).unwrap(), want[2], "{dtype:?} gate/up");
+    }
+    // Mixed types are refused.
+    {
+        let x = dev.upload(&f32_tensor(1, 256, 32)).unwrap();
+        let a = dev.upload(&weight(DType::Q4K, 32, 256, 33)).unwrap();
+        let b = dev.upload(&weight(DType::Q6K, 32, 256, 34)).unwrap();
+        let (mut oa, mut ob) = (
+            dev.zeros_f32(Shape::matrix(1, 32).unwrap()).unwrap(),
+            dev.zeros_f32(Shape::matrix(1, 32).unwrap()).unwrap(),
+        );
+        assert!(dev
+            .matmul_multi_reusing(&x, (&a, &mut oa), (&b, &mut ob), None, None)
+            .is_err());
     }
     // Scale, soft cap and exact GELU from another buffer = a copy, then the in-place form.
     let src = dev.upload(&f32_tensor(3, 640, 29)).unwrap();

@@ -8,6 +8,8 @@
 //!   and every layer's first norm where the add was not fused into a matmul);
 //! - an RMS norm or a gated activation whose every reader is a quantized matmul also leaves its
 //!   output as Q8_1 for them (their quantize launch is saved);
+//! - two or three consecutive matmuls of one input with weights of one quantized type (q/k/v,
+//!   gate/up) run as one matvec launch in a one-token step;
 //! - the RoPE of an attention's queries and keys and the append of its keys and values to the
 //!   cache run as one launch at the attention (the keys rotated straight into the f16 cache),
 //!   at any step size.
@@ -68,6 +70,17 @@ pub(crate) struct Fusions {
     /// nodes (they do nothing at their own turn when the plan fuses).
     pub rope_attention: Vec<Option<RopeAttention>>,
     pub deferred: Vec<bool>,
+    /// For the first of 2-3 consecutive matmuls of one input and weight type: the others
+    /// (run in its launch when the step's rows allow).
+    pub multi: Vec<Option<[Option<MultiMember>; 2]>>,
+}
+
+/// A matmul run in another's launch: its node, weight and output width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MultiMember {
+    pub node: usize,
+    pub weight: usize,
+    pub width: usize,
 }
 
 impl Fusions {
@@ -91,6 +104,7 @@ impl Fusions {
             q8_readers: vec![Vec::new(); n],
             rope_attention: vec![None; n],
             deferred: vec![false; n],
+            multi: vec![None; n],
         };
         for (i, node) in nodes.iter().enumerate() {
             let Op::Attention(att) = &node.op else {
@@ -166,6 +180,45 @@ impl Fusions {
                     });
                 }
             }
+        }
+        // Runs of matmuls of one input and one weight type, none of them an epilogue's.
+        let mut i = 0;
+        while i < n {
+            let key = |j: usize| match nodes.get(j).map(|nd| &nd.op) {
+                Some(Op::MatMul { weight })
+                    if f.matmul_add[j].is_none() && !outputs.contains(&j) =>
+                {
+                    Some((
+                        nodes[j].inputs.first().copied(),
+                        weight_types.get(*weight).copied(),
+                    ))
+                }
+                _ => None,
+            };
+            let Some(first) = key(i) else {
+                i += 1;
+                continue;
+            };
+            let mut end = i + 1;
+            while end < n
+                && end - i < 3
+                && key(end) == Some(first)
+                && nodes[end].rows == nodes[i].rows
+            {
+                end += 1;
+            }
+            if end - i >= 2 {
+                let member = |j: usize| match nodes.get(j).map(|nd| &nd.op) {
+                    Some(Op::MatMul { weight }) if j < end => Some(MultiMember {
+                        node: j,
+                        weight: *weight,
+                        width: nodes[j].width,
+                    }),
+                    _ => None,
+                };
+                f.multi[i] = Some([member(i + 1), member(i + 2)]);
+            }
+            i = end;
         }
         for (i, node) in nodes.iter().enumerate() {
             let produces = match &node.op {
@@ -260,6 +313,52 @@ impl CudaPlan {
         }
         let dev = Arc::clone(&self.dev);
         match &node.op {
+            Op::MatMul { weight } if self.fusions.multi[i].is_some() => {
+                let Some([Some(m1), m2]) = self.fusions.multi[i] else {
+                    return Ok(false);
+                };
+                let w0 = Arc::clone(&self.weights[*weight]);
+                let w1 = Arc::clone(&self.weights[m1.weight]);
+                let w2 = m2.map(|m| Arc::clone(&self.weights[m.weight]));
+                let types = [
+                    w0.dtype(),
+                    w1.dtype(),
+                    w2.as_ref().map_or(w0.dtype(), |w| w.dtype()),
+                ];
+                if !dev.matvec_multi_applies(&types[..2 + usize::from(m2.is_some())], rows) {
+                    return Ok(false);
+                }
+                let from = node.inputs[0];
+                let ticket = self.q8.and_then(|(id, t)| (id == from).then_some(t));
+                let mut o1 = self.take_act(m1.node, rows, m1.width)?;
+                let mut o2 = match m2 {
+                    Some(m) => match self.take_act(m.node, rows, m.width) {
+                        Ok(t) => Some(t),
+                        Err(e) => {
+                            self.acts[m1.node] = Some(o1);
+                            return Err(e);
+                        }
+                    },
+                    None => None,
+                };
+                let r = match (self.acts[from].as_ref(), w2.as_deref(), o2.as_mut()) {
+                    (Some(x), w2, o2) => {
+                        dev.matmul_multi_reusing(x, (&w0, out), (&w1, &mut o1), w2.zip(o2), ticket)
+                    }
+                    (None, ..) => Err(TensorError::InvalidParam {
+                        op: "cuda plan",
+                        why: "a fused matmul's input buffer is missing",
+                    }),
+                };
+                self.acts[m1.node] = Some(o1);
+                self.done[m1.node] = true;
+                if let (Some(m), Some(t)) = (m2, o2) {
+                    self.acts[m.node] = Some(t);
+                    self.done[m.node] = true;
+                }
+                self.q8 = r?.map(|t| (from, t));
+                Ok(true)
+            }
             Op::MatMul { weight } => {
                 let Some(MatMulAdd { add, residual }) = self.fusions.matmul_add[i] else {
                     return Ok(false);

@@ -1,17 +1,22 @@
 //! Fused forms of launches a decode step runs back to back (issue 24: fewer, fuller kernels):
 //! the residual add with the RMS norm after it, the Q8_1 quantization of a norm's or a gated
 //! activation's output (the next matvec's input) in the same launch, a residual added in a
-//! quantized matvec's epilogue, and scale / soft cap / exact GELU reading their input from
-//! another buffer (a copy saved). Each computes every value by the same float operations as the
+//! quantized matvec's epilogue, up to three matvecs of one activation row in one launch (q/k/v,
+//! gate/up), and scale / soft cap / exact GELU reading their input from another buffer (a copy
+//! saved). Each computes every value by the same float operations as the
 //! launches it replaces, so the results are the same bits (`kernels/host/fused_check.cpp` and
 //! `mmvq_check.cpp` on the CPU, the `cuda_kernels` tests on a GPU).
 
-use cudarc::driver::PushKernelArg;
+use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 
-use super::engine::{cfg, driver, elementwise_cfg, f32_only, grid_for, i32_of, same_shape};
+use super::engine::{
+    cfg, driver, elementwise_cfg, f32_only, grid_for, i32_of, no_scratch_err, same_shape,
+};
+use super::matvec::{mmvq_multi_name, mmvq_rows_per_cta, MmvqSegs, MMVQ_WARPS};
 use super::ops::rms_threads;
 use super::{CudaDevice, DeviceTensor, Q8Ticket};
 use crate::error::{Result, TensorError};
+use crate::{DType, Shape};
 
 /// A gated activation `act(gate) * up`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,6 +187,105 @@ impl CudaDevice {
         ticket: Option<Q8Ticket>,
     ) -> Result<Option<Q8Ticket>> {
         self.matmul_epilogue(x, w, out, ticket, Some(add))
+    }
+
+    /// Whether [`Self::matmul_multi_reusing`] takes `n` activation rows against weights of
+    /// these types: one row, two or three weights of one quantized type.
+    pub fn matvec_multi_applies(&self, dtypes: &[DType], n: usize) -> bool {
+        n == 1
+            && (2..=3).contains(&dtypes.len())
+            && dtypes.iter().all(|&d| d == dtypes[0])
+            && mmvq_multi_name(dtypes[0]).is_some()
+            && self.matvec_quantized(dtypes[0], n)
+    }
+
+    /// `out = x · wᵀ` for each (weight, output) pair of `first`, `second` and `third` (two or
+    /// three weights of one quantized type read by one activation row: a layer's q/k/v or
+    /// gate/up) in one launch, plus the quantization of `x` unless `ticket` still names it:
+    /// the same values as one [`Self::matmul_reusing`] per weight (each row of the launch
+    /// belongs to one weight and reduces as it would alone). Allocates nothing.
+    ///
+    /// # Errors
+    /// What [`Self::matvec_multi_applies`] refuses, shape mismatches, a launch failure.
+    pub fn matmul_multi_reusing(
+        &self,
+        x: &DeviceTensor,
+        first: (&DeviceTensor, &mut DeviceTensor),
+        second: (&DeviceTensor, &mut DeviceTensor),
+        third: Option<(&DeviceTensor, &mut DeviceTensor)>,
+        ticket: Option<Q8Ticket>,
+    ) -> Result<Option<Q8Ticket>> {
+        const OP: &str = "cuda matmul (multi)";
+        f32_only(OP, x)?;
+        let n = x.shape.n_rows();
+        let dtype = first.0.dtype;
+        let types = [
+            dtype,
+            second.0.dtype,
+            third.as_ref().map_or(dtype, |t| t.0.dtype),
+        ];
+        if !self.matvec_multi_applies(&types, n) {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "two or three weights of one quantized type and one activation row",
+            });
+        }
+        let k = x.shape.row_len();
+        let wblock = dtype.block_size();
+        if !k.is_multiple_of(wblock) {
+            return Err(TensorError::PartialBlock {
+                dtype,
+                row_len: k,
+                block_size: wblock,
+            });
+        }
+        let mut pairs = [Some(first), Some(second), third];
+        for (w, out) in pairs.iter().flatten() {
+            f32_only(OP, out)?;
+            let m = w.shape.n_rows();
+            if w.shape.row_len() != k || out.shape.elem_count() != m {
+                return Err(TensorError::ShapeMismatch {
+                    op: OP,
+                    what: "weight or output",
+                    expected: Shape::matrix(m, k)?,
+                    actual: w.shape,
+                });
+            }
+        }
+        let (mut guard, issued) = self.q8_input(x, ticket, 1, k)?;
+        let scratch = guard.as_mut().ok_or_else(no_scratch_err)?;
+        let mut segs = MmvqSegs {
+            w: [0; 3],
+            out: [0; 3],
+            m: [0; 3],
+            pad: 0,
+        };
+        // The pointers' records keep each buffer's stream order until the launch is queued.
+        let mut records = [None, None, None];
+        let mut total = 0;
+        for (i, (w, out)) in pairs.iter_mut().flatten().enumerate() {
+            let (wp, wr) = w.buf.device_ptr(&self.stream);
+            let (op, or) = out.buf.device_ptr_mut(&self.stream);
+            segs.w[i] = wp;
+            segs.out[i] = op;
+            segs.m[i] = i32_of(OP, w.shape.n_rows())?;
+            total += w.shape.n_rows();
+            records[i] = Some((wr, or));
+        }
+        let nb_i = i32_of(OP, k / wblock)?;
+        let rpc = mmvq_rows_per_cta();
+        let name = mmvq_multi_name(dtype).ok_or(TensorError::UnsupportedDType { op: OP, dtype })?;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        let rpc_i = rpc as i32;
+        b.arg(&segs).arg(&*scratch).arg(&nb_i).arg(&rpc_i);
+        // SAFETY: each weight holds its m rows of k/block blocks of `dtype`, each output m f32,
+        // the scratch one row of Q8_1 blocks of x (all checked or made above); the kernel
+        // reads and writes only those, a row of the launch belonging to one weight.
+        unsafe { b.launch(cfg(grid_for(total, rpc as usize)?, (32, MMVQ_WARPS))) }
+            .map_err(driver("launch mmvq multi"))?;
+        drop(records);
+        Ok(issued)
     }
 
     /// `out = src * s` (one launch where a copy and [`Self::scale`] took two; the same bits).

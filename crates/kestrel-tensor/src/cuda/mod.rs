@@ -9,7 +9,7 @@
 //! Without the `cuda` feature the same API exists (a stub) and every entry point returns
 //! [`CudaError::NotBuilt`], so callers need no `cfg`.
 //!
-//! Ops so far (`engine.rs`: device, tensors, matmul; `ops.rs`: row and elementwise ops;
+//! Ops so far (`engine.rs`: device, tensors; `matvec.rs`: matmul; `ops.rs`: row and elementwise ops;
 //! `fused.rs`: add + RMS norm, Q8_1 output of norms and gated activations, matvec epilogue adds;
 //! `attention.rs`: rope, KV append, attention): matmul for 1-8 activation rows over
 //! F32/F16/BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and Q4_K/Q5_K/Q6_K weights (Q8_1 activations and
@@ -31,6 +31,8 @@ mod fused;
 mod gemm;
 #[cfg(feature = "cuda")]
 mod graph;
+#[cfg(feature = "cuda")]
+mod matvec;
 #[cfg(feature = "cuda")]
 mod ops;
 #[cfg(not(feature = "cuda"))]

@@ -255,6 +255,26 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// Whether the multi-weight matvec applies: never, in this build.
+    pub fn matvec_multi_applies(&self, _dtypes: &[DType], _n: usize) -> bool {
+        match self.never {}
+    }
+
+    /// Up to three matvecs of one activation row in one launch.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn matmul_multi_reusing(
+        &self,
+        _x: &DeviceTensor,
+        _first: (&DeviceTensor, &mut DeviceTensor),
+        _second: (&DeviceTensor, &mut DeviceTensor),
+        _third: Option<(&DeviceTensor, &mut DeviceTensor)>,
+        _ticket: Option<Q8Ticket>,
+    ) -> Result<Option<Q8Ticket>> {
+        match self.never {}
+    }
+
     /// `out = src * s`.
     ///
     /// # Errors

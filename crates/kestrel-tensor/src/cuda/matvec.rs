@@ -1,0 +1,312 @@
+//! The quantized matvec of decode steps and small batches (`kernels/mmvq*.cu`, as ggml-cuda's
+//! MMVQ): activations quantized to Q8_1 into a scratch the device keeps (a [`Q8Ticket`] lets the
+//! next matvec of the same input skip it), the weight rows read once per launch, a residual
+//! optionally added in the epilogue; from 9 activation rows the cuBLAS GEMM (`gemm.rs`). Float
+//! weights take `matvec_float.cu`.
+
+use cudarc::driver::PushKernelArg;
+
+use super::engine::{
+    cfg, driver, f32_only, grid_for, i32_of, no_scratch_err, CudaDevice, DeviceTensor, Q8Ticket,
+    ScratchGuard,
+};
+use super::MAX_MATVEC_ROWS;
+use crate::error::{Result, TensorError};
+use crate::{DType, Shape};
+
+/// Bytes of one Q8_1 activation block (`kernels/common.cuh`).
+const Q8_1_BYTES: usize = 36;
+
+/// Warps (weight rows) per CTA of the float matvec kernels (`ROWS_PER_CTA` in matvec_float.cu).
+const ROWS_PER_CTA: u32 = 4;
+/// Warps per CTA of the quantized matvec kernels (`MMVQ_WARPS` in kernels/mmvq.cuh).
+pub(super) const MMVQ_WARPS: u32 = 4;
+
+/// Weight rows per CTA of a quantized matvec (1, 2 or 4; the CTA's warps split them). Two, as
+/// measured (session 41, H200, tg128 against one row a CTA: SmolLM2-135M-shaped +3.0%,
+/// Gemma-3-270M-shaped +2.5%, Llama-8B-shaped Q4_K_M +1.5%, Q4_0 +0.4%; four rows lost on the
+/// 8B shapes, -3.7% on Q4_0); `KESTREL_CUDA_MMVQ_RPC=1|2|4` picks another.
+pub(super) fn mmvq_rows_per_cta() -> u32 {
+    static FORCED: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| {
+        std::env::var("KESTREL_CUDA_MMVQ_RPC")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|r| matches!(r, 1 | 2 | 4))
+            .unwrap_or(2)
+    })
+}
+
+macro_rules! mmvq_names {
+    ($t:literal) => {
+        [
+            concat!("mmvq_", $t, "_1"),
+            concat!("mmvq_", $t, "_2"),
+            concat!("mmvq_", $t, "_3"),
+            concat!("mmvq_", $t, "_4"),
+            concat!("mmvq_", $t, "_5"),
+            concat!("mmvq_", $t, "_6"),
+            concat!("mmvq_", $t, "_7"),
+            concat!("mmvq_", $t, "_8"),
+        ]
+    };
+}
+
+/// The one-row matvec over up to three weights of a type (`mmvq_<type>_multi`).
+pub(super) fn mmvq_multi_name(dtype: DType) -> Option<&'static str> {
+    Some(match dtype {
+        DType::Q4K => "mmvq_q4_K_multi",
+        DType::Q5K => "mmvq_q5_K_multi",
+        DType::Q6K => "mmvq_q6_K_multi",
+        DType::Q4_0 => "mmvq_q4_0_multi",
+        DType::Q4_1 => "mmvq_q4_1_multi",
+        DType::Q5_0 => "mmvq_q5_0_multi",
+        DType::Q5_1 => "mmvq_q5_1_multi",
+        DType::Q8_0 => "mmvq_q8_0_multi",
+        _ => return None,
+    })
+}
+
+/// `MmvqSegs` of kernels/mmvq.cuh, passed by value to `mmvq_<type>_multi`: up to three weights
+/// (device pointers), their outputs and row counts (0 for an unused slot).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(super) struct MmvqSegs {
+    pub w: [u64; 3],
+    pub out: [u64; 3],
+    pub m: [i32; 3],
+    pub pad: i32,
+}
+const _: () = assert!(std::mem::size_of::<MmvqSegs>() == 64);
+// SAFETY: plain old data laid out as the kernel's struct (`repr(C)`, size checked).
+unsafe impl cudarc::driver::DeviceRepr for MmvqSegs {}
+
+/// The mmvq kernels by weight type and activation-row count.
+const MMVQ: [(DType, [&str; MAX_MATVEC_ROWS]); 8] = [
+    (DType::Q4K, mmvq_names!("q4_K")),
+    (DType::Q5K, mmvq_names!("q5_K")),
+    (DType::Q6K, mmvq_names!("q6_K")),
+    (DType::Q4_0, mmvq_names!("q4_0")),
+    (DType::Q4_1, mmvq_names!("q4_1")),
+    (DType::Q5_0, mmvq_names!("q5_0")),
+    (DType::Q5_1, mmvq_names!("q5_1")),
+    (DType::Q8_0, mmvq_names!("q8_0")),
+];
+
+impl CudaDevice {
+    /// `out[n×m] = x[n×k] · W[m×k]ᵀ` for any number of activation rows; weights F32, F16, BF16,
+    /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K. Up to [`MAX_MATVEC_ROWS`] rows: the
+    /// matvec kernels (quantized weights against Q8_1 activations, each weight row read once
+    /// per launch); more: the cuBLAS GEMM over the dequantized weight (`gemm.rs`), or matvec
+    /// launches of 8 rows when cuBLAS is missing.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn matmul(&self, x: &DeviceTensor, w: &DeviceTensor, out: &mut DeviceTensor) -> Result<()> {
+        self.matmul_reusing(x, w, out, None).map(|_| ())
+    }
+
+    /// [`Self::matmul`] that may skip quantizing `x` to Q8_1: when `ticket` is the one a
+    /// previous call returned for the same, unchanged `x` (the caller's promise: a plan's node
+    /// output is written once a step, so the q, k and v projections, or gate and up, of one
+    /// layer share it) and no other matvec has quantized anything since, the scratch still
+    /// holds `x` as Q8_1 and the launch is saved. Returns the ticket of the Q8_1 data this call
+    /// left in the scratch (`None` when it took the GEMM, which quantizes nothing).
+    ///
+    /// # Errors
+    /// As [`Self::matmul`].
+    pub fn matmul_reusing(
+        &self,
+        x: &DeviceTensor,
+        w: &DeviceTensor,
+        out: &mut DeviceTensor,
+        ticket: Option<Q8Ticket>,
+    ) -> Result<Option<Q8Ticket>> {
+        self.matmul_epilogue(x, w, out, ticket, None)
+    }
+
+    /// [`Self::matmul_reusing`], with `add` (when given: the quantized matvec only, as
+    /// [`Self::matvec_quantized`] says) added to the product in the matvec's epilogue.
+    pub(super) fn matmul_epilogue(
+        &self,
+        x: &DeviceTensor,
+        w: &DeviceTensor,
+        out: &mut DeviceTensor,
+        ticket: Option<Q8Ticket>,
+        add: Option<&DeviceTensor>,
+    ) -> Result<Option<Q8Ticket>> {
+        const OP: &str = "cuda matmul";
+        f32_only(OP, x)?;
+        f32_only(OP, out)?;
+        let k = w.shape.row_len();
+        let m = w.shape.n_rows();
+        let n = x.shape.n_rows();
+        if x.shape.row_len() != k {
+            return Err(TensorError::ShapeMismatch {
+                op: OP,
+                what: "x",
+                expected: Shape::matrix(n, k)?,
+                actual: x.shape,
+            });
+        }
+        if out.shape.elem_count() != n * m {
+            return Err(TensorError::ShapeMismatch {
+                op: OP,
+                what: "out",
+                expected: Shape::matrix(n, m)?,
+                actual: out.shape,
+            });
+        }
+        if let Some(a) = add {
+            f32_only(OP, a)?;
+            if a.shape.elem_count() != n * m {
+                return Err(TensorError::ShapeMismatch {
+                    op: OP,
+                    what: "add",
+                    expected: Shape::matrix(n, m)?,
+                    actual: a.shape,
+                });
+            }
+            if !self.matvec_quantized(w.dtype, n) {
+                return Err(TensorError::InvalidParam {
+                    op: OP,
+                    why:
+                        "an epilogue add needs the quantized matvec (a quantized weight, few rows)",
+                });
+            }
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        if self.gemm_applies(w.dtype, n) {
+            return self.gemm(x, w, out, (n, k, m)).map(|()| None);
+        }
+        let grid = grid_for(m, ROWS_PER_CTA as usize)?;
+        let block = (32, ROWS_PER_CTA);
+        let (ki, mi) = (i32_of(OP, k)?, i32_of(OP, m)?);
+        let (x_bytes, out_bytes) = (k * 4, m * 4);
+        if let Some((_, names)) = MMVQ.iter().find(|(t, _)| *t == w.dtype) {
+            let wblock = w.dtype.block_size();
+            if !k.is_multiple_of(wblock) {
+                return Err(TensorError::PartialBlock {
+                    dtype: w.dtype,
+                    row_len: k,
+                    block_size: wblock,
+                });
+            }
+            // Weight blocks per row (what the kernel takes); activation blocks of 32 per row.
+            let nb = k / wblock;
+            let q_row = (k / 32) * Q8_1_BYTES;
+            let (mut guard, issued) = self.q8_input(x, ticket, n, k)?;
+            let scratch = guard.as_mut().ok_or_else(no_scratch_err)?;
+            let nb_i = i32_of(OP, nb)?;
+            let rpc = mmvq_rows_per_cta();
+            let (grid, block, rpc_i) = (grid_for(m, rpc as usize)?, (32, MMVQ_WARPS), rpc as i32);
+            let null = 0u64;
+            for r0 in (0..n).step_by(MAX_MATVEC_ROWS) {
+                let rows = (n - r0).min(MAX_MATVEC_ROWS);
+                let f = self.func(names[rows - 1])?;
+                let a = scratch.slice(r0 * q_row..(r0 + rows) * q_row);
+                let mut o = out.buf.slice_mut(r0 * out_bytes..(r0 + rows) * out_bytes);
+                let mut b = self.stream.launch_builder(f);
+                b.arg(&w.buf).arg(&a).arg(&mut o);
+                let residual = add.map(|r| r.buf.slice(r0 * out_bytes..(r0 + rows) * out_bytes));
+                match &residual {
+                    Some(r) => b.arg(r),
+                    None => b.arg(&null),
+                };
+                b.arg(&nb_i).arg(&mi).arg(&rpc_i);
+                // SAFETY: w holds m rows of nb blocks of its type, `a` these rows' Q8_1 blocks,
+                // `o` (and the residual, when given) their rows*m f32; the kernel reads and
+                // writes only those.
+                unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch mmvq"))?;
+            }
+            return Ok(issued);
+        }
+        let name = match w.dtype {
+            DType::F32 => "matvec_f32",
+            DType::F16 => "matvec_f16",
+            DType::BF16 => "matvec_bf16",
+            dtype => return Err(TensorError::UnsupportedDType { op: OP, dtype }),
+        };
+        let f = self.func(name)?;
+        for r0 in (0..n).step_by(MAX_MATVEC_ROWS) {
+            let rows = (n - r0).min(MAX_MATVEC_ROWS);
+            let ni = rows as i32;
+            let xv = x.buf.slice(r0 * x_bytes..(r0 + rows) * x_bytes);
+            let mut o = out.buf.slice_mut(r0 * out_bytes..(r0 + rows) * out_bytes);
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&w.buf)
+                .arg(&xv)
+                .arg(&mut o)
+                .arg(&ki)
+                .arg(&mi)
+                .arg(&ni);
+            // SAFETY: w holds m*k elements of its float type, xv rows*k f32, o rows*m f32.
+            unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch matvec"))?;
+        }
+        Ok(None)
+    }
+
+    /// Whether a matmul of `n` activation rows by a `dtype` weight runs the quantized matvec
+    /// (Q8_1 activations, `mmvq`): what the fused forms in `fused.rs` need.
+    pub fn matvec_quantized(&self, dtype: DType, n: usize) -> bool {
+        n > 0 && MMVQ.iter().any(|(t, _)| *t == dtype) && !self.gemm_applies(dtype, n)
+    }
+
+    /// The Q8_1 scratch, grown for `n` rows of `k` values, and the ticket naming the data the
+    /// caller is about to quantize into it (any earlier ticket stops matching).
+    pub(super) fn q8_scratch(
+        &self,
+        op: &'static str,
+        n: usize,
+        k: usize,
+    ) -> Result<(ScratchGuard<'_>, Q8Ticket)> {
+        let poisoned = || TensorError::InvalidParam {
+            op,
+            why: "scratch lock poisoned",
+        };
+        let mut guard = self.scratch.lock().map_err(|_| poisoned())?;
+        let need = n * (k / 32) * Q8_1_BYTES;
+        if guard.as_ref().is_none_or(|s| s.len() < need) {
+            *guard = Some(self.alloc(need.max(1))?);
+            self.bump_epoch();
+        }
+        let mut last = self.q8_last.lock().map_err(|_| poisoned())?;
+        *last = (last.0 + 1, n, k);
+        Ok((guard, Q8Ticket(last.0)))
+    }
+
+    /// The Q8_1 scratch holding `x` (`n` rows of `k`): as `ticket` left it when that still
+    /// names it, else quantized now; with the ticket naming it.
+    pub(super) fn q8_input(
+        &self,
+        x: &DeviceTensor,
+        ticket: Option<Q8Ticket>,
+        n: usize,
+        k: usize,
+    ) -> Result<(ScratchGuard<'_>, Option<Q8Ticket>)> {
+        const OP: &str = "cuda matmul";
+        if let Some(g) = ticket.and_then(|t| self.q8_reuse(t, n, k)) {
+            return Ok((g, ticket));
+        }
+        let (mut g, t) = self.q8_scratch(OP, n, k)?;
+        let nblocks_i = i32_of(OP, n * (k / 32))?;
+        let scratch = g.as_mut().ok_or_else(no_scratch_err)?;
+        let q = self.func("quantize_q8_1")?;
+        let mut b = self.stream.launch_builder(q);
+        b.arg(&x.buf).arg(&mut *scratch).arg(&nblocks_i);
+        // SAFETY: `x` holds n*k f32 (checked by the callers), the scratch n rows of Q8_1
+        // blocks (grown by q8_scratch).
+        unsafe { b.launch(cfg(grid_for(n * (k / 32), 8)?, (256, 1))) }
+            .map_err(driver("launch quantize_q8_1"))?;
+        Ok((g, Some(t)))
+    }
+
+    /// The scratch, when `ticket` still names what it holds and that was `n` rows of `k`.
+    fn q8_reuse(&self, ticket: Q8Ticket, n: usize, k: usize) -> Option<ScratchGuard<'_>> {
+        let guard = self.scratch.lock().ok()?;
+        let last = self.q8_last.lock().ok()?;
+        (ticket.0 == last.0 && (n, k) == (last.1, last.2)).then_some(guard)
+    }
+}
