@@ -132,13 +132,8 @@ impl CudaDevice {
     ) -> Result<()> {
         const OP: &str = "cuda rope";
         f32_only(OP, x)?;
-        let n_rot = if p.n_rot == 0 { head_dim } else { p.n_rot };
-        if !n_rot.is_multiple_of(2) || n_rot > head_dim || n_rot > 2048 {
-            return Err(TensorError::InvalidParam {
-                op: OP,
-                why: "n_rot must be even, at most head_dim and at most 2048",
-            });
-        }
+        let ra = RopeArgs::new(OP, p, head_dim, freq_factors)?;
+        let n_rot = ra.n_rot;
         let want = positions.len() * n_head * head_dim;
         if x.shape.elem_count() != want {
             return Err(TensorError::LengthMismatch {
@@ -159,29 +154,12 @@ impl CudaDevice {
                 });
             }
         }
-        if let Some(ff) = freq_factors {
-            f32_only(OP, ff)?;
-            if ff.shape.elem_count() < n_rot / 2 {
-                return Err(TensorError::LengthMismatch {
-                    op: OP,
-                    what: "freq_factors",
-                    expected: n_rot / 2,
-                    actual: ff.shape.elem_count(),
-                });
-            }
-        }
         if want == 0 || n_rot == 0 {
             return Ok(());
         }
-        let corr = rope_yarn_corr_dims(n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
         let mut run = |pos: &CudaSlice<i32>| {
             let null = 0u64;
-            let (nh, hd, nr) = (
-                i32_of(OP, n_head)?,
-                i32_of(OP, head_dim)?,
-                i32_of(OP, n_rot)?,
-            );
-            let neox = i32::from(p.mode == RopeMode::Neox);
+            let (nh, hd) = (i32_of(OP, n_head)?, i32_of(OP, head_dim)?);
             let f = self.func("rope_f32")?;
             let mut b = self.stream.launch_builder(f);
             match src {
@@ -193,16 +171,8 @@ impl CudaDevice {
                 Some(ff) => b.arg(&ff.buf),
                 None => b.arg(&null),
             };
-            b.arg(&nh)
-                .arg(&hd)
-                .arg(&nr)
-                .arg(&neox)
-                .arg(&p.freq_base)
-                .arg(&p.freq_scale)
-                .arg(&p.ext_factor)
-                .arg(&p.attn_factor)
-                .arg(&corr[0])
-                .arg(&corr[1]);
+            b.arg(&nh).arg(&hd);
+            ra.push(&mut b);
             let grid = grid_for(positions.len() * n_head, 1)?;
             // SAFETY: x (and src, or null) hold tokens*n_head*head_dim f32, positions one i32 per
             // token, ff n_rot/2 f32 or null (checked); one thread per rotated pair.
@@ -301,13 +271,7 @@ impl CudaDevice {
     ) -> Result<()> {
         const OP: &str = "cuda rope_qk_append";
         let n_tok = positions.host.len();
-        let n_rot = if p.n_rot == 0 { head_dim } else { p.n_rot };
-        if !n_rot.is_multiple_of(2) || n_rot > head_dim || n_rot > 2048 {
-            return Err(TensorError::InvalidParam {
-                op: OP,
-                why: "n_rot must be even, at most head_dim and at most 2048",
-            });
-        }
+        let ra = RopeArgs::new(OP, p, head_dim, freq_factors)?;
         for (what, t, len) in [
             ("q_src", q_src, n_head * head_dim),
             ("q_out", &*q_out, n_head * head_dim),
@@ -338,29 +302,15 @@ impl CudaDevice {
                 actual: k_row,
             });
         }
-        if let Some(ff) = freq_factors {
-            f32_only(OP, ff)?;
-            if ff.shape.elem_count() < n_rot / 2 {
-                return Err(TensorError::LengthMismatch {
-                    op: OP,
-                    what: "freq_factors",
-                    expected: n_rot / 2,
-                    actual: ff.shape.elem_count(),
-                });
-            }
-        }
         if n_tok == 0 {
             return Ok(());
         }
-        let corr = rope_yarn_corr_dims(n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
-        let (nh, nkv, hd, vr, nr) = (
+        let (nh, nkv, hd, vr) = (
             i32_of(OP, n_head)?,
             i32_of(OP, n_kv_head)?,
             i32_of(OP, head_dim)?,
             i32_of(OP, v_row)?,
-            i32_of(OP, n_rot)?,
         );
-        let neox = i32::from(p.mode == RopeMode::Neox);
         let null = 0u64;
         let f = self.func("rope_qk_append_f16")?;
         let mut b = self.stream.launch_builder(f);
@@ -378,22 +328,15 @@ impl CudaDevice {
             .arg(&nh)
             .arg(&nkv)
             .arg(&hd)
-            .arg(&vr)
-            .arg(&nr)
-            .arg(&neox)
-            .arg(&p.freq_base)
-            .arg(&p.freq_scale)
-            .arg(&p.ext_factor)
-            .arg(&p.attn_factor)
-            .arg(&corr[0])
-            .arg(&corr[1]);
+            .arg(&vr);
+        ra.push(&mut b);
         let launch = LaunchConfig {
             grid_dim: (
                 grid_for(n_tok, 1)?,
                 i32_of(OP, n_head + 2 * n_kv_head)? as u32,
                 1,
             ),
-            block_dim: ((n_rot / 2).max(32) as u32, 1, 1),
+            block_dim: ((ra.n_rot / 2).max(32) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: q_src and q_out hold tokens*n_head*head_dim f32, k_src and v_src a row per
@@ -401,6 +344,65 @@ impl CudaDevice {
         // n_rot/2 f32 or null (all checked); at least one thread per rotated pair.
         unsafe { b.launch(launch) }.map_err(driver("launch rope_qk_append"))?;
         Ok(())
+    }
+}
+
+/// The RoPE settings every rope kernel takes last (`n_rot, neox, freq_base, freq_scale,
+/// ext_factor, attn_factor, corr0, corr1`), checked once: `n_rot` even, at most the head and
+/// 2048, frequency factors f32 and covering the rotated pairs.
+struct RopeArgs {
+    n_rot: usize,
+    nr: i32,
+    neox: i32,
+    p: RopeParams,
+    corr: [f32; 2],
+}
+
+impl RopeArgs {
+    fn new(
+        op: &'static str,
+        p: &RopeParams,
+        head_dim: usize,
+        freq_factors: Option<&DeviceTensor>,
+    ) -> Result<RopeArgs> {
+        let n_rot = if p.n_rot == 0 { head_dim } else { p.n_rot };
+        if !n_rot.is_multiple_of(2) || n_rot > head_dim || n_rot > 2048 {
+            return Err(TensorError::InvalidParam {
+                op,
+                why: "n_rot must be even, at most head_dim and at most 2048",
+            });
+        }
+        if let Some(ff) = freq_factors {
+            f32_only(op, ff)?;
+            if ff.shape.elem_count() < n_rot / 2 {
+                return Err(TensorError::LengthMismatch {
+                    op,
+                    what: "freq_factors",
+                    expected: n_rot / 2,
+                    actual: ff.shape.elem_count(),
+                });
+            }
+        }
+        let corr = rope_yarn_corr_dims(n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
+        Ok(RopeArgs {
+            n_rot,
+            nr: i32_of(op, n_rot)?,
+            neox: i32::from(p.mode == RopeMode::Neox),
+            p: *p,
+            corr,
+        })
+    }
+
+    /// Pushes the eight trailing arguments.
+    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>) {
+        b.arg(&self.nr)
+            .arg(&self.neox)
+            .arg(&self.p.freq_base)
+            .arg(&self.p.freq_scale)
+            .arg(&self.p.ext_factor)
+            .arg(&self.p.attn_factor)
+            .arg(&self.corr[0])
+            .arg(&self.corr[1]);
     }
 }
 
