@@ -298,7 +298,7 @@ impl CudaPlan {
         Ok(())
     }
 
-    /// Runs node `i` (its buffer `out`) as a fused launch where `cuda_fuse.rs` found one that
+    /// Runs node `i` (its buffer `out`) as a fused launch where [`Fusions::find`] found one that
     /// applies to this step; false: run it plainly.
     pub(super) fn exec_fused(
         &mut self,
@@ -451,5 +451,176 @@ impl CudaPlan {
             }
             _ => Ok(false),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{AttentionParams, RopeParams};
+    use crate::Graph;
+
+    fn rope(n_head: usize) -> RopeParams {
+        RopeParams {
+            n_head,
+            head_dim: 16,
+            n_rot: 16,
+            neox: false,
+            freq_base: 10_000.0,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 4096,
+            freq_factors: None,
+        }
+    }
+
+    /// One decoder layer as the builders lay it out (llama: pre-norms, residual adds after the
+    /// output and down projections; `post_norms`: Gemma's norms after attention and FFN, so the
+    /// residual add is followed by the next norm), then a final norm and the output matmul.
+    fn layer_graph(post_norms: bool) -> (Graph, Vec<DType>) {
+        let mut g = Graph::new();
+        let (h, ff) = (64u64, 128u64);
+        let emb = g.weight("token_embd.weight", &[h, 256]);
+        let mut x = g.embed("emb", emb).unwrap();
+        let w = |g: &mut Graph, n: &str, k: u64, m: u64| g.weight(n, &[k, m]);
+        let v = |g: &mut Graph, n: &str| g.weight(n, &[h]);
+        let an = v(&mut g, "attn_norm");
+        let n1 = g
+            .rms_norm("attn_norm", x, h as usize, 1e-6, Some(an))
+            .unwrap();
+        let (wq, wk, wv) = (
+            w(&mut g, "q", h, 64),
+            w(&mut g, "k", h, 32),
+            w(&mut g, "v", h, 32),
+        );
+        let q = g.matmul("q", n1, wq).unwrap();
+        let k = g.matmul("k", n1, wk).unwrap();
+        let vv = g.matmul("v", n1, wv).unwrap();
+        let qr = g.rope("q_rope", q, rope(4)).unwrap();
+        let kr = g.rope("k_rope", k, rope(2)).unwrap();
+        let att = AttentionParams {
+            layer: 0,
+            n_head: 4,
+            n_kv_head: 2,
+            head_dim_k: 16,
+            head_dim_v: 16,
+            scale: 0.25,
+            window: None,
+            softcap: None,
+            causal: true,
+            sinks: None,
+            latent: false,
+        };
+        let a = g.attention("attn", qr, kr, vv, att).unwrap();
+        let wo = w(&mut g, "o", 64, h);
+        let mut o = g.matmul("o", a, wo).unwrap();
+        if post_norms {
+            let pn = v(&mut g, "post_attention_norm");
+            o = g
+                .rms_norm("post_attention_norm", o, h as usize, 1e-6, Some(pn))
+                .unwrap();
+        }
+        x = g.add("attn_residual", x, o).unwrap();
+        let fnw = v(&mut g, "ffn_norm");
+        let n2 = g
+            .rms_norm("ffn_norm", x, h as usize, 1e-6, Some(fnw))
+            .unwrap();
+        let (wg, wu) = (w(&mut g, "gate", h, ff), w(&mut g, "up", h, ff));
+        let gate = g.matmul("gate", n2, wg).unwrap();
+        let up = g.matmul("up", n2, wu).unwrap();
+        let act = g.swiglu("swiglu", gate, up).unwrap();
+        let wd = w(&mut g, "down", ff, h);
+        let mut d = g.matmul("down", act, wd).unwrap();
+        if post_norms {
+            let pf = v(&mut g, "post_ffw_norm");
+            d = g
+                .rms_norm("post_ffw_norm", d, h as usize, 1e-6, Some(pf))
+                .unwrap();
+        }
+        x = g.add("ffn_residual", x, d).unwrap();
+        let onw = v(&mut g, "output_norm");
+        let on = g
+            .rms_norm("output_norm", x, h as usize, 1e-6, Some(onw))
+            .unwrap();
+        let wout = w(&mut g, "output", h, 256);
+        let logits = g.matmul("output", on, wout).unwrap();
+        g.set_output(logits).unwrap();
+        // q/k/v and gate/up share a type; v (Gemma's Q4_K_M mix) may not.
+        let types = g
+            .weights()
+            .iter()
+            .map(|w| match w.name.as_str() {
+                "v" if post_norms => DType::Q6K,
+                n if n.ends_with("norm") => DType::F32,
+                _ => DType::Q4K,
+            })
+            .collect();
+        (g, types)
+    }
+
+    fn id(g: &Graph, name: &str) -> usize {
+        g.nodes().iter().position(|n| n.name == name).unwrap()
+    }
+
+    #[test]
+    fn a_llama_layer_fuses_what_the_plan_expects() {
+        let (g, types) = layer_graph(false);
+        let f = Fusions::find(g.nodes(), &types, g.outputs());
+        let n = |s| id(&g, s);
+        // q/k/v in one launch, gate/up in another.
+        let qkv = f.multi[n("q")].expect("q/k/v grouped");
+        assert_eq!(qkv.map(|m| m.map(|m| m.node)), [Some(n("k")), Some(n("v"))]);
+        let gu = f.multi[n("gate")].expect("gate/up grouped");
+        assert_eq!(gu.map(|m| m.map(|m| m.node)), [Some(n("up")), None]);
+        assert!(f.multi[n("k")].is_none() && f.multi[n("o")].is_none());
+        // The residual adds in the output and down projections' epilogues.
+        let add = |s| f.matmul_add[n(s)].map(|m| m.add);
+        assert_eq!(add("o"), Some(n("attn_residual")));
+        assert_eq!(add("down"), Some(n("ffn_residual")));
+        assert_eq!(
+            add("output"),
+            None,
+            "the graph's output is never fused away"
+        );
+        // Norms and the activation leave Q8_1 for their matmuls; RoPE waits for the attention.
+        for s in ["attn_norm", "ffn_norm", "swiglu", "output_norm"] {
+            assert!(!f.q8_readers[n(s)].is_empty(), "{s}");
+        }
+        assert!(f.deferred[n("q_rope")] && f.deferred[n("k_rope")]);
+        let ra = f.rope_attention[n("attn")].clone().expect("RoPE + append");
+        assert_eq!(
+            (ra.q_src, ra.k_src, ra.v, ra.n_kv_head),
+            (n("q"), n("k"), n("v"), 2)
+        );
+        // Each add is followed by its norm: fused when the add was not taken by a matmul.
+        assert_eq!(
+            f.add_norm[n("attn_residual")].map(|a| a.norm),
+            Some(n("ffn_norm"))
+        );
+    }
+
+    #[test]
+    fn a_gemma_layer_fuses_its_post_norm_adds_and_groups_only_matching_types() {
+        let (g, types) = layer_graph(true);
+        let f = Fusions::find(g.nodes(), &types, g.outputs());
+        let n = |s| id(&g, s);
+        // v is Q6_K: q and k alone share a launch.
+        let qk = f.multi[n("q")].expect("q/k grouped");
+        assert_eq!(qk.map(|m| m.map(|m| m.node)), [Some(n("k")), None]);
+        // The projections feed norms, not adds: no epilogue; the adds fuse with the next norm.
+        assert!(f.matmul_add[n("o")].is_none() && f.matmul_add[n("down")].is_none());
+        assert_eq!(
+            f.add_norm[n("attn_residual")].map(|a| a.norm),
+            Some(n("ffn_norm"))
+        );
+        assert_eq!(
+            f.add_norm[n("ffn_residual")].map(|a| a.norm),
+            Some(n("output_norm"))
+        );
+        // A norm whose reader is an add (not a matmul) leaves no Q8_1.
+        assert!(f.q8_readers[n("post_attention_norm")].is_empty());
     }
 }

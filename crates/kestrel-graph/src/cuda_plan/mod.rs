@@ -145,7 +145,7 @@ pub struct CudaPlan {
     /// ticket naming it: the next matmul of the same node (q, k and v share one input; gate
     /// and up another) skips quantizing it again. Cleared at every step's start.
     q8: Option<(usize, Q8Ticket)>,
-    /// What may fuse (`cuda_fuse.rs`), whether this plan fuses (`KESTREL_CUDA_FUSE=0` or
+    /// What may fuse (`fuse.rs`), whether this plan fuses (`KESTREL_CUDA_FUSE=0` or
     /// [`CudaPlan::set_fusion`] turns it off, for comparison), and the nodes a fused launch
     /// has already written this step.
     fusions: Fusions,
