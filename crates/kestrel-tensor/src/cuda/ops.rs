@@ -64,7 +64,9 @@ impl CudaDevice {
         eps: f32,
         out: &mut DeviceTensor,
     ) -> Result<()> {
-        self.norm("rms_norm_f32", x, weight, None, eps, out)
+        // The fused form's plain case: `rms_norm_f32`, no residual, no Q8_1.
+        self.rms_norm_fused(x, None, weight, eps, out, false)
+            .map(|_| ())
     }
 
     /// `(x - mean) / sqrt(var + eps) * weight + bias` per row.
@@ -79,18 +81,19 @@ impl CudaDevice {
         eps: f32,
         out: &mut DeviceTensor,
     ) -> Result<()> {
-        self.norm("layer_norm_f32", x, weight, bias, eps, out)
+        self.layer_norm_impl(x, weight, bias, eps, out)
     }
 
-    fn norm(
+    /// `layer_norm_f32` (block 256), shapes checked.
+    fn layer_norm_impl(
         &self,
-        name: &'static str,
         x: &DeviceTensor,
         weight: Option<&DeviceTensor>,
         bias: Option<&DeviceTensor>,
         eps: f32,
         out: &mut DeviceTensor,
     ) -> Result<()> {
+        let name = "layer_norm_f32";
         f32_only(name, x)?;
         f32_only(name, out)?;
         same_shape(name, "out", x, out)?;
@@ -117,20 +120,13 @@ impl CudaDevice {
             Some(w) => b.arg(&w.buf),
             None => b.arg(&null),
         };
-        if name == "layer_norm_f32" {
-            match bias {
-                Some(v) => b.arg(&v.buf),
-                None => b.arg(&null),
-            };
-        }
-        b.arg(&mut out.buf).arg(&ki).arg(&eps);
-        let threads = if name == "rms_norm_f32" {
-            rms_threads(k)
-        } else {
-            256
+        match bias {
+            Some(v) => b.arg(&v.buf),
+            None => b.arg(&null),
         };
+        b.arg(&mut out.buf).arg(&ki).arg(&eps);
         // SAFETY: x and out hold rows*k f32, weight and bias k f32 or null (checked).
-        unsafe { b.launch(cfg(grid_for(x.shape.n_rows(), 1)?, (threads, 1))) }
+        unsafe { b.launch(cfg(grid_for(x.shape.n_rows(), 1)?, (256, 1))) }
             .map_err(driver("launch norm"))?;
         Ok(())
     }
