@@ -428,7 +428,8 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         (name, shape, v)
     };
     let norm = |rng: &mut Rng, name: String, n: usize| {
-        let base = if gemma { 0.0 } else { 1.0 };
+        // Gemma's and Nemotron's norms scale by `1 + w`.
+        let base = if gemma || mt == "nemotron" { 0.0 } else { 1.0 };
         let v: Vec<f32> = (0..n).map(|_| base + rng.uniform(0.2)).collect();
         (name, vec![n], v)
     };
@@ -558,7 +559,7 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             ));
             t.push(mat(&mut rng, p("self_attn.sinks"), vec![case.heads], 1.0));
         }
-        if qwen2 || oss {
+        if qwen2 || oss || mt == "seed_oss" {
             t.push(mat(&mut rng, p("self_attn.q_proj.bias"), vec![q], 0.1));
             t.push(mat(&mut rng, p("self_attn.k_proj.bias"), vec![kv], 0.1));
             t.push(mat(&mut rng, p("self_attn.v_proj.bias"), vec![kv], 0.1));
@@ -684,6 +685,10 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         } else if phi3 {
             mats.push(("mlp.gate_up_proj.weight".into(), 2 * case.ff, case.hidden));
             mats.push(("mlp.down_proj.weight".into(), case.hidden, case.ff));
+        } else if mt == "arcee" || mt == "nemotron" {
+            // Arcee's and Nemotron's feed-forward has no gate: down(relu(up(x))²).
+            mats.push(("mlp.up_proj.weight".into(), case.ff, case.hidden));
+            mats.push(("mlp.down_proj.weight".into(), case.hidden, case.ff));
         } else {
             mats.extend(ffn("mlp.", case.ff, ["gate_proj", "up_proj", "down_proj"]));
         }
@@ -712,6 +717,17 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             vec![case.hidden, 32],
             0.1,
         ));
+    }
+    if mt == "nemotron" {
+        // Nemotron's norms are layer norms with biases.
+        let norms: Vec<(String, usize)> = t
+            .iter()
+            .filter(|(n, _, _)| n.ends_with("layernorm.weight") || n == "model.norm.weight")
+            .map(|(n, sh, _)| (n.replace(".weight", ".bias"), sh[0]))
+            .collect();
+        for (name, n) in norms {
+            t.push(mat(&mut rng, name, vec![n], 0.1));
+        }
     }
     if mt == "olmo" {
         // OLMo 1's layer norms have no parameters.

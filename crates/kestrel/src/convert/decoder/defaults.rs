@@ -383,6 +383,39 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("norm_topk_prob", Value::from(true)),
             ("moe_intermediate_size", Value::from(2048)),
         ],
+        "arcee" => &[
+            ("vocab_size", Value::from(32000)),
+            ("hidden_size", Value::from(2560)),
+            ("intermediate_size", Value::from(18432)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("max_position_embeddings", Value::from(4096)),
+            ("rms_norm_eps", Value::from(1e-5)),
+            ("rope_theta", Value::from(10000.0)),
+        ],
+        "nemotron" => &[
+            ("vocab_size", Value::from(256000)),
+            ("hidden_size", Value::from(6144)),
+            ("intermediate_size", Value::from(24576)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(48)),
+            ("max_position_embeddings", Value::from(4096)),
+            ("norm_eps", Value::from(1e-5)),
+            ("rope_theta", Value::from(10000.0)),
+            ("partial_rotary_factor", Value::from(0.5)),
+        ],
+        "seed_oss" => &[
+            ("vocab_size", Value::from(155136)),
+            ("hidden_size", Value::from(4096)),
+            ("intermediate_size", Value::from(27648)),
+            ("num_hidden_layers", Value::from(64)),
+            ("num_attention_heads", Value::from(80)),
+            ("num_key_value_heads", Value::from(8)),
+            ("max_position_embeddings", Value::from(524288)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(10000.0)),
+            ("head_dim", Value::from(128)),
+        ],
         _ => &[],
     };
     let Some(obj) = c.as_object_mut() else {
@@ -448,6 +481,8 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             | "cohere2"
             | "granitemoe"
             | "granitemoeshared"
+            | "arcee"
+            | "nemotron"
     ) && missing(obj, "num_key_value_heads")
     {
         if let Some(h) = obj.get("num_attention_heads").cloned() {
@@ -517,7 +552,11 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
     if model_type == "qwen3" && !obj.contains_key("head_dim") {
         obj.insert("head_dim".into(), Value::from(128));
     }
-    if model_type == "llama" && missing(obj, "head_dim") {
+    if matches!(
+        model_type.as_str(),
+        "llama" | "arcee" | "seed_oss" | "nemotron"
+    ) && missing(obj, "head_dim")
+    {
         let hd = obj
             .get("hidden_size")
             .and_then(|v| v.as_u64())

@@ -75,6 +75,14 @@ pub(crate) enum Family {
     /// `DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM` (GGUF `deepseek2`: multi-head latent
     /// attention with `kv_b_proj` split, leading dense layers, routed and shared experts).
     DeepSeek2,
+    /// `ArceeForCausalLM` (AFM; GGUF `arcee`: Llama's converter, an ungated ReLU² feed-forward).
+    Arcee,
+    /// `SeedOssForCausalLM` (Seed-OSS; GGUF `seed_oss`: Q/K/V biases, the pre-FFN norm named
+    /// `post_attention_norm`).
+    SeedOss,
+    /// `NemotronForCausalLM` (Nemotron 3/4, Minitron; GGUF `nemotron`: layer norms with biases
+    /// scaling by `1 + w` (stored shifted), partial RoPE, an ungated ReLU² feed-forward).
+    Nemotron,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -83,7 +91,8 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, Qwen2VLForConditionalGeneration (text), \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
+     Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
@@ -152,6 +161,9 @@ impl Family {
             "GPT2LMHeadModel" => Family::Gpt2,
             "GPTBigCodeForCausalLM" => Family::StarCoder,
             "Glm4ForCausalLM" => Family::Glm4,
+            "ArceeForCausalLM" => Family::Arcee,
+            "SeedOssForCausalLM" => Family::SeedOss,
+            "NemotronForCausalLM" => Family::Nemotron,
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -191,6 +203,9 @@ impl Family {
             Family::StarCoder => "starcoder",
             Family::Glm4 => "glm4",
             Family::Qwen2Vl => "qwen2vl",
+            Family::Arcee => "arcee",
+            Family::SeedOss => "seed_oss",
+            Family::Nemotron => "nemotron",
         }
     }
 
@@ -215,6 +230,7 @@ impl Family {
                 | Family::Granite
                 | Family::GraniteMoe
                 | Family::Mistral3
+                | Family::Arcee
         )
     }
 
@@ -229,9 +245,9 @@ impl Family {
         self.is_llama() || self == Family::Olmo
     }
 
-    /// Gemma's RMSNorm multiplies by `1 + w`; llama.cpp stores `1 + w`.
+    /// Gemma's RMSNorm and Nemotron's LayerNorm1P multiply by `1 + w`; llama.cpp stores `1 + w`.
     pub(crate) fn norm_shift(self, hf_name: &str) -> bool {
-        self.is_gemma() && hf_name.ends_with("norm.weight")
+        (self.is_gemma() || self == Family::Nemotron) && hf_name.ends_with("norm.weight")
     }
 }
 
@@ -312,7 +328,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "model.norm.bias"
             if matches!(
                 family,
-                Family::StarCoder2 | Family::StableLm | Family::PhiMoe
+                Family::StarCoder2 | Family::StableLm | Family::PhiMoe | Family::Nemotron
             ) =>
         {
             return Some("output_norm.bias".into())
@@ -360,7 +376,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "self_attn.o_proj" => "attn_output",
         "self_attn.q_norm" if qk_norm => "attn_q_norm",
         "self_attn.k_norm" if qk_norm => "attn_k_norm",
-        "post_attention_layernorm" if gemma || oss || olmo2 => "post_attention_norm",
+        "post_attention_layernorm" if gemma || oss || olmo2 || family == Family::SeedOss => {
+            "post_attention_norm"
+        }
         "post_self_attn_layernorm" if glm4 => "post_attention_norm",
         "post_mlp_layernorm" if glm4 => "post_ffw_norm",
         "self_attn.sinks" if oss => "attn_sinks",

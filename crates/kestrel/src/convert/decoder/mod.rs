@@ -98,6 +98,7 @@ pub(crate) fn convert(
         Family::Llama
         | Family::SmolLm3
         | Family::Mistral3
+        | Family::Arcee
         | Family::Qwen2
         | Family::Qwen2Vl
         | Family::Qwen3
@@ -106,7 +107,9 @@ pub(crate) fn convert(
         {
             spm::load(dir, n_vocab, spm::Style::Default)?
         }
-        Family::Gemma | Family::Gemma2 => spm::load(dir, n_vocab, spm::Style::Default)?,
+        Family::Gemma | Family::Gemma2 | Family::Nemotron => {
+            spm::load(dir, n_vocab, spm::Style::Default)?
+        }
         Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
             spm::load(dir, n_vocab, spm::Style::Phi3)?
         }
@@ -415,6 +418,13 @@ pub(crate) fn convert(
     let mut sv = SpecialVocab::load(dir, is_bpe, (!is_bpe).then_some(vocab.tokens.len()))?;
     if family == Family::Glm4 {
         glm4_specials(dir, &mut sv)?;
+    }
+    if family == Family::Nemotron {
+        // NemotronModel.set_vocab adds padding 0 and unknown 1 after the tokenizer's own
+        // (a tokenizer that names either makes llama.cpp stop on the repeated key; kestrel
+        // keeps the tokenizer's).
+        sv.set_if_absent("pad", 0)?;
+        sv.set_if_absent("unk", 1)?;
     }
     sv.write(&mut meta);
     if family == Family::Gemma {

@@ -258,7 +258,8 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::SmolLm3
         | Family::Granite
         | Family::GraniteMoe
-        | Family::Mistral3 => {
+        | Family::Mistral3
+        | Family::Arcee => {
             let v = vocab_size.ok_or_else(|| bad(cfg, "no vocab_size"))?;
             meta.u32(k("vocab_size"), u32_of(v, "vocab_size", cfg)?);
             let rope_dim = match head_dim {
@@ -330,7 +331,8 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::StableLm
         | Family::Gpt2
         | Family::StarCoder
-        | Family::StarCoder2 => {}
+        | Family::StarCoder2
+        | Family::SeedOss => {}
         Family::Olmo2 => {
             if let Some(sw) = uint(h, &["sliding_window"], cfg)? {
                 meta.u32(
@@ -418,6 +420,47 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                 return Err(bad(cfg, format!("partial_rotary_factor = {factor}")));
             }
             meta.u32(k("rope.dimension_count"), dims as u32);
+        }
+        Family::Nemotron => {
+            let v = vocab_size.ok_or_else(|| bad(cfg, "no vocab_size"))?;
+            meta.u32(k("vocab_size"), u32_of(v, "vocab_size", cfg)?);
+            if let Some(eps) = family::find(h, &["norm_eps"]).and_then(|v| v.as_f64()) {
+                if family::find(h, &["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"])
+                    .is_none()
+                {
+                    meta.f32(k("attention.layer_norm_epsilon"), eps as f32);
+                }
+            }
+            // Partial RoPE: `partial_rotary_factor` of the width, split over the heads.
+            let factor = match hp.rp.get("partial_rotary_factor") {
+                None => 0.5,
+                Some(v) => v
+                    .as_f64()
+                    .ok_or_else(|| bad(cfg, "partial_rotary_factor is not a number"))?,
+            };
+            let e = n_embd.ok_or_else(|| bad(cfg, "no hidden_size"))?;
+            let nh = n_head
+                .filter(|&n| n > 0)
+                .ok_or_else(|| bad(cfg, "no num_attention_heads"))?;
+            let dims = (factor * e as f64).trunc();
+            if !(0.0..=f64::from(u32::MAX)).contains(&dims) {
+                return Err(bad(cfg, format!("partial_rotary_factor = {factor}")));
+            }
+            meta.u32(k("rope.dimension_count"), (dims as u64 / nh) as u32);
+            match h
+                .get("factor")
+                .or_else(|| hp.rp.get("factor"))
+                .filter(|v| !v.is_null())
+            {
+                None => meta.str(k("rope.scaling.type"), "none"),
+                Some(f) => {
+                    let f = f
+                        .as_f64()
+                        .ok_or_else(|| bad(cfg, "rope scaling factor is not a number"))?;
+                    meta.str(k("rope.scaling.type"), "linear");
+                    meta.f32(k("rope.scaling.factor"), f as f32);
+                }
+            }
         }
         Family::Olmo => {
             // OLMo's layer norms have no weights and a fixed epsilon.
