@@ -749,6 +749,30 @@ pub fn cases() -> Vec<Case> {
                 "bos_token_id": 2, "eos_token_id": 3 }),
         },
         Case {
+            name: "qwen3vl",
+            arch: "Qwen3VLForConditionalGeneration",
+            model_type: "qwen3_vl",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: Some(16),
+            layers: 2,
+            ff: 96,
+            tied: false,
+            // The text model's keys go under `text_config` (`qwen3vl_config`); interleaved
+            // M-RoPE sections covering all 8 pairs of each 16-dim head (real Qwen3-VL's
+            // [24, 20, 20] leaves pairs 61 and 62 to llama.cpp's fourth section, which kestrel
+            // refuses to run: see docs/convert.md).
+            extra: json!({ "rope_theta": 5000000.0, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 262144, "attention_bias": false,
+                "rope_scaling": { "rope_type": "default", "mrope_section": [3, 3, 2],
+                    "mrope_interleaved": true },
+                "bos_token_id": 0, "eos_token_id": 2 }),
+        },
+        Case {
             name: "cohere2",
             arch: "Cohere2ForCausalLM",
             model_type: "cohere2",

@@ -383,6 +383,9 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     if case.model_type == "mistral3" {
         cfg = mistral3_config(cfg);
     }
+    if case.model_type == "qwen3_vl" {
+        cfg = qwen3vl_config(cfg);
+    }
     if matches!(case.model_type, "gpt2" | "gpt_bigcode") {
         cfg = gpt2::config(case, cfg);
     }
@@ -407,7 +410,10 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     let gemma = case.model_type.starts_with("gemma");
     let mt = case.model_type;
     let qwen2 = matches!(mt, "qwen2" | "qwen2_moe" | "qwen2_vl");
-    let qk_norm = matches!(mt, "gemma3_text" | "qwen3" | "qwen3_moe" | "exaone4");
+    let qk_norm = matches!(
+        mt,
+        "gemma3_text" | "qwen3" | "qwen3_moe" | "exaone4" | "qwen3_vl"
+    );
     let phi3 = mt == "phi3";
     let olmo2 = mt == "olmo2" || mt == "olmo3";
     // Norms after attention and feed-forward only (OLMo 2, EXAONE 4).
@@ -697,6 +703,21 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             t.push(mat(&mut rng, p(&name), vec![rows, cols], scale));
         }
     }
+    if mt == "qwen3_vl" {
+        // Qwen3VLForConditionalGeneration's text model as transformers saves it, beside one
+        // vision tensor (left out by converters of the text model).
+        for (name, _, _) in &mut t {
+            if let Some(rest) = name.strip_prefix("model.") {
+                *name = format!("model.language_model.{rest}");
+            }
+        }
+        t.push(mat(
+            &mut rng,
+            "model.visual.merger.norm.weight".into(),
+            vec![32],
+            1.0,
+        ));
+    }
     if mt == "mistral3" {
         // Mistral3ForConditionalGeneration's text model as transformers saves it, beside a
         // vision tower and projector (left out by converters of the text model).
@@ -763,6 +784,30 @@ fn mistral3_config(flat: Json) -> Json {
         "vision_config": { "model_type": "pixtral", "hidden_size": 32, "intermediate_size": 64,
             "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "image_size": 64,
             "patch_size": 16, "num_channels": 3, "rope_theta": 10000.0 },
+    })
+}
+
+/// A flat test config as Qwen3-VL's: the text model's keys under `text_config`
+/// (`qwen3_vl_text`), a small vision config with one deepstack layer, and the multimodal
+/// keys (and the tied-embedding flag) at the top.
+fn qwen3vl_config(flat: Json) -> Json {
+    let mut text = flat.clone();
+    for k in ["architectures", "torch_dtype", "tie_word_embeddings"] {
+        text.as_object_mut().unwrap().remove(k);
+    }
+    text["model_type"] = json!("qwen3_vl_text");
+    json!({
+        "architectures": flat["architectures"],
+        "model_type": "qwen3_vl",
+        "torch_dtype": flat["torch_dtype"],
+        "tie_word_embeddings": flat["tie_word_embeddings"],
+        "image_token_id": 100, "video_token_id": 101,
+        "vision_start_token_id": 102, "vision_end_token_id": 103,
+        "text_config": text,
+        "vision_config": { "model_type": "qwen3_vl", "depth": 1, "hidden_size": 32,
+            "intermediate_size": 64, "num_heads": 2, "in_channels": 3, "patch_size": 16,
+            "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 64,
+            "num_position_embeddings": 64, "deepstack_visual_indexes": [0] },
     })
 }
 

@@ -18,6 +18,7 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
     let text_type = match model_type.as_str() {
         "gemma3" => Some("gemma3_text"),
         "mistral3" => Some("mistral"),
+        "qwen3_vl" => Some("qwen3_vl_text"),
         _ => None,
     };
     if let Some(text_type) = text_type {
@@ -403,6 +404,18 @@ pub(crate) fn with_defaults(config: &Value) -> Value {
             ("norm_eps", Value::from(1e-5)),
             ("rope_theta", Value::from(10000.0)),
             ("partial_rotary_factor", Value::from(0.5)),
+        ],
+        "qwen3_vl_text" => &[
+            ("vocab_size", Value::from(151936)),
+            ("hidden_size", Value::from(4096)),
+            ("intermediate_size", Value::from(22016)),
+            ("num_hidden_layers", Value::from(32)),
+            ("num_attention_heads", Value::from(32)),
+            ("num_key_value_heads", Value::from(32)),
+            ("head_dim", Value::from(128)),
+            ("max_position_embeddings", Value::from(128000)),
+            ("rms_norm_eps", Value::from(1e-6)),
+            ("rope_theta", Value::from(5000000.0)),
         ],
         "seed_oss" => &[
             ("vocab_size", Value::from(155136)),

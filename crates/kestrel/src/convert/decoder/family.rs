@@ -83,6 +83,9 @@ pub(crate) enum Family {
     /// `NemotronForCausalLM` (Nemotron 3/4, Minitron; GGUF `nemotron`: layer norms with biases
     /// scaling by `1 + w` (stored shifted), partial RoPE, an ungated ReLU² feed-forward).
     Nemotron,
+    /// `Qwen3VLForConditionalGeneration` (the text model; GGUF `qwen3vl`: Qwen 3's layers,
+    /// interleaved M-RoPE sections, the vision tower's deepstack layer count).
+    Qwen3Vl,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -93,7 +96,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
      OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
-     Qwen2_5_VLForConditionalGeneration (text), \
+     Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -164,6 +167,7 @@ impl Family {
             "ArceeForCausalLM" => Family::Arcee,
             "SeedOssForCausalLM" => Family::SeedOss,
             "NemotronForCausalLM" => Family::Nemotron,
+            "Qwen3VLForConditionalGeneration" => Family::Qwen3Vl,
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -206,6 +210,7 @@ impl Family {
             Family::Arcee => "arcee",
             Family::SeedOss => "seed_oss",
             Family::Nemotron => "nemotron",
+            Family::Qwen3Vl => "qwen3vl",
         }
     }
 
@@ -351,6 +356,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     let qk_norm = matches!(
         family,
         Family::Qwen3
+            | Family::Qwen3Vl
             | Family::Gemma3
             | Family::Qwen3Moe
             | Family::Olmo2

@@ -102,6 +102,7 @@ pub(crate) fn convert(
         | Family::Qwen2
         | Family::Qwen2Vl
         | Family::Qwen3
+        | Family::Qwen3Vl
         | Family::Gemma3
             if has_spm =>
         {

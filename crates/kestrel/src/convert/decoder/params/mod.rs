@@ -333,6 +333,22 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::StarCoder
         | Family::StarCoder2
         | Family::SeedOss => {}
+        Family::Qwen3Vl => {
+            // The vision tower's deepstack layers (their features join the text model's
+            // first layers; 0 without a vision config).
+            let vision = h
+                .get("thinker_config")
+                .and_then(|t| t.get("vision_config"))
+                .or_else(|| h.get("vision_config"));
+            let n = vision
+                .and_then(|v| v.get("deepstack_visual_indexes"))
+                .and_then(|v| v.as_array())
+                .map_or(0, |a| a.len());
+            meta.u32(
+                k("n_deepstack_layers"),
+                u32::try_from(n).map_err(|_| bad(cfg, "too many deepstack_visual_indexes"))?,
+            );
+        }
         Family::Olmo2 => {
             if let Some(sw) = uint(h, &["sliding_window"], cfg)? {
                 meta.u32(
