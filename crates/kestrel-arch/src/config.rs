@@ -228,6 +228,9 @@ pub struct RopeConfig {
     /// LongRoPE's `sqrt(1 + ln(s) / ln(n_ctx_orig))` for Phi-3 128k; llama.cpp's
     /// `rope_attn_factor`). YaRN reads the same key as its own attention factor.
     pub attn_factor: f32,
+    /// Multi-axis RoPE sections (qwen2vl, qwen3vl, glm4 with sections) when some pairs fall in
+    /// the fourth axis, which a text token leaves unrotated (llama.cpp's `[p, p, p, 0]`).
+    pub mrope: Option<kestrel_tensor::cpu::MropeSections>,
 }
 
 /// A decoder-only transformer's configuration.
@@ -469,6 +472,7 @@ impl DecoderConfig {
             attn_factor: md
                 .opt(&key("rope.scaling.attn_factor"), |m, k| m.get_f32(k))?
                 .unwrap_or(1.0),
+            mrope: None,
         };
         if !(rope.attn_factor.is_finite() && rope.attn_factor > 0.0) {
             return Err(ArchError::Invalid {

@@ -52,6 +52,8 @@ pub struct RopeParams {
     pub n_ctx_orig: usize,
     /// Per-dimension frequency divisors (`rope_freqs.weight`).
     pub freq_factors: Option<WeightId>,
+    /// M-RoPE sections whose fourth axis leaves some pairs of a text token unrotated.
+    pub mrope: Option<kestrel_tensor::cpu::MropeSections>,
 }
 
 /// Attention parameters of one attention node.
@@ -101,6 +103,7 @@ impl RopeParams {
             beta_fast: self.beta_fast,
             beta_slow: self.beta_slow,
             n_ctx_orig: self.n_ctx_orig,
+            mrope: self.mrope,
         }
     }
 }

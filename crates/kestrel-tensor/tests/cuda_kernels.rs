@@ -596,6 +596,7 @@ fn rope_matches_the_cpu_engine() {
             beta_fast: 32.0,
             beta_slow: 1.0,
             n_ctx_orig: 8192,
+            mrope: None,
         };
         let factors: Vec<f32> = (0..head_dim / 2).map(|i| 1.0 + (i % 5) as f32).collect();
         let host = random(positions.len() * n_head * head_dim, 31);
@@ -649,6 +650,7 @@ fn fused_rope_and_pair_append_equal_their_two_step_forms() {
         beta_fast: 32.0,
         beta_slow: 1.0,
         n_ctx_orig: 4096,
+        mrope: None,
     };
     let shape = Shape::matrix(positions.len() * n_head, head_dim).unwrap();
     let host = random(shape.elem_count(), 9);

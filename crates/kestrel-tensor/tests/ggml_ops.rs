@@ -120,6 +120,7 @@ fn ops_against_ggml_bit_for_bit() {
                     beta_fast: 32.0,
                     beta_slow: 1.0,
                     n_ctx_orig: 8192,
+                    mrope: None,
                 };
                 cpu::rope(&mut x, nh, hd, &pos, &p, None).unwrap();
                 results.push((

@@ -137,37 +137,27 @@ pub(crate) fn rope_sections(
 
 /// Multi-axis RoPE (M-RoPE, or interleaved I-RoPE) on text: every rotated pair takes the token's
 /// position when its section is temporal, height or width, and position 0 (no rotation) when it
-/// is the fourth; kestrel runs it as NeoX RoPE when no pair falls in the fourth section, and
-/// refuses the file otherwise.
+/// is the fourth; kestrel runs it as NeoX RoPE, with the fourth section's pairs (if any) kept
+/// unrotated by the rope op (`RopeConfig::mrope`).
 pub(crate) fn mrope_as_neox(
     cfg: &mut DecoderConfig,
     sections: [usize; 4],
     interleaved: bool,
 ) -> Result<(), ArchError> {
-    let [s0, s1, s2, s3] = sections;
-    let total = s0 + s1 + s2 + s3;
-    if total == 0 {
+    if sections.iter().sum::<usize>() == 0 {
         return Err(ArchError::Invalid {
             arch: cfg.arch.clone(),
             reason: "rope.dimension_sections are all 0".into(),
         });
     }
-    let unrotated = (0..cfg.rope.n_rot / 2).any(|i| {
-        let sector = i % total;
-        if interleaved {
-            !((sector % 3 == 1 && sector < 3 * s1)
-                || (sector % 3 == 2 && sector < 3 * s2)
-                || (sector % 3 == 0 && sector < 3 * s0))
-        } else {
-            sector >= s0 + s1 + s2
-        }
-    });
-    if unrotated {
-        return Err(unsupported_feature(
-            cfg,
-            "multi-axis RoPE sections that leave pairs unrotated for text",
-        ));
-    }
+    let sections = sections.map(|s| u32::try_from(s).unwrap_or(u32::MAX));
+    let m = kestrel_tensor::cpu::MropeSections {
+        sections,
+        interleaved,
+    };
+    // Pairs of the fourth axis get position 0 for text: kept unrotated by the rope op (real
+    // Qwen3-VL files, sections 24/20/20 over 64 pairs, leave pairs 61 and 62 so).
+    cfg.rope.mrope = m.leaves_unrotated(cfg.rope.n_rot).then_some(m);
     cfg.rope.neox = true;
     Ok(())
 }

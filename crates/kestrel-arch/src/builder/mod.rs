@@ -320,6 +320,7 @@ pub fn rope_params(
         beta_slow: 1.0,
         n_ctx_orig: cfg.n_ctx_train,
         freq_factors,
+        mrope: cfg.rope.mrope,
     };
     if scaled {
         match cfg.rope.scaling {

@@ -464,6 +464,11 @@ fn experts_mxfp4(name: &str, _: &[u64]) -> GgmlType {
 ///   of key length 192 and value length 128, no `*_mla` keys);
 /// - `deepseek2-moe-h4-top1`: `deepseek2-moe-h4` choosing one of its two experts per token
 ///   (so the selection bias `exp_probs_b` decides, as in DeepSeek V3), weights scaled by 2.5.
+/// - `qwen3vl-dense-s242020`: llama.cpp's qwen3vl file with real Qwen3-VL's M-RoPE sections
+///   (interleaved 24/20/20 over its 64 pairs), which leave pairs 61 and 62 to the fourth axis
+///   (position 0 for text: unrotated; slow pairs, so barely visible in the logits);
+/// - `qwen3vl-dense-s444012`: sections 4/4/4/12, whose fourth axis takes pairs 12-23, 36-47
+///   and 60-63, fast ones among them (KL divergence 0.1+ from rotating them).
 pub fn variant(stem: &str) -> Option<(&str, Variant)> {
     if let Some(base) = stem.strip_suffix("-mxfp4") {
         let v = Variant {
@@ -483,6 +488,18 @@ pub fn variant(stem: &str) -> Option<(&str, Variant)> {
             reshape: None,
         };
         return Some((base, v));
+    }
+    let sections: Option<fn(&Skeleton) -> Skeleton> = match stem {
+        "qwen3vl-dense-s242020" => Some(|s| qwen3vl_sections(s, [24, 20, 20, 0])),
+        "qwen3vl-dense-s444012" => Some(|s| qwen3vl_sections(s, [4, 4, 4, 12])),
+        _ => None,
+    };
+    if let Some(reshape) = sections {
+        let v = Variant {
+            types: all_f32,
+            reshape: Some(reshape),
+        };
+        return Some(("qwen3vl-dense", v));
     }
     let reshape: fn(&Skeleton) -> Skeleton = match stem {
         "deepseek2-moe-h4" => |s| deepseek2_heads(s, 4, false),
@@ -577,6 +594,28 @@ fn deepseek2_heads(s: &Skeleton, n_head: u64, decompressed: bool) -> Skeleton {
 }
 
 /// `s` with one expert used per token and the routing weights scaled by 2.5.
+/// `s` with these M-RoPE sections.
+fn qwen3vl_sections(s: &Skeleton, sections: [i32; 4]) -> Skeleton {
+    let metadata = s
+        .metadata
+        .iter()
+        .map(|(k, v)| {
+            let v = match k.as_str() {
+                "qwen3vl.rope.dimension_sections" => MetadataValue::Array {
+                    element_type: kestrel_gguf::ValueType::I32,
+                    items: sections.map(MetadataValue::I32).to_vec(),
+                },
+                _ => v.clone(),
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    Skeleton {
+        metadata,
+        tensors: s.tensors.clone(),
+    }
+}
+
 fn deepseek2_top1(s: &Skeleton) -> Skeleton {
     let metadata = s
         .metadata

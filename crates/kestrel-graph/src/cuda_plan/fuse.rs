@@ -474,6 +474,7 @@ mod tests {
             beta_slow: 1.0,
             n_ctx_orig: 4096,
             freq_factors: None,
+            mrope: None,
         }
     }
 

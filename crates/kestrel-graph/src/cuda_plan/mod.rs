@@ -744,6 +744,7 @@ fn unsupported(op: &Op, width: usize) -> Option<&'static str> {
         Op::Sigmoid => Some("sigmoid"),
         Op::MulRowScalar => Some("mul_row_scalar"),
         Op::LayerNorm { group, .. } => (*group != width).then_some("layer_norm over groups"),
+        Op::Rope(p) if p.mrope.is_some() => Some("M-RoPE with unrotated fourth-axis pairs"),
         Op::Attention(p) if p.sinks.is_some() => Some("attention sinks"),
         Op::Attention(p) if p.latent => Some("latent attention"),
         Op::Attention(p) if p.head_dim_k != p.head_dim_v => {

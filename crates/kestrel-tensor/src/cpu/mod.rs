@@ -60,6 +60,8 @@ pub use matmul::{
 };
 pub use norm::{layer_norm, rms_norm, rms_norm_inplace};
 pub use packed::{matmul_packed, PackedLayout, PackedWeight};
-pub use rope::{rope, rope_with, rope_yarn_corr_dims, RopeCache, RopeMode, RopeParams};
+pub use rope::{
+    rope, rope_with, rope_yarn_corr_dims, MropeSections, RopeCache, RopeMode, RopeParams,
+};
 pub use softmax::{softmax, softmax_row, SoftmaxParams};
 pub use ssm::{softplus, ssm_conv, ssm_scan, SsmScanParams};

@@ -48,6 +48,49 @@ pub struct RopeParams {
     pub beta_slow: f32,
     /// Context length the model was trained with (YaRN).
     pub n_ctx_orig: usize,
+    /// Multi-axis RoPE sections of a text step (qwen2vl, qwen3vl), when some pairs fall in the
+    /// fourth section: those pairs stay unrotated (see [`MropeSections`]).
+    pub mrope: Option<MropeSections>,
+}
+
+/// M-RoPE's sections (pairs per axis: time, height, width, extra) and their layout, for text
+/// tokens: llama.cpp gives a text token the positions `[p, p, p, 0]`, so a pair the rule below
+/// assigns to the fourth axis rotates by angle 0 (cos and sin are the magnitude scale and 0)
+/// while every other pair rotates at `p`. Pair `i`'s sector is `i % Σ sections`; it is in the
+/// fourth axis when
+/// - contiguous (qwen2vl): `sector >= s0 + s1 + s2`;
+/// - interleaved (qwen3vl's "imrope"): not (`sector % 3 == 1 && sector < 3·s1`), not
+///   (`sector % 3 == 2 && sector < 3·s2`) and not (`sector % 3 == 0 && sector < 3·s0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MropeSections {
+    /// Pairs of the time, height, width and extra axes.
+    pub sections: [u32; 4],
+    /// Interleaved (qwen3vl) rather than contiguous (qwen2vl) sections.
+    pub interleaved: bool,
+}
+
+impl MropeSections {
+    /// Whether pair `i` takes the fourth axis's position (0 for text: unrotated).
+    pub fn fourth_axis(&self, i: usize) -> bool {
+        let [s0, s1, s2, s3] = self.sections.map(|s| s as usize);
+        let total = s0 + s1 + s2 + s3;
+        if total == 0 {
+            return false;
+        }
+        let sector = i % total;
+        if self.interleaved {
+            !((sector % 3 == 1 && sector < 3 * s1)
+                || (sector % 3 == 2 && sector < 3 * s2)
+                || (sector.is_multiple_of(3) && sector < 3 * s0))
+        } else {
+            sector >= s0 + s1 + s2
+        }
+    }
+
+    /// Whether any of the `n_rot / 2` pairs takes the fourth axis.
+    pub fn leaves_unrotated(&self, n_rot: usize) -> bool {
+        (0..n_rot / 2).any(|i| self.fourth_axis(i))
+    }
 }
 
 impl Default for RopeParams {
@@ -62,6 +105,7 @@ impl Default for RopeParams {
             beta_fast: 32.0,
             beta_slow: 1.0,
             n_ctx_orig: 0,
+            mrope: None,
         }
     }
 }
@@ -99,7 +143,9 @@ fn fill_cache(p: &RopeParams, n_rot: usize, pos: f32, ff: Option<&[f32]>, cache:
     let mut theta = pos;
     for i0 in (0..n_rot).step_by(2) {
         let f = ff.map_or(1.0, |f| f[i0 / 2]);
-        let theta_extrap = theta / f;
+        // M-RoPE's fourth axis: position 0 for text (ggml's `theta_e`, 0 at every power).
+        let fourth = p.mrope.is_some_and(|m| m.fourth_axis(i0 / 2));
+        let theta_extrap = if fourth { 0.0 } else { theta } / f;
         let theta_interp = p.freq_scale * theta_extrap;
         let mut th = theta_interp;
         let mut mscale = p.attn_factor;
@@ -405,6 +451,7 @@ mod tests {
                 beta_slow: 1.0,
                 n_ctx_orig: 4096,
                 n_rot: 0,
+                mrope: None,
             };
             check(p, 128, false, TOL);
             check(
@@ -502,5 +549,88 @@ mod tests {
         assert!(rope(&mut x, 1, 8, &[0, 1], &RopeParams { n_rot: 3, ..p }, None).is_err());
         assert!(rope(&mut x, 1, 8, &[0, 1], &RopeParams { n_rot: 10, ..p }, None).is_err());
         assert!(rope(&mut x, 1, 8, &[0, 1], &p, Some(&[1.0])).is_err());
+    }
+
+    #[test]
+    fn mrope_fourth_axis_follows_ggml_sectors() {
+        // Real Qwen3-VL: interleaved 24/20/20 over 64 pairs leaves pairs 61 and 62.
+        let q3 = MropeSections {
+            sections: [24, 20, 20, 0],
+            interleaved: true,
+        };
+        let fourth: Vec<usize> = (0..64).filter(|&i| q3.fourth_axis(i)).collect();
+        assert_eq!(fourth, [61, 62]);
+        assert!(q3.leaves_unrotated(128) && !q3.leaves_unrotated(120));
+        // test-llama-archs' 32/32/32/32 interleaved over 64 pairs: none.
+        let all = MropeSections {
+            sections: [32; 4],
+            interleaved: true,
+        };
+        assert!(!all.leaves_unrotated(128));
+        // Contiguous (Qwen2-VL): the pairs past s0 + s1 + s2 of each sector.
+        let q2 = MropeSections {
+            sections: [2, 3, 3, 2],
+            interleaved: false,
+        };
+        let fourth: Vec<usize> = (0..20).filter(|&i| q2.fourth_axis(i)).collect();
+        assert_eq!(fourth, [8, 9, 18, 19]);
+    }
+
+    #[test]
+    fn mrope_fourth_axis_pairs_stay_unrotated_and_the_rest_rotate_as_plain_rope() {
+        let mut rng = Rng::new(7);
+        let (n_head, head_dim) = (2, 32);
+        let positions = [0, 3, 17, 250];
+        let x = rng.vec(positions.len() * n_head * head_dim, 2.0);
+        for ext in [0.0, 1.0] {
+            let plain = RopeParams {
+                mode: RopeMode::Neox,
+                ext_factor: ext,
+                freq_scale: if ext == 0.0 { 1.0 } else { 0.25 },
+                n_ctx_orig: 64,
+                ..RopeParams::default()
+            };
+            let m = MropeSections {
+                sections: [2, 3, 3, 0],
+                interleaved: true,
+            };
+            // 16 pairs in sectors of 8: pair 6 and 14 (sector 6) fall through to the fourth.
+            let fourth: Vec<usize> = (0..16).filter(|&i| m.fourth_axis(i)).collect();
+            assert_eq!(fourth, [6, 14]);
+            let p = RopeParams {
+                mrope: Some(m),
+                ..plain
+            };
+            let mut want = x.clone();
+            rope(&mut want, n_head, head_dim, &positions, &plain, None).unwrap();
+            let mut got = x.clone();
+            rope(&mut got, n_head, head_dim, &positions, &p, None).unwrap();
+            // Position 0 rotates nothing on either form; the fourth axis's pairs get cos =
+            // mscale, sin = 0 at every position.
+            let mscale = if ext == 0.0 {
+                1.0f32
+            } else {
+                1.0 + 0.1 * 4f32.ln()
+            };
+            for (t, _) in positions.iter().enumerate() {
+                for h in 0..n_head {
+                    let o = (t * n_head + h) * head_dim;
+                    for i in 0..16 {
+                        for d in [i, i + 16] {
+                            let (g, w) = (got[o + d], want[o + d]);
+                            if fourth.contains(&i) {
+                                assert_eq!(
+                                    g.to_bits(),
+                                    (x[o + d] * mscale).to_bits(),
+                                    "t {t} d {d}"
+                                );
+                            } else {
+                                assert_eq!(g.to_bits(), w.to_bits(), "t {t} d {d}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

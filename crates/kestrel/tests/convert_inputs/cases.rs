@@ -763,9 +763,9 @@ pub fn cases() -> Vec<Case> {
             ff: 96,
             tied: false,
             // The text model's keys go under `text_config` (`qwen3vl_config`); interleaved
-            // M-RoPE sections covering all 8 pairs of each 16-dim head (real Qwen3-VL's
-            // [24, 20, 20] leaves pairs 61 and 62 to llama.cpp's fourth section, which kestrel
-            // refuses to run: see docs/convert.md).
+            // M-RoPE sections covering all 8 pairs of each 16-dim head (so that transformers,
+            // which rotates every pair of a text token, and llama.cpp agree; real Qwen3-VL's
+            // [24, 20, 20] leaves pairs 61 and 62 to llama.cpp's fourth section).
             extra: json!({ "rope_theta": 5000000.0, "rms_norm_eps": 1e-6,
                 "max_position_embeddings": 262144, "attention_bias": false,
                 "rope_scaling": { "rope_type": "default", "mrope_section": [3, 3, 2],
