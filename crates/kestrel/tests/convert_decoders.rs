@@ -320,6 +320,20 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     .unwrap();
     let e = convert_hf(&gdir, &out, &opts).unwrap_err().to_string();
     assert!(e.contains("<|user|>"), "{e}");
+
+    // Mamba with a block expansion other than 2 (llama.cpp's converter asserts 2).
+    let mamba = cases.iter().find(|c| c.name == "mamba").unwrap();
+    let mdir = work.join("m");
+    convert_inputs::write_case(mamba, &mdir, &smollm, &gemma);
+    convert_hf(&mdir, &out, &opts).unwrap();
+    let cfg = std::fs::read_to_string(mdir.join("config.json")).unwrap();
+    std::fs::write(
+        mdir.join("config.json"),
+        cfg.replace("\"intermediate_size\": 128", "\"intermediate_size\": 192"),
+    )
+    .unwrap();
+    let e = convert_hf(&mdir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("intermediate_size 192"), "{e}");
     std::fs::remove_dir_all(&work).ok();
 }
 

@@ -9,6 +9,7 @@ mod fp8;
 mod glm4;
 mod gpt2;
 mod granitemoe;
+mod mamba;
 mod phimoe;
 mod stablelm;
 
@@ -467,6 +468,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     if mt == "stablelm" {
         stablelm::layers(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
+    if mt == "mamba" {
+        mamba::tensors(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }

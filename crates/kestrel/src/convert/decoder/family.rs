@@ -86,6 +86,9 @@ pub(crate) enum Family {
     /// `Qwen3VLForConditionalGeneration` (the text model; GGUF `qwen3vl`: Qwen 3's layers,
     /// interleaved M-RoPE sections, the vision tower's deepstack layer count).
     Qwen3Vl,
+    /// `MambaForCausalLM` (GGUF `mamba`: selective state-space layers, no attention; its own
+    /// hyperparameters and names in `mamba.rs`).
+    Mamba,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -97,6 +100,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
+     MambaForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -168,6 +172,7 @@ impl Family {
             "SeedOssForCausalLM" => Family::SeedOss,
             "NemotronForCausalLM" => Family::Nemotron,
             "Qwen3VLForConditionalGeneration" => Family::Qwen3Vl,
+            "MambaForCausalLM" | "MambaLMHeadModel" => Family::Mamba,
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -211,6 +216,7 @@ impl Family {
             Family::SeedOss => "seed_oss",
             Family::Nemotron => "nemotron",
             Family::Qwen3Vl => "qwen3vl",
+            Family::Mamba => "mamba",
         }
     }
 
@@ -326,6 +332,9 @@ pub(crate) fn filter_name(hf: &str) -> Option<String> {
 pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     if matches!(family, Family::Gpt2 | Family::StarCoder) {
         return gpt2_name(name);
+    }
+    if family == Family::Mamba {
+        return super::mamba::gguf_name(name);
     }
     match name {
         "model.embed_tokens.weight" => return Some("token_embd.weight".into()),

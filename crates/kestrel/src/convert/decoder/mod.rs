@@ -9,6 +9,7 @@ mod family;
 mod gpt_oss;
 mod granite_moe;
 mod head_norms;
+mod mamba;
 mod mla;
 mod params;
 mod read;
@@ -88,7 +89,11 @@ pub(crate) fn convert(
     let n_embd = uint(&h, &["hidden_size", "n_embd", "dim"], &cfg_path)?;
     let n_head = uint(&h, &["n_heads", "num_attention_heads"], &cfg_path)?;
     let n_head_kv = uint(&h, &["n_kv_heads", "num_key_value_heads"], &cfg_path)?;
-    let vocab_size = uint(&h, &["vocab_size"], &cfg_path)?;
+    let vocab_size = if family == Family::Mamba {
+        mamba::padded_vocab(&h, &cfg_path)?
+    } else {
+        uint(&h, &["vocab_size"], &cfg_path)?
+    };
     let rp = family::rope_parameters(&h);
 
     // The tokenizer first: Gemma 3 trims the embedding to its length.
@@ -104,6 +109,7 @@ pub(crate) fn convert(
         | Family::Qwen3
         | Family::Qwen3Vl
         | Family::Gemma3
+        | Family::Mamba
             if has_spm =>
         {
             spm::load(dir, n_vocab, spm::Style::Default)?
@@ -169,13 +175,14 @@ pub(crate) fn convert(
     // Plan every tensor: name, type, dims, where its values come from.
     let mut plan: Vec<Planned> = Vec::new();
     let out_type = |name: &str, n_dims: usize, cols: usize| -> GgmlType {
-        // 1-D tensors, norms, biases, the expert routers and learned positions stay F32, as
-        // llama.cpp's converter keeps them.
+        // 1-D tensors, norms, biases, the expert routers, state-space convolutions and learned
+        // positions stay F32, as llama.cpp's converter keeps them.
         if n_dims <= 1
             || name.ends_with("_norm.weight")
             || !name.ends_with(".weight")
             || name.ends_with(".ffn_gate_inp.weight")
             || name.ends_with(".ffn_gate_inp_shexp.weight")
+            || name.ends_with(".ssm_conv1d.weight")
             || name == "position_embd.weight"
         {
             return GgmlType::F32;
@@ -271,6 +278,12 @@ pub(crate) fn convert(
                 name.push_str(".weight");
             }
         }
+        if family == Family::Mamba
+            && name == "lm_head.weight"
+            && mamba::output_is_embedding(&ck, dir, hf)?
+        {
+            continue;
+        }
         if family.is_gemma() && family != Family::Gemma3 && name == "lm_head.weight" {
             // Gemma 2 ties its output to the embedding; llama.cpp skips a stray lm_head.
             continue;
@@ -316,6 +329,14 @@ pub(crate) fn convert(
         }
         let gguf = family::gguf_name(family, &name)
             .ok_or_else(|| bad(dir, format!("cannot map tensor {hf:?} for {arch}")))?;
+        // Mamba's depthwise convolution `[d_inner, 1, d_conv]`: the middle axis dropped.
+        let squeezed;
+        let shape = if family == Family::Mamba && shape.len() == 3 && shape[1] == 1 {
+            squeezed = vec![shape[0], shape[2]];
+            &squeezed
+        } else {
+            shape
+        };
         if shape.len() > 2 {
             return Err(bad(dir, format!("tensor {hf:?} has {} dims", shape.len())));
         }
@@ -385,7 +406,13 @@ pub(crate) fn convert(
                 hf: hf.to_string(),
                 rows,
                 permute_heads,
-                shift: family.norm_shift(&name),
+                map: if family.norm_shift(&name) {
+                    read::ValueMap::PlusOne
+                } else if family == Family::Mamba && name.ends_with(".mixer.A_log") {
+                    read::ValueMap::NegExp
+                } else {
+                    read::ValueMap::Keep
+                },
             },
         });
     }

@@ -150,9 +150,8 @@ impl<'a> Values<'a> {
         }
     }
 
-    /// Row `r` into `out`; `shift` adds 1 (Gemma's norms), in f16 for F16 tensors as torch
-    /// adds in the tensor's own type.
-    pub(super) fn row(&self, r: usize, shift: bool, out: &mut Vec<f32>) -> Result<(), String> {
+    /// Row `r` into `out`, with `map` applied (see [`ValueMap`]).
+    pub(super) fn row(&self, r: usize, map: ValueMap, out: &mut Vec<f32>) -> Result<(), String> {
         let size = elem_size(self.dtype).ok_or("not a float tensor")?;
         let start = r * self.cols;
         let src = self
@@ -168,17 +167,36 @@ impl<'a> Values<'a> {
                 *v *= float_at(s.dtype, s.bytes, srow + c / s.block.1);
             }
         }
-        if shift {
-            for v in out.iter_mut() {
-                *v = if self.dtype == StDType::F16 {
-                    f16::from_f32(*v + 1.0).to_f32()
-                } else {
-                    *v + 1.0
-                };
+        // llama.cpp's converter widens BF16 to F32 first, then computes in the tensor's type:
+        // F16 results are rounded to f16 as torch's half arithmetic does.
+        let own = |v: f32| {
+            if self.dtype == StDType::F16 {
+                f16::from_f32(v).to_f32()
+            } else {
+                v
             }
+        };
+        match map {
+            ValueMap::Keep => {}
+            ValueMap::PlusOne => out.iter_mut().for_each(|v| *v = own(*v + 1.0)),
+            ValueMap::NegExp => out
+                .iter_mut()
+                .for_each(|v| *v = -own((f64::from(*v)).exp() as f32)),
         }
         Ok(())
     }
+}
+
+/// A change llama.cpp's converter makes to a tensor's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ValueMap {
+    /// The values as stored.
+    Keep,
+    /// `1 + w` (Gemma's and Nemotron's norms).
+    PlusOne,
+    /// `-exp(w)` (Mamba's `A` from `A_log`; exp correctly rounded in f32, where torch's may be
+    /// one unit in the last place off).
+    NegExp,
 }
 
 #[cfg(test)]

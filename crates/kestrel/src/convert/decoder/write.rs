@@ -9,7 +9,7 @@ use kestrel_gguf::{GgufStreamWriter, TensorSpec};
 use rayon::prelude::*;
 
 use super::bad;
-use super::read::Values;
+use super::read::{ValueMap, Values};
 use crate::convert::checkpoint::Checkpoint;
 use crate::convert::meta::Meta;
 use crate::convert::{ConvertError, ConvertOptions, ConvertReport};
@@ -22,7 +22,7 @@ pub(super) enum Source {
         hf: String,
         rows: usize,
         permute_heads: Option<usize>,
-        shift: bool,
+        map: ValueMap,
     },
     /// Checkpoint tensors of `rows` rows each, one after the other (experts stacked into one
     /// 3-D tensor).
@@ -69,7 +69,7 @@ struct Part<'a> {
     hf: &'a str,
     rows: usize,
     permute_heads: Option<usize>,
-    shift: bool,
+    map: ValueMap,
 }
 
 /// Streams `part`'s rows, encoded as `p`'s type, a chunk at a time.
@@ -115,7 +115,7 @@ fn stream_rows<W: Write>(
                     None => r,
                 };
                 let mut vals = Vec::with_capacity(p.cols);
-                values.row(src, part.shift, &mut vals)?;
+                values.row(src, part.map, &mut vals)?;
                 kestrel_gguf::quant::quantize(p.spec.ggml_type, &vals, dst)
                     .map_err(|e| e.to_string())
             })
@@ -168,13 +168,13 @@ pub(super) fn write_file(
                     hf,
                     rows,
                     permute_heads,
-                    shift,
+                    map,
                 } => {
                     let part = Part {
                         hf,
                         rows: *rows,
                         permute_heads: *permute_heads,
-                        shift: *shift,
+                        map: *map,
                     };
                     stream_rows(ck, fp8_block, &part, p, &mut buf, &mut w, &bar, out)?;
                 }
@@ -266,7 +266,7 @@ pub(super) fn write_file(
                             hf,
                             rows: *rows,
                             permute_heads: None,
-                            shift: false,
+                            map: ValueMap::Keep,
                         };
                         stream_rows(ck, fp8_block, &part, p, &mut buf, &mut w, &bar, out)?;
                     }

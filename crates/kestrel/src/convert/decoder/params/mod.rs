@@ -55,6 +55,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::Phi2 => return phi2(meta, hp),
         Family::StableLm => return stablelm(meta, hp),
         Family::Gpt2 | Family::StarCoder => return gpt2(meta, family, hp),
+        Family::Mamba => return super::mamba::params(meta, hp),
         _ => {}
     }
     let (h, rp, cfg, arch) = (hp.h, hp.rp, hp.cfg, hp.arch);
@@ -332,7 +333,8 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Gpt2
         | Family::StarCoder
         | Family::StarCoder2
-        | Family::SeedOss => {}
+        | Family::SeedOss
+        | Family::Mamba => {}
         Family::Qwen3Vl => {
             // The vision tower's deepstack layers (their features join the text model's
             // first layers; 0 without a vision config).

@@ -1,0 +1,78 @@
+//! The tensors of a Mamba test checkpoint (`MambaForCausalLM`): `backbone.*` names, one RMS
+//! norm and one selective state-space mixer per layer, and an `lm_head` holding the
+//! embedding's values (which llama.cpp's converter leaves out of the file).
+
+use super::{Case, Named, Rng};
+
+/// Renames the embedding and final norm `t` holds to Mamba's names, makes `lm_head` (if any)
+/// the embedding's copy, and appends every layer's tensors.
+pub fn tensors(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
+    let embd = t
+        .iter()
+        .find(|(n, _, _)| n == "model.embed_tokens.weight")
+        .map(|(_, _, v)| v.clone())
+        .expect("an embedding");
+    for (name, _, v) in t.iter_mut() {
+        match name.as_str() {
+            "model.embed_tokens.weight" => *name = "backbone.embeddings.weight".into(),
+            "model.norm.weight" => *name = "backbone.norm_f.weight".into(),
+            "lm_head.weight" => *v = embd.clone(),
+            _ => {}
+        }
+    }
+    let (h, inner) = (case.hidden, case.ff);
+    let state = case.extra["state_size"].as_u64().unwrap() as usize;
+    let conv = case.extra["conv_kernel"].as_u64().unwrap() as usize;
+    let dt_rank = case.extra["time_step_rank"].as_u64().unwrap() as usize;
+    let make = |rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32| -> Named {
+        let n = shape.iter().product::<usize>();
+        (name, shape, (0..n).map(|_| base + rng.uniform(a)).collect())
+    };
+    for l in 0..case.layers {
+        let p = |s: &str| format!("backbone.layers.{l}.{s}");
+        t.push(make(rng, p("norm.weight"), vec![h], 1.0, 0.2));
+        t.push(make(
+            rng,
+            p("mixer.in_proj.weight"),
+            vec![2 * inner, h],
+            0.0,
+            1.0 / (h as f32).sqrt(),
+        ));
+        t.push(make(
+            rng,
+            p("mixer.conv1d.weight"),
+            vec![inner, 1, conv],
+            0.0,
+            0.5,
+        ));
+        t.push(make(rng, p("mixer.conv1d.bias"), vec![inner], 0.0, 0.1));
+        t.push(make(
+            rng,
+            p("mixer.x_proj.weight"),
+            vec![dt_rank + 2 * state, inner],
+            0.0,
+            1.0 / (inner as f32).sqrt(),
+        ));
+        t.push(make(
+            rng,
+            p("mixer.dt_proj.weight"),
+            vec![inner, dt_rank],
+            0.0,
+            0.5,
+        ));
+        t.push(make(rng, p("mixer.dt_proj.bias"), vec![inner], -4.0, 1.0));
+        // log(1..=state) per row, as Mamba initializes A, jittered.
+        let a_log: Vec<f32> = (0..inner * state)
+            .map(|i| (((i % state) + 1) as f32).ln() + rng.uniform(0.05))
+            .collect();
+        t.push((p("mixer.A_log"), vec![inner, state], a_log));
+        t.push(make(rng, p("mixer.D"), vec![inner], 1.0, 0.2));
+        t.push(make(
+            rng,
+            p("mixer.out_proj.weight"),
+            vec![h, inner],
+            0.0,
+            1.0 / (inner as f32).sqrt(),
+        ));
+    }
+}
