@@ -1,6 +1,7 @@
-//! The tensors of a Mamba test checkpoint (`MambaForCausalLM`): `backbone.*` names, one RMS
-//! norm and one selective state-space mixer per layer, and an `lm_head` holding the
-//! embedding's values (which llama.cpp's converter leaves out of the file).
+//! The tensors of Mamba test checkpoints: `MambaForCausalLM` (`backbone.*` names, one RMS norm
+//! and one selective state-space mixer per layer, and an `lm_head` holding the embedding's
+//! values, which llama.cpp's converter leaves out of the file) and `Mamba2ForCausalLM`
+//! (multi-head mixers with `dt_bias`, per-head `A_log` and `D`, a gated norm).
 
 use super::{Case, Named, Rng};
 
@@ -67,6 +68,63 @@ pub fn tensors(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
             .collect();
         t.push((p("mixer.A_log"), vec![inner, state], a_log));
         t.push(make(rng, p("mixer.D"), vec![inner], 1.0, 0.2));
+        t.push(make(
+            rng,
+            p("mixer.out_proj.weight"),
+            vec![h, inner],
+            0.0,
+            1.0 / (inner as f32).sqrt(),
+        ));
+    }
+}
+
+/// Mamba 2's tensors: the embedding and final norm renamed, every layer's mixer appended.
+pub fn tensors2(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
+    for (name, _, _) in t.iter_mut() {
+        match name.as_str() {
+            "model.embed_tokens.weight" => *name = "backbone.embeddings.weight".into(),
+            "model.norm.weight" => *name = "backbone.norm_f.weight".into(),
+            _ => {}
+        }
+    }
+    let get = |k: &str| case.extra[k].as_u64().unwrap() as usize;
+    let (h, inner) = (case.hidden, case.ff);
+    let (state, conv, groups, heads) = (
+        get("state_size"),
+        get("conv_kernel"),
+        get("n_groups"),
+        get("num_heads"),
+    );
+    let conv_dim = inner + 2 * groups * state;
+    let make = |rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32| -> Named {
+        let n = shape.iter().product::<usize>();
+        (name, shape, (0..n).map(|_| base + rng.uniform(a)).collect())
+    };
+    for l in 0..case.layers {
+        let p = |s: &str| format!("backbone.layers.{l}.{s}");
+        t.push(make(rng, p("norm.weight"), vec![h], 1.0, 0.2));
+        t.push(make(
+            rng,
+            p("mixer.in_proj.weight"),
+            vec![inner + conv_dim + heads, h],
+            0.0,
+            1.0 / (h as f32).sqrt(),
+        ));
+        t.push(make(
+            rng,
+            p("mixer.conv1d.weight"),
+            vec![conv_dim, 1, conv],
+            0.0,
+            0.5,
+        ));
+        t.push(make(rng, p("mixer.conv1d.bias"), vec![conv_dim], 0.0, 0.1));
+        t.push(make(rng, p("mixer.dt_bias"), vec![heads], -2.0, 1.0));
+        let a_log: Vec<f32> = (0..heads)
+            .map(|i| ((i + 1) as f32).ln() + rng.uniform(0.05))
+            .collect();
+        t.push((p("mixer.A_log"), vec![heads], a_log));
+        t.push(make(rng, p("mixer.D"), vec![heads], 1.0, 0.2));
+        t.push(make(rng, p("mixer.norm.weight"), vec![inner], 1.0, 0.2));
         t.push(make(
             rng,
             p("mixer.out_proj.weight"),

@@ -471,6 +471,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         write_weights(dir, t, case.dt, case.shards);
         return;
     }
+    if mt == "mamba2" {
+        mamba::tensors2(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
     if mt == "mamba" {
         mamba::tensors(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);

@@ -89,6 +89,9 @@ pub(crate) enum Family {
     /// `MambaForCausalLM` (GGUF `mamba`: selective state-space layers, no attention; its own
     /// hyperparameters and names in `mamba.rs`).
     Mamba,
+    /// `Mamba2ForCausalLM` (Mamba 2, Mamba-Codestral; GGUF `mamba2`: multi-head state spaces with
+    /// a per-group gated norm; `mamba.rs`).
+    Mamba2,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -100,7 +103,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
-     MambaForCausalLM, \
+     MambaForCausalLM, Mamba2ForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -173,6 +176,7 @@ impl Family {
             "NemotronForCausalLM" => Family::Nemotron,
             "Qwen3VLForConditionalGeneration" => Family::Qwen3Vl,
             "MambaForCausalLM" | "MambaLMHeadModel" => Family::Mamba,
+            "Mamba2ForCausalLM" => Family::Mamba2,
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -217,6 +221,7 @@ impl Family {
             Family::Nemotron => "nemotron",
             Family::Qwen3Vl => "qwen3vl",
             Family::Mamba => "mamba",
+            Family::Mamba2 => "mamba2",
         }
     }
 
@@ -333,7 +338,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     if matches!(family, Family::Gpt2 | Family::StarCoder) {
         return gpt2_name(name);
     }
-    if family == Family::Mamba {
+    if matches!(family, Family::Mamba | Family::Mamba2) {
         return super::mamba::gguf_name(name);
     }
     match name {

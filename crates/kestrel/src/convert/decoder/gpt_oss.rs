@@ -10,6 +10,7 @@ use std::path::Path;
 use kestrel_gguf::{GgmlType, TensorSpec};
 
 use super::bad;
+use super::read::ValueMap;
 use super::write::{Planned, Source};
 use crate::convert::checkpoint::Checkpoint;
 use crate::convert::safetensors::StDType;
@@ -131,6 +132,7 @@ pub(super) fn plan_expert(
                     s_row,
                     s_col,
                     off,
+                    map: ValueMap::Keep,
                 },
             }
         };

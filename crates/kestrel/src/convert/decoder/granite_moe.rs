@@ -7,6 +7,7 @@
 use kestrel_gguf::{GgmlType, TensorSpec};
 use serde_json::Value;
 
+use super::read::ValueMap;
 use super::write::{Planned, Source};
 use super::{bad, uint};
 use crate::convert::checkpoint::Checkpoint;
@@ -41,6 +42,7 @@ fn part(
             s_row: cols,
             s_col: 1,
             off,
+            map: ValueMap::Keep,
         },
     }
 }

@@ -1,15 +1,20 @@
-//! Mamba (`MambaForCausalLM`, GGUF `mamba`): a stack of selective state-space layers and no
-//! attention, converted as llama.cpp's `MambaModel` does: its own hyperparameters (read from
-//! `config.json` as written, not through `transformers`' config class), `backbone.*` tensor
-//! names, `A = -exp(A_log)`, the depthwise convolution's middle axis dropped, and an output
-//! matrix equal to the embedding left out.
+//! Mamba (`MambaForCausalLM`, GGUF `mamba`) and Mamba 2 (`Mamba2ForCausalLM`, GGUF `mamba2`):
+//! stacks of selective state-space layers and no attention, converted as llama.cpp's
+//! `MambaModel` and `Mamba2Model` do: their own hyperparameters (read from `config.json` as
+//! written, not through `transformers`' config class), `backbone.*` tensor names,
+//! `A = -exp(A_log)`, the depthwise convolution's middle axis dropped; Mamba 1 leaves out an
+//! output matrix equal to the embedding, Mamba 2 stores `A` and `D` as `[n_head, 1]` and its
+//! gated norm as `[n_group, d_inner / n_group]`.
 
 use std::path::Path;
 
 use serde_json::Value;
 
+use kestrel_gguf::{GgmlType, TensorSpec};
+
 use super::params::Hparams;
-use super::read;
+use super::read::{self, ValueMap};
+use super::write::{Planned, Source};
 use super::{bad, u32_of, uint};
 use crate::convert::checkpoint::Checkpoint;
 use crate::convert::meta::Meta;
@@ -39,18 +44,38 @@ pub(super) fn gguf_name(name: &str) -> Option<String> {
         "mixer.A_log" => "ssm_a",
         "mixer.D" => "ssm_d",
         "mixer.out_proj.weight" => "ssm_out.weight",
+        "mixer.norm.weight" => "ssm_norm.weight",
         _ => return None,
     };
     Some(format!("blk.{layer}.{short}"))
 }
 
-/// `vocab_size` rounded up to `pad_vocab_size_multiple` (8 unless given), as `MambaModel`'s
-/// vocabulary is padded.
-pub(super) fn padded_vocab(h: &Value, cfg: &Path) -> Result<Option<u64>, ConvertError> {
+/// A Mamba 2 checkpoint name as llama.cpp reads it: Mamba-Codestral's `model.` prefix dropped,
+/// `dt_bias` as the `dt_proj` bias.
+pub(super) fn mamba2_name(name: String) -> String {
+    let name = match name.strip_prefix("model.") {
+        Some(rest) if rest.starts_with("backbone") || rest.starts_with("lm_head") => {
+            rest.to_string()
+        }
+        _ => name,
+    };
+    match name.strip_suffix(".dt_bias") {
+        Some(stem) => format!("{stem}.dt_proj.bias"),
+        None => name,
+    }
+}
+
+/// `vocab_size` rounded up to `pad_vocab_size_multiple` (`multiple` unless given: 8 for Mamba,
+/// 16 for Mamba 2), as llama.cpp pads their vocabularies.
+pub(super) fn padded_vocab(
+    h: &Value,
+    cfg: &Path,
+    multiple: u64,
+) -> Result<Option<u64>, ConvertError> {
     let Some(v) = uint(h, &["vocab_size"], cfg)? else {
         return Ok(None);
     };
-    let m = uint(h, &["pad_vocab_size_multiple"], cfg)?.unwrap_or(8);
+    let m = uint(h, &["pad_vocab_size_multiple"], cfg)?.unwrap_or(multiple);
     if m == 0 {
         return Err(bad(cfg, "pad_vocab_size_multiple is 0"));
     }
@@ -149,4 +174,123 @@ pub(super) fn output_is_embedding(
     let n: usize = se.iter().product();
     // `torch.equal` on the values as converted to f32.
     Ok((0..n).all(|i| e.get(i) == o.get(i)))
+}
+
+/// Mamba 2's sizes: `(d_model, d_inner, n_group)` as `Mamba2Model.__init__` finds them.
+fn mamba2_sizes(h: &Value, cfg: &Path) -> Result<(u64, u64, u64), ConvertError> {
+    let d_model = uint(h, &["hidden_size", "d_model", "dim"], cfg)?
+        .ok_or_else(|| bad(cfg, "no hidden_size"))?;
+    let expand = uint(h, &["mamba_expand", "expand"], cfg)?
+        .filter(|&v| v != 0)
+        .unwrap_or(2);
+    let d_inner = uint(h, &["mamba_d_ssm", "intermediate_size", "d_inner"], cfg)?
+        .filter(|&v| v != 0)
+        .unwrap_or(expand * d_model);
+    let n_group = uint(h, &["n_groups"], cfg)?
+        .filter(|&v| v != 0)
+        .unwrap_or(1);
+    if d_inner != expand * d_model {
+        return Err(bad(
+            cfg,
+            format!("d_inner {d_inner} is not expand {expand} x hidden_size {d_model}"),
+        ));
+    }
+    if d_inner % n_group != 0 {
+        return Err(bad(cfg, format!("d_inner {d_inner} in {n_group} groups")));
+    }
+    Ok((d_model, d_inner, n_group))
+}
+
+/// `Mamba2Model.set_gguf_parameters`.
+pub(super) fn mamba2_params(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
+    let (h, cfg) = (hp.h, hp.cfg);
+    let k = |s: &str| format!("{}.{s}", hp.arch);
+    let (d_model, d_inner, n_group) = mamba2_sizes(h, cfg)?;
+    let d_conv = uint(h, &["conv_kernel", "d_conv"], cfg)?
+        .filter(|&v| v != 0)
+        .unwrap_or(4);
+    let d_state = uint(h, &["state_size", "d_state"], cfg)?
+        .filter(|&v| v != 0)
+        .unwrap_or(128);
+    let head_dim = uint(h, &["mamba_d_head", "head_dim"], cfg)?
+        .filter(|&v| v != 0)
+        .unwrap_or(64);
+    if d_inner % head_dim != 0 {
+        return Err(bad(
+            cfg,
+            format!("d_inner {d_inner} in heads of {head_dim}"),
+        ));
+    }
+    let eps = super::family::find(h, &["layer_norm_epsilon", "rms_norm_eps"])
+        .and_then(|v| v.as_f64())
+        .filter(|&v| v != 0.0)
+        .unwrap_or(1e-5);
+    meta.u32(k("context_length"), 1 << 20);
+    meta.u32(k("embedding_length"), u32_of(d_model, "hidden_size", cfg)?);
+    meta.u32(k("feed_forward_length"), 0);
+    meta.u32(k("attention.head_count"), 0);
+    meta.u32(
+        k("block_count"),
+        u32_of(hp.n_layer, "num_hidden_layers", cfg)?,
+    );
+    meta.u32(k("ssm.conv_kernel"), u32_of(d_conv, "conv_kernel", cfg)?);
+    meta.u32(k("ssm.inner_size"), u32_of(d_inner, "d_inner", cfg)?);
+    meta.u32(k("ssm.state_size"), u32_of(d_state, "state_size", cfg)?);
+    meta.u32(
+        k("ssm.time_step_rank"),
+        u32_of(d_inner / head_dim, "time_step_rank", cfg)?,
+    );
+    meta.u32(k("ssm.group_count"), u32_of(n_group, "n_groups", cfg)?);
+    meta.f32(k("attention.layer_norm_rms_epsilon"), eps as f32);
+    meta.u32("general.file_type", hp.file_type);
+    Ok(())
+}
+
+/// Mamba 2's reshaped tensors, or `None` for the others: `A` (from `A_log`) and `D` as
+/// `[n_head, 1]` (ggml dims `[1, n_head]`), the gated norm as `[n_group, d_inner / n_group]`.
+pub(super) fn mamba2_plan(
+    ck: &Checkpoint,
+    dir: &Path,
+    hf: &str,
+    gguf: &str,
+    h: &Value,
+    cfg: &Path,
+) -> Result<Option<Planned>, ConvertError> {
+    let (a, d) = (gguf.ends_with(".ssm_a"), gguf.ends_with(".ssm_d"));
+    let norm = gguf.ends_with(".ssm_norm.weight");
+    if !(a || d || norm) {
+        return Ok(None);
+    }
+    let (_, shape) = ck
+        .info(hf)
+        .ok_or_else(|| bad(dir, format!("{hf} vanished")))?;
+    let n: usize = shape.iter().product();
+    let (rows, cols, map) = if norm {
+        let (_, d_inner, n_group) = mamba2_sizes(h, cfg)?;
+        let g = usize::try_from(n_group).map_err(|_| bad(cfg, "n_groups"))?;
+        if u64::try_from(n).ok() != Some(d_inner) {
+            return Err(bad(dir, format!("{hf}: {n} values, d_inner {d_inner}")));
+        }
+        (g, n / g, ValueMap::Keep)
+    } else {
+        (n, 1, if a { ValueMap::NegExp } else { ValueMap::Keep })
+    };
+    Ok(Some(Planned {
+        spec: TensorSpec {
+            name: gguf.to_string(),
+            ggml_type: GgmlType::F32,
+            dims: vec![cols as u64, rows as u64],
+        },
+        cols,
+        source: Source::Strided {
+            hf: hf.to_string(),
+            planes: 1,
+            rows,
+            s_plane: 0,
+            s_row: cols,
+            s_col: 1,
+            off: 0,
+            map,
+        },
+    }))
 }

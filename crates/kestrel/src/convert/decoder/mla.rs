@@ -9,6 +9,7 @@ use std::path::Path;
 use kestrel_gguf::{GgmlType, TensorSpec};
 use serde_json::Value;
 
+use super::read::ValueMap;
 use super::write::{Planned, Source};
 use super::{bad, uint};
 use crate::convert::checkpoint::Checkpoint;
@@ -91,6 +92,7 @@ pub(super) fn split_kv_b(
                 s_row: 1,
                 s_col: rank,
                 off: 0,
+                map: ValueMap::Keep,
             },
         },
         // Row (head, r) of v_b is the head's value row r, as stored after its key rows.
@@ -105,6 +107,7 @@ pub(super) fn split_kv_b(
                 s_row: rank,
                 s_col: 1,
                 off: nope * rank,
+                map: ValueMap::Keep,
             },
         },
     ]))

@@ -90,7 +90,9 @@ pub(crate) fn convert(
     let n_head = uint(&h, &["n_heads", "num_attention_heads"], &cfg_path)?;
     let n_head_kv = uint(&h, &["n_kv_heads", "num_key_value_heads"], &cfg_path)?;
     let vocab_size = if family == Family::Mamba {
-        mamba::padded_vocab(&h, &cfg_path)?
+        mamba::padded_vocab(&h, &cfg_path, 8)?
+    } else if family == Family::Mamba2 {
+        mamba::padded_vocab(&h, &cfg_path, 16)?
     } else {
         uint(&h, &["vocab_size"], &cfg_path)?
     };
@@ -110,6 +112,7 @@ pub(crate) fn convert(
         | Family::Qwen3Vl
         | Family::Gemma3
         | Family::Mamba
+        | Family::Mamba2
             if has_spm =>
         {
             spm::load(dir, n_vocab, spm::Style::Default)?
@@ -269,6 +272,9 @@ pub(crate) fn convert(
         let Some(mut name) = family::filter_name(hf) else {
             continue;
         };
+        if family == Family::Mamba2 {
+            name = mamba::mamba2_name(name);
+        }
         if family == Family::GptOss {
             if let Some(p) = gpt_oss::plan_expert(&ck, dir, hf, &out_type)? {
                 plan.extend(p);
@@ -330,8 +336,15 @@ pub(crate) fn convert(
         let gguf = family::gguf_name(family, &name)
             .ok_or_else(|| bad(dir, format!("cannot map tensor {hf:?} for {arch}")))?;
         // Mamba's depthwise convolution `[d_inner, 1, d_conv]`: the middle axis dropped.
+        if family == Family::Mamba2 {
+            if let Some(p) = mamba::mamba2_plan(&ck, dir, hf, &gguf, &h, &cfg_path)? {
+                plan.push(p);
+                continue;
+            }
+        }
         let squeezed;
-        let shape = if family == Family::Mamba && shape.len() == 3 && shape[1] == 1 {
+        let mamba = matches!(family, Family::Mamba | Family::Mamba2);
+        let shape = if mamba && shape.len() == 3 && shape[1] == 1 {
             squeezed = vec![shape[0], shape[2]];
             &squeezed
         } else {
@@ -359,6 +372,7 @@ pub(crate) fn convert(
                     s_row: 1,
                     s_col: rows,
                     off: 0,
+                    map: read::ValueMap::Keep,
                 },
             });
             continue;

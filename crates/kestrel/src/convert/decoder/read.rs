@@ -167,8 +167,16 @@ impl<'a> Values<'a> {
                 *v *= float_at(s.dtype, s.bytes, srow + c / s.block.1);
             }
         }
-        // llama.cpp's converter widens BF16 to F32 first, then computes in the tensor's type:
-        // F16 results are rounded to f16 as torch's half arithmetic does.
+        if map != ValueMap::Keep {
+            out.iter_mut().for_each(|v| *v = self.mapped(*v, map));
+        }
+        Ok(())
+    }
+
+    /// `v` (a value of this tensor) with `map` applied. llama.cpp's converter widens BF16 to
+    /// F32 first, then computes in the tensor's type: F16 results are rounded to f16 as torch's
+    /// half arithmetic does.
+    pub(super) fn mapped(&self, v: f32, map: ValueMap) -> f32 {
         let own = |v: f32| {
             if self.dtype == StDType::F16 {
                 f16::from_f32(v).to_f32()
@@ -177,13 +185,10 @@ impl<'a> Values<'a> {
             }
         };
         match map {
-            ValueMap::Keep => {}
-            ValueMap::PlusOne => out.iter_mut().for_each(|v| *v = own(*v + 1.0)),
-            ValueMap::NegExp => out
-                .iter_mut()
-                .for_each(|v| *v = -own((f64::from(*v)).exp() as f32)),
+            ValueMap::Keep => v,
+            ValueMap::PlusOne => own(v + 1.0),
+            ValueMap::NegExp => -own(f64::from(v).exp() as f32),
         }
-        Ok(())
     }
 }
 

@@ -38,6 +38,7 @@ pub(super) enum Source {
         s_row: usize,
         s_col: usize,
         off: usize,
+        map: ValueMap,
     },
     /// MXFP4 experts already quantized in the checkpoint (`*_blocks` `[E, R, B, 16]` and
     /// `*_scales` `[E, R, B]` bytes), repacked into GGUF's MXFP4 blocks: output row `(e, r)`
@@ -186,6 +187,7 @@ pub(super) fn write_file(
                     s_row,
                     s_col,
                     off,
+                    map,
                 } => {
                     let values = Values::open(ck, hf, fp8_block)
                         .map_err(|e| bad(out, format!("{hf}: {e}")))?;
@@ -211,8 +213,9 @@ pub(super) fn write_file(
                             .try_for_each(|(i, dst)| {
                                 let i = r0 + i;
                                 let base = off + (i / rows) * s_plane + (i % rows) * s_row;
-                                let vals: Vec<f32> =
-                                    (0..p.cols).map(|j| values.get(base + j * s_col)).collect();
+                                let vals: Vec<f32> = (0..p.cols)
+                                    .map(|j| values.mapped(values.get(base + j * s_col), *map))
+                                    .collect();
                                 kestrel_gguf::quant::quantize(p.spec.ggml_type, &vals, dst)
                                     .map_err(|e| e.to_string())
                             })

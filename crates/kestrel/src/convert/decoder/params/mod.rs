@@ -56,6 +56,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::StableLm => return stablelm(meta, hp),
         Family::Gpt2 | Family::StarCoder => return gpt2(meta, family, hp),
         Family::Mamba => return super::mamba::params(meta, hp),
+        Family::Mamba2 => return super::mamba::mamba2_params(meta, hp),
         _ => {}
     }
     let (h, rp, cfg, arch) = (hp.h, hp.rp, hp.cfg, hp.arch);
@@ -334,7 +335,8 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::StarCoder
         | Family::StarCoder2
         | Family::SeedOss
-        | Family::Mamba => {}
+        | Family::Mamba
+        | Family::Mamba2 => {}
         Family::Qwen3Vl => {
             // The vision tower's deepstack layers (their features join the text model's
             // first layers; 0 without a vision config).
