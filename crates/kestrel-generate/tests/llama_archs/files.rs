@@ -596,19 +596,20 @@ fn deepseek2_heads(s: &Skeleton, n_head: u64, decompressed: bool) -> Skeleton {
 /// `s` with one expert used per token and the routing weights scaled by 2.5.
 /// `s` with these M-RoPE sections.
 fn qwen3vl_sections(s: &Skeleton, sections: [i32; 4]) -> Skeleton {
+    with_metadata(s, |k| {
+        (k == "qwen3vl.rope.dimension_sections").then(|| MetadataValue::Array {
+            element_type: ValueType::I32,
+            items: sections.map(MetadataValue::I32).to_vec(),
+        })
+    })
+}
+
+/// `s` with the metadata values `f` gives (`None`: the value kept).
+fn with_metadata(s: &Skeleton, f: impl Fn(&str) -> Option<MetadataValue>) -> Skeleton {
     let metadata = s
         .metadata
         .iter()
-        .map(|(k, v)| {
-            let v = match k.as_str() {
-                "qwen3vl.rope.dimension_sections" => MetadataValue::Array {
-                    element_type: kestrel_gguf::ValueType::I32,
-                    items: sections.map(MetadataValue::I32).to_vec(),
-                },
-                _ => v.clone(),
-            };
-            (k.clone(), v)
-        })
+        .map(|(k, v)| (k.clone(), f(k).unwrap_or_else(|| v.clone())))
         .collect();
     Skeleton {
         metadata,
@@ -617,20 +618,9 @@ fn qwen3vl_sections(s: &Skeleton, sections: [i32; 4]) -> Skeleton {
 }
 
 fn deepseek2_top1(s: &Skeleton) -> Skeleton {
-    let metadata = s
-        .metadata
-        .iter()
-        .map(|(k, v)| {
-            let v = match k.as_str() {
-                "deepseek2.expert_used_count" => MetadataValue::U32(1),
-                "deepseek2.expert_weights_scale" => MetadataValue::F32(2.5),
-                _ => v.clone(),
-            };
-            (k.clone(), v)
-        })
-        .collect();
-    Skeleton {
-        metadata,
-        tensors: s.tensors.clone(),
-    }
+    with_metadata(s, |k| match k {
+        "deepseek2.expert_used_count" => Some(MetadataValue::U32(1)),
+        "deepseek2.expert_weights_scale" => Some(MetadataValue::F32(2.5)),
+        _ => None,
+    })
 }

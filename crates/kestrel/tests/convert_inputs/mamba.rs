@@ -5,6 +5,23 @@
 
 use super::{Case, Named, Rng};
 
+/// The embedding and final norm of `t` under Mamba's names.
+fn rename_backbone(t: &mut [Named]) {
+    for (name, _, _) in t.iter_mut() {
+        match name.as_str() {
+            "model.embed_tokens.weight" => *name = "backbone.embeddings.weight".into(),
+            "model.norm.weight" => *name = "backbone.norm_f.weight".into(),
+            _ => {}
+        }
+    }
+}
+
+/// A tensor of `shape` with values `base` ± `a`.
+fn make(rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32) -> Named {
+    let n = shape.iter().product::<usize>();
+    (name, shape, (0..n).map(|_| base + rng.uniform(a)).collect())
+}
+
 /// Renames the embedding and final norm `t` holds to Mamba's names, makes `lm_head` (if any)
 /// the embedding's copy, and appends every layer's tensors.
 pub fn tensors(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
@@ -13,22 +30,14 @@ pub fn tensors(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
         .find(|(n, _, _)| n == "model.embed_tokens.weight")
         .map(|(_, _, v)| v.clone())
         .expect("an embedding");
-    for (name, _, v) in t.iter_mut() {
-        match name.as_str() {
-            "model.embed_tokens.weight" => *name = "backbone.embeddings.weight".into(),
-            "model.norm.weight" => *name = "backbone.norm_f.weight".into(),
-            "lm_head.weight" => *v = embd.clone(),
-            _ => {}
-        }
+    if let Some(head) = t.iter_mut().find(|(n, _, _)| n == "lm_head.weight") {
+        head.2 = embd;
     }
+    rename_backbone(t);
     let (h, inner) = (case.hidden, case.ff);
     let state = case.extra["state_size"].as_u64().unwrap() as usize;
     let conv = case.extra["conv_kernel"].as_u64().unwrap() as usize;
     let dt_rank = case.extra["time_step_rank"].as_u64().unwrap() as usize;
-    let make = |rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32| -> Named {
-        let n = shape.iter().product::<usize>();
-        (name, shape, (0..n).map(|_| base + rng.uniform(a)).collect())
-    };
     for l in 0..case.layers {
         let p = |s: &str| format!("backbone.layers.{l}.{s}");
         t.push(make(rng, p("norm.weight"), vec![h], 1.0, 0.2));
@@ -80,13 +89,7 @@ pub fn tensors(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
 
 /// Mamba 2's tensors: the embedding and final norm renamed, every layer's mixer appended.
 pub fn tensors2(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
-    for (name, _, _) in t.iter_mut() {
-        match name.as_str() {
-            "model.embed_tokens.weight" => *name = "backbone.embeddings.weight".into(),
-            "model.norm.weight" => *name = "backbone.norm_f.weight".into(),
-            _ => {}
-        }
-    }
+    rename_backbone(t);
     let get = |k: &str| case.extra[k].as_u64().unwrap() as usize;
     let (h, inner) = (case.hidden, case.ff);
     let (state, conv, groups, heads) = (
@@ -96,10 +99,6 @@ pub fn tensors2(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
         get("num_heads"),
     );
     let conv_dim = inner + 2 * groups * state;
-    let make = |rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32| -> Named {
-        let n = shape.iter().product::<usize>();
-        (name, shape, (0..n).map(|_| base + rng.uniform(a)).collect())
-    };
     for l in 0..case.layers {
         let p = |s: &str| format!("backbone.layers.{l}.{s}");
         t.push(make(rng, p("norm.weight"), vec![h], 1.0, 0.2));

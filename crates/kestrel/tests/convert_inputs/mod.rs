@@ -714,14 +714,17 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             t.push(mat(&mut rng, p(&name), vec![rows, cols], scale));
         }
     }
-    if mt == "qwen3_vl" {
-        // Qwen3VLForConditionalGeneration's text model as transformers saves it, beside one
-        // vision tensor (left out by converters of the text model).
+    if mt == "qwen3_vl" || mt == "mistral3" {
+        // The text model of Qwen3VLForConditionalGeneration and Mistral3ForConditional-
+        // Generation as transformers saves it, beside vision tensors (left out by converters
+        // of the text model).
         for (name, _, _) in &mut t {
             if let Some(rest) = name.strip_prefix("model.") {
                 *name = format!("model.language_model.{rest}");
             }
         }
+    }
+    if mt == "qwen3_vl" {
         t.push(mat(
             &mut rng,
             "model.visual.merger.norm.weight".into(),
@@ -730,13 +733,6 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         ));
     }
     if mt == "mistral3" {
-        // Mistral3ForConditionalGeneration's text model as transformers saves it, beside a
-        // vision tower and projector (left out by converters of the text model).
-        for (name, _, _) in &mut t {
-            if let Some(rest) = name.strip_prefix("model.") {
-                *name = format!("model.language_model.{rest}");
-            }
-        }
         t.push(mat(
             &mut rng,
             "model.vision_tower.ln_pre.weight".into(),

@@ -126,27 +126,29 @@ pub(super) fn params(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> 
             "Falcon Mamba (RMS norms on B, C and dt) is not supported yet",
         ));
     }
-    meta.u32(k("context_length"), 1 << 20);
-    meta.u32(k("embedding_length"), u32_of(d_model, "hidden_size", cfg)?);
-    meta.u32(k("feed_forward_length"), 0);
-    meta.u32(k("attention.head_count"), 0);
-    meta.u32(
-        k("block_count"),
-        u32_of(hp.n_layer, "num_hidden_layers", cfg)?,
-    );
-    meta.u32(k("ssm.conv_kernel"), u32_of(d_conv, "conv_kernel", cfg)?);
-    meta.u32(
-        k("ssm.inner_size"),
-        u32_of(d_inner, "intermediate_size", cfg)?,
-    );
-    meta.u32(k("ssm.state_size"), u32_of(d_state, "state_size", cfg)?);
-    meta.u32(
-        k("ssm.time_step_rank"),
-        u32_of(dt_rank, "time_step_rank", cfg)?,
-    );
+    ssm_keys(meta, hp, [d_model, d_conv, d_inner, d_state, dt_rank])?;
     meta.f32(k("attention.layer_norm_rms_epsilon"), eps as f32);
     meta.bool(k("ssm.dt_b_c_rms"), false);
     meta.u32("general.file_type", hp.file_type);
+    Ok(())
+}
+
+/// The keys both Mamba converters write first: the arbitrary context of 2^20, the width,
+/// zero feed-forward and head counts, the layers, then the convolution kernel, inner size,
+/// state size and time-step rank (`sizes`, in that order after the width).
+fn ssm_keys(meta: &mut Meta, hp: &Hparams, sizes: [u64; 5]) -> Result<(), ConvertError> {
+    let k = |s: &str| format!("{}.{s}", hp.arch);
+    let [d_model, d_conv, d_inner, d_state, dt_rank] = sizes;
+    let v = |x: u64, key: &str| u32_of(x, key, hp.cfg);
+    meta.u32(k("context_length"), 1 << 20);
+    meta.u32(k("embedding_length"), v(d_model, "hidden_size")?);
+    meta.u32(k("feed_forward_length"), 0);
+    meta.u32(k("attention.head_count"), 0);
+    meta.u32(k("block_count"), v(hp.n_layer, "num_hidden_layers")?);
+    meta.u32(k("ssm.conv_kernel"), v(d_conv, "conv_kernel")?);
+    meta.u32(k("ssm.inner_size"), v(d_inner, "d_inner")?);
+    meta.u32(k("ssm.state_size"), v(d_state, "state_size")?);
+    meta.u32(k("ssm.time_step_rank"), v(dt_rank, "time_step_rank")?);
     Ok(())
 }
 
@@ -225,21 +227,11 @@ pub(super) fn mamba2_params(meta: &mut Meta, hp: &Hparams) -> Result<(), Convert
         .and_then(|v| v.as_f64())
         .filter(|&v| v != 0.0)
         .unwrap_or(1e-5);
-    meta.u32(k("context_length"), 1 << 20);
-    meta.u32(k("embedding_length"), u32_of(d_model, "hidden_size", cfg)?);
-    meta.u32(k("feed_forward_length"), 0);
-    meta.u32(k("attention.head_count"), 0);
-    meta.u32(
-        k("block_count"),
-        u32_of(hp.n_layer, "num_hidden_layers", cfg)?,
-    );
-    meta.u32(k("ssm.conv_kernel"), u32_of(d_conv, "conv_kernel", cfg)?);
-    meta.u32(k("ssm.inner_size"), u32_of(d_inner, "d_inner", cfg)?);
-    meta.u32(k("ssm.state_size"), u32_of(d_state, "state_size", cfg)?);
-    meta.u32(
-        k("ssm.time_step_rank"),
-        u32_of(d_inner / head_dim, "time_step_rank", cfg)?,
-    );
+    ssm_keys(
+        meta,
+        hp,
+        [d_model, d_conv, d_inner, d_state, d_inner / head_dim],
+    )?;
     meta.u32(k("ssm.group_count"), u32_of(n_group, "n_groups", cfg)?);
     meta.f32(k("attention.layer_norm_rms_epsilon"), eps as f32);
     meta.u32("general.file_type", hp.file_type);
