@@ -1,4 +1,4 @@
-// Attention over an f16 KV cache, and the append that fills it.
+// Attention over the f16 KV cache for steps of a few query tokens (decode, verification).
 //
 // attention_f16: one CTA of 4-16 warps per (query token, head); the warps split the visible
 // keys and each keeps a running max, denominator and output (flash attention's online softmax),
@@ -7,41 +7,17 @@
 // result does not depend on the step's other tokens), else 4. Causal with an optional sliding
 // window (a query at position p sees keys p - window < j <= p; window 0: all j <= p), or
 // non-causal (every key below kv_len); scores `scale * q·k`, soft-capped as
-// `cap * tanh(s / cap)` when cap > 0; GQA (query head h reads KV head h / (n_head / n_kv_head)). Any head_dim up to 256 (lane i holds elements i, i + 32, ...;
-// 64, 80, 96, 128, 256 and the synthetic models' 16 all occur). A query that sees no
+// `cap * tanh(s / cap)` when cap > 0; GQA (query head h reads KV head h / (n_head /
+// n_kv_head)). Any head_dim up to 256 (lane i holds elements i, i + 32, ...; 64, 80, 96, 128,
+// 256 and the synthetic models' 16 all occur). A query that sees no
 // key (a negative position) gets zeros.
 // Layouts: q and out [n_tokens][n_head][head_dim] f32; k and v [capacity][n_kv_head][head_dim]
 // f16. Launch: grid n_tokens * n_head, block (32, warps), warps 1..DEC_MAX_WARPS.
 //
-// attention_f16_tiled (prefill: many query tokens): the same function, computed a tile at a
-// time. A CTA of 4 warps takes TILE_ROWS consecutive query rows of one KV head (row r = token
-// r / group, head kvh * group + r % group, group = n_head / n_kv_head), so every K/V tile it
-// stages in shared memory (K, then V, in one buffer of half2 rows) serves TILE_ROWS queries
-// instead of one. In each warp, lane j scores key j of the 32-key tile against the warp's
-// ROWS_PER_WARP rows, the online softmax runs over the tile, then lanes own value-dimension
-// pairs and accumulate p_j · v_j. head_dim even (the launcher falls back to attention_f16
-// otherwise). Launch: grid (ceil(n_tokens * group / TILE_ROWS), n_kv_head), block (32, 4),
-// dynamic shared memory (TILE_ROWS * head_dim + TILE_KEYS * (head_dim / 2 + 1)) * 4 bytes.
-#include "common.cuh"
+// attention_f16_split (below) computes the same function with the keys split among CTAs.
+#include "attention.cuh"
 
-#define ATT_WARPS 4
 #define DEC_MAX_WARPS 16
-#define MAX_HEAD_DIM 256
-#define PER_LANE (MAX_HEAD_DIM / WARP)
-
-// The keys [lo, hi) a query at `pos` sees: causal, p - window < j <= p (window 0: j <= p),
-// none for a negative position; non-causal, every key below kv_len.
-__device__ __forceinline__ void visible_keys(int pos, int kv_len, int window, int causal, int *lo, int *hi) {
-    *lo = 0;
-    *hi = kv_len;
-    if (!causal) return;
-    if (pos < 0) {
-        *hi = 0;
-        return;
-    }
-    *hi = min(pos + 1, kv_len);
-    *lo = min(window > 0 ? max(0, pos + 1 - window) : 0, *hi);
-}
 
 extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)
     attention_f16(const float *__restrict__ q, const int *__restrict__ positions,
@@ -112,184 +88,172 @@ extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)
     }
 }
 
-#define ROWS_PER_WARP 4
-#define TILE_ROWS (ATT_WARPS * ROWS_PER_WARP)
-#define TILE_KEYS 32
-#define MAX_PAIRS_PER_LANE (MAX_HEAD_DIM / 2 / WARP)
+// attention_f16_split (decode: up to 8 query tokens whose heads leave most SMs idle): the keys
+// a query sees split into ranges of `chunk = max(ceil(n / nsplit), SPLIT_MIN_KEYS)` keys (n =
+// hi - lo, nsplit = gridDim.y), `active = ceil(n / chunk)` of them, a CTA of SPLIT_WARPS warps
+// per (token, head, range); CTAs past the active ranges return at once. A CTA's warps take two
+// keys at a time (two dot products in flight, one softmax update) and merge in warp order. One
+// active range (short contexts): its CTA writes the output itself. Several: each writes its
+// range's max, denominator and unnormalized output to `part`, and the CTA that finishes a
+// (token, head) last (a counter per (token, head), reset by that CTA for the next launch)
+// merges the ranges in range order and writes the output. The ranges depend only on the
+// query's position and gridDim.y, so the bits do not depend on the step's other tokens, nor on
+// which CTA merges. Layouts: part [n_tokens * n_head][nsplit][head_dim] f32, then
+// [n_tokens * n_head][nsplit][2] (max, denominator); counters [n_tokens * n_head] u32, zero
+// between launches. Launch: grid (n_tokens * n_head, nsplit <= SPLIT_MAX), block
+// (32, SPLIT_WARPS).
+// SPLIT_WARPS and SPLIT_MIN_KEYS may be set smaller by the includer (the host check, whose
+// emulated threads are costly); the launcher in src/cuda/attention.rs assumes these.
+#ifndef SPLIT_WARPS
+#define SPLIT_WARPS 16
+#endif
+#ifndef SPLIT_MIN_KEYS
+#define SPLIT_MIN_KEYS 256
+#endif
+#define SPLIT_MAX 64
 
-// Keys t0 .. t0 + TILE_KEYS of one KV head (`base` = its first row) into the shared tile as
-// half2 rows of hd2 + 1 words; keys from `end` on as zeros. Every thread of the CTA takes part.
-__device__ __forceinline__ void load_tile(__half2 *tile, const __half *base, long long kv_row, int t0,
-                                          int end, int hd2, int tid) {
-    for (int i = tid; i < TILE_KEYS * hd2; i += WARP * ATT_WARPS) {
-        const int j = i / hd2, d2 = i % hd2, key = t0 + j;
-        tile[j * (hd2 + 1) + d2] = key < end ? *(const __half2 *)(base + key * kv_row + 2 * d2)
-                                             : __floats2half2_rn(0.0f, 0.0f);
-    }
-}
-
-// Dynamic shared memory of attention_f16_tiled: the Q rows as f32 ([TILE_ROWS][head_dim]), then
-// one K-or-V tile as half2 rows of head_dim / 2 + 1 words (the extra word keeps lanes reading
-// different keys' rows on different banks). 32.1 KiB at head_dim 256; the launcher in
-// src/cuda/attention.rs computes the same size.
-extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
-    attention_f16_tiled(const float *__restrict__ q, const int *__restrict__ positions,
+extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)
+    attention_f16_split(const float *__restrict__ q, const int *__restrict__ positions,
                         const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
-                        int n_head, int n_kv_head, int head_dim, int kv_len, float scale, float softcap,
-                        int window, int causal, int n_tokens) {
-    extern __shared__ float smem[];
-    __shared__ int s_lo[TILE_ROWS], s_hi[TILE_ROWS];
-    __shared__ int s_range[2];
-    const int hd2 = head_dim / 2, stride = hd2 + 1;
-    float *qs = smem;                                     // [TILE_ROWS][head_dim]
-    __half2 *kvs = (__half2 *)(qs + TILE_ROWS * head_dim);  // [TILE_KEYS][stride]
-    const int group = n_head / n_kv_head;
-    const int kvh = blockIdx.y;
-    const int n_rows = n_tokens * group;
-    const int row0 = blockIdx.x * TILE_ROWS;
-    const int lane = threadIdx.x, warp = threadIdx.y;
-    const int tid = warp * WARP + lane;
+                        float *__restrict__ part, unsigned *__restrict__ counters, int n_head, int n_kv_head,
+                        int head_dim, int kv_len, float scale, float softcap, int window, int causal) {
+    __shared__ float s_m[SPLIT_WARPS], s_l[SPLIT_WARPS], s_f[SPLIT_MAX];
+    __shared__ float s_acc[SPLIT_WARPS][MAX_HEAD_DIM];
+    __shared__ float s_cm, s_cl, s_inv;
+    __shared__ int s_last;
+    const int nsplit = gridDim.y, split = blockIdx.y;
+    const int bh = blockIdx.x;  // token * n_head + head
+    const int token = bh / n_head, h = bh % n_head;
+    const int kvh = h / (n_head / n_kv_head);
+    const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP + lane;
+    const int nthreads = WARP * SPLIT_WARPS;
     const float neg_inf = -__int_as_float(0x7f800000);
 
-    // Each row's visible keys [lo, hi), and the CTA's union.
-    if (tid < TILE_ROWS) {
-        const int r = row0 + tid;
-        int lo = 0, hi = 0;
-        if (r < n_rows) visible_keys(causal ? positions[r / group] : 0, kv_len, window, causal, &lo, &hi);
-        s_lo[tid] = lo;
-        s_hi[tid] = hi;
+    int lo, hi;
+    visible_keys(positions[token], kv_len, window, causal, &lo, &hi);
+    const int n = hi - lo;
+    const int chunk = max((n + nsplit - 1) / nsplit, SPLIT_MIN_KEYS);
+    const int active = max(1, (n + chunk - 1) / chunk);  // range 0 writes zeros when n = 0
+    if (split >= active) return;
+    const int a = lo + split * chunk, b = min(hi, a + chunk);
+
+    const float *qh = q + (long long)bh * head_dim;
+    float qv[PER_LANE], acc[PER_LANE];
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        qv[i] = lane + WARP * i < head_dim ? qh[lane + WARP * i] : 0.0f;
+        acc[i] = 0.0f;
     }
-    // The query rows (zeros past the last row).
-    for (int i = tid; i < TILE_ROWS * head_dim; i += WARP * ATT_WARPS) {
-        const int rr = i / head_dim, d = i % head_dim, r = row0 + rr;
-        float val = 0.0f;
-        if (r < n_rows) {
-            const int token = r / group, h = kvh * group + r % group;
-            val = q[((long long)token * n_head + h) * head_dim + d];
+    float m = neg_inf, l = 0.0f;
+    const long long row = (long long)n_kv_head * head_dim;
+    const __half *kb = k + (long long)kvh * head_dim, *vb = v + (long long)kvh * head_dim;
+    for (int j0 = a + warp; j0 < b; j0 += 2 * SPLIT_WARPS) {
+        const int j1 = j0 + SPLIT_WARPS;
+        const bool two = j1 < b;  // warp-uniform
+        const __half *k0 = kb + j0 * row, *k1 = kb + (two ? j1 : j0) * row;
+        float d0 = 0.0f, d1 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            if (lane + WARP * i < head_dim) {
+                d0 = fmaf(qv[i], __half2float(k0[lane + WARP * i]), d0);
+                d1 = fmaf(qv[i], __half2float(k1[lane + WARP * i]), d1);
+            }
+        float s0 = warp_sum(d0) * scale, s1 = warp_sum(d1) * scale;
+        if (softcap > 0.0f) {
+            s0 = softcap * tanhf(s0 / softcap);
+            s1 = softcap * tanhf(s1 / softcap);
         }
-        qs[i] = val;
+        if (!two) s1 = neg_inf;
+        const float m_new = fmaxf(m, fmaxf(s0, s1));  // finite: s0 is
+        const float corr = expf(m - m_new);            // 0 on the first keys (m = -inf)
+        const float p0 = expf(s0 - m_new), p1 = expf(s1 - m_new);
+        l = l * corr + (p0 + p1);
+        const __half *v0 = vb + j0 * row, *v1 = vb + (two ? j1 : j0) * row;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            if (lane + WARP * i < head_dim)
+                acc[i] = fmaf(p1, __half2float(v1[lane + WARP * i]),
+                              fmaf(p0, __half2float(v0[lane + WARP * i]), acc[i] * corr));
+        m = m_new;
     }
+    if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++)
+        if (lane + WARP * i < head_dim) s_acc[warp][lane + WARP * i] = acc[i];
     __syncthreads();
+    // This range: its warps merged in warp order.
     if (tid == 0) {
-        int lo = 0x7fffffff, hi = 0;
-        for (int r = 0; r < TILE_ROWS; r++) {
-            if (s_hi[r] > s_lo[r]) {
-                lo = min(lo, s_lo[r]);
-                hi = max(hi, s_hi[r]);
-            }
+        float cm = s_m[0];
+        for (int w = 1; w < SPLIT_WARPS; w++) cm = fmaxf(cm, s_m[w]);
+        float cl = 0.0f;
+        for (int w = 0; w < SPLIT_WARPS; w++) {
+            const float f = s_l[w] > 0.0f ? expf(s_m[w] - cm) : 0.0f;
+            s_f[w] = f;
+            cl += s_l[w] * f;
         }
-        s_range[0] = hi > 0 ? lo : 0;
-        s_range[1] = hi;
+        s_cm = cm;
+        s_cl = cl;
+        s_inv = cl > 0.0f ? 1.0f / cl : 0.0f;
     }
     __syncthreads();
-    const int cta_lo = s_range[0], cta_hi = s_range[1];
-
-    const int my0 = warp * ROWS_PER_WARP;  // this warp's first row in the tile
-    int lo[ROWS_PER_WARP], hi[ROWS_PER_WARP];
-    float m[ROWS_PER_WARP], l[ROWS_PER_WARP], p[ROWS_PER_WARP];
-    float2 acc[ROWS_PER_WARP][MAX_PAIRS_PER_LANE];
-    int warp_lo = 0x7fffffff, warp_hi = 0;
-#pragma unroll
-    for (int r = 0; r < ROWS_PER_WARP; r++) {
-        lo[r] = s_lo[my0 + r];
-        hi[r] = s_hi[my0 + r];
-        if (hi[r] > lo[r]) {
-            warp_lo = min(warp_lo, lo[r]);
-            warp_hi = max(warp_hi, hi[r]);
+    float *oh = out + (long long)bh * head_dim;
+    if (active == 1) {
+        for (int i = tid; i < head_dim; i += nthreads) {
+            float o = 0.0f;
+            for (int w = 0; w < SPLIT_WARPS; w++) o += s_acc[w][i] * s_f[w];
+            oh[i] = o * s_inv;
         }
-        m[r] = neg_inf;
-        l[r] = 0.0f;
-        p[r] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < MAX_PAIRS_PER_LANE; i++) acc[r][i] = make_float2(0.0f, 0.0f);
+        return;
     }
-    const long long kv_row = (long long)n_kv_head * head_dim;
-    const __half *kbase = k + (long long)kvh * head_dim;
-    const __half *vbase = v + (long long)kvh * head_dim;
-
-    for (int t0 = cta_lo; t0 < cta_hi; t0 += TILE_KEYS) {
-        // Every warp passes every barrier; a warp none of whose rows see this tile skips the
-        // arithmetic only.
-        const bool active = t0 < warp_hi && t0 + TILE_KEYS > warp_lo;
-        __syncthreads();  // the previous V tile is no longer read
-        load_tile(kvs, kbase, kv_row, t0, cta_hi, hd2, tid);
-        __syncthreads();
-        if (active) {
-            // Scores: lane j against key t0 + j, for each of the warp's rows.
-            const int key = t0 + lane;
-            float s[ROWS_PER_WARP];
-#pragma unroll
-            for (int r = 0; r < ROWS_PER_WARP; r++) s[r] = 0.0f;
-            const __half2 *kr = kvs + lane * stride;
-            for (int d2 = 0; d2 < hd2; d2++) {
-                const float2 kf = __half22float2(kr[d2]);
-#pragma unroll
-                for (int r = 0; r < ROWS_PER_WARP; r++) {
-                    const float2 qf = *(const float2 *)(qs + (my0 + r) * head_dim + 2 * d2);
-                    s[r] = fmaf(qf.x, kf.x, fmaf(qf.y, kf.y, s[r]));
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < ROWS_PER_WARP; r++) {
-                const bool visible = key >= lo[r] && key < hi[r];
-                float sc = s[r] * scale;
-                if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
-                sc = visible ? sc : neg_inf;
-                const float m_new = fmaxf(m[r], warp_max(sc));  // warp-uniform
-                if (m_new == neg_inf) {
-                    p[r] = 0.0f;  // nothing visible yet: m, l and acc stay as they are
-                } else {
-                    const float corr = expf(m[r] - m_new);  // 0 on the first visible tile
-                    p[r] = visible ? expf(sc - m_new) : 0.0f;
-                    l[r] = l[r] * corr + warp_sum(p[r]);
-                    m[r] = m_new;
-#pragma unroll
-                    for (int i = 0; i < MAX_PAIRS_PER_LANE; i++) {
-                        acc[r][i].x *= corr;
-                        acc[r][i].y *= corr;
-                    }
-                }
-            }
+    const long long slot = (long long)bh * nsplit + split;
+    float *pacc = part + slot * head_dim;
+    float *pml = part + (long long)gridDim.x * nsplit * head_dim;
+    for (int i = tid; i < head_dim; i += nthreads) {
+        float o = 0.0f;
+        for (int w = 0; w < SPLIT_WARPS; w++) o += s_acc[w][i] * s_f[w];
+        pacc[i] = o;
+    }
+    if (tid == 0) {
+        pml[2 * slot] = s_cm;
+        pml[2 * slot + 1] = s_cl;
+    }
+    // The last CTA of this (token, head) merges the ranges.
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) s_last = atomicAdd(&counters[bh], 1u) == (unsigned)active - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    if (warp == 0) {
+        float gm = neg_inf;
+        for (int s = lane; s < active; s += WARP) {
+            const long long o = 2 * ((long long)bh * nsplit + s);
+            if (__ldcg(pml + o + 1) > 0.0f) gm = fmaxf(gm, __ldcg(pml + o));
         }
-        __syncthreads();  // the K tile is no longer read
-        load_tile(kvs, vbase, kv_row, t0, cta_hi, hd2, tid);
-        __syncthreads();
-        if (active) {
-            // Values: lane owns dimension pairs lane, lane + 32, ...
-            for (int j = 0; j < TILE_KEYS; j++) {
-                float pj[ROWS_PER_WARP];
-#pragma unroll
-                for (int r = 0; r < ROWS_PER_WARP; r++) pj[r] = __shfl_sync(0xffffffffu, p[r], j);
-                const __half2 *vr = kvs + j * stride;
-#pragma unroll
-                for (int i = 0; i < MAX_PAIRS_PER_LANE; i++) {
-                    const int d2 = lane + WARP * i;
-                    if (d2 < hd2) {
-                        const float2 vf = __half22float2(vr[d2]);
-#pragma unroll
-                        for (int r = 0; r < ROWS_PER_WARP; r++) {
-                            acc[r][i].x = fmaf(pj[r], vf.x, acc[r][i].x);
-                            acc[r][i].y = fmaf(pj[r], vf.y, acc[r][i].y);
-                        }
-                    }
-                }
-            }
+        gm = warp_max(gm);
+        float gl = 0.0f;
+        for (int s = lane; s < active; s += WARP) {
+            const long long o = 2 * ((long long)bh * nsplit + s);
+            const float ls = __ldcg(pml + o + 1);
+            const float f = ls > 0.0f ? expf(__ldcg(pml + o) - gm) : 0.0f;
+            s_f[s] = f;
+            gl += ls * f;
+        }
+        gl = warp_sum(gl);
+        if (lane == 0) {
+            s_inv = gl > 0.0f ? 1.0f / gl : 0.0f;
+            counters[bh] = 0;  // ready for the next launch
         }
     }
-#pragma unroll
-    for (int r = 0; r < ROWS_PER_WARP; r++) {
-        const int row = row0 + my0 + r;
-        if (row >= n_rows) continue;
-        const int token = row / group, h = kvh * group + row % group;
-        float *o = out + ((long long)token * n_head + h) * head_dim;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-#pragma unroll
-        for (int i = 0; i < MAX_PAIRS_PER_LANE; i++) {
-            const int d2 = lane + WARP * i;
-            if (d2 < hd2) {
-                o[2 * d2] = acc[r][i].x * inv;
-                o[2 * d2 + 1] = acc[r][i].y * inv;
-            }
-        }
+    __syncthreads();
+    const float *acc0 = part + (long long)bh * nsplit * head_dim;
+    for (int i = tid; i < head_dim; i += nthreads) {
+        float o = 0.0f;
+        for (int s = 0; s < active; s++)
+            if (s_f[s] != 0.0f) o = fmaf(__ldcg(acc0 + (long long)s * head_dim + i), s_f[s], o);
+        oh[i] = o * s_inv;
     }
 }

@@ -107,6 +107,38 @@ extern "C" __global__ void add_rms_norm_q8_1_f32(const float *__restrict__ x, co
     rms_norm_row<true, true>(x, r, sum, w, out, q, k, eps);
 }
 
+// A sandwich norm and the residual add and norm after it (Gemma's post-attention and post-FFN
+// norms): `normed = rms_norm(o, w1)`, then add_rms_norm of `x` and `normed` (`sum = x +
+// normed`, `out = rms_norm(sum, w2)`), one launch where there were two. Each thread reads back
+// only the normed values it wrote itself (both norms map values to threads alike), so the two
+// steps give the bits of rms_norm_f32 and add_rms_norm_f32.
+template <bool Q8>
+__device__ __forceinline__ void norm_add_rms_norm(const float *__restrict__ o, const float *__restrict__ w1,
+                                                  float *normed, const float *__restrict__ x,
+                                                  float *__restrict__ sum, const float *__restrict__ w2,
+                                                  float *__restrict__ out, block_q8_1 *__restrict__ q, int k,
+                                                  float eps1, float eps2) {
+    rms_norm_row<false, false>(o, nullptr, nullptr, w1, normed, nullptr, k, eps1);
+    __syncthreads();
+    rms_norm_row<true, Q8>(x, normed, sum, w2, out, q, k, eps2);
+}
+
+extern "C" __global__ void norm_add_rms_norm_f32(const float *__restrict__ o, const float *__restrict__ w1,
+                                                 float *normed, const float *__restrict__ x,
+                                                 float *__restrict__ sum, const float *__restrict__ w2,
+                                                 float *__restrict__ out, int k, float eps1, float eps2) {
+    norm_add_rms_norm<false>(o, w1, normed, x, sum, w2, out, nullptr, k, eps1, eps2);
+}
+
+// norm_add_rms_norm_f32 that also leaves `out` as Q8_1 in `q`.
+extern "C" __global__ void norm_add_rms_norm_q8_1_f32(const float *__restrict__ o, const float *__restrict__ w1,
+                                                      float *normed, const float *__restrict__ x,
+                                                      float *__restrict__ sum, const float *__restrict__ w2,
+                                                      float *__restrict__ out, block_q8_1 *__restrict__ q, int k,
+                                                      float eps1, float eps2) {
+    norm_add_rms_norm<true>(o, w1, normed, x, sum, w2, out, q, k, eps1, eps2);
+}
+
 extern "C" __global__ void layer_norm_f32(const float *__restrict__ x, const float *__restrict__ w,
                                           const float *__restrict__ b, float *__restrict__ out,
                                           int k, float eps) {

@@ -8,7 +8,7 @@
 // null: in place), read from `src`. Launch: grid n_tokens * n_head, block n_rot / 2 threads
 // (one per pair, n_rot <= 2048).
 // rope_qk_append_f16: a decode or prefill step's attention inputs in one launch: the queries
-// rotated from `q_src` into `q_out`, the keys rotated from `k_src` straight into the f16 key
+// rotated from `q_src` into `q_out` (times `q_scale`: 1, or a scale node after the RoPE), the keys rotated from `k_src` straight into the f16 key
 // cache at their positions, and the values appended to the f16 value cache (rounded to f16 as
 // kv_append.cu does). Launch: grid (n_tokens, n_head + 2 * n_kv_head), block at least n_rot / 2
 // threads (blockIdx.y: query heads, then key heads, then each KV head's slice of the value row;
@@ -17,15 +17,17 @@
 
 // One head: reads `in` (`head_dim` values), writes the rotated head to `out` (f32) and/or
 // `out_h` (f16; either may be null). Thread `pair` rotates one pair; all threads copy the
-// unrotated dims when the output is not the input.
+// unrotated dims when the output is not the input. `out` receives every value times
+// `out_scale` (1: the rotation alone; else the bits of a scale_f32 launch after it, as Gemma
+// scales its queries).
 __device__ __forceinline__ void rope_head(const float *in, float *out, __half *out_h, int pos,
                                           const float *__restrict__ ff, int head_dim, int n_rot, int neox,
                                           float freq_base, float freq_scale, float ext_factor,
-                                          float attn_factor, float corr0, float corr1) {
+                                          float attn_factor, float corr0, float corr1, float out_scale) {
     const int pair = threadIdx.x;
-    if (in != out)
+    if (in != out || out_scale != 1.0f)
         for (int i = n_rot + pair; i < head_dim; i += blockDim.x) {
-            if (out) out[i] = in[i];
+            if (out) out[i] = in[i] * out_scale;
             if (out_h) out_h[i] = __float2half(in[i]);
         }
     if (2 * pair >= n_rot) return;
@@ -48,8 +50,8 @@ __device__ __forceinline__ void rope_head(const float *in, float *out, __half *o
     const float x0 = in[a], x1 = in[b];
     const float r0 = x0 * c - x1 * s, r1 = x0 * s + x1 * c;
     if (out) {
-        out[a] = r0;
-        out[b] = r1;
+        out[a] = r0 * out_scale;
+        out[b] = r1 * out_scale;
     }
     if (out_h) {
         out_h[a] = __float2half(r0);
@@ -65,7 +67,7 @@ extern "C" __global__ void rope_f32(const float *src, float *x, const int *__res
     float *head = x + (long long)blockIdx.x * head_dim;
     const float *in = src ? src + (long long)blockIdx.x * head_dim : head;
     rope_head(in, head, nullptr, positions[token], ff, head_dim, n_rot, neox, freq_base, freq_scale,
-              ext_factor, attn_factor, corr0, corr1);
+              ext_factor, attn_factor, corr0, corr1, 1.0f);
 }
 
 extern "C" __global__ void rope_qk_append_f16(const float *q_src, float *q_out, const float *k_src,
@@ -74,19 +76,19 @@ extern "C" __global__ void rope_qk_append_f16(const float *q_src, float *q_out, 
                                               __half *__restrict__ v_cache, int n_head, int n_kv_head,
                                               int head_dim, int v_row, int n_rot, int neox, float freq_base,
                                               float freq_scale, float ext_factor, float attn_factor,
-                                              float corr0, float corr1) {
+                                              float corr0, float corr1, float q_scale) {
     const int token = blockIdx.x, h = blockIdx.y;
     const int pos = positions[token];
     if (h < n_head) {
         const long long at = ((long long)token * n_head + h) * head_dim;
         rope_head(q_src + at, q_out + at, nullptr, pos, ff, head_dim, n_rot, neox, freq_base, freq_scale,
-                  ext_factor, attn_factor, corr0, corr1);
+                  ext_factor, attn_factor, corr0, corr1, q_scale);
     } else if (h < n_head + n_kv_head) {
         const int kh = h - n_head;
         const long long kv_row = (long long)n_kv_head * head_dim;
         rope_head(k_src + token * kv_row + (long long)kh * head_dim, nullptr,
                   k_cache + pos * kv_row + (long long)kh * head_dim, pos, ff, head_dim, n_rot, neox,
-                  freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1);
+                  freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1, 1.0f);
     } else {
         // KV head `vh`'s slice of the value row (the row splits evenly among the KV heads).
         const int vh = h - n_head - n_kv_head, chunk = v_row / n_kv_head;

@@ -5,6 +5,7 @@
 // kernels' index arithmetic and numerics without a GPU, not their speed or memory model.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -87,6 +88,21 @@ inline thread_local WarpExchange *tl_warp = nullptr;
 inline thread_local std::barrier<> *tl_block = nullptr;
 
 inline void __syncthreads() { tl_block->arrive_and_wait(); }
+// CTAs run one after another here, so memory is coherent and atomics need no more than this.
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline unsigned atomicAdd(unsigned *p, unsigned v) {
+    return std::atomic_ref<unsigned>(*p).fetch_add(v);
+}
+inline float __ldcg(const float *p) { return *p; }
+inline float __int_as_float(int i) {
+    float f;
+    std::memcpy(&f, &i, 4);
+    return f;
+}
+using std::max;
+using std::min;
+
+inline void __syncwarp(unsigned = 0xffffffffu) { tl_warp->bar.arrive_and_wait(); }
 
 inline float __shfl_xor_sync(unsigned, float v, int o) {
     const int lane = (int)threadIdx.x % 32;

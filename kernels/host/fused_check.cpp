@@ -3,6 +3,8 @@
 // - rms_norm_q8_1_f32 = rms_norm_f32, then quantize_q8_1;
 // - add_rms_norm_f32 / add_rms_norm_q8_1_f32 = add_f32, then rms_norm_f32 (then quantize_q8_1),
 //   the sum written too;
+// - norm_add_rms_norm_f32 / _q8_1_f32 = rms_norm_f32 of one input, then add_f32 of the other and
+//   it, then rms_norm_f32 (then quantize_q8_1), the normed input and the sum written too;
 // - swiglu_q8_1_f32 / geglu_q8_1_f32 = swiglu_f32 / geglu_f32, then quantize_q8_1;
 // - scale_from_f32 / softcap_from_f32 / gelu_erf_from_f32 = a copy, then the in-place kernel;
 // over row lengths that take the norm's register path and its loop, with and without a weight,
@@ -73,8 +75,34 @@ static int check_norms() {
         const bool ok = same(sum1, sum2) && same(out1, out2) && same(q1, q2) && same(sum1, sum3) &&
                         same(out1, out3) && same(out_plain, out4) && same(q_plain, q4);
         if (!ok && bad++ < 3) std::printf("fused rms norm differs: k %d threads %d rows %d\n", c.k, c.threads, c.rows);
+        // A sandwich norm of `r` (its own weight and eps), added to `x`, then the norm: the
+        // two-step form (rms_norm_f32, add_f32 with the residual second, rms_norm_f32).
+        const std::vector<float> w1 = random_floats(c.k, 0.5f, 1.5f);
+        const float eps1 = 1e-5f;
+        std::vector<float> normed1(n), sum5(n), out5(n);
+        std::vector<block_q8_1> q5(nb);
+        launch(c.rows, 1, c.threads, 1, [&] { rms_norm_f32(r.data(), w1.data(), normed1.data(), c.k, eps1); });
+        launch(1, 1, 256, 1,
+               [&] { add_f32(normed1.data(), x.data(), sum5.data(), (long long)n, (long long)n); });
+        norm(sum5.data(), out5.data());
+        quantize(out5, q5);
+        std::vector<float> normed6(n, NAN), sum6(n, NAN), out6(n, NAN), normed7(n, NAN), sum7(n, NAN),
+            out7(n, NAN);
+        std::vector<block_q8_1> q6(nb);
+        launch(c.rows, 1, c.threads, 1, [&] {
+            norm_add_rms_norm_q8_1_f32(r.data(), w1.data(), normed6.data(), x.data(), sum6.data(), wp, out6.data(),
+                                       q6.data(), c.k, eps1, eps);
+        });
+        launch(c.rows, 1, c.threads, 1, [&] {
+            norm_add_rms_norm_f32(r.data(), w1.data(), normed7.data(), x.data(), sum7.data(), wp, out7.data(), c.k,
+                                  eps1, eps);
+        });
+        const bool ok2 = same(normed1, normed6) && same(sum5, sum6) && same(out5, out6) && same(q5, q6) &&
+                         same(normed1, normed7) && same(sum5, sum7) && same(out5, out7);
+        if (!ok2 && bad++ < 3)
+            std::printf("norm + add + norm differs: k %d threads %d rows %d\n", c.k, c.threads, c.rows);
     }
-    std::printf("rms_norm with add / Q8_1: %s\n", bad ? "MISMATCH" : "ok");
+    std::printf("rms_norm with add / Q8_1, norm + add + norm: %s\n", bad ? "MISMATCH" : "ok");
     return bad;
 }
 

@@ -5,7 +5,8 @@
 // - kv_append2_f16 (keys and values in one launch, rows of different lengths) = kv_append_f16
 //   twice;
 // - rope_qk_append_f16 (queries rotated, keys rotated into the f16 cache, values appended, one
-//   launch) = rope_f32 of the queries and of the keys from their sources, then kv_append2_f16.
+//   launch) = rope_f32 of the queries and of the keys from their sources, then kv_append2_f16;
+//   with a query scale, the queries = the two-step queries times it (a scale launch after).
 // Also checks the stand-in's f32-to-f16 rounding on every f16 value and the midpoints between.
 //
 // Built and run by `cargo xtask kernels --check`; exits 1 on a mismatch. No GPU, no CUDA.
@@ -119,19 +120,24 @@ static int check_rope_qk_append() {
         launch(n_tok, 2, 256, 1, [&] {
             kv_append2_f16(k1.data(), v.data(), positions, kc1.data(), vc1.data(), k_row, c.v_row);
         });
-        // One launch.
-        std::vector<float> q2(q.size(), NAN);
-        std::vector<__half> kc2(capacity * k_row, nan_half), vc2(capacity * c.v_row, nan_half);
-        launch(n_tok, c.n_head + 2 * c.n_kv, c.threads, 1, [&] {
-            rope_qk_append_f16(q.data(), q2.data(), k.data(), v.data(), positions, ffp, kc2.data(), vc2.data(),
-                               c.n_head, c.n_kv, c.head_dim, c.v_row, c.n_rot, c.neox, 10000.0f, 0.5f,
-                               c.ext_factor, 1.0f, 3.0f, 20.0f);
-        });
-        const bool same = std::memcmp(q1.data(), q2.data(), q1.size() * 4) == 0 &&
-                          std::memcmp(kc1.data(), kc2.data(), kc1.size() * 2) == 0 &&
-                          std::memcmp(vc1.data(), vc2.data(), vc1.size() * 2) == 0;
-        if (!same && bad++ < 3)
-            std::printf("rope_qk_append differs: heads %d/%d head_dim %d n_rot %d\n", c.n_head, c.n_kv, c.head_dim, c.n_rot);
+        // One launch, the queries also scaled (Gemma: a Scale node between RoPE and attention)
+        // against the two-step queries times the scale (scale_from_f32's `src[i] * s`).
+        for (const float q_scale : {1.0f, 0.0625f, 0.3f}) {
+            std::vector<float> q2(q.size(), NAN), q1s(q1.size());
+            for (size_t i = 0; i < q1.size(); i++) q1s[i] = q1[i] * q_scale;
+            std::vector<__half> kc2(capacity * k_row, nan_half), vc2(capacity * c.v_row, nan_half);
+            launch(n_tok, c.n_head + 2 * c.n_kv, c.threads, 1, [&] {
+                rope_qk_append_f16(q.data(), q2.data(), k.data(), v.data(), positions, ffp, kc2.data(),
+                                   vc2.data(), c.n_head, c.n_kv, c.head_dim, c.v_row, c.n_rot, c.neox, 10000.0f,
+                                   0.5f, c.ext_factor, 1.0f, 3.0f, 20.0f, q_scale);
+            });
+            const bool same = std::memcmp(q1s.data(), q2.data(), q1.size() * 4) == 0 &&
+                              std::memcmp(kc1.data(), kc2.data(), kc1.size() * 2) == 0 &&
+                              std::memcmp(vc1.data(), vc2.data(), vc1.size() * 2) == 0;
+            if (!same && bad++ < 3)
+                std::printf("rope_qk_append differs: heads %d/%d head_dim %d n_rot %d q scale %g\n", c.n_head,
+                            c.n_kv, c.head_dim, c.n_rot, q_scale);
+        }
     }
     std::printf("rope_qk_append_f16: %s\n", bad ? "MISMATCH" : "ok");
     return bad;

@@ -287,6 +287,49 @@ fn fused_launches_equal_the_launches_they_replace() {
                 prod_res,
                 "epilogue add ({n}x{k})"
             );
+            // A sandwich norm of `r` first (Gemma): rms_norm, add, add+norm's bits.
+            let pw = dev.upload(&f32_tensor(1, k, 26)).unwrap();
+            let mut pre1 = zeros(shape);
+            dev.rms_norm(&r, Some(&pw), 1e-5, &mut pre1).unwrap();
+            let (mut s1, mut o1) = (zeros(shape), zeros(shape));
+            dev.rms_norm_fused(&x, Some((&pre1, &mut s1)), Some(&nw), 1e-6, &mut o1, false)
+                .unwrap();
+            let (mut pre2, mut s3, mut o3) = (zeros(shape), zeros(shape), zeros(shape));
+            let t3 = dev
+                .norm_add_rms_norm(
+                    (&r, Some(&pw), 1e-5),
+                    &mut pre2,
+                    (&x, &mut s3),
+                    (Some(&nw), 1e-6),
+                    &mut o3,
+                    quantize,
+                )
+                .unwrap();
+            for (what, a, b) in [
+                ("normed", &pre1, &pre2),
+                ("sum", &s1, &s3),
+                ("out", &o1, &o3),
+            ] {
+                assert_eq!(
+                    dev.download_f32(a).unwrap(),
+                    dev.download_f32(b).unwrap(),
+                    "norm + add + norm: {what} ({n}x{k})"
+                );
+            }
+            let mut p4 = zeros(Shape::matrix(n, m).unwrap());
+            let t4 = dev.matmul_reusing(&o3, &w, &mut p4, t3).unwrap();
+            assert_eq!(
+                t4.is_some() && t4 == t3,
+                quantize,
+                "the matmul took the sandwich-fused Q8_1"
+            );
+            let mut p5 = zeros(Shape::matrix(n, m).unwrap());
+            dev.matmul(&o1, &w, &mut p5).unwrap();
+            assert_eq!(
+                dev.download_f32(&p4).unwrap(),
+                dev.download_f32(&p5).unwrap(),
+                "matmul of the sandwich-fused norm"
+            );
         }
         let mut o3 = zeros(shape);
         dev.rms_norm_fused(
@@ -722,6 +765,7 @@ fn fused_rope_and_pair_append_equal_their_two_step_forms() {
         (n_head, n_kv_head, head_dim),
         &p,
         None,
+        1.0,
     )
     .unwrap();
     assert_eq!(
@@ -730,6 +774,31 @@ fn fused_rope_and_pair_append_equal_their_two_step_forms() {
         "fused RoPE: queries"
     );
     assert_eq!(attend(&k3, &v3), attend(&k4, &v4), "fused RoPE: caches");
+    // With the queries scaled (Gemma): the rotated queries, then scale_from.
+    let mut scaled = dev.zeros(DType::F32, shape).unwrap();
+    dev.scale_from(&out, &mut scaled, 0.0625).unwrap();
+    let (mut k5, mut v5) = (cache(), cache());
+    dev.rope_qk_append_ids(
+        (&src, &mut q_out),
+        (&k, &v),
+        &ids,
+        (&mut k5, &mut v5),
+        (n_head, n_kv_head, head_dim),
+        &p,
+        None,
+        0.0625,
+    )
+    .unwrap();
+    assert_eq!(
+        dev.download_f32(&q_out).unwrap(),
+        dev.download_f32(&scaled).unwrap(),
+        "fused RoPE with a query scale: queries"
+    );
+    assert_eq!(
+        attend(&k3, &v3),
+        attend(&k5, &v5),
+        "fused RoPE with a query scale: caches"
+    );
     // A position past the cache is refused before anything is written.
     dev.set_ids(&mut ids, &[0, 1, 2, capacity as i32]).unwrap();
     assert!(dev
@@ -744,8 +813,62 @@ fn fused_rope_and_pair_append_equal_their_two_step_forms() {
             (n_head, n_kv_head, head_dim),
             &p,
             None,
+            1.0,
         )
         .is_err());
+}
+
+/// Causal attention in float64 over f16 keys and values (`[capacity][n_kv_head * head_dim]`):
+/// the function every attention kernel computes (window, soft cap, GQA; no visible key: zeros).
+fn attention_f64(
+    q: &[f32],
+    positions: &[i32],
+    (k, v): (&[half::f16], &[half::f16]),
+    kv_len: usize,
+    p: &kestrel_tensor::cpu::AttentionParams,
+) -> Vec<f32> {
+    let (hd, group) = (p.head_dim, p.n_head / p.n_kv_head);
+    let row = p.n_kv_head * hd;
+    let mut out = vec![0f32; q.len()];
+    for (t, &pos) in positions.iter().enumerate() {
+        if pos < 0 {
+            continue;
+        }
+        let hi = (pos as usize + 1).min(kv_len);
+        let lo = if p.window > 0 {
+            (pos as usize + 1).saturating_sub(p.window).min(hi)
+        } else {
+            0
+        };
+        for h in 0..p.n_head {
+            let qh = &q[(t * p.n_head + h) * hd..][..hd];
+            let kv = (h / group) * hd;
+            let scores: Vec<f64> = (lo..hi)
+                .map(|j| {
+                    let d: f64 = (0..hd)
+                        .map(|i| qh[i] as f64 * k[j * row + kv + i].to_f64())
+                        .sum();
+                    let s = d * p.scale as f64;
+                    if p.softcap > 0.0 {
+                        p.softcap as f64 * (s / p.softcap as f64).tanh()
+                    } else {
+                        s
+                    }
+                })
+                .collect();
+            let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let l: f64 = w.iter().sum();
+            for i in 0..hd {
+                let o: f64 = (lo..hi)
+                    .zip(&w)
+                    .map(|(j, wj)| wj * v[j * row + kv + i].to_f64())
+                    .sum();
+                out[(t * p.n_head + h) * hd + i] = (o / l) as f32;
+            }
+        }
+    }
+    out
 }
 
 #[test]
@@ -753,8 +876,9 @@ fn attention_matches_the_cpu_engine() {
     use half::f16;
     use kestrel_tensor::cpu::{attention, AttentionParams, KvSlice};
     let Some(dev) = device() else { return };
-    let kv_len = 300;
-    let capacity = 512;
+    // Long enough for split decode attention to merge several 256-key ranges.
+    let kv_len = 1100;
+    let capacity = 1200;
     // SmolLM2 (9 heads over 3, 64), Gemma 3 (4 over 1, 256), a window, a soft cap.
     for (n_head, n_kv_head, head_dim, window, softcap) in [
         (9, 3, 64, 0, 0.0),
@@ -775,14 +899,15 @@ fn attention_matches_the_cpu_engine() {
             softcap,
             window,
         };
-        // One decode query, a three-token prefill tail, and prefill chunks that take the tiled
-        // kernel (from 8 tokens: the first 40 positions, then 50 ending at 299), all inside
-        // the cached 300.
+        // One decode query, short steps (one or several key ranges each), and prefill chunks
+        // that take the tiled kernel (from 8 tokens: the first 40 positions, then 50 ending at
+        // 1099), all inside the cached 1100.
         for positions in [
-            vec![299],
-            vec![100, 101, 299],
+            vec![1099],
+            vec![100, 101, 1099],
+            vec![299, 700],
             (0..40).collect(),
-            (250..300).collect(),
+            (1050..1100).collect(),
         ] {
             let q = random(positions.len() * n_head * head_dim, 43);
             let mut want = vec![0f32; q.len()];
@@ -796,6 +921,7 @@ fn attention_matches_the_cpu_engine() {
                 &mut want,
             )
             .unwrap();
+            let want64 = attention_f64(&q, &positions, (&k16, &v16), kv_len, &p);
             let mut kc = dev
                 .zeros(DType::F16, Shape::matrix(capacity, row).unwrap())
                 .unwrap();
@@ -811,21 +937,53 @@ fn attention_matches_the_cpu_engine() {
                 .unwrap();
             let qshape = Shape::matrix(positions.len() * n_head, head_dim).unwrap();
             let dq = dev.upload(&Tensor::from_f32(qshape, &q).unwrap()).unwrap();
-            // Both kernels (the tiled one serves 8 tokens or more).
+            // Both kernels (the tiled one serves 8 tokens or more); steps of up to 8 tokens
+            // also with the keys split among CTAs: off, the device's choice, 5 and 64 ranges
+            // (most of them empty at short positions).
+            let few = positions.len() <= 8;
             for kernel in [AttentionKernel::PerToken, AttentionKernel::Tiled] {
-                dev.set_attention_kernel(kernel);
-                let mut out = dev.zeros_f32(qshape).unwrap();
-                dev.attention(&dq, &positions, &kc, &vc, kv_len, &p, &mut out)
-                    .unwrap();
-                // The CPU rounds the query and its accumulator to f16 on this path, as
-                // llama.cpp does (~1e-3 relative); the GPU keeps both in f32.
-                let e = nmse(&dev.download_f32(&out).unwrap(), &want);
-                assert!(
-                    e <= 1e-5,
-                    "attention ({kernel:?}) {n_head}/{n_kv_head}x{head_dim} window {window} cap {softcap} at {positions:?}: {e:e}"
-                );
+                for splits in [Some(0), None, Some(5), Some(64)] {
+                    if !few && splits.is_some() {
+                        continue;
+                    }
+                    dev.set_attention_kernel(kernel);
+                    dev.set_attention_splits(splits);
+                    let mut out = dev.zeros_f32(qshape).unwrap();
+                    dev.attention(&dq, &positions, &kc, &vc, kv_len, &p, &mut out)
+                        .unwrap();
+                    // The GPU computes in f32 from the f16 cache: against float64 of the same
+                    // function, tightly. The CPU rounds the query and its accumulator to f16
+                    // on this path, as llama.cpp does (~1e-3 relative, growing with the keys:
+                    // NMSE 1.45e-5 at 1,100 on an H200, session 43), so it is a looser check.
+                    let got = dev.download_f32(&out).unwrap();
+                    let e = nmse(&got, &want64);
+                    let e_cpu = nmse(&got, &want);
+                    assert!(
+                        e <= 1e-8 && e_cpu <= 1e-4,
+                        "attention ({kernel:?}, splits {splits:?}) {n_head}/{n_kv_head}x{head_dim} window {window} cap {softcap} at {positions:?}: {e:e} (f64), {e_cpu:e} (CPU)"
+                    );
+                    // A step's first token alone gives the bits it gets in the step.
+                    if few && positions.len() > 1 {
+                        let one = Shape::matrix(n_head, head_dim).unwrap();
+                        let dq1 = dev
+                            .upload(&Tensor::from_f32(one, &q[..n_head * head_dim]).unwrap())
+                            .unwrap();
+                        let mut o1 = dev.zeros_f32(one).unwrap();
+                        dev.attention(&dq1, &positions[..1], &kc, &vc, kv_len, &p, &mut o1)
+                            .unwrap();
+                        let alone = dev.download_f32(&o1).unwrap();
+                        assert!(
+                            alone
+                                .iter()
+                                .zip(&got)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "attention (splits {splits:?}): a token alone differs from the same token in a step"
+                        );
+                    }
+                }
             }
             dev.set_attention_kernel(AttentionKernel::Auto);
+            dev.set_attention_splits(None);
         }
     }
 }

@@ -7,7 +7,10 @@
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::engine::{cfg, driver, f32_only, grid_for, i32_of};
-use super::{AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, MAX_HEAD_DIM, MAX_MATVEC_ROWS};
+use super::{
+    AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, MAX_ATTENTION_SPLITS, MAX_HEAD_DIM,
+    MAX_MATVEC_ROWS,
+};
 use crate::cpu::{rope_yarn_corr_dims, AttentionParams, RopeMode, RopeParams};
 use crate::error::{Result, TensorError};
 use crate::{DType, Shape};
@@ -26,6 +29,24 @@ const TILED_ATTENTION_MIN_WAVES: usize = 2;
 /// Most warps of an `attention_f16` CTA (`DEC_MAX_WARPS` in attention.cu).
 const DEC_MAX_WARPS: u32 = 16;
 
+/// Warps of an `attention_f16_split` CTA (`SPLIT_WARPS` in attention.cu).
+const SPLIT_WARPS: u32 = 16;
+
+/// [`CudaDevice::attention_splits`] when the device picks per model.
+const SPLITS_AUTO: u32 = u32::MAX;
+
+/// The split setting `KESTREL_CUDA_ATTN_SPLIT` names: `0` or `off` (a CTA per (token, head)),
+/// a count of key ranges (at most [`MAX_ATTENTION_SPLITS`]), else chosen per model.
+pub(super) fn splits_from_env() -> u32 {
+    match std::env::var("KESTREL_CUDA_ATTN_SPLIT").as_deref() {
+        Ok("off") => 0,
+        Ok(v) => v
+            .parse::<usize>()
+            .map_or(SPLITS_AUTO, |n| n.min(MAX_ATTENTION_SPLITS) as u32),
+        Err(_) => SPLITS_AUTO,
+    }
+}
+
 /// Query rows and keys per tile of `attention_f16_tiled` (`TILE_ROWS`, `TILE_KEYS`).
 const TILE_ROWS: usize = 16;
 const TILE_KEYS: usize = 32;
@@ -43,6 +64,43 @@ impl CudaDevice {
         } else {
             4
         }
+    }
+
+    /// Key ranges a step of `n_tokens` query tokens of `n_head` heads may split each query's
+    /// keys into (`attention_f16_split`), 0 for `attention_f16`. Decode and verification steps
+    /// (up to [`MAX_MATVEC_ROWS`] tokens, all alike, so a token's bits do not depend on its
+    /// step) whose heads would leave most SMs idle take up to two CTAs an SM (at most
+    /// [`MAX_ATTENTION_SPLITS`]); the kernel uses as many as the query's keys fill at 256 each,
+    /// so short contexts run on one CTA a head as before, while a Gemma 3 270M step (4 heads)
+    /// over 4,096 keys runs on 64 CTAs instead of 4 walking every key.
+    fn attention_splits(&self, n_tokens: usize, n_head: usize) -> usize {
+        if n_tokens > MAX_MATVEC_ROWS || n_head == 0 {
+            return 0;
+        }
+        match self
+            .attention_splits
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            SPLITS_AUTO => {
+                let n = (2 * self.sm_count / n_head).min(MAX_ATTENTION_SPLITS);
+                if n < 2 {
+                    0
+                } else {
+                    n
+                }
+            }
+            n => n as usize,
+        }
+    }
+
+    /// How decode steps split attention over the keys: `None` chooses per model (the default
+    /// unless `KESTREL_CUDA_ATTN_SPLIT` is set), `Some(0)` keeps a CTA per (token, head),
+    /// `Some(n)` takes `n` key ranges (at most [`MAX_ATTENTION_SPLITS`]). Tests and A/B runs;
+    /// a plan's captured graphs keep the setting they were captured with.
+    pub fn set_attention_splits(&self, splits: Option<usize>) {
+        let v = splits.map_or(SPLITS_AUTO, |n| n.min(MAX_ATTENTION_SPLITS) as u32);
+        self.attention_splits
+            .store(v, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Picks the kernel attention takes for several query tokens (tests and A/B runs;
@@ -253,7 +311,9 @@ impl CudaDevice {
     /// heads) straight into the f16 key cache at the step's positions, and `v_src` appended to
     /// the value cache: the bits of [`Self::rope_ids_from`] twice and [`Self::kv_append2_ids`],
     /// in one launch instead of three (a CTA per query head, per key head, and per KV head's
-    /// slice of the value row). The positions are the device buffer the caller wrote.
+    /// slice of the value row). The positions are the device buffer the caller wrote. The
+    /// queries leave times `q_scale` (1: as rotated), the bits of a [`Self::scale_from`] after
+    /// the rotation (Gemma scales its queries between RoPE and attention).
     ///
     /// # Errors
     /// Shape or dtype mismatches, a position outside the caches, bad RoPE parameters, a launch
@@ -268,6 +328,7 @@ impl CudaDevice {
         (n_head, n_kv_head, head_dim): (usize, usize, usize),
         p: &RopeParams,
         freq_factors: Option<&DeviceTensor>,
+        q_scale: f32,
     ) -> Result<()> {
         const OP: &str = "cuda rope_qk_append";
         let n_tok = positions.host.len();
@@ -330,6 +391,7 @@ impl CudaDevice {
             .arg(&hd)
             .arg(&vr);
         ra.push(&mut b);
+        b.arg(&q_scale);
         let launch = LaunchConfig {
             grid_dim: (
                 grid_for(n_tok, 1)?,
@@ -574,6 +636,14 @@ impl CudaDevice {
                 _ => fills,
             } && n_tokens >= TILED_ATTENTION_MIN_TOKENS
                 && p.head_dim.is_multiple_of(2);
+            let splits = if tiled {
+                0
+            } else {
+                self.attention_splits(n_tokens, p.n_head)
+            };
+            if splits > 0 {
+                return self.attention_split(q, pos, k, v, out, p, (kv_len, n_tokens, splits));
+            }
             let nt = i32_of(OP, n_tokens)?;
             let f = self.func(if tiled {
                 "attention_f16_tiled"
@@ -626,5 +696,89 @@ impl CudaDevice {
             Some(d) => run(d),
             None => self.with_ids(positions.iter().copied(), run),
         }
+    }
+
+    /// `attention_f16_split` over `splits` key ranges (checked by the caller), its partial
+    /// results in the device's split scratch (grown here, for a step of up to
+    /// [`MAX_MATVEC_ROWS`] tokens, which a graph replays without growing it again).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_split(
+        &self,
+        q: &DeviceTensor,
+        pos: &CudaSlice<i32>,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        out: &mut DeviceTensor,
+        p: &AttentionParams,
+        (kv_len, n_tokens, splits): (usize, usize, usize),
+    ) -> Result<()> {
+        const OP: &str = "cuda attention";
+        let rows = n_tokens.max(MAX_MATVEC_ROWS) * p.n_head;
+        let floats = rows * splits * (p.head_dim + 2);
+        let mut guard = self
+            .split_scratch
+            .lock()
+            .map_err(|_| TensorError::InvalidParam {
+                op: OP,
+                why: "lock poisoned",
+            })?;
+        if guard
+            .as_ref()
+            .is_none_or(|(part, counters)| part.len() < floats || counters.len() < rows)
+        {
+            // Counters start at zero: each launch leaves them so.
+            let part = self
+                .stream
+                .alloc_zeros::<f32>(floats)
+                .map_err(|e| self.alloc_error(floats * 4, e))?;
+            let counters = self
+                .stream
+                .alloc_zeros::<u32>(rows)
+                .map_err(|e| self.alloc_error(rows * 4, e))?;
+            *guard = Some((part, counters));
+            self.bump_epoch();
+        }
+        let Some((part, counters)) = guard.as_mut() else {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "no split scratch",
+            });
+        };
+        let (nh, nkv, hd, kl) = (
+            i32_of(OP, p.n_head)?,
+            i32_of(OP, p.n_kv_head)?,
+            i32_of(OP, p.head_dim)?,
+            i32_of(OP, kv_len)?,
+        );
+        let window = i32_of(OP, p.window)?;
+        let causal = 1i32;
+        let f = self.func("attention_f16_split")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&q.buf)
+            .arg(pos)
+            .arg(&k.buf)
+            .arg(&v.buf)
+            .arg(&mut out.buf)
+            .arg(part)
+            .arg(counters)
+            .arg(&nh)
+            .arg(&nkv)
+            .arg(&hd)
+            .arg(&kl)
+            .arg(&p.scale)
+            .arg(&p.softcap)
+            .arg(&window)
+            .arg(&causal);
+        let config = LaunchConfig {
+            grid_dim: (grid_for(n_tokens * p.n_head, 1)?, splits as u32, 1),
+            block_dim: (32, SPLIT_WARPS, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: q and out hold tokens*n_head*head_dim f32, k and v at least kv_len rows of
+        // n_kv_head*head_dim f16, positions one i32 per token (checked by `attention_impl`);
+        // part holds tokens*n_head*splits*(head_dim + 2) f32 and counters tokens*n_head u32,
+        // all zero (sized above; each launch leaves them zero); splits <= SPLIT_MAX.
+        unsafe { b.launch(config) }.map_err(driver("launch attention_split"))?;
+        Ok(())
     }
 }

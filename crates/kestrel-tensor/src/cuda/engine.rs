@@ -144,6 +144,12 @@ pub struct CudaDevice {
     pub(super) sm_count: usize,
     /// Which attention kernel prefill takes ([`crate::cuda::AttentionKernel`] as its index).
     pub(super) attention_kernel: std::sync::atomic::AtomicU8,
+    /// Key ranges of split decode attention: 0 off, `u32::MAX` chosen per model, else that
+    /// many (`attention.rs`).
+    pub(super) attention_splits: std::sync::atomic::AtomicU32,
+    /// Split decode attention's partial results and per-(token, head) counters (grown, never
+    /// shrunk; the counters are zero between launches).
+    pub(super) split_scratch: Mutex<Option<(CudaSlice<f32>, CudaSlice<u32>)>>,
     pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
     functions: HashMap<&'static str, CudaFunction>,
@@ -284,6 +290,8 @@ impl CudaDevice {
             capability: (major, minor),
             sm_count: usize::try_from(sm_count).unwrap_or(1).max(1),
             attention_kernel: std::sync::atomic::AtomicU8::new(AttentionKernel::from_env() as u8),
+            attention_splits: std::sync::atomic::AtomicU32::new(super::attention::splits_from_env()),
+            split_scratch: Mutex::new(None),
             ctx,
             stream,
             blas,

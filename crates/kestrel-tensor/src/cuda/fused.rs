@@ -1,5 +1,5 @@
 //! Fused forms of launches a decode step runs back to back (issue 24: fewer, fuller kernels):
-//! the residual add with the RMS norm after it, the Q8_1 quantization of a norm's or a gated
+//! the residual add with the RMS norm after it (and with a sandwich norm before it), the Q8_1 quantization of a norm's or a gated
 //! activation's output (the next matvec's input) in the same launch, a residual added in a
 //! quantized matvec's epilogue, up to three matvecs of one activation row in one launch (q/k/v,
 //! gate/up), and scale / soft cap / exact GELU reading their input from another buffer (a copy
@@ -111,6 +111,87 @@ impl CudaDevice {
         // scratch, when passed, n rows of k/32 Q8_1 blocks (grown by q8_scratch).
         unsafe { b.launch(cfg(grid_for(n, 1)?, (rms_threads(k), 1))) }
             .map_err(driver("launch fused rms_norm"))?;
+        Ok(ticket)
+    }
+
+    /// A sandwich norm and the residual add and norm after it in one launch (Gemma's post-norms):
+    /// `normed = rms_norm(o) * w1`, `sum = x + normed`, `out = rms_norm(sum) * w2`, the bits of
+    /// [`Self::rms_norm_fused`] twice (the second with the residual). `quantize` also leaves
+    /// `out` as Q8_1, as there.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    #[allow(clippy::too_many_arguments)]
+    pub fn norm_add_rms_norm(
+        &self,
+        (o, w1, eps1): (&DeviceTensor, Option<&DeviceTensor>, f32),
+        normed: &mut DeviceTensor,
+        (x, sum): (&DeviceTensor, &mut DeviceTensor),
+        (w2, eps2): (Option<&DeviceTensor>, f32),
+        out: &mut DeviceTensor,
+        quantize: bool,
+    ) -> Result<Option<Q8Ticket>> {
+        const OP: &str = "cuda norm + add + rms_norm";
+        f32_only(OP, o)?;
+        for (what, t) in [
+            ("normed", &*normed),
+            ("x", x),
+            ("sum", &*sum),
+            ("out", &*out),
+        ] {
+            f32_only(OP, t)?;
+            same_shape(OP, what, o, t)?;
+        }
+        let (k, n) = (o.shape.row_len(), o.shape.n_rows());
+        for w in [w1, w2].into_iter().flatten() {
+            f32_only(OP, w)?;
+            if w.shape.elem_count() != k {
+                return Err(TensorError::LengthMismatch {
+                    op: OP,
+                    what: "weight",
+                    expected: k,
+                    actual: w.shape.elem_count(),
+                });
+            }
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        let quantize = quantize && k.is_multiple_of(32);
+        let mut scratch = match quantize {
+            true => Some(self.q8_scratch(OP, n, k)?),
+            false => None,
+        };
+        let null = 0u64;
+        let ki = i32_of(OP, k)?;
+        let f = self.func(if quantize {
+            "norm_add_rms_norm_q8_1_f32"
+        } else {
+            "norm_add_rms_norm_f32"
+        })?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&o.buf);
+        match w1 {
+            Some(w) => b.arg(&w.buf),
+            None => b.arg(&null),
+        };
+        b.arg(&mut normed.buf).arg(&x.buf).arg(&mut sum.buf);
+        match w2 {
+            Some(w) => b.arg(&w.buf),
+            None => b.arg(&null),
+        };
+        b.arg(&mut out.buf);
+        let mut ticket = None;
+        if let Some((guard, t)) = scratch.as_mut() {
+            let q = guard.as_mut().ok_or_else(no_scratch_err)?;
+            b.arg(q);
+            ticket = Some(*t);
+        }
+        b.arg(&ki).arg(&eps1).arg(&eps2);
+        // SAFETY: o, normed, x, sum and out hold n*k f32, the weights k f32 or null (checked);
+        // the scratch, when passed, n rows of k/32 Q8_1 blocks (grown by q8_scratch).
+        unsafe { b.launch(cfg(grid_for(n, 1)?, (rms_threads(k), 1))) }
+            .map_err(driver("launch norm + add + rms_norm"))?;
         Ok(ticket)
     }
 

@@ -107,8 +107,12 @@ pub(crate) use ptx_table::MODULES;
 /// Largest number of activation rows one matvec launch takes (the `mmvq_*_N` kernels).
 pub const MAX_MATVEC_ROWS: usize = 8;
 
-/// Largest head the attention kernel takes (`MAX_HEAD_DIM` in attention.cu).
+/// Largest head the attention kernel takes (`MAX_HEAD_DIM` in attention.cuh).
 pub const MAX_HEAD_DIM: usize = 256;
+
+/// Most key ranges split decode attention takes (`SPLIT_MAX` in attention.cu):
+/// [`CudaDevice::set_attention_splits`].
+pub const MAX_ATTENTION_SPLITS: usize = 64;
 
 #[cfg(test)]
 mod tests {

@@ -15,6 +15,11 @@ pub(crate) const MODULES: &[PtxModule] = &[
         sm90: include_str!("ptx/attention.sm_90.ptx"),
     },
     PtxModule {
+        name: "attention_tiled",
+        sm80: include_str!("ptx/attention_tiled.sm_80.ptx"),
+        sm90: include_str!("ptx/attention_tiled.sm_90.ptx"),
+    },
+    PtxModule {
         name: "dequant",
         sm80: include_str!("ptx/dequant.sm_80.ptx"),
         sm90: include_str!("ptx/dequant.sm_90.ptx"),

@@ -223,6 +223,11 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// How decode steps split attention over the keys.
+    pub fn set_attention_splits(&self, _splits: Option<usize>) {
+        match self.never {}
+    }
+
     /// Matmul that may reuse the last call's quantized input.
     ///
     /// # Errors
@@ -251,6 +256,7 @@ impl CudaDevice {
         _heads: (usize, usize, usize),
         _p: &RopeParams,
         _freq_factors: Option<&DeviceTensor>,
+        _q_scale: f32,
     ) -> Result<()> {
         match self.never {}
     }
@@ -319,6 +325,23 @@ impl CudaDevice {
         _residual: Option<(&DeviceTensor, &mut DeviceTensor)>,
         _weight: Option<&DeviceTensor>,
         _eps: f32,
+        _out: &mut DeviceTensor,
+        _quantize: bool,
+    ) -> Result<Option<Q8Ticket>> {
+        match self.never {}
+    }
+
+    /// A sandwich norm, the residual add and the norm after it, in one launch.
+    ///
+    /// # Errors
+    /// Unreachable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn norm_add_rms_norm(
+        &self,
+        _pre: (&DeviceTensor, Option<&DeviceTensor>, f32),
+        _normed: &mut DeviceTensor,
+        _residual: (&DeviceTensor, &mut DeviceTensor),
+        _norm: (Option<&DeviceTensor>, f32),
         _out: &mut DeviceTensor,
         _quantize: bool,
     ) -> Result<Option<Q8Ticket>> {

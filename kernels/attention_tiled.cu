@@ -1,0 +1,195 @@
+// Attention over the f16 KV cache for prefill (many query tokens); attention.cu has the rules.
+//
+// attention_f16_tiled (prefill: many query tokens): the same function, computed a tile at a
+// time. A CTA of 4 warps takes TILE_ROWS consecutive query rows of one KV head (row r = token
+// r / group, head kvh * group + r % group, group = n_head / n_kv_head), so every K/V tile it
+// stages in shared memory (K, then V, in one buffer of half2 rows) serves TILE_ROWS queries
+// instead of one. In each warp, lane j scores key j of the 32-key tile against the warp's
+// ROWS_PER_WARP rows, the online softmax runs over the tile, then lanes own value-dimension
+// pairs and accumulate p_j · v_j. head_dim even (the launcher falls back to attention_f16
+// otherwise). Launch: grid (ceil(n_tokens * group / TILE_ROWS), n_kv_head), block (32, 4),
+// dynamic shared memory (TILE_ROWS * head_dim + TILE_KEYS * (head_dim / 2 + 1)) * 4 bytes.
+#include "attention.cuh"
+
+#define ATT_WARPS 4
+#define ROWS_PER_WARP 4
+#define TILE_ROWS (ATT_WARPS * ROWS_PER_WARP)
+#define TILE_KEYS 32
+#define MAX_PAIRS_PER_LANE (MAX_HEAD_DIM / 2 / WARP)
+
+// Keys t0 .. t0 + TILE_KEYS of one KV head (`base` = its first row) into the shared tile as
+// half2 rows of hd2 + 1 words; keys from `end` on as zeros. Every thread of the CTA takes part.
+__device__ __forceinline__ void load_tile(__half2 *tile, const __half *base, long long kv_row, int t0,
+                                          int end, int hd2, int tid) {
+    for (int i = tid; i < TILE_KEYS * hd2; i += WARP * ATT_WARPS) {
+        const int j = i / hd2, d2 = i % hd2, key = t0 + j;
+        tile[j * (hd2 + 1) + d2] = key < end ? *(const __half2 *)(base + key * kv_row + 2 * d2)
+                                             : __floats2half2_rn(0.0f, 0.0f);
+    }
+}
+
+// Dynamic shared memory of attention_f16_tiled: the Q rows as f32 ([TILE_ROWS][head_dim]), then
+// one K-or-V tile as half2 rows of head_dim / 2 + 1 words (the extra word keeps lanes reading
+// different keys' rows on different banks). 32.1 KiB at head_dim 256; the launcher in
+// src/cuda/attention.rs computes the same size.
+extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
+    attention_f16_tiled(const float *__restrict__ q, const int *__restrict__ positions,
+                        const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
+                        int n_head, int n_kv_head, int head_dim, int kv_len, float scale, float softcap,
+                        int window, int causal, int n_tokens) {
+    extern __shared__ float smem[];
+    __shared__ int s_lo[TILE_ROWS], s_hi[TILE_ROWS];
+    __shared__ int s_range[2];
+    const int hd2 = head_dim / 2, stride = hd2 + 1;
+    float *qs = smem;                                     // [TILE_ROWS][head_dim]
+    __half2 *kvs = (__half2 *)(qs + TILE_ROWS * head_dim);  // [TILE_KEYS][stride]
+    const int group = n_head / n_kv_head;
+    const int kvh = blockIdx.y;
+    const int n_rows = n_tokens * group;
+    const int row0 = blockIdx.x * TILE_ROWS;
+    const int lane = threadIdx.x, warp = threadIdx.y;
+    const int tid = warp * WARP + lane;
+    const float neg_inf = -__int_as_float(0x7f800000);
+
+    // Each row's visible keys [lo, hi), and the CTA's union.
+    if (tid < TILE_ROWS) {
+        const int r = row0 + tid;
+        int lo = 0, hi = 0;
+        if (r < n_rows) visible_keys(causal ? positions[r / group] : 0, kv_len, window, causal, &lo, &hi);
+        s_lo[tid] = lo;
+        s_hi[tid] = hi;
+    }
+    // The query rows (zeros past the last row).
+    for (int i = tid; i < TILE_ROWS * head_dim; i += WARP * ATT_WARPS) {
+        const int rr = i / head_dim, d = i % head_dim, r = row0 + rr;
+        float val = 0.0f;
+        if (r < n_rows) {
+            const int token = r / group, h = kvh * group + r % group;
+            val = q[((long long)token * n_head + h) * head_dim + d];
+        }
+        qs[i] = val;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        int lo = 0x7fffffff, hi = 0;
+        for (int r = 0; r < TILE_ROWS; r++) {
+            if (s_hi[r] > s_lo[r]) {
+                lo = min(lo, s_lo[r]);
+                hi = max(hi, s_hi[r]);
+            }
+        }
+        s_range[0] = hi > 0 ? lo : 0;
+        s_range[1] = hi;
+    }
+    __syncthreads();
+    const int cta_lo = s_range[0], cta_hi = s_range[1];
+
+    const int my0 = warp * ROWS_PER_WARP;  // this warp's first row in the tile
+    int lo[ROWS_PER_WARP], hi[ROWS_PER_WARP];
+    float m[ROWS_PER_WARP], l[ROWS_PER_WARP], p[ROWS_PER_WARP];
+    float2 acc[ROWS_PER_WARP][MAX_PAIRS_PER_LANE];
+    int warp_lo = 0x7fffffff, warp_hi = 0;
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; r++) {
+        lo[r] = s_lo[my0 + r];
+        hi[r] = s_hi[my0 + r];
+        if (hi[r] > lo[r]) {
+            warp_lo = min(warp_lo, lo[r]);
+            warp_hi = max(warp_hi, hi[r]);
+        }
+        m[r] = neg_inf;
+        l[r] = 0.0f;
+        p[r] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MAX_PAIRS_PER_LANE; i++) acc[r][i] = make_float2(0.0f, 0.0f);
+    }
+    const long long kv_row = (long long)n_kv_head * head_dim;
+    const __half *kbase = k + (long long)kvh * head_dim;
+    const __half *vbase = v + (long long)kvh * head_dim;
+
+    for (int t0 = cta_lo; t0 < cta_hi; t0 += TILE_KEYS) {
+        // Every warp passes every barrier; a warp none of whose rows see this tile skips the
+        // arithmetic only.
+        const bool active = t0 < warp_hi && t0 + TILE_KEYS > warp_lo;
+        __syncthreads();  // the previous V tile is no longer read
+        load_tile(kvs, kbase, kv_row, t0, cta_hi, hd2, tid);
+        __syncthreads();
+        if (active) {
+            // Scores: lane j against key t0 + j, for each of the warp's rows.
+            const int key = t0 + lane;
+            float s[ROWS_PER_WARP];
+#pragma unroll
+            for (int r = 0; r < ROWS_PER_WARP; r++) s[r] = 0.0f;
+            const __half2 *kr = kvs + lane * stride;
+            for (int d2 = 0; d2 < hd2; d2++) {
+                const float2 kf = __half22float2(kr[d2]);
+#pragma unroll
+                for (int r = 0; r < ROWS_PER_WARP; r++) {
+                    const float2 qf = *(const float2 *)(qs + (my0 + r) * head_dim + 2 * d2);
+                    s[r] = fmaf(qf.x, kf.x, fmaf(qf.y, kf.y, s[r]));
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < ROWS_PER_WARP; r++) {
+                const bool visible = key >= lo[r] && key < hi[r];
+                float sc = s[r] * scale;
+                if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
+                sc = visible ? sc : neg_inf;
+                const float m_new = fmaxf(m[r], warp_max(sc));  // warp-uniform
+                if (m_new == neg_inf) {
+                    p[r] = 0.0f;  // nothing visible yet: m, l and acc stay as they are
+                } else {
+                    const float corr = expf(m[r] - m_new);  // 0 on the first visible tile
+                    p[r] = visible ? expf(sc - m_new) : 0.0f;
+                    l[r] = l[r] * corr + warp_sum(p[r]);
+                    m[r] = m_new;
+#pragma unroll
+                    for (int i = 0; i < MAX_PAIRS_PER_LANE; i++) {
+                        acc[r][i].x *= corr;
+                        acc[r][i].y *= corr;
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the K tile is no longer read
+        load_tile(kvs, vbase, kv_row, t0, cta_hi, hd2, tid);
+        __syncthreads();
+        if (active) {
+            // Values: lane owns dimension pairs lane, lane + 32, ...
+            for (int j = 0; j < TILE_KEYS; j++) {
+                float pj[ROWS_PER_WARP];
+#pragma unroll
+                for (int r = 0; r < ROWS_PER_WARP; r++) pj[r] = __shfl_sync(0xffffffffu, p[r], j);
+                const __half2 *vr = kvs + j * stride;
+#pragma unroll
+                for (int i = 0; i < MAX_PAIRS_PER_LANE; i++) {
+                    const int d2 = lane + WARP * i;
+                    if (d2 < hd2) {
+                        const float2 vf = __half22float2(vr[d2]);
+#pragma unroll
+                        for (int r = 0; r < ROWS_PER_WARP; r++) {
+                            acc[r][i].x = fmaf(pj[r], vf.x, acc[r][i].x);
+                            acc[r][i].y = fmaf(pj[r], vf.y, acc[r][i].y);
+                        }
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; r++) {
+        const int row = row0 + my0 + r;
+        if (row >= n_rows) continue;
+        const int token = row / group, h = kvh * group + row % group;
+        float *o = out + ((long long)token * n_head + h) * head_dim;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < MAX_PAIRS_PER_LANE; i++) {
+            const int d2 = lane + WARP * i;
+            if (d2 < hd2) {
+                o[2 * d2] = acc[r][i].x * inv;
+                o[2 * d2 + 1] = acc[r][i].y * inv;
+            }
+        }
+    }
+}
