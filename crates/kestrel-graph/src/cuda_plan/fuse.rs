@@ -12,7 +12,7 @@
 //!   gate/up) run as one matvec launch in a one-token step;
 //! - the RoPE of an attention's queries and keys and the append of its keys and values to the
 //!   cache run as one launch at the attention (the keys rotated straight into the f16 cache),
-//!   at any step size.
+//!   at any step size, with a scale of the queries between RoPE and attention (Gemma's) in it.
 //!
 //! Each fused launch gives the bits of the launches it replaces, so fusing changes no output.
 
@@ -43,6 +43,19 @@ pub(crate) struct AddNorm {
     pub weight: Option<usize>,
 }
 
+/// An RMS norm of one of a fused add's inputs (Gemma's sandwich norms: the post-attention and
+/// post-FFN norms), run in the add's launch before it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct PreNorm {
+    /// The norm node (its buffer receives the normed values) and its input.
+    pub norm: usize,
+    pub input: usize,
+    /// The add's other input.
+    pub residual: usize,
+    pub eps: f32,
+    pub weight: Option<usize>,
+}
+
 /// The RoPE nodes of an attention's queries and keys, run with its KV append in one launch.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct RopeAttention {
@@ -56,6 +69,16 @@ pub(crate) struct RopeAttention {
     /// Their shared parameters (the key node's head count is the KV heads').
     pub rope: RopeParams,
     pub n_kv_head: usize,
+    /// A scale node between the query RoPE and the attention (Gemma's query pre-scale) and its
+    /// factor, applied in the same launch: the rotated queries land in its buffer.
+    pub q_scale: Option<(usize, f32)>,
+}
+
+impl RopeAttention {
+    /// The node whose buffer receives the rotated (and scaled) queries.
+    pub fn q_out(&self) -> usize {
+        self.q_scale.map_or(self.q, |(node, _)| node)
+    }
 }
 
 /// What may fuse around each node, by node index.
@@ -63,6 +86,8 @@ pub(crate) struct RopeAttention {
 pub(crate) struct Fusions {
     pub matmul_add: Vec<Option<MatMulAdd>>,
     pub add_norm: Vec<Option<AddNorm>>,
+    /// For an add with a norm after it ([`Self::add_norm`]): a norm before it, on one input.
+    pub pre_norm: Vec<Option<PreNorm>>,
     /// The weight types of a node's readers when all of them are matmuls (empty otherwise, or
     /// for a node whose output is a graph output): its output may also be left as Q8_1.
     pub q8_readers: Vec<Vec<DType>>,
@@ -101,6 +126,7 @@ impl Fusions {
         let mut f = Fusions {
             matmul_add: vec![None; n],
             add_norm: vec![None; n],
+            pre_norm: vec![None; n],
             q8_readers: vec![Vec::new(); n],
             rope_attention: vec![None; n],
             deferred: vec![false; n],
@@ -110,15 +136,36 @@ impl Fusions {
             let Op::Attention(att) = &node.op else {
                 continue;
             };
-            let (Some(&q), Some(&k), Some(&v)) =
+            let (Some(&q_in), Some(&k), Some(&v)) =
                 (node.inputs.first(), node.inputs.get(1), node.inputs.get(2))
             else {
                 continue;
             };
+            let only_read_by = |r: usize, by: usize| readers[r] == [by] && !outputs.contains(&r);
+            let only_here = |r: usize| only_read_by(r, i);
+            // The queries straight from their RoPE, or through a scale read only here.
+            let (q, q_scale) = match nodes[q_in].op {
+                Op::Scale(s) => match nodes[q_in].inputs.first() {
+                    Some(&r)
+                        if only_here(q_in)
+                            && readers[r] == [q_in]
+                            && !outputs.contains(&r)
+                            && whole_rows(r, q_in) =>
+                    {
+                        (r, Some((q_in, s)))
+                    }
+                    _ => continue,
+                },
+                _ => (q_in, None),
+            };
             let (Op::Rope(pq), Op::Rope(pk)) = (&nodes[q].op, &nodes[k].op) else {
                 continue;
             };
-            let only_here = |r: usize| readers[r] == [i] && !outputs.contains(&r);
+            let q_ok = if q_scale.is_some() {
+                true
+            } else {
+                only_here(q)
+            };
             let (Some(&q_src), Some(&k_src)) = (nodes[q].inputs.first(), nodes[k].inputs.first())
             else {
                 continue;
@@ -128,7 +175,7 @@ impl Fusions {
                 ..pk.clone()
             } == *pq;
             if q != k
-                && only_here(q)
+                && q_ok
                 && only_here(k)
                 && same_rope
                 && pq.head_dim == att.head_dim_k
@@ -145,9 +192,13 @@ impl Fusions {
                     v,
                     rope: pq.clone(),
                     n_kv_head: pk.n_head,
+                    q_scale,
                 });
                 f.deferred[q] = true;
                 f.deferred[k] = true;
+                if let Some((node, _)) = q_scale {
+                    f.deferred[node] = true;
+                }
             }
         }
         for (j, node) in nodes.iter().enumerate() {
@@ -178,6 +229,39 @@ impl Fusions {
                         eps: *eps,
                         weight: *weight,
                     });
+                }
+            }
+            // A whole-row norm read by this add alone, on either input, with no matmul
+            // epilogue taking the add.
+            if f.add_norm[j].is_some() && f.matmul_add[a].is_none() && f.matmul_add[b].is_none() {
+                for (p, residual) in [(b, a), (a, b)] {
+                    let Node {
+                        op: Op::RmsNorm { group, eps, weight },
+                        inputs,
+                        width,
+                        ..
+                    } = &nodes[p]
+                    else {
+                        continue;
+                    };
+                    let Some(&input) = inputs.first() else {
+                        continue;
+                    };
+                    if group == width
+                        && readers[p] == [j]
+                        && !outputs.contains(&p)
+                        && whole_rows(input, p)
+                    {
+                        f.pre_norm[j] = Some(PreNorm {
+                            norm: p,
+                            input,
+                            residual,
+                            eps: *eps,
+                            weight: *weight,
+                        });
+                        f.deferred[p] = true;
+                        break;
+                    }
                 }
             }
         }
@@ -294,8 +378,56 @@ impl CudaPlan {
             (ra.rope.n_head, ra.n_kv_head, ra.rope.head_dim),
             &params,
             ff,
+            ra.q_scale.map_or(1.0, |(_, s)| s),
         )?;
         Ok(())
+    }
+
+    /// The add whose buffer is `sum` with the norm before it on one input (`pn`) and the norm
+    /// `after` it, in one launch; leaves Q8_1 of the last norm when `quantize`.
+    fn pre_norm_add_norm(
+        &mut self,
+        pn: PreNorm,
+        (norm, eps, weight): (usize, f32, Option<usize>),
+        sum: &mut DeviceTensor,
+        rows: usize,
+        quantize: bool,
+    ) -> Result<bool, GraphError> {
+        let width = sum.shape().row_len();
+        let mut normed = self.take_act(norm, rows, width)?;
+        let mut pre = match self.take_act(pn.norm, rows, width) {
+            Ok(t) => t,
+            Err(e) => {
+                self.acts[norm] = Some(normed);
+                return Err(e);
+            }
+        };
+        let w1 = pn.weight.map(|w| Arc::clone(&self.weights[w]));
+        let w2 = weight.map(|w| Arc::clone(&self.weights[w]));
+        let r = match (
+            self.acts[pn.input].as_ref(),
+            self.acts[pn.residual].as_ref(),
+        ) {
+            (Some(o), Some(res)) => self.dev.norm_add_rms_norm(
+                (o, w1.as_deref(), pn.eps),
+                &mut pre,
+                (res, sum),
+                (w2.as_deref(), eps),
+                &mut normed,
+                quantize,
+            ),
+            _ => Err(TensorError::InvalidParam {
+                op: "cuda plan",
+                why: "a fused sandwich norm's input buffer is missing",
+            }),
+        };
+        self.acts[pn.norm] = Some(pre);
+        self.acts[norm] = Some(normed);
+        if let Some(t) = r? {
+            self.q8 = Some((norm, t));
+        }
+        self.done[norm] = true;
+        Ok(true)
     }
 
     /// Runs node `i` (its buffer `out`) as a fused launch where [`Fusions::find`] found one that
@@ -387,6 +519,9 @@ impl CudaPlan {
                     return Ok(false);
                 };
                 let quantize = self.q8_wanted(norm, rows);
+                if let Some(pn) = self.fusions.pre_norm[i] {
+                    return self.pre_norm_add_norm(pn, (norm, eps, weight), out, rows, quantize);
+                }
                 let mut normed = self.take_act(norm, rows, node.width)?;
                 let (a, b) = (node.inputs[0], node.inputs[1]);
                 let w = weight.map(|w| Arc::clone(&self.weights[w]));
@@ -411,6 +546,8 @@ impl CudaPlan {
                 self.done[norm] = true;
                 Ok(true)
             }
+            // A sandwich norm its add runs ([`Fusions::pre_norm`]).
+            Op::RmsNorm { .. } if self.fusions.deferred[i] => Ok(true),
             Op::RmsNorm { group, eps, weight } if *group == node.width => {
                 if !self.q8_wanted(i, rows) {
                     return Ok(false);
@@ -422,14 +559,15 @@ impl CudaPlan {
                 }
                 Ok(true)
             }
-            Op::Rope(_) => Ok(self.fusions.deferred[i]),
+            Op::Rope(_) | Op::Scale(_) => Ok(self.fusions.deferred[i]),
             Op::Attention(p) => {
                 let Some(ra) = self.fusions.rope_attention[i].clone() else {
                     return Ok(false);
                 };
-                let mut q_out = self.take_act(ra.q, rows, ra.rope.n_head * ra.rope.head_dim)?;
+                let q_node = ra.q_out();
+                let mut q_out = self.take_act(q_node, rows, ra.rope.n_head * ra.rope.head_dim)?;
                 let r = self.rope_append(&ra, p.layer, &mut q_out, cache);
-                self.acts[ra.q] = Some(q_out);
+                self.acts[q_node] = Some(q_out);
                 r?;
                 // The attention itself runs as usual, told the append is done.
                 self.appended = true;
@@ -500,8 +638,12 @@ mod tests {
         let q = g.matmul("q", n1, wq).unwrap();
         let k = g.matmul("k", n1, wk).unwrap();
         let vv = g.matmul("v", n1, wv).unwrap();
-        let qr = g.rope("q_rope", q, rope(4)).unwrap();
+        let mut qr = g.rope("q_rope", q, rope(4)).unwrap();
         let kr = g.rope("k_rope", k, rope(2)).unwrap();
+        if post_norms {
+            // Gemma scales its queries between RoPE and attention.
+            qr = g.scale("q_scaled", qr, 0.0625).unwrap();
+        }
         let att = AttentionParams {
             layer: 0,
             n_head: 4,
@@ -621,7 +763,24 @@ mod tests {
             f.add_norm[n("ffn_residual")].map(|a| a.norm),
             Some(n("output_norm"))
         );
-        // A norm whose reader is an add (not a matmul) leaves no Q8_1.
+        // A norm whose reader is an add (not a matmul) leaves no Q8_1, and runs in the add's
+        // launch with the norm after it.
         assert!(f.q8_readers[n("post_attention_norm")].is_empty());
+        for (add, pre, input, residual) in [
+            ("attn_residual", "post_attention_norm", "o", "emb"),
+            ("ffn_residual", "post_ffw_norm", "down", "attn_residual"),
+        ] {
+            let pn = f.pre_norm[n(add)].expect("sandwich norm fused");
+            assert_eq!(
+                (pn.norm, pn.input, pn.residual),
+                (n(pre), n(input), n(residual))
+            );
+            assert!(f.deferred[n(pre)]);
+        }
+        // The query scale runs in the RoPE + append launch, into the scale node's buffer.
+        let ra = f.rope_attention[n("attn")].clone().expect("RoPE + append");
+        assert_eq!(ra.q_scale, Some((n("q_scaled"), 0.0625)));
+        assert_eq!((ra.q, ra.q_out()), (n("q_rope"), n("q_scaled")));
+        assert!(f.deferred[n("q_rope")] && f.deferred[n("k_rope")] && f.deferred[n("q_scaled")]);
     }
 }
