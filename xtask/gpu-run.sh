@@ -15,6 +15,8 @@
 # GPU_RUN_LLAMA=0 (no llama.cpp), GPU_RUN_PLAIN=0 (no bench without CUDA graphs), GPU_RUN_F16=0
 # (no f16-GEMM tests and benches), GPU_RUN_PROFILE=0 (no KESTREL_CUDA_PROFILE runs),
 # GPU_RUN_VARIANTS="VAR=value ..." (one more kestrel bench per file with each setting),
+# GPU_RUN_DEPTH="4096 ..." (tg128 after that many cached tokens, kestrel with each variant and
+# llama-bench's -d), GPU_RUN_DECODE_PROFILE=1 (KESTREL_CUDA_PROFILE times of 64 decode steps of every file),
 # GPU_RUN_NCU=1 (ncu's kernel times for one prefill layer and one decode step of the 8B-shaped
 # Q4_K_M file: the plan's own KESTREL_CUDA_PROFILE times include host stalls), GPU_RUN_MEMCHECK=0.
 set -uo pipefail
@@ -88,6 +90,10 @@ llama_benches() {
         time_for 40 || { log "deadline: llama-bench $spec skipped"; continue; }
         log "llama-bench $spec"
         timeout "$step" "$lb" -m "$f" -ngl 99 -p 512 -n 128 -r 3 2>&1 | tee -a "$out/llama-bench.log"
+        for d in ${GPU_RUN_DEPTH:-}; do
+            timeout "$step" "$lb" -m "$f" -ngl 99 -p 0 -n 128 -d "$d" -r 3 2>&1 | grep "tg128" |
+                tee -a "$out/llama-bench.log"
+        done
     done
     f="$models/llama-8b-Q4_K_M.gguf"
     if [ -f "$f" ] && time_for 60; then
@@ -196,6 +202,19 @@ if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
         for v in ${GPU_RUN_VARIANTS:-}; do
             bench "kestrel with $v (graphs)" .gpu/kestrel "$f" "$v"
         done
+        # Decode at a long context (llama-bench's -d): the same settings, after D cached tokens.
+        for d in ${GPU_RUN_DEPTH:-}; do
+            for v in "" ${GPU_RUN_VARIANTS:-}; do
+                echo "-- kestrel ${v:+with $v }tg128 @ d$d" | tee -a "$out/bench.log"
+                env $v timeout "$step" .gpu/kestrel bench -m "$f" --device cuda -p 0 -n 128 -d "$d" -r 3 2>&1 |
+                    tail -1 | tee -a "$out/bench.log"
+            done
+        done
+        if [ "${GPU_RUN_DECODE_PROFILE:-0}" != 0 ] && time_for 60; then
+            echo "-- decode profile $shape $ty" | tee -a "$out/decode-profile.log"
+            KESTREL_CUDA_PROFILE=1 timeout "$step" .gpu/kestrel bench -m "$f" --device cuda -p 0 -n 64 -r 1 \
+                >>"$out/decode-profile.log" 2>&1
+        fi
         if [ "$shape" = llama-8b ] && [ "${GPU_RUN_PROFILE:-1}" != 0 ] && time_for 60; then
             for g in tf32 f16; do
                 echo "-- profile, GEMM $g" | tee -a "$out/profile.log"

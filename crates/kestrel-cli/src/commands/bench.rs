@@ -1,9 +1,14 @@
-//! `kestrel bench -m MODEL [-p 512] [-n 128] [-t N] [-r 5] [--json]`: llama-bench's two tests.
+//! `kestrel bench -m MODEL [-p 512] [-n 128] [-d 0] [-t N] [-r 5] [--json]`: llama-bench's two
+//! tests.
 //!
 //! - `pp<P>` (prompt processing): `P` tokens (BOS, then pseudo-random ids, as llama-bench
 //!   makes them) in prefill steps of `--batch`, from an empty cache; tok/s = P / time.
 //! - `tg<N>` (text generation): `N` single-token steps from an empty cache (the first token
 //!   BOS), each through the decode plan; tok/s = N / time.
+//!
+//! - with `-d D` (llama-bench's `--n-depth`), both run after D tokens already in the cache
+//!   (prefilled once, not timed; each repetition drops what the last one added): `pp<P> @ d<D>`,
+//!   `tg<N> @ d<D>`, decode speed at a long context.
 //!
 //! - with `--batch B` (B > 1), `tg<N>@b<B>`: B sequences decoded together through the
 //!   continuous-batching scheduler (one forward pass per step for all of them, end-of-generation
@@ -39,6 +44,9 @@ pub struct BenchArgs {
     /// Generated tokens of the tg test (0: skip it).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: usize,
+    /// Tokens already in the context when each test runs (llama-bench's `--n-depth`).
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    pub depth: usize,
     /// Threads (0: all cores).
     #[arg(short, long, default_value_t = 0)]
     pub threads: usize,
@@ -109,6 +117,21 @@ fn median_min_max(v: &[f64]) -> (f64, f64, f64) {
     (median, s[0], s[n - 1])
 }
 
+/// Brings `session` back to holding exactly `prefix` (the depth tokens), outside the timing:
+/// what the last repetition added is dropped, and the prefix is prefilled when the session does
+/// not hold it (the first time, or a recurrent state that could not go back).
+fn to_depth(
+    gen: &mut kestrel::generate::Generator,
+    session: &mut kestrel::generate::Session,
+    prefix: &[u32],
+) -> Result<(), String> {
+    session.truncate(prefix.len());
+    if session.tokens() != prefix {
+        gen.prefill_in(session, prefix).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// llama-bench's prompt: BOS, then `std::rand() % n_vocab`-like ids (here a fixed LCG).
 fn prompt_ids(n: usize, n_vocab: usize, bos: Option<u32>) -> Vec<u32> {
     let mut state = 0x2545_f491_4f6c_dd1du64;
@@ -131,6 +154,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     for (what, v, max) in [
         ("--n-prompt", args.n_prompt, MAX_TOKENS),
         ("--n-gen", args.n_gen, MAX_TOKENS),
+        ("--n-depth", args.depth, MAX_TOKENS),
         ("--repetitions", args.reps, MAX_REPS),
     ] {
         if v > max {
@@ -146,7 +170,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.n_seqs == 0 || args.n_seqs > 256 {
         return Err(format!("--batch {}: must be within 1..=256", args.n_seqs));
     }
-    let ctx = args.n_prompt.max(args.n_gen + 1).max(1);
+    let ctx = args.depth + args.n_prompt.max(args.n_gen + 1).max(1);
     let load = LoadOptions {
         threads: args.threads,
         ctx,
@@ -171,19 +195,38 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     };
     let gen = model.generator_mut();
     let mut results = Vec::new();
+    let depth = args.depth;
+    let at = if depth > 0 {
+        format!(" @ d{depth}")
+    } else {
+        String::new()
+    };
+    // At a depth, every test continues one session holding the same first `depth` tokens.
+    let mut deep = if depth > 0 {
+        Some(gen.new_session().map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
     if args.n_prompt > 0 {
-        let ids = prompt_ids(args.n_prompt, n_vocab, bos);
+        let ids = prompt_ids(depth + args.n_prompt, n_vocab, bos);
         let mut samples = Vec::with_capacity(args.reps);
         for rep in 0..=args.reps {
+            if let Some(s) = deep.as_mut() {
+                to_depth(gen, s, &ids[..depth])?;
+            }
             let t = Instant::now();
-            gen.prefill(&ids).map_err(|e| e.to_string())?;
+            match deep.as_mut() {
+                Some(s) => gen.prefill_in(s, &ids).map(|_| ()),
+                None => gen.prefill(&ids).map(|_| ()),
+            }
+            .map_err(|e| e.to_string())?;
             let ns = t.elapsed().as_nanos() as u64;
             if rep > 0 {
                 samples.push(ns);
             }
         }
         results.push(TestResult {
-            name: format!("pp{}", args.n_prompt),
+            name: format!("pp{}{at}", args.n_prompt),
             n_prompt: args.n_prompt,
             n_gen: 0,
             samples_ns: samples,
@@ -191,13 +234,27 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         });
     }
     if args.n_gen > 0 {
-        let ids = prompt_ids(args.n_gen, n_vocab, bos);
+        let ids = prompt_ids(depth + args.n_gen, n_vocab, bos);
         let mut samples = Vec::with_capacity(args.reps);
         for rep in 0..=args.reps {
+            if let Some(s) = deep.as_mut() {
+                to_depth(gen, s, &ids[..depth])?;
+            }
             let t = Instant::now();
-            gen.prefill(&ids[..1]).map_err(|e| e.to_string())?;
-            for &id in &ids[1..] {
-                gen.step(id).map_err(|e| e.to_string())?;
+            match deep.as_mut() {
+                Some(s) => {
+                    gen.prefill_in(s, &ids[..=depth])
+                        .map_err(|e| e.to_string())?;
+                    for &id in &ids[depth + 1..] {
+                        gen.step_in(s, id).map_err(|e| e.to_string())?;
+                    }
+                }
+                None => {
+                    gen.prefill(&ids[..1]).map_err(|e| e.to_string())?;
+                    for &id in &ids[1..] {
+                        gen.step(id).map_err(|e| e.to_string())?;
+                    }
+                }
             }
             let ns = t.elapsed().as_nanos() as u64;
             if rep > 0 {
@@ -205,7 +262,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             }
         }
         results.push(TestResult {
-            name: format!("tg{}", args.n_gen),
+            name: format!("tg{}{at}", args.n_gen),
             n_prompt: 0,
             n_gen: args.n_gen,
             samples_ns: samples,
