@@ -8,12 +8,19 @@
 // null: in place), read from `src`. Launch: grid n_tokens * n_head, block n_rot / 2 threads
 // (one per pair, n_rot <= 2048).
 // rope_qk_append_f16: a decode or prefill step's attention inputs in one launch: the queries
-// rotated from `q_src` into `q_out` (times `q_scale`: 1, or a scale node after the RoPE), the keys rotated from `k_src` straight into the f16 key
+// rotated from `q_src` into `q_out` (times `q_scale`: 1, or a scale node after the RoPE; with
+// `norms` bit 0, each query head RMS-normed first with `q_norm_w` and `q_eps`, bit 1 the keys
+// with theirs: the per-head norms of Gemma 3 and Qwen 3, the bits of rms_norm_f32 over
+// head_dim-long rows, so the block is then exactly the norm's, rms_threads(head_dim), and
+// head_dim at most ROPE_NORM_MAX_HEAD), the keys rotated from `k_src` straight into the f16 key
 // cache at their positions, and the values appended to the f16 value cache (rounded to f16 as
 // kv_append.cu does). Launch: grid (n_tokens, n_head + 2 * n_kv_head), block at least n_rot / 2
 // threads (blockIdx.y: query heads, then key heads, then each KV head's slice of the value row;
 // `v_row` a multiple of n_kv_head).
-#include "common.cuh"
+#include "norm.cuh"
+
+// Longest head whose RMS norm rope_qk_append_f16 takes in (staged in shared memory).
+#define ROPE_NORM_MAX_HEAD 256
 
 // One head: reads `in` (`head_dim` values), writes the rotated head to `out` (f32) and/or
 // `out_h` (f16; either may be null). Thread `pair` rotates one pair; all threads copy the
@@ -76,17 +83,32 @@ extern "C" __global__ void rope_qk_append_f16(const float *q_src, float *q_out, 
                                               __half *__restrict__ v_cache, int n_head, int n_kv_head,
                                               int head_dim, int v_row, int n_rot, int neox, float freq_base,
                                               float freq_scale, float ext_factor, float attn_factor,
-                                              float corr0, float corr1, float q_scale) {
+                                              float corr0, float corr1, float q_scale,
+                                              const float *__restrict__ q_norm_w, const float *__restrict__ k_norm_w,
+                                              int norms, float q_eps, float k_eps) {
+    __shared__ float s_head[ROPE_NORM_MAX_HEAD];
     const int token = blockIdx.x, h = blockIdx.y;
     const int pos = positions[token];
     if (h < n_head) {
         const long long at = ((long long)token * n_head + h) * head_dim;
-        rope_head(q_src + at, q_out + at, nullptr, pos, ff, head_dim, n_rot, neox, freq_base, freq_scale,
-                  ext_factor, attn_factor, corr0, corr1, q_scale);
+        const float *in = q_src + at;
+        if (norms & 1) {
+            rms_norm_row_at<false, false>(in, nullptr, nullptr, q_norm_w, s_head, nullptr, head_dim, q_eps);
+            __syncthreads();
+            in = s_head;
+        }
+        rope_head(in, q_out + at, nullptr, pos, ff, head_dim, n_rot, neox, freq_base, freq_scale, ext_factor,
+                  attn_factor, corr0, corr1, q_scale);
     } else if (h < n_head + n_kv_head) {
         const int kh = h - n_head;
         const long long kv_row = (long long)n_kv_head * head_dim;
-        rope_head(k_src + token * kv_row + (long long)kh * head_dim, nullptr,
+        const float *in = k_src + token * kv_row + (long long)kh * head_dim;
+        if (norms & 2) {
+            rms_norm_row_at<false, false>(in, nullptr, nullptr, k_norm_w, s_head, nullptr, head_dim, k_eps);
+            __syncthreads();
+            in = s_head;
+        }
+        rope_head(in, nullptr,
                   k_cache + pos * kv_row + (long long)kh * head_dim, pos, ff, head_dim, n_rot, neox,
                   freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1, 1.0f);
     } else {

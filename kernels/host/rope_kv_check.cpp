@@ -6,11 +6,13 @@
 //   twice;
 // - rope_qk_append_f16 (queries rotated, keys rotated into the f16 cache, values appended, one
 //   launch) = rope_f32 of the queries and of the keys from their sources, then kv_append2_f16;
-//   with a query scale, the queries = the two-step queries times it (a scale launch after).
+//   with a query scale, the queries = the two-step queries times it (a scale launch after);
+//   with per-head norms of queries and/or keys = rms_norm_f32 of the heads first.
 // Also checks the stand-in's f32-to-f16 rounding on every f16 value and the midpoints between.
 //
 // Built and run by `cargo xtask kernels --check`; exits 1 on a mismatch. No GPU, no CUDA.
 #include "../kv_append.cu"
+#include "../norm.cu"
 #include "../rope.cu"
 
 #include <cstdio>
@@ -129,7 +131,8 @@ static int check_rope_qk_append() {
             launch(n_tok, c.n_head + 2 * c.n_kv, c.threads, 1, [&] {
                 rope_qk_append_f16(q.data(), q2.data(), k.data(), v.data(), positions, ffp, kc2.data(),
                                    vc2.data(), c.n_head, c.n_kv, c.head_dim, c.v_row, c.n_rot, c.neox, 10000.0f,
-                                   0.5f, c.ext_factor, 1.0f, 3.0f, 20.0f, q_scale);
+                                   0.5f, c.ext_factor, 1.0f, 3.0f, 20.0f, q_scale, nullptr, nullptr, 0, 0.0f,
+                                   0.0f);
             });
             const bool same = std::memcmp(q1s.data(), q2.data(), q1.size() * 4) == 0 &&
                               std::memcmp(kc1.data(), kc2.data(), kc1.size() * 2) == 0 &&
@@ -143,4 +146,60 @@ static int check_rope_qk_append() {
     return bad;
 }
 
-int main() { return check_half_rounding() + check_rope() + check_kv_append() + check_rope_qk_append() ? 1 : 0; }
+// rope_qk_append_f16 with per-head RMS norms (Gemma 3, Qwen 3) = rms_norm_f32 over head-long
+// rows of the queries and keys, then the unnormed launch; queries only, keys only, both.
+static int check_rope_qk_norm_append() {
+    int bad = 0;
+    const int positions[] = {7, 0, 30};
+    const int n_tok = 3, capacity = 32;
+    struct Case {
+        int n_head, n_kv, head_dim, n_rot, neox;
+    };
+    for (const Case c : {Case{4, 1, 256, 256, 1}, Case{8, 2, 128, 128, 1}, Case{4, 2, 80, 32, 0}, Case{2, 2, 16, 16, 0}}) {
+        const int q_row = c.n_head * c.head_dim, k_row = c.n_kv * c.head_dim, v_row = k_row;
+        const int threads = std::min(1024, (c.head_dim + 31) / 32 * 32);  // rms_threads(head_dim)
+        const std::vector<float> q = random_floats(n_tok * q_row), k = random_floats(n_tok * k_row),
+                                 v = random_floats(n_tok * v_row), qw = random_floats(c.head_dim),
+                                 kw = random_floats(c.head_dim);
+        const float q_eps = 1e-6f, k_eps = 1e-5f;
+        const __half nan_half{0x7E00};
+        for (const int norms : {1, 2, 3}) {
+            // Two steps: the norms as their own launches, then the unnormed one-launch RoPE.
+            std::vector<float> qn = q, kn = k;
+            if (norms & 1)
+                launch(n_tok * c.n_head, 1, threads, 1,
+                       [&] { rms_norm_f32(q.data(), qw.data(), qn.data(), c.head_dim, q_eps); });
+            if (norms & 2)
+                launch(n_tok * c.n_kv, 1, threads, 1,
+                       [&] { rms_norm_f32(k.data(), kw.data(), kn.data(), c.head_dim, k_eps); });
+            std::vector<float> q1(q.size(), NAN), q2(q.size(), NAN);
+            std::vector<__half> kc1(capacity * k_row, nan_half), vc1(capacity * v_row, nan_half),
+                kc2(capacity * k_row, nan_half), vc2(capacity * v_row, nan_half);
+            launch(n_tok, c.n_head + 2 * c.n_kv, std::max(32, c.n_rot / 2), 1, [&] {
+                rope_qk_append_f16(qn.data(), q1.data(), kn.data(), v.data(), positions, nullptr, kc1.data(),
+                                   vc1.data(), c.n_head, c.n_kv, c.head_dim, v_row, c.n_rot, c.neox, 10000.0f, 1.0f,
+                                   0.0f, 1.0f, 0.0f, 0.0f, 0.25f, nullptr, nullptr, 0, 0.0f, 0.0f);
+            });
+            launch(n_tok, c.n_head + 2 * c.n_kv, threads, 1, [&] {
+                rope_qk_append_f16(q.data(), q2.data(), k.data(), v.data(), positions, nullptr, kc2.data(),
+                                   vc2.data(), c.n_head, c.n_kv, c.head_dim, v_row, c.n_rot, c.neox, 10000.0f, 1.0f,
+                                   0.0f, 1.0f, 0.0f, 0.0f, 0.25f, qw.data(), kw.data(), norms, q_eps, k_eps);
+            });
+            const bool same = std::memcmp(q1.data(), q2.data(), q1.size() * 4) == 0 &&
+                              std::memcmp(kc1.data(), kc2.data(), kc1.size() * 2) == 0 &&
+                              std::memcmp(vc1.data(), vc2.data(), vc1.size() * 2) == 0;
+            if (!same && bad++ < 3)
+                std::printf("rope_qk_append with norms %d differs: heads %d/%d head_dim %d\n", norms, c.n_head, c.n_kv,
+                            c.head_dim);
+        }
+    }
+    std::printf("rope_qk_append_f16 with per-head norms: %s\n", bad ? "MISMATCH" : "ok");
+    return bad;
+}
+
+int main() {
+    return check_half_rounding() + check_rope() + check_kv_append() + check_rope_qk_append() +
+                   check_rope_qk_norm_append()
+               ? 1
+               : 0;
+}

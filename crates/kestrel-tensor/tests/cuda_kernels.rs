@@ -766,6 +766,7 @@ fn fused_rope_and_pair_append_equal_their_two_step_forms() {
         &p,
         None,
         1.0,
+        [None, None],
     )
     .unwrap();
     assert_eq!(
@@ -787,6 +788,7 @@ fn fused_rope_and_pair_append_equal_their_two_step_forms() {
         &p,
         None,
         0.0625,
+        [None, None],
     )
     .unwrap();
     assert_eq!(
@@ -798,6 +800,58 @@ fn fused_rope_and_pair_append_equal_their_two_step_forms() {
         attend(&k3, &v3),
         attend(&k5, &v5),
         "fused RoPE with a query scale: caches"
+    );
+    // With per-head RMS norms of queries and keys (Gemma 3): the norms as their own launches
+    // over head-long rows, then the launch without them.
+    let qw = dev.upload(&f32_tensor(1, head_dim, 61)).unwrap();
+    let kw = dev.upload(&f32_tensor(1, head_dim, 62)).unwrap();
+    let k_heads_shape = Shape::matrix(positions.len() * n_kv_head, head_dim).unwrap();
+    let k_heads = dev
+        .upload(&Tensor::from_f32(k_heads_shape, &random(kv_shape.elem_count(), 10)).unwrap())
+        .unwrap();
+    let mut qn = dev.zeros(DType::F32, shape).unwrap();
+    dev.rms_norm(&src, Some(&qw), 1e-6, &mut qn).unwrap();
+    let mut kn = dev.zeros(DType::F32, k_heads_shape).unwrap();
+    dev.rms_norm(&k_heads, Some(&kw), 1e-5, &mut kn).unwrap();
+    kn.set_shape(kv_shape).unwrap();
+    let (mut k6, mut v6, mut k7, mut v7) = (cache(), cache(), cache(), cache());
+    let (mut q6, mut q7) = (
+        dev.zeros(DType::F32, shape).unwrap(),
+        dev.zeros(DType::F32, shape).unwrap(),
+    );
+    dev.rope_qk_append_ids(
+        (&qn, &mut q6),
+        (&kn, &v),
+        &ids,
+        (&mut k6, &mut v6),
+        (n_head, n_kv_head, head_dim),
+        &p,
+        None,
+        0.0625,
+        [None, None],
+    )
+    .unwrap();
+    dev.rope_qk_append_ids(
+        (&src, &mut q7),
+        (&k, &v),
+        &ids,
+        (&mut k7, &mut v7),
+        (n_head, n_kv_head, head_dim),
+        &p,
+        None,
+        0.0625,
+        [Some((Some(&qw), 1e-6)), Some((Some(&kw), 1e-5))],
+    )
+    .unwrap();
+    assert_eq!(
+        dev.download_f32(&q6).unwrap(),
+        dev.download_f32(&q7).unwrap(),
+        "fused RoPE with head norms: queries"
+    );
+    assert_eq!(
+        attend(&k6, &v6),
+        attend(&k7, &v7),
+        "fused RoPE with head norms: caches"
     );
     // A position past the cache is refused before anything is written.
     dev.set_ids(&mut ids, &[0, 1, 2, capacity as i32]).unwrap();
@@ -814,6 +868,7 @@ fn fused_rope_and_pair_append_equal_their_two_step_forms() {
             &p,
             None,
             1.0,
+            [None, None],
         )
         .is_err());
 }

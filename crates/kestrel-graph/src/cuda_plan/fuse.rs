@@ -72,6 +72,17 @@ pub(crate) struct RopeAttention {
     /// A scale node between the query RoPE and the attention (Gemma's query pre-scale) and its
     /// factor, applied in the same launch: the rotated queries land in its buffer.
     pub q_scale: Option<(usize, f32)>,
+    /// Per-head RMS norms feeding the query and key RoPE (Gemma 3's and Qwen 3's Q/K norms),
+    /// run in the same launch (`q_src` / `k_src` are then the norms' inputs).
+    pub head_norms: [Option<HeadNormNode>; 2],
+}
+
+/// A per-head RMS norm run in the RoPE + append launch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct HeadNormNode {
+    pub node: usize,
+    pub weight: Option<usize>,
+    pub eps: f32,
 }
 
 impl RopeAttention {
@@ -170,6 +181,35 @@ impl Fusions {
             else {
                 continue;
             };
+            // A per-head RMS norm read only by its RoPE runs in the launch too (heads up to
+            // the kernel's 256).
+            let head_norm = |rope: usize, src: usize, head_dim: usize| match &nodes[src].op {
+                Op::RmsNorm { group, eps, weight }
+                    if *group == head_dim
+                        && head_dim <= kestrel_tensor::cuda::MAX_HEAD_DIM
+                        && readers[src] == [rope]
+                        && !outputs.contains(&src) =>
+                {
+                    let input = *nodes[src].inputs.first()?;
+                    whole_rows(input, src).then_some((
+                        HeadNormNode {
+                            node: src,
+                            weight: *weight,
+                            eps: *eps,
+                        },
+                        input,
+                    ))
+                }
+                _ => None,
+            };
+            let (q_norm, q_src) = match head_norm(q, q_src, pq.head_dim) {
+                Some((n, input)) => (Some(n), input),
+                None => (None, q_src),
+            };
+            let (k_norm, k_src) = match head_norm(k, k_src, pk.head_dim) {
+                Some((n, input)) => (Some(n), input),
+                None => (None, k_src),
+            };
             let same_rope = RopeParams {
                 n_head: pq.n_head,
                 ..pk.clone()
@@ -193,9 +233,13 @@ impl Fusions {
                     rope: pq.clone(),
                     n_kv_head: pk.n_head,
                     q_scale,
+                    head_norms: [q_norm, k_norm],
                 });
                 f.deferred[q] = true;
                 f.deferred[k] = true;
+                for n in [q_norm, k_norm].into_iter().flatten() {
+                    f.deferred[n.node] = true;
+                }
                 if let Some((node, _)) = q_scale {
                     f.deferred[node] = true;
                 }
@@ -379,6 +423,8 @@ impl CudaPlan {
             &params,
             ff,
             ra.q_scale.map_or(1.0, |(_, s)| s),
+            ra.head_norms
+                .map(|n| n.map(|n| (n.weight.map(|w| &*self.weights[w]), n.eps))),
         )?;
         Ok(())
     }
@@ -638,6 +684,13 @@ mod tests {
         let q = g.matmul("q", n1, wq).unwrap();
         let k = g.matmul("k", n1, wk).unwrap();
         let vv = g.matmul("v", n1, wv).unwrap();
+        let (mut q, mut k) = (q, k);
+        if post_norms {
+            // Gemma 3's per-head Q/K norms.
+            let (qn, kn) = (g.weight("q_norm", &[16]), g.weight("k_norm", &[16]));
+            q = g.rms_norm("q_norm", q, 16, 1e-6, Some(qn)).unwrap();
+            k = g.rms_norm("k_norm", k, 16, 1e-5, Some(kn)).unwrap();
+        }
         let mut qr = g.rope("q_rope", q, rope(4)).unwrap();
         let kr = g.rope("k_rope", k, rope(2)).unwrap();
         if post_norms {
@@ -781,6 +834,14 @@ mod tests {
         let ra = f.rope_attention[n("attn")].clone().expect("RoPE + append");
         assert_eq!(ra.q_scale, Some((n("q_scaled"), 0.0625)));
         assert_eq!((ra.q, ra.q_out()), (n("q_rope"), n("q_scaled")));
+        // The per-head Q/K norms run in it too: the RoPE reads the matmuls.
+        let [qn, kn] = ra.head_norms.map(|h| h.expect("head norm fused"));
+        assert_eq!(
+            (qn.node, qn.eps, kn.node, kn.eps),
+            (n("q_norm"), 1e-6, n("k_norm"), 1e-5)
+        );
+        assert_eq!((ra.q_src, ra.k_src), (n("q"), n("k")));
+        assert!(f.deferred[n("q_norm")] && f.deferred[n("k_norm")]);
         assert!(f.deferred[n("q_rope")] && f.deferred[n("k_rope")] && f.deferred[n("q_scaled")]);
     }
 }

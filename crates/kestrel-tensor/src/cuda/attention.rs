@@ -8,8 +8,8 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::engine::{cfg, driver, f32_only, grid_for, i32_of};
 use super::{
-    AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, MAX_ATTENTION_SPLITS, MAX_HEAD_DIM,
-    MAX_MATVEC_ROWS,
+    AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, HeadNorm, MAX_ATTENTION_SPLITS,
+    MAX_HEAD_DIM, MAX_MATVEC_ROWS,
 };
 use crate::cpu::{rope_yarn_corr_dims, AttentionParams, RopeMode, RopeParams};
 use crate::error::{Result, TensorError};
@@ -313,7 +313,10 @@ impl CudaDevice {
     /// in one launch instead of three (a CTA per query head, per key head, and per KV head's
     /// slice of the value row). The positions are the device buffer the caller wrote. The
     /// queries leave times `q_scale` (1: as rotated), the bits of a [`Self::scale_from`] after
-    /// the rotation (Gemma scales its queries between RoPE and attention).
+    /// the rotation (Gemma scales its queries between RoPE and attention). `head_norms` (queries,
+    /// keys): an RMS norm of each head before its rotation, `(weight, eps)`, the bits of
+    /// [`Self::rms_norm`] over head-long rows (Gemma 3's and Qwen 3's Q/K norms; heads of at
+    /// most 256).
     ///
     /// # Errors
     /// Shape or dtype mismatches, a position outside the caches, bad RoPE parameters, a launch
@@ -329,8 +332,29 @@ impl CudaDevice {
         p: &RopeParams,
         freq_factors: Option<&DeviceTensor>,
         q_scale: f32,
+        head_norms: [Option<HeadNorm<'_>>; 2],
     ) -> Result<()> {
         const OP: &str = "cuda rope_qk_append";
+        let normed = head_norms.iter().any(Option::is_some);
+        if normed && head_dim > MAX_HEAD_DIM {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "per-head norms take heads of at most 256",
+            });
+        }
+        for (w, _) in head_norms.iter().flatten() {
+            if let Some(w) = w {
+                f32_only(OP, w)?;
+                if w.shape.elem_count() != head_dim {
+                    return Err(TensorError::LengthMismatch {
+                        op: OP,
+                        what: "head norm weight",
+                        expected: head_dim,
+                        actual: w.shape.elem_count(),
+                    });
+                }
+            }
+        }
         let n_tok = positions.host.len();
         let ra = RopeArgs::new(OP, p, head_dim, freq_factors)?;
         for (what, t, len) in [
@@ -392,13 +416,31 @@ impl CudaDevice {
             .arg(&vr);
         ra.push(&mut b);
         b.arg(&q_scale);
+        let flags = i32::from(head_norms[0].is_some()) | (i32::from(head_norms[1].is_some()) << 1);
+        let eps = head_norms.map(|n| n.map_or(0.0, |(_, e)| e));
+        for n in &head_norms {
+            match n.and_then(|(w, _)| w) {
+                Some(w) => b.arg(&w.buf),
+                None => b.arg(&null),
+            };
+        }
+        b.arg(&flags).arg(&eps[0]).arg(&eps[1]);
         let launch = LaunchConfig {
             grid_dim: (
                 grid_for(n_tok, 1)?,
                 i32_of(OP, n_head + 2 * n_kv_head)? as u32,
                 1,
             ),
-            block_dim: ((ra.n_rot / 2).max(32) as u32, 1, 1),
+            // With norms, exactly rms_norm's block for a head (>= head_dim >= n_rot threads).
+            block_dim: (
+                if normed {
+                    super::ops::rms_threads(head_dim)
+                } else {
+                    (ra.n_rot / 2).max(32) as u32
+                },
+                1,
+                1,
+            ),
             shared_mem_bytes: 0,
         };
         // SAFETY: q_src and q_out hold tokens*n_head*head_dim f32, k_src and v_src a row per

@@ -52,6 +52,10 @@ pub use stub::{
     Q8Ticket,
 };
 
+/// An RMS norm of each head before RoPE (`CudaDevice::rope_qk_append_ids`): its weight (or
+/// none) and epsilon.
+pub type HeadNorm<'a> = (Option<&'a DeviceTensor>, f32);
+
 /// Which kernel attention takes for a step of several query tokens (one-token steps always
 /// take the CTA-per-(token, head) kernel).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -257,6 +257,7 @@ impl CudaDevice {
         _p: &RopeParams,
         _freq_factors: Option<&DeviceTensor>,
         _q_scale: f32,
+        _head_norms: [Option<super::HeadNorm<'_>>; 2],
     ) -> Result<()> {
         match self.never {}
     }
