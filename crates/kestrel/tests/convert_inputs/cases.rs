@@ -938,6 +938,28 @@ pub fn cases() -> Vec<Case> {
                     "activation_scheme": "dynamic", "weight_block_size": [32, 48] },
                 "bos_token_id": 0, "eos_token_id": 0 }),
         },
+        Case {
+            name: "lfm2",
+            arch: "Lfm2ForCausalLM",
+            model_type: "lfm2",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 4,
+            // block_ff_dim 192: two thirds, 128, already a multiple of 32.
+            ff: 192,
+            tied: true,
+            extra: json!({ "block_ff_dim": 192, "block_auto_adjust_ff_dim": true,
+                "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 32,
+                "conv_L_cache": 3, "conv_bias": false, "norm_eps": 1e-5,
+                "rope_theta": 1000000.0, "max_position_embeddings": 128000,
+                "layer_types": ["conv", "full_attention", "conv", "full_attention"],
+                "bos_token_id": 1, "eos_token_id": 7, "pad_token_id": 0 }),
+        },
     ];
     // Mamba 2 with two groups: the gated norm stored as [2, 64] (checked against llama.cpp's
     // bytes only: transformers' reference path normalizes over all of d_inner).

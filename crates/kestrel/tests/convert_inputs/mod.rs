@@ -9,6 +9,7 @@ mod fp8;
 mod glm4;
 mod gpt2;
 mod granitemoe;
+mod lfm2;
 mod mamba;
 mod phimoe;
 mod stablelm;
@@ -468,6 +469,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     if mt == "stablelm" {
         stablelm::layers(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
+    if mt == "lfm2" {
+        lfm2::tensors(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }

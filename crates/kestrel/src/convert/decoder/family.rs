@@ -92,6 +92,8 @@ pub(crate) enum Family {
     /// `Mamba2ForCausalLM` (Mamba 2, Mamba-Codestral; GGUF `mamba2`: multi-head state spaces with
     /// a per-group gated norm; `mamba.rs`).
     Mamba2,
+    /// `Lfm2ForCausalLM` (LFM2, LFM2.5; GGUF `lfm2`: short-convolution and attention layers).
+    Lfm2,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -103,7 +105,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
-     MambaForCausalLM, Mamba2ForCausalLM, \
+     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -177,6 +179,7 @@ impl Family {
             "Qwen3VLForConditionalGeneration" => Family::Qwen3Vl,
             "MambaForCausalLM" | "MambaLMHeadModel" => Family::Mamba,
             "Mamba2ForCausalLM" => Family::Mamba2,
+            "Lfm2ForCausalLM" | "LFM2ForCausalLM" => Family::Lfm2,
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -222,6 +225,7 @@ impl Family {
             Family::Qwen3Vl => "qwen3vl",
             Family::Mamba => "mamba",
             Family::Mamba2 => "mamba2",
+            Family::Lfm2 => "lfm2",
         }
     }
 
@@ -340,6 +344,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     }
     if matches!(family, Family::Mamba | Family::Mamba2) {
         return super::mamba::gguf_name(name);
+    }
+    if family == Family::Lfm2 {
+        return super::lfm2::gguf_name(name);
     }
     match name {
         "model.embed_tokens.weight" => return Some("token_embd.weight".into()),

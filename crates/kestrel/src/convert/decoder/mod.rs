@@ -9,6 +9,7 @@ mod family;
 mod gpt_oss;
 mod granite_moe;
 mod head_norms;
+mod lfm2;
 mod mamba;
 mod mla;
 mod params;
@@ -186,6 +187,7 @@ pub(crate) fn convert(
             || name.ends_with(".ffn_gate_inp.weight")
             || name.ends_with(".ffn_gate_inp_shexp.weight")
             || name.ends_with(".ssm_conv1d.weight")
+            || name.ends_with(".shortconv.conv.weight")
             || name == "position_embd.weight"
         {
             return GgmlType::F32;
@@ -335,7 +337,8 @@ pub(crate) fn convert(
         }
         let gguf = family::gguf_name(family, &name)
             .ok_or_else(|| bad(dir, format!("cannot map tensor {hf:?} for {arch}")))?;
-        // Mamba's depthwise convolution `[d_inner, 1, d_conv]`: the middle axis dropped.
+        // Mamba's and LFM2's depthwise convolutions `[channels, 1, taps]`: the middle axis
+        // dropped.
         if family == Family::Mamba2 {
             if let Some(p) = mamba::mamba2_plan(&ck, dir, hf, &gguf, &h, &cfg_path)? {
                 plan.push(p);
@@ -343,7 +346,7 @@ pub(crate) fn convert(
             }
         }
         let squeezed;
-        let mamba = matches!(family, Family::Mamba | Family::Mamba2);
+        let mamba = matches!(family, Family::Mamba | Family::Mamba2 | Family::Lfm2);
         let shape = if mamba && shape.len() == 3 && shape[1] == 1 {
             squeezed = vec![shape[0], shape[2]];
             &squeezed

@@ -337,6 +337,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::SeedOss
         | Family::Mamba
         | Family::Mamba2 => {}
+        Family::Lfm2 => super::lfm2::params(meta, hp)?,
         Family::Qwen3Vl => {
             // The vision tower's deepstack layers (their features join the text model's
             // first layers; 0 without a vision config).
