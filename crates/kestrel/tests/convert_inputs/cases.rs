@@ -960,6 +960,28 @@ pub fn cases() -> Vec<Case> {
                 "layer_types": ["conv", "full_attention", "conv", "full_attention"],
                 "bos_token_id": 1, "eos_token_id": 7, "pad_token_id": 0 }),
         },
+        Case {
+            name: "exaone",
+            arch: "ExaoneForCausalLM",
+            model_type: "exaone",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 2,
+            ff: 128,
+            tied: false,
+            // EXAONE 3.5's llama3 RoPE scaling (a rope_freqs tensor).
+            extra: json!({ "rope_theta": 1000000.0, "layer_norm_epsilon": 1e-5,
+                "max_position_embeddings": 32768,
+                "rope_scaling": { "factor": 8.0, "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+                    "rope_type": "llama3" },
+                "bos_token_id": 1, "eos_token_id": 361, "pad_token_id": 0 }),
+        },
     ];
     // Mamba 2 with two groups: the gated norm stored as [2, 64] (checked against llama.cpp's
     // bytes only: transformers' reference path normalizes over all of d_inner).

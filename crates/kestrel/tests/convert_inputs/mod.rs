@@ -5,6 +5,7 @@
 
 mod cases;
 mod deepseek;
+mod exaone;
 mod fp8;
 mod glm4;
 mod gpt2;
@@ -391,6 +392,9 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     if matches!(case.model_type, "gpt2" | "gpt_bigcode") {
         cfg = gpt2::config(case, cfg);
     }
+    if case.model_type == "exaone" {
+        cfg = exaone::config(cfg);
+    }
     std::fs::write(
         dir.join("config.json"),
         serde_json::to_vec_pretty(&cfg).unwrap(),
@@ -766,6 +770,9 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     if mt == "olmo" {
         // OLMo 1's layer norms have no parameters.
         t.retain(|(name, _, _)| !name.ends_with("layernorm.weight") && name != "model.norm.weight");
+    }
+    if mt == "exaone" {
+        exaone::rename(&mut t);
     }
     write_weights(dir, t, case.dt, case.shards);
 }

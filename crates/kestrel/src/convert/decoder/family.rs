@@ -53,6 +53,9 @@ pub(crate) enum Family {
     Mistral3,
     /// `Exaone4ForCausalLM` (GGUF `exaone4`: post-norms, Q/K norms, sliding-window pattern).
     Exaone4,
+    /// `ExaoneForCausalLM` (EXAONE 3.0 and 3.5; GGUF `exaone`: Llama's layers under GPT-2-style
+    /// names, no Q/K reordering, llama3 RoPE factors).
+    Exaone,
     /// `Cohere2ForCausalLM` (Command R7B; GGUF `cohere2`: parallel block, logit scale).
     Cohere2,
     /// `CohereForCausalLM` (Command R, Command R+, Aya 23; GGUF `command-r`: parallel block,
@@ -102,7 +105,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, \
@@ -166,6 +169,7 @@ impl Family {
             "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Family::DeepSeek2,
             "Mistral3ForConditionalGeneration" | "Ministral3ForCausalLM" => Family::Mistral3,
             "Exaone4ForCausalLM" => Family::Exaone4,
+            "ExaoneForCausalLM" => Family::Exaone,
             "Cohere2ForCausalLM" => Family::Cohere2,
             "CohereForCausalLM" => Family::CommandR,
             "Starcoder2ForCausalLM" => Family::StarCoder2,
@@ -211,6 +215,7 @@ impl Family {
             Family::DeepSeek2 => "deepseek2",
             Family::Mistral3 => "mistral3",
             Family::Exaone4 => "exaone4",
+            Family::Exaone => "exaone",
             Family::Cohere2 => "cohere2",
             Family::CommandR => "command-r",
             Family::StarCoder2 => "starcoder2",
@@ -336,6 +341,31 @@ pub(crate) fn filter_name(hf: &str) -> Option<String> {
     Some(name)
 }
 
+/// EXAONE 3's GPT-2-style names (gguf-py's tensor map: `transformer.h.{L}.attn.attention.*`,
+/// `mlp.c_fc_0` gate, `c_fc_1` up, `c_proj` down).
+fn exaone_name(name: &str) -> Option<String> {
+    match name {
+        "transformer.wte.weight" => return Some("token_embd.weight".into()),
+        "transformer.ln_f.weight" => return Some("output_norm.weight".into()),
+        "lm_head.weight" => return Some("output.weight".into()),
+        _ => {}
+    }
+    let (layer, module, kind) = crate::convert::layer_tensor(name, "transformer.h.")?;
+    let short = match module {
+        "ln_1" => "attn_norm",
+        "attn.attention.q_proj" => "attn_q",
+        "attn.attention.k_proj" => "attn_k",
+        "attn.attention.v_proj" => "attn_v",
+        "attn.attention.out_proj" => "attn_output",
+        "ln_2" => "ffn_norm",
+        "mlp.c_fc_0" => "ffn_gate",
+        "mlp.c_fc_1" => "ffn_up",
+        "mlp.c_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{short}.{kind}"))
+}
+
 /// The GGUF name of a (filtered) Hugging Face tensor name, or `None` if the family has no
 /// such tensor.
 pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
@@ -347,6 +377,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     }
     if family == Family::Lfm2 {
         return super::lfm2::gguf_name(name);
+    }
+    if family == Family::Exaone {
+        return exaone_name(name);
     }
     match name {
         "model.embed_tokens.weight" => return Some("token_embd.weight".into()),

@@ -202,7 +202,7 @@ pub(crate) fn convert(
             OutType::Q8_0 | OutType::Auto => GgmlType::F16,
         }
     };
-    if family.is_llama() || family == Family::Exaone4 {
+    if family.is_llama() || matches!(family, Family::Exaone4 | Family::Exaone) {
         let rope_params = rp
             .get("full_attention")
             .and_then(|v| v.as_object())

@@ -338,6 +338,26 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Mamba
         | Family::Mamba2 => {}
         Family::Lfm2 => super::lfm2::params(meta, hp)?,
+        Family::Exaone => {
+            // `ExaoneModel`: SiLU only; the rotated dims of hidden / heads.
+            if h.get("activation_function").and_then(Value::as_str) != Some("silu") {
+                return Err(bad(cfg, "EXAONE with an activation other than silu"));
+            }
+            // llama.cpp's EXAONE loader needs the RMS epsilon, which b11434's converter no
+            // longer writes (its files fail to load: "key not found"); written as the converter
+            // did before, after the common keys (docs/convert.md).
+            let eps = family::find(h, &["layer_norm_epsilon"])
+                .and_then(Value::as_f64)
+                .ok_or_else(|| bad(cfg, "EXAONE without layer_norm_epsilon"))?;
+            meta.f32(k("attention.layer_norm_rms_epsilon"), eps as f32);
+            let head = need(hp, &["hidden_size"])? / need(hp, &["num_attention_heads"])?.max(1);
+            let factor = rp
+                .get("partial_rotary_factor")
+                .and_then(Value::as_f64)
+                .unwrap_or(1.0);
+            let dims = (factor * head as f64).trunc() as u64;
+            meta.u32(k("rope.dimension_count"), u32_of(dims, "hidden_size", cfg)?);
+        }
         Family::Qwen3Vl => {
             // The vision tower's deepstack layers (their features join the text model's
             // first layers; 0 without a vision config).
