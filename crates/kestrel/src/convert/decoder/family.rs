@@ -53,6 +53,9 @@ pub(crate) enum Family {
     Mistral3,
     /// `Exaone4ForCausalLM` (GGUF `exaone4`: post-norms, Q/K norms, sliding-window pattern).
     Exaone4,
+    /// `MiniCPMForCausalLM` (MiniCPM 1/2, MiniCPM4; GGUF `minicpm`: Llama's layers and Q/K
+    /// order, embedding / residual / logit scales, LongRoPE factors).
+    MiniCpm,
     /// `ExaoneForCausalLM` (EXAONE 3.0 and 3.5; GGUF `exaone`: Llama's layers under GPT-2-style
     /// names, no Q/K reordering, llama3 RoPE factors).
     Exaone,
@@ -105,7 +108,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, \
@@ -170,6 +173,7 @@ impl Family {
             "Mistral3ForConditionalGeneration" | "Ministral3ForCausalLM" => Family::Mistral3,
             "Exaone4ForCausalLM" => Family::Exaone4,
             "ExaoneForCausalLM" => Family::Exaone,
+            "MiniCPMForCausalLM" => Family::MiniCpm,
             "Cohere2ForCausalLM" => Family::Cohere2,
             "CohereForCausalLM" => Family::CommandR,
             "Starcoder2ForCausalLM" => Family::StarCoder2,
@@ -216,6 +220,7 @@ impl Family {
             Family::Mistral3 => "mistral3",
             Family::Exaone4 => "exaone4",
             Family::Exaone => "exaone",
+            Family::MiniCpm => "minicpm",
             Family::Cohere2 => "cohere2",
             Family::CommandR => "command-r",
             Family::StarCoder2 => "starcoder2",
@@ -266,8 +271,8 @@ impl Family {
 
     /// Whether Q/K rows are reordered from Hugging Face's rotary layout to GGML's.
     pub(crate) fn undo_permute(self) -> bool {
-        // llama.cpp's OlmoModel permutes as LlamaModel does.
-        self.is_llama() || self == Family::Olmo
+        // llama.cpp's OlmoModel and MiniCPMModel permute as LlamaModel does.
+        self.is_llama() || matches!(self, Family::Olmo | Family::MiniCpm)
     }
 
     /// Gemma's RMSNorm and Nemotron's LayerNorm1P multiply by `1 + w`; llama.cpp stores `1 + w`.

@@ -118,7 +118,8 @@ pub(crate) fn convert(
         {
             spm::load(dir, n_vocab, spm::Style::Default)?
         }
-        Family::Gemma | Family::Gemma2 | Family::Nemotron => {
+        // MiniCPM: SentencePiece only, as llama.cpp's `_set_vocab_sentencepiece`.
+        Family::Gemma | Family::Gemma2 | Family::Nemotron | Family::MiniCpm => {
             spm::load(dir, n_vocab, spm::Style::Default)?
         }
         Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
@@ -250,6 +251,54 @@ pub(crate) fn convert(
                     cols: v.len(),
                     source: Source::Generated(v),
                 });
+            }
+        }
+    }
+    if family == Family::MiniCpm {
+        // MiniCPM 4's LongRoPE factors, as the config lists them (one per rotated pair).
+        let dims = n_embd.unwrap_or(0) / n_head.filter(|&n| n > 0).unwrap_or(1);
+        let factors = |key: &str| -> Result<Option<Vec<f32>>, ConvertError> {
+            match rp.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .map(|v| v.as_f64().map(|f| f as f32))
+                    .collect::<Option<Vec<f32>>>()
+                    .map(Some)
+                    .ok_or_else(|| {
+                        bad(&cfg_path, format!("rope_scaling.{key} holds a non-number"))
+                    }),
+                Some(_) => Err(bad(&cfg_path, format!("rope_scaling.{key} is not a list"))),
+            }
+        };
+        match (factors("long_factor")?, factors("short_factor")?) {
+            (None, None) => {}
+            (Some(long), Some(short))
+                if long.len() == short.len() && long.len() as u64 * 2 == dims =>
+            {
+                for (name, v) in [
+                    ("rope_factors_long.weight", long),
+                    ("rope_factors_short.weight", short),
+                ] {
+                    plan.push(Planned {
+                        spec: TensorSpec {
+                            name: name.into(),
+                            ggml_type: GgmlType::F32,
+                            dims: vec![v.len() as u64],
+                        },
+                        cols: v.len(),
+                        source: Source::Generated(v),
+                    });
+                }
+            }
+            _ => {
+                return Err(bad(
+                    &cfg_path,
+                    format!(
+                        "rope_scaling needs long_factor and short_factor of {} values each",
+                        dims / 2
+                    ),
+                ))
             }
         }
     }

@@ -338,6 +338,21 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Mamba
         | Family::Mamba2 => {}
         Family::Lfm2 => super::lfm2::params(meta, hp)?,
+        Family::MiniCpm => {
+            // `MiniCPMModel`: the embedding, residual and logit scales, computed in f64.
+            let f = |key: &str| {
+                family::find(h, &[key])
+                    .and_then(Value::as_f64)
+                    .ok_or_else(|| bad(cfg, format!("MiniCPM needs {key}")))
+            };
+            meta.f32(k("embedding_scale"), f("scale_emb")? as f32);
+            let residual = f("scale_depth")? / (f("num_hidden_layers")?).sqrt();
+            meta.f32(k("residual_scale"), residual as f32);
+            meta.f32(
+                k("logit_scale"),
+                (f("hidden_size")? / f("dim_model_base")?) as f32,
+            );
+        }
         Family::Exaone => {
             // `ExaoneModel`: SiLU only; the rotated dims of hidden / heads.
             if h.get("activation_function").and_then(Value::as_str) != Some("silu") {
