@@ -457,6 +457,12 @@ impl DecoderConfig {
                 "rope.dimension_count {n_rot} with head size {head_dim_k}"
             )));
         }
+        let longrope = ["rope_factors_short.weight", "rope_factors_long.weight"]
+            .into_iter()
+            .find(|n| model.tensor_info(n).is_some())
+            .map(str::to_string);
+        let is_longrope =
+            md.opt(&key("rope.scaling.type"), |m, k| m.get_str(k))? == Some("longrope");
         let rope = RopeConfig {
             n_rot,
             freq_base: md
@@ -465,10 +471,14 @@ impl DecoderConfig {
             freq_base_swa: None,
             swa_unscaled: false,
             neox: false,
-            scaling: rope_scaling(&md, &arch, n_ctx_train)?,
+            scaling: rope_scaling(&md, &arch, n_ctx_train, longrope.is_some())?,
+            // LongRoPE (a "longrope" scaling type with per-pair factor tensors, MiniCPM 4):
+            // llama.cpp takes the short factors up to the original context and the long ones
+            // past it; kestrel takes the short ones, as for Phi-3.
             freq_factors: model
                 .tensor_info("rope_freqs.weight")
-                .map(|_| "rope_freqs.weight".to_string()),
+                .map(|_| "rope_freqs.weight".to_string())
+                .or(longrope.filter(|_| is_longrope)),
             attn_factor: md
                 .opt(&key("rope.scaling.attn_factor"), |m, k| m.get_f32(k))?
                 .unwrap_or(1.0),
@@ -637,10 +647,13 @@ pub(crate) fn swa_pattern(
         .collect())
 }
 
+/// The file's RoPE scaling. `longrope_factors`: the file has LongRoPE's per-pair factor
+/// tensors, without which a "longrope" type is refused.
 fn rope_scaling(
     md: &Metadata<'_>,
     arch: &str,
     n_ctx_train: usize,
+    longrope_factors: bool,
 ) -> Result<RopeScaling, ArchError> {
     let key = |f: &str| format!("{arch}.rope.scaling.{f}");
     let ty = md.opt(&key("type"), |m, k| m.get_str(k))?.unwrap_or("none");
@@ -661,14 +674,22 @@ fn rope_scaling(
     if !(factor.is_finite() && factor > 0.0) {
         return Err(bad(format!("rope scaling factor {factor}")));
     }
+    let linear = |factor: f32| {
+        if factor == 1.0 {
+            RopeScaling::None
+        } else {
+            RopeScaling::Linear { factor }
+        }
+    };
     Ok(match ty {
-        // llama.cpp applies the factor whatever the type says, so "none" with a factor is linear.
-        "none" | "linear" => {
-            if factor == 1.0 {
-                RopeScaling::None
-            } else {
-                RopeScaling::Linear { factor }
-            }
+        // llama.cpp applies the factor whatever the type says, so "none" with a factor is linear;
+        // LongRoPE's per-pair factors are frequency factors (`RopeConfig::freq_factors`).
+        "none" | "linear" => linear(factor),
+        "longrope" if longrope_factors => linear(factor),
+        "longrope" => {
+            return Err(bad(
+                "rope scaling type \"longrope\" without rope_factors_short/long tensors".into(),
+            ))
         }
         "yarn" => RopeScaling::Yarn {
             factor,
@@ -690,7 +711,7 @@ fn rope_scaling(
         },
         other => {
             return Err(bad(format!(
-                "rope scaling type {other:?} is not supported (none, linear, yarn)"
+                "rope scaling type {other:?} is not supported (none, linear, yarn, longrope)"
             )))
         }
     })
