@@ -4,13 +4,7 @@
 //! attention with per-head `q_layernorm` / `k_layernorm`, and a SwiGLU feed-forward
 //! (`feed_forward.w1` gate, `w3` up, `w2` down) whose width the model computes from `block_*`.
 
-use super::{Case, Named, Rng};
-
-/// A tensor of `shape` with values `base` ± `a`.
-fn make(rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32) -> Named {
-    let n = shape.iter().product::<usize>();
-    (name, shape, (0..n).map(|_| base + rng.uniform(a)).collect())
-}
+use super::{make, Case, Named, Rng};
 
 /// The feed-forward width `Lfm2MLP` uses.
 fn ff_width(case: &Case) -> usize {

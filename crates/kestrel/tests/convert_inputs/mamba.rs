@@ -3,7 +3,7 @@
 //! values, which llama.cpp's converter leaves out of the file) and `Mamba2ForCausalLM`
 //! (multi-head mixers with `dt_bias`, per-head `A_log` and `D`, a gated norm).
 
-use super::{Case, Named, Rng};
+use super::{make, Case, Named, Rng};
 
 /// The embedding and final norm of `t` under Mamba's names.
 fn rename_backbone(t: &mut [Named]) {
@@ -14,12 +14,6 @@ fn rename_backbone(t: &mut [Named]) {
             _ => {}
         }
     }
-}
-
-/// A tensor of `shape` with values `base` ± `a`.
-fn make(rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32) -> Named {
-    let n = shape.iter().product::<usize>();
-    (name, shape, (0..n).map(|_| base + rng.uniform(a)).collect())
 }
 
 /// Renames the embedding and final norm `t` holds to Mamba's names, makes `lm_head` (if any)

@@ -166,6 +166,12 @@ pub fn write_weights_fp8(
     .unwrap();
 }
 
+/// A tensor of `shape` with values `base` ± `a` (the per-family layer writers).
+pub fn make(rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32) -> Named {
+    let n = shape.iter().product::<usize>();
+    (name, shape, (0..n).map(|_| base + rng.uniform(a)).collect())
+}
+
 fn strings(f: &GgufFile, key: &str) -> Vec<String> {
     match f.metadata().get(key) {
         Some(Value::Array(a)) => a

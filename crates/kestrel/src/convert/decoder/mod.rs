@@ -238,20 +238,7 @@ pub(crate) fn convert(
         }) = params::phi3_rope_factors(&hp)?
         {
             phi3_attn_factor = Some(attn_factor);
-            for (name, v) in [
-                ("rope_factors_long.weight", long),
-                ("rope_factors_short.weight", short),
-            ] {
-                plan.push(Planned {
-                    spec: TensorSpec {
-                        name: name.into(),
-                        ggml_type: GgmlType::F32,
-                        dims: vec![v.len() as u64],
-                    },
-                    cols: v.len(),
-                    source: Source::Generated(v),
-                });
-            }
+            push_rope_factors(&mut plan, long, short);
         }
     }
     if family == Family::MiniCpm {
@@ -276,20 +263,7 @@ pub(crate) fn convert(
             (Some(long), Some(short))
                 if long.len() == short.len() && long.len() as u64 * 2 == dims =>
             {
-                for (name, v) in [
-                    ("rope_factors_long.weight", long),
-                    ("rope_factors_short.weight", short),
-                ] {
-                    plan.push(Planned {
-                        spec: TensorSpec {
-                            name: name.into(),
-                            ggml_type: GgmlType::F32,
-                            dims: vec![v.len() as u64],
-                        },
-                        cols: v.len(),
-                        source: Source::Generated(v),
-                    });
-                }
+                push_rope_factors(&mut plan, long, short)
             }
             _ => {
                 return Err(bad(
@@ -544,6 +518,25 @@ pub(crate) fn convert(
 /// GLM-4's special tokens, as its converter sets them after loading (each only if not set
 /// yet): end of text as EOS, unknown and BOS, `<|user|>` as end of turn. Both must be added
 /// tokens of `tokenizer.json` (llama.cpp stops with a `KeyError` otherwise).
+/// LongRoPE's per-pair factors as F32 tensors (`rope_factors_long`, then `_short`), generated
+/// ahead of the checkpoint's tensors as llama.cpp's converters yield them.
+fn push_rope_factors(plan: &mut Vec<Planned>, long: Vec<f32>, short: Vec<f32>) {
+    for (name, v) in [
+        ("rope_factors_long.weight", long),
+        ("rope_factors_short.weight", short),
+    ] {
+        plan.push(Planned {
+            spec: TensorSpec {
+                name: name.into(),
+                ggml_type: GgmlType::F32,
+                dims: vec![v.len() as u64],
+            },
+            cols: v.len(),
+            source: Source::Generated(v),
+        });
+    }
+}
+
 fn glm4_specials(dir: &Path, sv: &mut SpecialVocab) -> Result<(), ConvertError> {
     let tj = dir.join("tokenizer.json");
     let v = crate::convert::read_json(&tj)?;
