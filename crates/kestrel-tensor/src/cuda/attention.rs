@@ -6,7 +6,7 @@
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::engine::{cfg, driver, f32_only, grid_for, i32_of};
+use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of};
 use super::{
     AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, HeadNorm, MAX_ATTENTION_SPLITS,
     MAX_HEAD_DIM, MAX_MATVEC_ROWS,
@@ -342,18 +342,8 @@ impl CudaDevice {
                 why: "per-head norms take heads of at most 256",
             });
         }
-        for (w, _) in head_norms.iter().flatten() {
-            if let Some(w) = w {
-                f32_only(OP, w)?;
-                if w.shape.elem_count() != head_dim {
-                    return Err(TensorError::LengthMismatch {
-                        op: OP,
-                        what: "head norm weight",
-                        expected: head_dim,
-                        actual: w.shape.elem_count(),
-                    });
-                }
-            }
+        for w in head_norms.iter().flatten().filter_map(|(w, _)| *w) {
+            f32_vector(OP, "head norm weight", w, head_dim)?;
         }
         let n_tok = positions.host.len();
         let ra = RopeArgs::new(OP, p, head_dim, freq_factors)?;

@@ -540,6 +540,25 @@ pub(super) fn f32_only(op: &'static str, t: &DeviceTensor) -> Result<()> {
     Ok(())
 }
 
+/// A norm weight (or any f32 vector) of exactly `len` values.
+pub(super) fn f32_vector(
+    op: &'static str,
+    what: &'static str,
+    t: &DeviceTensor,
+    len: usize,
+) -> Result<()> {
+    f32_only(op, t)?;
+    if t.shape.elem_count() != len {
+        return Err(TensorError::LengthMismatch {
+            op,
+            what,
+            expected: len,
+            actual: t.shape.elem_count(),
+        });
+    }
+    Ok(())
+}
+
 pub(super) fn same_shape(
     op: &'static str,
     what: &'static str,

@@ -10,7 +10,8 @@
 use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 
 use super::engine::{
-    cfg, driver, elementwise_cfg, f32_only, grid_for, i32_of, no_scratch_err, same_shape,
+    cfg, driver, elementwise_cfg, f32_only, f32_vector, grid_for, i32_of, no_scratch_err,
+    same_shape,
 };
 use super::matvec::{mmvq_multi_name, mmvq_rows_per_cta, MmvqSegs, MMVQ_WARPS};
 use super::ops::rms_threads;
@@ -53,15 +54,7 @@ impl CudaDevice {
         same_shape(OP, "out", x, out)?;
         let (k, n) = (x.shape.row_len(), x.shape.n_rows());
         if let Some(w) = weight {
-            f32_only(OP, w)?;
-            if w.shape.elem_count() != k {
-                return Err(TensorError::LengthMismatch {
-                    op: OP,
-                    what: "weight",
-                    expected: k,
-                    actual: w.shape.elem_count(),
-                });
-            }
+            f32_vector(OP, "weight", w, k)?;
         }
         if let Some((r, sum)) = &residual {
             f32_only(OP, r)?;
@@ -144,15 +137,7 @@ impl CudaDevice {
         }
         let (k, n) = (o.shape.row_len(), o.shape.n_rows());
         for w in [w1, w2].into_iter().flatten() {
-            f32_only(OP, w)?;
-            if w.shape.elem_count() != k {
-                return Err(TensorError::LengthMismatch {
-                    op: OP,
-                    what: "weight",
-                    expected: k,
-                    actual: w.shape.elem_count(),
-                });
-            }
+            f32_vector(OP, "weight", w, k)?;
         }
         if n == 0 {
             return Ok(None);
