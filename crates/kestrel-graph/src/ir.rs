@@ -285,7 +285,8 @@ pub enum Op {
     Scale(f32),
     /// A LoRA adapter's term added to a matmul's output: `acc + scale · (x · Aᵀ) · Bᵀ`, inputs
     /// `[acc, x]`, halves F32 or F16: `A` of ggml dims `[k, rank]` and `B` given transposed,
-    /// `Bᵀ` of ggml dims `[m, rank]` (see [`low_rank_names`](crate::low_rank_names)).
+    /// `Bᵀ` of ggml dims `[m, rank]`, in the low-rank kernels' column blocks (see
+    /// [`low_rank_names`](crate::low_rank_names)).
     LowRank {
         /// `A` (F32 or F16).
         a: WeightId,

@@ -10,6 +10,7 @@
 
 use std::collections::HashSet;
 
+use kestrel_tensor::cpu::low_rank;
 use kestrel_tensor::{DType, Shape, Tensor};
 
 use crate::ir::{AdapterTerm, EmbedIndex, Node, Op, WeightId};
@@ -28,8 +29,8 @@ pub fn low_rank_names(a: &str, b: &str) -> (String, String) {
 
 /// The tensor a derived name of [`low_rank_names`] stands for, made from `plain` (the lookup of
 /// undecorated names): `{x}#lr` is `x` as F32 or F16 (`x` itself when it is one of them,
-/// F32 values otherwise), `{x}#T` is `x` transposed (ggml dims swapped), F16 when `x` is, F32
-/// otherwise. `None` for any other name or a missing tensor. Made tensors share their bytes
+/// F32 values otherwise), `{x}#T` is `x` transposed (ggml dims swapped) in the column blocks
+/// the low-rank kernels read ([`low_rank::pack_bt`]), F16 when `x` is, F32 otherwise. `None` for any other name or a missing tensor. Made tensors share their bytes
 /// between clones.
 ///
 /// # Errors
@@ -71,12 +72,10 @@ pub fn derived_weight(
             return Err(format!("a transposed half must be 2-D, {base} is {dims:?}"));
         };
         let v = t.to_f32_vec().map_err(|e| e.to_string())?;
-        let mut out = vec![0f32; v.len()];
-        for (r, row) in v.chunks_exact(cols.max(1)).enumerate().take(rows) {
-            for (c, &x) in row.iter().enumerate() {
-                out[c * rows + r] = x;
-            }
+        if v.len() != rows * cols {
+            return Err(format!("{base} holds {} values for {dims:?}", v.len()));
         }
+        let out = low_rank::pack_bt(&v, cols, rows);
         let shape = Shape::new(&[rows, cols]).map_err(|e| e.to_string())?;
         let keep = if t.dtype() == DType::F16 {
             DType::F16

@@ -1,5 +1,6 @@
 //! LoRA terms with per-sequence scales: one batched step where each sequence has its own
-//! adapters and scales gives every sequence the bits it gets alone at those scales; a sequence
+//! adapters and scales gives every sequence the bits it gets alone at those scales, in one
+//! step or one token a step (terms computed beside their matmul); a sequence
 //! with every scale 0 gets the bits of the graph without adapters; the values are the low-rank
 //! sum an f64 reference computes; bad scale lists are refused.
 
@@ -8,7 +9,8 @@ use kestrel_kv::{ContiguousCache, KvDType, KvLayout, PagedCache};
 use kestrel_tensor::{CpuEngine, DType, Shape, Tensor};
 
 const K: usize = 40;
-const M: usize = 24;
+// Wider than one column block of the low-rank kernels' `Bᵀ` (64), with a partial one.
+const M: usize = 100;
 const VOCAB: usize = 7;
 
 fn val(i: usize, salt: usize) -> f32 {
@@ -213,6 +215,17 @@ fn each_sequence_of_a_batch_gets_its_own_adapters_bit_for_bit() {
         let got = alone.run(&engine, &mut kv, p, 0).unwrap().to_vec();
         let mine = &out[row * M..(row + p.len()) * M];
         assert_eq!(got, mine, "scales {s:?}: batched differs from alone");
+        // One token a step: the terms are computed beside the matmul (one-row steps), the
+        // same bits.
+        let mut kv = ContiguousCache::new(layout(), 16).unwrap();
+        for (i, &id) in p.iter().enumerate() {
+            let got = alone.run(&engine, &mut kv, &[id], i).unwrap();
+            assert_eq!(
+                got,
+                &mine[i * M..(i + 1) * M],
+                "scales {s:?}: token {i} decoded alone differs from the batch"
+            );
+        }
         if s == [0.0, 0.0] {
             let mut kv = ContiguousCache::new(layout(), 16).unwrap();
             let base_out = plain.run(&engine, &mut kv, p, 0).unwrap();

@@ -7,7 +7,7 @@
 //! sequence without adapters in a batch with adapted ones gets the bits of a plan without them.
 
 use half::f16;
-use kestrel_tensor::cpu::low_rank::LowRankHalf;
+use kestrel_tensor::cpu::low_rank::{self, LowRankHalf};
 use kestrel_tensor::{cpu, DType, Tensor};
 
 use super::BatchSeq;
@@ -264,7 +264,7 @@ impl Term<'_> {
                 cpu::round_to(round_t, tc);
             });
             let t: &[f32] = low;
-            let cols = m.div_ceil(threads).next_multiple_of(16);
+            let cols = m.div_ceil(threads).next_multiple_of(low_rank::BT_BLOCK);
             out.par_chunks_mut(cols)
                 .zip(acc.par_chunks(cols))
                 .enumerate()
@@ -309,4 +309,245 @@ pub(super) fn scale_rows(x: &[f32], factors: &[f32], out: &mut [f32]) {
         o.copy_from_slice(xr);
         cpu::scale(o, f);
     }
+}
+
+/// The bytes of a term's `Bᵀ` prefetched before its `A` is read.
+const BT_HEAD: usize = 4096;
+
+/// Most terms one matmul computes beside it (more are computed by their own nodes).
+pub(super) const MAX_AHEAD: usize = 8;
+
+/// One term to compute beside a matmul: its node, halves, sizes and input roundings.
+#[derive(Clone, Copy)]
+pub(super) struct AheadTerm<'a> {
+    node: usize,
+    a: HalfRef<'a>,
+    bt: HalfRef<'a>,
+    k: usize,
+    m: usize,
+    rank: usize,
+    inputs: (DType, DType),
+}
+
+impl AheadTerm<'_> {
+    /// A placeholder for unused slots.
+    pub(super) const NONE: AheadTerm<'static> = AheadTerm {
+        node: 0,
+        a: HalfRef::F32(&[]),
+        bt: HalfRef::F32(&[]),
+        k: 0,
+        m: 0,
+        rank: 0,
+        inputs: (DType::F32, DType::F32),
+    };
+}
+
+/// The fused terms ([`Op::LowRank`]) of one-row steps, computed while a matmul runs
+/// (`rayon::join`) instead of after it: each term reads only its input `x` and its halves, so
+/// it is computed beside the first matmul that reads the same `x` (q, k and v's terms beside
+/// q's matmul; gate and up's beside gate's), its halves streaming on some threads while the
+/// others stream the weight. Each term in its own node would be two more passes of every
+/// thread; in a decode step of a small model, hundreds of such passes cost more in fork and
+/// join than in arithmetic. Each term's sum `Σ_r Bᵀ[r]·t[r]` waits here for its node, which
+/// adds it as the plain path does (`fma(sum, factor, acc)`): the same bits.
+#[derive(Debug, Default)]
+pub(super) struct Ahead {
+    /// Per node: the range of `terms` a matmul computes beside it.
+    of: Vec<std::ops::Range<usize>>,
+    /// Term nodes, grouped by the matmul that computes them.
+    terms: Vec<usize>,
+    /// Ready sums: the term's node and where its sum starts in `sums`.
+    ready: Vec<(usize, usize)>,
+    /// Where the next sum goes (0 once every ready sum is used).
+    end: usize,
+    sums: Vec<f32>,
+    /// Each computing term's `x · Aᵀ` and rounded input.
+    scratch: Vec<f32>,
+    zeros: Vec<f32>,
+}
+
+impl Ahead {
+    /// Assigns each fused term of `nodes` to the first matmul that reads its input.
+    pub(super) fn new(nodes: &[Node]) -> Ahead {
+        let mut by: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+        let mut any = false;
+        for (j, node) in nodes.iter().enumerate() {
+            let (Op::LowRank { .. }, Some(&x)) = (&node.op, node.inputs.get(1)) else {
+                continue;
+            };
+            let first = nodes[..j]
+                .iter()
+                .position(|n| matches!(n.op, Op::MatMul { .. }) && n.inputs.first() == Some(&x));
+            if let Some(i) = first {
+                by[i].push(j);
+                any = true;
+            }
+        }
+        if !any {
+            return Ahead::default();
+        }
+        let mut ahead = Ahead::default();
+        for list in by {
+            let start = ahead.terms.len();
+            ahead.terms.extend(list);
+            ahead.of.push(start..ahead.terms.len());
+        }
+        ahead.ready = Vec::with_capacity(ahead.terms.len());
+        ahead
+    }
+
+    /// Whether node `i` has terms to compute beside it.
+    pub(super) fn assigned(&self, i: usize) -> bool {
+        self.of.get(i).is_some_and(|r| !r.is_empty())
+    }
+
+    /// Forgets every ready sum (a new step).
+    pub(super) fn clear(&mut self) {
+        self.ready.clear();
+        self.end = 0;
+    }
+
+    /// Computes the sums of `terms` for the one-row input `x`, the terms shared out among the
+    /// pool's threads (buffers grow in the first steps only).
+    pub(super) fn compute(&mut self, terms: &[AheadTerm<'_>], x: &[f32]) {
+        let m: usize = terms.iter().map(|t| t.m).sum();
+        let scratch: usize = terms.iter().map(|t| t.rank + t.k).sum();
+        let widest = terms.iter().map(|t| t.m).max().unwrap_or(0);
+        grow(&mut self.zeros, widest);
+        grow(&mut self.sums, self.end + m);
+        let sums = &mut self.sums[self.end..self.end + m];
+        sums_of(
+            terms,
+            x,
+            sums,
+            grow(&mut self.scratch, scratch),
+            &self.zeros,
+        );
+        for t in terms {
+            self.ready.push((t.node, self.end));
+            self.end += t.m;
+        }
+    }
+
+    /// `out = fma(sum, factor, acc)` with node `node`'s sum when it is ready (`false`
+    /// otherwise: the node computes its term itself).
+    pub(super) fn finish(&mut self, node: usize, f: f32, acc: &[f32], out: &mut [f32]) -> bool {
+        let Some(at) = self.ready.iter().position(|r| r.0 == node) else {
+            return false;
+        };
+        let (_, off) = self.ready.swap_remove(at);
+        let m = out.len();
+        // A one-row "up" product over the sum with t = [1]: fma(sum, 1, 0) = sum, then
+        // fma(sum, f, acc), the plain path's last step.
+        cpu::low_rank_up(&self.sums[off..off + m], m, &[1.0], f, 0..m, acc, out);
+        if self.ready.is_empty() {
+            self.end = 0;
+        }
+        true
+    }
+}
+
+/// The sums of `terms` into `sums` (theirs one after another), halves split in two and run
+/// side by side until one term is left.
+fn sums_of(
+    terms: &[AheadTerm<'_>],
+    x: &[f32],
+    sums: &mut [f32],
+    scratch: &mut [f32],
+    zeros: &[f32],
+) {
+    if let [term] = terms {
+        // `Bᵀ`'s first bytes come in while `A` is read (the up kernel prefetches the rest).
+        match term.bt {
+            HalfRef::F32(bt) => low_rank::prefetch_head(bt, BT_HEAD),
+            HalfRef::F16(bt) => low_rank::prefetch_head(bt, BT_HEAD),
+        }
+        let (low, xs) = scratch.split_at_mut(term.rank);
+        let x = if rounds(term.inputs.0) {
+            let xs = &mut xs[..term.k];
+            xs.copy_from_slice(&x[..term.k]);
+            cpu::round_to(term.inputs.0, xs);
+            &*xs
+        } else {
+            &x[..term.k]
+        };
+        match term.a {
+            HalfRef::F32(a) => cpu::low_rank_down(a, term.k, x, low),
+            HalfRef::F16(a) => cpu::low_rank_down(a, term.k, x, low),
+        }
+        cpu::round_to(term.inputs.1, low);
+        // `Σ + 0` is `Σ`: a sum of fused multiply-adds from +0 is never -0.
+        let (zeros, m) = (&zeros[..term.m], term.m);
+        match term.bt {
+            HalfRef::F32(bt) => cpu::low_rank_up(bt, m, low, 1.0, 0..m, zeros, sums),
+            HalfRef::F16(bt) => cpu::low_rank_up(bt, m, low, 1.0, 0..m, zeros, sums),
+        }
+        return;
+    }
+    let (first, second) = terms.split_at(terms.len() / 2);
+    let m: usize = first.iter().map(|t| t.m).sum();
+    let sc: usize = first.iter().map(|t| t.rank + t.k).sum();
+    let (s1, s2) = sums.split_at_mut(m);
+    let (c1, c2) = scratch.split_at_mut(sc);
+    rayon::join(
+        || sums_of(first, x, s1, c1, zeros),
+        || sums_of(second, x, s2, c2, zeros),
+    );
+}
+
+/// The fused terms one-row matmul `i` computes beside it (into `terms`; returns how many):
+/// those assigned to it whose factor for the row is not 0 (a term at 0 copies its input, as
+/// before) and whose halves are readable (the node reports any that is not).
+pub(super) fn terms_ahead<'a>(
+    ahead: &Ahead,
+    nodes: &[Node],
+    weights: &'a [super::BoundWeight],
+    adapters: &mut StepAdapters,
+    out_rows: &[usize],
+    (i, t): (usize, usize),
+    terms: &mut [AheadTerm<'a>; MAX_AHEAD],
+) -> usize {
+    let Some(list) = ahead.of.get(i) else {
+        return 0;
+    };
+
+    let mut n = 0;
+    for &j in &ahead.terms[list.clone()] {
+        let node = &nodes[j];
+        let Op::LowRank {
+            a,
+            bt,
+            scale,
+            term,
+            inputs,
+        } = &node.op
+        else {
+            continue;
+        };
+        if n == MAX_AHEAD || adapters.factors(term, *scale, 1, t, out_rows)[0] == 0.0 {
+            continue;
+        }
+        let (Ok(ha), Ok(hb)) = (
+            HalfRef::of(&weights[*a].tensor),
+            HalfRef::of(&weights[*bt].tensor),
+        ) else {
+            continue;
+        };
+        let (k, m) = (nodes[node.inputs[1]].width, node.width);
+        let rank = ha.len() / k.max(1);
+        if k == 0 || rank == 0 || ha.len() != rank * k || hb.len() != rank * m {
+            continue;
+        }
+        terms[n] = AheadTerm {
+            node: j,
+            a: ha,
+            bt: hb,
+            k,
+            m,
+            rank,
+            inputs: *inputs,
+        };
+        n += 1;
+    }
+    n
 }

@@ -138,6 +138,8 @@ pub struct ExecutionPlan {
     low_rank: Vec<f32>,
     /// A LoRA term's input rounded as its `A` reads it (grown once).
     low_rank_in: Vec<f32>,
+    /// One-row steps' LoRA terms computed beside their matmuls.
+    ahead: adapters::Ahead,
     /// The adapter scales of the step's sequences.
     adapters: StepAdapters,
     head_out: Vec<f32>,
@@ -307,6 +309,7 @@ impl ExecutionPlan {
             head_in: Vec::new(),
             low_rank: Vec::new(),
             low_rank_in: Vec::new(),
+            ahead: adapters::Ahead::new(graph.nodes()),
             adapters: StepAdapters::new(graph.nodes(), max_tokens),
             head_out: Vec::new(),
             rope_cache: cpu::RopeCache::default(),
@@ -481,6 +484,7 @@ impl ExecutionPlan {
             }
             row += s.len;
         }
+        self.ahead.clear();
         engine.install(|| -> Result<(), GraphError> {
             for i in 0..self.nodes.len() {
                 self.exec(i, kv, tokens)?;
@@ -592,21 +596,46 @@ impl ExecutionPlan {
                 } else {
                     &self.out_segs[..]
                 };
-                if let Some(p) = &bound.packed {
-                    cpu::matmul_packed(a, in_rows, p, out, segments, &mut self.scratch)?;
-                } else {
-                    let w = &bound.tensor;
-                    cpu::matmul_segmented(
-                        a,
-                        in_rows,
-                        in_width,
-                        w.as_bytes(),
-                        w.dtype(),
-                        width,
-                        out,
-                        segments,
-                        &mut self.scratch,
-                    )?;
+                let scratch = &mut self.scratch;
+                let x = &a[..in_rows * in_width];
+                let mut base = || -> Result<(), GraphError> {
+                    if let Some(p) = &bound.packed {
+                        cpu::matmul_packed(x, in_rows, p, out, segments, scratch)?;
+                    } else {
+                        let w = &bound.tensor;
+                        cpu::matmul_segmented(
+                            x,
+                            in_rows,
+                            in_width,
+                            w.as_bytes(),
+                            w.dtype(),
+                            width,
+                            out,
+                            segments,
+                            scratch,
+                        )?;
+                    }
+                    Ok(())
+                };
+                if in_rows != 1 || !self.ahead.assigned(i) {
+                    return base();
+                }
+                let mut terms = [adapters::AheadTerm::NONE; adapters::MAX_AHEAD];
+                let n = adapters::terms_ahead(
+                    &self.ahead,
+                    &self.nodes,
+                    &self.weights,
+                    &mut self.adapters,
+                    &self.out_rows,
+                    (i, t),
+                    &mut terms,
+                );
+                match n {
+                    0 => base()?,
+                    _ => {
+                        let ahead = &mut self.ahead;
+                        rayon::join(base, || ahead.compute(&terms[..n], x)).0?;
+                    }
                 }
             }
             Op::AddBias { bias } => {
@@ -766,12 +795,16 @@ impl ExecutionPlan {
                         ))
                     })
                 };
+                let f = self.adapters.factors(term, *scale, rows, t, &self.out_rows);
+                if rows == 1 && self.ahead.finish(i, f[0], a, out) {
+                    return Ok(());
+                }
                 let io = adapters::LowRankIo {
                     a: half(*wa)?,
                     bt: half(*bt)?,
                     k: self.nodes[node.inputs[1]].width,
                     m: width,
-                    factors: self.adapters.factors(term, *scale, rows, t, &self.out_rows),
+                    factors: f,
                     inputs: *inputs,
                 };
                 let (low, rounded) = (&mut self.low_rank, &mut self.low_rank_in);

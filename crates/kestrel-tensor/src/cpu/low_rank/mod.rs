@@ -3,7 +3,13 @@
 //! plan's fused low-rank op:
 //! - [`low_rank_down`]: `t = A·x`, `A` `rank` rows of `k` (a few long dot products);
 //! - [`low_rank_up`]: `out = acc + f · Bᵀᵀ·t` over a range of output columns, `B` given
-//!   transposed (`rank` rows of `m`), so each output column is one SIMD lane.
+//!   transposed in column blocks ([`pack_bt`]: each block of [`BT_BLOCK`] output columns
+//!   holds its `rank` rows one after another), so each output column is one SIMD lane and the
+//!   kernel reads one sequential stream.
+//!
+//! Both kernels prefetch their halves a few KiB ahead: a term's halves are short streams (a
+//! few KiB each) that the hardware prefetchers would only pick up halfway through, and in a
+//! decode step each is read once, from memory.
 //!
 //! Each has a scalar twin that fixes its arithmetic (the SIMD kernels in [`x86_64`] give the
 //! same bits, tested below for every instruction set this CPU runs):
@@ -130,6 +136,12 @@ half_impl!(
     up_avx2_f16
 );
 
+/// Prefetches the first `bytes` of `half` (a term's halves are read once per token, from
+/// memory: the caller starts the next one's first bytes while it computes something else).
+pub fn prefetch_head<T>(half: &[T], bytes: usize) {
+    super::matmul::prefetch_range(half.as_ptr().cast(), bytes.min(std::mem::size_of_val(half)));
+}
+
 /// `t[r] = A_r · x` for the `t.len()` rows of `a` (`k` values each; `x` at least `k` long).
 ///
 /// # Panics
@@ -144,11 +156,42 @@ pub fn low_rank_down<T: LowRankHalf>(a: &[T], k: usize, x: &[f32], t: &mut [f32]
     }
 }
 
-/// `out[j - cols.start] = fma(Σ_r bt[r][j] · t[r], f, acc[j - cols.start])` for `j` in `cols`,
-/// `bt` holding `t.len()` rows of `m` (`B` transposed).
+/// Output columns per block of a packed `Bᵀ` ([`pack_bt`]).
+pub const BT_BLOCK: usize = 64;
+
+/// Where `Bᵀ[r][j]` lies in a packed `Bᵀ` of `rank` rows of `m`: column block `j / BT_BLOCK`
+/// starts at `rank · BT_BLOCK` values per block before it and holds its `rank` rows of `w`
+/// values one after another (`w` = `BT_BLOCK`, or what is left of `m` in the last block).
+#[inline]
+pub fn bt_index(rank: usize, m: usize, r: usize, j: usize) -> usize {
+    let start = j - j % BT_BLOCK;
+    let w = BT_BLOCK.min(m - start);
+    start * rank + r * w + (j - start)
+}
+
+/// `B` (`m` rows of `rank`, ggml's `lora_b` layout) as [`low_rank_up`] reads it: transposed
+/// and cut into column blocks ([`bt_index`]).
 ///
 /// # Panics
-/// `cols` past `m`, `bt` shorter than `t.len() · m`, `acc` or `out` not `cols.len()` long.
+/// `b` not `m · rank` long.
+pub fn pack_bt<T: Copy>(b: &[T], rank: usize, m: usize) -> Vec<T> {
+    assert_eq!(b.len(), m * rank, "pack_bt: B is not m x rank");
+    let mut out = b.to_vec();
+    for (j, row) in b.chunks_exact(rank.max(1)).enumerate() {
+        for (r, &v) in row.iter().enumerate() {
+            out[bt_index(rank, m, r, j)] = v;
+        }
+    }
+    out
+}
+
+/// `out[j - cols.start] = fma(Σ_r Bᵀ[r][j] · t[r], f, acc[j - cols.start])` for `j` in `cols`,
+/// `bt` holding `Bᵀ` (`t.len()` rows of `m`) packed by [`pack_bt`]. A rank-1 `Bᵀ` packs to
+/// itself.
+///
+/// # Panics
+/// `cols` past `m` or not starting at a block ([`BT_BLOCK`]), `bt` shorter than
+/// `t.len() · m`, `acc` or `out` not `cols.len()` long.
 pub fn low_rank_up<T: LowRankHalf>(
     bt: &[T],
     m: usize,
@@ -168,6 +211,7 @@ fn check_up(bt: usize, m: usize, t: &[f32], cols: &Range<usize>, acc: &[f32], ou
     assert!(
         cols.start <= cols.end
             && cols.end <= m
+            && cols.start.is_multiple_of(BT_BLOCK)
             && bt >= t.len() * m
             && acc.len() == cols.len()
             && out.len() == cols.len(),
@@ -232,11 +276,12 @@ pub fn low_rank_up_scalar<T: LowRankHalf>(
     }
 }
 
-/// Column `j`'s sum `Σ_r bt[r][j] · t[r]`, fused-added over `r` in order from 0.
+/// Column `j`'s sum `Σ_r Bᵀ[r][j] · t[r]`, fused-added over `r` in order from 0.
 fn up_col_scalar<T: LowRankHalf>(bt: &[T], m: usize, t: &[f32], j: usize) -> f32 {
-    t.iter()
-        .enumerate()
-        .fold(0f32, |s, (r, &tr)| bt[r * m + j].widen().mul_add(tr, s))
+    let rank = t.len();
+    t.iter().enumerate().fold(0f32, |s, (r, &tr)| {
+        bt[bt_index(rank, m, r, j)].widen().mul_add(tr, s)
+    })
 }
 
 #[cfg(test)]
@@ -289,11 +334,12 @@ mod tests {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let mut want_t = vec![0f32; rank];
         low_rank_down_scalar(aw, k, x, &mut want_t);
+        let at = |c: usize| c - c % BT_BLOCK;
         for cols in [
             0..m,
-            m / 3..m,
-            m / 2..m / 2,
-            1.min(m)..m.saturating_sub(1).max(1),
+            at(m / 3)..m,
+            at(m / 2)..at(m / 2),
+            0..m.saturating_sub(1),
         ] {
             let (n, c) = (cols.len(), &acc[cols.clone()]);
             let mut want = vec![0f32; n];
@@ -319,6 +365,7 @@ mod tests {
             (1, 7, 33),
             (130, 8, 100),
             (4096, 64, 40),
+            (64, 16, 200),
             (0, 4, 9),
         ] {
             let (k, rank, m) = dims;
@@ -337,10 +384,11 @@ mod tests {
     #[test]
     fn the_twins_are_the_products_within_rounding() {
         let mut rng = Rng::new(3);
-        let (k, rank, m) = (300, 5, 70);
+        let (k, rank, m) = (300, 5, 150);
         let a = rng.vec(rank * k, 1.0);
         let x = rng.vec(k, 1.0);
-        let bt = rng.vec(rank * m, 1.0);
+        let b = rng.vec(m * rank, 1.0);
+        let bt = pack_bt(&b, rank, m);
         let acc = rng.vec(m, 1.0);
         let mut t = vec![0f32; rank];
         low_rank_down(&a, k, &x, &mut t);
@@ -354,7 +402,7 @@ mod tests {
             })
             .collect();
         for j in 0..m {
-            let s: f64 = (0..rank).map(|r| f64::from(bt[r * m + j]) * t64[r]).sum();
+            let s: f64 = (0..rank).map(|r| f64::from(b[j * rank + r]) * t64[r]).sum();
             let want = f64::from(acc[j]) - 1.5 * s;
             assert!(
                 (f64::from(out[j]) - want).abs() < 1e-4 * (1.0 + want.abs()),

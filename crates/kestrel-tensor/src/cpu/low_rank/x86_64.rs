@@ -1,7 +1,7 @@
 //! AVX2 and AVX-512 forms of the low-rank products, bit for bit the scalar twins in the parent
 //! module: `down` keeps the sixteen lane sums in one 512-bit register (two 256-bit ones) and
 //! sums them in the twins' tree; `up` puts one output column in each lane. Four rows (down) or
-//! four column blocks (up) run side by side so the fused multiply-add chains overlap. Each
+//! four column groups (up) run side by side so the fused multiply-add chains overlap. Each
 //! kernel is written once (a macro) and instantiated for f32 and f16 halves, which differ only
 //! in their load (f16 widened with F16C's exact conversion).
 
@@ -10,7 +10,28 @@ use std::ops::Range;
 
 use half::f16;
 
-use super::{tail_scalar, up_col_scalar};
+use super::{tail_scalar, up_col_scalar, BT_BLOCK};
+
+/// How far ahead of its loads the up kernel prefetches its (one) stream, in bytes.
+const AHEAD_UP: usize = 4096;
+
+/// Prefetches the line `bytes` past `p` (never faults, whatever the address).
+#[inline(always)]
+fn prefetch<T>(p: *const T, bytes: usize) {
+    // SAFETY: a prefetch reads nothing and cannot fault.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>((p as *const i8).wrapping_add(bytes)) };
+}
+
+/// The down kernel's prefetch while it reads values `i..i + 16` of rows `r..r + 4`: the same
+/// share of the next four rows (contiguous, `4k` values), so each group of rows arrives while
+/// the one before it is summed (the first comes in on the hardware prefetchers).
+#[inline(always)]
+fn next_group<T>(a: *const T, r: usize, k: usize, i: usize) {
+    let next = a.wrapping_add((r + 4) * k + 4 * i);
+    for q in 0..4 {
+        prefetch(next.wrapping_add(16 * q), 0);
+    }
+}
 
 /// Sixteen f32 values at `p`.
 #[inline]
@@ -83,6 +104,7 @@ macro_rules! down_avx512 {
                     // SAFETY: i + 16 <= k <= x.len(); row r + q < rows lies in `a`.
                     unsafe {
                         let xv = _mm512_loadu_ps(px.add(i));
+                        next_group(pa, r, k, i);
                         for (q, s) in acc.iter_mut().enumerate().take(n) {
                             *s = _mm512_fmadd_ps($ld(pa.add((r + q) * k + i)), xv, *s);
                         }
@@ -121,6 +143,7 @@ macro_rules! down_avx2 {
                     unsafe {
                         let x0 = _mm256_loadu_ps(px.add(i));
                         let x1 = _mm256_loadu_ps(px.add(i + 8));
+                        next_group(pa, r, k, i);
                         for q in 0..n {
                             let row = pa.add((r + q) * k + i);
                             lo[q] = _mm256_fmadd_ps($ld(row), x0, lo[q]);
@@ -164,16 +187,23 @@ macro_rules! up_kernel {
             let (pb, pc, po) = (bt.as_ptr(), acc.as_ptr(), out.as_mut_ptr());
             let fv = $set1(f);
             let mut c = 0;
+            let rank = t.len();
             while c < whole {
                 let blocks = ((whole - c) / W).min(4);
+                // The 4·W columns from `j` lie in one block of `BT_BLOCK` (`cols.start` starts
+                // a block, `c` is a multiple of 4·W, which divides `BT_BLOCK`), `w` wide.
+                let j = cols.start + c;
+                let start = j - j % BT_BLOCK;
+                let w = BT_BLOCK.min(m - start);
                 let mut s: [$vec; 4] = [$zero(); 4];
                 for (r, &tr) in t.iter().enumerate() {
                     let tv = $set1(tr);
-                    // SAFETY: columns cols.start + c .. + blocks·W lie within `m` (c + W·blocks
-                    // <= whole <= cols.len()), row r < t.len() rows of `bt`.
+                    // SAFETY: columns j .. j + blocks·W lie within `m` (c + W·blocks <= whole
+                    // <= cols.len()) and within the block's `w` (see above); row r < rank.
                     unsafe {
-                        let row = pb.add(r * m + cols.start + c);
+                        let row = pb.add(start * rank + r * w + (j - start));
                         for (b, sb) in s.iter_mut().enumerate().take(blocks) {
+                            prefetch(row.add(b * W), AHEAD_UP);
                             *sb = $fma($ld(row.add(b * W)), tv, *sb);
                         }
                     }
