@@ -227,7 +227,30 @@ pub(crate) struct TypeKernels<A: 'static> {
     /// `tile` with its activation side prepared once per activation group (see
     /// [`PreppedTileFn`]), where the kernel has it.
     pub prepped: Option<PreppedTileFn<A>>,
+    /// For types whose blocks cost more to unpack than to multiply (Q4_0, Q5_0 with AVX2):
+    /// their widening to Q8_0 blocks and the Q8_0 tile, which a prefill task runs instead of
+    /// `tile` over its rows widened once (see [`Widened`]).
+    pub widened: Option<Widened<A>>,
 }
+
+/// A weight type's rows widened to Q8_0 blocks (the same scale bits, the 32 quants as signed
+/// bytes) and the tile that multiplies them: the same integer sums and float order as the
+/// type's own `tile`, so the same bits. A task then unpacks each weight block once, not once
+/// per group of activation rows (256 times in a 512-token prefill with groups of 2).
+pub(crate) struct Widened<A: 'static> {
+    /// Whole rows of blocks in, their Q8_0 blocks out (`out` holds exactly as many blocks).
+    pub widen: fn(w: &[u8], out: &mut [u8]),
+    /// The Q8_0 tile.
+    pub tile: TileFn<A>,
+}
+
+impl<A> Clone for Widened<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Widened<A> {}
 
 impl<A> Clone for TypeKernels<A> {
     fn clone(&self) -> Self {
@@ -248,6 +271,7 @@ impl<A> TypeKernels<A> {
             single: None,
             wide: None,
             prepped: None,
+            widened: None,
         }
     }
 }
@@ -296,11 +320,13 @@ impl Kernels {
             single: Some(scalar_tile::<qdot::DQ4K>),
             wide: None,
             prepped: None,
+            widened: None,
         },
         q5_k: TypeKernels::scalar::<qdot::DQ5K>(),
         q6_k: TypeKernels {
             wide: Q6K_WIDE_SCALAR,
             prepped: None,
+            widened: None,
             ..TypeKernels::scalar::<qdot::DQ6K>()
         },
         iq4_nl: TypeKernels::scalar::<qdot::DIQ4NL>(),

@@ -108,6 +108,28 @@ fn check_tile(dtype: DType, k: usize, seed: u64, scale: f32) {
                 "{dtype:?} k={k} tile {tn} {}: {want:?} vs {got:?}",
                 isa.name()
             );
+            // The widened variant: the rows widened to Q8_0 blocks, then its tile.
+            let widened = match dtype {
+                DType::Q4_0 => kern.q4_0.widened,
+                DType::Q5_0 => kern.q5_0.widened,
+                _ => None,
+            };
+            if let Some(wd) = widened {
+                let w = &w[..nw * w.len() / 4];
+                let mut wide = vec![0u8; nw * nb * 34];
+                (wd.widen)(w, &mut wide);
+                let mut got = vec![0f32; nw * tn];
+                (wd.tile)(&wide, &y0, tn, &mut got);
+                let same = want
+                    .iter()
+                    .zip(&got)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{dtype:?} k={k} widened tile {tn} {}: {want:?} vs {got:?}",
+                    isa.name()
+                );
+            }
             // The prepared variant: prepared by a call over other rows (all 4, or 1),
             // then reused for these.
             let prepped = |prep: &mut crate::cpu::dispatch::PrepBuf, rows: usize, fresh| {
@@ -332,4 +354,60 @@ proptest! {
     ) {
         check_iq4(seed, xs_blocks, nl_blocks, scale);
     }
+}
+
+/// A prefill matmul through the widened rows (Q4_0, Q5_0 with AVX2: each task widens its rows
+/// to Q8_0 blocks once) gives the scalar twins' bits, for every row of several tasks.
+#[test]
+fn widened_prefill_matmuls_give_the_scalar_bits() {
+    use crate::cpu::matmul::{matmul_q_with, MatmulScratch};
+    use crate::cpu::qdot::{QDot, DQ4_0, DQ5_0};
+    fn run<D: QDot>(
+        pick: impl Fn(&Kernels) -> crate::cpu::dispatch::TypeKernels<D::Act>,
+        dtype: DType,
+    ) {
+        let (k, m, n) = (96, 150, 37);
+        let mut rng = Rng::new(9);
+        let mut w = Vec::new();
+        for _ in 0..m {
+            w.extend(quantized_row(&mut rng, dtype, k).0);
+        }
+        let row_bytes = w.len() / m;
+        let x = rng.vec(n * k, 2.0);
+        let go = |kern: &Kernels| {
+            let mut out = vec![0f32; n * m];
+            let mut scratch = MatmulScratch::new();
+            // Two sequences: the rows' numerics follow their own segment only.
+            matmul_q_with::<D>(
+                pick(kern),
+                &x,
+                n,
+                k,
+                &w,
+                row_bytes,
+                m,
+                &mut out,
+                &[20, 17],
+                &mut scratch,
+            );
+            out
+        };
+        let want = go(&Kernels::for_isa(Isa::Scalar).unwrap());
+        for isa in Isa::available() {
+            let kern = Kernels::for_isa(isa).unwrap();
+            let got = go(&kern);
+            let bad = want
+                .iter()
+                .zip(&got)
+                .position(|(a, b)| a.to_bits() != b.to_bits());
+            assert_eq!(
+                bad,
+                None,
+                "{dtype:?} {}: first differing output",
+                isa.name()
+            );
+        }
+    }
+    run::<DQ4_0>(|k| k.q4_0, DType::Q4_0);
+    run::<DQ5_0>(|k| k.q5_0, DType::Q5_0);
 }

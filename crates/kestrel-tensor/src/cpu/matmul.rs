@@ -104,10 +104,16 @@ fn typed<A: bytemuck::Pod>(buf: &mut Vec<u64>, len: usize) -> &mut [A] {
     bytemuck::cast_slice_mut(&mut raw[..bytes])
 }
 
+/// Activation rows from which a matmul widens its weight rows once per task
+/// ([`dispatch::Widened`](super::dispatch::Widened)).
+const WIDEN_MIN_ROWS: usize = 16;
+
 thread_local! {
     static SCRATCH: RefCell<MatmulScratch> = const { RefCell::new(MatmulScratch::new()) };
     /// Each pool thread's prepared activation side (see `dispatch::PreppedTileFn`).
     static PREP: RefCell<PrepBuf> = const { RefCell::new(Vec::new()) };
+    /// Each pool thread's task rows widened to Q8_0 blocks (see `dispatch::Widened`).
+    static WIDENED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Checks the sizes of a matmul call; returns the weight row bytes.
@@ -297,9 +303,26 @@ fn matmul_q<D: super::qdot::QDot>(
     segments: &[usize],
     scratch: &mut MatmulScratch,
 ) {
+    let kern = D::kernels();
+    matmul_q_with::<D>(kern, x, n, k, w, row_bytes, m, out, segments, scratch);
+}
+
+/// [`matmul_q`] with the kernels `kern` (a test picks another instruction set's).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul_q_with<D: super::qdot::QDot>(
+    kern: super::dispatch::TypeKernels<D::Act>,
+    x: &[f32],
+    n: usize,
+    k: usize,
+    w: &[u8],
+    row_bytes: usize,
+    m: usize,
+    out: &mut [f32],
+    segments: &[usize],
+    scratch: &mut MatmulScratch,
+) {
     debug_assert!(x.len() == n * k && out.len() == n * m && w.len() == m * row_bytes);
     let nb = k / D::ACT_N;
-    let kern = D::kernels();
     if n == 1 {
         let acts = scratch.slice::<D::Act>(nb);
         D::quantize(x, acts);
@@ -361,6 +384,13 @@ fn matmul_q<D: super::qdot::QDot>(
     let prepped = kern
         .prepped
         .filter(|_| kern.single.is_none() && kern.wide.is_none());
+    // Rows widened once per task pay when many groups of activation rows read them (a
+    // prefill), not in a decode step of a few sequences (the widening writes and reads back
+    // half as many bytes again as the weights).
+    let widened = kern
+        .widened
+        .filter(|_| prepped.is_none() && kern.single.is_none() && kern.wide.is_none())
+        .filter(|_| n >= WIDEN_MIN_ROWS);
     (0..n_tasks).into_par_iter().for_each(|task| {
         PREP.with(|cell| {
             let mut own = PrepBuf::new();
@@ -372,42 +402,64 @@ fn matmul_q<D: super::qdot::QDot>(
             };
             let r0 = task * chunk;
             let r1 = (r0 + chunk).min(m);
-            // This task's weight rows stay in cache while groups of up to `tile_acts`
-            // activation rows pass over them; each weight block is unpacked once per group.
-            let parts = [(0, n_first, kern.tile), (n_first, n, second)];
-            for (lo, hi, tile) in parts {
-                let mut t0 = lo;
-                while t0 < hi {
-                    let tn = (hi - t0).min(tile_acts);
-                    let group = &acts[t0 * nb..(t0 + tn) * nb];
-                    let mut o = [0f32; MAX_TILE_ROWS * MAX_TILE_ACTS];
-                    let mut r = r0;
-                    while r < r1 {
-                        let nw = (r1 - r).min(tile_rows);
-                        let wr = &w[r * row_bytes..(r + nw) * row_bytes];
-                        if t0 == 0 {
-                            // Only the first group streams these rows; later ones find them
-                            // in cache.
-                            prefetch_next(wr);
+            WIDENED.with(|wcell| {
+                let mut own_w = Vec::new();
+                let mut wguard = wcell.try_borrow_mut();
+                let wbuf = match wguard.as_mut() {
+                    Ok(b) => &mut **b,
+                    Err(_) => &mut own_w,
+                };
+                // The weights the tiles read: the task's rows widened (row `r` at `r - r0`), or
+                // the matrix as it is.
+                let (w, row_bytes, first, tile, second) = match widened {
+                    Some(wd) => {
+                        let rb = nb * std::mem::size_of::<kestrel_gguf::quant::BlockQ8_0>();
+                        let need = (r1 - r0) * rb;
+                        if wbuf.len() < need {
+                            wbuf.resize(need, 0);
                         }
-                        match prepped {
-                            Some(pt) => pt(wr, group, tn, &mut o[..nw * tn], prep, r == r0),
-                            None => tile(wr, group, tn, &mut o[..nw * tn]),
-                        }
-                        for j in 0..nw {
-                            for (i, &v) in o[j * tn..(j + 1) * tn].iter().enumerate() {
-                                let t = perm[t0 + i] as usize;
-                                // SAFETY: t < n (a permutation of 0..n) and r + j < r1 <= m,
-                                // so the index is in bounds of `out` (len n*m, checked);
-                                // column r + j belongs to this task alone.
-                                unsafe { out_ptr.write(t * m + r + j, v) };
-                            }
-                        }
-                        r += nw;
+                        (wd.widen)(&w[r0 * row_bytes..r1 * row_bytes], &mut wbuf[..need]);
+                        (&wbuf[..need], rb, r0, wd.tile, wd.tile)
                     }
-                    t0 += tn;
+                    None => (w, row_bytes, 0, kern.tile, second),
+                };
+                // This task's weight rows stay in cache while groups of up to `tile_acts`
+                // activation rows pass over them; each weight block is unpacked once per group.
+                let parts = [(0, n_first, tile), (n_first, n, second)];
+                for (lo, hi, tile) in parts {
+                    let mut t0 = lo;
+                    while t0 < hi {
+                        let tn = (hi - t0).min(tile_acts);
+                        let group = &acts[t0 * nb..(t0 + tn) * nb];
+                        let mut o = [0f32; MAX_TILE_ROWS * MAX_TILE_ACTS];
+                        let mut r = r0;
+                        while r < r1 {
+                            let nw = (r1 - r).min(tile_rows);
+                            let wr = &w[(r - first) * row_bytes..(r - first + nw) * row_bytes];
+                            if t0 == 0 {
+                                // Only the first group streams these rows; later ones find them
+                                // in cache.
+                                prefetch_next(wr);
+                            }
+                            match prepped {
+                                Some(pt) => pt(wr, group, tn, &mut o[..nw * tn], prep, r == r0),
+                                None => tile(wr, group, tn, &mut o[..nw * tn]),
+                            }
+                            for j in 0..nw {
+                                for (i, &v) in o[j * tn..(j + 1) * tn].iter().enumerate() {
+                                    let t = perm[t0 + i] as usize;
+                                    // SAFETY: t < n (a permutation of 0..n) and r + j < r1 <= m,
+                                    // so the index is in bounds of `out` (len n*m, checked);
+                                    // column r + j belongs to this task alone.
+                                    unsafe { out_ptr.write(t * m + r + j, v) };
+                                }
+                            }
+                            r += nw;
+                        }
+                        t0 += tn;
+                    }
                 }
-            }
+            })
         })
     });
 }

@@ -69,6 +69,7 @@ macro_rules! safe_table {
                 single: None,
                 wide: None,
                 prepped: None,
+                widened: None,
             },
             q4_1: $crate::cpu::dispatch::TypeKernels {
                 rows: wrap::q4_1,
@@ -78,6 +79,7 @@ macro_rules! safe_table {
                 single: None,
                 wide: None,
                 prepped: None,
+                widened: None,
             },
             q5_0: $crate::cpu::dispatch::TypeKernels {
                 rows: wrap::q5_0,
@@ -87,6 +89,7 @@ macro_rules! safe_table {
                 single: None,
                 wide: None,
                 prepped: None,
+                widened: None,
             },
             q5_1: $crate::cpu::dispatch::TypeKernels {
                 rows: wrap::q5_1,
@@ -96,6 +99,7 @@ macro_rules! safe_table {
                 single: None,
                 wide: None,
                 prepped: None,
+                widened: None,
             },
             q8_0: $crate::cpu::dispatch::TypeKernels {
                 rows: wrap::q8_0,
@@ -105,6 +109,7 @@ macro_rules! safe_table {
                 single: None,
                 wide: None,
                 prepped: None,
+                widened: None,
             },
             ..$base
         }

@@ -19,4 +19,4 @@ fn sum_u8(x: __m256i, y: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1))
 }
 
-q8_family_kernels!("avx2,fma,f16c", 2);
+q8_family_kernels!("avx2,fma,f16c", 4);

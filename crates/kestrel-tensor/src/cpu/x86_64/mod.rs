@@ -71,12 +71,33 @@ pub(crate) fn with_iq(base: Kernels) -> Kernels {
 /// # Panics
 /// If the CPU lacks AVX2/FMA/F16C (callers check [`has_avx2`] first).
 pub(crate) fn avx2_kernels(base: Kernels) -> Kernels {
-    avx2_kquants::with_kquants(safe_table!(
-        avx2,
-        has_avx2,
-        base,
-        super::dispatch::Isa::Avx2
-    ))
+    let mut k = safe_table!(avx2, has_avx2, base, super::dispatch::Isa::Avx2);
+    // Prefill tiles: 4 weight rows × 2 activation rows for the types without a min (the
+    // named-register form, `tile4x2`), 2 × 4 for Q4_1 and Q5_1 (their `Σ m·s` adds registers).
+    for t in [&mut k.q4_0, &mut k.q5_0, &mut k.q8_0] {
+        (t.tile_rows, t.tile_acts) = (4, 2);
+    }
+    fn widen_q4_0(w: &[u8], out: &mut [u8]) {
+        // SAFETY: only reachable through this table, made after detection.
+        unsafe { avx2::widen_q4_0(w, out) }
+    }
+    fn widen_q5_0(w: &[u8], out: &mut [u8]) {
+        // SAFETY: as above.
+        unsafe { avx2::widen_q5_0(w, out) }
+    }
+    let q8 = k.q8_0.tile;
+    k.q4_0.widened = Some(super::dispatch::Widened {
+        widen: widen_q4_0,
+        tile: q8,
+    });
+    k.q5_0.widened = Some(super::dispatch::Widened {
+        widen: widen_q5_0,
+        tile: q8,
+    });
+    for t in [&mut k.q4_1, &mut k.q5_1] {
+        (t.tile_rows, t.tile_acts) = (2, 4);
+    }
+    avx2_kquants::with_kquants(k)
 }
 
 /// The AVX-512 table over `base`.
@@ -192,6 +213,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             single: None,
             wide: None,
             prepped: Some(prepped),
+            widened: None,
         }
     }
     Kernels {
@@ -209,6 +231,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             single: Some(tile_q4_k_gemv),
             wide: None,
             prepped: None,
+            widened: None,
         },
         q5_k: TypeKernels {
             rows: q5_k_rows,
@@ -218,6 +241,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             single: None,
             wide: None,
             prepped: None,
+            widened: None,
         },
         q6_k: TypeKernels {
             rows: rows_q6_k,
@@ -228,6 +252,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             // b11434's tiled K-quant matmul for sequences of 8 rows or more.
             wide: Some((super::dispatch::TILED_MIN_ROWS, tile_q6_k_tiled)),
             prepped: None,
+            widened: None,
         },
         ..base
     }

@@ -177,6 +177,110 @@ macro_rules! q8_family_kernels {
             }
         }
 
+        /// Blocks of type `B` (no min) widened to Q8_0 blocks: the scale's bits, then the 32
+        /// quants as the tile reads them (see `dispatch::Widened`).
+        ///
+        /// # Panics
+        /// `out` not one Q8_0 block per block of `w`.
+        // The AVX-512 table multiplies these types with `q8_wide`'s tiles, not widened rows.
+        #[allow(dead_code)]
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn widen<B: Blk>(w: &[u8], out: &mut [u8]) {
+            let n = w.len() / B::BS;
+            assert!(
+                !B::MIN && n * B::BS == w.len() && out.len() == n * 34,
+                "widen: {} weight bytes, {} out",
+                w.len(),
+                out.len()
+            );
+            for i in 0..n {
+                // SAFETY: block i lies in `w` and its Q8_0 block in `out` (checked above).
+                unsafe {
+                    let p = w.as_ptr().add(i * B::BS);
+                    let o = out.as_mut_ptr().add(i * 34);
+                    std::ptr::copy_nonoverlapping(p, o, 2);
+                    _mm256_storeu_si256(o.add(2).cast(), B::unpack(p).2);
+                }
+            }
+        }
+
+        /// Q4_0 rows as Q8_0 blocks.
+        #[allow(dead_code)]
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn widen_q4_0(w: &[u8], out: &mut [u8]) {
+            // SAFETY: the caller has the CPU features.
+            unsafe { widen::<WQ4_0>(w, out) }
+        }
+
+        /// Q5_0 rows as Q8_0 blocks.
+        #[allow(dead_code)]
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn widen_q5_0(w: &[u8], out: &mut [u8]) {
+            // SAFETY: the caller has the CPU features.
+            unsafe { widen::<WQ5_0>(w, out) }
+        }
+
+        /// Four weight rows against two activation rows for the types without a min, in
+        /// llama.cpp's tinyBLAS shape (`gemm4xN<2>`): per block the four weight blocks are
+        /// unpacked once, their four scales converted in one instruction and multiplied by each
+        /// activation's scale in one vector (the same f32 products as `d * yd`), and the eight
+        /// accumulators are named, not indexed, so they stay in registers (the generic tile's
+        /// array spilled to the stack with AVX2's 16 registers: a store and a reload around
+        /// every multiply-add). Same float order as [`tile`].
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn tile4x2<B: Blk, A: Act>(
+            w: *const u8,
+            rb: usize,
+            y: &[A],
+            nb: usize,
+            out: &mut [f32],
+        ) {
+            let z = _mm256_setzero_ps();
+            let (mut c00, mut c01, mut c10, mut c11) = (z, z, z, z);
+            let (mut c20, mut c21, mut c30, mut c31) = (z, z, z, z);
+            for i in 0..nb {
+                // SAFETY: block i of rows 0..4 lies in the weights (checked by the caller); the
+                // scale is each block's first two bytes.
+                let (w0, w1, w2, w3) = unsafe {
+                    let p = w.add(i * B::BS);
+                    (p, p.add(rb), p.add(2 * rb), p.add(3 * rb))
+                };
+                let (b0, b1, b2, b3, bits) = unsafe {
+                    (
+                        B::unpack(w0).2,
+                        B::unpack(w1).2,
+                        B::unpack(w2).2,
+                        B::unpack(w3).2,
+                        u64::from(rd16(w0))
+                            | u64::from(rd16(w1)) << 16
+                            | u64::from(rd16(w2)) << 32
+                            | u64::from(rd16(w3)) << 48,
+                    )
+                };
+                let da = _mm_cvtph_ps(_mm_set_epi64x(0, bits as i64));
+                // SAFETY: y holds 2 · nb blocks; the caller has the CPU features.
+                let ((y0, d0, _), (y1, d1, _)) = unsafe { (y[i].parts(), y[nb + i].parts()) };
+                let p0 = _mm_mul_ps(da, _mm_set1_ps(d0));
+                let p0 = _mm256_set_m128(p0, p0);
+                let p1 = _mm_mul_ps(da, _mm_set1_ps(d1));
+                let p1 = _mm256_set_m128(p1, p1);
+                let f = |s: __m256i| _mm256_cvtepi32_ps(s);
+                c00 = _mm256_fmadd_ps(_mm256_shuffle_ps::<0x00>(p0, p0), f(sum_i8(b0, y0)), c00);
+                c10 = _mm256_fmadd_ps(_mm256_shuffle_ps::<0x55>(p0, p0), f(sum_i8(b1, y0)), c10);
+                c20 = _mm256_fmadd_ps(_mm256_shuffle_ps::<0xaa>(p0, p0), f(sum_i8(b2, y0)), c20);
+                c30 = _mm256_fmadd_ps(_mm256_shuffle_ps::<0xff>(p0, p0), f(sum_i8(b3, y0)), c30);
+                c01 = _mm256_fmadd_ps(_mm256_shuffle_ps::<0x00>(p1, p1), f(sum_i8(b0, y1)), c01);
+                c11 = _mm256_fmadd_ps(_mm256_shuffle_ps::<0x55>(p1, p1), f(sum_i8(b1, y1)), c11);
+                c21 = _mm256_fmadd_ps(_mm256_shuffle_ps::<0xaa>(p1, p1), f(sum_i8(b2, y1)), c21);
+                c31 = _mm256_fmadd_ps(_mm256_shuffle_ps::<0xff>(p1, p1), f(sum_i8(b3, y1)), c31);
+            }
+            for (o, c) in out.iter_mut().zip([c00, c01, c10, c11, c20, c21, c30, c31]) {
+                *o = hsum_float_8(c);
+            }
+        }
+
         /// One weight row (`nb` blocks at `w`) against `T` activation rows (`y`: `T · nb`
         /// blocks): `out[t]` in ggml's float order (`acc = fma(d_w·d_x, lanes, acc)`, `Σ m·s`
         /// beside when `MIN`). Each weight block is unpacked once for all `T` rows (prefill);
@@ -191,15 +295,24 @@ macro_rules! q8_family_kernels {
             nb: usize,
             out: &mut [f32],
         ) {
+            if W == 4 && T == 2 && !B::MIN {
+                // SAFETY: as this function's.
+                return unsafe { tile4x2::<B, A>(w, rb, y, nb, out) };
+            }
             let mut acc = [[_mm256_setzero_ps(); T]; W];
             let mut summs = [[0f32; T]; W];
             for i in 0..nb {
-                for r in 0..W {
+                // The block's weights unpacked once (all rows), then the products: a small loop
+                // body the compiler unrolls whole, keeping the accumulators in registers.
+                let mut wd = [(0f32, 0f32, _mm256_setzero_si256()); W];
+                for (r, u) in wd.iter_mut().enumerate() {
                     // SAFETY: block i of row r lies in the weights (checked by the caller).
-                    let (d, m, bx) = unsafe { B::unpack(w.add(r * rb + i * B::BS)) };
-                    for t in 0..T {
-                        // SAFETY: the caller has the CPU features; y holds T · nb blocks.
-                        let (ya, yd, ys) = unsafe { y[t * nb + i].parts() };
+                    *u = unsafe { B::unpack(w.add(r * rb + i * B::BS)) };
+                }
+                for t in 0..T {
+                    // SAFETY: the caller has the CPU features; y holds T · nb blocks.
+                    let (ya, yd, ys) = unsafe { y[t * nb + i].parts() };
+                    for (r, &(d, m, bx)) in wd.iter().enumerate() {
                         let s = if B::MIN {
                             sum_u8(bx, ya)
                         } else {
