@@ -178,6 +178,81 @@ impl TileOps for Portable {
     }
 }
 
+/// AVX2 [`TileOps`]: as [`Avx512`]'s, in 8-lane registers, 16 columns (scores) or 16 output
+/// elements (values) of up to four rows per pass so the accumulators fit in the 16 registers
+/// (the portable loops, compiled for AVX2, kept each row's 64 scores in memory: a store and a
+/// reload around every multiply-add).
+#[cfg(target_arch = "x86_64")]
+struct Avx2;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)]
+impl TileOps for Avx2 {
+    #[inline(always)]
+    fn scores<const R: usize>(kt: &[f32], q: [&[f32]; R], sc: &mut [[f32; KV_TILE]; R]) {
+        use std::arch::x86_64::*;
+        let hd = q[0].len();
+        assert!(q.iter().all(|q| q.len() == hd) && kt.len() >= hd * KV_TILE);
+        // SAFETY: only used from `attend_rows_avx2` (AVX2 and FMA detected); the loads stay in
+        // `kt` and in each `q` row (asserted) and the stores in `sc`.
+        unsafe {
+            for c0 in (0..KV_TILE).step_by(16) {
+                let mut a = [[_mm256_setzero_ps(); 2]; R];
+                for d in 0..hd {
+                    let p = kt.as_ptr().add(d * KV_TILE + c0);
+                    let k = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))];
+                    for r in 0..R {
+                        let qv = _mm256_set1_ps(*q[r].get_unchecked(d));
+                        for i in 0..2 {
+                            a[r][i] = _mm256_fmadd_ps(k[i], qv, a[r][i]);
+                        }
+                    }
+                }
+                for r in 0..R {
+                    for i in 0..2 {
+                        _mm256_storeu_ps(sc[r].as_mut_ptr().add(c0 + 8 * i), a[r][i]);
+                    }
+                }
+            }
+        }
+    }
+    #[inline(always)]
+    fn accumulate<const R: usize>(vt: &[f32], w: &[[f32; KV_TILE]; R], acc: [&mut [f32]; R]) {
+        use std::arch::x86_64::*;
+        let hd = acc[0].len();
+        assert!(
+            hd.is_multiple_of(16) && acc.iter().all(|a| a.len() == hd) && vt.len() >= KV_TILE * hd
+        );
+        // SAFETY: AVX2 as in `scores`; `vt` and the rows are asserted long enough and every
+        // block of 16 ends within `hd` (a multiple of 16).
+        unsafe {
+            for d0 in (0..hd).step_by(16) {
+                let mut a = [[_mm256_setzero_ps(); 2]; R];
+                for r in 0..R {
+                    for i in 0..2 {
+                        a[r][i] = _mm256_loadu_ps(acc[r].as_ptr().add(d0 + 8 * i));
+                    }
+                }
+                for c in 0..KV_TILE {
+                    let p = vt.as_ptr().add(c * hd + d0);
+                    let v = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))];
+                    for r in 0..R {
+                        let wv = _mm256_set1_ps(w[r][c]);
+                        for i in 0..2 {
+                            a[r][i] = _mm256_fmadd_ps(v[i], wv, a[r][i]);
+                        }
+                    }
+                }
+                for r in 0..R {
+                    for i in 0..2 {
+                        _mm256_storeu_ps(acc[r].as_mut_ptr().add(d0 + 8 * i), a[r][i]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// AVX-512 [`TileOps`]: the accumulators in registers (scores: four zmm per row of 64 keys;
 /// values: up to four zmm of the head dimension per row at a time), each key or value vector
 /// loaded once for all `R` rows.
@@ -310,13 +385,17 @@ fn attend_rows_avx512(t: &Task<'_>, res: &mut [f32], buf: &mut Vec<f32>) {
     attend_rows::<Avx512>(t, res, buf)
 }
 
-/// [`attend_rows`] with the portable loops compiled for AVX2 and FMA: they vectorize 8 lanes
-/// wide and `mul_add` is one instruction (not a libm call); FMA is exact, so the results are
-/// the portable build's.
+/// [`attend_rows`] with AVX2 and FMA: the [`Avx2`] tile loops for head sizes that are a
+/// multiple of 16, else the portable loops compiled for AVX2 (8 lanes wide, `mul_add` one
+/// instruction); FMA is exact, so the results are the portable build's.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn attend_rows_avx2(t: &Task<'_>, res: &mut [f32], buf: &mut Vec<f32>) {
-    attend_rows::<Portable>(t, res, buf)
+    if t.p.head_dim.is_multiple_of(16) {
+        attend_rows::<Avx2>(t, res, buf)
+    } else {
+        attend_rows::<Portable>(t, res, buf)
+    }
 }
 
 #[inline(always)]
@@ -513,6 +592,70 @@ mod tests {
             let want = (x as f64).exp() as f32;
             assert!(v_expf(x).to_bits().abs_diff(want.to_bits()) <= 2, "{x}");
         }
+    }
+
+    /// The AVX2 tile loops round as the portable ones, for any number of rows per pass.
+    #[test]
+    fn avx2_tile_ops_agree() {
+        #[cfg(target_arch = "x86_64")]
+        if super::super::dispatch::active_isa() >= super::super::dispatch::Isa::Avx2 {
+            let mut rng = crate::cpu::testutil::Rng::new(5);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            for hd in [16usize, 48, 64, 80, 256] {
+                let kt = rng.vec(KV_TILE * hd, 2.0);
+                let qs: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(hd, 2.0)).collect();
+                let w: [[f32; KV_TILE]; 4] = std::array::from_fn(|r| {
+                    std::array::from_fn(|i| (i as f32 * 0.41 + r as f32).cos())
+                });
+                let accs: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(hd, 1.0)).collect();
+                let mut want_sc = [[0f32; KV_TILE]; 4];
+                let mut want_acc = accs.clone();
+                for r in 0..4 {
+                    let mut one = [[0f32; KV_TILE]; 1];
+                    Portable::scores(&kt, [&qs[r]], &mut one);
+                    want_sc[r] = one[0];
+                    Portable::accumulate(&kt, &[w[r]], [&mut want_acc[r]]);
+                }
+                let mut sc = [[0f32; KV_TILE]; 4];
+                let mut sc3 = [[0f32; KV_TILE]; 3];
+                let mut got = accs.clone();
+                let mut got1 = accs.clone();
+                // SAFETY: AVX2 and FMA are available (the active ISA is at least AVX2).
+                unsafe { avx2_ops(&kt, &qs, &w, &mut sc, &mut sc3, &mut got, &mut got1) };
+                for r in 0..4 {
+                    assert_eq!(
+                        sc[r].map(f32::to_bits),
+                        want_sc[r].map(f32::to_bits),
+                        "hd {hd}"
+                    );
+                    if r < 3 {
+                        assert_eq!(sc3[r].map(f32::to_bits), want_sc[r].map(f32::to_bits));
+                    }
+                    assert_eq!(bits(&got[r]), bits(&want_acc[r]), "accumulate, hd {hd}");
+                }
+                assert_eq!(bits(&got1[0]), bits(&want_acc[0]), "accumulate 1, hd {hd}");
+            }
+        }
+    }
+
+    /// The AVX2 ops with their target features (as `attend_rows_avx2` runs them).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    fn avx2_ops(
+        kt: &[f32],
+        qs: &[Vec<f32>],
+        w: &[[f32; KV_TILE]; 4],
+        sc: &mut [[f32; KV_TILE]; 4],
+        sc3: &mut [[f32; KV_TILE]; 3],
+        got: &mut [Vec<f32>],
+        got1: &mut [Vec<f32>],
+    ) {
+        Avx2::scores(kt, [&qs[0], &qs[1], &qs[2], &qs[3]], sc);
+        Avx2::scores(kt, [&qs[0], &qs[1], &qs[2]], sc3);
+        let [a, b, c, d] = got else { unreachable!() };
+        Avx2::accumulate(kt, w, [a, b, c, d]);
+        Avx2::accumulate(kt, &[w[0]], [&mut got1[0]]);
     }
 
     /// The portable and AVX-512 tile loops round identically, and any number of rows per
