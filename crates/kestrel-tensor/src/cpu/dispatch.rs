@@ -227,21 +227,27 @@ pub(crate) struct TypeKernels<A: 'static> {
     /// `tile` with its activation side prepared once per activation group (see
     /// [`PreppedTileFn`]), where the kernel has it.
     pub prepped: Option<PreppedTileFn<A>>,
-    /// For types whose blocks cost more to unpack than to multiply (Q4_0, Q5_0 with AVX2):
-    /// their widening to Q8_0 blocks and the Q8_0 tile, which a prefill task runs instead of
-    /// `tile` over its rows widened once (see [`Widened`]).
+    /// A prefill form of `tile` (from [`WIDEN_MIN_ROWS`](super::matmul) activation rows):
+    /// with AVX2, Q8_0's 4 × 2 tile, over Q4_0 and Q5_0 rows widened to Q8_0 blocks once per
+    /// task (see [`Widened`]).
     pub widened: Option<Widened<A>>,
 }
 
-/// A weight type's rows widened to Q8_0 blocks (the same scale bits, the 32 quants as signed
-/// bytes) and the tile that multiplies them: the same integer sums and float order as the
-/// type's own `tile`, so the same bits. A task then unpacks each weight block once, not once
-/// per group of activation rows (256 times in a 512-token prefill with groups of 2).
+/// Whole weight rows in, their Q8_0 blocks out (`out` holds exactly as many blocks).
+pub(crate) type WidenFn = fn(w: &[u8], out: &mut [u8]);
+
+/// A prefill form of a weight type's tile: another shape (`tile4x2` on AVX2), and for types
+/// whose blocks cost more to unpack than to multiply the rows widened to Q8_0 blocks first (the
+/// same scale bits, the 32 quants as signed bytes): the same integer sums and float order as
+/// the type's own `tile`, so the same bits. A task then unpacks each weight block once, not
+/// once per group of activation rows (256 times in a 512-token prefill with groups of 2).
 pub(crate) struct Widened<A: 'static> {
-    /// Whole rows of blocks in, their Q8_0 blocks out (`out` holds exactly as many blocks).
-    pub widen: fn(w: &[u8], out: &mut [u8]),
-    /// The Q8_0 tile.
+    /// The widening of the rows (`None`: the tile reads the rows as they are).
+    pub widen: Option<WidenFn>,
+    /// The tile over the (widened) rows.
     pub tile: TileFn<A>,
+    /// Most weight rows and activation rows it takes at once (as `tile_rows`, `tile_acts`).
+    pub shape: (usize, usize),
 }
 
 impl<A> Clone for Widened<A> {

@@ -95,6 +95,35 @@ fn check_tile(dtype: DType, k: usize, seed: u64, scale: f32) {
                 DType::Q4_1 => (kern.q4_1.tile_rows, kern.q4_1.tile_acts),
                 _ => (kern.q5_1.tile_rows, kern.q5_1.tile_acts),
             };
+            // The widened variant: the rows widened to Q8_0 blocks, then its tile.
+            let widened = match dtype {
+                DType::Q4_0 => kern.q4_0.widened,
+                DType::Q5_0 => kern.q5_0.widened,
+                DType::Q8_0 => kern.q8_0.widened,
+                _ => None,
+            };
+            if let Some(wd) = widened.filter(|wd| nw <= wd.shape.0 && tn <= wd.shape.1) {
+                let w = &w[..nw * w.len() / 4];
+                let wide = match wd.widen {
+                    Some(widen) => {
+                        let mut wide = vec![0u8; nw * nb * 34];
+                        widen(w, &mut wide);
+                        wide
+                    }
+                    None => w.to_vec(),
+                };
+                let mut got = vec![0f32; nw * tn];
+                (wd.tile)(&wide, &y0, tn, &mut got);
+                let same = want
+                    .iter()
+                    .zip(&got)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{dtype:?} k={k} widened tile {tn} {}: {want:?} vs {got:?}",
+                    isa.name()
+                );
+            }
             if nw > rows || tn > acts {
                 continue;
             }
@@ -108,28 +137,6 @@ fn check_tile(dtype: DType, k: usize, seed: u64, scale: f32) {
                 "{dtype:?} k={k} tile {tn} {}: {want:?} vs {got:?}",
                 isa.name()
             );
-            // The widened variant: the rows widened to Q8_0 blocks, then its tile.
-            let widened = match dtype {
-                DType::Q4_0 => kern.q4_0.widened,
-                DType::Q5_0 => kern.q5_0.widened,
-                _ => None,
-            };
-            if let Some(wd) = widened {
-                let w = &w[..nw * w.len() / 4];
-                let mut wide = vec![0u8; nw * nb * 34];
-                (wd.widen)(w, &mut wide);
-                let mut got = vec![0f32; nw * tn];
-                (wd.tile)(&wide, &y0, tn, &mut got);
-                let same = want
-                    .iter()
-                    .zip(&got)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(
-                    same,
-                    "{dtype:?} k={k} widened tile {tn} {}: {want:?} vs {got:?}",
-                    isa.name()
-                );
-            }
             // The prepared variant: prepared by a call over other rows (all 4, or 1),
             // then reused for these.
             let prepped = |prep: &mut crate::cpu::dispatch::PrepBuf, rows: usize, fresh| {
@@ -361,7 +368,7 @@ proptest! {
 #[test]
 fn widened_prefill_matmuls_give_the_scalar_bits() {
     use crate::cpu::matmul::{matmul_q_with, MatmulScratch};
-    use crate::cpu::qdot::{QDot, DQ4_0, DQ5_0};
+    use crate::cpu::qdot::{QDot, DQ4_0, DQ5_0, DQ8_0};
     fn run<D: QDot>(
         pick: impl Fn(&Kernels) -> crate::cpu::dispatch::TypeKernels<D::Act>,
         dtype: DType,
@@ -410,4 +417,5 @@ fn widened_prefill_matmuls_give_the_scalar_bits() {
     }
     run::<DQ4_0>(|k| k.q4_0, DType::Q4_0);
     run::<DQ5_0>(|k| k.q5_0, DType::Q5_0);
+    run::<DQ8_0>(|k| k.q8_0, DType::Q8_0);
 }

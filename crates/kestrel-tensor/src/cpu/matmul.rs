@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::block::{dispatch, dot, BlockDequant, MAX_BLOCK};
-use super::dispatch::{PrepBuf, MAX_TILE_ACTS, MAX_TILE_ROWS};
+use super::dispatch::{PrepBuf, Widened, MAX_TILE_ACTS, MAX_TILE_ROWS};
 use super::out_ptr::OutPtr;
 use crate::error::{Result, TensorError};
 use crate::DType;
@@ -104,7 +104,7 @@ fn typed<A: bytemuck::Pod>(buf: &mut Vec<u64>, len: usize) -> &mut [A] {
     bytemuck::cast_slice_mut(&mut raw[..bytes])
 }
 
-/// Activation rows from which a matmul widens its weight rows once per task
+/// Activation rows from which a matmul takes its kernels' prefill form
 /// ([`dispatch::Widened`](super::dispatch::Widened)).
 const WIDEN_MIN_ROWS: usize = 16;
 
@@ -377,20 +377,24 @@ pub(crate) fn matmul_q_with<D: super::qdot::QDot>(
     let chunk = rows_per_task(m);
     let n_tasks = m.div_ceil(chunk);
     let out_ptr = OutPtr::new(out);
-    let tile_acts = kern.tile_acts.clamp(1, MAX_TILE_ACTS);
-    let tile_rows = kern.tile_rows.clamp(1, MAX_TILE_ROWS);
+
     // The plain tile's activation side can be prepared once per group and task when both
     // parts run it (the q8_0 family: no second order).
     let prepped = kern
         .prepped
         .filter(|_| kern.single.is_none() && kern.wide.is_none());
-    // Rows widened once per task pay when many groups of activation rows read them (a
-    // prefill), not in a decode step of a few sequences (the widening writes and reads back
-    // half as many bytes again as the weights).
+    // The prefill form (rows widened once per task) pays when many groups of activation rows
+    // read the rows, not in a decode step of a few sequences (the widening writes and reads
+    // back half as many bytes again as the weights).
     let widened = kern
         .widened
         .filter(|_| prepped.is_none() && kern.single.is_none() && kern.wide.is_none())
         .filter(|_| n >= WIDEN_MIN_ROWS);
+    let (tile_rows, tile_acts) = widened.map_or((kern.tile_rows, kern.tile_acts), |w| w.shape);
+    let (tile_rows, tile_acts) = (
+        tile_rows.clamp(1, MAX_TILE_ROWS),
+        tile_acts.clamp(1, MAX_TILE_ACTS),
+    );
     (0..n_tasks).into_par_iter().for_each(|task| {
         PREP.with(|cell| {
             let mut own = PrepBuf::new();
@@ -412,14 +416,21 @@ pub(crate) fn matmul_q_with<D: super::qdot::QDot>(
                 // The weights the tiles read: the task's rows widened (row `r` at `r - r0`), or
                 // the matrix as it is.
                 let (w, row_bytes, first, tile, second) = match widened {
-                    Some(wd) => {
+                    Some(Widened {
+                        widen: None, tile, ..
+                    }) => (w, row_bytes, 0, tile, tile),
+                    Some(Widened {
+                        widen: Some(widen),
+                        tile,
+                        ..
+                    }) => {
                         let rb = nb * std::mem::size_of::<kestrel_gguf::quant::BlockQ8_0>();
                         let need = (r1 - r0) * rb;
                         if wbuf.len() < need {
                             wbuf.resize(need, 0);
                         }
-                        (wd.widen)(&w[r0 * row_bytes..r1 * row_bytes], &mut wbuf[..need]);
-                        (&wbuf[..need], rb, r0, wd.tile, wd.tile)
+                        widen(&w[r0 * row_bytes..r1 * row_bytes], &mut wbuf[..need]);
+                        (&wbuf[..need], rb, r0, tile, tile)
                     }
                     None => (w, row_bytes, 0, kern.tile, second),
                 };

@@ -72,10 +72,11 @@ pub(crate) fn with_iq(base: Kernels) -> Kernels {
 /// If the CPU lacks AVX2/FMA/F16C (callers check [`has_avx2`] first).
 pub(crate) fn avx2_kernels(base: Kernels) -> Kernels {
     let mut k = safe_table!(avx2, has_avx2, base, super::dispatch::Isa::Avx2);
-    // Prefill tiles: 4 weight rows × 2 activation rows for the types without a min (the
-    // named-register form, `tile4x2`), 2 × 4 for Q4_1 and Q5_1 (their `Σ m·s` adds registers).
+    // Tiles of 2 weight rows × 4 activation rows (each weight block unpacked once for 4 rows:
+    // a batched decode step); for prefill 4 × 2 (`tile4x2`: its accumulators stay in
+    // registers) over Q8_0 rows, the Q4_0 and Q5_0 rows widened to Q8_0 blocks once.
     for t in [&mut k.q4_0, &mut k.q5_0, &mut k.q8_0] {
-        (t.tile_rows, t.tile_acts) = (4, 2);
+        (t.tile_rows, t.tile_acts) = (2, 4);
     }
     fn widen_q4_0(w: &[u8], out: &mut [u8]) {
         // SAFETY: only reachable through this table, made after detection.
@@ -87,12 +88,19 @@ pub(crate) fn avx2_kernels(base: Kernels) -> Kernels {
     }
     let q8 = k.q8_0.tile;
     k.q4_0.widened = Some(super::dispatch::Widened {
-        widen: widen_q4_0,
+        widen: Some(widen_q4_0),
         tile: q8,
+        shape: (4, 2),
     });
     k.q5_0.widened = Some(super::dispatch::Widened {
-        widen: widen_q5_0,
+        widen: Some(widen_q5_0),
         tile: q8,
+        shape: (4, 2),
+    });
+    k.q8_0.widened = Some(super::dispatch::Widened {
+        widen: None,
+        tile: q8,
+        shape: (4, 2),
     });
     for t in [&mut k.q4_1, &mut k.q5_1] {
         (t.tile_rows, t.tile_acts) = (2, 4);

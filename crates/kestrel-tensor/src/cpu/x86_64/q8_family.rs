@@ -302,17 +302,12 @@ macro_rules! q8_family_kernels {
             let mut acc = [[_mm256_setzero_ps(); T]; W];
             let mut summs = [[0f32; T]; W];
             for i in 0..nb {
-                // The block's weights unpacked once (all rows), then the products: a small loop
-                // body the compiler unrolls whole, keeping the accumulators in registers.
-                let mut wd = [(0f32, 0f32, _mm256_setzero_si256()); W];
-                for (r, u) in wd.iter_mut().enumerate() {
+                for r in 0..W {
                     // SAFETY: block i of row r lies in the weights (checked by the caller).
-                    *u = unsafe { B::unpack(w.add(r * rb + i * B::BS)) };
-                }
-                for t in 0..T {
-                    // SAFETY: the caller has the CPU features; y holds T · nb blocks.
-                    let (ya, yd, ys) = unsafe { y[t * nb + i].parts() };
-                    for (r, &(d, m, bx)) in wd.iter().enumerate() {
+                    let (d, m, bx) = unsafe { B::unpack(w.add(r * rb + i * B::BS)) };
+                    for t in 0..T {
+                        // SAFETY: the caller has the CPU features; y holds T · nb blocks.
+                        let (ya, yd, ys) = unsafe { y[t * nb + i].parts() };
                         let s = if B::MIN {
                             sum_u8(bx, ya)
                         } else {
