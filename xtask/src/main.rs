@@ -293,7 +293,7 @@ fn test() -> Result<()> {
     step(
         total - 1,
         total,
-        "aarch64 under qemu: NEON/dotprod kernels vs scalar twins, golden logits",
+        "aarch64 under qemu: NEON/dotprod/i8mm kernels vs scalar twins, golden logits",
         || aarch64_qemu(&home),
     )?;
     step(
@@ -377,8 +377,9 @@ fn python_bindings(venv: &Path, home: &Path) -> Result<()> {
 /// The aarch64 kernels, cross-compiled and run under `qemu-aarch64` (the target, Debian's
 /// cross linker and qemu-user installed when missing): clippy on kestrel-tensor for the target,
 /// its unit tests at every
-/// level qemu's default CPU has (scalar, NEON, dotprod) and again on a Cortex-A53 (no dotprod:
-/// the detection's other branch), then the golden logits of both real models against
+/// level qemu's default CPU has (scalar, NEON, dotprod, i8mm), again on a Neoverse N1 (dotprod
+/// without i8mm: the packed layouts' `sdot` kernel is then the active one) and on a Cortex-A53
+/// (no dotprod: the detection's last branch), then the golden logits of both real models against
 /// llama.cpp's x86 figures (KL divergence at most `MAX_KLD`).
 fn aarch64_qemu(home: &Path) -> Result<()> {
     const TARGET: &str = "aarch64-unknown-linux-gnu";
@@ -426,6 +427,7 @@ fn aarch64_qemu(home: &Path) -> Result<()> {
         "warnings",
     ]))?;
     run(&mut test(&["-p", "kestrel-tensor", "--lib"]))?;
+    run(test(&["-p", "kestrel-tensor", "--lib", "cpu::"]).env("QEMU_CPU", "neoverse-n1"))?;
     run(test(&["-p", "kestrel-tensor", "--lib", "cpu::"]).env("QEMU_CPU", "cortex-a53"))?;
     run(&mut test(&[
         "-p",

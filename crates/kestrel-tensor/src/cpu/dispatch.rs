@@ -8,7 +8,7 @@
 //! same order as its scalar twin, so the choice changes speed, never results (the tests check
 //! bit equality on random blocks for every ISA this CPU has).
 //!
-//! `KESTREL_ISA=scalar|avx2|avx512` (x86-64) or `scalar|neon|dotprod` (aarch64) caps the
+//! `KESTREL_ISA=scalar|avx2|avx512` (x86-64) or `scalar|neon|dotprod|i8mm` (aarch64) caps the
 //! choice (for benchmarks and A/B checks); a level above what this CPU runs gives the best it
 //! runs, and so does an unknown value or one of another architecture.
 
@@ -32,6 +32,9 @@ pub enum Isa {
     /// aarch64 NEON with the dot-product extension (`sdot`/`udot`, FEAT_DotProd: Cortex-A76
     /// and later, Apple M1 and later, Graviton 2 and later).
     Dotprod,
+    /// aarch64 NEON with the dot-product and the 8-bit matrix-multiply extensions (`smmla`,
+    /// FEAT_I8MM: Neoverse V1/N2 and later, Graviton 3 and later, Apple M2 and later).
+    I8mm,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
     /// x86-64 AVX-512 F/BW/VL + VNNI (on top of AVX2).
@@ -42,18 +45,19 @@ pub enum Isa {
 const LADDER: &[Isa] = if cfg!(target_arch = "x86_64") {
     &[Isa::Scalar, Isa::Avx2, Isa::Avx512]
 } else if cfg!(target_arch = "aarch64") {
-    &[Isa::Scalar, Isa::Neon, Isa::Dotprod]
+    &[Isa::Scalar, Isa::Neon, Isa::Dotprod, Isa::I8mm]
 } else {
     &[Isa::Scalar]
 };
 
 impl Isa {
-    /// The lowercase name (`scalar`, `neon`, `dotprod`, `avx2`, `avx512`).
+    /// The lowercase name (`scalar`, `neon`, `dotprod`, `i8mm`, `avx2`, `avx512`).
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Neon => "neon",
             Isa::Dotprod => "dotprod",
+            Isa::I8mm => "i8mm",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
         }
@@ -65,6 +69,7 @@ impl Isa {
             "scalar" => Some(Isa::Scalar),
             "neon" => Some(Isa::Neon),
             "dotprod" => Some(Isa::Dotprod),
+            "i8mm" => Some(Isa::I8mm),
             "avx2" => Some(Isa::Avx2),
             "avx512" => Some(Isa::Avx512),
             _ => None,
@@ -84,6 +89,9 @@ impl Isa {
         }
         #[cfg(target_arch = "aarch64")]
         {
+            if super::aarch64::q8_familyx16::has_i8mm() {
+                return Isa::I8mm;
+            }
             if super::aarch64::has_dotprod() {
                 return Isa::Dotprod;
             }
@@ -364,6 +372,8 @@ impl Kernels {
             Isa::Neon => Some(super::aarch64::neon_kernels(Kernels::SCALAR)),
             #[cfg(target_arch = "aarch64")]
             Isa::Dotprod => Some(super::aarch64::dotprod_kernels(Kernels::SCALAR)),
+            #[cfg(target_arch = "aarch64")]
+            Isa::I8mm => Some(super::aarch64::i8mm_kernels(Kernels::SCALAR)),
             #[allow(unreachable_patterns)]
             _ => None,
         }
@@ -403,9 +413,9 @@ mod tests {
             assert_eq!(Isa::from_name(isa.name()), Some(isa));
         }
         let foreign = if cfg!(target_arch = "x86_64") {
-            [Isa::Neon, Isa::Dotprod]
+            vec![Isa::Neon, Isa::Dotprod, Isa::I8mm]
         } else {
-            [Isa::Avx2, Isa::Avx512]
+            vec![Isa::Avx2, Isa::Avx512]
         };
         for isa in foreign {
             assert_eq!(Isa::capped(Some(isa)), best, "{isa:?}");

@@ -4,8 +4,12 @@
 //! Q5_0, Q5_1, Q8_0), the integer halves in [`kquants`] (Q2_K to Q6_K) and [`iq4`] (IQ4_NL,
 //! IQ4_XS, MXFP4), so they cannot drift
 //! apart; each is bit-identical to its scalar twin in `cpu::qdot`, which follows
-//! ggml's x86 float order, so an aarch64 machine gives what an x86-64 one gives on the
+//! ggml's x86 float order, so an aarch64 machine gives what an x86-64 one does on the
 //! unpacked paths (`cpu::kernel_tests`, run under `qemu-aarch64` in CI).
+//!
+//! [`q8_familyx16`] computes the packed q8_0-family layouts (`cpu::packed`) from the
+//! dot-product level up, by `smmla` at the i8mm level (FEAT_I8MM), bit for bit the packed
+//! scalar twin, so the packed paths agree with x86 too.
 //!
 //! The kernels are `unsafe` (they need CPU features); [`neon_kernels`] / [`dotprod_kernels`]
 //! wrap them in safe functions that [`super::dispatch`] only hands out once the features were
@@ -20,6 +24,7 @@ mod iq4;
 
 pub(crate) mod dotprod;
 pub(crate) mod neon;
+pub(crate) mod q8_familyx16;
 
 use super::dispatch::{Isa, Kernels};
 
@@ -182,6 +187,19 @@ pub(crate) fn dotprod_kernels(base: Kernels) -> Kernels {
         dotprod,
         safe_table!(dotprod, has_dotprod, base, Isa::Dotprod)
     )
+}
+
+/// The matrix-multiply level: the dot-product table (its unpacked kernels are the same), with
+/// the packed layouts' `smmla` kernel (chosen by `packed::q8_family::group_tile`).
+///
+/// # Panics
+/// If the CPU lacks the extensions (callers check [`q8_familyx16::has_i8mm`] first).
+pub(crate) fn i8mm_kernels(base: Kernels) -> Kernels {
+    assert!(q8_familyx16::has_i8mm(), "the CPU lacks FEAT_I8MM");
+    Kernels {
+        isa: Isa::I8mm,
+        ..dotprod_kernels(base)
+    }
 }
 
 #[cfg(test)]

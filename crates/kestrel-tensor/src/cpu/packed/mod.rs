@@ -5,8 +5,9 @@
 //! block finishes 16 outputs instead of one.
 //!
 //! Layouts (one file each), for matrices whose row count is a multiple of 16, on CPUs with
-//! AVX-512 VNNI, and for Q4_0, IQ4_NL and MXFP4 on AVX2 CPUs too (elsewhere nothing is packed:
-//! the scalar twins exist to test the kernels):
+//! AVX-512 VNNI, and for Q4_0, IQ4_NL and MXFP4 on AVX2 CPUs too; on aarch64 the q8_0 family
+//! from the dot-product level up (`aarch64::q8_familyx16`, `smmla` at the i8mm level).
+//! Elsewhere nothing is packed: the scalar twins exist to test the kernels.
 //! - [`q8_family`] **Q4_0x16, Q4_1x16, Q5_0x16, Q5_1x16, Q8_0x16, IQ4NLx16, MXFP4x16**: the
 //!   file's quants moved (Q8_0's made unsigned), not widened; llama.cpp's repacked Q4_0 GEMM
 //!   numerics, exact block sums, for all seven (which differ in the last bits from the unpacked
@@ -134,6 +135,10 @@ fn packing_enabled(dtype: DType) -> bool {
         _ => {}
     }
     let isa = super::dispatch::active_isa();
+    if cfg!(target_arch = "aarch64") {
+        // `aarch64::q8_familyx16`: the q8_0 family from the dot-product level up.
+        return q8_family::Kind::of(dtype).is_some() && isa >= super::dispatch::Isa::Dotprod;
+    }
     match dtype {
         // The AVX2 kernel's types (`x86_64::nibblex16_avx2`).
         DType::Q4_0 | DType::IQ4NL | DType::MXFP4 => isa >= super::dispatch::Isa::Avx2,
@@ -308,13 +313,13 @@ impl PackedWeight {
     }
 
     /// [`PackedWeight::pack`] whatever the CPU and `KESTREL_REPACK` (for kernel tests).
-    #[cfg(all(test, target_arch = "x86_64"))]
+    #[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
     pub(crate) fn pack_for_test(w: &[u8], dtype: DType, m: usize, k: usize) -> Option<Self> {
         PackedWeight::pack_any(w, dtype, m, k, false)
     }
 
     /// The packed bytes (for kernel tests).
-    #[cfg(all(test, target_arch = "x86_64"))]
+    #[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
     pub(crate) fn bytes(&self) -> &[u8] {
         self.buf.as_bytes()
     }

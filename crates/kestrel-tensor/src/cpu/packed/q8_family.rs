@@ -111,7 +111,10 @@ impl Kind {
 
     /// The 16 values the nibbles of a table type index (IQ4_NL's, and MXFP4's E2M1 values
     /// doubled, as ggml's kernels take them against the half scale).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     pub(crate) const fn table(self) -> Option<&'static [i8; 16]> {
         match self {
             Kind::IQ4NL => Some(&KVALUES_IQ4NL),
@@ -295,8 +298,8 @@ pub(crate) fn prepare<'s>(
 
 /// One group against 1 to [`super::MAX_ACTS`] activation rows: `out[t · 16 + r]`; the
 /// AVX-512 kernel when the CPU runs it (the types with an offset or a min), the AVX2 kernel for
-/// Q4_0, IQ4_NL and MXFP4 on AVX2 CPUs (and the table types on AVX-512 ones), else the scalar
-/// twin.
+/// Q4_0, IQ4_NL and MXFP4 on AVX2 CPUs (and the table types on AVX-512 ones), on aarch64 the
+/// `smmla` or `sdot` kernel (every type), else the scalar twin.
 pub(crate) fn group_tile(kind: Kind, group: &[u8], nb: usize, act: ActQ8<'_>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -311,6 +314,22 @@ pub(crate) fn group_tile(kind: Kind, group: &[u8], nb: usize, act: ActQ8<'_>, ou
         if isa >= Isa::Avx2 && nibblex16_avx2::handles(kind) {
             // SAFETY: the active ISA is at least AVX2, and the kernel handles `kind`.
             unsafe { nibblex16_avx2::group_tile(kind, group, nb, act, out) };
+            return;
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        use crate::cpu::aarch64::q8_familyx16;
+        use crate::cpu::dispatch::{active_isa, Isa};
+        let isa = active_isa();
+        if isa >= Isa::I8mm {
+            // SAFETY: the active ISA is i8mm, so the CPU has its features.
+            unsafe { q8_familyx16::group_tile_i8mm(kind, group, nb, act, out) };
+            return;
+        }
+        if isa >= Isa::Dotprod {
+            // SAFETY: the active ISA has the dot-product extension.
+            unsafe { q8_familyx16::group_tile_dotprod(kind, group, nb, act, out) };
             return;
         }
     }
