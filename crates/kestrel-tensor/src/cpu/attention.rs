@@ -844,6 +844,8 @@ pub(super) struct F16Isa {
     avx2: bool,
     #[cfg(target_arch = "x86_64")]
     fma: bool,
+    #[cfg(target_arch = "aarch64")]
+    neon: bool,
 }
 
 impl F16Isa {
@@ -857,6 +859,8 @@ impl F16Isa {
                 && super::dispatch::active_isa() >= super::dispatch::Isa::Avx2,
             #[cfg(target_arch = "x86_64")]
             fma: std::arch::is_x86_feature_detected!("fma"),
+            #[cfg(target_arch = "aarch64")]
+            neon: super::dispatch::active_isa() >= super::dispatch::Isa::Neon,
         }
     }
 
@@ -879,6 +883,11 @@ impl F16Isa {
         if self.fma {
             // SAFETY: the CPU has FMA (checked in `detect`).
             unsafe { f16_row_fma(row, o) };
+            return;
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.neon {
+            f16_row::<NeonF16>(row, o);
             return;
         }
         f16_row::<ScalarF16>(row, o);
@@ -979,6 +988,39 @@ impl F16Ops for ScalarF16 {
         for (y, a) in dst.iter_mut().zip(src) {
             *y = a.to_f32() * s;
         }
+    }
+}
+
+/// NEON [`F16Ops`] (aarch64's baseline; chosen unless `KESTREL_ISA=scalar`).
+#[cfg(target_arch = "aarch64")]
+struct NeonF16;
+
+#[cfg(target_arch = "aarch64")]
+impl F16Ops for NeonF16 {
+    #[inline(always)]
+    fn dot(a: &[f16], b: &[f16]) -> f32 {
+        // SAFETY: NEON is part of the aarch64 base architecture.
+        unsafe { super::aarch64::f16_ops::dot_f16(a, b) }
+    }
+    #[inline(always)]
+    fn mad(acc: &mut [f16], v: &[f16], s: f32) {
+        // SAFETY: as above.
+        unsafe { super::aarch64::f16_ops::mad_f16(acc, v, s) }
+    }
+    #[inline(always)]
+    fn scale(acc: &mut [f16], s: f32) {
+        // SAFETY: as above.
+        unsafe { super::aarch64::f16_ops::scale_f16(acc, s) }
+    }
+    #[inline(always)]
+    fn to_f16(src: &[f32], dst: &mut [f16]) {
+        // SAFETY: as above.
+        unsafe { super::aarch64::f16_ops::to_f16(src, dst) }
+    }
+    #[inline(always)]
+    fn to_f32_scaled(src: &[f16], s: f32, dst: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { super::aarch64::f16_ops::to_f32_scaled(src, s, dst) }
     }
 }
 
