@@ -1,5 +1,5 @@
-//! Every SIMD level's q8_0-family and K-quant table entries against the scalar twins, bit for
-//! bit, on whatever architecture the tests run (x86-64 natively, aarch64 under qemu).
+//! Every SIMD level's q8_0-family, K-quant and IQ table entries against the scalar twins, bit
+//! for bit, on whatever architecture the tests run (x86-64 natively, aarch64 under qemu).
 
 use bytemuck::Zeroable;
 use kestrel_gguf::quant::BlockQ8_0;
@@ -418,4 +418,122 @@ fn widened_prefill_matmuls_give_the_scalar_bits() {
     run::<DQ4_0>(|k| k.q4_0, DType::Q4_0);
     run::<DQ5_0>(|k| k.q5_0, DType::Q5_0);
     run::<DQ8_0>(|k| k.q8_0, DType::Q8_0);
+}
+
+/// The IQ grid types' table entries (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: AVX2 on x86-64,
+/// NEON and dotprod on aarch64) against their scalar twins.
+mod iq_grid {
+    use bytemuck::Zeroable;
+
+    use crate::cpu::dispatch::{Isa, Kernels, TypeKernels};
+    use crate::cpu::q8;
+    use crate::cpu::qdot_iq::{dot_iq2_s, dot_iq2_xs, dot_iq2_xxs, dot_iq3_s, dot_iq3_xxs};
+    use crate::cpu::testutil::{quantized_row, Rng};
+    use crate::DType;
+
+    use kestrel_gguf::quant::{BlockQ8K, QK_K};
+
+    type Dot = fn(&[u8], &[BlockQ8K]) -> f32;
+
+    fn pick(k: &Kernels, dtype: DType) -> (TypeKernels<BlockQ8K>, Dot) {
+        match dtype {
+            DType::IQ2XXS => (k.iq2_xxs, dot_iq2_xxs),
+            DType::IQ2XS => (k.iq2_xs, dot_iq2_xs),
+            DType::IQ2S => (k.iq2_s, dot_iq2_s),
+            DType::IQ3XXS => (k.iq3_xxs, dot_iq3_xxs),
+            _ => (k.iq3_s, dot_iq3_s),
+        }
+    }
+
+    /// `m` weight rows against `n_act` activation rows, aligned and shifted by one byte: every
+    /// ISA's rows and tile kernels equal the scalar twin's dots bit for bit.
+    fn check(dtype: DType, k: usize, m: usize, n_act: usize, seed: u64, scale: f32) {
+        let mut rng = Rng::new(seed);
+        let mut w = Vec::new();
+        for _ in 0..m {
+            w.extend(quantized_row(&mut rng, dtype, k).0);
+        }
+        let mut shifted = vec![0u8; w.len() + 1];
+        shifted[1..].copy_from_slice(&w);
+        let x = rng.vec(k * n_act, scale);
+        let mut y = vec![BlockQ8K::zeroed(); k / QK_K * n_act];
+        q8::quantize_row_q8_k(&x, &mut y);
+        let nb = k / QK_K;
+        let rb = w.len() / m;
+        let dot = pick(&Kernels::for_isa(Isa::Scalar).unwrap(), dtype).1;
+        let mut want = vec![0f32; m * n_act];
+        for r in 0..m {
+            for t in 0..n_act {
+                want[r * n_act + t] = dot(&w[r * rb..(r + 1) * rb], &y[t * nb..(t + 1) * nb]);
+            }
+        }
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for isa in Isa::available() {
+            let kern = pick(&Kernels::for_isa(isa).unwrap(), dtype).0;
+            for row in [&w[..], &shifted[1..]] {
+                let mut got = vec![0f32; m * n_act];
+                (kern.tile)(row, &y, n_act, &mut got);
+                assert_eq!(bits(&want), bits(&got), "{dtype:?} tile {}", isa.name());
+                if n_act == 1 {
+                    let mut got = vec![0f32; m];
+                    (kern.rows)(row, &y, &mut got);
+                    assert_eq!(bits(&want), bits(&got), "{dtype:?} rows {}", isa.name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grid_kernels_equal_the_scalar_twins() {
+        for dtype in [
+            DType::IQ2XXS,
+            DType::IQ2XS,
+            DType::IQ2S,
+            DType::IQ3XXS,
+            DType::IQ3S,
+        ] {
+            for (seed, k, m, n_act) in [(1u64, 256, 3, 1), (2, 512, 4, 3), (3, 1024, 2, 8)] {
+                for scale in [1.0f32, 1e-3, 40.0] {
+                    check(dtype, k, m, n_act, seed, scale);
+                }
+            }
+        }
+    }
+
+    /// Every index, sign and scale bit reaches the result: flipping any one bit of a block
+    /// changes the scalar twin's dot and the kernel's the same way.
+    #[test]
+    fn every_bit_of_a_block_is_read_as_the_twin_reads_it() {
+        let mut rng = Rng::new(11);
+        let x = rng.vec(QK_K, 1.0);
+        let mut y = vec![BlockQ8K::zeroed(); 1];
+        q8::quantize_row_q8_k(&x, &mut y);
+        for dtype in [
+            DType::IQ2XXS,
+            DType::IQ2XS,
+            DType::IQ2S,
+            DType::IQ3XXS,
+            DType::IQ3S,
+        ] {
+            let w = quantized_row(&mut rng, dtype, QK_K).0;
+            for isa in Isa::available() {
+                let (kern, dot) = pick(&Kernels::for_isa(isa).unwrap(), dtype);
+                // The bytes after the f16 scale.
+                for byte in 2..w.len() {
+                    for bit in 0..8 {
+                        let mut v = w.clone();
+                        v[byte] ^= 1 << bit;
+                        let mut got = [0f32];
+                        (kern.rows)(&v, &y, &mut got);
+                        assert_eq!(
+                            got[0].to_bits(),
+                            dot(&v, &y).to_bits(),
+                            "{dtype:?} {} byte {byte} bit {bit}",
+                            isa.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

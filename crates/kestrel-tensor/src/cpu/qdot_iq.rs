@@ -2,7 +2,7 @@
 //! `vec_dot_type` for all of them), as ggml's generic C computes them: the ternary types and the
 //! IQ2/IQ3 grid types as exact integer sums per block (`ggml_vec_dot_<type>_q8_K_generic`), one
 //! f32 term per block, then the type's constant factor. These are the scalar twins the SIMD
-//! kernels (`x86_64/iq_grid.rs`) equal bit for bit. IQ1_S and IQ1_M (no SIMD kernel yet)
+//! kernels (`x86_64/iq_grid.rs`, `aarch64/iq_grid.rs`) equal bit for bit. IQ1_S and IQ1_M (no SIMD kernel yet)
 //! dequantize each weight block with the scalar reference (bit for bit ggml's) and sum its
 //! products with the activations' integers in f32: ggml's value up to f32 rounding.
 
@@ -103,7 +103,7 @@ fn pair4(g1: u32, g2: u32) -> [u8; 8] {
 /// A grid type's row: per block `d(x) · y.d · isum(x, y.qs)`, summed in f32, times `scale`
 /// (ggml's generic order).
 #[inline(always)]
-fn dot_grid<B: bytemuck::Pod>(
+pub(crate) fn dot_grid<B: bytemuck::Pod>(
     w: &[u8],
     y: &[BlockQ8K],
     scale: f32,

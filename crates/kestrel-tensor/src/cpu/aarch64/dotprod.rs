@@ -40,3 +40,4 @@ fn quad_sums(x: int8x16_t, y: int8x16_t) -> int32x4_t {
 q8_family_kernels!("neon,dotprod");
 kquant_kernels!("neon,dotprod");
 iq4_kernels!("neon,dotprod");
+iq_grid_kernels!("neon,dotprod");

@@ -1,8 +1,8 @@
 //! aarch64 SIMD kernels, one module per level: [`neon`] (Advanced SIMD, on every aarch64 CPU)
 //! and [`dotprod`] (the same kernels with `sdot` summing four byte products per lane in one
 //! instruction). Both are instantiated from the one kernel body in [`q8_family`] (Q4_0, Q4_1,
-//! Q5_0, Q5_1, Q8_0), the integer halves in [`kquants`] (Q2_K to Q6_K) and [`iq4`] (IQ4_NL,
-//! IQ4_XS, MXFP4), so they cannot drift
+//! Q5_0, Q5_1, Q8_0), the integer halves in [`kquants`] (Q2_K to Q6_K), [`iq4`] (IQ4_NL,
+//! IQ4_XS, MXFP4) and [`iq_grid`] (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S), so they cannot drift
 //! apart; each is bit-identical to its scalar twin in `cpu::qdot`, which follows
 //! ggml's x86 float order, so an aarch64 machine gives what an x86-64 one does on the
 //! unpacked paths (`cpu::kernel_tests`, run under `qemu-aarch64` in CI).
@@ -22,6 +22,8 @@ mod q8_family;
 mod kquants;
 #[macro_use]
 mod iq4;
+#[macro_use]
+mod iq_grid;
 
 pub(crate) mod dotprod;
 pub(crate) mod f16_ops;
@@ -104,6 +106,11 @@ macro_rules! with_kquants {
         by_dot!(q5_k_rows, q5_k_tile, dot_q5_k);
         by_dot!(q6_k_rows, q6_k_tile, dot_q6_k);
         by_dot!(iq4_xs_rows, iq4_xs_tile, dot_iq4_xs);
+        by_dot!(iq2_xxs_rows, iq2_xxs_tile, dot_iq2_xxs);
+        by_dot!(iq2_xs_rows, iq2_xs_tile, dot_iq2_xs);
+        by_dot!(iq2_s_rows, iq2_s_tile, dot_iq2_s);
+        by_dot!(iq3_xxs_rows, iq3_xxs_tile, dot_iq3_xxs);
+        by_dot!(iq3_s_rows, iq3_s_tile, dot_iq3_s);
         fn iq4_nl_rows(w: &[u8], y: &[kestrel_gguf::quant::BlockQ8_0], out: &mut [f32]) {
             // SAFETY: only reachable through a table made after detection.
             rows_by_dot(w, y, out, |wr, y| unsafe { $level::dot_iq4_nl(wr, y) })
@@ -169,6 +176,31 @@ macro_rules! with_kquants {
                 rows: mxfp4_rows,
                 tile: mxfp4_tile,
                 ..base.mxfp4
+            },
+            iq2_xxs: TypeKernels {
+                rows: iq2_xxs_rows,
+                tile: iq2_xxs_tile,
+                ..base.iq2_xxs
+            },
+            iq2_xs: TypeKernels {
+                rows: iq2_xs_rows,
+                tile: iq2_xs_tile,
+                ..base.iq2_xs
+            },
+            iq2_s: TypeKernels {
+                rows: iq2_s_rows,
+                tile: iq2_s_tile,
+                ..base.iq2_s
+            },
+            iq3_xxs: TypeKernels {
+                rows: iq3_xxs_rows,
+                tile: iq3_xxs_tile,
+                ..base.iq3_xxs
+            },
+            iq3_s: TypeKernels {
+                rows: iq3_s_rows,
+                tile: iq3_s_tile,
+                ..base.iq3_s
             },
             ..base
         }

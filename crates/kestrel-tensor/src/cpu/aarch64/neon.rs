@@ -25,3 +25,4 @@ fn lane_sums(x: B32, y: B32) -> (int32x4_t, int32x4_t) {
 q8_family_kernels!("neon");
 kquant_kernels!("neon");
 iq4_kernels!("neon");
+iq_grid_kernels!("neon");
