@@ -334,6 +334,24 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     .unwrap();
     let e = convert_hf(&mdir, &out, &opts).unwrap_err().to_string();
     assert!(e.contains("intermediate_size 192"), "{e}");
+
+    // Jamba without `tokenizer.model` (llama.cpp's `LlamaHfVocab` reading: not written), and
+    // with an attention period of 0.
+    let jamba = cases.iter().find(|c| c.name == "jamba").unwrap();
+    let jdir = work.join("j");
+    convert_inputs::write_case(jamba, &jdir, &smollm, &gemma);
+    let cfg = std::fs::read_to_string(jdir.join("config.json")).unwrap();
+    std::fs::write(
+        jdir.join("config.json"),
+        cfg.replace("\"attn_layer_period\": 2", "\"attn_layer_period\": 0"),
+    )
+    .unwrap();
+    let e = convert_hf(&jdir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("attn_layer_period"), "{e}");
+    std::fs::write(jdir.join("config.json"), &cfg).unwrap();
+    std::fs::remove_file(jdir.join("tokenizer.model")).unwrap();
+    let e = convert_hf(&jdir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("tokenizer.model"), "{e}");
     std::fs::remove_dir_all(&work).ok();
 }
 

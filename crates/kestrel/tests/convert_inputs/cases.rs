@@ -798,6 +798,33 @@ pub fn cases() -> Vec<Case> {
                 "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0 }),
         },
         Case {
+            name: "jamba",
+            arch: "JambaForCausalLM",
+            model_type: "jamba",
+            spm: true,
+            dt: Dt::F16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 4,
+            ff: 96,
+            tied: false,
+            // Layers: Mamba + dense, attention + experts, Mamba + dense, attention + experts.
+            // F16 as Mamba's: `-exp(A_log)` rounded to f16 as torch computes it (torch's f32
+            // exp is not correctly rounded; kestrel's is).
+            extra: json!({ "attn_layer_offset": 1, "attn_layer_period": 2,
+                "expert_layer_offset": 1, "expert_layer_period": 2,
+                "num_experts": 4, "num_experts_per_tok": 2,
+                "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_dt_rank": 4,
+                "mamba_conv_bias": true, "mamba_proj_bias": false, "use_mamba_kernels": false,
+                "rms_norm_eps": 1e-6, "max_position_embeddings": 4096, "hidden_act": "silu",
+                "num_logits_to_keep": 1, "output_router_logits": false,
+                "router_aux_loss_coef": 0.001, "sliding_window": null,
+                "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0 }),
+        },
+        Case {
             name: "mamba2",
             arch: "Mamba2ForCausalLM",
             model_type: "mamba2",

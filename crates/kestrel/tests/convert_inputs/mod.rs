@@ -10,6 +10,7 @@ mod fp8;
 mod glm4;
 mod gpt2;
 mod granitemoe;
+mod jamba;
 mod lfm2;
 mod mamba;
 mod phimoe;
@@ -489,6 +490,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     if mt == "mamba2" {
         mamba::tensors2(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
+    if mt == "jamba" {
+        jamba::tensors(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }

@@ -100,6 +100,8 @@ pub(crate) enum Family {
     Mamba2,
     /// `Lfm2ForCausalLM` (LFM2, LFM2.5; GGUF `lfm2`: short-convolution and attention layers).
     Lfm2,
+    /// `JambaForCausalLM` (GGUF `jamba`: Mamba and attention layers, experts; `jamba.rs`).
+    Jamba,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -111,7 +113,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
-     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, \
+     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -142,6 +144,12 @@ const QWEN_EXPERTS: ExpertLayout = ExpertLayout {
         ("gate_proj", "ffn_gate_exps"),
         ("up_proj", "ffn_up_exps"),
     ],
+};
+
+/// Jamba's: Qwen 2 MoE's order, under `feed_forward.`.
+const JAMBA_EXPERTS: ExpertLayout = ExpertLayout {
+    infix: "feed_forward.experts.",
+    parts: QWEN_EXPERTS.parts,
 };
 
 impl Family {
@@ -188,6 +196,7 @@ impl Family {
             "MambaForCausalLM" | "MambaLMHeadModel" => Family::Mamba,
             "Mamba2ForCausalLM" => Family::Mamba2,
             "Lfm2ForCausalLM" | "LFM2ForCausalLM" => Family::Lfm2,
+            "JambaForCausalLM" => Family::Jamba,
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -236,6 +245,7 @@ impl Family {
             Family::Mamba => "mamba",
             Family::Mamba2 => "mamba2",
             Family::Lfm2 => "lfm2",
+            Family::Jamba => "jamba",
         }
     }
 
@@ -246,6 +256,7 @@ impl Family {
             Family::Qwen2Moe | Family::Qwen3Moe | Family::Olmoe | Family::DeepSeek2 => {
                 Some(QWEN_EXPERTS)
             }
+            Family::Jamba => Some(JAMBA_EXPERTS),
             _ => None,
         }
     }
@@ -382,6 +393,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     }
     if family == Family::Lfm2 {
         return super::lfm2::gguf_name(name);
+    }
+    if family == Family::Jamba {
+        return super::jamba::gguf_name(name);
     }
     if family == Family::Exaone {
         return exaone_name(name);

@@ -9,6 +9,7 @@ mod family;
 mod gpt_oss;
 mod granite_moe;
 mod head_norms;
+mod jamba;
 mod lfm2;
 mod mamba;
 mod mla;
@@ -114,9 +115,17 @@ pub(crate) fn convert(
         | Family::Gemma3
         | Family::Mamba
         | Family::Mamba2
+        | Family::Jamba
             if has_spm =>
         {
             spm::load(dir, n_vocab, spm::Style::Default)?
+        }
+        // Jamba without `tokenizer.model`: llama.cpp's `LlamaHfVocab` reading, not written yet.
+        Family::Jamba => {
+            return Err(bad(
+                dir,
+                "a Jamba checkpoint without tokenizer.model is not supported yet",
+            ))
         }
         // MiniCPM: SentencePiece only, as llama.cpp's `_set_vocab_sentencepiece`.
         Family::Gemma | Family::Gemma2 | Family::Nemotron | Family::MiniCpm => {
@@ -300,6 +309,9 @@ pub(crate) fn convert(
         if family == Family::Mamba2 {
             name = mamba::mamba2_name(name);
         }
+        if family == Family::Jamba {
+            name = jamba::name(name, &h);
+        }
         if family == Family::GptOss {
             if let Some(p) = gpt_oss::plan_expert(&ck, dir, hf, &out_type)? {
                 plan.extend(p);
@@ -369,7 +381,10 @@ pub(crate) fn convert(
             }
         }
         let squeezed;
-        let mamba = matches!(family, Family::Mamba | Family::Mamba2 | Family::Lfm2);
+        let mamba = matches!(
+            family,
+            Family::Mamba | Family::Mamba2 | Family::Lfm2 | Family::Jamba
+        );
         let shape = if mamba && shape.len() == 3 && shape[1] == 1 {
             squeezed = vec![shape[0], shape[2]];
             &squeezed
@@ -448,7 +463,9 @@ pub(crate) fn convert(
                 permute_heads,
                 map: if family.norm_shift(&name) {
                     read::ValueMap::PlusOne
-                } else if family == Family::Mamba && name.ends_with(".mixer.A_log") {
+                } else if (family == Family::Mamba && name.ends_with(".mixer.A_log"))
+                    || (family == Family::Jamba && name.ends_with(".mamba.A_log"))
+                {
                     read::ValueMap::NegExp
                 } else {
                     read::ValueMap::Keep

@@ -57,6 +57,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::Gpt2 | Family::StarCoder => return gpt2(meta, family, hp),
         Family::Mamba => return super::mamba::params(meta, hp),
         Family::Mamba2 => return super::mamba::mamba2_params(meta, hp),
+        Family::Jamba => return super::jamba::params(meta, hp),
         _ => {}
     }
     let (h, rp, cfg, arch) = (hp.h, hp.rp, hp.cfg, hp.arch);
@@ -336,7 +337,8 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::StarCoder2
         | Family::SeedOss
         | Family::Mamba
-        | Family::Mamba2 => {}
+        | Family::Mamba2
+        | Family::Jamba => {}
         Family::Lfm2 => super::lfm2::params(meta, hp)?,
         Family::MiniCpm => {
             // `MiniCPMModel`: the embedding, residual and logit scales, computed in f64.
