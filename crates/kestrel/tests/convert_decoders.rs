@@ -352,6 +352,23 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     std::fs::remove_file(jdir.join("tokenizer.model")).unwrap();
     let e = convert_hf(&jdir, &out, &opts).unwrap_err().to_string();
     assert!(e.contains("tokenizer.model"), "{e}");
+
+    // Hunyuan's dynamic RoPE outside the converter's assumptions (it stops on them).
+    let hy = cases.iter().find(|c| c.name == "hunyuan-dense").unwrap();
+    let hdir = work.join("h");
+    convert_inputs::write_case(hy, &hdir, &smollm, &gemma);
+    convert_hf(&hdir, &out, &opts).unwrap();
+    let cfg = std::fs::read_to_string(hdir.join("config.json")).unwrap();
+    std::fs::write(
+        hdir.join("config.json"),
+        cfg.replace(
+            "\"max_position_embeddings\": 32768",
+            "\"max_position_embeddings\": 4096",
+        ),
+    )
+    .unwrap();
+    let e = convert_hf(&hdir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("max_position_embeddings"), "{e}");
     std::fs::remove_dir_all(&work).ok();
 }
 

@@ -416,6 +416,15 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     )
     .unwrap();
 
+    if case.model_type == "hunyuan_v1_dense" {
+        // Two EOS ids: HunYuanModel takes the first as the end of turn.
+        std::fs::write(
+            dir.join("generation_config.json"),
+            serde_json::to_vec_pretty(&json!({ "do_sample": true, "eos_token_id": [2, 0] }))
+                .unwrap(),
+        )
+        .unwrap();
+    }
     let mut rng = Rng::new(0x6b65_7374 ^ case.name.len() as u64);
     let hd = case.head_dim.unwrap_or(case.hidden / case.heads);
     let q = case.heads * hd;
@@ -613,6 +622,10 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
                 let (n, _, v) = norm(&mut rng, p(&format!("self_attn.{name}.weight")), heads * hd);
                 t.push((n, vec![heads, hd], v));
             }
+        }
+        if mt == "hunyuan_v1_dense" {
+            t.push(norm(&mut rng, p("self_attn.query_layernorm.weight"), hd));
+            t.push(norm(&mut rng, p("self_attn.key_layernorm.weight"), hd));
         }
         if olmo2 || mt == "olmoe" {
             // OLMo normalizes the whole Q and K rows, not each head.

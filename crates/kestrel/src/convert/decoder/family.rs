@@ -102,6 +102,9 @@ pub(crate) enum Family {
     Lfm2,
     /// `JambaForCausalLM` (GGUF `jamba`: Mamba and attention layers, experts; `jamba.rs`).
     Jamba,
+    /// `HunYuanDenseV1ForCausalLM` (Hunyuan 0.5B-7B; GGUF `hunyuan-dense`: Q/K norms, NTK-alpha
+    /// RoPE; `hunyuan.rs`).
+    HunyuanDense,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -113,7 +116,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
-     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, \
+     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, HunYuanDenseV1ForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -197,6 +200,7 @@ impl Family {
             "Mamba2ForCausalLM" => Family::Mamba2,
             "Lfm2ForCausalLM" | "LFM2ForCausalLM" => Family::Lfm2,
             "JambaForCausalLM" => Family::Jamba,
+            "HunYuanDenseV1ForCausalLM" => Family::HunyuanDense,
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -246,6 +250,7 @@ impl Family {
             Family::Mamba2 => "mamba2",
             Family::Lfm2 => "lfm2",
             Family::Jamba => "jamba",
+            Family::HunyuanDense => "hunyuan-dense",
         }
     }
 
@@ -453,6 +458,8 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "self_attn.k_proj" => "attn_k",
         "self_attn.v_proj" => "attn_v",
         "self_attn.o_proj" => "attn_output",
+        "self_attn.query_layernorm" if family == Family::HunyuanDense => "attn_q_norm",
+        "self_attn.key_layernorm" if family == Family::HunyuanDense => "attn_k_norm",
         "self_attn.q_norm" if qk_norm => "attn_q_norm",
         "self_attn.k_norm" if qk_norm => "attn_k_norm",
         "post_attention_layernorm" if gemma || oss || olmo2 || family == Family::SeedOss => {

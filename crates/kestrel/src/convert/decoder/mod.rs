@@ -9,6 +9,7 @@ mod family;
 mod gpt_oss;
 mod granite_moe;
 mod head_norms;
+mod hunyuan;
 mod jamba;
 mod lfm2;
 mod mamba;
@@ -327,6 +328,13 @@ pub(crate) fn convert(
         {
             continue;
         }
+        if family == Family::HunyuanDense
+            && name == "lm_head.weight"
+            && h.get("tie_word_embeddings") == Some(&Value::Bool(true))
+        {
+            // HunYuanModel skips a tied output.
+            continue;
+        }
         if family.is_gemma() && family != Family::Gemma3 && name == "lm_head.weight" {
             // Gemma 2 ties its output to the embedding; llama.cpp skips a stray lm_head.
             continue;
@@ -512,6 +520,9 @@ pub(crate) fn convert(
         sv.set_if_absent("unk", 1)?;
     }
     sv.write(&mut meta);
+    if family == Family::HunyuanDense {
+        hunyuan::specials(&mut meta, &h, dir, &cfg_path)?;
+    }
     if family == Family::Gemma {
         // GemmaModel.set_vocab's second SpecialVocab: of its CodeGemma FIM ids (67-70) the
         // writer has a key for none but the end of turn, 107. (It would take an `eot_token`

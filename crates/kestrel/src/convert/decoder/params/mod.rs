@@ -202,7 +202,10 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         &["num_local_experts", "num_experts", "n_routed_experts"],
         cfg,
     )? {
-        meta.u32(k("expert_count"), u32_of(v, "num_experts", cfg)?);
+        // HunYuanModel drops a `num_experts` of 1 (not a mixture of experts).
+        if !(family == Family::HunyuanDense && v <= 1) {
+            meta.u32(k("expert_count"), u32_of(v, "num_experts", cfg)?);
+        }
     }
     if let Some(v) = uint(
         h,
@@ -339,6 +342,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Mamba
         | Family::Mamba2
         | Family::Jamba => {}
+        Family::HunyuanDense => super::hunyuan::params(meta, hp)?,
         Family::Lfm2 => super::lfm2::params(meta, hp)?,
         Family::MiniCpm => {
             // `MiniCPMModel`: the embedding, residual and logit scales, computed in f64.
