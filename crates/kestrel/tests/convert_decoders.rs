@@ -369,6 +369,21 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     .unwrap();
     let e = convert_hf(&hdir, &out, &opts).unwrap_err().to_string();
     assert!(e.contains("max_position_embeddings"), "{e}");
+
+    // A Granite hybrid whose layers are all attention (llama.cpp switches it to another
+    // architecture; not written yet).
+    let gh = cases.iter().find(|c| c.name == "granitehybrid").unwrap();
+    let gdir = work.join("gh");
+    convert_inputs::write_case(gh, &gdir, &smollm, &gemma);
+    convert_hf(&gdir, &out, &opts).unwrap();
+    let cfg = std::fs::read_to_string(gdir.join("config.json")).unwrap();
+    std::fs::write(
+        gdir.join("config.json"),
+        cfg.replace("\"mamba\"", "\"attention\""),
+    )
+    .unwrap();
+    let e = convert_hf(&gdir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("without Mamba layers"), "{e}");
     std::fs::remove_dir_all(&work).ok();
 }
 

@@ -798,6 +798,37 @@ pub fn cases() -> Vec<Case> {
                 "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0 }),
         },
         Case {
+            name: "granitehybrid",
+            arch: "GraniteMoeHybridForCausalLM",
+            model_type: "granitemoehybrid",
+            spm: false,
+            dt: Dt::F16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 4,
+            ff: 32,
+            tied: true,
+            // Granite 4.0-H's shape, small: Mamba 2 (4 heads of 32, one group) and attention
+            // layers alternating, 4 experts (2 used) and a shared expert in every layer, no
+            // RoPE, Granite's multipliers. F16 as Mamba's: `-exp(A_log)` rounded to f16 as torch
+            // computes it.
+            extra: json!({ "layer_types": ["mamba", "attention", "mamba", "attention"],
+                "mamba_n_heads": 4, "mamba_d_head": 32, "mamba_n_groups": 1,
+                "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2,
+                "mamba_chunk_size": 256, "mamba_conv_bias": true, "mamba_proj_bias": false,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "shared_intermediate_size": 48,
+                "position_embedding_type": "nope", "rope_theta": 10000.0,
+                "attention_multiplier": 0.0078125, "embedding_multiplier": 12.0,
+                "residual_multiplier": 0.22, "logits_scaling": 8.0,
+                "normalization_function": "rmsnorm", "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 4096, "attention_bias": false,
+                "output_router_logits": false, "router_aux_loss_coef": 0.01,
+                "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0 }),
+        },
+        Case {
             name: "hunyuan-dense",
             arch: "HunYuanDenseV1ForCausalLM",
             model_type: "hunyuan_v1_dense",

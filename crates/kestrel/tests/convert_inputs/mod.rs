@@ -9,6 +9,7 @@ mod exaone;
 mod fp8;
 mod glm4;
 mod gpt2;
+mod granitehybrid;
 mod granitemoe;
 mod jamba;
 mod lfm2;
@@ -499,6 +500,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     if mt == "mamba2" {
         mamba::tensors2(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
+    if mt == "granitemoehybrid" {
+        granitehybrid::tensors(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }

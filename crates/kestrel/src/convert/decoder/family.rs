@@ -105,6 +105,9 @@ pub(crate) enum Family {
     /// `HunYuanDenseV1ForCausalLM` (Hunyuan 0.5B-7B; GGUF `hunyuan-dense`: Q/K norms, NTK-alpha
     /// RoPE; `hunyuan.rs`).
     HunyuanDense,
+    /// `GraniteMoeHybridForCausalLM` (Granite 4.0-H), `BambaForCausalLM` (GGUF `granitehybrid`:
+    /// Mamba 2 and attention layers, Granite MoE's experts; `granite_hybrid.rs`).
+    GraniteHybrid,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -113,7 +116,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, HunYuanDenseV1ForCausalLM, \
@@ -201,6 +204,7 @@ impl Family {
             "Lfm2ForCausalLM" | "LFM2ForCausalLM" => Family::Lfm2,
             "JambaForCausalLM" => Family::Jamba,
             "HunYuanDenseV1ForCausalLM" => Family::HunyuanDense,
+            "GraniteMoeHybridForCausalLM" | "BambaForCausalLM" => Family::GraniteHybrid,
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -251,6 +255,7 @@ impl Family {
             Family::Lfm2 => "lfm2",
             Family::Jamba => "jamba",
             Family::HunyuanDense => "hunyuan-dense",
+            Family::GraniteHybrid => "granitehybrid",
         }
     }
 
@@ -287,8 +292,8 @@ impl Family {
 
     /// Whether Q/K rows are reordered from Hugging Face's rotary layout to GGML's.
     pub(crate) fn undo_permute(self) -> bool {
-        // llama.cpp's OlmoModel and MiniCPMModel permute as LlamaModel does.
-        self.is_llama() || matches!(self, Family::Olmo | Family::MiniCpm)
+        // llama.cpp's OlmoModel, MiniCPMModel and GraniteHybridModel permute as LlamaModel does.
+        self.is_llama() || matches!(self, Family::Olmo | Family::MiniCpm | Family::GraniteHybrid)
     }
 
     /// Gemma's RMSNorm and Nemotron's LayerNorm1P multiply by `1 + w`; llama.cpp stores `1 + w`.
@@ -387,6 +392,28 @@ fn exaone_name(name: &str) -> Option<String> {
     Some(format!("blk.{layer}.{short}.{kind}"))
 }
 
+/// A Granite hybrid tensor's GGUF name: Mamba 2's for the `mamba.*` mixers (`dt_bias` already
+/// read as the `dt_proj` bias), Granite MoE's for the rest.
+fn granite_hybrid_name(name: &str) -> Option<String> {
+    let mamba = name.strip_prefix("model.layers.").and_then(|rest| {
+        let (layer, tail) = rest.split_once('.')?;
+        let layer: usize = layer.parse().ok()?;
+        let short = match tail {
+            "mamba.in_proj.weight" => "ssm_in.weight",
+            "mamba.conv1d.weight" => "ssm_conv1d.weight",
+            "mamba.conv1d.bias" => "ssm_conv1d.bias",
+            "mamba.dt_proj.bias" => "ssm_dt.bias",
+            "mamba.A_log" => "ssm_a",
+            "mamba.D" => "ssm_d",
+            "mamba.norm.weight" => "ssm_norm.weight",
+            "mamba.out_proj.weight" => "ssm_out.weight",
+            _ => return None,
+        };
+        Some(format!("blk.{layer}.{short}"))
+    });
+    mamba.or_else(|| gguf_name(Family::GraniteMoe, name))
+}
+
 /// The GGUF name of a (filtered) Hugging Face tensor name, or `None` if the family has no
 /// such tensor.
 pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
@@ -401,6 +428,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     }
     if family == Family::Jamba {
         return super::jamba::gguf_name(name);
+    }
+    if family == Family::GraniteHybrid {
+        return granite_hybrid_name(name);
     }
     if family == Family::Exaone {
         return exaone_name(name);

@@ -248,6 +248,19 @@ pub(super) fn mamba2_plan(
     h: &Value,
     cfg: &Path,
 ) -> Result<Option<Planned>, ConvertError> {
+    let (_, d_inner, n_group) = mamba2_sizes(h, cfg)?;
+    ssm_plan(ck, dir, hf, gguf, (d_inner, n_group), cfg)
+}
+
+/// [`mamba2_plan`] with the inner size and group count given (hybrids compute their own).
+pub(super) fn ssm_plan(
+    ck: &Checkpoint,
+    dir: &Path,
+    hf: &str,
+    gguf: &str,
+    (d_inner, n_group): (u64, u64),
+    cfg: &Path,
+) -> Result<Option<Planned>, ConvertError> {
     let (a, d) = (gguf.ends_with(".ssm_a"), gguf.ends_with(".ssm_d"));
     let norm = gguf.ends_with(".ssm_norm.weight");
     if !(a || d || norm) {
@@ -258,7 +271,6 @@ pub(super) fn mamba2_plan(
         .ok_or_else(|| bad(dir, format!("{hf} vanished")))?;
     let n: usize = shape.iter().product();
     let (rows, cols, map) = if norm {
-        let (_, d_inner, n_group) = mamba2_sizes(h, cfg)?;
         let g = usize::try_from(n_group).map_err(|_| bad(cfg, "n_groups"))?;
         if u64::try_from(n).ok() != Some(d_inner) {
             return Err(bad(dir, format!("{hf}: {n} values, d_inner {d_inner}")));

@@ -7,6 +7,7 @@ mod defaults;
 mod experts;
 mod family;
 mod gpt_oss;
+mod granite_hybrid;
 mod granite_moe;
 mod head_norms;
 mod hunyuan;
@@ -96,6 +97,20 @@ pub(crate) fn convert(
         mamba::padded_vocab(&h, &cfg_path, 8)?
     } else if family == Family::Mamba2 {
         mamba::padded_vocab(&h, &cfg_path, 16)?
+    } else if family == Family::GraniteHybrid {
+        // `GraniteHybridModel.set_vocab`: padded to 8 (1 without Mamba layers); the parameters
+        // keep the config's size (they are written first).
+        let layers = n_layer;
+        if granite_hybrid::attn_layers(&h, layers, &cfg_path)?.len() as u64 == layers {
+            return Err(bad(
+                &cfg_path,
+                "a Granite hybrid without Mamba layers (llama.cpp writes it as granite or \
+                 granitemoe) is not supported yet",
+            ));
+        }
+        let mut padded = h.clone();
+        padded["pad_vocab_size_multiple"] = Value::from(8);
+        mamba::padded_vocab(&padded, &cfg_path, 8)?
     } else {
         uint(&h, &["vocab_size"], &cfg_path)?
     };
@@ -117,6 +132,7 @@ pub(crate) fn convert(
         | Family::Mamba
         | Family::Mamba2
         | Family::Jamba
+        | Family::GraniteHybrid
             if has_spm =>
         {
             spm::load(dir, n_vocab, spm::Style::Default)?
@@ -183,7 +199,12 @@ pub(crate) fn convert(
         n_layer,
         n_embd,
         n_head,
-        vocab_size,
+        // The Granite hybrid's parameters are written before its vocabulary is padded.
+        vocab_size: if family == Family::GraniteHybrid {
+            uint(&h, &["vocab_size"], &cfg_path)?
+        } else {
+            vocab_size
+        },
         file_type,
     };
 
@@ -307,7 +328,7 @@ pub(crate) fn convert(
         let Some(mut name) = family::filter_name(hf) else {
             continue;
         };
-        if family == Family::Mamba2 {
+        if matches!(family, Family::Mamba2 | Family::GraniteHybrid) {
             name = mamba::mamba2_name(name);
         }
         if family == Family::Jamba {
@@ -356,7 +377,7 @@ pub(crate) fn convert(
                 continue;
             }
         }
-        if family == Family::GraniteMoe {
+        if matches!(family, Family::GraniteMoe | Family::GraniteHybrid) {
             if let Some(parts) = granite_moe::plan(&ck, hf, &name, &h, &cfg_path, &out_type)? {
                 plan.extend(parts);
                 continue;
@@ -378,8 +399,16 @@ pub(crate) fn convert(
         if !(dtype.is_float() || (fp8 && dtype.is_fp8())) {
             return Err(bad(dir, format!("tensor {hf:?} is not a float tensor")));
         }
-        let gguf = family::gguf_name(family, &name)
+        let mut gguf = family::gguf_name(family, &name)
             .ok_or_else(|| bad(dir, format!("cannot map tensor {hf:?} for {arch}")))?;
+        if family == Family::GraniteHybrid
+            && uint(&h, &["num_local_experts"], &cfg_path)?.is_none_or(|n| n == 0)
+        {
+            // Without experts the shared MLP is the layer's feed-forward (GraniteMoeModel).
+            if let Some(stem) = gguf.strip_suffix(".ffn_down_shexp.weight") {
+                gguf = format!("{stem}.ffn_down.weight");
+            }
+        }
         // Mamba's and LFM2's depthwise convolutions `[channels, 1, taps]`: the middle axis
         // dropped.
         if family == Family::Mamba2 {
@@ -388,10 +417,17 @@ pub(crate) fn convert(
                 continue;
             }
         }
+        if family == Family::GraniteHybrid {
+            let sizes = granite_hybrid::sizes(&h, &cfg_path)?;
+            if let Some(p) = mamba::ssm_plan(&ck, dir, hf, &gguf, sizes, &cfg_path)? {
+                plan.push(p);
+                continue;
+            }
+        }
         let squeezed;
         let mamba = matches!(
             family,
-            Family::Mamba | Family::Mamba2 | Family::Lfm2 | Family::Jamba
+            Family::Mamba | Family::Mamba2 | Family::Lfm2 | Family::Jamba | Family::GraniteHybrid
         );
         let shape = if mamba && shape.len() == 3 && shape[1] == 1 {
             squeezed = vec![shape[0], shape[2]];

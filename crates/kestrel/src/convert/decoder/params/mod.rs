@@ -251,7 +251,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
     }
     // Granite's converter drops head_dim before writing (RoPE over hidden / heads).
     let head_dim = match family {
-        Family::Granite | Family::GraniteMoe => None,
+        Family::Granite | Family::GraniteMoe | Family::GraniteHybrid => None,
         _ => uint(h, &["head_dim"], cfg)?,
     };
     if let Some(v) = head_dim {
@@ -265,7 +265,8 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Granite
         | Family::GraniteMoe
         | Family::Mistral3
-        | Family::Arcee => {
+        | Family::Arcee
+        | Family::GraniteHybrid => {
             let v = vocab_size.ok_or_else(|| bad(cfg, "no vocab_size"))?;
             meta.u32(k("vocab_size"), u32_of(v, "vocab_size", cfg)?);
             let rope_dim = match head_dim {
@@ -303,7 +304,10 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                     need_f("llama_4_scaling_beta")? as f32,
                 );
             }
-            if matches!(family, Family::Granite | Family::GraniteMoe) {
+            if matches!(
+                family,
+                Family::Granite | Family::GraniteMoe | Family::GraniteHybrid
+            ) {
                 // The `*_multiplier`s under llama.cpp's `*_scale` names, when not 0.
                 for (src, dst) in [
                     ("attention_multiplier", "attention.scale"),
@@ -316,7 +320,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                     }
                 }
             }
-            if family == Family::GraniteMoe {
+            if matches!(family, Family::GraniteMoe | Family::GraniteHybrid) {
                 // GraniteMoeShared's shared expert, when its size is not 0.
                 if let Some(v) = uint(h, &["shared_intermediate_size"], cfg)?.filter(|&v| v > 0) {
                     meta.u32(
@@ -324,6 +328,9 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                         u32_of(v, "shared_intermediate_size", cfg)?,
                     );
                 }
+            }
+            if family == Family::GraniteHybrid {
+                super::granite_hybrid::params(meta, hp)?;
             }
         }
         Family::Qwen2
