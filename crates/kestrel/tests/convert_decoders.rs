@@ -384,6 +384,20 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     .unwrap();
     let e = convert_hf(&gdir, &out, &opts).unwrap_err().to_string();
     assert!(e.contains("without Mamba layers"), "{e}");
+
+    // Falcon-H1 without one of the multipliers llama.cpp's converter folds in (it stops).
+    let fh = cases.iter().find(|c| c.name == "falcon-h1").unwrap();
+    let fdir = work.join("fh");
+    convert_inputs::write_case(fh, &fdir, &smollm, &gemma);
+    convert_hf(&fdir, &out, &opts).unwrap();
+    let cfg = std::fs::read_to_string(fdir.join("config.json")).unwrap();
+    std::fs::write(
+        fdir.join("config.json"),
+        cfg.replace("\"key_multiplier\"", "\"key_multiplier_x\""),
+    )
+    .unwrap();
+    let e = convert_hf(&fdir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("key_multiplier"), "{e}");
     std::fs::remove_dir_all(&work).ok();
 }
 

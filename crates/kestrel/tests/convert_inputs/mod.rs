@@ -6,6 +6,7 @@
 mod cases;
 mod deepseek;
 mod exaone;
+mod falcon_h1;
 mod fp8;
 mod glm4;
 mod gpt2;
@@ -500,6 +501,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     if mt == "mamba2" {
         mamba::tensors2(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
+    if mt == "falcon_h1" {
+        falcon_h1::tensors(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }

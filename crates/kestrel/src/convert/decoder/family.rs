@@ -108,6 +108,9 @@ pub(crate) enum Family {
     /// `GraniteMoeHybridForCausalLM` (Granite 4.0-H), `BambaForCausalLM` (GGUF `granitehybrid`:
     /// Mamba 2 and attention layers, Granite MoE's experts; `granite_hybrid.rs`).
     GraniteHybrid,
+    /// `FalconH1ForCausalLM` (GGUF `falcon-h1`: attention and Mamba 2 side by side in every
+    /// layer, multipliers folded into the weights; `falcon_h1.rs`).
+    FalconH1,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -119,7 +122,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
-     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, HunYuanDenseV1ForCausalLM, \
+     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, HunYuanDenseV1ForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -205,6 +208,7 @@ impl Family {
             "JambaForCausalLM" => Family::Jamba,
             "HunYuanDenseV1ForCausalLM" => Family::HunyuanDense,
             "GraniteMoeHybridForCausalLM" | "BambaForCausalLM" => Family::GraniteHybrid,
+            "FalconH1ForCausalLM" => Family::FalconH1,
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -256,6 +260,7 @@ impl Family {
             Family::Jamba => "jamba",
             Family::HunyuanDense => "hunyuan-dense",
             Family::GraniteHybrid => "granitehybrid",
+            Family::FalconH1 => "falcon-h1",
         }
     }
 
@@ -431,6 +436,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     }
     if family == Family::GraniteHybrid {
         return granite_hybrid_name(name);
+    }
+    if family == Family::FalconH1 {
+        return super::falcon_h1::gguf_name(name);
     }
     if family == Family::Exaone {
         return exaone_name(name);

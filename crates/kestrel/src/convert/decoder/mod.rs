@@ -5,6 +5,7 @@
 
 mod defaults;
 mod experts;
+mod falcon_h1;
 mod family;
 mod gpt_oss;
 mod granite_hybrid;
@@ -328,7 +329,10 @@ pub(crate) fn convert(
         let Some(mut name) = family::filter_name(hf) else {
             continue;
         };
-        if matches!(family, Family::Mamba2 | Family::GraniteHybrid) {
+        if matches!(
+            family,
+            Family::Mamba2 | Family::GraniteHybrid | Family::FalconH1
+        ) {
             name = mamba::mamba2_name(name);
         }
         if family == Family::Jamba {
@@ -417,8 +421,12 @@ pub(crate) fn convert(
                 continue;
             }
         }
-        if family == Family::GraniteHybrid {
-            let sizes = granite_hybrid::sizes(&h, &cfg_path)?;
+        if matches!(family, Family::GraniteHybrid | Family::FalconH1) {
+            let sizes = if family == Family::FalconH1 {
+                falcon_h1::sizes(&h, &cfg_path)?
+            } else {
+                granite_hybrid::sizes(&h, &cfg_path)?
+            };
             if let Some(p) = mamba::ssm_plan(&ck, dir, hf, &gguf, sizes, &cfg_path)? {
                 plan.push(p);
                 continue;
@@ -427,7 +435,12 @@ pub(crate) fn convert(
         let squeezed;
         let mamba = matches!(
             family,
-            Family::Mamba | Family::Mamba2 | Family::Lfm2 | Family::Jamba | Family::GraniteHybrid
+            Family::Mamba
+                | Family::Mamba2
+                | Family::Lfm2
+                | Family::Jamba
+                | Family::GraniteHybrid
+                | Family::FalconH1
         );
         let shape = if mamba && shape.len() == 3 && shape[1] == 1 {
             squeezed = vec![shape[0], shape[2]];
@@ -505,7 +518,9 @@ pub(crate) fn convert(
                 hf: hf.to_string(),
                 rows,
                 permute_heads,
-                map: if family.norm_shift(&name) {
+                map: if family == Family::FalconH1 {
+                    falcon_h1::value_map(&name, &h, &cfg_path)?
+                } else if family.norm_shift(&name) {
                     read::ValueMap::PlusOne
                 } else if (family == Family::Mamba && name.ends_with(".mixer.A_log"))
                     || (family == Family::Jamba && name.ends_with(".mamba.A_log"))

@@ -167,7 +167,18 @@ impl<'a> Values<'a> {
                 *v *= float_at(s.dtype, s.bytes, srow + c / s.block.1);
             }
         }
-        if map != ValueMap::Keep {
+        if let ValueMap::RowScales {
+            first,
+            ends,
+            scales,
+        } = map
+        {
+            // The row's factor: the first range whose end lies past it.
+            let i = ends.iter().position(|&e| r < e).unwrap_or(ends.len());
+            let f = scales.get(i).copied().unwrap_or(1.0);
+            out.iter_mut()
+                .for_each(|v| *v = self.mapped(*v, ValueMap::Scale(first, f)));
+        } else if map != ValueMap::Keep {
             out.iter_mut().for_each(|v| *v = self.mapped(*v, map));
         }
         Ok(())
@@ -185,15 +196,17 @@ impl<'a> Values<'a> {
             }
         };
         match map {
-            ValueMap::Keep => v,
+            ValueMap::Keep | ValueMap::RowScales { .. } => v,
             ValueMap::PlusOne => own(v + 1.0),
             ValueMap::NegExp => -own(f64::from(v).exp() as f32),
+            // Two multiplications, each rounded as torch rounds a tensor times a scalar.
+            ValueMap::Scale(a, b) => own(own(v * a) * b),
         }
     }
 }
 
 /// A change llama.cpp's converter makes to a tensor's values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum ValueMap {
     /// The values as stored.
     Keep,
@@ -202,6 +215,16 @@ pub(crate) enum ValueMap {
     /// `-exp(w)` (Mamba's `A` from `A_log`; exp correctly rounded in f32, where torch's may be
     /// one unit in the last place off).
     NegExp,
+    /// `(w · a) · b`, each product rounded to the tensor's type (Falcon-H1's multipliers).
+    Scale(f32, f32),
+    /// `(w · first) · scales[i]` for the rows of range `i` (`ends`: where ranges 0-3 end, range
+    /// 4 to the last row): Falcon-H1's `in_proj`, whose z, x, B, C and dt rows each have their
+    /// own multiplier. Only for whole-row reads.
+    RowScales {
+        first: f32,
+        ends: [usize; 4],
+        scales: [f32; 5],
+    },
 }
 
 #[cfg(test)]

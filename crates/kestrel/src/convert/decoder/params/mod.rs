@@ -58,6 +58,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::Mamba => return super::mamba::params(meta, hp),
         Family::Mamba2 => return super::mamba::mamba2_params(meta, hp),
         Family::Jamba => return super::jamba::params(meta, hp),
+        Family::FalconH1 => return super::falcon_h1::params(meta, hp),
         _ => {}
     }
     let (h, rp, cfg, arch) = (hp.h, hp.rp, hp.cfg, hp.arch);
@@ -348,7 +349,8 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::SeedOss
         | Family::Mamba
         | Family::Mamba2
-        | Family::Jamba => {}
+        | Family::Jamba
+        | Family::FalconH1 => {}
         Family::HunyuanDense => super::hunyuan::params(meta, hp)?,
         Family::Lfm2 => super::lfm2::params(meta, hp)?,
         Family::MiniCpm => {
