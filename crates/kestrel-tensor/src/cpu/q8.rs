@@ -80,12 +80,18 @@ fn sat_i8(v: i32) -> i8 {
 }
 
 /// Quantizes `x` (exactly `32 * y.len()` values) to q8_0 as ggml's x86 `quantize_row_q8_0`
-/// (with AVX2 when the CPU has it; the bytes are the same).
+/// (with AVX2 or NEON when the CPU has it; the bytes are the same).
 pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
     #[cfg(target_arch = "x86_64")]
     if super::dispatch::active_isa() >= super::dispatch::Isa::Avx2 && x.len() == y.len() * QK8 {
         // SAFETY: the active ISA is at least AVX2, so the CPU has AVX2/FMA/F16C.
         unsafe { super::x86_64::quantize::quantize_row_q8_0(x, y) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if super::dispatch::active_isa() >= super::dispatch::Isa::Neon && x.len() == y.len() * QK8 {
+        // SAFETY: NEON is part of the aarch64 base architecture.
+        unsafe { super::aarch64::quantize::quantize_row_q8_0(x, y) };
         return;
     }
     quantize_row_q8_0_scalar(x, y)
@@ -107,12 +113,18 @@ pub(crate) fn quantize_row_q8_0_scalar(x: &[f32], y: &mut [BlockQ8_0]) {
 }
 
 /// Quantizes `x` (exactly `32 * y.len()` values) to q8_1 as ggml's x86 `quantize_row_q8_1`
-/// (with AVX2 when the CPU has it; the bytes are the same).
+/// (with AVX2 or NEON when the CPU has it; the bytes are the same).
 pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
     #[cfg(target_arch = "x86_64")]
     if super::dispatch::active_isa() >= super::dispatch::Isa::Avx2 && x.len() == y.len() * QK8 {
         // SAFETY: the active ISA is at least AVX2, so the CPU has AVX2/FMA/F16C.
         unsafe { super::x86_64::quantize::quantize_row_q8_1(x, y) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if super::dispatch::active_isa() >= super::dispatch::Isa::Neon && x.len() == y.len() * QK8 {
+        // SAFETY: NEON is part of the aarch64 base architecture.
+        unsafe { super::aarch64::quantize::quantize_row_q8_1(x, y) };
         return;
     }
     quantize_row_q8_1_scalar(x, y)

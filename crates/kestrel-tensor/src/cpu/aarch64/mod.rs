@@ -10,7 +10,8 @@
 //! [`q8_familyx16`] computes the packed q8_0-family layouts (`cpu::packed`) from the
 //! dot-product level up, by `smmla` at the i8mm level (FEAT_I8MM), bit for bit the packed
 //! scalar twin, so the packed paths agree with x86 too. [`f16_ops`] holds the f16
-//! flash-attention ops (NEON, every level).
+//! flash-attention ops and [`quantize`] the q8_0/q8_1 activation quantizers (NEON, every
+//! level).
 //!
 //! The kernels are `unsafe` (they need CPU features); [`neon_kernels`] / [`dotprod_kernels`]
 //! wrap them in safe functions that [`super::dispatch`] only hands out once the features were
@@ -29,6 +30,7 @@ pub(crate) mod dotprod;
 pub(crate) mod f16_ops;
 pub(crate) mod neon;
 pub(crate) mod q8_familyx16;
+pub(crate) mod quantize;
 
 use super::dispatch::{Isa, Kernels};
 
