@@ -153,3 +153,116 @@ pub(crate) fn parse_ggml_dot(bytes: &[u8]) -> Vec<GgmlCase> {
         })
         .collect()
 }
+
+/// One instruction set's f16 flash-attention ops, each wrapped safe by its test once the CPU
+/// features were checked (see [`check_f16_ops`]).
+pub(crate) struct F16Ops {
+    pub(crate) dot: fn(&[f16], &[f16]) -> f32,
+    pub(crate) mad: fn(&mut [f16], &[f16], f32),
+    pub(crate) scale: fn(&mut [f16], f32),
+    pub(crate) to_f16: fn(&[f32], &mut [f16]),
+    pub(crate) to_f32_scaled: fn(&[f16], f32, &mut [f32]),
+}
+
+/// Each of `ops` equals its scalar twin bit for bit (`cpu::attention`'s: ggml's AVX512
+/// `vec_dot_f16` order, `f16(fma(v, s, acc))`, `f16(acc·s)`, `f16(x)`, `f32(h)·s`) at lengths
+/// with and without a tail, and the f16 conversion on values that overflow, round to
+/// subnormals and tie.
+pub(crate) fn check_f16_ops(ops: &F16Ops, seed: u64) {
+    let f16s = |rng: &mut Rng, n: usize, scale: f32| -> Vec<f16> {
+        rng.vec(n, scale).into_iter().map(f16::from_f32).collect()
+    };
+    let mut rng = Rng::new(seed);
+    for n in [1usize, 7, 8, 15, 16, 63, 64, 65, 128, 200, 256] {
+        let a = f16s(&mut rng, n, 4.0);
+        let b = f16s(&mut rng, n, 4.0);
+        let want = crate::cpu::qdot::dot_f16_ggml_x86(&a, &b);
+        assert_eq!((ops.dot)(&a, &b).to_bits(), want.to_bits(), "dot n={n}");
+
+        let s = 0.37f32;
+        let mut want = a.clone();
+        for (w, x) in want.iter_mut().zip(&b) {
+            *w = f16::from_f32(x.to_f32().mul_add(s, w.to_f32()));
+        }
+        let mut got = a.clone();
+        (ops.mad)(&mut got, &b, s);
+        assert_eq!(got, want, "mad n={n}");
+
+        let mut want = a.clone();
+        want.iter_mut()
+            .for_each(|w| *w = f16::from_f32(w.to_f32() * s));
+        let mut got = a.clone();
+        (ops.scale)(&mut got, s);
+        assert_eq!(got, want, "scale n={n}");
+
+        let x = rng.vec(n, 1e3);
+        let want: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
+        let mut got = vec![f16::ZERO; n];
+        (ops.to_f16)(&x, &mut got);
+        assert_eq!(got, want, "to_f16 n={n}");
+
+        let want: Vec<f32> = a.iter().map(|v| v.to_f32() * s).collect();
+        let mut got = vec![0f32; n];
+        (ops.to_f32_scaled)(&a, s, &mut got);
+        assert_eq!(got, want, "to_f32_scaled n={n}");
+    }
+    let edge = [
+        70000.0f32,
+        -65520.0,
+        65519.0,
+        1e-8,
+        -3e-6,
+        6.1e-5,
+        2049.0,
+        2051.0,
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        5.96e-8,
+        2.98e-8,
+        1.0 + 1.0 / 2048.0,
+        1e-3,
+    ];
+    let want: Vec<u16> = edge.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
+    let mut got = vec![f16::ZERO; edge.len()];
+    (ops.to_f16)(&edge, &mut got);
+    let got: Vec<u16> = got.iter().map(|h| h.to_bits()).collect();
+    assert_eq!(got, want, "to_f16 edge values");
+}
+
+/// An activation quantizer under test (q8_0 and q8_1), wrapped safe by its test.
+pub(crate) type Quantizers = (
+    fn(&[f32], &mut [quant::BlockQ8_0]),
+    fn(&[f32], &mut [crate::cpu::q8::BlockQ8_1]),
+);
+
+/// `q` gives the scalar twins' bytes (`cpu::q8`, ggml's x86 quantizers) on random rows of many
+/// magnitudes, exact ties (`x·id = k + 0.5`), zeros and a lone non-zero.
+pub(crate) fn check_quantizers(q: Quantizers) {
+    use bytemuck::Zeroable;
+
+    use crate::cpu::q8::{self, BlockQ8_1};
+    let mut rng = Rng::new(5);
+    let mut rows: Vec<Vec<f32>> = [1e-6f32, 1.0, 3.0, 1e4, 1e30]
+        .iter()
+        .map(|&s| rng.vec(32 * 9, s))
+        .collect();
+    rows.push((0..64).map(|i| (i as f32 - 32.0) * 0.5).collect());
+    rows.push(vec![0.0; 32]);
+    let mut one = vec![0.0; 32];
+    one[7] = -3.5;
+    rows.push(one);
+    for x in rows {
+        let nb = x.len() / 32;
+        let zero0 = quant::BlockQ8_0::zeroed();
+        let (mut a0, mut b0) = (vec![zero0; nb], vec![zero0; nb]);
+        let (mut a1, mut b1) = (vec![BlockQ8_1::zeroed(); nb], vec![BlockQ8_1::zeroed(); nb]);
+        q8::quantize_row_q8_0_scalar(&x, &mut a0);
+        q8::quantize_row_q8_1_scalar(&x, &mut a1);
+        (q.0)(&x, &mut b0);
+        (q.1)(&x, &mut b1);
+        assert_eq!(a0, b0);
+        assert_eq!(a1, b1);
+    }
+}

@@ -2,6 +2,7 @@
 //! and a Mamba 2 mixer side by side (`mamba.*` with `dt_bias`, per-head `A_log` and `D`, no
 //! gated norm), then a SwiGLU feed-forward under `feed_forward.*`, `model.final_layernorm`.
 
+use super::mamba::{mamba2_mixer, Mixer2};
 use super::{make, Case, Named, Rng};
 
 /// Renames the final norm `t` holds to Falcon-H1's name and appends every layer's tensors.
@@ -37,27 +38,14 @@ pub fn tensors(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
             h,
         ));
         t.push(lin(rng, p("self_attn.o_proj.weight"), h, case.heads * hd));
-        t.push(lin(
-            rng,
-            p("mamba.in_proj.weight"),
-            inner + conv_dim + n_heads,
-            h,
-        ));
-        t.push(make(
-            rng,
-            p("mamba.conv1d.weight"),
-            vec![conv_dim, 1, conv],
-            0.0,
-            0.5,
-        ));
-        t.push(make(rng, p("mamba.conv1d.bias"), vec![conv_dim], 0.0, 0.1));
-        t.push(make(rng, p("mamba.dt_bias"), vec![n_heads], -2.0, 1.0));
-        let a_log: Vec<f32> = (0..n_heads)
-            .map(|i| ((i + 1) as f32).ln() + rng.uniform(0.05))
-            .collect();
-        t.push((p("mamba.A_log"), vec![n_heads], a_log));
-        t.push(make(rng, p("mamba.D"), vec![n_heads], 1.0, 0.2));
-        t.push(lin(rng, p("mamba.out_proj.weight"), h, inner));
+        let dims = Mixer2 {
+            hidden: h,
+            inner,
+            conv_dim,
+            heads: n_heads,
+            conv,
+        };
+        mamba2_mixer(rng, &p("mamba."), dims, false, t);
         t.push(make(rng, p("pre_ff_layernorm.weight"), vec![h], 1.0, 0.2));
         t.push(lin(rng, p("feed_forward.gate_proj.weight"), case.ff, h));
         t.push(lin(rng, p("feed_forward.up_proj.weight"), case.ff, h));

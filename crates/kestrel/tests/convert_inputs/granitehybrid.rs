@@ -2,6 +2,7 @@
 //! mixers (`mamba.*`, with `dt_bias`, per-head `A_log` and `D`, a gated norm) and attention
 //! layers by `layer_types`, each followed by Granite MoE's fused experts and shared expert.
 
+use super::mamba::{mamba2_mixer, Mixer2};
 use super::{make, Case, Named, Rng};
 
 /// Appends every layer's tensors (the embedding and final norm are `t`'s already).
@@ -48,27 +49,14 @@ pub fn tensors(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
                 vec![h, case.heads * hd],
             ));
         } else {
-            t.push(lin(
-                rng,
-                p("mamba.in_proj.weight"),
-                vec![inner + conv_dim + n_heads, h],
-            ));
-            t.push(make(
-                rng,
-                p("mamba.conv1d.weight"),
-                vec![conv_dim, 1, conv],
-                0.0,
-                0.5,
-            ));
-            t.push(make(rng, p("mamba.conv1d.bias"), vec![conv_dim], 0.0, 0.1));
-            t.push(make(rng, p("mamba.dt_bias"), vec![n_heads], -2.0, 1.0));
-            let a_log: Vec<f32> = (0..n_heads)
-                .map(|i| ((i + 1) as f32).ln() + rng.uniform(0.05))
-                .collect();
-            t.push((p("mamba.A_log"), vec![n_heads], a_log));
-            t.push(make(rng, p("mamba.D"), vec![n_heads], 1.0, 0.2));
-            t.push(make(rng, p("mamba.norm.weight"), vec![inner], 1.0, 0.2));
-            t.push(lin(rng, p("mamba.out_proj.weight"), vec![h, inner]));
+            let dims = Mixer2 {
+                hidden: h,
+                inner,
+                conv_dim,
+                heads: n_heads,
+                conv,
+            };
+            mamba2_mixer(rng, &p("mamba."), dims, true, t);
         }
         t.push(make(
             rng,

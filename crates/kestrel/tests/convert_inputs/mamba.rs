@@ -127,3 +127,50 @@ pub fn tensors2(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
         ));
     }
 }
+
+/// A hybrid's Mamba 2 mixer under `prefix` (`model.layers.{L}.mamba.`): `in_proj` (z, x, B,
+/// C, dt rows), the depthwise convolution and its bias, `dt_bias`, per-head `A_log` and `D`,
+/// the gated norm when `norm`, `out_proj`.
+pub fn mamba2_mixer(rng: &mut Rng, prefix: &str, dims: Mixer2, norm: bool, t: &mut Vec<Named>) {
+    let Mixer2 {
+        hidden: h,
+        inner,
+        conv_dim,
+        heads,
+        conv,
+    } = dims;
+    let p = |s: &str| format!("{prefix}{s}");
+    let lin = |rng: &mut Rng, name: String, rows: usize, cols: usize| {
+        make(rng, name, vec![rows, cols], 0.0, 1.0 / (cols as f32).sqrt())
+    };
+    t.push(lin(rng, p("in_proj.weight"), inner + conv_dim + heads, h));
+    t.push(make(
+        rng,
+        p("conv1d.weight"),
+        vec![conv_dim, 1, conv],
+        0.0,
+        0.5,
+    ));
+    t.push(make(rng, p("conv1d.bias"), vec![conv_dim], 0.0, 0.1));
+    t.push(make(rng, p("dt_bias"), vec![heads], -2.0, 1.0));
+    let a_log: Vec<f32> = (0..heads)
+        .map(|i| ((i + 1) as f32).ln() + rng.uniform(0.05))
+        .collect();
+    t.push((p("A_log"), vec![heads], a_log));
+    t.push(make(rng, p("D"), vec![heads], 1.0, 0.2));
+    if norm {
+        t.push(make(rng, p("norm.weight"), vec![inner], 1.0, 0.2));
+    }
+    t.push(lin(rng, p("out_proj.weight"), h, inner));
+}
+
+/// The sizes of a [`mamba2_mixer`]: width, inner size, convolved channels (inner + 2 ·
+/// groups · state), heads, convolution taps.
+#[derive(Clone, Copy)]
+pub struct Mixer2 {
+    pub hidden: usize,
+    pub inner: usize,
+    pub conv_dim: usize,
+    pub heads: usize,
+    pub conv: usize,
+}

@@ -43,6 +43,43 @@ macro_rules! iq_grid_kernels {
             u64::from(a) | u64::from(b) << 32
         }
 
+        /// `acc + ` one 32-value group's lane sums times its scale: grid entries `g`, sign
+        /// bytes `sg`, the group's 32 quants `q`.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn group32(acc: int32x4_t, ls: i32, g: [u64; 4], sg: [u8; 4], q: &[i8]) -> int32x4_t {
+            let q = &q[..32];
+            // SAFETY: 32 quants.
+            let s = unsafe {
+                vaddq_s32(
+                    signed16(g[0], g[1], sg[0], sg[1], q.as_ptr()),
+                    signed16(g[2], g[3], sg[2], sg[3], q.as_ptr().add(16)),
+                )
+            };
+            vmlaq_n_s32(acc, s, ls)
+        }
+
+        /// [`group32`] with a scale per 16 values (`ls[0]` for the first half).
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn group16(acc: int32x4_t, ls: [i32; 2], g: [u64; 4], sg: [u8; 4], q: &[i8]) -> int32x4_t {
+            let q = &q[..32];
+            // SAFETY: 32 quants.
+            let (a, b) = unsafe {
+                (
+                    signed16(g[0], g[1], sg[0], sg[1], q.as_ptr()),
+                    signed16(g[2], g[3], sg[2], sg[3], q.as_ptr().add(16)),
+                )
+            };
+            vmlaq_n_s32(vmlaq_n_s32(acc, a, ls[0]), b, ls[1])
+        }
+
+        /// The two 4-bit scales `1 + 2s` of a byte (low nibble first).
+        #[inline(always)]
+        fn scales16(sc: u8) -> [i32; 2] {
+            [2 * (sc & 0xf) as i32 + 1, 2 * (sc >> 4) as i32 + 1]
+        }
+
         /// `isum_iq2_xxs`: 8 groups of 32, a 4-bit scale and four 7-bit sign fields each.
         #[inline]
         #[target_feature(enable = $features)]
@@ -52,19 +89,11 @@ macro_rules! iq_grid_kernels {
                 let q = &x.qs[4 * ib32..4 * ib32 + 4];
                 let aux0 = q[0] as u32 | (q[1] as u32) << 16;
                 let aux1 = q[2] as u32 | (q[3] as u32) << 16;
-                let ls = 2 * (aux1 >> 28) as i32 + 1;
                 let idx = aux0.to_le_bytes();
-                let sg = |l: usize| KSIGNS_IQ2XS[((aux1 >> (7 * l)) & 127) as usize];
-                let g = |l: usize| IQ2XXS_GRID[idx[l] as usize];
-                let p = q8[32 * ib32..].as_ptr();
-                // SAFETY: 32 quants from `p` (ib32 < 8).
-                let s = unsafe {
-                    vaddq_s32(
-                        signed16(g(0), g(1), sg(0), sg(1), p),
-                        signed16(g(2), g(3), sg(2), sg(3), p.add(16)),
-                    )
-                };
-                acc = vmlaq_n_s32(acc, s, ls);
+                let g = std::array::from_fn(|l| IQ2XXS_GRID[idx[l] as usize]);
+                let sg = std::array::from_fn(|l| KSIGNS_IQ2XS[((aux1 >> (7 * l)) & 127) as usize]);
+                let ls = 2 * (aux1 >> 28) as i32 + 1;
+                acc = group32(acc, ls, g, sg, &q8[32 * ib32..]);
             }
             vaddvq_s32(acc)
         }
@@ -75,25 +104,10 @@ macro_rules! iq_grid_kernels {
         fn isum_iq2_xs(x: &BlockIQ2XS, q8: &[i8; QK_K]) -> i32 {
             let mut acc = vdupq_n_s32(0);
             for ib32 in 0..QK_K / 32 {
-                let sc = x.scales[ib32];
-                let ls = [2 * (sc & 0xf) as i32 + 1, 2 * (sc >> 4) as i32 + 1];
                 let q = |l: usize| x.qs[4 * ib32 + l];
-                let g = |l: usize| IQ2XS_GRID[(q(l) & 511) as usize];
-                let sg = |l: usize| KSIGNS_IQ2XS[(q(l) >> 9) as usize];
-                for (half, ls) in ls.into_iter().enumerate() {
-                    let (l0, l1) = (2 * half, 2 * half + 1);
-                    // SAFETY: 16 quants at 32·ib32 + 16·half < QK_K.
-                    let s = unsafe {
-                        signed16(
-                            g(l0),
-                            g(l1),
-                            sg(l0),
-                            sg(l1),
-                            q8[32 * ib32 + 16 * half..].as_ptr(),
-                        )
-                    };
-                    acc = vmlaq_n_s32(acc, s, ls);
-                }
+                let g = std::array::from_fn(|l| IQ2XS_GRID[(q(l) & 511) as usize]);
+                let sg = std::array::from_fn(|l| KSIGNS_IQ2XS[(q(l) >> 9) as usize]);
+                acc = group16(acc, scales16(x.scales[ib32]), g, sg, &q8[32 * ib32..]);
             }
             vaddvq_s32(acc)
         }
@@ -105,26 +119,12 @@ macro_rules! iq_grid_kernels {
             let (qs, signs) = x.qs.split_at(QK_K / 8);
             let mut acc = vdupq_n_s32(0);
             for ib32 in 0..QK_K / 32 {
-                let sc = x.scales[ib32];
-                let ls = [2 * (sc & 0xf) as i32 + 1, 2 * (sc >> 4) as i32 + 1];
                 let qh = x.qh[ib32] as usize;
-                let g =
-                    |l: usize| IQ2S_GRID[qs[4 * ib32 + l] as usize | (qh << (8 - 2 * l)) & 0x300];
-                let sg = |l: usize| signs[4 * ib32 + l];
-                for (half, ls) in ls.into_iter().enumerate() {
-                    let (l0, l1) = (2 * half, 2 * half + 1);
-                    // SAFETY: 16 quants at 32·ib32 + 16·half < QK_K.
-                    let s = unsafe {
-                        signed16(
-                            g(l0),
-                            g(l1),
-                            sg(l0),
-                            sg(l1),
-                            q8[32 * ib32 + 16 * half..].as_ptr(),
-                        )
-                    };
-                    acc = vmlaq_n_s32(acc, s, ls);
-                }
+                let g = std::array::from_fn(|l| {
+                    IQ2S_GRID[qs[4 * ib32 + l] as usize | (qh << (8 - 2 * l)) & 0x300]
+                });
+                let sg = std::array::from_fn(|l| signs[4 * ib32 + l]);
+                acc = group16(acc, scales16(x.scales[ib32]), g, sg, &q8[32 * ib32..]);
             }
             vaddvq_s32(acc)
         }
@@ -138,21 +138,13 @@ macro_rules! iq_grid_kernels {
             for ib32 in 0..QK_K / 32 {
                 let ga = &gas[4 * ib32..4 * ib32 + 4];
                 let aux = u32::from_le_bytes([ga[0], ga[1], ga[2], ga[3]]);
-                let ls = 2 * (aux >> 28) as i32 + 1;
-                let sg = |l: usize| KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
-                let g = |l: usize| {
+                let g = std::array::from_fn(|l| {
                     let q = &qs[8 * ib32 + 2 * l..8 * ib32 + 2 * l + 2];
                     pair4(IQ3XXS_GRID[q[0] as usize], IQ3XXS_GRID[q[1] as usize])
-                };
-                let p = q8[32 * ib32..].as_ptr();
-                // SAFETY: 32 quants from `p` (ib32 < 8).
-                let s = unsafe {
-                    vaddq_s32(
-                        signed16(g(0), g(1), sg(0), sg(1), p),
-                        signed16(g(2), g(3), sg(2), sg(3), p.add(16)),
-                    )
-                };
-                acc = vmlaq_n_s32(acc, s, ls);
+                });
+                let sg = std::array::from_fn(|l| KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize]);
+                let ls = 2 * (aux >> 28) as i32 + 1;
+                acc = group32(acc, ls, g, sg, &q8[32 * ib32..]);
             }
             vaddvq_s32(acc)
         }
@@ -163,25 +155,16 @@ macro_rules! iq_grid_kernels {
         fn isum_iq3_s(x: &BlockIQ3S, q8: &[i8; QK_K]) -> i32 {
             let mut acc = vdupq_n_s32(0);
             for ib32 in 0..QK_K / 32 {
-                let sc = x.scales[ib32 / 2] >> (4 * (ib32 % 2));
-                let ls = 2 * (sc & 0xf) as i32 + 1;
                 let qh = x.qh[ib32] as usize;
-                let g = |l: usize| {
+                let g = std::array::from_fn(|l| {
                     let q = &x.qs[8 * ib32 + 2 * l..8 * ib32 + 2 * l + 2];
                     let i1 = q[0] as usize | ((qh << (8 - 2 * l)) & 256);
                     let i2 = q[1] as usize | ((qh << (7 - 2 * l)) & 256);
                     pair4(IQ3S_GRID[i1], IQ3S_GRID[i2])
-                };
-                let sg = |l: usize| x.signs[4 * ib32 + l];
-                let p = q8[32 * ib32..].as_ptr();
-                // SAFETY: 32 quants from `p` (ib32 < 8).
-                let s = unsafe {
-                    vaddq_s32(
-                        signed16(g(0), g(1), sg(0), sg(1), p),
-                        signed16(g(2), g(3), sg(2), sg(3), p.add(16)),
-                    )
-                };
-                acc = vmlaq_n_s32(acc, s, ls);
+                });
+                let sg = std::array::from_fn(|l| x.signs[4 * ib32 + l]);
+                let ls = scales16(x.scales[ib32 / 2])[ib32 % 2];
+                acc = group32(acc, ls, g, sg, &q8[32 * ib32..]);
             }
             vaddvq_s32(acc)
         }

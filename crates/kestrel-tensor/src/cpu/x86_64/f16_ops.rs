@@ -155,63 +155,27 @@ pub(crate) unsafe fn to_f32_scaled(src: &[f16], s: f32, dst: &mut [f32]) {
 mod tests {
     use half::f16;
 
-    use super::*;
-    use crate::cpu::qdot::dot_f16_ggml_x86;
-    use crate::cpu::testutil::Rng;
+    use crate::cpu::testutil::{check_f16_ops, F16Ops};
 
-    fn f16s(rng: &mut Rng, n: usize, scale: f32) -> Vec<f16> {
-        rng.vec(n, scale).into_iter().map(f16::from_f32).collect()
-    }
-
-    /// Each op equals its scalar twin bit for bit, at lengths with and without a tail.
+    /// Each op equals its scalar twin bit for bit (see `check_f16_ops`).
     #[test]
     fn f16_ops_equal_scalar_twins() {
-        if !available() {
+        if !super::available() {
             eprintln!("skipped: this CPU lacks AVX-512 F/BW/VL + F16C + FMA");
             return;
         }
-        let mut rng = Rng::new(11);
-        for n in [1usize, 15, 16, 63, 64, 65, 128, 200, 256] {
-            let a = f16s(&mut rng, n, 4.0);
-            let b = f16s(&mut rng, n, 4.0);
-            // SAFETY: features checked above.
-            let got = unsafe { dot_f16(&a, &b) };
-            assert_eq!(
-                got.to_bits(),
-                dot_f16_ggml_x86(&a, &b).to_bits(),
-                "dot n={n}"
-            );
-
-            let s = 0.37f32;
-            let mut want = a.clone();
-            for (w, x) in want.iter_mut().zip(&b) {
-                *w = f16::from_f32(x.to_f32().mul_add(s, w.to_f32()));
-            }
-            let mut got = a.clone();
-            // SAFETY: as above.
-            unsafe { mad_f16(&mut got, &b, s) };
-            assert_eq!(got, want, "mad n={n}");
-
-            let mut want = a.clone();
-            want.iter_mut()
-                .for_each(|w| *w = f16::from_f32(w.to_f32() * s));
-            let mut got = a.clone();
-            // SAFETY: as above.
-            unsafe { scale_f16(&mut got, s) };
-            assert_eq!(got, want, "scale n={n}");
-
-            let x = rng.vec(n, 1e3);
-            let want: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
-            let mut got = vec![f16::ZERO; n];
-            // SAFETY: as above.
-            unsafe { to_f16(&x, &mut got) };
-            assert_eq!(got, want, "to_f16 n={n}");
-
-            let want: Vec<f32> = a.iter().map(|v| v.to_f32() * s).collect();
-            let mut got = vec![0f32; n];
-            // SAFETY: as above.
-            unsafe { to_f32_scaled(&a, s, &mut got) };
-            assert_eq!(got, want, "to_f32_scaled n={n}");
-        }
+        // SAFETY (each): the features were checked above.
+        check_f16_ops(
+            &F16Ops {
+                dot: |a: &[f16], b: &[f16]| unsafe { super::dot_f16(a, b) },
+                mad: |acc: &mut [f16], v: &[f16], s: f32| unsafe { super::mad_f16(acc, v, s) },
+                scale: |acc: &mut [f16], s: f32| unsafe { super::scale_f16(acc, s) },
+                to_f16: |src: &[f32], dst: &mut [f16]| unsafe { super::to_f16(src, dst) },
+                to_f32_scaled: |src: &[f16], s: f32, dst: &mut [f32]| unsafe {
+                    super::to_f32_scaled(src, s, dst)
+                },
+            },
+            11,
+        );
     }
 }

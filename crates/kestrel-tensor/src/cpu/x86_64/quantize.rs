@@ -100,43 +100,19 @@ pub(crate) unsafe fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
 
 #[cfg(test)]
 mod tests {
-    use bytemuck::Zeroable;
+    use crate::cpu::testutil::check_quantizers;
 
-    use super::*;
-    use crate::cpu::q8;
-    use crate::cpu::testutil::Rng;
-
-    /// Bytes equal to the scalar twins, on random rows of many magnitudes, with exact ties
-    /// (`x·id = k + 0.5`), zeros and a single non-zero.
+    /// The scalar twins' bytes (see `check_quantizers`).
     #[test]
     fn avx2_quantizers_equal_scalar_twins() {
         if !super::super::has_avx2() {
             eprintln!("skipped: no AVX2/FMA/F16C");
             return;
         }
-        let mut rng = Rng::new(5);
-        let mut rows: Vec<Vec<f32>> = [1e-6f32, 1.0, 3.0, 1e4]
-            .iter()
-            .map(|&s| rng.vec(32 * 9, s))
-            .collect();
-        rows.push((0..64).map(|i| (i as f32 - 32.0) * 0.5).collect());
-        rows.push(vec![0.0; 32]);
-        let mut one = vec![0.0; 32];
-        one[7] = -3.5;
-        rows.push(one);
-        for x in rows {
-            let nb = x.len() / 32;
-            let (mut a0, mut b0) = (vec![BlockQ8_0::zeroed(); nb], vec![BlockQ8_0::zeroed(); nb]);
-            let (mut a1, mut b1) = (vec![BlockQ8_1::zeroed(); nb], vec![BlockQ8_1::zeroed(); nb]);
-            q8::quantize_row_q8_0_scalar(&x, &mut a0);
-            q8::quantize_row_q8_1_scalar(&x, &mut a1);
-            // SAFETY: features checked above.
-            unsafe {
-                quantize_row_q8_0(&x, &mut b0);
-                quantize_row_q8_1(&x, &mut b1);
-            }
-            assert_eq!(a0, b0);
-            assert_eq!(a1, b1);
-        }
+        // SAFETY (each): the features were checked above.
+        check_quantizers((
+            |x, y| unsafe { super::quantize_row_q8_0(x, y) },
+            |x, y| unsafe { super::quantize_row_q8_1(x, y) },
+        ));
     }
 }

@@ -16,14 +16,9 @@ use super::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;
 
-/// `find_hparam` with Falcon-H1's `mamba_` prefix: the plain keys first, then the prefixed.
+/// `find_hparam` with Falcon-H1's `mamba_` prefix.
 fn find(h: &Value, keys: &[&str], cfg: &std::path::Path) -> Result<Option<u64>, ConvertError> {
-    if let Some(v) = uint(h, keys, cfg)? {
-        return Ok(Some(v));
-    }
-    let prefixed: Vec<String> = keys.iter().map(|k| format!("mamba_{k}")).collect();
-    let refs: Vec<&str> = prefixed.iter().map(String::as_str).collect();
-    uint(h, &refs, cfg)
+    super::find_prefixed(h, keys, "mamba_", cfg)
 }
 
 /// The GGUF name of a Falcon-H1 tensor (`dt_bias` already read as the `dt_proj` bias).
@@ -34,30 +29,20 @@ pub(super) fn gguf_name(name: &str) -> Option<String> {
         "lm_head.weight" => return Some("output.weight".into()),
         _ => {}
     }
-    let rest = name.strip_prefix("model.layers.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
+    let (layer, tail) = super::mamba::layer_of(name, "model.layers.")?;
     let short = match tail {
         "input_layernorm.weight" => "attn_norm.weight",
         "self_attn.q_proj.weight" => "attn_q.weight",
         "self_attn.k_proj.weight" => "attn_k.weight",
         "self_attn.v_proj.weight" => "attn_v.weight",
         "self_attn.o_proj.weight" => "attn_output.weight",
-        "mamba.in_proj.weight" => "ssm_in.weight",
-        "mamba.conv1d.weight" => "ssm_conv1d.weight",
-        "mamba.conv1d.bias" => "ssm_conv1d.bias",
-        "mamba.dt_proj.bias" => "ssm_dt.bias",
-        "mamba.A_log" => "ssm_a",
-        "mamba.D" => "ssm_d",
-        "mamba.norm.weight" => "ssm_norm.weight",
-        "mamba.out_proj.weight" => "ssm_out.weight",
         // llama.cpp's map names the full checkpoint name here, so its files (and its loader,
         // `FFN_PRE_NORM` without a suffix) have no `.weight`.
         "pre_ff_layernorm.weight" => "ffn_norm",
         "feed_forward.gate_proj.weight" => "ffn_gate.weight",
         "feed_forward.up_proj.weight" => "ffn_up.weight",
         "feed_forward.down_proj.weight" => "ffn_down.weight",
-        _ => return None,
+        _ => super::mamba::ssm_short(tail.strip_prefix("mamba.")?)?,
     };
     Some(format!("blk.{layer}.{short}"))
 }

@@ -400,20 +400,8 @@ fn exaone_name(name: &str) -> Option<String> {
 /// A Granite hybrid tensor's GGUF name: Mamba 2's for the `mamba.*` mixers (`dt_bias` already
 /// read as the `dt_proj` bias), Granite MoE's for the rest.
 fn granite_hybrid_name(name: &str) -> Option<String> {
-    let mamba = name.strip_prefix("model.layers.").and_then(|rest| {
-        let (layer, tail) = rest.split_once('.')?;
-        let layer: usize = layer.parse().ok()?;
-        let short = match tail {
-            "mamba.in_proj.weight" => "ssm_in.weight",
-            "mamba.conv1d.weight" => "ssm_conv1d.weight",
-            "mamba.conv1d.bias" => "ssm_conv1d.bias",
-            "mamba.dt_proj.bias" => "ssm_dt.bias",
-            "mamba.A_log" => "ssm_a",
-            "mamba.D" => "ssm_d",
-            "mamba.norm.weight" => "ssm_norm.weight",
-            "mamba.out_proj.weight" => "ssm_out.weight",
-            _ => return None,
-        };
+    let mamba = super::mamba::layer_of(name, "model.layers.").and_then(|(layer, tail)| {
+        let short = super::mamba::ssm_short(tail.strip_prefix("mamba.")?)?;
         Some(format!("blk.{layer}.{short}"))
     });
     mamba.or_else(|| gguf_name(Family::GraniteMoe, name))

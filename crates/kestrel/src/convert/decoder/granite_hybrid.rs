@@ -16,14 +16,9 @@ use super::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;
 
-/// `find_hparam` with the hybrid's `mamba_` prefix: the plain keys first, then the prefixed.
+/// `find_hparam` with the hybrid's `mamba_` prefix.
 fn find(h: &Value, keys: &[&str], cfg: &std::path::Path) -> Result<Option<u64>, ConvertError> {
-    if let Some(v) = uint(h, keys, cfg)? {
-        return Ok(Some(v));
-    }
-    let prefixed: Vec<String> = keys.iter().map(|k| format!("mamba_{k}")).collect();
-    let refs: Vec<&str> = prefixed.iter().map(String::as_str).collect();
-    uint(h, &refs, cfg)
+    super::find_prefixed(h, keys, "mamba_", cfg)
 }
 
 /// The attention layers of `n_layer`, as `GraniteHybridModel.get_attn_layers` finds them.

@@ -45,27 +45,24 @@ pub(super) fn gguf_name(name: &str) -> Option<String> {
         "lm_head.weight" => return Some("output.weight".into()),
         _ => {}
     }
-    let rest = name.strip_prefix("model.layers.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
+    let (layer, tail) = super::mamba::layer_of(name, "model.layers.")?;
+    if let Some(mixer) = tail.strip_prefix("mamba.") {
+        let short = match mixer {
+            "dt_layernorm.weight" => "ssm_dt_norm.weight",
+            "b_layernorm.weight" => "ssm_b_norm.weight",
+            "c_layernorm.weight" => "ssm_c_norm.weight",
+            // Jamba's Mamba 1 mixer has no gated norm.
+            "norm.weight" => return None,
+            _ => super::mamba::ssm_short(mixer)?,
+        };
+        return Some(format!("blk.{layer}.{short}"));
+    }
     let short = match tail {
         "input_layernorm.weight" => "attn_norm.weight",
         "self_attn.q_proj.weight" => "attn_q.weight",
         "self_attn.k_proj.weight" => "attn_k.weight",
         "self_attn.v_proj.weight" => "attn_v.weight",
         "self_attn.o_proj.weight" => "attn_output.weight",
-        "mamba.in_proj.weight" => "ssm_in.weight",
-        "mamba.conv1d.weight" => "ssm_conv1d.weight",
-        "mamba.conv1d.bias" => "ssm_conv1d.bias",
-        "mamba.x_proj.weight" => "ssm_x.weight",
-        "mamba.dt_proj.weight" => "ssm_dt.weight",
-        "mamba.dt_proj.bias" => "ssm_dt.bias",
-        "mamba.A_log" => "ssm_a",
-        "mamba.D" => "ssm_d",
-        "mamba.out_proj.weight" => "ssm_out.weight",
-        "mamba.dt_layernorm.weight" => "ssm_dt_norm.weight",
-        "mamba.b_layernorm.weight" => "ssm_b_norm.weight",
-        "mamba.c_layernorm.weight" => "ssm_c_norm.weight",
         "pre_ff_layernorm.weight" => "ffn_norm.weight",
         "feed_forward.router.weight" => "ffn_gate_inp.weight",
         "feed_forward.gate_proj.weight" => "ffn_gate.weight",

@@ -30,24 +30,36 @@ pub(super) fn gguf_name(name: &str) -> Option<String> {
         "lm_head.weight" => return Some("output.weight".into()),
         _ => {}
     }
-    let rest = name.strip_prefix("backbone.layers.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
+    let (layer, tail) = layer_of(name, "backbone.layers.")?;
     let short = match tail {
         "norm.weight" => "attn_norm.weight",
-        "mixer.in_proj.weight" => "ssm_in.weight",
-        "mixer.conv1d.weight" => "ssm_conv1d.weight",
-        "mixer.conv1d.bias" => "ssm_conv1d.bias",
-        "mixer.x_proj.weight" => "ssm_x.weight",
-        "mixer.dt_proj.weight" => "ssm_dt.weight",
-        "mixer.dt_proj.bias" => "ssm_dt.bias",
-        "mixer.A_log" => "ssm_a",
-        "mixer.D" => "ssm_d",
-        "mixer.out_proj.weight" => "ssm_out.weight",
-        "mixer.norm.weight" => "ssm_norm.weight",
-        _ => return None,
+        _ => ssm_short(tail.strip_prefix("mixer.")?)?,
     };
     Some(format!("blk.{layer}.{short}"))
+}
+
+/// `(layer, the rest)` of a layer tensor's name under `prefix` (`model.layers.`).
+pub(super) fn layer_of<'a>(name: &'a str, prefix: &str) -> Option<(usize, &'a str)> {
+    let (layer, tail) = name.strip_prefix(prefix)?.split_once('.')?;
+    Some((layer.parse().ok()?, tail))
+}
+
+/// The GGUF name (after `blk.{L}.`) of a selective state-space mixer's tensor, by its name
+/// under the mixer (`in_proj.weight`, `A_log`, ...): Mamba's, Mamba 2's and the hybrids'.
+pub(super) fn ssm_short(tail: &str) -> Option<&'static str> {
+    Some(match tail {
+        "in_proj.weight" => "ssm_in.weight",
+        "conv1d.weight" => "ssm_conv1d.weight",
+        "conv1d.bias" => "ssm_conv1d.bias",
+        "x_proj.weight" => "ssm_x.weight",
+        "dt_proj.weight" => "ssm_dt.weight",
+        "dt_proj.bias" => "ssm_dt.bias",
+        "A_log" => "ssm_a",
+        "D" => "ssm_d",
+        "out_proj.weight" => "ssm_out.weight",
+        "norm.weight" => "ssm_norm.weight",
+        _ => return None,
+    })
 }
 
 /// A Mamba 2 checkpoint name as llama.cpp reads it: Mamba-Codestral's `model.` prefix dropped,

@@ -594,6 +594,22 @@ pub(crate) fn convert(
     write::write_file(out, &ck, fp8_block, meta, &plan, opts)
 }
 
+/// An unsigned hyperparameter as llama.cpp's hybrid converters' `find_hparam` reads it: the
+/// first of `keys` present, else the first of them with `prefix` (`mamba_`).
+pub(super) fn find_prefixed(
+    h: &Value,
+    keys: &[&str],
+    prefix: &str,
+    cfg: &Path,
+) -> Result<Option<u64>, ConvertError> {
+    if let Some(v) = uint(h, keys, cfg)? {
+        return Ok(Some(v));
+    }
+    let prefixed: Vec<String> = keys.iter().map(|k| format!("{prefix}{k}")).collect();
+    let refs: Vec<&str> = prefixed.iter().map(String::as_str).collect();
+    uint(h, &refs, cfg)
+}
+
 /// GLM-4's special tokens, as its converter sets them after loading (each only if not set
 /// yet): end of text as EOS, unknown and BOS, `<|user|>` as end of turn. Both must be added
 /// tokens of `tokenizer.json` (llama.cpp stops with a `KeyError` otherwise).
