@@ -398,6 +398,25 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     .unwrap();
     let e = convert_hf(&fdir, &out, &opts).unwrap_err().to_string();
     assert!(e.contains("key_multiplier"), "{e}");
+
+    // Nemotron-H: a pattern that does not cover the layers, and the MoE variant.
+    let nh = cases.iter().find(|c| c.name == "nemotron-h").unwrap();
+    let ndir = work.join("nh");
+    convert_inputs::write_case(nh, &ndir, &smollm, &gemma);
+    convert_hf(&ndir, &out, &opts).unwrap();
+    let cfg = std::fs::read_to_string(ndir.join("config.json")).unwrap();
+    for (from, to, want) in [
+        ("\"M-*-\"", "\"M-*\"", "hybrid_override_pattern"),
+        (
+            "\"n_groups\": 1",
+            "\"n_groups\": 1, \"num_experts_per_tok\": 2",
+            "experts",
+        ),
+    ] {
+        std::fs::write(ndir.join("config.json"), cfg.replace(from, to)).unwrap();
+        let e = convert_hf(&ndir, &out, &opts).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
     std::fs::remove_dir_all(&work).ok();
 }
 

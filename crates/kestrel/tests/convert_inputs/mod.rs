@@ -15,6 +15,7 @@ mod granitemoe;
 mod jamba;
 mod lfm2;
 mod mamba;
+mod nemotron_h;
 mod phimoe;
 mod stablelm;
 
@@ -501,6 +502,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     if mt == "mamba2" {
         mamba::tensors2(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
+    if mt == "nemotron_h" {
+        nemotron_h::tensors(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }

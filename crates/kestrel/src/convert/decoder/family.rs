@@ -111,6 +111,9 @@ pub(crate) enum Family {
     /// `FalconH1ForCausalLM` (GGUF `falcon-h1`: attention and Mamba 2 side by side in every
     /// layer, multipliers folded into the weights; `falcon_h1.rs`).
     FalconH1,
+    /// `NemotronHForCausalLM` (GGUF `nemotron_h`: one Mamba 2, attention or MLP mixer per
+    /// layer; `nemotron_h.rs`).
+    NemotronH,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -122,7 +125,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
-     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, HunYuanDenseV1ForCausalLM, \
+     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, HunYuanDenseV1ForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -209,6 +212,7 @@ impl Family {
             "HunYuanDenseV1ForCausalLM" => Family::HunyuanDense,
             "GraniteMoeHybridForCausalLM" | "BambaForCausalLM" => Family::GraniteHybrid,
             "FalconH1ForCausalLM" => Family::FalconH1,
+            "NemotronHForCausalLM" => Family::NemotronH,
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -261,6 +265,7 @@ impl Family {
             Family::HunyuanDense => "hunyuan-dense",
             Family::GraniteHybrid => "granitehybrid",
             Family::FalconH1 => "falcon-h1",
+            Family::NemotronH => "nemotron_h",
         }
     }
 
@@ -297,8 +302,13 @@ impl Family {
 
     /// Whether Q/K rows are reordered from Hugging Face's rotary layout to GGML's.
     pub(crate) fn undo_permute(self) -> bool {
-        // llama.cpp's OlmoModel, MiniCPMModel and GraniteHybridModel permute as LlamaModel does.
-        self.is_llama() || matches!(self, Family::Olmo | Family::MiniCpm | Family::GraniteHybrid)
+        // llama.cpp's OlmoModel, MiniCPMModel and the Granite hybrids (Nemotron-H too) permute as
+        // LlamaModel does.
+        self.is_llama()
+            || matches!(
+                self,
+                Family::Olmo | Family::MiniCpm | Family::GraniteHybrid | Family::NemotronH
+            )
     }
 
     /// Gemma's RMSNorm and Nemotron's LayerNorm1P multiply by `1 + w`; llama.cpp stores `1 + w`.
@@ -427,6 +437,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     }
     if family == Family::FalconH1 {
         return super::falcon_h1::gguf_name(name);
+    }
+    if family == Family::NemotronH {
+        return super::nemotron_h::gguf_name(name);
     }
     if family == Family::Exaone {
         return exaone_name(name);

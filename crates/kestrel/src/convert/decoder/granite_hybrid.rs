@@ -16,8 +16,19 @@ use super::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;
 
+/// The keys `GraniteHybridModel.set_gguf_parameters` adds after Granite MoE's.
+pub(super) fn params(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
+    let sizes = sizes(hp.h, hp.cfg)?;
+    let attn = attn_layers(hp.h, hp.n_layer, hp.cfg)?;
+    params_with(meta, hp, sizes, &attn)
+}
+
 /// `find_hparam` with the hybrid's `mamba_` prefix.
-fn find(h: &Value, keys: &[&str], cfg: &std::path::Path) -> Result<Option<u64>, ConvertError> {
+pub(super) fn find(
+    h: &Value,
+    keys: &[&str],
+    cfg: &std::path::Path,
+) -> Result<Option<u64>, ConvertError> {
     super::find_prefixed(h, keys, "mamba_", cfg)
 }
 
@@ -77,12 +88,17 @@ pub(super) fn sizes(h: &Value, cfg: &std::path::Path) -> Result<(u64, u64), Conv
     Ok((d_inner, n_group))
 }
 
-/// The keys `GraniteHybridModel.set_gguf_parameters` adds after Granite MoE's.
-pub(super) fn params(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
+/// The keys `GraniteHybridModel.set_gguf_parameters` adds after Granite MoE's, for a model of
+/// `(d_inner, n_group)` with attention layers `attn` (Nemotron-H computes both its own way).
+pub(super) fn params_with(
+    meta: &mut Meta,
+    hp: &Hparams,
+    (d_inner, n_group): (u64, u64),
+    attn: &[u64],
+) -> Result<(), ConvertError> {
     let (h, cfg) = (hp.h, hp.cfg);
     let k = |s: &str| format!("{}.{s}", hp.arch);
     let v = |x: u64, key: &str| u32_of(x, key, cfg);
-    let (d_inner, n_group) = sizes(h, cfg)?;
     let need = |keys: &[&str]| -> Result<u64, ConvertError> {
         find(h, keys, cfg)?.ok_or_else(|| bad(cfg, format!("no mamba_{}", keys[0])))
     };
@@ -103,7 +119,6 @@ pub(super) fn params(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> 
         k("ssm.time_step_rank"),
         v(need(&["n_heads", "num_heads"])?, "mamba_n_heads")?,
     );
-    let attn = attn_layers(h, hp.n_layer, cfg)?;
     let kv = find(h, &["num_key_value_heads", "n_head_kv"], cfg)?
         .ok_or_else(|| bad(cfg, "no num_key_value_heads"))?;
     let kv = i32::try_from(kv).map_err(|_| bad(cfg, "num_key_value_heads too large"))?;

@@ -16,6 +16,7 @@ mod jamba;
 mod lfm2;
 mod mamba;
 mod mla;
+mod nemotron_h;
 mod params;
 mod read;
 mod write;
@@ -98,6 +99,12 @@ pub(crate) fn convert(
         mamba::padded_vocab(&h, &cfg_path, 8)?
     } else if family == Family::Mamba2 {
         mamba::padded_vocab(&h, &cfg_path, 16)?
+    } else if family == Family::NemotronH {
+        // `NemotronHModel.set_vocab`: padded to 8; the parameters keep the config's size.
+        nemotron_h::check(&h, n_layer, &cfg_path)?;
+        let mut padded = h.clone();
+        padded["pad_vocab_size_multiple"] = Value::from(8);
+        mamba::padded_vocab(&padded, &cfg_path, 8)?
     } else if family == Family::GraniteHybrid {
         // `GraniteHybridModel.set_vocab`: padded to 8 (1 without Mamba layers); the parameters
         // keep the config's size (they are written first).
@@ -201,7 +208,7 @@ pub(crate) fn convert(
         n_embd,
         n_head,
         // The Granite hybrid's parameters are written before its vocabulary is padded.
-        vocab_size: if family == Family::GraniteHybrid {
+        vocab_size: if matches!(family, Family::GraniteHybrid | Family::NemotronH) {
             uint(&h, &["vocab_size"], &cfg_path)?
         } else {
             vocab_size
@@ -331,7 +338,7 @@ pub(crate) fn convert(
         };
         if matches!(
             family,
-            Family::Mamba2 | Family::GraniteHybrid | Family::FalconH1
+            Family::Mamba2 | Family::GraniteHybrid | Family::FalconH1 | Family::NemotronH
         ) {
             name = mamba::mamba2_name(name);
         }
@@ -421,11 +428,14 @@ pub(crate) fn convert(
                 continue;
             }
         }
-        if matches!(family, Family::GraniteHybrid | Family::FalconH1) {
-            let sizes = if family == Family::FalconH1 {
-                falcon_h1::sizes(&h, &cfg_path)?
-            } else {
-                granite_hybrid::sizes(&h, &cfg_path)?
+        if matches!(
+            family,
+            Family::GraniteHybrid | Family::FalconH1 | Family::NemotronH
+        ) {
+            let sizes = match family {
+                Family::FalconH1 => falcon_h1::sizes(&h, &cfg_path)?,
+                Family::NemotronH => nemotron_h::sizes(&h, &cfg_path)?,
+                _ => granite_hybrid::sizes(&h, &cfg_path)?,
             };
             if let Some(p) = mamba::ssm_plan(&ck, dir, hf, &gguf, sizes, &cfg_path)? {
                 plan.push(p);
@@ -441,6 +451,7 @@ pub(crate) fn convert(
                 | Family::Jamba
                 | Family::GraniteHybrid
                 | Family::FalconH1
+                | Family::NemotronH
         );
         let shape = if mamba && shape.len() == 3 && shape[1] == 1 {
             squeezed = vec![shape[0], shape[2]];

@@ -252,7 +252,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
     }
     // Granite's converter drops head_dim before writing (RoPE over hidden / heads).
     let head_dim = match family {
-        Family::Granite | Family::GraniteMoe | Family::GraniteHybrid => None,
+        Family::Granite | Family::GraniteMoe | Family::GraniteHybrid | Family::NemotronH => None,
         _ => uint(h, &["head_dim"], cfg)?,
     };
     if let Some(v) = head_dim {
@@ -267,7 +267,8 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::GraniteMoe
         | Family::Mistral3
         | Family::Arcee
-        | Family::GraniteHybrid => {
+        | Family::GraniteHybrid
+        | Family::NemotronH => {
             let v = vocab_size.ok_or_else(|| bad(cfg, "no vocab_size"))?;
             meta.u32(k("vocab_size"), u32_of(v, "vocab_size", cfg)?);
             let rope_dim = match head_dim {
@@ -307,7 +308,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             }
             if matches!(
                 family,
-                Family::Granite | Family::GraniteMoe | Family::GraniteHybrid
+                Family::Granite | Family::GraniteMoe | Family::GraniteHybrid | Family::NemotronH
             ) {
                 // The `*_multiplier`s under llama.cpp's `*_scale` names, when not 0.
                 for (src, dst) in [
@@ -321,7 +322,10 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                     }
                 }
             }
-            if matches!(family, Family::GraniteMoe | Family::GraniteHybrid) {
+            if matches!(
+                family,
+                Family::GraniteMoe | Family::GraniteHybrid | Family::NemotronH
+            ) {
                 // GraniteMoeShared's shared expert, when its size is not 0.
                 if let Some(v) = uint(h, &["shared_intermediate_size"], cfg)?.filter(|&v| v > 0) {
                     meta.u32(
@@ -332,6 +336,9 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             }
             if family == Family::GraniteHybrid {
                 super::granite_hybrid::params(meta, hp)?;
+            }
+            if family == Family::NemotronH {
+                super::nemotron_h::params(meta, hp)?;
             }
         }
         Family::Qwen2

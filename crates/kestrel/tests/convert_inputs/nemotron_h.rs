@@ -1,0 +1,55 @@
+//! The tensors of a Nemotron-H test checkpoint (`NemotronHForCausalLM`): `backbone.*` names, one
+//! norm and one mixer per layer by `hybrid_override_pattern` (`M`: Mamba 2 with a gated norm,
+//! `*`: attention, `-`: a ReLU² MLP of up and down projections).
+
+use super::mamba::{mamba2_mixer, Mixer2};
+use super::{make, Case, Named, Rng};
+
+/// Renames the embedding and final norm `t` holds to Nemotron-H's names and appends every
+/// layer's tensors.
+pub fn tensors(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
+    for (name, _, _) in t.iter_mut() {
+        match name.as_str() {
+            "model.embed_tokens.weight" => *name = "backbone.embeddings.weight".into(),
+            "model.norm.weight" => *name = "backbone.norm_f.weight".into(),
+            _ => {}
+        }
+    }
+    let x = |k: &str| case.extra[k].as_u64().unwrap() as usize;
+    let h = case.hidden;
+    let hd = case.head_dim.unwrap_or(h / case.heads);
+    let (heads, head_dim, state) = (
+        x("mamba_num_heads"),
+        x("mamba_head_dim"),
+        x("ssm_state_size"),
+    );
+    let inner = heads * head_dim;
+    let dims = Mixer2 {
+        hidden: h,
+        inner,
+        conv_dim: inner + 2 * x("n_groups") * state,
+        heads,
+        conv: x("conv_kernel"),
+    };
+    let lin = |rng: &mut Rng, name: String, rows: usize, cols: usize| {
+        make(rng, name, vec![rows, cols], 0.0, 1.0 / (cols as f32).sqrt())
+    };
+    let pattern = case.extra["hybrid_override_pattern"].as_str().unwrap();
+    for (l, kind) in pattern.chars().enumerate() {
+        let p = |s: &str| format!("backbone.layers.{l}.{s}");
+        t.push(make(rng, p("norm.weight"), vec![h], 1.0, 0.2));
+        match kind {
+            'M' => mamba2_mixer(rng, &p("mixer."), dims, true, t),
+            '*' => {
+                t.push(lin(rng, p("mixer.q_proj.weight"), case.heads * hd, h));
+                t.push(lin(rng, p("mixer.k_proj.weight"), case.kv_heads * hd, h));
+                t.push(lin(rng, p("mixer.v_proj.weight"), case.kv_heads * hd, h));
+                t.push(lin(rng, p("mixer.o_proj.weight"), h, case.heads * hd));
+            }
+            _ => {
+                t.push(lin(rng, p("mixer.up_proj.weight"), case.ff, h));
+                t.push(lin(rng, p("mixer.down_proj.weight"), h, case.ff));
+            }
+        }
+    }
+}
