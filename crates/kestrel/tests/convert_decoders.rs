@@ -417,6 +417,15 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
         let e = convert_hf(&ndir, &out, &opts).unwrap_err().to_string();
         assert!(e.contains(want), "{e}");
     }
+
+    // InternLM2 with an added_tokens.json (appended after the pieces: not written yet).
+    let il = cases.iter().find(|c| c.name == "internlm2").unwrap();
+    let idir = work.join("il");
+    convert_inputs::write_case(il, &idir, &smollm, &gemma);
+    convert_hf(&idir, &out, &opts).unwrap();
+    std::fs::write(idir.join("added_tokens.json"), "{\"<|extra|>\": 262144}").unwrap();
+    let e = convert_hf(&idir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("added_tokens.json"), "{e}");
     std::fs::remove_dir_all(&work).ok();
 }
 

@@ -12,6 +12,7 @@ mod glm4;
 mod gpt2;
 mod granitehybrid;
 mod granitemoe;
+mod internlm2;
 mod jamba;
 mod lfm2;
 mod mamba;
@@ -502,6 +503,12 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     if mt == "mamba2" {
         mamba::tensors2(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
+    if mt == "internlm2" {
+        internlm2::tokenizer(dir);
+        internlm2::tensors(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }

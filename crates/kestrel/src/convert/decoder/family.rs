@@ -114,6 +114,8 @@ pub(crate) enum Family {
     /// `NemotronHForCausalLM` (GGUF `nemotron_h`: one Mamba 2, attention or MLP mixer per
     /// layer; `nemotron_h.rs`).
     NemotronH,
+    /// `InternLM2ForCausalLM` (GGUF `internlm2`: fused grouped QKV; `internlm2.rs`).
+    InternLm2,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -125,7 +127,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
-     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, HunYuanDenseV1ForCausalLM, \
+     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, HunYuanDenseV1ForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -213,6 +215,7 @@ impl Family {
             "GraniteMoeHybridForCausalLM" | "BambaForCausalLM" => Family::GraniteHybrid,
             "FalconH1ForCausalLM" => Family::FalconH1,
             "NemotronHForCausalLM" => Family::NemotronH,
+            "InternLM2ForCausalLM" => Family::InternLm2,
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -266,6 +269,7 @@ impl Family {
             Family::GraniteHybrid => "granitehybrid",
             Family::FalconH1 => "falcon-h1",
             Family::NemotronH => "nemotron_h",
+            Family::InternLm2 => "internlm2",
         }
     }
 
@@ -440,6 +444,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     }
     if family == Family::NemotronH {
         return super::nemotron_h::gguf_name(name);
+    }
+    if family == Family::InternLm2 {
+        return super::internlm2::gguf_name(name);
     }
     if family == Family::Exaone {
         return exaone_name(name);

@@ -12,6 +12,7 @@ mod granite_hybrid;
 mod granite_moe;
 mod head_norms;
 mod hunyuan;
+mod internlm2;
 mod jamba;
 mod lfm2;
 mod mamba;
@@ -145,6 +146,7 @@ pub(crate) fn convert(
         {
             spm::load(dir, n_vocab, spm::Style::Default)?
         }
+        Family::InternLm2 => spm::load(dir, n_vocab, spm::Style::InternLm2)?,
         // Jamba without `tokenizer.model`: llama.cpp's `LlamaHfVocab` reading, not written yet.
         Family::Jamba => {
             return Err(bad(
@@ -407,6 +409,12 @@ pub(crate) fn convert(
         let (dtype, shape) = ck
             .info(hf)
             .ok_or_else(|| bad(dir, format!("{hf} vanished")))?;
+        if family == Family::InternLm2 {
+            if let Some(p) = internlm2::plan_wqkv(hf, &name, shape, &h, &cfg_path, &out_type)? {
+                plan.extend(p);
+                continue;
+            }
+        }
         if !(dtype.is_float() || (fp8 && dtype.is_fp8())) {
             return Err(bad(dir, format!("tensor {hf:?} is not a float tensor")));
         }
@@ -569,8 +577,23 @@ pub(crate) fn convert(
         }
     }
     vocab.write(&mut meta);
+    if family == Family::InternLm2 {
+        meta.bool(
+            "tokenizer.ggml.add_space_prefix",
+            spm::add_dummy_prefix(dir)?,
+        );
+    }
     let is_bpe = vocab.model == "gpt2";
     let mut sv = SpecialVocab::load(dir, is_bpe, (!is_bpe).then_some(vocab.tokens.len()))?;
+    if family == Family::InternLm2 {
+        // The chat models end a turn with `<|im_end|>`: InternLM2Model makes it the EOS.
+        if let Some(id) = internlm2::chat_eos(dir)? {
+            match sv.ids.iter_mut().find(|(t, _)| t == "eos") {
+                Some(e) => e.1 = id,
+                None => sv.ids.push(("eos".into(), id)),
+            }
+        }
+    }
     if family == Family::Glm4 {
         glm4_specials(dir, &mut sv)?;
     }

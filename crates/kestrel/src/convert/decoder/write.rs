@@ -40,6 +40,13 @@ pub(super) enum Source {
         off: usize,
         map: ValueMap,
     },
+    /// Rows of a checkpoint tensor picked by index: output row `r` is input row `rows[r]`
+    /// (InternLM2's fused, grouped Q/K/V split and Q/K reordered in one pass).
+    Rows {
+        hf: String,
+        rows: Vec<usize>,
+        map: ValueMap,
+    },
     /// MXFP4 experts already quantized in the checkpoint (`*_blocks` `[E, R, B, 16]` and
     /// `*_scales` `[E, R, B]` bytes), repacked into GGUF's MXFP4 blocks: output row `(e, r)`
     /// is input row `r * row_step + row_off`.
@@ -223,6 +230,26 @@ pub(super) fn write_file(
                         w.write(&buf)?;
                         bar.inc(buf.len() as u64);
                         r0 += n;
+                    }
+                }
+                Source::Rows { hf, rows, map } => {
+                    let values = Values::open(ck, hf, fp8_block)
+                        .map_err(|e| bad(out, format!("{hf}: {e}")))?;
+                    let row_bytes = p.spec.ggml_type.row_bytes(p.cols as u64).unwrap_or(0) as usize;
+                    let chunk_rows = (CHUNK_VALUES / p.cols.max(1)).max(1);
+                    for chunk in rows.chunks(chunk_rows) {
+                        buf.resize(chunk.len() * row_bytes, 0);
+                        buf.par_chunks_mut(row_bytes.max(1))
+                            .zip(chunk)
+                            .try_for_each(|(dst, &src)| {
+                                let mut vals = Vec::with_capacity(p.cols);
+                                values.row(src, *map, &mut vals)?;
+                                kestrel_gguf::quant::quantize(p.spec.ggml_type, &vals, dst)
+                                    .map_err(|e| e.to_string())
+                            })
+                            .map_err(|e| bad(out, format!("{hf}: {e}")))?;
+                        w.write(&buf)?;
+                        bar.inc(buf.len() as u64);
                     }
                 }
                 Source::Mxfp4 {

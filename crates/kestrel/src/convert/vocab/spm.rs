@@ -118,6 +118,10 @@ pub(crate) enum Style {
     /// `Phi3MiniModel.set_vocab`: added tokens kept as written, CONTROL only when marked
     /// special, and `tokenizer.json`'s `added_tokens` applied too.
     Phi3,
+    /// `InternLM2Model.set_vocab`: Phi-3's added-token rules, a `\x00` piece written as `🐉`,
+    /// pieces named `[UNUSED...` unused, no padding past the model's pieces, and no
+    /// `added_tokens.json` (appended there in its key order: not supported yet).
+    InternLm2,
 }
 
 /// Read `dir/tokenizer.model` (and the added-token files) as llama.cpp does.
@@ -143,6 +147,13 @@ pub(crate) fn load(
     if n > 16 << 20 {
         return Err(bad(format!("vocab_size {n} is implausibly large")));
     }
+    let internlm2 = style == Style::InternLm2;
+    if internlm2 && n > pieces.len() {
+        return Err(bad(format!(
+            "vocab_size {n} is past the model's {} pieces (InternLM2's converter reads each)",
+            pieces.len()
+        )));
+    }
     let mut tokens: Vec<String> = (0..n).map(|i| format!("[PAD{i}]")).collect();
     let mut scores = vec![-10000.0f32; n];
     let mut types = vec![super::UNUSED; n];
@@ -156,8 +167,25 @@ pub(crate) fn load(
             SP_BYTE => SP_BYTE,
             _ => NORMAL,
         };
+        if internlm2 {
+            if p.text == "\0" {
+                // Kept from being read as an empty string in C.
+                tokens[id] = "\u{1F409}".into();
+            }
+            if p.text.starts_with("[UNUSED") {
+                types[id] = SP_UNUSED;
+            }
+        }
     }
     let added = dir.join("added_tokens.json");
+    if internlm2 && added.is_file() {
+        return Err(ConvertError::Input {
+            path: added,
+            reason: "InternLM2's added_tokens.json (appended after the pieces) is not supported \
+                     yet"
+            .into(),
+        });
+    }
     if added.is_file() {
         let a = read_json(&added)?;
         if let Some(map) = a.as_object() {
@@ -192,7 +220,7 @@ pub(crate) fn load(
                 }
                 let special = data.get("special").and_then(|s| s.as_bool()) == Some(true);
                 let mut token = content.to_string();
-                if style == Style::Phi3 {
+                if matches!(style, Style::Phi3 | Style::InternLm2) {
                     types[id] = if special { CONTROL } else { USER_DEFINED };
                 } else if special || looks_special(&token) {
                     types[id] = CONTROL;
@@ -206,7 +234,7 @@ pub(crate) fn load(
         }
     }
     let tj = dir.join("tokenizer.json");
-    if style == Style::Phi3 && tj.is_file() {
+    if matches!(style, Style::Phi3 | Style::InternLm2) && tj.is_file() {
         let t = read_json(&tj)?;
         for data in t
             .get("added_tokens")
@@ -242,6 +270,35 @@ pub(crate) fn load(
         types,
         scores: Some(scores),
     })
+}
+
+/// The model's `normalizer_spec.add_dummy_prefix` (SentencePiece's default: true).
+pub(crate) fn add_dummy_prefix(dir: &Path) -> Result<bool, ConvertError> {
+    let path = dir.join("tokenizer.model");
+    let bytes = std::fs::read(&path).map_err(|e| ConvertError::Input {
+        path: path.clone(),
+        reason: format!("cannot read: {e}"),
+    })?;
+    let mut r = Reader { b: &bytes, i: 0 };
+    let mut prefix = true;
+    while r.i < bytes.len() {
+        let Some((field, wire, payload)) = r.field() else {
+            return Err(ConvertError::Input {
+                path,
+                reason: format!("malformed protobuf at byte {}", r.i),
+            });
+        };
+        if (field, wire) != (3, 2) {
+            continue;
+        }
+        let mut n = Reader { b: &payload, i: 0 };
+        while let Some((f, w, v)) = n.field() {
+            if (f, w) == (3, 0) {
+                prefix = u64::from_le_bytes(v.try_into().unwrap_or([1, 0, 0, 0, 0, 0, 0, 0])) != 0;
+            }
+        }
+    }
+    Ok(prefix)
 }
 
 #[cfg(test)]

@@ -357,7 +357,8 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Mamba
         | Family::Mamba2
         | Family::Jamba
-        | Family::FalconH1 => {}
+        | Family::FalconH1
+        | Family::InternLm2 => {}
         Family::HunyuanDense => super::hunyuan::params(meta, hp)?,
         Family::Lfm2 => super::lfm2::params(meta, hp)?,
         Family::MiniCpm => {
