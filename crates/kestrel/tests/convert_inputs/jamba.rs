@@ -3,6 +3,7 @@
 //! (a router and per-expert projections) every `expert_layer_period` from
 //! `expert_layer_offset`, dense feed-forwards elsewhere, `model.final_layernorm`.
 
+use super::mamba::{mamba1_mixer, Mixer1};
 use super::{make, Case, Named, Rng};
 
 /// Renames the final norm `t` holds to Jamba's name and appends every layer's tensors.
@@ -42,36 +43,14 @@ pub fn tensors(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
             ));
             t.push(lin(rng, p("self_attn.o_proj.weight"), h, case.heads * hd));
         } else {
-            t.push(lin(rng, p("mamba.in_proj.weight"), 2 * inner, h));
-            t.push(make(
-                rng,
-                p("mamba.conv1d.weight"),
-                vec![inner, 1, conv],
-                0.0,
-                0.5,
-            ));
-            t.push(make(rng, p("mamba.conv1d.bias"), vec![inner], 0.0, 0.1));
-            t.push(lin(
-                rng,
-                p("mamba.x_proj.weight"),
-                dt_rank + 2 * state,
+            let dims = Mixer1 {
+                hidden: h,
                 inner,
-            ));
-            t.push(make(
-                rng,
-                p("mamba.dt_proj.weight"),
-                vec![inner, dt_rank],
-                0.0,
-                0.5,
-            ));
-            t.push(make(rng, p("mamba.dt_proj.bias"), vec![inner], -4.0, 1.0));
-            // log(1..=state) per row, as Mamba initializes A, jittered.
-            let a_log: Vec<f32> = (0..inner * state)
-                .map(|i| (((i % state) + 1) as f32).ln() + rng.uniform(0.05))
-                .collect();
-            t.push((p("mamba.A_log"), vec![inner, state], a_log));
-            t.push(make(rng, p("mamba.D"), vec![inner], 1.0, 0.2));
-            t.push(lin(rng, p("mamba.out_proj.weight"), h, inner));
+                state,
+                conv,
+                dt_rank,
+            };
+            mamba1_mixer(rng, &p("mamba."), dims, t);
             t.push(make(
                 rng,
                 p("mamba.dt_layernorm.weight"),

@@ -35,49 +35,14 @@ pub fn tensors(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
     for l in 0..case.layers {
         let p = |s: &str| format!("backbone.layers.{l}.{s}");
         t.push(make(rng, p("norm.weight"), vec![h], 1.0, 0.2));
-        t.push(make(
-            rng,
-            p("mixer.in_proj.weight"),
-            vec![2 * inner, h],
-            0.0,
-            1.0 / (h as f32).sqrt(),
-        ));
-        t.push(make(
-            rng,
-            p("mixer.conv1d.weight"),
-            vec![inner, 1, conv],
-            0.0,
-            0.5,
-        ));
-        t.push(make(rng, p("mixer.conv1d.bias"), vec![inner], 0.0, 0.1));
-        t.push(make(
-            rng,
-            p("mixer.x_proj.weight"),
-            vec![dt_rank + 2 * state, inner],
-            0.0,
-            1.0 / (inner as f32).sqrt(),
-        ));
-        t.push(make(
-            rng,
-            p("mixer.dt_proj.weight"),
-            vec![inner, dt_rank],
-            0.0,
-            0.5,
-        ));
-        t.push(make(rng, p("mixer.dt_proj.bias"), vec![inner], -4.0, 1.0));
-        // log(1..=state) per row, as Mamba initializes A, jittered.
-        let a_log: Vec<f32> = (0..inner * state)
-            .map(|i| (((i % state) + 1) as f32).ln() + rng.uniform(0.05))
-            .collect();
-        t.push((p("mixer.A_log"), vec![inner, state], a_log));
-        t.push(make(rng, p("mixer.D"), vec![inner], 1.0, 0.2));
-        t.push(make(
-            rng,
-            p("mixer.out_proj.weight"),
-            vec![h, inner],
-            0.0,
-            1.0 / (inner as f32).sqrt(),
-        ));
+        let dims = Mixer1 {
+            hidden: h,
+            inner,
+            state,
+            conv,
+            dt_rank,
+        };
+        mamba1_mixer(rng, &p("mixer."), dims, t);
     }
 }
 
@@ -96,35 +61,14 @@ pub fn tensors2(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
     for l in 0..case.layers {
         let p = |s: &str| format!("backbone.layers.{l}.{s}");
         t.push(make(rng, p("norm.weight"), vec![h], 1.0, 0.2));
-        t.push(make(
-            rng,
-            p("mixer.in_proj.weight"),
-            vec![inner + conv_dim + heads, h],
-            0.0,
-            1.0 / (h as f32).sqrt(),
-        ));
-        t.push(make(
-            rng,
-            p("mixer.conv1d.weight"),
-            vec![conv_dim, 1, conv],
-            0.0,
-            0.5,
-        ));
-        t.push(make(rng, p("mixer.conv1d.bias"), vec![conv_dim], 0.0, 0.1));
-        t.push(make(rng, p("mixer.dt_bias"), vec![heads], -2.0, 1.0));
-        let a_log: Vec<f32> = (0..heads)
-            .map(|i| ((i + 1) as f32).ln() + rng.uniform(0.05))
-            .collect();
-        t.push((p("mixer.A_log"), vec![heads], a_log));
-        t.push(make(rng, p("mixer.D"), vec![heads], 1.0, 0.2));
-        t.push(make(rng, p("mixer.norm.weight"), vec![inner], 1.0, 0.2));
-        t.push(make(
-            rng,
-            p("mixer.out_proj.weight"),
-            vec![h, inner],
-            0.0,
-            1.0 / (inner as f32).sqrt(),
-        ));
+        let dims = Mixer2 {
+            hidden: h,
+            inner,
+            conv_dim,
+            heads,
+            conv,
+        };
+        mamba2_mixer(rng, &p("mixer."), dims, true, t);
     }
 }
 
@@ -173,4 +117,57 @@ pub struct Mixer2 {
     pub conv_dim: usize,
     pub heads: usize,
     pub conv: usize,
+}
+
+/// A Mamba 1 mixer under `prefix` (`backbone.layers.{L}.mixer.`, Jamba's `model.layers.{L}.
+/// mamba.`): `in_proj` (x and z rows), the depthwise convolution and its bias, `x_proj`,
+/// `dt_proj` and its bias, `A_log` (Mamba's `log(1..=state)` per row, jittered), `D`,
+/// `out_proj`.
+pub fn mamba1_mixer(rng: &mut Rng, prefix: &str, dims: Mixer1, t: &mut Vec<Named>) {
+    let Mixer1 {
+        hidden: h,
+        inner,
+        state,
+        conv,
+        dt_rank,
+    } = dims;
+    let p = |s: &str| format!("{prefix}{s}");
+    let lin = |rng: &mut Rng, name: String, rows: usize, cols: usize| {
+        make(rng, name, vec![rows, cols], 0.0, 1.0 / (cols as f32).sqrt())
+    };
+    t.push(lin(rng, p("in_proj.weight"), 2 * inner, h));
+    t.push(make(
+        rng,
+        p("conv1d.weight"),
+        vec![inner, 1, conv],
+        0.0,
+        0.5,
+    ));
+    t.push(make(rng, p("conv1d.bias"), vec![inner], 0.0, 0.1));
+    t.push(lin(rng, p("x_proj.weight"), dt_rank + 2 * state, inner));
+    t.push(make(
+        rng,
+        p("dt_proj.weight"),
+        vec![inner, dt_rank],
+        0.0,
+        0.5,
+    ));
+    t.push(make(rng, p("dt_proj.bias"), vec![inner], -4.0, 1.0));
+    let a_log: Vec<f32> = (0..inner * state)
+        .map(|i| (((i % state) + 1) as f32).ln() + rng.uniform(0.05))
+        .collect();
+    t.push((p("A_log"), vec![inner, state], a_log));
+    t.push(make(rng, p("D"), vec![inner], 1.0, 0.2));
+    t.push(lin(rng, p("out_proj.weight"), h, inner));
+}
+
+/// The sizes of a [`mamba1_mixer`]: width, inner size, state size, convolution taps,
+/// time-step rank.
+#[derive(Clone, Copy)]
+pub struct Mixer1 {
+    pub hidden: usize,
+    pub inner: usize,
+    pub state: usize,
+    pub conv: usize,
+    pub dt_rank: usize,
 }

@@ -191,7 +191,7 @@ pub(super) fn output_is_embedding(
 }
 
 /// Mamba 2's sizes: `(d_model, d_inner, n_group)` as `Mamba2Model.__init__` finds them.
-fn mamba2_sizes(h: &Value, cfg: &Path) -> Result<(u64, u64, u64), ConvertError> {
+pub(super) fn mamba2_sizes(h: &Value, cfg: &Path) -> Result<(u64, u64, u64), ConvertError> {
     let d_model = uint(h, &["hidden_size", "d_model", "dim"], cfg)?
         .ok_or_else(|| bad(cfg, "no hidden_size"))?;
     let expand = uint(h, &["mamba_expand", "expand"], cfg)?
@@ -250,21 +250,9 @@ pub(super) fn mamba2_params(meta: &mut Meta, hp: &Hparams) -> Result<(), Convert
     Ok(())
 }
 
-/// Mamba 2's reshaped tensors, or `None` for the others: `A` (from `A_log`) and `D` as
-/// `[n_head, 1]` (ggml dims `[1, n_head]`), the gated norm as `[n_group, d_inner / n_group]`.
-pub(super) fn mamba2_plan(
-    ck: &Checkpoint,
-    dir: &Path,
-    hf: &str,
-    gguf: &str,
-    h: &Value,
-    cfg: &Path,
-) -> Result<Option<Planned>, ConvertError> {
-    let (_, d_inner, n_group) = mamba2_sizes(h, cfg)?;
-    ssm_plan(ck, dir, hf, gguf, (d_inner, n_group), cfg)
-}
-
-/// [`mamba2_plan`] with the inner size and group count given (hybrids compute their own).
+/// A Mamba 2 mixer's reshaped tensors (Mamba 2's and the hybrids'), or `None` for the others:
+/// `A` (from `A_log`) and `D` as `[n_head, 1]` (ggml dims `[1, n_head]`), the gated norm as
+/// `[n_group, d_inner / n_group]`, for the model's `(d_inner, n_group)`.
 pub(super) fn ssm_plan(
     ck: &Checkpoint,
     dir: &Path,

@@ -100,17 +100,12 @@ pub(crate) fn convert(
         mamba::padded_vocab(&h, &cfg_path, 8)?
     } else if family == Family::Mamba2 {
         mamba::padded_vocab(&h, &cfg_path, 16)?
-    } else if family == Family::NemotronH {
-        // `NemotronHModel.set_vocab`: padded to 8; the parameters keep the config's size.
-        nemotron_h::check(&h, n_layer, &cfg_path)?;
-        let mut padded = h.clone();
-        padded["pad_vocab_size_multiple"] = Value::from(8);
-        mamba::padded_vocab(&padded, &cfg_path, 8)?
-    } else if family == Family::GraniteHybrid {
-        // `GraniteHybridModel.set_vocab`: padded to 8 (1 without Mamba layers); the parameters
-        // keep the config's size (they are written first).
-        let layers = n_layer;
-        if granite_hybrid::attn_layers(&h, layers, &cfg_path)?.len() as u64 == layers {
+    } else if matches!(family, Family::GraniteHybrid | Family::NemotronH) {
+        // Their `set_vocab`s pad to 8 whatever the config says (a Granite hybrid without
+        // Mamba layers, padded to 1, is refused); the parameters keep the config's size.
+        if family == Family::NemotronH {
+            nemotron_h::check(&h, n_layer, &cfg_path)?;
+        } else if granite_hybrid::attn_layers(&h, n_layer, &cfg_path)?.len() as u64 == n_layer {
             return Err(bad(
                 &cfg_path,
                 "a Granite hybrid without Mamba layers (llama.cpp writes it as granite or \
@@ -320,6 +315,17 @@ pub(crate) fn convert(
     if family == Family::GptOss {
         plan.extend(gpt_oss::plan_mxfp4(&ck, dir)?);
     }
+    // The Mamba 2 mixers' inner size and groups (their norm and A/D reshapes), and whether
+    // a Granite hybrid has experts (else its shared MLP is the feed-forward).
+    let ssm_sizes = match family {
+        Family::Mamba2 => Some(mamba::mamba2_sizes(&h, &cfg_path).map(|(_, i, g)| (i, g))?),
+        Family::GraniteHybrid => Some(granite_hybrid::sizes(&h, &cfg_path)?),
+        Family::FalconH1 => Some(falcon_h1::sizes(&h, &cfg_path)?),
+        Family::NemotronH => Some(nemotron_h::sizes(&h, &cfg_path)?),
+        _ => None,
+    };
+    let hybrid_dense = family == Family::GraniteHybrid
+        && uint(&h, &["num_local_experts"], &cfg_path)?.is_none_or(|n| n == 0);
     let mut experts = Experts::new(family, &h, &cfg_path)?;
     let mut head_norms = head_norms::HeadNorms::new(n_head, n_head_kv, &cfg_path);
     for hf in ck.names() {
@@ -338,10 +344,7 @@ pub(crate) fn convert(
         let Some(mut name) = family::filter_name(hf) else {
             continue;
         };
-        if matches!(
-            family,
-            Family::Mamba2 | Family::GraniteHybrid | Family::FalconH1 | Family::NemotronH
-        ) {
+        if ssm_sizes.is_some() {
             name = mamba::mamba2_name(name);
         }
         if family == Family::Jamba {
@@ -420,47 +423,23 @@ pub(crate) fn convert(
         }
         let mut gguf = family::gguf_name(family, &name)
             .ok_or_else(|| bad(dir, format!("cannot map tensor {hf:?} for {arch}")))?;
-        if family == Family::GraniteHybrid
-            && uint(&h, &["num_local_experts"], &cfg_path)?.is_none_or(|n| n == 0)
-        {
+        if hybrid_dense {
             // Without experts the shared MLP is the layer's feed-forward (GraniteMoeModel).
             if let Some(stem) = gguf.strip_suffix(".ffn_down_shexp.weight") {
                 gguf = format!("{stem}.ffn_down.weight");
             }
         }
-        // Mamba's and LFM2's depthwise convolutions `[channels, 1, taps]`: the middle axis
-        // dropped.
-        if family == Family::Mamba2 {
-            if let Some(p) = mamba::mamba2_plan(&ck, dir, hf, &gguf, &h, &cfg_path)? {
-                plan.push(p);
-                continue;
-            }
-        }
-        if matches!(
-            family,
-            Family::GraniteHybrid | Family::FalconH1 | Family::NemotronH
-        ) {
-            let sizes = match family {
-                Family::FalconH1 => falcon_h1::sizes(&h, &cfg_path)?,
-                Family::NemotronH => nemotron_h::sizes(&h, &cfg_path)?,
-                _ => granite_hybrid::sizes(&h, &cfg_path)?,
-            };
+        if let Some(sizes) = ssm_sizes {
             if let Some(p) = mamba::ssm_plan(&ck, dir, hf, &gguf, sizes, &cfg_path)? {
                 plan.push(p);
                 continue;
             }
         }
+        // The state-space and short-convolution families' depthwise convolutions
+        // `[channels, 1, taps]`: the middle axis dropped.
         let squeezed;
-        let mamba = matches!(
-            family,
-            Family::Mamba
-                | Family::Mamba2
-                | Family::Lfm2
-                | Family::Jamba
-                | Family::GraniteHybrid
-                | Family::FalconH1
-                | Family::NemotronH
-        );
+        let mamba =
+            ssm_sizes.is_some() || matches!(family, Family::Mamba | Family::Lfm2 | Family::Jamba);
         let shape = if mamba && shape.len() == 3 && shape[1] == 1 {
             squeezed = vec![shape[0], shape[2]];
             &squeezed
