@@ -67,11 +67,13 @@ pub use model::{Classification, Model, Output, Response, Usage};
 pub use options::{GenerateOptions, LoadOptions};
 pub use prompter::Prompter;
 
-/// The instruction set kestrel's CPU kernels run with in this process (`scalar`, `avx2`,
-/// `avx512`): the best the CPU has, capped by the `KESTREL_ISA` environment variable.
+/// The instruction set kestrel's CPU kernels run with in this process (`scalar`; x86-64
+/// `avx2`, `avx512`; aarch64 `neon`, `dotprod`, `i8mm`): the best the CPU has, capped by the
+/// `KESTREL_ISA` environment variable.
 ///
 /// ```
-/// assert!(["scalar", "avx2", "avx512"].contains(&kestrel::cpu_isa()));
+/// let isa = kestrel::cpu_isa();
+/// assert!(["scalar", "avx2", "avx512", "neon", "dotprod", "i8mm"].contains(&isa));
 /// ```
 pub fn cpu_isa() -> &'static str {
     kestrel_tensor::cpu::dispatch::active_isa().name()
