@@ -5,7 +5,8 @@
 //! only `blk.*` weights (plus `output.weight`/`token_embd.weight` with `process_output`), as
 //! llama-imatrix does; expert matrices count every routed row, per expert. The result is
 //! written by [`ImatrixSums::write`] in llama-imatrix's GGUF format for
-//! `kestrel quantize --imatrix` or `llama-quantize --imatrix`.
+//! `kestrel quantize --imatrix` or `llama-quantize --imatrix`; a run can continue from files
+//! read back (`llama-imatrix --in-file`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -66,9 +67,13 @@ struct Collector {
     order: Vec<usize>,
 }
 
+/// Adds one input row: its squares to `sum2`, itself to `sum` (empty where an imatrix read
+/// from a file had no `in_sum`: then no longer collected, as llama-imatrix does).
 fn accumulate(sum2: &mut [f32], sum: &mut [f32], x: &[f32]) {
-    for ((s2, s), &v) in sum2.iter_mut().zip(sum.iter_mut()).zip(x) {
+    for (s2, &v) in sum2.iter_mut().zip(x) {
         *s2 += v * v;
+    }
+    for (s, &v) in sum.iter_mut().zip(x) {
         *s += v;
     }
 }
@@ -96,6 +101,10 @@ impl ActivationHook for Collector {
                 e.0.len()
             ));
             return;
+        }
+        // One count per dense matrix (a combined file may hold several equal ones).
+        if e.2.len() > 1 && e.2.iter().all(|&c| c == e.2[0]) {
+            e.2.truncate(1);
         }
         for row in x.chunks_exact(width).take(rows) {
             accumulate(&mut e.0, &mut e.1, row);
@@ -129,7 +138,10 @@ impl ActivationHook for Collector {
                 vec![0; n_expert],
             )
         });
-        if e.0.len() != width * n_expert || expert >= n_expert {
+        if e.2.len() == 1 && n_expert > 1 {
+            e.2 = vec![e.2[0]; n_expert]; // one count from an older file: per expert
+        }
+        if e.0.len() != width * n_expert || e.2.len() != n_expert || expert >= n_expert {
             st.error.get_or_insert(format!(
                 "{weight}: expert inputs of width {width} × {n_expert} after {}",
                 e.0.len()
@@ -140,10 +152,10 @@ impl ActivationHook for Collector {
         self.order.clear();
         self.order.extend(0..slots.len());
         self.order.sort_by_key(|&i| slots[i]);
-        let (s2, s) = (
-            &mut e.0[expert * width..(expert + 1) * width],
-            &mut e.1[expert * width..(expert + 1) * width],
-        );
+        let s2 = &mut e.0[expert * width..(expert + 1) * width];
+        let s =
+            e.1.get_mut(expert * width..(expert + 1) * width)
+                .unwrap_or_default();
         for &i in &self.order {
             if let Some(row) = x.get(i * width..(i + 1) * width) {
                 accumulate(s2, s, row);
@@ -169,6 +181,24 @@ impl Generator {
         tokens: &[u32],
         opts: &ImatrixOptions,
         bos: Option<u32>,
+        on_chunk: impl FnMut(usize, &Perplexity),
+    ) -> Result<ImatrixRun, GenerateError> {
+        self.imatrix_onto(ImatrixSums::default(), tokens, opts, bos, on_chunk)
+    }
+
+    /// [`imatrix`](Self::imatrix) continuing from `prior` (files read with
+    /// [`ImatrixSums::load`] and [`combine`](ImatrixSums::combine)d), as `llama-imatrix
+    /// --in-file` does: the new rows are added onto its sums, its datasets, chunk size (where
+    /// set) and NextN count are kept, and the chunk count follows the counts.
+    ///
+    /// # Errors
+    /// As [`imatrix`](Self::imatrix); a matrix whose width differs from `prior`'s.
+    pub fn imatrix_onto(
+        &mut self,
+        prior: ImatrixSums,
+        tokens: &[u32],
+        opts: &ImatrixOptions,
+        bos: Option<u32>,
         mut on_chunk: impl FnMut(usize, &Perplexity),
     ) -> Result<ImatrixRun, GenerateError> {
         let n_ctx = opts.n_ctx;
@@ -182,7 +212,18 @@ impl Generator {
                 ),
             });
         }
-        let stats = Arc::new(Mutex::new(Stats::default()));
+        let entries = prior
+            .entries
+            .into_iter()
+            .map(|(name, e)| {
+                let counts = e.counts.iter().map(|&c| c as i64).collect();
+                (name, (e.in_sum2, e.in_sum, counts))
+            })
+            .collect();
+        let stats = Arc::new(Mutex::new(Stats {
+            entries,
+            error: None,
+        }));
         let hook = Collector {
             stats: stats.clone(),
             process_output: opts.process_output,
@@ -229,13 +270,20 @@ impl Generator {
                 )
             })
             .collect();
-        Ok(ImatrixRun {
-            sums: ImatrixSums {
-                datasets: Vec::new(),
-                chunk_count: chunks as u32,
-                chunk_size: n_ctx as u32,
-                entries,
+        let mut sums = ImatrixSums {
+            datasets: prior.datasets,
+            chunk_count: 0,
+            chunk_size: if prior.chunk_size > 0 {
+                prior.chunk_size
+            } else {
+                n_ctx as u32
             },
+            n_layer_nextn: prior.n_layer_nextn,
+            entries,
+        };
+        sums.count_chunks();
+        Ok(ImatrixRun {
+            sums,
             perplexity: sum.finish(chunks),
         })
     }
@@ -274,6 +322,34 @@ mod tests {
         let (mut c, stats) = collector(true);
         c.dense("output.weight", &x, 16, 3);
         assert!(stats.lock().unwrap().entries.contains_key("output.weight"));
+    }
+
+    #[test]
+    fn sums_read_from_a_file_are_continued_as_llama_imatrix_continues_them() {
+        let (mut c, stats) = collector(false);
+        {
+            let mut st = stats.lock().unwrap();
+            // No in_sum in the file: only the squares go on being summed.
+            st.entries.insert(
+                "blk.0.attn_q.weight".into(),
+                (vec![1.0; 2], vec![], vec![5, 5]),
+            );
+            // One count for all experts (an older file): spread over the experts first.
+            st.entries.insert(
+                "blk.0.ffn_up_exps.weight".into(),
+                (vec![0.0; 4], vec![0.0; 4], vec![7]),
+            );
+        }
+        c.dense("blk.0.attn_q.weight", &[2.0; 32], 16, 2);
+        c.expert("blk.0.ffn_up_exps.weight", 2, 1, &[1.0, 1.0], 2, &[0]);
+        let st = stats.lock().unwrap();
+        assert!(st.error.is_none(), "{:?}", st.error);
+        let (s2, s, n) = &st.entries["blk.0.attn_q.weight"];
+        assert_eq!(
+            (s2.as_slice(), s.len(), n.as_slice()),
+            (&[65.0, 65.0][..], 0, &[21][..])
+        );
+        assert_eq!(st.entries["blk.0.ffn_up_exps.weight"].2, vec![7, 8]);
     }
 
     #[test]

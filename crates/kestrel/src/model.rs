@@ -650,7 +650,6 @@ impl Model {
             .kl_divergence(&mut base, chunks, bos, on_chunk)?)
     }
 
-    /// The token llama-perplexity puts first in every window: BOS when the model adds one.
     /// An importance matrix of `text` as `llama-imatrix -f` computes it (windows of
     /// `opts.n_ctx` tokens, BOS first where the model adds one), for `kestrel quantize
     /// --imatrix` or `llama-quantize --imatrix`: write `run.sums` with
@@ -668,6 +667,24 @@ impl Model {
         Ok(self.generator.imatrix(&ids, opts, bos, on_chunk)?)
     }
 
+    /// [`imatrix`](Self::imatrix) added onto `prior` (imatrix files read with
+    /// [`ImatrixSums::load`](kestrel_gguf::quantize::ImatrixSums::load) and combined), as
+    /// `llama-imatrix --in-file F -f TEXT` continues a matrix.
+    pub fn imatrix_onto(
+        &mut self,
+        prior: kestrel_gguf::quantize::ImatrixSums,
+        text: &str,
+        opts: &kestrel_generate::ImatrixOptions,
+        on_chunk: impl FnMut(usize, &Perplexity),
+    ) -> Result<kestrel_generate::ImatrixRun, Error> {
+        let ids = self.tokenizer.encode(text, EncodeOptions::default())?;
+        let bos = self.perplexity_bos();
+        Ok(self
+            .generator
+            .imatrix_onto(prior, &ids, opts, bos, on_chunk)?)
+    }
+
+    /// The token llama-perplexity puts first in every window: BOS when the model adds one.
     fn perplexity_bos(&self) -> Option<u32> {
         let md = self.generator.model().metadata();
         let add_bos = md.get_bool("tokenizer.ggml.add_bos_token").unwrap_or(false);

@@ -3,11 +3,12 @@
 //! their logits do). `fixtures/perplexity/smollm2_imatrix_c64.json` summarizes llama-imatrix's
 //! file for SmolLM2 over the first 4 windows of 64 tokens of the fixture text (its command is
 //! in the file; `-b 64`, one window per batch: llama-imatrix's default of 4 windows per batch
-//! skips a few rows). The written file is read back as `kestrel quantize --imatrix` reads it.
+//! skips a few rows). The written file is read back as `kestrel quantize --imatrix` reads it,
+//! and a run continued from it as `llama-imatrix --in-file` continues one.
 
 use std::path::Path;
 
-use kestrel::gguf::quantize::Imatrix;
+use kestrel::gguf::quantize::{Imatrix, ImatrixSums};
 use kestrel::{ImatrixOptions, LoadOptions, Model};
 use kestrel_gguf::models::{test_model, SMOLLM2_135M_Q4_1};
 use serde_json::Value;
@@ -98,12 +99,31 @@ fn imatrix_matches_llama_imatrix() {
     run.sums.datasets = vec!["around_the_world_ch1-6.txt".into()];
     run.sums.write(&out).unwrap();
     let im = Imatrix::load(&out).unwrap();
+    let prior = ImatrixSums::load(&out).unwrap();
     std::fs::remove_file(&out).ok();
     assert_eq!(im.chunks, 4);
     assert_eq!(im.datasets, vec!["around_the_world_ch1-6.txt".to_string()]);
     let q = &im.entries["blk.0.attn_q.weight"];
     let e = &run.sums.entries["blk.0.attn_q.weight"];
     assert_eq!(q[3], e.in_sum2[3] / e.counts[0]);
+
+    // Continued from the file (`--in-file`): the same windows again double every count and
+    // (up to f32 rounding of the running sums) every sum; chunks counted from the rows.
+    let again = model.imatrix_onto(prior, &text, &opts, |_, _| {}).unwrap();
+    assert_eq!(again.sums.chunk_count, 8);
+    assert_eq!(again.sums.datasets, run.sums.datasets);
+    for (name, e) in &run.sums.entries {
+        let c = &again.sums.entries[name];
+        let twice: Vec<f32> = e.counts.iter().map(|n| 2.0 * n).collect();
+        assert_eq!(c.counts, twice, "{name}");
+        for (a, b) in c.in_sum2.iter().zip(&e.in_sum2) {
+            assert!(
+                (a - 2.0 * b).abs() <= 1e-5 * b.abs() + 1e-6,
+                "{name}: {a} vs 2 × {b}"
+            );
+        }
+        assert_eq!(c.in_sum.len(), e.in_sum.len());
+    }
 
     // Too little text for two windows is refused, as llama-imatrix refuses it.
     let err = model

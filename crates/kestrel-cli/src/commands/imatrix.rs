@@ -1,11 +1,14 @@
-//! `kestrel imatrix -m MODEL -f TEXT -o OUT.gguf [-c 512] [--chunks N] [--process-output]`:
-//! an importance matrix as llama-imatrix computes it, written in its GGUF format for
-//! `kestrel quantize --imatrix` (or `llama-quantize --imatrix`).
+//! `kestrel imatrix -m MODEL -f TEXT -o OUT.gguf [-c 512] [--chunks N] [--process-output]
+//! [--in-file F[,F...]]...`: an importance matrix as llama-imatrix computes it, written in its
+//! GGUF format for `kestrel quantize --imatrix` (or `llama-quantize --imatrix`). With
+//! `--in-file`, earlier matrices are combined and the text's rows added onto them; without
+//! `-f`, the files are only combined (no model needed).
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
+use kestrel::gguf::quantize::ImatrixSums;
 use kestrel::{ImatrixOptions, LoadOptions, Model};
 
 /// Largest text file read (bytes).
@@ -13,12 +16,15 @@ const MAX_TEXT: u64 = 64 << 20;
 
 #[derive(Args, Debug)]
 pub struct ImatrixArgs {
-    /// The GGUF model file.
+    /// The GGUF model file (needed with `-f`).
     #[arg(short, long)]
-    pub model: PathBuf,
-    /// The text to run (calibration data).
+    pub model: Option<PathBuf>,
+    /// The text to run (calibration data); without it, `--in-file`s are only combined.
     #[arg(short, long)]
-    pub file: PathBuf,
+    pub file: Option<PathBuf>,
+    /// Earlier imatrix files to combine and continue (repeatable, or comma-separated).
+    #[arg(long = "in-file", value_delimiter = ',')]
+    pub in_files: Vec<PathBuf>,
     /// The imatrix file to write.
     #[arg(short, long, default_value = "imatrix.gguf")]
     pub output: PathBuf,
@@ -37,36 +43,59 @@ pub struct ImatrixArgs {
 }
 
 pub fn run(args: &ImatrixArgs) -> Result<(), String> {
-    let len = std::fs::metadata(&args.file)
-        .map_err(|e| format!("{}: {e}", args.file.display()))?
+    let mut prior = ImatrixSums::default();
+    for f in &args.in_files {
+        let sums = ImatrixSums::load(f).map_err(|e| e.to_string())?;
+        prior.combine(sums).map_err(|e| e.to_string())?;
+    }
+    let Some(file) = &args.file else {
+        if args.in_files.is_empty() {
+            return Err("give a text (-f) or imatrix files to combine (--in-file)".into());
+        }
+        prior
+            .write(&args.output)
+            .map_err(|e| format!("{}: {e}", args.output.display()))?;
+        eprintln!(
+            "{} files, {} matrices combined into {}",
+            args.in_files.len(),
+            prior.entries.len(),
+            args.output.display()
+        );
+        return Ok(());
+    };
+    let model_path = args
+        .model
+        .as_ref()
+        .ok_or("-f needs the model (-m) to run the text through")?;
+    let len = std::fs::metadata(file)
+        .map_err(|e| format!("{}: {e}", file.display()))?
         .len();
     if len > MAX_TEXT {
         return Err(format!(
             "{}: {len} bytes, at most {MAX_TEXT} are read",
-            args.file.display()
+            file.display()
         ));
     }
-    let text =
-        std::fs::read_to_string(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let opts = LoadOptions {
         threads: args.threads,
         ctx: args.ctx,
         ..LoadOptions::default()
     };
-    let mut model = Model::load_file(&args.model, opts).map_err(|e| e.to_string())?;
+    let mut model = Model::load_file(model_path, opts).map_err(|e| e.to_string())?;
     let mut iopts = ImatrixOptions::default();
     iopts.n_ctx = args.ctx;
     iopts.chunks = args.chunks;
     iopts.process_output = args.process_output;
     let start = std::time::Instant::now();
     let mut run = model
-        .imatrix(&text, &iopts, |i, p| {
+        .imatrix_onto(prior, &text, &iopts, |i, p| {
             eprint!("[{i}]{:.4},", p.ppl);
             let _ = std::io::stderr().flush();
         })
         .map_err(|e| e.to_string())?;
     eprintln!();
-    run.sums.datasets = vec![args.file.to_string_lossy().into_owned()];
+    run.sums.datasets.push(file.to_string_lossy().into_owned());
     run.sums
         .write(&args.output)
         .map_err(|e| format!("{}: {e}", args.output.display()))?;

@@ -1,11 +1,13 @@
 //! Importance matrices: llama.cpp's `llama-imatrix` output (a GGUF file of `<tensor>.in_sum2`
 //! and `<tensor>.counts` per weight matrix), read as `llama-quantize` reads it: each entry's
 //! per-column sums divided by its count (per expert for 3-d weights; 1 where a count is 0).
-//! [`ImatrixSums`] writes such a file.
+//! [`ImatrixSums`] reads, combines (`llama-imatrix --in-file`) and writes such files, with the
+//! per-matrix statistics llama-imatrix stores beside the sums.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+use super::imatrix_stats::{tensor_stats, STATS_SCHEMA};
 use super::QuantizeError;
 use crate::{GgmlType, GgufFile, GgufWriter, MetadataValue, Value};
 
@@ -31,14 +33,21 @@ pub struct ImatrixSums {
     pub chunk_count: u32,
     /// Tokens per chunk (`imatrix.chunk_size`).
     pub chunk_size: u32,
+    /// How many of the top blocks are NextN (multi-token prediction) blocks
+    /// (`imatrix.n_layer_nextn`, written when not 0): their statistics are not compared with
+    /// the blocks below them.
+    pub n_layer_nextn: u32,
     /// The matrices by GGUF tensor name.
     pub entries: BTreeMap<String, ImatrixEntry>,
 }
 
 impl ImatrixSums {
     /// Writes the GGUF imatrix file llama-imatrix writes (`general.type = imatrix`; per matrix,
-    /// in name order, `<name>.in_sum2` `[width, n_expert]`, `<name>.counts` `[1, n_expert]`,
-    /// `<name>.in_sum`; llama-imatrix's per-matrix `.stats` summaries are not written).
+    /// in name order, `<name>.in_sum2` `[width, n_expert]`, `<name>.counts` `[1, n_expert]` (a
+    /// dense matrix's `[width]` and `[1]`),
+    /// `<name>.in_sum` where collected, and `<name>.stats`: the 12 summaries named by
+    /// `imatrix.stats_schema`, computed as llama-imatrix computes them). From the same sums the
+    /// file is byte for byte llama-imatrix's.
     ///
     /// # Errors
     /// An entry whose lengths disagree, or the write failing.
@@ -51,6 +60,14 @@ impl ImatrixSums {
         );
         w.add_metadata("imatrix.chunk_count", self.chunk_count);
         w.add_metadata("imatrix.chunk_size", self.chunk_size);
+        if self.n_layer_nextn > 0 {
+            w.add_metadata("imatrix.n_layer_nextn", self.n_layer_nextn);
+        }
+        w.add_metadata(
+            "imatrix.stats_schema",
+            MetadataValue::string_array(STATS_SCHEMA),
+        );
+        let stats = tensor_stats(&self.entries, self.n_layer_nextn);
         for (name, e) in &self.entries {
             let n = e.counts.len() as u64;
             if n == 0
@@ -63,14 +80,186 @@ impl ImatrixSums {
                     e.counts.len()
                 )));
             }
-            let width = e.in_sum2.len() as u64 / n;
-            w.add_f32_tensor(&format!("{name}.in_sum2"), &[width, n], &e.in_sum2)?;
-            w.add_f32_tensor(&format!("{name}.counts"), &[1, n], &e.counts)?;
+            // ggml stores the dimensions up to the last that is not 1
+            let (sums_shape, counts_shape) = if n == 1 {
+                (vec![e.in_sum2.len() as u64], vec![1])
+            } else {
+                (vec![e.in_sum2.len() as u64 / n, n], vec![1, n])
+            };
+            w.add_f32_tensor(&format!("{name}.in_sum2"), &sums_shape, &e.in_sum2)?;
+            w.add_f32_tensor(&format!("{name}.counts"), &counts_shape, &e.counts)?;
             if !e.in_sum.is_empty() {
-                w.add_f32_tensor(&format!("{name}.in_sum"), &[width, n], &e.in_sum)?;
+                w.add_f32_tensor(&format!("{name}.in_sum"), &sums_shape, &e.in_sum)?;
             }
+            let st = stats.get(name.as_str()).copied().unwrap_or([0.0; 12]);
+            w.add_f32_tensor(&format!("{name}.stats"), &[12], &st)?;
         }
         w.write_file(path)
+    }
+
+    /// Reads the sums of a GGUF imatrix file as `llama-imatrix --in-file` reads them (counts
+    /// rounded to whole rows; `in_sum` kept where the file has it). The legacy `.dat` format
+    /// is refused.
+    ///
+    /// # Errors
+    /// Not a GGUF file, no entries, an entry without its sums or counts, non-F32 sums, sums
+    /// and counts whose lengths disagree.
+    pub fn load(path: &Path) -> Result<ImatrixSums, QuantizeError> {
+        let bad = |why: String| {
+            QuantizeError::Refused(format!("importance matrix {}: {why}", path.display()))
+        };
+        let file = GgufFile::open(path)
+            .map_err(|e| bad(format!("{e} (the legacy .dat format is not read)")))?;
+        let md = file.metadata();
+        let mut out = ImatrixSums {
+            datasets: string_list(md.get("imatrix.datasets")),
+            chunk_count: md.get_u32("imatrix.chunk_count").unwrap_or(0),
+            chunk_size: md.get_u32("imatrix.chunk_size").unwrap_or(0),
+            n_layer_nextn: md.get_u32("imatrix.n_layer_nextn").unwrap_or(0),
+            entries: BTreeMap::new(),
+        };
+        let f32s = |name: &str| -> Result<Option<Vec<f32>>, QuantizeError> {
+            let Ok(t) = file.tensor(name) else {
+                return Ok(None);
+            };
+            if t.info.ggml_type() != GgmlType::F32 {
+                return Err(bad(format!("{name} is {}, not F32", t.info.ggml_type())));
+            }
+            Ok(Some(
+                t.data
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+            ))
+        };
+        let mut names: Vec<&str> = file
+            .tensors()
+            .iter()
+            .filter_map(|t| {
+                let n = t.name();
+                n.strip_suffix(".in_sum2")
+                    .or_else(|| n.strip_suffix(".in_sum"))
+                    .or_else(|| n.strip_suffix(".counts"))
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        for name in names {
+            let sums = f32s(&format!("{name}.in_sum2"))?;
+            let counts = f32s(&format!("{name}.counts"))?;
+            let act = f32s(&format!("{name}.in_sum"))?;
+            let (Some(in_sum2), Some(counts)) = (sums, counts) else {
+                return Err(bad(format!("{name}: sums or counts missing")));
+            };
+            if act.as_ref().is_some_and(|a| a.len() != in_sum2.len()) {
+                return Err(bad(format!("{name}: in_sum and in_sum2 differ in length")));
+            }
+            let counts = counts.iter().map(|&c| c.round() as i64 as f32).collect();
+            out.entries.insert(
+                name.to_string(),
+                ImatrixEntry {
+                    in_sum2,
+                    in_sum: act.unwrap_or_default(),
+                    counts,
+                },
+            );
+        }
+        if out.entries.is_empty() {
+            return Err(bad("no imatrix entries (<name>.in_sum2)".into()));
+        }
+        Ok(out)
+    }
+
+    /// Adds `other`'s sums to these as `llama-imatrix --in-file A,B` combines files: sums and
+    /// counts added per entry (a one-count entry broadcast over experts when the next has
+    /// several), `in_sum` kept only where every contribution has it, datasets appended, the
+    /// first chunk size and NextN count kept, and the chunk count recomputed from the counts.
+    ///
+    /// # Errors
+    /// An entry whose sums, counts or `in_sum` lengths differ between the two.
+    pub fn combine(&mut self, other: ImatrixSums) -> Result<(), QuantizeError> {
+        if self.n_layer_nextn == 0 {
+            self.n_layer_nextn = other.n_layer_nextn;
+        }
+        if self.chunk_size == 0 {
+            self.chunk_size = other.chunk_size;
+        }
+        let other_chunks = other.chunk_count;
+        for (name, x) in other.entries {
+            let bad = |what: &str, a: usize, b: usize| {
+                QuantizeError::Refused(format!(
+                    "importance matrices: {name}: {what} {a} and {b} do not combine"
+                ))
+            };
+            let e = self.entries.entry(name.clone()).or_default();
+            let first = e.in_sum2.is_empty();
+            if first {
+                e.in_sum2 = vec![0.0; x.in_sum2.len()];
+            } else if e.in_sum2.len() != x.in_sum2.len() {
+                return Err(bad("sums of length", e.in_sum2.len(), x.in_sum2.len()));
+            }
+            if e.counts.is_empty() {
+                e.counts = vec![0.0; x.counts.len()];
+            } else if e.counts.len() == 1 && x.counts.len() > 1 {
+                e.counts = vec![e.counts[0]; x.counts.len()];
+            } else if e.counts.len() != x.counts.len() {
+                return Err(bad("counts of length", e.counts.len(), x.counts.len()));
+            }
+            for (a, b) in e.in_sum2.iter_mut().zip(&x.in_sum2) {
+                *a += b;
+            }
+            for (a, b) in e.counts.iter_mut().zip(&x.counts) {
+                *a = (*a as i64 + *b as i64) as f32;
+            }
+            if !x.in_sum.is_empty() && (first || !e.in_sum.is_empty()) {
+                if e.in_sum.is_empty() {
+                    e.in_sum = vec![0.0; x.in_sum.len()];
+                }
+                if e.in_sum.len() != x.in_sum.len() || x.in_sum.len() != x.in_sum2.len() {
+                    return Err(bad("in_sum of length", e.in_sum.len(), x.in_sum.len()));
+                }
+                for (a, b) in e.in_sum.iter_mut().zip(&x.in_sum) {
+                    *a += b;
+                }
+            } else {
+                e.in_sum.clear();
+            }
+        }
+        self.datasets.extend(other.datasets);
+        if self.chunk_size > 0 {
+            self.count_chunks();
+        } else {
+            self.chunk_count += other_chunks;
+        }
+        Ok(())
+    }
+
+    /// Sets `chunk_count` as llama-imatrix does: the most rows any matrix (expert) counted, in
+    /// chunks of `chunk_size`, rounded to the nearest.
+    pub fn count_chunks(&mut self) {
+        let rows = self
+            .entries
+            .values()
+            .flat_map(|e| e.counts.iter())
+            .map(|&c| c as i64)
+            .max()
+            .unwrap_or(0);
+        let size = i64::from(self.chunk_size.max(1));
+        self.chunk_count = u32::try_from((rows + size / 2) / size).unwrap_or(u32::MAX);
+    }
+}
+
+/// The strings of an array value (empty for anything else).
+fn string_list(v: Option<Value>) -> Vec<String> {
+    match v {
+        Some(Value::Array(a)) => a
+            .strings()
+            .map(|it| {
+                it.map(|s| String::from_utf8_lossy(s).into_owned())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        _ => Vec::new(),
     }
 }
 
@@ -102,16 +291,7 @@ impl Imatrix {
                     .into(),
             ));
         }
-        let datasets = match md.get("imatrix.datasets") {
-            Some(Value::Array(a)) => a
-                .strings()
-                .map(|it| {
-                    it.map(|s| String::from_utf8_lossy(s).into_owned())
-                        .collect()
-                })
-                .unwrap_or_default(),
-            _ => Vec::new(),
-        };
+        let datasets = string_list(md.get("imatrix.datasets"));
         let chunks = md.get_u32("imatrix.chunk_count").unwrap_or(0);
         let f32s = |name: &str| -> Result<Vec<f32>, QuantizeError> {
             let t = file.tensor(name).map_err(|e| bad(e.to_string()))?;
