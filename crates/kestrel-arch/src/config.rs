@@ -362,6 +362,20 @@ fn per_layer(md: &Metadata<'_>, key: &str, n_layer: usize) -> Result<Vec<usize>,
 }
 
 impl DecoderConfig {
+    /// Leaves the top `n` blocks out (NextN draft blocks, counted in `block_count` but not
+    /// part of the model's forward pass): every per-layer list shortened with `n_layer`.
+    pub(crate) fn drop_top_layers(&mut self, n: usize) {
+        self.n_layer = self.n_layer.saturating_sub(n);
+        let n_layer = self.n_layer;
+        self.n_ff.truncate(n_layer);
+        self.n_head.truncate(n_layer);
+        self.n_head_kv.truncate(n_layer);
+        self.swa_layers.truncate(n_layer);
+        self.rope_layers.truncate(n_layer);
+        self.attention_layers.truncate(n_layer);
+        self.recurrent_layers.truncate(n_layer);
+    }
+
     /// Attention layers before layer `il`: the KV cache's index of attention layer `il`.
     pub fn attention_index(&self, il: usize) -> usize {
         self.attention_layers[..il.min(self.n_layer)]
@@ -544,7 +558,7 @@ impl DecoderConfig {
         archs::adjust(&mut cfg, model)?;
         // A hybrid's recurrent layers have 0 KV heads (llama.cpp reads them so): only the
         // attention layers are checked, once the family has said which they are.
-        for il in (0..n_layer).filter(|&il| !recurrent_only && cfg.attention_layers[il]) {
+        for il in (0..cfg.n_layer).filter(|&il| !recurrent_only && cfg.attention_layers[il]) {
             let (h, kv) = (cfg.n_head[il], cfg.n_head_kv[il]);
             if h == 0 || kv == 0 || h % kv != 0 {
                 return Err(invalid(format!("layer {il}: {h} heads and {kv} KV heads (heads must be a non-zero multiple of KV heads)")));

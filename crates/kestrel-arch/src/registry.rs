@@ -116,7 +116,8 @@ pub enum ArchKind {
     Jamba,
     /// Granite 4 hybrid (Mamba-2 and attention layers).
     GraniteHybrid,
-    /// Nemotron-H (Mamba-2, attention and FFN-only layers).
+    /// Nemotron-H (Mamba-2, attention and FFN-only layers; nemotron_h_moe: mixture-of-experts
+    /// FFN layers).
     NemotronH,
     /// Falcon-H1 (attention and Mamba-2 side by side).
     FalconH1,
@@ -184,6 +185,7 @@ const REGISTRY: &[(&str, ArchKind)] = &[
     ("jamba", ArchKind::Jamba),
     ("granitehybrid", ArchKind::GraniteHybrid),
     ("nemotron_h", ArchKind::NemotronH),
+    ("nemotron_h_moe", ArchKind::NemotronH),
     ("falcon-h1", ArchKind::FalconH1),
     ("lfm2", ArchKind::Lfm2),
     ("bert", ArchKind::Bert),

@@ -338,7 +338,7 @@ fn deepseek2_batched_decode_equals_single() {
 }
 
 /// The state-space families (Mamba, Mamba-2, and the hybrids with attention: jamba,
-/// granitehybrid, nemotron_h, falcon-h1, LFM2) keep one recurrent state per sequence: sequences in a batch decode as each
+/// granitehybrid, nemotron_h with and without experts, falcon-h1, LFM2) keep one recurrent state per sequence: sequences in a batch decode as each
 /// does alone; a session continues from its state, and one cut back part of the way starts over
 /// (a state cannot go back), giving a fresh prefill's logits; prompt-lookup speculation (which
 /// returns the state to its checkpoint and runs the kept tokens again after a rejected draft)
@@ -357,16 +357,21 @@ fn mamba_states_follow_each_sequence() {
         "jamba-dense",
         "granitehybrid-dense",
         "nemotron_h-dense",
+        "nemotron_h_moe-experts",
         "falcon-h1-dense",
         "lfm2-dense",
     ] {
-        batched_equals_single(files::build(&skeletons[stem], 1, 0.1));
+        let build = |seed| match files::variant(stem) {
+            Some((base, v)) => v.model(&skeletons[base], seed, 0.1),
+            None => files::build(&skeletons[stem], seed, 0.1),
+        };
+        batched_equals_single(build(1));
         let opts = GeneratorOptions {
             threads: 2,
             ctx: 128,
             ..GeneratorOptions::default()
         };
-        let model = Arc::new(files::build(&skeletons[stem], 2, 0.1));
+        let model = Arc::new(build(2));
         let mut g = Generator::new(model, opts).expect("generator");
         let prompt: Vec<u32> = (0..24).map(|i| [5, 9, 17, 33, 64][i % 5]).collect();
         let fresh =
@@ -402,6 +407,32 @@ fn mamba_states_follow_each_sequence() {
     }
     // The rollback path ran (not every family's greedy text rejects a draft).
     assert!(rejected >= 3, "{rejected} families rejected a draft");
+}
+
+/// NextN (multi-token prediction) blocks counted in `block_count` are not part of the forward
+/// pass (llama.cpp runs them only as a draft): nemotron_h_moe with one more block declared NextN
+/// gives the logits it gives without it.
+#[test]
+fn nextn_blocks_are_left_out() {
+    use std::sync::Arc;
+
+    use kestrel_generate::{Generator, GeneratorOptions};
+
+    let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
+    let (base, v) = files::variant("nemotron_h_moe-experts").expect("variant");
+    let plain = v.skeleton_of(&skeletons[base]);
+    let with_mtp = files::with_nextn_block(&plain, "nemotron_h_moe");
+    let logits = |sk| {
+        let opts = GeneratorOptions {
+            threads: 2,
+            ctx: 64,
+            ..GeneratorOptions::default()
+        };
+        let model = Arc::new(files::build(sk, 3, 1.0));
+        let mut g = Generator::new(model, opts).expect("generator");
+        g.prefill(&[1, 5, 9, 17, 33, 65]).expect("prefill").to_vec()
+    };
+    assert_eq!(logits(&with_mtp), logits(&plain));
 }
 
 fn batched_equals_single(model: GgufModel) {

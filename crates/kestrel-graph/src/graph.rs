@@ -293,8 +293,12 @@ impl Graph {
                 expect.push((*b, vec![m, e]));
             }
         }
-        if p.activation == MoeActivation::SwiGluOai && p.gate.is_none() && !p.fused_gate_up {
+        let gated = p.gate.is_some() || p.fused_gate_up;
+        if p.activation == MoeActivation::SwiGluOai && !gated {
             return Err(shape_err(name, "swiglu_oai experts without a gate".into()));
+        }
+        if p.activation == MoeActivation::ReluSqr && gated {
+            return Err(shape_err(name, "relu² experts with a gate".into()));
         }
         if let Some(b) = p.router_bias {
             expect.push((b, vec![e]));

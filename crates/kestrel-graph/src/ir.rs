@@ -145,6 +145,8 @@ pub enum MoeActivation {
     /// gpt-oss's clamped SwiGLU (llama.cpp `ggml_swiglu_oai`, alpha 1.702, limit 7):
     /// `min(g, 7) · sigmoid(1.702 · min(g, 7)) · (clamp(u, ±7) + 1)`; gated only.
     SwiGluOai,
+    /// `relu(u)²` (nemotron_h's experts); ungated only.
+    ReluSqr,
 }
 
 /// A mixture-of-experts FFN (llama.cpp's `build_moe_ffn`): router logits `x · routerᵀ`

@@ -315,6 +315,9 @@ pub(crate) fn run(
                     MoeActivation::Silu => cpu::swiglu(gate, up, act)?,
                     MoeActivation::Gelu => cpu::geglu(gate, up, act)?,
                     MoeActivation::SwiGluOai => swiglu_oai(gate, up, act),
+                    MoeActivation::ReluSqr => {
+                        return Err(GraphError::Internal("relu² with a gate".into()))
+                    }
                 }
             }
             None => {
@@ -325,6 +328,10 @@ pub(crate) fn run(
                     MoeActivation::SwiGluOai => {
                         return Err(GraphError::Internal("swiglu_oai without a gate".into()))
                     }
+                    MoeActivation::ReluSqr => act.iter_mut().for_each(|v| {
+                        let r = v.max(0.0);
+                        *v = r * r;
+                    }),
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! The state-space families: Mamba and Mamba-2 (recurrent layers alone, each
 //! `x + mamba(rms_norm(x))` with no attention and no FFN: llama.cpp's `llama_model_mamba`,
 //! `llama_model_mamba2`), and the hybrids that mix them with attention: jamba, granitehybrid
-//! (Granite 4), nemotron_h, falcon-h1, and LFM2's short convolutions. The sizes are the `ssm.*`
+//! (Granite 4), nemotron_h (and its mixture-of-experts form), falcon-h1, and LFM2's short convolutions. The sizes are the `ssm.*`
 //! keys; the recurrent state per sequence sits beside the attention layers' KV cache.
 
 use kestrel_gguf::GgufModel;
@@ -132,13 +132,32 @@ pub(crate) fn adjust_granite_hybrid(
     Ok(())
 }
 
-/// nemotron_h: each layer is one of three blocks, each `x + block(rms_norm(x))`: Mamba-2 (no KV
-/// heads and FFN size 0), attention without RoPE (FFN size 0), or an FFN alone (ungated relu²,
-/// with biases and per-tensor scales).
+/// nemotron_h and nemotron_h_moe: each layer is one of three blocks, each
+/// `x + block(rms_norm(x))`: Mamba-2 (no KV heads and FFN size 0), attention without RoPE (FFN
+/// size 0), or an FFN alone: ungated relu² with biases and per-tensor scales, or, in a layer
+/// with a router, relu² experts (sigmoid routing with the `exp_probs_b` selection bias,
+/// `expert_weights_norm` and `_scale`, per-expert scales) plus an ungated relu² shared expert.
+/// NextN (multi-token prediction) blocks at the top (`nextn_predict_layers`) are not run: llama.cpp
+/// runs them only as a draft model.
 pub(crate) fn adjust_nemotron_h(
     cfg: &mut DecoderConfig,
     model: &GgufModel,
 ) -> Result<(), ArchError> {
+    let md = model.metadata();
+    let arch = cfg.arch.clone();
+    let key = |k: &str| format!("{arch}.{k}");
+    let nextn = md
+        .opt(&key("nextn_predict_layers"), |m, k| m.get_usize(k))?
+        .unwrap_or(0);
+    if nextn > 0 {
+        if nextn >= cfg.n_layer {
+            return Err(ArchError::Invalid {
+                arch: cfg.arch.clone(),
+                reason: format!("{nextn} NextN layers of {} blocks", cfg.n_layer),
+            });
+        }
+        cfg.drop_top_layers(nextn);
+    }
     cfg.ssm = Some(ssm_config(cfg, model, SsmKind::Mamba2)?);
     cfg.recurrent_layers = (0..cfg.n_layer)
         .map(|il| cfg.n_head_kv[il] == 0 && cfg.n_ff[il] == 0)
@@ -152,18 +171,40 @@ pub(crate) fn adjust_nemotron_h(
     cfg.activation = crate::Activation::ReluSqr;
     cfg.ffn_scales = true;
     attention_scale(cfg, model)?;
-    if model.tensor_info("blk.0.ffn_gate_inp.weight").is_some()
-        || (0..cfg.n_layer).any(|il| {
-            model
-                .tensor_info(&format!("blk.{il}.ffn_gate_inp.weight"))
-                .is_some()
-        })
-    {
+    let has =
+        |t: &str| (0..cfg.n_layer).any(|il| model.tensor_info(&format!("blk.{il}.{t}")).is_some());
+    if !has("ffn_gate_inp.weight") {
+        return Ok(());
+    }
+    if has("ffn_latent_down.weight") || has("ffn_latent_up.weight") {
         return Err(super::unsupported_feature(
             cfg,
-            "nemotron_h's mixture-of-experts layers",
+            "experts in a latent space (ffn_latent_down/up, moe_latent_size)",
         ));
     }
+    let (n_expert, n_used) =
+        crate::config::moe_counts(&md, &cfg.arch)?.ok_or_else(|| ArchError::Invalid {
+            arch: cfg.arch.clone(),
+            reason: "a router (ffn_gate_inp) but no expert_count".into(),
+        })?;
+    cfg.moe = Some(crate::MoeConfig {
+        n_expert,
+        n_used,
+        // llama.cpp's graph routes nemotron_h by sigmoid whatever expert_gating_func says.
+        gating: kestrel_graph::MoeGating::Sigmoid,
+        norm_weights: md
+            .opt(&key("expert_weights_norm"), |m, k| m.get_bool(k))?
+            .unwrap_or(false),
+        weights_scale: md
+            .opt(&key("expert_weights_scale"), |m, k| m.get_f32(k))?
+            .unwrap_or(0.0),
+        expert_scales: true,
+        activation: kestrel_graph::MoeActivation::ReluSqr,
+        shared_scales: true,
+        biases: false,
+        selection_bias: true,
+        groups: None,
+    });
     Ok(())
 }
 

@@ -464,6 +464,12 @@ fn experts_mxfp4(name: &str, _: &[u64]) -> GgmlType {
 ///   of key length 192 and value length 128, no `*_mla` keys);
 /// - `deepseek2-moe-h4-top1`: `deepseek2-moe-h4` choosing one of its two experts per token
 ///   (so the selection bias `exp_probs_b` decides, as in DeepSeek V3), weights scaled by 2.5.
+/// - `nemotron_h_moe-experts`: llama.cpp's nemotron_h_moe file (test-llama-archs writes it
+///   without experts) with its FFN layer made a mixture of experts as real Nemotron-H MoE files
+///   have it: a router over 4 relu² experts of 96 (2 used, sigmoid routing, the `exp_probs_b`
+///   selection bias, weights normalized and scaled by 2.5, per-expert scales) and a relu²
+///   shared expert of 128; that layer moved first and the attention layer last, so every
+///   token's routing reaches the last position's logits.
 /// - `qwen3vl-dense-s242020`: llama.cpp's qwen3vl file with real Qwen3-VL's M-RoPE sections
 ///   (interleaved 24/20/20 over its 64 pairs), which leave pairs 61 and 62 to the fourth axis
 ///   (position 0 for text: unrotated; slow pairs, so barely visible in the logits);
@@ -500,6 +506,13 @@ pub fn variant(stem: &str) -> Option<(&str, Variant)> {
             reshape: Some(reshape),
         };
         return Some(("qwen3vl-dense", v));
+    }
+    if stem == "nemotron_h_moe-experts" {
+        let v = Variant {
+            types: all_f32,
+            reshape: Some(nemotron_h_experts),
+        };
+        return Some(("nemotron_h_moe-dense", v));
     }
     let reshape: fn(&Skeleton) -> Skeleton = match stem {
         "deepseek2-moe-h4" => |s| deepseek2_heads(s, 4, false),
@@ -623,4 +636,130 @@ fn deepseek2_top1(s: &Skeleton) -> Skeleton {
         "deepseek2.expert_weights_scale" => Some(MetadataValue::F32(2.5)),
         _ => None,
     })
+}
+
+/// llama.cpp's nemotron_h_moe file (attention, Mamba-2, FFN) with its first and last layers
+/// swapped, and the FFN layer's `ffn_up`/`ffn_down` (and their biases and scales) replaced by a
+/// router, 4 relu² experts of 96 with per-expert scales, the selection bias and a shared expert
+/// of 128 (2 experts used, weights normalized, scaled by 2.5).
+fn nemotron_h_experts(s: &Skeleton) -> Skeleton {
+    let (n_expert, n_ff_exp, n_ff_shexp) = (4u64, 96u64, 128u64);
+    let swapped = |v: &MetadataValue| match v {
+        MetadataValue::Array {
+            element_type,
+            items,
+        } if items.len() == 3 => {
+            let mut items = items.clone();
+            items.swap(0, 2);
+            Some(MetadataValue::Array {
+                element_type: *element_type,
+                items,
+            })
+        }
+        _ => None,
+    };
+    let s = with_metadata(s, |k| match k.strip_prefix("nemotron_h_moe.")? {
+        "feed_forward_length" | "attention.head_count" | "attention.head_count_kv" => s
+            .metadata
+            .iter()
+            .find(|(n, _)| n == k)
+            .and_then(|(_, v)| swapped(v)),
+        "expert_count" => Some(MetadataValue::U32(n_expert as u32)),
+        "expert_used_count" => Some(MetadataValue::U32(2)),
+        "expert_feed_forward_length" => Some(MetadataValue::U32(n_ff_exp as u32)),
+        "expert_shared_feed_forward_length" => Some(MetadataValue::U32(n_ff_shexp as u32)),
+        "expert_weights_norm" => Some(MetadataValue::Bool(true)),
+        "expert_weights_scale" => Some(MetadataValue::F32(2.5)),
+        _ => None,
+    });
+    let renamed = s.tensors.iter().map(|(name, dims)| {
+        let name = if let Some(r) = name.strip_prefix("blk.0.") {
+            format!("blk.2.{r}")
+        } else if let Some(r) = name.strip_prefix("blk.2.") {
+            format!("blk.0.{r}")
+        } else {
+            name.clone()
+        };
+        (name, dims)
+    });
+    let mut tensors = Vec::new();
+    for (name, dims) in renamed {
+        let Some(prefix) = name.strip_suffix(".ffn_up.weight") else {
+            if !name.contains(".ffn_up.") && !name.contains(".ffn_down.") {
+                tensors.push((name.clone(), dims.clone()));
+            }
+            continue;
+        };
+        let n_embd = dims[0];
+        let t = |n: &str| format!("{prefix}.{n}");
+        tensors.extend([
+            (t("ffn_gate_inp.weight"), vec![n_embd, n_expert]),
+            (t("exp_probs_b.bias"), vec![n_expert]),
+            (t("ffn_up_exps.weight"), vec![n_embd, n_ff_exp, n_expert]),
+            (t("ffn_down_exps.weight"), vec![n_ff_exp, n_embd, n_expert]),
+            (t("ffn_up_exps.scale"), vec![n_expert]),
+            (t("ffn_down_exps.scale"), vec![n_expert]),
+            (t("ffn_up_shexp.weight"), vec![n_embd, n_ff_shexp]),
+            (t("ffn_down_shexp.weight"), vec![n_ff_shexp, n_embd]),
+            (t("ffn_up_shexp.scale"), vec![1]),
+            (t("ffn_down_shexp.scale"), vec![1]),
+        ]);
+    }
+    Skeleton {
+        metadata: s.metadata,
+        tensors,
+    }
+}
+
+/// `s` (of architecture `arch`) with one more block on top, a copy of the last one's shapes,
+/// declared a NextN (multi-token prediction) block: `block_count` + 1, `nextn_predict_layers`
+/// 1, every per-layer list one longer. The other tensors keep their names, so their values.
+pub fn with_nextn_block(s: &Skeleton, arch: &str) -> Skeleton {
+    let count = format!("{arch}.block_count");
+    let n = s
+        .metadata
+        .iter()
+        .find_map(|(k, v)| match v {
+            MetadataValue::U32(x) if *k == count => Some(*x as usize),
+            _ => None,
+        })
+        .expect("block_count");
+    let metadata = s
+        .metadata
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                _ if *k == count => MetadataValue::U32(n as u32 + 1),
+                _ if *k == format!("{arch}.nextn_predict_layers") => MetadataValue::U32(1),
+                MetadataValue::Array {
+                    element_type,
+                    items,
+                } if items.len() == n && k.starts_with(arch) => {
+                    let mut items = items.clone();
+                    items.push(items[n - 1].clone());
+                    MetadataValue::Array {
+                        element_type: *element_type,
+                        items,
+                    }
+                }
+                v => v.clone(),
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    let last = format!("blk.{}.", n - 1);
+    let mut tensors = s.tensors.clone();
+    for (name, dims) in &s.tensors {
+        if let Some(rest) = name.strip_prefix(&last) {
+            tensors.push((format!("blk.{n}.{rest}"), dims.clone()));
+        }
+    }
+    Skeleton { metadata, tensors }
+}
+
+impl Variant {
+    /// The variant's skeleton (before random values).
+    pub fn skeleton_of(&self, base: &Skeleton) -> Skeleton {
+        self.skeleton(base)
+    }
 }
