@@ -399,7 +399,8 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     let e = convert_hf(&fdir, &out, &opts).unwrap_err().to_string();
     assert!(e.contains("key_multiplier"), "{e}");
 
-    // Nemotron-H: a pattern that does not cover the layers, and the MoE variant.
+    // Nemotron-H: a pattern that does not cover the layers, an MLP letter in the MoE form;
+    // experts in a latent space and a multi-token-prediction head (not converted yet).
     let nh = cases.iter().find(|c| c.name == "nemotron-h").unwrap();
     let ndir = work.join("nh");
     convert_inputs::write_case(nh, &ndir, &smollm, &gemma);
@@ -410,11 +411,31 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
         (
             "\"n_groups\": 1",
             "\"n_groups\": 1, \"num_experts_per_tok\": 2",
-            "experts",
+            "layers of M, * and E",
         ),
     ] {
         std::fs::write(ndir.join("config.json"), cfg.replace(from, to)).unwrap();
         let e = convert_hf(&ndir, &out, &opts).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+    let nm = cases.iter().find(|c| c.name == "nemotron-h-moe").unwrap();
+    let mdir = work.join("nhm");
+    convert_inputs::write_case(nm, &mdir, &smollm, &gemma);
+    assert_eq!(
+        convert_hf(&mdir, &out, &opts).unwrap().arch,
+        "nemotron_h_moe"
+    );
+    let cfg = std::fs::read_to_string(mdir.join("config.json")).unwrap();
+    for (extra, want) in [
+        ("\"moe_latent_size\": 32", "moe_latent_size"),
+        (
+            "\"num_nextn_predict_layers\": 1",
+            "num_nextn_predict_layers",
+        ),
+    ] {
+        let c = cfg.replacen("\"n_groups\": 1", &format!("\"n_groups\": 1, {extra}"), 1);
+        std::fs::write(mdir.join("config.json"), c).unwrap();
+        let e = convert_hf(&mdir, &out, &opts).unwrap_err().to_string();
         assert!(e.contains(want), "{e}");
     }
 

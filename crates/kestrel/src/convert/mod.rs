@@ -228,9 +228,7 @@ pub fn convert_hf(
         .first()
         .and_then(|a| decoder::Family::of(a).map(|f| (f, *a)))
     {
-        let mut report = decoder::convert(dir, out, family, hf_arch, &config, opts)?;
-        report.arch = family.arch().to_string();
-        return Ok(report);
+        return decoder::convert(dir, out, family, hf_arch, &config, opts);
     }
     let is_bert = model_type == "bert"
         || archs.iter().any(|a| {

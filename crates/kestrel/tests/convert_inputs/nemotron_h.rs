@@ -1,6 +1,7 @@
 //! The tensors of a Nemotron-H test checkpoint (`NemotronHForCausalLM`): `backbone.*` names, one
 //! norm and one mixer per layer by `hybrid_override_pattern` (`M`: Mamba 2 with a gated norm,
-//! `*`: attention, `-`: a ReLU² MLP of up and down projections).
+//! `*`: attention, `-`: a ReLU² MLP of up and down projections, `E`: a router with its
+//! correction bias, ReLU² experts and a shared expert).
 
 use super::mamba::{mamba2_mixer, Mixer2};
 use super::{make, Case, Named, Rng};
@@ -45,6 +46,47 @@ pub fn tensors(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
                 t.push(lin(rng, p("mixer.k_proj.weight"), case.kv_heads * hd, h));
                 t.push(lin(rng, p("mixer.v_proj.weight"), case.kv_heads * hd, h));
                 t.push(lin(rng, p("mixer.o_proj.weight"), h, case.heads * hd));
+            }
+            'E' => {
+                let (n, ff, shared) = (
+                    x("n_routed_experts"),
+                    x("moe_intermediate_size"),
+                    x("moe_shared_expert_intermediate_size"),
+                );
+                t.push(lin(rng, p("mixer.gate.weight"), n, h));
+                t.push(make(
+                    rng,
+                    p("mixer.gate.e_score_correction_bias"),
+                    vec![n],
+                    0.0,
+                    0.5,
+                ));
+                for e in 0..n {
+                    t.push(lin(
+                        rng,
+                        p(&format!("mixer.experts.{e}.up_proj.weight")),
+                        ff,
+                        h,
+                    ));
+                    t.push(lin(
+                        rng,
+                        p(&format!("mixer.experts.{e}.down_proj.weight")),
+                        h,
+                        ff,
+                    ));
+                }
+                t.push(lin(
+                    rng,
+                    p("mixer.shared_experts.up_proj.weight"),
+                    shared,
+                    h,
+                ));
+                t.push(lin(
+                    rng,
+                    p("mixer.shared_experts.down_proj.weight"),
+                    h,
+                    shared,
+                ));
             }
             _ => {
                 t.push(lin(rng, p("mixer.up_proj.weight"), case.ff, h));

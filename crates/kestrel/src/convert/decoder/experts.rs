@@ -18,9 +18,9 @@ use crate::convert::ConvertError;
 
 /// One layer's experts seen so far: per projection, per expert, the checkpoint name.
 struct Layer {
-    names: [Vec<Option<String>>; 3],
+    names: Vec<Vec<Option<String>>>,
     /// (rows, cols) of each projection, from its first expert.
-    shapes: [Option<(usize, usize)>; 3],
+    shapes: Vec<Option<(usize, usize)>>,
     seen: usize,
 }
 
@@ -38,7 +38,7 @@ impl Experts {
     pub(super) fn new(family: Family, h: &Value, cfg: &Path) -> Result<Experts, ConvertError> {
         let keys: &[&str] = match family {
             Family::Llama => &["num_local_experts"],
-            Family::DeepSeek2 => &["n_routed_experts"],
+            Family::DeepSeek2 | Family::NemotronH => &["n_routed_experts"],
             _ => &["num_local_experts", "num_experts"],
         };
         let count = match family.experts() {
@@ -62,7 +62,7 @@ impl Experts {
     }
 
     /// Takes `hf` (filtered name `name`) if it is an expert tensor: `Ok(None)` when it is not,
-    /// `Ok(Some(tensors))` when it is, with the layer's three stacked tensors once its last
+    /// `Ok(Some(tensors))` when it is, with the layer's stacked tensors once its last
     /// expert has arrived (and none before).
     pub(super) fn take(
         &mut self,
@@ -104,9 +104,10 @@ impl Experts {
                 format!("expert tensor {hf:?} has {} dims, not 2", shape.len()),
             ));
         };
+        let parts = layout.parts.len();
         let entry = self.layers.entry(layer).or_insert_with(|| Layer {
-            names: [vec![None; n], vec![None; n], vec![None; n]],
-            shapes: [None; 3],
+            names: vec![vec![None; n]; parts],
+            shapes: vec![None; parts],
             seen: 0,
         });
         match entry.shapes[part] {
@@ -129,13 +130,13 @@ impl Experts {
             ));
         }
         entry.seen += 1;
-        if entry.seen < 3 * n {
+        if entry.seen < parts * n {
             return Ok(Some(Vec::new()));
         }
         let Some(done) = self.layers.remove(&layer) else {
             return Ok(Some(Vec::new()));
         };
-        let mut out = Vec::with_capacity(3);
+        let mut out = Vec::with_capacity(parts);
         for (i, (_, gguf)) in layout.parts.iter().enumerate() {
             let (rows, cols) = done.shapes[i].unwrap_or((0, 0));
             let name = format!("blk.{layer}.{gguf}.weight");
@@ -160,12 +161,13 @@ impl Experts {
     pub(super) fn finish(&self) -> Result<(), ConvertError> {
         if let Some((layer, l)) = self.layers.iter().next() {
             let n = self.count.unwrap_or(0);
+            let parts = l.names.len();
             return Err(bad(
                 &self.cfg,
                 format!(
-                    "layer {layer} has {} of its {} expert tensors ({n} experts x 3)",
+                    "layer {layer} has {} of its {} expert tensors ({n} experts x {parts})",
                     l.seen,
-                    3 * n
+                    parts * n
                 ),
             ));
         }

@@ -135,16 +135,19 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
 /// How a family stores its experts, one 2-D tensor per expert and projection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ExpertLayout {
-    /// The part of the name before the expert index (`model.layers.{L}.` + this + `{E}.`).
+    /// Where the layers are (`model.layers.`: then the layer index).
+    pub layers: &'static str,
+    /// The part of the name before the expert index (layers + `{L}.` + this + `{E}.`).
     pub infix: &'static str,
     /// The projections in the order llama.cpp writes the stacked tensors, each with its
     /// stacked GGUF name (`blk.{L}.` + name + `.weight`).
-    pub parts: [(&'static str, &'static str); 3],
+    pub parts: &'static [(&'static str, &'static str)],
 }
 
 const MIXTRAL_EXPERTS: ExpertLayout = ExpertLayout {
+    layers: "model.layers.",
     infix: "block_sparse_moe.experts.",
-    parts: [
+    parts: &[
         ("w1", "ffn_gate_exps"),
         ("w2", "ffn_down_exps"),
         ("w3", "ffn_up_exps"),
@@ -152,8 +155,9 @@ const MIXTRAL_EXPERTS: ExpertLayout = ExpertLayout {
 };
 
 const QWEN_EXPERTS: ExpertLayout = ExpertLayout {
+    layers: "model.layers.",
     infix: "mlp.experts.",
-    parts: [
+    parts: &[
         ("down_proj", "ffn_down_exps"),
         ("gate_proj", "ffn_gate_exps"),
         ("up_proj", "ffn_up_exps"),
@@ -162,8 +166,16 @@ const QWEN_EXPERTS: ExpertLayout = ExpertLayout {
 
 /// Jamba's: Qwen 2 MoE's order, under `feed_forward.`.
 const JAMBA_EXPERTS: ExpertLayout = ExpertLayout {
+    layers: "model.layers.",
     infix: "feed_forward.experts.",
     parts: QWEN_EXPERTS.parts,
+};
+
+/// Nemotron-H's: ungated experts under `backbone.layers.{L}.mixer.`, down before up.
+const NEMOTRON_H_EXPERTS: ExpertLayout = ExpertLayout {
+    layers: "backbone.layers.",
+    infix: "mixer.experts.",
+    parts: &[("down_proj", "ffn_down_exps"), ("up_proj", "ffn_up_exps")],
 };
 
 impl Family {
@@ -281,6 +293,7 @@ impl Family {
                 Some(QWEN_EXPERTS)
             }
             Family::Jamba => Some(JAMBA_EXPERTS),
+            Family::NemotronH => Some(NEMOTRON_H_EXPERTS),
             _ => None,
         }
     }
@@ -324,7 +337,7 @@ impl Family {
 /// An expert tensor's (layer, expert, projection index in `layout.parts`), or `None` when
 /// `name` is not one.
 pub(crate) fn expert_of(layout: &ExpertLayout, name: &str) -> Option<(usize, usize, usize)> {
-    let rest = name.strip_prefix("model.layers.")?;
+    let rest = name.strip_prefix(layout.layers)?;
     let (layer, rest) = rest.split_once('.')?;
     let rest = rest.strip_prefix(layout.infix)?;
     let (expert, rest) = rest.split_once('.')?;

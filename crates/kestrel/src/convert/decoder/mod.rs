@@ -84,7 +84,12 @@ pub(crate) fn convert(
         }
         h = Value::Object(merged);
     }
-    let arch = family.arch();
+    // Nemotron-H with experts is llama.cpp's `nemotron_h_moe`.
+    let arch = if family == Family::NemotronH && nemotron_h::is_moe(&h) {
+        "nemotron_h_moe"
+    } else {
+        family.arch()
+    };
     let ck = Checkpoint::open(dir)?;
 
     let n_layer = uint(
@@ -604,7 +609,9 @@ pub(crate) fn convert(
         return Err(bad(&cfg_path, "Qwen3 rerankers are not converted yet"));
     }
 
-    write::write_file(out, &ck, fp8_block, meta, &plan, opts)
+    let mut report = write::write_file(out, &ck, fp8_block, meta, &plan, opts)?;
+    report.arch = arch.to_string();
+    Ok(report)
 }
 
 /// An unsigned hyperparameter as llama.cpp's hybrid converters' `find_hparam` reads it: the

@@ -1,11 +1,15 @@
-//! Nemotron-H (`NemotronHForCausalLM`, GGUF `nemotron_h`): one mixer per layer under
-//! `backbone.layers.{L}.mixer.`, a Mamba 2 mixer (`M`), attention (`*`) or a ReLU² MLP (`-`) by
+//! Nemotron-H (`NemotronHForCausalLM`, GGUF `nemotron_h`, or `nemotron_h_moe` with experts):
+//! one mixer per layer under `backbone.layers.{L}.mixer.`, a Mamba 2 mixer (`M`), attention
+//! (`*`), a ReLU² MLP (`-`) or, in the MoE form (Nemotron 3 Nano), experts (`E`: a router with
+//! its correction bias, ReLU² experts stacked per layer, a shared expert) by
 //! `hybrid_override_pattern`, converted as llama.cpp's `NemotronHModel` (a Granite hybrid)
 //! does: Granite MoE's keys (head_dim dropped: RoPE over hidden / heads), the hybrid's state-space
 //! keys with the inner size `mamba_num_heads × mamba_head_dim`, the KV heads per layer, then
-//! `key_length`/`value_length` from `head_dim` and the feed-forward length per layer (0 off the
-//! MLP layers); Mamba tensors as Mamba 2's, attention's with Llama's Q/K order; the vocabulary
-//! padded to 8. Refused: the MoE variant (Nemotron 3 Nano) and the list-form layer pattern.
+//! `key_length`/`value_length` from `head_dim`, the feed-forward length per layer (0 off the
+//! MLP or expert layers) and the experts' keys; Mamba tensors as Mamba 2's, attention's with
+//! Llama's Q/K order; the vocabulary padded to 8. Refused: the list-form layer pattern, experts
+//! in a latent space (`moe_latent_size`, Nemotron 3 Super) and a multi-token-prediction head
+//! (`num_nextn_predict_layers`).
 
 use serde_json::Value;
 
@@ -15,11 +19,40 @@ use super::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;
 
-/// The layer pattern (`M`, `*`, `-` per layer), checked against the layer count.
-fn pattern<'a>(h: &'a Value, n_layer: u64, cfg: &std::path::Path) -> Result<&'a str, ConvertError> {
-    if h.get("num_experts_per_tok").is_some() {
-        return Err(bad(cfg, "Nemotron-H with experts is not supported yet"));
+/// Whether the config is the mixture-of-experts form (`nemotron_h_moe`), as llama.cpp decides.
+pub(super) fn is_moe(h: &Value) -> bool {
+    h.get("num_experts_per_tok").is_some()
+        || h.get("llm_config")
+            .is_some_and(|c| c.get("num_experts_per_tok").is_some())
+}
+
+/// The letter of the layers with an FFN: `E` (experts) in the MoE form, else `-`.
+fn ffn_letter(h: &Value) -> char {
+    if is_moe(h) {
+        'E'
+    } else {
+        '-'
     }
+}
+
+/// The layer pattern (`M`, `*` and `-` or `E` per layer), checked against the layer count.
+fn pattern<'a>(h: &'a Value, n_layer: u64, cfg: &std::path::Path) -> Result<&'a str, ConvertError> {
+    if is_moe(h) {
+        if h.get("moe_latent_size").is_some_and(|v| !v.is_null()) {
+            return Err(bad(
+                cfg,
+                "Nemotron-H experts in a latent space (moe_latent_size) are not supported yet",
+            ));
+        }
+        if uint(h, &["num_nextn_predict_layers"], cfg)?.unwrap_or(0) > 0 {
+            return Err(bad(
+                cfg,
+                "Nemotron-H's multi-token-prediction head (num_nextn_predict_layers) is not \
+                 converted yet",
+            ));
+        }
+    }
+    let ffn = ffn_letter(h);
     let p = h
         .get("hybrid_override_pattern")
         .and_then(Value::as_str)
@@ -29,10 +62,12 @@ fn pattern<'a>(h: &'a Value, n_layer: u64, cfg: &std::path::Path) -> Result<&'a 
                 "a Nemotron-H config without a hybrid_override_pattern string is not supported yet",
             )
         })?;
-    if p.len() as u64 != n_layer || !p.chars().all(|c| matches!(c, 'M' | '*' | '-')) {
+    if p.len() as u64 != n_layer || !p.chars().all(|c| c == 'M' || c == '*' || c == ffn) {
         return Err(bad(
             cfg,
-            format!("hybrid_override_pattern {p:?} does not give {n_layer} layers of M, * and -"),
+            format!(
+                "hybrid_override_pattern {p:?} does not give {n_layer} layers of M, * and {ffn}"
+            ),
         ));
     }
     Ok(p)
@@ -85,14 +120,51 @@ pub(super) fn params(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> 
         k("attention.value_length"),
         u32_of(head_dim, "head_dim", cfg)?,
     );
-    let n_ff = find(h, &["intermediate_size", "n_inner", "hidden_dim"], cfg)?
-        .ok_or_else(|| bad(cfg, "no intermediate_size"))?;
+    let moe = is_moe(h);
+    let n_ff = if moe {
+        uint(h, &["moe_intermediate_size"], cfg)?
+            .ok_or_else(|| bad(cfg, "Nemotron-H experts without moe_intermediate_size"))?
+    } else {
+        find(h, &["intermediate_size", "n_inner", "hidden_dim"], cfg)?
+            .ok_or_else(|| bad(cfg, "no intermediate_size"))?
+    };
     let n_ff = i32::try_from(n_ff).map_err(|_| bad(cfg, "intermediate_size too large"))?;
-    let mlp = layers_of(p, '-');
+    let mlp = layers_of(p, ffn_letter(h));
     let per_layer: Vec<i32> = (0..hp.n_layer)
         .map(|i| if mlp.contains(&i) { n_ff } else { 0 })
         .collect();
     meta.i32s(k("feed_forward_length"), &per_layer);
+    if moe {
+        let need = |key: &str| {
+            uint(h, &[key], cfg)?
+                .ok_or_else(|| bad(cfg, format!("Nemotron-H experts without {key}")))
+                .and_then(|v| u32_of(v, key, cfg))
+        };
+        let used = need("num_experts_per_tok")?;
+        meta.u32(k("expert_used_count"), used);
+        meta.u32(
+            k("expert_feed_forward_length"),
+            need("moe_intermediate_size")?,
+        );
+        meta.u32(
+            k("expert_shared_feed_forward_length"),
+            need("moe_shared_expert_intermediate_size")?,
+        );
+        meta.u32(k("expert_count"), need("n_routed_experts")?);
+        meta.u32(k("expert_shared_count"), need("n_shared_experts")?);
+        let norm = h
+            .get("norm_topk_prob")
+            .and_then(Value::as_bool)
+            .ok_or_else(|| bad(cfg, "Nemotron-H experts without norm_topk_prob"))?;
+        meta.bool(k("expert_weights_norm"), norm);
+        let scale = h
+            .get("routed_scaling_factor")
+            .and_then(Value::as_f64)
+            .ok_or_else(|| bad(cfg, "Nemotron-H experts without routed_scaling_factor"))?;
+        meta.f32(k("expert_weights_scale"), scale as f32);
+        meta.u32(k("expert_group_count"), need("n_group")?);
+        meta.u32(k("expert_used_count"), used);
+    }
     Ok(())
 }
 
@@ -113,6 +185,10 @@ pub(super) fn gguf_name(name: &str) -> Option<String> {
         "mixer.o_proj.weight" => "attn_output.weight",
         "mixer.up_proj.weight" => "ffn_up.weight",
         "mixer.down_proj.weight" => "ffn_down.weight",
+        "mixer.gate.weight" => "ffn_gate_inp.weight",
+        "mixer.gate.e_score_correction.bias" => "exp_probs_b.bias",
+        "mixer.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",
+        "mixer.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
         _ => super::mamba::ssm_short(tail.strip_prefix("mixer.")?)?,
     };
     Some(format!("blk.{layer}.{short}"))
