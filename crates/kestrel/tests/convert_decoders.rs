@@ -439,7 +439,7 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
         assert!(e.contains(want), "{e}");
     }
 
-    // InternLM2 with an added_tokens.json (appended after the pieces: not written yet).
+    // InternLM2 with an added_tokens.json (llama.cpp appends it past the embedding: refused).
     let il = cases.iter().find(|c| c.name == "internlm2").unwrap();
     let idir = work.join("il");
     convert_inputs::write_case(il, &idir, &smollm, &gemma);

@@ -120,7 +120,8 @@ pub(crate) enum Style {
     Phi3,
     /// `InternLM2Model.set_vocab`: Phi-3's added-token rules, a `\x00` piece written as `🐉`,
     /// pieces named `[UNUSED...` unused, no padding past the model's pieces, and no
-    /// `added_tokens.json` (appended there in its key order: not supported yet).
+    /// `added_tokens.json` (which llama.cpp appends after the pieces, making a vocabulary longer
+    /// than the embedding: refused).
     InternLm2,
 }
 
@@ -181,9 +182,11 @@ pub(crate) fn load(
     if internlm2 && added.is_file() {
         return Err(ConvertError::Input {
             path: added,
-            reason: "InternLM2's added_tokens.json (appended after the pieces) is not supported \
-                     yet"
-            .into(),
+            reason: "InternLM2's added_tokens.json is refused: llama.cpp's converter appends its \
+                     tokens after the vocab_size pieces, a vocabulary longer than the embedding \
+                     (llama.cpp b11434 then refuses its own file: token_embd.weight has the wrong \
+                     shape)"
+                .into(),
         });
     }
     if added.is_file() {
