@@ -438,7 +438,7 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     let qwen2 = matches!(mt, "qwen2" | "qwen2_moe" | "qwen2_vl");
     let qk_norm = matches!(
         mt,
-        "gemma3_text" | "qwen3" | "qwen3_moe" | "exaone4" | "qwen3_vl"
+        "gemma3_text" | "qwen3" | "qwen3_moe" | "exaone4" | "qwen3_vl" | "maincoder"
     );
     let phi3 = mt == "phi3";
     let olmo2 = mt == "olmo2" || mt == "olmo3";

@@ -83,6 +83,12 @@ pub(crate) enum Family {
     DeepSeek2,
     /// `ArceeForCausalLM` (AFM; GGUF `arcee`: Llama's converter, an ungated ReLU² feed-forward).
     Arcee,
+    /// `NanbeigeForCausalLM` (Nanbeige 4; GGUF `nanbeige`: Llama's converter plus the layer-loop
+    /// keys `num_loops` and `skip_loop_final_norm`).
+    Nanbeige,
+    /// `MaincoderForCausalLM` (Maincoder; GGUF `maincoder`: the generic keys, Q/K norms, the
+    /// rotary dimension from `head_dim`).
+    MainCoder,
     /// `SeedOssForCausalLM` (Seed-OSS; GGUF `seed_oss`: Q/K/V biases, the pre-FFN norm named
     /// `post_attention_norm`).
     SeedOss,
@@ -124,7 +130,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, HunYuanDenseV1ForCausalLM, \
@@ -216,6 +222,8 @@ impl Family {
             "GPTBigCodeForCausalLM" => Family::StarCoder,
             "Glm4ForCausalLM" => Family::Glm4,
             "ArceeForCausalLM" => Family::Arcee,
+            "NanbeigeForCausalLM" => Family::Nanbeige,
+            "MaincoderForCausalLM" => Family::MainCoder,
             "SeedOssForCausalLM" => Family::SeedOss,
             "NemotronForCausalLM" => Family::Nemotron,
             "Qwen3VLForConditionalGeneration" => Family::Qwen3Vl,
@@ -270,6 +278,8 @@ impl Family {
             Family::Glm4 => "glm4",
             Family::Qwen2Vl => "qwen2vl",
             Family::Arcee => "arcee",
+            Family::Nanbeige => "nanbeige",
+            Family::MainCoder => "maincoder",
             Family::SeedOss => "seed_oss",
             Family::Nemotron => "nemotron",
             Family::Qwen3Vl => "qwen3vl",
@@ -309,6 +319,7 @@ impl Family {
                 | Family::GraniteMoe
                 | Family::Mistral3
                 | Family::Arcee
+                | Family::Nanbeige
         )
     }
 
@@ -500,6 +511,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
             | Family::Olmoe
             | Family::Exaone4
             | Family::CommandR
+            | Family::MainCoder
     );
     // Norms after attention and feed-forward (OLMo 2, EXAONE 4), no pre-norms.
     let olmo2 = matches!(family, Family::Olmo2 | Family::Exaone4);

@@ -133,6 +133,7 @@ pub(crate) fn convert(
         | Family::SmolLm3
         | Family::Mistral3
         | Family::Arcee
+        | Family::Nanbeige
         | Family::Qwen2
         | Family::Qwen2Vl
         | Family::Qwen3

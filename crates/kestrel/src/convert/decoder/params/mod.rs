@@ -267,6 +267,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::GraniteMoe
         | Family::Mistral3
         | Family::Arcee
+        | Family::Nanbeige
         | Family::GraniteHybrid
         | Family::NemotronH => {
             let v = vocab_size.ok_or_else(|| bad(cfg, "no vocab_size"))?;
@@ -339,6 +340,27 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             }
             if family == Family::NemotronH {
                 super::nemotron_h::params(meta, hp)?;
+            }
+            if family == Family::Nanbeige {
+                // `NanbeigeModel`: the loop count (at least 1) and whether the loops skip the
+                // final norm.
+                let loops = h
+                    .get("num_loops")
+                    .and_then(Value::as_i64)
+                    .filter(|&n| n >= 1)
+                    .unwrap_or(1);
+                meta.u32(k("num_loops"), u32_of(loops as u64, "num_loops", cfg)?);
+                let skip = h
+                    .get("skip_loop_final_norm")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                meta.bool(k("skip_loop_final_norm"), skip);
+            }
+        }
+        Family::MainCoder => {
+            // `MaincoderModel`: the rotary dimension from head_dim.
+            if let Some(d) = uint(h, &["head_dim"], cfg)? {
+                meta.u32(k("rope.dimension_count"), u32_of(d, "head_dim", cfg)?);
             }
         }
         Family::Qwen2
