@@ -632,7 +632,15 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             ));
             t.push(mat(&mut rng, p("self_attn.sinks"), vec![case.heads], 1.0));
         }
-        if qwen2 || oss || mt == "seed_oss" {
+        if mt == "pangu_embedded" {
+            t.push(mat(
+                &mut rng,
+                p("self_attn.o_proj.bias"),
+                vec![case.hidden],
+                0.1,
+            ));
+        }
+        if qwen2 || oss || mt == "seed_oss" || mt == "pangu_embedded" {
             t.push(mat(&mut rng, p("self_attn.q_proj.bias"), vec![q], 0.1));
             t.push(mat(&mut rng, p("self_attn.k_proj.bias"), vec![kv], 0.1));
             t.push(mat(&mut rng, p("self_attn.v_proj.bias"), vec![kv], 0.1));
@@ -806,8 +814,8 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             0.1,
         ));
     }
-    if mt == "nemotron" {
-        // Nemotron's norms are layer norms with biases.
+    if mt == "nemotron" || mt == "orion" {
+        // Nemotron's and Orion's norms are layer norms with biases.
         let norms: Vec<(String, usize)> = t
             .iter()
             .filter(|(n, _, _)| n.ends_with("layernorm.weight") || n == "model.norm.weight")

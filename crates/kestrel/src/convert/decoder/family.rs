@@ -89,6 +89,12 @@ pub(crate) enum Family {
     /// `MaincoderForCausalLM` (Maincoder; GGUF `maincoder`: the generic keys, Q/K norms, the
     /// rotary dimension from `head_dim`).
     MainCoder,
+    /// `OrionForCausalLM` (Orion; GGUF `orion`: its own short key list, layer norms with
+    /// biases, SentencePiece).
+    Orion,
+    /// `PanguEmbeddedForCausalLM` (openPangu Embedded; GGUF `pangu-embedded`: the generic keys
+    /// plus the vocabulary size and rotary dimension, an output bias, SentencePiece).
+    PanguEmbedded,
     /// `SeedOssForCausalLM` (Seed-OSS; GGUF `seed_oss`: Q/K/V biases, the pre-FFN norm named
     /// `post_attention_norm`).
     SeedOss,
@@ -130,7 +136,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, HunYuanDenseV1ForCausalLM, \
@@ -224,6 +230,8 @@ impl Family {
             "ArceeForCausalLM" => Family::Arcee,
             "NanbeigeForCausalLM" => Family::Nanbeige,
             "MaincoderForCausalLM" => Family::MainCoder,
+            "OrionForCausalLM" => Family::Orion,
+            "PanguEmbeddedForCausalLM" => Family::PanguEmbedded,
             "SeedOssForCausalLM" => Family::SeedOss,
             "NemotronForCausalLM" => Family::Nemotron,
             "Qwen3VLForConditionalGeneration" => Family::Qwen3Vl,
@@ -280,6 +288,8 @@ impl Family {
             Family::Arcee => "arcee",
             Family::Nanbeige => "nanbeige",
             Family::MainCoder => "maincoder",
+            Family::Orion => "orion",
+            Family::PanguEmbedded => "pangu-embedded",
             Family::SeedOss => "seed_oss",
             Family::Nemotron => "nemotron",
             Family::Qwen3Vl => "qwen3vl",
@@ -481,7 +491,11 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "model.norm.bias"
             if matches!(
                 family,
-                Family::StarCoder2 | Family::StableLm | Family::PhiMoe | Family::Nemotron
+                Family::StarCoder2
+                    | Family::StableLm
+                    | Family::PhiMoe
+                    | Family::Nemotron
+                    | Family::Orion
             ) =>
         {
             return Some("output_norm.bias".into())

@@ -156,9 +156,12 @@ pub(crate) fn convert(
             ))
         }
         // MiniCPM: SentencePiece only, as llama.cpp's `_set_vocab_sentencepiece`.
-        Family::Gemma | Family::Gemma2 | Family::Nemotron | Family::MiniCpm => {
-            spm::load(dir, n_vocab, spm::Style::Default)?
-        }
+        Family::Gemma
+        | Family::Gemma2
+        | Family::Nemotron
+        | Family::MiniCpm
+        | Family::Orion
+        | Family::PanguEmbedded => spm::load(dir, n_vocab, spm::Style::Default)?,
         Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
             spm::load(dir, n_vocab, spm::Style::Phi3)?
         }
@@ -590,6 +593,14 @@ pub(crate) fn convert(
         sv.set_if_absent("unk", 1)?;
     }
     sv.write(&mut meta);
+    if family == Family::PanguEmbedded {
+        // PanguEmbeddedModel.set_vocab: tokenizer_config.json's add_prefix_space, where set.
+        if let Some(b) = read_opt_json(&dir.join("tokenizer_config.json"))?
+            .and_then(|c| c.get("add_prefix_space").and_then(|v| v.as_bool()))
+        {
+            meta.bool("tokenizer.ggml.add_space_prefix", b);
+        }
+    }
     if family == Family::HunyuanDense {
         hunyuan::specials(&mut meta, &h, dir, &cfg_path)?;
     }

@@ -12,7 +12,7 @@ use super::family::{self, Family};
 use super::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;
-use own::{gemma, gemma2, gpt2, phi2, phi3, stablelm};
+use own::{gemma, gemma2, gpt2, orion, phi2, phi3, stablelm};
 pub(super) use own::{phi3_rope_factors, LongRope};
 
 /// What the metadata is written from.
@@ -54,6 +54,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         }
         Family::Phi2 => return phi2(meta, hp),
         Family::StableLm => return stablelm(meta, hp),
+        Family::Orion => return orion(meta, hp),
         Family::Gpt2 | Family::StarCoder => return gpt2(meta, family, hp),
         Family::Mamba => return super::mamba::params(meta, hp),
         Family::Mamba2 => return super::mamba::mamba2_params(meta, hp),
@@ -357,6 +358,29 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                 meta.bool(k("skip_loop_final_norm"), skip);
             }
         }
+        Family::PanguEmbedded => {
+            // `PanguEmbeddedModel`: the vocabulary size, the rotary dimension (hidden / heads
+            // without head_dim, then also as the key and value lengths).
+            let v = vocab_size.ok_or_else(|| bad(cfg, "no vocab_size"))?;
+            meta.u32(k("vocab_size"), u32_of(v, "vocab_size", cfg)?);
+            let head_dim = uint(h, &["head_dim"], cfg)?;
+            let rope_dim = match head_dim {
+                Some(d) => d,
+                None => {
+                    let e = n_embd.ok_or_else(|| bad(cfg, "no hidden_size"))?;
+                    let nh = n_head
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| bad(cfg, "no num_attention_heads"))?;
+                    e / nh
+                }
+            };
+            let rope_dim = u32_of(rope_dim, "head_dim", cfg)?;
+            meta.u32(k("rope.dimension_count"), rope_dim);
+            if head_dim.is_none() {
+                meta.u32(k("attention.key_length"), rope_dim);
+                meta.u32(k("attention.value_length"), rope_dim);
+            }
+        }
         Family::MainCoder => {
             // `MaincoderModel`: the rotary dimension from head_dim.
             if let Some(d) = uint(h, &["head_dim"], cfg)? {
@@ -380,6 +404,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Mamba2
         | Family::Jamba
         | Family::FalconH1
+        | Family::Orion
         | Family::InternLm2 => {}
         Family::HunyuanDense => super::hunyuan::params(meta, hp)?,
         Family::Lfm2 => super::lfm2::params(meta, hp)?,

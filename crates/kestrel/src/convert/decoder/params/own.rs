@@ -348,3 +348,49 @@ pub(super) fn gpt2(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(), 
     meta.u32("general.file_type", hp.file_type);
     Ok(())
 }
+
+/// `OrionModel.set_gguf_parameters` (it does not call the base): the file type, Meta's tensor
+/// layout tag, the context (`max_sequence_length`, `max_position_embeddings` or
+/// `model_max_length`), sizes, heads, and `rms_norm_eps` as the layer-norm epsilon (Orion's
+/// norms are layer norms).
+pub(super) fn orion(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
+    let k = |s: &str| format!("{}.{s}", hp.arch);
+    meta.u32("general.file_type", hp.file_type);
+    meta.str(k("tensor_data_layout"), "Meta AI original pth");
+    let ctx = [
+        "max_sequence_length",
+        "max_position_embeddings",
+        "model_max_length",
+    ]
+    .iter()
+    .find_map(|key| hp.h.get(*key).filter(|v| !v.is_null()).map(|_| *key))
+    .ok_or_else(|| {
+        bad(
+            hp.cfg,
+            "Orion: no context length (max_sequence_length, ...)",
+        )
+    })?;
+    meta.u32(k("context_length"), need_u32(hp, &[ctx])?);
+    meta.u32(k("embedding_length"), need_u32(hp, &["hidden_size"])?);
+    meta.u32(
+        k("block_count"),
+        u32_of(hp.n_layer, "num_hidden_layers", hp.cfg)?,
+    );
+    meta.u32(
+        k("feed_forward_length"),
+        need_u32(hp, &["intermediate_size"])?,
+    );
+    let heads = need_u32(hp, &["num_attention_heads"])?;
+    meta.u32(k("attention.head_count"), heads);
+    let kv = match hp.h.get("num_key_value_heads").filter(|v| !v.is_null()) {
+        Some(_) => need_u32(hp, &["num_key_value_heads"])?,
+        None => heads,
+    };
+    meta.u32(k("attention.head_count_kv"), kv);
+    let eps =
+        hp.h.get("rms_norm_eps")
+            .and_then(|v| v.as_f64())
+            .ok_or_else(|| bad(hp.cfg, "Orion: no rms_norm_eps"))?;
+    meta.f32(k("attention.layer_norm_epsilon"), eps as f32);
+    Ok(())
+}
