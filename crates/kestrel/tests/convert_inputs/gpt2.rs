@@ -1,7 +1,8 @@
-//! GPT-2 and StarCoder 1 (GPTBigCode) test checkpoints: their own config keys (`n_embd`,
-//! `n_head`, ...) and tensor names (`transformer.h.{L}.*`), learned positions, a fused QKV
-//! matrix (GPT-2's `Conv1D` weights stored `[in, out]`; StarCoder's `Linear` ones `[out, in]`
-//! with one KV head), LayerNorms and projections with biases, a 4 × width GELU MLP.
+//! GPT-2, StarCoder 1 (GPTBigCode) and CodeShell test checkpoints: their own config keys
+//! (`n_embd`, `n_head`, ...) and tensor names (`transformer.h.{L}.*`), learned positions (RoPE
+//! for CodeShell), a fused QKV matrix (GPT-2's `Conv1D` weights stored `[in, out]`; StarCoder's
+//! and CodeShell's `Linear` ones `[out, in]`, with one KV head or `num_query_groups`),
+//! LayerNorms and projections with biases, a 4 × width GELU MLP.
 
 use serde_json::{json, Value as Json};
 
@@ -23,6 +24,11 @@ pub fn config(case: &Case, mut cfg: Json) -> Json {
     }
     if case.model_type == "gpt2" {
         o.insert("activation_function".into(), json!("gelu_new"));
+    } else if case.model_type == "codeshell" {
+        o.insert("activation_function".into(), json!("gelu_pytorch_tanh"));
+        o.insert("num_query_groups".into(), json!(case.kv_heads));
+        o.insert("group_query_attention".into(), json!(true));
+        o.insert("position_embedding_type".into(), json!("rope"));
     } else {
         o.insert("activation_function".into(), json!("gelu_pytorch_tanh"));
         o.insert("multi_query".into(), json!(true));
@@ -48,20 +54,29 @@ pub fn tensors(case: &Case, vocab: usize, rng: &mut Rng, t: &mut Vec<Named>) {
         0.0,
         0.5,
     );
-    push(
-        rng,
-        "transformer.wpe.weight".into(),
-        vec![n_pos, h],
-        0.0,
-        0.1,
-    );
+    if case.model_type != "codeshell" {
+        push(
+            rng,
+            "transformer.wpe.weight".into(),
+            vec![n_pos, h],
+            0.0,
+            0.1,
+        );
+    }
     push(rng, "transformer.ln_f.weight".into(), vec![h], 1.0, 0.2);
     push(rng, "transformer.ln_f.bias".into(), vec![h], 0.0, 0.1);
     if !case.tied {
         push(rng, "lm_head.weight".into(), vec![vocab, h], 0.0, 0.1);
     }
-    // One KV head for StarCoder (multi-query), every head for GPT-2.
-    let qkv = if gpt2 { 3 * h } else { h + 2 * hd };
+    // One KV head for StarCoder (multi-query), every head for GPT-2, the query groups for
+    // CodeShell.
+    let qkv = if gpt2 {
+        3 * h
+    } else if case.model_type == "codeshell" {
+        h + 2 * case.kv_heads * hd
+    } else {
+        h + 2 * hd
+    };
     for l in 0..case.layers {
         let p = |s: &str| format!("transformer.h.{l}.{s}");
         for norm in ["ln_1", "ln_2"] {

@@ -400,7 +400,7 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     if case.model_type == "qwen3_vl" {
         cfg = qwen3vl_config(cfg);
     }
-    if matches!(case.model_type, "gpt2" | "gpt_bigcode") {
+    if matches!(case.model_type, "gpt2" | "gpt_bigcode" | "codeshell") {
         cfg = gpt2::config(case, cfg);
     }
     if case.model_type == "exaone" {
@@ -486,7 +486,7 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         write_weights(dir, t, case.dt, case.shards);
         return;
     }
-    if mt == "gpt2" || mt == "gpt_bigcode" {
+    if mt == "gpt2" || mt == "gpt_bigcode" || mt == "codeshell" {
         gpt2::tensors(case, vocab, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;

@@ -89,6 +89,9 @@ pub(crate) enum Family {
     /// `MaincoderForCausalLM` (Maincoder; GGUF `maincoder`: the generic keys, Q/K norms, the
     /// rotary dimension from `head_dim`).
     MainCoder,
+    /// `CodeShellForCausalLM` (CodeShell; GGUF `codeshell`: GPTBigCode's names with grouped
+    /// queries and RoPE, its own key list).
+    CodeShell,
     /// `OrionForCausalLM` (Orion; GGUF `orion`: its own short key list, layer norms with
     /// biases, SentencePiece).
     Orion,
@@ -136,7 +139,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, HunYuanDenseV1ForCausalLM, \
@@ -231,6 +234,7 @@ impl Family {
             "NanbeigeForCausalLM" => Family::Nanbeige,
             "MaincoderForCausalLM" => Family::MainCoder,
             "OrionForCausalLM" => Family::Orion,
+            "CodeShellForCausalLM" => Family::CodeShell,
             "PanguEmbeddedForCausalLM" => Family::PanguEmbedded,
             "SeedOssForCausalLM" => Family::SeedOss,
             "NemotronForCausalLM" => Family::Nemotron,
@@ -289,6 +293,7 @@ impl Family {
             Family::Nanbeige => "nanbeige",
             Family::MainCoder => "maincoder",
             Family::Orion => "orion",
+            Family::CodeShell => "codeshell",
             Family::PanguEmbedded => "pangu-embedded",
             Family::SeedOss => "seed_oss",
             Family::Nemotron => "nemotron",
@@ -458,7 +463,7 @@ fn granite_hybrid_name(name: &str) -> Option<String> {
 /// The GGUF name of a (filtered) Hugging Face tensor name, or `None` if the family has no
 /// such tensor.
 pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
-    if matches!(family, Family::Gpt2 | Family::StarCoder) {
+    if matches!(family, Family::Gpt2 | Family::StarCoder | Family::CodeShell) {
         return gpt2_name(name);
     }
     if matches!(family, Family::Mamba | Family::Mamba2) {

@@ -12,7 +12,7 @@ use super::family::{self, Family};
 use super::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;
-use own::{gemma, gemma2, gpt2, orion, phi2, phi3, stablelm};
+use own::{codeshell, gemma, gemma2, gpt2, orion, phi2, phi3, stablelm};
 pub(super) use own::{phi3_rope_factors, LongRope};
 
 /// What the metadata is written from.
@@ -55,6 +55,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::Phi2 => return phi2(meta, hp),
         Family::StableLm => return stablelm(meta, hp),
         Family::Orion => return orion(meta, hp),
+        Family::CodeShell => return codeshell(meta, hp),
         Family::Gpt2 | Family::StarCoder => return gpt2(meta, family, hp),
         Family::Mamba => return super::mamba::params(meta, hp),
         Family::Mamba2 => return super::mamba::mamba2_params(meta, hp),
@@ -405,6 +406,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Jamba
         | Family::FalconH1
         | Family::Orion
+        | Family::CodeShell
         | Family::InternLm2 => {}
         Family::HunyuanDense => super::hunyuan::params(meta, hp)?,
         Family::Lfm2 => super::lfm2::params(meta, hp)?,

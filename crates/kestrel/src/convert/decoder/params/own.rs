@@ -394,3 +394,32 @@ pub(super) fn orion(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
     meta.f32(k("attention.layer_norm_epsilon"), eps as f32);
     Ok(())
 }
+
+/// `CodeShellModel.set_gguf_parameters` (it does not call the base): context (`n_positions`),
+/// width, a feed-forward of 4 × width, blocks, heads and query groups, the layer-norm epsilon,
+/// the file type, then a fixed RoPE base of 10000 with linear scaling by 1.
+pub(super) fn codeshell(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
+    let k = |s: &str| format!("{}.{s}", hp.arch);
+    meta.u32(k("context_length"), need_u32(hp, &["n_positions"])?);
+    let n_embd = need(hp, &["n_embd"])?;
+    meta.u32(k("embedding_length"), u32_of(n_embd, "n_embd", hp.cfg)?);
+    let ff = n_embd
+        .checked_mul(4)
+        .ok_or_else(|| bad(hp.cfg, "n_embd too large"))?;
+    meta.u32(k("feed_forward_length"), u32_of(ff, "4 × n_embd", hp.cfg)?);
+    meta.u32(k("block_count"), u32_of(hp.n_layer, "n_layer", hp.cfg)?);
+    meta.u32(k("attention.head_count"), need_u32(hp, &["n_head"])?);
+    meta.u32(
+        k("attention.head_count_kv"),
+        need_u32(hp, &["num_query_groups"])?,
+    );
+    meta.f32(
+        k("attention.layer_norm_epsilon"),
+        need_f32(hp, "layer_norm_epsilon")?,
+    );
+    meta.u32("general.file_type", hp.file_type);
+    meta.f32(k("rope.freq_base"), 10000.0);
+    meta.str(k("rope.scaling.type"), "linear");
+    meta.f32(k("rope.scaling.factor"), 1.0);
+    Ok(())
+}
