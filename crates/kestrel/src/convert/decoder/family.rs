@@ -92,6 +92,9 @@ pub(crate) enum Family {
     /// `CodeShellForCausalLM` (CodeShell; GGUF `codeshell`: GPTBigCode's names with grouped
     /// queries and RoPE, its own key list).
     CodeShell,
+    /// `BaichuanForCausalLM` (Baichuan 1 and 2; GGUF `baichuan`: Llama's names with the fused
+    /// `W_pack` split, `baichuan.rs`).
+    Baichuan,
     /// `OrionForCausalLM` (Orion; GGUF `orion`: its own short key list, layer norms with
     /// biases, SentencePiece).
     Orion,
@@ -139,7 +142,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, BaichuanForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, HunYuanDenseV1ForCausalLM, \
@@ -234,6 +237,7 @@ impl Family {
             "NanbeigeForCausalLM" => Family::Nanbeige,
             "MaincoderForCausalLM" => Family::MainCoder,
             "OrionForCausalLM" => Family::Orion,
+            "BaichuanForCausalLM" | "BaiChuanForCausalLM" => Family::Baichuan,
             "CodeShellForCausalLM" => Family::CodeShell,
             "PanguEmbeddedForCausalLM" => Family::PanguEmbedded,
             "SeedOssForCausalLM" => Family::SeedOss,
@@ -293,6 +297,7 @@ impl Family {
             Family::Nanbeige => "nanbeige",
             Family::MainCoder => "maincoder",
             Family::Orion => "orion",
+            Family::Baichuan => "baichuan",
             Family::CodeShell => "codeshell",
             Family::PanguEmbedded => "pangu-embedded",
             Family::SeedOss => "seed_oss",

@@ -38,7 +38,7 @@ pub(super) fn gguf_name(name: &str) -> Option<String> {
 
 /// Llama's Q/K row order within `heads` heads of `hd` rows: output row `2i + j` of a head is
 /// its input row `j · hd/2 + i`.
-fn permuted(hd: usize, r: usize) -> usize {
+pub(super) fn permuted(hd: usize, r: usize) -> usize {
     let (i, j) = (r / 2, r % 2);
     j * (hd / 2) + i
 }
@@ -94,27 +94,37 @@ pub(super) fn plan_wqkv(
     let v: Vec<usize> = (0..kv * hd)
         .map(|r| (r / hd) * group + (q_per_kv + 1) * hd + r % hd)
         .collect();
-    Ok(Some(
-        [("attn_q", q), ("attn_k", k), ("attn_v", v)]
-            .into_iter()
-            .map(|(n, rows)| {
-                let name = format!("blk.{layer}.{n}.weight");
-                Planned {
-                    spec: TensorSpec {
-                        ggml_type: out_type(&name, 2, hidden),
-                        dims: vec![hidden as u64, rows.len() as u64],
-                        name,
-                    },
-                    cols: hidden,
-                    source: Source::Rows {
-                        hf: hf.to_string(),
-                        rows,
-                        map: ValueMap::Keep,
-                    },
-                }
-            })
-            .collect(),
-    ))
+    Ok(Some(split_rows(hf, layer, hidden, [q, k, v], out_type)))
+}
+
+/// `attn_q`, `attn_k` and `attn_v` of layer `layer`, each the given rows of `hf` (of `cols`
+/// columns).
+pub(super) fn split_rows(
+    hf: &str,
+    layer: usize,
+    cols: usize,
+    [q, k, v]: [Vec<usize>; 3],
+    out_type: &impl Fn(&str, usize, usize) -> GgmlType,
+) -> Vec<Planned> {
+    [("attn_q", q), ("attn_k", k), ("attn_v", v)]
+        .into_iter()
+        .map(|(n, rows)| {
+            let name = format!("blk.{layer}.{n}.weight");
+            Planned {
+                spec: TensorSpec {
+                    ggml_type: out_type(&name, 2, cols),
+                    dims: vec![cols as u64, rows.len() as u64],
+                    name,
+                },
+                cols,
+                source: Source::Rows {
+                    hf: hf.to_string(),
+                    rows,
+                    map: ValueMap::Keep,
+                },
+            }
+        })
+        .collect()
 }
 
 /// The id of `<|im_end|>` where `tokenizer_config.json`'s `added_tokens_decoder` or

@@ -3,6 +3,7 @@
 //! tokenizer data. Tensors stream from the memory-mapped shards to the file a block of rows at
 //! a time, so the model is never held in memory.
 
+mod baichuan;
 mod defaults;
 mod experts;
 mod falcon_h1;
@@ -161,6 +162,7 @@ pub(crate) fn convert(
         | Family::Nemotron
         | Family::MiniCpm
         | Family::Orion
+        | Family::Baichuan
         | Family::PanguEmbedded => spm::load(dir, n_vocab, spm::Style::Default)?,
         Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
             spm::load(dir, n_vocab, spm::Style::Phi3)?
@@ -423,6 +425,12 @@ pub(crate) fn convert(
             .ok_or_else(|| bad(dir, format!("{hf} vanished")))?;
         if family == Family::InternLm2 {
             if let Some(p) = internlm2::plan_wqkv(hf, &name, shape, &h, &cfg_path, &out_type)? {
+                plan.extend(p);
+                continue;
+            }
+        }
+        if family == Family::Baichuan {
+            if let Some(p) = baichuan::plan_w_pack(hf, &name, shape, &h, &cfg_path, &out_type)? {
                 plan.extend(p);
                 continue;
             }

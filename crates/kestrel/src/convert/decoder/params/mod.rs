@@ -359,6 +359,15 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                 meta.bool(k("skip_loop_final_norm"), skip);
             }
         }
+        Family::Baichuan => {
+            // `BaichuanModel`: Meta's layout tag, the rotary dimension of hidden / heads.
+            meta.str(k("tensor_data_layout"), "Meta AI original pth");
+            let e = n_embd.ok_or_else(|| bad(cfg, "no hidden_size"))?;
+            let nh = n_head
+                .filter(|&n| n > 0)
+                .ok_or_else(|| bad(cfg, "no num_attention_heads"))?;
+            meta.u32(k("rope.dimension_count"), u32_of(e / nh, "head size", cfg)?);
+        }
         Family::PanguEmbedded => {
             // `PanguEmbeddedModel`: the vocabulary size, the rotary dimension (hidden / heads
             // without head_dim, then also as the key and value lengths).
