@@ -767,6 +767,26 @@ pub fn cases() -> Vec<Case> {
                 "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0 }),
         },
         Case {
+            name: "xverse",
+            arch: "XverseForCausalLM",
+            model_type: "xverse",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 1,
+            hidden: 64,
+            // Eight heads in two KV groups: XverseModel permutes K as 8 / 2 = 4 "heads"
+            // (LlamaModel would use 2), which the byte comparison pins.
+            heads: 8,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 2,
+            ff: 96,
+            tied: false,
+            extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+                "max_position_embeddings": 8192, "hidden_act": "silu",
+                "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0 }),
+        },
+        Case {
             name: "orion",
             arch: "OrionForCausalLM",
             model_type: "orion",

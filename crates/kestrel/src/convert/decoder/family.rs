@@ -95,6 +95,9 @@ pub(crate) enum Family {
     /// `BaichuanForCausalLM` (Baichuan 1 and 2; GGUF `baichuan`: Llama's names with the fused
     /// `W_pack` split, `baichuan.rs`).
     Baichuan,
+    /// `XverseForCausalLM` (XVERSE; GGUF `xverse`: Llama's names and Q/K order, the layout tag
+    /// and rotary dimension, `tokenizer.json`'s tokens as a SentencePiece vocabulary).
+    Xverse,
     /// `OrionForCausalLM` (Orion; GGUF `orion`: its own short key list, layer norms with
     /// biases, SentencePiece).
     Orion,
@@ -142,7 +145,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, BaichuanForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, BaichuanForCausalLM, XverseForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, HunYuanDenseV1ForCausalLM, \
@@ -237,6 +240,7 @@ impl Family {
             "NanbeigeForCausalLM" => Family::Nanbeige,
             "MaincoderForCausalLM" => Family::MainCoder,
             "OrionForCausalLM" => Family::Orion,
+            "XverseForCausalLM" => Family::Xverse,
             "BaichuanForCausalLM" | "BaiChuanForCausalLM" => Family::Baichuan,
             "CodeShellForCausalLM" => Family::CodeShell,
             "PanguEmbeddedForCausalLM" => Family::PanguEmbedded,
@@ -297,6 +301,7 @@ impl Family {
             Family::Nanbeige => "nanbeige",
             Family::MainCoder => "maincoder",
             Family::Orion => "orion",
+            Family::Xverse => "xverse",
             Family::Baichuan => "baichuan",
             Family::CodeShell => "codeshell",
             Family::PanguEmbedded => "pangu-embedded",
@@ -355,7 +360,11 @@ impl Family {
         self.is_llama()
             || matches!(
                 self,
-                Family::Olmo | Family::MiniCpm | Family::GraniteHybrid | Family::NemotronH
+                Family::Olmo
+                    | Family::MiniCpm
+                    | Family::GraniteHybrid
+                    | Family::NemotronH
+                    | Family::Xverse
             )
     }
 

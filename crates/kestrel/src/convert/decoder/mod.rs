@@ -164,6 +164,7 @@ pub(crate) fn convert(
         | Family::Orion
         | Family::Baichuan
         | Family::PanguEmbedded => spm::load(dir, n_vocab, spm::Style::Default)?,
+        Family::Xverse => bpe::load_xverse(dir, n_vocab)?,
         Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
             spm::load(dir, n_vocab, spm::Style::Phi3)?
         }
@@ -496,6 +497,12 @@ pub(crate) fn convert(
         if family.undo_permute() {
             let heads = if name.ends_with("q_proj.weight") || name.ends_with("q_proj.bias") {
                 n_head
+            } else if family == Family::Xverse && name.ends_with("k_proj.weight") {
+                // XverseModel's own permute: with grouped queries, heads / KV heads "heads".
+                match (n_head, n_head_kv) {
+                    (Some(h), Some(kv)) if kv > 0 && kv != h => Some(h / kv),
+                    _ => n_head,
+                }
             } else if name.ends_with("k_proj.weight") || name.ends_with("k_proj.bias") {
                 n_head_kv.or(n_head)
             } else {

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use tokenizers::Tokenizer;
 
 use super::pre_hashes::{CHECK_TEXT, PRE_TOKENIZERS};
-use super::{looks_special, Vocab, CONTROL, NORMAL, UNUSED, USER_DEFINED};
+use super::{looks_special, Vocab, BYTE, CONTROL, NORMAL, UNUSED, USER_DEFINED};
 use crate::convert::ConvertError;
 
 /// The SHA-256 (hex) of the ids for [`CHECK_TEXT`], printed as a Python list.
@@ -107,6 +107,74 @@ pub(crate) fn load(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, Conve
     Ok(Vocab {
         model: "gpt2",
         pre: pre.to_string(),
+        tokens,
+        types,
+        scores: None,
+    })
+}
+
+/// XVERSE's vocabulary as llama.cpp's `XverseModel.set_vocab` reads it: `tokenizer.json`'s
+/// tokens (with the added ones) by id up to `vocab_size`, written as a SentencePiece
+/// (`llama`) vocabulary without scores; `<0xNN>` pieces and a `\0` one (written `<b'\x00'>`,
+/// Python's text of the byte string) are bytes, added tokens control (special) or
+/// user-defined. Every id below `vocab_size` must have a token.
+pub(crate) fn load_xverse(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, ConvertError> {
+    let path = dir.join("tokenizer.json");
+    let bad = |reason: String| ConvertError::Input {
+        path: path.clone(),
+        reason,
+    };
+    let len = std::fs::metadata(&path)
+        .map_err(|e| bad(format!("cannot read: {e}")))?
+        .len();
+    if len > 256 << 20 {
+        return Err(bad(format!("{len} bytes is too large for a tokenizer")));
+    }
+    let tok = Tokenizer::from_file(&path).map_err(|e| bad(format!("not a tokenizer: {e}")))?;
+    let vocab = tok.get_vocab(true);
+    let n = vocab_size.unwrap_or(vocab.len());
+    if n > 16 << 20 {
+        return Err(bad(format!("vocab_size {n} is implausibly large")));
+    }
+    if vocab.values().any(|&id| id as usize >= n) {
+        return Err(bad(format!(
+            "a token id is outside the model's vocab_size {n}"
+        )));
+    }
+    let mut reverse: Vec<Option<&str>> = vec![None; n];
+    for (t, &id) in &vocab {
+        reverse[id as usize] = Some(t.as_str());
+    }
+    let decoder = tok.get_added_tokens_decoder();
+    let is_byte = |t: &str| {
+        let b = t.as_bytes();
+        b.len() == 6
+            && t.starts_with("<0x")
+            && t.ends_with('>')
+            && b[3..5].iter().all(u8::is_ascii_hexdigit)
+    };
+    let mut tokens = Vec::with_capacity(n);
+    let mut types = Vec::with_capacity(n);
+    for (i, r) in reverse.iter().enumerate() {
+        let t = r.ok_or_else(|| bad(format!("no token has id {i} (of vocab_size {n})")))?;
+        let (token, ty) = if t == "\0" {
+            ("<b'\\x00'>".to_string(), BYTE)
+        } else if is_byte(t) {
+            (t.to_string(), BYTE)
+        } else if let Some(a) = decoder.get(&(i as u32)).filter(|a| a.content == t) {
+            (
+                t.to_string(),
+                if a.special { CONTROL } else { USER_DEFINED },
+            )
+        } else {
+            (t.to_string(), NORMAL)
+        };
+        tokens.push(token);
+        types.push(ty);
+    }
+    Ok(Vocab {
+        model: "llama",
+        pre: "default".into(),
         tokens,
         types,
         scores: None,

@@ -11,6 +11,7 @@ use super::meta::Meta;
 
 /// llama.cpp's token types.
 pub(crate) const NORMAL: i32 = 1;
+pub(crate) const BYTE: i32 = 6;
 pub(crate) const CONTROL: i32 = 3;
 pub(crate) const USER_DEFINED: i32 = 4;
 pub(crate) const UNUSED: i32 = 5;

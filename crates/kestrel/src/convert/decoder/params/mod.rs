@@ -359,8 +359,9 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                 meta.bool(k("skip_loop_final_norm"), skip);
             }
         }
-        Family::Baichuan => {
-            // `BaichuanModel`: Meta's layout tag, the rotary dimension of hidden / heads.
+        Family::Baichuan | Family::Xverse => {
+            // `BaichuanModel`, `XverseModel`: Meta's layout tag, the rotary dimension of
+            // hidden / heads.
             meta.str(k("tensor_data_layout"), "Meta AI original pth");
             let e = n_embd.ok_or_else(|| bad(cfg, "no hidden_size"))?;
             let nh = n_head
