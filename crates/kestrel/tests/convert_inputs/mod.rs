@@ -632,7 +632,7 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             ));
             t.push(mat(&mut rng, p("self_attn.sinks"), vec![case.heads], 1.0));
         }
-        if mt == "pangu_embedded" {
+        if mt == "pangu_embedded" || mt == "jais2" {
             t.push(mat(
                 &mut rng,
                 p("self_attn.o_proj.bias"),
@@ -640,7 +640,7 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
                 0.1,
             ));
         }
-        if qwen2 || oss || mt == "seed_oss" || mt == "pangu_embedded" {
+        if qwen2 || oss || mt == "seed_oss" || mt == "pangu_embedded" || mt == "jais2" {
             t.push(mat(&mut rng, p("self_attn.q_proj.bias"), vec![q], 0.1));
             t.push(mat(&mut rng, p("self_attn.k_proj.bias"), vec![kv], 0.1));
             t.push(mat(&mut rng, p("self_attn.v_proj.bias"), vec![kv], 0.1));
@@ -770,10 +770,19 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         } else if phi3 {
             mats.push(("mlp.gate_up_proj.weight".into(), 2 * case.ff, case.hidden));
             mats.push(("mlp.down_proj.weight".into(), case.hidden, case.ff));
-        } else if mt == "arcee" || mt == "nemotron" {
-            // Arcee's and Nemotron's feed-forward has no gate: down(relu(up(x))²).
+        } else if mt == "arcee" || mt == "nemotron" || mt == "jais2" {
+            // Arcee's, Nemotron's and Jais 2's feed-forward has no gate: down(act(up(x))).
             mats.push(("mlp.up_proj.weight".into(), case.ff, case.hidden));
             mats.push(("mlp.down_proj.weight".into(), case.hidden, case.ff));
+            if mt == "jais2" {
+                t.push(mat(&mut rng, p("mlp.up_proj.bias"), vec![case.ff], 0.1));
+                t.push(mat(
+                    &mut rng,
+                    p("mlp.down_proj.bias"),
+                    vec![case.hidden],
+                    0.1,
+                ));
+            }
         } else {
             mats.extend(ffn("mlp.", case.ff, ["gate_proj", "up_proj", "down_proj"]));
         }
@@ -814,8 +823,8 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
             0.1,
         ));
     }
-    if mt == "nemotron" || mt == "orion" {
-        // Nemotron's and Orion's norms are layer norms with biases.
+    if mt == "nemotron" || mt == "orion" || mt == "jais2" {
+        // Nemotron's, Orion's and Jais 2's norms are layer norms with biases.
         let norms: Vec<(String, usize)> = t
             .iter()
             .filter(|(n, _, _)| n.ends_with("layernorm.weight") || n == "model.norm.weight")

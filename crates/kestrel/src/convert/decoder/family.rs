@@ -98,6 +98,9 @@ pub(crate) enum Family {
     /// `XverseForCausalLM` (XVERSE; GGUF `xverse`: Llama's names and Q/K order, the layout tag
     /// and rotary dimension, `tokenizer.json`'s tokens as a SentencePiece vocabulary).
     Xverse,
+    /// `Jais2ForCausalLM` (Jais 2; GGUF `jais2`: Llama's names with layer norms, attention and
+    /// an ungated feed-forward, all with biases; the rotary dimension).
+    Jais2,
     /// `OrionForCausalLM` (Orion; GGUF `orion`: its own short key list, layer norms with
     /// biases, SentencePiece).
     Orion,
@@ -145,7 +148,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, BaichuanForCausalLM, XverseForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, BaichuanForCausalLM, XverseForCausalLM, Jais2ForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, HunYuanDenseV1ForCausalLM, \
@@ -240,6 +243,7 @@ impl Family {
             "NanbeigeForCausalLM" => Family::Nanbeige,
             "MaincoderForCausalLM" => Family::MainCoder,
             "OrionForCausalLM" => Family::Orion,
+            "Jais2ForCausalLM" => Family::Jais2,
             "XverseForCausalLM" => Family::Xverse,
             "BaichuanForCausalLM" | "BaiChuanForCausalLM" => Family::Baichuan,
             "CodeShellForCausalLM" => Family::CodeShell,
@@ -301,6 +305,7 @@ impl Family {
             Family::Nanbeige => "nanbeige",
             Family::MainCoder => "maincoder",
             Family::Orion => "orion",
+            Family::Jais2 => "jais2",
             Family::Xverse => "xverse",
             Family::Baichuan => "baichuan",
             Family::CodeShell => "codeshell",
@@ -515,6 +520,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
                     | Family::PhiMoe
                     | Family::Nemotron
                     | Family::Orion
+                    | Family::Jais2
             ) =>
         {
             return Some("output_norm.bias".into())

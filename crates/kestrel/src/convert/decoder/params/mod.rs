@@ -392,6 +392,20 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
                 meta.u32(k("attention.value_length"), rope_dim);
             }
         }
+        Family::Jais2 => {
+            // `Jais2Model`: the rotary dimension, head_dim or hidden / heads.
+            let d = match uint(h, &["head_dim"], cfg)? {
+                Some(d) => d,
+                None => {
+                    let e = n_embd.ok_or_else(|| bad(cfg, "no hidden_size"))?;
+                    let nh = n_head
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| bad(cfg, "no num_attention_heads"))?;
+                    e / nh
+                }
+            };
+            meta.u32(k("rope.dimension_count"), u32_of(d, "head_dim", cfg)?);
+        }
         Family::MainCoder => {
             // `MaincoderModel`: the rotary dimension from head_dim.
             if let Some(d) = uint(h, &["head_dim"], cfg)? {
