@@ -435,6 +435,32 @@ fn nextn_blocks_are_left_out() {
     assert_eq!(logits(&with_mtp), logits(&plain));
 }
 
+/// Per-layer flags stored as booleans (as llama.cpp's converter writes granite_swa's
+/// `attention.sliding_window_pattern`) mean what the integer arrays of test-llama-archs' files
+/// mean.
+#[test]
+fn layer_flags_read_as_bools_or_integers() {
+    use std::sync::Arc;
+
+    use kestrel_generate::{Generator, GeneratorOptions};
+
+    let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
+    let ints = &skeletons["granite_swa-dense"];
+    let bools = files::with_bool_array(ints, "granite_swa.attention.sliding_window_pattern");
+    let logits = |sk| {
+        let opts = GeneratorOptions {
+            threads: 2,
+            ctx: 128,
+            ..GeneratorOptions::default()
+        };
+        let model = Arc::new(files::build(sk, 3, 1.0));
+        let mut g = Generator::new(model, opts).expect("generator");
+        let prompt: Vec<u32> = (0..48).map(|i| (i * 37 + 5) % 128).collect();
+        g.prefill(&prompt).expect("prefill").to_vec()
+    };
+    assert_eq!(logits(&bools), logits(ints));
+}
+
 fn batched_equals_single(model: GgufModel) {
     use std::sync::Arc;
 

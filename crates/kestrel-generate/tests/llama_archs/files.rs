@@ -763,3 +763,31 @@ impl Variant {
         self.skeleton(base)
     }
 }
+
+/// `s` with its per-layer integer array `key` stored as booleans, as llama.cpp's converter
+/// writes such flags (`test-llama-archs` writes integers).
+pub fn with_bool_array(s: &Skeleton, key: &str) -> Skeleton {
+    with_metadata(s, |k| {
+        if k != key {
+            return None;
+        }
+        s.metadata
+            .iter()
+            .find(|(n, _)| n == k)
+            .and_then(|(_, v)| match v {
+                MetadataValue::Array { items, .. } => Some(MetadataValue::Array {
+                    element_type: ValueType::Bool,
+                    items: items
+                        .iter()
+                        .map(|x| {
+                            MetadataValue::Bool(!matches!(
+                                x,
+                                MetadataValue::U32(0) | MetadataValue::I32(0)
+                            ))
+                        })
+                        .collect(),
+                }),
+                _ => None,
+            })
+    })
+}

@@ -640,6 +640,9 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
                 0.1,
             ));
         }
+        if mt == "granite_swa" {
+            t.push(mat(&mut rng, p("self_attn.sinks"), vec![case.heads], 1.0));
+        }
         if qwen2 || oss || mt == "seed_oss" || mt == "pangu_embedded" || mt == "jais2" {
             t.push(mat(&mut rng, p("self_attn.q_proj.bias"), vec![q], 0.1));
             t.push(mat(&mut rng, p("self_attn.k_proj.bias"), vec![kv], 0.1));

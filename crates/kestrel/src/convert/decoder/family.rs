@@ -45,6 +45,9 @@ pub(crate) enum Family {
     Olmoe,
     /// `GraniteForCausalLM` (GGUF `granite`: Llama's converter plus four scales).
     Granite,
+    /// `GraniteSWAForCausalLM` (GGUF `granite_swa`: Granite's converter plus the sliding
+    /// window, which layers slide and rotate, attention sinks).
+    GraniteSwa,
     /// `GraniteMoeForCausalLM`, `GraniteMoeSharedForCausalLM` (GGUF `granitemoe`: Granite's
     /// rules, fused expert tensors split, a shared expert).
     GraniteMoe,
@@ -148,7 +151,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, BaichuanForCausalLM, XverseForCausalLM, Jais2ForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteSWAForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, BaichuanForCausalLM, XverseForCausalLM, Jais2ForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, HunYuanDenseV1ForCausalLM, \
@@ -226,6 +229,7 @@ impl Family {
             "OlmoForCausalLM" | "OLMoForCausalLM" => Family::Olmo,
             "OlmoeForCausalLM" => Family::Olmoe,
             "GraniteForCausalLM" => Family::Granite,
+            "GraniteSWAForCausalLM" => Family::GraniteSwa,
             "GraniteMoeForCausalLM" | "GraniteMoeSharedForCausalLM" => Family::GraniteMoe,
             "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Family::DeepSeek2,
             "Mistral3ForConditionalGeneration" | "Ministral3ForCausalLM" => Family::Mistral3,
@@ -287,6 +291,7 @@ impl Family {
             Family::Olmo => "olmo",
             Family::Olmoe => "olmoe",
             Family::Granite => "granite",
+            Family::GraniteSwa => "granite_swa",
             Family::GraniteMoe => "granitemoe",
             Family::DeepSeek2 => "deepseek2",
             Family::Mistral3 => "mistral3",
@@ -346,6 +351,7 @@ impl Family {
             Family::Llama
                 | Family::SmolLm3
                 | Family::Granite
+                | Family::GraniteSwa
                 | Family::GraniteMoe
                 | Family::Mistral3
                 | Family::Arcee
@@ -577,7 +583,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         }
         "post_self_attn_layernorm" if glm4 => "post_attention_norm",
         "post_mlp_layernorm" if glm4 => "post_ffw_norm",
-        "self_attn.sinks" if oss => "attn_sinks",
+        "self_attn.sinks" if oss || family == Family::GraniteSwa => "attn_sinks",
         "mlp.router" if oss => "ffn_gate_inp",
         "post_attention_layernorm" => "ffn_norm",
         "pre_feedforward_layernorm" if gemma => "ffn_norm",

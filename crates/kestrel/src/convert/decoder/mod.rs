@@ -367,9 +367,11 @@ pub(crate) fn convert(
                 plan.extend(p);
                 continue;
             }
-            if name.ends_with(".self_attn.sinks") {
-                name.push_str(".weight");
-            }
+        }
+        if matches!(family, Family::GptOss | Family::GraniteSwa)
+            && name.ends_with(".self_attn.sinks")
+        {
+            name.push_str(".weight");
         }
         if family == Family::Mamba
             && name == "lm_head.weight"

@@ -254,7 +254,11 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
     }
     // Granite's converter drops head_dim before writing (RoPE over hidden / heads).
     let head_dim = match family {
-        Family::Granite | Family::GraniteMoe | Family::GraniteHybrid | Family::NemotronH => None,
+        Family::Granite
+        | Family::GraniteSwa
+        | Family::GraniteMoe
+        | Family::GraniteHybrid
+        | Family::NemotronH => None,
         _ => uint(h, &["head_dim"], cfg)?,
     };
     if let Some(v) = head_dim {
@@ -266,6 +270,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::Llama
         | Family::SmolLm3
         | Family::Granite
+        | Family::GraniteSwa
         | Family::GraniteMoe
         | Family::Mistral3
         | Family::Arcee
@@ -311,7 +316,11 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             }
             if matches!(
                 family,
-                Family::Granite | Family::GraniteMoe | Family::GraniteHybrid | Family::NemotronH
+                Family::Granite
+                    | Family::GraniteSwa
+                    | Family::GraniteMoe
+                    | Family::GraniteHybrid
+                    | Family::NemotronH
             ) {
                 // The `*_multiplier`s under llama.cpp's `*_scale` names, when not 0.
                 for (src, dst) in [
@@ -342,6 +351,34 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             }
             if family == Family::NemotronH {
                 super::nemotron_h::params(meta, hp)?;
+            }
+            if family == Family::GraniteSwa {
+                // `GraniteSWAModel`: the window (128 by default), which layers slide (from
+                // layer_types, else every layer but each fourth), which rotate (no_rope_layers).
+                let window = uint(h, &["sliding_window"], cfg)?.unwrap_or(128);
+                meta.u32(
+                    k("attention.sliding_window"),
+                    u32_of(window, "sliding_window", cfg)?,
+                );
+                let swa: Vec<bool> = match h.get("layer_types").and_then(Value::as_array) {
+                    Some(t) if !t.is_empty() => t
+                        .iter()
+                        .map(|v| v.as_str() == Some("sliding_attention"))
+                        .collect(),
+                    _ => (0..hp.n_layer).map(|i| i % 4 != 0).collect(),
+                };
+                meta.bools(k("attention.sliding_window_pattern"), &swa);
+                if let Some(nr) = h
+                    .get("no_rope_layers")
+                    .and_then(Value::as_array)
+                    .filter(|a| !a.is_empty())
+                {
+                    let rope: Vec<bool> = nr
+                        .iter()
+                        .map(|v| v.as_f64().is_some_and(|x| x != 0.0) || v.as_bool() == Some(true))
+                        .collect();
+                    meta.bools(k("attention.rope_pattern"), &rope);
+                }
             }
             if family == Family::Nanbeige {
                 // `NanbeigeModel`: the loop count (at least 1) and whether the loops skip the
