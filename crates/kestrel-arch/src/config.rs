@@ -610,6 +610,17 @@ pub(crate) fn moe_counts(
     Ok(Some((n_expert, n_used)))
 }
 
+/// A per-layer flag array: llama.cpp's converter writes booleans, older files and
+/// test-llama-archs integers (non-zero: set). `None` for any other element type.
+pub(crate) fn layer_flags(a: &kestrel_gguf::ArrayView<'_>) -> Option<Vec<bool>> {
+    a.iter()
+        .map(|x| match x {
+            Value::Bool(b) => Some(b),
+            x => x.as_integer().map(|i| i != 0),
+        })
+        .collect()
+}
+
 /// Which layers use the sliding window, as llama.cpp's `load_swa_pattern`: the per-layer array
 /// `attention.sliding_window_pattern` when the file has one (non-zero: sliding), else every
 /// `n_pattern`-th layer is global (`dense_first`: the first of each group, else the last;
@@ -624,15 +635,7 @@ pub(crate) fn swa_pattern(
     let key = format!("{arch}.attention.sliding_window_pattern");
     let n_pattern = match md.get(&key) {
         Some(Value::Array(a)) => {
-            // llama.cpp's converter writes booleans; older files integers.
-            let v: Option<Vec<bool>> = a
-                .iter()
-                .map(|x| match x {
-                    Value::Bool(b) => Some(b),
-                    x => x.as_integer().map(|i| i != 0),
-                })
-                .collect();
-            let Some(v) = v else {
+            let Some(v) = layer_flags(&a) else {
                 return Err(ArchError::Invalid {
                     arch: arch.into(),
                     reason: format!("{key} holds neither booleans nor integers"),

@@ -33,21 +33,13 @@ pub(crate) fn adjust_swa(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(
     let md = model.metadata();
     let key = |f: &str| format!("{}.{f}", cfg.arch);
     cfg.sliding_window = Some(md.get_usize(&key("attention.sliding_window"))?);
-    // Integer or bool arrays (test-llama-archs writes integers, llama.cpp's converter bools).
     let flags = |k: &str| -> Option<Vec<bool>> {
         match md.get(k) {
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| match v {
-                    Value::Bool(b) => Some(b),
-                    v => v.as_integer().map(|i| i != 0),
-                })
-                .collect::<Option<Vec<bool>>>()
-                .map(|v| {
-                    (0..cfg.n_layer)
-                        .map(|il| v.get(il).copied().unwrap_or(false))
-                        .collect()
-                }),
+            Some(Value::Array(a)) => crate::config::layer_flags(&a).map(|v| {
+                (0..cfg.n_layer)
+                    .map(|il| v.get(il).copied().unwrap_or(false))
+                    .collect()
+            }),
             _ => None,
         }
     };
