@@ -414,25 +414,15 @@ fn mamba_states_follow_each_sequence() {
 /// gives the logits it gives without it.
 #[test]
 fn nextn_blocks_are_left_out() {
-    use std::sync::Arc;
-
-    use kestrel_generate::{Generator, GeneratorOptions};
-
     let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
     let (base, v) = files::variant("nemotron_h_moe-experts").expect("variant");
     let plain = v.skeleton_of(&skeletons[base]);
     let with_mtp = files::with_nextn_block(&plain, "nemotron_h_moe");
-    let logits = |sk| {
-        let opts = GeneratorOptions {
-            threads: 2,
-            ctx: 64,
-            ..GeneratorOptions::default()
-        };
-        let model = Arc::new(files::build(sk, 3, 1.0));
-        let mut g = Generator::new(model, opts).expect("generator");
-        g.prefill(&[1, 5, 9, 17, 33, 65]).expect("prefill").to_vec()
-    };
-    assert_eq!(logits(&with_mtp), logits(&plain));
+    let prompt = [1, 5, 9, 17, 33, 65];
+    assert_eq!(
+        prefill_logits(&with_mtp, &prompt),
+        prefill_logits(&plain, &prompt)
+    );
 }
 
 /// Per-layer flags stored as booleans (as llama.cpp's converter writes granite_swa's
@@ -440,25 +430,30 @@ fn nextn_blocks_are_left_out() {
 /// mean.
 #[test]
 fn layer_flags_read_as_bools_or_integers() {
+    let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
+    let ints = &skeletons["granite_swa-dense"];
+    let bools = files::with_bool_array(ints, "granite_swa.attention.sliding_window_pattern");
+    let prompt: Vec<u32> = (0..48).map(|i| (i * 37 + 5) % 128).collect();
+    assert_eq!(
+        prefill_logits(&bools, &prompt),
+        prefill_logits(ints, &prompt)
+    );
+}
+
+/// The logits of `prompt` on `sk`'s file of seed 3 at deviation 1.
+fn prefill_logits(sk: &files::Skeleton, prompt: &[u32]) -> Vec<f32> {
     use std::sync::Arc;
 
     use kestrel_generate::{Generator, GeneratorOptions};
 
-    let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
-    let ints = &skeletons["granite_swa-dense"];
-    let bools = files::with_bool_array(ints, "granite_swa.attention.sliding_window_pattern");
-    let logits = |sk| {
-        let opts = GeneratorOptions {
-            threads: 2,
-            ctx: 128,
-            ..GeneratorOptions::default()
-        };
-        let model = Arc::new(files::build(sk, 3, 1.0));
-        let mut g = Generator::new(model, opts).expect("generator");
-        let prompt: Vec<u32> = (0..48).map(|i| (i * 37 + 5) % 128).collect();
-        g.prefill(&prompt).expect("prefill").to_vec()
+    let opts = GeneratorOptions {
+        threads: 2,
+        ctx: 128,
+        ..GeneratorOptions::default()
     };
-    assert_eq!(logits(&bools), logits(ints));
+    let model = Arc::new(files::build(sk, 3, 1.0));
+    let mut g = Generator::new(model, opts).expect("generator");
+    g.prefill(prompt).expect("prefill").to_vec()
 }
 
 fn batched_equals_single(model: GgufModel) {

@@ -662,9 +662,7 @@ impl Model {
         opts: &kestrel_generate::ImatrixOptions,
         on_chunk: impl FnMut(usize, &Perplexity),
     ) -> Result<kestrel_generate::ImatrixRun, Error> {
-        let ids = self.tokenizer.encode(text, EncodeOptions::default())?;
-        let bos = self.perplexity_bos();
-        Ok(self.generator.imatrix(&ids, opts, bos, on_chunk)?)
+        self.imatrix_onto(Default::default(), text, opts, on_chunk)
     }
 
     /// [`imatrix`](Self::imatrix) added onto `prior` (imatrix files read with

@@ -11,7 +11,7 @@ use std::path::Path;
 use kestrel_gguf::GgmlType;
 use serde_json::Value;
 
-use super::internlm2::{permuted, split_rows};
+use super::internlm2::{permuted, positive, split_rows};
 use super::write::Planned;
 use super::{bad, uint};
 use crate::convert::ConvertError;
@@ -29,12 +29,7 @@ pub(super) fn plan_w_pack(
     else {
         return Ok(None);
     };
-    let need = |k: &str| -> Result<usize, ConvertError> {
-        uint(h, &[k], cfg)?
-            .and_then(|v| usize::try_from(v).ok())
-            .filter(|&v| v > 0)
-            .ok_or_else(|| bad(cfg, format!("Baichuan needs {k}")))
-    };
+    let need = |k: &str| positive(h, k, cfg, "Baichuan");
     let (heads, hidden) = (need("num_attention_heads")?, need("hidden_size")?);
     let kv = uint(h, &["num_key_value_heads"], cfg)?.map_or(heads, |v| v as usize);
     if kv != heads {

@@ -36,6 +36,14 @@ pub(super) fn gguf_name(name: &str) -> Option<String> {
     Some(format!("blk.{layer}.{short}"))
 }
 
+/// A positive config value `k` that `who`'s fused-QKV split needs.
+pub(super) fn positive(h: &Value, k: &str, cfg: &Path, who: &str) -> Result<usize, ConvertError> {
+    uint(h, &[k], cfg)?
+        .and_then(|v| usize::try_from(v).ok())
+        .filter(|&v| v > 0)
+        .ok_or_else(|| bad(cfg, format!("{who} needs {k}")))
+}
+
 /// Llama's Q/K row order within `heads` heads of `hd` rows: output row `2i + j` of a head is
 /// its input row `j · hd/2 + i`.
 pub(super) fn permuted(hd: usize, r: usize) -> usize {
@@ -57,12 +65,7 @@ pub(super) fn plan_wqkv(
     else {
         return Ok(None);
     };
-    let need = |k: &str| -> Result<usize, ConvertError> {
-        uint(h, &[k], cfg)?
-            .and_then(|v| usize::try_from(v).ok())
-            .filter(|&v| v > 0)
-            .ok_or_else(|| bad(cfg, format!("InternLM2 needs {k}")))
-    };
+    let need = |k: &str| positive(h, k, cfg, "InternLM2");
     let (heads, kv, hidden) = (
         need("num_attention_heads")?,
         need("num_key_value_heads")?,

@@ -35,20 +35,29 @@ pub(crate) fn pre_name(hash: &str) -> Option<&'static str> {
         .map(|(_, n, _)| *n)
 }
 
-/// Read `dir/tokenizer.json` as llama.cpp's `get_vocab_base` does.
-pub(crate) fn load(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, ConvertError> {
+/// `dir`'s `tokenizer.json` (at most 256 MiB), with an error maker for it.
+fn open_tokenizer(
+    dir: &Path,
+) -> Result<(Tokenizer, impl Fn(String) -> ConvertError), ConvertError> {
     let path = dir.join("tokenizer.json");
-    let bad = |reason: String| ConvertError::Input {
+    let bad = move |reason: String| ConvertError::Input {
         path: path.clone(),
         reason,
     };
-    let len = std::fs::metadata(&path)
+    let len = std::fs::metadata(dir.join("tokenizer.json"))
         .map_err(|e| bad(format!("cannot read: {e}")))?
         .len();
     if len > 256 << 20 {
         return Err(bad(format!("{len} bytes is too large for a tokenizer")));
     }
-    let tok = Tokenizer::from_file(&path).map_err(|e| bad(format!("not a tokenizer: {e}")))?;
+    let tok = Tokenizer::from_file(dir.join("tokenizer.json"))
+        .map_err(|e| bad(format!("not a tokenizer: {e}")))?;
+    Ok((tok, bad))
+}
+
+/// Read `dir/tokenizer.json` as llama.cpp's `get_vocab_base` does.
+pub(crate) fn load(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, ConvertError> {
+    let (tok, bad) = open_tokenizer(dir)?;
     let vocab = tok.get_vocab(true);
     let n = vocab_size.unwrap_or(vocab.len());
     if let Some(max) = vocab.values().max() {
@@ -58,7 +67,7 @@ pub(crate) fn load(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, Conve
             )));
         }
     }
-    let hash = check_hash(&tok).map_err(bad)?;
+    let hash = check_hash(&tok).map_err(&bad)?;
     let pre = pre_name(&hash).ok_or_else(|| {
         bad(format!(
             "llama.cpp does not know this BPE pre-tokenizer (check hash {hash}); \
@@ -119,18 +128,7 @@ pub(crate) fn load(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, Conve
 /// Python's text of the byte string) are bytes, added tokens control (special) or
 /// user-defined. Every id below `vocab_size` must have a token.
 pub(crate) fn load_xverse(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, ConvertError> {
-    let path = dir.join("tokenizer.json");
-    let bad = |reason: String| ConvertError::Input {
-        path: path.clone(),
-        reason,
-    };
-    let len = std::fs::metadata(&path)
-        .map_err(|e| bad(format!("cannot read: {e}")))?
-        .len();
-    if len > 256 << 20 {
-        return Err(bad(format!("{len} bytes is too large for a tokenizer")));
-    }
-    let tok = Tokenizer::from_file(&path).map_err(|e| bad(format!("not a tokenizer: {e}")))?;
+    let (tok, bad) = open_tokenizer(dir)?;
     let vocab = tok.get_vocab(true);
     let n = vocab_size.unwrap_or(vocab.len());
     if n > 16 << 20 {

@@ -281,13 +281,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             meta.u32(k("vocab_size"), u32_of(v, "vocab_size", cfg)?);
             let rope_dim = match head_dim {
                 Some(d) => d,
-                None => {
-                    let e = n_embd.ok_or_else(|| bad(cfg, "no hidden_size"))?;
-                    let nh = n_head
-                        .filter(|&n| n > 0)
-                        .ok_or_else(|| bad(cfg, "no num_attention_heads"))?;
-                    e / nh
-                }
+                None => head_size(n_embd, n_head, cfg)?,
             };
             meta.u32(
                 k("rope.dimension_count"),
@@ -400,11 +394,8 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             // `BaichuanModel`, `XverseModel`: Meta's layout tag, the rotary dimension of
             // hidden / heads.
             meta.str(k("tensor_data_layout"), "Meta AI original pth");
-            let e = n_embd.ok_or_else(|| bad(cfg, "no hidden_size"))?;
-            let nh = n_head
-                .filter(|&n| n > 0)
-                .ok_or_else(|| bad(cfg, "no num_attention_heads"))?;
-            meta.u32(k("rope.dimension_count"), u32_of(e / nh, "head size", cfg)?);
+            let d = head_size(n_embd, n_head, cfg)?;
+            meta.u32(k("rope.dimension_count"), u32_of(d, "head size", cfg)?);
         }
         Family::PanguEmbedded => {
             // `PanguEmbeddedModel`: the vocabulary size, the rotary dimension (hidden / heads
@@ -414,13 +405,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             let head_dim = uint(h, &["head_dim"], cfg)?;
             let rope_dim = match head_dim {
                 Some(d) => d,
-                None => {
-                    let e = n_embd.ok_or_else(|| bad(cfg, "no hidden_size"))?;
-                    let nh = n_head
-                        .filter(|&n| n > 0)
-                        .ok_or_else(|| bad(cfg, "no num_attention_heads"))?;
-                    e / nh
-                }
+                None => head_size(n_embd, n_head, cfg)?,
             };
             let rope_dim = u32_of(rope_dim, "head_dim", cfg)?;
             meta.u32(k("rope.dimension_count"), rope_dim);
@@ -433,13 +418,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             // `Jais2Model`: the rotary dimension, head_dim or hidden / heads.
             let d = match uint(h, &["head_dim"], cfg)? {
                 Some(d) => d,
-                None => {
-                    let e = n_embd.ok_or_else(|| bad(cfg, "no hidden_size"))?;
-                    let nh = n_head
-                        .filter(|&n| n > 0)
-                        .ok_or_else(|| bad(cfg, "no num_attention_heads"))?;
-                    e / nh
-                }
+                None => head_size(n_embd, n_head, cfg)?,
             };
             meta.u32(k("rope.dimension_count"), u32_of(d, "head_dim", cfg)?);
         }
@@ -869,4 +848,13 @@ fn logit_scale(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
             .ok_or_else(|| bad(hp.cfg, "no logit_scale"))?;
     meta.f32(format!("{}.logit_scale", hp.arch), scale as f32);
     Ok(())
+}
+
+/// hidden / heads, the head size llama.cpp's converters fall back to without `head_dim`.
+fn head_size(n_embd: Option<u64>, n_head: Option<u64>, cfg: &Path) -> Result<u64, ConvertError> {
+    let e = n_embd.ok_or_else(|| bad(cfg, "no hidden_size"))?;
+    let nh = n_head
+        .filter(|&n| n > 0)
+        .ok_or_else(|| bad(cfg, "no num_attention_heads"))?;
+    Ok(e / nh)
 }
