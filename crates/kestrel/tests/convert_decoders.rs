@@ -439,6 +439,21 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
         assert!(e.contains(want), "{e}");
     }
 
+    // DeciLM: without block_configs (DeciLM-7B) or with another vocabulary than Llama 3's.
+    let dc = cases.iter().find(|c| c.name == "deci").unwrap();
+    let ddir = work.join("deci");
+    convert_inputs::write_case(dc, &ddir, &smollm, &gemma);
+    let cfg = std::fs::read_to_string(ddir.join("config.json")).unwrap();
+    for (from, to, want) in [
+        ("\"block_configs\"", "\"block_configs_x\"", "block_configs"),
+        ("\"vocab_size\": 128256", "\"vocab_size\": 49152", "128256"),
+    ] {
+        assert!(cfg.contains(from), "{from}");
+        std::fs::write(ddir.join("config.json"), cfg.replace(from, to)).unwrap();
+        let e = convert_hf(&ddir, &out, &opts).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+
     // InternLM2 with an added_tokens.json (llama.cpp appends it past the embedding: refused).
     let il = cases.iter().find(|c| c.name == "internlm2").unwrap();
     let idir = work.join("il");

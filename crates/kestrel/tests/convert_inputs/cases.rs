@@ -832,6 +832,37 @@ pub fn cases() -> Vec<Case> {
                 "bos_token_id": 0, "eos_token_id": 0 }),
         },
         Case {
+            name: "deci",
+            arch: "DeciLMForCausalLM",
+            model_type: "nemotron-nas",
+            spm: false,
+            dt: Dt::BF16,
+            shards: 1,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: None,
+            layers: 2,
+            ff: 256,
+            tied: true,
+            // Llama 3.1 Nemotron's shape, small: 2 and 1 KV heads, ffn_mult 3 (a feed-forward
+            // of 2/3 · 3 · 64 = 128, rounded up to 256), Llama 3 RoPE, Llama 3's vocab_size.
+            extra: json!({ "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 131072, "vocab_size": 128256,
+                "rope_scaling": { "rope_type": "llama3", "factor": 8.0,
+                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8192 },
+                "block_configs": [
+                    { "attention": { "n_heads_in_group": 2, "no_op": false,
+                        "replace_with_linear": false },
+                      "ffn": { "ffn_mult": 3.0, "no_op": false, "replace_with_linear": false } },
+                    { "attention": { "n_heads_in_group": 4, "no_op": false,
+                        "replace_with_linear": false },
+                      "ffn": { "ffn_mult": 3.0, "no_op": false, "replace_with_linear": false } }
+                ],
+                "bos_token_id": 0, "eos_token_id": 0 }),
+        },
+        Case {
             name: "orion",
             arch: "OrionForCausalLM",
             model_type: "orion",

@@ -375,6 +375,10 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         write_smollm_tokenizer(smollm, dir);
         49152
     };
+    // A larger vocab_size than the tokenizer's (DeciLM's Llama 3 size): padded tokens.
+    let vocab = case.extra["vocab_size"]
+        .as_u64()
+        .map_or(vocab, |v| v as usize);
     let mut cfg = json!({
         "architectures": [case.arch],
         "model_type": case.model_type,
@@ -565,6 +569,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     for l in 0..case.layers {
         let p = |s: &str| format!("model.layers.{l}.{s}");
+        // DeciLM's KV heads per layer: heads / n_heads_in_group.
+        let kv = match case.extra["block_configs"][l]["attention"]["n_heads_in_group"].as_u64() {
+            Some(g) => case.heads / g as usize * hd,
+            None => kv,
+        };
         if mt == "phimoe" {
             phimoe::layer_biases(case, l, &mut rng, &mut t);
         }

@@ -104,6 +104,9 @@ pub(crate) enum Family {
     /// `Jais2ForCausalLM` (Jais 2; GGUF `jais2`: Llama's names with layer norms, attention and
     /// an ungated feed-forward, all with biases; the rotary dimension).
     Jais2,
+    /// `DeciLMForCausalLM` (Llama 3.1 Nemotron NAS models; GGUF `deci`: per-layer heads and
+    /// feed-forward sizes from `block_configs`, `deci.rs`).
+    Deci,
     /// `OrionForCausalLM` (Orion; GGUF `orion`: its own short key list, layer norms with
     /// biases, SentencePiece).
     Orion,
@@ -151,7 +154,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), \
      PhiForCausalLM, Phi3ForCausalLM, PhiMoEForCausalLM, Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM, \
      GptOssForCausalLM, SmolLM3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, \
-     OlmoeForCausalLM, GraniteForCausalLM, GraniteSWAForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, BaichuanForCausalLM, XverseForCausalLM, Jais2ForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
+     OlmoeForCausalLM, GraniteForCausalLM, GraniteSWAForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, BaichuanForCausalLM, XverseForCausalLM, Jais2ForCausalLM, DeciLMForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, HunYuanDenseV1ForCausalLM, \
@@ -247,6 +250,7 @@ impl Family {
             "NanbeigeForCausalLM" => Family::Nanbeige,
             "MaincoderForCausalLM" => Family::MainCoder,
             "OrionForCausalLM" => Family::Orion,
+            "DeciLMForCausalLM" => Family::Deci,
             "Jais2ForCausalLM" => Family::Jais2,
             "XverseForCausalLM" => Family::Xverse,
             "BaichuanForCausalLM" | "BaiChuanForCausalLM" => Family::Baichuan,
@@ -310,6 +314,7 @@ impl Family {
             Family::Nanbeige => "nanbeige",
             Family::MainCoder => "maincoder",
             Family::Orion => "orion",
+            Family::Deci => "deci",
             Family::Jais2 => "jais2",
             Family::Xverse => "xverse",
             Family::Baichuan => "baichuan",
@@ -376,6 +381,7 @@ impl Family {
                     | Family::GraniteHybrid
                     | Family::NemotronH
                     | Family::Xverse
+                    | Family::Deci
             )
     }
 

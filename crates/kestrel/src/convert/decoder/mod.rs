@@ -4,6 +4,7 @@
 //! a time, so the model is never held in memory.
 
 mod baichuan;
+mod deci;
 mod defaults;
 mod experts;
 mod falcon_h1;
@@ -165,6 +166,14 @@ pub(crate) fn convert(
         | Family::Baichuan
         | Family::PanguEmbedded => spm::load(dir, n_vocab, spm::Style::Default)?,
         Family::Xverse => bpe::load_xverse(dir, n_vocab)?,
+        // DeciModel reads Llama 3's BPE vocabulary only at its size (else `LlamaHfVocab`).
+        Family::Deci if vocab_size != Some(128256) => {
+            return Err(bad(
+                &cfg_path,
+                "a DeciLM vocabulary other than Llama 3's 128256 (llama.cpp's LlamaHfVocab \
+                 reading) is not supported yet",
+            ))
+        }
         Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
             spm::load(dir, n_vocab, spm::Style::Phi3)?
         }
@@ -251,7 +260,12 @@ pub(crate) fn convert(
             OutType::Q8_0 | OutType::Auto => GgmlType::F16,
         }
     };
-    if family.is_llama() || matches!(family, Family::Exaone4 | Family::Exaone) {
+    let deci_layers = if family == Family::Deci {
+        Some(deci::layers(&h, n_layer, &cfg_path)?)
+    } else {
+        None
+    };
+    if family.is_llama() || matches!(family, Family::Exaone4 | Family::Exaone | Family::Deci) {
         let rope_params = rp
             .get("full_attention")
             .and_then(|v| v.as_object())
@@ -497,6 +511,17 @@ pub(crate) fn convert(
         let mut rows = if shape.len() == 2 { shape[0] } else { 1 };
         let mut permute_heads = None;
         if family.undo_permute() {
+            // DeciModel: each layer's own heads and KV heads.
+            let (n_head, n_head_kv) = match (
+                &deci_layers,
+                crate::convert::layer_tensor(&name, "model.layers."),
+            ) {
+                (Some(l), Some((il, _, _))) => match l.get(il) {
+                    Some(&(nh, kv, _)) => (Some(nh), Some(kv)),
+                    None => (n_head, n_head_kv),
+                },
+                _ => (n_head, n_head_kv),
+            };
             let heads = if name.ends_with("q_proj.weight") || name.ends_with("q_proj.bias") {
                 n_head
             } else if family == Family::Xverse && name.ends_with("k_proj.weight") {

@@ -56,6 +56,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::StableLm => return stablelm(meta, hp),
         Family::Orion => return orion(meta, hp),
         Family::CodeShell => return codeshell(meta, hp),
+        Family::Deci => return super::deci::params(meta, hp),
         Family::Gpt2 | Family::StarCoder => return gpt2(meta, family, hp),
         Family::Mamba => return super::mamba::params(meta, hp),
         Family::Mamba2 => return super::mamba::mamba2_params(meta, hp),
@@ -447,6 +448,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::FalconH1
         | Family::Orion
         | Family::CodeShell
+        | Family::Deci
         | Family::InternLm2 => {}
         Family::HunyuanDense => super::hunyuan::params(meta, hp)?,
         Family::Lfm2 => super::lfm2::params(meta, hp)?,
