@@ -66,6 +66,7 @@ fn compare(file: &str, prompt: &[u32]) {
     let layout = KvLayout {
         n_layers: cfg.n_layer,
         n_kv_head: cfg.n_head_kv[0],
+        layer_kv_heads: Vec::new(),
         k_head_dim: cfg.head_dim_k,
         v_head_dim: cfg.head_dim_v,
         dtype: KvDType::F16,
@@ -169,6 +170,7 @@ fn synthetic_architectures_on_the_gpu_match_the_cpu() {
         let layout = KvLayout {
             n_layers: cfg.n_layer,
             n_kv_head: cfg.n_head_kv[0],
+            layer_kv_heads: Vec::new(),
             k_head_dim: cfg.head_dim_k,
             v_head_dim: cfg.head_dim_v,
             dtype: KvDType::F16,

@@ -18,6 +18,7 @@ fn greedy(file: &str, prompt: &[u32], n: usize) -> Option<Vec<u32>> {
     let layout = KvLayout {
         n_layers: cfg.n_layer,
         n_kv_head: cfg.n_head_kv[0],
+        layer_kv_heads: Vec::new(),
         k_head_dim: cfg.head_dim_k,
         v_head_dim: cfg.head_dim_v,
         dtype: KvDType::F16,

@@ -31,6 +31,7 @@ fn every_architecture_runs_and_prefill_equals_stepping() {
         let layout = KvLayout {
             n_layers: cfg.n_layer,
             n_kv_head: cfg.n_head_kv[0],
+            layer_kv_heads: Vec::new(),
             k_head_dim: cfg.head_dim_k,
             v_head_dim: cfg.head_dim_v,
             dtype: KvDType::F32,
@@ -89,6 +90,7 @@ fn logits_match_llama_cpp() {
         let layout = KvLayout {
             n_layers: cfg.n_layer,
             n_kv_head: cfg.n_head_kv[0],
+            layer_kv_heads: Vec::new(),
             k_head_dim: cfg.head_dim_k,
             v_head_dim: cfg.head_dim_v,
             dtype: KvDType::F16,

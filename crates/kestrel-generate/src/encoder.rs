@@ -81,6 +81,7 @@ impl Encoder {
         let layout = KvLayout {
             n_layers: cfg.n_layer,
             n_kv_head: cfg.n_head,
+            layer_kv_heads: Vec::new(),
             k_head_dim: cfg.head_dim,
             v_head_dim: cfg.head_dim,
             dtype: KvDType::F32,

@@ -296,21 +296,24 @@ impl std::fmt::Debug for Generator {
     }
 }
 
-/// The KV cache a model's decoder needs: its KV heads and head sizes per layer in `dtype`
-/// (keys only for a latent cache: DeepSeek's multi-head latent attention caches 576 values per
-/// token and layer, as llama.cpp does, where plain heads would take `2 · n_head · 192`).
+/// The KV cache a model's decoder needs: its KV heads (per layer where layers differ) and head
+/// sizes in `dtype` (keys only for a latent cache: DeepSeek's multi-head latent attention caches
+/// 576 values per token and layer, as llama.cpp does, where plain heads would take
+/// `2 · n_head · 192`).
 ///
 /// # Errors
-/// `InvalidOption` for layers with different KV head counts.
+/// None today; kept for layouts a model may ask for that a cache cannot hold.
 pub fn kv_layout(cfg: &DecoderConfig, dtype: KvDType) -> Result<KvLayout, GenerateError> {
-    let mut attn = (0..cfg.n_layer).filter(|&il| cfg.attention_layers[il]);
-    let n_kv_head = attn.next().map_or(1, |il| cfg.n_head_kv[il]);
-    if attn.any(|il| cfg.n_head_kv[il] != n_kv_head) {
-        return Err(GenerateError::InvalidOption {
-            name: "model",
-            reason: "layers with different KV head counts are not supported yet".into(),
-        });
-    }
+    let heads: Vec<usize> = (0..cfg.n_layer)
+        .filter(|&il| cfg.attention_layers[il])
+        .map(|il| cfg.n_head_kv[il])
+        .collect();
+    let n_kv_head = heads.first().copied().unwrap_or(1);
+    let layer_kv_heads = if heads.iter().all(|&h| h == n_kv_head) {
+        Vec::new()
+    } else {
+        heads
+    };
     // State-space layers keep a state per sequence instead of keys and values.
     let recurrent = match &cfg.ssm {
         Some(ssm) if cfg.recurrent_layers.iter().any(|&r| r) => {
@@ -326,6 +329,7 @@ pub fn kv_layout(cfg: &DecoderConfig, dtype: KvDType) -> Result<KvLayout, Genera
     Ok(KvLayout {
         n_layers: cfg.n_attention_layers(),
         n_kv_head,
+        layer_kv_heads,
         k_head_dim: cfg.head_dim_k,
         v_head_dim: cfg.kv_value_dim(),
         dtype,

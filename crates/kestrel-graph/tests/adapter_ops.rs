@@ -118,6 +118,7 @@ fn layout() -> KvLayout {
     KvLayout {
         n_layers: 1,
         n_kv_head: 1,
+        layer_kv_heads: Vec::new(),
         k_head_dim: 4,
         v_head_dim: 4,
         dtype: KvDType::F32,

@@ -18,6 +18,7 @@ fn cache(layers: usize) -> ContiguousCache {
     let layout = KvLayout {
         n_layers: layers,
         n_kv_head: 1,
+        layer_kv_heads: Vec::new(),
         k_head_dim: W,
         v_head_dim: W,
         dtype: KvDType::F32,

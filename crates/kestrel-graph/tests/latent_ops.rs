@@ -41,6 +41,7 @@ fn head_slice_concat_and_matmul() {
     let layout = KvLayout {
         n_layers: 1,
         n_kv_head: 1,
+        layer_kv_heads: Vec::new(),
         k_head_dim: 4,
         v_head_dim: 4,
         dtype: KvDType::F32,
@@ -103,6 +104,7 @@ fn latent_attention_reads_values_from_the_keys() {
     let layout = KvLayout {
         n_layers: 1,
         n_kv_head: 1,
+        layer_kv_heads: Vec::new(),
         k_head_dim: dk,
         v_head_dim: 0,
         dtype: KvDType::F32,

@@ -17,16 +17,16 @@ pub(crate) enum Buf {
 
 impl Buf {
     /// Every layer's keys (`nk` values) and values (`nv` values), zeroed.
+    /// Each layer's keys and values for `tokens` tokens (sizes checked by the caller).
     pub(crate) fn layers(
         layout: &KvLayout,
-        nk: usize,
-        nv: usize,
+        tokens: usize,
     ) -> Result<(Vec<Buf>, Vec<Buf>), std::collections::TryReserveError> {
         let mut k = Vec::with_capacity(layout.n_layers);
         let mut v = Vec::with_capacity(layout.n_layers);
-        for _ in 0..layout.n_layers {
-            k.push(Buf::zeroed(layout.dtype, nk)?);
-            v.push(Buf::zeroed(layout.dtype, nv)?);
+        for il in 0..layout.n_layers {
+            k.push(Buf::zeroed(layout.dtype, tokens * layout.k_per_token(il))?);
+            v.push(Buf::zeroed(layout.dtype, tokens * layout.v_per_token(il))?);
         }
         Ok((k, v))
     }

@@ -13,7 +13,7 @@ use crate::{KvCache, KvError, KvLayout, KvRows, LayerView, RecurrentState};
 ///
 /// ```
 /// use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout};
-/// let layout = KvLayout { n_layers: 2, n_kv_head: 1, k_head_dim: 4, v_head_dim: 4, dtype: KvDType::F16,
+/// let layout = KvLayout { n_layers: 2, n_kv_head: 1, layer_kv_heads: vec![], k_head_dim: 4, v_head_dim: 4, dtype: KvDType::F16,
 ///     recurrent: kestrel_kv::RecurrentLayout::NONE };
 /// let mut c = ContiguousCache::new(layout, 16).unwrap();
 /// c.write(0, 0, &[1.0; 8], &[2.0; 8]).unwrap(); // two tokens of layer 0
@@ -46,18 +46,13 @@ impl ContiguousCache {
             layers: layout.n_layers,
             bytes: layout.bytes_per_token().saturating_mul(capacity),
         };
-        let nk = capacity
-            .checked_mul(layout.k_per_token())
-            .ok_or_else(too_large)?;
-        let nv = capacity
-            .checked_mul(layout.v_per_token())
-            .ok_or_else(too_large)?;
+        // Bytes bound elements (4 bytes each at most): no layer's element count overflows.
         layout
             .bytes_per_token()
             .checked_mul(capacity)
             .filter(|&b| b <= isize::MAX as usize)
             .ok_or_else(too_large)?;
-        let (k, v) = Buf::layers(&layout, nk, nv).map_err(|_| too_large())?;
+        let (k, v) = Buf::layers(&layout, capacity).map_err(|_| too_large())?;
         let mut states = States::new(layout.recurrent);
         if layout.recurrent.is_some() {
             states.ensure(0)?;
@@ -90,7 +85,10 @@ impl KvCache for ContiguousCache {
 
     fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) -> Result<(), KvError> {
         let n = self.layout.check_write(layer, k, v)?;
-        let (kt, vt) = (self.layout.k_per_token(), self.layout.v_per_token());
+        let (kt, vt) = (
+            self.layout.k_per_token(layer),
+            self.layout.v_per_token(layer),
+        );
         let end = pos.checked_add(n).filter(|&e| e <= self.capacity);
         let Some(_) = end else {
             return Err(KvError::Full {
@@ -114,10 +112,10 @@ impl KvCache for ContiguousCache {
             });
         }
         Ok(LayerView {
-            k: self.k[layer].slice(len * self.layout.k_per_token()),
-            v: self.v[layer].slice(len * self.layout.v_per_token()),
+            k: self.k[layer].slice(len * self.layout.k_per_token(layer)),
+            v: self.v[layer].slice(len * self.layout.v_per_token(layer)),
             len,
-            n_kv_head: self.layout.n_kv_head,
+            n_kv_head: self.layout.kv_heads(layer),
             k_head_dim: self.layout.k_head_dim,
             v_head_dim: self.layout.v_head_dim,
             rows: KvRows::CONTIGUOUS,
@@ -200,6 +198,7 @@ mod tests {
         KvLayout {
             n_layers: 3,
             n_kv_head: 2,
+            layer_kv_heads: Vec::new(),
             k_head_dim: 4,
             v_head_dim: 3,
             dtype,
@@ -230,6 +229,35 @@ mod tests {
             assert_eq!(c.seq_len(), 2);
             c.reset();
             assert_eq!(c.seq_len(), 0);
+        }
+    }
+
+    /// Layers of different KV head counts (DeciLM, OpenELM) each take their own width: sizes,
+    /// writes, views and the length checks follow the layer's count.
+    #[test]
+    fn layers_keep_their_own_kv_head_counts() {
+        let mut l = layout(KvDType::F32);
+        l.layer_kv_heads = vec![2, 1, 3];
+        assert_eq!(l.bytes_per_token(), 4 * (2 + 1 + 3) * (4 + 3));
+        let mut c = ContiguousCache::new(l.clone(), 4).unwrap();
+        assert_eq!(c.memory_bytes(), 4 * 4 * 6 * 7);
+        let k: Vec<f32> = (0..2 * 3 * 4).map(|i| i as f32).collect(); // 2 tokens, 3 heads
+        let v: Vec<f32> = (0..2 * 3 * 3).map(|i| -(i as f32)).collect();
+        c.write(2, 1, &k, &v).unwrap();
+        let view = c.view(2, 3).unwrap();
+        assert_eq!(view.n_kv_head, 3);
+        assert_eq!(kv_get(&view.k, (2 * 3 + 2) * 4 + 1), Some(21.0));
+        assert_eq!(c.view(1, 3).unwrap().n_kv_head, 1);
+        // Layer 1's one head: 2 tokens of layer 2's width are 6 of layer 1's keys but 4 of its
+        // values, and are refused.
+        assert!(matches!(
+            c.write(1, 0, &k[..24], &v[..12]),
+            Err(KvError::Length { .. })
+        ));
+        c.write(1, 0, &k[..8], &v[..6]).unwrap();
+        for bad in [vec![2, 1], vec![2, 0, 3]] {
+            l.layer_kv_heads = bad;
+            assert!(ContiguousCache::new(l.clone(), 4).is_err());
         }
     }
 
@@ -282,6 +310,7 @@ mod tests {
             let l = KvLayout {
                 n_layers: 2,
                 n_kv_head: 2,
+                layer_kv_heads: Vec::new(),
                 k_head_dim: 32,
                 v_head_dim: 64,
                 dtype,

@@ -58,8 +58,11 @@ impl KvDType {
 pub struct KvLayout {
     /// Layers.
     pub n_layers: usize,
-    /// KV heads per layer.
+    /// KV heads per layer (every layer's, unless `layer_kv_heads` names each layer's).
     pub n_kv_head: usize,
+    /// KV heads of each layer where layers differ (llama.cpp's per-layer `head_count_kv`:
+    /// DeciLM's and OpenELM's layers); empty: `n_kv_head` in every layer. Each entry non-zero.
+    pub layer_kv_heads: Vec<usize>,
     /// Key head size.
     pub k_head_dim: usize,
     /// Value head size.
@@ -73,20 +76,34 @@ pub struct KvLayout {
 }
 
 impl KvLayout {
-    /// Key values per token per layer.
-    pub fn k_per_token(&self) -> usize {
-        self.n_kv_head * self.k_head_dim
+    /// KV heads of `layer`.
+    pub fn kv_heads(&self, layer: usize) -> usize {
+        self.layer_kv_heads
+            .get(layer)
+            .copied()
+            .unwrap_or(self.n_kv_head)
     }
 
-    /// Value values per token per layer.
-    pub fn v_per_token(&self) -> usize {
-        self.n_kv_head * self.v_head_dim
+    /// Key values per token in `layer`.
+    pub fn k_per_token(&self, layer: usize) -> usize {
+        self.kv_heads(layer) * self.k_head_dim
+    }
+
+    /// Value values per token in `layer`.
+    pub fn v_per_token(&self, layer: usize) -> usize {
+        self.kv_heads(layer) * self.v_head_dim
+    }
+
+    /// Bytes one token takes in `layer`.
+    pub fn layer_bytes_per_token(&self, layer: usize) -> usize {
+        self.dtype.bytes(self.k_per_token(layer)) + self.dtype.bytes(self.v_per_token(layer))
     }
 
     /// Bytes one token takes over all layers.
     pub fn bytes_per_token(&self) -> usize {
-        self.n_layers
-            * (self.dtype.bytes(self.k_per_token()) + self.dtype.bytes(self.v_per_token()))
+        (0..self.n_layers)
+            .map(|il| self.layer_bytes_per_token(il))
+            .sum()
     }
 
     /// A layer index in range.
@@ -103,7 +120,7 @@ impl KvLayout {
     /// Checks a write of `k`/`v` to `layer` and returns its token count.
     pub(crate) fn check_write(&self, layer: usize, k: &[f32], v: &[f32]) -> Result<usize, KvError> {
         self.check_layer(layer)?;
-        let (kt, vt) = (self.k_per_token(), self.v_per_token());
+        let (kt, vt) = (self.k_per_token(layer), self.v_per_token(layer));
         let n = k.len() / kt;
         for (what, got, per_token) in [("keys", k.len(), kt), ("values", v.len(), vt)] {
             if got != n * per_token {
@@ -135,6 +152,14 @@ impl KvLayout {
             if v == 0 {
                 return Err(KvError::EmptyLayout(what));
             }
+        }
+        if !self.layer_kv_heads.is_empty()
+            && (self.layer_kv_heads.len() != self.n_layers || self.layer_kv_heads.contains(&0))
+        {
+            return Err(KvError::Pool(format!(
+                "per-layer KV heads {:?} for {} layers: one non-zero count per layer",
+                self.layer_kv_heads, self.n_layers
+            )));
         }
         let b = self.dtype.block();
         if !self.k_head_dim.is_multiple_of(b) || !self.v_head_dim.is_multiple_of(b) {

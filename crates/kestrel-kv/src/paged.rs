@@ -52,7 +52,7 @@ pub struct PoolStats {
 ///
 /// ```
 /// use kestrel_kv::{BatchKv, KvDType, KvLayout, PagedCache};
-/// let layout = KvLayout { n_layers: 1, n_kv_head: 1, k_head_dim: 2, v_head_dim: 2, dtype: KvDType::F32,
+/// let layout = KvLayout { n_layers: 1, n_kv_head: 1, layer_kv_heads: vec![], k_head_dim: 2, v_head_dim: 2, dtype: KvDType::F32,
 ///     recurrent: kestrel_kv::RecurrentLayout::NONE };
 /// let mut pool = PagedCache::new(layout, 4, 8).unwrap(); // 8 blocks of 4 tokens
 /// let a = pool.add_seq();
@@ -116,8 +116,7 @@ impl PagedCache {
             .checked_mul(tokens)
             .filter(|&b| b <= isize::MAX as usize)
             .ok_or_else(too_large)?;
-        let (nk, nv) = (tokens * layout.k_per_token(), tokens * layout.v_per_token());
-        let (k, v) = Buf::layers(&layout, nk, nv).map_err(|_| too_large())?;
+        let (k, v) = Buf::layers(&layout, tokens).map_err(|_| too_large())?;
         Ok(PagedCache {
             block_size,
             n_blocks,
@@ -387,7 +386,10 @@ impl BatchKv for PagedCache {
         v: &[f32],
     ) -> Result<(), KvError> {
         let n = self.layout.check_write(layer, k, v)?;
-        let (kt, vt) = (self.layout.k_per_token(), self.layout.v_per_token());
+        let (kt, vt) = (
+            self.layout.k_per_token(layer),
+            self.layout.v_per_token(layer),
+        );
         let cap = self.seq_capacity(seq)?;
         if pos.checked_add(n).is_none_or(|e| e > cap) {
             return Err(KvError::Full {
@@ -433,10 +435,10 @@ impl BatchKv for PagedCache {
         }
         let tokens = self.n_blocks * self.block_size;
         Ok(LayerView {
-            k: self.k[layer].slice(tokens * self.layout.k_per_token()),
-            v: self.v[layer].slice(tokens * self.layout.v_per_token()),
+            k: self.k[layer].slice(tokens * self.layout.k_per_token(layer)),
+            v: self.v[layer].slice(tokens * self.layout.v_per_token(layer)),
             len,
-            n_kv_head: self.layout.n_kv_head,
+            n_kv_head: self.layout.kv_heads(layer),
             k_head_dim: self.layout.k_head_dim,
             v_head_dim: self.layout.v_head_dim,
             rows: KvRows::paged(&s.table, self.block_size)
@@ -463,6 +465,7 @@ mod tests {
         KvLayout {
             n_layers: 2,
             n_kv_head: 2,
+            layer_kv_heads: Vec::new(),
             k_head_dim: 2,
             v_head_dim: 2,
             dtype,
@@ -499,6 +502,33 @@ mod tests {
             let st = pool.stats();
             assert_eq!((st.free_blocks, st.sequences, st.tokens), (8, 2, 30));
             assert!((st.fragmentation - (1.0 - 30.0 / 32.0)).abs() < 1e-9);
+        }
+    }
+
+    /// A pool whose layers have different KV head counts sizes each layer by its own and reads
+    /// each back at its own width.
+    #[test]
+    fn layers_of_different_kv_heads_read_back() {
+        let mut l = layout(KvDType::F32);
+        l.layer_kv_heads = vec![3, 1];
+        let mut pool = PagedCache::new(l, 4, 2).unwrap();
+        assert_eq!(pool.memory_bytes(), 8 * 4 * (3 + 1) * 4);
+        let s = pool.add_seq();
+        pool.reserve(s, 5).unwrap();
+        for (layer, heads) in [(0, 3), (1, 1)] {
+            let w = heads * 2;
+            let k: Vec<f32> = (0..5 * w).map(|i| (layer * 1000 + i) as f32).collect();
+            pool.write_seq(layer, s, 0, &k, &k).unwrap();
+        }
+        for (layer, heads) in [(0, 3), (1, 1)] {
+            let view = pool.view_seq(layer, s, 5).unwrap();
+            assert_eq!(view.n_kv_head, heads);
+            let r = view.rows.row(4);
+            let w = heads * 2;
+            assert_eq!(
+                kv_get(&view.k, r * w + w - 1),
+                Some((layer * 1000 + 5 * w - 1) as f32)
+            );
         }
     }
 
