@@ -332,7 +332,14 @@ pub struct DecoderConfig {
     /// (falcon-h1 adds the two); all false for a transformer. A layer with neither runs its FFN
     /// as its mixer (nemotron_h).
     pub recurrent_layers: Vec<bool>,
-    /// Whether each layer has an FFN after its mixer (false: Mamba, nemotron_h).
+    /// deci's "linear attention" layers: the normed input through `attn_output` alone, in place
+    /// of attention (no heads, no cache).
+    pub linear_attn_layers: Vec<bool>,
+    /// Layers left out of the forward pass (deci's FFN-free layers: llama.cpp builds no FFN for
+    /// them and drops their attention output with it, so they pass the residual on unchanged).
+    pub skip_layers: Vec<bool>,
+    /// Whether each layer has an FFN after its mixer (false: Mamba, nemotron_h). With one, a
+    /// layer without a mixer (deci's attention-free layers) feeds its input to the FFN directly.
     pub block_ffn: bool,
     /// Whether `attn_output.bias` is added where the file has one (falcon-h1's graph leaves it
     /// out).
@@ -374,6 +381,8 @@ impl DecoderConfig {
         self.rope_layers.truncate(n_layer);
         self.attention_layers.truncate(n_layer);
         self.recurrent_layers.truncate(n_layer);
+        self.linear_attn_layers.truncate(n_layer);
+        self.skip_layers.truncate(n_layer);
     }
 
     /// Attention layers before layer `il`: the KV cache's index of attention layer `il`.
@@ -445,7 +454,11 @@ impl DecoderConfig {
         };
         let head_dim_k = md
             .opt(&key("attention.key_length"), |m, k| m.get_usize(k))?
-            .unwrap_or_else(|| n_embd.checked_div(n_head[0]).unwrap_or(0));
+            .unwrap_or_else(|| {
+                // The first layer with heads (a deci layer may have none).
+                let h = n_head.iter().copied().find(|&h| h > 0).unwrap_or(0);
+                n_embd.checked_div(h).unwrap_or(0)
+            });
         let head_dim_v = md
             .opt(&key("attention.value_length"), |m, k| m.get_usize(k))?
             .unwrap_or(head_dim_k);
@@ -551,6 +564,8 @@ impl DecoderConfig {
             ssm: None,
             attention_layers: vec![true; n_layer],
             recurrent_layers: vec![false; n_layer],
+            linear_attn_layers: vec![false; n_layer],
+            skip_layers: vec![false; n_layer],
             block_ffn: true,
             attn_out_bias: true,
             output_norm_name: "output_norm",

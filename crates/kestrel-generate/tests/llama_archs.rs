@@ -337,6 +337,23 @@ fn deepseek2_batched_decode_equals_single() {
     }
 }
 
+/// And for deci's NAS layers, whose KV heads differ from layer to layer (each paged layer at its
+/// own width) and some of which keep no cache at all.
+#[test]
+fn deci_nas_batched_decode_equals_single() {
+    let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
+    let (base, v) = files::variant("deci-dense-nas").expect("variant");
+    let model = v.model(&skeletons[base], 1, 0.1);
+    let cfg = kestrel_arch::DecoderConfig::from_model(&model).expect("config");
+    let layout = kestrel_generate::kv_layout(&cfg, kestrel_kv::KvDType::F16).expect("layout");
+    // Attention in layers 0, 2 and 6 only (5 has no FFN and is left out).
+    assert_eq!(
+        (layout.n_layers, layout.layer_kv_heads.clone()),
+        (3, vec![2, 1, 1])
+    );
+    batched_equals_single(model);
+}
+
 /// The state-space families (Mamba, Mamba-2, and the hybrids with attention: jamba,
 /// granitehybrid, nemotron_h with and without experts, falcon-h1, LFM2) keep one recurrent state per sequence: sequences in a batch decode as each
 /// does alone; a session continues from its state, and one cut back part of the way starts over

@@ -596,6 +596,36 @@ fn attention_block(
     Ok(a)
 }
 
+/// A sequential layer's FFN half: `x + ffn(norm(x))` (with post-norm and residual scale where
+/// the family has them); `h` is the mixer's normed input, which stablelm's parallel layers
+/// without `ffn_norm` feed their FFN.
+fn block_ffn(
+    b: &mut Builder<'_>,
+    cfg: &DecoderConfig,
+    il: usize,
+    x: NodeId,
+    h: NodeId,
+) -> Result<NodeId, ArchError> {
+    let ge = graph_err(&cfg.arch);
+    let p = |s: &str| format!("blk.{il}.{s}");
+    let ffn_norm = p(cfg.ffn_norm_name);
+    let ffn_in = if !cfg.pre_norms {
+        x
+    } else if cfg.ffn_norm_optional && !b.has(&format!("{ffn_norm}.weight")) {
+        h
+    } else {
+        b.norm(cfg, &ffn_norm, x)?
+    };
+    let mut d = b.ffn(cfg, il, ffn_in)?;
+    if cfg.post_norms {
+        d = b.norm(cfg, &p("post_ffw_norm"), d)?;
+    }
+    if let Some(s) = cfg.residual_scale {
+        d = b.g.scale(&p("ffn_res_scaled"), d, s).map_err(&ge)?;
+    }
+    b.g.add(&p("ffn_residual"), x, d).map_err(&ge)
+}
+
 /// Build the graph of one step.
 pub fn build_decoder(
     cfg: &DecoderConfig,
@@ -625,15 +655,29 @@ pub fn build_decoder(
         None => None,
     };
     for il in 0..cfg.n_layer {
+        if cfg.skip_layers[il] {
+            continue;
+        }
         let p = |s: &str| format!("blk.{il}.{s}");
-        // The mixer: attention, a recurrent layer, both added (falcon-h1), or neither (the
-        // layer's FFN mixes: nemotron_h).
+        // The mixer: attention, a recurrent layer, both added (falcon-h1), a linear layer
+        // (deci), or none: then the layer's FFN mixes (nemotron_h), or with an FFN of its own
+        // the layer has no mixer at all (deci's attention-free layers).
+        let mixer =
+            cfg.attention_layers[il] || cfg.recurrent_layers[il] || cfg.linear_attn_layers[il];
+        if !mixer && cfg.block_ffn {
+            x = block_ffn(&mut b, cfg, il, x, x)?;
+            continue;
+        }
         let h = if cfg.pre_norms {
             b.norm(cfg, &p("attn_norm"), x)?
         } else {
             x
         };
         let mut o = None;
+        if cfg.linear_attn_layers[il] {
+            // llama.cpp's `build_lora_mm(wo, cur)`: no bias, no scale.
+            o = Some(b.projection(&p("attn_output"), h, false, false, false)?);
+        }
         if cfg.attention_layers[il] {
             let a = attention_block(&mut b, cfg, il, h, freq_factors)?;
             o = Some(if cfg.attn_out_bias {
@@ -671,22 +715,7 @@ pub fn build_decoder(
         match cfg.layout {
             BlockLayout::Sequential => {
                 x = b.g.add(&p("attn_residual"), x, o).map_err(&ge)?;
-                let ffn_norm = p(cfg.ffn_norm_name);
-                let ffn_in = if !cfg.pre_norms {
-                    x
-                } else if cfg.ffn_norm_optional && !b.has(&format!("{ffn_norm}.weight")) {
-                    h
-                } else {
-                    b.norm(cfg, &ffn_norm, x)?
-                };
-                let mut d = b.ffn(cfg, il, ffn_in)?;
-                if cfg.post_norms {
-                    d = b.norm(cfg, &p("post_ffw_norm"), d)?;
-                }
-                if let Some(s) = cfg.residual_scale {
-                    d = b.g.scale(&p("ffn_res_scaled"), d, s).map_err(&ge)?;
-                }
-                x = b.g.add(&p("ffn_residual"), x, d).map_err(&ge)?;
+                x = block_ffn(&mut b, cfg, il, x, h)?;
             }
             BlockLayout::Parallel => {
                 // llama.cpp (command-r, cohere2): `(ffn_out + inpL) + attn_out`.

@@ -470,6 +470,11 @@ fn experts_mxfp4(name: &str, _: &[u64]) -> GgmlType {
 ///   selection bias, weights normalized and scaled by 2.5, per-expert scales) and a relu²
 ///   shared expert of 128; that layer moved first and the attention layer last, so every
 ///   token's routing reaches the last position's logits.
+/// - `deci-dense-nas`: llama.cpp's deci file grown to 7 layers of the kinds real
+///   Llama-3.1-Nemotron NAS files mix: attention with 2 KV heads, a "linear attention" layer (no
+///   KV heads), attention with 1 KV head, an attention-free layer, a dummy layer (no heads, no
+///   FFN), attention without an FFN (which llama.cpp leaves out whole), attention with 1 KV
+///   head; the linear layer carries an `attn_output.bias` llama.cpp loads but does not apply.
 /// - `qwen3vl-dense-s242020`: llama.cpp's qwen3vl file with real Qwen3-VL's M-RoPE sections
 ///   (interleaved 24/20/20 over its 64 pairs), which leave pairs 61 and 62 to the fourth axis
 ///   (position 0 for text: unrotated; slow pairs, so barely visible in the logits);
@@ -506,6 +511,13 @@ pub fn variant(stem: &str) -> Option<(&str, Variant)> {
             reshape: Some(reshape),
         };
         return Some(("qwen3vl-dense", v));
+    }
+    if stem == "deci-dense-nas" {
+        let v = Variant {
+            types: all_f32,
+            reshape: Some(deci_nas),
+        };
+        return Some(("deci-dense", v));
     }
     if stem == "nemotron_h_moe-experts" {
         let v = Variant {
@@ -707,6 +719,85 @@ fn nemotron_h_experts(s: &Skeleton) -> Skeleton {
     }
     Skeleton {
         metadata: s.metadata,
+        tensors,
+    }
+}
+
+/// llama.cpp's deci file with the 7 layers `deci-dense-nas` describes, each layer's tensors
+/// those of llama.cpp's layer 0 that the layer's kind loads (K and V at its KV head count).
+fn deci_nas(s: &Skeleton) -> Skeleton {
+    // (heads, KV heads, FFN size) per layer.
+    const LAYERS: [(u32, u32, u32); 7] = [
+        (2, 2, 384),
+        (2, 0, 384),
+        (2, 1, 384),
+        (0, 0, 384),
+        (0, 0, 0),
+        (2, 2, 0),
+        (2, 1, 384),
+    ];
+    let n = LAYERS.len();
+    let u32s = |f: fn(&(u32, u32, u32)) -> u32| MetadataValue::Array {
+        element_type: ValueType::U32,
+        items: LAYERS.iter().map(|l| MetadataValue::U32(f(l))).collect(),
+    };
+    let s2 = with_metadata(s, |k| {
+        let v = match k.strip_prefix("deci.")? {
+            "block_count" => MetadataValue::U32(n as u32),
+            "attention.head_count" => u32s(|l| l.0),
+            "attention.head_count_kv" => u32s(|l| l.1),
+            "feed_forward_length" => u32s(|l| l.2),
+            _ => match s.metadata.iter().find(|(n, _)| n == k)?.1.clone() {
+                // Other per-layer lists (llama.cpp's 2 layers): one entry per layer.
+                MetadataValue::Array {
+                    element_type,
+                    items,
+                } if items.len() == 2 => MetadataValue::Array {
+                    element_type,
+                    items: vec![items[0].clone(); n],
+                },
+                _ => return None,
+            },
+        };
+        Some(v)
+    });
+    let layer0: Vec<(&str, &Vec<u64>)> = s
+        .tensors
+        .iter()
+        .filter_map(|(name, d)| Some((name.strip_prefix("blk.0.")?, d)))
+        .collect();
+    let mut tensors: Vec<(String, Vec<u64>)> = s
+        .tensors
+        .iter()
+        .filter(|(name, _)| !name.starts_with("blk."))
+        .cloned()
+        .collect();
+    for (il, &(heads, kv, ff)) in LAYERS.iter().enumerate() {
+        for &(rest, dims) in &layer0 {
+            let attn = rest.starts_with("attn_");
+            let keep = if rest.starts_with("ffn_") {
+                ff > 0
+            } else if heads > 0 && kv == 0 {
+                ["attn_norm.weight", "attn_output.weight", "attn_output.bias"].contains(&rest)
+            } else {
+                attn && heads > 0
+            };
+            if !keep {
+                continue;
+            }
+            let mut dims = dims.clone();
+            if rest.starts_with("attn_k.") || rest.starts_with("attn_v.") {
+                // The KV projections' output width: KV heads of 128.
+                let last = dims.len() - 1;
+                if dims[last] > 1 {
+                    dims[last] = u64::from(kv) * 128;
+                }
+            }
+            tensors.push((format!("blk.{il}.{rest}"), dims));
+        }
+    }
+    Skeleton {
+        metadata: s2.metadata,
         tensors,
     }
 }

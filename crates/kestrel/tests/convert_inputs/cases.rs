@@ -842,11 +842,13 @@ pub fn cases() -> Vec<Case> {
             heads: 4,
             kv_heads: 2,
             head_dim: None,
-            layers: 2,
+            layers: 6,
             ff: 256,
             tied: true,
-            // Llama 3.1 Nemotron's shape, small: 2 and 1 KV heads, ffn_mult 3 (a feed-forward
-            // of 2/3 · 3 · 64 = 128, rounded up to 256), Llama 3 RoPE, Llama 3's vocab_size.
+            // Llama 3.1 Nemotron's shape, small: layers of 2 and 1 KV heads, a linear-attention
+            // layer, an attention-free one, a dummy one (Ultra's: no attention, no
+            // feed-forward) and a last with 2 KV heads again; ffn_mult 3 (a feed-forward of
+            // 2/3 · 3 · 64 = 128, rounded up to 256), Llama 3 RoPE, Llama 3's vocab_size.
             extra: json!({ "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
                 "max_position_embeddings": 131072, "vocab_size": 128256,
                 "rope_scaling": { "rope_type": "llama3", "factor": 8.0,
@@ -857,6 +859,18 @@ pub fn cases() -> Vec<Case> {
                         "replace_with_linear": false },
                       "ffn": { "ffn_mult": 3.0, "no_op": false, "replace_with_linear": false } },
                     { "attention": { "n_heads_in_group": 4, "no_op": false,
+                        "replace_with_linear": false },
+                      "ffn": { "ffn_mult": 3.0, "no_op": false, "replace_with_linear": false } },
+                    { "attention": { "n_heads_in_group": null, "no_op": false,
+                        "replace_with_linear": true },
+                      "ffn": { "ffn_mult": 3.0, "no_op": false, "replace_with_linear": false } },
+                    { "attention": { "n_heads_in_group": null, "no_op": true,
+                        "replace_with_linear": false },
+                      "ffn": { "ffn_mult": 3.0, "no_op": false, "replace_with_linear": false } },
+                    { "attention": { "n_heads_in_group": null, "no_op": true,
+                        "replace_with_linear": false },
+                      "ffn": { "ffn_mult": null, "no_op": true, "replace_with_linear": false } },
+                    { "attention": { "n_heads_in_group": 2, "no_op": false,
                         "replace_with_linear": false },
                       "ffn": { "ffn_mult": 3.0, "no_op": false, "replace_with_linear": false } }
                 ],

@@ -4,6 +4,7 @@
 //! as a `tokenizer.model` protobuf.
 
 mod cases;
+mod deci;
 mod deepseek;
 mod exaone;
 mod falcon_h1;
@@ -536,6 +537,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         write_weights(dir, t, case.dt, case.shards);
         return;
     }
+    if mt == "nemotron-nas" {
+        deci::layers(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
     if mt == "mamba" {
         mamba::tensors(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
@@ -569,11 +575,6 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     for l in 0..case.layers {
         let p = |s: &str| format!("model.layers.{l}.{s}");
-        // DeciLM's KV heads per layer: heads / n_heads_in_group.
-        let kv = match case.extra["block_configs"][l]["attention"]["n_heads_in_group"].as_u64() {
-            Some(g) => case.heads / g as usize * hd,
-            None => kv,
-        };
         if mt == "phimoe" {
             phimoe::layer_biases(case, l, &mut rng, &mut t);
         }

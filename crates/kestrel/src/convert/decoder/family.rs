@@ -580,6 +580,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "self_attn.k_proj" => "attn_k",
         "self_attn.v_proj" => "attn_v",
         "self_attn.o_proj" => "attn_output",
+        "self_attn.linear_attn" if family == Family::Deci => "attn_output",
         "self_attn.query_layernorm" if family == Family::HunyuanDense => "attn_q_norm",
         "self_attn.key_layernorm" if family == Family::HunyuanDense => "attn_k_norm",
         "self_attn.q_norm" if qk_norm => "attn_q_norm",
