@@ -287,6 +287,9 @@ pub struct DecoderConfig {
     pub q_prescale: bool,
     /// `cap * tanh(x / cap)` on attention logits.
     pub attn_softcap: Option<f32>,
+    /// Queries multiplied by their position's attention temperature after RoPE (Llama 4's
+    /// tuning, as Ministral 3 uses it).
+    pub attn_temperature: Option<kestrel_graph::AttnTemperature>,
     /// `cap * tanh(x / cap)` on output logits.
     pub final_softcap: Option<f32>,
     /// Input embeddings multiplied by this (gemma: `sqrt(n_embd)`).
@@ -543,6 +546,7 @@ impl DecoderConfig {
             rope_layers: vec![true; n_layer],
             attn_scale: 1.0 / (head_dim_k as f32).sqrt(),
             q_prescale: false,
+            attn_temperature: None,
             attn_softcap: None,
             final_softcap: None,
             embd_scale: None,

@@ -360,6 +360,23 @@ impl Graph {
         self.elementwise(name, Op::Sigmoid, x)
     }
 
+    /// Every row of `x` (one per token) times its position's attention temperature.
+    pub fn attn_temperature(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        t: crate::AttnTemperature,
+    ) -> Result<NodeId, GraphError> {
+        let (rows, w) = self.shape(x)?;
+        if rows != Rows::Tokens || t.floor_scale == 0 || !t.scale.is_finite() {
+            return Err(shape_err(
+                name,
+                format!("a temperature of {t:?} over rows {rows:?} (one per token needed)"),
+            ));
+        }
+        Ok(self.push(name, Op::AttnTemperature(t), vec![x], rows, w))
+    }
+
     /// Every row of `a` times the single value of the same row of `s` (width 1).
     pub fn mul_row_scalar(
         &mut self,

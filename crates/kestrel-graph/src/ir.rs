@@ -328,6 +328,9 @@ pub enum Op {
     Sigmoid,
     /// Every row of the first input times the one value of the same row of the second.
     MulRowScalar,
+    /// Every row times its position's attention temperature (Llama 4's and Ministral 3's query
+    /// scaling, [`AttnTemperature`]).
+    AttnTemperature(AttnTemperature),
     /// Multiply every row by a weight: a vector of the row's width, or one value for all
     /// (llama.cpp's per-tensor `*.scale` after a projection).
     MulWeight {
@@ -381,6 +384,28 @@ pub enum Op {
     /// the softplus) and `bc` (B's groups then C's per token), carrying the sequence's scan
     /// state (llama.cpp's `ggml_ssm_scan`, then `y + x · D`).
     SsmScan(SsmScanParams),
+}
+
+/// Llama 4's attention temperature tuning, as llama.cpp's `llm_graph_input_attn_temp` computes
+/// it for a token at position `pos`: `ln(floor((pos + offset) / floor_scale) + 1) · scale + 1`
+/// (the division in f32, the rest in f64, rounded to f32). Positions before `floor_scale` get
+/// exactly 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnTemperature {
+    /// Positions per step of the logarithm (Ministral 3: the YaRN original context).
+    pub floor_scale: u32,
+    /// The logarithm's factor (`attention.temperature_scale`).
+    pub scale: f32,
+    /// Added to each position first (0 for Ministral 3).
+    pub offset: f32,
+}
+
+impl AttnTemperature {
+    /// The factor of a token at `pos`.
+    pub fn factor(&self, pos: i32) -> f32 {
+        let steps = ((pos as f32 + self.offset) / self.floor_scale as f32).floor();
+        ((f64::from(steps) + 1.0).ln() * f64::from(self.scale) + 1.0) as f32
+    }
 }
 
 /// Parameters of an [`Op::SsmConv`] node.

@@ -13,26 +13,65 @@ pub(crate) fn adjust_smollm3(cfg: &mut DecoderConfig, _m: &GgufModel) -> Result<
     Ok(())
 }
 
-/// mistral3 (Mistral Small 3.1+/Devstral text, and its MoE files): llama, FFN scales included. The attention
-/// temperature of Mistral's long-context files and a YaRN log multiplier are refused.
+/// mistral3 (Mistral Small 3.1+/Devstral text, Ministral 3, and its MoE files): llama, FFN
+/// scales included. Ministral 3's long-context settings as llama.cpp's mistral3 graph and context
+/// apply them: Llama 4's attention temperature on the queries (`attention.temperature_scale`,
+/// in steps of the YaRN original context), and YaRN's magnitude factor from
+/// `rope.scaling.yarn_log_multiplier` (read as `mscale_all_dim`, with `mscale` 1).
 pub(crate) fn adjust_mistral3(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
     cfg.rope.neox = false;
     cfg.ffn_scales = true;
     let md = model.metadata();
-    let nonzero = |k: &str| -> Result<bool, ArchError> {
+    let f32_of = |k: &str| -> Result<f32, ArchError> {
         let key = format!("{}.{k}", cfg.arch);
-        Ok(md.opt(&key, |m, k| m.get_f32(k))?.is_some_and(|v| v != 0.0))
+        Ok(md.opt(&key, |m, k| m.get_f32(k))?.unwrap_or(0.0))
     };
-    if nonzero("attention.temperature_scale")? {
-        return Err(super::unsupported_feature(
-            cfg,
-            "attention temperature scaling",
-        ));
+    let n_ctx_orig = md
+        .opt(
+            &format!("{}.rope.scaling.original_context_length", cfg.arch),
+            |m, k| m.get_usize(k),
+        )?
+        .unwrap_or(cfg.n_ctx_train);
+    let temp = f32_of("attention.temperature_scale")?;
+    if temp != 0.0 {
+        let floor_scale = u32::try_from(n_ctx_orig)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| ArchError::Invalid {
+                arch: cfg.arch.clone(),
+                reason: format!(
+                    "attention temperature scaling over an original context of {n_ctx_orig}"
+                ),
+            })?;
+        cfg.attn_temperature = Some(kestrel_graph::AttnTemperature {
+            floor_scale,
+            scale: temp,
+            offset: 0.0,
+        });
     }
-    if matches!(cfg.rope.scaling, crate::RopeScaling::Yarn { .. })
-        && nonzero("rope.scaling.yarn_log_multiplier")?
+    let log_mul = f32_of("rope.scaling.yarn_log_multiplier")?;
+    let rope_attn_factor = cfg.rope.attn_factor;
+    if let crate::RopeScaling::Yarn {
+        factor,
+        ext_factor,
+        attn_factor,
+        ..
+    } = &mut cfg.rope.scaling
     {
-        return Err(super::unsupported_feature(cfg, "a YaRN log multiplier"));
+        if log_mul != 0.0 && *ext_factor != 0.0 {
+            // llama_context's yarn_attn_factor, in its f32 steps.
+            let f = 1.0 / (1.0 / *factor);
+            let mscale = |m: f32| {
+                if f <= 1.0 {
+                    1.0
+                } else {
+                    0.1 * m * f.ln() + 1.0
+                }
+            };
+            let mut a = mscale(1.0) / mscale(log_mul);
+            a *= 1.0 / (1.0 + 0.1 * f.ln());
+            *attn_factor = a * rope_attn_factor;
+        }
     }
     // Experts as llama's: softmax over normalized weights, expert scales applied.
     cfg.moe = super::softmax_moe(cfg, model, true, true, false)?;

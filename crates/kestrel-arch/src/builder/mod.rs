@@ -564,6 +564,9 @@ fn attention_block(
         if cfg.qk_norm_after_rope {
             (q, k) = qk_norm(b, cfg, il, q, k)?;
         }
+        if let Some(t) = cfg.attn_temperature {
+            q = b.g.attn_temperature(&p("q_temp"), q, t).map_err(&ge)?;
+        }
         let mut scale = cfg.attn_scale;
         if cfg.q_prescale {
             q = b.g.scale(&p("q_scaled"), q, scale).map_err(&ge)?;

@@ -475,6 +475,9 @@ fn experts_mxfp4(name: &str, _: &[u64]) -> GgmlType {
 ///   KV heads), attention with 1 KV head, an attention-free layer, a dummy layer (no heads, no
 ///   FFN), attention without an FFN (which llama.cpp leaves out whole), attention with 1 KV
 ///   head; the linear layer carries an `attn_output.bias` llama.cpp loads but does not apply.
+/// - `mistral3-dense-temp`: llama.cpp's mistral3 file with Ministral 3's long-context settings
+///   at a small scale: YaRN ×4 over an original context of 8 with a log multiplier of 0.7, and
+///   Llama 4's attention temperature 0.1 (so the queries of positions 8 and on are scaled).
 /// - `qwen3vl-dense-s242020`: llama.cpp's qwen3vl file with real Qwen3-VL's M-RoPE sections
 ///   (interleaved 24/20/20 over its 64 pairs), which leave pairs 61 and 62 to the fourth axis
 ///   (position 0 for text: unrotated; slow pairs, so barely visible in the logits);
@@ -511,6 +514,13 @@ pub fn variant(stem: &str) -> Option<(&str, Variant)> {
             reshape: Some(reshape),
         };
         return Some(("qwen3vl-dense", v));
+    }
+    if stem == "mistral3-dense-temp" {
+        let v = Variant {
+            types: all_f32,
+            reshape: Some(mistral3_temperature),
+        };
+        return Some(("mistral3-dense", v));
     }
     if stem == "deci-dense-nas" {
         let v = Variant {
@@ -721,6 +731,21 @@ fn nemotron_h_experts(s: &Skeleton) -> Skeleton {
         metadata: s.metadata,
         tensors,
     }
+}
+
+/// llama.cpp's mistral3 file with YaRN (×4, original context 8, log multiplier 0.7) and an
+/// attention temperature of 0.1.
+fn mistral3_temperature(s: &Skeleton) -> Skeleton {
+    with_metadata(s, |k| {
+        Some(match k.strip_prefix("mistral3.")? {
+            "rope.scaling.type" => MetadataValue::String("yarn".into()),
+            "rope.scaling.factor" => MetadataValue::F32(4.0),
+            "rope.scaling.original_context_length" => MetadataValue::U32(8),
+            "rope.scaling.yarn_log_multiplier" => MetadataValue::F32(0.7),
+            "attention.temperature_scale" => MetadataValue::F32(0.1),
+            _ => return None,
+        })
+    })
 }
 
 /// llama.cpp's deci file with the 7 layers `deci-dense-nas` describes, each layer's tensors

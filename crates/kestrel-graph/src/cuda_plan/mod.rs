@@ -708,6 +708,7 @@ impl CudaPlan {
             | Op::Moe(_)
             | Op::Sigmoid
             | Op::MulRowScalar
+            | Op::AttnTemperature(_)
             | Op::HeadMatMul { .. }
             | Op::HeadSlice { .. }
             | Op::HeadConcat { .. }
@@ -743,6 +744,7 @@ fn unsupported(op: &Op, width: usize) -> Option<&'static str> {
         Op::Moe(_) => Some("mixture of experts"),
         Op::Sigmoid => Some("sigmoid"),
         Op::MulRowScalar => Some("mul_row_scalar"),
+        Op::AttnTemperature(_) => Some("attention temperature"),
         Op::LayerNorm { group, .. } => (*group != width).then_some("layer_norm over groups"),
         Op::Rope(p) if p.mrope.is_some() => Some("M-RoPE with unrotated fourth-axis pairs"),
         Op::Attention(p) if p.sinks.is_some() => Some("attention sinks"),

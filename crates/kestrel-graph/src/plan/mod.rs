@@ -848,6 +848,17 @@ impl ExecutionPlan {
                     }
                 }
             }
+            Op::AttnTemperature(t) => {
+                for (o, (x, &pos)) in out
+                    .chunks_exact_mut(width)
+                    .zip(a.chunks_exact(width).zip(positions))
+                {
+                    let f = t.factor(pos);
+                    for (o, &x) in o.iter_mut().zip(x) {
+                        *o = x * f;
+                    }
+                }
+            }
             Op::ReluSqr => {
                 for (o, &x) in out.iter_mut().zip(a) {
                     let r = x.max(0.0);
