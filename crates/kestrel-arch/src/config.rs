@@ -310,6 +310,9 @@ pub struct DecoderConfig {
     /// The FFN projections honour per-tensor `*.scale` weights (true only where llama.cpp's graph
     /// of the family passes them to its FFN, as llama's does; most pass none).
     pub ffn_scales: bool,
+    /// A fused `attn_qkv` projection honours its per-tensor `*.scale` weight (false: openelm,
+    /// whose llama.cpp graph passes none).
+    pub qkv_scale: bool,
     /// Norm of Q and K.
     pub qk_norm: QkNorm,
     /// Q and K are normed after RoPE rather than before (hunyuan-dense, maincoder).
@@ -557,6 +560,7 @@ impl DecoderConfig {
             ffn: FfnKind::Gated,
             moe: None,
             ffn_scales: false,
+            qkv_scale: true,
             qk_norm: QkNorm::None,
             qk_norm_after_rope: false,
             ffn_norm_name: "ffn_norm",

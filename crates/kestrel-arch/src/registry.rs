@@ -54,6 +54,8 @@ pub enum ArchKind {
     SeedOss,
     /// Orion (layer norms).
     Orion,
+    /// Apple OpenELM (per-layer head and FFN sizes).
+    OpenElm,
     /// XVERSE.
     Xverse,
     /// Maincoder (QK-norm after RoPE).
@@ -153,6 +155,7 @@ const REGISTRY: &[(&str, ArchKind)] = &[
     ("arcee", ArchKind::Arcee),
     ("seed_oss", ArchKind::SeedOss),
     ("orion", ArchKind::Orion),
+    ("openelm", ArchKind::OpenElm),
     ("xverse", ArchKind::Xverse),
     ("maincoder", ArchKind::MainCoder),
     ("pangu-embedded", ArchKind::PanguEmbedded),

@@ -337,10 +337,10 @@ fn deepseek2_batched_decode_equals_single() {
     }
 }
 
-/// And for deci's NAS layers, whose KV heads differ from layer to layer (each paged layer at its
-/// own width) and some of which keep no cache at all.
+/// And for layers of different KV heads (each paged layer at its own width): deci's NAS layers,
+/// some of which keep no cache at all, and OpenELM's, whose query heads differ too.
 #[test]
-fn deci_nas_batched_decode_equals_single() {
+fn per_layer_heads_batched_decode_equals_single() {
     let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
     let (base, v) = files::variant("deci-dense-nas").expect("variant");
     let model = v.model(&skeletons[base], 1, 0.1);
@@ -352,6 +352,8 @@ fn deci_nas_batched_decode_equals_single() {
         (3, vec![2, 1, 1])
     );
     batched_equals_single(model);
+    let (base, v) = files::variant("openelm-dense-layers").expect("variant");
+    batched_equals_single(v.model(&skeletons[base], 1, 0.1));
 }
 
 /// The state-space families (Mamba, Mamba-2, and the hybrids with attention: jamba,

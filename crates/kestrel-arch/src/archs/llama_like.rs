@@ -93,6 +93,17 @@ pub(crate) fn adjust_seed_oss(cfg: &mut DecoderConfig, _m: &GgufModel) -> Result
     Ok(())
 }
 
+/// openelm (Apple OpenELM): head, KV head and FFN sizes per layer (llama.cpp's arrays), a fused
+/// QKV projection without its per-tensor scale (llama.cpp's graph passes none; `attn_output`'s
+/// it applies), RMS norms of Q and K per head, NeoX RoPE, the output tied to the embedding.
+pub(crate) fn adjust_openelm(cfg: &mut DecoderConfig, _m: &GgufModel) -> Result<(), ArchError> {
+    cfg.rope.neox = true;
+    cfg.qk_norm = QkNorm::PerHead;
+    cfg.qkv_scale = false;
+    cfg.tied_output = true;
+    Ok(())
+}
+
 /// orion: layer norms with biases, NeoX RoPE.
 pub(crate) fn adjust_orion(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), ArchError> {
     cfg.norm = NormKind::Layer;

@@ -52,6 +52,7 @@ pub(crate) fn adjust(cfg: &mut DecoderConfig, model: &GgufModel) -> Result<(), A
         ArchKind::Arcee => llama_like::adjust_arcee(cfg, model),
         ArchKind::SeedOss => llama_like::adjust_seed_oss(cfg, model),
         ArchKind::Orion => llama_like::adjust_orion(cfg, model),
+        ArchKind::OpenElm => llama_like::adjust_openelm(cfg, model),
         ArchKind::Xverse => llama_like::adjust_xverse(cfg, model),
         ArchKind::MainCoder => llama_like::adjust_maincoder(cfg, model),
         ArchKind::PanguEmbedded => llama_like::adjust_pangu_embedded(cfg, model),

@@ -529,7 +529,7 @@ fn attention_block(
         mla_attention(b, cfg, mla, il, h)?
     } else {
         let (mut q, mut k, mut v) = if b.has(&p("attn_qkv.weight")) {
-            let qkv = b.linear(&p("attn_qkv"), h)?;
+            let qkv = b.projection(&p("attn_qkv"), h, cfg.qkv_scale, false, true)?;
             let v_width = n_kv * cfg.head_dim_v;
             (
                 b.g.slice(&p("q_part"), qkv, 0, q_width).map_err(&ge)?,

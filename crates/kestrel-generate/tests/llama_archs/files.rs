@@ -478,6 +478,8 @@ fn experts_mxfp4(name: &str, _: &[u64]) -> GgmlType {
 /// - `mistral3-dense-temp`: llama.cpp's mistral3 file with Ministral 3's long-context settings
 ///   at a small scale: YaRN ×4 over an original context of 8 with a log multiplier of 0.7, and
 ///   Llama 4's attention temperature 0.1 (so the queries of positions 8 and on are scaled).
+/// - `openelm-dense-layers`: llama.cpp's openelm file with 3 layers of different head, KV head
+///   and FFN sizes, as real OpenELM files have them (2/1/256, 4/2/384, 3/3/512).
 /// - `qwen3vl-dense-s242020`: llama.cpp's qwen3vl file with real Qwen3-VL's M-RoPE sections
 ///   (interleaved 24/20/20 over its 64 pairs), which leave pairs 61 and 62 to the fourth axis
 ///   (position 0 for text: unrotated; slow pairs, so barely visible in the logits);
@@ -521,6 +523,13 @@ pub fn variant(stem: &str) -> Option<(&str, Variant)> {
             reshape: Some(mistral3_temperature),
         };
         return Some(("mistral3-dense", v));
+    }
+    if stem == "openelm-dense-layers" {
+        let v = Variant {
+            types: all_f32,
+            reshape: Some(openelm_layers),
+        };
+        return Some(("openelm-dense", v));
     }
     if stem == "deci-dense-nas" {
         let v = Variant {
@@ -746,6 +755,62 @@ fn mistral3_temperature(s: &Skeleton) -> Skeleton {
             _ => return None,
         })
     })
+}
+
+/// llama.cpp's openelm file with 3 layers of (heads, KV heads, FFN size) 2/1/256, 4/2/384 and
+/// 3/3/512 (heads of 128).
+fn openelm_layers(s: &Skeleton) -> Skeleton {
+    const LAYERS: [(u64, u64, u64); 3] = [(2, 1, 256), (4, 2, 384), (3, 3, 512)];
+    let u32s = |f: fn(&(u64, u64, u64)) -> u64| MetadataValue::Array {
+        element_type: ValueType::U32,
+        items: LAYERS
+            .iter()
+            .map(|l| MetadataValue::U32(f(l) as u32))
+            .collect(),
+    };
+    let s2 = with_metadata(s, |k| {
+        Some(match k.strip_prefix("openelm.")? {
+            "block_count" => MetadataValue::U32(LAYERS.len() as u32),
+            "attention.head_count" => u32s(|l| l.0),
+            "attention.head_count_kv" => u32s(|l| l.1),
+            "feed_forward_length" => u32s(|l| l.2),
+            _ => match s.metadata.iter().find(|(n, _)| n == k)?.1.clone() {
+                MetadataValue::Array {
+                    element_type,
+                    items,
+                } if items.len() == 2 => MetadataValue::Array {
+                    element_type,
+                    items: vec![items[0].clone(); LAYERS.len()],
+                },
+                _ => return None,
+            },
+        })
+    });
+    let mut tensors: Vec<(String, Vec<u64>)> = s
+        .tensors
+        .iter()
+        .filter(|(name, _)| !name.starts_with("blk."))
+        .cloned()
+        .collect();
+    for (il, &(heads, kv, ff)) in LAYERS.iter().enumerate() {
+        for (name, dims) in &s.tensors {
+            let Some(rest) = name.strip_prefix("blk.0.") else {
+                continue;
+            };
+            let dims = match rest {
+                "attn_qkv.weight" => vec![dims[0], (heads + 2 * kv) * 128],
+                "attn_output.weight" => vec![heads * 128, dims[1]],
+                "ffn_gate.weight" | "ffn_up.weight" => vec![dims[0], ff],
+                "ffn_down.weight" => vec![ff, dims[1]],
+                _ => dims.clone(),
+            };
+            tensors.push((format!("blk.{il}.{rest}"), dims));
+        }
+    }
+    Skeleton {
+        metadata: s2.metadata,
+        tensors,
+    }
 }
 
 /// llama.cpp's deci file with the 7 layers `deci-dense-nas` describes, each layer's tensors
