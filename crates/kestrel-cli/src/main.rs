@@ -39,7 +39,7 @@ enum Command {
     Serve(commands::serve::ServeArgs),
     /// Embed texts (encoder or decoder models) and print their cosine similarities.
     Embed(commands::embed::EmbedArgs),
-    /// Convert a Hugging Face checkpoint to GGUF: 62 decoder architectures as llama.cpp's converter does (Llama, Mistral, Qwen, Gemma, Phi, DeepSeek, gpt-oss, Granite, Nemotron, Mamba and hybrids: docs/convert.md lists them), and BERT encoders.
+    /// Convert a Hugging Face checkpoint to GGUF: 63 decoder architectures as llama.cpp's converter does (Llama, Mistral, Qwen, Gemma, Phi, DeepSeek, gpt-oss, Granite, Nemotron, Mamba and hybrids: docs/convert.md lists them), and BERT encoders.
     Convert(commands::convert::ConvertArgs),
     /// Quantize a GGUF model to one of llama-quantize's mixes (Q4_K_M, Q8_0, ...).
     Quantize(commands::quantize::QuantizeArgs),

@@ -321,6 +321,28 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     let e = convert_hf(&gdir, &out, &opts).unwrap_err().to_string();
     assert!(e.contains("<|user|>"), "{e}");
 
+    // OpenELM: feed-forward sizes that do not match `ffn.proj_1`, and no tokenizer.model
+    // (llama.cpp's converter falls back to a vocabulary of its own that kestrel does not carry).
+    let elm = cases.iter().find(|c| c.name == "openelm").unwrap();
+    let edir = work.join("e");
+    convert_inputs::write_case(elm, &edir, &smollm, &gemma);
+    let cfg = std::fs::read_to_string(edir.join("config.json")).unwrap();
+    let wrong = cfg.replacen("\"ffn_dim_divisor\": 32", "\"ffn_dim_divisor\": 48", 1);
+    assert_ne!(wrong, cfg);
+    std::fs::write(edir.join("config.json"), wrong).unwrap();
+    let e = convert_hf(&edir, &out, &opts).unwrap_err().to_string();
+    assert!(
+        e.contains("proj_1") && e.contains("feed-forward size"),
+        "{e}"
+    );
+    std::fs::write(edir.join("config.json"), &cfg).unwrap();
+    std::fs::remove_file(edir.join("tokenizer.model")).unwrap();
+    let e = convert_hf(&edir, &out, &opts).unwrap_err().to_string();
+    assert!(
+        e.contains("tokenizer.model") && e.contains("Llama 2"),
+        "{e}"
+    );
+
     // Mamba with a block expansion other than 2 (llama.cpp's converter asserts 2).
     let mamba = cases.iter().find(|c| c.name == "mamba").unwrap();
     let mdir = work.join("m");

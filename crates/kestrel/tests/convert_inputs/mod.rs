@@ -18,6 +18,7 @@ mod jamba;
 mod lfm2;
 mod mamba;
 mod nemotron_h;
+mod openelm;
 mod phimoe;
 mod stablelm;
 
@@ -411,6 +412,9 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     if case.model_type == "exaone" {
         cfg = exaone::config(cfg);
     }
+    if case.model_type == "openelm" {
+        cfg = openelm::config(case, cfg);
+    }
     std::fs::write(
         dir.join("config.json"),
         serde_json::to_vec_pretty(&cfg).unwrap(),
@@ -534,6 +538,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     if mt == "jamba" {
         jamba::tensors(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
+    if mt == "openelm" {
+        openelm::tensors(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }

@@ -146,6 +146,8 @@ pub(crate) enum Family {
     NemotronH,
     /// `InternLM2ForCausalLM` (GGUF `internlm2`: fused grouped QKV; `internlm2.rs`).
     InternLm2,
+    /// `OpenELMForCausalLM` (GGUF `openelm`: per-layer head and feed-forward sizes; `openelm.rs`).
+    OpenElm,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -157,7 +159,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      OlmoeForCausalLM, GraniteForCausalLM, GraniteSWAForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, BaichuanForCausalLM, XverseForCausalLM, Jais2ForCausalLM, DeciLMForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
-     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, HunYuanDenseV1ForCausalLM, \
+     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, OpenELMForCausalLM, HunYuanDenseV1ForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -251,6 +253,7 @@ impl Family {
             "MaincoderForCausalLM" => Family::MainCoder,
             "OrionForCausalLM" => Family::Orion,
             "DeciLMForCausalLM" => Family::Deci,
+            "OpenELMForCausalLM" => Family::OpenElm,
             "Jais2ForCausalLM" => Family::Jais2,
             "XverseForCausalLM" => Family::Xverse,
             "BaichuanForCausalLM" | "BaiChuanForCausalLM" => Family::Baichuan,
@@ -332,6 +335,7 @@ impl Family {
             Family::FalconH1 => "falcon-h1",
             Family::NemotronH => "nemotron_h",
             Family::InternLm2 => "internlm2",
+            Family::OpenElm => "openelm",
         }
     }
 
@@ -517,6 +521,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     }
     if family == Family::InternLm2 {
         return super::internlm2::gguf_name(name);
+    }
+    if family == Family::OpenElm {
+        return super::openelm::gguf_name(name);
     }
     if family == Family::Exaone {
         return exaone_name(name);

@@ -20,6 +20,7 @@ mod lfm2;
 mod mamba;
 mod mla;
 mod nemotron_h;
+mod openelm;
 mod params;
 mod read;
 mod write;
@@ -94,12 +95,13 @@ pub(crate) fn convert(
     };
     let ck = Checkpoint::open(dir)?;
 
-    let n_layer = uint(
-        &h,
-        &["n_layers", "num_hidden_layers", "n_layer", "num_layers"],
-        &cfg_path,
-    )?
-    .ok_or_else(|| bad(&cfg_path, "no num_hidden_layers"))?;
+    // OpenELMModel reads its layer count from `num_transformer_layers` only.
+    let layer_keys: &[&str] = match family {
+        Family::OpenElm => &["num_transformer_layers"],
+        _ => &["n_layers", "num_hidden_layers", "n_layer", "num_layers"],
+    };
+    let n_layer =
+        uint(&h, layer_keys, &cfg_path)?.ok_or_else(|| bad(&cfg_path, "no num_hidden_layers"))?;
     let n_embd = uint(&h, &["hidden_size", "n_embd", "dim"], &cfg_path)?;
     let n_head = uint(&h, &["n_heads", "num_attention_heads"], &cfg_path)?;
     let n_head_kv = uint(&h, &["n_kv_heads", "num_key_value_heads"], &cfg_path)?;
@@ -130,64 +132,71 @@ pub(crate) fn convert(
     // The tokenizer first: Gemma 3 trims the embedding to its length.
     let has_spm = dir.join("tokenizer.model").is_file();
     let n_vocab = vocab_size.map(|v| v as usize);
-    let vocab: Vocab = match family {
-        Family::Llama
-        | Family::SmolLm3
-        | Family::Mistral3
-        | Family::Arcee
-        | Family::Nanbeige
-        | Family::Qwen2
-        | Family::Qwen2Vl
-        | Family::Qwen3
-        | Family::Qwen3Vl
-        | Family::Gemma3
-        | Family::Mamba
-        | Family::Mamba2
-        | Family::Jamba
-        | Family::GraniteHybrid
-            if has_spm =>
-        {
-            spm::load(dir, n_vocab, spm::Style::Default)?
-        }
-        Family::InternLm2 => spm::load(dir, n_vocab, spm::Style::InternLm2)?,
-        // Jamba without `tokenizer.model`: llama.cpp's `LlamaHfVocab` reading, not written yet.
-        Family::Jamba => {
-            return Err(bad(
+    let vocab: Vocab =
+        match family {
+            Family::Llama
+            | Family::SmolLm3
+            | Family::Mistral3
+            | Family::Arcee
+            | Family::Nanbeige
+            | Family::Qwen2
+            | Family::Qwen2Vl
+            | Family::Qwen3
+            | Family::Qwen3Vl
+            | Family::Gemma3
+            | Family::Mamba
+            | Family::Mamba2
+            | Family::Jamba
+            | Family::GraniteHybrid
+                if has_spm =>
+            {
+                spm::load(dir, n_vocab, spm::Style::Default)?
+            }
+            Family::InternLm2 => spm::load(dir, n_vocab, spm::Style::InternLm2)?,
+            Family::OpenElm if has_spm => spm::load(dir, n_vocab, spm::Style::Default)?,
+            Family::OpenElm => return Err(bad(
                 dir,
-                "a Jamba checkpoint without tokenizer.model is not supported yet",
-            ))
-        }
-        // MiniCPM: SentencePiece only, as llama.cpp's `_set_vocab_sentencepiece`.
-        Family::Gemma
-        | Family::Gemma2
-        | Family::Nemotron
-        | Family::MiniCpm
-        | Family::Orion
-        | Family::Baichuan
-        | Family::PanguEmbedded => spm::load(dir, n_vocab, spm::Style::Default)?,
-        Family::Xverse => bpe::load_xverse(dir, n_vocab)?,
-        // DeciModel reads Llama 3's BPE vocabulary only at its size (else `LlamaHfVocab`).
-        Family::Deci if vocab_size != Some(128256) => {
-            return Err(bad(
-                &cfg_path,
-                "a DeciLM vocabulary other than Llama 3's 128256 (llama.cpp's LlamaHfVocab \
+                "no tokenizer.model: OpenELM uses Llama 2's SentencePiece vocabulary (llama.cpp \
+                 falls back to a copy of its own); put Llama 2's tokenizer.model beside it",
+            )),
+            // Jamba without `tokenizer.model`: llama.cpp's `LlamaHfVocab` reading, not written yet.
+            Family::Jamba => {
+                return Err(bad(
+                    dir,
+                    "a Jamba checkpoint without tokenizer.model is not supported yet",
+                ))
+            }
+            // MiniCPM: SentencePiece only, as llama.cpp's `_set_vocab_sentencepiece`.
+            Family::Gemma
+            | Family::Gemma2
+            | Family::Nemotron
+            | Family::MiniCpm
+            | Family::Orion
+            | Family::Baichuan
+            | Family::PanguEmbedded => spm::load(dir, n_vocab, spm::Style::Default)?,
+            Family::Xverse => bpe::load_xverse(dir, n_vocab)?,
+            // DeciModel reads Llama 3's BPE vocabulary only at its size (else `LlamaHfVocab`).
+            Family::Deci if vocab_size != Some(128256) => {
+                return Err(bad(
+                    &cfg_path,
+                    "a DeciLM vocabulary other than Llama 3's 128256 (llama.cpp's LlamaHfVocab \
                  reading) is not supported yet",
-            ))
-        }
-        Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
-            spm::load(dir, n_vocab, spm::Style::Phi3)?
-        }
-        _ => {
-            let tj = dir.join("tokenizer.json");
-            if !tj.is_file() {
-                return Err(bad(dir, "no tokenizer.model and no tokenizer.json"));
+                ))
             }
-            if family.is_llama() {
-                refuse_llama_hf(&tj)?;
+            Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
+                spm::load(dir, n_vocab, spm::Style::Phi3)?
             }
-            bpe::load(dir, n_vocab)?
-        }
-    };
+            _ => {
+                let tj = dir.join("tokenizer.json");
+                if !tj.is_file() {
+                    return Err(bad(dir, "no tokenizer.model and no tokenizer.json"));
+                }
+                if family.is_llama() {
+                    refuse_llama_hf(&tj)?;
+                }
+                bpe::load(dir, n_vocab)?
+            }
+        };
     // Checkpoints shipped quantized: only gpt-oss's MXFP4 experts are read (as llama.cpp,
     // which marks such files MXFP4_MOE unless asked for Q8_0).
     let quant = h
@@ -259,6 +268,11 @@ pub(crate) fn convert(
             // Resolved by `convert_hf` before this runs; F16 is its all-F32 answer.
             OutType::Q8_0 | OutType::Auto => GgmlType::F16,
         }
+    };
+    let openelm_layers = if family == Family::OpenElm {
+        Some(openelm::layers(&h, n_layer, &cfg_path)?)
+    } else {
+        None
     };
     let deci_layers = if family == Family::Deci {
         Some(deci::layers(&h, n_layer, &cfg_path)?)
@@ -442,6 +456,12 @@ pub(crate) fn convert(
             .ok_or_else(|| bad(dir, format!("{hf} vanished")))?;
         if family == Family::InternLm2 {
             if let Some(p) = internlm2::plan_wqkv(hf, &name, shape, &h, &cfg_path, &out_type)? {
+                plan.extend(p);
+                continue;
+            }
+        }
+        if let Some(layers) = &openelm_layers {
+            if let Some(p) = openelm::plan_proj_1(hf, shape, layers, &cfg_path, &out_type)? {
                 plan.extend(p);
                 continue;
             }

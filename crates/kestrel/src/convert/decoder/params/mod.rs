@@ -57,6 +57,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::Orion => return orion(meta, hp),
         Family::CodeShell => return codeshell(meta, hp),
         Family::Deci => return super::deci::params(meta, hp),
+        Family::OpenElm => return super::openelm::params(meta, hp),
         Family::Gpt2 | Family::StarCoder => return gpt2(meta, family, hp),
         Family::Mamba => return super::mamba::params(meta, hp),
         Family::Mamba2 => return super::mamba::mamba2_params(meta, hp),
@@ -449,6 +450,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Orion
         | Family::CodeShell
         | Family::Deci
+        | Family::OpenElm
         | Family::InternLm2 => {}
         Family::HunyuanDense => super::hunyuan::params(meta, hp)?,
         Family::Lfm2 => super::lfm2::params(meta, hp)?,
