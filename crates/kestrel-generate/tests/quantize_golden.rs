@@ -126,6 +126,95 @@ fn synthetic_imatrix(model: &[u8]) -> Vec<u8> {
     w.to_bytes().expect("imatrix")
 }
 
+/// The synthetic importance matrix in llama-imatrix's legacy `.dat` format (values as the
+/// format stores them, `(sum / count) · ncall`, with 7 calls; a trailer of 5 chunks and a
+/// dataset name).
+fn synthetic_imatrix_dat(model: &[u8]) -> Vec<u8> {
+    use kestrel_gguf::GgufFile;
+    let im = GgufFile::from_bytes(synthetic_imatrix(model)).expect("imatrix");
+    let entries: Vec<(String, Vec<f32>)> = im
+        .tensors()
+        .iter()
+        .filter_map(|info| {
+            let name = info.name().strip_suffix(".in_sum2")?.to_string();
+            let t = im.tensor(info.name()).expect("tensor");
+            let v = t
+                .data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) / 50.0 * 7.0)
+                .collect();
+            Some((name, v))
+        })
+        .collect();
+    let mut b = (entries.len() as i32).to_le_bytes().to_vec();
+    for (name, v) in &entries {
+        b.extend((name.len() as i32).to_le_bytes());
+        b.extend(name.as_bytes());
+        b.extend(7i32.to_le_bytes());
+        b.extend((v.len() as i32).to_le_bytes());
+        v.iter().for_each(|x| b.extend(x.to_le_bytes()));
+    }
+    b.extend(5i32.to_le_bytes());
+    b.extend(10i32.to_le_bytes());
+    b.extend(b"legacy.txt");
+    b
+}
+
+/// A legacy `.dat` importance matrix (the format many published imatrix files are in) gives
+/// llama-quantize's bytes too (`golden.json`'s `imatrix_dat`: `llama-quantize --imatrix
+/// imatrix.dat IN OUT TYPE 2` in the inputs' folder).
+#[test]
+fn quantize_with_a_legacy_dat_imatrix_matches_llama_quantize() {
+    use kestrel_gguf::quantize::Imatrix;
+    let (golden, skeletons) = golden_and_skeletons();
+    let dir = std::env::temp_dir().join(format!("kestrel-quantize-dat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut checked = 0;
+    for (stem, mixes) in golden["imatrix_dat"]
+        .as_object()
+        .expect("imatrix_dat section")
+    {
+        let bytes = files::build_bytes_as(&skeletons[stem.as_str()], 1, 0.1, |_, _| {
+            kestrel_gguf::GgmlType::F32
+        });
+        let input = dir.join(format!("{stem}.gguf"));
+        std::fs::write(&input, &bytes).expect("input");
+        let im_path = dir.join(format!("{stem}.imatrix.dat"));
+        std::fs::write(&im_path, synthetic_imatrix_dat(&bytes)).expect("imatrix");
+        if let Ok(d) = std::env::var("KESTREL_QUANT_INPUTS") {
+            std::fs::copy(&im_path, Path::new(&d).join(format!("{stem}.imatrix.dat")))
+                .expect("copy");
+            std::fs::copy(&input, Path::new(&d).join(format!("{stem}.gguf"))).expect("copy");
+            continue;
+        }
+        let mut im = Imatrix::load(&im_path).expect("load a .dat imatrix");
+        assert_eq!(
+            (im.chunks, im.datasets.clone()),
+            (5, vec!["legacy.txt".to_string()])
+        );
+        im.file = "imatrix.dat".into();
+        for (mix, sha) in mixes.as_object().expect("mixes") {
+            let output = dir.join(format!("{stem}-{mix}.gguf"));
+            let opts = QuantizeOptions {
+                threads: 2,
+                imatrix: Some(im.clone()),
+                ..QuantizeOptions::new(FileType::parse(mix).expect("mix"))
+            };
+            let got = quantized_sha(&input, &output, &opts);
+            assert_eq!(
+                got,
+                sha.as_str().expect("sha"),
+                "{stem} {mix} with a .dat imatrix"
+            );
+            checked += 1;
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    if std::env::var("KESTREL_QUANT_INPUTS").is_err() {
+        assert!(checked >= 3, "{checked} files checked");
+    }
+}
+
 /// With an importance matrix too (`golden.json`'s `imatrix` section: llama-quantize run with
 /// `--imatrix imatrix.gguf` from the inputs' folder, so the file name it records is the same).
 #[test]

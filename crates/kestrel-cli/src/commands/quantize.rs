@@ -36,7 +36,7 @@ pub struct QuantizeArgs {
     /// Give every tensor the mix's default type (no k-quant mixture).
     #[arg(long)]
     pub pure: bool,
-    /// An importance matrix from llama-imatrix (GGUF format).
+    /// An importance matrix from llama-imatrix: GGUF, or the legacy `.dat` format.
     #[arg(long)]
     pub imatrix: Option<PathBuf>,
     /// output.weight's type (a ggml type: q8_0, q6_k, f16, ...); tied embeddings follow it.

@@ -1,6 +1,7 @@
 //! Importance matrices: llama.cpp's `llama-imatrix` output (a GGUF file of `<tensor>.in_sum2`
-//! and `<tensor>.counts` per weight matrix), read as `llama-quantize` reads it: each entry's
-//! per-column sums divided by its count (per expert for 3-d weights; 1 where a count is 0).
+//! and `<tensor>.counts` per weight matrix, or the legacy `.dat` format), read as
+//! `llama-quantize` reads it: each entry's per-column sums divided by its count (per expert for
+//! 3-d weights; 1 where a count is 0).
 //! [`ImatrixSums`] reads, combines (`llama-imatrix --in-file`) and writes such files, with the
 //! per-matrix statistics llama-imatrix stores beside the sums.
 
@@ -277,18 +278,25 @@ pub struct Imatrix {
 }
 
 impl Imatrix {
-    /// Reads a GGUF imatrix file (`llama-imatrix` since b5900; the older `.dat` format is
-    /// refused).
+    /// Reads an imatrix file as `llama-quantize` does: GGUF (`llama-imatrix` since b5900), or
+    /// the legacy `.dat` format (any file that does not start with GGUF's magic), whose values
+    /// are divided by their call count.
     pub fn load(path: &Path) -> Result<Imatrix, QuantizeError> {
         let bad = |why: String| {
             QuantizeError::Refused(format!("importance matrix {}: {why}", path.display()))
         };
+        let mut magic = [0u8; 4];
+        let n = std::fs::File::open(path)
+            .and_then(|mut f| std::io::Read::read(&mut f, &mut magic))
+            .map_err(|e| bad(e.to_string()))?;
+        if n < 4 || &magic != b"GGUF" {
+            return Self::load_legacy(path);
+        }
         let file = GgufFile::open(path).map_err(|e| bad(e.to_string()))?;
         let md = file.metadata();
         if md.get_str("general.type").ok() != Some("imatrix") {
             return Err(bad(
-                "not a GGUF imatrix (general.type is not \"imatrix\"; the legacy .dat format is not read)"
-                    .into(),
+                "a GGUF file that is not an imatrix (general.type is not \"imatrix\")".into(),
             ));
         }
         let datasets = string_list(md.get("imatrix.datasets"));
@@ -337,6 +345,39 @@ impl Imatrix {
             file: path.to_string_lossy().into_owned(),
             datasets,
             chunks,
+            entries,
+        })
+    }
+
+    /// The legacy `.dat` format: each entry's values divided by its call count (as they are
+    /// where the count is not positive), the trailer's chunk count and dataset.
+    fn load_legacy(path: &Path) -> Result<Imatrix, QuantizeError> {
+        let bad = |why: String| {
+            QuantizeError::Refused(format!(
+                "importance matrix {} (not GGUF, read as the legacy .dat format): {why}",
+                path.display()
+            ))
+        };
+        let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+        let legacy = super::imatrix_legacy::parse(&bytes).map_err(bad)?;
+        let mut entries = HashMap::new();
+        for e in legacy.entries {
+            let values: Vec<f32> = if e.ncall > 0 {
+                // llama-quantize: `sums[i] / ncall`, the count as a float.
+                let n = e.ncall as f32;
+                e.values.iter().map(|v| v / n).collect()
+            } else {
+                e.values
+            };
+            if values.iter().any(|v| !v.is_finite()) {
+                return Err(bad(format!("{} holds a non-finite value", e.name)));
+            }
+            entries.insert(e.name, values);
+        }
+        Ok(Imatrix {
+            file: path.to_string_lossy().into_owned(),
+            datasets: legacy.dataset.into_iter().collect(),
+            chunks: u32::try_from(legacy.chunk_count).unwrap_or(0),
             entries,
         })
     }

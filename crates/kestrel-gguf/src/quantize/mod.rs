@@ -8,6 +8,7 @@
 
 mod ftype;
 mod imatrix;
+mod imatrix_legacy;
 mod imatrix_stats;
 mod keep_split;
 mod mix;
