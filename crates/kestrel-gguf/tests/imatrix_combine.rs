@@ -82,3 +82,39 @@ fn a_model_file_is_not_an_imatrix() {
     assert!(err.contains("no imatrix entries"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The legacy `.dat` format (`fixtures/imatrix/c.dat`) combined as llama-imatrix b11434
+/// combines it: alone with `-c 64` (its values and call counts scaled by 64, the chunk size
+/// `-c`), before a GGUF file (scaled by the default 512) and after one (by its chunk size).
+#[test]
+fn legacy_dat_files_combine_as_llama_imatrix_combines_them() {
+    let combined = |files: &[&str], ctx: u32| {
+        let mut sums = ImatrixSums::default();
+        for f in files {
+            sums.combine_file(&fixture(f), ctx).unwrap();
+        }
+        sums.finish_combined(ctx);
+        sums
+    };
+    let c = combined(&["c.dat"], 64);
+    assert_eq!(c.datasets, ["legacy.txt"]);
+    assert_eq!(c.entries["blk.0.attn_q.weight"].counts, [3.0 * 64.0]);
+    assert!(c.entries["blk.0.attn_q.weight"].in_sum.is_empty());
+    assert_eq!((c.chunk_size, c.chunk_count), (64, 5));
+    assert_same(&written(&c, "c"), "out_c.gguf");
+    assert_same(
+        &written(&combined(&["c.dat", "a.gguf"], 512), "ca"),
+        "out_ca.gguf",
+    );
+    assert_same(
+        &written(&combined(&["a.gguf", "c.dat"], 512), "ac"),
+        "out_ac.gguf",
+    );
+    // A truncated legacy file is an error naming the file, not a panic.
+    let bytes = std::fs::read(fixture("c.dat")).unwrap();
+    let cut = std::env::temp_dir().join(format!("kestrel-imatrix-cut-{}.dat", std::process::id()));
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let e = ImatrixSums::load(&cut).unwrap_err().to_string();
+    std::fs::remove_file(&cut).ok();
+    assert!(e.contains("legacy") && e.contains("entry"), "{e}");
+}

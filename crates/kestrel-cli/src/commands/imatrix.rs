@@ -22,7 +22,7 @@ pub struct ImatrixArgs {
     /// The text to run (calibration data); without it, `--in-file`s are only combined.
     #[arg(short, long)]
     pub file: Option<PathBuf>,
-    /// Earlier imatrix files to combine and continue (repeatable, or comma-separated).
+    /// Earlier imatrix files (GGUF, or the legacy `.dat` format) to combine and continue (repeatable, or comma-separated).
     #[arg(long = "in-file", value_delimiter = ',')]
     pub in_files: Vec<PathBuf>,
     /// The imatrix file to write.
@@ -43,15 +43,16 @@ pub struct ImatrixArgs {
 }
 
 pub fn run(args: &ImatrixArgs) -> Result<(), String> {
+    let ctx = u32::try_from(args.ctx).map_err(|_| format!("-c {}: too large", args.ctx))?;
     let mut prior = ImatrixSums::default();
     for f in &args.in_files {
-        let sums = ImatrixSums::load(f).map_err(|e| e.to_string())?;
-        prior.combine(sums).map_err(|e| e.to_string())?;
+        prior.combine_file(f, ctx).map_err(|e| e.to_string())?;
     }
     let Some(file) = &args.file else {
         if args.in_files.is_empty() {
             return Err("give a text (-f) or imatrix files to combine (--in-file)".into());
         }
+        prior.finish_combined(ctx);
         prior
             .write(&args.output)
             .map_err(|e| format!("{}: {e}", args.output.display()))?;

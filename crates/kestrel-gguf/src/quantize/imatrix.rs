@@ -98,19 +98,36 @@ impl ImatrixSums {
         w.write_file(path)
     }
 
-    /// Reads the sums of a GGUF imatrix file as `llama-imatrix --in-file` reads them (counts
-    /// rounded to whole rows; `in_sum` kept where the file has it). The legacy `.dat` format
-    /// is refused.
+    /// Reads the sums of an imatrix file as `llama-imatrix --in-file` reads them (counts
+    /// rounded to whole rows; `in_sum` kept where the file has it); a legacy `.dat` file as
+    /// [`load_with_chunk_size`](Self::load_with_chunk_size) reads it with llama-imatrix's
+    /// default chunk size, 512.
     ///
     /// # Errors
-    /// Not a GGUF file, no entries, an entry without its sums or counts, non-F32 sums, sums
+    /// Not an imatrix file, no entries, an entry without its sums or counts, non-F32 sums, sums
     /// and counts whose lengths disagree.
     pub fn load(path: &Path) -> Result<ImatrixSums, QuantizeError> {
+        Self::load_with_chunk_size(path, 512)
+    }
+
+    /// As [`load`](Self::load), with `chunk_size` the chunk size in force when llama-imatrix
+    /// reads the file (the first GGUF file's that has one, else its `-c`): a legacy `.dat`
+    /// file's values (means over its calls) and call counts are multiplied by it, as
+    /// llama-imatrix turns them back into sums over rows; it has no `in_sum` and no chunk size.
+    ///
+    /// # Errors
+    /// As [`load`](Self::load).
+    pub fn load_with_chunk_size(
+        path: &Path,
+        chunk_size: u32,
+    ) -> Result<ImatrixSums, QuantizeError> {
         let bad = |why: String| {
             QuantizeError::Refused(format!("importance matrix {}: {why}", path.display()))
         };
-        let file = GgufFile::open(path)
-            .map_err(|e| bad(format!("{e} (the legacy .dat format is not read)")))?;
+        if !is_gguf(path).map_err(|e| bad(e.to_string()))? {
+            return Self::load_legacy(path, chunk_size);
+        }
+        let file = GgufFile::open(path).map_err(|e| bad(e.to_string()))?;
         let md = file.metadata();
         let mut out = ImatrixSums {
             datasets: string_list(md.get("imatrix.datasets")),
@@ -169,6 +186,58 @@ impl ImatrixSums {
             return Err(bad("no imatrix entries (<name>.in_sum2)".into()));
         }
         Ok(out)
+    }
+
+    fn load_legacy(path: &Path, chunk_size: u32) -> Result<ImatrixSums, QuantizeError> {
+        let bad = |why: String| {
+            QuantizeError::Refused(format!(
+                "importance matrix {} (not GGUF, read as the legacy .dat format): {why}",
+                path.display()
+            ))
+        };
+        let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+        let legacy = super::imatrix_legacy::parse(&bytes).map_err(bad)?;
+        let scale = chunk_size as f32;
+        let mut entries = BTreeMap::new();
+        for e in legacy.entries {
+            let entry = ImatrixEntry {
+                // llama-imatrix: `sums[j] * chunk_size` (f32) and `ncall * chunk_size` (i64).
+                in_sum2: e.values.iter().map(|v| v * scale).collect(),
+                in_sum: Vec::new(),
+                counts: vec![(i64::from(e.ncall) * i64::from(chunk_size)) as f32],
+            };
+            entries.insert(e.name, entry);
+        }
+        Ok(ImatrixSums {
+            datasets: legacy.dataset.into_iter().collect(),
+            chunk_count: u32::try_from(legacy.chunk_count).unwrap_or(0),
+            chunk_size: 0,
+            n_layer_nextn: 0,
+            entries,
+        })
+    }
+
+    /// Combines `path` into these as llama-imatrix's `--in-file` does, `ctx` its `-c`: a
+    /// legacy file is scaled by the chunk size in force (these sums', else `ctx`).
+    ///
+    /// # Errors
+    /// As [`load`](Self::load) and [`combine`](Self::combine).
+    pub fn combine_file(&mut self, path: &Path, ctx: u32) -> Result<(), QuantizeError> {
+        let chunk = if self.chunk_size > 0 {
+            self.chunk_size
+        } else {
+            ctx
+        };
+        self.combine(Self::load_with_chunk_size(path, chunk)?)
+    }
+
+    /// What llama-imatrix writes after combining files without a text, `ctx` its `-c`: the
+    /// chunk size the files gave, else `ctx`, and the chunks recounted in it.
+    pub fn finish_combined(&mut self, ctx: u32) {
+        if self.chunk_size == 0 {
+            self.chunk_size = ctx;
+        }
+        self.count_chunks();
     }
 
     /// Adds `other`'s sums to these as `llama-imatrix --in-file A,B` combines files: sums and
@@ -264,6 +333,21 @@ fn string_list(v: Option<Value>) -> Vec<String> {
     }
 }
 
+/// Whether `path` starts with GGUF's magic (else it is read as the legacy `.dat` format, as
+/// llama.cpp's loader falls back to it).
+fn is_gguf(path: &Path) -> std::io::Result<bool> {
+    let mut magic = [0u8; 4];
+    let mut f = std::fs::File::open(path)?;
+    let mut n = 0;
+    while n < 4 {
+        match std::io::Read::read(&mut f, &mut magic[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n == 4 && &magic == b"GGUF")
+}
+
 /// An importance matrix: for each weight matrix, one weight per input column (per expert).
 #[derive(Clone, Debug, Default)]
 pub struct Imatrix {
@@ -285,11 +369,7 @@ impl Imatrix {
         let bad = |why: String| {
             QuantizeError::Refused(format!("importance matrix {}: {why}", path.display()))
         };
-        let mut magic = [0u8; 4];
-        let n = std::fs::File::open(path)
-            .and_then(|mut f| std::io::Read::read(&mut f, &mut magic))
-            .map_err(|e| bad(e.to_string()))?;
-        if n < 4 || &magic != b"GGUF" {
+        if !is_gguf(path).map_err(|e| bad(e.to_string()))? {
             return Self::load_legacy(path);
         }
         let file = GgufFile::open(path).map_err(|e| bad(e.to_string()))?;
