@@ -357,7 +357,7 @@ fn per_layer_heads_batched_decode_equals_single() {
 }
 
 /// The state-space families (Mamba, Mamba-2, and the hybrids with attention: jamba,
-/// granitehybrid, nemotron_h with and without experts, falcon-h1, LFM2) keep one recurrent state per sequence: sequences in a batch decode as each
+/// granitehybrid, nemotron_h with and without experts (also latent ones), falcon-h1, LFM2) keep one recurrent state per sequence: sequences in a batch decode as each
 /// does alone; a session continues from its state, and one cut back part of the way starts over
 /// (a state cannot go back), giving a fresh prefill's logits; prompt-lookup speculation (which
 /// returns the state to its checkpoint and runs the kept tokens again after a rejected draft)
@@ -377,6 +377,7 @@ fn mamba_states_follow_each_sequence() {
         "granitehybrid-dense",
         "nemotron_h-dense",
         "nemotron_h_moe-experts",
+        "nemotron_h_moe-latent",
         "falcon-h1-dense",
         "lfm2-dense",
     ] {

@@ -265,7 +265,33 @@ impl Graph {
     /// A mixture-of-experts FFN of every row of `x` (see [`MoeParams`]); the weights' dims are
     /// checked against the row width, `n_ff` and `n_expert`.
     pub fn moe(&mut self, name: &str, x: NodeId, p: MoeParams) -> Result<NodeId, GraphError> {
+        self.moe_routed(name, x, None, p)
+    }
+
+    /// A mixture-of-experts FFN of `x` whose router reads `router_x` instead (Nemotron 3 Super's
+    /// experts in a latent space: the router sees the layer's input, the experts its projection
+    /// down; `None`: `x` itself).
+    pub fn moe_routed(
+        &mut self,
+        name: &str,
+        x: NodeId,
+        router_x: Option<NodeId>,
+        p: MoeParams,
+    ) -> Result<NodeId, GraphError> {
         let (rows, w) = self.shape(x)?;
+        let rw = match router_x {
+            Some(r) => {
+                let (rrows, rw) = self.shape(r)?;
+                if rrows != rows {
+                    return Err(shape_err(
+                        name,
+                        format!("router input rows {rrows:?} for expert rows {rows:?}"),
+                    ));
+                }
+                rw
+            }
+            None => w,
+        };
         let (e, f) = (p.n_expert as u64, p.n_ff as u64);
         if p.n_used == 0 || p.n_used > p.n_expert {
             return Err(shape_err(
@@ -278,7 +304,7 @@ impl Graph {
         }
         let up_rows = if p.fused_gate_up { 2 * f } else { f };
         let mut expect = vec![
-            (p.router, vec![w as u64, e]),
+            (p.router, vec![rw as u64, e]),
             (p.up, vec![w as u64, up_rows, e]),
             (p.down, vec![f, w as u64, e]),
         ];
@@ -332,7 +358,11 @@ impl Graph {
                 ));
             }
         }
-        Ok(self.push(name, Op::Moe(p), vec![x], rows, w))
+        let inputs = match router_x {
+            Some(r) => vec![x, r],
+            None => vec![x],
+        };
+        Ok(self.push(name, Op::Moe(p), inputs, rows, w))
     }
 
     /// `min(max(x, -limit), limit)`.

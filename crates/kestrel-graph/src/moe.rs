@@ -120,14 +120,16 @@ fn swiglu_oai(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
-/// `out[rows, width]` = the MoE FFN of `x[rows, width]`; `segments` are the step's rows per
-/// sequence (consecutive).
+/// `out[rows, width]` = the MoE FFN of `x[rows, width]`, routed by `router_x` (rows of its own
+/// width; `x` itself for most families); `segments` are the step's rows per sequence
+/// (consecutive).
 /// `hook`: an activation hook with the up, gate (`""` without one) and down weights' names.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     p: &MoeParams,
     w: &MoeWeights<'_>,
     x: &[f32],
+    (router_x, router_width): (&[f32], usize),
     width: usize,
     segments: &[usize],
     s: &mut MoeScratch,
@@ -139,9 +141,9 @@ pub(crate) fn run(
     // Router.
     let logits = grow(&mut s.logits, rows * ne);
     cpu::matmul_segmented(
-        x,
+        router_x,
         rows,
-        width,
+        router_width,
         w.router.as_bytes(),
         w.router.dtype(),
         ne,
@@ -541,7 +543,7 @@ mod tests {
         };
         let rows = x.len() / W;
         let mut out = vec![0f32; rows * W];
-        run(p, &w, x, W, segs, s, &mut out, None).unwrap();
+        run(p, &w, x, (x, W), W, segs, s, &mut out, None).unwrap();
         out
     }
 
@@ -613,6 +615,7 @@ mod tests {
             &p,
             &w,
             x,
+            (x, W),
             W,
             &[7],
             &mut MoeScratch::default(),

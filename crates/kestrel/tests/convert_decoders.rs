@@ -422,7 +422,8 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     assert!(e.contains("key_multiplier"), "{e}");
 
     // Nemotron-H: a pattern that does not cover the layers, an MLP letter in the MoE form;
-    // experts in a latent space and a multi-token-prediction head (not converted yet).
+    // a latent size without the latent projections, and a multi-token-prediction head (not
+    // converted yet).
     let nh = cases.iter().find(|c| c.name == "nemotron-h").unwrap();
     let ndir = work.join("nh");
     convert_inputs::write_case(nh, &ndir, &smollm, &gemma);
@@ -449,7 +450,7 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     );
     let cfg = std::fs::read_to_string(mdir.join("config.json")).unwrap();
     for (extra, want) in [
-        ("\"moe_latent_size\": 32", "moe_latent_size"),
+        ("\"moe_latent_size\": 32", "fc1_latent_proj"),
         (
             "\"num_nextn_predict_layers\": 1",
             "num_nextn_predict_layers",

@@ -176,12 +176,6 @@ pub(crate) fn adjust_nemotron_h(
     if !has("ffn_gate_inp.weight") {
         return Ok(());
     }
-    if has("ffn_latent_down.weight") || has("ffn_latent_up.weight") {
-        return Err(super::unsupported_feature(
-            cfg,
-            "experts in a latent space (ffn_latent_down/up, moe_latent_size)",
-        ));
-    }
     let (n_expert, n_used) =
         crate::config::moe_counts(&md, &cfg.arch)?.ok_or_else(|| ArchError::Invalid {
             arch: cfg.arch.clone(),

@@ -209,7 +209,20 @@ impl Builder<'_> {
                 [None; 3]
             },
         };
-        let mut out = self.g.moe(&p("ffn_moe"), h, params).map_err(&ge)?;
+        // Experts in a latent space (Nemotron 3 Super): they read the input projected down
+        // (a plain product: no scale, no bias), the router the input itself, and their sum is
+        // projected back up.
+        let mut out = match self.opt_weight(&p("ffn_latent_down.weight")) {
+            Some(down) => {
+                let x = self.g.matmul(&p("ffn_latent_in"), h, down).map_err(&ge)?;
+                self.g.moe_routed(&p("ffn_moe"), x, Some(h), params)
+            }
+            None => self.g.moe(&p("ffn_moe"), h, params),
+        }
+        .map_err(&ge)?;
+        if let Some(up) = self.opt_weight(&p("ffn_latent_up.weight")) {
+            out = self.g.matmul(&p("ffn_latent_out"), out, up).map_err(&ge)?;
+        }
         if self.has(&p("ffn_up_shexp.weight")) {
             let mut shared = self.dense_ffn(cfg, il, h, "_shexp")?;
             if let Some(g) = self.opt_weight(&p("ffn_gate_inp_shexp.weight")) {

@@ -480,6 +480,9 @@ fn experts_mxfp4(name: &str, _: &[u64]) -> GgmlType {
 ///   Llama 4's attention temperature 0.1 (so the queries of positions 8 and on are scaled).
 /// - `openelm-dense-layers`: llama.cpp's openelm file with 3 layers of different head, KV head
 ///   and FFN sizes, as real OpenELM files have them (2/1/256, 4/2/384, 3/3/512).
+/// - `nemotron_h_moe-latent`: `nemotron_h_moe-experts` with its experts in a latent space of 64,
+///   as Nemotron 3 Super has them (`moe_latent_size`, `ffn_latent_down`/`_up` around the
+///   experts; the router and shared expert on the full width).
 /// - `qwen3vl-dense-s242020`: llama.cpp's qwen3vl file with real Qwen3-VL's M-RoPE sections
 ///   (interleaved 24/20/20 over its 64 pairs), which leave pairs 61 and 62 to the fourth axis
 ///   (position 0 for text: unrotated; slow pairs, so barely visible in the logits);
@@ -537,6 +540,13 @@ pub fn variant(stem: &str) -> Option<(&str, Variant)> {
             reshape: Some(deci_nas),
         };
         return Some(("deci-dense", v));
+    }
+    if stem == "nemotron_h_moe-latent" {
+        let v = Variant {
+            types: all_f32,
+            reshape: Some(nemotron_h_latent),
+        };
+        return Some(("nemotron_h_moe-dense", v));
     }
     if stem == "nemotron_h_moe-experts" {
         let v = Variant {
@@ -890,6 +900,38 @@ fn deci_nas(s: &Skeleton) -> Skeleton {
         metadata: s2.metadata,
         tensors,
     }
+}
+
+/// [`nemotron_h_experts`] with the experts in a latent space of 64: `moe_latent_size`, a
+/// projection down before them and up after, the experts' matrices 64 wide.
+fn nemotron_h_latent(s: &Skeleton) -> Skeleton {
+    let latent = 64u64;
+    let s = nemotron_h_experts(s);
+    let mut metadata = s.metadata;
+    metadata.push((
+        "nemotron_h_moe.moe_latent_size".into(),
+        MetadataValue::U32(latent as u32),
+    ));
+    let mut tensors = Vec::new();
+    for (name, dims) in s.tensors {
+        if let Some(prefix) = name.strip_suffix(".ffn_up_exps.weight") {
+            let n_embd = dims[0];
+            tensors.push((
+                format!("{prefix}.ffn_latent_down.weight"),
+                vec![n_embd, latent],
+            ));
+            tensors.push((
+                format!("{prefix}.ffn_latent_up.weight"),
+                vec![latent, n_embd],
+            ));
+            tensors.push((name, vec![latent, dims[1], dims[2]]));
+        } else if name.ends_with(".ffn_down_exps.weight") {
+            tensors.push((name, vec![dims[0], latent, dims[2]]));
+        } else {
+            tensors.push((name, dims));
+        }
+    }
+    Skeleton { metadata, tensors }
 }
 
 /// `s` (of architecture `arch`) with one more block on top, a copy of the last one's shapes,

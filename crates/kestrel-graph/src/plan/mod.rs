@@ -904,10 +904,19 @@ impl ExecutionPlan {
                     let gate = p.gate.map(|g| names[g].as_str()).unwrap_or("");
                     (h, [names[p.up].as_str(), gate, names[p.down].as_str()])
                 });
+                // The router's input: a second input where the graph gives one.
+                let (rx, rw) = match node.inputs.get(1) {
+                    Some(&r) => {
+                        let rw = self.nodes[r].width;
+                        (&b[..in_rows * rw], rw)
+                    }
+                    None => (&a[..in_rows * width], width),
+                };
                 moe::run(
                     p,
                     &bound,
                     &a[..in_rows * width],
+                    (rx, rw),
                     width,
                     segments,
                     &mut self.moe_scratch,

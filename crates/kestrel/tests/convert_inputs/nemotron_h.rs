@@ -61,17 +61,27 @@ pub fn tensors(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
                     0.0,
                     0.5,
                 ));
+                // Nemotron 3 Super: the experts work in a latent space of `moe_latent_size`.
+                let width = match case.extra["moe_latent_size"].as_u64() {
+                    Some(lat) => {
+                        let lat = lat as usize;
+                        t.push(lin(rng, p("mixer.fc1_latent_proj.weight"), lat, h));
+                        t.push(lin(rng, p("mixer.fc2_latent_proj.weight"), h, lat));
+                        lat
+                    }
+                    None => h,
+                };
                 for e in 0..n {
                     t.push(lin(
                         rng,
                         p(&format!("mixer.experts.{e}.up_proj.weight")),
                         ff,
-                        h,
+                        width,
                     ));
                     t.push(lin(
                         rng,
                         p(&format!("mixer.experts.{e}.down_proj.weight")),
-                        h,
+                        width,
                         ff,
                     ));
                 }

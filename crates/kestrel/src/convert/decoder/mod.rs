@@ -682,6 +682,9 @@ pub(crate) fn convert(
     if hf_arch == "Qwen3ForSequenceClassification" {
         return Err(bad(&cfg_path, "Qwen3 rerankers are not converted yet"));
     }
+    if family == Family::NemotronH {
+        nemotron_h::check_latent(&h, &plan, &cfg_path)?;
+    }
 
     let mut report = write::write_file(out, &ck, fp8_block, meta, &plan, opts)?;
     report.arch = arch.to_string();

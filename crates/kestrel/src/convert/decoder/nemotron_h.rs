@@ -7,9 +7,10 @@
 //! keys with the inner size `mamba_num_heads × mamba_head_dim`, the KV heads per layer, then
 //! `key_length`/`value_length` from `head_dim`, the feed-forward length per layer (0 off the
 //! MLP or expert layers) and the experts' keys; Mamba tensors as Mamba 2's, attention's with
-//! Llama's Q/K order; the vocabulary padded to 8. Refused: the list-form layer pattern, experts
-//! in a latent space (`moe_latent_size`, Nemotron 3 Super) and a multi-token-prediction head
-//! (`num_nextn_predict_layers`).
+//! Llama's Q/K order; the vocabulary padded to 8. Experts in a latent space (Nemotron 3 Super:
+//! `moe_latent_size` after the experts' keys, `fc1_latent_proj`/`fc2_latent_proj` as
+//! `ffn_latent_down`/`_up`). Refused: the list-form layer pattern and a multi-token-prediction
+//! head (`num_nextn_predict_layers`).
 
 use serde_json::Value;
 
@@ -37,20 +38,12 @@ fn ffn_letter(h: &Value) -> char {
 
 /// The layer pattern (`M`, `*` and `-` or `E` per layer), checked against the layer count.
 fn pattern<'a>(h: &'a Value, n_layer: u64, cfg: &std::path::Path) -> Result<&'a str, ConvertError> {
-    if is_moe(h) {
-        if h.get("moe_latent_size").is_some_and(|v| !v.is_null()) {
-            return Err(bad(
-                cfg,
-                "Nemotron-H experts in a latent space (moe_latent_size) are not supported yet",
-            ));
-        }
-        if uint(h, &["num_nextn_predict_layers"], cfg)?.unwrap_or(0) > 0 {
-            return Err(bad(
-                cfg,
-                "Nemotron-H's multi-token-prediction head (num_nextn_predict_layers) is not \
-                 converted yet",
-            ));
-        }
+    if is_moe(h) && uint(h, &["num_nextn_predict_layers"], cfg)?.unwrap_or(0) > 0 {
+        return Err(bad(
+            cfg,
+            "Nemotron-H's multi-token-prediction head (num_nextn_predict_layers) is not \
+             converted yet",
+        ));
     }
     let ffn = ffn_letter(h);
     let p = h
@@ -164,6 +157,40 @@ pub(super) fn params(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> 
         meta.f32(k("expert_weights_scale"), scale as f32);
         meta.u32(k("expert_group_count"), need("n_group")?);
         meta.u32(k("expert_used_count"), used);
+        if let Some(latent) = uint(h, &["moe_latent_size"], cfg)? {
+            meta.u32(
+                k("moe_latent_size"),
+                u32_of(latent, "moe_latent_size", cfg)?,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A `moe_latent_size` needs the projections into and out of it in every expert layer (else the
+/// experts' widths contradict the config, and llama.cpp could not load the file).
+pub(super) fn check_latent(
+    h: &Value,
+    plan: &[super::write::Planned],
+    cfg: &std::path::Path,
+) -> Result<(), ConvertError> {
+    let Some(latent) = uint(h, &["moe_latent_size"], cfg)? else {
+        return Ok(());
+    };
+    let count = |suffix: &str| {
+        plan.iter()
+            .filter(|p| p.spec.name.ends_with(suffix))
+            .count()
+    };
+    let routers = count(".ffn_gate_inp.weight");
+    if count(".ffn_latent_down.weight") != routers || count(".ffn_latent_up.weight") != routers {
+        return Err(bad(
+            cfg,
+            format!(
+                "moe_latent_size {latent}, but not every expert layer has fc1_latent_proj and \
+                 fc2_latent_proj"
+            ),
+        ));
     }
     Ok(())
 }
@@ -189,6 +216,8 @@ pub(super) fn gguf_name(name: &str) -> Option<String> {
         "mixer.gate.e_score_correction.bias" => "exp_probs_b.bias",
         "mixer.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",
         "mixer.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
+        "mixer.fc1_latent_proj.weight" => "ffn_latent_down.weight",
+        "mixer.fc2_latent_proj.weight" => "ffn_latent_up.weight",
         _ => super::mamba::ssm_short(tail.strip_prefix("mixer.")?)?,
     };
     Some(format!("blk.{layer}.{short}"))
