@@ -126,6 +126,35 @@ fn synthetic_imatrix(model: &[u8]) -> Vec<u8> {
     w.to_bytes().expect("imatrix")
 }
 
+/// Quantizes `input` to each of `mixes` (type name -> sha256 of llama-quantize's output) with
+/// `im`, checking each output's hash; the number checked.
+fn quantize_mixes(
+    stem: &str,
+    mixes: &serde_json::Value,
+    input: &Path,
+    dir: &Path,
+    im: &kestrel_gguf::quantize::Imatrix,
+) -> usize {
+    let mut checked = 0;
+    for (mix, sha) in mixes.as_object().expect("mixes") {
+        let output = dir.join(format!("{stem}-{mix}.gguf"));
+        let opts = QuantizeOptions {
+            threads: 2,
+            imatrix: Some(im.clone()),
+            ..QuantizeOptions::new(FileType::parse(mix).expect("mix"))
+        };
+        let got = quantized_sha(input, &output, &opts);
+        assert_eq!(
+            got,
+            sha.as_str().expect("sha"),
+            "{stem} {mix} with the imatrix {}",
+            im.file
+        );
+        checked += 1;
+    }
+    checked
+}
+
 /// The synthetic importance matrix in llama-imatrix's legacy `.dat` format (values as the
 /// format stores them, `(sum / count) · ncall`, with 7 calls; a trailer of 5 chunks and a
 /// dataset name).
@@ -193,21 +222,7 @@ fn quantize_with_a_legacy_dat_imatrix_matches_llama_quantize() {
             (5, vec!["legacy.txt".to_string()])
         );
         im.file = "imatrix.dat".into();
-        for (mix, sha) in mixes.as_object().expect("mixes") {
-            let output = dir.join(format!("{stem}-{mix}.gguf"));
-            let opts = QuantizeOptions {
-                threads: 2,
-                imatrix: Some(im.clone()),
-                ..QuantizeOptions::new(FileType::parse(mix).expect("mix"))
-            };
-            let got = quantized_sha(&input, &output, &opts);
-            assert_eq!(
-                got,
-                sha.as_str().expect("sha"),
-                "{stem} {mix} with a .dat imatrix"
-            );
-            checked += 1;
-        }
+        checked += quantize_mixes(stem, mixes, &input, &dir, &im);
     }
     std::fs::remove_dir_all(&dir).ok();
     if std::env::var("KESTREL_QUANT_INPUTS").is_err() {
@@ -240,21 +255,7 @@ fn quantize_with_an_imatrix_matches_llama_quantize() {
         }
         let mut im = Imatrix::load(&im_path).expect("load imatrix");
         im.file = "imatrix.gguf".into();
-        for (mix, sha) in mixes.as_object().expect("mixes") {
-            let output = dir.join(format!("{stem}-{mix}.gguf"));
-            let opts = QuantizeOptions {
-                threads: 2,
-                imatrix: Some(im.clone()),
-                ..QuantizeOptions::new(FileType::parse(mix).expect("mix"))
-            };
-            let got = quantized_sha(&input, &output, &opts);
-            assert_eq!(
-                got,
-                sha.as_str().expect("sha"),
-                "{stem} {mix} with an imatrix"
-            );
-            checked += 1;
-        }
+        checked += quantize_mixes(stem, mixes, &input, &dir, &im);
     }
     std::fs::remove_dir_all(&dir).ok();
     if std::env::var("KESTREL_QUANT_INPUTS").is_err() {

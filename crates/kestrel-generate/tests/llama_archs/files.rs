@@ -422,6 +422,9 @@ fn build_as(
     GgufModel::from_shards(vec![file], Path::new("rebuilt.gguf")).expect("model")
 }
 
+/// A variant's change of a llama.cpp file's shape.
+type Reshape = fn(&Skeleton) -> Skeleton;
+
 /// The storage type a variant gives each tensor, by name and ggml dims.
 pub type TypeOf = fn(&str, &[u64]) -> GgmlType;
 
@@ -520,40 +523,32 @@ pub fn variant(stem: &str) -> Option<(&str, Variant)> {
         };
         return Some(("qwen3vl-dense", v));
     }
-    if stem == "mistral3-dense-temp" {
+    // Reshaped variants of one llama.cpp file each: (stem, base stem, reshape).
+    let reshaped: [(&str, &str, Reshape); 5] = [
+        (
+            "mistral3-dense-temp",
+            "mistral3-dense",
+            mistral3_temperature,
+        ),
+        ("openelm-dense-layers", "openelm-dense", openelm_layers),
+        ("deci-dense-nas", "deci-dense", deci_nas),
+        (
+            "nemotron_h_moe-latent",
+            "nemotron_h_moe-dense",
+            nemotron_h_latent,
+        ),
+        (
+            "nemotron_h_moe-experts",
+            "nemotron_h_moe-dense",
+            nemotron_h_experts,
+        ),
+    ];
+    if let Some(&(_, base, reshape)) = reshaped.iter().find(|(s, _, _)| *s == stem) {
         let v = Variant {
             types: all_f32,
-            reshape: Some(mistral3_temperature),
+            reshape: Some(reshape),
         };
-        return Some(("mistral3-dense", v));
-    }
-    if stem == "openelm-dense-layers" {
-        let v = Variant {
-            types: all_f32,
-            reshape: Some(openelm_layers),
-        };
-        return Some(("openelm-dense", v));
-    }
-    if stem == "deci-dense-nas" {
-        let v = Variant {
-            types: all_f32,
-            reshape: Some(deci_nas),
-        };
-        return Some(("deci-dense", v));
-    }
-    if stem == "nemotron_h_moe-latent" {
-        let v = Variant {
-            types: all_f32,
-            reshape: Some(nemotron_h_latent),
-        };
-        return Some(("nemotron_h_moe-dense", v));
-    }
-    if stem == "nemotron_h_moe-experts" {
-        let v = Variant {
-            types: all_f32,
-            reshape: Some(nemotron_h_experts),
-        };
-        return Some(("nemotron_h_moe-dense", v));
+        return Some((base, v));
     }
     let reshape: fn(&Skeleton) -> Skeleton = match stem {
         "deepseek2-moe-h4" => |s| deepseek2_heads(s, 4, false),
@@ -767,35 +762,45 @@ fn mistral3_temperature(s: &Skeleton) -> Skeleton {
     })
 }
 
-/// llama.cpp's openelm file with 3 layers of (heads, KV heads, FFN size) 2/1/256, 4/2/384 and
-/// 3/3/512 (heads of 128).
-fn openelm_layers(s: &Skeleton) -> Skeleton {
-    const LAYERS: [(u64, u64, u64); 3] = [(2, 1, 256), (4, 2, 384), (3, 3, 512)];
-    let u32s = |f: fn(&(u64, u64, u64)) -> u64| MetadataValue::Array {
+/// `s` (of architecture `arch`, llama.cpp's 2 layers) with the metadata of `layers` layers of
+/// (heads, KV heads, FFN size) as per-layer arrays, its other per-layer lists grown to match
+/// (their first entry repeated).
+fn with_layers(s: &Skeleton, arch: &str, layers: &[(u32, u32, u32)]) -> Skeleton {
+    let n = layers.len();
+    let u32s = |f: fn(&(u32, u32, u32)) -> u32| MetadataValue::Array {
         element_type: ValueType::U32,
-        items: LAYERS
-            .iter()
-            .map(|l| MetadataValue::U32(f(l) as u32))
-            .collect(),
+        items: layers.iter().map(|l| MetadataValue::U32(f(l))).collect(),
     };
-    let s2 = with_metadata(s, |k| {
-        Some(match k.strip_prefix("openelm.")? {
-            "block_count" => MetadataValue::U32(LAYERS.len() as u32),
+    with_metadata(s, |k| {
+        let rest = k.strip_prefix(arch)?.strip_prefix('.')?;
+        Some(match rest {
+            "block_count" => MetadataValue::U32(n as u32),
             "attention.head_count" => u32s(|l| l.0),
             "attention.head_count_kv" => u32s(|l| l.1),
             "feed_forward_length" => u32s(|l| l.2),
-            _ => match s.metadata.iter().find(|(n, _)| n == k)?.1.clone() {
+            _ => match s.metadata.iter().find(|(name, _)| name == k)?.1.clone() {
                 MetadataValue::Array {
                     element_type,
                     items,
                 } if items.len() == 2 => MetadataValue::Array {
                     element_type,
-                    items: vec![items[0].clone(); LAYERS.len()],
+                    items: vec![items[0].clone(); n],
                 },
                 _ => return None,
             },
         })
-    });
+    })
+}
+
+/// llama.cpp's openelm file with 3 layers of (heads, KV heads, FFN size) 2/1/256, 4/2/384 and
+/// 3/3/512 (heads of 128).
+fn openelm_layers(s: &Skeleton) -> Skeleton {
+    const LAYERS: [(u64, u64, u64); 3] = [(2, 1, 256), (4, 2, 384), (3, 3, 512)];
+    let s2 = with_layers(
+        s,
+        "openelm",
+        &LAYERS.map(|(h, kv, ff)| (h as u32, kv as u32, ff as u32)),
+    );
     let mut tensors: Vec<(String, Vec<u64>)> = s
         .tensors
         .iter()
@@ -836,31 +841,7 @@ fn deci_nas(s: &Skeleton) -> Skeleton {
         (2, 2, 0),
         (2, 1, 384),
     ];
-    let n = LAYERS.len();
-    let u32s = |f: fn(&(u32, u32, u32)) -> u32| MetadataValue::Array {
-        element_type: ValueType::U32,
-        items: LAYERS.iter().map(|l| MetadataValue::U32(f(l))).collect(),
-    };
-    let s2 = with_metadata(s, |k| {
-        let v = match k.strip_prefix("deci.")? {
-            "block_count" => MetadataValue::U32(n as u32),
-            "attention.head_count" => u32s(|l| l.0),
-            "attention.head_count_kv" => u32s(|l| l.1),
-            "feed_forward_length" => u32s(|l| l.2),
-            _ => match s.metadata.iter().find(|(n, _)| n == k)?.1.clone() {
-                // Other per-layer lists (llama.cpp's 2 layers): one entry per layer.
-                MetadataValue::Array {
-                    element_type,
-                    items,
-                } if items.len() == 2 => MetadataValue::Array {
-                    element_type,
-                    items: vec![items[0].clone(); n],
-                },
-                _ => return None,
-            },
-        };
-        Some(v)
-    });
+    let s2 = with_layers(s, "deci", &LAYERS);
     let layer0: Vec<(&str, &Vec<u64>)> = s
         .tensors
         .iter()

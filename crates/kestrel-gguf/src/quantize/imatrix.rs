@@ -189,14 +189,7 @@ impl ImatrixSums {
     }
 
     fn load_legacy(path: &Path, chunk_size: u32) -> Result<ImatrixSums, QuantizeError> {
-        let bad = |why: String| {
-            QuantizeError::Refused(format!(
-                "importance matrix {} (not GGUF, read as the legacy .dat format): {why}",
-                path.display()
-            ))
-        };
-        let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-        let legacy = super::imatrix_legacy::parse(&bytes).map_err(bad)?;
+        let legacy = super::imatrix_legacy::read(path)?;
         let scale = chunk_size as f32;
         let mut entries = BTreeMap::new();
         for e in legacy.entries {
@@ -432,14 +425,7 @@ impl Imatrix {
     /// The legacy `.dat` format: each entry's values divided by its call count (as they are
     /// where the count is not positive), the trailer's chunk count and dataset.
     fn load_legacy(path: &Path) -> Result<Imatrix, QuantizeError> {
-        let bad = |why: String| {
-            QuantizeError::Refused(format!(
-                "importance matrix {} (not GGUF, read as the legacy .dat format): {why}",
-                path.display()
-            ))
-        };
-        let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-        let legacy = super::imatrix_legacy::parse(&bytes).map_err(bad)?;
+        let legacy = super::imatrix_legacy::read(path)?;
         let mut entries = HashMap::new();
         for e in legacy.entries {
             let values: Vec<f32> = if e.ncall > 0 {
@@ -450,7 +436,11 @@ impl Imatrix {
                 e.values
             };
             if values.iter().any(|v| !v.is_finite()) {
-                return Err(bad(format!("{} holds a non-finite value", e.name)));
+                return Err(QuantizeError::Refused(format!(
+                    "importance matrix {}: {} holds a non-finite value",
+                    path.display(),
+                    e.name
+                )));
             }
             entries.insert(e.name, values);
         }

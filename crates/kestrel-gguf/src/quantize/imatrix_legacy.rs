@@ -27,6 +27,18 @@ pub(super) struct Legacy {
     pub dataset: Option<String>,
 }
 
+/// Reads and parses the legacy file at `path` (errors name it).
+pub(super) fn read(path: &std::path::Path) -> Result<Legacy, super::QuantizeError> {
+    let bad = |why: String| {
+        super::QuantizeError::Refused(format!(
+            "importance matrix {} (not GGUF, read as the legacy .dat format): {why}",
+            path.display()
+        ))
+    };
+    let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    parse(&bytes).map_err(bad)
+}
+
 struct Reader<'a> {
     b: &'a [u8],
     at: usize,

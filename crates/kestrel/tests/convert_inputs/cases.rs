@@ -1099,35 +1099,6 @@ pub fn cases() -> Vec<Case> {
                 "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0 }),
         },
         Case {
-            name: "nemotron-h-latent",
-            arch: "NemotronHForCausalLM",
-            model_type: "nemotron_h",
-            spm: false,
-            dt: Dt::F16,
-            shards: 1,
-            hidden: 64,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: Some(16),
-            layers: 4,
-            ff: 96,
-            tied: false,
-            // Nemotron 3 Super's shape, small: as nemotron-h-moe, its experts in a latent space
-            // of 32 (`fc1_latent_proj` down, `fc2_latent_proj` up).
-            extra: json!({ "hybrid_override_pattern": "ME*E",
-                "mamba_num_heads": 4, "mamba_head_dim": 32, "ssm_state_size": 16, "n_groups": 1,
-                "conv_kernel": 4, "expand": 2, "mamba_hidden_act": "silu",
-                "use_conv_bias": true, "use_bias": false, "mlp_bias": false,
-                "mlp_hidden_act": "relu2", "layer_norm_epsilon": 1e-5,
-                "max_position_embeddings": 4096, "attention_bias": false,
-                "residual_in_fp32": false, "chunk_size": 128,
-                "num_experts_per_tok": 2, "n_routed_experts": 4, "moe_intermediate_size": 48,
-                "moe_shared_expert_intermediate_size": 64, "n_shared_experts": 1,
-                "norm_topk_prob": true, "routed_scaling_factor": 2.5, "n_group": 1,
-                "topk_group": 1, "moe_latent_size": 32,
-                "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0 }),
-        },
-        Case {
             name: "falcon-h1",
             arch: "FalconH1ForCausalLM",
             model_type: "falcon_h1",
@@ -1474,5 +1445,16 @@ pub fn cases() -> Vec<Case> {
     g2.name = "mamba2-g2";
     g2.extra["n_groups"] = json!(2);
     all.push(g2);
+    // Nemotron 3 Super's shape, small: nemotron-h-moe with its experts in a latent space of 32
+    // (`fc1_latent_proj` down, `fc2_latent_proj` up), in one shard.
+    let mut latent = all
+        .iter()
+        .find(|c| c.name == "nemotron-h-moe")
+        .unwrap()
+        .clone();
+    latent.name = "nemotron-h-latent";
+    latent.shards = 1;
+    latent.extra["moe_latent_size"] = json!(32);
+    all.push(latent);
     all
 }
