@@ -1,0 +1,232 @@
+//! A decoder checkpoint's vocabulary and tokenizer metadata: the reader each family takes
+//! (SentencePiece `tokenizer.model`, `tokenizer.json`, a family's own) and the special-token and
+//! flag keys llama.cpp's converters add after the vocabulary.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::{bad, hunyuan, internlm2, Family};
+use crate::convert::meta::Meta;
+use crate::convert::vocab::{bpe, special::SpecialVocab, spm, Vocab};
+use crate::convert::ConvertError;
+
+/// The vocabulary `family` reads from `dir`; `vocab_size` is the config's (padded where the
+/// family pads it), `cfg_path` the config, for errors.
+pub(super) fn load(
+    family: Family,
+    dir: &Path,
+    cfg_path: &Path,
+    vocab_size: Option<u64>,
+) -> Result<Vocab, ConvertError> {
+    let has_spm = dir.join("tokenizer.model").is_file();
+    let n_vocab = vocab_size.map(|v| v as usize);
+    let vocab: Vocab =
+        match family {
+            Family::Llama
+            | Family::SmolLm3
+            | Family::Mistral3
+            | Family::Arcee
+            | Family::Nanbeige
+            | Family::Qwen2
+            | Family::Qwen2Vl
+            | Family::Qwen3
+            | Family::Qwen3Vl
+            | Family::Gemma3
+            | Family::Mamba
+            | Family::Mamba2
+            | Family::Jamba
+            | Family::GraniteHybrid
+                if has_spm =>
+            {
+                spm::load(dir, n_vocab, spm::Style::Default)?
+            }
+            Family::InternLm2 => spm::load(dir, n_vocab, spm::Style::InternLm2)?,
+            Family::OpenElm if has_spm => spm::load(dir, n_vocab, spm::Style::Default)?,
+            Family::OpenElm => return Err(bad(
+                dir,
+                "no tokenizer.model: OpenELM uses Llama 2's SentencePiece vocabulary (llama.cpp \
+                 falls back to a copy of its own); put Llama 2's tokenizer.model beside it",
+            )),
+            // Jamba without `tokenizer.model`: llama.cpp's `LlamaHfVocab` reading, not written yet.
+            Family::Jamba => {
+                return Err(bad(
+                    dir,
+                    "a Jamba checkpoint without tokenizer.model is not supported yet",
+                ))
+            }
+            // MiniCPM: SentencePiece only, as llama.cpp's `_set_vocab_sentencepiece`.
+            Family::Gemma
+            | Family::Gemma2
+            | Family::Nemotron
+            | Family::MiniCpm
+            | Family::Orion
+            | Family::Baichuan
+            | Family::PanguEmbedded => spm::load(dir, n_vocab, spm::Style::Default)?,
+            Family::Xverse => bpe::load_xverse(dir, n_vocab)?,
+            // DeciModel reads Llama 3's BPE vocabulary only at its size (else `LlamaHfVocab`).
+            Family::Deci if vocab_size != Some(128256) => {
+                return Err(bad(
+                    cfg_path,
+                    "a DeciLM vocabulary other than Llama 3's 128256 (llama.cpp's LlamaHfVocab \
+                 reading) is not supported yet",
+                ))
+            }
+            Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
+                spm::load(dir, n_vocab, spm::Style::Phi3)?
+            }
+            _ => {
+                let tj = dir.join("tokenizer.json");
+                if !tj.is_file() {
+                    return Err(bad(dir, "no tokenizer.model and no tokenizer.json"));
+                }
+                if family.is_llama() {
+                    refuse_llama_hf(&tj)?;
+                }
+                bpe::load(dir, n_vocab)?
+            }
+        };
+    Ok(vocab)
+}
+
+/// The tokenizer keys, in llama.cpp's order: the vocabulary, its special tokens, then what
+/// each family adds.
+pub(super) fn write_meta(
+    meta: &mut Meta,
+    family: Family,
+    dir: &Path,
+    cfg_path: &Path,
+    h: &Value,
+    vocab: &Vocab,
+    vocab_size: Option<u64>,
+) -> Result<(), ConvertError> {
+    let has_spm = dir.join("tokenizer.model").is_file();
+    if family.is_llama() {
+        if let Some(b) = read_opt_json(&dir.join("tokenizer_config.json"))?
+            .and_then(|c| c.get("add_prefix_space").and_then(|v| v.as_bool()))
+        {
+            meta.bool("tokenizer.ggml.add_space_prefix", b);
+        }
+    }
+    vocab.write(meta);
+    if family == Family::InternLm2 {
+        meta.bool(
+            "tokenizer.ggml.add_space_prefix",
+            spm::add_dummy_prefix(dir)?,
+        );
+    }
+    let is_bpe = vocab.model == "gpt2";
+    let mut sv = SpecialVocab::load(dir, is_bpe, (!is_bpe).then_some(vocab.tokens.len()))?;
+    if family == Family::InternLm2 {
+        // The chat models end a turn with `<|im_end|>`: InternLM2Model makes it the EOS.
+        if let Some(id) = internlm2::chat_eos(dir)? {
+            match sv.ids.iter_mut().find(|(t, _)| t == "eos") {
+                Some(e) => e.1 = id,
+                None => sv.ids.push(("eos".into(), id)),
+            }
+        }
+    }
+    if family == Family::Glm4 {
+        glm4_specials(dir, &mut sv)?;
+    }
+    if family == Family::Nemotron {
+        // NemotronModel.set_vocab adds padding 0 and unknown 1 after the tokenizer's own
+        // (a tokenizer that names either makes llama.cpp stop on the repeated key; kestrel
+        // keeps the tokenizer's).
+        sv.set_if_absent("pad", 0)?;
+        sv.set_if_absent("unk", 1)?;
+    }
+    sv.write(meta);
+    if family == Family::PanguEmbedded {
+        // PanguEmbeddedModel.set_vocab: tokenizer_config.json's add_prefix_space, where set.
+        if let Some(b) = read_opt_json(&dir.join("tokenizer_config.json"))?
+            .and_then(|c| c.get("add_prefix_space").and_then(|v| v.as_bool()))
+        {
+            meta.bool("tokenizer.ggml.add_space_prefix", b);
+        }
+    }
+    if family == Family::HunyuanDense {
+        hunyuan::specials(meta, h, dir, cfg_path)?;
+    }
+    if family == Family::Gemma {
+        // GemmaModel.set_vocab's second SpecialVocab: of its CodeGemma FIM ids (67-70) the
+        // writer has a key for none but the end of turn, 107. (It would take an `eot_token`
+        // named in tokenizer_config.json first; no Gemma 1 release names one.)
+        meta.u32("tokenizer.ggml.eot_token_id", 107);
+    }
+    if (family == Family::Gemma3 && has_spm) || matches!(family, Family::Gemma | Family::Gemma2) {
+        meta.bool("tokenizer.ggml.add_space_prefix", false);
+    }
+    if family.is_llama() && vocab_size == Some(49152) {
+        // llama.cpp's rule for Granite-sized (and SmolLM) vocabularies.
+        meta.bool("tokenizer.ggml.add_bos_token", false);
+    }
+    Ok(())
+}
+
+/// GLM-4's special tokens, as its converter sets them after loading (each only if not set
+/// yet): end of text as EOS, unknown and BOS, `<|user|>` as end of turn. Both must be added
+/// tokens of `tokenizer.json` (llama.cpp stops with a `KeyError` otherwise).
+fn glm4_specials(dir: &Path, sv: &mut SpecialVocab) -> Result<(), ConvertError> {
+    let tj = dir.join("tokenizer.json");
+    let v = crate::convert::read_json(&tj)?;
+    let added = |content: &str| -> Result<u32, ConvertError> {
+        v.get("added_tokens")
+            .and_then(|a| a.as_array())
+            .and_then(|a| {
+                a.iter()
+                    .rev()
+                    .filter(|t| t.get("content").and_then(|c| c.as_str()) == Some(content))
+                    .find_map(|t| t.get("id").and_then(|i| i.as_u64()))
+            })
+            .and_then(|i| u32::try_from(i).ok())
+            .ok_or_else(|| bad(&tj, format!("GLM-4 needs {content} among the added tokens")))
+    };
+    let (end, user) = (added("<|endoftext|>")?, added("<|user|>")?);
+    for (typ, id) in [("eos", end), ("eot", user), ("unk", end), ("bos", end)] {
+        sv.set_if_absent(typ, id)?;
+    }
+    Ok(())
+}
+
+/// Phi-4 ships a GPT-2 tokenizer under the Phi-3 architecture (`tokenizer_class`).
+fn phi3_gpt2_tokenizer(dir: &Path) -> Result<bool, ConvertError> {
+    Ok(read_opt_json(&dir.join("tokenizer_config.json"))?
+        .and_then(|c| {
+            c.get("tokenizer_class")
+                .and_then(|v| v.as_str())
+                .map(String::from)
+        })
+        .is_some_and(|c| c == "GPT2Tokenizer"))
+}
+
+fn read_opt_json(p: &Path) -> Result<Option<Value>, ConvertError> {
+    if p.is_file() {
+        crate::convert::read_json(p).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// A `tokenizer.json` llama.cpp reads as a Llama SentencePiece-BPE (`LlamaHfVocab`).
+fn refuse_llama_hf(tj: &Path) -> Result<(), ConvertError> {
+    let v = crate::convert::read_json(tj)?;
+    let model = v.get("model");
+    let ty = model.and_then(|m| m.get("type")).and_then(|t| t.as_str());
+    let byte_fallback = model
+        .and_then(|m| m.get("byte_fallback"))
+        .and_then(|b| b.as_bool());
+    let decoder_seq = v
+        .get("decoder")
+        .and_then(|d| d.get("type"))
+        .and_then(|t| t.as_str())
+        == Some("Sequence");
+    if ty == Some("BPE") && byte_fallback == Some(true) && decoder_seq {
+        return Err(bad(
+            tj,
+            "a SentencePiece-style BPE tokenizer.json without tokenizer.model: not supported yet \
+             (add the checkpoint's tokenizer.model)",
+        ));
+    }
+    Ok(())
+}
