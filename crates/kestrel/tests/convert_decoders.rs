@@ -357,8 +357,8 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     let e = convert_hf(&mdir, &out, &opts).unwrap_err().to_string();
     assert!(e.contains("intermediate_size 192"), "{e}");
 
-    // Jamba without `tokenizer.model` (llama.cpp's `LlamaHfVocab` reading: not written), and
-    // with an attention period of 0.
+    // Jamba with an attention period of 0, and without `tokenizer.model` and a tokenizer.json
+    // that `LlamaHfVocab` reads (none, then a GPT-2-style one).
     let jamba = cases.iter().find(|c| c.name == "jamba").unwrap();
     let jdir = work.join("j");
     convert_inputs::write_case(jamba, &jdir, &smollm, &gemma);
@@ -374,6 +374,50 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     std::fs::remove_file(jdir.join("tokenizer.model")).unwrap();
     let e = convert_hf(&jdir, &out, &opts).unwrap_err().to_string();
     assert!(e.contains("tokenizer.model"), "{e}");
+    convert_inputs::write_smollm_tokenizer(&smollm, &jdir);
+    let e = convert_hf(&jdir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("SentencePiece-style"), "{e}");
+
+    // A SentencePiece-style tokenizer.json whose special tokens or ids `LlamaHfVocab` would
+    // read differently or not at all.
+    let hf = cases.iter().find(|c| c.name == "llama-hf").unwrap();
+    let ldir = work.join("l");
+    convert_inputs::write_case(hf, &ldir, &smollm, &gemma);
+    convert_hf(&ldir, &out, &opts).unwrap();
+    let tc = std::fs::read_to_string(ldir.join("tokenizer_config.json")).unwrap();
+    let tj = std::fs::read_to_string(ldir.join("tokenizer.json")).unwrap();
+    for (file, from, to, want) in [
+        (
+            "tokenizer_config.json",
+            "\"<|im_start|>\"",
+            "\"<|nowhere|>\"",
+            "<|nowhere|>",
+        ),
+        (
+            "tokenizer_config.json",
+            "\"LlamaTokenizer\"",
+            "\"T5Tokenizer\"",
+            "T5Tokenizer",
+        ),
+        ("tokenizer.json", "\"id\":284", "\"id\":290", "skip 284"),
+        (
+            "tokenizer.json",
+            "\"id\":2,",
+            "\"id\":5,",
+            "which is the piece",
+        ),
+    ] {
+        let (orig, path) = if file == "tokenizer.json" {
+            (&tj, ldir.join(file))
+        } else {
+            (&tc, ldir.join(file))
+        };
+        assert!(orig.contains(from), "{file} has no {from}");
+        std::fs::write(&path, orig.replacen(from, to, 1)).unwrap();
+        let e = convert_hf(&ldir, &out, &opts).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+        std::fs::write(&path, orig).unwrap();
+    }
 
     // Hunyuan's dynamic RoPE outside the converter's assumptions (it stops on them).
     let hy = cases.iter().find(|c| c.name == "hunyuan-dense").unwrap();
@@ -462,14 +506,24 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
         assert!(e.contains(want), "{e}");
     }
 
-    // DeciLM: without block_configs (DeciLM-7B) or with another vocabulary than Llama 3's.
+    // DeciLM: block_configs not a list, or a vocabulary size other than Llama 3's with a BPE
+    // tokenizer.json.
     let dc = cases.iter().find(|c| c.name == "deci").unwrap();
     let ddir = work.join("deci");
     convert_inputs::write_case(dc, &ddir, &smollm, &gemma);
     let cfg = std::fs::read_to_string(ddir.join("config.json")).unwrap();
     for (from, to, want) in [
-        ("\"block_configs\"", "\"block_configs_x\"", "block_configs"),
-        ("\"vocab_size\": 128256", "\"vocab_size\": 49152", "128256"),
+        (
+            "\"block_configs\": [",
+            "\"block_configs\": 7, \"x\": [",
+            "block_configs",
+        ),
+        // Another vocabulary size: DeciLM-7B's `LlamaHfVocab` reading, not SmolLM2's BPE.
+        (
+            "\"vocab_size\": 128256",
+            "\"vocab_size\": 49152",
+            "SentencePiece-style",
+        ),
     ] {
         assert!(cfg.contains(from), "{from}");
         std::fs::write(ddir.join("config.json"), cfg.replace(from, to)).unwrap();

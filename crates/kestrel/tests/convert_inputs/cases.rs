@@ -1456,5 +1456,37 @@ pub fn cases() -> Vec<Case> {
     latent.shards = 1;
     latent.extra["moe_latent_size"] = json!(32);
     all.push(latent);
+    // A Llama whose SentencePiece-style vocabulary comes as tokenizer.json alone
+    // (llama.cpp's `LlamaHfVocab`).
+    let mut hf = all.iter().find(|c| c.name == "llama-bpe").unwrap().clone();
+    hf.name = "llama-hf";
+    hf.shards = 1;
+    hf.extra = json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 4096, "bos_token_id": 1, "eos_token_id": 2 });
+    all.push(hf);
+    // Jamba likewise (its converter then writes `add_space_prefix` false).
+    let mut jamba = all.iter().find(|c| c.name == "jamba").unwrap().clone();
+    jamba.name = "jamba-hf";
+    jamba.spm = false;
+    all.push(jamba);
+    all.push(Case {
+        name: "deci-7b",
+        arch: "DeciLMForCausalLM",
+        model_type: "deci",
+        spm: false,
+        dt: Dt::BF16,
+        shards: 1,
+        hidden: 64,
+        heads: 4,
+        kv_heads: 4,
+        head_dim: None,
+        layers: 3,
+        ff: 160,
+        tied: false,
+        // DeciLM-7B's shape, small: 4, 2 and 1 KV heads, a Llama HF vocabulary.
+        extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+            "max_position_embeddings": 8192, "num_key_value_heads_per_layer": [4, 2, 1],
+            "bos_token_id": 1, "eos_token_id": 2 }),
+    });
     all
 }

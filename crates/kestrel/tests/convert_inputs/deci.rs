@@ -46,3 +46,39 @@ pub fn layers(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
         push(rng, p("mlp.down_proj.weight"), vec![h, f], 0.0, b);
     }
 }
+
+/// DeciLM-7B: Llama layers with each layer's own KV head count (`num_key_value_heads_per_layer`).
+pub fn layers_7b(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
+    let h = case.hidden;
+    let hd = h / case.heads;
+    let q = case.heads * hd;
+    let mut push = |rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32| {
+        let n = shape.iter().product::<usize>();
+        t.push((name, shape, (0..n).map(|_| base + rng.uniform(a)).collect()));
+    };
+    for l in 0..case.layers {
+        let p = |s: &str| format!("model.layers.{l}.{s}");
+        let kv = case.extra["num_key_value_heads_per_layer"][l]
+            .as_u64()
+            .unwrap() as usize
+            * hd;
+        let a = 1.0 / (h as f32).sqrt();
+        push(rng, p("input_layernorm.weight"), vec![h], 1.0, 0.2);
+        for (name, rows) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+            push(
+                rng,
+                p(&format!("self_attn.{name}.weight")),
+                vec![rows, h],
+                0.0,
+                a,
+            );
+        }
+        push(rng, p("self_attn.o_proj.weight"), vec![h, q], 0.0, a);
+        let f = case.ff;
+        push(rng, p("post_attention_layernorm.weight"), vec![h], 1.0, 0.2);
+        push(rng, p("mlp.gate_proj.weight"), vec![f, h], 0.0, a);
+        push(rng, p("mlp.up_proj.weight"), vec![f, h], 0.0, a);
+        let b = 1.0 / (f as f32).sqrt();
+        push(rng, p("mlp.down_proj.weight"), vec![h, f], 0.0, b);
+    }
+}

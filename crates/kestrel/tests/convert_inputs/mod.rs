@@ -16,6 +16,7 @@ mod granitemoe;
 mod internlm2;
 mod jamba;
 mod lfm2;
+mod llama_hf;
 mod mamba;
 mod nemotron_h;
 mod openelm;
@@ -360,7 +361,9 @@ pub fn write_gemma_tokenizer(gguf: &Path, dir: &Path) {
 /// Writes `case`'s checkpoint into `dir` (tokenizers from the fetched models).
 pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     std::fs::create_dir_all(dir).unwrap();
-    let vocab = if case.spm {
+    let vocab = if matches!(case.name, "llama-hf" | "deci-7b" | "jamba-hf") {
+        llama_hf::tokenizer(dir)
+    } else if case.spm {
         write_gemma_tokenizer(gemma, dir);
         if case.model_type == "phi3" {
             // Phi-3 ships a tokenizer.json beside tokenizer.model; its converter applies the
@@ -414,6 +417,10 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     if case.model_type == "openelm" {
         cfg = openelm::config(case, cfg);
+    }
+    if case.model_type == "deci" {
+        // DeciLM-7B's config counts KV heads per layer only.
+        cfg.as_object_mut().unwrap().remove("num_key_value_heads");
     }
     std::fs::write(
         dir.join("config.json"),
@@ -543,6 +550,11 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     }
     if mt == "openelm" {
         openelm::tensors(case, &mut rng, &mut t);
+        write_weights(dir, t, case.dt, case.shards);
+        return;
+    }
+    if mt == "deci" {
+        deci::layers_7b(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);
         return;
     }

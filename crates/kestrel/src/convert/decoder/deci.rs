@@ -4,8 +4,9 @@
 //! (`num_attention_heads / n_heads_in_group`, 0 without attention) and feed-forward size
 //! (`2/3 · ffn_mult · hidden` rounded up to 256; 0 for a dummy layer), written as arrays
 //! before the sizes; Q/K reordered with each layer's own head counts; Llama 3 RoPE factors; the
-//! BPE vocabulary of Llama 3 (a `vocab_size` of 128256). DeciLM-7B (no `block_configs`, a
-//! Llama HF vocabulary) is refused.
+//! BPE vocabulary of Llama 3 (a `vocab_size` of 128256). DeciLM-7B (no `block_configs`) is
+//! Llama's keys with its KV heads per layer (`num_key_value_heads_per_layer`) and a Llama HF
+//! vocabulary.
 
 use std::path::Path;
 
@@ -19,18 +20,97 @@ use crate::convert::ConvertError;
 /// One layer's (heads, KV heads, feed-forward size).
 pub(super) type Layer = (u64, u64, u64);
 
+/// Whether the config describes its layers with `block_configs` (the Nemotron NAS models).
+pub(super) fn has_blocks(h: &Value) -> bool {
+    h.get("block_configs").is_some()
+}
+
+/// Each layer's (heads, KV heads) for reordering Q and K rows, as `DeciModel.modify_tensors`
+/// takes them: DeciLM-7B's `num_key_value_heads_per_layer` (heads from the config), else
+/// `block_configs`, else `None` (the config's single counts).
+pub(super) fn head_layers(
+    h: &Value,
+    n_layer: u64,
+    cfg: &Path,
+) -> Result<Option<Vec<(u64, u64)>>, ConvertError> {
+    if let Some(kv) = kv_heads_per_layer(h, n_layer, cfg)? {
+        let heads = uint(h, &["num_attention_heads"], cfg)?
+            .ok_or_else(|| bad(cfg, "no num_attention_heads"))?;
+        return Ok(Some(kv.into_iter().map(|k| (heads, k)).collect()));
+    }
+    if has_blocks(h) {
+        return Ok(Some(
+            layers(h, n_layer, cfg)?
+                .into_iter()
+                .map(|(nh, kv, _)| (nh, kv))
+                .collect(),
+        ));
+    }
+    Ok(None)
+}
+
+/// DeciLM-7B's `num_key_value_heads_per_layer`, checked against the layer count.
+fn kv_heads_per_layer(
+    h: &Value,
+    n_layer: u64,
+    cfg: &Path,
+) -> Result<Option<Vec<u64>>, ConvertError> {
+    let Some(v) = h
+        .get("num_key_value_heads_per_layer")
+        .filter(|v| !v.is_null())
+    else {
+        return Ok(None);
+    };
+    let kv: Vec<u64> = v
+        .as_array()
+        .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>())
+        .ok_or_else(|| bad(cfg, "num_key_value_heads_per_layer is not a list of counts"))?;
+    if kv.len() as u64 != n_layer {
+        return Err(bad(
+            cfg,
+            format!(
+                "num_key_value_heads_per_layer has {} entries for {n_layer} layers",
+                kv.len()
+            ),
+        ));
+    }
+    Ok(Some(kv))
+}
+
+/// DeciLM-7B's keys after Llama's (`TextModel`'s): the KV heads per layer (replacing the single
+/// count in place, as gguf-py's writer does), the vocabulary size and the rotary dimension.
+pub(super) fn params_7b(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> {
+    let (h, cfg) = (hp.h, hp.cfg);
+    let k = |s: &str| format!("{}.{s}", hp.arch);
+    if let Some(kv) = kv_heads_per_layer(h, hp.n_layer, cfg)? {
+        let kv: Vec<i32> = kv
+            .iter()
+            .map(|&n| i32::try_from(n).map_err(|_| bad(cfg, "a KV head count over 2^31")))
+            .collect::<Result<_, _>>()?;
+        meta.i32s(k("attention.head_count_kv"), &kv);
+    }
+    let need = |key: &str| uint(h, &[key], cfg)?.ok_or_else(|| bad(cfg, format!("no {key}")));
+    meta.u32(
+        k("vocab_size"),
+        u32_of(need("vocab_size")?, "vocab_size", cfg)?,
+    );
+    let rope_dim = match uint(h, &["head_dim"], cfg)? {
+        Some(d) => d,
+        None => need("hidden_size")? / need("num_attention_heads")?.max(1),
+    };
+    meta.u32(
+        k("rope.dimension_count"),
+        u32_of(rope_dim, "head_dim", cfg)?,
+    );
+    Ok(())
+}
+
 /// The layers of `block_configs`, checked against the layer count.
 pub(super) fn layers(h: &Value, n_layer: u64, cfg: &Path) -> Result<Vec<Layer>, ConvertError> {
     let blocks = h
         .get("block_configs")
         .and_then(Value::as_array)
-        .ok_or_else(|| {
-            bad(
-                cfg,
-                "a DeciLM without block_configs (DeciLM-7B, a Llama HF vocabulary) is not \
-                 supported yet",
-            )
-        })?;
+        .ok_or_else(|| bad(cfg, "block_configs is not a list"))?;
     if blocks.len() as u64 != n_layer {
         return Err(bad(
             cfg,

@@ -130,7 +130,7 @@ pub(crate) fn convert(
     let rp = family::rope_parameters(&h);
 
     // The tokenizer first: Gemma 3 trims the embedding to its length.
-    let vocab = tokenizer::load(family, dir, &cfg_path, vocab_size)?;
+    let vocab = tokenizer::load(family, dir, &h, vocab_size)?;
     // Checkpoints shipped quantized: only gpt-oss's MXFP4 experts are read (as llama.cpp,
     // which marks such files MXFP4_MOE unless asked for Q8_0).
     let quant = h

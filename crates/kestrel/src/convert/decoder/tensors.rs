@@ -85,7 +85,7 @@ pub(super) fn plan(x: &Inputs, plan: &mut Vec<Planned>) -> Result<(), ConvertErr
         None
     };
     let deci_layers = if family == Family::Deci {
-        Some(deci::layers(h, n_layer, cfg_path)?)
+        deci::head_layers(h, n_layer, cfg_path)?
     } else {
         None
     };
@@ -274,7 +274,7 @@ pub(super) fn plan(x: &Inputs, plan: &mut Vec<Planned>) -> Result<(), ConvertErr
                 crate::convert::layer_tensor(&name, "model.layers."),
             ) {
                 (Some(l), Some((il, _, _))) => match l.get(il) {
-                    Some(&(nh, kv, _)) => (Some(nh), Some(kv)),
+                    Some(&(nh, kv)) => (Some(nh), Some(kv)),
                     None => (n_head, n_head_kv),
                 },
                 _ => (n_head, n_head_kv),

@@ -8,19 +8,20 @@ use serde_json::Value;
 
 use super::{bad, hunyuan, internlm2, Family};
 use crate::convert::meta::Meta;
-use crate::convert::vocab::{bpe, special::SpecialVocab, spm, Vocab};
+use crate::convert::vocab::{bpe, llama_hf, special::SpecialVocab, spm, Vocab};
 use crate::convert::ConvertError;
 
-/// The vocabulary `family` reads from `dir`; `vocab_size` is the config's (padded where the
-/// family pads it), `cfg_path` the config, for errors.
+/// The vocabulary `family` reads from `dir`; `h` is the config, `vocab_size` its vocabulary
+/// size (padded where the family pads it).
 pub(super) fn load(
     family: Family,
     dir: &Path,
-    cfg_path: &Path,
+    h: &Value,
     vocab_size: Option<u64>,
 ) -> Result<Vocab, ConvertError> {
     let has_spm = dir.join("tokenizer.model").is_file();
     let n_vocab = vocab_size.map(|v| v as usize);
+    let model_type = h.get("model_type").and_then(Value::as_str).unwrap_or("");
     let vocab: Vocab =
         match family {
             Family::Llama
@@ -48,13 +49,8 @@ pub(super) fn load(
                 "no tokenizer.model: OpenELM uses Llama 2's SentencePiece vocabulary (llama.cpp \
                  falls back to a copy of its own); put Llama 2's tokenizer.model beside it",
             )),
-            // Jamba without `tokenizer.model`: llama.cpp's `LlamaHfVocab` reading, not written yet.
-            Family::Jamba => {
-                return Err(bad(
-                    dir,
-                    "a Jamba checkpoint without tokenizer.model is not supported yet",
-                ))
-            }
+            // Jamba without `tokenizer.model`: llama.cpp's `LlamaHfVocab` reading.
+            Family::Jamba => llama_hf::load(dir, model_type)?,
             // MiniCPM: SentencePiece only, as llama.cpp's `_set_vocab_sentencepiece`.
             Family::Gemma
             | Family::Gemma2
@@ -64,14 +60,8 @@ pub(super) fn load(
             | Family::Baichuan
             | Family::PanguEmbedded => spm::load(dir, n_vocab, spm::Style::Default)?,
             Family::Xverse => bpe::load_xverse(dir, n_vocab)?,
-            // DeciModel reads Llama 3's BPE vocabulary only at its size (else `LlamaHfVocab`).
-            Family::Deci if vocab_size != Some(128256) => {
-                return Err(bad(
-                    cfg_path,
-                    "a DeciLM vocabulary other than Llama 3's 128256 (llama.cpp's LlamaHfVocab \
-                 reading) is not supported yet",
-                ))
-            }
+            // DeciModel reads Llama 3's BPE vocabulary at its size, else (DeciLM-7B) `LlamaHfVocab`.
+            Family::Deci if vocab_size != Some(128256) => llama_hf::load(dir, model_type)?,
             Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
                 spm::load(dir, n_vocab, spm::Style::Phi3)?
             }
@@ -80,10 +70,13 @@ pub(super) fn load(
                 if !tj.is_file() {
                     return Err(bad(dir, "no tokenizer.model and no tokenizer.json"));
                 }
-                if family.is_llama() {
-                    refuse_llama_hf(&tj)?;
+                // LlamaModel: a SentencePiece-style BPE without tokenizer.model is read as
+                // `LlamaHfVocab`, any other as GPT-2's BPE.
+                if family.is_llama() && llama_hf::is_llama_hf(&crate::convert::read_json(&tj)?) {
+                    llama_hf::load(dir, model_type)?
+                } else {
+                    bpe::load(dir, n_vocab)?
                 }
-                bpe::load(dir, n_vocab)?
             }
         };
     Ok(vocab)
@@ -137,6 +130,10 @@ pub(super) fn write_meta(
         sv.set_if_absent("unk", 1)?;
     }
     sv.write(meta);
+    if family == Family::Jamba && !has_spm {
+        // JambaModel.set_vocab after `LlamaHfVocab`.
+        meta.bool("tokenizer.ggml.add_space_prefix", false);
+    }
     if family == Family::PanguEmbedded {
         // PanguEmbeddedModel.set_vocab: tokenizer_config.json's add_prefix_space, where set.
         if let Some(b) = read_opt_json(&dir.join("tokenizer_config.json"))?
@@ -206,27 +203,4 @@ fn read_opt_json(p: &Path) -> Result<Option<Value>, ConvertError> {
     } else {
         Ok(None)
     }
-}
-
-/// A `tokenizer.json` llama.cpp reads as a Llama SentencePiece-BPE (`LlamaHfVocab`).
-fn refuse_llama_hf(tj: &Path) -> Result<(), ConvertError> {
-    let v = crate::convert::read_json(tj)?;
-    let model = v.get("model");
-    let ty = model.and_then(|m| m.get("type")).and_then(|t| t.as_str());
-    let byte_fallback = model
-        .and_then(|m| m.get("byte_fallback"))
-        .and_then(|b| b.as_bool());
-    let decoder_seq = v
-        .get("decoder")
-        .and_then(|d| d.get("type"))
-        .and_then(|t| t.as_str())
-        == Some("Sequence");
-    if ty == Some("BPE") && byte_fallback == Some(true) && decoder_seq {
-        return Err(bad(
-            tj,
-            "a SentencePiece-style BPE tokenizer.json without tokenizer.model: not supported yet \
-             (add the checkpoint's tokenizer.model)",
-        ));
-    }
-    Ok(())
 }

@@ -1,8 +1,10 @@
 //! The tokenizer of a checkpoint as GGUF `tokenizer.*` metadata: BPE from `tokenizer.json`
-//! ([`bpe`]), SentencePiece from `tokenizer.model` ([`spm`]), and the special tokens, flags,
+//! ([`bpe`]), SentencePiece from `tokenizer.model` ([`spm`]) or from a SentencePiece-style
+//! `tokenizer.json` ([`llama_hf`]), and the special tokens, flags,
 //! merges and chat template around either ([`special`]).
 
 pub(crate) mod bpe;
+pub(crate) mod llama_hf;
 mod pre_hashes;
 pub(crate) mod special;
 pub(crate) mod spm;

@@ -56,7 +56,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::StableLm => return stablelm(meta, hp),
         Family::Orion => return orion(meta, hp),
         Family::CodeShell => return codeshell(meta, hp),
-        Family::Deci => return super::deci::params(meta, hp),
+        Family::Deci if super::deci::has_blocks(hp.h) => return super::deci::params(meta, hp),
         Family::OpenElm => return super::openelm::params(meta, hp),
         Family::Gpt2 | Family::StarCoder => return gpt2(meta, family, hp),
         Family::Mamba => return super::mamba::params(meta, hp),
@@ -449,9 +449,9 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::FalconH1
         | Family::Orion
         | Family::CodeShell
-        | Family::Deci
         | Family::OpenElm
         | Family::InternLm2 => {}
+        Family::Deci => super::deci::params_7b(meta, hp)?,
         Family::HunyuanDense => super::hunyuan::params(meta, hp)?,
         Family::Lfm2 => super::lfm2::params(meta, hp)?,
         Family::MiniCpm => {
