@@ -495,9 +495,10 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     let cfg = std::fs::read_to_string(mdir.join("config.json")).unwrap();
     for (extra, want) in [
         ("\"moe_latent_size\": 32", "fc1_latent_proj"),
+        ("\"num_nextn_predict_layers\": 1", "mtp.layers"),
         (
-            "\"num_nextn_predict_layers\": 1",
-            "num_nextn_predict_layers",
+            "\"num_nextn_predict_layers\": 2",
+            "2 multi-token-prediction layers",
         ),
     ] {
         let c = cfg.replacen("\"n_groups\": 1", &format!("\"n_groups\": 1, {extra}"), 1);

@@ -1455,7 +1455,12 @@ pub fn cases() -> Vec<Case> {
     latent.name = "nemotron-h-latent";
     latent.shards = 1;
     latent.extra["moe_latent_size"] = json!(32);
-    all.push(latent);
+    all.push(latent.clone());
+    // Nemotron 3 Super's multi-token-prediction head (one NextN block, written as a last layer).
+    let mut mtp = latent;
+    mtp.name = "nemotron-h-mtp";
+    mtp.extra["num_nextn_predict_layers"] = json!(1);
+    all.push(mtp);
     // A Llama whose SentencePiece-style vocabulary comes as tokenizer.json alone
     // (llama.cpp's `LlamaHfVocab`).
     let mut hf = all.iter().find(|c| c.name == "llama-bpe").unwrap().clone();

@@ -217,7 +217,7 @@ pub(crate) fn convert(
         return Err(bad(&cfg_path, "Qwen3 rerankers are not converted yet"));
     }
     if family == Family::NemotronH {
-        nemotron_h::check_latent(&h, &plan, &cfg_path)?;
+        nemotron_h::check_plan(&h, n_layer, &plan, &cfg_path)?;
     }
 
     let mut report = write::write_file(out, &ck, fp8_block, meta, &plan, opts)?;

@@ -9,8 +9,10 @@
 //! MLP or expert layers) and the experts' keys; Mamba tensors as Mamba 2's, attention's with
 //! Llama's Q/K order; the vocabulary padded to 8. Experts in a latent space (Nemotron 3 Super:
 //! `moe_latent_size` after the experts' keys, `fc1_latent_proj`/`fc2_latent_proj` as
-//! `ffn_latent_down`/`_up`). Refused: the list-form layer pattern and a multi-token-prediction
-//! head (`num_nextn_predict_layers`).
+//! `ffn_latent_down`/`_up`). Nemotron 3 Super's multi-token-prediction head (one NextN block,
+//! `mtp.layers.0` attention and `mtp.layers.1` experts) is written as a last layer that is both,
+//! with `nextn_predict_layers`, as llama.cpp does. Refused: the list-form layer pattern and more
+//! than one NextN block.
 
 use serde_json::Value;
 
@@ -38,13 +40,7 @@ fn ffn_letter(h: &Value) -> char {
 
 /// The layer pattern (`M`, `*` and `-` or `E` per layer), checked against the layer count.
 fn pattern<'a>(h: &'a Value, n_layer: u64, cfg: &std::path::Path) -> Result<&'a str, ConvertError> {
-    if is_moe(h) && uint(h, &["num_nextn_predict_layers"], cfg)?.unwrap_or(0) > 0 {
-        return Err(bad(
-            cfg,
-            "Nemotron-H's multi-token-prediction head (num_nextn_predict_layers) is not \
-             converted yet",
-        ));
-    }
+    mtp_block(h, n_layer, cfg)?;
     let ffn = ffn_letter(h);
     let p = h
         .get("hybrid_override_pattern")
@@ -64,6 +60,43 @@ fn pattern<'a>(h: &'a Value, n_layer: u64, cfg: &std::path::Path) -> Result<&'a 
         ));
     }
     Ok(p)
+}
+
+/// The layer the multi-token-prediction head becomes (the one after the pattern's), if the
+/// model has one: `num_nextn_predict_layers` of 1 in the MoE form (llama.cpp's converter
+/// asserts at most one; the dense form ignores the key).
+pub(super) fn mtp_block(
+    h: &Value,
+    n_layer: u64,
+    cfg: &std::path::Path,
+) -> Result<Option<u64>, ConvertError> {
+    if !is_moe(h) {
+        return Ok(None);
+    }
+    match uint(h, &["num_nextn_predict_layers"], cfg)?.unwrap_or(0) {
+        0 => Ok(None),
+        1 => Ok(Some(n_layer)),
+        n => Err(bad(
+            cfg,
+            format!("{n} multi-token-prediction layers (llama.cpp converts one)"),
+        )),
+    }
+}
+
+/// A multi-token-prediction tensor's name as a tensor of layer `bid`: `mtp.layers.0.*`
+/// (the input fusion and attention) and `mtp.layers.1.*` (experts; its `norm` is the
+/// post-attention norm) under `backbone.layers.{bid}.`; other names unchanged.
+pub(super) fn mtp_name(name: String, bid: u64) -> String {
+    if name == "mtp.layers.1.norm.weight" {
+        return format!("backbone.layers.{bid}.post_attention_layernorm.weight");
+    }
+    match name
+        .strip_prefix("mtp.layers.0.")
+        .or_else(|| name.strip_prefix("mtp.layers.1."))
+    {
+        Some(tail) => format!("backbone.layers.{bid}.{tail}"),
+        None => name,
+    }
 }
 
 /// Layers of the pattern holding `kind`.
@@ -102,7 +135,22 @@ pub(super) fn params(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> 
     let (h, cfg) = (hp.h, hp.cfg);
     let k = |s: &str| format!("{}.{s}", hp.arch);
     let p = pattern(h, hp.n_layer, cfg)?;
-    super::granite_hybrid::params_with(meta, hp, sizes(h, cfg)?, &layers_of(p, '*'))?;
+    // The multi-token-prediction head is one more layer, with attention and experts.
+    let mtp = mtp_block(h, hp.n_layer, cfg)?;
+    let hp = &Hparams {
+        n_layer: hp.n_layer + u64::from(mtp.is_some()),
+        ..*hp
+    };
+    if mtp.is_some() {
+        // Replaces the count written with the common keys, in place.
+        meta.u32(
+            k("block_count"),
+            u32_of(hp.n_layer, "num_hidden_layers", cfg)?,
+        );
+    }
+    let mut attn = layers_of(p, '*');
+    attn.extend(mtp);
+    super::granite_hybrid::params_with(meta, hp, sizes(h, cfg)?, &attn)?;
     let head_dim = uint(h, &["head_dim", "attention_head_dim"], cfg)?
         .ok_or_else(|| bad(cfg, "Nemotron-H without head_dim"))?;
     meta.u32(
@@ -122,7 +170,8 @@ pub(super) fn params(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> 
             .ok_or_else(|| bad(cfg, "no intermediate_size"))?
     };
     let n_ff = i32::try_from(n_ff).map_err(|_| bad(cfg, "intermediate_size too large"))?;
-    let mlp = layers_of(p, ffn_letter(h));
+    let mut mlp = layers_of(p, ffn_letter(h));
+    mlp.extend(mtp);
     let per_layer: Vec<i32> = (0..hp.n_layer)
         .map(|i| if mlp.contains(&i) { n_ff } else { 0 })
         .collect();
@@ -164,23 +213,36 @@ pub(super) fn params(meta: &mut Meta, hp: &Hparams) -> Result<(), ConvertError> 
             );
         }
     }
+    if mtp.is_some() {
+        meta.u32(k("nextn_predict_layers"), 1);
+    }
     Ok(())
 }
 
-/// A `moe_latent_size` needs the projections into and out of it in every expert layer (else the
-/// experts' widths contradict the config, and llama.cpp could not load the file).
-pub(super) fn check_latent(
+/// The planned tensors against the config: a `moe_latent_size` needs the projections into and
+/// out of it in every expert layer (else the experts' widths contradict the config, and
+/// llama.cpp could not load the file); a multi-token-prediction layer needs its tensors.
+pub(super) fn check_plan(
     h: &Value,
+    n_layer: u64,
     plan: &[super::write::Planned],
     cfg: &std::path::Path,
 ) -> Result<(), ConvertError> {
-    let Some(latent) = uint(h, &["moe_latent_size"], cfg)? else {
-        return Ok(());
-    };
     let count = |suffix: &str| {
         plan.iter()
             .filter(|p| p.spec.name.ends_with(suffix))
             .count()
+    };
+    if let Some(bid) = mtp_block(h, n_layer, cfg)? {
+        if count(&format!("blk.{bid}.nextn.eh_proj.weight")) == 0 {
+            return Err(bad(
+                cfg,
+                "num_nextn_predict_layers is 1 but the checkpoint has no mtp.layers.* tensors",
+            ));
+        }
+    }
+    let Some(latent) = uint(h, &["moe_latent_size"], cfg)? else {
+        return Ok(());
     };
     let routers = count(".ffn_gate_inp.weight");
     if count(".ffn_latent_down.weight") != routers || count(".ffn_latent_up.weight") != routers {
@@ -218,6 +280,12 @@ pub(super) fn gguf_name(name: &str) -> Option<String> {
         "mixer.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
         "mixer.fc1_latent_proj.weight" => "ffn_latent_down.weight",
         "mixer.fc2_latent_proj.weight" => "ffn_latent_up.weight",
+        // The multi-token-prediction layer's own tensors.
+        "enorm.weight" => "nextn.enorm.weight",
+        "hnorm.weight" => "nextn.hnorm.weight",
+        "eh_proj.weight" => "nextn.eh_proj.weight",
+        "final_layernorm.weight" => "nextn.shared_head_norm.weight",
+        "post_attention_layernorm.weight" => "post_attention_norm.weight",
         _ => super::mamba::ssm_short(tail.strip_prefix("mixer.")?)?,
     };
     Some(format!("blk.{layer}.{short}"))

@@ -51,6 +51,11 @@ pub(super) fn out_type(outtype: OutType, name: &str, n_dims: usize, cols: usize)
     {
         return GgmlType::F32;
     }
+    quantized_type(outtype, cols)
+}
+
+/// The type `--outtype` gives a matrix llama.cpp does not keep in F32.
+fn quantized_type(outtype: OutType, cols: usize) -> GgmlType {
     match outtype {
         OutType::F32 => GgmlType::F32,
         OutType::F16 => GgmlType::F16,
@@ -104,6 +109,11 @@ pub(super) fn plan(x: &Inputs, plan: &mut Vec<Planned>) -> Result<(), ConvertErr
     let hybrid_dense = family == Family::GraniteHybrid
         && uint(h, &["num_local_experts"], cfg_path)?.is_none_or(|n| n == 0);
     let mut experts = Experts::new(family, h, cfg_path)?;
+    let mtp_bid = if family == Family::NemotronH {
+        nemotron_h::mtp_block(h, n_layer, cfg_path)?
+    } else {
+        None
+    };
     let mut head_norms = head_norms::HeadNorms::new(n_head, n_head_kv, cfg_path);
     for hf in ck.names() {
         if fp8 {
@@ -121,6 +131,9 @@ pub(super) fn plan(x: &Inputs, plan: &mut Vec<Planned>) -> Result<(), ConvertErr
         let Some(mut name) = family::filter_name(hf) else {
             continue;
         };
+        if let Some(bid) = mtp_bid {
+            name = nemotron_h::mtp_name(name, bid);
+        }
         if ssm_sizes.is_some() {
             name = mamba::mamba2_name(name);
         }
@@ -312,7 +325,14 @@ pub(super) fn plan(x: &Inputs, plan: &mut Vec<Planned>) -> Result<(), ConvertErr
         } else {
             vec![cols as u64]
         };
-        let ty = out_type(&gguf, shape.len(), cols);
+        // llama.cpp keeps routers F32 by matching the name against the block id it read from
+        // the checkpoint's name; the multi-token-prediction head's router (`mtp.layers.1`,
+        // written as the last block) does not match, so it gets `--outtype`'s type.
+        let ty = if mtp_bid.is_some() && hf.starts_with("mtp.") && shape.len() == 2 {
+            quantized_type(outtype, cols)
+        } else {
+            out_type(&gguf, shape.len(), cols)
+        };
         plan.push(Planned {
             spec: TensorSpec {
                 name: gguf,
