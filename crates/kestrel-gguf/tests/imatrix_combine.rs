@@ -118,3 +118,31 @@ fn legacy_dat_files_combine_as_llama_imatrix_combines_them() {
     std::fs::remove_file(&cut).ok();
     assert!(e.contains("legacy") && e.contains("entry"), "{e}");
 }
+
+#[test]
+fn statistics_print_as_llama_imatrix_prints_them() {
+    // `llama-imatrix --show-statistics --in-file F` (fixtures/imatrix/make.py): the legacy
+    // columns where some entry has no in_sum (a, out_ab), the full ones where all have (d).
+    for (file, want) in [
+        ("a.gguf", "stats_a.txt"),
+        ("out_ab.gguf", "stats_out_ab.txt"),
+        ("d.gguf", "stats_d.txt"),
+    ] {
+        let mut sums = ImatrixSums::default();
+        sums.combine_file(&fixture(file), 512).unwrap();
+        let report = sums.statistics_report(file).unwrap();
+        let want = std::fs::read_to_string(fixture(want)).unwrap();
+        assert_eq!(report.text, want, "{file}");
+        assert_eq!(report.error, None, "{file}");
+        assert_eq!(report.warning.is_some(), file != "d.gguf", "{file}");
+    }
+    // c.dat's blocks 0, 1 and 6: the tensor table, then llama-imatrix stops on the gap.
+    let mut sums = ImatrixSums::default();
+    sums.combine_file(&fixture("c.dat"), 512).unwrap();
+    let report = sums.statistics_report("c.dat").unwrap();
+    let want = std::fs::read_to_string(fixture("stats_c.txt")).unwrap();
+    assert_eq!(report.text, want);
+    assert!(report.error.unwrap().contains("gap"));
+    // Nothing counted: no table.
+    assert!(ImatrixSums::default().statistics_report("x").is_none());
+}

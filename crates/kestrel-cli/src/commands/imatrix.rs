@@ -2,7 +2,8 @@
 //! [--in-file F[,F...]]...`: an importance matrix as llama-imatrix computes it, written in its
 //! GGUF format for `kestrel quantize --imatrix` (or `llama-quantize --imatrix`). With
 //! `--in-file`, earlier matrices are combined and the text's rows added onto them; without
-//! `-f`, the files are only combined (no model needed).
+//! `-f`, the files are only combined (no model needed). `--show-statistics --in-file F` prints
+//! F's statistics per tensor and per layer, as llama-imatrix does.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -40,10 +41,17 @@ pub struct ImatrixArgs {
     /// Threads (0: all cores).
     #[arg(short, long, default_value_t = 0)]
     pub threads: usize,
+    /// Print the first `--in-file`'s statistics per tensor and per layer (as
+    /// `llama-imatrix --show-statistics`) and stop.
+    #[arg(long)]
+    pub show_statistics: bool,
 }
 
 pub fn run(args: &ImatrixArgs) -> Result<(), String> {
     let ctx = u32::try_from(args.ctx).map_err(|_| format!("-c {}: too large", args.ctx))?;
+    if args.show_statistics {
+        return show_statistics(args, ctx);
+    }
     let mut prior = ImatrixSums::default();
     for f in &args.in_files {
         prior.combine_file(f, ctx).map_err(|e| e.to_string())?;
@@ -111,4 +119,25 @@ pub fn run(args: &ImatrixArgs) -> Result<(), String> {
         args.output.display()
     );
     Ok(())
+}
+
+/// `--show-statistics`: the tables llama-imatrix prints for its first `--in-file`.
+fn show_statistics(args: &ImatrixArgs, ctx: u32) -> Result<(), String> {
+    let file = args
+        .in_files
+        .first()
+        .ok_or("--show-statistics needs the imatrix file (--in-file)")?;
+    let mut sums = ImatrixSums::default();
+    sums.combine_file(file, ctx).map_err(|e| e.to_string())?;
+    let report = sums
+        .statistics_report(&file.to_string_lossy())
+        .ok_or_else(|| format!("{}: no tensor has counted values", file.display()))?;
+    if let Some(w) = &report.warning {
+        eprintln!("warning: {w}");
+    }
+    print!("{}", report.text);
+    match report.error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }

@@ -25,22 +25,33 @@ pub(crate) const STATS_SCHEMA: [&str; 12] = [
     "covariance",
 ];
 
-/// One matrix's own statistics, then the ones against its predecessor (NaN until set).
-#[derive(Clone, Copy)]
-struct TensorStats {
-    legacy: bool,
-    sum: f64,
-    mean: f32,
-    elements: i64,
-    std_deviation: f32,
-    skewness: f32,
-    kurtosis: f32,
-    entropy: f32,
-    gain: f32,
-    l2_dist: f32,
-    cossim: f32,
-    pearson: f32,
-    covariance: f32,
+/// One matrix's own statistics, then the ones against its predecessor (NaN until set), and
+/// the sums behind those that the per-layer statistics add up.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TensorStats {
+    pub legacy: bool,
+    pub sum: f64,
+    pub mean: f32,
+    pub elements: i64,
+    pub std_deviation: f32,
+    pub skewness: f32,
+    pub kurtosis: f32,
+    pub entropy: f32,
+    pub gain: f32,
+    pub l2_dist: f32,
+    pub cossim: f32,
+    pub pearson: f32,
+    pub covariance: f32,
+    pub n_features: i64,
+    pub dot_prod: f64,
+    pub norm1_sq: f64,
+    pub norm2_sq: f64,
+    pub l2_dist_sq: f64,
+    pub cov_sum: f64,
+    pub var_c_sum: f64,
+    pub var_p_sum: f64,
+    pub sum_prev: f64,
+    pub elements_prev: i64,
 }
 
 /// Per-column averages (sums over counts; NaN for an expert that saw no rows), or `None`
@@ -162,11 +173,12 @@ fn vector_stats(e: &ImatrixEntry) -> Option<TensorStats> {
         cossim: f32::NAN,
         pearson: f32::NAN,
         covariance: f32::NAN,
+        ..TensorStats::default()
     })
 }
 
 /// C's `std::stoi`: leading blanks, a sign, digits; `None` where it would throw.
-fn stoi(s: &str) -> Option<i32> {
+pub(crate) fn stoi(s: &str) -> Option<i32> {
     let t = s.trim_start();
     let (neg, digits) = match t.as_bytes().first() {
         Some(b'-') => (true, &t[1..]),
@@ -183,7 +195,7 @@ fn stoi(s: &str) -> Option<i32> {
 
 /// llama-imatrix's reading of a tensor name: the block number's text ("-" outside blocks) and
 /// the name within the block (the whole name where it finds none).
-fn split_name(input: &str) -> (String, String) {
+pub(crate) fn split_name(input: &str) -> (String, String) {
     let mut parts: Vec<&str> = input.split('.').collect();
     if input.is_empty() || input.ends_with('.') {
         parts.pop(); // getline yields no empty last item
@@ -277,6 +289,10 @@ fn against_previous(
         var_c += dc * dc;
         var_p += dp * dp;
     }
+    ts.n_features = n as i64;
+    (ts.dot_prod, ts.norm1_sq, ts.norm2_sq) = (dot, n1, n2);
+    (ts.cov_sum, ts.var_c_sum, ts.var_p_sum) = (cov, var_c, var_p);
+    ts.l2_dist_sq = l2;
     ts.l2_dist = l2.sqrt() as f32;
     if n > 1 {
         ts.covariance = (cov / n as f64) as f32;
@@ -297,6 +313,8 @@ fn against_previous(
     };
     let tiny = f64::from(1e-10f32);
     ts.gain = if prev_ts.sum > tiny {
+        ts.sum_prev = prev_ts.sum;
+        ts.elements_prev = prev_ts.elements;
         ((ts.sum / ts.elements as f64).sqrt() / (prev_ts.sum / prev_ts.elements as f64).sqrt())
             as f32
     } else if ts.sum <= tiny {
@@ -306,21 +324,20 @@ fn against_previous(
     };
 }
 
-/// The `.stats` values of every entry, in [`STATS_SCHEMA`]'s order (all zero for an entry
-/// whose sums hold no counted value, as llama-imatrix writes it).
-pub(crate) fn tensor_stats(
+/// Every entry with counted values, its own statistics and those against the same matrix of
+/// the nearest earlier block, by name; and the first NextN block (`i32::MAX`: none).
+pub(crate) fn all_stats(
     entries: &BTreeMap<String, ImatrixEntry>,
     n_layer_nextn: u32,
-) -> HashMap<&str, [f32; 12]> {
+) -> (BTreeMap<&str, TensorStats>, i32) {
     let own: BTreeMap<&str, TensorStats> = entries
         .iter()
         .filter_map(|(name, e)| vector_stats(e).map(|s| (name.as_str(), s)))
         .collect();
     let nextn = nextn_start(&own, n_layer_nextn);
-    let mut out = HashMap::new();
+    let mut out = BTreeMap::new();
     for (name, e) in entries {
         let Some(base) = own.get(name.as_str()) else {
-            out.insert(name.as_str(), [0.0; 12]);
             continue;
         };
         let mut ts = *base;
@@ -339,10 +356,32 @@ pub(crate) fn tensor_stats(
                 }
             }
         }
-        let h_norm = if ts.elements > 1 {
-            100.0 * (ts.entropy / (ts.elements as f32).log2())
-        } else {
-            f32::NAN
+        out.insert(name.as_str(), ts);
+    }
+    (out, nextn)
+}
+
+/// A matrix's entropy as a percentage of the most its element count allows (NaN for one).
+pub(crate) fn h_norm(ts: &TensorStats) -> f32 {
+    if ts.elements > 1 {
+        100.0 * (ts.entropy / (ts.elements as f32).log2())
+    } else {
+        f32::NAN
+    }
+}
+
+/// The `.stats` values of every entry, in [`STATS_SCHEMA`]'s order (all zero for an entry
+/// whose sums hold no counted value, as llama-imatrix writes it).
+pub(crate) fn tensor_stats(
+    entries: &BTreeMap<String, ImatrixEntry>,
+    n_layer_nextn: u32,
+) -> HashMap<&str, [f32; 12]> {
+    let (all, _) = all_stats(entries, n_layer_nextn);
+    let mut out = HashMap::new();
+    for name in entries.keys() {
+        let Some(ts) = all.get(name.as_str()) else {
+            out.insert(name.as_str(), [0.0; 12]);
+            continue;
         };
         out.insert(
             name.as_str(),
@@ -354,7 +393,7 @@ pub(crate) fn tensor_stats(
                 ts.skewness,
                 ts.kurtosis,
                 ts.gain,
-                h_norm,
+                h_norm(ts),
                 ts.l2_dist,
                 ts.cossim,
                 ts.pearson,

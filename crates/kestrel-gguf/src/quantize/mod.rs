@@ -9,6 +9,7 @@
 mod ftype;
 mod imatrix;
 mod imatrix_legacy;
+mod imatrix_report;
 mod imatrix_stats;
 mod keep_split;
 mod mix;
@@ -20,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 pub use ftype::FileType;
 pub use imatrix::{Imatrix, ImatrixEntry, ImatrixSums};
+pub use imatrix_report::StatisticsReport;
 pub use overrides::KvOverride;
 
 use crate::quant::{self, QuantError};
