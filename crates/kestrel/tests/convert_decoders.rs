@@ -119,55 +119,7 @@ fn decoders_convert_as_llama_cpp_converts_them() {
             let out = work.join(format!("{}-{ot}.gguf", case.name));
             let opts = ConvertOptions::new(OutType::parse(ot).unwrap());
             convert_hf(&dir, &out, &opts).unwrap_or_else(|e| panic!("{} {ot}: {e}", case.name));
-            let (meta, tensors) = summary(&out);
-            let want_meta: Vec<(String, String)> = want["metadata"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| (p[0].as_str().unwrap().into(), p[1].as_str().unwrap().into()))
-                .collect();
-            for (k, v) in &want_meta {
-                match meta.iter().find(|(mk, _)| mk == k) {
-                    None => failures.push(format!("{} {ot}: missing key {k}", case.name)),
-                    Some((_, got)) if got != v => {
-                        failures.push(format!("{} {ot}: {k} differs", case.name))
-                    }
-                    _ => {}
-                }
-            }
-            for (k, _) in &meta {
-                if !want_meta.iter().any(|(wk, _)| wk == k) {
-                    failures.push(format!("{} {ot}: extra key {k}", case.name));
-                }
-            }
-            let want_t = want["tensors"].as_array().unwrap();
-            if want_t.len() != tensors.len() {
-                failures.push(format!(
-                    "{} {ot}: {} tensors, llama.cpp wrote {}",
-                    case.name,
-                    tensors.len(),
-                    want_t.len()
-                ));
-            }
-            for (w, (name, ty, dims, sha)) in want_t.iter().zip(&tensors) {
-                let wdims: Vec<u64> = w[2]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|d| d.as_u64().unwrap())
-                    .collect();
-                if w[0].as_str() != Some(name.as_str())
-                    || w[1].as_u64() != Some(u64::from(*ty))
-                    || wdims != *dims
-                {
-                    failures.push(format!(
-                        "{} {ot}: tensor {name} type {ty} {dims:?}, llama.cpp {w}",
-                        case.name
-                    ));
-                } else if w[3].as_str() != Some(sha.as_str()) {
-                    failures.push(format!("{} {ot}: tensor {name} data differs", case.name));
-                }
-            }
+            compare(&format!("{} {ot}", case.name), &out, want, &mut failures);
             std::fs::remove_file(&out).ok();
             checked += 1;
         }
@@ -177,6 +129,131 @@ fn decoders_convert_as_llama_cpp_converts_them() {
     if std::env::var("KESTREL_CONVERT_INPUTS").is_err() {
         assert!(checked >= 7, "only {checked} conversions checked");
     }
+}
+
+/// Checks the file at `out` against llama.cpp's summary `want` (every metadata value, every
+/// tensor's name, type, dims and bytes), noting differences in `failures`.
+fn compare(label: &str, out: &Path, want: &Json, failures: &mut Vec<String>) {
+    let (meta, tensors) = summary(out);
+    let want_meta: Vec<(String, String)> = want["metadata"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_str().unwrap().into(), p[1].as_str().unwrap().into()))
+        .collect();
+    for (k, v) in &want_meta {
+        match meta.iter().find(|(mk, _)| mk == k) {
+            None => failures.push(format!("{label}: missing key {k}")),
+            Some((_, got)) if got != v => failures.push(format!("{label}: {k} differs")),
+            _ => {}
+        }
+    }
+    for (k, _) in &meta {
+        if !want_meta.iter().any(|(wk, _)| wk == k) {
+            failures.push(format!("{label}: extra key {k}"));
+        }
+    }
+    let want_t = want["tensors"].as_array().unwrap();
+    if want_t.len() != tensors.len() {
+        failures.push(format!(
+            "{label}: {} tensors, llama.cpp wrote {}",
+            tensors.len(),
+            want_t.len()
+        ));
+    }
+    for (w, (name, ty, dims, sha)) in want_t.iter().zip(&tensors) {
+        let wdims: Vec<u64> = w[2]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap())
+            .collect();
+        if w[0].as_str() != Some(name.as_str())
+            || w[1].as_u64() != Some(u64::from(*ty))
+            || wdims != *dims
+        {
+            failures.push(format!(
+                "{label}: tensor {name} type {ty} {dims:?}, llama.cpp {w}"
+            ));
+        } else if w[3].as_str() != Some(sha.as_str()) {
+            failures.push(format!("{label}: tensor {name} data differs"));
+        }
+    }
+}
+
+#[test]
+fn lora_adapters_convert_as_llama_cpp_converts_them() {
+    let Some((smollm, gemma)) = tokenizer_sources() else {
+        return;
+    };
+    let golden: Json =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("golden.json")).unwrap())
+            .unwrap();
+    let inputs = std::env::var("KESTREL_CONVERT_INPUTS").ok();
+    let work = temp("lora");
+    let cases = convert_inputs::cases();
+    let mut failures = Vec::new();
+    for a in convert_inputs::lora::adapters() {
+        let root = inputs.as_ref().map_or(work.clone(), PathBuf::from);
+        let case = cases.iter().find(|c| c.name == a.base).unwrap();
+        let base = root.join(a.base);
+        convert_inputs::write_case(case, &base, &smollm, &gemma);
+        let dir = root.join(a.name);
+        convert_inputs::lora::write_adapter(&a, case, &base, &dir);
+        if inputs.is_some() {
+            continue;
+        }
+        let outtypes = golden[a.name]
+            .as_object()
+            .unwrap_or_else(|| panic!("no golden entry for {}", a.name));
+        for (ot, want) in outtypes {
+            let out = work.join(format!("{}-{ot}.gguf", a.name));
+            let opts = ConvertOptions::new(OutType::parse(ot).unwrap());
+            let r = kestrel::convert::convert_lora(&dir, &base, &out, &opts)
+                .unwrap_or_else(|e| panic!("{} {ot}: {e}", a.name));
+            assert_eq!(r.tensors, 2 * case.layers * a.targets.len(), "{}", a.name);
+            compare(&format!("{} {ot}", a.name), &out, want, &mut failures);
+            std::fs::remove_file(&out).ok();
+        }
+    }
+    if inputs.is_none() {
+        // Refused: `auto` (llama.cpp's converter stops on it), a base kestrel does not convert
+        // adapters for, a tensor that is neither A nor B, a PyTorch-only adapter.
+        let a = &convert_inputs::lora::adapters()[0];
+        let (base, dir) = (work.join(a.base), work.join(a.name));
+        let out = work.join("refused.gguf");
+        let convert = |outtype| {
+            kestrel::convert::convert_lora(&dir, &base, &out, &ConvertOptions::new(outtype))
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(convert(OutType::Auto).contains("auto"));
+        let cfg = std::fs::read_to_string(base.join("config.json")).unwrap();
+        std::fs::write(
+            base.join("config.json"),
+            cfg.replace("LlamaForCausalLM", "Phi3ForCausalLM"),
+        )
+        .unwrap();
+        assert!(convert(OutType::F32).contains("not converted yet"));
+        std::fs::write(base.join("config.json"), &cfg).unwrap();
+        let st = dir.join("adapter_model.safetensors");
+        let mut bytes = std::fs::read(&st).unwrap();
+        let at = bytes
+            .windows(13)
+            .position(|w| w == b"lora_B.weight")
+            .unwrap();
+        bytes[at + 5] = b'C';
+        std::fs::write(&st, &bytes).unwrap();
+        assert!(
+            convert(OutType::F32).contains("not a lora_A or lora_B"),
+            "{}",
+            convert(OutType::F32)
+        );
+        std::fs::rename(&st, dir.join("adapter_model.bin")).unwrap();
+        assert!(convert(OutType::F32).contains("adapter_model.bin"));
+    }
+    std::fs::remove_dir_all(&work).ok();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// A multilingual text with digits, emoji, code and the tokenizers' special tokens.

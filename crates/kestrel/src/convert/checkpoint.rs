@@ -115,6 +115,22 @@ impl Checkpoint {
         })
     }
 
+    /// One safetensors file (a PEFT adapter's `adapter_model.safetensors`), its tensors in
+    /// name order.
+    ///
+    /// # Errors
+    /// [`ConvertError::Input`] for a missing or malformed file.
+    pub fn open_file(path: &Path) -> Result<Checkpoint, ConvertError> {
+        let st = SafeTensors::open(path)?;
+        let order: Vec<(String, usize)> = st.tensors().keys().map(|n| (n.clone(), 0)).collect();
+        let by_name = order.iter().cloned().collect();
+        Ok(Checkpoint {
+            parts: vec![st],
+            order,
+            by_name,
+        })
+    }
+
     /// Tensor names in converter order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.order.iter().map(|(n, _)| n.as_str())

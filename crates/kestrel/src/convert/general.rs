@@ -400,8 +400,14 @@ impl ParamCount {
 
 /// Writes `general.type`, the sampling defaults and the name fields, in llama.cpp's order.
 pub(crate) fn write(meta: &mut Meta, dir: &Path, hparams: &serde_json::Value, params: ParamCount) {
-    let total_params = params.total;
     meta.str("general.type", "model");
+    sampling(meta, dir);
+    let label = (params.total > 0).then(|| params.label());
+    write_names(meta, dir, hparams, params.total as i64, label);
+}
+
+/// `general.sampling.*` from `generation_config.json`.
+fn sampling(meta: &mut Meta, dir: &Path) {
     let gen = std::fs::read(dir.join("generation_config.json"))
         .ok()
         .filter(|b| b.len() < 1 << 20)
@@ -449,8 +455,18 @@ pub(crate) fn write(meta: &mut Meta, dir: &Path, hparams: &serde_json::Value, pa
             meta.f32(format!("general.sampling.{k}"), v as f32);
         }
     }
+}
 
-    let tp = total_params as i64;
+/// `general.name`, `.version`, `.organization`, `.finetune`, `.basename` and `.size_label`
+/// from `_name_or_path` (a model id) and the folder's name; `tp` is gguf-py's parameter count
+/// (negative for an adapter), `label` the size label to use when the names give none.
+pub(crate) fn write_names(
+    meta: &mut Meta,
+    dir: &Path,
+    hparams: &serde_json::Value,
+    tp: i64,
+    label: Option<String>,
+) {
     let mut name = None;
     let mut org = None;
     let mut basename = None;
@@ -493,7 +509,7 @@ pub(crate) fn write(meta: &mut Meta, dir: &Path, hparams: &serde_json::Value, pa
     if let Some(v) = basename {
         meta.str("general.basename", v);
     }
-    let size = size.or_else(|| (total_params > 0).then(|| params.label()));
+    let size = size.or(label);
     if let Some(v) = size {
         meta.str("general.size_label", v);
     }

@@ -277,6 +277,22 @@ pub fn convert_hf(
     })
 }
 
+/// Convert the PEFT LoRA adapter in `adapter` (`adapter_config.json`,
+/// `adapter_model.safetensors`) for the base model whose `config.json` is in `base` to a GGUF
+/// adapter at `out`, as llama.cpp's `convert_lora_to_gguf.py` does (its default output type is
+/// `f32`).
+///
+/// # Errors
+/// [`ConvertError`] naming the file and field that stopped it.
+pub fn convert_lora(
+    adapter: &Path,
+    base: &Path,
+    out: &Path,
+    opts: &ConvertOptions,
+) -> Result<ConvertReport, ConvertError> {
+    decoder::convert_lora(adapter, base, out, opts)
+}
+
 /// A per-layer checkpoint tensor's `(layer, module, "weight" | "bias")`: `name` is
 /// `{prefix}{layer}.{module}.{kind}` (`model.layers.`, `transformer.h.`, `encoder.layer.`).
 pub(crate) fn layer_tensor<'a>(name: &'a str, prefix: &str) -> Option<(usize, &'a str, &'a str)> {

@@ -17,6 +17,7 @@ mod internlm2;
 mod jamba;
 mod lfm2;
 mod llama_hf;
+pub mod lora;
 mod mamba;
 mod nemotron_h;
 mod openelm;

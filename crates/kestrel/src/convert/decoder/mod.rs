@@ -18,6 +18,7 @@ mod hunyuan;
 mod internlm2;
 mod jamba;
 mod lfm2;
+mod lora;
 mod mamba;
 mod mla;
 mod nemotron_h;
@@ -33,6 +34,7 @@ use std::path::Path;
 use serde_json::Value;
 
 pub(crate) use family::{Family, SUPPORTED};
+pub(crate) use lora::convert as convert_lora;
 
 use super::checkpoint::Checkpoint;
 use super::general::{self, ParamCount};

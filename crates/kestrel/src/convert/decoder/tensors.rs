@@ -55,7 +55,7 @@ pub(super) fn out_type(outtype: OutType, name: &str, n_dims: usize, cols: usize)
 }
 
 /// The type `--outtype` gives a matrix llama.cpp does not keep in F32.
-fn quantized_type(outtype: OutType, cols: usize) -> GgmlType {
+pub(super) fn quantized_type(outtype: OutType, cols: usize) -> GgmlType {
     match outtype {
         OutType::F32 => GgmlType::F32,
         OutType::F16 => GgmlType::F16,

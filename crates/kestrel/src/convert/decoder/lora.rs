@@ -1,0 +1,273 @@
+//! PEFT LoRA adapters → GGUF, as llama.cpp's `convert_lora_to_gguf.py` writes them: for each
+//! adapted matrix of the base model, `<gguf name>.lora_a` (PEFT's `lora_A`, `[rank, in]`) and
+//! `.lora_b` (`lora_B`, `[out, rank]`, its rows reordered as the base's Q/K rows are), in the
+//! adapter's name order; `general.type = adapter`, `adapter.type = lora`,
+//! `adapter.lora.alpha`, the name from the adapter's folder. The base model's `config.json`
+//! gives the architecture and head counts; its weights are not read.
+//!
+//! Families whose matrices map one to one onto the base (Llama and its kin, Qwen 2/3, Gemma 1-3)
+//! are converted; the others, adapters on embeddings or experts, DoRA, activated LoRA and
+//! norms added by mergekit are refused, as is the PyTorch `.bin` form.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use kestrel_gguf::TensorSpec;
+use serde_json::Value;
+
+use super::write::{Planned, Source};
+use super::{bad, family, read, tensors, uint, Family};
+use crate::convert::checkpoint::Checkpoint;
+use crate::convert::general;
+use crate::convert::meta::Meta;
+use crate::convert::{read_json, ConvertError, ConvertOptions, ConvertReport, OutType};
+
+/// Whether the family's matrices map one to one (only renamed, Q/K rows reordered).
+fn plain(family: Family) -> bool {
+    family.is_llama()
+        || matches!(
+            family,
+            Family::Qwen2 | Family::Qwen3 | Family::Gemma | Family::Gemma2 | Family::Gemma3
+        )
+}
+
+/// One adapted matrix: the base's GGUF name and its two PEFT tensors.
+struct Pair {
+    a: Option<String>,
+    b: Option<String>,
+}
+
+/// Convert the PEFT adapter in `adapter` for the base model whose `config.json` is in `base`.
+pub(crate) fn convert(
+    adapter: &Path,
+    base: &Path,
+    out: &Path,
+    opts: &ConvertOptions,
+) -> Result<ConvertReport, ConvertError> {
+    let cfg_path = adapter.join("adapter_config.json");
+    let lcfg = read_json(&cfg_path)?;
+    let alpha = lcfg
+        .get("lora_alpha")
+        .and_then(Value::as_f64)
+        .ok_or_else(|| bad(&cfg_path, "no lora_alpha"))?;
+    if let Some(t) = lcfg.get("peft_type").and_then(Value::as_str) {
+        if t != "LORA" {
+            return Err(bad(
+                &cfg_path,
+                format!("peft_type {t:?}: only LoRA adapters convert"),
+            ));
+        }
+    }
+    if lcfg.get("use_dora") == Some(&Value::Bool(true)) {
+        return Err(bad(
+            &cfg_path,
+            "DoRA adapters (use_dora) are not supported yet",
+        ));
+    }
+    if ["alora_invocation_tokens", "invocation_string"]
+        .iter()
+        .any(|k| lcfg.get(*k).is_some_and(|v| !v.is_null()))
+    {
+        return Err(bad(
+            &cfg_path,
+            "activated LoRA (invocation tokens) is not supported yet",
+        ));
+    }
+    let model = adapter.join("adapter_model.safetensors");
+    if !model.is_file() {
+        return Err(bad(
+            adapter,
+            if adapter.join("adapter_model.bin").is_file() {
+                "has only a PyTorch adapter_model.bin; save the adapter as safetensors"
+            } else {
+                "no adapter_model.safetensors"
+            },
+        ));
+    }
+    let base_cfg = base.join("config.json");
+    let h = read_json(&base_cfg)?;
+    let hf_arch = h
+        .get("architectures")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let family = Family::of(hf_arch).ok_or_else(|| {
+        bad(
+            &base_cfg,
+            format!("base architecture {hf_arch:?} is not one kestrel converts"),
+        )
+    })?;
+    if !plain(family) {
+        return Err(bad(
+            &base_cfg,
+            format!(
+                "LoRA adapters for {} are not converted yet (Llama, Mistral, Qwen 2/3 and \
+                 Gemma bases are)",
+                family.arch()
+            ),
+        ));
+    }
+    let n_head = uint(&h, &["n_heads", "num_attention_heads"], &base_cfg)?;
+    let n_head_kv = uint(&h, &["n_kv_heads", "num_key_value_heads"], &base_cfg)?;
+
+    let ck = Checkpoint::open_file(&model)?;
+    // convert_lora_to_gguf.py b11434 stops on `--outtype auto` (its guess asks the adapter
+    // pair for a tensor method it lacks): nothing to match, so no guess here either.
+    if opts.outtype == OutType::Auto {
+        return Err(bad(
+            adapter,
+            "--outtype auto is not defined for adapters: give f32, f16, bf16 or q8_0",
+        ));
+    }
+    let outtype = opts.outtype;
+    // PEFT names → the base's names, each A and B paired, in the adapter's name order.
+    let mut pairs: BTreeMap<String, Pair> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for name in ck.names() {
+        let base_name = name
+            .replace("base_model.model.", "")
+            .replace(".lora_A.weight", ".weight")
+            .replace(".lora_B.weight", ".weight");
+        let Some(base_name) = family::filter_name(&base_name) else {
+            continue;
+        };
+        let is_a = name.contains(".lora_A.weight");
+        let is_b = name.contains(".lora_B.weight");
+        if !is_a && !is_b {
+            if name.contains(".base_layer.weight") {
+                continue;
+            }
+            let what = if name.contains("lora_embedding") {
+                "an adapter on the token embedding (new tokens?) is not supported yet"
+            } else if name.contains("_layernorm") || name.contains(".norm") {
+                "norm weights in the adapter (mergekit-extract-lora) are not supported yet"
+            } else if name.contains("lora_magnitude_vector") {
+                "DoRA adapters are not supported yet"
+            } else {
+                "not a lora_A or lora_B tensor"
+            };
+            return Err(bad(&model, format!("{name:?}: {what}")));
+        }
+        let e = pairs.entry(base_name.clone()).or_insert_with(|| {
+            order.push(base_name.clone());
+            Pair { a: None, b: None }
+        });
+        let slot = if is_a { &mut e.a } else { &mut e.b };
+        if slot.replace(name.to_string()).is_some() {
+            return Err(bad(&model, format!("{name:?} appears twice")));
+        }
+    }
+    if order.is_empty() {
+        return Err(bad(&model, "no lora_A/lora_B tensors"));
+    }
+
+    let mut plan = Vec::with_capacity(2 * order.len());
+    let mut total_params: i64 = 0;
+    for base_name in &order {
+        let p = &pairs[base_name];
+        let (Some(a), Some(b)) = (&p.a, &p.b) else {
+            return Err(bad(
+                &model,
+                format!("{base_name}: lora_A or lora_B is missing"),
+            ));
+        };
+        if family
+            .experts()
+            .is_some_and(|l| family::expert_of(&l, base_name).is_some())
+        {
+            return Err(bad(
+                &model,
+                format!("{base_name}: adapters on experts are not supported yet"),
+            ));
+        }
+        let gguf = family::gguf_name(family, base_name).ok_or_else(|| {
+            bad(
+                &model,
+                format!("cannot map {base_name:?} for {}", family.arch()),
+            )
+        })?;
+        if gguf == "token_embd.weight" {
+            return Err(bad(
+                &model,
+                format!("{base_name}: an adapter on the token embedding is not supported yet"),
+            ));
+        }
+        let shape = |n: &str| -> Result<(usize, usize), ConvertError> {
+            match ck.info(n) {
+                Some((dt, &[rows, cols])) if dt.is_float() => Ok((rows, cols)),
+                Some((dt, s)) => Err(bad(
+                    &model,
+                    format!("{n}: {dt:?} of shape {s:?}, not a float matrix"),
+                )),
+                None => Err(bad(&model, format!("{n} vanished"))),
+            }
+        };
+        let (rank, n_in) = shape(a)?;
+        let (n_out, rank_b) = shape(b)?;
+        if rank != rank_b || rank == 0 {
+            return Err(bad(
+                &model,
+                format!("{base_name}: lora_A has rank {rank}, lora_B {rank_b}"),
+            ));
+        }
+        // Q and K: B's rows (the base matrix's output rows) reordered as the base's are.
+        let heads = if !family.undo_permute() {
+            None
+        } else if base_name.ends_with("q_proj.weight") {
+            n_head
+        } else if base_name.ends_with("k_proj.weight") {
+            n_head_kv.or(n_head)
+        } else {
+            None
+        };
+        let permute_heads = match heads {
+            Some(hd) if hd > 0 && n_out % (2 * hd as usize) == 0 => Some(hd as usize),
+            Some(hd) => {
+                return Err(bad(
+                    &model,
+                    format!("{b}: {n_out} rows do not split into {hd} heads of rotary pairs"),
+                ))
+            }
+            None => None,
+        };
+        total_params += (n_out * n_in) as i64;
+        for (suffix, hf, rows, cols, permute) in [
+            ("lora_a", a, rank, n_in, None),
+            ("lora_b", b, n_out, rank, permute_heads),
+        ] {
+            plan.push(Planned {
+                spec: TensorSpec {
+                    name: format!("{gguf}.{suffix}"),
+                    ggml_type: tensors::quantized_type(outtype, cols),
+                    dims: vec![cols as u64, rows as u64],
+                },
+                cols,
+                source: Source::Tensor {
+                    hf: hf.clone(),
+                    rows,
+                    permute_heads: permute,
+                    map: read::ValueMap::Keep,
+                },
+            });
+        }
+    }
+
+    let arch = family.arch();
+    let mut meta = Meta::default();
+    meta.str("general.architecture", arch);
+    meta.str("general.type", "adapter");
+    meta.str("adapter.type", "lora");
+    // Named from the adapter's folder (gguf-py reads no config there); the parameter count is
+    // negative for an adapter, so no size label is made up.
+    general::write_names(&mut meta, adapter, &Value::Null, -total_params, None);
+    meta.f32("adapter.lora.alpha", alpha as f32);
+    meta.u32("general.quantization_version", 2);
+    let opts = ConvertOptions {
+        outtype,
+        ..opts.clone()
+    };
+    let mut report = super::write::write_file(out, &ck, None, meta, &plan, &opts)?;
+    report.arch = arch.to_string();
+    Ok(report)
+}

@@ -1,0 +1,100 @@
+//! PEFT LoRA adapters for the test checkpoints, as `peft`'s `save_pretrained` writes them:
+//! `adapter_config.json` and `adapter_model.safetensors` with
+//! `base_model.model.model.layers.{L}.{self_attn,mlp}.{module}.lora_{A,B}.weight` (`A`:
+//! `[rank, in]`, `B`: `[out, rank]`).
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::{write_safetensors, Case, Dt, Named, Rng};
+
+/// One test adapter: its name, base case, rank, alpha, target modules, element type.
+pub struct Adapter {
+    pub name: &'static str,
+    pub base: &'static str,
+    pub rank: usize,
+    pub alpha: f32,
+    pub targets: &'static [&'static str],
+    pub dt: Dt,
+}
+
+/// The adapters the tests convert.
+pub fn adapters() -> Vec<Adapter> {
+    vec![
+        Adapter {
+            name: "lora-llama",
+            base: "llama-bpe",
+            rank: 8,
+            alpha: 16.0,
+            targets: &[
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            ],
+            dt: Dt::F32,
+        },
+        Adapter {
+            name: "lora-gemma3",
+            base: "gemma3",
+            rank: 32,
+            alpha: 8.0,
+            targets: &["q_proj", "k_proj", "v_proj", "o_proj"],
+            dt: Dt::BF16,
+        },
+        Adapter {
+            name: "lora-qwen3",
+            base: "qwen3",
+            rank: 4,
+            alpha: 4.0,
+            targets: &["k_proj", "down_proj"],
+            dt: Dt::F16,
+        },
+    ]
+}
+
+/// Writes `a` for the base `case` (written at `base_dir`) into `dir`.
+pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let hd = case.head_dim.unwrap_or(case.hidden / case.heads);
+    let (h, q, kv, ff) = (case.hidden, case.heads * hd, case.kv_heads * hd, case.ff);
+    let mut rng = Rng::new(0x6c6f_7261 ^ a.name.len() as u64);
+    let mut t: Vec<Named> = Vec::new();
+    for l in 0..case.layers {
+        for &m in a.targets {
+            let (block, out, inp) = match m {
+                "q_proj" => ("self_attn", q, h),
+                "k_proj" | "v_proj" => ("self_attn", kv, h),
+                "o_proj" => ("self_attn", h, q),
+                "gate_proj" | "up_proj" => ("mlp", ff, h),
+                _ => ("mlp", h, ff),
+            };
+            let p = format!("base_model.model.model.layers.{l}.{block}.{m}");
+            for (ab, shape, scale) in [
+                ("A", vec![a.rank, inp], 1.0 / (inp as f32).sqrt()),
+                ("B", vec![out, a.rank], 0.05),
+            ] {
+                let n = shape[0] * shape[1];
+                let v = (0..n).map(|_| rng.uniform(scale)).collect();
+                t.push((format!("{p}.lora_{ab}.weight"), shape, v));
+            }
+        }
+    }
+    write_safetensors(&dir.join("adapter_model.safetensors"), &t, a.dt);
+    let cfg = json!({
+        "base_model_name_or_path": base_dir.to_string_lossy(),
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": a.rank, "lora_alpha": a.alpha,
+        "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": false,
+        "target_modules": a.targets, "use_dora": false, "use_rslora": false,
+        "inference_mode": true,
+    });
+    std::fs::write(
+        dir.join("adapter_config.json"),
+        serde_json::to_vec_pretty(&cfg).unwrap(),
+    )
+    .unwrap();
+}
