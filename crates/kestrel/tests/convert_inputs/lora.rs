@@ -54,6 +54,14 @@ pub fn adapters() -> Vec<Adapter> {
             targets: &["k_proj", "down_proj"],
             dt: Dt::F16,
         },
+        Adapter {
+            name: "lora-phi3",
+            base: "phi3",
+            rank: 8,
+            alpha: 32.0,
+            targets: &["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+            dt: Dt::BF16,
+        },
     ]
 }
 
@@ -68,6 +76,8 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
         for &m in a.targets {
             let (block, out, inp) = match m {
                 "q_proj" => ("self_attn", q, h),
+                "qkv_proj" => ("self_attn", q + 2 * kv, h),
+                "gate_up_proj" => ("mlp", 2 * ff, h),
                 "k_proj" | "v_proj" => ("self_attn", kv, h),
                 "o_proj" => ("self_attn", h, q),
                 "gate_proj" | "up_proj" => ("mlp", ff, h),

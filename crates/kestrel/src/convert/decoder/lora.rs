@@ -5,7 +5,8 @@
 //! `adapter.lora.alpha`, the name from the adapter's folder. The base model's `config.json`
 //! gives the architecture and head counts; its weights are not read.
 //!
-//! Families whose matrices map one to one onto the base (Llama and its kin, Qwen 2/3, Gemma 1-3)
+//! Families whose matrices map one to one onto the base (Llama and its kin, Qwen 2/3, Gemma 1-3,
+//! Phi-3 with its fused QKV and gate-up)
 //! are converted; the others, adapters on embeddings or experts, DoRA, activated LoRA and
 //! norms added by mergekit are refused, as is the PyTorch `.bin` form.
 
@@ -27,7 +28,12 @@ fn plain(family: Family) -> bool {
     family.is_llama()
         || matches!(
             family,
-            Family::Qwen2 | Family::Qwen3 | Family::Gemma | Family::Gemma2 | Family::Gemma3
+            Family::Qwen2
+                | Family::Qwen3
+                | Family::Gemma
+                | Family::Gemma2
+                | Family::Gemma3
+                | Family::Phi3
         )
 }
 
@@ -102,8 +108,8 @@ pub(crate) fn convert(
         return Err(bad(
             &base_cfg,
             format!(
-                "LoRA adapters for {} are not converted yet (Llama, Mistral, Qwen 2/3 and \
-                 Gemma bases are)",
+                "LoRA adapters for {} are not converted yet (Llama, Mistral, Qwen 2/3, \
+                 Gemma and Phi-3 bases are)",
                 family.arch()
             ),
         ));
