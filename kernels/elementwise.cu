@@ -1,7 +1,8 @@
 // Elementwise ops over `n` f32 values (grid-stride loops; launch with 256 threads and any grid):
 // add/mul with `b` of `b_len` values repeated (a row broadcast when `b_len` is a row, plain
 // when `b_len == n`), scale, soft cap (`cap * tanh(x / cap)`), SiLU, GELU (tanh form, ggml's
-// constants), exact GELU (erf), SwiGLU and GeGLU (also with the Q8_1 quantization fused in).
+// constants), exact GELU (erf), SwiGLU and GeGLU (also with the Q8_1 quantization fused in),
+// and the per-token attention temperature.
 #include "common.cuh"
 
 #define GRID_STRIDE(i, n) \
@@ -88,4 +89,18 @@ extern "C" __global__ void softcap_from_f32(const float *__restrict__ src, float
 
 extern "C" __global__ void gelu_erf_from_f32(const float *__restrict__ src, float *__restrict__ out, long long n) {
     GRID_STRIDE(i, n) out[i] = 0.5f * src[i] * (1.0f + erff(src[i] * 0.70710678118654752440f));
+}
+
+// Llama 4's attention temperature (Ministral 3's long context): each token's row of `width`
+// values times ln(floor((pos + offset) / floor_scale) + 1) * scale + 1, the division in f32 and
+// the rest in f64 rounded to f32, as the CPU engine computes it; the positions are the device
+// buffer the plan writes each step (a CUDA graph replays it).
+extern "C" __global__ void attn_temp_from_f32(const float *__restrict__ src, float *__restrict__ out,
+                                              const int *__restrict__ positions, long long n, long long width,
+                                              float floor_scale, float scale, float offset) {
+    GRID_STRIDE(i, n) {
+        const float steps = floorf(((float)positions[i / width] + offset) / floor_scale);
+        const float f = (float)(log((double)steps + 1.0) * (double)scale + 1.0);
+        out[i] = src[i] * f;
+    }
 }

@@ -254,6 +254,8 @@ fn test() -> Result<()> {
             "cuda",
             "--test",
             "cuda_kernels",
+            "--test",
+            "cuda_attn_temperature",
         ]),
         cargo_with(&[
             "test",

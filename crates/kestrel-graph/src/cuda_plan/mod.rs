@@ -700,6 +700,15 @@ impl CudaPlan {
             Op::SwiGlu => dev.swiglu(self.input(node, 0)?, self.input(node, 1)?, out)?,
             Op::GeGlu => dev.geglu(self.input(node, 0)?, self.input(node, 1)?, out)?,
             Op::GeluErf => dev.gelu_erf_from(self.input(node, 0)?, out)?,
+            Op::AttnTemperature(p) => dev.attn_temperature_ids_from(
+                self.input(node, 0)?,
+                out,
+                &self.d_positions,
+                node.width,
+                p.floor_scale,
+                p.scale,
+                p.offset,
+            )?,
             Op::Gelu
             | Op::Silu
             | Op::ReluSqr
@@ -708,7 +717,6 @@ impl CudaPlan {
             | Op::Moe(_)
             | Op::Sigmoid
             | Op::MulRowScalar
-            | Op::AttnTemperature(_)
             | Op::HeadMatMul { .. }
             | Op::HeadSlice { .. }
             | Op::HeadConcat { .. }
@@ -744,7 +752,6 @@ fn unsupported(op: &Op, width: usize) -> Option<&'static str> {
         Op::Moe(_) => Some("mixture of experts"),
         Op::Sigmoid => Some("sigmoid"),
         Op::MulRowScalar => Some("mul_row_scalar"),
-        Op::AttnTemperature(_) => Some("attention temperature"),
         Op::LayerNorm { group, .. } => (*group != width).then_some("layer_norm over groups"),
         Op::Rope(p) if p.mrope.is_some() => Some("M-RoPE with unrotated fourth-axis pairs"),
         Op::Attention(p) if p.sinks.is_some() => Some("attention sinks"),

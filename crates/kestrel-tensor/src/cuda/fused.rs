@@ -384,6 +384,64 @@ impl CudaDevice {
         self.unary_from("gelu_erf_from_f32", src, out, None)
     }
 
+    /// Llama 4's attention temperature: `out = src * f(pos)` per token row of `width` values,
+    /// `f(pos) = ln(floor((pos + offset) / floor_scale) + 1) · scale + 1` (the division in f32,
+    /// the rest in f64, as the CPU engine), the tokens' positions from `positions` (a device
+    /// buffer the caller wrote, so a CUDA graph replays it).
+    ///
+    /// # Errors
+    /// A `floor_scale` of 0, `src`/`out` not `positions.len() × width` f32, a launch failure.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_temperature_ids_from(
+        &self,
+        src: &DeviceTensor,
+        out: &mut DeviceTensor,
+        positions: &super::DeviceIds,
+        width: usize,
+        floor_scale: u32,
+        scale: f32,
+        offset: f32,
+    ) -> Result<()> {
+        const OP: &str = "attn_temp_from_f32";
+        if floor_scale == 0 {
+            return Err(TensorError::InvalidParam {
+                op: "cuda attention temperature",
+                why: "the floor scale must be positive",
+            });
+        }
+        f32_only(OP, src)?;
+        f32_only(OP, out)?;
+        same_shape(OP, "out", src, out)?;
+        let want = positions.len() * width;
+        if src.shape.elem_count() != want {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what: "src",
+                expected: want,
+                actual: src.shape.elem_count(),
+            });
+        }
+        if want == 0 {
+            return Ok(());
+        }
+        let (n, w) = (want as i64, width as i64);
+        let fs = floor_scale as f32;
+        let f = self.func(OP)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&src.buf)
+            .arg(&mut out.buf)
+            .arg(&positions.buf)
+            .arg(&n)
+            .arg(&w)
+            .arg(&fs)
+            .arg(&scale)
+            .arg(&offset);
+        // SAFETY: src and out hold n = tokens × width f32, positions one i32 per token (checked).
+        unsafe { b.launch(elementwise_cfg(want)) }
+            .map_err(driver("launch attention temperature"))?;
+        Ok(())
+    }
+
     fn unary_from(
         &self,
         name: &'static str,

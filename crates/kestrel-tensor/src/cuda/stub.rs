@@ -303,6 +303,24 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// `out = src * f(pos)` per token row (Llama 4's attention temperature).
+    ///
+    /// # Errors
+    /// Unreachable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_temperature_ids_from(
+        &self,
+        _src: &DeviceTensor,
+        _out: &mut DeviceTensor,
+        _positions: &DeviceIds,
+        _width: usize,
+        _floor_scale: u32,
+        _scale: f32,
+        _offset: f32,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
     /// `out = gelu(src)` (erf form).
     ///
     /// # Errors
