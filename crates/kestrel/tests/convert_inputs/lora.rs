@@ -62,6 +62,30 @@ pub fn adapters() -> Vec<Adapter> {
             targets: &["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
             dt: Dt::BF16,
         },
+        Adapter {
+            name: "lora-qwen3moe",
+            base: "qwen3moe",
+            rank: 8,
+            alpha: 16.0,
+            targets: &["q_proj", "k_proj", "v_proj", "o_proj"],
+            dt: Dt::F32,
+        },
+        Adapter {
+            name: "lora-olmo2",
+            base: "olmo2",
+            rank: 4,
+            alpha: 8.0,
+            targets: &[
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            ],
+            dt: Dt::F16,
+        },
     ]
 }
 

@@ -5,8 +5,8 @@
 //! `adapter.lora.alpha`, the name from the adapter's folder. The base model's `config.json`
 //! gives the architecture and head counts; its weights are not read.
 //!
-//! Families whose matrices map one to one onto the base (Llama and its kin, Qwen 2/3, Gemma 1-3,
-//! Phi-3 with its fused QKV and gate-up)
+//! Families whose matrices map one to one onto the base (Llama and its kin, Qwen 2/3 and their
+//! MoE forms' attention, Gemma 1-3, Phi-3 with its fused QKV and gate-up, OLMo 2/3)
 //! are converted; the others, adapters on embeddings or experts, DoRA, activated LoRA and
 //! norms added by mergekit are refused, as is the PyTorch `.bin` form.
 
@@ -34,6 +34,9 @@ fn plain(family: Family) -> bool {
                 | Family::Gemma2
                 | Family::Gemma3
                 | Family::Phi3
+                | Family::Qwen2Moe
+                | Family::Qwen3Moe
+                | Family::Olmo2
         )
 }
 
@@ -109,7 +112,7 @@ pub(crate) fn convert(
             &base_cfg,
             format!(
                 "LoRA adapters for {} are not converted yet (Llama, Mistral, Qwen 2/3, \
-                 Gemma and Phi-3 bases are)",
+                 Gemma, Phi-3 and OLMo 2 bases are)",
                 family.arch()
             ),
         ));
