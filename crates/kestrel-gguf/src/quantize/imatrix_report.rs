@@ -209,19 +209,29 @@ impl ImatrixSums {
             sep.into(),
         ]
         .concat();
-        if legacy {
-            let _ = writeln!(o, "\n{head}{}{}", right("PCC", 10), right("Cov", 10));
-            let _ = writeln!(o, "{}", "-".repeat(153));
-        } else {
-            let _ = writeln!(
-                o,
-                "\n{head}{}{}{}",
-                right("L2 Dist", 12),
-                right("PCC", 10),
-                right("Cov", 10)
-            );
-            let _ = writeln!(o, "{}", "-".repeat(165));
-        }
+        // The legacy layout (some tensor without activation sums) has no L2 distance column.
+        let l2_head = |w| {
+            if legacy {
+                String::new()
+            } else {
+                right("L2 Dist", w)
+            }
+        };
+        let _ = writeln!(
+            o,
+            "\n{head}{}{}{}",
+            l2_head(12),
+            right("PCC", 10),
+            right("Cov", 10)
+        );
+        let _ = writeln!(o, "{}", "-".repeat(if legacy { 153 } else { 165 }));
+        let l2_col = |x: f32, w| {
+            if legacy {
+                String::new()
+            } else {
+                cf(f64::from(x), w, 4)
+            }
+        };
         // Per block: the f32 running sum of the tensors' sums, and their element count.
         let mut per_layer: BTreeMap<i32, (f32, i64)> = BTreeMap::new();
         for (name, t) in &ts {
@@ -241,17 +251,13 @@ impl ImatrixSums {
                 cf(t.sum, 14, 4),
                 f(t.gain, 8, 2),
             );
-            if legacy {
-                let _ = writeln!(o, "{}{}", f(t.pearson, 10, 4), f(t.covariance, 10, 4));
-            } else {
-                let _ = writeln!(
-                    o,
-                    "{}{}{}",
-                    f(t.l2_dist, 12, 4),
-                    f(t.pearson, 10, 4),
-                    f(t.covariance, 10, 4)
-                );
-            }
+            let _ = writeln!(
+                o,
+                "{}{}{}",
+                l2_col(t.l2_dist, 12),
+                f(t.pearson, 10, 4),
+                f(t.covariance, 10, 4)
+            );
             let l = per_layer.entry(blk).or_insert((0.0, 0));
             l.0 = (f64::from(l.0) + t.sum) as f32;
             l.1 += t.elements;
@@ -292,26 +298,15 @@ impl ImatrixSums {
             sep.into(),
         ]
         .concat();
-        if legacy {
-            let _ = writeln!(
-                o,
-                "{head}{}{}{}",
-                right("CosSim", 9),
-                right("PCC", 9),
-                right("Cov", 12)
-            );
-            let _ = writeln!(o, "{}", "-".repeat(64));
-        } else {
-            let _ = writeln!(
-                o,
-                "{head}{}{}{}{}",
-                right("L2 Dist", 12),
-                right("CosSim", 9),
-                right("PCC", 9),
-                right("Cov", 12)
-            );
-            let _ = writeln!(o, "{}", "-".repeat(76));
-        }
+        let _ = writeln!(
+            o,
+            "{head}{}{}{}{}",
+            l2_head(12),
+            right("CosSim", 9),
+            right("PCC", 9),
+            right("Cov", 12)
+        );
+        let _ = writeln!(o, "{}", "-".repeat(if legacy { 64 } else { 76 }));
         for (&layer, &(sum, n)) in &per_layer {
             if layer < 0 || n == 0 {
                 continue;
@@ -329,18 +324,14 @@ impl ImatrixSums {
                 f(sum, 14, 4),
                 f(gain, 8, 2)
             );
-            if legacy {
-                let _ = writeln!(o, "{}{}{}", f(cos, 9, 4), f(pcc, 9, 4), f(cov, 12, 4));
-            } else {
-                let _ = writeln!(
-                    o,
-                    "{}{}{}{}",
-                    f(l2, 12, 4),
-                    f(cos, 9, 4),
-                    f(pcc, 9, 4),
-                    f(cov, 12, 4)
-                );
-            }
+            let _ = writeln!(
+                o,
+                "{}{}{}{}",
+                l2_col(l2, 12),
+                f(cos, 9, 4),
+                f(pcc, 9, 4),
+                f(cov, 12, 4)
+            );
         }
         o.push('\n');
         Some(StatisticsReport {
