@@ -380,12 +380,7 @@ fn openelm_layers(s: &Skeleton) -> Skeleton {
         "openelm",
         &LAYERS.map(|(h, kv, ff)| (h as u32, kv as u32, ff as u32)),
     );
-    let mut tensors: Vec<(String, Vec<u64>)> = s
-        .tensors
-        .iter()
-        .filter(|(name, _)| !name.starts_with("blk."))
-        .cloned()
-        .collect();
+    let mut tensors = outside_blocks(s);
     for (il, &(heads, kv, ff)) in LAYERS.iter().enumerate() {
         for (name, dims) in &s.tensors {
             let Some(rest) = name.strip_prefix("blk.0.") else {
@@ -407,6 +402,15 @@ fn openelm_layers(s: &Skeleton) -> Skeleton {
     }
 }
 
+/// The skeleton's tensors outside the blocks (embedding, output, norms).
+fn outside_blocks(s: &Skeleton) -> Vec<(String, Vec<u64>)> {
+    s.tensors
+        .iter()
+        .filter(|(name, _)| !name.starts_with("blk."))
+        .cloned()
+        .collect()
+}
+
 /// llama.cpp's deci file with the 7 layers `deci-dense-nas` describes, each layer's tensors
 /// those of llama.cpp's layer 0 that the layer's kind loads (K and V at its KV head count).
 fn deci_nas(s: &Skeleton) -> Skeleton {
@@ -426,12 +430,7 @@ fn deci_nas(s: &Skeleton) -> Skeleton {
         .iter()
         .filter_map(|(name, d)| Some((name.strip_prefix("blk.0.")?, d)))
         .collect();
-    let mut tensors: Vec<(String, Vec<u64>)> = s
-        .tensors
-        .iter()
-        .filter(|(name, _)| !name.starts_with("blk."))
-        .cloned()
-        .collect();
+    let mut tensors = outside_blocks(s);
     for (il, &(heads, kv, ff)) in LAYERS.iter().enumerate() {
         for &(rest, dims) in &layer0 {
             let attn = rest.starts_with("attn_");

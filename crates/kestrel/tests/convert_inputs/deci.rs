@@ -4,12 +4,11 @@
 //! attention and no input norm otherwise when `n_heads_in_group` is null; no feed-forward and no
 //! norm before it when `ffn_mult` is null (a dummy layer).
 
-use super::{Case, Named, Rng};
+use super::{make, Case, Named, Rng};
 
 /// Writes `name` of `shape`, values `base` ± `a`.
 fn push(t: &mut Vec<Named>, rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32) {
-    let n = shape.iter().product::<usize>();
-    t.push((name, shape, (0..n).map(|_| base + rng.uniform(a)).collect()));
+    t.push(make(rng, name, shape, base, a));
 }
 
 /// Layer `l`'s norm and attention with `kv` KV heads.
