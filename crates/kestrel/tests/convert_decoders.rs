@@ -10,7 +10,7 @@ mod convert_inputs;
 
 use std::path::{Path, PathBuf};
 
-use kestrel::convert::{convert_hf, ConvertError, ConvertOptions, OutType};
+use kestrel::convert::{convert_hf, ConvertError, ConvertOptions, OutType, Split};
 use kestrel_gguf::models::{test_model, GEMMA3_270M_Q4_K_M, SMOLLM2_135M_Q4_1};
 use kestrel_gguf::{GgufFile, Value};
 use serde_json::Value as Json;
@@ -251,6 +251,66 @@ fn lora_adapters_convert_as_llama_cpp_converts_them() {
         );
         std::fs::rename(&st, dir.join("adapter_model.bin")).unwrap();
         assert!(convert(OutType::F32).contains("adapter_model.bin"));
+    }
+    std::fs::remove_dir_all(&work).ok();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Split outputs, as `fixtures/convert/make_golden.py`'s SPLITS: name, case, output type,
+/// limits.
+fn splits() -> Vec<(&'static str, &'static str, &'static str, Split)> {
+    vec![
+        ("split-size", "llama-bpe", "f16", Split::new(0, 20_000)),
+        (
+            "split-tensors",
+            "llama-bpe",
+            "q8_0",
+            Split::new(7, 0).metadata_only_first(true),
+        ),
+        ("split-none", "qwen3", "f16", Split::new(1000, 0)),
+    ]
+}
+
+#[test]
+fn split_outputs_are_the_files_llama_cpp_writes() {
+    let Some((smollm, gemma)) = tokenizer_sources() else {
+        return;
+    };
+    if std::env::var("KESTREL_CONVERT_INPUTS").is_ok() {
+        return; // the cases are written by the test above
+    }
+    let golden: Json =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("golden.json")).unwrap())
+            .unwrap();
+    let work = temp("split");
+    let cases = convert_inputs::cases();
+    let mut failures = Vec::new();
+    for (name, case, ot, split) in splits() {
+        let case = cases.iter().find(|c| c.name == case).unwrap();
+        let dir = work.join(case.name);
+        if !dir.exists() {
+            convert_inputs::write_case(case, &dir, &smollm, &gemma);
+        }
+        let out = work.join(format!("{name}.gguf"));
+        let opts = ConvertOptions::new(OutType::parse(ot).unwrap()).with_split(split);
+        let r = convert_hf(&dir, &out, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = golden[name][ot]
+            .as_array()
+            .unwrap_or_else(|| panic!("no golden entry for {name}"));
+        assert_eq!(r.files.len(), want.len(), "{name}: {:?}", r.files);
+        let n = want.len();
+        for (i, (file, want)) in r.files.iter().zip(want).enumerate() {
+            if n > 1 {
+                let expect = format!("{name}-{:05}-of-{n:05}.gguf", i + 1);
+                assert_eq!(file.file_name().unwrap().to_str(), Some(expect.as_str()));
+            }
+            compare(&format!("{name} file {i}"), file, want, &mut failures);
+        }
+        let on_disk: u64 = r.files.iter().map(|f| f.metadata().unwrap().len()).sum();
+        assert_eq!(r.bytes, on_disk, "{name}");
+        // The loader reads the files back as one model, from any of them.
+        let m = kestrel_gguf::GgufModel::open(r.files.last().unwrap()).unwrap();
+        assert_eq!(m.tensors().count(), r.tensors, "{name}");
     }
     std::fs::remove_dir_all(&work).ok();
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -1,5 +1,6 @@
-//! `kestrel convert DIR -o OUT [--outtype f32|f16|bf16|q8_0|auto]`: a Hugging Face checkpoint
-//! (Llama/Mistral/Mixtral, Qwen2/3 and their MoE, Gemma 2/3, Phi-3, SmolLM3, OLMo 2/3, OLMoE, Granite, gpt-oss decoders; BERT encoders) to GGUF, with kestrel's own
+//! `kestrel convert DIR -o OUT [--outtype f32|f16|bf16|q8_0|auto] [--split-max-tensors N]
+//! [--split-max-size SIZE] [--no-tensor-first-split]`: a Hugging Face checkpoint
+//! (the decoder families docs/convert.md lists; BERT encoders) to GGUF, with kestrel's own
 //! converter. A PEFT LoRA adapter folder (`adapter_config.json`) converts to a GGUF adapter
 //! (`--base`: the base model's folder, for its `config.json`), as llama.cpp's
 //! `convert_lora_to_gguf.py` does.
@@ -7,7 +8,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use kestrel::convert::{convert_hf, convert_lora, ConvertOptions, OutType};
+use kestrel::convert::{convert_hf, convert_lora, ConvertOptions, OutType, Split};
 
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
@@ -28,6 +29,17 @@ pub struct ConvertArgs {
     /// default: the adapter's `base_model_name_or_path` where that is a local folder.
     #[arg(long)]
     pub base: Option<PathBuf>,
+    /// Split the output into files of at most this many tensors each, named
+    /// `OUT-00001-of-0000N.gguf` (as llama.cpp's converter; 0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub split_max_tensors: usize,
+    /// Split the output into files of at most this much tensor data each: bytes, or a number
+    /// followed by K, M or G (powers of 1000, as llama.cpp's converter reads them; 0: no limit).
+    #[arg(long, default_value = "0")]
+    pub split_max_size: String,
+    /// With a split output, the first file holds only the metadata.
+    #[arg(long)]
+    pub no_tensor_first_split: bool,
 }
 
 pub fn run(args: &ConvertArgs) -> Result<(), String> {
@@ -37,7 +49,17 @@ pub fn run(args: &ConvertArgs) -> Result<(), String> {
             args.outtype
         )
     })?;
-    let opts = ConvertOptions::new(outtype).with_progress(!args.quiet);
+    let max_bytes = Split::parse_size(&args.split_max_size).ok_or_else(|| {
+        format!(
+            "--split-max-size {}: expected a number of bytes, optionally followed by K, M or G",
+            args.split_max_size
+        )
+    })?;
+    let split = Split::new(args.split_max_tensors, max_bytes)
+        .metadata_only_first(args.no_tensor_first_split);
+    let opts = ConvertOptions::new(outtype)
+        .with_progress(!args.quiet)
+        .with_split(split);
     let r = if args.dir.join("adapter_config.json").is_file() {
         let base = match &args.base {
             Some(b) => b.clone(),
@@ -53,12 +75,18 @@ pub fn run(args: &ConvertArgs) -> Result<(), String> {
         }
         convert_hf(&args.dir, &args.output, &opts).map_err(|e| e.to_string())?
     };
+    let files = match r.files.as_slice() {
+        [first, .., last] => format!(
+            "{} files, {} ... {}",
+            r.files.len(),
+            first.display(),
+            last.display()
+        ),
+        _ => args.output.display().to_string(),
+    };
     eprintln!(
-        "wrote {} ({}, {} tensors, {} bytes)",
-        args.output.display(),
-        r.arch,
-        r.tensors,
-        r.bytes
+        "wrote {files} ({}, {} tensors, {} bytes)",
+        r.arch, r.tensors, r.bytes
     );
     Ok(())
 }

@@ -27,11 +27,13 @@ mod decoder;
 mod general;
 mod meta;
 pub mod safetensors;
+mod split;
 mod vocab;
 
 use std::path::{Path, PathBuf};
 
 use safetensors::StDType;
+pub use split::Split;
 
 /// Why a conversion failed.
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +134,8 @@ pub struct ConvertOptions {
     pub outtype: OutType,
     /// Draw a progress bar on standard error while writing tensors.
     pub progress: bool,
+    /// Split the output into several files (decoders and adapters; default: one file).
+    pub split: Split,
 }
 
 impl ConvertOptions {
@@ -140,12 +144,19 @@ impl ConvertOptions {
         ConvertOptions {
             outtype,
             progress: false,
+            split: Split::default(),
         }
     }
 
     /// With or without a progress bar.
     pub fn with_progress(mut self, on: bool) -> ConvertOptions {
         self.progress = on;
+        self
+    }
+
+    /// Split the output as `split` says.
+    pub fn with_split(mut self, split: Split) -> ConvertOptions {
+        self.split = split;
         self
     }
 }
@@ -172,8 +183,10 @@ pub struct ConvertReport {
     pub arch: String,
     /// Tensors written.
     pub tensors: usize,
-    /// Bytes of the GGUF file.
+    /// Bytes of the GGUF file (of all its files when split).
     pub bytes: u64,
+    /// The files written: the output path, or its shards in order when split.
+    pub files: Vec<PathBuf>,
 }
 
 /// Read a JSON file of the checkpoint folder.
@@ -256,6 +269,12 @@ pub fn convert_hf(
             ),
         });
     }
+    if opts.split.is_set() {
+        return Err(ConvertError::Input {
+            path: config_path,
+            reason: "BERT encoders are written as one file: no split options".into(),
+        });
+    }
     let (writer, tensors) = bert::convert(dir, &config, opts)?;
     let tmp = out.with_extension("gguf.partial");
     if let Err(e) = writer.write_file(&tmp) {
@@ -274,6 +293,7 @@ pub fn convert_hf(
         arch: "bert".into(),
         tensors,
         bytes,
+        files: vec![out.to_path_buf()],
     })
 }
 

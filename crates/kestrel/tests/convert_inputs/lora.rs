@@ -9,7 +9,8 @@ use serde_json::json;
 
 use super::{write_safetensors, Case, Dt, Named, Rng};
 
-/// One test adapter: its name, base case, rank, alpha, target modules, element type.
+/// One test adapter: its name, base case, rank, alpha, target modules, element type, and
+/// whether it also adapts `lm_head`.
 pub struct Adapter {
     pub name: &'static str,
     pub base: &'static str,
@@ -17,6 +18,7 @@ pub struct Adapter {
     pub alpha: f32,
     pub targets: &'static [&'static str],
     pub dt: Dt,
+    pub head: bool,
 }
 
 /// The adapters the tests convert.
@@ -37,6 +39,7 @@ pub fn adapters() -> Vec<Adapter> {
                 "down_proj",
             ],
             dt: Dt::F32,
+            head: false,
         },
         Adapter {
             name: "lora-gemma3",
@@ -45,6 +48,7 @@ pub fn adapters() -> Vec<Adapter> {
             alpha: 8.0,
             targets: &["q_proj", "k_proj", "v_proj", "o_proj"],
             dt: Dt::BF16,
+            head: false,
         },
         Adapter {
             name: "lora-qwen3",
@@ -53,6 +57,7 @@ pub fn adapters() -> Vec<Adapter> {
             alpha: 4.0,
             targets: &["k_proj", "down_proj"],
             dt: Dt::F16,
+            head: false,
         },
         Adapter {
             name: "lora-phi3",
@@ -61,6 +66,7 @@ pub fn adapters() -> Vec<Adapter> {
             alpha: 32.0,
             targets: &["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
             dt: Dt::BF16,
+            head: false,
         },
         Adapter {
             name: "lora-qwen3moe",
@@ -69,6 +75,7 @@ pub fn adapters() -> Vec<Adapter> {
             alpha: 16.0,
             targets: &["q_proj", "k_proj", "v_proj", "o_proj"],
             dt: Dt::F32,
+            head: false,
         },
         Adapter {
             name: "lora-olmo2",
@@ -85,6 +92,18 @@ pub fn adapters() -> Vec<Adapter> {
                 "down_proj",
             ],
             dt: Dt::F16,
+            head: false,
+        },
+        // Gemma 2 ties its output: llama.cpp filters `lm_head` out by name, so its adapter is
+        // left out too (not refused).
+        Adapter {
+            name: "lora-gemma2",
+            base: "gemma2",
+            rank: 2,
+            alpha: 4.0,
+            targets: &["q_proj", "v_proj"],
+            dt: Dt::F16,
+            head: true,
         },
     ]
 }
@@ -118,12 +137,24 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
             }
         }
     }
+    if a.head {
+        let cfg: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(base_dir.join("config.json")).unwrap()).unwrap();
+        let vocab = cfg["vocab_size"].as_u64().unwrap() as usize;
+        let p = "base_model.model.lm_head";
+        for (ab, shape) in [("A", vec![a.rank, h]), ("B", vec![vocab, a.rank])] {
+            let v = (0..shape[0] * shape[1])
+                .map(|_| rng.uniform(0.05))
+                .collect();
+            t.push((format!("{p}.lora_{ab}.weight"), shape, v));
+        }
+    }
     write_safetensors(&dir.join("adapter_model.safetensors"), &t, a.dt);
     let cfg = json!({
         "base_model_name_or_path": base_dir.to_string_lossy(),
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": a.rank, "lora_alpha": a.alpha,
         "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": false,
-        "target_modules": a.targets, "use_dora": false, "use_rslora": false,
+        "target_modules": a.targets.iter().chain(a.head.then_some(&"lm_head")).collect::<Vec<_>>(), "use_dora": false, "use_rslora": false,
         "inference_mode": true,
     });
     std::fs::write(

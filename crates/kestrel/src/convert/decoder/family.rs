@@ -373,6 +373,12 @@ impl Family {
         matches!(self, Family::Gemma | Family::Gemma2 | Family::Gemma3)
     }
 
+    /// Whether `lm_head.weight` is dropped before conversion (llama.cpp's Gemma 1/2 filter: the
+    /// output is tied to the embedding; AutoAWQ checkpoints and adapters may still carry one).
+    pub(crate) fn drops_lm_head(self) -> bool {
+        matches!(self, Family::Gemma | Family::Gemma2)
+    }
+
     /// Whether Q/K rows are reordered from Hugging Face's rotary layout to GGML's.
     pub(crate) fn undo_permute(self) -> bool {
         // llama.cpp's OlmoModel, MiniCPMModel and the Granite hybrids (Nemotron-H too) permute as

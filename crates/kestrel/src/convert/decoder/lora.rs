@@ -141,6 +141,10 @@ pub(crate) fn convert(
         let Some(base_name) = family::filter_name(&base_name) else {
             continue;
         };
+        if family.drops_lm_head() && base_name == "lm_head.weight" {
+            // Filtered by name first, as llama.cpp's script does: left out, not refused.
+            continue;
+        }
         let is_a = name.contains(".lora_A.weight");
         let is_b = name.contains(".lora_B.weight");
         if !is_a && !is_b {
@@ -221,25 +225,9 @@ pub(crate) fn convert(
             ));
         }
         // Q and K: B's rows (the base matrix's output rows) reordered as the base's are.
-        let heads = if !family.undo_permute() {
-            None
-        } else if base_name.ends_with("q_proj.weight") {
-            n_head
-        } else if base_name.ends_with("k_proj.weight") {
-            n_head_kv.or(n_head)
-        } else {
-            None
-        };
-        let permute_heads = match heads {
-            Some(hd) if hd > 0 && n_out % (2 * hd as usize) == 0 => Some(hd as usize),
-            Some(hd) => {
-                return Err(bad(
-                    &model,
-                    format!("{b}: {n_out} rows do not split into {hd} heads of rotary pairs"),
-                ))
-            }
-            None => None,
-        };
+        let permute_heads = tensors::rotary_heads(family, base_name, n_head, n_head_kv)
+            .map(|hd| tensors::rotary_rows(hd, n_out, b, &model))
+            .transpose()?;
         total_params += (n_out * n_in) as i64;
         for (suffix, hf, rows, cols, permute) in [
             ("lora_a", a, rank, n_in, None),

@@ -164,8 +164,7 @@ pub(super) fn plan(x: &Inputs, plan: &mut Vec<Planned>) -> Result<(), ConvertErr
             // HunYuanModel skips a tied output.
             continue;
         }
-        if family.is_gemma() && family != Family::Gemma3 && name == "lm_head.weight" {
-            // Gemma 2 ties its output to the embedding; llama.cpp skips a stray lm_head.
+        if family.drops_lm_head() && name == "lm_head.weight" {
             continue;
         }
         if family == Family::Cohere2 && name.ends_with(".bias") {
@@ -292,29 +291,8 @@ pub(super) fn plan(x: &Inputs, plan: &mut Vec<Planned>) -> Result<(), ConvertErr
                 },
                 _ => (n_head, n_head_kv),
             };
-            let heads = if name.ends_with("q_proj.weight") || name.ends_with("q_proj.bias") {
-                n_head
-            } else if family == Family::Xverse && name.ends_with("k_proj.weight") {
-                // XverseModel's own permute: with grouped queries, heads / KV heads "heads".
-                match (n_head, n_head_kv) {
-                    (Some(h), Some(kv)) if kv > 0 && kv != h => Some(h / kv),
-                    _ => n_head,
-                }
-            } else if name.ends_with("k_proj.weight") || name.ends_with("k_proj.bias") {
-                n_head_kv.or(n_head)
-            } else {
-                None
-            };
-            if let Some(hd) = heads {
-                let hd = hd as usize;
-                let len = shape[0];
-                if hd == 0 || len % (2 * hd) != 0 {
-                    return Err(bad(
-                        dir,
-                        format!("tensor {hf:?}: {len} rows do not split into {hd} heads of rotary pairs"),
-                    ));
-                }
-                permute_heads = Some(hd);
+            if let Some(hd) = rotary_heads(family, &name, n_head, n_head_kv) {
+                permute_heads = Some(rotary_rows(hd, shape[0], hf, dir)?);
             }
         }
         if family == Family::Gemma3 && name.ends_with("embed_tokens.weight") {
@@ -368,4 +346,47 @@ fn all_zero(ck: &Checkpoint, dir: &Path, hf: &str) -> Result<bool, ConvertError>
     let v = read::Values::open(ck, hf, None).map_err(|e| bad(dir, format!("{hf}: {e}")))?;
     let n = ck.info(hf).map_or(0, |(_, s)| s.iter().product::<usize>());
     Ok((0..n).all(|i| v.get(i) == 0.0))
+}
+
+/// How many heads a Q or K matrix (or bias) named `name` is reordered over, as llama.cpp's
+/// converter undoes Hugging Face's rotary permutation for `family`; None for other tensors.
+pub(super) fn rotary_heads(
+    family: Family,
+    name: &str,
+    n_head: Option<u64>,
+    n_head_kv: Option<u64>,
+) -> Option<u64> {
+    if !family.undo_permute() {
+        None
+    } else if name.ends_with("q_proj.weight") || name.ends_with("q_proj.bias") {
+        n_head
+    } else if family == Family::Xverse && name.ends_with("k_proj.weight") {
+        // XverseModel's own permute: with grouped queries, heads / KV heads "heads".
+        match (n_head, n_head_kv) {
+            (Some(h), Some(kv)) if kv > 0 && kv != h => Some(h / kv),
+            _ => n_head,
+        }
+    } else if name.ends_with("k_proj.weight") || name.ends_with("k_proj.bias") {
+        n_head_kv.or(n_head)
+    } else {
+        None
+    }
+}
+
+/// `heads` as a row-reordering count for tensor `what` of `rows` rows: refused unless the rows
+/// split into that many heads of rotary pairs.
+pub(super) fn rotary_rows(
+    heads: u64,
+    rows: usize,
+    what: &str,
+    at: &std::path::Path,
+) -> Result<usize, ConvertError> {
+    let hd = heads as usize;
+    if hd == 0 || !rows.is_multiple_of(2 * hd) {
+        return Err(bad(
+            at,
+            format!("tensor {what:?}: {rows} rows do not split into {hd} heads of rotary pairs"),
+        ));
+    }
+    Ok(hd)
 }

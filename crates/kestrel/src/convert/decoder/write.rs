@@ -3,7 +3,7 @@
 //! through a temporary name, so an interrupted run leaves no half-written model behind.
 
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use kestrel_gguf::{GgufStreamWriter, TensorSpec};
 use rayon::prelude::*;
@@ -12,7 +12,7 @@ use super::bad;
 use super::read::{ValueMap, Values};
 use crate::convert::checkpoint::Checkpoint;
 use crate::convert::meta::Meta;
-use crate::convert::{ConvertError, ConvertOptions, ConvertReport};
+use crate::convert::{split, ConvertError, ConvertOptions, ConvertReport};
 
 /// Where a tensor's values come from.
 #[derive(Clone, Debug)]
@@ -138,8 +138,9 @@ fn stream_rows<W: Write>(
 /// Rows per chunk (and per parallel task) when streaming a tensor.
 const CHUNK_VALUES: usize = 1 << 20;
 
-/// Writes `meta` and the `plan`ned tensors to `out` (FP8 weights scaled per
-/// `fp8_block`, the checkpoint's `weight_block_size`).
+/// Writes `meta` and the `plan`ned tensors to `out`, or to its shards as `opts.split` says
+/// (FP8 weights scaled per `fp8_block`, the checkpoint's `weight_block_size`). Each file is
+/// written under a temporary name and all are moved into place at the end.
 pub(super) fn write_file(
     out: &Path,
     ck: &Checkpoint,
@@ -148,181 +149,227 @@ pub(super) fn write_file(
     plan: &[Planned],
     opts: &ConvertOptions,
 ) -> Result<ConvertReport, ConvertError> {
-    let specs: Vec<TensorSpec> = plan.iter().map(|p| p.spec.clone()).collect();
-    let tmp = out.with_extension("gguf.partial");
-    let result = (|| -> Result<u64, ConvertError> {
-        let file =
-            std::fs::File::create(&tmp).map_err(|e| bad(&tmp, format!("cannot create: {e}")))?;
-        let entries = meta.into_entries();
-        let mut w = GgufStreamWriter::new(
-            BufWriter::with_capacity(1 << 20, file),
-            32,
-            &entries,
-            &specs,
-        )?;
-        let total: u64 = specs.iter().filter_map(|s| s.n_bytes()).sum();
-        let bar = crate::convert::progress_bar(opts.progress, total);
-        let mut buf: Vec<u8> = Vec::new();
-        for p in plan {
-            match &p.source {
-                Source::Generated(v) => {
-                    buf.clear();
-                    for x in v {
-                        buf.extend_from_slice(&x.to_le_bytes());
-                    }
-                    w.write(&buf)?;
-                }
-                Source::Tensor {
-                    hf,
-                    rows,
-                    permute_heads,
-                    map,
-                } => {
-                    let part = Part {
-                        hf,
-                        rows: *rows,
-                        permute_heads: *permute_heads,
-                        map: *map,
-                    };
-                    stream_rows(ck, fp8_block, &part, p, &mut buf, &mut w, &bar, out)?;
-                }
-                Source::Strided {
-                    hf,
-                    planes,
-                    rows,
-                    s_plane,
-                    s_row,
-                    s_col,
-                    off,
-                    map,
-                } => {
-                    let values = Values::open(ck, hf, fp8_block)
-                        .map_err(|e| bad(out, format!("{hf}: {e}")))?;
-                    let n = ck
-                        .info(hf)
-                        .map_or(0, |(_, sh)| sh.iter().product::<usize>());
-                    let last = off
-                        + (planes.max(&1) - 1) * s_plane
-                        + (rows.max(&1) - 1) * s_row
-                        + (p.cols.max(1) - 1) * s_col;
-                    if last >= n {
-                        return Err(bad(out, format!("{hf}: strided read past its {n} values")));
-                    }
-                    let row_bytes = p.spec.ggml_type.row_bytes(p.cols as u64).unwrap_or(0) as usize;
-                    let total = planes * rows;
-                    let chunk_rows = (CHUNK_VALUES / p.cols.max(1)).max(1);
-                    let mut r0 = 0;
-                    while r0 < total {
-                        let n = chunk_rows.min(total - r0);
-                        buf.resize(n * row_bytes, 0);
-                        buf.par_chunks_mut(row_bytes.max(1))
-                            .enumerate()
-                            .try_for_each(|(i, dst)| {
-                                let i = r0 + i;
-                                let base = off + (i / rows) * s_plane + (i % rows) * s_row;
-                                let vals: Vec<f32> = (0..p.cols)
-                                    .map(|j| values.mapped(values.get(base + j * s_col), *map))
-                                    .collect();
-                                kestrel_gguf::quant::quantize(p.spec.ggml_type, &vals, dst)
-                                    .map_err(|e| e.to_string())
-                            })
-                            .map_err(|e| bad(out, format!("{hf}: {e}")))?;
-                        w.write(&buf)?;
-                        bar.inc(buf.len() as u64);
-                        r0 += n;
-                    }
-                }
-                Source::Rows { hf, rows, map } => {
-                    let values = Values::open(ck, hf, fp8_block)
-                        .map_err(|e| bad(out, format!("{hf}: {e}")))?;
-                    let row_bytes = p.spec.ggml_type.row_bytes(p.cols as u64).unwrap_or(0) as usize;
-                    let chunk_rows = (CHUNK_VALUES / p.cols.max(1)).max(1);
-                    for chunk in rows.chunks(chunk_rows) {
-                        buf.resize(chunk.len() * row_bytes, 0);
-                        buf.par_chunks_mut(row_bytes.max(1))
-                            .zip(chunk)
-                            .try_for_each(|(dst, &src)| {
-                                let mut vals = Vec::with_capacity(p.cols);
-                                values.row(src, *map, &mut vals)?;
-                                kestrel_gguf::quant::quantize(p.spec.ggml_type, &vals, dst)
-                                    .map_err(|e| e.to_string())
-                            })
-                            .map_err(|e| bad(out, format!("{hf}: {e}")))?;
-                        w.write(&buf)?;
-                        bar.inc(buf.len() as u64);
-                    }
-                }
-                Source::Mxfp4 {
-                    blocks,
-                    scales,
-                    planes,
-                    rows,
-                    in_rows,
-                    row_step,
-                    row_off,
-                } => {
-                    let get = |name: &str| {
-                        ck.get(name)
-                            .map(|(_, b)| b)
-                            .ok_or_else(|| bad(out, format!("{name} vanished")))
-                    };
-                    let (bl, sc) = (get(blocks)?, get(scales)?);
-                    let nb = p.cols / 32;
-                    let rows_fit = *rows == 0 || (rows - 1) * row_step + row_off < *in_rows;
-                    if !rows_fit
-                        || bl.len() != planes * in_rows * nb * 16
-                        || sc.len() != planes * in_rows * nb
-                    {
-                        return Err(bad(out, format!("{blocks}: sizes do not match {scales}")));
-                    }
-                    // One expert at a time: rows x blocks x 17 bytes.
-                    for e in 0..*planes {
-                        buf.clear();
-                        for r in 0..*rows {
-                            let ir = e * in_rows + r * row_step + row_off;
-                            for b in 0..nb {
-                                buf.push(sc[ir * nb + b]);
-                                let q = &bl[(ir * nb + b) * 16..][..16];
-                                buf.extend_from_slice(&mxfp4_nibbles(q));
-                            }
-                        }
-                        w.write(&buf)?;
-                        bar.inc(buf.len() as u64);
-                    }
-                }
-                Source::Stacked { hfs, rows } => {
-                    for hf in hfs {
-                        let part = Part {
-                            hf,
-                            rows: *rows,
-                            permute_heads: None,
-                            map: ValueMap::Keep,
-                        };
-                        stream_rows(ck, fp8_block, &part, p, &mut buf, &mut w, &bar, out)?;
-                    }
-                }
+    let sizes: Vec<u64> = plan.iter().map(|p| p.spec.n_bytes().unwrap_or(0)).collect();
+    let shards = opts.split.shards(&sizes);
+    if shards.len() > u16::MAX as usize || plan.len() > i32::MAX as usize {
+        return Err(bad(
+            out,
+            format!(
+                "{} files for {} tensors: at most 65535 files (raise the split limits)",
+                shards.len(),
+                plan.len()
+            ),
+        ));
+    }
+    let paths = split::shard_paths(out, shards.len());
+    let tmps: Vec<PathBuf> = paths
+        .iter()
+        .map(|p| p.with_extension("gguf.partial"))
+        .collect();
+    let mut entries = Some(meta.into_entries());
+    let total: u64 = sizes.iter().sum();
+    let bar = crate::convert::progress_bar(opts.progress, total);
+    let mut buf: Vec<u8> = Vec::new();
+    let result = (|| -> Result<(), ConvertError> {
+        for (no, (tensors, tmp)) in shards.iter().zip(&tmps).enumerate() {
+            let mut keys = if no == 0 {
+                entries.take().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            keys.extend(split::split_keys(no, shards.len(), plan.len()));
+            let specs: Vec<TensorSpec> = tensors.iter().map(|&i| plan[i].spec.clone()).collect();
+            let file =
+                std::fs::File::create(tmp).map_err(|e| bad(tmp, format!("cannot create: {e}")))?;
+            let mut w =
+                GgufStreamWriter::new(BufWriter::with_capacity(1 << 20, file), 32, &keys, &specs)?;
+            for &i in tensors {
+                write_tensor(ck, fp8_block, &plan[i], &mut buf, &mut w, &bar, out)?;
             }
+            let mut bw = w.finish()?;
+            bw.flush()
+                .map_err(|e| bad(tmp, format!("cannot write: {e}")))?;
         }
         bar.finish_and_clear();
-        let mut bw = w.finish()?;
-        bw.flush()
-            .map_err(|e| bad(&tmp, format!("cannot write: {e}")))?;
-        Ok(total)
+        Ok(())
     })();
+    let remove_all = || {
+        for t in &tmps {
+            let _ = std::fs::remove_file(t);
+        }
+    };
     if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
+        remove_all();
         return Err(e);
     }
-    std::fs::rename(&tmp, out).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        bad(out, format!("cannot move the written file into place: {e}"))
-    })?;
-    let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    let mut bytes = 0;
+    for (tmp, path) in tmps.iter().zip(&paths) {
+        std::fs::rename(tmp, path).map_err(|e| {
+            remove_all();
+            bad(
+                path,
+                format!("cannot move the written file into place: {e}"),
+            )
+        })?;
+        bytes += std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    }
     Ok(ConvertReport {
         arch: String::new(),
-        tensors: specs.len(),
+        tensors: plan.len(),
         bytes,
+        files: paths,
     })
+}
+
+/// Streams one planned tensor's data into `w`.
+fn write_tensor<W: Write>(
+    ck: &Checkpoint,
+    fp8_block: Option<(usize, usize)>,
+    p: &Planned,
+    buf: &mut Vec<u8>,
+    w: &mut GgufStreamWriter<W>,
+    bar: &indicatif::ProgressBar,
+    out: &Path,
+) -> Result<(), ConvertError> {
+    match &p.source {
+        Source::Generated(v) => {
+            buf.clear();
+            for x in v {
+                buf.extend_from_slice(&x.to_le_bytes());
+            }
+            w.write(buf)?;
+        }
+        Source::Tensor {
+            hf,
+            rows,
+            permute_heads,
+            map,
+        } => {
+            let part = Part {
+                hf,
+                rows: *rows,
+                permute_heads: *permute_heads,
+                map: *map,
+            };
+            stream_rows(ck, fp8_block, &part, p, buf, w, bar, out)?;
+        }
+        Source::Strided {
+            hf,
+            planes,
+            rows,
+            s_plane,
+            s_row,
+            s_col,
+            off,
+            map,
+        } => {
+            let values =
+                Values::open(ck, hf, fp8_block).map_err(|e| bad(out, format!("{hf}: {e}")))?;
+            let n = ck
+                .info(hf)
+                .map_or(0, |(_, sh)| sh.iter().product::<usize>());
+            let last = off
+                + (planes.max(&1) - 1) * s_plane
+                + (rows.max(&1) - 1) * s_row
+                + (p.cols.max(1) - 1) * s_col;
+            if last >= n {
+                return Err(bad(out, format!("{hf}: strided read past its {n} values")));
+            }
+            let row_bytes = p.spec.ggml_type.row_bytes(p.cols as u64).unwrap_or(0) as usize;
+            let total = planes * rows;
+            let chunk_rows = (CHUNK_VALUES / p.cols.max(1)).max(1);
+            let mut r0 = 0;
+            while r0 < total {
+                let n = chunk_rows.min(total - r0);
+                buf.resize(n * row_bytes, 0);
+                buf.par_chunks_mut(row_bytes.max(1))
+                    .enumerate()
+                    .try_for_each(|(i, dst)| {
+                        let i = r0 + i;
+                        let base = off + (i / rows) * s_plane + (i % rows) * s_row;
+                        let vals: Vec<f32> = (0..p.cols)
+                            .map(|j| values.mapped(values.get(base + j * s_col), *map))
+                            .collect();
+                        kestrel_gguf::quant::quantize(p.spec.ggml_type, &vals, dst)
+                            .map_err(|e| e.to_string())
+                    })
+                    .map_err(|e| bad(out, format!("{hf}: {e}")))?;
+                w.write(buf)?;
+                bar.inc(buf.len() as u64);
+                r0 += n;
+            }
+        }
+        Source::Rows { hf, rows, map } => {
+            let values =
+                Values::open(ck, hf, fp8_block).map_err(|e| bad(out, format!("{hf}: {e}")))?;
+            let row_bytes = p.spec.ggml_type.row_bytes(p.cols as u64).unwrap_or(0) as usize;
+            let chunk_rows = (CHUNK_VALUES / p.cols.max(1)).max(1);
+            for chunk in rows.chunks(chunk_rows) {
+                buf.resize(chunk.len() * row_bytes, 0);
+                buf.par_chunks_mut(row_bytes.max(1))
+                    .zip(chunk)
+                    .try_for_each(|(dst, &src)| {
+                        let mut vals = Vec::with_capacity(p.cols);
+                        values.row(src, *map, &mut vals)?;
+                        kestrel_gguf::quant::quantize(p.spec.ggml_type, &vals, dst)
+                            .map_err(|e| e.to_string())
+                    })
+                    .map_err(|e| bad(out, format!("{hf}: {e}")))?;
+                w.write(buf)?;
+                bar.inc(buf.len() as u64);
+            }
+        }
+        Source::Mxfp4 {
+            blocks,
+            scales,
+            planes,
+            rows,
+            in_rows,
+            row_step,
+            row_off,
+        } => {
+            let get = |name: &str| {
+                ck.get(name)
+                    .map(|(_, b)| b)
+                    .ok_or_else(|| bad(out, format!("{name} vanished")))
+            };
+            let (bl, sc) = (get(blocks)?, get(scales)?);
+            let nb = p.cols / 32;
+            let rows_fit = *rows == 0 || (rows - 1) * row_step + row_off < *in_rows;
+            if !rows_fit
+                || bl.len() != planes * in_rows * nb * 16
+                || sc.len() != planes * in_rows * nb
+            {
+                return Err(bad(out, format!("{blocks}: sizes do not match {scales}")));
+            }
+            // One expert at a time: rows x blocks x 17 bytes.
+            for e in 0..*planes {
+                buf.clear();
+                for r in 0..*rows {
+                    let ir = e * in_rows + r * row_step + row_off;
+                    for b in 0..nb {
+                        buf.push(sc[ir * nb + b]);
+                        let q = &bl[(ir * nb + b) * 16..][..16];
+                        buf.extend_from_slice(&mxfp4_nibbles(q));
+                    }
+                }
+                w.write(buf)?;
+                bar.inc(buf.len() as u64);
+            }
+        }
+        Source::Stacked { hfs, rows } => {
+            for hf in hfs {
+                let part = Part {
+                    hf,
+                    rows: *rows,
+                    permute_heads: None,
+                    map: ValueMap::Keep,
+                };
+                stream_rows(ck, fp8_block, &part, p, buf, w, bar, out)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One MXFP4 block's 32 nibbles from Hugging Face's order (value `k` in byte `k / 2`, low
