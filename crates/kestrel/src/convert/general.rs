@@ -1,16 +1,16 @@
 //! `general.*` metadata as llama.cpp's converter derives it: sampling defaults from
 //! `generation_config.json`, and the model's name, organization, base name, fine-tune, version
 //! and size label from `config.json`'s `_name_or_path` (when it is a model id) or the folder
-//! name, with the parameter count for the size label when the name has none.
-//!
-//! Not taken over: the model card's YAML front matter (`README.md`: license, tags, languages,
-//! base models, datasets), which llama.cpp copies into `general.license`, `general.tags`, ….
+//! name, with the parameter count for the size label when the name has none; the model
+//! card's fields ([`super::model_card`]: license, tags, languages, base models, datasets, and
+//! names that take precedence over the id's).
 
 use std::path::Path;
 
 use kestrel_gguf::MetadataValue;
 
 use super::meta::Meta;
+use super::{model_card, ConvertError};
 
 /// Parts of a model id (`org/Name-7B-Instruct-v0.1`).
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -399,11 +399,19 @@ impl ParamCount {
 }
 
 /// Writes `general.type`, the sampling defaults and the name fields, in llama.cpp's order.
-pub(crate) fn write(meta: &mut Meta, dir: &Path, hparams: &serde_json::Value, params: ParamCount) {
+///
+/// # Errors
+/// A model card that cannot be read.
+pub(crate) fn write(
+    meta: &mut Meta,
+    dir: &Path,
+    hparams: &serde_json::Value,
+    params: ParamCount,
+) -> Result<(), ConvertError> {
     meta.str("general.type", "model");
     sampling(meta, dir);
     let label = (params.total > 0).then(|| params.label());
-    write_names(meta, dir, hparams, params.total as i64, label);
+    write_names(meta, dir, hparams, params.total as i64, label)
 }
 
 /// `general.sampling.*` from `generation_config.json`.
@@ -457,22 +465,31 @@ fn sampling(meta: &mut Meta, dir: &Path) {
     }
 }
 
-/// `general.name`, `.version`, `.organization`, `.finetune`, `.basename` and `.size_label`
-/// from `_name_or_path` (a model id) and the folder's name; `tp` is gguf-py's parameter count
-/// (negative for an adapter), `label` the size label to use when the names give none.
+/// `general.name` and the other authorship keys, in gguf-py's order: the model card's fields
+/// first, then names from `_name_or_path` (a model id) and the folder's name; `tp` is gguf-py's
+/// parameter count (negative for an adapter), `label` the size label to use when nothing else
+/// gives one.
+///
+/// # Errors
+/// A model card that cannot be read (see [`super::model_card::load`]).
 pub(crate) fn write_names(
     meta: &mut Meta,
     dir: &Path,
     hparams: &serde_json::Value,
     tp: i64,
     label: Option<String>,
-) {
-    let mut name = None;
-    let mut org = None;
-    let mut basename = None;
-    let mut finetune = None;
-    let mut version = None;
-    let mut size = None;
+) -> Result<(), ConvertError> {
+    let card = model_card::load(dir)?;
+    let card = model_card::Fields::read(&card, tp).map_err(|reason| ConvertError::Input {
+        path: dir.join("README.md"),
+        reason: format!("model card: {reason}"),
+    })?;
+    let mut name = card.name.clone();
+    let mut org = card.organization.clone();
+    let mut basename = card.basename.clone();
+    let mut finetune = card.finetune.clone();
+    let mut version = card.version.clone();
+    let mut size = card.size_label.clone();
     let mut apply = |p: IdParts| {
         if name.is_none() {
             name = p.full_name.as_deref().map(id_to_title);
@@ -496,23 +513,57 @@ pub(crate) fn write_names(
         .unwrap_or_default();
     apply(model_id_components(&dir_name, tp));
     let name = name.unwrap_or(dir_name);
+    let opt = |meta: &mut Meta, key: &str, v: &Option<String>| {
+        if let Some(v) = v {
+            meta.str(key, v.as_str());
+        }
+    };
     meta.str("general.name", name);
-    if let Some(v) = version {
-        meta.str("general.version", v);
+    opt(meta, "general.author", &card.author);
+    opt(meta, "general.version", &version);
+    opt(meta, "general.organization", &org);
+    opt(meta, "general.finetune", &finetune);
+    opt(meta, "general.basename", &basename);
+    opt(meta, "general.description", &card.description);
+    opt(meta, "general.size_label", &size.or(label));
+    opt(meta, "general.license", &card.license);
+    opt(meta, "general.license.name", &card.license_name);
+    opt(meta, "general.license.link", &card.license_link);
+    opt(meta, "general.source.url", &card.source_url);
+    opt(meta, "general.source.doi", &card.source_doi);
+    opt(meta, "general.source.uuid", &card.source_uuid);
+    opt(meta, "general.source.repo_url", &card.source_repo_url);
+    for (what, list) in [
+        ("base_model", &card.base_models),
+        ("dataset", &card.datasets),
+    ] {
+        let Some(list) = list else { continue };
+        meta.u32(format!("general.{what}.count"), list.len() as u32);
+        for (i, entry) in list.iter().enumerate() {
+            for key in [
+                "name",
+                "author",
+                "version",
+                "organization",
+                "description",
+                "url",
+                "doi",
+                "uuid",
+                "repo_url",
+            ] {
+                if let Some((_, v)) = entry.iter().find(|(k, _)| k == key) {
+                    meta.str(format!("general.{what}.{i}.{key}"), v.as_str());
+                }
+            }
+        }
     }
-    if let Some(v) = org {
-        meta.str("general.organization", v);
+    if let Some(tags) = card.tags {
+        meta.strings("general.tags", tags);
     }
-    if let Some(v) = finetune {
-        meta.str("general.finetune", v);
+    if let Some(langs) = card.languages {
+        meta.strings("general.languages", langs);
     }
-    if let Some(v) = basename {
-        meta.str("general.basename", v);
-    }
-    let size = size.or(label);
-    if let Some(v) = size {
-        meta.str("general.size_label", v);
-    }
+    Ok(())
 }
 
 #[cfg(test)]

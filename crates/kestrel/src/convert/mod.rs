@@ -26,6 +26,7 @@ pub mod checkpoint;
 mod decoder;
 mod general;
 mod meta;
+mod model_card;
 pub mod safetensors;
 mod split;
 mod vocab;

@@ -157,6 +157,13 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
         "target_modules": a.targets.iter().chain(a.head.then_some(&"lm_head")).collect::<Vec<_>>(), "use_dora": false, "use_rslora": false,
         "inference_mode": true,
     });
+    // As peft's save_pretrained writes it, with the base as a hub id.
+    std::fs::write(
+        dir.join("README.md"),
+        "---\nbase_model: HuggingFaceTB/SmolLM2-135M\nlibrary_name: peft\ntags:\n- lora\n---\n\n\
+         # Model Card for Model ID\n",
+    )
+    .unwrap();
     std::fs::write(
         dir.join("adapter_config.json"),
         serde_json::to_vec_pretty(&cfg).unwrap(),

@@ -362,6 +362,9 @@ pub fn write_gemma_tokenizer(gguf: &Path, dir: &Path) {
 /// Writes `case`'s checkpoint into `dir` (tokenizers from the fetched models).
 pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     std::fs::create_dir_all(dir).unwrap();
+    if let Some(card) = model_card(case.name) {
+        std::fs::write(dir.join("README.md"), card).unwrap();
+    }
     let vocab = if matches!(case.name, "llama-hf" | "deci-7b" | "jamba-hf") {
         llama_hf::tokenizer(dir)
     } else if case.spm {
@@ -1010,5 +1013,30 @@ fn biased_layers(
             push(rng, p(&format!("{name}.weight")), vec![rows, cols], 0.0, a);
             push(rng, p(&format!("{name}.bias")), vec![rows], 0.0, 0.05);
         }
+    }
+}
+
+/// A model card (`README.md` with YAML front matter) for some cases: the fields llama.cpp's
+/// converter copies into `general.*` (license, languages with Norway's `no`, tags and the
+/// pipeline tag, base models as an id, a URL and a mapping, a dataset, names that override the
+/// folder's) beside fields it ignores.
+fn model_card(case: &str) -> Option<&'static str> {
+    match case {
+        "llama-bpe" => Some(
+            "---\nlicense: apache-2.0\nlicense_name: kestrel-test\nlanguage:\n- en\n- no\n- fr\n\
+             tags:\n- text-generation\n- 'llama 3'\npipeline_tag: text-generation\nbase_model:\n\
+             - meta-llama/Llama-3.2-1B-Instruct\n- https://huggingface.co/HuggingFaceTB/SmolLM2-135M\n\
+             - name: Hand Written\n  author: Someone\n  url: https://example.com/model\n\
+             datasets: HuggingFaceFW/fineweb-edu\nmodel_creator: Kestrel Tests\n\
+             description: A random-weight test checkpoint.\nlibrary_name: transformers\n\
+             model-index:\n- name: x\n  results:\n  - task: {type: text-generation}\n\
+             \x20   metrics:\n    - {type: acc, value: 0.5}\n---\n# Test model\n\nNot a real model.\n",
+        ),
+        "qwen3" => Some(
+            "---\nname: Qwen Test\nversion: v2.5\norganization: kestrel\nlicense:\n- mit\n- apache-2.0\n\
+             license_link: https://example.com/LICENSE\nlanguage: zh\nurl: https://example.com\n\
+             dataset:\n- org/data-v1\n- {name: Mixed, version: '2'}\n---\n",
+        ),
+        _ => None,
     }
 }

@@ -210,7 +210,7 @@ pub(crate) fn convert(
     if let Some(a) = phi3_attn_factor {
         meta.f32(format!("{arch}.rope.scaling.attn_factor"), a);
     }
-    general::write(&mut meta, dir, &h, params);
+    general::write(&mut meta, dir, &h, params)?;
     params::write(&mut meta, family, &hp)?;
     meta.u32("general.quantization_version", 2);
 
