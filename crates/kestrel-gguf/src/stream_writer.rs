@@ -78,51 +78,7 @@ impl<W: Write> GgufStreamWriter<W> {
         metadata: &[(String, MetadataValue)],
         tensors: &[TensorSpec],
     ) -> Result<Self> {
-        let bad = |why: String| GgufError::InvalidWrite(why);
-        if alignment == 0 || !alignment.is_power_of_two() || alignment > u32::MAX as u64 {
-            return Err(bad(format!("alignment {alignment}")));
-        }
-        let mut head = Vec::new();
-        head.extend_from_slice(b"GGUF");
-        head.extend_from_slice(&version.to_le_bytes());
-        head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
-        head.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
-        let mut keys = std::collections::HashSet::new();
-        for (k, v) in metadata {
-            if !keys.insert(k) {
-                return Err(bad(format!("duplicate key {k:?}")));
-            }
-            check_value(k, v, 0)?;
-            put_str(&mut head, k);
-            head.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
-            put_value(&mut head, v);
-        }
-        let mut names = std::collections::HashSet::new();
-        let mut sizes = Vec::with_capacity(tensors.len());
-        let mut offset = 0u64;
-        for t in tensors {
-            if !names.insert(&t.name) {
-                return Err(bad(format!("duplicate tensor {:?}", t.name)));
-            }
-            if t.dims.len() > MAX_DIMS {
-                return Err(bad(format!("tensor {:?}: {} dims", t.name, t.dims.len())));
-            }
-            let n = t.n_bytes().ok_or_else(|| {
-                bad(format!(
-                    "tensor {:?}: dims {:?} do not fit {}",
-                    t.name, t.dims, t.ggml_type
-                ))
-            })?;
-            put_str(&mut head, &t.name);
-            head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
-            for d in &t.dims {
-                head.extend_from_slice(&d.to_le_bytes());
-            }
-            head.extend_from_slice(&t.ggml_type.id().to_le_bytes());
-            head.extend_from_slice(&offset.to_le_bytes());
-            offset = (offset + n).div_ceil(alignment) * alignment;
-            sizes.push(n);
-        }
+        let (mut head, sizes) = header(version, alignment, metadata, tensors)?;
         let pad = (head.len() as u64).div_ceil(alignment) * alignment - head.len() as u64;
         head.resize(head.len() + pad as usize, 0);
         w.write_all(&head).map_err(GgufError::Write)?;
@@ -133,6 +89,15 @@ impl<W: Write> GgufStreamWriter<W> {
             current: 0,
             written: 0,
         })
+    }
+
+    /// Writes a file of `metadata` and no tensors, ending right after the metadata (no
+    /// padding: gguf-py's vocabulary-only files), and returns the sink.
+    pub fn metadata_only(mut w: W, metadata: &[(String, MetadataValue)]) -> Result<W> {
+        let (head, _) = header(3, crate::DEFAULT_ALIGNMENT, metadata, &[])?;
+        w.write_all(&head).map_err(GgufError::Write)?;
+        w.flush().map_err(GgufError::Write)?;
+        Ok(w)
     }
 
     /// Appends `data` to the current tensor's bytes, moving on (after the padding) once it has
@@ -181,5 +146,81 @@ impl<W: Write> GgufStreamWriter<W> {
         }
         self.w.flush().map_err(GgufError::Write)?;
         Ok(self.w)
+    }
+}
+
+/// The header of a file (unpadded): magic, version, counts, metadata, tensor infos; and each
+/// tensor's data size.
+fn header(
+    version: u32,
+    alignment: u64,
+    metadata: &[(String, MetadataValue)],
+    tensors: &[TensorSpec],
+) -> Result<(Vec<u8>, Vec<u64>)> {
+    let bad = |why: String| GgufError::InvalidWrite(why);
+
+    if alignment == 0 || !alignment.is_power_of_two() || alignment > u32::MAX as u64 {
+        return Err(bad(format!("alignment {alignment}")));
+    }
+    let mut head = Vec::new();
+    head.extend_from_slice(b"GGUF");
+    head.extend_from_slice(&version.to_le_bytes());
+    head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    head.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    let mut keys = std::collections::HashSet::new();
+    for (k, v) in metadata {
+        if !keys.insert(k) {
+            return Err(bad(format!("duplicate key {k:?}")));
+        }
+        check_value(k, v, 0)?;
+        put_str(&mut head, k);
+        head.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
+        put_value(&mut head, v);
+    }
+    let mut names = std::collections::HashSet::new();
+    let mut sizes = Vec::with_capacity(tensors.len());
+    let mut offset = 0u64;
+    for t in tensors {
+        if !names.insert(&t.name) {
+            return Err(bad(format!("duplicate tensor {:?}", t.name)));
+        }
+        if t.dims.len() > MAX_DIMS {
+            return Err(bad(format!("tensor {:?}: {} dims", t.name, t.dims.len())));
+        }
+        let n = t.n_bytes().ok_or_else(|| {
+            bad(format!(
+                "tensor {:?}: dims {:?} do not fit {}",
+                t.name, t.dims, t.ggml_type
+            ))
+        })?;
+        put_str(&mut head, &t.name);
+        head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for d in &t.dims {
+            head.extend_from_slice(&d.to_le_bytes());
+        }
+        head.extend_from_slice(&t.ggml_type.id().to_le_bytes());
+        head.extend_from_slice(&offset.to_le_bytes());
+        offset = (offset + n).div_ceil(alignment) * alignment;
+        sizes.push(n);
+    }
+    Ok((head, sizes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_only_files_end_after_the_metadata_and_read_back() {
+        let md = vec![(
+            "general.name".to_string(),
+            MetadataValue::String("v".into()),
+        )];
+        let bytes = GgufStreamWriter::metadata_only(Vec::new(), &md).unwrap();
+        // magic, version, counts, then one key: 8-byte length, "general.name", type, string.
+        assert_eq!(bytes.len(), 4 + 4 + 8 + 8 + (8 + 12) + 4 + (8 + 1));
+        let f = crate::GgufFile::from_bytes(bytes).unwrap();
+        assert_eq!(f.tensors().len(), 0);
+        assert_eq!(f.metadata().get_str("general.name").unwrap(), "v");
     }
 }

@@ -256,23 +256,48 @@ fn lora_adapters_convert_as_llama_cpp_converts_them() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Split outputs, as `fixtures/convert/make_golden.py`'s SPLITS: name, case, output type,
-/// limits.
-fn splits() -> Vec<(&'static str, &'static str, &'static str, Split)> {
+/// Conversions with options, as `fixtures/convert/make_golden.py`'s OPTIONS: name, case,
+/// output type, options.
+fn with_options() -> Vec<(&'static str, &'static str, &'static str, ConvertOptions)> {
+    let o = |ot: &str| ConvertOptions::new(OutType::parse(ot).unwrap());
     vec![
-        ("split-size", "llama-bpe", "f16", Split::new(0, 20_000)),
+        (
+            "split-size",
+            "llama-bpe",
+            "f16",
+            o("f16").with_split(Split::new(0, 20_000)),
+        ),
         (
             "split-tensors",
             "llama-bpe",
             "q8_0",
-            Split::new(7, 0).metadata_only_first(true),
+            o("q8_0").with_split(Split::new(7, 0).metadata_only_first(true)),
         ),
-        ("split-none", "qwen3", "f16", Split::new(1000, 0)),
+        (
+            "split-none",
+            "qwen3",
+            "f16",
+            o("f16").with_split(Split::new(1000, 0)),
+        ),
+        (
+            "vocab-only",
+            "llama-bpe",
+            "f16",
+            o("f16").with_vocab_only(true),
+        ),
+        (
+            "overrides",
+            "qwen3",
+            "q8_0",
+            o("q8_0")
+                .with_metadata(Some(fixtures().join("metadata_override.json")))
+                .with_model_name(Some("CLI Name".into())),
+        ),
     ]
 }
 
 #[test]
-fn split_outputs_are_the_files_llama_cpp_writes() {
+fn conversions_with_options_are_the_files_llama_cpp_writes() {
     let Some((smollm, gemma)) = tokenizer_sources() else {
         return;
     };
@@ -282,17 +307,16 @@ fn split_outputs_are_the_files_llama_cpp_writes() {
     let golden: Json =
         serde_json::from_str(&std::fs::read_to_string(fixtures().join("golden.json")).unwrap())
             .unwrap();
-    let work = temp("split");
+    let work = temp("options");
     let cases = convert_inputs::cases();
     let mut failures = Vec::new();
-    for (name, case, ot, split) in splits() {
+    for (name, case, ot, opts) in with_options() {
         let case = cases.iter().find(|c| c.name == case).unwrap();
         let dir = work.join(case.name);
         if !dir.exists() {
             convert_inputs::write_case(case, &dir, &smollm, &gemma);
         }
         let out = work.join(format!("{name}.gguf"));
-        let opts = ConvertOptions::new(OutType::parse(ot).unwrap()).with_split(split);
         let r = convert_hf(&dir, &out, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
         let want = golden[name][ot]
             .as_array()
@@ -305,6 +329,14 @@ fn split_outputs_are_the_files_llama_cpp_writes() {
                 assert_eq!(file.file_name().unwrap().to_str(), Some(expect.as_str()));
             }
             compare(&format!("{name} file {i}"), file, want, &mut failures);
+            // The same bytes in between too: key order, padding.
+            let size = file.metadata().unwrap().len();
+            if want["size"].as_u64() != Some(size) {
+                failures.push(format!(
+                    "{name} file {i}: {size} bytes, llama.cpp {}",
+                    want["size"]
+                ));
+            }
         }
         let on_disk: u64 = r.files.iter().map(|f| f.metadata().unwrap().len()).sum();
         assert_eq!(r.bytes, on_disk, "{name}");
@@ -312,6 +344,20 @@ fn split_outputs_are_the_files_llama_cpp_writes() {
         let m = kestrel_gguf::GgufModel::open(r.files.last().unwrap()).unwrap();
         assert_eq!(m.tensors().count(), r.tensors, "{name}");
     }
+    // Refused: a split vocabulary, an override of the wrong type.
+    let (dir, out) = (work.join("llama-bpe"), work.join("refused.gguf"));
+    let f16 = || ConvertOptions::new(OutType::F16);
+    let e = convert_hf(
+        &dir,
+        &out,
+        &f16().with_vocab_only(true).with_split(Split::new(1, 0)),
+    );
+    assert!(e.unwrap_err().to_string().contains("not split"));
+    let bad = work.join("bad.json");
+    std::fs::write(&bad, r#"{"general.tags": "one"}"#).unwrap();
+    let e = convert_hf(&dir, &out, &f16().with_metadata(Some(bad)));
+    assert!(e.unwrap_err().to_string().contains("general.tags"));
+    assert!(!out.exists());
     std::fs::remove_dir_all(&work).ok();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -1,5 +1,6 @@
 //! `kestrel convert DIR -o OUT [--outtype f32|f16|bf16|q8_0|auto] [--split-max-tensors N]
-//! [--split-max-size SIZE] [--no-tensor-first-split]`: a Hugging Face checkpoint
+//! [--split-max-size SIZE] [--no-tensor-first-split] [--vocab-only] [--model-name NAME]
+//! [--metadata FILE]`: a Hugging Face checkpoint
 //! (the decoder families docs/convert.md lists; BERT encoders) to GGUF, with kestrel's own
 //! converter. A PEFT LoRA adapter folder (`adapter_config.json`) converts to a GGUF adapter
 //! (`--base`: the base model's folder, for its `config.json`), as llama.cpp's
@@ -40,6 +41,16 @@ pub struct ConvertArgs {
     /// With a split output, the first file holds only the metadata.
     #[arg(long)]
     pub no_tensor_first_split: bool,
+    /// Write only the vocabulary and metadata, no tensors.
+    #[arg(long)]
+    pub vocab_only: bool,
+    /// The model's name (`general.name`), over what the checkpoint gives.
+    #[arg(long)]
+    pub model_name: Option<String>,
+    /// A JSON file of `general.*` values (llama.cpp's authorship override file) over what the
+    /// checkpoint gives.
+    #[arg(long)]
+    pub metadata: Option<PathBuf>,
 }
 
 pub fn run(args: &ConvertArgs) -> Result<(), String> {
@@ -59,7 +70,10 @@ pub fn run(args: &ConvertArgs) -> Result<(), String> {
         .metadata_only_first(args.no_tensor_first_split);
     let opts = ConvertOptions::new(outtype)
         .with_progress(!args.quiet)
-        .with_split(split);
+        .with_split(split)
+        .with_vocab_only(args.vocab_only)
+        .with_model_name(args.model_name.clone())
+        .with_metadata(args.metadata.clone());
     let r = if args.dir.join("adapter_config.json").is_file() {
         let base = match &args.base {
             Some(b) => b.clone(),

@@ -27,6 +27,7 @@ mod decoder;
 mod general;
 mod meta;
 mod model_card;
+mod overrides;
 pub mod safetensors;
 mod split;
 mod vocab;
@@ -137,6 +138,13 @@ pub struct ConvertOptions {
     pub progress: bool,
     /// Split the output into several files (decoders and adapters; default: one file).
     pub split: Split,
+    /// Write only the vocabulary and the metadata, no tensors (decoders; `--vocab-only`).
+    pub vocab_only: bool,
+    /// `general.name`, over what the checkpoint gives (decoders; `--model-name`).
+    pub model_name: Option<String>,
+    /// A JSON file of `general.*` values over what the checkpoint gives (decoders;
+    /// `--metadata`, llama.cpp's authorship override file).
+    pub metadata: Option<PathBuf>,
 }
 
 impl ConvertOptions {
@@ -146,12 +154,33 @@ impl ConvertOptions {
             outtype,
             progress: false,
             split: Split::default(),
+            vocab_only: false,
+            model_name: None,
+            metadata: None,
         }
     }
 
     /// With or without a progress bar.
     pub fn with_progress(mut self, on: bool) -> ConvertOptions {
         self.progress = on;
+        self
+    }
+
+    /// Only the vocabulary and metadata, or everything.
+    pub fn with_vocab_only(mut self, on: bool) -> ConvertOptions {
+        self.vocab_only = on;
+        self
+    }
+
+    /// `general.name` as given.
+    pub fn with_model_name(mut self, name: Option<String>) -> ConvertOptions {
+        self.model_name = name;
+        self
+    }
+
+    /// `general.*` values from a JSON file over the checkpoint's.
+    pub fn with_metadata(mut self, path: Option<PathBuf>) -> ConvertOptions {
+        self.metadata = path;
         self
     }
 
@@ -270,10 +299,14 @@ pub fn convert_hf(
             ),
         });
     }
-    if opts.split.is_set() {
+    if opts.split.is_set()
+        || opts.vocab_only
+        || opts.model_name.is_some()
+        || opts.metadata.is_some()
+    {
         return Err(ConvertError::Input {
             path: config_path,
-            reason: "BERT encoders are written as one file: no split options".into(),
+            reason: "BERT encoders take no split, vocabulary-only or metadata options".into(),
         });
     }
     let (writer, tensors) = bert::convert(dir, &config, opts)?;
@@ -311,6 +344,14 @@ pub fn convert_lora(
     out: &Path,
     opts: &ConvertOptions,
 ) -> Result<ConvertReport, ConvertError> {
+    if opts.vocab_only || opts.model_name.is_some() || opts.metadata.is_some() {
+        return Err(ConvertError::Input {
+            path: adapter.to_path_buf(),
+            reason: "--vocab-only, --model-name and --metadata are for models, not adapters \
+                     (llama.cpp's adapter converter has none of them)"
+                .into(),
+        });
+    }
     decoder::convert_lora(adapter, base, out, opts)
 }
 

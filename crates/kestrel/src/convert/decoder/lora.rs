@@ -257,7 +257,8 @@ pub(crate) fn convert(
     meta.str("adapter.type", "lora");
     // Named from the adapter's folder (gguf-py reads no config there); the parameter count is
     // negative for an adapter, so no size label is made up.
-    general::write_names(&mut meta, adapter, &Value::Null, -total_params, None)?;
+    let none = crate::convert::overrides::Overrides::default();
+    general::write_names(&mut meta, adapter, &Value::Null, -total_params, None, &none)?;
     meta.f32("adapter.lora.alpha", alpha as f32);
     meta.u32("general.quantization_version", 2);
     let opts = ConvertOptions {

@@ -39,6 +39,7 @@ pub(crate) use lora::convert as convert_lora;
 use super::checkpoint::Checkpoint;
 use super::general::{self, ParamCount};
 use super::meta::Meta;
+use super::overrides::Overrides;
 use super::{ConvertError, ConvertOptions, ConvertReport, OutType};
 use write::Planned;
 
@@ -199,6 +200,14 @@ pub(crate) fn convert(
         },
         &mut plan,
     )?;
+    if opts.vocab_only && opts.split.is_set() {
+        return Err(bad(out, "a vocabulary-only file is not split"));
+    }
+    if opts.vocab_only {
+        // llama.cpp's `write_vocab`: no tensors prepared, so no parameter count and none of the
+        // keys set while preparing them.
+        plan.clear();
+    }
     let params = ParamCount::of(
         plan.iter()
             .map(|p| (p.spec.name.as_str(), p.spec.dims.as_slice())),
@@ -207,10 +216,11 @@ pub(crate) fn convert(
     // Metadata, in llama.cpp's order (keys set while preparing tensors come first).
     let mut meta = Meta::default();
     meta.str("general.architecture", arch);
-    if let Some(a) = phi3_attn_factor {
+    if let (Some(a), false) = (phi3_attn_factor, opts.vocab_only) {
         meta.f32(format!("{arch}.rope.scaling.attn_factor"), a);
     }
-    general::write(&mut meta, dir, &h, params)?;
+    let ov = Overrides::load(opts.metadata.as_deref(), opts.model_name.as_deref())?;
+    general::write(&mut meta, dir, &h, params, &ov)?;
     params::write(&mut meta, family, &hp)?;
     meta.u32("general.quantization_version", 2);
 
@@ -218,7 +228,7 @@ pub(crate) fn convert(
     if hf_arch == "Qwen3ForSequenceClassification" {
         return Err(bad(&cfg_path, "Qwen3 rerankers are not converted yet"));
     }
-    if family == Family::NemotronH {
+    if family == Family::NemotronH && !opts.vocab_only {
         nemotron_h::check_plan(&h, n_layer, &plan, &cfg_path)?;
     }
 

@@ -181,6 +181,11 @@ pub(super) fn write_file(
             let specs: Vec<TensorSpec> = tensors.iter().map(|&i| plan[i].spec.clone()).collect();
             let file =
                 std::fs::File::create(tmp).map_err(|e| bad(tmp, format!("cannot create: {e}")))?;
+            if opts.vocab_only && plan.is_empty() {
+                // gguf-py's `write_vocab`: the metadata, nothing after it.
+                GgufStreamWriter::metadata_only(BufWriter::new(file), &keys)?;
+                continue;
+            }
             let mut w =
                 GgufStreamWriter::new(BufWriter::with_capacity(1 << 20, file), 32, &keys, &specs)?;
             for &i in tensors {
