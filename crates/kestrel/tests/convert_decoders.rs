@@ -293,6 +293,12 @@ fn with_options() -> Vec<(&'static str, &'static str, &'static str, ConvertOptio
                 .with_metadata(Some(fixtures().join("metadata_override.json")))
                 .with_model_name(Some("CLI Name".into())),
         ),
+        (
+            "fp8-as-q8",
+            "deepseek-v3-fp8",
+            "bf16",
+            o("bf16").with_fp8_as_q8(true),
+        ),
     ]
 }
 

@@ -145,6 +145,9 @@ pub struct ConvertOptions {
     /// A JSON file of `general.*` values over what the checkpoint gives (decoders;
     /// `--metadata`, llama.cpp's authorship override file).
     pub metadata: Option<PathBuf>,
+    /// Matrices stored in FP8 in the checkpoint are written as Q8_0 whatever `outtype` says
+    /// (decoders; `--fp8-as-q8`).
+    pub fp8_as_q8: bool,
 }
 
 impl ConvertOptions {
@@ -157,6 +160,7 @@ impl ConvertOptions {
             vocab_only: false,
             model_name: None,
             metadata: None,
+            fp8_as_q8: false,
         }
     }
 
@@ -181,6 +185,12 @@ impl ConvertOptions {
     /// `general.*` values from a JSON file over the checkpoint's.
     pub fn with_metadata(mut self, path: Option<PathBuf>) -> ConvertOptions {
         self.metadata = path;
+        self
+    }
+
+    /// FP8 matrices as Q8_0, or as `outtype` says.
+    pub fn with_fp8_as_q8(mut self, on: bool) -> ConvertOptions {
+        self.fp8_as_q8 = on;
         self
     }
 

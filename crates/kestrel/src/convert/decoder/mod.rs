@@ -200,6 +200,9 @@ pub(crate) fn convert(
         },
         &mut plan,
     )?;
+    if opts.fp8_as_q8 {
+        write::fp8_as_q8(&ck, &mut plan);
+    }
     if opts.vocab_only && opts.split.is_set() {
         return Err(bad(out, "a vocabulary-only file is not split"));
     }

@@ -377,6 +377,30 @@ fn write_tensor<W: Write>(
     Ok(())
 }
 
+/// `--fp8-as-q8`: matrices (two or more dims, not norms) read from FP8 checkpoint tensors
+/// become Q8_0, or F16 where rows are not whole Q8_0 blocks (gguf-py's `tensor_force_quant`,
+/// which wins over the F32 rules, and its fallback).
+pub(super) fn fp8_as_q8(ck: &Checkpoint, plan: &mut [Planned]) {
+    let is_fp8 = |hf: &str| ck.info(hf).is_some_and(|(dt, _)| dt.is_fp8());
+    for p in plan {
+        let from_fp8 = match &p.source {
+            Source::Tensor { hf, .. } | Source::Strided { hf, .. } | Source::Rows { hf, .. } => {
+                is_fp8(hf)
+            }
+            // gguf-py asks about the name it was given last: the last expert's.
+            Source::Stacked { hfs, .. } => hfs.last().is_some_and(|h| is_fp8(h)),
+            Source::Mxfp4 { .. } | Source::Generated(_) => false,
+        };
+        if from_fp8 && p.spec.dims.len() >= 2 && !p.spec.name.ends_with("_norm.weight") {
+            p.spec.ggml_type = if p.cols.is_multiple_of(32) {
+                kestrel_gguf::GgmlType::Q8_0
+            } else {
+                kestrel_gguf::GgmlType::F16
+            };
+        }
+    }
+}
+
 /// One MXFP4 block's 32 nibbles from Hugging Face's order (value `k` in byte `k / 2`, low
 /// nibble first) to ggml's (byte `j` holds value `j` low and value `j + 16` high), as
 /// llama.cpp's `transform_nibble_layout`.
