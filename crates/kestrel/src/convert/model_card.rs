@@ -516,6 +516,22 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Whatever a README holds, reading its card returns (a value or an error), never
+        /// panics; YAML-looking text exercises the parser's deeper paths.
+        #[test]
+        fn any_readme_reads_without_panicking(
+            s in "(---\n)?([-:\\[\\]{},&*!|>'\"#%@` \t\n\r\u{85}\u{2028}a-z0-9~.]|é|💡){0,200}"
+        ) {
+            if let Some(y) = front_matter(&s) {
+                if let Ok(n) = parse(&y) {
+                    let _ = Fields::read(&n, 1);
+                }
+            }
+            let _ = parse(&s);
+        }
+    }
+
     #[test]
     fn python_line_breaks() {
         let v: Vec<&str> = split_lines("a\r\nb\rc\u{2028}d\n").collect();
