@@ -231,7 +231,7 @@ fn lora_adapters_convert_as_llama_cpp_converts_them() {
         let cfg = std::fs::read_to_string(base.join("config.json")).unwrap();
         std::fs::write(
             base.join("config.json"),
-            cfg.replace("LlamaForCausalLM", "StableLmForCausalLM"),
+            cfg.replace("LlamaForCausalLM", "GPT2LMHeadModel"),
         )
         .unwrap();
         assert!(convert(OutType::F32).contains("not converted yet"));

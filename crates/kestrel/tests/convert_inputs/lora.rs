@@ -105,8 +105,103 @@ pub fn adapters() -> Vec<Adapter> {
             dt: Dt::F16,
             head: true,
         },
+        // One-to-one bases beyond the first six: attention (and MLP where named as Llama's).
+        Adapter {
+            name: "lora-commandr",
+            base: "command-r",
+            rank: 8,
+            alpha: 16.0,
+            targets: &ATTN_MLP,
+            dt: Dt::F32,
+            head: false,
+        },
+        Adapter {
+            name: "lora-olmo",
+            base: "olmo",
+            rank: 4,
+            alpha: 8.0,
+            targets: &ATTN,
+            dt: Dt::F16,
+            head: false,
+        },
+        Adapter {
+            name: "lora-phi2",
+            base: "phi2",
+            rank: 4,
+            alpha: 8.0,
+            targets: &["q_proj", "k_proj", "v_proj"],
+            dt: Dt::F32,
+            head: false,
+        },
+        Adapter {
+            name: "lora-stablelm",
+            base: "stablelm",
+            rank: 8,
+            alpha: 16.0,
+            targets: &ATTN_MLP,
+            dt: Dt::BF16,
+            head: false,
+        },
+        Adapter {
+            name: "lora-starcoder2",
+            base: "starcoder2",
+            rank: 4,
+            alpha: 4.0,
+            targets: &ATTN,
+            dt: Dt::F32,
+            head: false,
+        },
+        Adapter {
+            name: "lora-cohere2",
+            base: "cohere2",
+            rank: 4,
+            alpha: 8.0,
+            targets: &["q_proj", "v_proj"],
+            dt: Dt::F32,
+            head: false,
+        },
+        Adapter {
+            name: "lora-exaone4",
+            base: "exaone4",
+            rank: 4,
+            alpha: 8.0,
+            targets: &ATTN,
+            dt: Dt::F16,
+            head: false,
+        },
+        Adapter {
+            name: "lora-glm4",
+            base: "glm4",
+            rank: 4,
+            alpha: 8.0,
+            targets: &ATTN,
+            dt: Dt::F32,
+            head: false,
+        },
+        Adapter {
+            name: "lora-mixtral",
+            base: "mixtral",
+            rank: 4,
+            alpha: 8.0,
+            targets: &ATTN,
+            dt: Dt::F32,
+            head: false,
+        },
     ]
 }
+
+/// Attention's four projections.
+const ATTN: [&str; 4] = ["q_proj", "k_proj", "v_proj", "o_proj"];
+/// Attention's and the MLP's seven projections.
+const ATTN_MLP: [&str; 7] = [
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+];
 
 /// Writes `a` for the base `case` (written at `base_dir`) into `dir`.
 pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {

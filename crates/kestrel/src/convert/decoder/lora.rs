@@ -37,6 +37,14 @@ fn plain(family: Family) -> bool {
                 | Family::Qwen2Moe
                 | Family::Qwen3Moe
                 | Family::Olmo2
+                | Family::Olmo
+                | Family::CommandR
+                | Family::Cohere2
+                | Family::Phi2
+                | Family::StableLm
+                | Family::StarCoder2
+                | Family::Exaone4
+                | Family::Glm4
         )
 }
 
@@ -112,7 +120,8 @@ pub(crate) fn convert(
             &base_cfg,
             format!(
                 "LoRA adapters for {} are not converted yet (Llama, Mistral, Qwen 2/3, \
-                 Gemma, Phi-3 and OLMo 2 bases are)",
+                 Gemma, Phi-2/3, OLMo, Command R, StableLM, StarCoder 2, EXAONE 4 and \
+                 GLM-4 bases are)",
                 family.arch()
             ),
         ));
