@@ -299,6 +299,24 @@ fn with_options() -> Vec<(&'static str, &'static str, &'static str, ConvertOptio
             "bf16",
             o("bf16").with_fp8_as_q8(true),
         ),
+        (
+            "fuse-qkv-llama",
+            "llama-bpe",
+            "f16",
+            o("f16").with_fuse_qkv(true),
+        ),
+        (
+            "fuse-qkv-qwen2",
+            "qwen2",
+            "q8_0",
+            o("q8_0").with_fuse_qkv(true),
+        ),
+        (
+            "fuse-qkv-qwen3",
+            "qwen3",
+            "bf16",
+            o("bf16").with_fuse_qkv(true),
+        ),
     ]
 }
 

@@ -1,6 +1,6 @@
 //! `kestrel convert DIR -o OUT [--outtype f32|f16|bf16|q8_0|auto] [--split-max-tensors N]
 //! [--split-max-size SIZE] [--no-tensor-first-split] [--vocab-only] [--model-name NAME]
-//! [--metadata FILE] [--fp8-as-q8]`: a Hugging Face checkpoint
+//! [--metadata FILE] [--fp8-as-q8] [--fuse-qkv]`: a Hugging Face checkpoint
 //! (the decoder families docs/convert.md lists; BERT encoders) to GGUF, with kestrel's own
 //! converter. A PEFT LoRA adapter folder (`adapter_config.json`) converts to a GGUF adapter
 //! (`--base`: the base model's folder, for its `config.json`), as llama.cpp's
@@ -54,6 +54,10 @@ pub struct ConvertArgs {
     /// Write the matrices an FP8 checkpoint stores in FP8 as Q8_0, whatever --outtype says.
     #[arg(long)]
     pub fp8_as_q8: bool,
+    /// Write each layer's Q, K and V projections as one fused `attn_qkv` (Llama-family and
+    /// Qwen 2/3 models).
+    #[arg(long)]
+    pub fuse_qkv: bool,
 }
 
 pub fn run(args: &ConvertArgs) -> Result<(), String> {
@@ -77,7 +81,8 @@ pub fn run(args: &ConvertArgs) -> Result<(), String> {
         .with_vocab_only(args.vocab_only)
         .with_model_name(args.model_name.clone())
         .with_metadata(args.metadata.clone())
-        .with_fp8_as_q8(args.fp8_as_q8);
+        .with_fp8_as_q8(args.fp8_as_q8)
+        .with_fuse_qkv(args.fuse_qkv);
     let r = if args.dir.join("adapter_config.json").is_file() {
         let base = match &args.base {
             Some(b) => b.clone(),

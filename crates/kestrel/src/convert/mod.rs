@@ -148,6 +148,8 @@ pub struct ConvertOptions {
     /// Matrices stored in FP8 in the checkpoint are written as Q8_0 whatever `outtype` says
     /// (decoders; `--fp8-as-q8`).
     pub fp8_as_q8: bool,
+    /// Each layer's Q, K and V written as one `attn_qkv` (decoders; `--fuse-qkv`).
+    pub fuse_qkv: bool,
 }
 
 impl ConvertOptions {
@@ -161,6 +163,7 @@ impl ConvertOptions {
             model_name: None,
             metadata: None,
             fp8_as_q8: false,
+            fuse_qkv: false,
         }
     }
 
@@ -191,6 +194,12 @@ impl ConvertOptions {
     /// FP8 matrices as Q8_0, or as `outtype` says.
     pub fn with_fp8_as_q8(mut self, on: bool) -> ConvertOptions {
         self.fp8_as_q8 = on;
+        self
+    }
+
+    /// Q, K and V fused into one `attn_qkv` per layer, or separate.
+    pub fn with_fuse_qkv(mut self, on: bool) -> ConvertOptions {
+        self.fuse_qkv = on;
         self
     }
 

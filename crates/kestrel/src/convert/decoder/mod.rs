@@ -9,6 +9,7 @@ mod defaults;
 mod experts;
 mod falcon_h1;
 mod family;
+mod fuse;
 mod generated;
 mod gpt_oss;
 mod granite_hybrid;
@@ -202,6 +203,9 @@ pub(crate) fn convert(
     )?;
     if opts.fp8_as_q8 {
         write::fp8_as_q8(&ck, &mut plan);
+    }
+    if opts.fuse_qkv {
+        fuse::qkv(family, &mut plan, &cfg_path)?;
     }
     if opts.vocab_only && opts.split.is_set() {
         return Err(bad(out, "a vocabulary-only file is not split"));

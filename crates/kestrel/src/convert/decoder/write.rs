@@ -61,6 +61,9 @@ pub(super) enum Source {
     },
     /// Values the converter computes (Llama 3's RoPE factors).
     Generated(Vec<f32>),
+    /// Several planned tensors' data one after the other (`--fuse-qkv`: Q, K, V as one
+    /// tensor, rows or bias values), each from a [`Source::Tensor`].
+    Concat(Vec<Planned>),
 }
 
 /// One output tensor.
@@ -237,6 +240,29 @@ fn write_tensor<W: Write>(
     out: &Path,
 ) -> Result<(), ConvertError> {
     match &p.source {
+        Source::Concat(parts) => {
+            for q in parts {
+                let Source::Tensor {
+                    hf,
+                    rows,
+                    permute_heads,
+                    map,
+                } = &q.source
+                else {
+                    return Err(bad(
+                        out,
+                        format!("{}: a fused part that is not a tensor", p.spec.name),
+                    ));
+                };
+                let part = Part {
+                    hf,
+                    rows: *rows,
+                    permute_heads: *permute_heads,
+                    map: *map,
+                };
+                stream_rows(ck, fp8_block, &part, q, buf, w, bar, out)?;
+            }
+        }
         Source::Generated(v) => {
             buf.clear();
             for x in v {
@@ -389,6 +415,10 @@ pub(super) fn fp8_as_q8(ck: &Checkpoint, plan: &mut [Planned]) {
             }
             // gguf-py asks about the name it was given last: the last expert's.
             Source::Stacked { hfs, .. } => hfs.last().is_some_and(|h| is_fp8(h)),
+            Source::Concat(parts) => parts.last().is_some_and(|q| match &q.source {
+                Source::Tensor { hf, .. } => is_fp8(hf),
+                _ => false,
+            }),
             Source::Mxfp4 { .. } | Source::Generated(_) => false,
         };
         if from_fp8 && p.spec.dims.len() >= 2 && !p.spec.name.ends_with("_norm.weight") {
