@@ -54,8 +54,8 @@ pub struct ConvertArgs {
     /// Write the matrices an FP8 checkpoint stores in FP8 as Q8_0, whatever --outtype says.
     #[arg(long)]
     pub fp8_as_q8: bool,
-    /// Write each layer's Q, K and V projections as one fused `attn_qkv` (Llama-family and
-    /// Qwen 2/3 models).
+    /// Write each layer's Q, K and V projections as one fused `attn_qkv` (the families
+    /// docs/convert.md lists).
     #[arg(long)]
     pub fuse_qkv: bool,
 }

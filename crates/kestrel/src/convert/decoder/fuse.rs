@@ -15,7 +15,25 @@ use crate::convert::ConvertError;
 /// Families whose fused files are checked against llama.cpp's (their converters reach
 /// gguf-py's fusing `modify_tensors`).
 fn checked(family: Family) -> bool {
-    family.is_llama() || matches!(family, Family::Qwen2 | Family::Qwen3)
+    family.is_llama()
+        || family.is_gemma()
+        || matches!(
+            family,
+            Family::Qwen2
+                | Family::Qwen3
+                | Family::Qwen2Moe
+                | Family::Qwen3Moe
+                | Family::Olmo
+                | Family::Olmo2
+                | Family::Olmoe
+                | Family::StarCoder2
+                | Family::CommandR
+                | Family::Cohere2
+                | Family::StableLm
+                | Family::Exaone4
+                | Family::Glm4
+                | Family::Phi2
+        )
 }
 
 /// `blk.{layer}.attn_{q,k,v}.{weight,bias}`: (layer, 0/1/2 for Q/K/V, bias?).
@@ -41,7 +59,9 @@ pub(super) fn qkv(family: Family, plan: &mut Vec<Planned>, at: &Path) -> Result<
         return Err(bad(
             at,
             format!(
-                "--fuse-qkv is checked for Llama-family, Qwen 2 and Qwen 3 models only, not {}",
+                "--fuse-qkv is not checked for {} yet (it is for the Llama family, Qwen 2/3 and \
+                 their MoE forms, Gemma 1-3, OLMo 1-3, OLMoE, StarCoder 2, Command R/R7B, \
+                 StableLM, EXAONE 4, GLM-4 and Phi-2)",
                 family.arch()
             ),
         ));
