@@ -21,9 +21,56 @@ pub struct Adapter {
     pub head: bool,
 }
 
+/// An adapter as a table row: name, base, rank, alpha, targets, element type.
+type AdapterRow = (
+    &'static str,
+    &'static str,
+    usize,
+    f32,
+    &'static [&'static str],
+    Dt,
+);
+
 /// The adapters the tests convert.
 pub fn adapters() -> Vec<Adapter> {
-    vec![
+    // One-to-one bases beyond the first seven: attention (and MLP where named as Llama's).
+    let more: [AdapterRow; 9] = [
+        ("lora-commandr", "command-r", 8, 16.0, &ATTN_MLP, Dt::F32),
+        ("lora-olmo", "olmo", 4, 8.0, &ATTN, Dt::F16),
+        (
+            "lora-phi2",
+            "phi2",
+            4,
+            8.0,
+            &["q_proj", "k_proj", "v_proj"],
+            Dt::F32,
+        ),
+        ("lora-stablelm", "stablelm", 8, 16.0, &ATTN_MLP, Dt::BF16),
+        ("lora-starcoder2", "starcoder2", 4, 4.0, &ATTN, Dt::F32),
+        (
+            "lora-cohere2",
+            "cohere2",
+            4,
+            8.0,
+            &["q_proj", "v_proj"],
+            Dt::F32,
+        ),
+        ("lora-exaone4", "exaone4", 4, 8.0, &ATTN, Dt::F16),
+        ("lora-glm4", "glm4", 4, 8.0, &ATTN, Dt::F32),
+        ("lora-mixtral", "mixtral", 4, 8.0, &ATTN, Dt::F32),
+    ];
+    let more = more
+        .into_iter()
+        .map(|(name, base, rank, alpha, targets, dt)| Adapter {
+            name,
+            base,
+            rank,
+            alpha,
+            targets,
+            dt,
+            head: false,
+        });
+    let mut all = vec![
         Adapter {
             name: "lora-llama",
             base: "llama-bpe",
@@ -105,89 +152,9 @@ pub fn adapters() -> Vec<Adapter> {
             dt: Dt::F16,
             head: true,
         },
-        // One-to-one bases beyond the first six: attention (and MLP where named as Llama's).
-        Adapter {
-            name: "lora-commandr",
-            base: "command-r",
-            rank: 8,
-            alpha: 16.0,
-            targets: &ATTN_MLP,
-            dt: Dt::F32,
-            head: false,
-        },
-        Adapter {
-            name: "lora-olmo",
-            base: "olmo",
-            rank: 4,
-            alpha: 8.0,
-            targets: &ATTN,
-            dt: Dt::F16,
-            head: false,
-        },
-        Adapter {
-            name: "lora-phi2",
-            base: "phi2",
-            rank: 4,
-            alpha: 8.0,
-            targets: &["q_proj", "k_proj", "v_proj"],
-            dt: Dt::F32,
-            head: false,
-        },
-        Adapter {
-            name: "lora-stablelm",
-            base: "stablelm",
-            rank: 8,
-            alpha: 16.0,
-            targets: &ATTN_MLP,
-            dt: Dt::BF16,
-            head: false,
-        },
-        Adapter {
-            name: "lora-starcoder2",
-            base: "starcoder2",
-            rank: 4,
-            alpha: 4.0,
-            targets: &ATTN,
-            dt: Dt::F32,
-            head: false,
-        },
-        Adapter {
-            name: "lora-cohere2",
-            base: "cohere2",
-            rank: 4,
-            alpha: 8.0,
-            targets: &["q_proj", "v_proj"],
-            dt: Dt::F32,
-            head: false,
-        },
-        Adapter {
-            name: "lora-exaone4",
-            base: "exaone4",
-            rank: 4,
-            alpha: 8.0,
-            targets: &ATTN,
-            dt: Dt::F16,
-            head: false,
-        },
-        Adapter {
-            name: "lora-glm4",
-            base: "glm4",
-            rank: 4,
-            alpha: 8.0,
-            targets: &ATTN,
-            dt: Dt::F32,
-            head: false,
-        },
-        Adapter {
-            name: "lora-mixtral",
-            base: "mixtral",
-            rank: 4,
-            alpha: 8.0,
-            targets: &ATTN,
-            dt: Dt::F32,
-            head: false,
-        },
-    ]
+    ];
+    all.extend(more);
+    all
 }
 
 /// Attention's four projections.

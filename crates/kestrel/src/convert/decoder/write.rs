@@ -242,25 +242,7 @@ fn write_tensor<W: Write>(
     match &p.source {
         Source::Concat(parts) => {
             for q in parts {
-                let Source::Tensor {
-                    hf,
-                    rows,
-                    permute_heads,
-                    map,
-                } = &q.source
-                else {
-                    return Err(bad(
-                        out,
-                        format!("{}: a fused part that is not a tensor", p.spec.name),
-                    ));
-                };
-                let part = Part {
-                    hf,
-                    rows: *rows,
-                    permute_heads: *permute_heads,
-                    map: *map,
-                };
-                stream_rows(ck, fp8_block, &part, q, buf, w, bar, out)?;
+                write_tensor(ck, fp8_block, q, buf, w, bar, out)?;
             }
         }
         Source::Generated(v) => {
