@@ -147,7 +147,7 @@ pub fn bench(kestrel: &Path, o: &Options) -> Result<()> {
     let names: Vec<&models::Model> = if o.models.is_empty() {
         models::MODELS
             .iter()
-            .filter(|m| !m.heavy && !m.encoder)
+            .filter(|m| !m.heavy && m.kind == models::Kind::Decoder)
             .collect()
     } else {
         o.models

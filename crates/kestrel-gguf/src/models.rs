@@ -10,6 +10,9 @@ pub const SMOLLM2_135M_Q4_1: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// The all-MiniLM-L6-v2 Hugging Face checkpoint (a folder; this is its weights file), which the
 /// encoder tests convert to GGUF.
 pub const MINILM_L6_V2_SAFETENSORS: &str = "all-minilm-l6-v2/model.safetensors";
+/// Qwen 1's tiktoken vocabulary (`qwen.tiktoken`), which the converter tests build a Qwen 1
+/// checkpoint around.
+pub const QWEN_TIKTOKEN: &str = "qwen/qwen.tiktoken";
 
 /// kestrel's home: `$KESTREL_HOME`, else `$HOME/.cache/kestrel`, else `./.kestrel`.
 pub fn kestrel_home() -> PathBuf {

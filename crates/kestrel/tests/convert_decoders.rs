@@ -104,6 +104,9 @@ fn decoders_convert_as_llama_cpp_converts_them() {
     let mut failures = Vec::new();
     let mut checked = 0;
     for case in convert_inputs::cases() {
+        if !convert_inputs::available(&case) {
+            continue;
+        }
         let dir = match std::env::var("KESTREL_CONVERT_INPUTS") {
             Ok(d) => Path::new(&d).join(case.name),
             Err(_) => work.join(case.name),
@@ -390,6 +393,14 @@ fn conversions_with_options_are_the_files_llama_cpp_writes() {
 const TEXT: &str = "Hello world! Ça va? 你好，世界。 Привет, мир! 1234567 🦙✨ \
     <|im_start|>user\nfn main() { println!(\"hi\"); }<|im_end|>\n\t  spaced   out  ";
 
+/// tiktoken's ids for [`TEXT`] with Qwen 1's vocabulary (`Encoding.encode(TEXT,
+/// allowed_special="all")`, as its tokenizer code calls it), which has no `tokenizer.json`.
+const QWEN_TIKTOKEN_IDS: &[u32] = &[
+    9707, 1879, 0, 131098, 11164, 30, 220, 108386, 3837, 99489, 1773, 79484, 26991, 8178, 11,
+    137144, 0, 220, 16, 17, 18, 19, 20, 21, 22, 11162, 99, 247, 144232, 220, 151644, 872, 198,
+    8822, 1887, 368, 314, 13751, 17223, 6023, 5038, 335, 151645, 198, 3677, 63828, 256, 700, 256,
+];
+
 #[test]
 fn converted_tokenizers_give_the_source_tokenizers_ids() {
     let Some((smollm, gemma)) = tokenizer_sources() else {
@@ -399,7 +410,8 @@ fn converted_tokenizers_give_the_source_tokenizers_ids() {
     let cases = convert_inputs::cases();
     for case in cases
         .iter()
-        .filter(|c| c.name == "qwen3" || c.name == "gemma3")
+        .filter(|c| matches!(c.name, "qwen3" | "gemma3" | "qwen"))
+        .filter(|c| convert_inputs::available(c))
     {
         let dir = work.join(case.name);
         convert_inputs::write_case(case, &dir, &smollm, &gemma);
@@ -415,7 +427,9 @@ fn converted_tokenizers_give_the_source_tokenizers_ids() {
         enc.add_special = false;
         enc.parse_special = true;
         let got = tok.encode(TEXT, enc).unwrap();
-        let want: Vec<u32> = if case.spm {
+        let want: Vec<u32> = if case.name == "qwen" {
+            QWEN_TIKTOKEN_IDS.to_vec()
+        } else if case.spm {
             let src = GgufFile::open(&gemma).unwrap();
             let t = kestrel_tokenizer::Tokenizer::from_metadata(
                 &src.metadata(),

@@ -1493,5 +1493,27 @@ pub fn cases() -> Vec<Case> {
             "max_position_embeddings": 8192, "num_key_value_heads_per_layer": [4, 2, 1],
             "bos_token_id": 1, "eos_token_id": 2 }),
     });
+    all.push(Case {
+        name: "qwen",
+        arch: "QWenLMHeadModel",
+        model_type: "qwen",
+        spm: false,
+        dt: Dt::BF16,
+        shards: 1,
+        hidden: 32,
+        heads: 4,
+        kv_heads: 4,
+        head_dim: None,
+        layers: 2,
+        ff: 96,
+        tied: false,
+        // Qwen-7B's config keys (`qwen.rs` writes the checkpoint around the real vocabulary).
+        extra: json!({ "layer_norm_epsilon": 1e-6, "max_position_embeddings": 8192,
+            "seq_length": 8192, "rotary_emb_base": 10000, "rotary_pct": 1.0, "no_bias": true,
+            "scale_attn_weights": true, "use_dynamic_ntk": true, "use_logn_attn": true,
+            "bf16": true, "fp16": false, "fp32": false, "emb_dropout_prob": 0.0,
+            "attn_dropout_prob": 0.0, "initializer_range": 0.02, "use_cache": true,
+            "use_flash_attn": "auto", "softmax_in_fp32": false }),
+    });
     all
 }

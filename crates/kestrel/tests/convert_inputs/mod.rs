@@ -22,6 +22,7 @@ mod mamba;
 mod nemotron_h;
 mod openelm;
 mod phimoe;
+mod qwen;
 mod stablelm;
 
 pub use cases::{cases, Case};
@@ -30,6 +31,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use half::{bf16, f16};
+use kestrel_gguf::models::{test_model, QWEN_TIKTOKEN};
 use kestrel_gguf::{GgufFile, Value};
 use serde_json::{json, Value as Json};
 
@@ -360,10 +362,21 @@ pub fn write_gemma_tokenizer(gguf: &Path, dir: &Path) {
 }
 
 /// Writes `case`'s checkpoint into `dir` (tokenizers from the fetched models).
+/// Whether the files `case` is built from have been fetched (Qwen 1's vocabulary is a test model
+/// of its own; `test_model` says why not, or panics when the models are required).
+pub fn available(case: &Case) -> bool {
+    case.model_type != "qwen" || test_model(QWEN_TIKTOKEN).is_some()
+}
+
 pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     if let Some(card) = model_card(case.name) {
         std::fs::write(dir.join("README.md"), card).unwrap();
+    }
+    if case.model_type == "qwen" {
+        let tiktoken = test_model(QWEN_TIKTOKEN).expect("the Qwen vocabulary (see `available`)");
+        qwen::write(case, dir, &tiktoken);
+        return;
     }
     let vocab = if matches!(case.name, "llama-hf" | "deci-7b" | "jamba-hf") {
         llama_hf::tokenizer(dir)

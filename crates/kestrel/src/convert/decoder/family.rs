@@ -148,6 +148,9 @@ pub(crate) enum Family {
     InternLm2,
     /// `OpenELMForCausalLM` (GGUF `openelm`: per-layer head and feed-forward sizes; `openelm.rs`).
     OpenElm,
+    /// `QWenLMHeadModel` (Qwen 1; GGUF `qwen`: GPT-2-style names, a fused Q/K/V with biases,
+    /// a tiktoken vocabulary).
+    Qwen,
 }
 
 /// The Hugging Face architectures converted, for error messages.
@@ -159,7 +162,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      OlmoeForCausalLM, GraniteForCausalLM, GraniteSWAForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, BambaForCausalLM, MiniCPMForCausalLM, ExaoneForCausalLM, Exaone4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Glm4ForCausalLM, ArceeForCausalLM, NanbeigeForCausalLM, MaincoderForCausalLM, OrionForCausalLM, PanguEmbeddedForCausalLM, CodeShellForCausalLM, BaichuanForCausalLM, XverseForCausalLM, Jais2ForCausalLM, DeciLMForCausalLM, SeedOssForCausalLM, NemotronForCausalLM, \
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
-     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, OpenELMForCausalLM, HunYuanDenseV1ForCausalLM, \
+     MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, OpenELMForCausalLM, HunYuanDenseV1ForCausalLM, QWenLMHeadModel, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -271,6 +274,7 @@ impl Family {
             "FalconH1ForCausalLM" => Family::FalconH1,
             "NemotronHForCausalLM" => Family::NemotronH,
             "InternLM2ForCausalLM" => Family::InternLm2,
+            "QWenLMHeadModel" => Family::Qwen,
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -310,6 +314,7 @@ impl Family {
             Family::StarCoder2 => "starcoder2",
             Family::StableLm => "stablelm",
             Family::Gpt2 => "gpt2",
+            Family::Qwen => "qwen",
             Family::StarCoder => "starcoder",
             Family::Glm4 => "glm4",
             Family::Qwen2Vl => "qwen2vl",
@@ -507,6 +512,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     if matches!(family, Family::Gpt2 | Family::StarCoder | Family::CodeShell) {
         return gpt2_name(name);
     }
+    if family == Family::Qwen {
+        return qwen_name(name);
+    }
     if matches!(family, Family::Mamba | Family::Mamba2) {
         return super::mamba::gguf_name(name);
     }
@@ -672,6 +680,24 @@ fn gpt2_name(name: &str) -> Option<String> {
         _ => return None,
     };
     Some(format!("blk.{layer}.{short}.{kind}"))
+}
+
+/// Qwen 1's tensor names: GPT-2's, with `mlp.w1` the up and `mlp.w2` the gate projection.
+fn qwen_name(name: &str) -> Option<String> {
+    if let Some((layer, module, kind)) = crate::convert::layer_tensor(name, "transformer.h.") {
+        let short = match module {
+            "mlp.w1" => "ffn_up",
+            "mlp.w2" => "ffn_gate",
+            "mlp.c_proj" => "ffn_down",
+            "mlp.c_fc" => return None,
+            _ => return gpt2_name(name),
+        };
+        return Some(format!("blk.{layer}.{short}.{kind}"));
+    }
+    match name {
+        "transformer.wpe.weight" | "transformer.ln_f.bias" => None,
+        _ => gpt2_name(name),
+    }
 }
 
 /// Whether `name` is one of GPT-2's `Conv1D` weights, stored `[in, out]` (llama.cpp writes

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{bad, hunyuan, internlm2, Family};
 use crate::convert::meta::Meta;
-use crate::convert::vocab::{bpe, llama_hf, special::SpecialVocab, spm, Vocab};
+use crate::convert::vocab::{bpe, llama_hf, special::SpecialVocab, spm, tiktoken, Vocab};
 use crate::convert::ConvertError;
 
 /// The vocabulary `family` reads from `dir`; `h` is the config, `vocab_size` its vocabulary
@@ -60,6 +60,7 @@ pub(super) fn load(
             | Family::Baichuan
             | Family::PanguEmbedded => spm::load(dir, n_vocab, spm::Style::Default)?,
             Family::Xverse => bpe::load_xverse(dir, n_vocab)?,
+            Family::Qwen => tiktoken::load_qwen(dir, n_vocab)?,
             // DeciModel reads Llama 3's BPE vocabulary at its size, else (DeciLM-7B) `LlamaHfVocab`.
             Family::Deci if vocab_size != Some(128256) => llama_hf::load(dir, model_type)?,
             Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
@@ -110,6 +111,19 @@ pub(super) fn write_meta(
     }
     let is_bpe = vocab.model == "gpt2";
     let mut sv = SpecialVocab::load(dir, is_bpe, (!is_bpe).then_some(vocab.tokens.len()))?;
+    if !vocab.merges.is_empty() {
+        sv.merges = vocab.merges.clone();
+    }
+    if family == Family::Qwen {
+        // `_set_vocab_qwen`: end of text as BOS and EOS unless the config names any special
+        // token, and as the unknown token unless it names that.
+        let end = tiktoken::QWEN_SPECIAL_START;
+        if sv.ids.is_empty() {
+            sv.set_if_absent("bos", end)?;
+            sv.set_if_absent("eos", end)?;
+        }
+        sv.set_if_absent("unk", end)?;
+    }
     if family == Family::InternLm2 {
         // The chat models end a turn with `<|im_end|>`: InternLM2Model makes it the EOS.
         if let Some(id) = internlm2::chat_eos(dir)? {

@@ -119,6 +119,7 @@ pub(crate) fn load(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, Conve
         tokens,
         types,
         scores: None,
+        merges: Vec::new(),
     })
 }
 
@@ -176,5 +177,6 @@ pub(crate) fn load_xverse(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab
         tokens,
         types,
         scores: None,
+        merges: Vec::new(),
     })
 }

@@ -166,6 +166,7 @@ pub(crate) fn load(dir: &Path, model_type: &str) -> Result<Vocab, ConvertError> 
         scores: Some(vec![SCORE; tokens.len()]),
         tokens,
         types,
+        merges: Vec::new(),
     })
 }
 

@@ -1,6 +1,6 @@
 //! The tokenizer of a checkpoint as GGUF `tokenizer.*` metadata: BPE from `tokenizer.json`
 //! ([`bpe`]), SentencePiece from `tokenizer.model` ([`spm`]) or from a SentencePiece-style
-//! `tokenizer.json` ([`llama_hf`]), and the special tokens, flags,
+//! `tokenizer.json` ([`llama_hf`]), tiktoken ranks ([`tiktoken`]), and the special tokens, flags,
 //! merges and chat template around either ([`special`]).
 
 pub(crate) mod bpe;
@@ -8,6 +8,7 @@ pub(crate) mod llama_hf;
 mod pre_hashes;
 pub(crate) mod special;
 pub(crate) mod spm;
+pub(crate) mod tiktoken;
 
 use super::meta::Meta;
 
@@ -28,6 +29,9 @@ pub(crate) struct Vocab {
     pub tokens: Vec<String>,
     pub types: Vec<i32>,
     pub scores: Option<Vec<f32>>,
+    /// Merges the vocabulary derives itself (tiktoken's ranks); empty where `SpecialVocab`
+    /// reads them from the tokenizer's files.
+    pub merges: Vec<String>,
 }
 
 impl Vocab {

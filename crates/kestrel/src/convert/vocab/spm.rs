@@ -272,6 +272,7 @@ pub(crate) fn load(
         tokens,
         types,
         scores: Some(scores),
+        merges: Vec::new(),
     })
 }
 

@@ -451,6 +451,14 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::CodeShell
         | Family::OpenElm
         | Family::InternLm2 => {}
+        Family::Qwen => {
+            // llama.cpp's Qwen loader needs the RMS epsilon, which b11434's converter no longer
+            // writes (as for EXAONE below): written as the converter did before.
+            let eps = family::find(h, &["layer_norm_epsilon"])
+                .and_then(Value::as_f64)
+                .ok_or_else(|| bad(cfg, "Qwen without layer_norm_epsilon"))?;
+            meta.f32(k("attention.layer_norm_rms_epsilon"), eps as f32);
+        }
         Family::Deci => super::deci::params_7b(meta, hp)?,
         Family::HunyuanDense => super::hunyuan::params(meta, hp)?,
         Family::Lfm2 => super::lfm2::params(meta, hp)?,
