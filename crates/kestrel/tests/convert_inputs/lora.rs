@@ -1,7 +1,7 @@
 //! PEFT LoRA adapters for the test checkpoints, as `peft`'s `save_pretrained` writes them:
 //! `adapter_config.json` and `adapter_model.safetensors` with
-//! `base_model.model.model.layers.{L}.{self_attn,mlp}.{module}.lora_{A,B}.weight` (`A`:
-//! `[rank, in]`, `B`: `[out, rank]`).
+//! `base_model.model.model.layers.{L}.{self_attn,mlp}.{module}.lora_{A,B}.weight` (Qwen 1's
+//! under `transformer.h.{L}.`; `A`: `[rank, in]`, `B`: `[out, rank]`).
 
 use std::path::Path;
 
@@ -34,7 +34,7 @@ type AdapterRow = (
 /// The adapters the tests convert.
 pub fn adapters() -> Vec<Adapter> {
     // One-to-one bases beyond the first seven: attention (and MLP where named as Llama's).
-    let more: [AdapterRow; 9] = [
+    let more: [AdapterRow; 10] = [
         ("lora-commandr", "command-r", 8, 16.0, &ATTN_MLP, Dt::F32),
         ("lora-olmo", "olmo", 4, 8.0, &ATTN, Dt::F16),
         (
@@ -58,6 +58,7 @@ pub fn adapters() -> Vec<Adapter> {
         ("lora-exaone4", "exaone4", 4, 8.0, &ATTN, Dt::F16),
         ("lora-glm4", "glm4", 4, 8.0, &ATTN, Dt::F32),
         ("lora-mixtral", "mixtral", 4, 8.0, &ATTN, Dt::F32),
+        ("lora-qwen", "qwen", 4, 8.0, &QWEN, Dt::BF16),
     ];
     let more = more
         .into_iter()
@@ -170,6 +171,15 @@ const ATTN_MLP: [&str; 7] = [
     "down_proj",
 ];
 
+/// Qwen 1's five matrices, under `transformer.h.{L}.`.
+const QWEN: [&str; 5] = [
+    "attn.c_attn",
+    "attn.c_proj",
+    "mlp.w1",
+    "mlp.w2",
+    "mlp.c_proj",
+];
+
 /// Writes `a` for the base `case` (written at `base_dir`) into `dir`.
 pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
@@ -180,6 +190,10 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
     for l in 0..case.layers {
         for &m in a.targets {
             let (block, out, inp) = match m {
+                "attn.c_attn" => ("", 3 * h, h),
+                "attn.c_proj" => ("", h, h),
+                "mlp.w1" | "mlp.w2" => ("", ff / 2, h),
+                "mlp.c_proj" => ("", h, ff / 2),
                 "q_proj" => ("self_attn", q, h),
                 "qkv_proj" => ("self_attn", q + 2 * kv, h),
                 "gate_up_proj" => ("mlp", 2 * ff, h),
@@ -188,7 +202,11 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
                 "gate_proj" | "up_proj" => ("mlp", ff, h),
                 _ => ("mlp", h, ff),
             };
-            let p = format!("base_model.model.model.layers.{l}.{block}.{m}");
+            let p = if block.is_empty() {
+                format!("base_model.model.transformer.h.{l}.{m}")
+            } else {
+                format!("base_model.model.model.layers.{l}.{block}.{m}")
+            };
             for (ab, shape, scale) in [
                 ("A", vec![a.rank, inp], 1.0 / (inp as f32).sqrt()),
                 ("B", vec![out, a.rank], 0.05),
