@@ -476,6 +476,21 @@ fn unknown_models_and_broken_checkpoints_are_refused() {
     assert!(e.to_string().contains("Qwen2ForCausalLM"), "{e}");
     std::fs::write(dir.join("config.json"), &cfg).unwrap();
 
+    // GLM-4-9B as first released: its tiktoken vocabulary is read through remote code, which
+    // kestrel does not run; it says so instead of guessing (the `-hf` release converts).
+    let glm = cases.iter().find(|c| c.name == "glm-hf").unwrap();
+    let gdir = work.join("glm");
+    convert_inputs::write_case(glm, &gdir, &smollm, &gemma);
+    let gcfg = std::fs::read_to_string(gdir.join("config.json")).unwrap();
+    std::fs::write(
+        gdir.join("config.json"),
+        gcfg.replace("GlmForCausalLM", "ChatGLMModel"),
+    )
+    .unwrap();
+    std::fs::remove_file(gdir.join("tokenizer.json")).unwrap();
+    let e = convert_hf(&gdir, &out, &opts).unwrap_err().to_string();
+    assert!(e.contains("remote code") && e.contains("-hf"), "{e}");
+
     // A checkpoint shipped quantized in a way not read (FP8 and gpt-oss's MXFP4 are): refused,
     // not misread; so is an FP8 block size that is not two sizes.
     for (q, want) in [

@@ -1515,5 +1515,47 @@ pub fn cases() -> Vec<Case> {
             "attn_dropout_prob": 0.0, "initializer_range": 0.02, "use_cache": true,
             "use_flash_attn": "auto", "softmax_in_fp32": false }),
     });
+    all.push(Case {
+        name: "chatglm3",
+        arch: "ChatGLMModel",
+        model_type: "chatglm",
+        spm: true,
+        dt: Dt::F16,
+        shards: 1,
+        hidden: 32,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: None,
+        layers: 2,
+        ff: 48,
+        tied: false,
+        // ChatGLM3-6B's keys (`chatglm.rs` writes the checkpoint); Gemma's 262144 pieces and
+        // the nine specials, padded as ChatGLM3 pads its vocabulary.
+        extra: json!({ "padded_vocab_size": 262160, "seq_length": 8192,
+            "layernorm_epsilon": 1e-5, "add_qkv_bias": true, "add_bias_linear": false,
+            "apply_query_key_layer_scaling": true, "apply_residual_connection_post_layernorm": false,
+            "attention_softmax_in_fp32": true, "original_rope": true, "post_layer_norm": true,
+            "rmsnorm": true, "use_cache": true, "eos_token_id": 2, "pad_token_id": 0 }),
+    });
+    all.push(Case {
+        name: "glm-hf",
+        arch: "GlmForCausalLM",
+        model_type: "glm",
+        spm: false,
+        dt: Dt::BF16,
+        shards: 1,
+        hidden: 64,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: Some(16),
+        layers: 2,
+        ff: 96,
+        tied: false,
+        // GLM-4-9B-chat-hf's keys: the RMS epsilon and RoPE base that llama.cpp's ChatGLM
+        // converter leaves for its own.
+        extra: json!({ "rope_theta": 10000.0, "rms_norm_eps": 1.5625e-7,
+            "max_position_embeddings": 4096, "partial_rotary_factor": 0.5,
+            "attention_bias": true, "pad_token_id": 0, "eos_token_id": [0, 16] }),
+    });
     all
 }

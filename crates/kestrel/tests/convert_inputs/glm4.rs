@@ -1,5 +1,5 @@
 //! The layers of a GLM-4-0414 test checkpoint (`Glm4ForCausalLM`): RMS norms before and after
-//! attention and the feed-forward, Q/K/V with biases, one fused gate-up matrix; and its
+//! attention and the feed-forward (before only for GLM-4 `-hf`, `GlmForCausalLM`), Q/K/V with biases, one fused gate-up matrix; and its
 //! tokenizer's `<|user|>` token (the converter takes it as the end of turn), standing in for
 //! SmolLM2's `<empty_output>`.
 
@@ -20,12 +20,18 @@ pub fn layers(case: &Case, rng: &mut Rng, t: &mut Vec<Named>) {
     };
     for l in 0..case.layers {
         let p = |s: &str| format!("model.layers.{l}.{s}");
-        for norm in [
-            "input_layernorm",
-            "post_self_attn_layernorm",
-            "post_attention_layernorm",
-            "post_mlp_layernorm",
-        ] {
+        // GLM-4 `-hf` (`glm`) has Llama's two norms only.
+        let norms: &[&str] = if case.model_type == "glm" {
+            &["input_layernorm", "post_attention_layernorm"]
+        } else {
+            &[
+                "input_layernorm",
+                "post_self_attn_layernorm",
+                "post_attention_layernorm",
+                "post_mlp_layernorm",
+            ]
+        };
+        for norm in norms {
             push(rng, p(&format!("{norm}.weight")), vec![h], 1.0, 0.2);
         }
         let a = 1.0 / (h as f32).sqrt();

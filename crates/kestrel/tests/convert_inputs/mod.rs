@@ -4,6 +4,7 @@
 //! as a `tokenizer.model` protobuf.
 
 mod cases;
+mod chatglm;
 mod deci;
 mod deepseek;
 mod exaone;
@@ -373,6 +374,10 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     if let Some(card) = model_card(case.name) {
         std::fs::write(dir.join("README.md"), card).unwrap();
     }
+    if case.model_type == "chatglm" {
+        chatglm::write_chatglm3(case, dir, gemma);
+        return;
+    }
     if case.model_type == "qwen" {
         let tiktoken = test_model(QWEN_TIKTOKEN).expect("the Qwen vocabulary (see `available`)");
         qwen::write(case, dir, &tiktoken);
@@ -585,7 +590,7 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         write_weights(dir, t, case.dt, case.shards);
         return;
     }
-    if mt == "glm4" {
+    if mt == "glm4" || mt == "glm" {
         glm4::tokenizer(dir);
         glm4::layers(case, &mut rng, &mut t);
         write_weights(dir, t, case.dt, case.shards);

@@ -148,6 +148,9 @@ pub(crate) enum Family {
     InternLm2,
     /// `OpenELMForCausalLM` (GGUF `openelm`: per-layer head and feed-forward sizes; `openelm.rs`).
     OpenElm,
+    /// `ChatGLMModel`, `ChatGLMForConditionalGeneration`, `GlmForCausalLM` (ChatGLM3, GLM-4-9B,
+    /// GLM-Edge; GGUF `chatglm`: its own keys, `chatglm.rs`).
+    ChatGlm,
     /// `QWenLMHeadModel` (Qwen 1; GGUF `qwen`: GPT-2-style names, a fused Q/K/V with biases,
     /// a tiktoken vocabulary).
     Qwen,
@@ -163,6 +166,7 @@ pub(crate) const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Mixtra
      Qwen2VLForConditionalGeneration (text), \
      Qwen2_5_VLForConditionalGeneration (text), Qwen3VLForConditionalGeneration (text), \
      MambaForCausalLM, Mamba2ForCausalLM, Lfm2ForCausalLM, JambaForCausalLM, FalconH1ForCausalLM, NemotronHForCausalLM, InternLM2ForCausalLM, OpenELMForCausalLM, HunYuanDenseV1ForCausalLM, QWenLMHeadModel, \
+     ChatGLMModel, ChatGLMForConditionalGeneration, GlmForCausalLM, \
      Starcoder2ForCausalLM, StableLmForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, \
      DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, \
      BertModel";
@@ -275,6 +279,9 @@ impl Family {
             "NemotronHForCausalLM" => Family::NemotronH,
             "InternLM2ForCausalLM" => Family::InternLm2,
             "QWenLMHeadModel" => Family::Qwen,
+            "ChatGLMModel" | "ChatGLMForConditionalGeneration" | "GlmForCausalLM" => {
+                Family::ChatGlm
+            }
             "Qwen2VLForConditionalGeneration"
             | "Qwen2_5_VLForConditionalGeneration"
             | "Qwen2VLModel" => Family::Qwen2Vl,
@@ -315,6 +322,7 @@ impl Family {
             Family::StableLm => "stablelm",
             Family::Gpt2 => "gpt2",
             Family::Qwen => "qwen",
+            Family::ChatGlm => "chatglm",
             Family::StarCoder => "starcoder",
             Family::Glm4 => "glm4",
             Family::Qwen2Vl => "qwen2vl",
@@ -460,6 +468,7 @@ pub(crate) fn filter_name(hf: &str) -> Option<String> {
     if name.ends_with(".attention.masked_bias")
         || name.ends_with(".attention.bias")
         || name.ends_with(".rotary_emb.inv_freq")
+        || name.ends_with(".rotary_pos_emb.inv_freq")
     {
         return None;
     }
@@ -514,6 +523,9 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
     }
     if family == Family::Qwen {
         return qwen_name(name);
+    }
+    if family == Family::ChatGlm && name.starts_with("transformer.") {
+        return super::chatglm::gguf_name(name);
     }
     if matches!(family, Family::Mamba | Family::Mamba2) {
         return super::mamba::gguf_name(name);
@@ -620,7 +632,7 @@ pub(crate) fn gguf_name(family: Family, name: &str) -> Option<String> {
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
         "self_attn.qkv_proj" if phi3 => "attn_qkv",
-        "mlp.gate_up_proj" if phi3 || glm4 => "ffn_up",
+        "mlp.gate_up_proj" if phi3 || glm4 || family == Family::ChatGlm => "ffn_up",
         "block_sparse_moe.gate" if matches!(family, Family::Llama | Family::PhiMoe) => {
             "ffn_gate_inp"
         }

@@ -4,6 +4,7 @@
 //! a time, so the model is never held in memory.
 
 mod baichuan;
+mod chatglm;
 mod deci;
 mod defaults;
 mod experts;
@@ -128,6 +129,8 @@ pub(crate) fn convert(
         let mut padded = h.clone();
         padded["pad_vocab_size_multiple"] = Value::from(8);
         mamba::padded_vocab(&padded, &cfg_path, 8)?
+    } else if family == Family::ChatGlm {
+        uint(&h, &["padded_vocab_size", "vocab_size"], &cfg_path)?
     } else {
         uint(&h, &["vocab_size"], &cfg_path)?
     };

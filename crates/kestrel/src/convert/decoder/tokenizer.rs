@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{bad, hunyuan, internlm2, Family};
+use super::{bad, chatglm, hunyuan, internlm2, Family};
 use crate::convert::meta::Meta;
 use crate::convert::vocab::{bpe, llama_hf, special::SpecialVocab, spm, tiktoken, Vocab};
 use crate::convert::ConvertError;
@@ -61,6 +61,15 @@ pub(super) fn load(
             | Family::PanguEmbedded => spm::load(dir, n_vocab, spm::Style::Default)?,
             Family::Xverse => bpe::load_xverse(dir, n_vocab)?,
             Family::Qwen => tiktoken::load_qwen(dir, n_vocab)?,
+            Family::ChatGlm if chatglm::is_chatglm3(h) => chatglm::chatglm3_vocab(dir, n_vocab)?,
+            Family::ChatGlm if !dir.join("tokenizer.json").is_file() => {
+                return Err(bad(
+                    dir,
+                    "no tokenizer.json: this ChatGLM's tokenizer is remote code (GLM-4-9B's \
+                     first release reads a tiktoken tokenizer.model through it); convert its \
+                     -hf release",
+                ))
+            }
             // DeciModel reads Llama 3's BPE vocabulary at its size, else (DeciLM-7B) `LlamaHfVocab`.
             Family::Deci if vocab_size != Some(128256) => llama_hf::load(dir, model_type)?,
             Family::Phi3 | Family::PhiMoe if !phi3_gpt2_tokenizer(dir)? => {
@@ -134,7 +143,10 @@ pub(super) fn write_meta(
         }
     }
     if family == Family::Glm4 {
-        glm4_specials(dir, &mut sv)?;
+        glm4_specials(dir, &mut sv, true)?;
+    }
+    if family == Family::ChatGlm && !chatglm::is_chatglm3(h) {
+        glm4_specials(dir, &mut sv, false)?;
     }
     if family == Family::Nemotron {
         // NemotronModel.set_vocab adds padding 0 and unknown 1 after the tokenizer's own
@@ -176,9 +188,10 @@ pub(super) fn write_meta(
 }
 
 /// GLM-4's special tokens, as its converter sets them after loading (each only if not set
-/// yet): end of text as EOS, unknown and BOS, `<|user|>` as end of turn. Both must be added
-/// tokens of `tokenizer.json` (llama.cpp stops with a `KeyError` otherwise).
-fn glm4_specials(dir: &Path, sv: &mut SpecialVocab) -> Result<(), ConvertError> {
+/// yet): end of text as EOS, unknown and (`with_bos`: GLM-4-0414, not ChatGLM) BOS,
+/// `<|user|>` as end of turn. Both must be added tokens of `tokenizer.json` (llama.cpp stops
+/// with a `KeyError` otherwise).
+fn glm4_specials(dir: &Path, sv: &mut SpecialVocab, with_bos: bool) -> Result<(), ConvertError> {
     let tj = dir.join("tokenizer.json");
     let v = crate::convert::read_json(&tj)?;
     let added = |content: &str| -> Result<u32, ConvertError> {
@@ -195,7 +208,9 @@ fn glm4_specials(dir: &Path, sv: &mut SpecialVocab) -> Result<(), ConvertError> 
     };
     let (end, user) = (added("<|endoftext|>")?, added("<|user|>")?);
     for (typ, id) in [("eos", end), ("eot", user), ("unk", end), ("bos", end)] {
-        sv.set_if_absent(typ, id)?;
+        if typ != "bos" || with_bos {
+            sv.set_if_absent(typ, id)?;
+        }
     }
     Ok(())
 }

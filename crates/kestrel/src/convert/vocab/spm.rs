@@ -9,10 +9,10 @@ use super::{looks_special, Vocab, CONTROL, NORMAL, USER_DEFINED};
 use crate::convert::{read_json, ConvertError};
 
 /// SentencePiece piece types (the same numbers as llama.cpp's token types).
-const SP_UNKNOWN: i32 = 2;
-const SP_CONTROL: i32 = 3;
-const SP_UNUSED: i32 = 5;
-const SP_BYTE: i32 = 6;
+pub(crate) const SP_UNKNOWN: i32 = 2;
+pub(crate) const SP_CONTROL: i32 = 3;
+pub(crate) const SP_UNUSED: i32 = 5;
+pub(crate) const SP_BYTE: i32 = 6;
 
 /// One piece of a SentencePiece model.
 #[derive(Clone, Debug, PartialEq)]
@@ -107,6 +107,44 @@ pub(crate) fn parse_pieces(model: &[u8]) -> Result<Vec<Piece>, String> {
         return Err("no pieces: not a SentencePiece model".into());
     }
     Ok(pieces)
+}
+
+/// The unknown, BOS and EOS ids SentencePiece's processor reports (`unk_id()`, `bos_id()`,
+/// `eos_id()`): the piece the trainer spec names for each (defaults `<unk>`, `<s>`, `</s>`),
+/// looked up as `PieceToId` does (an absent piece is the unknown piece), kept only when it has
+/// the right type (UNKNOWN for the first, CONTROL for the others).
+pub(crate) fn special_ids(model: &[u8], pieces: &[Piece]) -> Result<[Option<usize>; 3], String> {
+    let mut names = ["<unk>".to_string(), "<s>".into(), "</s>".into()];
+    let mut r = Reader { b: model, i: 0 };
+    while r.i < model.len() {
+        let (field, wire, payload) = r
+            .field()
+            .ok_or_else(|| format!("malformed protobuf at byte {}", r.i))?;
+        if field != 2 || wire != 2 {
+            continue;
+        }
+        let mut t = Reader { b: &payload, i: 0 };
+        while t.i < payload.len() {
+            let (f, w, v) = t.field().ok_or("malformed trainer spec")?;
+            if let (45..=47, 2) = (f, w) {
+                names[(f - 45) as usize] =
+                    String::from_utf8(v).map_err(|_| "a trainer-spec piece is not UTF-8")?;
+            }
+        }
+    }
+    let unk = pieces.iter().position(|p| p.kind == SP_UNKNOWN);
+    let id = |name: &str, kind: i32| {
+        pieces
+            .iter()
+            .position(|p| p.text == name)
+            .or(unk)
+            .filter(|&i| pieces[i].kind == kind)
+    };
+    Ok([
+        id(&names[0], SP_UNKNOWN),
+        id(&names[1], SP_CONTROL),
+        id(&names[2], SP_CONTROL),
+    ])
 }
 
 /// Which of llama.cpp's SentencePiece readers to follow.

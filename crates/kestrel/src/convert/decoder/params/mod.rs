@@ -63,6 +63,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         Family::Mamba2 => return super::mamba::mamba2_params(meta, hp),
         Family::Jamba => return super::jamba::params(meta, hp),
         Family::FalconH1 => return super::falcon_h1::params(meta, hp),
+        Family::ChatGlm => return super::chatglm::params(meta, hp),
         _ => {}
     }
     let (h, rp, cfg, arch) = (hp.h, hp.rp, hp.cfg, hp.arch);
@@ -450,6 +451,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::Orion
         | Family::CodeShell
         | Family::OpenElm
+        | Family::ChatGlm
         | Family::InternLm2 => {}
         Family::Qwen => {
             // llama.cpp's Qwen loader needs the RMS epsilon, which b11434's converter no longer
