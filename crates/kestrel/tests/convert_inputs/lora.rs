@@ -34,7 +34,7 @@ type AdapterRow = (
 /// The adapters the tests convert.
 pub fn adapters() -> Vec<Adapter> {
     // One-to-one bases beyond the first seven: attention (and MLP where named as Llama's).
-    let more: [AdapterRow; 10] = [
+    let more: [AdapterRow; 11] = [
         ("lora-commandr", "command-r", 8, 16.0, &ATTN_MLP, Dt::F32),
         ("lora-olmo", "olmo", 4, 8.0, &ATTN, Dt::F16),
         (
@@ -59,6 +59,14 @@ pub fn adapters() -> Vec<Adapter> {
         ("lora-glm4", "glm4", 4, 8.0, &ATTN, Dt::F32),
         ("lora-mixtral", "mixtral", 4, 8.0, &ATTN, Dt::F32),
         ("lora-qwen", "qwen", 4, 8.0, &QWEN, Dt::BF16),
+        (
+            "lora-glm-hf",
+            "glm-hf",
+            4,
+            8.0,
+            &["q_proj", "v_proj", "gate_up_proj", "down_proj"],
+            Dt::F32,
+        ),
     ];
     let more = more
         .into_iter()

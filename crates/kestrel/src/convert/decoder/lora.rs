@@ -6,7 +6,7 @@
 //! gives the architecture and head counts; its weights are not read.
 //!
 //! Families whose matrices map one to one onto the base (Llama and its kin, Qwen 2/3 and their
-//! MoE forms' attention, Gemma 1-3, Phi-3 with its fused QKV and gate-up, OLMo 2/3, Qwen 1)
+//! MoE forms' attention, Gemma 1-3, Phi-3 with its fused QKV and gate-up, OLMo 2/3, Qwen 1, ChatGLM)
 //! are converted; the others, adapters on embeddings or experts, DoRA, activated LoRA and
 //! norms added by mergekit are refused, as is the PyTorch `.bin` form.
 
@@ -46,6 +46,7 @@ fn plain(family: Family) -> bool {
                 | Family::Exaone4
                 | Family::Glm4
                 | Family::Qwen
+                | Family::ChatGlm
         )
 }
 
