@@ -9,7 +9,9 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::{make, write_gemma_tokenizer, write_weights, Case, Named, Rng};
+use super::{
+    make, write_config, write_gemma_tokenizer, write_json, write_weights, Case, Named, Rng,
+};
 
 /// Writes the whole ChatGLM3 checkpoint into `dir`; `gemma` is the fetched Gemma 3 model.
 pub fn write_chatglm3(case: &Case, dir: &Path, gemma: &Path) {
@@ -23,14 +25,10 @@ pub fn write_chatglm3(case: &Case, dir: &Path, gemma: &Path) {
         "tokenizer_class": "ChatGLMTokenizer", "padding_side": "left", "remove_space": false,
         "auto_map": { "AutoTokenizer": ["tokenization_chatglm.ChatGLMTokenizer", null] },
     });
-    std::fs::write(
-        dir.join("tokenizer_config.json"),
-        serde_json::to_vec_pretty(&tc).unwrap(),
-    )
-    .unwrap();
+    write_json(&dir.join("tokenizer_config.json"), &tc);
     let vocab = case.extra["padded_vocab_size"].as_u64().unwrap() as usize;
     let hd = case.hidden / case.heads;
-    let mut cfg = json!({
+    let cfg = json!({
         "_name_or_path": "THUDM/chatglm3-6b",
         "architectures": [case.arch],
         "model_type": case.model_type,
@@ -45,14 +43,7 @@ pub fn write_chatglm3(case: &Case, dir: &Path, gemma: &Path) {
         "torch_dtype": "float16",
         "tie_word_embeddings": false,
     });
-    for (k, v) in case.extra.as_object().unwrap() {
-        cfg[k] = v.clone();
-    }
-    std::fs::write(
-        dir.join("config.json"),
-        serde_json::to_vec_pretty(&cfg).unwrap(),
-    )
-    .unwrap();
+    write_config(case, dir, cfg);
     let mut rng = Rng::new(0x676c_6d33);
     let h = case.hidden;
     let (q, kv) = (case.heads * hd, case.kv_heads * hd);

@@ -178,6 +178,20 @@ pub fn write_weights_fp8(
     .unwrap();
 }
 
+/// Writes `v` as pretty JSON at `path`.
+pub fn write_json(path: &Path, v: &Json) {
+    std::fs::write(path, serde_json::to_vec_pretty(v).unwrap()).unwrap();
+}
+
+/// Writes `dir/config.json`: `cfg` with the case's extra keys over it (the families whose
+/// writers build their own configs).
+pub fn write_config(case: &Case, dir: &Path, mut cfg: Json) {
+    for (k, v) in case.extra.as_object().unwrap() {
+        cfg[k] = v.clone();
+    }
+    write_json(&dir.join("config.json"), &cfg);
+}
+
 /// A tensor of `shape` with values `base` ± `a` (the per-family layer writers).
 pub fn make(rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32) -> Named {
     let n = shape.iter().product::<usize>();

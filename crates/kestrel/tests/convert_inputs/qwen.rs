@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::{make, write_weights, Case, Named, Rng};
+use super::{make, write_config, write_json, write_weights, Case, Named, Rng};
 
 /// Qwen 1's vocab_size: 151,643 ranks and 208 special tokens, padded.
 const VOCAB: usize = 151_936;
@@ -26,12 +26,8 @@ pub fn write(case: &Case, dir: &Path, tiktoken: &Path) {
         "tokenizer_class": "QWenTokenizer",
         "auto_map": { "AutoTokenizer": ["tokenization_qwen.QWenTokenizer", null] },
     });
-    std::fs::write(
-        dir.join("tokenizer_config.json"),
-        serde_json::to_vec_pretty(&tc).unwrap(),
-    )
-    .unwrap();
-    let mut cfg = json!({
+    write_json(&dir.join("tokenizer_config.json"), &tc);
+    let cfg = json!({
         "architectures": [case.arch],
         "model_type": case.model_type,
         "auto_map": { "AutoModelForCausalLM": "modeling_qwen.QWenLMHeadModel" },
@@ -45,14 +41,7 @@ pub fn write(case: &Case, dir: &Path, tiktoken: &Path) {
         "tokenizer_class": "QWenTokenizer",
         "torch_dtype": "bfloat16",
     });
-    for (k, v) in case.extra.as_object().unwrap() {
-        cfg[k] = v.clone();
-    }
-    std::fs::write(
-        dir.join("config.json"),
-        serde_json::to_vec_pretty(&cfg).unwrap(),
-    )
-    .unwrap();
+    write_config(case, dir, cfg);
     let mut rng = Rng::new(0x7177_656e);
     let h = case.hidden;
     let half = case.ff / 2;

@@ -13,7 +13,7 @@ use super::{looks_special, Vocab, BYTE, CONTROL, NORMAL, UNUSED, USER_DEFINED};
 use crate::convert::ConvertError;
 
 /// The SHA-256 (hex) of the ids for [`CHECK_TEXT`], printed as a Python list.
-pub(crate) fn check_hash(tok: &Tokenizer) -> Result<String, String> {
+fn check_hash(tok: &Tokenizer) -> Result<String, String> {
     let enc = tok
         .encode(CHECK_TEXT, true)
         .map_err(|e| format!("cannot encode the check text: {e}"))?;
@@ -28,11 +28,23 @@ pub(crate) fn check_hash(tok: &Tokenizer) -> Result<String, String> {
 }
 
 /// The `tokenizer.ggml.pre` name for a check hash.
-pub(crate) fn pre_name(hash: &str) -> Option<&'static str> {
+fn pre_name(hash: &str) -> Option<&'static str> {
     PRE_TOKENIZERS
         .iter()
         .find(|(h, _, _)| *h == hash)
         .map(|(_, n, _)| *n)
+}
+
+/// The `tokenizer.ggml.pre` name llama.cpp gives `tok`, found by its check hash; an unknown
+/// hash is refused, not guessed.
+pub(crate) fn pre_tokenizer(tok: &Tokenizer) -> Result<&'static str, String> {
+    let hash = check_hash(tok)?;
+    pre_name(&hash).ok_or_else(|| {
+        format!(
+            "llama.cpp does not know this BPE pre-tokenizer (check hash {hash}); \
+             refusing to guess how it splits text"
+        )
+    })
 }
 
 /// `dir`'s `tokenizer.json` (at most 256 MiB), with an error maker for it.
@@ -67,13 +79,7 @@ pub(crate) fn load(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, Conve
             )));
         }
     }
-    let hash = check_hash(&tok).map_err(&bad)?;
-    let pre = pre_name(&hash).ok_or_else(|| {
-        bad(format!(
-            "llama.cpp does not know this BPE pre-tokenizer (check hash {hash}); \
-             refusing to guess how it splits text"
-        ))
-    })?;
+    let pre = pre_tokenizer(&tok).map_err(&bad)?;
     let mut reverse: Vec<Option<&str>> = vec![None; n];
     for (t, &id) in &vocab {
         reverse[id as usize] = Some(t.as_str());

@@ -15,7 +15,7 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
-use super::bpe::{check_hash, pre_name};
+use super::bpe::pre_tokenizer;
 use super::{Vocab, CONTROL, NORMAL, UNUSED};
 use crate::convert::ConvertError;
 
@@ -113,13 +113,7 @@ pub(crate) fn load_qwen(dir: &Path, vocab_size: Option<usize>) -> Result<Vocab, 
         }
     }
     let tok = tokenizer(&ranks, &text_of, pairs, &specials).map_err(&bad)?;
-    let hash = check_hash(&tok).map_err(&bad)?;
-    let pre = pre_name(&hash).ok_or_else(|| {
-        bad(format!(
-            "llama.cpp does not know this BPE pre-tokenizer (check hash {hash}); \
-             refusing to guess how it splits text"
-        ))
-    })?;
+    let pre = pre_tokenizer(&tok).map_err(&bad)?;
     Ok(Vocab {
         model: "gpt2",
         pre: pre.to_string(),
