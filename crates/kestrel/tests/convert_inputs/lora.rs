@@ -1,7 +1,7 @@
 //! PEFT LoRA adapters for the test checkpoints, as `peft`'s `save_pretrained` writes them:
 //! `adapter_config.json` and `adapter_model.safetensors` with
 //! `base_model.model.model.layers.{L}.{self_attn,mlp}.{module}.lora_{A,B}.weight` (Qwen 1's
-//! under `transformer.h.{L}.`; `A`: `[rank, in]`, `B`: `[out, rank]`).
+//! under `transformer.h.{L}.`, InternLM2's under its own module names; `A`: `[rank, in]`, `B`: `[out, rank]`).
 
 use std::path::Path;
 
@@ -34,7 +34,7 @@ type AdapterRow = (
 /// The adapters the tests convert.
 pub fn adapters() -> Vec<Adapter> {
     // One-to-one bases beyond the first seven: attention (and MLP where named as Llama's).
-    let more: [AdapterRow; 11] = [
+    let more: [AdapterRow; 12] = [
         ("lora-commandr", "command-r", 8, 16.0, &ATTN_MLP, Dt::F32),
         ("lora-olmo", "olmo", 4, 8.0, &ATTN, Dt::F16),
         (
@@ -66,6 +66,14 @@ pub fn adapters() -> Vec<Adapter> {
             8.0,
             &["q_proj", "v_proj", "gate_up_proj", "down_proj"],
             Dt::F32,
+        ),
+        (
+            "lora-internlm2",
+            "internlm2",
+            4,
+            8.0,
+            &["attention.wqkv", "attention.wo", "feed_forward.w2"],
+            Dt::F16,
         ),
     ];
     let more = more
@@ -198,6 +206,9 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
     for l in 0..case.layers {
         for &m in a.targets {
             let (block, out, inp) = match m {
+                "attention.wqkv" => ("", q + 2 * kv, h),
+                "attention.wo" => ("", h, q),
+                "feed_forward.w2" => ("", h, ff),
                 "attn.c_attn" => ("", 3 * h, h),
                 "attn.c_proj" => ("", h, h),
                 "mlp.w1" | "mlp.w2" => ("", ff / 2, h),
@@ -210,7 +221,9 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
                 "gate_proj" | "up_proj" => ("mlp", ff, h),
                 _ => ("mlp", h, ff),
             };
-            let p = if block.is_empty() {
+            let p = if case.model_type == "internlm2" {
+                format!("base_model.model.model.layers.{l}.{m}")
+            } else if block.is_empty() {
                 format!("base_model.model.transformer.h.{l}.{m}")
             } else {
                 format!("base_model.model.model.layers.{l}.{block}.{m}")

@@ -65,6 +65,28 @@ pub(super) fn plan_wqkv(
     else {
         return Ok(None);
     };
+    let hidden = positive(h, "hidden_size", cfg, "InternLM2")?;
+    let parts = match shape {
+        &[rows, cols] if cols == hidden => wqkv_rows(hf, rows, h, cfg)?,
+        _ => {
+            return Err(bad(
+                cfg,
+                format!("{hf:?} has dims {shape:?}, not [_, {hidden}]"),
+            ))
+        }
+    };
+    Ok(Some(split_rows(hf, layer, hidden, parts, out_type)))
+}
+
+/// Which of `attention.wqkv`'s `rows` rows make `attn_q`, `attn_k` and `attn_v` (groups of
+/// `q_per_kv` query heads, a key and a value head; Q and K in Llama's row order). A LoRA
+/// adapter's `lora_B` is split by the same rows.
+pub(super) fn wqkv_rows(
+    hf: &str,
+    rows: usize,
+    h: &Value,
+    cfg: &Path,
+) -> Result<[Vec<usize>; 3], ConvertError> {
     let need = |k: &str| positive(h, k, cfg, "InternLM2");
     let (heads, kv, hidden) = (
         need("num_attention_heads")?,
@@ -78,10 +100,10 @@ pub(super) fn plan_wqkv(
         ));
     }
     let (q_per_kv, hd) = (heads / kv, hidden / heads);
-    if hd % 2 != 0 || shape != [kv * (q_per_kv + 2) * hd, hidden] {
+    if hd % 2 != 0 || rows != kv * (q_per_kv + 2) * hd {
         return Err(bad(
             cfg,
-            format!("{hf:?} has dims {shape:?}, not {kv} groups of {q_per_kv} + 2 heads of {hd}"),
+            format!("{hf:?} has {rows} rows, not {kv} groups of {q_per_kv} + 2 heads of {hd}"),
         ));
     }
     let group = (q_per_kv + 2) * hd;
@@ -97,7 +119,7 @@ pub(super) fn plan_wqkv(
     let v: Vec<usize> = (0..kv * hd)
         .map(|r| (r / hd) * group + (q_per_kv + 1) * hd + r % hd)
         .collect();
-    Ok(Some(split_rows(hf, layer, hidden, [q, k, v], out_type)))
+    Ok([q, k, v])
 }
 
 /// `attn_q`, `attn_k` and `attn_v` of layer `layer`, each the given rows of `hf` (of `cols`

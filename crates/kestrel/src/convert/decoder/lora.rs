@@ -6,7 +6,8 @@
 //! gives the architecture and head counts; its weights are not read.
 //!
 //! Families whose matrices map one to one onto the base (Llama and its kin, Qwen 2/3 and their
-//! MoE forms' attention, Gemma 1-3, Phi-3 with its fused QKV and gate-up, OLMo 2/3, Qwen 1, ChatGLM)
+//! MoE forms' attention, Gemma 1-3, Phi-3 with its fused QKV and gate-up, OLMo 2/3, Qwen 1, ChatGLM; InternLM2, whose fused
+//! `wqkv` is split as its base is: `lora_B`'s rows by part, `lora_A` repeated)
 //! are converted; the others, adapters on embeddings or experts, DoRA, activated LoRA and
 //! norms added by mergekit are refused, as is the PyTorch `.bin` form.
 
@@ -17,7 +18,7 @@ use kestrel_gguf::TensorSpec;
 use serde_json::Value;
 
 use super::write::{Planned, Source};
-use super::{bad, family, read, tensors, uint, Family};
+use super::{bad, family, internlm2, read, tensors, uint, Family};
 use crate::convert::checkpoint::Checkpoint;
 use crate::convert::general;
 use crate::convert::meta::Meta;
@@ -47,6 +48,7 @@ fn plain(family: Family) -> bool {
                 | Family::Glm4
                 | Family::Qwen
                 | Family::ChatGlm
+                | Family::InternLm2
         )
 }
 
@@ -205,6 +207,30 @@ pub(crate) fn convert(
                 format!("{base_name}: adapters on experts are not supported yet"),
             ));
         }
+        if family == Family::InternLm2 {
+            if let Some((layer, "attention.wqkv.weight")) =
+                super::mamba::layer_of(base_name, "model.layers.")
+            {
+                // Split as the base's `wqkv` is: each part's `lora_B` rows, `lora_A` whole.
+                let (rank, n_in) = matrix(&ck, a, &model)?;
+                let (n_out, rank_b) = matrix(&ck, b, &model)?;
+                check_rank(base_name, rank, rank_b, &model)?;
+                let parts = internlm2::wqkv_rows(b, n_out, &h, &base_cfg)?;
+                total_params += (n_out * n_in) as i64;
+                for (part, rows) in ["attn_q", "attn_k", "attn_v"].into_iter().zip(parts) {
+                    let gguf = format!("blk.{layer}.{part}.weight");
+                    plan.push(half(&gguf, "lora_a", a, rank, n_in, outtype, None));
+                    let mut lb = half(&gguf, "lora_b", b, rows.len(), rank, outtype, None);
+                    lb.source = Source::Rows {
+                        hf: b.clone(),
+                        rows,
+                        map: read::ValueMap::Keep,
+                    };
+                    plan.push(lb);
+                }
+                continue;
+            }
+        }
         let gguf = family::gguf_name(family, base_name).ok_or_else(|| {
             bad(
                 &model,
@@ -217,48 +243,24 @@ pub(crate) fn convert(
                 format!("{base_name}: an adapter on the token embedding is not supported yet"),
             ));
         }
-        let shape = |n: &str| -> Result<(usize, usize), ConvertError> {
-            match ck.info(n) {
-                Some((dt, &[rows, cols])) if dt.is_float() => Ok((rows, cols)),
-                Some((dt, s)) => Err(bad(
-                    &model,
-                    format!("{n}: {dt:?} of shape {s:?}, not a float matrix"),
-                )),
-                None => Err(bad(&model, format!("{n} vanished"))),
-            }
-        };
-        let (rank, n_in) = shape(a)?;
-        let (n_out, rank_b) = shape(b)?;
-        if rank != rank_b || rank == 0 {
-            return Err(bad(
-                &model,
-                format!("{base_name}: lora_A has rank {rank}, lora_B {rank_b}"),
-            ));
-        }
+        let (rank, n_in) = matrix(&ck, a, &model)?;
+        let (n_out, rank_b) = matrix(&ck, b, &model)?;
+        check_rank(base_name, rank, rank_b, &model)?;
         // Q and K: B's rows (the base matrix's output rows) reordered as the base's are.
         let permute_heads = tensors::rotary_heads(family, base_name, n_head, n_head_kv)
             .map(|hd| tensors::rotary_rows(hd, n_out, b, &model))
             .transpose()?;
         total_params += (n_out * n_in) as i64;
-        for (suffix, hf, rows, cols, permute) in [
-            ("lora_a", a, rank, n_in, None),
-            ("lora_b", b, n_out, rank, permute_heads),
-        ] {
-            plan.push(Planned {
-                spec: TensorSpec {
-                    name: format!("{gguf}.{suffix}"),
-                    ggml_type: tensors::quantized_type(outtype, cols),
-                    dims: vec![cols as u64, rows as u64],
-                },
-                cols,
-                source: Source::Tensor {
-                    hf: hf.clone(),
-                    rows,
-                    permute_heads: permute,
-                    map: read::ValueMap::Keep,
-                },
-            });
-        }
+        plan.push(half(&gguf, "lora_a", a, rank, n_in, outtype, None));
+        plan.push(half(
+            &gguf,
+            "lora_b",
+            b,
+            n_out,
+            rank,
+            outtype,
+            permute_heads,
+        ));
     }
 
     let arch = family.arch();
@@ -279,4 +281,54 @@ pub(crate) fn convert(
     let mut report = super::write::write_file(out, &ck, None, meta, &plan, &opts)?;
     report.arch = arch.to_string();
     Ok(report)
+}
+
+/// The `(rows, columns)` of the adapter's float matrix `n`.
+fn matrix(ck: &Checkpoint, n: &str, model: &Path) -> Result<(usize, usize), ConvertError> {
+    match ck.info(n) {
+        Some((dt, &[rows, cols])) if dt.is_float() => Ok((rows, cols)),
+        Some((dt, s)) => Err(bad(
+            model,
+            format!("{n}: {dt:?} of shape {s:?}, not a float matrix"),
+        )),
+        None => Err(bad(model, format!("{n} vanished"))),
+    }
+}
+
+/// `lora_A`'s rank must be `lora_B`'s, and not 0.
+fn check_rank(base: &str, a: usize, b: usize, model: &Path) -> Result<(), ConvertError> {
+    if a != b || a == 0 {
+        return Err(bad(
+            model,
+            format!("{base}: lora_A has rank {a}, lora_B {b}"),
+        ));
+    }
+    Ok(())
+}
+
+/// One half (`suffix` `lora_a` or `lora_b`) of the adapter of GGUF weight `gguf`: `hf`'s `rows`
+/// rows of `cols`, Q/K rows reordered (heads of `permute` rows) where given.
+fn half(
+    gguf: &str,
+    suffix: &str,
+    hf: &str,
+    rows: usize,
+    cols: usize,
+    outtype: OutType,
+    permute: Option<usize>,
+) -> Planned {
+    Planned {
+        spec: TensorSpec {
+            name: format!("{gguf}.{suffix}"),
+            ggml_type: tensors::quantized_type(outtype, cols),
+            dims: vec![cols as u64, rows as u64],
+        },
+        cols,
+        source: Source::Tensor {
+            hf: hf.to_string(),
+            rows,
+            permute_heads: permute,
+            map: read::ValueMap::Keep,
+        },
+    }
 }
