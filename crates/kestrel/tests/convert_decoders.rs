@@ -218,12 +218,24 @@ fn lora_adapters_convert_as_llama_cpp_converts_them() {
             let r = kestrel::convert::convert_lora(&dir, &base, &out, &opts)
                 .unwrap_or_else(|e| panic!("{} {ot}: {e}", a.name));
             // InternLM2's fused `wqkv` is written as Q, K and V pairs.
-            let parts: usize = a
+            // InternLM2's fused `wqkv` is written as Q, K and V pairs; an embedding adapter
+            // is one pair for the model.
+            let per_layer: usize = a
                 .targets
                 .iter()
-                .map(|t| if *t == "attention.wqkv" { 3 } else { 1 })
+                .map(|t| match *t {
+                    "attention.wqkv" => 3,
+                    "embed_tokens" => 0,
+                    _ => 1,
+                })
                 .sum();
-            assert_eq!(r.tensors, 2 * case.layers * parts, "{}", a.name);
+            let embed = usize::from(a.targets.contains(&"embed_tokens"));
+            assert_eq!(
+                r.tensors,
+                2 * (case.layers * per_layer + embed),
+                "{}",
+                a.name
+            );
             compare(&format!("{} {ot}", a.name), &out, want, &mut failures);
             std::fs::remove_file(&out).ok();
         }

@@ -34,7 +34,7 @@ type AdapterRow = (
 /// The adapters the tests convert.
 pub fn adapters() -> Vec<Adapter> {
     // One-to-one bases beyond the first seven: attention (and MLP where named as Llama's).
-    let more: [AdapterRow; 12] = [
+    let more: [AdapterRow; 13] = [
         ("lora-commandr", "command-r", 8, 16.0, &ATTN_MLP, Dt::F32),
         ("lora-olmo", "olmo", 4, 8.0, &ATTN, Dt::F16),
         (
@@ -74,6 +74,14 @@ pub fn adapters() -> Vec<Adapter> {
             8.0,
             &["attention.wqkv", "attention.wo", "feed_forward.w2"],
             Dt::F16,
+        ),
+        (
+            "lora-embed",
+            "llama-bpe",
+            8,
+            16.0,
+            &["embed_tokens", "q_proj"],
+            Dt::F32,
         ),
     ];
     let more = more
@@ -221,6 +229,23 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
                 "gate_proj" | "up_proj" => ("mlp", ff, h),
                 _ => ("mlp", h, ff),
             };
+            if m == "embed_tokens" {
+                // PEFT's embedding adapter: `lora_embedding_A` `[rank, vocab]`,
+                // `lora_embedding_B` `[hidden, rank]`, once for the model.
+                if l > 0 {
+                    continue;
+                }
+                let cfg: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(base_dir.join("config.json")).unwrap())
+                        .unwrap();
+                let vocab = cfg["vocab_size"].as_u64().unwrap() as usize;
+                let p = "base_model.model.model.embed_tokens";
+                for (ab, shape) in [("A", vec![a.rank, vocab]), ("B", vec![h, a.rank])] {
+                    let v = (0..shape[0] * shape[1]).map(|_| rng.uniform(0.1)).collect();
+                    t.push((format!("{p}.lora_embedding_{ab}"), shape, v));
+                }
+                continue;
+            }
             let p = if case.model_type == "internlm2" {
                 format!("base_model.model.model.layers.{l}.{m}")
             } else if block.is_empty() {

@@ -5,11 +5,13 @@
 //! `adapter.lora.alpha`, the name from the adapter's folder. The base model's `config.json`
 //! gives the architecture and head counts; its weights are not read.
 //!
-//! Families whose matrices map one to one onto the base (Llama and its kin, Qwen 2/3 and their
-//! MoE forms' attention, Gemma 1-3, Phi-3 with its fused QKV and gate-up, OLMo 2/3, Qwen 1, ChatGLM; InternLM2, whose fused
-//! `wqkv` is split as its base is: `lora_B`'s rows by part, `lora_A` repeated)
-//! are converted; the others, adapters on embeddings or experts, DoRA, activated LoRA and
-//! norms added by mergekit are refused, as is the PyTorch `.bin` form.
+//! Families whose matrices map one to one onto the base (Llama and its kin, Qwen 1-3 and the
+//! attention of Qwen's MoE forms, Gemma 1-3, Phi-2/3 with Phi-3's fused QKV and gate-up, OLMo
+//! 1-3, ChatGLM, ...) are converted, and InternLM2, whose fused `wqkv` is split as its base
+//! is (`lora_B`'s rows by part, `lora_A` repeated). An adapter on the token embedding
+//! (`lora_embedding_A`/`_B`) is written as llama.cpp's embedding lookup reads it (`A`
+//! transposed). The other families, adapters on experts, whole embedding weights, DoRA,
+//! activated LoRA and norms added by mergekit are refused, as is the PyTorch `.bin` form.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -150,7 +152,9 @@ pub(crate) fn convert(
         let base_name = name
             .replace("base_model.model.", "")
             .replace(".lora_A.weight", ".weight")
-            .replace(".lora_B.weight", ".weight");
+            .replace(".lora_B.weight", ".weight")
+            .replace(".lora_embedding_A", ".weight")
+            .replace(".lora_embedding_B", ".weight");
         let Some(base_name) = family::filter_name(&base_name) else {
             continue;
         };
@@ -158,14 +162,16 @@ pub(crate) fn convert(
             // Filtered by name first, as llama.cpp's script does: left out, not refused.
             continue;
         }
-        let is_a = name.contains(".lora_A.weight");
-        let is_b = name.contains(".lora_B.weight");
+        let is_a = name.contains(".lora_A.weight") || name.contains(".lora_embedding_A");
+        let is_b = name.contains(".lora_B.weight") || name.contains(".lora_embedding_B");
         if !is_a && !is_b {
             if name.contains(".base_layer.weight") {
                 continue;
             }
-            let what = if name.contains("lora_embedding") {
-                "an adapter on the token embedding (new tokens?) is not supported yet"
+            let what = if name.contains(".embed_tokens.weight") || name.contains(".lm_head.weight")
+            {
+                "whole embedding weights in the adapter (tokens added in fine-tuning; llama.cpp \
+                 refuses them too) are not supported"
             } else if name.contains("_layernorm") || name.contains(".norm") {
                 "norm weights in the adapter (mergekit-extract-lora) are not supported yet"
             } else if name.contains("lora_magnitude_vector") {
@@ -238,10 +244,27 @@ pub(crate) fn convert(
             )
         })?;
         if gguf == "token_embd.weight" {
-            return Err(bad(
-                &model,
-                format!("{base_name}: an adapter on the token embedding is not supported yet"),
-            ));
+            // PEFT's embedding adapter: `lora_embedding_A` `[rank, vocab]` written transposed
+            // (a row per token, as the embedding lookup reads it), `lora_embedding_B`
+            // `[hidden, rank]` as it is.
+            let (rank, n_vocab) = matrix(&ck, a, &model)?;
+            let (n_embd, rank_b) = matrix(&ck, b, &model)?;
+            check_rank(base_name, rank, rank_b, &model)?;
+            total_params += (n_vocab * n_embd) as i64;
+            let mut la = half(&gguf, "lora_a", a, n_vocab, rank, outtype, None);
+            la.source = Source::Strided {
+                hf: a.clone(),
+                planes: 1,
+                rows: n_vocab,
+                s_plane: 0,
+                s_row: 1,
+                s_col: n_vocab,
+                off: 0,
+                map: read::ValueMap::Keep,
+            };
+            plan.push(la);
+            plan.push(half(&gguf, "lora_b", b, n_embd, rank, outtype, None));
+            continue;
         }
         let (rank, n_in) = matrix(&ck, a, &model)?;
         let (n_out, rank_b) = matrix(&ck, b, &model)?;
