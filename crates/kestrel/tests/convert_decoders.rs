@@ -217,22 +217,26 @@ fn lora_adapters_convert_as_llama_cpp_converts_them() {
             let opts = ConvertOptions::new(OutType::parse(ot).unwrap());
             let r = kestrel::convert::convert_lora(&dir, &base, &out, &opts)
                 .unwrap_or_else(|e| panic!("{} {ot}: {e}", a.name));
-            // InternLM2's fused `wqkv` is written as Q, K and V pairs.
             // InternLM2's fused `wqkv` is written as Q, K and V pairs; an embedding adapter
-            // is one pair for the model.
+            // is one pair for the model; mergekit's norm vectors are one tensor each.
             let per_layer: usize = a
                 .targets
                 .iter()
                 .map(|t| match *t {
                     "attention.wqkv" => 3,
-                    "embed_tokens" => 0,
+                    "embed_tokens" | "input_layernorm" | "norm" => 0,
                     _ => 1,
                 })
                 .sum();
             let embed = usize::from(a.targets.contains(&"embed_tokens"));
+            let norms = if a.targets.contains(&"input_layernorm") {
+                case.layers
+            } else {
+                0
+            } + usize::from(a.targets.contains(&"norm"));
             assert_eq!(
                 r.tensors,
-                2 * (case.layers * per_layer + embed),
+                2 * (case.layers * per_layer + embed) + norms,
                 "{}",
                 a.name
             );

@@ -34,7 +34,7 @@ type AdapterRow = (
 /// The adapters the tests convert.
 pub fn adapters() -> Vec<Adapter> {
     // One-to-one bases beyond the first seven: attention (and MLP where named as Llama's).
-    let more: [AdapterRow; 13] = [
+    let more: [AdapterRow; 14] = [
         ("lora-commandr", "command-r", 8, 16.0, &ATTN_MLP, Dt::F32),
         ("lora-olmo", "olmo", 4, 8.0, &ATTN, Dt::F16),
         (
@@ -82,6 +82,15 @@ pub fn adapters() -> Vec<Adapter> {
             16.0,
             &["embed_tokens", "q_proj"],
             Dt::F32,
+        ),
+        // As mergekit-extract-lora writes them: norm vectors beside the pairs.
+        (
+            "lora-norms",
+            "llama-bpe",
+            4,
+            8.0,
+            &["q_proj", "o_proj", "input_layernorm", "norm"],
+            Dt::BF16,
         ),
     ];
     let more = more
@@ -229,6 +238,23 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
                 "gate_proj" | "up_proj" => ("mlp", ff, h),
                 _ => ("mlp", h, ff),
             };
+            if m == "input_layernorm" || m == "norm" {
+                // One vector per layer, or the final norm once.
+                if m == "norm" && l > 0 {
+                    continue;
+                }
+                let name = if m == "norm" {
+                    "base_model.model.model.norm.weight".to_string()
+                } else {
+                    format!("base_model.model.model.layers.{l}.input_layernorm.weight")
+                };
+                t.push((
+                    name,
+                    vec![h],
+                    (0..h).map(|_| 1.0 + rng.uniform(0.2)).collect(),
+                ));
+                continue;
+            }
             if m == "embed_tokens" {
                 // PEFT's embedding adapter: `lora_embedding_A` `[rank, vocab]`,
                 // `lora_embedding_B` `[hidden, rank]`, once for the model.

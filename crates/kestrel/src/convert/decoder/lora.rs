@@ -10,8 +10,9 @@
 //! 1-3, ChatGLM, ...) are converted, and InternLM2, whose fused `wqkv` is split as its base
 //! is (`lora_B`'s rows by part, `lora_A` repeated). An adapter on the token embedding
 //! (`lora_embedding_A`/`_B`) is written as llama.cpp's embedding lookup reads it (`A`
-//! transposed). The other families, adapters on experts, whole embedding weights, DoRA,
-//! activated LoRA and norms added by mergekit are refused, as is the PyTorch `.bin` form.
+//! transposed); norm vectors that mergekit-extract-lora adds are kept as they are. The other
+//! families, adapters on experts, whole embedding weights, DoRA and activated LoRA are
+//! refused, as is the PyTorch `.bin` form.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -148,6 +149,7 @@ pub(crate) fn convert(
     // PEFT names → the base's names, each A and B paired, in the adapter's name order.
     let mut pairs: BTreeMap<String, Pair> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
+    let mut norms: Vec<(String, String)> = Vec::new();
     for name in ck.names() {
         let base_name = name
             .replace("base_model.model.", "")
@@ -168,12 +170,17 @@ pub(crate) fn convert(
             if name.contains(".base_layer.weight") {
                 continue;
             }
+            if name.contains("_layernorm") || name.contains(".norm") {
+                // mergekit-extract-lora's norm vectors: kept as they are, before the pairs, as
+                // llama.cpp's script keeps them (llama.cpp and kestrel load but do not apply
+                // them).
+                norms.push((name.to_string(), base_name));
+                continue;
+            }
             let what = if name.contains(".embed_tokens.weight") || name.contains(".lm_head.weight")
             {
                 "whole embedding weights in the adapter (tokens added in fine-tuning; llama.cpp \
                  refuses them too) are not supported"
-            } else if name.contains("_layernorm") || name.contains(".norm") {
-                "norm weights in the adapter (mergekit-extract-lora) are not supported yet"
             } else if name.contains("lora_magnitude_vector") {
                 "DoRA adapters are not supported yet"
             } else {
@@ -194,7 +201,36 @@ pub(crate) fn convert(
         return Err(bad(&model, "no lora_A/lora_B tensors"));
     }
 
-    let mut plan = Vec::with_capacity(2 * order.len());
+    let mut plan = Vec::with_capacity(norms.len() + 2 * order.len());
+    for (hf, base_name) in &norms {
+        let gguf = family::gguf_name(family, base_name)
+            .filter(|g| g.contains("_norm"))
+            .ok_or_else(|| bad(&model, format!("{hf:?}: not a norm of {}", family.arch())))?;
+        let n = match ck.info(hf) {
+            Some((dt, &[n])) if dt.is_float() => n,
+            Some((dt, s)) => {
+                return Err(bad(
+                    &model,
+                    format!("{hf}: {dt:?} of shape {s:?}, not a norm vector"),
+                ))
+            }
+            None => return Err(bad(&model, format!("{hf} vanished"))),
+        };
+        plan.push(Planned {
+            spec: TensorSpec {
+                name: gguf,
+                ggml_type: kestrel_gguf::GgmlType::F32,
+                dims: vec![n as u64],
+            },
+            cols: n,
+            source: Source::Tensor {
+                hf: hf.clone(),
+                rows: 1,
+                permute_heads: None,
+                map: read::ValueMap::Keep,
+            },
+        });
+    }
     let mut total_params: i64 = 0;
     for base_name in &order {
         let p = &pairs[base_name];
