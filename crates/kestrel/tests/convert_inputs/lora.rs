@@ -34,7 +34,7 @@ type AdapterRow = (
 /// The adapters the tests convert.
 pub fn adapters() -> Vec<Adapter> {
     // One-to-one bases beyond the first seven: attention (and MLP where named as Llama's).
-    let more: [AdapterRow; 14] = [
+    let more: [AdapterRow; 15] = [
         ("lora-commandr", "command-r", 8, 16.0, &ATTN_MLP, Dt::F32),
         ("lora-olmo", "olmo", 4, 8.0, &ATTN, Dt::F16),
         (
@@ -90,6 +90,15 @@ pub fn adapters() -> Vec<Adapter> {
             4,
             8.0,
             &["q_proj", "o_proj", "input_layernorm", "norm"],
+            Dt::BF16,
+        ),
+        // Gemma's norms go through its `1 + w`, as the base's do.
+        (
+            "lora-gemma2-norms",
+            "gemma2",
+            2,
+            4.0,
+            &["q_proj", "input_layernorm", "norm"],
             Dt::BF16,
         ),
     ];

@@ -227,7 +227,13 @@ pub(crate) fn convert(
                 hf: hf.clone(),
                 rows: 1,
                 permute_heads: None,
-                map: read::ValueMap::Keep,
+                // Through the base's own rewrite, as llama.cpp's script passes them
+                // (Gemma's and Nemotron's `1 + w`).
+                map: if family.norm_shift(base_name) {
+                    read::ValueMap::PlusOne
+                } else {
+                    read::ValueMap::Keep
+                },
             },
         });
     }
