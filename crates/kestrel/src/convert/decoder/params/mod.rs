@@ -453,14 +453,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
         | Family::OpenElm
         | Family::ChatGlm
         | Family::InternLm2 => {}
-        Family::Qwen => {
-            // llama.cpp's Qwen loader needs the RMS epsilon, which b11434's converter no longer
-            // writes (as for EXAONE below): written as the converter did before.
-            let eps = family::find(h, &["layer_norm_epsilon"])
-                .and_then(Value::as_f64)
-                .ok_or_else(|| bad(cfg, "Qwen without layer_norm_epsilon"))?;
-            meta.f32(k("attention.layer_norm_rms_epsilon"), eps as f32);
-        }
+        Family::Qwen => rms_eps_as_before(meta, hp, "Qwen")?,
         Family::Deci => super::deci::params_7b(meta, hp)?,
         Family::HunyuanDense => super::hunyuan::params(meta, hp)?,
         Family::Lfm2 => super::lfm2::params(meta, hp)?,
@@ -484,13 +477,7 @@ pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(),
             if h.get("activation_function").and_then(Value::as_str) != Some("silu") {
                 return Err(bad(cfg, "EXAONE with an activation other than silu"));
             }
-            // llama.cpp's EXAONE loader needs the RMS epsilon, which b11434's converter no
-            // longer writes (its files fail to load: "key not found"); written as the converter
-            // did before, after the common keys (docs/convert.md).
-            let eps = family::find(h, &["layer_norm_epsilon"])
-                .and_then(Value::as_f64)
-                .ok_or_else(|| bad(cfg, "EXAONE without layer_norm_epsilon"))?;
-            meta.f32(k("attention.layer_norm_rms_epsilon"), eps as f32);
+            rms_eps_as_before(meta, hp, "EXAONE")?;
             let head = need(hp, &["hidden_size"])? / need(hp, &["num_attention_heads"])?.max(1);
             let factor = rp
                 .get("partial_rotary_factor")
@@ -752,6 +739,21 @@ fn exaone4_pattern(h: &Value, n_layer: u64) -> Option<Vec<bool>> {
 
 /// A value the family's converter reads without a default: missing is an error, as the
 /// Python `KeyError` is.
+/// `layer_norm_epsilon` as `{arch}.attention.layer_norm_rms_epsilon`, after the common keys:
+/// llama.cpp's Qwen 1 and EXAONE 3 loaders need that key, which b11434's converter no longer
+/// writes for them (its files fail to load: "key not found"), so it is written as the
+/// converter did before (docs/convert.md).
+fn rms_eps_as_before(meta: &mut Meta, hp: &Hparams, who: &str) -> Result<(), ConvertError> {
+    let eps = family::find(hp.h, &["layer_norm_epsilon"])
+        .and_then(Value::as_f64)
+        .ok_or_else(|| bad(hp.cfg, format!("{who} without layer_norm_epsilon")))?;
+    meta.f32(
+        format!("{}.attention.layer_norm_rms_epsilon", hp.arch),
+        eps as f32,
+    );
+    Ok(())
+}
+
 pub(super) fn need(hp: &Hparams, keys: &[&str]) -> Result<u64, ConvertError> {
     uint(hp.h, keys, hp.cfg)?.ok_or_else(|| bad(hp.cfg, format!("no {}", keys[0])))
 }
