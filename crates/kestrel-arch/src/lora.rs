@@ -42,9 +42,8 @@ pub enum LoraError {
         /// What does not fit.
         reason: String,
     },
-    /// An adapted weight the graph uses only in ops kestrel does not adapt (experts, per-head
-    /// matmuls).
-    #[error("LoRA adapter {path}: {weight} is adapted, but kestrel applies adapters only to plain matmuls and the token embedding")]
+    /// An adapted weight the graph uses only in ops kestrel does not adapt (per-head matmuls).
+    #[error("LoRA adapter {path}: {weight} is adapted, but kestrel applies adapters only to matmuls, expert projections and the token embedding")]
     Unapplied {
         /// The adapter file.
         path: PathBuf,
@@ -87,7 +86,8 @@ impl LoraAdapter {
     ///
     /// # Errors
     /// Not GGUF, not an adapter (`general.type`, `adapter.type`), a tensor that is neither
-    /// `*.lora_a`, `*.lora_b` nor a norm, a pair missing one half, a 1-D or 3-D half.
+    /// `*.lora_a`, `*.lora_b` nor a norm, a pair missing one half, a half neither 2-D nor 3-D
+    /// (one matrix per expert), halves of different ranks of dims.
     pub fn open(path: impl AsRef<Path>) -> Result<LoraAdapter, LoraError> {
         let path = path.as_ref().to_path_buf();
         let file = GgufModel::open(&path).map_err(|source| LoraError::Gguf {
@@ -133,8 +133,11 @@ impl LoraAdapter {
                 )));
             };
             let dims = t.info.dims().to_vec();
-            if dims.len() != 2 {
-                return Err(invalid(format!("tensor {name:?} has dims {dims:?}, not 2")));
+            // 2-D, or 3-D for the experts of a mixture (one pair per expert).
+            if !(2..=3).contains(&dims.len()) {
+                return Err(invalid(format!(
+                    "tensor {name:?} has dims {dims:?}: neither a matrix nor one per expert"
+                )));
             }
             let slot = &mut halves.entry(base.to_string()).or_default()[half];
             if slot.replace((name.to_string(), dims)).is_some() {
@@ -146,6 +149,11 @@ impl LoraAdapter {
             let (Some((a, a_dims)), Some((b, b_dims))) = (a, b) else {
                 return Err(invalid(format!("{base} has only one of lora_a and lora_b")));
             };
+            if a_dims.len() != b_dims.len() {
+                return Err(invalid(format!(
+                    "{base}: lora_a {a_dims:?} and lora_b {b_dims:?} differ in their dims"
+                )));
+            }
             pairs.insert(
                 base,
                 Pair {
@@ -220,6 +228,14 @@ impl LoraAdapter {
             let w = info.dims();
             let (w0, w1) = (w.first().copied(), w.get(1).copied().unwrap_or(1));
             let (a, b) = (&p.a_dims, &p.b_dims);
+            // Expert weights ([k, m, n_expert]) take one pair per expert; other weights one.
+            let experts = |d: &[u64]| d.get(2).copied();
+            let w_experts = if w.len() == 3 { experts(w) } else { None };
+            if experts(a) != w_experts || experts(b) != w_experts {
+                return Err(mismatch(format!(
+                    "{name} is {w:?}, its lora_a {a:?} and lora_b {b:?} do not fit it"
+                )));
+            }
             if name.ends_with("token_embd.weight") {
                 // The table's rows are picked by token: A is [rank, n_vocab], B [rank, width].
                 if w0 != Some(b[1]) || w1 != a[1] || a[0] != b[0] {
@@ -311,15 +327,15 @@ pub fn adapted_weight(
     weight_tensor(model, name)
 }
 
-/// `graph` with every adapter of `adapters` (each with its user scale) added to the matmuls
-/// and the token embedding whose weights it adapts; the graph's weights are then found with
+/// `graph` with every adapter of `adapters` (each with its user scale) added to the matmuls,
+/// expert projections and the token embedding whose weights it adapts; the graph's weights are then found with
 /// [`adapted_weight`]. Adapters are applied in order, each as its own term (not merged):
 /// with `fused`, a matmul's term is one low-rank node (the CPU engine's fast path); without,
 /// four plain nodes every engine runs (the CUDA plan).
 ///
 /// # Errors
-/// An adapted weight the graph uses only in ops kestrel does not adapt (experts, per-head
-/// matmuls), or a pair whose dims do not fit.
+/// An adapted weight the graph uses only in ops kestrel does not adapt (per-head matmuls), or
+/// a pair whose dims do not fit.
 pub fn apply_adapters(
     graph: &Graph,
     adapters: &[(Arc<LoraAdapter>, f32)],

@@ -145,6 +145,13 @@ fn merged(
     let mut v = w.to_f32_vec().map_err(|_| unreadable(name, &base_path))?;
     let embd = name.ends_with("token_embd.weight");
     let cols = w.shape().dims().first().copied().unwrap_or(1);
+    // Rows of one matrix: an expert weight ([k, m, n_expert]) holds one per expert, each
+    // merged with its own pair (as ggml's batched matmul merges them).
+    let per = if w.shape().dims().len() == 3 {
+        w.shape().dims()[1].max(1)
+    } else {
+        usize::MAX
+    };
     for (ad, scale) in adapters {
         let Some((a_name, b_name, rank)) = ad.pair_of(name) else {
             continue;
@@ -158,17 +165,19 @@ fn merged(
         let factor = ad.factor_for(rank, *scale);
         // Each output row `o` of `cols` values gets factor · Σ_t left[o][t] · right[t][j]:
         // a matmul weight's left is B ([rows][rank]) and right A ([rank][cols]); the table's
-        // left is A ([n_vocab][rank]) and right B ([cols][rank], read transposed).
+        // left is A ([n_vocab][rank]) and right B ([cols][rank], read transposed). An
+        // expert's A starts at its expert's `rank · cols` values (its B rows are row `o`'s).
         v.par_chunks_mut(cols.max(1))
             .enumerate()
             .for_each(|(o, row)| {
+                let a0 = (o / per) * rank * cols;
                 for (j, x) in row.iter_mut().enumerate() {
                     let mut acc = 0.0f32;
                     for t in 0..rank {
                         let (l, r) = if embd {
                             (a[o * rank + t], b[j * rank + t])
                         } else {
-                            (b[o * rank + t], a[t * cols + j])
+                            (b[o * rank + t], a[a0 + t * cols + j])
                         };
                         acc += l * r;
                     }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::ir::{
-    AdapterTerm, AttentionParams, EmbedIndex, MoeActivation, MoeParams, Node, NodeId, Op,
+    AdapterTerm, AttentionParams, EmbedIndex, MoeActivation, MoeParams, MoeProj, Node, NodeId, Op,
     RopeParams, Rows, SsmConvParams, SsmScanParams, WeightId, WeightRef,
 };
 use crate::GraphError;
@@ -358,11 +358,39 @@ impl Graph {
                 ));
             }
         }
+        self.check_moe_terms(name, &p)?;
         let inputs = match router_x {
             Some(r) => vec![x, r],
             None => vec![x],
         };
         Ok(self.push(name, Op::Moe(p), inputs, rows, w))
+    }
+
+    /// Checks the LoRA terms of an MoE node against its projections: `A` `[k, rank, e]`, `B`
+    /// `[rank, m, e]` for a projection `[k, m, e]` that the node has.
+    pub(crate) fn check_moe_terms(&self, name: &str, p: &MoeParams) -> Result<(), GraphError> {
+        for t in &p.low_rank {
+            let proj = match t.proj {
+                MoeProj::Up => Some(p.up),
+                MoeProj::Gate => p.gate,
+                MoeProj::Down => Some(p.down),
+            }
+            .ok_or_else(|| shape_err(name, format!("a LoRA term on a {:?} it lacks", t.proj)))?;
+            let w = self.weight_dims(proj, name)?;
+            let (a, b) = (self.weight_dims(t.a, name)?, self.weight_dims(t.b, name)?);
+            let fits = matches!((w, a, b), ([k, m, e], [ak, ar, ae], [br, bm, be])
+                if ak == k && bm == m && ar == br && *ar > 0 && ae == e && be == e);
+            if !fits || t.term.rank as u64 != a[1] {
+                return Err(shape_err(
+                    name,
+                    format!(
+                        "expert LoRA term on {:?} {w:?}: A {a:?} and B {b:?} do not fit",
+                        t.proj
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// `min(max(x, -limit), limit)`.

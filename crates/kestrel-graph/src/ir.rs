@@ -194,6 +194,49 @@ pub struct MoeParams {
     pub scales: [Option<WeightId>; 3],
     /// Per-expert biases of up, gate and down (`[m, n_expert]`), added after the scales.
     pub biases: [Option<WeightId>; 3],
+    /// LoRA terms of the expert projections (llama.cpp's `build_lora_mm_id`): each chosen
+    /// expert's projection gets `+ factor · B_e·(A_e·x)` after its scale, before its bias.
+    pub low_rank: Vec<MoeLowRank>,
+}
+
+/// Which expert projection of an [`Op::Moe`] a term adapts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoeProj {
+    /// `up` (with `fused_gate_up`: the stacked gate and up projections).
+    Up,
+    /// `gate`.
+    Gate,
+    /// `down`.
+    Down,
+}
+
+impl MoeProj {
+    /// The index of the projection in [`MoeParams::scales`] and [`MoeParams::biases`].
+    pub fn index(self) -> usize {
+        match self {
+            MoeProj::Up => 0,
+            MoeProj::Gate => 1,
+            MoeProj::Down => 2,
+        }
+    }
+}
+
+/// One adapter's pair on an expert projection: `A` of ggml dims `[k, rank, n_expert]`, `B`
+/// `[rank, m, n_expert]` (the projection's weight being `[k, m, n_expert]`), read in their
+/// stored types as matmul weights (an F16 half reads its input rounded to f16, as ggml's
+/// `mul_mat_id` does).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeLowRank {
+    /// The projection it adapts.
+    pub proj: MoeProj,
+    /// `A`.
+    pub a: WeightId,
+    /// `B`.
+    pub b: WeightId,
+    /// The factor when a step binds no per-sequence scales.
+    pub scale: f32,
+    /// The adapter it belongs to.
+    pub term: AdapterTerm,
 }
 
 /// Which rows of a table an [`Op::Embed`] reads.

@@ -24,8 +24,9 @@ pub use cuda_plan::{CudaKvCache, CudaPlan};
 pub use error::GraphError;
 pub use graph::Graph;
 pub use ir::{
-    AdapterTerm, AttentionParams, AttnTemperature, EmbedIndex, MoeActivation, MoeGating, MoeParams,
-    Node, NodeId, Op, RopeParams, Rows, SsmConvParams, SsmScanParams, WeightId, WeightRef,
+    AdapterTerm, AttentionParams, AttnTemperature, EmbedIndex, MoeActivation, MoeGating,
+    MoeLowRank, MoeParams, MoeProj, Node, NodeId, Op, RopeParams, Rows, SsmConvParams,
+    SsmScanParams, WeightId, WeightRef,
 };
 pub use lora::{derived_weight, low_rank_names, LowRank};
 pub use memory::{plan_memory, MemoryPlan, ALIGN_F32};

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use kestrel_tensor::cpu::low_rank;
 use kestrel_tensor::{DType, Shape, Tensor};
 
-use crate::ir::{AdapterTerm, EmbedIndex, Node, Op, WeightId};
+use crate::ir::{AdapterTerm, EmbedIndex, MoeLowRank, MoeParams, MoeProj, Node, Op, WeightId};
 use crate::{Graph, GraphError};
 
 /// Marks a half as the low-rank kernels read it (`{name}#lr`).
@@ -125,9 +125,11 @@ pub struct LowRank {
 
 impl Graph {
     /// This graph with the low-rank terms `pairs` gives for each weight name added wherever the
-    /// weight is a matmul's or a token embedding's. Returns the graph and the names of the base
-    /// weights that got a term; a weight with pairs that only other ops use (per-head matmuls,
-    /// experts, a norm) is not among them, so the caller can refuse what it cannot apply.
+    /// weight is a matmul's, an expert projection's of an [`Op::Moe`] (llama.cpp's
+    /// `build_lora_mm_id`: the halves are 3-d, one pair per expert) or a token embedding's.
+    /// Returns the graph and the names of the base weights that got a term; a weight with
+    /// pairs that only other ops use (per-head matmuls, a norm) is not among them, so the
+    /// caller can refuse what it cannot apply.
     ///
     /// # Errors
     /// A pair whose dims do not fit its weight.
@@ -149,6 +151,15 @@ impl Graph {
         let mut map: Vec<usize> = Vec::with_capacity(self.nodes().len());
         for node in self.nodes() {
             let inputs: Vec<usize> = node.inputs.iter().map(|&i| map[i]).collect();
+            if let Op::Moe(p) = &node.op {
+                let p = self.moe_terms(&mut g, &node.name, p, pairs, &mut applied)?;
+                map.push(g.push_node(Node {
+                    inputs,
+                    op: Op::Moe(p),
+                    ..node.clone()
+                }));
+                continue;
+            }
             let id = g.push_node(Node {
                 inputs: inputs.clone(),
                 ..node.clone()
@@ -211,6 +222,45 @@ impl Graph {
             g.set_output(map[o])?;
         }
         Ok((g, applied))
+    }
+
+    /// `p` with the terms `pairs` gives for its expert projections (their halves added to
+    /// `g`'s weights under their own names, read as stored).
+    fn moe_terms(
+        &self,
+        g: &mut Graph,
+        node: &str,
+        p: &MoeParams,
+        pairs: &dyn Fn(&str) -> Vec<LowRank>,
+        applied: &mut HashSet<String>,
+    ) -> Result<MoeParams, GraphError> {
+        let mut p = p.clone();
+        let projs = [
+            (MoeProj::Up, Some(p.up)),
+            (MoeProj::Gate, p.gate),
+            (MoeProj::Down, Some(p.down)),
+        ];
+        for (proj, w) in projs {
+            let Some(w) = w else { continue };
+            let wname = &self.weights()[w].name;
+            for lr in pairs(wname) {
+                let rank = lr.b.1.first().copied().unwrap_or(0) as usize;
+                p.low_rank.push(MoeLowRank {
+                    proj,
+                    a: g.weight(&lr.a.0, &lr.a.1),
+                    b: g.weight(&lr.b.0, &lr.b.1),
+                    scale: lr.scale,
+                    term: AdapterTerm {
+                        adapter: lr.adapter,
+                        alpha: lr.alpha,
+                        rank,
+                    },
+                });
+                applied.insert(wname.clone());
+            }
+        }
+        g.check_moe_terms(node, &p)?;
+        Ok(p)
     }
 }
 

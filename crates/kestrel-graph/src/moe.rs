@@ -10,7 +10,7 @@
 use kestrel_tensor::cpu;
 use kestrel_tensor::{DType, Tensor};
 
-use crate::ir::{MoeActivation, MoeGating, MoeParams};
+use crate::ir::{MoeActivation, MoeGating, MoeLowRank, MoeParams, MoeProj};
 use crate::GraphError;
 
 /// Reused buffers of the expert FFNs (no allocation once grown to the step's size).
@@ -41,6 +41,7 @@ pub(crate) struct MoeScratch {
     /// Expert groups of one row, best first, with their scores.
     group_order: Vec<(usize, f32)>,
     matmul: cpu::MatmulScratch,
+    terms: TermScratch,
     /// Expert groups run so far (each reads its expert's weights once): how a test sees that
     /// a step reads each chosen expert once, not once per token.
     pub(crate) expert_runs: usize,
@@ -56,6 +57,82 @@ pub(crate) struct MoeWeights<'a> {
     pub down: &'a Tensor,
     pub scales: [Option<&'a [f32]>; 3],
     pub biases: [Option<&'a [f32]>; 3],
+    /// The LoRA terms of [`MoeParams::low_rank`], bound (none: no terms).
+    pub low_rank: Option<MoeTerms<'a>>,
+}
+
+/// The LoRA terms of one MoE node, bound for a step.
+pub(crate) struct MoeTerms<'a> {
+    /// The terms.
+    pub pairs: &'a [MoeLowRank],
+    /// A weight's tensor (the terms' halves).
+    pub tensor: &'a dyn Fn(usize) -> &'a Tensor,
+    /// Each term's factor for each of the step's rows (`pairs.len()` runs of `rows`; 0: the
+    /// row gets no term).
+    pub factors: &'a [f32],
+}
+
+/// Buffers of the LoRA terms of one expert's rows.
+#[derive(Default)]
+struct TermScratch {
+    /// `x · A_eᵀ` of the group's rows.
+    low: Vec<f32>,
+    /// `(x · A_eᵀ) · B_eᵀ`.
+    up: Vec<f32>,
+}
+
+/// Adds the terms of projection `proj` of expert `e` to `out` (`group.len()` rows of `m`), the
+/// projection of `input` (rows of `kin`), after the projection's scale and before its bias, as
+/// llama.cpp's `build_lora_mm_id`: `out + factor · (x · A_eᵀ) · B_eᵀ`, rows at factor 0 left
+/// as they are.
+#[allow(clippy::too_many_arguments)]
+fn add_terms(
+    terms: &MoeTerms<'_>,
+    proj: MoeProj,
+    e: usize,
+    group: &[(usize, usize)],
+    segs: &[usize],
+    input: &[f32],
+    kin: usize,
+    out: &mut [f32],
+    m: usize,
+    s: &mut TermScratch,
+    mm: &mut cpu::MatmulScratch,
+) -> Result<(), GraphError> {
+    let n = group.len();
+    let rows = terms.factors.len() / terms.pairs.len().max(1);
+    for (j, pair) in terms.pairs.iter().enumerate() {
+        if pair.proj != proj {
+            continue;
+        }
+        let f = &terms.factors[j * rows..(j + 1) * rows];
+        if group.iter().all(|&(r, _)| f[r] == 0.0) {
+            continue;
+        }
+        let (a, a_type, ak, rank) = expert_bytes((terms.tensor)(pair.a), e)?;
+        let (b, b_type, br, bm) = expert_bytes((terms.tensor)(pair.b), e)?;
+        if ak != kin || br != rank || bm != m || rank == 0 {
+            return Err(GraphError::Internal(format!(
+                "expert LoRA term: A {ak}×{rank} and B {br}×{bm} for a projection {kin}×{m}"
+            )));
+        }
+        let low = grow(&mut s.low, n * rank);
+        cpu::matmul_segmented(input, n, kin, a, a_type, rank, low, segs, mm)?;
+        let up = grow(&mut s.up, n * m);
+        cpu::matmul_segmented(low, n, rank, b, b_type, m, up, segs, mm)?;
+        for (i, &(r, _)) in group.iter().enumerate() {
+            let fr = f[r];
+            if fr == 0.0 {
+                continue;
+            }
+            let o = &mut out[i * m..(i + 1) * m];
+            for (o, &u) in o.iter_mut().zip(&up[i * m..(i + 1) * m]) {
+                // ggml_scale, then ggml_add: two roundings, no fused multiply-add.
+                *o += u * fr;
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
@@ -262,14 +339,17 @@ pub(crate) fn run(
                 h.expert(names[1], ne, e, &xs[..n * width], width, &s.slots);
             }
         }
-        let project = |t: &Tensor,
+        let group = &s.group;
+        let project = |proj: MoeProj,
+                       t: &Tensor,
                        input: &[f32],
                        kin: usize,
                        out: &mut [f32],
-                       (scale, bias): (Option<&[f32]>, Option<&[f32]>),
                        segs: &[usize],
-                       mm: &mut cpu::MatmulScratch|
+                       mm: &mut cpu::MatmulScratch,
+                       ts: &mut TermScratch|
          -> Result<(), GraphError> {
+            let (scale, bias) = (w.scales[proj.index()], w.biases[proj.index()]);
             let (bytes, dtype, kk, m) = expert_bytes(t, e)?;
             if kk != kin {
                 return Err(GraphError::Internal(format!("expert weight of width {kk}")));
@@ -279,6 +359,9 @@ pub(crate) fn run(
                 let f = sc[e];
                 out.iter_mut().for_each(|v| *v *= f);
             }
+            if let Some(terms) = &w.low_rank {
+                add_terms(terms, proj, e, group, segs, input, kin, out, m, ts, mm)?;
+            }
             if let Some(b) = bias {
                 let b = &b[e * m..(e + 1) * m];
                 for row in out.chunks_exact_mut(m) {
@@ -287,11 +370,19 @@ pub(crate) fn run(
             }
             Ok(())
         };
-        let sb = |i: usize| (w.scales[i], w.biases[i]);
         if p.fused_gate_up {
             // One projection of both; then the gate's half and the up half of every row.
             let both = grow(&mut s.gate_up, n * 2 * nf);
-            project(w.up, xs, width, both, sb(0), &s.segs, &mut s.matmul)?;
+            project(
+                MoeProj::Up,
+                w.up,
+                xs,
+                width,
+                both,
+                &s.segs,
+                &mut s.matmul,
+                &mut s.terms,
+            )?;
             let gate = grow(&mut s.down, n * nf);
             for (g, b) in gate.chunks_exact_mut(nf).zip(both.chunks_exact(2 * nf)) {
                 g.copy_from_slice(&b[..nf]);
@@ -302,10 +393,28 @@ pub(crate) fn run(
             }
         } else {
             let up = grow(&mut s.up, n * nf);
-            project(w.up, xs, width, up, sb(0), &s.segs, &mut s.matmul)?;
+            project(
+                MoeProj::Up,
+                w.up,
+                xs,
+                width,
+                up,
+                &s.segs,
+                &mut s.matmul,
+                &mut s.terms,
+            )?;
             if let Some(g) = w.gate {
                 let gate = grow(&mut s.down, n * nf);
-                project(g, xs, width, gate, sb(1), &s.segs, &mut s.matmul)?;
+                project(
+                    MoeProj::Gate,
+                    g,
+                    xs,
+                    width,
+                    gate,
+                    &s.segs,
+                    &mut s.matmul,
+                    &mut s.terms,
+                )?;
             }
         }
         let up = &s.up[..n * nf];
@@ -341,7 +450,16 @@ pub(crate) fn run(
             h.expert(names[2], ne, e, &act[..n * nf], nf, &s.slots);
         }
         let down = grow(&mut s.down, n * width);
-        project(w.down, act, nf, down, sb(2), &s.segs, &mut s.matmul)?;
+        project(
+            MoeProj::Down,
+            w.down,
+            act,
+            nf,
+            down,
+            &s.segs,
+            &mut s.matmul,
+            &mut s.terms,
+        )?;
         for (i, &(r, slot)) in s.group.iter().enumerate() {
             let wt = weights[r * k + slot];
             let o = &mut outs[(r * k + slot) * width..(r * k + slot + 1) * width];
@@ -513,6 +631,7 @@ mod tests {
             down: 0,
             scales: [ids.then_some(0), ids.then_some(0), ids.then_some(0)],
             biases: [None; 3],
+            low_rank: Vec::new(),
         }
     }
 
@@ -540,6 +659,7 @@ mod tests {
                 p.scales[2].map(|_| &m.scales[2][..]),
             ],
             biases: [None; 3],
+            low_rank: None,
         };
         let rows = x.len() / W;
         let mut out = vec![0f32; rows * W];
@@ -604,6 +724,7 @@ mod tests {
             down: &down,
             scales: [None; 3],
             biases: [None; 3],
+            low_rank: None,
         };
         let p = MoeParams {
             fused_gate_up: true,

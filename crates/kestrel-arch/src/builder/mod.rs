@@ -208,6 +208,7 @@ impl Builder<'_> {
             } else {
                 [None; 3]
             },
+            low_rank: Vec::new(),
         };
         // Experts in a latent space (Nemotron 3 Super): they read the input projected down
         // (a plain product: no scale, no bias), the router the input itself, and their sum is

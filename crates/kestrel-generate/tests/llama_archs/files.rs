@@ -243,6 +243,22 @@ pub struct Skeleton {
     tensors: Vec<(String, Vec<u64>)>,
 }
 
+impl Skeleton {
+    /// This skeleton without the tensors `drop` names.
+    #[allow(dead_code)] // lora_experts.rs only
+    pub fn without(&self, drop: impl Fn(&str) -> bool) -> Skeleton {
+        Skeleton {
+            metadata: self.metadata.clone(),
+            tensors: self
+                .tensors
+                .iter()
+                .filter(|(n, _)| !drop(n))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
 /// The skeleton of a llama.cpp file (its tensors must all be F32, as `test-llama-archs` writes
 /// them for the families kestrel matches).
 pub fn skeleton_of(model: &GgufModel) -> Result<Skeleton, String> {

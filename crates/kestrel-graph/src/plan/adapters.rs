@@ -37,6 +37,7 @@ impl StepAdapters {
             .iter()
             .filter_map(|n| match &n.op {
                 Op::LowRank { term, .. } | Op::AdapterScale { term, .. } => Some(term.adapter + 1),
+                Op::Moe(p) => p.low_rank.iter().map(|l| l.term.adapter + 1).max(),
                 _ => None,
             })
             .max()

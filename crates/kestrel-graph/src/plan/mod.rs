@@ -16,7 +16,7 @@ use kestrel_tensor::{CpuEngine, DType, Tensor};
 
 use crate::ir::{EmbedIndex, Node, NodeId, Op, Rows};
 use crate::memory::{plan_memory, MemoryPlan};
-use crate::moe::{self, grow, MoeScratch, MoeWeights};
+use crate::moe::{self, grow, MoeScratch, MoeTerms, MoeWeights};
 use crate::{Graph, GraphError};
 
 mod adapters;
@@ -136,6 +136,8 @@ pub struct ExecutionPlan {
     head_in: Vec<f32>,
     /// A LoRA term's `x · Aᵀ` rows (grown once to the largest step).
     low_rank: Vec<f32>,
+    /// The expert LoRA terms' factors of an MoE node's rows (grown once).
+    moe_factors: Vec<f32>,
     /// A LoRA term's input rounded as its `A` reads it (grown once).
     low_rank_in: Vec<f32>,
     /// One-row steps' LoRA terms computed beside their matmuls.
@@ -308,6 +310,7 @@ impl ExecutionPlan {
             moe_scratch: MoeScratch::default(),
             head_in: Vec::new(),
             low_rank: Vec::new(),
+            moe_factors: Vec::new(),
             low_rank_in: Vec::new(),
             ahead: adapters::Ahead::new(graph.nodes()),
             adapters: StepAdapters::new(graph.nodes(), max_tokens),
@@ -885,10 +888,20 @@ impl ExecutionPlan {
                 } else {
                     &self.out_segs[..]
                 };
+                // Each LoRA term's factor per row, from the step's scales.
+                let nt = p.low_rank.len();
+                let fs = grow(&mut self.moe_factors, nt * rows);
+                for (j, pair) in p.low_rank.iter().enumerate() {
+                    let f = self
+                        .adapters
+                        .factors(&pair.term, pair.scale, rows, t, &self.out_rows);
+                    fs[j * rows..(j + 1) * rows].copy_from_slice(f);
+                }
                 let ws = &self.weights;
                 let vec = |id: Option<usize>| -> Result<Option<&[f32]>, GraphError> {
                     id.map(|i| ws[i].vector()).transpose()
                 };
+                let tensor = |id: usize| &ws[id].tensor;
                 let bound = MoeWeights {
                     router: &ws[p.router].tensor,
                     router_bias: vec(p.router_bias)?,
@@ -898,6 +911,11 @@ impl ExecutionPlan {
                     down: &ws[p.down].tensor,
                     scales: [vec(p.scales[0])?, vec(p.scales[1])?, vec(p.scales[2])?],
                     biases: [vec(p.biases[0])?, vec(p.biases[1])?, vec(p.biases[2])?],
+                    low_rank: (nt > 0).then_some(MoeTerms {
+                        pairs: &p.low_rank,
+                        tensor: &tensor,
+                        factors: &self.moe_factors[..nt * rows],
+                    }),
                 };
                 let names = &self.weight_names;
                 let hook = self.hook.as_deref_mut().map(|h| {

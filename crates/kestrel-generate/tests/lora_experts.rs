@@ -1,0 +1,223 @@
+//! LoRA adapters on the experts of a mixture-of-experts model (llama.cpp's `build_lora_mm_id`:
+//! 3-d halves, one pair per expert), on llama.cpp's own random-weight `qwen3moe` file (rebuilt
+//! from `fixtures/archs/skeletons.json`, as `llama_archs.rs` does, less its per-tensor scales):
+//! applied on top against the same adapters merged into the
+//! expert weights by `export_merged` (F32, so the two differ by float order and the f16 rounding
+//! of an F16 half's input), batched against alone, and against llama.cpp's logits on the same
+//! files (`fixtures/lora/golden.json`, `experts` cases).
+
+mod lora_common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kestrel_arch::{export_merged, LoraAdapter};
+use kestrel_generate::{BatchOptions, BatchRequest, GenerateParams, Generator};
+use kestrel_gguf::{GgmlType, GgufModel, GgufWriter};
+use lora_common::{generator, temp_dir};
+
+#[path = "llama_archs/files.rs"]
+#[allow(dead_code)]
+mod files;
+
+const IDS: [u32; 12] = [1, 17, 100, 3, 99, 42, 7, 127, 5, 61, 33, 120];
+const EXPERTS: u64 = 2;
+
+/// Adapted weights: `(name, k, m, experts)` (experts 0: a plain matrix).
+const TARGETS: [(&str, u64, u64, u64); 4] = [
+    ("blk.0.ffn_gate_exps.weight", 256, 384, EXPERTS),
+    ("blk.0.ffn_down_exps.weight", 384, 256, EXPERTS),
+    ("blk.1.ffn_up_exps.weight", 256, 384, EXPERTS),
+    ("blk.1.attn_q.weight", 256, 256, 0),
+];
+
+/// llama.cpp's random-weight qwen3moe file (seed 1, deviation 0.1) in `dir`.
+fn base(dir: &Path) -> PathBuf {
+    let skeletons = files::read_skeletons(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs/skeletons.json"),
+    );
+    // Without its per-tensor scales: llama.cpp adds a term after a weight's scale, which no
+    // merged weight can express (the scales of real files are per-tensor quantization ones).
+    let skeleton =
+        skeletons["qwen3moe-moe"].without(|n| n.ends_with(".scale") || n.ends_with(".input_scale"));
+    let bytes = files::build_bytes_as(&skeleton, 1, 0.1, |_, _| GgmlType::F32);
+    let p = dir.join("qwen3moe.gguf");
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// An adapter of rank `rank` for `targets`, values uniform in `±amplitude` from `seed`,
+/// `lora_b` in `b_type`.
+pub fn adapter(
+    path: &Path,
+    alpha: Option<f32>,
+    rank: u64,
+    targets: &[(&str, u64, u64, u64)],
+    seed: u64,
+    b_type: GgmlType,
+    amplitude: f32,
+) {
+    let mut s = seed;
+    let mut next = move || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amplitude
+    };
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", "qwen3moe");
+    w.add_metadata("general.type", "adapter");
+    w.add_metadata("adapter.type", "lora");
+    if let Some(a) = alpha {
+        w.add_metadata("adapter.lora.alpha", a);
+    }
+    for &(name, k, m, e) in targets {
+        let (mut a_dims, mut b_dims) = (vec![k, rank], vec![rank, m]);
+        if e > 0 {
+            a_dims.push(e);
+            b_dims.push(e);
+        }
+        let n = |d: &[u64]| d.iter().product::<u64>();
+        let a: Vec<f32> = (0..n(&a_dims)).map(|_| next()).collect();
+        let b: Vec<f32> = (0..n(&b_dims)).map(|_| next()).collect();
+        w.add_f32_tensor(&format!("{name}.lora_a"), &a_dims, &a)
+            .unwrap();
+        let b_name = format!("{name}.lora_b");
+        if b_type == GgmlType::F16 {
+            let bytes: Vec<u8> = b
+                .iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes())
+                .collect();
+            w.add_tensor(&b_name, GgmlType::F16, &b_dims, bytes)
+                .unwrap();
+        } else {
+            w.add_f32_tensor(&b_name, &b_dims, &b).unwrap();
+        }
+    }
+    w.write_file(path).unwrap();
+}
+
+fn nmse(want: &[f32], got: &[f32]) -> f64 {
+    let num: f64 = want
+        .iter()
+        .zip(got)
+        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
+        .sum();
+    num / want.iter().map(|&a| f64::from(a).powi(2)).sum::<f64>()
+}
+
+/// Last-position logits after `IDS`, then after two steps.
+fn run(g: &mut Generator) -> Vec<Vec<f32>> {
+    let mut out = vec![g.prefill(&IDS).unwrap().to_vec()];
+    for t in [9u32, 77] {
+        out.push(g.step(t).unwrap().to_vec());
+    }
+    out
+}
+
+/// The two adapters of these tests in `dir`: rank 4 with alpha 8 on every target, and rank 2
+/// without alpha, `lora_b` F16, on the experts only; values within `±amplitude`.
+fn adapters(dir: &Path, amplitude: f32) -> (PathBuf, PathBuf) {
+    let (one, two) = (dir.join("one.gguf"), dir.join("two.gguf"));
+    adapter(&one, Some(8.0), 4, &TARGETS, 21, GgmlType::F32, amplitude);
+    adapter(&two, None, 2, &TARGETS[..3], 22, GgmlType::F16, amplitude);
+    (one, two)
+}
+
+#[test]
+fn expert_adapters_on_top_match_them_merged_in() {
+    let dir = temp_dir("experts");
+    let model = base(&dir);
+    let (one, two) = adapters(&dir, 0.2);
+    let plain = run(&mut generator(&model, &[]).unwrap());
+    for set in [
+        vec![(one.clone(), 1.0)],
+        vec![(one.clone(), 0.5), (two.clone(), -1.5)],
+    ] {
+        let on_top = run(&mut generator(&model, &set).unwrap());
+        let merged_path = dir.join("merged.gguf");
+        let loaded: Vec<_> = set
+            .iter()
+            .map(|(p, s)| (Arc::new(LoraAdapter::open(p).unwrap()), *s))
+            .collect();
+        let report =
+            export_merged(&GgufModel::open(&model).unwrap(), &loaded, &merged_path).unwrap();
+        assert_eq!(report.merged, 4);
+        let merged = run(&mut generator(&merged_path, &[]).unwrap());
+        let bound = if set.len() > 1 { 1e-6 } else { 1e-9 };
+        for (step, ((w, g), p)) in merged.iter().zip(&on_top).zip(&plain).enumerate() {
+            let d = nmse(w, g);
+            eprintln!(
+                "{set:?} step {step}: NMSE {d:.2e} vs merged, {:.2e} vs base",
+                nmse(p, g)
+            );
+            assert!(
+                d < bound,
+                "{set:?} step {step}: NMSE {d} against the merged file"
+            );
+            assert!(nmse(p, g) > 1e-4, "{set:?} step {step}: no effect");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Greedy tokens of `prompt` generated alone with the adapter choice `adapters`.
+fn alone(g: &mut Generator, prompt: &[u32], adapters: Option<Vec<(usize, f32)>>) -> Vec<u32> {
+    let params = GenerateParams {
+        adapters,
+        ..GenerateParams::greedy(6)
+    };
+    g.iter(prompt, &params)
+        .unwrap()
+        .map(|t| t.unwrap().id)
+        .collect()
+}
+
+#[test]
+fn expert_adapters_per_sequence_in_a_batch_match_alone() {
+    let dir = temp_dir("experts-batch");
+    let model = base(&dir);
+    // Large enough to change greedy tokens.
+    let (one, two) = adapters(&dir, 1.0);
+    let mut g = generator(&model, &[(one, 1.0), (two, 1.0)]).unwrap();
+    let choices: [Option<Vec<(usize, f32)>>; 5] = [
+        Some(vec![]),
+        Some(vec![(0, 1.0)]),
+        Some(vec![(0, 0.5), (1, -1.0)]),
+        None,
+        Some(vec![(1, 2.0)]),
+    ];
+    let prompts: [&[u32]; 5] = [&IDS[..5], &IDS[2..9], &IDS[..12], &IDS[6..8], &IDS[1..4]];
+    let requests: Vec<BatchRequest> = choices
+        .iter()
+        .zip(prompts)
+        .map(|(c, p)| BatchRequest {
+            prompt: p.to_vec(),
+            params: GenerateParams {
+                adapters: c.clone(),
+                ..GenerateParams::greedy(6)
+            },
+        })
+        .collect();
+    let batch = BatchOptions {
+        max_seqs: 8,
+        ..BatchOptions::default()
+    };
+    let out = g.batch_generate(requests, &batch).unwrap();
+    let mut distinct = std::collections::HashSet::new();
+    for (i, ((choice, p), got)) in choices.iter().zip(prompts).zip(&out).enumerate() {
+        let got = got.as_ref().unwrap().ids.clone();
+        assert_eq!(
+            got,
+            alone(&mut g, p, choice.clone()),
+            "request {i} ({choice:?})"
+        );
+        distinct.insert(alone(&mut g, prompts[2], choice.clone()));
+    }
+    assert!(
+        distinct.len() >= 3,
+        "only {} distinct outputs",
+        distinct.len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
