@@ -24,10 +24,11 @@ const IDS: [u32; 12] = [1, 17, 100, 3, 99, 42, 7, 127, 5, 61, 33, 120];
 const EXPERTS: u64 = 2;
 
 /// Adapted weights: `(name, k, m, experts)` (experts 0: a plain matrix).
-const TARGETS: [(&str, u64, u64, u64); 4] = [
+const TARGETS: [(&str, u64, u64, u64); 5] = [
     ("blk.0.ffn_gate_exps.weight", 256, 384, EXPERTS),
     ("blk.0.ffn_down_exps.weight", 384, 256, EXPERTS),
     ("blk.1.ffn_up_exps.weight", 256, 384, EXPERTS),
+    ("blk.1.ffn_gate_inp.weight", 256, EXPERTS, 0),
     ("blk.1.attn_q.weight", 256, 256, 0),
 ];
 
@@ -116,11 +117,11 @@ fn run(g: &mut Generator) -> Vec<Vec<f32>> {
 }
 
 /// The two adapters of these tests in `dir`: rank 4 with alpha 8 on every target, and rank 2
-/// without alpha, `lora_b` F16, on the experts only; values within `±amplitude`.
+/// without alpha, `lora_b` F16, on the experts and the router; values within `±amplitude`.
 fn adapters(dir: &Path, amplitude: f32) -> (PathBuf, PathBuf) {
     let (one, two) = (dir.join("one.gguf"), dir.join("two.gguf"));
     adapter(&one, Some(8.0), 4, &TARGETS, 21, GgmlType::F32, amplitude);
-    adapter(&two, None, 2, &TARGETS[..3], 22, GgmlType::F16, amplitude);
+    adapter(&two, None, 2, &TARGETS[..4], 22, GgmlType::F16, amplitude);
     (one, two)
 }
 
@@ -142,7 +143,7 @@ fn expert_adapters_on_top_match_them_merged_in() {
             .collect();
         let report =
             export_merged(&GgufModel::open(&model).unwrap(), &loaded, &merged_path).unwrap();
-        assert_eq!(report.merged, 4);
+        assert_eq!(report.merged, 5);
         let merged = run(&mut generator(&merged_path, &[]).unwrap());
         let bound = if set.len() > 1 { 1e-6 } else { 1e-9 };
         for (step, ((w, g), p)) in merged.iter().zip(&on_top).zip(&plain).enumerate() {

@@ -371,6 +371,7 @@ impl Graph {
     pub(crate) fn check_moe_terms(&self, name: &str, p: &MoeParams) -> Result<(), GraphError> {
         for t in &p.low_rank {
             let proj = match t.proj {
+                MoeProj::Router => Some(p.router),
                 MoeProj::Up => Some(p.up),
                 MoeProj::Gate => p.gate,
                 MoeProj::Down => Some(p.down),
@@ -378,8 +379,15 @@ impl Graph {
             .ok_or_else(|| shape_err(name, format!("a LoRA term on a {:?} it lacks", t.proj)))?;
             let w = self.weight_dims(proj, name)?;
             let (a, b) = (self.weight_dims(t.a, name)?, self.weight_dims(t.b, name)?);
-            let fits = matches!((w, a, b), ([k, m, e], [ak, ar, ae], [br, bm, be])
-                if ak == k && bm == m && ar == br && *ar > 0 && ae == e && be == e);
+            let fits = match (w, a, b) {
+                ([k, m, e], [ak, ar, ae], [br, bm, be]) => {
+                    ak == k && bm == m && ar == br && *ar > 0 && ae == e && be == e
+                }
+                ([k, m], [ak, ar], [br, bm]) => {
+                    t.proj == MoeProj::Router && ak == k && bm == m && ar == br && *ar > 0
+                }
+                _ => false,
+            };
             if !fits || t.term.rank as u64 != a[1] {
                 return Err(shape_err(
                     name,

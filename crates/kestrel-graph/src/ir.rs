@@ -195,13 +195,17 @@ pub struct MoeParams {
     /// Per-expert biases of up, gate and down (`[m, n_expert]`), added after the scales.
     pub biases: [Option<WeightId>; 3],
     /// LoRA terms of the expert projections (llama.cpp's `build_lora_mm_id`): each chosen
-    /// expert's projection gets `+ factor · B_e·(A_e·x)` after its scale, before its bias.
+    /// expert's projection gets `+ factor · B_e·(A_e·x)` after its scale, before its bias; and
+    /// of the router (`+ factor · B·(A·x)` before its bias).
     pub low_rank: Vec<MoeLowRank>,
 }
 
-/// Which expert projection of an [`Op::Moe`] a term adapts.
+/// Which projection of an [`Op::Moe`] a term adapts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MoeProj {
+    /// The router (`[k, n_expert]`, one 2-D pair, as llama.cpp's `build_lora_mm` adapts it).
+    Router,
     /// `up` (with `fused_gate_up`: the stacked gate and up projections).
     Up,
     /// `gate`.
@@ -211,20 +215,23 @@ pub enum MoeProj {
 }
 
 impl MoeProj {
-    /// The index of the projection in [`MoeParams::scales`] and [`MoeParams::biases`].
-    pub fn index(self) -> usize {
+    /// The index of an expert projection in [`MoeParams::scales`] and [`MoeParams::biases`]
+    /// (`None` for the router).
+    pub fn index(self) -> Option<usize> {
         match self {
-            MoeProj::Up => 0,
-            MoeProj::Gate => 1,
-            MoeProj::Down => 2,
+            MoeProj::Router => None,
+            MoeProj::Up => Some(0),
+            MoeProj::Gate => Some(1),
+            MoeProj::Down => Some(2),
         }
     }
 }
 
-/// One adapter's pair on an expert projection: `A` of ggml dims `[k, rank, n_expert]`, `B`
-/// `[rank, m, n_expert]` (the projection's weight being `[k, m, n_expert]`), read in their
-/// stored types as matmul weights (an F16 half reads its input rounded to f16, as ggml's
-/// `mul_mat_id` does).
+/// One adapter's pair on a projection of an MoE FFN: for an expert projection `A` of ggml
+/// dims `[k, rank, n_expert]` and `B` `[rank, m, n_expert]` (the weight being `[k, m,
+/// n_expert]`), for the router `[k, rank]` and `[rank, n_expert]`; read in their stored types
+/// as matmul weights (an F16 half reads its input rounded to f16, as ggml's `mul_mat_id`
+/// does).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MoeLowRank {
     /// The projection it adapts.

@@ -236,6 +236,7 @@ impl Graph {
     ) -> Result<MoeParams, GraphError> {
         let mut p = p.clone();
         let projs = [
+            (MoeProj::Router, Some(p.router)),
             (MoeProj::Up, Some(p.up)),
             (MoeProj::Gate, p.gate),
             (MoeProj::Down, Some(p.down)),

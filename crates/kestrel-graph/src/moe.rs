@@ -81,6 +81,48 @@ struct TermScratch {
     up: Vec<f32>,
 }
 
+/// Adds the router's terms to `logits` (`ne` per row of `x`, rows of `width`), every row with
+/// its own factor (0: left as it is), before the router's bias, as llama.cpp's `build_lora_mm`.
+#[allow(clippy::too_many_arguments)]
+fn router_terms(
+    terms: &MoeTerms<'_>,
+    x: &[f32],
+    width: usize,
+    logits: &mut [f32],
+    ne: usize,
+    segments: &[usize],
+    ts: &mut TermScratch,
+    mm: &mut cpu::MatmulScratch,
+) -> Result<(), GraphError> {
+    let rows = logits.len() / ne.max(1);
+    for (j, pair) in terms.pairs.iter().enumerate() {
+        if pair.proj != MoeProj::Router {
+            continue;
+        }
+        let f = &terms.factors[j * rows..(j + 1) * rows];
+        if f.iter().all(|&v| v == 0.0) {
+            continue;
+        }
+        let (a, b) = ((terms.tensor)(pair.a), (terms.tensor)(pair.b));
+        let rank = pair.term.rank;
+        let low = grow(&mut ts.low, rows * rank);
+        let (ab, bb) = (a.as_bytes(), b.as_bytes());
+        cpu::matmul_segmented(x, rows, width, ab, a.dtype(), rank, low, segments, mm)?;
+        let up = grow(&mut ts.up, rows * ne);
+        cpu::matmul_segmented(low, rows, rank, bb, b.dtype(), ne, up, segments, mm)?;
+        for (r, &fr) in f.iter().enumerate() {
+            if fr == 0.0 {
+                continue;
+            }
+            let row = &mut logits[r * ne..(r + 1) * ne];
+            for (o, &u) in row.iter_mut().zip(&up[r * ne..(r + 1) * ne]) {
+                *o += u * fr;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Adds the terms of projection `proj` of expert `e` to `out` (`group.len()` rows of `m`), the
 /// projection of `input` (rows of `kin`), after the projection's scale and before its bias, as
 /// llama.cpp's `build_lora_mm_id`: `out + factor · (x · A_eᵀ) · B_eᵀ`, rows at factor 0 left
@@ -228,6 +270,10 @@ pub(crate) fn run(
         segments,
         &mut s.matmul,
     )?;
+    if let Some(terms) = &w.low_rank {
+        let (ts, mm) = (&mut s.terms, &mut s.matmul);
+        router_terms(terms, router_x, router_width, logits, ne, segments, ts, mm)?;
+    }
     let probs = grow(&mut s.probs, rows * ne);
     s.chosen.clear();
     s.chosen.resize(rows * k, 0);
@@ -349,7 +395,8 @@ pub(crate) fn run(
                        mm: &mut cpu::MatmulScratch,
                        ts: &mut TermScratch|
          -> Result<(), GraphError> {
-            let (scale, bias) = (w.scales[proj.index()], w.biases[proj.index()]);
+            let i = proj.index().unwrap_or(0);
+            let (scale, bias) = (w.scales[i], w.biases[i]);
             let (bytes, dtype, kk, m) = expert_bytes(t, e)?;
             if kk != kin {
                 return Err(GraphError::Internal(format!("expert weight of width {kk}")));

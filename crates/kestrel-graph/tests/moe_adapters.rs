@@ -1,6 +1,6 @@
 //! LoRA terms on the expert projections of a mixture-of-experts FFN (llama.cpp's
 //! `build_lora_mm_id`): each chosen expert's up, gate or down projection gets `+ factor ·
-//! B_e·(A_e·x)`. One batched step where each sequence has its own scales gives every sequence
+//! B_e·(A_e·x)`, and the router `+ factor · B·(A·x)`. One batched step where each sequence has its own scales gives every sequence
 //! the bits it gets alone; scales 0 give the bits of the graph without adapters; the values
 //! are those of a graph whose expert weights have the terms merged in.
 
@@ -34,9 +34,11 @@ fn spec(name: &str) -> Option<(Vec<usize>, usize, DType)> {
         "up.b0" => (vec![2, FF, E], 7, DType::F32),
         "down.a0" => (vec![FF, 2, E], 8, DType::F32),
         "down.b0" => (vec![2, K, E], 9, DType::F32),
-        // Adapter 1, rank 4, F16, no alpha: on gate.
+        // Adapter 1, rank 4, F16, no alpha: on gate; rank 4, F32 on the router.
         "gate.a1" => (vec![K, 4, E], 10, DType::F16),
         "gate.b1" => (vec![4, FF, E], 11, DType::F16),
+        "router.a1" => (vec![K, 4], 12, DType::F32),
+        "router.b1" => (vec![4, E], 13, DType::F32),
         _ => return None,
     })
 }
@@ -130,11 +132,12 @@ fn graphs() -> (Graph, Graph) {
         "up" => vec![pair("up", 0)],
         "down" => vec![pair("down", 0)],
         "gate" => vec![pair("gate", 1)],
+        "router" => vec![pair("router", 1)],
         _ => vec![],
     };
     for fused in [true, false] {
         let (_, applied) = g.with_low_rank(&pairs, fused).unwrap();
-        assert_eq!(applied.len(), 3);
+        assert_eq!(applied.len(), 4);
     }
     let (h, _) = g.with_low_rank(&pairs, true).unwrap();
     (g, h)
@@ -147,6 +150,7 @@ fn merged(s: [f32; 2]) -> impl Fn(&str) -> Option<Tensor> {
             "up_m" => ("up", 0, s[0] * 8.0 / 2.0),
             "down_m" => ("down", 0, s[0] * 8.0 / 2.0),
             "gate_m" => ("gate", 1, s[1]),
+            "router_m" => ("router", 1, s[1]),
             _ => return weight(name),
         };
         let (dims, _, _) = spec(proj).unwrap();
@@ -154,8 +158,9 @@ fn merged(s: [f32; 2]) -> impl Fn(&str) -> Option<Tensor> {
         let mut w = values(proj);
         let a = values(&format!("{proj}.a{adapter}"));
         let b = values(&format!("{proj}.b{adapter}"));
-        let r = a.len() / (k * E);
-        for e in 0..E {
+        let experts = dims.get(2).copied().unwrap_or(1);
+        let r = a.len() / (k * experts);
+        for e in 0..experts {
             for row in 0..m {
                 for col in 0..k {
                     let d: f64 = (0..r)
@@ -249,7 +254,7 @@ fn expert_terms_per_sequence_match_alone_base_and_merged() {
             );
         }
         // The same FFN with the terms merged into F32 expert weights.
-        let m = moe_graph(["tab", "router", "up_m", "gate_m", "down_m"]);
+        let m = moe_graph(["tab", "router_m", "up_m", "gate_m", "down_m"]);
         let merged_w = merged(s);
         let mut mp = ExecutionPlan::compile(&m, 16, &merged_w).unwrap();
         let mut kv = ContiguousCache::new(layout(), 16).unwrap();
