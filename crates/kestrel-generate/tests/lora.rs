@@ -15,7 +15,7 @@ use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_VOCAB};
 use kestrel_arch::{export_merged, LoraAdapter};
 use kestrel_generate::{BatchOptions, BatchRequest, GenerateParams, Generator};
 use kestrel_gguf::{GgmlType, GgufModel, GgufWriter};
-use lora_common::{adapter, base, generator, temp_dir};
+use lora_common::{adapter, base, base64, generator, temp_dir};
 
 const IDS: [u32; 12] = [1, 17, 200, 3, 99, 42, 7, 128, 5, 61, 33, 250];
 
@@ -360,27 +360,6 @@ fn cases(dir: &Path) -> Vec<Case> {
         adapters: vec![(s, 0.8)],
         prompt: PROMPT.iter().map(|&t| t % SYNTHETIC_VOCAB as u32).collect(),
     });
-    out
-}
-
-/// Decodes standard base64.
-fn base64(s: &str) -> Vec<u8> {
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        _ => 63,
-    };
-    let bytes: Vec<u8> = s.bytes().filter(|&c| c != b'=').collect();
-    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
-    for chunk in bytes.chunks(4) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &c)| n | (u32::from(val(c)) << (18 - 6 * i)));
-        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
-    }
     out
 }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use kestrel_arch::{export_merged, LoraAdapter};
 use kestrel_generate::{BatchOptions, BatchRequest, GenerateParams, Generator};
 use kestrel_gguf::{GgmlType, GgufModel, GgufWriter};
-use lora_common::{generator, temp_dir};
+use lora_common::{base64, generator, temp_dir};
 
 #[path = "llama_archs/files.rs"]
 #[allow(dead_code)]
@@ -220,5 +220,87 @@ fn expert_adapters_per_sequence_in_a_batch_match_alone() {
         "only {} distinct outputs",
         distinct.len()
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Last-position logits of a 16-token prompt with the expert adapters against llama.cpp's
+/// (`fixtures/lora/experts_golden.json`, made by `fixtures/lora/make_lora_golden.py` from the
+/// `cases.json` this test writes with `KESTREL_LORA_OUT=DIR`): NMSE ≤ 1e-6 and the same top
+/// token wherever llama.cpp's top two are 1e-3 apart.
+#[test]
+fn expert_adapters_match_llama_cpp() {
+    let out_dir = std::env::var_os("KESTREL_LORA_OUT").map(PathBuf::from);
+    let dir = out_dir.clone().unwrap_or_else(|| temp_dir("experts-llama"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = base(&dir);
+    let (one, two) = adapters(&dir, 0.2);
+    let prompt: Vec<u32> = (0..16u32).map(|i| (i * 37 + 5) % 128).collect();
+    let cases: [(&str, Vec<(PathBuf, f32)>); 3] = [
+        ("qwen3moe-none", vec![]),
+        ("qwen3moe-one", vec![(one.clone(), 1.0)]),
+        ("qwen3moe-two", vec![(one, 0.5), (two, -1.5)]),
+    ];
+    if out_dir.is_some() {
+        let spec: serde_json::Map<String, serde_json::Value> = cases
+            .iter()
+            .map(|(name, ad)| {
+                let ad: Vec<serde_json::Value> =
+                    ad.iter().map(|(p, s)| serde_json::json!([p, s])).collect();
+                let case = serde_json::json!({ "model": model, "adapters": ad, "prompt": prompt });
+                (name.to_string(), case)
+            })
+            .collect();
+        std::fs::write(
+            dir.join("cases.json"),
+            serde_json::to_vec_pretty(&spec).unwrap(),
+        )
+        .unwrap();
+        return;
+    }
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lora/experts_golden.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let logits = |name: &str| -> Vec<f32> {
+        base64(golden["cases"][name]["logits_f16"].as_str().unwrap())
+            .chunks(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect()
+    };
+    let gguf = GgufModel::open(&model).unwrap();
+    for (name, ad) in &cases {
+        let want = logits(name);
+        let opts = kestrel_generate::LogitsOptions {
+            threads: 2,
+            lora: ad.clone(),
+            ..Default::default()
+        };
+        let got = kestrel_generate::logits_of_ids(&gguf, &prompt, &opts).unwrap();
+        let got = got.last().unwrap();
+        assert_eq!(got.len(), want.len(), "{name}");
+        let d = nmse(&want, got);
+        let top = |x: &[f32]| {
+            let mut i: Vec<usize> = (0..x.len()).collect();
+            i.sort_by(|&a, &b| x[b].total_cmp(&x[a]));
+            (i[0], x[i[0]] - x[i[1]])
+        };
+        let ((wi, gap), (gi, _)) = (top(&want), top(got));
+        let effect = nmse(&logits("qwen3moe-none"), got);
+        eprintln!("{name}: NMSE {d:.2e} against llama.cpp (adapters' effect {effect:.2e}), top {gi} (llama.cpp {wi}, gap {gap:.3})");
+        assert!(d <= 1e-6, "{name}: NMSE {d} against llama.cpp");
+        if !ad.is_empty() {
+            assert!(
+                effect > 1e-4,
+                "{name}: the adapters changed the logits by {effect}"
+            );
+        }
+        assert!(
+            gap < 1e-3 || wi == gi,
+            "{name}: top token {gi}, llama.cpp's {wi}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
