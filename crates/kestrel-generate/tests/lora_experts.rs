@@ -32,19 +32,27 @@ const TARGETS: [(&str, u64, u64, u64); 5] = [
     ("blk.1.attn_q.weight", 256, 256, 0),
 ];
 
-/// llama.cpp's random-weight qwen3moe file (seed 1, deviation 0.1) in `dir`.
-fn base(dir: &Path) -> PathBuf {
+/// llama.cpp's random-weight qwen3moe file (seed 1, deviation 0.1) in `dir`, less its
+/// per-tensor scales: llama.cpp adds most terms after a weight's scale, which no merged weight
+/// can express (`scaled` keeps them, for the comparison with llama.cpp).
+fn base_as(dir: &Path, scaled: bool) -> PathBuf {
     let skeletons = files::read_skeletons(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs/skeletons.json"),
     );
-    // Without its per-tensor scales: llama.cpp adds a term after a weight's scale, which no
-    // merged weight can express (the scales of real files are per-tensor quantization ones).
-    let skeleton =
-        skeletons["qwen3moe-moe"].without(|n| n.ends_with(".scale") || n.ends_with(".input_scale"));
+    let skeleton = skeletons["qwen3moe-moe"]
+        .without(|n| !scaled && (n.ends_with(".scale") || n.ends_with(".input_scale")));
     let bytes = files::build_bytes_as(&skeleton, 1, 0.1, |_, _| GgmlType::F32);
-    let p = dir.join("qwen3moe.gguf");
+    let p = dir.join(if scaled {
+        "qwen3moe-scaled.gguf"
+    } else {
+        "qwen3moe.gguf"
+    });
     std::fs::write(&p, bytes).unwrap();
     p
+}
+
+fn base(dir: &Path) -> PathBuf {
+    base_as(dir, false)
 }
 
 /// An adapter of rank `rank` for `targets`, values uniform in `±amplitude` from `seed`,
@@ -119,7 +127,10 @@ fn run(g: &mut Generator) -> Vec<Vec<f32>> {
 /// The two adapters of these tests in `dir`: rank 4 with alpha 8 on every target, and rank 2
 /// without alpha, `lora_b` F16, on the experts and the router; values within `±amplitude`.
 fn adapters(dir: &Path, amplitude: f32) -> (PathBuf, PathBuf) {
-    let (one, two) = (dir.join("one.gguf"), dir.join("two.gguf"));
+    let (one, two) = (
+        dir.join(format!("one-{amplitude}.gguf")),
+        dir.join(format!("two-{amplitude}.gguf")),
+    );
     adapter(&one, Some(8.0), 4, &TARGETS, 21, GgmlType::F32, amplitude);
     adapter(&two, None, 2, &TARGETS[..4], 22, GgmlType::F16, amplitude);
     (one, two)
@@ -131,10 +142,7 @@ fn expert_adapters_on_top_match_them_merged_in() {
     let model = base(&dir);
     let (one, two) = adapters(&dir, 0.2);
     let plain = run(&mut generator(&model, &[]).unwrap());
-    for set in [
-        vec![(one.clone(), 1.0)],
-        vec![(one.clone(), 0.5), (two.clone(), -1.5)],
-    ] {
+    for set in [vec![(one.clone(), 1.0)], vec![(one, 0.5), (two, -1.5)]] {
         let on_top = run(&mut generator(&model, &set).unwrap());
         let merged_path = dir.join("merged.gguf");
         let loaded: Vec<_> = set
@@ -232,18 +240,37 @@ fn expert_adapters_match_llama_cpp() {
     let out_dir = std::env::var_os("KESTREL_LORA_OUT").map(PathBuf::from);
     let dir = out_dir.clone().unwrap_or_else(|| temp_dir("experts-llama"));
     std::fs::create_dir_all(&dir).unwrap();
-    let model = base(&dir);
+    let (model, scaled) = (base(&dir), base_as(&dir, true));
     let (one, two) = adapters(&dir, 0.2);
+    // The scaled file's scales shrink what the adapters do: larger ones there.
+    let (big_one, big_two) = adapters(&dir, 1.0);
+    // Attention alone, where a per-tensor scale (`attn_v.scale`, `attn_output.scale`) sits
+    // between the matmul and the term.
+    let attn = dir.join("attn.gguf");
+    let attn_targets = [
+        ("blk.0.attn_v.weight", 256, 256, 0),
+        ("blk.1.attn_output.weight", 256, 256, 0),
+    ];
+    adapter(&attn, Some(8.0), 4, &attn_targets, 23, GgmlType::F32, 0.2);
     let prompt: Vec<u32> = (0..16u32).map(|i| (i * 37 + 5) % 128).collect();
-    let cases: [(&str, Vec<(PathBuf, f32)>); 3] = [
-        ("qwen3moe-none", vec![]),
-        ("qwen3moe-one", vec![(one.clone(), 1.0)]),
-        ("qwen3moe-two", vec![(one, 0.5), (two, -1.5)]),
+    // The scaled file: terms after the experts' and attn_q's scales, as llama.cpp adds them.
+    type Case<'a> = (&'a str, &'a PathBuf, Vec<(PathBuf, f32)>);
+    let cases: [Case; 6] = [
+        ("qwen3moe-none", &model, vec![]),
+        ("qwen3moe-one", &model, vec![(one.clone(), 1.0)]),
+        ("qwen3moe-two", &model, vec![(one, 0.5), (two, -1.5)]),
+        ("qwen3moe-scaled-none", &scaled, vec![]),
+        (
+            "qwen3moe-scaled-two",
+            &scaled,
+            vec![(big_one, 1.0), (big_two, 0.5)],
+        ),
+        ("qwen3moe-scaled-attn", &scaled, vec![(attn, 1.0)]),
     ];
     if out_dir.is_some() {
         let spec: serde_json::Map<String, serde_json::Value> = cases
             .iter()
-            .map(|(name, ad)| {
+            .map(|(name, model, ad)| {
                 let ad: Vec<serde_json::Value> =
                     ad.iter().map(|(p, s)| serde_json::json!([p, s])).collect();
                 let case = serde_json::json!({ "model": model, "adapters": ad, "prompt": prompt });
@@ -270,8 +297,8 @@ fn expert_adapters_match_llama_cpp() {
             .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect()
     };
-    let gguf = GgufModel::open(&model).unwrap();
-    for (name, ad) in &cases {
+    for (name, model, ad) in &cases {
+        let gguf = GgufModel::open(model).unwrap();
         let want = logits(name);
         let opts = kestrel_generate::LogitsOptions {
             threads: 2,
@@ -288,7 +315,12 @@ fn expert_adapters_match_llama_cpp() {
             (i[0], x[i[0]] - x[i[1]])
         };
         let ((wi, gap), (gi, _)) = (top(&want), top(got));
-        let effect = nmse(&logits("qwen3moe-none"), got);
+        let none = if name.contains("scaled") {
+            "qwen3moe-scaled-none"
+        } else {
+            "qwen3moe-none"
+        };
+        let effect = nmse(&logits(none), got);
         eprintln!("{name}: NMSE {d:.2e} against llama.cpp (adapters' effect {effect:.2e}), top {gi} (llama.cpp {wi}, gap {gap:.3})");
         assert!(d <= 1e-6, "{name}: NMSE {d} against llama.cpp");
         if !ad.is_empty() {

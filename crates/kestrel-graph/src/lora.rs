@@ -13,7 +13,9 @@ use std::collections::HashSet;
 use kestrel_tensor::cpu::low_rank;
 use kestrel_tensor::{DType, Shape, Tensor};
 
-use crate::ir::{AdapterTerm, EmbedIndex, MoeLowRank, MoeParams, MoeProj, Node, Op, WeightId};
+use crate::ir::{
+    AdapterTerm, EmbedIndex, MoeLowRank, MoeParams, MoeProj, Node, NodeId, Op, WeightId,
+};
 use crate::{Graph, GraphError};
 
 /// Marks a half as the low-rank kernels read it (`{name}#lr`).
@@ -149,7 +151,9 @@ impl Graph {
         let mut applied = HashSet::new();
         // Old node id → the new node holding its value.
         let mut map: Vec<usize> = Vec::with_capacity(self.nodes().len());
-        for node in self.nodes() {
+        // Terms to add after node `.0` (a matmul's scale): weight name, input, matmul's name.
+        let mut deferred: Option<(usize, String, NodeId, String)> = None;
+        for (i, node) in self.nodes().iter().enumerate() {
             let inputs: Vec<usize> = node.inputs.iter().map(|&i| map[i]).collect();
             if let Op::Moe(p) = &node.op {
                 let p = self.moe_terms(&mut g, &node.name, p, pairs, &mut applied)?;
@@ -164,6 +168,15 @@ impl Graph {
                 inputs: inputs.clone(),
                 ..node.clone()
             });
+            // Terms deferred from the matmul this node scales.
+            if let Some((at, wname, x, tag)) = deferred.take() {
+                if at == i {
+                    let acc = add_terms(&mut g, &tag, id, x, &pairs(&wname), fused, false)?;
+                    applied.insert(wname);
+                    map.push(acc);
+                    continue;
+                }
+            }
             let (weight, embed) = match &node.op {
                 Op::MatMul { weight } => (Some(*weight), false),
                 Op::Embed {
@@ -177,45 +190,27 @@ impl Graph {
                 continue;
             };
             let wname = self.weights()[w].name.clone();
-            let mut acc = id;
-            for (k, p) in pairs(&wname).into_iter().enumerate() {
-                let tag = format!("{}.lora{k}", node.name);
-                let term = AdapterTerm {
-                    adapter: p.adapter,
-                    alpha: p.alpha,
-                    rank: p.b.1.first().copied().unwrap_or(0) as usize,
-                };
-                if fused && !embed {
-                    let (an, btn) = low_rank_names(&p.a.0, &p.b.0);
-                    let a = g.weight(&an, &p.a.1);
-                    let bt: Vec<u64> = p.b.1.iter().rev().copied().collect();
-                    let bt = g.weight(&btn, &bt);
-                    acc = g.low_rank(&tag, acc, inputs[0], a, bt, p.scale, term, p.types)?;
-                    applied.insert(wname.clone());
-                    continue;
-                }
-                let a: WeightId = g.weight(&p.a.0, &p.a.1);
-                let b: WeightId = g.weight(&p.b.0, &p.b.1);
-                let low = if embed {
-                    g.embed_by(&format!("{tag}.a"), a, EmbedIndex::Tokens)?
-                } else {
-                    g.matmul(&format!("{tag}.a"), inputs[0], a)?
-                };
-                let up = g.matmul(&format!("{tag}.b"), low, b)?;
-                if g.shape(up)? != g.shape(acc)? {
-                    return Err(GraphError::Shape {
-                        node: tag,
-                        reason: format!(
-                            "the adapter's product is {:?}, the weight's output {:?}",
-                            g.shape(up)?,
-                            g.shape(acc)?
-                        ),
-                    });
-                }
-                let scaled = g.adapter_scale(&format!("{tag}.scale"), up, p.scale, term)?;
-                acc = g.add(&format!("{tag}.add"), acc, scaled)?;
-                applied.insert(wname.clone());
+            let ps = pairs(&wname);
+            if ps.is_empty() {
+                map.push(id);
+                continue;
             }
+            // A per-tensor scale right after the matmul (`{name}_s`, as the builders name it)
+            // comes first: llama.cpp's `build_lora_mm(w, cur, w_s)` adds the terms after it.
+            let scaled_next = !embed
+                && self.nodes().get(i + 1).is_some_and(|n| {
+                    matches!(n.op, Op::MulWeight { .. })
+                        && n.inputs.first() == Some(&i)
+                        && n.name == format!("{}_s", node.name)
+                });
+            if scaled_next {
+                deferred = Some((i + 1, wname, inputs[0], node.name.clone()));
+                map.push(id);
+                continue;
+            }
+            let x = inputs.first().copied().unwrap_or(id);
+            let acc = add_terms(&mut g, &node.name, id, x, &ps, fused, embed)?;
+            applied.insert(wname);
             map.push(acc);
         }
         for &o in self.outputs() {
@@ -263,6 +258,56 @@ impl Graph {
         g.check_moe_terms(node, &p)?;
         Ok(p)
     }
+}
+
+/// `acc` plus the terms of `pairs` over the input `x` (token ids for an `embed` table), one
+/// fused node each or four plain ones; the nodes are named after `tag` (the matmul's name).
+fn add_terms(
+    g: &mut Graph,
+    tag: &str,
+    mut acc: NodeId,
+    x: NodeId,
+    pairs: &[LowRank],
+    fused: bool,
+    embed: bool,
+) -> Result<NodeId, GraphError> {
+    for (k, p) in pairs.iter().enumerate() {
+        let tag = format!("{tag}.lora{k}");
+        let term = AdapterTerm {
+            adapter: p.adapter,
+            alpha: p.alpha,
+            rank: p.b.1.first().copied().unwrap_or(0) as usize,
+        };
+        if fused && !embed {
+            let (an, btn) = low_rank_names(&p.a.0, &p.b.0);
+            let a = g.weight(&an, &p.a.1);
+            let bt: Vec<u64> = p.b.1.iter().rev().copied().collect();
+            let bt = g.weight(&btn, &bt);
+            acc = g.low_rank(&tag, acc, x, a, bt, p.scale, term, p.types)?;
+            continue;
+        }
+        let a: WeightId = g.weight(&p.a.0, &p.a.1);
+        let b: WeightId = g.weight(&p.b.0, &p.b.1);
+        let low = if embed {
+            g.embed_by(&format!("{tag}.a"), a, EmbedIndex::Tokens)?
+        } else {
+            g.matmul(&format!("{tag}.a"), x, a)?
+        };
+        let up = g.matmul(&format!("{tag}.b"), low, b)?;
+        if g.shape(up)? != g.shape(acc)? {
+            return Err(GraphError::Shape {
+                node: tag,
+                reason: format!(
+                    "the adapter's product is {:?}, the weight's output {:?}",
+                    g.shape(up)?,
+                    g.shape(acc)?
+                ),
+            });
+        }
+        let scaled = g.adapter_scale(&format!("{tag}.scale"), up, p.scale, term)?;
+        acc = g.add(&format!("{tag}.add"), acc, scaled)?;
+    }
+    Ok(acc)
 }
 
 #[cfg(test)]
