@@ -223,7 +223,9 @@ fn lora_adapters_convert_as_llama_cpp_converts_them() {
                 .targets
                 .iter()
                 .map(|t| match *t {
-                    "attention.wqkv" => 3,
+                    // Stacked experts: one pair per projection; Qwen 2 MoE's shared expert
+                    // is three plain pairs.
+                    "attention.wqkv" | "experts" | "shared_expert" => 3,
                     "embed_tokens" | "input_layernorm" | "norm" => 0,
                     _ => 1,
                 })
@@ -279,6 +281,31 @@ fn lora_adapters_convert_as_llama_cpp_converts_them() {
         );
         std::fs::rename(&st, dir.join("adapter_model.bin")).unwrap();
         assert!(convert(OutType::F32).contains("adapter_model.bin"));
+        // Experts' gate and up alone: llama.cpp's script never stacks them, so neither does
+        // kestrel.
+        let case = cases.iter().find(|c| c.name == "qwen3moe").unwrap();
+        if convert_inputs::available(case) {
+            let partial = convert_inputs::lora::Adapter {
+                name: "lora-experts-partial",
+                base: "qwen3moe",
+                rank: 2,
+                alpha: 4.0,
+                targets: &["experts-partial"],
+                dt: convert_inputs::Dt::F32,
+                head: false,
+            };
+            let (base, dir) = (work.join("qwen3moe"), work.join(partial.name));
+            convert_inputs::lora::write_adapter(&partial, case, &base, &dir);
+            let err = kestrel::convert::convert_lora(
+                &dir,
+                &base,
+                &out,
+                &ConvertOptions::new(OutType::F32),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("every expert projection"), "{err}");
+        }
     }
     std::fs::remove_dir_all(&work).ok();
     assert!(failures.is_empty(), "{}", failures.join("\n"));

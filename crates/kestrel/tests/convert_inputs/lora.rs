@@ -34,7 +34,7 @@ type AdapterRow = (
 /// The adapters the tests convert.
 pub fn adapters() -> Vec<Adapter> {
     // One-to-one bases beyond the first seven: attention (and MLP where named as Llama's).
-    let more: [AdapterRow; 15] = [
+    let more: [AdapterRow; 18] = [
         ("lora-commandr", "command-r", 8, 16.0, &ATTN_MLP, Dt::F32),
         ("lora-olmo", "olmo", 4, 8.0, &ATTN, Dt::F16),
         (
@@ -91,6 +91,38 @@ pub fn adapters() -> Vec<Adapter> {
             8.0,
             &["q_proj", "o_proj", "input_layernorm", "norm"],
             Dt::BF16,
+        ),
+        // Mixture-of-experts adapters: every expert's projections, the router, and Qwen 2
+        // MoE's shared expert and its gate.
+        (
+            "lora-qwen3moe-experts",
+            "qwen3moe",
+            4,
+            8.0,
+            &["q_proj", "experts", "router"],
+            Dt::F32,
+        ),
+        (
+            "lora-mixtral-experts",
+            "mixtral",
+            4,
+            8.0,
+            &["experts", "router"],
+            Dt::BF16,
+        ),
+        (
+            "lora-qwen2moe-experts",
+            "qwen2moe",
+            2,
+            4.0,
+            &[
+                "experts",
+                "shared_expert",
+                "shared_expert_gate",
+                "router",
+                "o_proj",
+            ],
+            Dt::F16,
         ),
         // Gemma's norms go through its `1 + w`, as the base's do.
         (
@@ -229,8 +261,116 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
     let (h, q, kv, ff) = (case.hidden, case.heads * hd, case.kv_heads * hd, case.ff);
     let mut rng = Rng::new(0x6c6f_7261 ^ a.name.len() as u64);
     let mut t: Vec<Named> = Vec::new();
+    let n_experts = ["num_local_experts", "num_experts"]
+        .iter()
+        .find_map(|k| case.extra[*k].as_u64())
+        .unwrap_or(0) as usize;
+    let expert_ff = case.extra["moe_intermediate_size"]
+        .as_u64()
+        .map_or(ff, |v| v as usize);
+    let moe = if case.model_type == "mixtral" {
+        "block_sparse_moe"
+    } else {
+        "mlp"
+    };
+    let pair = |t: &mut Vec<Named>, rng: &mut Rng, p: String, out: usize, inp: usize| {
+        for (ab, shape, scale) in [
+            ("A", vec![a.rank, inp], 1.0 / (inp as f32).sqrt()),
+            ("B", vec![out, a.rank], 0.05),
+        ] {
+            let n = shape[0] * shape[1];
+            let v = (0..n).map(|_| rng.uniform(scale)).collect();
+            t.push((format!("{p}.lora_{ab}.weight"), shape, v));
+        }
+    };
     for l in 0..case.layers {
         for &m in a.targets {
+            let layer = format!("base_model.model.model.layers.{l}");
+            match m {
+                // Every expert's three projections (PEFT names them one by one).
+                "experts" => {
+                    let projs = if moe == "mlp" {
+                        [
+                            ("gate_proj", expert_ff, h),
+                            ("up_proj", expert_ff, h),
+                            ("down_proj", h, expert_ff),
+                        ]
+                    } else {
+                        [
+                            ("w1", expert_ff, h),
+                            ("w2", h, expert_ff),
+                            ("w3", expert_ff, h),
+                        ]
+                    };
+                    for e in 0..n_experts {
+                        for (proj, out, inp) in projs {
+                            pair(
+                                &mut t,
+                                &mut rng,
+                                format!("{layer}.{moe}.experts.{e}.{proj}"),
+                                out,
+                                inp,
+                            );
+                        }
+                    }
+                    continue;
+                }
+                // The experts' gate and up only (llama.cpp's script cannot stack them).
+                "experts-partial" => {
+                    for e in 0..n_experts {
+                        for proj in ["gate_proj", "up_proj"] {
+                            pair(
+                                &mut t,
+                                &mut rng,
+                                format!("{layer}.mlp.experts.{e}.{proj}"),
+                                expert_ff,
+                                h,
+                            );
+                        }
+                    }
+                    continue;
+                }
+                "router" => {
+                    pair(
+                        &mut t,
+                        &mut rng,
+                        format!("{layer}.{moe}.gate"),
+                        n_experts,
+                        h,
+                    );
+                    continue;
+                }
+                "shared_expert_gate" => {
+                    pair(
+                        &mut t,
+                        &mut rng,
+                        format!("{layer}.mlp.shared_expert_gate"),
+                        1,
+                        h,
+                    );
+                    continue;
+                }
+                "shared_expert" => {
+                    let sff = case.extra["shared_expert_intermediate_size"]
+                        .as_u64()
+                        .unwrap() as usize;
+                    for (proj, out, inp) in [
+                        ("gate_proj", sff, h),
+                        ("up_proj", sff, h),
+                        ("down_proj", h, sff),
+                    ] {
+                        pair(
+                            &mut t,
+                            &mut rng,
+                            format!("{layer}.mlp.shared_expert.{proj}"),
+                            out,
+                            inp,
+                        );
+                    }
+                    continue;
+                }
+                _ => {}
+            }
             let (block, out, inp) = match m {
                 "attention.wqkv" => ("", q + 2 * kv, h),
                 "attention.wo" => ("", h, q),
@@ -288,14 +428,7 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
             } else {
                 format!("base_model.model.model.layers.{l}.{block}.{m}")
             };
-            for (ab, shape, scale) in [
-                ("A", vec![a.rank, inp], 1.0 / (inp as f32).sqrt()),
-                ("B", vec![out, a.rank], 0.05),
-            ] {
-                let n = shape[0] * shape[1];
-                let v = (0..n).map(|_| rng.uniform(scale)).collect();
-                t.push((format!("{p}.lora_{ab}.weight"), shape, v));
-            }
+            pair(&mut t, &mut rng, p, out, inp);
         }
     }
     if a.head {

@@ -10,9 +10,12 @@
 //! 1-3, ChatGLM, ...) are converted, and InternLM2, whose fused `wqkv` is split as its base
 //! is (`lora_B`'s rows by part, `lora_A` repeated). An adapter on the token embedding
 //! (`lora_embedding_A`/`_B`) is written as llama.cpp's embedding lookup reads it (`A`
-//! transposed); norm vectors that mergekit-extract-lora adds are kept as they are. The other
-//! families, adapters on experts, whole embedding weights, DoRA and activated LoRA are
-//! refused, as is the PyTorch `.bin` form.
+//! transposed); norm vectors that mergekit-extract-lora adds are kept as they are. Adapters on
+//! the experts of Mixtral and Qwen's MoE forms are stacked per layer and projection as the
+//! base's experts are (`blk.{L}.ffn_{gate,up,down}_exps.weight.lora_{a,b}`, 3-d), which needs
+//! every expert projection of a layer adapted, as llama.cpp's script does. The other families,
+//! whole embedding weights, DoRA and activated LoRA are refused, as is the PyTorch `.bin`
+//! form.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,6 +23,7 @@ use std::path::Path;
 use kestrel_gguf::TensorSpec;
 use serde_json::Value;
 
+use super::experts::Experts;
 use super::write::{Planned, Source};
 use super::{bad, family, internlm2, read, tensors, uint, Family};
 use crate::convert::checkpoint::Checkpoint;
@@ -238,6 +242,9 @@ pub(crate) fn convert(
         });
     }
     let mut total_params: i64 = 0;
+    // Expert pairs, collected per layer as the base's experts are (one collector per half).
+    let mut expert_a = Experts::new(family, &h, &base_cfg)?;
+    let mut expert_b = Experts::new(family, &h, &base_cfg)?;
     for base_name in &order {
         let p = &pairs[base_name];
         let (Some(a), Some(b)) = (&p.a, &p.b) else {
@@ -250,10 +257,27 @@ pub(crate) fn convert(
             .experts()
             .is_some_and(|l| family::expert_of(&l, base_name).is_some())
         {
-            return Err(bad(
-                &model,
-                format!("{base_name}: adapters on experts are not supported yet"),
-            ));
+            // Stacked as the base's experts are, once the layer's last expert pair is in:
+            // each projection's `lora_a` `[n_expert, rank, in]` and `lora_b` `[n_expert, out,
+            // rank]`, in the base's projection order.
+            let (rank, _) = matrix(&ck, a, &model)?;
+            let (_, rank_b) = matrix(&ck, b, &model)?;
+            check_rank(base_name, rank, rank_b, &model)?;
+            let ty = |_: &str, _: usize, cols: usize| tensors::quantized_type(outtype, cols);
+            let (sa, sb) = (
+                expert_a.take(&ck, a, base_name, &ty)?,
+                expert_b.take(&ck, b, base_name, &ty)?,
+            );
+            for (mut la, mut lb) in sa.into_iter().flatten().zip(sb.into_iter().flatten()) {
+                let n: u64 = la.spec.dims.get(2).copied().unwrap_or(1);
+                let (k, m) = (la.spec.dims[0], lb.spec.dims[1]);
+                total_params += (n * k * m) as i64;
+                la.spec.name.push_str(".lora_a");
+                lb.spec.name.push_str(".lora_b");
+                plan.push(la);
+                plan.push(lb);
+            }
+            continue;
         }
         if family == Family::InternLm2 {
             if let Some((layer, "attention.wqkv.weight")) =
@@ -328,6 +352,15 @@ pub(crate) fn convert(
         ));
     }
 
+    // llama.cpp's script stacks a layer's experts only once all of them are in.
+    expert_a.finish().map_err(|e| {
+        bad(
+            &model,
+            format!(
+                "an adapter on experts must adapt every expert projection of a layer, as                  llama.cpp's converter stacks them ({e})"
+            ),
+        )
+    })?;
     let arch = family.arch();
     let mut meta = Meta::default();
     meta.str("general.architecture", arch);
