@@ -34,7 +34,7 @@ type AdapterRow = (
 /// The adapters the tests convert.
 pub fn adapters() -> Vec<Adapter> {
     // One-to-one bases beyond the first seven: attention (and MLP where named as Llama's).
-    let more: [AdapterRow; 18] = [
+    let more: [AdapterRow; 20] = [
         ("lora-commandr", "command-r", 8, 16.0, &ATTN_MLP, Dt::F32),
         ("lora-olmo", "olmo", 4, 8.0, &ATTN, Dt::F16),
         (
@@ -108,6 +108,22 @@ pub fn adapters() -> Vec<Adapter> {
             4,
             8.0,
             &["experts", "router"],
+            Dt::BF16,
+        ),
+        (
+            "lora-olmoe-experts",
+            "olmoe",
+            2,
+            4.0,
+            &["experts", "router", "k_proj"],
+            Dt::F32,
+        ),
+        (
+            "lora-phimoe-experts",
+            "phimoe",
+            4,
+            8.0,
+            &["experts", "q_proj"],
             Dt::BF16,
         ),
         (
@@ -268,7 +284,7 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
     let expert_ff = case.extra["moe_intermediate_size"]
         .as_u64()
         .map_or(ff, |v| v as usize);
-    let moe = if case.model_type == "mixtral" {
+    let moe = if matches!(case.model_type, "mixtral" | "phimoe") {
         "block_sparse_moe"
     } else {
         "mlp"

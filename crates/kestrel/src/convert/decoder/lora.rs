@@ -11,7 +11,7 @@
 //! is (`lora_B`'s rows by part, `lora_A` repeated). An adapter on the token embedding
 //! (`lora_embedding_A`/`_B`) is written as llama.cpp's embedding lookup reads it (`A`
 //! transposed); norm vectors that mergekit-extract-lora adds are kept as they are. Adapters on
-//! the experts of Mixtral and Qwen's MoE forms are stacked per layer and projection as the
+//! the experts of Mixtral, Phi-3.5-MoE, OLMoE and Qwen's MoE forms are stacked per layer and projection as the
 //! base's experts are (`blk.{L}.ffn_{gate,up,down}_exps.weight.lora_{a,b}`, 3-d), which needs
 //! every expert projection of a layer adapted, as llama.cpp's script does. The other families,
 //! whole embedding weights, DoRA and activated LoRA are refused, as is the PyTorch `.bin`
@@ -44,6 +44,8 @@ fn plain(family: Family) -> bool {
                 | Family::Phi3
                 | Family::Qwen2Moe
                 | Family::Qwen3Moe
+                | Family::Olmoe
+                | Family::PhiMoe
                 | Family::Olmo2
                 | Family::Olmo
                 | Family::CommandR
@@ -130,9 +132,9 @@ pub(crate) fn convert(
         return Err(bad(
             &base_cfg,
             format!(
-                "LoRA adapters for {} are not converted yet (Llama, Mistral, Qwen 2/3, \
-                 Gemma, Phi-2/3, OLMo, Command R, StableLM, StarCoder 2, EXAONE 4 and \
-                 GLM-4 bases are)",
+                "LoRA adapters for {} are not converted yet (Llama, Mistral, Mixtral, \
+                 Qwen 1-3 and their MoE forms, Gemma, Phi-2/3/3.5-MoE, OLMo, OLMoE, Command \
+                 R, StableLM, StarCoder 2, EXAONE 4, ChatGLM, GLM-4 and InternLM2 bases are)",
                 family.arch()
             ),
         ));
