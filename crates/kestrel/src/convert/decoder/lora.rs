@@ -5,17 +5,16 @@
 //! `adapter.lora.alpha`, the name from the adapter's folder. The base model's `config.json`
 //! gives the architecture and head counts; its weights are not read.
 //!
-//! Families whose matrices map one to one onto the base (Llama and its kin, Qwen 1-3 and the
-//! attention of Qwen's MoE forms, Gemma 1-3, Phi-2/3 with Phi-3's fused QKV and gate-up, OLMo
-//! 1-3, ChatGLM, ...) are converted, and InternLM2, whose fused `wqkv` is split as its base
-//! is (`lora_B`'s rows by part, `lora_A` repeated). An adapter on the token embedding
+//! Families whose matrices map one to one onto the base (Llama and its kin, Qwen 1-3 and
+//! Qwen's MoE forms, Gemma 1-3, Phi-2/3 with Phi-3's fused QKV and gate-up, OLMo 1-3, OLMoE,
+//! Phi-3.5-MoE, ChatGLM, ...) are converted, and InternLM2, whose fused `wqkv` is split as its
+//! base is (`lora_B`'s rows by part, `lora_A` repeated). An adapter on the token embedding
 //! (`lora_embedding_A`/`_B`) is written as llama.cpp's embedding lookup reads it (`A`
 //! transposed); norm vectors that mergekit-extract-lora adds are kept as they are. Adapters on
-//! the experts of Mixtral, Phi-3.5-MoE, OLMoE and Qwen's MoE forms are stacked per layer and projection as the
-//! base's experts are (`blk.{L}.ffn_{gate,up,down}_exps.weight.lora_{a,b}`, 3-d), which needs
-//! every expert projection of a layer adapted, as llama.cpp's script does. The other families,
-//! whole embedding weights, DoRA and activated LoRA are refused, as is the PyTorch `.bin`
-//! form.
+//! experts are stacked per layer and projection as the base's experts are
+//! (`blk.{L}.ffn_{gate,up,down}_exps.weight.lora_{a,b}`, 3-d), which needs every expert
+//! projection of a layer adapted, as llama.cpp's script does. The other families, whole
+//! embedding weights, DoRA and activated LoRA are refused, as is the PyTorch `.bin` form.
 
 use std::collections::BTreeMap;
 use std::path::Path;
