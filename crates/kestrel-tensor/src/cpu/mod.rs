@@ -19,10 +19,6 @@ mod kernel_tests;
 pub(crate) mod x86_64;
 
 pub mod attention;
-pub mod attention_batch;
-pub mod attention_latent;
-pub mod attention_sinks;
-pub(crate) mod attention_tiled;
 pub mod convert;
 pub mod elementwise;
 pub mod get_rows;
@@ -43,10 +39,10 @@ pub mod ssm;
 #[cfg(test)]
 pub(crate) mod testutil;
 
-pub use attention::{attention, attention_paged, visible_keys, AttentionParams, KvRows, KvSlice};
-pub use attention_batch::{attention_paged_batch, PagedSeq};
-pub use attention_latent::{attention_latent, LatentAttentionParams};
-pub use attention_sinks::apply_attention_sinks;
+pub use attention::{
+    apply_attention_sinks, attention, attention_latent, attention_paged, attention_paged_batch,
+    visible_keys, AttentionParams, KvRows, KvSlice, LatentAttentionParams, PagedSeq,
+};
 pub use block::{dot, vec_dot};
 pub use convert::{bf16_to_f32_slice, f16_to_f32, f32_to_bf16_slice, f32_to_f16, round_to};
 pub use elementwise::{

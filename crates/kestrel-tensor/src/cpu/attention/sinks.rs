@@ -6,8 +6,9 @@
 //! (and soft-capped) scores recomputed over the keys it saw. Only the families with sinks pay for
 //! the second pass over the keys.
 
-use super::attention::{head, visible_keys, AttentionParams, KvElem, KvSlice};
-use super::attention_batch::PagedSeq;
+use super::batch::PagedSeq;
+use super::kv::{head, KvElem, KvSlice};
+use super::params::{visible_keys, AttentionParams};
 use crate::{Result, TensorError};
 
 fn lse<T: KvElem>(

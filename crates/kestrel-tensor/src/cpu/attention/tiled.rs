@@ -15,8 +15,8 @@
 
 use rayon::prelude::*;
 
-use super::attention::{visible_keys, AttentionParams};
-use super::out_ptr::OutPtr;
+use super::params::{visible_keys, AttentionParams};
+use crate::cpu::out_ptr::OutPtr;
 
 /// Keys per tile (`GGML_FA_TILE_KV`).
 const KV_TILE: usize = 64;
@@ -82,9 +82,9 @@ pub(crate) fn run_tiled(
     let hd = p.head_dim;
     let n = positions.len();
     #[cfg(target_arch = "x86_64")]
-    let avx512 = super::dispatch::active_isa() >= super::dispatch::Isa::Avx512;
+    let avx512 = crate::cpu::dispatch::active_isa() >= crate::cpu::dispatch::Isa::Avx512;
     #[cfg(target_arch = "x86_64")]
-    let avx2 = super::dispatch::active_isa() >= super::dispatch::Isa::Avx2;
+    let avx2 = crate::cpu::dispatch::active_isa() >= crate::cpu::dispatch::Isa::Avx2;
     // Tasks: (head, chunk of Q_TILE rows); each writes its rows' outputs (strided in `out`),
     // through a per-thread result buffer, so a call allocates nothing once the threads' scratch
     // has grown.
@@ -598,7 +598,7 @@ mod tests {
     #[test]
     fn avx2_tile_ops_agree() {
         #[cfg(target_arch = "x86_64")]
-        if super::super::dispatch::active_isa() >= super::super::dispatch::Isa::Avx2 {
+        if crate::cpu::dispatch::active_isa() >= crate::cpu::dispatch::Isa::Avx2 {
             let mut rng = crate::cpu::testutil::Rng::new(5);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             for hd in [16usize, 48, 64, 80, 256] {
@@ -663,7 +663,7 @@ mod tests {
     #[test]
     fn tile_ops_agree() {
         #[cfg(target_arch = "x86_64")]
-        if super::super::dispatch::active_isa() >= super::super::dispatch::Isa::Avx512 {
+        if crate::cpu::dispatch::active_isa() >= crate::cpu::dispatch::Isa::Avx512 {
             let mut rng = crate::cpu::testutil::Rng::new(9);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             for hd in [16usize, 48, 64, 80, 256] {

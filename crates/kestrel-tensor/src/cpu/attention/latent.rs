@@ -9,8 +9,9 @@
 
 use rayon::prelude::*;
 
-use super::attention::{head, visible_keys, KvElem, KvSlice};
-use super::attention_batch::PagedSeq;
+use super::batch::PagedSeq;
+use super::kv::{head, KvElem, KvSlice};
+use super::params::visible_keys;
 use crate::error::{Result, TensorError};
 
 /// Settings of [`attention_latent`].

@@ -8,9 +8,10 @@
 
 use rayon::prelude::*;
 
-use super::attention::{
-    attention_paged, check_args, takes_f16_ggml, AttentionParams, F16Isa, F16Row, KvRows, KvSlice,
-};
+use super::f16_ggml::{takes_f16_ggml, F16Isa, F16Row};
+use super::kv::{KvRows, KvSlice};
+use super::params::AttentionParams;
+use super::single::{attention_paged, check_args};
 use crate::error::{Result, TensorError};
 
 /// One sequence of [`attention_paged_batch`]: its `n_rows` consecutive query rows of the step
@@ -42,7 +43,7 @@ impl PagedSeq<'static> {
 
 /// [`attention_paged`] for consecutive sequences of one step: `q`, `positions` and `out` hold
 /// the rows of `seqs[0]`, then those of `seqs[1]`, and so on. Sequences with fewer than
-/// [`GGML_FA_TILE_Q`](super::attention::GGML_FA_TILE_Q) rows over f16 caches (decode) are
+/// [`GGML_FA_TILE_Q`](super::params::GGML_FA_TILE_Q) rows over f16 caches (decode) are
 /// attended together in one parallel region; the others one after another. The result equals
 /// calling [`attention_paged`] on each sequence's rows, bit for bit.
 ///
