@@ -76,5 +76,5 @@ pub use prompter::Prompter;
 /// assert!(["scalar", "avx2", "avx512", "neon", "dotprod", "i8mm"].contains(&isa));
 /// ```
 pub fn cpu_isa() -> &'static str {
-    kestrel_tensor::cpu::dispatch::active_isa().name()
+    kestrel_tensor::cpu::isa::active_isa().name()
 }

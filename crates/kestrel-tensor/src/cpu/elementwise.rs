@@ -333,7 +333,7 @@ fn apply<S: Fn(usize, f32) -> f32, T: Fn(usize, f32) -> f32>(
 fn simd_silu() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        super::dispatch::active_isa() >= super::dispatch::Isa::Avx512
+        super::isa::active_isa() >= super::isa::Isa::Avx512
     }
     #[cfg(not(target_arch = "x86_64"))]
     false

@@ -5,7 +5,8 @@ use bytemuck::Zeroable;
 use kestrel_gguf::quant::BlockQ8_0;
 use proptest::prelude::*;
 
-use crate::cpu::dispatch::{Isa, Kernels};
+use crate::cpu::isa::Isa;
+use crate::cpu::kernel_table::Kernels;
 use crate::cpu::q8::{self, BlockQ8_1};
 use crate::cpu::testutil::{quantized_row, Rng};
 use crate::DType;
@@ -58,7 +59,7 @@ fn check(dtype: DType, k: usize, m: usize, seed: u64, scale: f32) {
 /// 1 to 4 weight rows against 1 to 8 activation rows: the tile kernels equal the scalar
 /// twins bit for bit.
 fn check_tile(dtype: DType, k: usize, seed: u64, scale: f32) {
-    use crate::cpu::dispatch::{MAX_TILE_ACTS, MAX_TILE_ROWS};
+    use crate::cpu::kernel_table::{MAX_TILE_ACTS, MAX_TILE_ROWS};
     let mut rng = Rng::new(seed);
     let mut w = Vec::new();
     for _ in 0..4 {
@@ -139,7 +140,7 @@ fn check_tile(dtype: DType, k: usize, seed: u64, scale: f32) {
             );
             // The prepared variant: prepared by a call over other rows (all 4, or 1),
             // then reused for these.
-            let prepped = |prep: &mut crate::cpu::dispatch::PrepBuf, rows: usize, fresh| {
+            let prepped = |prep: &mut crate::cpu::kernel_table::PrepBuf, rows: usize, fresh| {
                 let mut out = vec![0f32; rows * tn];
                 let w = &w[..rows * w.len() / 4];
                 let done = match dtype {
@@ -370,7 +371,7 @@ fn widened_prefill_matmuls_give_the_scalar_bits() {
     use crate::cpu::matmul::{matmul_q_with, MatmulScratch};
     use crate::cpu::qdot::{QDot, DQ4_0, DQ5_0, DQ8_0};
     fn run<D: QDot>(
-        pick: impl Fn(&Kernels) -> crate::cpu::dispatch::TypeKernels<D::Act>,
+        pick: impl Fn(&Kernels) -> crate::cpu::kernel_table::TypeKernels<D::Act>,
         dtype: DType,
     ) {
         let (k, m, n) = (96, 150, 37);
@@ -425,7 +426,8 @@ fn widened_prefill_matmuls_give_the_scalar_bits() {
 mod iq_grid {
     use bytemuck::Zeroable;
 
-    use crate::cpu::dispatch::{Isa, Kernels, TypeKernels};
+    use crate::cpu::isa::Isa;
+    use crate::cpu::kernel_table::{Kernels, TypeKernels};
     use crate::cpu::q8;
     use crate::cpu::qdot_iq::{dot_iq2_s, dot_iq2_xs, dot_iq2_xxs, dot_iq3_s, dot_iq3_xxs};
     use crate::cpu::testutil::{quantized_row, Rng};

@@ -20,8 +20,9 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::block::{dispatch, dot, BlockDequant, MAX_BLOCK};
-use super::dispatch::{PrepBuf, Widened, MAX_TILE_ACTS, MAX_TILE_ROWS};
+use super::kernel_table::{PrepBuf, TypeKernels, Widened, MAX_TILE_ACTS, MAX_TILE_ROWS};
 use super::out_ptr::OutPtr;
+use super::prefetch::prefetch_next;
 use crate::error::{Result, TensorError};
 use crate::DType;
 
@@ -105,7 +106,7 @@ fn typed<A: bytemuck::Pod>(buf: &mut Vec<u64>, len: usize) -> &mut [A] {
 }
 
 /// Activation rows from which a matmul takes its kernels' prefill form
-/// ([`dispatch::Widened`](super::dispatch::Widened)).
+/// ([`dispatch::Widened`](super::kernel_table::Widened)).
 const WIDEN_MIN_ROWS: usize = 16;
 
 thread_local! {
@@ -219,6 +220,8 @@ pub fn matmul_segmented(
         return Ok(());
     }
     use super::qdot::*;
+    // The active instruction set's kernels; types without SIMD kernels run their scalar twins.
+    let kt = super::dispatch::kernels();
     match w_dtype {
         // vec_dot_type F32: the activations as they are, each row by the one-row kernel, so a
         // row's numerics never depend on how many rows share the step (the multi-row tiles sum
@@ -228,31 +231,124 @@ pub fn matmul_segmented(
                 matmul_k::<K>(xr, 1, k, w, row_bytes, m, or);
             }
         }),
-        DType::F16 => matmul_q::<DF16>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::BF16 => matmul_q::<DBF16>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::Q4_0 => matmul_q::<DQ4_0>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::Q4_1 => matmul_q::<DQ4_1>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::Q5_0 => matmul_q::<DQ5_0>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::Q5_1 => matmul_q::<DQ5_1>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::Q8_0 => matmul_q::<DQ8_0>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::Q2K => matmul_q::<DQ2K>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::Q3K => matmul_q::<DQ3K>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::Q4K => matmul_q::<DQ4K>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::Q5K => matmul_q::<DQ5K>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::Q6K => matmul_q::<DQ6K>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::Q8K => matmul_q::<DQ8K>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::IQ4NL => matmul_q::<DIQ4NL>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::IQ4XS => matmul_q::<DIQ4XS>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::MXFP4 => matmul_q::<DMXFP4>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::TQ1_0 => matmul_q::<DTQ1_0>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::TQ2_0 => matmul_q::<DTQ2_0>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::IQ2XXS => matmul_q::<DIQ2XXS>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::IQ2XS => matmul_q::<DIQ2XS>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::IQ2S => matmul_q::<DIQ2S>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::IQ3XXS => matmul_q::<DIQ3XXS>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::IQ3S => matmul_q::<DIQ3S>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::IQ1S => matmul_q::<DIQ1S>(x, n, k, w, row_bytes, m, out, segments, scratch),
-        DType::IQ1M => matmul_q::<DIQ1M>(x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::F16 => matmul_q::<DF16>(
+            TypeKernels::scalar::<DF16>(),
+            x,
+            n,
+            k,
+            w,
+            row_bytes,
+            m,
+            out,
+            segments,
+            scratch,
+        ),
+        DType::BF16 => matmul_q::<DBF16>(
+            TypeKernels::scalar::<DBF16>(),
+            x,
+            n,
+            k,
+            w,
+            row_bytes,
+            m,
+            out,
+            segments,
+            scratch,
+        ),
+        DType::Q4_0 => matmul_q::<DQ4_0>(kt.q4_0, x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q4_1 => matmul_q::<DQ4_1>(kt.q4_1, x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q5_0 => matmul_q::<DQ5_0>(kt.q5_0, x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q5_1 => matmul_q::<DQ5_1>(kt.q5_1, x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q8_0 => matmul_q::<DQ8_0>(kt.q8_0, x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q2K => matmul_q::<DQ2K>(kt.q2_k, x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q3K => matmul_q::<DQ3K>(kt.q3_k, x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q4K => matmul_q::<DQ4K>(kt.q4_k, x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q5K => matmul_q::<DQ5K>(kt.q5_k, x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q6K => matmul_q::<DQ6K>(kt.q6_k, x, n, k, w, row_bytes, m, out, segments, scratch),
+        DType::Q8K => matmul_q::<DQ8K>(
+            TypeKernels::scalar::<DQ8K>(),
+            x,
+            n,
+            k,
+            w,
+            row_bytes,
+            m,
+            out,
+            segments,
+            scratch,
+        ),
+        DType::IQ4NL => {
+            matmul_q::<DIQ4NL>(kt.iq4_nl, x, n, k, w, row_bytes, m, out, segments, scratch)
+        }
+        DType::IQ4XS => {
+            matmul_q::<DIQ4XS>(kt.iq4_xs, x, n, k, w, row_bytes, m, out, segments, scratch)
+        }
+        DType::MXFP4 => {
+            matmul_q::<DMXFP4>(kt.mxfp4, x, n, k, w, row_bytes, m, out, segments, scratch)
+        }
+        DType::TQ1_0 => matmul_q::<DTQ1_0>(
+            TypeKernels::scalar::<DTQ1_0>(),
+            x,
+            n,
+            k,
+            w,
+            row_bytes,
+            m,
+            out,
+            segments,
+            scratch,
+        ),
+        DType::TQ2_0 => matmul_q::<DTQ2_0>(
+            TypeKernels::scalar::<DTQ2_0>(),
+            x,
+            n,
+            k,
+            w,
+            row_bytes,
+            m,
+            out,
+            segments,
+            scratch,
+        ),
+        DType::IQ2XXS => {
+            matmul_q::<DIQ2XXS>(kt.iq2_xxs, x, n, k, w, row_bytes, m, out, segments, scratch)
+        }
+        DType::IQ2XS => {
+            matmul_q::<DIQ2XS>(kt.iq2_xs, x, n, k, w, row_bytes, m, out, segments, scratch)
+        }
+        DType::IQ2S => {
+            matmul_q::<DIQ2S>(kt.iq2_s, x, n, k, w, row_bytes, m, out, segments, scratch)
+        }
+        DType::IQ3XXS => {
+            matmul_q::<DIQ3XXS>(kt.iq3_xxs, x, n, k, w, row_bytes, m, out, segments, scratch)
+        }
+        DType::IQ3S => {
+            matmul_q::<DIQ3S>(kt.iq3_s, x, n, k, w, row_bytes, m, out, segments, scratch)
+        }
+        DType::IQ1S => matmul_q::<DIQ1S>(
+            TypeKernels::scalar::<DIQ1S>(),
+            x,
+            n,
+            k,
+            w,
+            row_bytes,
+            m,
+            out,
+            segments,
+            scratch,
+        ),
+        DType::IQ1M => matmul_q::<DIQ1M>(
+            TypeKernels::scalar::<DIQ1M>(),
+            x,
+            n,
+            k,
+            w,
+            row_bytes,
+            m,
+            out,
+            segments,
+            scratch,
+        ),
     }
     Ok(())
 }
@@ -290,9 +386,10 @@ pub fn matmul_dequantized(
     Ok(())
 }
 
-/// Converts the activation rows, then dots every weight row with each of them.
+/// Converts the activation rows, then dots every weight row with each of them with `kern`.
 #[allow(clippy::too_many_arguments)]
 fn matmul_q<D: super::qdot::QDot>(
+    kern: TypeKernels<D::Act>,
     x: &[f32],
     n: usize,
     k: usize,
@@ -303,14 +400,13 @@ fn matmul_q<D: super::qdot::QDot>(
     segments: &[usize],
     scratch: &mut MatmulScratch,
 ) {
-    let kern = D::kernels();
     matmul_q_with::<D>(kern, x, n, k, w, row_bytes, m, out, segments, scratch);
 }
 
 /// [`matmul_q`] with the kernels `kern` (a test picks another instruction set's).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul_q_with<D: super::qdot::QDot>(
-    kern: super::dispatch::TypeKernels<D::Act>,
+    kern: TypeKernels<D::Act>,
     x: &[f32],
     n: usize,
     k: usize,
@@ -473,33 +569,6 @@ pub(crate) fn matmul_q_with<D: super::qdot::QDot>(
             })
         })
     });
-}
-
-/// Asks for the bytes after `wr` (the next tile's weight rows, when a task walks its rows in
-/// order) to be brought into cache while this tile computes. A tile does several activation
-/// rows' work per weight byte, so the hardware prefetchers alone leave it waiting on memory:
-/// 8 activation rows against a 178 MB Q8_0 matrix (Gemma's output) took 31 ms with them alone
-/// and 11-12 ms with this (AMD Zen 5, 2 threads), as fast as on cache-resident weights. A
-/// prefetch never faults, so running past the weights is harmless.
-#[inline]
-pub(crate) fn prefetch_next(wr: &[u8]) {
-    prefetch_range(wr.as_ptr().wrapping_add(wr.len()), wr.len());
-}
-
-/// Asks for the `len` bytes at `start` to be brought into cache (any address: a prefetch reads
-/// nothing and never faults).
-#[inline(always)]
-pub(crate) fn prefetch_range(start: *const u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        for off in (0..len).step_by(64) {
-            // SAFETY: prefetching reads nothing and cannot fault, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(off).cast()) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (start, len);
 }
 
 fn check_len(
@@ -734,7 +803,7 @@ mod tests {
                 }
             }
             // Q6_K sequences of TILED_MIN_ROWS rows or more take b11434's tiled order.
-            if dtype == DType::Q6K && n >= super::super::dispatch::TILED_MIN_ROWS {
+            if dtype == DType::Q6K && n >= super::super::kernel_table::TILED_MIN_ROWS {
                 let mut y = vec![bytemuck::Zeroable::zeroed(); k / 256];
                 super::super::q8::quantize_row_q8_k(&x[t * k..(t + 1) * k], &mut y);
                 for (r, o) in one.iter_mut().enumerate() {

@@ -13,6 +13,8 @@ mod q8_family_drivers;
 pub(crate) mod aarch64;
 pub(crate) mod block;
 pub mod dispatch;
+pub mod isa;
+pub(crate) mod kernel_table;
 #[cfg(test)]
 mod kernel_tests;
 #[cfg(target_arch = "x86_64")]
@@ -27,6 +29,7 @@ pub mod matmul;
 pub mod norm;
 mod out_ptr;
 pub mod packed;
+mod prefetch;
 pub mod q8;
 pub(crate) mod qdot;
 pub(crate) mod qdot_iq;

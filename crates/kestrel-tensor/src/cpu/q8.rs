@@ -83,13 +83,13 @@ fn sat_i8(v: i32) -> i8 {
 /// (with AVX2 or NEON when the CPU has it; the bytes are the same).
 pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
     #[cfg(target_arch = "x86_64")]
-    if super::dispatch::active_isa() >= super::dispatch::Isa::Avx2 && x.len() == y.len() * QK8 {
+    if super::isa::active_isa() >= super::isa::Isa::Avx2 && x.len() == y.len() * QK8 {
         // SAFETY: the active ISA is at least AVX2, so the CPU has AVX2/FMA/F16C.
         unsafe { super::x86_64::quantize::quantize_row_q8_0(x, y) };
         return;
     }
     #[cfg(target_arch = "aarch64")]
-    if super::dispatch::active_isa() >= super::dispatch::Isa::Neon && x.len() == y.len() * QK8 {
+    if super::isa::active_isa() >= super::isa::Isa::Neon && x.len() == y.len() * QK8 {
         // SAFETY: NEON is part of the aarch64 base architecture.
         unsafe { super::aarch64::quantize::quantize_row_q8_0(x, y) };
         return;
@@ -116,13 +116,13 @@ pub(crate) fn quantize_row_q8_0_scalar(x: &[f32], y: &mut [BlockQ8_0]) {
 /// (with AVX2 or NEON when the CPU has it; the bytes are the same).
 pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
     #[cfg(target_arch = "x86_64")]
-    if super::dispatch::active_isa() >= super::dispatch::Isa::Avx2 && x.len() == y.len() * QK8 {
+    if super::isa::active_isa() >= super::isa::Isa::Avx2 && x.len() == y.len() * QK8 {
         // SAFETY: the active ISA is at least AVX2, so the CPU has AVX2/FMA/F16C.
         unsafe { super::x86_64::quantize::quantize_row_q8_1(x, y) };
         return;
     }
     #[cfg(target_arch = "aarch64")]
-    if super::dispatch::active_isa() >= super::dispatch::Isa::Neon && x.len() == y.len() * QK8 {
+    if super::isa::active_isa() >= super::isa::Isa::Neon && x.len() == y.len() * QK8 {
         // SAFETY: NEON is part of the aarch64 base architecture.
         unsafe { super::aarch64::quantize::quantize_row_q8_1(x, y) };
         return;

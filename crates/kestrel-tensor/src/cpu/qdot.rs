@@ -24,7 +24,6 @@ use kestrel_gguf::quant::{
     BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK_K,
 };
 
-use super::dispatch::{self, TypeKernels};
 use super::q8::{self, BlockQ8_1, QK8};
 use super::qdot_iq::*;
 use super::qdot_table_x86::{dot_iq4_nl_x86, dot_iq4_xs_x86, dot_mxfp4_x86};
@@ -43,9 +42,6 @@ pub(crate) trait QDot {
     /// Dots one weight row (raw bytes, any alignment) with a converted activation row of the
     /// same length: the scalar twin.
     fn dot(w: &[u8], y: &[Self::Act]) -> f32;
-    /// The fastest kernels this CPU runs, giving [`QDot::dot`]'s results bit for bit
-    /// ([`dispatch::kernels`]).
-    fn kernels() -> TypeKernels<Self::Act>;
 }
 
 /// Calls `f(i, &block)` for each block of `row`, in place when `row` is aligned for `B`, else
@@ -74,11 +70,6 @@ pub(crate) fn h(x: f16) -> f32 {
 
 macro_rules! qdot_type {
     ($name:ident, $act:ty, $n:expr, $quant:path, $dot:ident) => {
-        qdot_type!($name, $act, $n, $quant, $dot, |_k| TypeKernels::scalar::<
-            $name,
-        >());
-    };
-    ($name:ident, $act:ty, $n:expr, $quant:path, $dot:ident, |$k:ident| $pick:expr) => {
         pub(crate) struct $name;
         impl QDot for $name {
             type Act = $act;
@@ -91,156 +82,49 @@ macro_rules! qdot_type {
             fn dot(w: &[u8], y: &[$act]) -> f32 {
                 $dot(w, y)
             }
-            #[inline]
-            fn kernels() -> TypeKernels<$act> {
-                let $k = dispatch::kernels();
-                $pick
-            }
         }
     };
 }
 
-qdot_type!(
-    DQ4_0,
-    BlockQ8_0,
-    QK8,
-    q8::quantize_row_q8_0,
-    dot_q4_0_x86,
-    |k| k.q4_0
-);
-qdot_type!(
-    DQ4_1,
-    BlockQ8_1,
-    QK8,
-    q8::quantize_row_q8_1,
-    dot_q4_1_x86,
-    |k| k.q4_1
-);
-qdot_type!(
-    DQ5_0,
-    BlockQ8_0,
-    QK8,
-    q8::quantize_row_q8_0,
-    dot_q5_0_x86,
-    |k| k.q5_0
-);
-qdot_type!(
-    DQ5_1,
-    BlockQ8_1,
-    QK8,
-    q8::quantize_row_q8_1,
-    dot_q5_1_x86,
-    |k| k.q5_1
-);
-qdot_type!(
-    DQ8_0,
-    BlockQ8_0,
-    QK8,
-    q8::quantize_row_q8_0,
-    dot_q8_0_x86,
-    |k| k.q8_0
-);
+qdot_type!(DQ4_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q4_0_x86);
+qdot_type!(DQ4_1, BlockQ8_1, QK8, q8::quantize_row_q8_1, dot_q4_1_x86);
+qdot_type!(DQ5_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q5_0_x86);
+qdot_type!(DQ5_1, BlockQ8_1, QK8, q8::quantize_row_q8_1, dot_q5_1_x86);
+qdot_type!(DQ8_0, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_q8_0_x86);
 qdot_type!(
     DIQ4NL,
     BlockQ8_0,
     QK8,
     q8::quantize_row_q8_0,
-    dot_iq4_nl_x86,
-    |k| k.iq4_nl
+    dot_iq4_nl_x86
 );
-qdot_type!(
-    DMXFP4,
-    BlockQ8_0,
-    QK8,
-    q8::quantize_row_q8_0,
-    dot_mxfp4_x86,
-    |k| k.mxfp4
-);
-qdot_type!(
-    DQ2K,
-    BlockQ8K,
-    QK_K,
-    q8::quantize_row_q8_k,
-    dot_q2_k_x86,
-    |k| k.q2_k
-);
-qdot_type!(
-    DQ3K,
-    BlockQ8K,
-    QK_K,
-    q8::quantize_row_q8_k,
-    dot_q3_k_x86,
-    |k| k.q3_k
-);
+qdot_type!(DMXFP4, BlockQ8_0, QK8, q8::quantize_row_q8_0, dot_mxfp4_x86);
+qdot_type!(DQ2K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q2_k_x86);
+qdot_type!(DQ3K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q3_k_x86);
 qdot_type!(
     DQ4K,
     BlockQ8K,
     QK_K,
     q8::quantize_row_q8_k,
-    dot_q4_k_8x8_gemv,
-    |k| k.q4_k
+    dot_q4_k_8x8_gemv
 );
-qdot_type!(DQ5K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q5_k, |k| k
-    .q5_k);
-qdot_type!(
-    DQ6K,
-    BlockQ8K,
-    QK_K,
-    q8::quantize_row_q8_k,
-    dot_q6_k_x86,
-    |k| k.q6_k
-);
+qdot_type!(DQ5K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q5_k);
+qdot_type!(DQ6K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q6_k_x86);
 qdot_type!(DQ8K, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_q8_k);
 qdot_type!(
     DIQ4XS,
     BlockQ8K,
     QK_K,
     q8::quantize_row_q8_k,
-    dot_iq4_xs_x86,
-    |k| k.iq4_xs
+    dot_iq4_xs_x86
 );
 qdot_type!(DTQ1_0, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_tq1_0);
 qdot_type!(DTQ2_0, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_tq2_0);
-qdot_type!(
-    DIQ2XXS,
-    BlockQ8K,
-    QK_K,
-    q8::quantize_row_q8_k,
-    dot_iq2_xxs,
-    |k| k.iq2_xxs
-);
-qdot_type!(
-    DIQ2XS,
-    BlockQ8K,
-    QK_K,
-    q8::quantize_row_q8_k,
-    dot_iq2_xs,
-    |k| k.iq2_xs
-);
-qdot_type!(
-    DIQ2S,
-    BlockQ8K,
-    QK_K,
-    q8::quantize_row_q8_k,
-    dot_iq2_s,
-    |k| k.iq2_s
-);
-qdot_type!(
-    DIQ3XXS,
-    BlockQ8K,
-    QK_K,
-    q8::quantize_row_q8_k,
-    dot_iq3_xxs,
-    |k| k.iq3_xxs
-);
-qdot_type!(
-    DIQ3S,
-    BlockQ8K,
-    QK_K,
-    q8::quantize_row_q8_k,
-    dot_iq3_s,
-    |k| k.iq3_s
-);
+qdot_type!(DIQ2XXS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq2_xxs);
+qdot_type!(DIQ2XS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq2_xs);
+qdot_type!(DIQ2S, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq2_s);
+qdot_type!(DIQ3XXS, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq3_xxs);
+qdot_type!(DIQ3S, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq3_s);
 qdot_type!(DIQ1S, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq1_s);
 qdot_type!(DIQ1M, BlockQ8K, QK_K, q8::quantize_row_q8_k, dot_iq1_m);
 qdot_type!(DF16, u16, 1, q8::convert_row_f16, dot_f16);

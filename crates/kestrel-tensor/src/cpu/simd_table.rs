@@ -1,6 +1,6 @@
 //! The q8_0-family part of a kernel table, shared by every SIMD level of every architecture:
 //! `safe_table!` wraps one level module's `unsafe` kernels (`rows_q4_0`, `tile_q4_0`, ...,
-//! `TILE_ROWS`) in safe functions and puts them in a [`Kernels`](super::dispatch::Kernels)
+//! `TILE_ROWS`) in safe functions and puts them in a [`Kernels`](super::kernel_table::Kernels)
 //! over a base table. The wrappers are sound because the table is only built after the
 //! level's features were detected (the macro asserts it).
 
@@ -59,9 +59,9 @@ macro_rules! safe_table {
             "{} kernels requested on a CPU without them",
             stringify!($isa)
         );
-        $crate::cpu::dispatch::Kernels {
+        $crate::cpu::kernel_table::Kernels {
             isa: $variant,
-            q4_0: $crate::cpu::dispatch::TypeKernels {
+            q4_0: $crate::cpu::kernel_table::TypeKernels {
                 rows: wrap::q4_0,
                 tile: wrap::q4_0_tile,
                 tile_rows: $isa::TILE_ROWS,
@@ -71,7 +71,7 @@ macro_rules! safe_table {
                 prepped: None,
                 widened: None,
             },
-            q4_1: $crate::cpu::dispatch::TypeKernels {
+            q4_1: $crate::cpu::kernel_table::TypeKernels {
                 rows: wrap::q4_1,
                 tile: wrap::q4_1_tile,
                 tile_rows: $isa::TILE_ROWS,
@@ -81,7 +81,7 @@ macro_rules! safe_table {
                 prepped: None,
                 widened: None,
             },
-            q5_0: $crate::cpu::dispatch::TypeKernels {
+            q5_0: $crate::cpu::kernel_table::TypeKernels {
                 rows: wrap::q5_0,
                 tile: wrap::q5_0_tile,
                 tile_rows: $isa::TILE_ROWS,
@@ -91,7 +91,7 @@ macro_rules! safe_table {
                 prepped: None,
                 widened: None,
             },
-            q5_1: $crate::cpu::dispatch::TypeKernels {
+            q5_1: $crate::cpu::kernel_table::TypeKernels {
                 rows: wrap::q5_1,
                 tile: wrap::q5_1_tile,
                 tile_rows: $isa::TILE_ROWS,
@@ -101,7 +101,7 @@ macro_rules! safe_table {
                 prepped: None,
                 widened: None,
             },
-            q8_0: $crate::cpu::dispatch::TypeKernels {
+            q8_0: $crate::cpu::kernel_table::TypeKernels {
                 rows: wrap::q8_0,
                 tile: wrap::q8_0_tile,
                 tile_rows: $isa::TILE_ROWS,

@@ -32,17 +32,10 @@ pub(crate) mod neon;
 pub(crate) mod q8_familyx16;
 pub(crate) mod quantize;
 
-use super::dispatch::{Isa, Kernels};
+use super::isa::Isa;
+use super::kernel_table::Kernels;
 
-/// Advanced SIMD: part of the aarch64 base architecture, always there.
-pub(crate) fn has_neon() -> bool {
-    true
-}
-
-/// The dot-product extension (`sdot`/`udot`).
-pub(crate) fn has_dotprod() -> bool {
-    std::arch::is_aarch64_feature_detected!("dotprod")
-}
+pub(crate) use super::isa::{has_dotprod, has_neon};
 
 /// f16 bits to f32 (exact) with the base ISA's `fcvt` (the `half` crate converts in software
 /// unless the whole build targets FEAT_FP16).
@@ -72,7 +65,7 @@ macro_rules! with_kquants {
     ($level:ident, $base:expr) => {{
         use kestrel_gguf::quant::BlockQ8K;
 
-        use crate::cpu::dispatch::{rows_by_dot, tile_by_dots, TypeKernels, TILED_MIN_ROWS};
+        use crate::cpu::kernel_table::{rows_by_dot, tile_by_dots, TypeKernels, TILED_MIN_ROWS};
 
         fn q4_k_rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
             // SAFETY: only reachable through a table made after detection.

@@ -29,11 +29,7 @@ use crate::cpu::packed::GROUP_ROWS;
 /// Activation rows one call takes at most.
 pub(crate) const MAX_ACTS: usize = crate::cpu::packed::MAX_ACTS;
 
-/// Whether the CPU has the matrix-multiply extension (`smmla`, FEAT_I8MM) and the dot product
-/// the odd rows take.
-pub(crate) fn has_i8mm() -> bool {
-    super::has_dotprod() && std::arch::is_aarch64_feature_detected!("i8mm")
-}
+pub(crate) use crate::cpu::isa::has_i8mm;
 
 /// Four little-endian f16 at `p` as f32 (`fcvtl`, exact).
 ///

@@ -82,14 +82,14 @@ impl F16Isa {
         F16Isa {
             #[cfg(target_arch = "x86_64")]
             avx512: crate::cpu::x86_64::f16_ops::available()
-                && crate::cpu::dispatch::active_isa() >= crate::cpu::dispatch::Isa::Avx512,
+                && crate::cpu::isa::active_isa() >= crate::cpu::isa::Isa::Avx512,
             #[cfg(target_arch = "x86_64")]
             avx2: crate::cpu::x86_64::f16_ops_avx2::available()
-                && crate::cpu::dispatch::active_isa() >= crate::cpu::dispatch::Isa::Avx2,
+                && crate::cpu::isa::active_isa() >= crate::cpu::isa::Isa::Avx2,
             #[cfg(target_arch = "x86_64")]
             fma: std::arch::is_x86_feature_detected!("fma"),
             #[cfg(target_arch = "aarch64")]
-            neon: crate::cpu::dispatch::active_isa() >= crate::cpu::dispatch::Isa::Neon,
+            neon: crate::cpu::isa::active_isa() >= crate::cpu::isa::Isa::Neon,
         }
     }
 

@@ -44,7 +44,7 @@ pub(super) fn run2<K: KvElem, V: KvElem>(
     let heads = gq.min(GROUP_ROWS);
     let tokens = (GROUP_ROWS / heads).max(1);
     #[cfg(target_arch = "x86_64")]
-    let avx2 = crate::cpu::dispatch::active_isa() >= crate::cpu::dispatch::Isa::Avx2;
+    let avx2 = crate::cpu::isa::active_isa() >= crate::cpu::isa::Isa::Avx2;
     out.par_chunks_mut(tokens * p.n_head * hd)
         .enumerate()
         .for_each(|(c, oc)| {

@@ -82,9 +82,9 @@ pub(crate) fn run_tiled(
     let hd = p.head_dim;
     let n = positions.len();
     #[cfg(target_arch = "x86_64")]
-    let avx512 = crate::cpu::dispatch::active_isa() >= crate::cpu::dispatch::Isa::Avx512;
+    let avx512 = crate::cpu::isa::active_isa() >= crate::cpu::isa::Isa::Avx512;
     #[cfg(target_arch = "x86_64")]
-    let avx2 = crate::cpu::dispatch::active_isa() >= crate::cpu::dispatch::Isa::Avx2;
+    let avx2 = crate::cpu::isa::active_isa() >= crate::cpu::isa::Isa::Avx2;
     // Tasks: (head, chunk of Q_TILE rows); each writes its rows' outputs (strided in `out`),
     // through a per-thread result buffer, so a call allocates nothing once the threads' scratch
     // has grown.
@@ -598,7 +598,7 @@ mod tests {
     #[test]
     fn avx2_tile_ops_agree() {
         #[cfg(target_arch = "x86_64")]
-        if crate::cpu::dispatch::active_isa() >= crate::cpu::dispatch::Isa::Avx2 {
+        if crate::cpu::isa::active_isa() >= crate::cpu::isa::Isa::Avx2 {
             let mut rng = crate::cpu::testutil::Rng::new(5);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             for hd in [16usize, 48, 64, 80, 256] {
@@ -663,7 +663,7 @@ mod tests {
     #[test]
     fn tile_ops_agree() {
         #[cfg(target_arch = "x86_64")]
-        if crate::cpu::dispatch::active_isa() >= crate::cpu::dispatch::Isa::Avx512 {
+        if crate::cpu::isa::active_isa() >= crate::cpu::isa::Isa::Avx512 {
             let mut rng = crate::cpu::testutil::Rng::new(9);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             for hd in [16usize, 48, 64, 80, 256] {

@@ -26,7 +26,7 @@ use std::ops::Range;
 
 use half::f16;
 
-use super::dispatch::{active_isa, Isa};
+use super::isa::{active_isa, Isa};
 
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
@@ -139,7 +139,7 @@ half_impl!(
 /// Prefetches the first `bytes` of `half` (a term's halves are read once per token, from
 /// memory: the caller starts the next one's first bytes while it computes something else).
 pub fn prefetch_head<T>(half: &[T], bytes: usize) {
-    super::matmul::prefetch_range(half.as_ptr().cast(), bytes.min(std::mem::size_of_val(half)));
+    super::prefetch::prefetch_range(half.as_ptr().cast(), bytes.min(std::mem::size_of_val(half)));
 }
 
 /// `t[r] = A_r · x` for the `t.len()` rows of `a` (`k` values each; `x` at least `k` long).

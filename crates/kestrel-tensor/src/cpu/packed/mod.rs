@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use rayon::prelude::*;
 
-use super::dispatch::TILED_MIN_ROWS;
+use super::kernel_table::TILED_MIN_ROWS;
 use super::matmul::MatmulScratch;
 use super::out_ptr::OutPtr;
 use crate::error::{Result, TensorError};
@@ -134,15 +134,15 @@ fn packing_enabled(dtype: DType) -> bool {
         }
         _ => {}
     }
-    let isa = super::dispatch::active_isa();
+    let isa = super::isa::active_isa();
     if cfg!(target_arch = "aarch64") {
         // `aarch64::q8_familyx16`: the q8_0 family from the dot-product level up.
-        return q8_family::Kind::of(dtype).is_some() && isa >= super::dispatch::Isa::Dotprod;
+        return q8_family::Kind::of(dtype).is_some() && isa >= super::isa::Isa::Dotprod;
     }
     match dtype {
         // The AVX2 kernel's types (`x86_64::nibblex16_avx2`).
-        DType::Q4_0 | DType::IQ4NL | DType::MXFP4 => isa >= super::dispatch::Isa::Avx2,
-        _ => isa >= super::dispatch::Isa::Avx512,
+        DType::Q4_0 | DType::IQ4NL | DType::MXFP4 => isa >= super::isa::Isa::Avx2,
+        _ => isa >= super::isa::Isa::Avx512,
     }
 }
 
@@ -441,7 +441,7 @@ fn for_groups(
             for g in task * per_task..((task + 1) * per_task).min(groups) {
                 let group = &bytes[g * group_bytes..(g + 1) * group_bytes];
                 if prefetch_groups {
-                    super::matmul::prefetch_next(group);
+                    super::prefetch::prefetch_next(group);
                 }
                 let mut run = |t0: usize, t1: usize, ord: bool| {
                     let mut t = t0;
@@ -581,7 +581,7 @@ fn release_pages(bytes: &[u8]) {
 /// Whether the AVX-512 kernels run here (else the scalar twins do).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn simd() -> bool {
-    super::dispatch::active_isa() >= super::dispatch::Isa::Avx512
+    super::isa::active_isa() >= super::isa::Isa::Avx512
 }
 
 #[cfg(test)]

@@ -303,7 +303,7 @@ pub(crate) fn prepare<'s>(
 pub(crate) fn group_tile(kind: Kind, group: &[u8], nb: usize, act: ActQ8<'_>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        use crate::cpu::dispatch::{active_isa, Isa};
+        use crate::cpu::isa::{active_isa, Isa};
         use crate::cpu::x86_64::nibblex16_avx2;
         let isa = active_isa();
         if isa >= Isa::Avx512 && kind.table().is_none() {
@@ -320,7 +320,7 @@ pub(crate) fn group_tile(kind: Kind, group: &[u8], nb: usize, act: ActQ8<'_>, ou
     #[cfg(target_arch = "aarch64")]
     {
         use crate::cpu::aarch64::q8_familyx16;
-        use crate::cpu::dispatch::{active_isa, Isa};
+        use crate::cpu::isa::{active_isa, Isa};
         let isa = active_isa();
         if isa >= Isa::I8mm {
             // SAFETY: the active ISA is i8mm, so the CPU has its features.

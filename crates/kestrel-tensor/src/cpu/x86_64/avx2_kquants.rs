@@ -21,7 +21,8 @@ use std::arch::x86_64::*;
 
 use kestrel_gguf::quant::BlockQ8K;
 
-use crate::cpu::dispatch::{self, Kernels, TypeKernels};
+use crate::cpu::kernel_table;
+use crate::cpu::kernel_table::{Kernels, TypeKernels};
 
 use crate::cpu::qdot::k4_scales;
 use crate::cpu::qdot_k_x86::q3_scales;
@@ -356,18 +357,18 @@ pub(crate) fn with_kquants(mut base: Kernels) -> Kernels {
             }
         };
     }
-    compiled!(q5_k_rows, rows, dispatch::scalar_rows::<DQ5K>);
-    compiled!(q5_k_tile, tile, dispatch::scalar_tile::<DQ5K>);
+    compiled!(q5_k_rows, rows, kernel_table::scalar_rows::<DQ5K>);
+    compiled!(q5_k_tile, tile, kernel_table::scalar_tile::<DQ5K>);
     macro_rules! by_dot {
         ($rows:ident, $tile:ident, $dot:ident) => {
-            compiled!($rows, rows, |w, y, o| dispatch::rows_by_dot(
+            compiled!($rows, rows, |w, y, o| kernel_table::rows_by_dot(
                 w,
                 y,
                 o,
                 // SAFETY: AVX2, FMA and F16C (this function's features).
                 |wr, y| unsafe { $dot(wr, y) }
             ));
-            compiled!($tile, tile, |w, y, n, o| dispatch::tile_by_dots(
+            compiled!($tile, tile, |w, y, n, o| kernel_table::tile_by_dots(
                 w,
                 y,
                 n,
@@ -427,7 +428,7 @@ pub(crate) fn with_kquants(mut base: Kernels) -> Kernels {
         tile: q6_k_tile,
         tile_rows: super::kquant_lanes_avx2::TILE_ROWS,
         tile_acts: 4,
-        wide: Some((dispatch::TILED_MIN_ROWS, tile_q6_k_tiled)),
+        wide: Some((kernel_table::TILED_MIN_ROWS, tile_q6_k_tiled)),
         ..base.q6_k
     };
     base

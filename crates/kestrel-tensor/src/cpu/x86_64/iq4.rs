@@ -16,7 +16,7 @@ use kestrel_gguf::quant::{BlockQ8K, BlockQ8_0, QK_K};
 
 use super::avx2::sum_i8;
 use super::avx2_kquants::{fp16, fp16_at, hsum8};
-use crate::cpu::dispatch::{Kernels, TypeKernels};
+use crate::cpu::kernel_table::{Kernels, TypeKernels};
 
 /// Bytes of one IQ4_NL block: f16 scale, 16 bytes of codes.
 const NL_BYTES: usize = 18;
@@ -366,7 +366,8 @@ pub(crate) fn with_iq4(mut base: Kernels) -> Kernels {
 mod tests {
     use bytemuck::Zeroable;
 
-    use crate::cpu::dispatch::{Isa, Kernels};
+    use crate::cpu::isa::Isa;
+    use crate::cpu::kernel_table::Kernels;
     use crate::cpu::q8;
     use crate::cpu::qdot_table_x86::{dot_iq4_nl_x86, dot_iq4_xs_x86, dot_mxfp4_x86};
     use crate::cpu::testutil::{quantized_row, Rng};

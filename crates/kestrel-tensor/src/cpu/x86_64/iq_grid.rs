@@ -23,7 +23,7 @@ use kestrel_gguf::quant::{BlockQ8K, QK_K};
 
 use super::avx2_kquants::fp16;
 use super::iq4::hsum;
-use crate::cpu::dispatch::{Kernels, TypeKernels};
+use crate::cpu::kernel_table::{Kernels, TypeKernels};
 
 /// Pairs of 32-value groups in a block.
 const PAIRS: usize = QK_K / 64;

@@ -29,7 +29,7 @@ pub(crate) mod q8_wide;
 pub(crate) mod quantize;
 pub(crate) mod silu;
 
-use super::dispatch::{Kernels, TypeKernels};
+use super::kernel_table::{Kernels, TypeKernels};
 
 /// How far ahead of the block being computed the packed kernels prefetch (bytes). Measured on
 /// Gemma 3 270M's tied 262144-row Q8_0 output matrix, 8 sequences a step: 4 KiB 6.9 ms a step,
@@ -42,24 +42,10 @@ pub(crate) const PREFETCH_AHEAD: usize = 8192;
 /// arrive as a steady stream, whatever the activation row count.
 #[inline(always)]
 pub(crate) fn prefetch_ahead(block: *const u8, len: usize) {
-    super::matmul::prefetch_range(block.wrapping_add(PREFETCH_AHEAD), len);
+    super::prefetch::prefetch_range(block.wrapping_add(PREFETCH_AHEAD), len);
 }
 
-/// AVX2 + FMA + F16C.
-pub(crate) fn has_avx2() -> bool {
-    is_x86_feature_detected!("avx2")
-        && is_x86_feature_detected!("fma")
-        && is_x86_feature_detected!("f16c")
-}
-
-/// [`has_avx2`] plus AVX-512 F/BW/VL and VNNI.
-pub(crate) fn has_avx512() -> bool {
-    has_avx2()
-        && is_x86_feature_detected!("avx512f")
-        && is_x86_feature_detected!("avx512bw")
-        && is_x86_feature_detected!("avx512vl")
-        && is_x86_feature_detected!("avx512vnni")
-}
+pub(crate) use super::isa::{has_avx2, has_avx512};
 
 /// `base` with the IQ and MXFP4 kernels ([`iq4`], [`iq_grid`]) where the CPU has AVX2.
 pub(crate) fn with_iq(base: Kernels) -> Kernels {
@@ -71,7 +57,7 @@ pub(crate) fn with_iq(base: Kernels) -> Kernels {
 /// # Panics
 /// If the CPU lacks AVX2/FMA/F16C (callers check [`has_avx2`] first).
 pub(crate) fn avx2_kernels(base: Kernels) -> Kernels {
-    let mut k = safe_table!(avx2, has_avx2, base, super::dispatch::Isa::Avx2);
+    let mut k = safe_table!(avx2, has_avx2, base, super::isa::Isa::Avx2);
     // Tiles of 2 weight rows × 4 activation rows (each weight block unpacked once for 4 rows:
     // a batched decode step); for prefill 4 × 2 (`tile4x2`: its accumulators stay in
     // registers) over Q8_0 rows, the Q4_0 and Q5_0 rows widened to Q8_0 blocks once.
@@ -87,17 +73,17 @@ pub(crate) fn avx2_kernels(base: Kernels) -> Kernels {
         unsafe { avx2::widen_q5_0(w, out) }
     }
     let q8 = k.q8_0.tile;
-    k.q4_0.widened = Some(super::dispatch::Widened {
+    k.q4_0.widened = Some(super::kernel_table::Widened {
         widen: Some(widen_q4_0),
         tile: q8,
         shape: (4, 2),
     });
-    k.q5_0.widened = Some(super::dispatch::Widened {
+    k.q5_0.widened = Some(super::kernel_table::Widened {
         widen: Some(widen_q5_0),
         tile: q8,
         shape: (4, 2),
     });
-    k.q8_0.widened = Some(super::dispatch::Widened {
+    k.q8_0.widened = Some(super::kernel_table::Widened {
         widen: None,
         tile: q8,
         shape: (4, 2),
@@ -118,7 +104,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
     macro_rules! kquant {
         ($rows:ident, $tile:ident, $dot:ident, $tile_kernel:ident) => {
             fn $rows(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
-                super::dispatch::rows_by_dot(w, y, out, |wr, y| {
+                super::kernel_table::rows_by_dot(w, y, out, |wr, y| {
                     // SAFETY: only reachable through this table, made after detection.
                     unsafe { kquants::$dot(wr, y) }
                 })
@@ -168,7 +154,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
                 y: &[$act],
                 n_act: usize,
                 out: &mut [f32],
-                prep: &mut super::dispatch::PrepBuf,
+                prep: &mut super::kernel_table::PrepBuf,
                 fresh: bool,
             ) {
                 // SAFETY: as above.
@@ -206,12 +192,12 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
         prepped_q8_0,
         kestrel_gguf::quant::BlockQ8_0
     );
-    let base = safe_table!(avx512, has_avx512, base, super::dispatch::Isa::Avx512);
+    let base = safe_table!(avx512, has_avx512, base, super::isa::Isa::Avx512);
     // The q8_0 family's decode rows and prefill tiles (two activation rows per 512-bit register).
     fn wide<A>(
-        rows: super::dispatch::RowsFn<A>,
-        tile: super::dispatch::TileFn<A>,
-        prepped: super::dispatch::PreppedTileFn<A>,
+        rows: super::kernel_table::RowsFn<A>,
+        tile: super::kernel_table::TileFn<A>,
+        prepped: super::kernel_table::PreppedTileFn<A>,
     ) -> TypeKernels<A> {
         TypeKernels {
             rows,
@@ -258,7 +244,7 @@ pub(crate) fn avx512_kernels(base: Kernels) -> Kernels {
             tile_acts: 4,
             single: None,
             // b11434's tiled K-quant matmul for sequences of 8 rows or more.
-            wide: Some((super::dispatch::TILED_MIN_ROWS, tile_q6_k_tiled)),
+            wide: Some((super::kernel_table::TILED_MIN_ROWS, tile_q6_k_tiled)),
             prepped: None,
             widened: None,
         },

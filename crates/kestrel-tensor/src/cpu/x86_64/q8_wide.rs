@@ -21,7 +21,7 @@ use std::arch::x86_64::*;
 use kestrel_gguf::quant::BlockQ8_0;
 
 use super::avx512::{fp16, hsum_float_8, nibbles, rd16};
-use crate::cpu::dispatch::{Line, PrepBuf};
+use crate::cpu::kernel_table::{Line, PrepBuf};
 use crate::cpu::q8::BlockQ8_1;
 
 /// Activation rows one call takes at most.
