@@ -10,9 +10,9 @@
 use kestrel_gguf::quant::{BlockQ8K, BlockQ8_0};
 
 use super::isa::Isa;
-use super::q8::BlockQ8_1;
+use super::q8_block::BlockQ8_1;
+use super::qdot::k_x86::{dot_q4_k_8x8_gemm, dot_q6_k_tiled};
 use super::qdot::{self, QDot};
-use super::qdot_k_x86::{dot_q4_k_8x8_gemm, dot_q6_k_tiled};
 
 /// Dots of consecutive weight rows (raw block bytes, any alignment; `w` holds exactly
 /// `out.len()` rows) with one converted activation row: `out[r] = row r · y`.
@@ -90,7 +90,7 @@ pub(crate) const MAX_TILE_ROWS: usize = 4;
 pub(crate) const MAX_TILE_ACTS: usize = 8;
 
 /// The scalar Q4_K tile: llama.cpp's gemm order for repacked Q4_K (see
-/// `qdot_k_x86::dot_q4_k_8x8_gemm`); its rows kernel has the gemv order.
+/// `qdot::k_x86::dot_q4_k_8x8_gemm`); its rows kernel has the gemv order.
 fn q4_k_gemm_tile(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut [f32]) {
     tile_by_dots(w, y, n_act, out, dot_q4_k_8x8_gemm)
 }

@@ -429,7 +429,7 @@ mod iq_grid {
     use crate::cpu::isa::Isa;
     use crate::cpu::kernel_table::{Kernels, TypeKernels};
     use crate::cpu::q8;
-    use crate::cpu::qdot_iq::{dot_iq2_s, dot_iq2_xs, dot_iq2_xxs, dot_iq3_s, dot_iq3_xxs};
+    use crate::cpu::qdot::iq::{dot_iq2_s, dot_iq2_xs, dot_iq2_xxs, dot_iq3_s, dot_iq3_xxs};
     use crate::cpu::testutil::{quantized_row, Rng};
     use crate::DType;
 

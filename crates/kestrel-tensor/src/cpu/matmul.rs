@@ -799,7 +799,7 @@ mod tests {
                 let mut y = vec![bytemuck::Zeroable::zeroed(); k / 256];
                 super::super::q8::quantize_row_q8_k(&x[t * k..(t + 1) * k], &mut y);
                 for (r, o) in one.iter_mut().enumerate() {
-                    *o = super::super::qdot_k_x86::dot_q4_k_8x8_gemm(&w[r * rb..(r + 1) * rb], &y);
+                    *o = super::super::qdot::k_x86::dot_q4_k_8x8_gemm(&w[r * rb..(r + 1) * rb], &y);
                 }
             }
             // Q6_K sequences of TILED_MIN_ROWS rows or more take b11434's tiled order.
@@ -807,7 +807,7 @@ mod tests {
                 let mut y = vec![bytemuck::Zeroable::zeroed(); k / 256];
                 super::super::q8::quantize_row_q8_k(&x[t * k..(t + 1) * k], &mut y);
                 for (r, o) in one.iter_mut().enumerate() {
-                    *o = super::super::qdot_k_x86::dot_q6_k_tiled(&w[r * rb..(r + 1) * rb], &y);
+                    *o = super::super::qdot::k_x86::dot_q6_k_tiled(&w[r * rb..(r + 1) * rb], &y);
                 }
             }
             for r in 0..m {

@@ -27,26 +27,10 @@
 //! `iscale = -127/max`, round half to even by the magic-number trick, `d = 1/iscale`, sums of
 //! each 16 quants), which `kestrel_gguf::quant::q8_k` already ports.
 
-use bytemuck::{Pod, Zeroable};
 use half::{bf16, f16};
 use kestrel_gguf::quant::{self, BlockQ8K, BlockQ8_0};
 
-/// Values per q8_0 / q8_1 block.
-pub const QK8: usize = 32;
-
-/// One q8_1 block: ggml's `block_q8_1` (the activation format dotted with Q4_1 and Q5_1).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
-pub struct BlockQ8_1 {
-    /// Scale: `f16(amax / 127)`.
-    pub d: f16,
-    /// `f16(d * Σ qs)`, with the unrounded f32 `d`.
-    pub s: f16,
-    /// Quants.
-    pub qs: [i8; QK8],
-}
-
-const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
+pub use super::q8_block::{BlockQ8_1, QK8};
 
 /// One block's quants as the x86 SIMD quantizer makes them: returns `(d, quants as i32)`.
 #[inline]
@@ -180,6 +164,7 @@ pub fn convert_row_bf16(x: &[f32], y: &mut [u16]) {
 mod tests {
     use super::*;
     use crate::cpu::testutil::Rng;
+    use bytemuck::Zeroable;
 
     #[test]
     fn q8_0_rounds_ties_to_even_like_ggml_x86() {

@@ -11,7 +11,7 @@ macro_rules! safe_table {
         mod wrap {
             use kestrel_gguf::quant::BlockQ8_0;
 
-            use crate::cpu::q8::BlockQ8_1;
+            use crate::cpu::q8_block::BlockQ8_1;
 
             pub(super) fn q4_0(w: &[u8], y: &[BlockQ8_0], out: &mut [f32]) {
                 // SAFETY: only called through a table made when the features were detected.

@@ -54,9 +54,9 @@ macro_rules! iq4_kernels {
             let z = vdupq_n_f32(0.0);
             let mut acc = [[z, z], [z, z]];
             let mut tail = None;
-            crate::cpu::qdot::for_each_block(w, |i, x: &B| {
+            crate::cpu::qdot::common::for_each_block(w, |i, x: &B| {
                 let yb = &y[i];
-                let scale = crate::cpu::qdot::h(yb.d) * d(x);
+                let scale = crate::cpu::qdot::common::h(yb.d) * d(x);
                 let (s0, s1) = iq4_lanes(table, qs(x), &yb.qs);
                 if i + 1 == nb && nb % 2 == 1 {
                     tail = Some((scale, vaddvq_s32(vaddq_s32(s0, s1))));
@@ -89,7 +89,7 @@ macro_rules! iq4_kernels {
                 w,
                 y,
                 &KVALUES_IQ4NL,
-                |x: &BlockIQ4NL| crate::cpu::qdot::h(x.d),
+                |x: &BlockIQ4NL| crate::cpu::qdot::common::h(x.d),
                 |x: &BlockIQ4NL| &x.qs,
             )
         }
@@ -118,14 +118,14 @@ macro_rules! iq4_kernels {
         /// The CPU must have `$features`.
         #[target_feature(enable = $features)]
         pub(crate) unsafe fn dot_iq4_xs(w: &[u8], y: &[kestrel_gguf::quant::BlockQ8K]) -> f32 {
-            use crate::cpu::qdot_table_x86::iq4_xs_scale;
+            use crate::cpu::qdot::table_x86::iq4_xs_scale;
             use kestrel_gguf::quant::iq4_nl::KVALUES_IQ4NL;
             use kestrel_gguf::quant::BlockIQ4XS;
             // SAFETY: the table is 16 bytes.
             let table = unsafe { vld1q_s8(KVALUES_IQ4NL.as_ptr()) };
             let z = vdupq_n_f32(0.0);
             let mut acc = [z, z];
-            crate::cpu::qdot::for_each_block(w, |ibl, x: &BlockIQ4XS| {
+            crate::cpu::qdot::common::for_each_block(w, |ibl, x: &BlockIQ4XS| {
                 let yb = &y[ibl];
                 let mut sumi = [vdupq_n_s32(0); 2];
                 for g in 0..8 {
@@ -134,7 +134,7 @@ macro_rules! iq4_kernels {
                     sumi[0] = vmlaq_n_s32(sumi[0], s0, ls);
                     sumi[1] = vmlaq_n_s32(sumi[1], s1, ls);
                 }
-                let d = vdupq_n_f32(crate::cpu::qdot::h(x.d) * yb.d);
+                let d = vdupq_n_f32(crate::cpu::qdot::common::h(x.d) * yb.d);
                 acc[0] = vfmaq_f32(acc[0], d, vcvtq_f32_s32(sumi[0]));
                 acc[1] = vfmaq_f32(acc[1], d, vcvtq_f32_s32(sumi[1]));
             });

@@ -3,7 +3,7 @@
 //! one register, their sign bits spread to bytes (`tst`) and applied by `(m ^ s) - s`, the
 //! products with the activations summed per 4-byte lane by the level's `quad_sums` (`smull` +
 //! pairwise adds, or `sdot`), the lanes times the group's scale (`1 + 2s`) accumulated in
-//! integers. The block's sum is exact, so it is the scalar twin's (`cpu::qdot_iq::isum_*`), and
+//! integers. The block's sum is exact, so it is the scalar twin's (`cpu::qdot::iq::isum_*`), and
 //! the float part is the twin's own `dot_grid`: each equals its twin bit for bit. One body for
 //! both levels (`iq_grid_kernels!`).
 
@@ -17,8 +17,8 @@ macro_rules! iq_grid_kernels {
             BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, QK_K,
         };
 
-        use crate::cpu::qdot::h;
-        use crate::cpu::qdot_iq::dot_grid;
+        use crate::cpu::qdot::common::h;
+        use crate::cpu::qdot::iq::dot_grid;
 
         /// The 4-byte lane sums of 16 values: magnitudes `g0`, `g1` (8 bytes each, value `j` in
         /// byte `j`) negated where bit `j` of `s0`, `s1` is set, times the 16 quants at `q`.

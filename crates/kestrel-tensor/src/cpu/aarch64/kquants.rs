@@ -1,7 +1,7 @@
 //! The integer halves of the aarch64 K-quant kernels (Q2_K and Q3_K in ggml's x86 `vec_dot`
 //! order, Q4_K in llama.cpp's repacked gemv/gemm orders, Q5_K in ggml's generic order, Q6_K in
 //! ggml's x86 `vec_dot` order and b11434's tiled order), instantiated per level by `kquant_kernels!`. Each kernel is its scalar twin's float
-//! code (`qdot_k_x86::dot_*_with`, `qdot::dot_q5_k_with`) over integers computed here with
+//! code (`qdot::k_x86::dot_*_with`, `qdot::dot_q5_k_with`) over integers computed here with
 //! 16-byte vectors: the integers are exact, so the results are the twins' bits.
 //!
 //! The caller provides, with its target features, `quad_sums(x, y)`: the 4 lane sums of four
@@ -11,11 +11,11 @@ macro_rules! kquant_kernels {
     ($features:literal) => {
         use kestrel_gguf::quant::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 
-        use crate::cpu::qdot::{dot_q5_k_with, k4_scales};
-        use crate::cpu::qdot_k_x86::{
+        use crate::cpu::qdot::k_x86::{
             dot_q2_k_x86_with, dot_q3_k_x86_with, dot_q4_k_8x8_gemm_with, dot_q4_k_8x8_gemv_with,
             dot_q6_k_tiled_with, dot_q6_k_x86_with, q6k_offset,
         };
+        use crate::cpu::qdot::{dot_q5_k_with, k4_scales};
 
         /// `Σ x · y` over 32 bytes (`x`, `y`: two 16-byte halves each), exact.
         #[inline]
@@ -33,7 +33,7 @@ macro_rules! kquant_kernels {
             unsafe { (vld1q_s8(a.as_ptr()), vld1q_s8(a.as_ptr().add(16))) }
         }
 
-        /// Q4_K's integers per pair of sub-blocks (`qdot_k_x86::q4k_pairs`).
+        /// Q4_K's integers per pair of sub-blocks (`qdot::k_x86::q4k_pairs`).
         #[inline]
         #[target_feature(enable = $features)]
         fn q4k_pairs(x: &BlockQ4K, yb: &BlockQ8K) -> ([i32; 4], [i32; 4]) {
@@ -63,7 +63,7 @@ macro_rules! kquant_kernels {
             (val, min)
         }
 
-        /// The x86 lane arrangement of Q2_K and Q3_K (`qdot_k_x86::q2k_lanes`): chunk `c`'s 32
+        /// The x86 lane arrangement of Q2_K and Q3_K (`qdot::k_x86::q2k_lanes`): chunk `c`'s 32
         /// quants (`quants(c)`, two 16-byte halves) times the activation's, bytes `4l..4l+4`
         /// into lane `l`, the first half's lanes times `scale(2c)`, the second's `scale(2c + 1)`.
         #[inline]
@@ -103,7 +103,7 @@ macro_rules! kquant_kernels {
             vandq_u8(s, vdupq_n_u8(3))
         }
 
-        /// Q2_K's 8 integer lanes (`qdot_k_x86::q2k_lanes`).
+        /// Q2_K's 8 integer lanes (`qdot::k_x86::q2k_lanes`).
         #[inline]
         #[target_feature(enable = $features)]
         fn q2k_lanes(x: &BlockQ2K, yb: &BlockQ8K) -> [i32; 8] {
@@ -126,7 +126,7 @@ macro_rules! kquant_kernels {
             x86_lanes(yb, quants, |i| i32::from(x.scales[i] & 0xf))
         }
 
-        /// Q3_K's 8 integer lanes (`qdot_k_x86::q3k_lanes`): the 2-bit field minus 4 where
+        /// Q3_K's 8 integer lanes (`qdot::k_x86::q3k_lanes`): the 2-bit field minus 4 where
         /// bit `c` of `hmask` is clear.
         #[inline]
         #[target_feature(enable = $features)]
@@ -210,7 +210,7 @@ macro_rules! kquant_kernels {
             aux32
         }
 
-        /// Q6_K's 8 integer lanes in the x86 arrangement (`qdot_k_x86::q6k_lanes`): lanes
+        /// Q6_K's 8 integer lanes in the x86 arrangement (`qdot::k_x86::q6k_lanes`): lanes
         /// 0-3 from each chunk's first 16 bytes (its first scale), 4-7 from the rest.
         #[inline]
         #[target_feature(enable = $features)]

@@ -22,7 +22,7 @@ macro_rules! q8_family_kernels {
         use kestrel_gguf::quant::BlockQ8_0;
 
         use crate::cpu::aarch64::fp16;
-        use crate::cpu::q8::BlockQ8_1;
+        use crate::cpu::q8_block::BlockQ8_1;
 
         /// A block's 32 bytes as two registers (bytes 0-15, 16-31).
         #[derive(Clone, Copy)]

@@ -10,7 +10,7 @@ use std::arch::aarch64::*;
 use half::f16;
 use kestrel_gguf::quant::BlockQ8_0;
 
-use crate::cpu::q8::{BlockQ8_1, QK8};
+use crate::cpu::q8_block::{BlockQ8_1, QK8};
 
 /// One block: `(d, the 32 quants saturated to bytes, the wrapping sum of the i32 quants)`.
 ///

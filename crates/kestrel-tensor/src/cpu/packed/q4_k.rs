@@ -158,7 +158,7 @@ mod tests {
 
     use super::*;
     use crate::cpu::packed::{matmul_packed, PackedWeight};
-    use crate::cpu::qdot_k_x86::{dot_q4_k_8x8_gemm, dot_q4_k_8x8_gemv};
+    use crate::cpu::qdot::k_x86::{dot_q4_k_8x8_gemm, dot_q4_k_8x8_gemv};
     use crate::cpu::testutil::{quantized_rows, Rng};
     use crate::DType;
 

@@ -178,7 +178,7 @@ mod tests {
 
     use super::*;
     use crate::cpu::packed::{matmul_packed, PackedWeight};
-    use crate::cpu::qdot_k_x86::{dot_q6_k_tiled, dot_q6_k_x86};
+    use crate::cpu::qdot::k_x86::{dot_q6_k_tiled, dot_q6_k_x86};
     use crate::cpu::testutil::{quantized_rows, Rng};
     use crate::DType;
 

@@ -25,7 +25,7 @@ use crate::cpu::kernel_table;
 use crate::cpu::kernel_table::{Kernels, TypeKernels};
 
 use crate::cpu::qdot::k4_scales;
-use crate::cpu::qdot_k_x86::q3_scales;
+use crate::cpu::qdot::k_x86::q3_scales;
 
 const Q2K_BYTES: usize = 84;
 const Q3K_BYTES: usize = 110;
@@ -134,7 +134,7 @@ fn mins_prod(yb: &BlockQ8K, mins: &[u8; 8]) -> __m128i {
     _mm_madd_epi16(m, pairs)
 }
 
-/// Q4_K · q8_K; the twin is [`crate::cpu::qdot_k_x86::dot_q4_k_x86`].
+/// Q4_K · q8_K; the twin is [`crate::cpu::qdot::k_x86::dot_q4_k_x86`].
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C.
@@ -166,7 +166,7 @@ pub(crate) unsafe fn dot_q4_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     hsum8(acc) + hsum4(acc_m)
 }
 
-/// Q5_K · q8_K; the twin is [`crate::cpu::qdot_k_x86::dot_q5_k_x86`].
+/// Q5_K · q8_K; the twin is [`crate::cpu::qdot::k_x86::dot_q5_k_x86`].
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C.
@@ -205,7 +205,7 @@ pub(crate) unsafe fn dot_q5_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     hsum8(acc) + summs
 }
 
-/// Q6_K · q8_K; the twin is [`crate::cpu::qdot_k_x86::dot_q6_k_x86`] (quants 0..64 in the
+/// Q6_K · q8_K; the twin is [`crate::cpu::qdot::k_x86::dot_q6_k_x86`] (quants 0..64 in the
 /// chunk products, the `-32` offset from `bsums` per super-block).
 ///
 /// # Safety
@@ -250,7 +250,7 @@ pub(crate) unsafe fn dot_q6_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     hsum8(acc)
 }
 
-/// Q2_K · q8_K; the twin is [`crate::cpu::qdot_k_x86::dot_q2_k_x86`].
+/// Q2_K · q8_K; the twin is [`crate::cpu::qdot::k_x86::dot_q2_k_x86`].
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C.
@@ -284,7 +284,7 @@ pub(crate) unsafe fn dot_q2_k(w: &[u8], y: &[BlockQ8K]) -> f32 {
     hsum8(acc)
 }
 
-/// Q3_K · q8_K; the twin is [`crate::cpu::qdot_k_x86::dot_q3_k_x86`].
+/// Q3_K · q8_K; the twin is [`crate::cpu::qdot::k_x86::dot_q3_k_x86`].
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C.
@@ -437,8 +437,8 @@ pub(crate) fn with_kquants(mut base: Kernels) -> Kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::qdot_k_x86::testing::*;
-    use crate::cpu::qdot_k_x86::{
+    use crate::cpu::qdot::k_x86::testing::*;
+    use crate::cpu::qdot::k_x86::{
         dot_q2_k_x86, dot_q3_k_x86, dot_q4_k_x86, dot_q5_k_x86, dot_q6_k_x86,
     };
     use crate::cpu::testutil::Rng;

@@ -125,7 +125,7 @@ pub(crate) unsafe fn tile_mxfp4(w: &[u8], y: &[BlockQ8_0], n_act: usize, out: &m
 /// A 32-value table type against q8_0: `BYTES`-byte blocks whose last 16 bytes are the codes,
 /// `scale` reading the block's scale from its first bytes. Per activation row two 8-lane f32
 /// accumulators take the blocks in turn (one FMA per block), the odd last block is added after
-/// the lanes' sum: `qdot_table_x86::dot_pairs`'s order.
+/// the lanes' sum: `qdot::table_x86::dot_pairs`'s order.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C.
@@ -369,7 +369,7 @@ mod tests {
     use crate::cpu::isa::Isa;
     use crate::cpu::kernel_table::Kernels;
     use crate::cpu::q8;
-    use crate::cpu::qdot_table_x86::{dot_iq4_nl_x86, dot_iq4_xs_x86, dot_mxfp4_x86};
+    use crate::cpu::qdot::table_x86::{dot_iq4_nl_x86, dot_iq4_xs_x86, dot_mxfp4_x86};
     use crate::cpu::testutil::{quantized_row, Rng};
     use crate::DType;
 

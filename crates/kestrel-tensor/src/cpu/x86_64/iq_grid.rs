@@ -11,7 +11,7 @@
 //! negation never wraps), one `vpmaddubsw` (magnitudes ≤ 62: no saturation) and one `vpmaddwd`
 //! by the scales.
 //!
-//! The block's integer sum is exact, so it equals the scalar twin's (`cpu::qdot_iq::isum_*`),
+//! The block's integer sum is exact, so it equals the scalar twin's (`cpu::qdot::iq::isum_*`),
 //! and the f32 terms follow the twin's order (`dot_grid`): results are bit for bit the twins'.
 
 use std::arch::x86_64::*;
@@ -343,7 +343,7 @@ fn group_iq3_s(b: &[u8; 110], idx: &[u32; 8], ls: u32, ib: usize) -> Group {
 
 /// A grid type's tile: `out[r · n_act + t]` = weight row `r` · activation row `t`, blocks of
 /// `BYTES` bytes with the f16 `d` first; per block `d · y.d · isum` summed in f32, then times
-/// `scale` (`qdot_iq::dot_grid`'s order). `prep` reads what a block shares (its scales),
+/// `scale` (`qdot::iq::dot_grid`'s order). `prep` reads what a block shares (its scales),
 /// `pair(block, prep, j)` decodes groups `2j` and `2j + 1`. One activation row decodes each
 /// pair as it goes; more decode each block once for all of them.
 ///

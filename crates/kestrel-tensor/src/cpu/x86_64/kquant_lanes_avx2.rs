@@ -11,9 +11,9 @@
 //! [`reduce8`] sums each pair's 8 partial lanes into its own lane, and one `vfmadd` advances
 //! all 8 accumulators, each in its twin's order.
 //!
-//! [`dot_q4_k_8x8_gemv`]: crate::cpu::qdot_k_x86::dot_q4_k_8x8_gemv
-//! [`dot_q4_k_8x8_gemm`]: crate::cpu::qdot_k_x86::dot_q4_k_8x8_gemm
-//! [`dot_q6_k_tiled`]: crate::cpu::qdot_k_x86::dot_q6_k_tiled
+//! [`dot_q4_k_8x8_gemv`]: crate::cpu::qdot::k_x86::dot_q4_k_8x8_gemv
+//! [`dot_q4_k_8x8_gemm`]: crate::cpu::qdot::k_x86::dot_q4_k_8x8_gemm
+//! [`dot_q6_k_tiled`]: crate::cpu::qdot::k_x86::dot_q6_k_tiled
 
 // Rows, activations and lanes index parallel arrays.
 #![allow(clippy::needless_range_loop)]
@@ -365,7 +365,7 @@ pub(crate) unsafe fn rows_q4_k(w: &[u8], y: &[BlockQ8K], out: &mut [f32]) {
 mod tests {
     use super::*;
     use crate::cpu::q8;
-    use crate::cpu::qdot_k_x86::{dot_q4_k_8x8_gemm, dot_q4_k_8x8_gemv, dot_q6_k_tiled};
+    use crate::cpu::qdot::k_x86::{dot_q4_k_8x8_gemm, dot_q4_k_8x8_gemv, dot_q6_k_tiled};
     use crate::cpu::testutil::{quantized_row, Rng};
     use crate::DType;
     use bytemuck::Zeroable;

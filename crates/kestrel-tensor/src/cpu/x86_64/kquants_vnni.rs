@@ -6,7 +6,7 @@
 //!   order for groups of 4 activation rows (one `fma` per pair of 32-value sub-blocks).
 //! - Q6_K, which it does not repack: `ggml_vec_dot_q6_K_q8_K`'s AVX2 order as the reference
 //!   build runs it (8 integer lanes per super-block, the `-32` offset from `bsums` per lane,
-//!   `fma` per lane, `hsum_float_8`; twin `qdot_k_x86::dot_q6_k_x86`).
+//!   `fma` per lane, `hsum_float_8`; twin `qdot::k_x86::dot_q6_k_x86`).
 //!
 //! The integer parts use `vpdpbusd` on unsigned weight bytes (Q4_K nibbles as they are, Q6_K
 //! quants before the `-32`) against 64 activation bytes at a time: exact, so any lane arrangement gives the same integers; only the float steps have to
@@ -548,7 +548,7 @@ unsafe fn q6k_unpack(b: *const u8) -> Q6kBlock {
 /// The 8 integer lanes of the reference build's Q6_K kernel for one block against one
 /// activation block: lane `l` sums `scale · q · a` (quants `0..64`) over bytes `4l..4l+4` of
 /// every 32-value chunk, minus `32 · (scale[2l] · bsums[2l] + scale[2l+1] · bsums[2l+1])`
-/// (see `qdot_k_x86::dot_q6_k_x86`).
+/// (see `qdot::k_x86::dot_q6_k_x86`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn q6k_lanes(u: &Q6kBlock, scales: *const i8, yb: &BlockQ8K) -> __m256i {
@@ -643,7 +643,7 @@ pub(crate) unsafe fn tile_q6_k(w: &[u8], y: &[BlockQ8K], n_act: usize, out: &mut
 }
 
 /// One Q6_K weight row against `T` activation rows in llama.cpp's tiled-matmul order (see
-/// `qdot_k_x86::dot_q6_k_tiled`): per block the lanes of [`q6k_lanes`] summed as integers
+/// `qdot::k_x86::dot_q6_k_tiled`): per block the lanes of [`q6k_lanes`] summed as integers
 /// (exact), then `acc = fma(f32(isum) · d_w, d_a, acc)`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -673,7 +673,7 @@ unsafe fn q6k_row_tiled<const T: usize>(w: *const u8, y: &[BlockQ8K], nb: usize,
 }
 
 /// Q6_K tile in llama.cpp's tiled-matmul order: weight rows × 1 to 4 activation rows,
-/// `out[r · n_act + t]`, each pair bit for bit `qdot_k_x86::dot_q6_k_tiled`.
+/// `out[r · n_act + t]`, each pair bit for bit `qdot::k_x86::dot_q6_k_tiled`.
 ///
 /// # Safety
 /// As [`rows_q4_k`].
@@ -723,8 +723,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::cpu::qdot_k_x86::testing::{activations, misaligned, random_blocks};
-    use crate::cpu::qdot_k_x86::{
+    use crate::cpu::qdot::k_x86::testing::{activations, misaligned, random_blocks};
+    use crate::cpu::qdot::k_x86::{
         dot_q4_k_8x8_gemm, dot_q4_k_8x8_gemv, dot_q6_k_tiled, dot_q6_k_x86,
     };
     use crate::cpu::testutil::{quantized_rows, Rng};

@@ -19,7 +19,7 @@ macro_rules! q8_family_kernels {
 
         use kestrel_gguf::quant::BlockQ8_0;
 
-        use crate::cpu::q8::BlockQ8_1;
+        use crate::cpu::q8_block::BlockQ8_1;
 
         /// f16 bits to f32 (exact).
         #[inline]

@@ -22,7 +22,7 @@ use kestrel_gguf::quant::BlockQ8_0;
 
 use super::avx512::{fp16, hsum_float_8, nibbles, rd16};
 use crate::cpu::kernel_table::{Line, PrepBuf};
-use crate::cpu::q8::BlockQ8_1;
+use crate::cpu::q8_block::BlockQ8_1;
 
 /// Activation rows one call takes at most.
 pub(crate) const WIDE_ACTS: usize = 8;

@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 
 use kestrel_gguf::quant::BlockQ8_0;
 
-use crate::cpu::q8::{BlockQ8_1, QK8};
+use crate::cpu::q8_block::{BlockQ8_1, QK8};
 
 /// One block: `(d, the 32 quants as i8 in order, the 8-lane i32 sum vector)`.
 #[inline]

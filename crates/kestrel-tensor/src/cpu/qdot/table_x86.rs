@@ -13,8 +13,8 @@ use kestrel_gguf::quant::iq4_nl::KVALUES_IQ4NL;
 use kestrel_gguf::quant::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4};
 use kestrel_gguf::quant::{BlockIQ4NL, BlockIQ4XS, BlockMXFP4, BlockQ8K, BlockQ8_0, QK_K};
 
-use super::q8::QK8;
-use super::qdot::{for_each_block, h, hsum_float_8};
+use super::common::{for_each_block, h, hsum_float_8};
+use crate::cpu::q8_block::QK8;
 
 /// The 32 table values of 16 code bytes (byte `j`: value `j` low nibble, `j + 16` high).
 #[inline(always)]

@@ -14,7 +14,7 @@ use kestrel_gguf::quant::{
     BlockQ8K, BlockTQ1_0, BlockTQ2_0, QK_K,
 };
 
-use super::qdot::{for_each_block, h};
+use super::common::{for_each_block, h};
 
 /// `ggml_vec_dot_tq1_0_q8_K_generic`: the block's trits (in dequantization order, which is the
 /// order of the q8_K values they meet) times the activations, in integers, then one scale.

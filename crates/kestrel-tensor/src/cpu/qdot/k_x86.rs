@@ -35,7 +35,8 @@
 
 use kestrel_gguf::quant::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
 
-use super::qdot::{for_each_block, h, hsum_float_8, k4_scales};
+use super::common::{for_each_block, h, hsum_float_8};
+use super::kquants::k4_scales;
 
 /// Adds one 32-value chunk into the 8 lanes: lane `l` gets `Σ q(b) · q8[b]` over
 /// `b = 4l..4l+4`, times `s_lo` for lanes 0..4 (values 0..16) or `s_hi` for lanes 4..8.
@@ -683,7 +684,7 @@ mod tests {
     /// [`matches_ggml_file_from_env`] covers that.
     #[test]
     fn matches_ggml_simd_fixture() {
-        let cases = parse_cases(include_bytes!("../../tests/fixtures/ggml_dot.bin"));
+        let cases = parse_cases(include_bytes!("../../../tests/fixtures/ggml_dot.bin"));
         assert_eq!(cases.len(), 5);
         check_cases(&cases);
     }
