@@ -34,6 +34,7 @@ pub mod q8;
 mod q8_block;
 pub(crate) mod qdot;
 pub mod rope;
+mod scratch;
 pub mod softmax;
 pub mod ssm;
 

@@ -35,7 +35,7 @@ pub(crate) mod quantize;
 use super::isa::Isa;
 use super::kernel_table::Kernels;
 
-pub(crate) use super::isa::{has_dotprod, has_neon};
+pub(crate) use super::isa::{has_dotprod, has_i8mm, has_neon};
 
 /// f16 bits to f32 (exact) with the base ISA's `fcvt` (the `half` crate converts in software
 /// unless the whole build targets FEAT_FP16).
@@ -222,9 +222,9 @@ pub(crate) fn dotprod_kernels(base: Kernels) -> Kernels {
 /// the packed layouts' `smmla` kernel (chosen by `packed::q8_family::group_tile`).
 ///
 /// # Panics
-/// If the CPU lacks the extensions (callers check [`q8_familyx16::has_i8mm`] first).
+/// If the CPU lacks the extensions (callers check [`has_i8mm`] first).
 pub(crate) fn i8mm_kernels(base: Kernels) -> Kernels {
-    assert!(q8_familyx16::has_i8mm(), "the CPU lacks FEAT_I8MM");
+    assert!(has_i8mm(), "the CPU lacks FEAT_I8MM");
     Kernels {
         isa: Isa::I8mm,
         ..dotprod_kernels(base)

@@ -23,13 +23,11 @@
 
 use std::arch::aarch64::*;
 
-use crate::cpu::packed::q8_family::{ActQ8, Kind};
-use crate::cpu::packed::GROUP_ROWS;
+use crate::cpu::packed::groups::GROUP_ROWS;
+use crate::cpu::packed::q8_family::layout::{ActQ8, Kind};
 
 /// Activation rows one call takes at most.
-pub(crate) const MAX_ACTS: usize = crate::cpu::packed::MAX_ACTS;
-
-pub(crate) use crate::cpu::isa::has_i8mm;
+pub(crate) const MAX_ACTS: usize = crate::cpu::packed::groups::MAX_ACTS;
 
 /// Four little-endian f16 at `p` as f32 (`fcvtl`, exact).
 ///
@@ -254,7 +252,7 @@ pub(crate) unsafe fn group_tile_dotprod(
 /// `smmla` over pairs of rows (an odd last row by `sdot`).
 ///
 /// # Safety
-/// The CPU must have the matrix-multiply and dot-product extensions ([`has_i8mm`]).
+/// The CPU must have the matrix-multiply and dot-product extensions ([`has_i8mm`](crate::cpu::isa::has_i8mm)).
 #[target_feature(enable = "neon,dotprod,i8mm")]
 pub(crate) unsafe fn group_tile_i8mm(
     kind: Kind,
@@ -488,12 +486,13 @@ unsafe fn tile_i8mm<const P: usize>(
 
 #[cfg(test)]
 mod tests {
+    use crate::cpu::isa::has_i8mm;
     use kestrel_gguf::quant::mxfp4::e8m0_to_f32_half;
 
     use super::*;
-    use crate::cpu::matmul::MatmulScratch;
     use crate::cpu::packed::q8_family::{prepare, tile_scalar};
     use crate::cpu::packed::PackedWeight;
+    use crate::cpu::scratch::MatmulScratch;
     use crate::cpu::testutil::{quantized_rows, Rng};
     use crate::DType;
 

@@ -13,8 +13,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::cpu::packed::q8_family::{ActQ8, Kind};
-use crate::cpu::packed::GROUP_ROWS;
+use crate::cpu::packed::groups::GROUP_ROWS;
+use crate::cpu::packed::q8_family::layout::{ActQ8, Kind};
 
 /// Activation rows one call takes at most.
 pub(crate) const MAX_ACTS: usize = 8;
@@ -183,9 +183,9 @@ pub(crate) unsafe fn group_tile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::matmul::MatmulScratch;
     use crate::cpu::packed::q8_family::{prepare, tile_scalar};
     use crate::cpu::packed::PackedWeight;
+    use crate::cpu::scratch::MatmulScratch;
     use crate::cpu::testutil::{quantized_rows, Rng};
     use crate::DType;
     use kestrel_gguf::quant::mxfp4::e8m0_to_f32_half;

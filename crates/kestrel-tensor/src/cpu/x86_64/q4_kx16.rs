@@ -10,8 +10,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::cpu::packed::q4_k::{ActQ4K, D_AT, MINS_AT, QUANT_BYTES, SCALE_BYTES};
-use crate::cpu::packed::GROUP_ROWS;
+use crate::cpu::packed::groups::GROUP_ROWS;
+use crate::cpu::packed::q4_k::layout::{ActQ4K, D_AT, MINS_AT, QUANT_BYTES, SCALE_BYTES};
 
 /// Four bytes at `p` as the dword of a broadcast.
 #[inline(always)]

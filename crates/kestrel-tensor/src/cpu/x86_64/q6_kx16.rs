@@ -12,8 +12,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::cpu::packed::q6_k::{ActQ8K, QH_AT, QUANT_BYTES, SCALE_BYTES};
-use crate::cpu::packed::GROUP_ROWS;
+use crate::cpu::packed::groups::GROUP_ROWS;
+use crate::cpu::packed::q6_k::layout::{ActQ8K, QH_AT, QUANT_BYTES, SCALE_BYTES};
 
 /// Four bytes at `p` as the dword of a broadcast.
 #[inline(always)]

@@ -13,8 +13,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::cpu::packed::q8_family::{ActQ8, Kind};
-use crate::cpu::packed::GROUP_ROWS;
+use crate::cpu::packed::groups::GROUP_ROWS;
+use crate::cpu::packed::q8_family::layout::{ActQ8, Kind};
 
 /// Activation rows one call takes at most.
 pub(crate) const MAX_ACTS: usize = 8;

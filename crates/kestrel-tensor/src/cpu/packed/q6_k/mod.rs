@@ -20,40 +20,14 @@
 //! - **tiled** (`dot_q6_k_tiled`, llama.cpp's tiled K-quant matmul): the super-block's exact
 //!   `Σ scale · (q - 32) · a`, then `acc = fma(f32(isum) · d_w, d_x, acc)`.
 
-use super::GROUP_ROWS;
-use crate::cpu::matmul::MatmulScratch;
+pub(crate) mod layout;
+pub(crate) use layout::*;
+
+use super::groups::GROUP_ROWS;
 use crate::cpu::q8::quantize_row_q8_k;
+use crate::cpu::scratch::MatmulScratch;
 use crate::storage::AlignedBuf;
 use kestrel_gguf::quant::{BlockQ6K, BlockQ8K, QK_K};
-
-/// Quant bytes of one super-block of a group: `ql` then `qh`.
-pub(crate) const QUANT_BYTES: usize = 48 * 64;
-
-/// Offset of `qh` in a super-block's quants.
-pub(crate) const QH_AT: usize = 32 * 64;
-
-/// Scale bytes of one super-block of a group: 16 × 16 i8 scales, then 16 f16 `d`.
-pub(crate) const SCALE_BYTES: usize = 16 * GROUP_ROWS + 2 * GROUP_ROWS;
-
-/// Bytes of a Q6_K block.
-const Q6K_BYTES: usize = std::mem::size_of::<BlockQ6K>();
-
-/// The activation side of a call: q8_K rows and, per block, `-32 · bsum` of its 16 groups.
-#[derive(Clone, Copy)]
-pub(crate) struct ActQ8K<'a> {
-    pub(crate) acts: &'a [BlockQ8K],
-    pub(crate) corr: &'a [i32],
-}
-
-impl ActQ8K<'_> {
-    /// Rows `t0..t1` of `nb` blocks each.
-    pub(crate) fn rows(&self, t0: usize, t1: usize, nb: usize) -> ActQ8K<'_> {
-        ActQ8K {
-            acts: &self.acts[t0 * nb..t1 * nb],
-            corr: &self.corr[t0 * nb * 16..t1 * nb * 16],
-        }
-    }
-}
 
 /// The 6-bit value of element `e` of a Q6_K block (0..63).
 fn q6(b: &BlockQ6K, e: usize) -> u8 {
@@ -74,7 +48,7 @@ pub(crate) fn pack(w: &[u8], m: usize, k: usize, release: bool) -> Option<Aligne
         return None;
     }
     let sizes = (Q6K_BYTES, QUANT_BYTES, SCALE_BYTES);
-    super::pack_groups(w, m, k / QK_K, sizes, release, |r, raw, q, s| {
+    super::groups::pack_groups(w, m, k / QK_K, sizes, release, |r, raw, q, s| {
         let blk: BlockQ6K = bytemuck::pod_read_unaligned(raw);
         for e in 0..QK_K {
             let (gi, j) = (e / 4, e % 4);
@@ -103,7 +77,7 @@ pub(crate) fn prepare<'s>(
         }
     };
     let (acts, corr, _) =
-        super::prepare_acts(x, n, k, k / QK_K, 16, scratch, quantize_row_q8_k, corr);
+        super::groups::prepare_acts(x, n, k, k / QK_K, 16, scratch, quantize_row_q8_k, corr);
     ActQ8K { acts, corr }
 }
 
@@ -111,7 +85,7 @@ pub(crate) fn prepare<'s>(
 /// `out[t · 16 + r]`; the AVX-512 kernel when the CPU runs it, else the scalar twin.
 pub(crate) fn group_tile(group: &[u8], nb: usize, act: ActQ8K<'_>, tiled: bool, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if super::simd() {
+    if super::groups::simd() {
         // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
         unsafe { crate::cpu::x86_64::q6_kx16::group_tile(group, nb, act, tiled, out) };
         return;

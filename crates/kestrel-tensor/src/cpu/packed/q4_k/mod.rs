@@ -17,43 +17,14 @@
 //!
 //! and `acc - acc_min` at the end.
 
-use super::GROUP_ROWS;
-use crate::cpu::matmul::MatmulScratch;
+pub(crate) mod layout;
+pub(crate) use layout::*;
+
+use super::groups::GROUP_ROWS;
 use crate::cpu::q8::quantize_row_q8_k;
+use crate::cpu::scratch::MatmulScratch;
 use crate::storage::AlignedBuf;
 use kestrel_gguf::quant::{get_scale_min_k4, BlockQ4K, BlockQ8K, QK_K};
-
-/// Quant bytes of one super-block of a group.
-pub(crate) const QUANT_BYTES: usize = 32 * 64;
-
-/// Scale bytes of one super-block of a group: scales, mins, `d`, `dmin`.
-pub(crate) const SCALE_BYTES: usize = 2 * 8 * GROUP_ROWS + 2 * 2 * GROUP_ROWS;
-
-/// Offset of the mins in a super-block's scale bytes.
-pub(crate) const MINS_AT: usize = 8 * GROUP_ROWS;
-
-/// Offset of the f16 `d` (then `dmin`) in a super-block's scale bytes.
-pub(crate) const D_AT: usize = 16 * GROUP_ROWS;
-
-/// Bytes of a Q4_K block.
-const Q4K_BYTES: usize = std::mem::size_of::<BlockQ4K>();
-
-/// The activation side of a call: q8_K rows and, per block, the sums of its 8 groups of 32.
-#[derive(Clone, Copy)]
-pub(crate) struct ActQ4K<'a> {
-    pub(crate) acts: &'a [BlockQ8K],
-    pub(crate) bs: &'a [i32],
-}
-
-impl ActQ4K<'_> {
-    /// Rows `t0..t1` of `nb` blocks each.
-    pub(crate) fn rows(&self, t0: usize, t1: usize, nb: usize) -> ActQ4K<'_> {
-        ActQ4K {
-            acts: &self.acts[t0 * nb..t1 * nb],
-            bs: &self.bs[t0 * nb * 8..t1 * nb * 8],
-        }
-    }
-}
 
 /// Packs `m` Q4_K rows of `k` elements (`w`: exactly their bytes, `m` a multiple of 16).
 pub(crate) fn pack(w: &[u8], m: usize, k: usize, release: bool) -> Option<AlignedBuf> {
@@ -61,7 +32,7 @@ pub(crate) fn pack(w: &[u8], m: usize, k: usize, release: bool) -> Option<Aligne
         return None;
     }
     let sizes = (Q4K_BYTES, QUANT_BYTES, SCALE_BYTES);
-    super::pack_groups(w, m, k / QK_K, sizes, release, |r, raw, q, s| {
+    super::groups::pack_groups(w, m, k / QK_K, sizes, release, |r, raw, q, s| {
         let blk: BlockQ4K = bytemuck::pod_read_unaligned(raw);
         for v in 0..32 {
             let (p, c) = (v / 8, v % 8);
@@ -90,7 +61,8 @@ pub(crate) fn prepare<'s>(
             *s = i32::from(b.bsums[2 * j]) + i32::from(b.bsums[2 * j + 1]);
         }
     };
-    let (acts, bs, _) = super::prepare_acts(x, n, k, k / QK_K, 8, scratch, quantize_row_q8_k, sums);
+    let (acts, bs, _) =
+        super::groups::prepare_acts(x, n, k, k / QK_K, 8, scratch, quantize_row_q8_k, sums);
     ActQ4K { acts, bs }
 }
 
@@ -98,7 +70,7 @@ pub(crate) fn prepare<'s>(
 /// `out[t · 16 + r]`; the AVX-512 kernel when the CPU runs it, else the scalar twin.
 pub(crate) fn group_tile(group: &[u8], nb: usize, act: ActQ4K<'_>, gemm: bool, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if super::simd() {
+    if super::groups::simd() {
         // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
         unsafe { crate::cpu::x86_64::q4_kx16::group_tile(group, nb, act, gemm, out) };
         return;
