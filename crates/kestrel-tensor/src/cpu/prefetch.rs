@@ -28,3 +28,19 @@ pub(crate) fn prefetch_range(start: *const u8, len: usize) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (start, len);
 }
+
+/// How far ahead of the block being computed the packed kernels prefetch (bytes). Measured on
+/// Gemma 3 270M's tied 262144-row Q8_0 output matrix, 8 sequences a step: 4 KiB 6.9 ms a step,
+/// 6-12 KiB 6.2 ms (one sequence: 5.9 ms, the read bandwidth), prefetching each next 16-row
+/// group whole at its start 10.0 ms, no software prefetch 12.6 ms.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const PREFETCH_AHEAD: usize = 8192;
+
+/// Prefetches the `len` bytes [`PREFETCH_AHEAD`] past `block` (a packed kernel's current block
+/// of quants, `len` its size): the rest of the group and the next one (groups are back to back)
+/// arrive as a steady stream, whatever the activation row count.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn prefetch_ahead(block: *const u8, len: usize) {
+    prefetch_range(block.wrapping_add(PREFETCH_AHEAD), len);
+}

@@ -7,9 +7,8 @@
 //! ggml's x86 float order, so an aarch64 machine gives what an x86-64 one does on the
 //! unpacked paths (`cpu::kernel_tests`, run under `qemu-aarch64` in CI).
 //!
-//! [`q8_familyx16`] computes the packed q8_0-family layouts (`cpu::packed`) from the
-//! dot-product level up, by `smmla` at the i8mm level (FEAT_I8MM), bit for bit the packed
-//! scalar twin, so the packed paths agree with x86 too. [`f16_ops`] holds the f16
+//! The packed q8_0-family kernels (dot-product and i8mm levels) live with their layout
+//! (`cpu::packed::q8_family::aarch64`). [`f16_ops`] holds the f16
 //! flash-attention ops and [`quantize`] the q8_0/q8_1 activation quantizers (NEON, every
 //! level).
 //!
@@ -29,7 +28,6 @@ mod iq_grid;
 pub(crate) mod dotprod;
 pub(crate) mod f16_ops;
 pub(crate) mod neon;
-pub(crate) mod q8_familyx16;
 pub(crate) mod quantize;
 
 use super::isa::Isa;

@@ -4,9 +4,10 @@
 //! holding one row: the block sums come out exact in integers, and one float multiply-add per
 //! block finishes 16 outputs instead of one.
 //!
-//! Layouts (one file each), for matrices whose row count is a multiple of 16, on CPUs with
+//! Layouts (one folder each: `layout.rs`, the driver and scalar twin in `mod.rs`, the SIMD
+//! kernels beside them, `x86_64.rs`, `avx2.rs`, `avx512.rs`, `aarch64.rs`), for matrices whose row count is a multiple of 16, on CPUs with
 //! AVX-512 VNNI, and for Q4_0, IQ4_NL and MXFP4 on AVX2 CPUs too; on aarch64 the q8_0 family
-//! from the dot-product level up (`aarch64::q8_familyx16`, `smmla` at the i8mm level).
+//! from the dot-product level up (`q8_family::aarch64`, `smmla` at the i8mm level).
 //! Elsewhere nothing is packed: the scalar twins exist to test the kernels.
 //! - [`q8_family`] **Q4_0x16, Q4_1x16, Q5_0x16, Q5_1x16, Q8_0x16, IQ4NLx16, MXFP4x16**: the
 //!   file's quants moved (Q8_0's made unsigned), not widened; llama.cpp's repacked Q4_0 GEMM
@@ -14,7 +15,7 @@
 //!   path's, ggml's `vec_dot`). Q4_0, IQ4_NL and MXFP4 are packed by default (llama.cpp repacks
 //!   them too, with these numerics); `KESTREL_REPACK=all` packs the other four and tied
 //!   embeddings (see `packing_enabled`). The AVX-512 kernel computes the first five, the AVX2
-//!   kernel (`x86_64::nibblex16_avx2`) Q4_0 and the two table types.
+//!   kernel (`q8_family::avx2`) Q4_0 and the two table types.
 //! - [`q6_k`] **Q6_Kx16**: the 6-bit quants regrouped; the numerics of the unpacked Q6_K
 //!   kernels, bit for bit, in both of llama.cpp's orders (`vec_dot`'s 8 float lanes below
 //!   [`TILED_MIN_ROWS`] rows per sequence, the tiled matmul's exact super-block sums from
@@ -22,7 +23,7 @@
 //!
 //! A packed matrix is exactly as large as the original; [`PackedWeight::for_tensor`] shares it
 //! between every plan of a model and hands the source pages of the memory map back to the OS.
-//! Each kernel prefetches 8 KiB ahead of the block it computes (`x86_64::PREFETCH_AHEAD`).
+//! Each kernel prefetches 8 KiB ahead of the block it computes (`prefetch::PREFETCH_AHEAD`).
 //! `KESTREL_REPACK=0` turns packing off; `KESTREL_REPACK=q8_0,q4_1` packs the listed types
 //! beyond the default.
 
@@ -127,11 +128,11 @@ fn packing_enabled(dtype: DType) -> bool {
     }
     let isa = super::isa::active_isa();
     if cfg!(target_arch = "aarch64") {
-        // `aarch64::q8_familyx16`: the q8_0 family from the dot-product level up.
+        // `q8_family::aarch64`: the q8_0 family from the dot-product level up.
         return q8_family::Kind::of(dtype).is_some() && isa >= super::isa::Isa::Dotprod;
     }
     match dtype {
-        // The AVX2 kernel's types (`x86_64::nibblex16_avx2`).
+        // The AVX2 kernel's types (`q8_family::avx2`).
         DType::Q4_0 | DType::IQ4NL | DType::MXFP4 => isa >= super::isa::Isa::Avx2,
         _ => isa >= super::isa::Isa::Avx512,
     }

@@ -21,31 +21,14 @@ pub(crate) mod iq_grid;
 pub(crate) mod kquant_lanes_avx2;
 pub(crate) mod kquants;
 pub(crate) mod kquants_vnni;
-pub(crate) mod nibblex16_avx2;
-pub(crate) mod q4_kx16;
-pub(crate) mod q6_kx16;
-pub(crate) mod q8_familyx16;
 pub(crate) mod q8_wide;
 pub(crate) mod quantize;
 pub(crate) mod silu;
 
 use super::kernel_table::{Kernels, TypeKernels};
 
-/// How far ahead of the block being computed the packed kernels prefetch (bytes). Measured on
-/// Gemma 3 270M's tied 262144-row Q8_0 output matrix, 8 sequences a step: 4 KiB 6.9 ms a step,
-/// 6-12 KiB 6.2 ms (one sequence: 5.9 ms, the read bandwidth), prefetching each next 16-row
-/// group whole at its start 10.0 ms, no software prefetch 12.6 ms.
-pub(crate) const PREFETCH_AHEAD: usize = 8192;
-
-/// Prefetches the `len` bytes [`PREFETCH_AHEAD`] past `block` (a packed kernel's current block
-/// of quants, `len` its size): the rest of the group and the next one (groups are back to back)
-/// arrive as a steady stream, whatever the activation row count.
-#[inline(always)]
-pub(crate) fn prefetch_ahead(block: *const u8, len: usize) {
-    super::prefetch::prefetch_range(block.wrapping_add(PREFETCH_AHEAD), len);
-}
-
 pub(crate) use super::isa::{has_avx2, has_avx512};
+pub(crate) use super::prefetch::prefetch_ahead;
 
 /// `base` with the IQ and MXFP4 kernels ([`iq4`], [`iq_grid`]) where the CPU has AVX2.
 pub(crate) fn with_iq(base: Kernels) -> Kernels {

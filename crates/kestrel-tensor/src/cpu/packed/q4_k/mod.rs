@@ -18,6 +18,8 @@
 //! and `acc - acc_min` at the end.
 
 pub(crate) mod layout;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
 pub(crate) use layout::*;
 
 use super::groups::GROUP_ROWS;
@@ -72,7 +74,7 @@ pub(crate) fn group_tile(group: &[u8], nb: usize, act: ActQ4K<'_>, gemm: bool, o
     #[cfg(target_arch = "x86_64")]
     if super::groups::simd() {
         // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
-        unsafe { crate::cpu::x86_64::q4_kx16::group_tile(group, nb, act, gemm, out) };
+        unsafe { x86_64::group_tile(group, nb, act, gemm, out) };
         return;
     }
     tile_scalar(group, nb, act, gemm, out)

@@ -21,6 +21,8 @@
 //!   `Σ scale · (q - 32) · a`, then `acc = fma(f32(isum) · d_w, d_x, acc)`.
 
 pub(crate) mod layout;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
 pub(crate) use layout::*;
 
 use super::groups::GROUP_ROWS;
@@ -87,7 +89,7 @@ pub(crate) fn group_tile(group: &[u8], nb: usize, act: ActQ8K<'_>, tiled: bool, 
     #[cfg(target_arch = "x86_64")]
     if super::groups::simd() {
         // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
-        unsafe { crate::cpu::x86_64::q6_kx16::group_tile(group, nb, act, tiled, out) };
+        unsafe { x86_64::group_tile(group, nb, act, tiled, out) };
         return;
     }
     tile_scalar(group, nb, act, tiled, out)

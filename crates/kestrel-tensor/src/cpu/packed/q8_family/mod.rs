@@ -31,6 +31,12 @@
 //! bit for bit) converts 8 partial lane sums per block to float instead: the two differ in the
 //! last bits. A row's result does not depend on how many activation rows a call has.
 
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod aarch64;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 pub(crate) mod layout;
 pub(crate) use layout::*;
 
@@ -154,32 +160,30 @@ pub(crate) fn group_tile(kind: Kind, group: &[u8], nb: usize, act: ActQ8<'_>, ou
     #[cfg(target_arch = "x86_64")]
     {
         use crate::cpu::isa::{active_isa, Isa};
-        use crate::cpu::x86_64::nibblex16_avx2;
         let isa = active_isa();
         if isa >= Isa::Avx512 && kind.table().is_none() {
             // SAFETY: the active ISA is AVX-512, so the CPU has the kernel's features.
-            unsafe { crate::cpu::x86_64::q8_familyx16::group_tile(kind, group, nb, act, out) };
+            unsafe { avx512::group_tile(kind, group, nb, act, out) };
             return;
         }
-        if isa >= Isa::Avx2 && nibblex16_avx2::handles(kind) {
+        if isa >= Isa::Avx2 && avx2::handles(kind) {
             // SAFETY: the active ISA is at least AVX2, and the kernel handles `kind`.
-            unsafe { nibblex16_avx2::group_tile(kind, group, nb, act, out) };
+            unsafe { avx2::group_tile(kind, group, nb, act, out) };
             return;
         }
     }
     #[cfg(target_arch = "aarch64")]
     {
-        use crate::cpu::aarch64::q8_familyx16;
         use crate::cpu::isa::{active_isa, Isa};
         let isa = active_isa();
         if isa >= Isa::I8mm {
             // SAFETY: the active ISA is i8mm, so the CPU has its features.
-            unsafe { q8_familyx16::group_tile_i8mm(kind, group, nb, act, out) };
+            unsafe { aarch64::group_tile_i8mm(kind, group, nb, act, out) };
             return;
         }
         if isa >= Isa::Dotprod {
             // SAFETY: the active ISA has the dot-product extension.
-            unsafe { q8_familyx16::group_tile_dotprod(kind, group, nb, act, out) };
+            unsafe { aarch64::group_tile_dotprod(kind, group, nb, act, out) };
             return;
         }
     }

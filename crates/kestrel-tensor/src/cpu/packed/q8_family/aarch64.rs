@@ -521,7 +521,11 @@ mod tests {
     #[test]
     fn kernels_equal_the_scalar_twin_for_every_tile() {
         let levels: [(&str, bool, GroupTile); 2] = [
-            ("dotprod", super::super::has_dotprod(), group_tile_dotprod),
+            (
+                "dotprod",
+                crate::cpu::isa::has_dotprod(),
+                group_tile_dotprod,
+            ),
             ("i8mm", has_i8mm(), group_tile_i8mm),
         ];
         let mut rng = Rng::new(5);

@@ -117,7 +117,7 @@ unsafe fn tile<L: Layout, const T: usize>(
     );
     let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..nb {
-        super::prefetch_ahead(quants.as_ptr().wrapping_add(b * qb), qb);
+        crate::cpu::prefetch::prefetch_ahead(quants.as_ptr().wrapping_add(b * qb), qb);
         // SAFETY: block b's quant and scale bytes lie in `group` (checked above); unaligned
         // loads.
         let (u, dw, mw) = unsafe {

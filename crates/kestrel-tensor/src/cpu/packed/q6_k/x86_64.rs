@@ -96,7 +96,7 @@ unsafe fn tiled_rows<const T: usize>(group: &[u8], nb: usize, act: ActQ8K<'_>, o
     let (quants, scale_base) = split(group, nb, &act, T, out);
     let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..nb {
-        super::prefetch_ahead(quants.wrapping_add(b * QUANT_BYTES), QUANT_BYTES);
+        crate::cpu::prefetch::prefetch_ahead(quants.wrapping_add(b * QUANT_BYTES), QUANT_BYTES);
         // SAFETY: super-block b's quants and scales lie in the group (checked by `split`).
         let (q, s) = unsafe { (quants.add(b * QUANT_BYTES), scale_base.add(b * SCALE_BYTES)) };
         let mut iacc = [_mm512_setzero_si512(); T];
@@ -156,7 +156,7 @@ unsafe fn lanes<const T: usize>(group: &[u8], nb: usize, act: ActQ8K<'_>, out: &
     let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); 8]; T];
     for b in 0..nb {
-        super::prefetch_ahead(quants.wrapping_add(b * QUANT_BYTES), QUANT_BYTES);
+        crate::cpu::prefetch::prefetch_ahead(quants.wrapping_add(b * QUANT_BYTES), QUANT_BYTES);
         // SAFETY: super-block b's quants and scales lie in the group (checked by `split`).
         let (q, s) = unsafe { (quants.add(b * QUANT_BYTES), scale_base.add(b * SCALE_BYTES)) };
         let mut v = [[zero; 8]; T];

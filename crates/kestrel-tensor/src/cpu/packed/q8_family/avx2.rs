@@ -90,7 +90,7 @@ unsafe fn pass<const T: usize, const H: usize>(
     for b in 0..nb {
         let q = quants.as_ptr().wrapping_add(b * qb);
         if h0 == 0 {
-            super::prefetch_ahead(q, qb);
+            crate::cpu::prefetch::prefetch_ahead(q, qb);
         }
         let mut sums = [[_mm256_setzero_si256(); H]; T];
         for c in 0..4 {
@@ -191,7 +191,7 @@ mod tests {
     use kestrel_gguf::quant::mxfp4::e8m0_to_f32_half;
 
     fn has_avx2() -> bool {
-        let ok = super::super::has_avx2();
+        let ok = crate::cpu::isa::has_avx2();
         if !ok {
             eprintln!("skipped: this CPU lacks AVX2/FMA/F16C");
         }

@@ -49,7 +49,7 @@ unsafe fn tile<const T: usize, const GEMM: bool>(
     let mut acc = [_mm512_setzero_ps(); T];
     let mut acc_min = [_mm512_setzero_ps(); T];
     for b in 0..nb {
-        super::prefetch_ahead(quants.wrapping_add(b * QUANT_BYTES), QUANT_BYTES);
+        crate::cpu::prefetch::prefetch_ahead(quants.wrapping_add(b * QUANT_BYTES), QUANT_BYTES);
         // SAFETY: super-block b's quants and scales lie in the group (checked above).
         let (q, s) = unsafe { (quants.add(b * QUANT_BYTES), scale_base.add(b * SCALE_BYTES)) };
         // SAFETY: the 16 f16 `d` and 16 f16 `dmin`.
