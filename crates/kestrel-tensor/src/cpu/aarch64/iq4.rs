@@ -2,7 +2,7 @@
 //! each 16-byte group of nibbles looked up in the type's 16-entry table with `tbl`, the
 //! looked-up bytes times the activations summed per 4-byte lane by the level's `quad_sums`
 //! (`smull` + pairwise adds, or `sdot`): the 8 exact lane sums of a 32-value group that ggml's
-//! AVX2 kernels form, then the scalar twins' float order (`cpu::qdot_table_x86`: lane-wise
+//! AVX2 kernels form, then the scalar twins' float order (`cpu::qdot::table_x86`: lane-wise
 //! FMAs, IQ4_NL's and MXFP4's blocks in pairs into two accumulators and an odd last block alone,
 //! `hsum_float_8` at the end), so each equals its twin, and an x86-64 machine's result, bit
 //! for bit. One body for both levels (`iq4_kernels!`).
@@ -37,7 +37,7 @@ macro_rules! iq4_kernels {
             (quad_sums(lo, y0), quad_sums(hi, y1))
         }
 
-        /// `dot_pairs` of `qdot_table_x86` (IQ4_NL and MXFP4 against q8_0): blocks in pairs into
+        /// `dot_pairs` of `qdot::table_x86` (IQ4_NL and MXFP4 against q8_0): blocks in pairs into
         /// two accumulators, an odd last block alone; `d` a block's scale, `qs` its codes.
         #[inline]
         #[target_feature(enable = $features)]

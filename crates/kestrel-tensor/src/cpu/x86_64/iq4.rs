@@ -5,7 +5,7 @@
 //! products are summed by `vpmaddubsw` + `vpmaddwd` ([`super::avx2::sum_i8`]).
 //!
 //! The integer lanes are exact and the f32 lanes follow the scalar twins' order
-//! (`cpu::qdot_table_x86`, ggml's x86 order: one FMA of 8 lanes per block, no horizontal sum
+//! (`cpu::qdot::table_x86`, ggml's x86 order: one FMA of 8 lanes per block, no horizontal sum
 //! per block), so results are bit for bit the twins' (tests below).
 
 use std::arch::x86_64::*;

@@ -7,7 +7,7 @@
 //! 8 mins (same), their 16 f16 `d` and 16 f16 `dmin`: 2368 bytes per 16 rows instead of 2304
 //! (the scales unpacked from their 12-byte form, +2.8%).
 //!
-//! Numerics, bit for bit llama.cpp's repacked Q4_K paths (`qdot_k_x86`), per row: exact
+//! Numerics, bit for bit llama.cpp's repacked Q4_K paths (`qdot::k_x86`), per row: exact
 //! integers `val_p = sc[2p]·Σ q·a + sc[2p+1]·Σ q·a` and `min_p = Σ min · bsum` for each pair
 //! `p` of sub-blocks, then
 //! - **gemm** (rows in groups of 4 of a sequence's step): per pair, `acc = fma(f32(val_p),

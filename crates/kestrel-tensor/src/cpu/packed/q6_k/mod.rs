@@ -11,7 +11,7 @@
 //! then, after all super-blocks' quants, per super-block the 16 sub-block scales of the 16
 //! rows (`[sub-block][row]`, i8) and the rows' 16 f16 `d`. As large as the original.
 //!
-//! Numerics, bit for bit those of the unpacked kernels (`qdot_k_x86`), as llama.cpp b11434 sums:
+//! Numerics, bit for bit those of the unpacked kernels (`qdot::k_x86`), as llama.cpp b11434 sums:
 //! - **lanes** (`dot_q6_k_x86`, ggml's AVX2 `vec_dot`; fewer than [`super::TILED_MIN_ROWS`]
 //!   rows in the sequence): 8 integer lanes per super-block, lane `l` holding groups
 //!   `gi ≡ l (mod 8)` times their scales minus `32 · (sc[2l]·bsum[2l] + sc[2l+1]·bsum[2l+1])`,
