@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use kestrel_gguf::{GgmlType, TensorSpec};
 use serde_json::Value;
 
-use super::family::{self, ExpertLayout, Family};
+use super::family::{ExpertLayout, Family};
+use super::names;
 use super::write::{Planned, Source};
 use super::{bad, uint};
 use crate::convert::checkpoint::Checkpoint;
@@ -74,7 +75,7 @@ impl Experts {
         let Some(layout) = self.layout else {
             return Ok(None);
         };
-        let Some((layer, expert, part)) = family::expert_of(&layout, name) else {
+        let Some((layer, expert, part)) = names::expert_of(&layout, name) else {
             return Ok(None);
         };
         let n = self.count.ok_or_else(|| {

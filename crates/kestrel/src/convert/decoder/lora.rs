@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use super::experts::Experts;
 use super::write::{Planned, Source};
-use super::{bad, family, internlm2, read, tensors, uint, Family};
+use super::{bad, internlm2, names, read, tensors, uint, Family};
 use crate::convert::checkpoint::Checkpoint;
 use crate::convert::general;
 use crate::convert::meta::Meta;
@@ -162,7 +162,7 @@ pub(crate) fn convert(
             .replace(".lora_B.weight", ".weight")
             .replace(".lora_embedding_A", ".weight")
             .replace(".lora_embedding_B", ".weight");
-        let Some(base_name) = family::filter_name(&base_name) else {
+        let Some(base_name) = names::filter_name(&base_name) else {
             continue;
         };
         if family.drops_lm_head() && base_name == "lm_head.weight" {
@@ -208,7 +208,7 @@ pub(crate) fn convert(
 
     let mut plan = Vec::with_capacity(norms.len() + 2 * order.len());
     for (hf, base_name) in &norms {
-        let gguf = family::gguf_name(family, base_name)
+        let gguf = names::gguf_name(family, base_name)
             .filter(|g| g.contains("_norm"))
             .ok_or_else(|| bad(&model, format!("{hf:?}: not a norm of {}", family.arch())))?;
         let n = match ck.info(hf) {
@@ -256,7 +256,7 @@ pub(crate) fn convert(
         };
         if family
             .experts()
-            .is_some_and(|l| family::expert_of(&l, base_name).is_some())
+            .is_some_and(|l| names::expert_of(&l, base_name).is_some())
         {
             // Stacked as the base's experts are, once the layer's last expert pair is in:
             // each projection's `lora_a` `[n_expert, rank, in]` and `lora_b` `[n_expert, out,
@@ -304,7 +304,7 @@ pub(crate) fn convert(
                 continue;
             }
         }
-        let gguf = family::gguf_name(family, base_name).ok_or_else(|| {
+        let gguf = names::gguf_name(family, base_name).ok_or_else(|| {
             bad(
                 &model,
                 format!("cannot map {base_name:?} for {}", family.arch()),

@@ -23,6 +23,7 @@ mod lfm2;
 mod lora;
 mod mamba;
 mod mla;
+mod names;
 mod nemotron_h;
 mod openelm;
 mod params;

@@ -10,8 +10,8 @@ use serde_json::Value;
 use super::experts::Experts;
 use super::write::{Planned, Source};
 use super::{
-    bad, baichuan, deci, falcon_h1, family, gpt_oss, granite_hybrid, granite_moe, head_norms,
-    internlm2, jamba, mamba, mla, nemotron_h, openelm, read, uint, Family,
+    bad, baichuan, deci, falcon_h1, gpt_oss, granite_hybrid, granite_moe, head_norms, internlm2,
+    jamba, mamba, mla, names, nemotron_h, openelm, read, uint, Family,
 };
 use crate::convert::checkpoint::Checkpoint;
 use crate::convert::{ConvertError, OutType};
@@ -128,7 +128,7 @@ pub(super) fn plan(x: &Inputs, plan: &mut Vec<Planned>) -> Result<(), ConvertErr
                 ));
             }
         }
-        let Some(mut name) = family::filter_name(hf) else {
+        let Some(mut name) = names::filter_name(hf) else {
             continue;
         };
         if let Some(bid) = mtp_bid {
@@ -224,7 +224,7 @@ pub(super) fn plan(x: &Inputs, plan: &mut Vec<Planned>) -> Result<(), ConvertErr
         if !(dtype.is_float() || (fp8 && dtype.is_fp8())) {
             return Err(bad(dir, format!("tensor {hf:?} is not a float tensor")));
         }
-        let mut gguf = family::gguf_name(family, &name)
+        let mut gguf = names::gguf_name(family, &name)
             .ok_or_else(|| bad(dir, format!("cannot map tensor {hf:?} for {arch}")))?;
         if hybrid_dense {
             // Without experts the shared MLP is the layer's feed-forward (GraniteMoeModel).
@@ -252,7 +252,7 @@ pub(super) fn plan(x: &Inputs, plan: &mut Vec<Planned>) -> Result<(), ConvertErr
         if shape.len() > 2 {
             return Err(bad(dir, format!("tensor {hf:?} has {} dims", shape.len())));
         }
-        if family::is_conv1d(family, &name) && shape.len() == 2 {
+        if names::is_conv1d(family, &name) && shape.len() == 2 {
             // `[in, out]` read column by column: rows of `in` values, `out` of them.
             let (cols, rows) = (shape[0], shape[1]);
             let ty = out_type(&gguf, 2, cols);
