@@ -12,9 +12,9 @@ use std::sync::OnceLock;
 
 use half::f16;
 
+use super::common::make_qp_quants;
 use super::common::{check_bytes, nearest_int, GROUP_MAX_EPS};
 use super::iq_grid_search::{odd_fit, odd_levels, Grid};
-use super::weighted::make_qp_quants;
 use super::{QuantError, QuantOp};
 use crate::GgmlType;
 

@@ -8,7 +8,7 @@
 
 use half::f16;
 
-use super::common::{check_bytes, make_qx_quants, nearest_int, GROUP_MAX_EPS};
+use super::common::{check_bytes, make_qp_quants, make_qx_quants, nearest_int};
 use super::q4_k::requantize;
 use super::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, QuantError,
@@ -105,90 +105,6 @@ fn make_qkx3_quants(
         }
     }
     (scale, -min)
-}
-
-/// ggml's `make_qp_quants`: a positive scale for `x` (the group scales or mins of a K-quant
-/// super-block) on levels `0..=nmax`, weighted by `qw`.
-pub(crate) fn make_qp_quants(nmax: i32, x: &[f32], l: &mut [u8], qw: &[f32]) -> f32 {
-    let n = x.len();
-    let mut max = 0.0f32;
-    for &v in x {
-        max = if max > v { max } else { v };
-    }
-    if max < GROUP_MAX_EPS {
-        l.fill(0);
-        return 0.0;
-    }
-    let nmaxf = nmax as f32;
-    let mut iscale = nmaxf / max;
-    for i in 0..n {
-        l[i] = nearest_int(iscale * x[i]) as u8;
-    }
-    let scale = 1.0 / iscale;
-    let mut best_mse = 0.0f32;
-    for i in 0..n {
-        let diff = x[i] - scale * l[i] as f32;
-        best_mse += qw[i] * diff * diff;
-    }
-    for is in -4i32..=4 {
-        if is == 0 {
-            continue;
-        }
-        let iscale_is = (0.1 * is as f32 + nmaxf) / max;
-        let scale_is = 1.0 / iscale_is;
-        let mut mse = 0.0f32;
-        for i in 0..n {
-            let li = nearest_int(iscale_is * x[i]).min(nmax);
-            let diff = x[i] - scale_is * li as f32;
-            mse += qw[i] * diff * diff;
-        }
-        if mse < best_mse {
-            best_mse = mse;
-            iscale = iscale_is;
-        }
-    }
-    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
-    for i in 0..n {
-        let li = nearest_int(iscale * x[i]).min(nmax);
-        l[i] = li as u8;
-        let w = qw[i];
-        // The int, not the stored byte: a negative level (IQ2_XXS's sign-flipped value) wraps
-        // in `L` but counts as itself here, as in ggml.
-        let lf = li as f32;
-        sumlx += w * x[i] * lf;
-        suml2 += w * lf * lf;
-    }
-    for _ in 0..5 {
-        let mut n_changed = 0;
-        for i in 0..n {
-            let w = qw[i];
-            let li = l[i] as f32;
-            let mut slx = sumlx - w * x[i] * li;
-            let mut sl2 = suml2 - w * li * li;
-            if slx > 0.0 && sl2 > 0.0 {
-                let new_l = nearest_int(x[i] * sl2 / slx).min(nmax);
-                if new_l != l[i] as i32 {
-                    let nl = new_l as f32;
-                    slx += w * x[i] * nl;
-                    sl2 += w * nl * nl;
-                    if slx * slx * suml2 > sumlx * sumlx * sl2 {
-                        l[i] = new_l as u8;
-                        sumlx = slx;
-                        suml2 = sl2;
-                        n_changed += 1;
-                    }
-                }
-            }
-        }
-        if n_changed == 0 {
-            break;
-        }
-    }
-    if suml2 > 0.0 {
-        sumlx / suml2
-    } else {
-        0.0
-    }
 }
 
 /// The scales, mins, their packed bytes and the levels of a Q4_K or Q5_K super-block

@@ -8,9 +8,6 @@
 
 mod ftype;
 mod imatrix;
-mod imatrix_legacy;
-mod imatrix_report;
-mod imatrix_stats;
 mod keep_split;
 mod mix;
 mod overrides;
@@ -20,8 +17,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub use ftype::FileType;
+pub use imatrix::report::StatisticsReport;
 pub use imatrix::{Imatrix, ImatrixEntry, ImatrixSums};
-pub use imatrix_report::StatisticsReport;
 pub use overrides::KvOverride;
 
 use crate::quant::{self, QuantError};

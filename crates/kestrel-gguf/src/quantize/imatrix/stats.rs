@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::imatrix::ImatrixEntry;
+use super::entry::ImatrixEntry;
 
 /// The names of the 12 values, in their order (`imatrix.stats_schema`).
 pub(crate) const STATS_SCHEMA: [&str; 12] = [

@@ -28,9 +28,9 @@ pub(super) struct Legacy {
 }
 
 /// Reads and parses the legacy file at `path` (errors name it).
-pub(super) fn read(path: &std::path::Path) -> Result<Legacy, super::QuantizeError> {
+pub(super) fn read(path: &std::path::Path) -> Result<Legacy, crate::quantize::QuantizeError> {
     let bad = |why: String| {
-        super::QuantizeError::Refused(format!(
+        crate::quantize::QuantizeError::Refused(format!(
             "importance matrix {} (not GGUF, read as the legacy .dat format): {why}",
             path.display()
         ))

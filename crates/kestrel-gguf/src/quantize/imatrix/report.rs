@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::imatrix::ImatrixSums;
-use super::imatrix_stats::{all_stats, h_norm, split_name, stoi, TensorStats};
+use super::stats::{all_stats, h_norm, split_name, stoi, TensorStats};
+use super::ImatrixSums;
 
 /// What `--show-statistics` prints.
 #[derive(Clone, Debug, PartialEq)]

@@ -8,21 +8,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use super::imatrix_stats::{tensor_stats, STATS_SCHEMA};
+mod entry;
+pub(super) mod legacy;
+pub(super) mod report;
+mod stats;
+
 use super::QuantizeError;
 use crate::{GgmlType, GgufFile, GgufWriter, MetadataValue, Value};
-
-/// One weight matrix's collected activations.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ImatrixEntry {
-    /// Sum of squares of each input column, per expert (`n_expert × width`, one expert for a
-    /// dense matrix).
-    pub in_sum2: Vec<f32>,
-    /// Sum of each input column, laid out as `in_sum2`.
-    pub in_sum: Vec<f32>,
-    /// Rows seen, per expert.
-    pub counts: Vec<f32>,
-}
+pub use entry::ImatrixEntry;
+use stats::{tensor_stats, STATS_SCHEMA};
 
 /// What `llama-imatrix` writes: per-matrix sums over a text's tokens, with the text's name and
 /// the chunks it was cut into.
@@ -189,7 +183,7 @@ impl ImatrixSums {
     }
 
     fn load_legacy(path: &Path, chunk_size: u32) -> Result<ImatrixSums, QuantizeError> {
-        let legacy = super::imatrix_legacy::read(path)?;
+        let legacy = legacy::read(path)?;
         let scale = chunk_size as f32;
         let mut entries = BTreeMap::new();
         for e in legacy.entries {
@@ -425,7 +419,7 @@ impl Imatrix {
     /// The legacy `.dat` format: each entry's values divided by its call count (as they are
     /// where the count is not positive), the trailer's chunk count and dataset.
     fn load_legacy(path: &Path) -> Result<Imatrix, QuantizeError> {
-        let legacy = super::imatrix_legacy::read(path)?;
+        let legacy = legacy::read(path)?;
         let mut entries = HashMap::new();
         for e in legacy.entries {
             let values: Vec<f32> = if e.ncall > 0 {
