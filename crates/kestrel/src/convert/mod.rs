@@ -27,6 +27,7 @@ mod decoder;
 mod general;
 mod meta;
 mod model_card;
+mod model_id;
 mod overrides;
 pub mod safetensors;
 mod split;

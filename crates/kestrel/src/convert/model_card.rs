@@ -278,12 +278,12 @@ fn hf_url_id(url: &str) -> Option<&str> {
 fn source_from_id(s: &str, total_params: i64) -> Source {
     let mut e = Source::new();
     let put = |e: &mut Source, id: &str, with_repo: bool| {
-        let p = super::general::model_id_components(id, total_params);
+        let p = super::model_id::model_id_components(id, total_params);
         if let Some(n) = &p.full_name {
-            e.push(("name".into(), super::general::id_to_title(n)));
+            e.push(("name".into(), super::model_id::id_to_title(n)));
         }
         if let Some(o) = &p.org {
-            e.push(("organization".into(), super::general::id_to_title(o)));
+            e.push(("organization".into(), super::model_id::id_to_title(o)));
         }
         if let Some(v) = p.version {
             e.push(("version".into(), v));

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::params::Hparams;
+use super::params::hparams::Hparams;
 use super::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;

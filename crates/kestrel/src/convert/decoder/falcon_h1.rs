@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 
-use super::params::Hparams;
+use super::params::hparams::Hparams;
 use super::read::ValueMap;
 use super::{bad, u32_of, uint};
 use crate::convert::meta::Meta;

@@ -5,7 +5,7 @@
 use kestrel_gguf::{GgmlType, TensorSpec};
 use serde_json::Value;
 
-use super::params::{self, Hparams};
+use super::params::{self, hparams::Hparams};
 use super::write::{Planned, Source};
 use super::{bad, family, uint, Family};
 use crate::convert::ConvertError;

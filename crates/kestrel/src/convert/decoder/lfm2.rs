@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::params::{need, Hparams};
+use super::params::hparams::{need, Hparams};
 use super::{bad, family, u32_of};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;

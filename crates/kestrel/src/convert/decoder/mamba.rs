@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use kestrel_gguf::{GgmlType, TensorSpec};
 
-use super::params::Hparams;
+use super::params::hparams::Hparams;
 use super::read::{self, ValueMap};
 use super::write::{Planned, Source};
 use super::{bad, u32_of, uint};

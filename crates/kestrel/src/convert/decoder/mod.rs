@@ -40,8 +40,9 @@ pub(crate) use family::{Family, SUPPORTED};
 pub(crate) use lora::convert as convert_lora;
 
 use super::checkpoint::Checkpoint;
-use super::general::{self, ParamCount};
+use super::general;
 use super::meta::Meta;
+use super::model_id::ParamCount;
 use super::overrides::Overrides;
 use super::{ConvertError, ConvertOptions, ConvertReport, OutType};
 use write::Planned;
@@ -168,7 +169,7 @@ pub(crate) fn convert(
         OutType::F32 | OutType::F16 | OutType::BF16 if mxfp4 => 38,
         _ => opts.outtype.file_type(),
     };
-    let hp = params::Hparams {
+    let hp = params::hparams::Hparams {
         h: &h,
         rp: &rp,
         cfg: &cfg_path,

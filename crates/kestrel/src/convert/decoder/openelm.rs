@@ -12,7 +12,7 @@ use std::path::Path;
 use kestrel_gguf::{GgmlType, TensorSpec};
 use serde_json::Value;
 
-use super::params::Hparams;
+use super::params::hparams::Hparams;
 use super::read::ValueMap;
 use super::write::{Planned, Source};
 use super::{bad, u32_of, uint};

@@ -1,6 +1,6 @@
 //! DeepSeek V2/V3's hyperparameters beyond the base's (llama.cpp's `DeepseekV2Model`).
 
-use super::{need, need_u32, Hparams};
+use super::hparams::{need, need_u32, Hparams};
 use crate::convert::decoder::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;

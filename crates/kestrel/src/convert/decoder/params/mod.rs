@@ -4,34 +4,19 @@
 
 use std::path::Path;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 mod deepseek2;
+pub(in crate::convert::decoder) mod hparams;
 mod own;
 
 use super::family::{self, Family};
 use super::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
 use crate::convert::ConvertError;
+use hparams::{need, need_u32, Hparams};
 use own::{codeshell, gemma, gemma2, gpt2, orion, phi2, phi3, stablelm};
 pub(super) use own::{phi3_rope_factors, LongRope};
-
-/// What the metadata is written from.
-pub(super) struct Hparams<'a> {
-    /// `config.json` with `text_config` folded on top and `AutoConfig`'s defaults.
-    pub h: &'a Value,
-    /// llama.cpp's `rope_parameters`.
-    pub rp: &'a Map<String, Value>,
-    /// The config's path, for errors.
-    pub cfg: &'a Path,
-    pub arch: &'static str,
-    pub n_layer: u64,
-    pub n_embd: Option<u64>,
-    pub n_head: Option<u64>,
-    pub vocab_size: Option<u64>,
-    /// `general.file_type`.
-    pub file_type: u32,
-}
 
 /// Writes `family`'s hyperparameters.
 pub(super) fn write(meta: &mut Meta, family: Family, hp: &Hparams) -> Result<(), ConvertError> {
@@ -753,21 +738,6 @@ fn rms_eps_as_before(meta: &mut Meta, hp: &Hparams, who: &str) -> Result<(), Con
         eps as f32,
     );
     Ok(())
-}
-
-pub(super) fn need(hp: &Hparams, keys: &[&str]) -> Result<u64, ConvertError> {
-    uint(hp.h, keys, hp.cfg)?.ok_or_else(|| bad(hp.cfg, format!("no {}", keys[0])))
-}
-
-pub(super) fn need_u32(hp: &Hparams, keys: &[&str]) -> Result<u32, ConvertError> {
-    u32_of(need(hp, keys)?, keys[0], hp.cfg)
-}
-
-pub(super) fn need_f32(hp: &Hparams, key: &str) -> Result<f32, ConvertError> {
-    hp.h.get(key)
-        .and_then(|v| v.as_f64())
-        .map(|v| v as f32)
-        .ok_or_else(|| bad(hp.cfg, format!("no {key} (a number)")))
 }
 
 /// Cohere's `logit_scale` (Command R, R7B), required.

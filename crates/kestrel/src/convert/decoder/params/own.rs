@@ -2,7 +2,7 @@
 //! `TextModel.set_gguf_parameters`: Gemma 1 and 2, Phi-2, Phi-3 (with its LongRoPE factors),
 //! StableLM, GPT-2 and StarCoder 1.
 
-use super::{need, need_f32, need_u32, Hparams};
+use super::hparams::{need, need_f32, need_u32, Hparams};
 use crate::convert::decoder::family::{self, Family};
 use crate::convert::decoder::{bad, u32_of, uint};
 use crate::convert::meta::Meta;
