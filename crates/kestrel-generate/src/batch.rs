@@ -30,7 +30,7 @@ use kestrel_sampling::TokenTrie;
 use kestrel_tokenizer::Tokenizer;
 
 pub(crate) use crate::batch_store::{SeqStore, StepRunner};
-use crate::generator::{trie_of, Core};
+use crate::core::{trie_of, Core};
 use crate::metrics::peak_memory_bytes;
 use crate::stream::Decoding;
 use crate::{Completion, FinishReason, GenerateError, GenerateMetrics, GenerateParams, Token};

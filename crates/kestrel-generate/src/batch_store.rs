@@ -13,7 +13,7 @@
 use kestrel_graph::{BatchSeq, CudaKvCache, ExecutionPlan};
 use kestrel_kv::{KvError, PagedCache, PoolStats, PrefixStats, SeqId};
 
-use crate::generator::{Core, Plans};
+use crate::core::{Core, Plans};
 use crate::GenerateError;
 
 /// What runs a scheduler's steps (kept apart from the caches, so the rows it returns stay

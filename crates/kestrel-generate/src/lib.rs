@@ -23,6 +23,7 @@ mod adapters;
 mod batch;
 mod batch_store;
 mod cancel;
+mod core;
 mod embed;
 mod encoder;
 mod error;
@@ -35,6 +36,7 @@ mod perplexity;
 mod session;
 mod speculative;
 mod stream;
+mod weights;
 
 pub use batch::{BatchEvent, BatchOptions, BatchRequest, RequestId, Scheduler};
 pub use cancel::CancelToken;

@@ -31,7 +31,7 @@ use kestrel_tensor::{cpu, CpuEngine};
 use kestrel_sampling::speculative::accept_or_resample;
 use kestrel_sampling::{Sampler, SamplingConfig};
 
-use crate::generator::Plans;
+use crate::core::Plans;
 use crate::session::SessionKv;
 use crate::{GenerateError, GenerateMetrics, Generation, Generator};
 

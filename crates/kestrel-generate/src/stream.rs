@@ -9,7 +9,7 @@ use std::time::Instant;
 use kestrel_sampling::{GrammarMatcher, Sampler, StopMatcher, TokenTrie};
 use kestrel_tokenizer::{Decoder, Tokenizer};
 
-use crate::generator::{trie_of, Core};
+use crate::core::{trie_of, Core};
 use crate::metrics::peak_memory_bytes;
 use crate::{CancelToken, GenerateError, GenerateMetrics, GenerateParams, Session};
 

@@ -20,7 +20,7 @@ use kestrel_graph::{ActivationHook, CudaKvCache, CudaPlan, ExecutionPlan};
 pub use kld::{Estimate, KlDivergence, KldAccumulator, Percentiles};
 pub use logprob_file::{LogProbHeader, LogProbReader, LogProbRow, LogProbWriter};
 
-use crate::generator::Plans;
+use crate::core::Plans;
 use crate::{GenerateError, Generator};
 use logprob_file::scored_rows;
 
