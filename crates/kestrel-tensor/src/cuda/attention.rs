@@ -6,7 +6,7 @@
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of};
+use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of, SPLITS_AUTO};
 use super::{
     AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, HeadNorm, MAX_ATTENTION_SPLITS,
     MAX_HEAD_DIM, MAX_MATVEC_ROWS,
@@ -31,21 +31,6 @@ const DEC_MAX_WARPS: u32 = 16;
 
 /// Warps of an `attention_f16_split` CTA (`SPLIT_WARPS` in attention.cu).
 const SPLIT_WARPS: u32 = 16;
-
-/// [`CudaDevice::attention_splits`] when the device picks per model.
-const SPLITS_AUTO: u32 = u32::MAX;
-
-/// The split setting `KESTREL_CUDA_ATTN_SPLIT` names: `0` or `off` (a CTA per (token, head)),
-/// a count of key ranges (at most [`MAX_ATTENTION_SPLITS`]), else chosen per model.
-pub(super) fn splits_from_env() -> u32 {
-    match std::env::var("KESTREL_CUDA_ATTN_SPLIT").as_deref() {
-        Ok("off") => 0,
-        Ok(v) => v
-            .parse::<usize>()
-            .map_or(SPLITS_AUTO, |n| n.min(MAX_ATTENTION_SPLITS) as u32),
-        Err(_) => SPLITS_AUTO,
-    }
-}
 
 /// Query rows and keys per tile of `attention_f16_tiled` (`TILE_ROWS`, `TILE_KEYS`).
 const TILE_ROWS: usize = 16;

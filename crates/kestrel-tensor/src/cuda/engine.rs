@@ -13,8 +13,8 @@ use cudarc::nvrtc::Ptx;
 
 use super::AttentionKernel;
 
-use super::gemm::Blas;
-use super::{CudaError, MODULES};
+use super::blas::Blas;
+use super::{CudaError, MAX_ATTENTION_SPLITS, MODULES};
 use crate::error::{Result, TensorError};
 use crate::{DType, Shape, Tensor};
 
@@ -290,7 +290,7 @@ impl CudaDevice {
             capability: (major, minor),
             sm_count: usize::try_from(sm_count).unwrap_or(1).max(1),
             attention_kernel: std::sync::atomic::AtomicU8::new(AttentionKernel::from_env() as u8),
-            attention_splits: std::sync::atomic::AtomicU32::new(super::attention::splits_from_env()),
+            attention_splits: std::sync::atomic::AtomicU32::new(splits_from_env()),
             split_scratch: Mutex::new(None),
             ctx,
             stream,
@@ -574,4 +574,19 @@ pub(super) fn same_shape(
         });
     }
     Ok(())
+}
+
+/// [`CudaDevice::attention_splits`] when the device picks per model.
+pub(super) const SPLITS_AUTO: u32 = u32::MAX;
+
+/// The split setting `KESTREL_CUDA_ATTN_SPLIT` names: `0` or `off` (a CTA per (token, head)),
+/// a count of key ranges (at most [`MAX_ATTENTION_SPLITS`]), else chosen per model.
+fn splits_from_env() -> u32 {
+    match std::env::var("KESTREL_CUDA_ATTN_SPLIT").as_deref() {
+        Ok("off") => 0,
+        Ok(v) => v
+            .parse::<usize>()
+            .map_or(SPLITS_AUTO, |n| n.min(MAX_ATTENTION_SPLITS) as u32),
+        Err(_) => SPLITS_AUTO,
+    }
 }

@@ -23,6 +23,8 @@
 #[cfg(feature = "cuda")]
 mod attention;
 #[cfg(feature = "cuda")]
+mod blas;
+#[cfg(feature = "cuda")]
 mod engine;
 mod error;
 #[cfg(feature = "cuda")]
