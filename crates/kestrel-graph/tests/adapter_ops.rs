@@ -4,6 +4,8 @@
 //! with every scale 0 gets the bits of the graph without adapters; the values are the low-rank
 //! sum an f64 reference computes; bad scale lists are refused.
 
+mod common;
+
 use kestrel_graph::{derived_weight, BatchSeq, ExecutionPlan, Graph, LowRank};
 use kestrel_kv::{ContiguousCache, KvDType, KvLayout, PagedCache};
 use kestrel_tensor::{CpuEngine, DType, Shape, Tensor};
@@ -182,51 +184,15 @@ fn reference(id: usize, s0: f32, s1: f32) -> Vec<f64> {
 fn each_sequence_of_a_batch_gets_its_own_adapters_bit_for_bit() {
     let (base, adapted) = graphs();
     let engine = CpuEngine::new(2).unwrap();
-    let mut batch = ExecutionPlan::compile_batch(&adapted, 16, 16, &weight).unwrap();
-    assert_eq!(batch.adapter_slots(), 2);
     // Three sequences: no adapters, adapter 0 alone, both at other scales.
     let scales = [[0.0f32, 0.0], [1.0, 0.0], [0.5, 2.0]];
     let prompts: [&[u32]; 3] = [&[1, 4, 2], &[3, 3], &[6, 0, 5, 2]];
-    let tokens: Vec<u32> = prompts.concat();
-    let mut seqs = Vec::new();
-    let mut pos = 0;
-    for (i, p) in prompts.iter().enumerate() {
-        seqs.push(BatchSeq {
-            seq: i,
-            pos0: 0,
-            len: p.len(),
-        });
-        pos += p.len();
-    }
-    let outputs: Vec<usize> = (0..pos).collect();
-    let mut kv = pool(3);
-    let flat: Vec<f32> = scales.concat();
-    let out = batch
-        .run_batch(&engine, &mut kv, &tokens, &seqs, &outputs, &flat)
-        .unwrap()
-        .to_vec();
-    assert_eq!(out.len(), pos * M);
+    let out = common::batch_equals_alone(&adapted, M, &prompts, &scales, &weight, layout());
 
-    let mut alone = ExecutionPlan::compile(&adapted, 16, &weight).unwrap();
     let mut plain = ExecutionPlan::compile(&base, 16, &weight).unwrap();
     let mut row = 0;
     for (p, s) in prompts.iter().zip(scales) {
-        alone.set_adapter_scales(&s).unwrap();
-        let mut kv = ContiguousCache::new(layout(), 16).unwrap();
-        let got = alone.run(&engine, &mut kv, p, 0).unwrap().to_vec();
         let mine = &out[row * M..(row + p.len()) * M];
-        assert_eq!(got, mine, "scales {s:?}: batched differs from alone");
-        // One token a step: the terms are computed beside the matmul (one-row steps), the
-        // same bits.
-        let mut kv = ContiguousCache::new(layout(), 16).unwrap();
-        for (i, &id) in p.iter().enumerate() {
-            let got = alone.run(&engine, &mut kv, &[id], i).unwrap();
-            assert_eq!(
-                got,
-                &mine[i * M..(i + 1) * M],
-                "scales {s:?}: token {i} decoded alone differs from the batch"
-            );
-        }
         if s == [0.0, 0.0] {
             let mut kv = ContiguousCache::new(layout(), 16).unwrap();
             let base_out = plain.run(&engine, &mut kv, p, 0).unwrap();
@@ -247,6 +213,7 @@ fn each_sequence_of_a_batch_gets_its_own_adapters_bit_for_bit() {
         row += p.len();
     }
 
+    let mut batch = ExecutionPlan::compile_batch(&adapted, 16, 16, &weight).unwrap();
     // Without per-step scales a batch runs at the plan's scales.
     batch.set_adapter_scales(&[0.5, 2.0]).unwrap();
     let p = prompts[2];

@@ -4,8 +4,10 @@
 //! the bits it gets alone; scales 0 give the bits of the graph without adapters; the values
 //! are those of a graph whose expert weights have the terms merged in.
 
-use kestrel_graph::{BatchSeq, ExecutionPlan, Graph, LowRank, MoeActivation, MoeGating, MoeParams};
-use kestrel_kv::{ContiguousCache, KvDType, KvLayout, PagedCache};
+mod common;
+
+use kestrel_graph::{ExecutionPlan, Graph, LowRank, MoeActivation, MoeGating, MoeParams};
+use kestrel_kv::{ContiguousCache, KvDType, KvLayout};
 use kestrel_tensor::{CpuEngine, DType, Shape, Tensor};
 
 /// Row width.
@@ -203,48 +205,14 @@ fn layout() -> KvLayout {
 fn expert_terms_per_sequence_match_alone_base_and_merged() {
     let (base, adapted) = graphs();
     let engine = CpuEngine::new(2).unwrap();
-    let mut batch = ExecutionPlan::compile_batch(&adapted, 16, 16, &weight).unwrap();
-    assert_eq!(batch.adapter_slots(), 2);
     let scales = [[0.0f32, 0.0], [1.0, 0.0], [0.5, -2.0], [0.0, 1.5]];
     let prompts: [&[u32]; 4] = [&[1, 4, 2, 8], &[3, 3], &[6, 0, 5, 2, 7], &[8, 1]];
-    let tokens: Vec<u32> = prompts.concat();
-    let mut seqs = Vec::new();
-    for (i, p) in prompts.iter().enumerate() {
-        seqs.push(BatchSeq {
-            seq: i,
-            pos0: 0,
-            len: p.len(),
-        });
-    }
-    let outputs: Vec<usize> = (0..tokens.len()).collect();
-    let mut kv = PagedCache::new(layout(), 16, 8).unwrap();
-    for _ in 0..prompts.len() {
-        kv.add_seq();
-    }
-    let out = batch
-        .run_batch(&engine, &mut kv, &tokens, &seqs, &outputs, &scales.concat())
-        .unwrap()
-        .to_vec();
-    assert_eq!(out.len(), tokens.len() * K);
+    let out = common::batch_equals_alone(&adapted, K, &prompts, &scales, &weight, layout());
 
-    let mut alone = ExecutionPlan::compile(&adapted, 16, &weight).unwrap();
     let mut plain = ExecutionPlan::compile(&base, 16, &weight).unwrap();
     let mut row = 0;
     for (p, s) in prompts.iter().zip(scales) {
-        alone.set_adapter_scales(&s).unwrap();
-        let mut kv = ContiguousCache::new(layout(), 16).unwrap();
-        let got = alone.run(&engine, &mut kv, p, 0).unwrap().to_vec();
         let mine = &out[row * K..(row + p.len()) * K];
-        assert_eq!(got, mine, "scales {s:?}: batched differs from alone");
-        let mut kv = ContiguousCache::new(layout(), 16).unwrap();
-        for (i, &id) in p.iter().enumerate() {
-            let one = alone.run(&engine, &mut kv, &[id], i).unwrap();
-            assert_eq!(
-                one,
-                &mine[i * K..(i + 1) * K],
-                "scales {s:?}: token {i} alone"
-            );
-        }
         let mut kv = ContiguousCache::new(layout(), 16).unwrap();
         let base_out = plain.run(&engine, &mut kv, p, 0).unwrap().to_vec();
         if s == [0.0, 0.0] {
