@@ -336,3 +336,21 @@ fn expert_adapters_match_llama_cpp() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn expert_adapters_that_do_not_fit_are_refused() {
+    let dir = temp_dir("experts-bad");
+    let model = base(&dir);
+    let refuse = |targets: &[(&str, u64, u64, u64)], want: &str| {
+        let path = dir.join("bad.gguf");
+        adapter(&path, Some(8.0), 4, targets, 5, GgmlType::F32, 0.2);
+        let err = generator(&model, &[(path, 1.0)]).unwrap_err();
+        assert!(err.contains(want), "{err:?} should say {want:?}");
+    };
+    // One pair per expert of another model (three experts), and a 2-d pair on an expert weight.
+    refuse(&[("blk.0.ffn_up_exps.weight", 256, 384, 3)], "do not fit");
+    refuse(&[("blk.0.ffn_up_exps.weight", 256, 384, 0)], "do not fit");
+    // A 3-d pair on a plain matrix.
+    refuse(&[("blk.0.attn_q.weight", 256, 256, EXPERTS)], "do not fit");
+    let _ = std::fs::remove_dir_all(&dir);
+}
