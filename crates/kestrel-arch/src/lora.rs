@@ -76,6 +76,9 @@ pub struct LoraAdapter {
     alpha: f32,
     /// Base weight name → its pair.
     pairs: BTreeMap<String, Pair>,
+    /// An activated LoRA's invocation sequence (`adapter.alora.invocation_tokens`; empty for
+    /// an ordinary adapter).
+    invocation: Vec<u32>,
     /// Halves as the fused low-rank op reads them (F32, `B` transposed), made on first use and
     /// shared by every plan.
     derived: std::sync::Mutex<std::collections::HashMap<String, Tensor>>,
@@ -117,6 +120,22 @@ impl LoraAdapter {
         if !alpha.is_finite() {
             return Err(invalid(format!("adapter.lora.alpha is {alpha}")));
         }
+        let invocation = match md.get("adapter.alora.invocation_tokens") {
+            None => Vec::new(),
+            // As llama.cpp: an array of uint32 and nothing else.
+            Some(v) => match v.as_array() {
+                Some(a) if a.element_type() == kestrel_gguf::ValueType::U32 => a
+                    .raw_bytes()
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+                _ => {
+                    return Err(invalid(
+                        "adapter.alora.invocation_tokens is not an array of uint32".into(),
+                    ))
+                }
+            },
+        };
         let mut halves: BTreeMap<String, [Option<Half>; 2]> = BTreeMap::new();
         for t in file.tensors() {
             let name = t.info.name();
@@ -173,6 +192,7 @@ impl LoraAdapter {
             arch,
             alpha,
             pairs,
+            invocation,
             derived: Default::default(),
         })
     }
@@ -190,6 +210,17 @@ impl LoraAdapter {
     /// `adapter.lora.alpha` (0 when the file has none).
     pub fn alpha(&self) -> f32 {
         self.alpha
+    }
+
+    /// An activated LoRA's invocation sequence: the adapter acts only from the last place this
+    /// sequence starts in a prompt (empty for an ordinary adapter, which acts everywhere).
+    pub fn invocation_tokens(&self) -> &[u32] {
+        &self.invocation
+    }
+
+    /// Whether it is an activated LoRA (aLoRA): it has an invocation sequence.
+    pub fn is_activated(&self) -> bool {
+        !self.invocation.is_empty()
     }
 
     /// The base weights it adapts.
@@ -218,6 +249,16 @@ impl LoraAdapter {
                 "it is for {:?}, the model is {arch:?}",
                 self.arch
             )));
+        }
+        if let Some(vocab) = base
+            .tensor_info("token_embd.weight")
+            .and_then(|t| t.dims().get(1).copied())
+        {
+            if let Some(&bad) = self.invocation.iter().find(|&&t| u64::from(t) >= vocab) {
+                return Err(mismatch(format!(
+                    "its invocation sequence holds token {bad}, the model has {vocab} tokens"
+                )));
+            }
         }
         for (name, p) in &self.pairs {
             let info = base.tensor_info(name).ok_or_else(|| {

@@ -486,6 +486,14 @@ impl MetadataValue {
         }
     }
 
+    /// A uint32 array (llama.cpp's `adapter.alora.invocation_tokens`, for one).
+    pub fn u32_array(items: impl IntoIterator<Item = u32>) -> MetadataValue {
+        MetadataValue::Array {
+            element_type: ValueType::U32,
+            items: items.into_iter().map(MetadataValue::U32).collect(),
+        }
+    }
+
     /// An int32 array.
     pub fn i32_array(items: impl IntoIterator<Item = i32>) -> MetadataValue {
         MetadataValue::Array {
