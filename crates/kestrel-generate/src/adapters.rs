@@ -4,9 +4,17 @@
 //! [`Generator::set_adapter_scales`](crate::Generator::set_adapter_scales)), or a request's own
 //! choice ([`GenerateParams::adapters`](crate::GenerateParams::adapters)), as llama-server's
 //! per-request `lora` field chooses. A session remembers the scales its cache was computed at.
+//!
+//! An activated LoRA (aLoRA: an adapter file with `adapter.alora.invocation_tokens`) acts only
+//! from the last place its invocation sequence starts in the prompt, as PEFT trains and runs
+//! it: the positions before are the base model's (so their cache is shared with requests
+//! without the adapter), and a prompt without the sequence runs without the adapter. The
+//! scales of a sequence are therefore a function of the position ([`AdapterUse`]); prefill
+//! chunks are cut where they change.
 
+use crate::adapter_use::{last_start, AdapterUse, NEVER};
 use crate::core::{Core, Plans};
-use crate::{GenerateError, Session};
+use crate::GenerateError;
 
 impl Core {
     /// The adapter scales of a generation choosing `choice`: the generator's for `None`;
@@ -78,12 +86,49 @@ fn invalid(reason: String) -> GenerateError {
     }
 }
 
-impl Session {
-    /// Makes `session` run at `scales`: a cache computed at other scales is dropped.
-    pub(crate) fn use_adapters(&mut self, scales: Vec<f32>) {
-        if self.adapters != scales {
-            self.reset();
-            self.adapters = scales;
+impl Core {
+    /// The adapter use of a generation choosing `choice` ([`Core::adapter_scales`]) on
+    /// `prompt`: each activated LoRA with a scale acts from the last start of its invocation
+    /// sequence in `prompt`, or nowhere when the prompt lacks it.
+    ///
+    /// # Errors
+    /// As [`Core::adapter_scales`]; on the CUDA engine an activated LoRA (its plan has the
+    /// scales built in, so they cannot change within a sequence).
+    pub(crate) fn adapter_use(
+        &self,
+        choice: Option<&[(usize, f32)]>,
+        prompt: &[u32],
+    ) -> Result<AdapterUse, GenerateError> {
+        let scales = self.adapter_scales(choice)?;
+        let mut from = vec![0; scales.len()];
+        for ((adapter, _), (&s, f)) in self
+            .weights
+            .adapters()
+            .iter()
+            .zip(scales.iter().zip(&mut from))
+        {
+            if s != 0.0 && adapter.is_activated() {
+                *f = last_start(prompt, adapter.invocation_tokens()).unwrap_or(NEVER);
+            }
         }
+        if from.iter().any(|&f| f != 0) && matches!(self.plans, Plans::Cuda(_)) {
+            return Err(GenerateError::NotOnDevice {
+                what: "activated LoRA adapters (scales that change within a sequence)",
+                device: "CUDA".into(),
+            });
+        }
+        Ok(AdapterUse { scales, from })
+    }
+
+    /// What the prefix cache's blocks were computed at: the generator's scales with its
+    /// activated LoRAs off (before its invocation an aLoRA does not act).
+    pub(crate) fn prefix_reference(&self) -> AdapterUse {
+        let scales = self
+            .weights
+            .adapters()
+            .iter()
+            .map(|(a, s)| if a.is_activated() { 0.0 } else { *s })
+            .collect();
+        AdapterUse::everywhere(scales)
     }
 }

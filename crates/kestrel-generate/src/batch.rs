@@ -29,6 +29,7 @@ use kestrel_kv::{PoolStats, SeqId};
 use kestrel_sampling::TokenTrie;
 use kestrel_tokenizer::Tokenizer;
 
+use crate::adapter_use::AdapterUse;
 pub(crate) use crate::batch_store::{SeqStore, StepRunner};
 use crate::core::{trie_of, Core};
 use crate::metrics::peak_memory_bytes;
@@ -107,10 +108,10 @@ struct Running<'g> {
     submitted: Instant,
     admitted: Instant,
     first: Option<Instant>,
-    /// Its adapter scales, one per adapter.
-    adapters: Vec<f32>,
-    /// At the generator's adapter scales: it may share the prefix cache.
-    shared: bool,
+    /// Its adapter scales by position.
+    adapters: AdapterUse,
+    /// Its first position not at the prefix cache's scales: it may share the blocks before.
+    shared: usize,
 }
 
 struct Queued<'g> {
@@ -118,8 +119,8 @@ struct Queued<'g> {
     prompt: Vec<u32>,
     dec: Decoding<'g>,
     submitted: Instant,
-    adapters: Vec<f32>,
-    shared: bool,
+    adapters: AdapterUse,
+    shared: usize,
 }
 
 /// Continuous batching over one generator (see the module docs).
@@ -195,8 +196,8 @@ impl<'g> Scheduler<'g> {
             None => None,
         };
         let dec = Decoding::new(self.core.cfg.n_vocab, self.tokenizer, trie, &params)?;
-        let adapters = self.core.adapter_scales(params.adapters.as_deref())?;
-        let shared = adapters == self.core.weights.scales();
+        let adapters = self.core.adapter_use(params.adapters.as_deref(), &prompt)?;
+        let shared = adapters.first_difference(&self.core.prefix_reference());
         let id = self.next_id;
         self.next_id += 1;
         self.queue.push_back(Queued {
@@ -243,12 +244,13 @@ impl<'g> Scheduler<'g> {
         }
         self.core.set_adapter_scales(scales)?;
         self.state.store.clear_prefix_cache();
-        // Only sequences at the new scales may publish or reuse blocks from now on.
+        // Only positions at the new scales may be published or reused from now on.
+        let reference = self.core.prefix_reference();
         for r in &mut self.running {
-            r.shared = r.adapters == scales;
+            r.shared = r.adapters.first_difference(&reference);
         }
         for q in &mut self.queue {
-            q.shared = q.adapters == scales;
+            q.shared = q.adapters.first_difference(&reference);
         }
         Ok(())
     }
@@ -323,10 +325,9 @@ impl<'g> Scheduler<'g> {
                 self.logits
                     .copy_from_slice(&rows[o * n_vocab..(o + 1) * n_vocab]);
                 let now = Instant::now();
-                if r.first.is_none() && self.state.opts.prefix_cache && r.shared {
-                    self.state
-                        .store
-                        .publish(r.seq, &r.history[..r.prompt_len])?;
+                if r.first.is_none() && self.state.opts.prefix_cache && r.shared > 0 {
+                    let len = r.prompt_len.min(r.shared);
+                    self.state.store.publish(r.seq, &r.history[..len])?;
                 }
                 if r.first.is_none() {
                     r.first = Some(now);
@@ -367,8 +368,13 @@ impl<'g> Scheduler<'g> {
 
     /// Free a finished sequence and make its completion.
     fn finish(&mut self, mut r: Running<'g>) -> Result<(RequestId, Completion), GenerateError> {
-        if self.state.opts.prefix_cache && r.shared {
-            let len = self.state.store.seq_len(r.seq)?.min(r.history.len());
+        if self.state.opts.prefix_cache && r.shared > 0 {
+            let len = self
+                .state
+                .store
+                .seq_len(r.seq)?
+                .min(r.history.len())
+                .min(r.shared);
             self.state.store.publish(r.seq, &r.history[..len])?;
         }
         self.state.store.free(r.seq)?;
@@ -435,11 +441,13 @@ impl<'g> Scheduler<'g> {
                 break;
             };
             let needed = q.prompt.len() + q.dec.left();
-            let prefix_cache = self.state.opts.prefix_cache && q.shared;
-            let admitted = self
-                .state
-                .store
-                .admit(self.core, &q.prompt, needed, prefix_cache);
+            // Reuse cached blocks only where the request runs at the cache's scales.
+            let reuse = if self.state.opts.prefix_cache {
+                q.shared
+            } else {
+                0
+            };
+            let admitted = self.state.store.admit(self.core, &q.prompt, needed, reuse);
             let (seq, cached) = match admitted {
                 Ok(Some(s)) => s,
                 Ok(None) => {
@@ -496,10 +504,15 @@ impl<'g> Scheduler<'g> {
                 (std::slice::from_ref(tok), true)
             } else {
                 let rest = r.prompt_len - r.prefilled;
+                // A chunk ends where an activated adapter starts to act.
+                let upto = r
+                    .adapters
+                    .next_change(r.prefilled)
+                    .map_or(rest, |c| rest.min(c - r.prefilled));
                 let n = match chunk {
-                    None => rest.min(prefill_budget),
+                    None => upto.min(prefill_budget),
                     Some(c) => {
-                        let n = rest.min(c);
+                        let n = upto.min(c);
                         if n > prefill_budget && prefills > 0 {
                             0
                         } else {
@@ -525,7 +538,7 @@ impl<'g> Scheduler<'g> {
                 len: chunk.len(),
             });
             self.tokens.extend_from_slice(chunk);
-            self.seg_adapters.extend_from_slice(&r.adapters);
+            r.adapters.extend_at(pos0, &mut self.seg_adapters);
             if last {
                 self.outputs.push(self.tokens.len() - 1);
                 self.out_owner.push(ri);

@@ -202,19 +202,22 @@ impl SeqStore {
     }
 
     /// Makes room for a sequence of `prompt` that may grow to `needed` tokens: its id and the
-    /// prompt tokens already cached (prefix cache), or `None` when it must wait for blocks.
+    /// prompt tokens already cached (prefix cache, at most `reuse` of them), or `None` when it
+    /// must wait for blocks.
     pub(crate) fn admit(
         &mut self,
         core: &Core,
         prompt: &[u32],
         needed: usize,
-        prefix_cache: bool,
+        reuse: usize,
     ) -> Result<Option<(SeqId, usize)>, GenerateError> {
         match self {
             SeqStore::Paged(pool) => {
                 let seq = pool.add_seq();
-                let cached = if prefix_cache {
-                    pool.attach_prefix(seq, &prompt[..prompt.len() - 1])?
+                // The last prompt token always runs (for its logits).
+                let upto = reuse.min(prompt.len().saturating_sub(1));
+                let cached = if upto > 0 {
+                    pool.attach_prefix(seq, &prompt[..upto])?
                 } else {
                     0
                 };

@@ -1,7 +1,8 @@
 //! What runs the model for a generator ([`Core`]: config, engine, compiled plans, the last
 //! step's logits) and the prefill/step loop every way of generating shares (single sessions,
 //! streams, the batched scheduler, embeddings, adapters). The bottom of the generator's
-//! modules: they import it, it imports none of them but the session and the weights.
+//! modules: they import it, it imports none of them but the session, the weights and the
+//! adapter use.
 
 use std::sync::{Arc, OnceLock};
 
@@ -46,6 +47,8 @@ pub(crate) struct Core {
     pub(crate) stop_ids: Vec<u32>,
     /// The last position's logits of the last prefill or step (the sampler edits them in place).
     pub(crate) logits: Vec<f32>,
+    /// The adapter scales of the chunk being run (reused: a step allocates nothing).
+    pub(crate) chunk_scales: Vec<f32>,
 }
 
 impl Core {
@@ -80,16 +83,20 @@ impl Core {
         session.truncate(common);
         // A recurrent state cannot go back part of the way: the session may have started over.
         let common = session.tokens.len();
-        let rest = &prompt[common..];
         let batch = match &self.plans {
             Plans::Cpu { prefill, .. } => prefill.max_tokens(),
             Plans::Cuda(plan) => plan.max_tokens(),
         };
-        let last_start = (rest.len() - 1) / batch * batch;
-        for chunk in rest[..last_start].chunks(batch) {
-            self.run_chunk(session, chunk, false, false)?;
+        // Chunks of `batch`, cut where an activated adapter starts to act.
+        let mut pos = common;
+        while pos < prompt.len() {
+            let mut end = (pos + batch).min(prompt.len());
+            if let Some(change) = session.adapters.next_change(pos) {
+                end = end.min(change);
+            }
+            self.run_chunk(session, &prompt[pos..end], false, end == prompt.len())?;
+            pos = end;
         }
-        self.run_chunk(session, &rest[last_start..], false, true)?;
         Ok(common)
     }
 
@@ -108,8 +115,10 @@ impl Core {
             (Plans::Cpu { prefill, decode: d }, SessionKv::Cpu(kv)) => {
                 let plan = if decode { d } else { prefill };
                 if plan.adapter_slots() > 0 {
-                    // The session's scales: its cache was computed at them.
-                    plan.set_adapter_scales(&session.adapters)?;
+                    // The session's scales at this chunk (it never crosses a change).
+                    self.chunk_scales.clear();
+                    session.adapters.extend_at(pos, &mut self.chunk_scales);
+                    plan.set_adapter_scales(&self.chunk_scales)?;
                 }
                 plan.run(&self.engine, kv, tokens, pos)?
             }

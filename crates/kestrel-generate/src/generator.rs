@@ -259,6 +259,7 @@ impl Generator {
             ctx,
             stop_ids,
             logits,
+            chunk_scales: Vec::new(),
         };
         let session = Session::new(core.new_kv()?, core.weights.scales());
         Ok(Generator {
@@ -391,7 +392,8 @@ impl Generator {
     /// position's logits.
     pub fn prefill(&mut self, prompt: &[u32]) -> Result<&[f32], GenerateError> {
         self.session.reset();
-        self.session.use_adapters(self.core.adapter_scales(None)?);
+        self.session
+            .use_adapters(self.core.adapter_use(None, prompt)?);
         self.core.feed(&mut self.session, prompt)?;
         Ok(&self.core.logits)
     }
@@ -404,7 +406,7 @@ impl Generator {
         session: &mut Session,
         prompt: &[u32],
     ) -> Result<&[f32], GenerateError> {
-        session.use_adapters(self.core.adapter_scales(None)?);
+        session.use_adapters(self.core.adapter_use(None, prompt)?);
         self.core.feed(session, prompt)?;
         Ok(&self.core.logits)
     }

@@ -19,6 +19,7 @@
 //!
 //! Status: prefix caching, quantized KV and speculative decoding come with their issue.
 
+mod adapter_use;
 mod adapters;
 mod batch;
 mod batch_store;

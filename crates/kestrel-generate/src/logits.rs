@@ -13,6 +13,7 @@ use kestrel_kv::{ContiguousCache, KvDType};
 use kestrel_tensor::cuda::CudaDevice;
 use kestrel_tensor::{CpuEngine, Device, DeviceRequest};
 
+use crate::adapter_use::{last_start, AdapterUse, NEVER};
 use crate::generator::kv_layout;
 use crate::GenerateError;
 
@@ -44,11 +45,13 @@ impl Default for LogitsOptions {
 }
 
 /// The logits after `ids` (one vocabulary-sized row, or one per position with
-/// `all_positions`), computed in one step with an f16 KV cache.
+/// `all_positions`), computed in one step with an f16 KV cache. An activated LoRA acts from the
+/// last start of its invocation sequence in `ids` on (the step is cut there), and not at all
+/// when `ids` lack it.
 ///
 /// # Errors
 /// No ids or more than [`MAX_LOGITS_IDS`], an id outside the vocabulary, a bad device, a model
-/// kestrel cannot build, an engine error.
+/// kestrel cannot build, an engine error, an activated LoRA on CUDA.
 pub fn logits_of_ids(
     model: &GgufModel,
     ids: &[u32],
@@ -100,8 +103,24 @@ pub fn logits_of_ids(
     let graph = apply_adapters(&build_decoder(&cfg, model, which)?, &adapters, on_cpu)?;
     let lookup = |name: &str| adapted_weight(model, &adapters, name);
     let n = ids.len();
+    let mut from = vec![0; adapters.len()];
+    for ((a, s), f) in adapters.iter().zip(&mut from) {
+        if *s != 0.0 && a.is_activated() {
+            *f = last_start(ids, a.invocation_tokens()).unwrap_or(NEVER);
+        }
+    }
+    let scales = AdapterUse {
+        scales: adapters.iter().map(|(_, s)| *s).collect(),
+        from,
+    };
     let flat = match device {
         Device::Cuda(ordinal) => {
+            if scales.from.iter().any(|&f| f != 0) {
+                return Err(GenerateError::NotOnDevice {
+                    what: "activated LoRA adapters (scales that change within a sequence)",
+                    device: "CUDA".into(),
+                });
+            }
             let dev = CudaDevice::open(ordinal).map_err(|e| invalid("device", e.to_string()))?;
             let mut plan = CudaPlan::compile(&graph, Arc::new(dev), n, &lookup)?;
             let mut kv = plan.new_cache(n)?;
@@ -111,7 +130,25 @@ pub fn logits_of_ids(
             let engine = CpuEngine::new(opts.threads)?;
             let mut plan = ExecutionPlan::compile(&graph, n, &lookup)?;
             let mut kv = ContiguousCache::new(kv_layout(&cfg, KvDType::F16)?, n)?;
-            plan.run(&engine, &mut kv, ids, 0)?.to_vec()
+            // One step, or one per stretch of constant adapter scales.
+            let mut flat = Vec::new();
+            let mut pos = 0;
+            let mut at = Vec::new();
+            while pos < n {
+                let end = scales.next_change(pos).map_or(n, |c| c.min(n));
+                if plan.adapter_slots() > 0 {
+                    at.clear();
+                    scales.extend_at(pos, &mut at);
+                    plan.set_adapter_scales(&at)?;
+                }
+                let rows = plan.run(&engine, &mut kv, &ids[pos..end], pos)?;
+                if !opts.all_positions {
+                    flat.clear();
+                }
+                flat.extend_from_slice(rows);
+                pos = end;
+            }
+            flat
         }
     };
     Ok(flat.chunks(cfg.n_vocab).map(<[f32]>::to_vec).collect())

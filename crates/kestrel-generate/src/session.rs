@@ -6,6 +6,7 @@
 use kestrel_graph::CudaKvCache;
 use kestrel_kv::{ContiguousCache, KvCache};
 
+use crate::adapter_use::AdapterUse;
 use crate::GenerateError;
 
 /// A session's cache, on the generator's device.
@@ -79,8 +80,8 @@ impl SessionKv {
 pub struct Session {
     pub(crate) kv: SessionKv,
     pub(crate) tokens: Vec<u32>,
-    /// The LoRA adapter scales its cache was computed at (one per adapter of the generator).
-    pub(crate) adapters: Vec<f32>,
+    /// The LoRA adapter scales its cache was computed at, by position.
+    pub(crate) adapters: AdapterUse,
 }
 
 impl std::fmt::Debug for Session {
@@ -98,14 +99,26 @@ impl Session {
         Session {
             kv,
             tokens: Vec::with_capacity(cap),
-            adapters,
+            adapters: AdapterUse::everywhere(adapters),
         }
     }
 
     /// The LoRA adapter scales its cache was computed at (one per adapter of its generator;
-    /// a generation at other scales starts it over).
+    /// a generation at other scales starts it over). An activated LoRA's scale holds from its
+    /// invocation on ([`adapter_start`](Self::adapter_start)).
     pub fn adapter_scales(&self) -> &[f32] {
-        &self.adapters
+        &self.adapters.scales
+    }
+
+    /// Where adapter `k` starts to act in the cached sequence: 0 for an ordinary adapter, an
+    /// activated LoRA's invocation, `None` for one that does not act (its invocation missing
+    /// from the prompt) or an index past the adapters.
+    pub fn adapter_start(&self, k: usize) -> Option<usize> {
+        self.adapters
+            .from
+            .get(k)
+            .copied()
+            .filter(|&f| f != usize::MAX)
     }
 
     /// The tokens whose keys and values are in the cache, in order.
@@ -136,5 +149,20 @@ impl Session {
         self.kv.truncate(len);
         let kept = self.kv.seq_len().min(len);
         self.tokens.truncate(kept);
+    }
+
+    /// Makes `session` run at `adapters`: cached positions computed at other scales are
+    /// dropped (all of them for an ordinary change of scales; those from the invocation on
+    /// when only an activated LoRA's place moved).
+    pub(crate) fn use_adapters(&mut self, adapters: AdapterUse) {
+        let keep = self.adapters.first_difference(&adapters);
+        if keep < self.tokens.len() {
+            if keep == 0 {
+                self.reset();
+            } else {
+                self.truncate(keep);
+            }
+        }
+        self.adapters = adapters;
     }
 }

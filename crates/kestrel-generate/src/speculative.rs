@@ -326,7 +326,9 @@ impl Generator {
             }
         };
         draft.session.reset();
-        draft.session.use_adapters(draft.core.adapter_scales(None)?);
+        draft
+            .session
+            .use_adapters(draft.core.adapter_use(None, prompt)?);
         let mut hist = Vec::new();
         let mut drafter = |h: &[u32], k: usize, out: &mut Vec<u32>, dists: &mut Vec<Dist>| {
             out.clear();
@@ -416,6 +418,15 @@ impl Generator {
 
         let t0 = Instant::now();
         let mut next = pick.pick(self.prefill(prompt)?, prompt)?;
+        if let Verify::Cpu(plan) = &mut verify {
+            if plan.adapter_slots() > 0 {
+                // Every verified position follows the prompt: the scales after it (an
+                // activated LoRA on where the prompt invoked it, off where it did not).
+                let mut after = Vec::new();
+                self.session.adapters.extend_at(prompt.len(), &mut after);
+                plan.set_adapter_scales(&after)?;
+            }
+        }
         metrics.prefill = t0.elapsed();
         metrics.time_to_first_token = metrics.prefill;
         let t1 = Instant::now();

@@ -222,7 +222,7 @@ impl<'a> TokenIter<'a> {
             prompt_tokens: prompt.len(),
             ..Default::default()
         };
-        session.use_adapters(core.adapter_scales(params.adapters.as_deref())?);
+        session.use_adapters(core.adapter_use(params.adapters.as_deref(), prompt)?);
         metrics.cached_tokens = core.feed(session, prompt)?;
         metrics.prefill = start.elapsed();
         Ok(TokenIter {

@@ -38,6 +38,33 @@ pub fn adapter(
     b_type: GgmlType,
     amplitude: f32,
 ) {
+    activated(
+        path,
+        arch,
+        alpha,
+        rank,
+        targets,
+        seed,
+        b_type,
+        amplitude,
+        &[],
+    );
+}
+
+/// [`adapter`] with an activated LoRA's invocation sequence (`adapter.alora.invocation_tokens`;
+/// none written when empty).
+#[allow(clippy::too_many_arguments)]
+pub fn activated(
+    path: &Path,
+    arch: &str,
+    alpha: Option<f32>,
+    rank: usize,
+    targets: &[(&str, usize, usize)],
+    seed: u64,
+    b_type: GgmlType,
+    amplitude: f32,
+    invocation: &[u32],
+) {
     let mut s = seed;
     let mut next = move || {
         s = s
@@ -51,6 +78,12 @@ pub fn adapter(
     w.add_metadata("adapter.type", "lora");
     if let Some(a) = alpha {
         w.add_metadata("adapter.lora.alpha", a);
+    }
+    if !invocation.is_empty() {
+        w.add_metadata(
+            "adapter.alora.invocation_tokens",
+            kestrel_gguf::MetadataValue::u32_array(invocation.iter().copied()),
+        );
     }
     for &(name, k, m) in targets {
         let (a_dims, b_dims) = if name == "token_embd.weight" {
