@@ -21,6 +21,11 @@ const MAX: usize = 12;
 
 /// A rank-8 adapter on a few of `model`'s matmuls, values from `seed`.
 fn write_adapter(model: &Path, path: &Path, seed: u64, targets: &[&str]) {
+    write_activated(model, path, seed, targets, &[]);
+}
+
+/// [`write_adapter`], activated by `invocation` (an ordinary adapter when empty).
+fn write_activated(model: &Path, path: &Path, seed: u64, targets: &[&str], invocation: &[u32]) {
     let base = GgufModel::open(model).unwrap();
     let mut s = seed;
     let mut next = move || {
@@ -34,6 +39,12 @@ fn write_adapter(model: &Path, path: &Path, seed: u64, targets: &[&str]) {
     w.add_metadata("general.type", "adapter");
     w.add_metadata("adapter.type", "lora");
     w.add_metadata("adapter.lora.alpha", 16.0f32);
+    if !invocation.is_empty() {
+        w.add_metadata(
+            "adapter.alora.invocation_tokens",
+            kestrel::gguf::MetadataValue::u32_array(invocation.iter().copied()),
+        );
+    }
     let rank = 8u64;
     for name in targets {
         let dims = base.tensor_info(name).unwrap().dims().to_vec();
@@ -163,6 +174,8 @@ fn adapters_per_request_and_at_run_time() {
     assert_eq!(list[1]["name"], "loud");
     assert_eq!(list[1]["scale"], 0.0);
     assert!(list[1]["path"].as_str().unwrap().ends_with("loud.gguf"));
+    // Ordinary adapters list no invocation.
+    assert!(list[1].get("alora_invocation_tokens").is_none());
 
     // Each choice alone, then all at once (one batch of sequences with different adapters).
     let cases = [
@@ -237,6 +250,75 @@ fn adapters_per_request_and_at_run_time() {
         r.error();
     }
     assert_eq!(reply(addr, json!({})), loud);
+    assert_no_leaked_blocks(&settle(addr, None));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_activated_adapter_acts_only_where_a_prompt_invokes_it() {
+    let Some(path) = test_model(SMOLLM2_135M_Q4_1) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("kestrel-serve-alora-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plain = load(&path, &[]);
+    let greedy = GenerateOptions::greedy().with_max_tokens(MAX);
+    let invoking = "Question: name three colours.\nAnswer:";
+    let ids = plain.encode(invoking, &greedy).unwrap();
+    let invocation = &ids[ids.len() - 2..];
+    let a = dir.join("answer.gguf");
+    write_activated(
+        &path,
+        &a,
+        5,
+        &[
+            "blk.0.attn_q.weight",
+            "blk.1.attn_v.weight",
+            "blk.3.ffn_down.weight",
+            "blk.4.ffn_up.weight",
+        ],
+        invocation,
+    );
+    let mut lib = load(&path, &[(a.clone(), 1.0)]);
+    let invoked = lib.generate(invoking, &greedy).unwrap().text;
+    // A prompt without the invocation runs as the base model.
+    let other = "The three primary colours are";
+    let base_other = lib
+        .generate(other, &greedy.clone().without_adapters())
+        .unwrap()
+        .text;
+    assert_eq!(lib.generate(other, &greedy).unwrap().text, base_other);
+    assert_eq!(lib.adapters()[0].invocation_tokens, invocation);
+
+    let server = Server::start(
+        lib,
+        ServeOptions {
+            port: 0,
+            model_id: Some("smollm2".into()),
+            parallel: 2,
+            ..ServeOptions::default()
+        },
+    )
+    .unwrap();
+    let addr = server.addr();
+    let list = get(addr, "/lora-adapters", None).json();
+    assert_eq!(list[0]["alora_invocation_tokens"], json!(invocation));
+    assert!(!list[0]["alora_invocation_string"]
+        .as_str()
+        .unwrap()
+        .is_empty());
+    let complete = |prompt: &str| {
+        let body = json!({"prompt": prompt, "max_tokens": MAX, "temperature": 0});
+        let r = post(addr, "/v1/completions", &body, None);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        r.json()["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    std::thread::scope(|s| {
+        let a = s.spawn(|| complete(invoking));
+        let b = s.spawn(|| complete(other));
+        assert_eq!(a.join().unwrap(), invoked);
+        assert_eq!(b.join().unwrap(), base_other);
+    });
     assert_no_leaked_blocks(&settle(addr, None));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -20,6 +20,12 @@ pub struct AdapterInfo {
     pub path: PathBuf,
     /// The scale generations that choose no adapters run it at (0: off).
     pub scale: f32,
+    /// An activated LoRA's invocation sequence (empty for an ordinary adapter): it acts from
+    /// the last place this sequence starts in a prompt, and not at all in a prompt without it.
+    pub invocation_tokens: Vec<u32>,
+    /// The invocation sequence as text (its tokens' pieces, special tokens written out, as
+    /// llama-server lists it; empty for an ordinary adapter).
+    pub invocation_string: String,
 }
 
 /// The adapters of `generator`, in order.
@@ -33,8 +39,24 @@ pub(crate) fn infos(generator: &Generator) -> Vec<AdapterInfo> {
             name: name_of(a.path()),
             path: a.path().to_path_buf(),
             scale: *scale,
+            invocation_tokens: a.invocation_tokens().to_vec(),
+            invocation_string: text_of(generator, a.invocation_tokens()),
         })
         .collect()
+}
+
+/// The pieces of `ids` as text (a model without a vocabulary writes none).
+fn text_of(generator: &Generator, ids: &[u32]) -> String {
+    let Some(tok) = generator.tokenizer() else {
+        return String::new();
+    };
+    let bytes: Vec<u8> = ids
+        .iter()
+        .filter_map(|&id| tok.token_to_piece(id, true).ok())
+        .flatten()
+        .copied()
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn name_of(path: &std::path::Path) -> String {

@@ -24,12 +24,18 @@ pub(crate) async fn list(st: State) -> Json<Json_> {
             .iter()
             .zip(scales)
             .map(|(a, scale)| {
-                json!({
+                let mut entry = json!({
                     "id": a.id,
                     "name": a.name,
                     "path": a.path.to_string_lossy(),
                     "scale": scale,
-                })
+                });
+                // As llama-server: an activated LoRA's invocation, the others nothing.
+                if !a.invocation_tokens.is_empty() {
+                    entry["alora_invocation_string"] = json!(a.invocation_string);
+                    entry["alora_invocation_tokens"] = json!(a.invocation_tokens);
+                }
+                entry
             })
             .collect(),
     ))
