@@ -279,6 +279,17 @@ fn lora_adapters_convert_as_llama_cpp_converts_them() {
             "{}",
             convert(OutType::F32)
         );
+        // An invocation sequence that is not token ids.
+        let lcfg_path = dir.join("adapter_config.json");
+        let lcfg = std::fs::read_to_string(&lcfg_path).unwrap();
+        std::fs::write(
+            &lcfg_path,
+            lcfg.replacen('{', "{\"alora_invocation_tokens\": [5, -1],", 1),
+        )
+        .unwrap();
+        let err = convert(OutType::F32);
+        assert!(err.contains("holds -1, not a token id"), "{err}");
+        std::fs::write(&lcfg_path, &lcfg).unwrap();
         std::fs::rename(&st, dir.join("adapter_model.bin")).unwrap();
         assert!(convert(OutType::F32).contains("adapter_model.bin"));
         // Experts' gate and up alone: llama.cpp's script never stacks them, so neither does
@@ -293,6 +304,7 @@ fn lora_adapters_convert_as_llama_cpp_converts_them() {
                 targets: &["experts-partial"],
                 dt: convert_inputs::Dt::F32,
                 head: false,
+                invocation: (&[], ""),
             };
             let (base, dir) = (work.join("qwen3moe"), work.join(partial.name));
             convert_inputs::lora::write_adapter(&partial, case, &base, &dir);

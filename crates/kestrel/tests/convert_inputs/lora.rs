@@ -19,6 +19,9 @@ pub struct Adapter {
     pub targets: &'static [&'static str],
     pub dt: Dt,
     pub head: bool,
+    /// An activated LoRA's `alora_invocation_tokens` and the older `invocation_string` (empty:
+    /// not written).
+    pub invocation: (&'static [u32], &'static str),
 }
 
 /// An adapter as a table row: name, base, rank, alpha, targets, element type.
@@ -160,6 +163,7 @@ pub fn adapters() -> Vec<Adapter> {
             targets,
             dt,
             head: false,
+            invocation: (&[], ""),
         });
     let mut all = vec![
         Adapter {
@@ -178,6 +182,7 @@ pub fn adapters() -> Vec<Adapter> {
             ],
             dt: Dt::F32,
             head: false,
+            invocation: (&[], ""),
         },
         Adapter {
             name: "lora-gemma3",
@@ -187,6 +192,7 @@ pub fn adapters() -> Vec<Adapter> {
             targets: &["q_proj", "k_proj", "v_proj", "o_proj"],
             dt: Dt::BF16,
             head: false,
+            invocation: (&[], ""),
         },
         Adapter {
             name: "lora-qwen3",
@@ -196,6 +202,7 @@ pub fn adapters() -> Vec<Adapter> {
             targets: &["k_proj", "down_proj"],
             dt: Dt::F16,
             head: false,
+            invocation: (&[], ""),
         },
         Adapter {
             name: "lora-phi3",
@@ -205,6 +212,7 @@ pub fn adapters() -> Vec<Adapter> {
             targets: &["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
             dt: Dt::BF16,
             head: false,
+            invocation: (&[], ""),
         },
         Adapter {
             name: "lora-qwen3moe",
@@ -214,6 +222,7 @@ pub fn adapters() -> Vec<Adapter> {
             targets: &["q_proj", "k_proj", "v_proj", "o_proj"],
             dt: Dt::F32,
             head: false,
+            invocation: (&[], ""),
         },
         Adapter {
             name: "lora-olmo2",
@@ -231,6 +240,7 @@ pub fn adapters() -> Vec<Adapter> {
             ],
             dt: Dt::F16,
             head: false,
+            invocation: (&[], ""),
         },
         // Gemma 2 ties its output: llama.cpp filters `lm_head` out by name, so its adapter is
         // left out too (not refused).
@@ -242,6 +252,29 @@ pub fn adapters() -> Vec<Adapter> {
             targets: &["q_proj", "v_proj"],
             dt: Dt::F16,
             head: true,
+            invocation: (&[], ""),
+        },
+        // Activated LoRA: PEFT's invocation tokens, and the older invocation string that the
+        // converter tokenizes with the base's tokenizer.
+        Adapter {
+            name: "lora-alora",
+            base: "llama-bpe",
+            rank: 4,
+            alpha: 8.0,
+            targets: &["q_proj", "k_proj", "v_proj"],
+            dt: Dt::BF16,
+            head: false,
+            invocation: (&[31, 7, 250], "ignored when the tokens are given"),
+        },
+        Adapter {
+            name: "lora-alora-text",
+            base: "llama-bpe",
+            rank: 4,
+            alpha: 8.0,
+            targets: &["q_proj", "v_proj"],
+            dt: Dt::F32,
+            head: false,
+            invocation: (&[], "<|start_of_role|>certainty<|end_of_role|> Ok"),
         },
     ];
     all.extend(more);
@@ -460,13 +493,20 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
         }
     }
     write_safetensors(&dir.join("adapter_model.safetensors"), &t, a.dt);
-    let cfg = json!({
+    let mut cfg = json!({
         "base_model_name_or_path": base_dir.to_string_lossy(),
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": a.rank, "lora_alpha": a.alpha,
         "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": false,
         "target_modules": a.targets.iter().chain(a.head.then_some(&"lm_head")).collect::<Vec<_>>(), "use_dora": false, "use_rslora": false,
         "inference_mode": true,
     });
+    let (tokens, text) = a.invocation;
+    if !tokens.is_empty() {
+        cfg["alora_invocation_tokens"] = json!(tokens);
+    }
+    if !text.is_empty() {
+        cfg["invocation_string"] = json!(text);
+    }
     // As peft's save_pretrained writes it, with the base as a hub id.
     std::fs::write(
         dir.join("README.md"),

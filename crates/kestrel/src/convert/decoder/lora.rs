@@ -13,8 +13,9 @@
 //! transposed); norm vectors that mergekit-extract-lora adds are kept as they are. Adapters on
 //! experts are stacked per layer and projection as the base's experts are
 //! (`blk.{L}.ffn_{gate,up,down}_exps.weight.lora_{a,b}`, 3-d), which needs every expert
-//! projection of a layer adapted, as llama.cpp's script does. The other families, whole
-//! embedding weights, DoRA and activated LoRA are refused, as is the PyTorch `.bin` form.
+//! projection of a layer adapted, as llama.cpp's script does. An activated LoRA (aLoRA) gets
+//! its invocation sequence as `adapter.alora.invocation_tokens`. The other families, whole
+//! embedding weights and DoRA are refused, as is the PyTorch `.bin` form.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -93,15 +94,7 @@ pub(crate) fn convert(
             "DoRA adapters (use_dora) are not supported yet",
         ));
     }
-    if ["alora_invocation_tokens", "invocation_string"]
-        .iter()
-        .any(|k| lcfg.get(*k).is_some_and(|v| !v.is_null()))
-    {
-        return Err(bad(
-            &cfg_path,
-            "activated LoRA (invocation tokens) is not supported yet",
-        ));
-    }
+    let invoked = invocation(&lcfg, &cfg_path, base)?;
     let model = adapter.join("adapter_model.safetensors");
     if !model.is_file() {
         return Err(bad(
@@ -372,6 +365,12 @@ pub(crate) fn convert(
     let none = crate::convert::overrides::Overrides::default();
     general::write_names(&mut meta, adapter, &Value::Null, -total_params, None, &none)?;
     meta.f32("adapter.lora.alpha", alpha as f32);
+    if let Some(tokens) = invoked {
+        meta.set(
+            "adapter.alora.invocation_tokens",
+            kestrel_gguf::MetadataValue::u32_array(tokens),
+        );
+    }
     meta.u32("general.quantization_version", 2);
     let opts = ConvertOptions {
         outtype,
@@ -383,6 +382,74 @@ pub(crate) fn convert(
 }
 
 /// The `(rows, columns)` of the adapter's float matrix `n`.
+/// Most tokens in an activated LoRA's invocation sequence.
+const MAX_INVOCATION: usize = 4096;
+
+/// An activated LoRA's invocation sequence, as llama.cpp's script finds it: PEFT's
+/// `alora_invocation_tokens`, else the older `invocation_string` tokenized by the base's
+/// tokenizer (`tokenizer.json`, special tokens added) less its first token (llama.cpp: those
+/// adapters were trained to act after it). `None` for an ordinary adapter.
+fn invocation(
+    lcfg: &Value,
+    cfg_path: &Path,
+    base: &Path,
+) -> Result<Option<Vec<u32>>, ConvertError> {
+    let tokens = match lcfg.get("alora_invocation_tokens") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|t| u32::try_from(t).ok())
+                    .ok_or_else(|| {
+                        bad(
+                            cfg_path,
+                            format!("alora_invocation_tokens holds {v}, not a token id"),
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => {
+            return Err(bad(
+                cfg_path,
+                format!("alora_invocation_tokens is {v}, not a list of token ids"),
+            ))
+        }
+    };
+    let text = lcfg
+        .get("invocation_string")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let tokens = if tokens.is_empty() && !text.is_empty() {
+        let path = base.join("tokenizer.json");
+        let tok = tokenizers::Tokenizer::from_file(&path).map_err(|e| {
+            bad(
+                &path,
+                format!("invocation_string needs the base's tokenizer to become tokens: {e}"),
+            )
+        })?;
+        let enc = tok.encode(text, true).map_err(|e| {
+            bad(
+                &path,
+                format!("cannot tokenize invocation_string {text:?}: {e}"),
+            )
+        })?;
+        enc.get_ids().iter().skip(1).copied().collect()
+    } else {
+        tokens
+    };
+    if tokens.len() > MAX_INVOCATION {
+        return Err(bad(
+            cfg_path,
+            format!(
+                "an invocation sequence of {} tokens (at most {MAX_INVOCATION})",
+                tokens.len()
+            ),
+        ));
+    }
+    Ok((!tokens.is_empty()).then_some(tokens))
+}
+
 fn matrix(ck: &Checkpoint, n: &str, model: &Path) -> Result<(usize, usize), ConvertError> {
     match ck.info(n) {
         Some((dt, &[rows, cols])) if dt.is_float() => Ok((rows, cols)),
