@@ -226,6 +226,8 @@ fn lora_adapters_convert_as_llama_cpp_converts_them() {
                     // Stacked experts: one pair per projection; Qwen 2 MoE's shared expert
                     // is three plain pairs.
                     "attention.wqkv" | "experts" | "shared_expert" => 3,
+                    // OpenELM's gate and up.
+                    "ffn.proj_1" => 2,
                     "embed_tokens" | "input_layernorm" | "norm" => 0,
                     _ => 1,
                 })

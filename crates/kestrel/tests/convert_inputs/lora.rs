@@ -254,6 +254,17 @@ pub fn adapters() -> Vec<Adapter> {
             head: true,
             invocation: (&[], ""),
         },
+        // OpenELM: its fused QKV as it is, `proj_1` split into gate and up as the base's.
+        Adapter {
+            name: "lora-openelm",
+            base: "openelm",
+            rank: 4,
+            alpha: 8.0,
+            targets: &["attn.qkv_proj", "attn.out_proj", "ffn.proj_1", "ffn.proj_2"],
+            dt: Dt::F32,
+            head: false,
+            invocation: (&[], ""),
+        },
         // Activated LoRA: PEFT's invocation tokens, and the older invocation string that the
         // converter tokenizes with the base's tokenizer.
         Adapter {
@@ -334,6 +345,25 @@ pub fn write_adapter(a: &Adapter, case: &Case, base_dir: &Path, dir: &Path) {
     };
     for l in 0..case.layers {
         for &m in a.targets {
+            if case.model_type == "openelm" {
+                // Per-layer sizes, under `transformer.layers.{l}`.
+                let list = |k: &str| case.extra[k][l].as_f64().unwrap();
+                let (nh, nkv) = (
+                    list("num_query_heads") as usize,
+                    list("num_kv_heads") as usize,
+                );
+                let divisor = case.extra["ffn_dim_divisor"].as_u64().unwrap() as usize;
+                let ff = super::openelm::ffn_dim(list("ffn_multipliers"), h, divisor);
+                let (out, inp) = match m {
+                    "attn.qkv_proj" => ((nh + 2 * nkv) * hd, h),
+                    "attn.out_proj" => (h, nh * hd),
+                    "ffn.proj_1" => (2 * ff, h),
+                    _ => (h, ff),
+                };
+                let p = format!("base_model.model.transformer.layers.{l}.{m}");
+                pair(&mut t, &mut rng, p, out, inp);
+                continue;
+            }
             let layer = format!("base_model.model.model.layers.{l}");
             match m {
                 // Every expert's three projections (PEFT names them one by one).

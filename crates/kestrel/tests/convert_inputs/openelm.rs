@@ -26,7 +26,7 @@ pub fn config(case: &Case, mut cfg: Json) -> Json {
 }
 
 /// `make_divisible` of OpenELM's configuration code.
-fn ffn_dim(mult: f64, dim: usize, divisor: usize) -> usize {
+pub fn ffn_dim(mult: f64, dim: usize, divisor: usize) -> usize {
     let v = mult * dim as f64;
     let mut n = ((v + divisor as f64 / 2.0) as usize / divisor * divisor).max(divisor);
     if (n as f64) < 0.9 * v {

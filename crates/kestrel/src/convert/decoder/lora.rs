@@ -7,8 +7,8 @@
 //!
 //! Families whose matrices map one to one onto the base (Llama and its kin, Qwen 1-3 and
 //! Qwen's MoE forms, Gemma 1-3, Phi-2/3 with Phi-3's fused QKV and gate-up, OLMo 1-3, OLMoE,
-//! Phi-3.5-MoE, ChatGLM, ...) are converted, and InternLM2, whose fused `wqkv` is split as its
-//! base is (`lora_B`'s rows by part, `lora_A` repeated). An adapter on the token embedding
+//! Phi-3.5-MoE, ChatGLM, ...) are converted, and InternLM2 and OpenELM, whose fused `wqkv` and
+//! `proj_1` are split as their bases are (`lora_B`'s rows by part, `lora_A` repeated). An adapter on the token embedding
 //! (`lora_embedding_A`/`_B`) is written as llama.cpp's embedding lookup reads it (`A`
 //! transposed); norm vectors that mergekit-extract-lora adds are kept as they are. Adapters on
 //! experts are stacked per layer and projection as the base's experts are
@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::experts::Experts;
 use super::write::{Planned, Source};
-use super::{bad, internlm2, names, read, tensors, uint, Family};
+use super::{bad, internlm2, names, openelm, read, tensors, uint, Family};
 use crate::convert::checkpoint::Checkpoint;
 use crate::convert::general;
 use crate::convert::meta::Meta;
@@ -120,13 +120,14 @@ pub(crate) fn convert(
             format!("base architecture {hf_arch:?} is not one kestrel converts"),
         )
     })?;
-    if !plain(family) {
+    if !plain(family) && family != Family::OpenElm {
         return Err(bad(
             &base_cfg,
             format!(
                 "LoRA adapters for {} are not converted yet (Llama, Mistral, Mixtral, \
                  Qwen 1-3 and their MoE forms, Gemma, Phi-2/3/3.5-MoE, OLMo, OLMoE, Command \
-                 R, StableLM, StarCoder 2, EXAONE 4, ChatGLM, GLM-4 and InternLM2 bases are)",
+                 R, StableLM, StarCoder 2, EXAONE 4, ChatGLM, GLM-4, InternLM2 and OpenELM bases \
+                 are)",
                 family.arch()
             ),
         ));
@@ -269,6 +270,39 @@ pub(crate) fn convert(
                 la.spec.name.push_str(".lora_a");
                 lb.spec.name.push_str(".lora_b");
                 plan.push(la);
+                plan.push(lb);
+            }
+            continue;
+        }
+        if let Some((layer, "ffn.proj_1.weight")) = (family == Family::OpenElm)
+            .then(|| super::mamba::layer_of(base_name, "transformer.layers."))
+            .flatten()
+        {
+            // Split as the base's `proj_1` is (llama.cpp's script slices the pair's `lora_B`
+            // rows): gate its first `ff` rows, up the rest; `lora_A` whole for each.
+            let (rank, n_in) = matrix(&ck, a, &model)?;
+            let (n_out, rank_b) = matrix(&ck, b, &model)?;
+            check_rank(base_name, rank, rank_b, &model)?;
+            let n_layer = uint(&h, &["num_transformer_layers"], &base_cfg)?.unwrap_or(0);
+            let ff = openelm::layers(&h, n_layer, &base_cfg)?
+                .get(layer)
+                .map_or(0, |l| l.2 as usize);
+            if n_out != 2 * ff {
+                return Err(bad(
+                    &model,
+                    format!("{b}: {n_out} rows, not 2 × layer {layer}'s feed-forward size {ff}"),
+                ));
+            }
+            total_params += (n_out * n_in) as i64;
+            for (part, first) in [("ffn_gate", 0), ("ffn_up", ff)] {
+                let gguf = format!("blk.{layer}.{part}.weight");
+                plan.push(half(&gguf, "lora_a", a, rank, n_in, outtype, None));
+                let mut lb = half(&gguf, "lora_b", b, ff, rank, outtype, None);
+                lb.source = Source::Rows {
+                    hf: b.clone(),
+                    rows: (first..first + ff).collect(),
+                    map: read::ValueMap::Keep,
+                };
                 plan.push(lb);
             }
             continue;
