@@ -6,20 +6,26 @@
 //! flat token list split into consecutive per-sequence segments, each at its own positions. Every
 //! matmul covers all rows at once (each weight is read once per step for the whole batch);
 //! attention runs per segment over that sequence's own cache.
+//!
+//! `compile.rs` binds the weights and plans the arena; `attention.rs` and `ssm.rs` run the
+//! nodes that read and write each sequence's cache or state; `adapters.rs` the LoRA terms.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use kestrel_kv::{BatchKv, KvCache, SeqId, SingleSeq};
 use kestrel_tensor::cpu;
-use kestrel_tensor::{CpuEngine, DType, Tensor};
+use kestrel_tensor::{CpuEngine, Tensor};
 
 use crate::ir::{EmbedIndex, Node, NodeId, Op, Rows};
-use crate::memory::{plan_memory, MemoryPlan};
+use crate::memory::MemoryPlan;
 use crate::moe::{self, grow, MoeScratch, MoeTerms, MoeWeights};
-use crate::{Graph, GraphError};
+use crate::GraphError;
 
 mod adapters;
+mod attention;
+mod compile;
+mod ssm;
 use adapters::StepAdapters;
 
 /// A weight bound to its bytes, with an f32 view for vectors (norm weights, biases, rope
@@ -41,33 +47,6 @@ impl BoundWeight {
             None => Ok(self.tensor.as_f32()?),
         }
     }
-}
-
-/// Segments attended per call of `attention_paged_batch` (their views live on the stack).
-const ATTN_GROUP: usize = 32;
-
-/// The cache views of a group of segments for one attention call (each sees its positions up
-/// to the end of its part of the step); returns the rows the group has in the step.
-fn group_views<'a>(
-    kv: &'a dyn BatchKv,
-    layer: usize,
-    group: &[BatchSeq],
-    seqs: &mut [cpu::PagedSeq<'a>; ATTN_GROUP],
-) -> Result<usize, GraphError> {
-    let mut rows = 0;
-    for (slot, s) in seqs.iter_mut().zip(group) {
-        let kv_len = s.pos0 + s.len;
-        let view = kv.view_seq(layer, s.seq, kv_len)?;
-        *slot = cpu::PagedSeq {
-            n_rows: s.len,
-            k: view.k,
-            v: view.v,
-            kv_len,
-            rows: view.rows,
-        };
-        rows += s.len;
-    }
-    Ok(rows)
 }
 
 /// One sequence's part of a batched step: `len` consecutive tokens of the flat list, at
@@ -197,131 +176,6 @@ fn split(
 }
 
 impl ExecutionPlan {
-    /// Compile `graph` for steps of up to `max_tokens` tokens; `weight` finds a weight's tensor
-    /// by name (a view of the model file).
-    pub fn compile(
-        graph: &Graph,
-        max_tokens: usize,
-        weight: &dyn Fn(&str) -> Option<Tensor>,
-    ) -> Result<ExecutionPlan, GraphError> {
-        ExecutionPlan::compile_batch(graph, max_tokens, 1, weight)
-    }
-
-    /// Compile `graph` for batched steps of up to `max_tokens` tokens in all and up to
-    /// `max_outputs` output rows (sequences, or drafted tokens to verify).
-    pub fn compile_batch(
-        graph: &Graph,
-        max_tokens: usize,
-        max_outputs: usize,
-        weight: &dyn Fn(&str) -> Option<Tensor>,
-    ) -> Result<ExecutionPlan, GraphError> {
-        let max_tokens = max_tokens.max(1);
-        let max_outputs = max_outputs.clamp(1, max_tokens);
-        let mem = plan_memory(graph, max_tokens, max_outputs)?;
-        let output = *graph.outputs().first().ok_or(GraphError::NoOutput)?;
-        // Weights a matmul reads may be repacked for it; a table rows are also looked up in (a
-        // tied embedding) only where `packs_tables` says so: the lookups then read the packed
-        // copy (the source pages are handed back once packed, and reading them again would
-        // fault them in row by row).
-        let mut matmul_reads = vec![false; graph.weights().len()];
-        // Weights a state-space op reads as plain f32 values (taps, A, D: small matrices).
-        let mut ssm_reads = vec![false; graph.weights().len()];
-        for node in graph.nodes() {
-            let ids = match &node.op {
-                Op::SsmConv(p) => [Some(p.weight), p.bias],
-                Op::SsmScan(p) => [Some(p.a), Some(p.d)],
-                _ => continue,
-            };
-            for id in ids.into_iter().flatten() {
-                if let Some(slot) = ssm_reads.get_mut(id) {
-                    *slot = true;
-                }
-            }
-        }
-        let mut looked_up = vec![false; graph.weights().len()];
-        for node in graph.nodes() {
-            let (id, slots) = match &node.op {
-                Op::MatMul { weight } => (*weight, &mut matmul_reads),
-                Op::Embed { table, .. } => (*table, &mut looked_up),
-                _ => continue,
-            };
-            if let Some(slot) = slots.get_mut(id) {
-                *slot = true;
-            }
-        }
-        let mut weights = Vec::with_capacity(graph.weights().len());
-        for (id, w) in graph.weights().iter().enumerate() {
-            let tensor = weight(&w.name).ok_or_else(|| GraphError::Weight {
-                name: w.name.clone(),
-                reason: "not found".into(),
-            })?;
-            let dims: Vec<u64> = tensor.shape().dims().iter().map(|&d| d as u64).collect();
-            if dims != w.dims {
-                return Err(GraphError::Weight {
-                    name: w.name.clone(),
-                    reason: format!("dims {dims:?}, the graph expects {:?}", w.dims),
-                });
-            }
-            let is_vector = w.dims.iter().skip(1).all(|&d| d == 1) || ssm_reads[id];
-            let vector = if is_vector && (tensor.dtype() != DType::F32 || tensor.as_f32().is_err())
-            {
-                Some(tensor.to_f32_vec()?)
-            } else {
-                None
-            };
-            let packed = if matmul_reads[id]
-                && (!looked_up[id] || cpu::PackedWeight::packs_tables(tensor.dtype()))
-            {
-                cpu::PackedWeight::for_tensor(&tensor)
-            } else {
-                None
-            };
-            weights.push(BoundWeight {
-                tensor,
-                vector,
-                packed,
-            });
-        }
-        let mut arena = Vec::new();
-        arena.try_reserve_exact(mem.arena_len).map_err(|_| {
-            GraphError::Internal(format!(
-                "arena of {} floats cannot be allocated",
-                mem.arena_len
-            ))
-        })?;
-        arena.resize(mem.arena_len, 0.0);
-        Ok(ExecutionPlan {
-            nodes: graph.nodes().to_vec(),
-            output,
-            mem,
-            max_tokens,
-            max_outputs,
-            segs: Vec::with_capacity(max_tokens),
-            out_rows: Vec::with_capacity(max_outputs),
-            seg_rows: Vec::with_capacity(max_tokens),
-            out_segs: Vec::with_capacity(max_outputs),
-            arena,
-            weights,
-            weight_names: graph.weights().iter().map(|w| w.name.clone()).collect(),
-            hook: None,
-            positions: vec![0; max_tokens],
-            mask_positions: vec![0; max_tokens],
-            scratch: cpu::MatmulScratch::new(),
-            moe_scratch: MoeScratch::default(),
-            head_in: Vec::new(),
-            low_rank: Vec::new(),
-            moe_factors: Vec::new(),
-            low_rank_in: Vec::new(),
-            ahead: adapters::Ahead::new(graph.nodes()),
-            adapters: StepAdapters::new(graph.nodes(), max_tokens),
-            head_out: Vec::new(),
-            rope_cache: cpu::RopeCache::default(),
-            trace: std::env::var("KESTREL_TRACE")
-                .ok()
-                .filter(|v| !v.is_empty()),
-        })
-    }
-
     /// Installs (or with `None` removes) the hook that sees every weight matmul's inputs;
     /// returns the one installed before.
     pub fn set_activation_hook(
@@ -679,103 +533,15 @@ impl ExecutionPlan {
                 cpu::rope_with(out, p.n_head, p.head_dim, positions, &params, ff, cache)?;
             }
             Op::Attention(p) if p.latent || p.head_dim_k != p.head_dim_v => {
-                // Keys and values of different sizes: DeepSeek's latent cache (values = the
-                // front of the keys), or its decompressed heads.
-                if p.sinks.is_some() || !p.causal {
-                    return Err(GraphError::Internal(
-                        "attention sinks or non-causal attention with different K and V sizes"
-                            .into(),
-                    ));
-                }
-                let params = cpu::LatentAttentionParams {
-                    n_head: p.n_head,
-                    n_kv_head: p.n_kv_head,
-                    head_dim_k: p.head_dim_k,
-                    head_dim_v: p.head_dim_v,
-                    scale: p.scale,
-                    softcap: p.softcap.unwrap_or(0.0),
-                    window: p.window.unwrap_or(0),
-                    values_in_keys: p.latent,
-                };
-                let (qw, kw, ow) = (
-                    p.n_head * p.head_dim_k,
-                    p.n_kv_head * p.head_dim_k,
-                    p.n_head * p.head_dim_v,
-                );
-                let vw = if p.latent {
-                    0
-                } else {
-                    p.n_kv_head * p.head_dim_v
-                };
-                let mut r0 = 0;
-                for s in &self.segs {
-                    let r1 = r0 + s.len;
-                    let (k, v) = (&b[r0 * kw..r1 * kw], &c[r0 * vw..r1 * vw]);
-                    kv.write_seq(p.layer, s.seq, s.pos0, k, v)?;
-                    r0 = r1;
-                }
-                let kv: &dyn BatchKv = kv;
-                let mut r0 = 0;
-                for group in self.segs.chunks(ATTN_GROUP) {
-                    let mut seqs = [cpu::PagedSeq::EMPTY; ATTN_GROUP];
-                    let r1 = r0 + group_views(kv, p.layer, group, &mut seqs)?;
-                    cpu::attention_latent(
-                        &a[r0 * qw..r1 * qw],
-                        &positions[r0..r1],
-                        &seqs[..group.len()],
-                        &params,
-                        &mut out[r0 * ow..r1 * ow],
-                    )?;
-                    r0 = r1;
-                }
+                attention::latent(p, &self.segs, kv, [a, b, c], positions, out)?
             }
             Op::Attention(p) => {
-                let params = p.engine_params();
-                let (qw, kw) = (p.n_head * p.head_dim_k, p.n_kv_head * p.head_dim_k);
-                // Every segment's keys and values first; then the queries of up to
-                // `ATTN_GROUP` segments per call, so a decode step's sequences share one
-                // parallel region (numerics per sequence unchanged).
-                let mut r0 = 0;
-                for s in &self.segs {
-                    let r1 = r0 + s.len;
-                    let (k, v) = (&b[r0 * kw..r1 * kw], &c[r0 * kw..r1 * kw]);
-                    kv.write_seq(p.layer, s.seq, s.pos0, k, v)?;
-                    if !p.causal {
-                        // Every query sees every key of its sequence: mask as if each sat at
-                        // the last position.
-                        self.mask_positions[r0..r1].fill((s.pos0 + s.len - 1) as i32);
-                    }
-                    r0 = r1;
-                }
-                let mask = if p.causal {
-                    positions
-                } else {
-                    &self.mask_positions[..t]
+                let sinks = match p.sinks {
+                    Some(w) => Some(self.weights[w].vector()?),
+                    None => None,
                 };
-                let kv: &dyn BatchKv = kv;
-                let mut r0 = 0;
-                for group in self.segs.chunks(ATTN_GROUP) {
-                    let mut seqs = [cpu::PagedSeq::EMPTY; ATTN_GROUP];
-                    let r1 = r0 + group_views(kv, p.layer, group, &mut seqs)?;
-                    cpu::attention_paged_batch(
-                        &a[r0 * qw..r1 * qw],
-                        &mask[r0..r1],
-                        &seqs[..group.len()],
-                        &params,
-                        &mut out[r0 * qw..r1 * qw],
-                    )?;
-                    if let Some(sinks) = p.sinks {
-                        cpu::apply_attention_sinks(
-                            &a[r0 * qw..r1 * qw],
-                            &mask[r0..r1],
-                            &seqs[..group.len()],
-                            &params,
-                            self.weights[sinks].vector()?,
-                            &mut out[r0 * qw..r1 * qw],
-                        )?;
-                    }
-                    r0 = r1;
-                }
+                let mask = &mut self.mask_positions[..t];
+                attention::standard(p, &self.segs, kv, [a, b, c], positions, mask, sinks, out)?
             }
             Op::Add => cpu::add(a, b, out)?,
             Op::Mul => cpu::mul(a, b, out)?,
@@ -1026,58 +792,11 @@ impl ExecutionPlan {
                     Some(b) => Some(self.weights[b].vector()?),
                     None => None,
                 };
-                let mut r0 = 0;
-                for s in &self.segs {
-                    let r1 = r0 + s.len;
-                    let st = kv.state_seq(p.layer, s.seq)?;
-                    if s.pos0 == 0 {
-                        // Position 0 starts the sequence: no earlier inputs.
-                        st.conv.fill(0.0);
-                    }
-                    cpu::ssm_conv(
-                        &a[r0 * width..r1 * width],
-                        s.len,
-                        width,
-                        p.d_conv,
-                        w,
-                        bias,
-                        st.conv,
-                        &mut out[r0 * width..r1 * width],
-                    )?;
-                    r0 = r1;
-                }
+                ssm::conv(p, &self.segs, kv, a, (w, bias), width, out)?
             }
             Op::SsmScan(p) => {
-                let av = self.weights[p.a].vector()?;
-                let dv = self.weights[p.d].vector()?;
-                let sp = cpu::SsmScanParams {
-                    d_state: p.d_state,
-                    n_head: p.n_head,
-                    head_dim: p.head_dim,
-                    n_group: p.n_group,
-                    a_per_state: av.len() == p.n_head * p.d_state && p.d_state > 1,
-                };
-                let (nh, bw) = (p.n_head, 2 * p.n_group * p.d_state);
-                let mut r0 = 0;
-                for s in &self.segs {
-                    let r1 = r0 + s.len;
-                    let st = kv.state_seq(p.layer, s.seq)?;
-                    if s.pos0 == 0 {
-                        st.ssm.fill(0.0);
-                    }
-                    cpu::ssm_scan(
-                        &sp,
-                        st.ssm,
-                        &a[r0 * width..r1 * width],
-                        &b[r0 * nh..r1 * nh],
-                        av,
-                        &c[r0 * bw..r1 * bw],
-                        dv,
-                        s.len,
-                        &mut out[r0 * width..r1 * width],
-                    )?;
-                    r0 = r1;
-                }
+                let (av, dv) = (self.weights[p.a].vector()?, self.weights[p.d].vector()?);
+                ssm::scan(p, &self.segs, kv, [a, b, c], (av, dv), width, out)?
             }
         }
         Ok(())
