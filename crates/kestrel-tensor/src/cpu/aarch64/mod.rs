@@ -9,8 +9,8 @@
 //!
 //! The packed q8_0-family kernels (dot-product and i8mm levels) live with their layout
 //! (`cpu::packed::q8_family::aarch64`). [`f16_ops`] holds the f16
-//! flash-attention ops and [`quantize`] the q8_0/q8_1 activation quantizers (NEON, every
-//! level).
+//! flash-attention ops; the q8_0/q8_1 activation quantizers live with their scalar twins
+//! (`cpu::q8::aarch64`).
 //!
 //! The kernels are `unsafe` (they need CPU features); [`neon_kernels`] / [`dotprod_kernels`]
 //! wrap them in safe functions that [`super::dispatch`] only hands out once the features were
@@ -28,7 +28,6 @@ mod iq_grid;
 pub(crate) mod dotprod;
 pub(crate) mod f16_ops;
 pub(crate) mod neon;
-pub(crate) mod quantize;
 
 use super::isa::Isa;
 use super::kernel_table::Kernels;

@@ -22,7 +22,6 @@ pub(crate) mod kquant_lanes_avx2;
 pub(crate) mod kquants;
 pub(crate) mod kquants_vnni;
 pub(crate) mod q8_wide;
-pub(crate) mod quantize;
 pub(crate) mod silu;
 
 use super::kernel_table::{Kernels, TypeKernels};

@@ -27,6 +27,11 @@
 //! `iscale = -127/max`, round half to even by the magic-number trick, `d = 1/iscale`, sums of
 //! each 16 quants), which `kestrel_gguf::quant::q8_k` already ports.
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
 use half::{bf16, f16};
 use kestrel_gguf::quant::{self, BlockQ8K, BlockQ8_0};
 
@@ -67,15 +72,15 @@ fn sat_i8(v: i32) -> i8 {
 /// (with AVX2 or NEON when the CPU has it; the bytes are the same).
 pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
     #[cfg(target_arch = "x86_64")]
-    if super::isa::active_isa() >= super::isa::Isa::Avx2 && x.len() == y.len() * QK8 {
+    if crate::cpu::isa::active_isa() >= crate::cpu::isa::Isa::Avx2 && x.len() == y.len() * QK8 {
         // SAFETY: the active ISA is at least AVX2, so the CPU has AVX2/FMA/F16C.
-        unsafe { super::x86_64::quantize::quantize_row_q8_0(x, y) };
+        unsafe { x86_64::quantize_row_q8_0(x, y) };
         return;
     }
     #[cfg(target_arch = "aarch64")]
-    if super::isa::active_isa() >= super::isa::Isa::Neon && x.len() == y.len() * QK8 {
+    if crate::cpu::isa::active_isa() >= crate::cpu::isa::Isa::Neon && x.len() == y.len() * QK8 {
         // SAFETY: NEON is part of the aarch64 base architecture.
-        unsafe { super::aarch64::quantize::quantize_row_q8_0(x, y) };
+        unsafe { aarch64::quantize_row_q8_0(x, y) };
         return;
     }
     quantize_row_q8_0_scalar(x, y)
@@ -100,15 +105,15 @@ pub(crate) fn quantize_row_q8_0_scalar(x: &[f32], y: &mut [BlockQ8_0]) {
 /// (with AVX2 or NEON when the CPU has it; the bytes are the same).
 pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
     #[cfg(target_arch = "x86_64")]
-    if super::isa::active_isa() >= super::isa::Isa::Avx2 && x.len() == y.len() * QK8 {
+    if crate::cpu::isa::active_isa() >= crate::cpu::isa::Isa::Avx2 && x.len() == y.len() * QK8 {
         // SAFETY: the active ISA is at least AVX2, so the CPU has AVX2/FMA/F16C.
-        unsafe { super::x86_64::quantize::quantize_row_q8_1(x, y) };
+        unsafe { x86_64::quantize_row_q8_1(x, y) };
         return;
     }
     #[cfg(target_arch = "aarch64")]
-    if super::isa::active_isa() >= super::isa::Isa::Neon && x.len() == y.len() * QK8 {
+    if crate::cpu::isa::active_isa() >= crate::cpu::isa::Isa::Neon && x.len() == y.len() * QK8 {
         // SAFETY: NEON is part of the aarch64 base architecture.
-        unsafe { super::aarch64::quantize::quantize_row_q8_1(x, y) };
+        unsafe { aarch64::quantize_row_q8_1(x, y) };
         return;
     }
     quantize_row_q8_1_scalar(x, y)

@@ -105,7 +105,7 @@ mod tests {
     /// The scalar twins' bytes (see `check_quantizers`).
     #[test]
     fn avx2_quantizers_equal_scalar_twins() {
-        if !super::super::has_avx2() {
+        if !crate::cpu::isa::has_avx2() {
             eprintln!("skipped: no AVX2/FMA/F16C");
             return;
         }
