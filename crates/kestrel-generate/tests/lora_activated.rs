@@ -221,6 +221,33 @@ fn batches_with_activated_adapters_match_alone_and_share_the_base_cache() {
 }
 
 #[test]
+fn speculation_verifies_at_the_scales_after_the_prompt() {
+    let dir = temp_dir("alora-spec");
+    let model = base(&dir, "llama");
+    let (_, act) = adapters(&dir);
+    let mut g = generator(&model, &[(act.clone(), 1.0)]).unwrap();
+    // The same model and adapter as the draft: every draft is kept when the target verifies
+    // at the scales the draft ran at.
+    let mut draft = generator(&model, &[(act, 1.0)]).unwrap();
+    let mut g_base = generator(&model, &[]).unwrap();
+    let q = text(6, 13);
+    let invoked: Vec<u32> = q.iter().chain(&INVOKE).chain(&q).copied().collect();
+    for (prompt, want) in [
+        (&invoked, greedy(&mut g, &invoked, None)),
+        // Not invoked: verified without the adapter, as the base model.
+        (&q, greedy(&mut g_base, &q, None)),
+    ] {
+        let (got, stats) = g
+            .generate_speculative(&mut draft, prompt, NEW, 4, &mut |_| Ok(true))
+            .unwrap();
+        assert_eq!(got.ids, want);
+        assert_eq!(stats.accepted, stats.drafted, "{stats:?}");
+        assert!(stats.drafted > 0);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn bad_invocations_are_refused() {
     let dir = temp_dir("alora-bad");
     let model = base(&dir, "llama");
