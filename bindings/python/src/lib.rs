@@ -84,11 +84,16 @@ struct Sampling {
     stop: Option<Vec<String>>,
     json_schema: Option<String>,
     grammar: Option<String>,
+    /// The call's own LoRA adapters (name, path or index; scale): the others off, `[]` none.
+    lora: Option<Vec<(String, f32)>>,
 }
 
 /// The keywords [`Sampling::from_kwargs`] takes.
 const SAMPLING_KEYS: &str = "max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, \
-                             seed, stop, json_schema, grammar";
+                             seed, stop, json_schema, grammar, lora";
+
+/// Most entries in a call's `lora` list.
+const MAX_LORA: usize = 256;
 
 impl Sampling {
     /// The sampling keywords of a call (`None` values are left at their defaults); an unknown
@@ -117,6 +122,24 @@ impl Sampling {
                 }
                 "json_schema" => s.json_schema = schema_text(Some(&v))?,
                 "grammar" => s.grammar = Some(v.extract()?),
+                // [(adapter, scale), ...]: the adapter by name, path or index
+                "lora" => {
+                    let list: Vec<(Bound<'_, PyAny>, f32)> = v.extract()?;
+                    if list.len() > MAX_LORA {
+                        return Err(invalid(format!("at most {MAX_LORA} lora entries")));
+                    }
+                    let named = list
+                        .into_iter()
+                        .map(|(a, scale)| {
+                            let name = match a.extract::<usize>() {
+                                Ok(i) => i.to_string(),
+                                Err(_) => a.extract::<String>()?,
+                            };
+                            Ok((name, scale))
+                        })
+                        .collect::<PyResult<Vec<_>>>()?;
+                    s.lora = Some(named);
+                }
                 _ => {
                     return Err(PyTypeError::new_err(format!(
                         "unexpected keyword argument {key:?} (sampling takes {SAMPLING_KEYS})"
@@ -176,6 +199,17 @@ impl Sampling {
             (Some(s), None) => o = o.with_json_schema(s).map_err(to_py)?,
             (None, Some(g)) => o = o.with_gbnf(g).map_err(to_py)?,
             (None, None) => {}
+        }
+        if let Some(lora) = &self.lora {
+            o = o.without_adapters();
+            for (name, scale) in lora {
+                if !scale.is_finite() {
+                    return Err(invalid(format!(
+                        "lora {name:?}: scale must be a finite number, got {scale}"
+                    )));
+                }
+                o = o.with_adapter(name.clone(), *scale);
+            }
         }
         Ok(o)
     }
@@ -517,6 +551,32 @@ impl Model {
         outs.into_iter()
             .map(|o| o.map(|o| o.text).map_err(to_py))
             .collect()
+    }
+
+    /// The LoRA adapters the model was loaded with: a dict each (`id`, `name`, `path`, `scale`,
+    /// and an activated LoRA's `invocation_tokens`, empty for an ordinary adapter).
+    fn adapters(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let infos = lock(&self.inner).adapters();
+        let list = PyList::empty(py);
+        for a in infos {
+            let d = PyDict::new(py);
+            d.set_item("id", a.id)?;
+            d.set_item("name", a.name)?;
+            d.set_item("path", a.path.to_string_lossy().into_owned())?;
+            d.set_item("scale", a.scale)?;
+            d.set_item("invocation_tokens", a.invocation_tokens)?;
+            list.append(d)?;
+        }
+        Ok(list.into_any().unbind())
+    }
+
+    /// Sets adapter `name`'s (name, path or index) scale for the calls that choose no adapters
+    /// of their own (0: off); nothing is reloaded.
+    fn set_adapter_scale(&self, py: Python<'_>, name: &str, scale: f32) -> PyResult<()> {
+        let inner = self.inner.clone();
+        let name = name.to_string();
+        py.allow_threads(move || lock(&inner).set_adapter_scale(&name, scale))
+            .map_err(to_py)
     }
 
     /// An embedding of `input` (a string: one vector; a list of strings: one each), the

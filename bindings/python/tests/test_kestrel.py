@@ -198,3 +198,89 @@ def test_gemma_loads_and_generates():
     g = kestrel.Model.load(str(GEMMA), threads=2, n_ctx=512)
     assert g.device == "cpu" and g.n_ctx == 512
     assert g.chat([{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0).strip()
+
+
+def write_adapter(path, targets, seed, invocation=(), amplitude=0.1):
+    """A rank-4 LoRA adapter for SmolLM2 (`targets`: (weight, in, out)), written as GGUF v3 by
+    hand (llama.cpp's layout: `general.type = adapter`, `adapter.lora.alpha`, F32 `lora_a`
+    [in, rank] and `lora_b` [rank, out]), activated by `invocation` when it is not empty."""
+    import random
+    import struct
+
+    rng = random.Random(seed)
+    rank = 4
+
+    def text(s):
+        b = s.encode()
+        return struct.pack("<Q", len(b)) + b
+
+    kv = [
+        (b"general.architecture", 8, text("llama")),
+        (b"general.type", 8, text("adapter")),
+        (b"adapter.type", 8, text("lora")),
+        (b"adapter.lora.alpha", 6, struct.pack("<f", 8.0)),
+    ]
+    if invocation:
+        arr = struct.pack("<IQ", 4, len(invocation)) + struct.pack(f"<{len(invocation)}I", *invocation)
+        kv.append((b"adapter.alora.invocation_tokens", 9, arr))
+    tensors = []
+    for name, k, m in targets:
+        for half, dims in (("lora_a", (k, rank)), ("lora_b", (rank, m))):
+            n = dims[0] * dims[1]
+            data = struct.pack(f"<{n}f", *(rng.uniform(-amplitude, amplitude) for _ in range(n)))
+            tensors.append((f"{name}.{half}", dims, data))
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv)))
+    for key, ty, value in kv:
+        out += struct.pack("<Q", len(key)) + key + struct.pack("<I", ty) + value
+    offset = 0
+    for name, dims, data in tensors:
+        out += text(name) + struct.pack("<I", 2) + struct.pack("<QQ", *dims)
+        out += struct.pack("<IQ", 0, offset)
+        offset += (len(data) + 31) // 32 * 32
+    out += b"\0" * (-len(out) % 32)
+    for _, _, data in tensors:
+        out += data + b"\0" * (-len(data) % 32)
+    pathlib.Path(path).write_bytes(bytes(out))
+
+
+LORA_TARGETS = [
+    (f"blk.{layer}.{w}.weight", k, m)
+    for layer in (0, 3, 7)
+    for w, k, m in (("attn_q", 576, 576), ("attn_v", 576, 192), ("ffn_down", 1536, 576))
+]
+
+
+def test_lora_adapters_per_call_and_at_run_time(smol, tmp_path):
+    path = tmp_path / "style.gguf"
+    write_adapter(path, LORA_TARGETS, 7)
+    m = kestrel.Model.load(str(SMOL), threads=2, n_ctx=512, lora=[(str(path), 1.0)])
+    [info] = m.adapters()
+    assert (info["id"], info["name"], info["scale"]) == (0, "style", 1.0)
+    assert info["invocation_tokens"] == []
+    prompt, kw = "The capital of France is", {"max_tokens": 8, "temperature": 0}
+    base = smol.generate(prompt, **kw)
+    adapted = m.generate(prompt, **kw)
+    assert adapted != base
+    assert m.generate(prompt, lora=[], **kw) == base
+    assert m.generate(prompt, lora=[("style", 1.0)], **kw) == adapted
+    assert m.generate(prompt, lora=[(0, 1.0)], **kw) == adapted
+    m.set_adapter_scale("style", 0.0)
+    assert m.adapters()[0]["scale"] == 0.0
+    assert m.generate(prompt, **kw) == base
+    with pytest.raises(kestrel.InvalidArgumentError, match="no LoRA adapter"):
+        m.generate(prompt, lora=[("quiet", 1.0)], **kw)
+    with pytest.raises(kestrel.InvalidArgumentError):
+        m.generate(prompt, lora=[("style", float("nan"))], **kw)
+
+
+def test_an_activated_lora_acts_only_where_the_prompt_invokes_it(smol, tmp_path):
+    invoking = "Question: name a colour.\nAnswer:"
+    ids = smol.tokenize(invoking, add_bos=False)
+    path = tmp_path / "answer.gguf"
+    write_adapter(path, LORA_TARGETS, 9, invocation=ids[-2:], amplitude=0.3)
+    m = kestrel.Model.load(str(SMOL), threads=2, n_ctx=512, lora=[(str(path), 1.0)])
+    assert m.adapters()[0]["invocation_tokens"] == ids[-2:]
+    kw = {"max_tokens": 8, "temperature": 0}
+    other = "The capital of France is"
+    assert m.generate(other, **kw) == smol.generate(other, **kw)
+    assert m.generate(invoking, **kw) != smol.generate(invoking, **kw)

@@ -30,6 +30,16 @@ class Sampling(TypedDict, total=False):
     stop: Union[str, List[str], None]
     json_schema: Schema
     grammar: Optional[str]
+    lora: Optional[Sequence[Tuple[Union[str, int], float]]]
+
+class AdapterInfo(TypedDict):
+    """A LoRA adapter the model was loaded with."""
+
+    id: int
+    name: str
+    path: str
+    scale: float
+    invocation_tokens: List[int]
 
 class TokenStream(Iterator[str]):
     """Generated text pieces; the generation runs on its own thread."""
@@ -66,3 +76,5 @@ class Model:
     def chat_stream(self, messages: List[Dict[str, Any]], **sampling: Unpack[Sampling]) -> TokenStream: ...
     def generate_batch(self, prompts: List[str], **sampling: Unpack[Sampling]) -> List[str]: ...
     def embed(self, input: Union[str, List[str]]) -> Union[List[float], List[List[float]]]: ...
+    def adapters(self) -> List[AdapterInfo]: ...
+    def set_adapter_scale(self, name: str, scale: float) -> None: ...
