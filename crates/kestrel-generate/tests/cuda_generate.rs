@@ -14,8 +14,11 @@
 //! the tokens it gets alone, bit for bit (it runs them one by one in the same prefill chunks);
 //! prompt-lookup speculation keeps greedy decoding's tokens except at a near-tie (its
 //! verification rows run through the prefill kernels); embeddings match the CPU's (cosine
-//! ≥ 0.999).
+//! ≥ 0.999). LoRA adapters on the GPU match the CPU's within the same KLD bound; choices the
+//! GPU plan cannot run (other scales, activated LoRAs) are refused.
 #![cfg(feature = "cuda")]
+
+mod lora_common;
 
 use std::sync::Arc;
 
@@ -340,4 +343,99 @@ fn embeddings_on_the_gpu_match_the_cpu() {
     let after = gpu.prefill(&ids[..5]).unwrap().to_vec();
     let mut fresh = generator(&m, Device::Cuda(0), 16);
     assert_eq!(after, fresh.prefill(&ids[..5]).unwrap());
+}
+
+/// A generator for the synthetic llama file at `path` with `adapters` (file, scale) on `device`.
+fn with_adapters(
+    path: &std::path::Path,
+    adapters: &[(std::path::PathBuf, f32)],
+    device: Device,
+) -> Generator {
+    let adapters = adapters
+        .iter()
+        .map(|(p, s)| (Arc::new(kestrel_arch::LoraAdapter::open(p).unwrap()), *s))
+        .collect();
+    let opts = GeneratorOptions {
+        threads: 2,
+        ctx: 64,
+        batch: 4,
+        device,
+        adapters,
+        ..GeneratorOptions::default()
+    };
+    Generator::new(Arc::new(GgufModel::open(path).unwrap()), opts).unwrap()
+}
+
+/// LoRA adapters on the GPU (the CUDA plan's unfused terms, scales built in) against the CPU's
+/// fused terms: every position's next-token distribution within the plan's KLD bound, where the
+/// adapter itself moves them far more. Scales other than the model's, and activated LoRAs
+/// (scales that change within a sequence), are refused on the GPU, saying so.
+#[test]
+fn lora_adapters_run_on_the_gpu_as_on_the_cpu() {
+    if !have_gpu() {
+        return;
+    }
+    let dir = lora_common::temp_dir("cuda");
+    let model = lora_common::base(&dir, "llama");
+    let (plain, act) = (dir.join("plain.gguf"), dir.join("alora.gguf"));
+    let targets = [
+        ("blk.0.attn_q.weight", 64, 64),
+        ("blk.0.attn_v.weight", 64, 32),
+        ("blk.1.ffn_down.weight", 128, 64),
+        (
+            "output.weight",
+            64,
+            kestrel_arch::synthetic::SYNTHETIC_VOCAB,
+        ),
+    ];
+    for (p, inv) in [(&plain, &[][..]), (&act, &[7u32, 9][..])] {
+        lora_common::activated(
+            p,
+            "llama",
+            Some(8.0),
+            4,
+            &targets,
+            77,
+            kestrel_gguf::GgmlType::F32,
+            0.4,
+            inv,
+        );
+    }
+    let prompt = [1u32, 17, 200, 3, 99, 42, 7, 128, 5, 61, 33];
+    let loaded = [(plain.clone(), 0.7)];
+    let mut cpu = with_adapters(&model, &loaded, Device::Cpu);
+    let mut gpu = with_adapters(&model, &loaded, Device::Cuda(0));
+    let base = with_adapters(&model, &[], Device::Cpu)
+        .prefill(&prompt)
+        .unwrap()
+        .to_vec();
+    let mut want = cpu.prefill(&prompt).unwrap().to_vec();
+    let mut got = gpu.prefill(&prompt).unwrap().to_vec();
+    let effect = kld(&want, &base);
+    assert!(
+        effect > 0.01,
+        "the adapter moves the logits by KLD {effect} only"
+    );
+    for step in 0..8 {
+        let d = kld(&want, &got);
+        assert!(
+            d <= 0.002,
+            "step {step}: KLD {d} (the adapter's effect {effect})"
+        );
+        let next = argmax(&want);
+        want = cpu.step(next).unwrap().to_vec();
+        got = gpu.step(next).unwrap().to_vec();
+    }
+    // Another choice than the model's scales: refused on the GPU.
+    let off = GenerateParams {
+        adapters: Some(vec![]),
+        ..GenerateParams::greedy(4)
+    };
+    let err = gpu.iter(&prompt, &off).expect_err("refused");
+    assert!(err.to_string().contains("CUDA"), "{err}");
+    // An activated LoRA: refused where it would change scales within the sequence.
+    let mut act_gpu = with_adapters(&model, &[(act, 1.0)], Device::Cuda(0));
+    let err = act_gpu.prefill(&prompt).expect_err("refused");
+    assert!(err.to_string().contains("activated LoRA"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
