@@ -13,7 +13,7 @@
 //! chunks are cut where they change.
 
 use crate::adapter_use::{last_start, AdapterUse, NEVER};
-use crate::core::{Core, Plans};
+use crate::core::Core;
 use crate::GenerateError;
 
 impl Core {
@@ -22,8 +22,7 @@ impl Core {
     /// llama-server reads a request's `lora` list.
     ///
     /// # Errors
-    /// An index past the adapters, a scale that is not finite, or on the CUDA engine scales
-    /// other than the generator's (its plan has them built in).
+    /// An index past the adapters, a scale that is not finite.
     pub(crate) fn adapter_scales(
         &self,
         choice: Option<&[(usize, f32)]>,
@@ -32,20 +31,13 @@ impl Core {
         let Some(choice) = choice else {
             return Ok(current);
         };
-        let scales = scales_of(choice, current.len())?;
-        if scales != current && matches!(self.plans, Plans::Cuda(_)) {
-            return Err(GenerateError::NotOnDevice {
-                what: "LoRA scales other than the model's",
-                device: "CUDA".into(),
-            });
-        }
-        Ok(scales)
+        scales_of(choice, current.len())
     }
 
     /// Sets the generator's adapter scales.
     ///
     /// # Errors
-    /// As [`scales_of`]; on CUDA any change.
+    /// As [`scales_of`].
     pub(crate) fn set_adapter_scales(&mut self, scales: &[f32]) -> Result<(), GenerateError> {
         let n = self.weights.adapters().len();
         if scales.len() != n {
@@ -92,8 +84,7 @@ impl Core {
     /// sequence in `prompt`, or nowhere when the prompt lacks it.
     ///
     /// # Errors
-    /// As [`Core::adapter_scales`]; on the CUDA engine an activated LoRA (its plan has the
-    /// scales built in, so they cannot change within a sequence).
+    /// As [`Core::adapter_scales`].
     pub(crate) fn adapter_use(
         &self,
         choice: Option<&[(usize, f32)]>,
@@ -110,12 +101,6 @@ impl Core {
             if s != 0.0 && adapter.is_activated() {
                 *f = last_start(prompt, adapter.invocation_tokens()).unwrap_or(NEVER);
             }
-        }
-        if from.iter().any(|&f| f != 0) && matches!(self.plans, Plans::Cuda(_)) {
-            return Err(GenerateError::NotOnDevice {
-                what: "activated LoRA adapters (scales that change within a sequence)",
-                device: "CUDA".into(),
-            });
         }
         Ok(AdapterUse { scales, from })
     }

@@ -101,8 +101,8 @@ impl StepRunner {
 
     /// Runs one step over `store`: `tokens` cut into `segs`; returns the logits of the rows
     /// `outputs` names (token indices, in segment order), one row each. The caller commits
-    /// the segments. `adapter_scales`: each segment's adapter scales (the CPU plan's; the GPU
-    /// plan runs the generator's, the only ones a GPU request may choose).
+    /// the segments. `adapter_scales`: each segment's adapter scales, one per adapter (the
+    /// GPU plan binds them before each segment it runs).
     pub(crate) fn run(
         &mut self,
         store: &mut SeqStore,
@@ -124,7 +124,7 @@ impl StepRunner {
                 rows.resize(outputs.len() * n_vocab, 0.0);
                 let mut start = 0;
                 let mut o = 0;
-                for s in segs {
+                for (k, s) in segs.iter().enumerate() {
                     let end = start + s.len;
                     let cache = c.cache(s.seq)?;
                     if cache.len() != s.pos0 {
@@ -145,6 +145,17 @@ impl StepRunner {
                                 name: "batch",
                                 reason: "a segment past the step's tokens".into(),
                             })?;
+                    let n = plan.adapter_slots();
+                    if n > 0 {
+                        let i = k * n;
+                        let scales = adapter_scales.get(i..i + n).ok_or_else(|| {
+                            GenerateError::InvalidOption {
+                                name: "batch",
+                                reason: "fewer adapter scales than segments".into(),
+                            }
+                        })?;
+                        plan.set_adapter_scales(scales)?;
+                    }
                     let logits = plan.run(cache, chunk)?;
                     // The plan returns the segment's last row: it is an output when asked for.
                     if outputs.get(o) == Some(&(end - 1)) {

@@ -122,7 +122,14 @@ impl Core {
                 }
                 plan.run(&self.engine, kv, tokens, pos)?
             }
-            (Plans::Cuda(plan), SessionKv::Cuda(kv)) => plan.run(kv, tokens)?,
+            (Plans::Cuda(plan), SessionKv::Cuda(kv)) => {
+                if plan.adapter_slots() > 0 {
+                    self.chunk_scales.clear();
+                    session.adapters.extend_at(pos, &mut self.chunk_scales);
+                    plan.set_adapter_scales(&self.chunk_scales)?;
+                }
+                plan.run(kv, tokens)?
+            }
             _ => return Err(foreign_session()),
         };
         if keep {

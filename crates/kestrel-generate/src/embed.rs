@@ -120,7 +120,12 @@ pub(crate) fn embed(
                 }
                 p.run(&core.engine, c, part, pos)?
             }
-            (EmbedPlan::Cuda(p), SessionKv::Cuda(c)) => p.run(c, part)?,
+            (EmbedPlan::Cuda(p), SessionKv::Cuda(c)) => {
+                if p.adapter_slots() > 0 {
+                    p.set_adapter_scales(&scales)?;
+                }
+                p.run(c, part)?
+            }
             _ => {
                 return Err(GenerateError::InvalidOption {
                     name: "embed",

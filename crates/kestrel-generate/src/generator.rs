@@ -643,8 +643,7 @@ impl Generator {
     /// the generator's for `None`, else the listed adapters at their scales and the rest 0.
     ///
     /// # Errors
-    /// An index past the adapters, a scale that is not finite, or on CUDA scales other than
-    /// the generator's.
+    /// An index past the adapters, a scale that is not finite.
     pub fn adapter_scales_for(
         &self,
         choice: Option<&[(usize, f32)]>,
@@ -658,8 +657,7 @@ impl Generator {
     /// (sessions, the batch's prefix cache) are not reused.
     ///
     /// # Errors
-    /// A wrong count or a scale that is not finite; on the CUDA engine, any change (its plan
-    /// has the scales built in).
+    /// A wrong count or a scale that is not finite.
     pub fn set_adapter_scales(&mut self, scales: &[f32]) -> Result<(), GenerateError> {
         if scales == self.core.weights.scales() {
             return Ok(());

@@ -51,7 +51,7 @@ impl Default for LogitsOptions {
 ///
 /// # Errors
 /// No ids or more than [`MAX_LOGITS_IDS`], an id outside the vocabulary, a bad device, a model
-/// kestrel cannot build, an engine error, an activated LoRA on CUDA.
+/// kestrel cannot build, an engine error.
 pub fn logits_of_ids(
     model: &GgufModel,
     ids: &[u32],
@@ -115,16 +115,28 @@ pub fn logits_of_ids(
     };
     let flat = match device {
         Device::Cuda(ordinal) => {
-            if scales.from.iter().any(|&f| f != 0) {
-                return Err(GenerateError::NotOnDevice {
-                    what: "activated LoRA adapters (scales that change within a sequence)",
-                    device: "CUDA".into(),
-                });
-            }
             let dev = CudaDevice::open(ordinal).map_err(|e| invalid("device", e.to_string()))?;
             let mut plan = CudaPlan::compile(&graph, Arc::new(dev), n, &lookup)?;
             let mut kv = plan.new_cache(n)?;
-            plan.run(&mut kv, ids)?.to_vec()
+            // One step, or one per stretch of constant adapter scales.
+            let mut flat = Vec::new();
+            let mut pos = 0;
+            let mut at = Vec::new();
+            while pos < n {
+                let end = scales.next_change(pos).map_or(n, |c| c.min(n));
+                if plan.adapter_slots() > 0 {
+                    at.clear();
+                    scales.extend_at(pos, &mut at);
+                    plan.set_adapter_scales(&at)?;
+                }
+                let rows = plan.run(&mut kv, &ids[pos..end])?;
+                if !opts.all_positions {
+                    flat.clear();
+                }
+                flat.extend_from_slice(rows);
+                pos = end;
+            }
+            flat
         }
         _ => {
             let engine = CpuEngine::new(opts.threads)?;

@@ -418,14 +418,14 @@ impl Generator {
 
         let t0 = Instant::now();
         let mut next = pick.pick(self.prefill(prompt)?, prompt)?;
-        if let Verify::Cpu(plan) = &mut verify {
-            if plan.adapter_slots() > 0 {
-                // Every verified position follows the prompt: the scales after it (an
-                // activated LoRA on where the prompt invoked it, off where it did not).
-                let mut after = Vec::new();
-                self.session.adapters.extend_at(prompt.len(), &mut after);
-                plan.set_adapter_scales(&after)?;
-            }
+        // Every verified position follows the prompt: the scales after it (an activated LoRA
+        // on where the prompt invoked it, off where it did not).
+        let mut after = Vec::new();
+        self.session.adapters.extend_at(prompt.len(), &mut after);
+        match &mut verify {
+            Verify::Cpu(plan) if plan.adapter_slots() > 0 => plan.set_adapter_scales(&after)?,
+            Verify::Cuda(plan) if plan.adapter_slots() > 0 => plan.set_adapter_scales(&after)?,
+            _ => {}
         }
         metrics.prefill = t0.elapsed();
         metrics.time_to_first_token = metrics.prefill;

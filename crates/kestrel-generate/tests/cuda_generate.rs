@@ -14,8 +14,8 @@
 //! the tokens it gets alone, bit for bit (it runs them one by one in the same prefill chunks);
 //! prompt-lookup speculation keeps greedy decoding's tokens except at a near-tie (its
 //! verification rows run through the prefill kernels); embeddings match the CPU's (cosine
-//! ≥ 0.999). LoRA adapters on the GPU match the CPU's within the same KLD bound; choices the
-//! GPU plan cannot run (other scales, activated LoRAs) are refused.
+//! ≥ 0.999). LoRA adapters on the GPU match the CPU's within the same KLD bound, at any scales
+//! and with an activated LoRA.
 #![cfg(feature = "cuda")]
 
 mod lora_common;
@@ -345,6 +345,9 @@ fn embeddings_on_the_gpu_match_the_cpu() {
     assert_eq!(after, fresh.prefill(&ids[..5]).unwrap());
 }
 
+/// A request's choice of adapters (`None`: the generator's).
+type Choice = Option<Vec<(usize, f32)>>;
+
 /// A generator for the synthetic llama file at `path` with `adapters` (file, scale) on `device`.
 fn with_adapters(
     path: &std::path::Path,
@@ -366,10 +369,12 @@ fn with_adapters(
     Generator::new(Arc::new(GgufModel::open(path).unwrap()), opts).unwrap()
 }
 
-/// LoRA adapters on the GPU (the CUDA plan's unfused terms, scales built in) against the CPU's
-/// fused terms: every position's next-token distribution within the plan's KLD bound, where the
-/// adapter itself moves them far more. Scales other than the model's, and activated LoRAs
-/// (scales that change within a sequence), are refused on the GPU, saying so.
+/// LoRA adapters on the GPU (the CUDA plan's unfused terms, each term's factor bound per
+/// step) against the CPU's fused terms, at several scales and with an activated LoRA invoked
+/// mid-prompt or not at all: every position's next-token distribution within the plan's KLD
+/// bound, where the adapters move them far more. The scheduler on the GPU gives requests with
+/// different adapter choices the tokens each gets alone (a cache's captured decode graph
+/// replays only at the scales it was captured at).
 #[test]
 fn lora_adapters_run_on_the_gpu_as_on_the_cpu() {
     if !have_gpu() {
@@ -388,54 +393,81 @@ fn lora_adapters_run_on_the_gpu_as_on_the_cpu() {
             kestrel_arch::synthetic::SYNTHETIC_VOCAB,
         ),
     ];
-    for (p, inv) in [(&plain, &[][..]), (&act, &[7u32, 9][..])] {
+    for (p, inv, seed) in [(&plain, &[][..], 77), (&act, &[7u32, 9][..], 78)] {
         lora_common::activated(
             p,
             "llama",
             Some(8.0),
             4,
             &targets,
-            77,
+            seed,
             kestrel_gguf::GgmlType::F32,
             0.4,
             inv,
         );
     }
     let prompt = [1u32, 17, 200, 3, 99, 42, 7, 128, 5, 61, 33];
-    let loaded = [(plain.clone(), 0.7)];
+    let invoked = [1u32, 17, 200, 3, 99, 7, 9, 128, 5, 61, 33];
+    let loaded = [(plain.clone(), 0.7), (act.clone(), 1.0)];
     let mut cpu = with_adapters(&model, &loaded, Device::Cpu);
     let mut gpu = with_adapters(&model, &loaded, Device::Cuda(0));
-    let base = with_adapters(&model, &[], Device::Cpu)
-        .prefill(&prompt)
-        .unwrap()
-        .to_vec();
-    let mut want = cpu.prefill(&prompt).unwrap().to_vec();
-    let mut got = gpu.prefill(&prompt).unwrap().to_vec();
-    let effect = kld(&want, &base);
+    let cases: [(&[u32], [f32; 2]); 4] = [
+        (&prompt, [0.7, 1.0]),
+        (&invoked, [0.7, 1.0]),
+        (&invoked, [0.0, 0.0]),
+        (&invoked, [1.5, -0.5]),
+    ];
+    let mut first = Vec::new();
+    for (i, &(p, scales)) in cases.iter().enumerate() {
+        cpu.set_adapter_scales(&scales).unwrap();
+        gpu.set_adapter_scales(&scales).unwrap();
+        let mut want = cpu.prefill(p).unwrap().to_vec();
+        let mut got = gpu.prefill(p).unwrap().to_vec();
+        first.push(want.clone());
+        for step in 0..8 {
+            let d = kld(&want, &got);
+            assert!(d <= 0.002, "case {i} ({scales:?}) step {step}: KLD {d}");
+            let next = argmax(&want);
+            want = cpu.step(next).unwrap().to_vec();
+            got = gpu.step(next).unwrap().to_vec();
+        }
+    }
+    // The adapters move the logits far more than the bound (invoked, on against off).
+    let effect = kld(&first[1], &first[2]);
     assert!(
         effect > 0.01,
-        "the adapter moves the logits by KLD {effect} only"
+        "the adapters move the logits by KLD {effect} only"
     );
-    for step in 0..8 {
-        let d = kld(&want, &got);
-        assert!(
-            d <= 0.002,
-            "step {step}: KLD {d} (the adapter's effect {effect})"
-        );
-        let next = argmax(&want);
-        want = cpu.step(next).unwrap().to_vec();
-        got = gpu.step(next).unwrap().to_vec();
-    }
-    // Another choice than the model's scales: refused on the GPU.
-    let off = GenerateParams {
-        adapters: Some(vec![]),
-        ..GenerateParams::greedy(4)
+
+    // The scheduler: each request's choice, its tokens alone.
+    gpu.set_adapter_scales(&[0.7, 1.0]).unwrap();
+    let choices: [(&[u32], Choice); 4] = [
+        (&prompt, None),
+        (&invoked, None),
+        (&invoked, Some(vec![])),
+        (&invoked, Some(vec![(0, 1.5), (1, -0.5)])),
+    ];
+    let params = |c: &Choice| GenerateParams {
+        adapters: c.clone(),
+        ..GenerateParams::greedy(6)
     };
-    let err = gpu.iter(&prompt, &off).expect_err("refused");
-    assert!(err.to_string().contains("CUDA"), "{err}");
-    // An activated LoRA: refused where it would change scales within the sequence.
-    let mut act_gpu = with_adapters(&model, &[(act, 1.0)], Device::Cuda(0));
-    let err = act_gpu.prefill(&prompt).expect_err("refused");
-    assert!(err.to_string().contains("activated LoRA"), "{err}");
+    let requests = choices
+        .iter()
+        .map(|(p, c)| BatchRequest {
+            prompt: p.to_vec(),
+            params: params(c),
+        })
+        .collect();
+    let out = gpu
+        .batch_generate(requests, &BatchOptions::default())
+        .unwrap();
+    for (i, ((p, c), got)) in choices.iter().zip(&out).enumerate() {
+        let alone: Vec<u32> = gpu
+            .iter(p, &params(c))
+            .unwrap()
+            .map(|t| t.unwrap().id)
+            .collect();
+        assert_eq!(got.as_ref().unwrap().ids, alone, "request {i} ({c:?})");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -735,8 +735,7 @@ impl Model {
     /// conversations computed at the old scales are prefilled again when next used.
     ///
     /// # Errors
-    /// An adapter name the model does not have, a scale that is not finite, or on CUDA any
-    /// change (its plan has the scales built in).
+    /// An adapter name the model does not have, a scale that is not finite.
     pub fn set_adapter_scale(&mut self, name: &str, scale: f32) -> Result<(), Error> {
         let all = self.adapters();
         let id = crate::find_adapter(&all, name)?;

@@ -18,7 +18,8 @@
 //! runs neighbouring ops as one launch (the same bits; `KESTREL_CUDA_FUSE=0` or
 //! [`CudaPlan::set_fusion`] turns it off). Without kestrel-tensor's
 //! `cuda` feature it compiles against the engine's stub (no `CudaDevice` can exist, so no plan
-//! either). Batched steps and paged caches come with issues 23 and 24.
+//! either). Batched steps and paged caches come with issues 23 and 24. LoRA terms run in their
+//! unfused form, each factor bound per step ([`CudaPlan::set_adapter_scales`]).
 //!
 //! Plans of other graphs of the same model (all-positions logits, hidden states) are compiled
 //! from a first one with [`CudaPlan::compile_sharing`] and use its weights: one upload per
@@ -155,7 +156,17 @@ pub struct CudaPlan {
     appended: bool,
     /// The output rows of the last step, copied back.
     out: Vec<f32>,
+    /// Adapters the graph's terms belong to, and the scales bound to them (`None`: each
+    /// term's built-in factor, the scales the graph was built with).
+    adapter_slots: usize,
+    adapter_scales: Option<Vec<f32>>,
+    /// The plan id of each set of scales bound so far (a few: a cache's graph captured at
+    /// some scales replays whenever those scales are bound again).
+    scale_ids: Vec<(Vec<f32>, u64)>,
 }
+
+/// Most sets of adapter scales a plan remembers an id for.
+const MAX_SCALE_IDS: usize = 64;
 
 /// Plan ids (a cache's graph belongs to the plan that captured it).
 static NEXT_PLAN_ID: AtomicU64 = AtomicU64::new(1);
@@ -331,8 +342,66 @@ impl CudaPlan {
             profile,
             id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
             out: vec![0.0; out_rows * out_node.width],
+            adapter_slots: graph
+                .nodes()
+                .iter()
+                .filter_map(|n| match &n.op {
+                    Op::AdapterScale { term, .. } => Some(term.adapter + 1),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0),
+            adapter_scales: None,
+            scale_ids: Vec::new(),
             dev,
         })
+    }
+
+    /// LoRA adapters whose terms the graph holds (the length [`set_adapter_scales`]
+    /// takes).
+    ///
+    /// [`set_adapter_scales`]: CudaPlan::set_adapter_scales
+    pub fn adapter_slots(&self) -> usize {
+        self.adapter_slots
+    }
+
+    /// Runs the next steps at `scales` (one per adapter; 0 leaves an adapter out) instead of
+    /// the scales the graph was built with. Each term's factor is a launch argument, so the
+    /// plan takes an id per set of scales: a cache's captured decode graph, which recorded the
+    /// factors of its scales, replays only while those are bound (sequences of a batch at
+    /// different scales each keep their graph). Setting the same scales again costs nothing.
+    ///
+    /// # Errors
+    /// Not one scale per adapter, or a scale that is not finite.
+    pub fn set_adapter_scales(&mut self, scales: &[f32]) -> Result<(), GraphError> {
+        if scales.len() != self.adapter_slots {
+            return Err(GraphError::Batch(format!(
+                "{} adapter scales given, the plan has {} adapters",
+                scales.len(),
+                self.adapter_slots
+            )));
+        }
+        if let Some(s) = scales.iter().find(|s| !s.is_finite()) {
+            return Err(GraphError::Batch(format!(
+                "adapter scale {s} is not finite"
+            )));
+        }
+        if self.adapter_scales.as_deref() == Some(scales) {
+            return Ok(());
+        }
+        self.id = match self.scale_ids.iter().find(|(s, _)| s == scales) {
+            Some(&(_, id)) => id,
+            None => {
+                if self.scale_ids.len() == MAX_SCALE_IDS {
+                    self.scale_ids.clear();
+                }
+                let id = NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed);
+                self.scale_ids.push((scales.to_vec(), id));
+                id
+            }
+        };
+        self.adapter_scales = Some(scales.to_vec());
+        Ok(())
     }
 
     /// The uploaded weight `name`, when its dims are `dims`.
@@ -692,9 +761,14 @@ impl CudaPlan {
             }
             Op::Add => dev.add(self.input(node, 0)?, self.input(node, 1)?, out)?,
             Op::Mul => dev.mul(self.input(node, 0)?, self.input(node, 1)?, out)?,
-            // The CUDA plan runs every sequence at the scales its graph was built with.
-            Op::Scale(s) | Op::AdapterScale { scale: s, .. } => {
-                dev.scale_from(self.input(node, 0)?, out, *s)?
+            Op::Scale(s) => dev.scale_from(self.input(node, 0)?, out, *s)?,
+            // The bound scales' factor, else the one the graph was built with.
+            Op::AdapterScale { scale, term } => {
+                let f = match &self.adapter_scales {
+                    Some(s) => term.factor(s.get(term.adapter).copied().unwrap_or(0.0)),
+                    None => *scale,
+                };
+                dev.scale_from(self.input(node, 0)?, out, f)?
             }
             Op::SoftCap(cap) => dev.softcap_from(self.input(node, 0)?, out, *cap)?,
             Op::SwiGlu => dev.swiglu(self.input(node, 0)?, self.input(node, 1)?, out)?,
