@@ -118,50 +118,50 @@ pub fn logits_of_ids(
             let dev = CudaDevice::open(ordinal).map_err(|e| invalid("device", e.to_string()))?;
             let mut plan = CudaPlan::compile(&graph, Arc::new(dev), n, &lookup)?;
             let mut kv = plan.new_cache(n)?;
-            // One step, or one per stretch of constant adapter scales.
-            let mut flat = Vec::new();
-            let mut pos = 0;
-            let mut at = Vec::new();
-            while pos < n {
-                let end = scales.next_change(pos).map_or(n, |c| c.min(n));
+            in_stretches(n, &scales, opts.all_positions, |r, at, flat| {
                 if plan.adapter_slots() > 0 {
-                    at.clear();
-                    scales.extend_at(pos, &mut at);
-                    plan.set_adapter_scales(&at)?;
+                    plan.set_adapter_scales(at)?;
                 }
-                let rows = plan.run(&mut kv, &ids[pos..end])?;
-                if !opts.all_positions {
-                    flat.clear();
-                }
-                flat.extend_from_slice(rows);
-                pos = end;
-            }
-            flat
+                flat.extend_from_slice(plan.run(&mut kv, &ids[r])?);
+                Ok(())
+            })?
         }
         _ => {
             let engine = CpuEngine::new(opts.threads)?;
             let mut plan = ExecutionPlan::compile(&graph, n, &lookup)?;
             let mut kv = ContiguousCache::new(kv_layout(&cfg, KvDType::F16)?, n)?;
-            // One step, or one per stretch of constant adapter scales.
-            let mut flat = Vec::new();
-            let mut pos = 0;
-            let mut at = Vec::new();
-            while pos < n {
-                let end = scales.next_change(pos).map_or(n, |c| c.min(n));
+            in_stretches(n, &scales, opts.all_positions, |r, at, flat| {
                 if plan.adapter_slots() > 0 {
-                    at.clear();
-                    scales.extend_at(pos, &mut at);
-                    plan.set_adapter_scales(&at)?;
+                    plan.set_adapter_scales(at)?;
                 }
-                let rows = plan.run(&engine, &mut kv, &ids[pos..end], pos)?;
-                if !opts.all_positions {
-                    flat.clear();
-                }
-                flat.extend_from_slice(rows);
-                pos = end;
-            }
-            flat
+                let pos = r.start;
+                flat.extend_from_slice(plan.run(&engine, &mut kv, &ids[r], pos)?);
+                Ok(())
+            })?
         }
     };
     Ok(flat.chunks(cfg.n_vocab).map(<[f32]>::to_vec).collect())
+}
+
+/// Runs `n` ids in stretches of constant adapter scales (one stretch when they never change):
+/// `step` gets each stretch's range and scales and appends its rows. Returns every row with
+/// `all`, else the last stretch's.
+fn in_stretches(
+    n: usize,
+    scales: &AdapterUse,
+    all: bool,
+    mut step: impl FnMut(std::ops::Range<usize>, &[f32], &mut Vec<f32>) -> Result<(), GenerateError>,
+) -> Result<Vec<f32>, GenerateError> {
+    let (mut flat, mut at, mut pos) = (Vec::new(), Vec::new(), 0);
+    while pos < n {
+        let end = scales.next_change(pos).map_or(n, |c| c.min(n));
+        at.clear();
+        scales.extend_at(pos, &mut at);
+        if !all {
+            flat.clear();
+        }
+        step(pos..end, &at, &mut flat)?;
+        pos = end;
+    }
+    Ok(flat)
 }

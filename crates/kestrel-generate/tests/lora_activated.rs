@@ -63,14 +63,7 @@ fn logits(g: &mut Generator, prompt: &[u32]) -> Vec<f32> {
 }
 
 fn greedy(g: &mut Generator, prompt: &[u32], adapters: Choice) -> Vec<u32> {
-    let params = GenerateParams {
-        adapters,
-        ..GenerateParams::greedy(NEW)
-    };
-    g.iter(prompt, &params)
-        .unwrap()
-        .map(|t| t.unwrap().id)
-        .collect()
+    lora_common::greedy(g, prompt, adapters, NEW)
 }
 
 #[test]

@@ -86,14 +86,7 @@ fn prompt(i: usize) -> Vec<u32> {
 
 /// Greedy tokens of `prompt` generated alone.
 fn alone(g: &mut Generator, prompt: &[u32], adapters: Option<Vec<(usize, f32)>>) -> Vec<u32> {
-    let params = GenerateParams {
-        adapters,
-        ..GenerateParams::greedy(NEW)
-    };
-    g.iter(prompt, &params)
-        .unwrap()
-        .map(|t| t.unwrap().id)
-        .collect()
+    lora_common::greedy(g, prompt, adapters, NEW)
 }
 
 #[test]

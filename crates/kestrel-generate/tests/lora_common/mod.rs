@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use kestrel_arch::synthetic::synthetic_model;
 use kestrel_arch::LoraAdapter;
-use kestrel_generate::{Generator, GeneratorOptions};
+use kestrel_generate::{GenerateParams, Generator, GeneratorOptions};
 use kestrel_gguf::{GgmlType, GgufModel, GgufWriter};
 
 /// A fresh folder under the system temp dir.
@@ -133,6 +133,24 @@ pub fn generator(model: &Path, adapters: &[(PathBuf, f32)]) -> Result<Generator,
         ..GeneratorOptions::default()
     };
     Generator::new(model, opts).map_err(|e| e.to_string())
+}
+
+/// The `n` greedy tokens `g` generates after `prompt` with the request's choice of `adapters`
+/// (`None`: the generator's).
+pub fn greedy(
+    g: &mut Generator,
+    prompt: &[u32],
+    adapters: Option<Vec<(usize, f32)>>,
+    n: usize,
+) -> Vec<u32> {
+    let params = GenerateParams {
+        adapters,
+        ..GenerateParams::greedy(n)
+    };
+    g.iter(prompt, &params)
+        .unwrap()
+        .map(|t| t.unwrap().id)
+        .collect()
 }
 
 /// Decodes standard base64.
