@@ -1,0 +1,277 @@
+//! Running a fused launch in a [`CudaPlan`] step (what `Fusions` found at compile time).
+
+use std::sync::Arc;
+
+use kestrel_tensor::cuda::{DeviceTensor, Glu};
+use kestrel_tensor::{Shape, TensorError};
+
+use super::super::{internal, CudaKvCache, CudaPlan};
+use super::*;
+use crate::ir::{Node, Op};
+use crate::GraphError;
+
+impl CudaPlan {
+    /// Whether node `i`'s output of `rows` rows may also be left as Q8_1 for its readers.
+    fn q8_wanted(&self, i: usize, rows: usize) -> bool {
+        let types = &self.fusions.q8_readers[i];
+        !types.is_empty() && types.iter().all(|&t| self.dev.matvec_quantized(t, rows))
+    }
+
+    /// Takes node `j`'s buffer out, shaped `rows` × `width`, for a fused launch to write.
+    fn take_act(
+        &mut self,
+        j: usize,
+        rows: usize,
+        width: usize,
+    ) -> Result<DeviceTensor, GraphError> {
+        let mut t = self.acts[j]
+            .take()
+            .ok_or_else(|| internal("fused node buffer in use"))?;
+        t.set_shape(Shape::matrix(rows, width)?)?;
+        Ok(t)
+    }
+
+    /// The fused RoPE of `ra`'s queries (into `q_out`) and keys with the KV append of `layer`.
+    fn rope_append(
+        &self,
+        ra: &RopeAttention,
+        layer: usize,
+        q_out: &mut DeviceTensor,
+        cache: &mut CudaKvCache,
+    ) -> Result<(), GraphError> {
+        let get = |id: usize| {
+            self.acts[id]
+                .as_ref()
+                .ok_or_else(|| internal("fused RoPE input buffer missing"))
+        };
+        let (q_src, k_src, v_src) = (get(ra.q_src)?, get(ra.k_src)?, get(ra.v)?);
+        let lc = cache
+            .layers
+            .get_mut(layer)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| internal("layer cache missing"))?;
+        let params = ra.rope.engine_params();
+        let ff = ra.rope.freq_factors.map(|w| &*self.weights[w]);
+        self.dev.rope_qk_append_ids(
+            (q_src, q_out),
+            (k_src, v_src),
+            &self.d_positions,
+            (&mut lc.k, &mut lc.v),
+            (ra.rope.n_head, ra.n_kv_head, ra.rope.head_dim),
+            &params,
+            ff,
+            ra.q_scale.map_or(1.0, |(_, s)| s),
+            ra.head_norms
+                .map(|n| n.map(|n| (n.weight.map(|w| &*self.weights[w]), n.eps))),
+        )?;
+        Ok(())
+    }
+
+    /// The add whose buffer is `sum` with the norm before it on one input (`pn`) and the norm
+    /// `after` it, in one launch; leaves Q8_1 of the last norm when `quantize`.
+    fn pre_norm_add_norm(
+        &mut self,
+        pn: PreNorm,
+        (norm, eps, weight): (usize, f32, Option<usize>),
+        sum: &mut DeviceTensor,
+        rows: usize,
+        quantize: bool,
+    ) -> Result<bool, GraphError> {
+        let width = sum.shape().row_len();
+        let mut normed = self.take_act(norm, rows, width)?;
+        let mut pre = match self.take_act(pn.norm, rows, width) {
+            Ok(t) => t,
+            Err(e) => {
+                self.acts[norm] = Some(normed);
+                return Err(e);
+            }
+        };
+        let w1 = pn.weight.map(|w| Arc::clone(&self.weights[w]));
+        let w2 = weight.map(|w| Arc::clone(&self.weights[w]));
+        let r = match (
+            self.acts[pn.input].as_ref(),
+            self.acts[pn.residual].as_ref(),
+        ) {
+            (Some(o), Some(res)) => self.dev.norm_add_rms_norm(
+                (o, w1.as_deref(), pn.eps),
+                &mut pre,
+                (res, sum),
+                (w2.as_deref(), eps),
+                &mut normed,
+                quantize,
+            ),
+            _ => Err(TensorError::InvalidParam {
+                op: "cuda plan",
+                why: "a fused sandwich norm's input buffer is missing",
+            }),
+        };
+        self.acts[pn.norm] = Some(pre);
+        self.acts[norm] = Some(normed);
+        if let Some(t) = r? {
+            self.q8 = Some((norm, t));
+        }
+        self.done[norm] = true;
+        Ok(true)
+    }
+
+    /// Runs node `i` (its buffer `out`) as a fused launch where [`Fusions::find`] found one that
+    /// applies to this step; false: run it plainly.
+    pub(in crate::cuda_plan) fn exec_fused(
+        &mut self,
+        i: usize,
+        node: &Node,
+        out: &mut DeviceTensor,
+        rows: usize,
+        cache: &mut CudaKvCache,
+    ) -> Result<bool, GraphError> {
+        if !self.fuse {
+            return Ok(false);
+        }
+        let dev = Arc::clone(&self.dev);
+        match &node.op {
+            Op::MatMul { weight } if self.fusions.multi[i].is_some() => {
+                let Some([Some(m1), m2]) = self.fusions.multi[i] else {
+                    return Ok(false);
+                };
+                let w0 = Arc::clone(&self.weights[*weight]);
+                let w1 = Arc::clone(&self.weights[m1.weight]);
+                let w2 = m2.map(|m| Arc::clone(&self.weights[m.weight]));
+                let types = [
+                    w0.dtype(),
+                    w1.dtype(),
+                    w2.as_ref().map_or(w0.dtype(), |w| w.dtype()),
+                ];
+                if !dev.matvec_multi_applies(&types[..2 + usize::from(m2.is_some())], rows) {
+                    return Ok(false);
+                }
+                let from = node.inputs[0];
+                let ticket = self.q8.and_then(|(id, t)| (id == from).then_some(t));
+                let mut o1 = self.take_act(m1.node, rows, m1.width)?;
+                let mut o2 = match m2 {
+                    Some(m) => match self.take_act(m.node, rows, m.width) {
+                        Ok(t) => Some(t),
+                        Err(e) => {
+                            self.acts[m1.node] = Some(o1);
+                            return Err(e);
+                        }
+                    },
+                    None => None,
+                };
+                let r = match (self.acts[from].as_ref(), w2.as_deref(), o2.as_mut()) {
+                    (Some(x), w2, o2) => {
+                        dev.matmul_multi_reusing(x, (&w0, out), (&w1, &mut o1), w2.zip(o2), ticket)
+                    }
+                    (None, ..) => Err(TensorError::InvalidParam {
+                        op: "cuda plan",
+                        why: "a fused matmul's input buffer is missing",
+                    }),
+                };
+                self.acts[m1.node] = Some(o1);
+                self.done[m1.node] = true;
+                if let (Some(m), Some(t)) = (m2, o2) {
+                    self.acts[m.node] = Some(t);
+                    self.done[m.node] = true;
+                }
+                self.q8 = r?.map(|t| (from, t));
+                Ok(true)
+            }
+            Op::MatMul { weight } => {
+                let Some(MatMulAdd { add, residual }) = self.fusions.matmul_add[i] else {
+                    return Ok(false);
+                };
+                let w = Arc::clone(&self.weights[*weight]);
+                if !dev.matvec_quantized(w.dtype(), rows) {
+                    return Ok(false);
+                }
+                let from = node.inputs[0];
+                let ticket = self.q8.and_then(|(id, t)| (id == from).then_some(t));
+                let mut sum = self.take_act(add, rows, node.width)?;
+                let r = match (self.acts[from].as_ref(), self.acts[residual].as_ref()) {
+                    (Some(x), Some(res)) => dev.matmul_add_reusing(x, &w, res, &mut sum, ticket),
+                    _ => Err(TensorError::InvalidParam {
+                        op: "cuda plan",
+                        why: "a fused matmul's input buffer is missing",
+                    }),
+                };
+                self.acts[add] = Some(sum);
+                self.q8 = r?.map(|t| (from, t));
+                self.done[add] = true;
+                Ok(true)
+            }
+            Op::Add => {
+                let Some(AddNorm { norm, eps, weight }) = self.fusions.add_norm[i] else {
+                    return Ok(false);
+                };
+                let quantize = self.q8_wanted(norm, rows);
+                if let Some(pn) = self.fusions.pre_norm[i] {
+                    return self.pre_norm_add_norm(pn, (norm, eps, weight), out, rows, quantize);
+                }
+                let mut normed = self.take_act(norm, rows, node.width)?;
+                let (a, b) = (node.inputs[0], node.inputs[1]);
+                let w = weight.map(|w| Arc::clone(&self.weights[w]));
+                let r = match (self.acts[a].as_ref(), self.acts[b].as_ref()) {
+                    (Some(x), Some(res)) => dev.rms_norm_fused(
+                        x,
+                        Some((res, out)),
+                        w.as_deref(),
+                        eps,
+                        &mut normed,
+                        quantize,
+                    ),
+                    _ => Err(TensorError::InvalidParam {
+                        op: "cuda plan",
+                        why: "a fused add's input buffer is missing",
+                    }),
+                };
+                self.acts[norm] = Some(normed);
+                if let Some(t) = r? {
+                    self.q8 = Some((norm, t));
+                }
+                self.done[norm] = true;
+                Ok(true)
+            }
+            // A sandwich norm its add runs ([`Fusions::pre_norm`]).
+            Op::RmsNorm { .. } if self.fusions.deferred[i] => Ok(true),
+            Op::RmsNorm { group, eps, weight } if *group == node.width => {
+                if !self.q8_wanted(i, rows) {
+                    return Ok(false);
+                }
+                let w = weight.map(|w| &*self.weights[w]);
+                let x = self.input(node, 0)?;
+                if let Some(t) = dev.rms_norm_fused(x, None, w, *eps, out, true)? {
+                    self.q8 = Some((i, t));
+                }
+                Ok(true)
+            }
+            Op::Rope(_) | Op::Scale(_) => Ok(self.fusions.deferred[i]),
+            Op::Attention(p) => {
+                let Some(ra) = self.fusions.rope_attention[i].clone() else {
+                    return Ok(false);
+                };
+                let q_node = ra.q_out();
+                let mut q_out = self.take_act(q_node, rows, ra.rope.n_head * ra.rope.head_dim)?;
+                let r = self.rope_append(&ra, p.layer, &mut q_out, cache);
+                self.acts[q_node] = Some(q_out);
+                r?;
+                // The attention itself runs as usual, told the append is done.
+                self.appended = true;
+                Ok(false)
+            }
+            Op::SwiGlu | Op::GeGlu => {
+                if !self.q8_wanted(i, rows) {
+                    return Ok(false);
+                }
+                let glu = match node.op {
+                    Op::SwiGlu => Glu::SwiGlu,
+                    _ => Glu::GeGlu,
+                };
+                let (g, u) = (self.input(node, 0)?, self.input(node, 1)?);
+                if let Some(t) = dev.glu_fused(glu, g, u, out, true)? {
+                    self.q8 = Some((i, t));
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}
