@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use kestrel_arch::{export_merged, LoraAdapter};
 use kestrel_generate::{BatchOptions, BatchRequest, GenerateParams, Generator};
-use kestrel_gguf::{GgmlType, GgufModel, GgufWriter};
+use kestrel_gguf::{GgmlType, GgufModel};
 use lora_common::{base64, generator, temp_dir};
 
 #[path = "llama_archs/files.rs"]
@@ -66,44 +66,27 @@ pub fn adapter(
     b_type: GgmlType,
     amplitude: f32,
 ) {
-    let mut s = seed;
-    let mut next = move || {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amplitude
-    };
-    let mut w = GgufWriter::new();
-    w.add_metadata("general.architecture", "qwen3moe");
-    w.add_metadata("general.type", "adapter");
-    w.add_metadata("adapter.type", "lora");
-    if let Some(a) = alpha {
-        w.add_metadata("adapter.lora.alpha", a);
-    }
-    for &(name, k, m, e) in targets {
-        let (mut a_dims, mut b_dims) = (vec![k, rank], vec![rank, m]);
-        if e > 0 {
-            a_dims.push(e);
-            b_dims.push(e);
-        }
-        let n = |d: &[u64]| d.iter().product::<u64>();
-        let a: Vec<f32> = (0..n(&a_dims)).map(|_| next()).collect();
-        let b: Vec<f32> = (0..n(&b_dims)).map(|_| next()).collect();
-        w.add_f32_tensor(&format!("{name}.lora_a"), &a_dims, &a)
-            .unwrap();
-        let b_name = format!("{name}.lora_b");
-        if b_type == GgmlType::F16 {
-            let bytes: Vec<u8> = b
-                .iter()
-                .flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes())
-                .collect();
-            w.add_tensor(&b_name, GgmlType::F16, &b_dims, bytes)
-                .unwrap();
-        } else {
-            w.add_f32_tensor(&b_name, &b_dims, &b).unwrap();
-        }
-    }
-    w.write_file(path).unwrap();
+    let pairs: Vec<lora_common::Pair> = targets
+        .iter()
+        .map(|&(name, k, m, e)| {
+            let (mut a_dims, mut b_dims) = (vec![k, rank], vec![rank, m]);
+            if e > 0 {
+                a_dims.push(e);
+                b_dims.push(e);
+            }
+            (name.to_string(), a_dims, b_dims)
+        })
+        .collect();
+    lora_common::write_pairs(
+        path,
+        "qwen3moe",
+        alpha,
+        &pairs,
+        seed,
+        b_type,
+        amplitude,
+        &[],
+    );
 }
 
 fn nmse(want: &[f32], got: &[f32]) -> f64 {

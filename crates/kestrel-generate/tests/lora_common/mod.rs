@@ -65,6 +65,40 @@ pub fn activated(
     amplitude: f32,
     invocation: &[u32],
 ) {
+    let pairs: Vec<Pair> = targets
+        .iter()
+        .map(|&(name, k, m)| {
+            let (k, m, r) = (k as u64, m as u64, rank as u64);
+            let (a_dims, b_dims) = if name == "token_embd.weight" {
+                (vec![r, m], vec![r, k])
+            } else {
+                (vec![k, r], vec![r, m])
+            };
+            (name.to_string(), a_dims, b_dims)
+        })
+        .collect();
+    write_pairs(
+        path, arch, alpha, &pairs, seed, b_type, amplitude, invocation,
+    );
+}
+
+/// One adapted weight: its name and the ggml dims of `lora_a` and `lora_b`.
+pub type Pair = (String, Vec<u64>, Vec<u64>);
+
+/// Writes an adapter of `pairs`, values uniform in `±amplitude` from `seed` (each pair's `A`,
+/// then its `B`, in order), `lora_b` in `b_type` (F16 or F32), activated by `invocation` when
+/// it is not empty.
+#[allow(clippy::too_many_arguments)]
+pub fn write_pairs(
+    path: &Path,
+    arch: &str,
+    alpha: Option<f32>,
+    pairs: &[Pair],
+    seed: u64,
+    b_type: GgmlType,
+    amplitude: f32,
+    invocation: &[u32],
+) {
     let mut s = seed;
     let mut next = move || {
         s = s
@@ -85,29 +119,21 @@ pub fn activated(
             kestrel_gguf::MetadataValue::u32_array(invocation.iter().copied()),
         );
     }
-    for &(name, k, m) in targets {
-        let (a_dims, b_dims) = if name == "token_embd.weight" {
-            ([rank as u64, m as u64], [rank as u64, k as u64])
-        } else {
-            ([k as u64, rank as u64], [rank as u64, m as u64])
-        };
-        let a: Vec<f32> = (0..a_dims[0] * a_dims[1]).map(|_| next()).collect();
-        let b: Vec<f32> = (0..b_dims[0] * b_dims[1]).map(|_| next()).collect();
-        w.add_f32_tensor(&format!("{name}.lora_a"), &a_dims, &a)
+    for (name, a_dims, b_dims) in pairs {
+        let n = |d: &[u64]| d.iter().product::<u64>();
+        let a: Vec<f32> = (0..n(a_dims)).map(|_| next()).collect();
+        let b: Vec<f32> = (0..n(b_dims)).map(|_| next()).collect();
+        w.add_f32_tensor(&format!("{name}.lora_a"), a_dims, &a)
             .unwrap();
         let b_name = format!("{name}.lora_b");
-        match b_type {
-            GgmlType::F16 => {
-                let bytes: Vec<u8> = b
-                    .iter()
-                    .flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes())
-                    .collect();
-                w.add_tensor(&b_name, GgmlType::F16, &b_dims, bytes)
-                    .unwrap();
-            }
-            _ => {
-                w.add_f32_tensor(&b_name, &b_dims, &b).unwrap();
-            }
+        if b_type == GgmlType::F16 {
+            let bytes: Vec<u8> = b
+                .iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes())
+                .collect();
+            w.add_tensor(&b_name, GgmlType::F16, b_dims, bytes).unwrap();
+        } else {
+            w.add_f32_tensor(&b_name, b_dims, &b).unwrap();
         }
     }
     w.write_file(path).unwrap();
