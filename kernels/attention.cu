@@ -13,6 +13,9 @@
 // key (a negative position) gets zeros.
 // Layouts: q and out [n_tokens][n_head][head_dim] f32; k and v [capacity][n_kv_head][head_dim]
 // f16. Launch: grid n_tokens * n_head, block (32, warps), warps 1..DEC_MAX_WARPS.
+// kv_table (both kernels; null: every token reads k and v): token t of a batched decode step
+// reads the caches at kv_table[2t] (keys) and kv_table[2t + 1] (values) instead, each of its
+// own sequence (kv_rows.cuh). A token's bits are the same either way.
 //
 // attention_f16_split (below) computes the same function with the keys split among CTAs.
 #include "attention.cuh"
@@ -23,13 +26,15 @@ extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)
     attention_f16(const float *__restrict__ q, const int *__restrict__ positions,
                   const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
                   int n_head, int n_kv_head, int head_dim, int kv_len, float scale, float softcap,
-                  int window, int causal) {
+                  int window, int causal, const unsigned long long *__restrict__ kv_table) {
     __shared__ float s_m[DEC_MAX_WARPS], s_l[DEC_MAX_WARPS], s_f[DEC_MAX_WARPS];
     __shared__ float s_acc[DEC_MAX_WARPS][MAX_HEAD_DIM];
     const int nwarps = blockDim.y;
     const int token = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int kvh = h / (n_head / n_kv_head);
     const int lane = threadIdx.x, warp = threadIdx.y;
+    k = kv_base(kv_table, 2 * token, k);
+    v = kv_base(kv_table, 2 * token + 1, v);
     const float *qh = q + (long long)blockIdx.x * head_dim;
     float *oh = out + (long long)blockIdx.x * head_dim;
 
@@ -116,7 +121,8 @@ extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)
     attention_f16_split(const float *__restrict__ q, const int *__restrict__ positions,
                         const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
                         float *__restrict__ part, unsigned *__restrict__ counters, int n_head, int n_kv_head,
-                        int head_dim, int kv_len, float scale, float softcap, int window, int causal) {
+                        int head_dim, int kv_len, float scale, float softcap, int window, int causal,
+                        const unsigned long long *__restrict__ kv_table) {
     __shared__ float s_m[SPLIT_WARPS], s_l[SPLIT_WARPS], s_f[SPLIT_MAX];
     __shared__ float s_acc[SPLIT_WARPS][MAX_HEAD_DIM];
     __shared__ float s_cm, s_cl, s_inv;
@@ -128,6 +134,8 @@ extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP + lane;
     const int nthreads = WARP * SPLIT_WARPS;
     const float neg_inf = -__int_as_float(0x7f800000);
+    k = kv_base(kv_table, 2 * token, k);
+    v = kv_base(kv_table, 2 * token + 1, v);
 
     int lo, hi;
     visible_keys(positions[token], kv_len, window, causal, &lo, &hi);

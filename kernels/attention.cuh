@@ -3,6 +3,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "kv_rows.cuh"
 
 #define MAX_HEAD_DIM 256
 #define PER_LANE (MAX_HEAD_DIM / WARP)

@@ -16,7 +16,9 @@
 // cache at their positions, and the values appended to the f16 value cache (rounded to f16 as
 // kv_append.cu does). Launch: grid (n_tokens, n_head + 2 * n_kv_head), block at least n_rot / 2
 // threads (blockIdx.y: query heads, then key heads, then each KV head's slice of the value row;
-// `v_row` a multiple of n_kv_head).
+// `v_row` a multiple of n_kv_head). With `kv_table` (not null), token t's keys and values go
+// into its own caches kv_table[2t] and kv_table[2t + 1] (kv_rows.cuh: a batched decode step).
+#include "kv_rows.cuh"
 #include "norm.cuh"
 
 // Longest head whose RMS norm rope_qk_append_f16 takes in (staged in shared memory).
@@ -85,10 +87,13 @@ extern "C" __global__ void rope_qk_append_f16(const float *q_src, float *q_out, 
                                               float freq_scale, float ext_factor, float attn_factor,
                                               float corr0, float corr1, float q_scale,
                                               const float *__restrict__ q_norm_w, const float *__restrict__ k_norm_w,
-                                              int norms, float q_eps, float k_eps) {
+                                              int norms, float q_eps, float k_eps,
+                                              const unsigned long long *__restrict__ kv_table) {
     __shared__ float s_head[ROPE_NORM_MAX_HEAD];
     const int token = blockIdx.x, h = blockIdx.y;
     const int pos = positions[token];
+    k_cache = kv_base(kv_table, 2 * token, k_cache);
+    v_cache = kv_base(kv_table, 2 * token + 1, v_cache);
     if (h < n_head) {
         const long long at = ((long long)token * n_head + h) * head_dim;
         const float *in = q_src + at;

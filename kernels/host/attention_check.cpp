@@ -4,7 +4,8 @@
 // head shapes, GQA, a sliding window, a soft cap, a query that sees no key (zeros), positions
 // inside one range (the CTA writes the output) and over many (the last CTA merges them). Also: every split counter is back at zero after a
 // launch (the next launch, or a replayed graph, starts from them), and a token's split result is
-// the same bits alone and in a step of three.
+// the same bits alone and in a step of three, and a step whose three tokens each read their own
+// cache through a kv_table (a batched decode step) gives each token's bits alone.
 //
 // Built and run by `cargo xtask kernels --check`; exits 1 on a mismatch. No GPU, no CUDA.
 // The split kernel with 4 warps a CTA and ranges of at least 16 keys (its GPU form: 16 and
@@ -93,9 +94,55 @@ int main() {
             std::vector<float> out(q.size(), NAN);
             launch(rows, 1, 32, warps, [&] {
                 attention_f16(q.data(), pos.data(), k.data(), v.data(), out.data(), c.n_head, c.n_kv_head, hd,
-                              kv_len, scale, c.softcap, c.window, 1);
+                              kv_len, scale, c.softcap, c.window, 1, nullptr);
             });
             compare("attention_f16 warps", warps, out);
+        }
+        // A batched decode step over separate caches (kv_table): each token's bits equal that
+        // token run alone over its own cache, for both kernels.
+        {
+            std::vector<std::vector<__half>> ks(n_tok), vs(n_tok);
+            std::vector<unsigned long long> table(2 * n_tok);
+            for (int t = 0; t < n_tok; t++) {
+                ks[t].resize(k.size());
+                vs[t].resize(v.size());
+                for (auto &x : ks[t]) x = __float2half(random_floats(1, 2.0f)[0]);
+                for (auto &x : vs[t]) x = __float2half(random_floats(1, 2.0f)[0]);
+                table[2 * t] = (unsigned long long)ks[t].data();
+                table[2 * t + 1] = (unsigned long long)vs[t].data();
+            }
+            const int warps = hd == 256 ? 16 : 4, nsplit = 7;
+            std::vector<float> part((size_t)rows * nsplit * (hd + 2), 0.0f);
+            std::vector<unsigned> counters(rows, 0);
+            for (int kernel = 0; kernel < 2; kernel++) {
+                const auto run = [&](const float *qq, const int *pp, int nr, const __half *kk, const __half *vv,
+                                     const unsigned long long *tab, float *o) {
+                    if (kernel == 0)
+                        launch(nr, 1, 32, warps, [&] {
+                            attention_f16(qq, pp, kk, vv, o, c.n_head, c.n_kv_head, hd, kv_len, scale, c.softcap,
+                                          c.window, 1, tab);
+                        });
+                    else
+                        launch(nr, nsplit, 32, SPLIT_WARPS, [&] {
+                            attention_f16_split(qq, pp, kk, vv, o, part.data(), counters.data(), c.n_head,
+                                                c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1, tab);
+                        });
+                };
+                std::vector<float> step(q.size(), NAN);
+                // The step's own k and v are decoys: the table must win.
+                run(q.data(), pos.data(), rows, k.data(), v.data(), table.data(), step.data());
+                for (int t = 0; t < n_tok; t++) {
+                    std::vector<float> alone((size_t)c.n_head * hd, NAN);
+                    run(q.data() + (size_t)t * c.n_head * hd, pos.data() + t, c.n_head, ks[t].data(),
+                        vs[t].data(), nullptr, alone.data());
+                    if (std::memcmp(alone.data(), step.data() + (size_t)t * c.n_head * hd, alone.size() * 4) !=
+                            0 &&
+                        bad++ < 3)
+                        std::printf("kv_table(kernel %d): token %d differs from itself alone\n", kernel, t);
+                }
+            }
+            for (unsigned x : counters)
+                if (x != 0 && bad++ < 3) std::printf("kv_table split: a counter left at %u\n", x);
         }
         for (int nsplit : {1, hd == 256 ? 20 : 7}) {
             std::vector<float> part((size_t)rows * nsplit * (hd + 2), NAN), out(q.size(), NAN);
@@ -103,7 +150,7 @@ int main() {
             const auto run = [&](const float *qq, const int *pp, int nr, float *o) {
                 launch(nr, nsplit, 32, SPLIT_WARPS, [&] {
                     attention_f16_split(qq, pp, k.data(), v.data(), o, part.data(), counters.data(), c.n_head,
-                                        c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1);
+                                        c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1, nullptr);
                 });
             };
             run(q.data(), pos.data(), rows, out.data());

@@ -83,11 +83,38 @@ static int check_kv_append() {
     std::vector<__half> k2 = k1, v2 = v1;
     launch(n_tok, 1, 256, 1, [&] { kv_append_f16(k.data(), positions, k1.data(), k_row); });
     launch(n_tok, 1, 256, 1, [&] { kv_append_f16(v.data(), positions, v1.data(), v_row); });
-    launch(n_tok, 2, 256, 1, [&] { kv_append2_f16(k.data(), v.data(), positions, k2.data(), v2.data(), k_row, v_row); });
+    launch(n_tok, 2, 256, 1, [&] { kv_append2_f16(k.data(), v.data(), positions, k2.data(), v2.data(), k_row, v_row, nullptr); });
     const bool same = std::memcmp(k1.data(), k2.data(), k1.size() * 2) == 0 &&
                       std::memcmp(v1.data(), v2.data(), v1.size() * 2) == 0;
     std::printf("kv_append2_f16: %s\n", same ? "ok" : "MISMATCH");
-    return same ? 0 : 1;
+    // Through a kv_table (a batched decode step): token t writes into caches of its own, the
+    // bits of writing it alone.
+    bool table_same = true;
+    {
+        std::vector<std::vector<__half>> ks(n_tok, std::vector<__half>(capacity * k_row, nan_half)),
+            vs(n_tok, std::vector<__half>(capacity * v_row, nan_half));
+        std::vector<unsigned long long> table(2 * n_tok);
+        for (int t = 0; t < n_tok; t++) {
+            table[2 * t] = (unsigned long long)ks[t].data();
+            table[2 * t + 1] = (unsigned long long)vs[t].data();
+        }
+        std::vector<__half> kd(capacity * k_row, nan_half), vd(capacity * v_row, nan_half);
+        launch(n_tok, 2, 256, 1,
+               [&] { kv_append2_f16(k.data(), v.data(), positions, kd.data(), vd.data(), k_row, v_row, table.data()); });
+        for (int t = 0; t < n_tok; t++) {
+            std::vector<__half> ka(capacity * k_row, nan_half), va(capacity * v_row, nan_half);
+            launch(1, 2, 256, 1, [&] {
+                kv_append2_f16(k.data() + t * k_row, v.data() + t * v_row, positions + t, ka.data(), va.data(),
+                               k_row, v_row, nullptr);
+            });
+            table_same = table_same && std::memcmp(ka.data(), ks[t].data(), ka.size() * 2) == 0 &&
+                         std::memcmp(va.data(), vs[t].data(), va.size() * 2) == 0;
+        }
+        // The decoy caches stay untouched.
+        for (auto x : kd) table_same = table_same && x.x == nan_half.x;
+    }
+    std::printf("kv_append2_f16 through a kv_table: %s\n", table_same ? "ok" : "MISMATCH");
+    return same && table_same ? 0 : 1;
 }
 
 static int check_rope_qk_append() {
@@ -120,7 +147,7 @@ static int check_rope_qk_append() {
         rope(q.data(), q1.data(), c.n_head);
         rope(k.data(), k1.data(), c.n_kv);
         launch(n_tok, 2, 256, 1, [&] {
-            kv_append2_f16(k1.data(), v.data(), positions, kc1.data(), vc1.data(), k_row, c.v_row);
+            kv_append2_f16(k1.data(), v.data(), positions, kc1.data(), vc1.data(), k_row, c.v_row, nullptr);
         });
         // One launch, the queries also scaled (Gemma: a Scale node between RoPE and attention)
         // against the two-step queries times the scale (scale_from_f32's `src[i] * s`).
@@ -132,7 +159,7 @@ static int check_rope_qk_append() {
                 rope_qk_append_f16(q.data(), q2.data(), k.data(), v.data(), positions, ffp, kc2.data(),
                                    vc2.data(), c.n_head, c.n_kv, c.head_dim, c.v_row, c.n_rot, c.neox, 10000.0f,
                                    0.5f, c.ext_factor, 1.0f, 3.0f, 20.0f, q_scale, nullptr, nullptr, 0, 0.0f,
-                                   0.0f);
+                                   0.0f, nullptr);
             });
             const bool same = std::memcmp(q1s.data(), q2.data(), q1.size() * 4) == 0 &&
                               std::memcmp(kc1.data(), kc2.data(), kc1.size() * 2) == 0 &&
@@ -140,6 +167,45 @@ static int check_rope_qk_append() {
             if (!same && bad++ < 3)
                 std::printf("rope_qk_append differs: heads %d/%d head_dim %d n_rot %d q scale %g\n", c.n_head,
                             c.n_kv, c.head_dim, c.n_rot, q_scale);
+        }
+        // Through a kv_table (a batched decode step): each token's keys and values land in its
+        // own caches, the bits of the token run alone.
+        {
+            std::vector<std::vector<__half>> ks(n_tok, std::vector<__half>(capacity * k_row, nan_half)),
+                vs(n_tok, std::vector<__half>(capacity * c.v_row, nan_half));
+            std::vector<unsigned long long> table(2 * n_tok);
+            for (int t = 0; t < n_tok; t++) {
+                table[2 * t] = (unsigned long long)ks[t].data();
+                table[2 * t + 1] = (unsigned long long)vs[t].data();
+            }
+            std::vector<float> q2(q.size(), NAN);
+            std::vector<__half> kd(capacity * k_row, nan_half), vd(capacity * c.v_row, nan_half);
+            launch(n_tok, c.n_head + 2 * c.n_kv, c.threads, 1, [&] {
+                rope_qk_append_f16(q.data(), q2.data(), k.data(), v.data(), positions, ffp, kd.data(), vd.data(),
+                                   c.n_head, c.n_kv, c.head_dim, c.v_row, c.n_rot, c.neox, 10000.0f, 0.5f,
+                                   c.ext_factor, 1.0f, 3.0f, 20.0f, 1.0f, nullptr, nullptr, 0, 0.0f, 0.0f,
+                                   table.data());
+            });
+            for (int t = 0; t < n_tok; t++) {
+                std::vector<float> qa((size_t)q_row, NAN);
+                std::vector<__half> ka(capacity * k_row, nan_half), va(capacity * c.v_row, nan_half);
+                launch(1, c.n_head + 2 * c.n_kv, c.threads, 1, [&] {
+                    rope_qk_append_f16(q.data() + t * q_row, qa.data(), k.data() + t * k_row,
+                                       v.data() + t * c.v_row, positions + t, ffp, ka.data(), va.data(), c.n_head,
+                                       c.n_kv, c.head_dim, c.v_row, c.n_rot, c.neox, 10000.0f, 0.5f, c.ext_factor,
+                                       1.0f, 3.0f, 20.0f, 1.0f, nullptr, nullptr, 0, 0.0f, 0.0f, nullptr);
+                });
+                const bool same = std::memcmp(qa.data(), q2.data() + t * q_row, qa.size() * 4) == 0 &&
+                                  std::memcmp(ka.data(), ks[t].data(), ka.size() * 2) == 0 &&
+                                  std::memcmp(va.data(), vs[t].data(), va.size() * 2) == 0;
+                if (!same && bad++ < 3)
+                    std::printf("rope_qk_append through a kv_table: token %d differs from itself alone\n", t);
+            }
+            for (auto x : kd)
+                if (x.x != nan_half.x) {
+                    if (bad++ < 3) std::printf("rope_qk_append through a kv_table wrote the decoy cache\n");
+                    break;
+                }
         }
     }
     std::printf("rope_qk_append_f16: %s\n", bad ? "MISMATCH" : "ok");
@@ -178,12 +244,12 @@ static int check_rope_qk_norm_append() {
             launch(n_tok, c.n_head + 2 * c.n_kv, std::max(32, c.n_rot / 2), 1, [&] {
                 rope_qk_append_f16(qn.data(), q1.data(), kn.data(), v.data(), positions, nullptr, kc1.data(),
                                    vc1.data(), c.n_head, c.n_kv, c.head_dim, v_row, c.n_rot, c.neox, 10000.0f, 1.0f,
-                                   0.0f, 1.0f, 0.0f, 0.0f, 0.25f, nullptr, nullptr, 0, 0.0f, 0.0f);
+                                   0.0f, 1.0f, 0.0f, 0.0f, 0.25f, nullptr, nullptr, 0, 0.0f, 0.0f, nullptr);
             });
             launch(n_tok, c.n_head + 2 * c.n_kv, threads, 1, [&] {
                 rope_qk_append_f16(q.data(), q2.data(), k.data(), v.data(), positions, nullptr, kc2.data(),
                                    vc2.data(), c.n_head, c.n_kv, c.head_dim, v_row, c.n_rot, c.neox, 10000.0f, 1.0f,
-                                   0.0f, 1.0f, 0.0f, 0.0f, 0.25f, qw.data(), kw.data(), norms, q_eps, k_eps);
+                                   0.0f, 1.0f, 0.0f, 0.0f, 0.25f, qw.data(), kw.data(), norms, q_eps, k_eps, nullptr);
             });
             const bool same = std::memcmp(q1.data(), q2.data(), q1.size() * 4) == 0 &&
                               std::memcmp(kc1.data(), kc2.data(), kc1.size() * 2) == 0 &&

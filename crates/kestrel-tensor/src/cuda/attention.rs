@@ -1,17 +1,18 @@
-//! The CUDA engine's position-dependent ops: RoPE, the f16 KV-cache append (also fused: a
-//! step's queries and keys rotated and keys and values appended in one launch) and attention
-//! over the cache (`kernels/rope.cu`, `kernels/kv_append.cu`, `kernels/attention.cu`).
-//! Parameters are the CPU engine's ([`RopeParams`], [`AttentionParams`]) so a plan hands both
-//! engines the same values.
+//! The CUDA engine's attention over the f16 KV cache (`kernels/attention.cu`,
+//! `kernels/attention_tiled.cu`): decode kernels (a CTA per token and head, or the keys split
+//! among CTAs), the tiled prefill kernel, and a batched decode step whose tokens each read their
+//! own sequence's cache through a [`KvTable`]. Parameters are the CPU engine's
+//! ([`AttentionParams`]) so a plan hands both engines the same values. RoPE and the cache
+//! writes are `rope_kv.rs`.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of, SPLITS_AUTO};
+use super::engine::{cfg, driver, f32_only, grid_for, i32_of, SPLITS_AUTO};
 use super::{
-    AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, HeadNorm, MAX_ATTENTION_SPLITS,
+    AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, KvTable, MAX_ATTENTION_SPLITS,
     MAX_HEAD_DIM, MAX_MATVEC_ROWS,
 };
-use crate::cpu::{rope_yarn_corr_dims, AttentionParams, RopeMode, RopeParams};
+use crate::cpu::AttentionParams;
 use crate::error::{Result, TensorError};
 use crate::{DType, Shape};
 
@@ -94,431 +95,12 @@ impl CudaDevice {
         self.attention_kernel
             .store(kernel as u8, std::sync::atomic::Ordering::Relaxed);
     }
-
-    /// A zeroed tensor of any dtype (a KV cache: F16 `[row, capacity]`).
-    ///
-    /// # Errors
-    /// A partial block, out of memory.
-    pub fn zeros(&self, dtype: DType, shape: Shape) -> Result<DeviceTensor> {
-        let bytes = dtype
-            .row_bytes(shape.row_len())
-            .ok_or(TensorError::PartialBlock {
-                dtype,
-                row_len: shape.row_len(),
-                block_size: dtype.block_size(),
-            })?
-            .saturating_mul(shape.n_rows());
-        Ok(DeviceTensor {
-            dtype,
-            shape,
-            buf: self.alloc(bytes)?,
-        })
-    }
-
-    /// RoPE in place on `x` (`[n_tokens][n_head][head_dim]`), token `t` at `positions[t]`,
-    /// with the CPU engine's parameters and optional per-pair frequency divisors.
-    ///
-    /// # Errors
-    /// Shape mismatches, an odd or too large `n_rot`, a launch failure.
-    pub fn rope(
-        &self,
-        x: &mut DeviceTensor,
-        positions: &[i32],
-        n_head: usize,
-        head_dim: usize,
-        p: &RopeParams,
-        freq_factors: Option<&DeviceTensor>,
-    ) -> Result<()> {
-        self.rope_impl(None, None, x, positions, n_head, head_dim, p, freq_factors)
-    }
-
-    /// [`Self::rope`] reading `src` and writing `out` (same shape, the unrotated dims copied),
-    /// with the positions in a device buffer the caller wrote (a CUDA graph replays it with each
-    /// step's positions): one launch where a copy and an in-place rotation took two.
-    ///
-    /// # Errors
-    /// As [`Self::rope`], and `src` of another size than `out`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn rope_ids_from(
-        &self,
-        src: &DeviceTensor,
-        out: &mut DeviceTensor,
-        positions: &DeviceIds,
-        n_head: usize,
-        head_dim: usize,
-        p: &RopeParams,
-        freq_factors: Option<&DeviceTensor>,
-    ) -> Result<()> {
-        self.rope_impl(
-            Some(&positions.buf),
-            Some(src),
-            out,
-            &positions.host,
-            n_head,
-            head_dim,
-            p,
-            freq_factors,
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn rope_impl(
-        &self,
-        dev_ids: Option<&CudaSlice<i32>>,
-        src: Option<&DeviceTensor>,
-        x: &mut DeviceTensor,
-        positions: &[i32],
-        n_head: usize,
-        head_dim: usize,
-        p: &RopeParams,
-        freq_factors: Option<&DeviceTensor>,
-    ) -> Result<()> {
-        const OP: &str = "cuda rope";
-        f32_only(OP, x)?;
-        let ra = RopeArgs::new(OP, p, head_dim, freq_factors)?;
-        let n_rot = ra.n_rot;
-        let want = positions.len() * n_head * head_dim;
-        if x.shape.elem_count() != want {
-            return Err(TensorError::LengthMismatch {
-                op: OP,
-                what: "x",
-                expected: want,
-                actual: x.shape.elem_count(),
-            });
-        }
-        if let Some(src) = src {
-            f32_only(OP, src)?;
-            if src.shape.elem_count() != want {
-                return Err(TensorError::LengthMismatch {
-                    op: OP,
-                    what: "src",
-                    expected: want,
-                    actual: src.shape.elem_count(),
-                });
-            }
-        }
-        if want == 0 || n_rot == 0 {
-            return Ok(());
-        }
-        let mut run = |pos: &CudaSlice<i32>| {
-            let null = 0u64;
-            let (nh, hd) = (i32_of(OP, n_head)?, i32_of(OP, head_dim)?);
-            let f = self.func("rope_f32")?;
-            let mut b = self.stream.launch_builder(f);
-            match src {
-                Some(src) => b.arg(&src.buf),
-                None => b.arg(&null),
-            };
-            b.arg(&mut x.buf).arg(pos);
-            match freq_factors {
-                Some(ff) => b.arg(&ff.buf),
-                None => b.arg(&null),
-            };
-            b.arg(&nh).arg(&hd);
-            ra.push(&mut b);
-            let grid = grid_for(positions.len() * n_head, 1)?;
-            // SAFETY: x (and src, or null) hold tokens*n_head*head_dim f32, positions one i32 per
-            // token, ff n_rot/2 f32 or null (checked); one thread per rotated pair.
-            unsafe { b.launch(cfg(grid, ((n_rot / 2) as u32, 1))) }
-                .map_err(driver("launch rope"))?;
-            Ok(())
-        };
-        match dev_ids {
-            Some(d) => run(d),
-            None => self.with_ids(positions.iter().copied(), run),
-        }
-    }
-
-    /// Writes `src` (`[n_tokens][row]` f32) into the F16 cache (`[capacity][row]`) at
-    /// `positions`, rounding to f16 as the CPU cache does.
-    ///
-    /// # Errors
-    /// A position outside the cache, shape or dtype mismatches, a launch failure.
-    pub fn kv_append(
-        &self,
-        src: &DeviceTensor,
-        positions: &[i32],
-        cache: &mut DeviceTensor,
-    ) -> Result<()> {
-        let row = check_kv_append(src, positions, cache)?;
-        if positions.is_empty() {
-            return Ok(());
-        }
-        let r = i32_of("cuda kv_append", row)?;
-        self.with_ids(positions.iter().copied(), |pos: &CudaSlice<i32>| {
-            let f = self.func("kv_append_f16")?;
-            let mut b = self.stream.launch_builder(f);
-            b.arg(&src.buf).arg(pos).arg(&mut cache.buf).arg(&r);
-            // SAFETY: positions are inside the cache (checked), src holds tokens*row f32.
-            unsafe { b.launch(cfg(grid_for(positions.len(), 1)?, (256, 1))) }
-                .map_err(driver("launch kv_append"))?;
-            Ok(())
-        })
-    }
-
-    /// [`Self::kv_append`] of a step's keys and values in one launch, the positions in a device
-    /// buffer the caller wrote (a CUDA graph replays it with each step's positions).
-    ///
-    /// # Errors
-    /// As [`Self::kv_append`], for either pair.
-    pub fn kv_append2_ids(
-        &self,
-        (k_src, v_src): (&DeviceTensor, &DeviceTensor),
-        positions: &DeviceIds,
-        (k_cache, v_cache): (&mut DeviceTensor, &mut DeviceTensor),
-    ) -> Result<()> {
-        const OP: &str = "cuda kv_append";
-        let k_row = i32_of(OP, check_kv_append(k_src, &positions.host, k_cache)?)?;
-        let v_row = i32_of(OP, check_kv_append(v_src, &positions.host, v_cache)?)?;
-        if positions.host.is_empty() {
-            return Ok(());
-        }
-        let f = self.func("kv_append2_f16")?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&k_src.buf)
-            .arg(&v_src.buf)
-            .arg(&positions.buf)
-            .arg(&mut k_cache.buf)
-            .arg(&mut v_cache.buf)
-            .arg(&k_row)
-            .arg(&v_row);
-        let launch = LaunchConfig {
-            grid_dim: (grid_for(positions.host.len(), 1)?, 2, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: positions are inside both caches, each src holds tokens*row f32 (checked).
-        unsafe { b.launch(launch) }.map_err(driver("launch kv_append2"))?;
-        Ok(())
-    }
-    /// A step's attention inputs in one launch (`rope_qk_append_f16`): the queries rotated from
-    /// `q_src` into `q_out` (`n_head` heads a token), the keys rotated from `k_src` (`n_kv_head`
-    /// heads) straight into the f16 key cache at the step's positions, and `v_src` appended to
-    /// the value cache: the bits of [`Self::rope_ids_from`] twice and [`Self::kv_append2_ids`],
-    /// in one launch instead of three (a CTA per query head, per key head, and per KV head's
-    /// slice of the value row). The positions are the device buffer the caller wrote. The
-    /// queries leave times `q_scale` (1: as rotated), the bits of a [`Self::scale_from`] after
-    /// the rotation (Gemma scales its queries between RoPE and attention). `head_norms` (queries,
-    /// keys): an RMS norm of each head before its rotation, `(weight, eps)`, the bits of
-    /// [`Self::rms_norm`] over head-long rows (Gemma 3's and Qwen 3's Q/K norms; heads of at
-    /// most 256).
-    ///
-    /// # Errors
-    /// Shape or dtype mismatches, a position outside the caches, bad RoPE parameters, a launch
-    /// failure.
-    #[allow(clippy::too_many_arguments)]
-    pub fn rope_qk_append_ids(
-        &self,
-        (q_src, q_out): (&DeviceTensor, &mut DeviceTensor),
-        (k_src, v_src): (&DeviceTensor, &DeviceTensor),
-        positions: &DeviceIds,
-        (k_cache, v_cache): (&mut DeviceTensor, &mut DeviceTensor),
-        (n_head, n_kv_head, head_dim): (usize, usize, usize),
-        p: &RopeParams,
-        freq_factors: Option<&DeviceTensor>,
-        q_scale: f32,
-        head_norms: [Option<HeadNorm<'_>>; 2],
-    ) -> Result<()> {
-        const OP: &str = "cuda rope_qk_append";
-        let normed = head_norms.iter().any(Option::is_some);
-        if normed && head_dim > MAX_HEAD_DIM {
-            return Err(TensorError::InvalidParam {
-                op: OP,
-                why: "per-head norms take heads of at most 256",
-            });
-        }
-        for w in head_norms.iter().flatten().filter_map(|(w, _)| *w) {
-            f32_vector(OP, "head norm weight", w, head_dim)?;
-        }
-        let n_tok = positions.host.len();
-        let ra = RopeArgs::new(OP, p, head_dim, freq_factors)?;
-        for (what, t, len) in [
-            ("q_src", q_src, n_head * head_dim),
-            ("q_out", &*q_out, n_head * head_dim),
-        ] {
-            f32_only(OP, t)?;
-            if t.shape.elem_count() != n_tok * len {
-                return Err(TensorError::LengthMismatch {
-                    op: OP,
-                    what,
-                    expected: n_tok * len,
-                    actual: t.shape.elem_count(),
-                });
-            }
-        }
-        let k_row = check_kv_append(k_src, &positions.host, k_cache)?;
-        let v_row = check_kv_append(v_src, &positions.host, v_cache)?;
-        if n_kv_head == 0 || !v_row.is_multiple_of(n_kv_head) {
-            return Err(TensorError::InvalidParam {
-                op: OP,
-                why: "the value row must split evenly among the KV heads",
-            });
-        }
-        if k_row != n_kv_head * head_dim {
-            return Err(TensorError::LengthMismatch {
-                op: OP,
-                what: "key row",
-                expected: n_kv_head * head_dim,
-                actual: k_row,
-            });
-        }
-        if n_tok == 0 {
-            return Ok(());
-        }
-        let (nh, nkv, hd, vr) = (
-            i32_of(OP, n_head)?,
-            i32_of(OP, n_kv_head)?,
-            i32_of(OP, head_dim)?,
-            i32_of(OP, v_row)?,
-        );
-        let null = 0u64;
-        let f = self.func("rope_qk_append_f16")?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&q_src.buf)
-            .arg(&mut q_out.buf)
-            .arg(&k_src.buf)
-            .arg(&v_src.buf)
-            .arg(&positions.buf);
-        match freq_factors {
-            Some(ff) => b.arg(&ff.buf),
-            None => b.arg(&null),
-        };
-        b.arg(&mut k_cache.buf)
-            .arg(&mut v_cache.buf)
-            .arg(&nh)
-            .arg(&nkv)
-            .arg(&hd)
-            .arg(&vr);
-        ra.push(&mut b);
-        b.arg(&q_scale);
-        let flags = i32::from(head_norms[0].is_some()) | (i32::from(head_norms[1].is_some()) << 1);
-        let eps = head_norms.map(|n| n.map_or(0.0, |(_, e)| e));
-        for n in &head_norms {
-            match n.and_then(|(w, _)| w) {
-                Some(w) => b.arg(&w.buf),
-                None => b.arg(&null),
-            };
-        }
-        b.arg(&flags).arg(&eps[0]).arg(&eps[1]);
-        let launch = LaunchConfig {
-            grid_dim: (
-                grid_for(n_tok, 1)?,
-                i32_of(OP, n_head + 2 * n_kv_head)? as u32,
-                1,
-            ),
-            // With norms, exactly rms_norm's block for a head (>= head_dim >= n_rot threads).
-            block_dim: (
-                if normed {
-                    super::ops::rms_threads(head_dim)
-                } else {
-                    (ra.n_rot / 2).max(32) as u32
-                },
-                1,
-                1,
-            ),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: q_src and q_out hold tokens*n_head*head_dim f32, k_src and v_src a row per
-        // token of the caches' rows (k: n_kv_head*head_dim), positions inside both caches, ff
-        // n_rot/2 f32 or null (all checked); at least one thread per rotated pair.
-        unsafe { b.launch(launch) }.map_err(driver("launch rope_qk_append"))?;
-        Ok(())
-    }
 }
 
-/// The RoPE settings every rope kernel takes last (`n_rot, neox, freq_base, freq_scale,
-/// ext_factor, attn_factor, corr0, corr1`), checked once: `n_rot` even, at most the head and
-/// 2048, frequency factors f32 and covering the rotated pairs.
-struct RopeArgs {
-    n_rot: usize,
-    nr: i32,
-    neox: i32,
-    p: RopeParams,
-    corr: [f32; 2],
-}
-
-impl RopeArgs {
-    fn new(
-        op: &'static str,
-        p: &RopeParams,
-        head_dim: usize,
-        freq_factors: Option<&DeviceTensor>,
-    ) -> Result<RopeArgs> {
-        let n_rot = if p.n_rot == 0 { head_dim } else { p.n_rot };
-        if !n_rot.is_multiple_of(2) || n_rot > head_dim || n_rot > 2048 {
-            return Err(TensorError::InvalidParam {
-                op,
-                why: "n_rot must be even, at most head_dim and at most 2048",
-            });
-        }
-        if let Some(ff) = freq_factors {
-            f32_only(op, ff)?;
-            if ff.shape.elem_count() < n_rot / 2 {
-                return Err(TensorError::LengthMismatch {
-                    op,
-                    what: "freq_factors",
-                    expected: n_rot / 2,
-                    actual: ff.shape.elem_count(),
-                });
-            }
-        }
-        let corr = rope_yarn_corr_dims(n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
-        Ok(RopeArgs {
-            n_rot,
-            nr: i32_of(op, n_rot)?,
-            neox: i32::from(p.mode == RopeMode::Neox),
-            p: *p,
-            corr,
-        })
-    }
-
-    /// Pushes the eight trailing arguments.
-    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>) {
-        b.arg(&self.nr)
-            .arg(&self.neox)
-            .arg(&self.p.freq_base)
-            .arg(&self.p.freq_scale)
-            .arg(&self.p.ext_factor)
-            .arg(&self.p.attn_factor)
-            .arg(&self.corr[0])
-            .arg(&self.corr[1]);
-    }
-}
-
-/// Checks a KV append (f32 rows of the cache's row length, one per position, each position inside
-/// the F16 cache) and returns the row length.
-fn check_kv_append(src: &DeviceTensor, positions: &[i32], cache: &DeviceTensor) -> Result<usize> {
-    const OP: &str = "cuda kv_append";
-    f32_only(OP, src)?;
-    if cache.dtype != DType::F16 {
-        return Err(TensorError::UnsupportedDType {
-            op: OP,
-            dtype: cache.dtype,
-        });
-    }
-    let row = cache.shape.row_len();
-    let capacity = cache.shape.n_rows();
-    if src.shape.row_len() != row || src.shape.n_rows() != positions.len() {
-        return Err(TensorError::ShapeMismatch {
-            op: OP,
-            what: "src",
-            expected: Shape::matrix(positions.len(), row)?,
-            actual: src.shape,
-        });
-    }
-    if let Some((index, &p)) = positions
-        .iter()
-        .enumerate()
-        .find(|(_, &p)| p < 0 || p as usize >= capacity)
-    {
-        return Err(TensorError::IdOutOfRange {
-            op: OP,
-            index,
-            id: i64::from(p),
-            rows: capacity,
-        });
-    }
-    Ok(row)
+/// Where attention reads a step's keys and values (as [`KvDst`]).
+enum KvSrc<'a> {
+    Caches(&'a DeviceTensor, &'a DeviceTensor),
+    Table(&'a KvTable, usize),
 }
 
 impl CudaDevice {
@@ -540,7 +122,7 @@ impl CudaDevice {
         p: &AttentionParams,
         out: &mut DeviceTensor,
     ) -> Result<()> {
-        self.attention_impl(None, q, positions, k, v, kv_len, p, out)
+        self.attention_impl(None, q, positions, KvSrc::Caches(k, v), kv_len, p, out)
     }
 
     /// [`Self::attention`] with the positions in a device buffer the caller wrote.
@@ -562,9 +144,45 @@ impl CudaDevice {
             Some(&positions.buf),
             q,
             &positions.host,
-            k,
-            v,
+            KvSrc::Caches(k, v),
             kv_len,
+            p,
+            out,
+        )
+    }
+
+    /// Causal attention of a batched decode step: token `t` of `q` (at `positions[t]`) over
+    /// the caches `table` holds for it in `layer`, each sequence its own, with a single
+    /// sequence's decode kernel and settings for every token, so a token's bits are those of
+    /// its sequence decoding alone ([`Self::attention_ids`] over its own cache).
+    ///
+    /// # Errors
+    /// As [`Self::attention`]; more tokens than [`MAX_MATVEC_ROWS`], a table not written for
+    /// this step's tokens.
+    ///
+    /// # Safety
+    /// Every cache `table` was written from for `layer` must be alive (not dropped) and not
+    /// written elsewhere until the launch has run (stream order).
+    pub unsafe fn attention_table(
+        &self,
+        q: &DeviceTensor,
+        positions: &DeviceIds,
+        (table, layer): (&KvTable, usize),
+        p: &AttentionParams,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        if positions.host.len() > MAX_MATVEC_ROWS {
+            return Err(TensorError::InvalidParam {
+                op: "cuda attention",
+                why: "a batched decode step holds at most 8 tokens",
+            });
+        }
+        self.attention_impl(
+            Some(&positions.buf),
+            q,
+            &positions.host,
+            KvSrc::Table(table, layer),
+            0,
             p,
             out,
         )
@@ -576,8 +194,7 @@ impl CudaDevice {
         dev_ids: Option<&CudaSlice<i32>>,
         q: &DeviceTensor,
         positions: &[i32],
-        k: &DeviceTensor,
-        v: &DeviceTensor,
+        kv: KvSrc<'_>,
         kv_len: usize,
         p: &AttentionParams,
         out: &mut DeviceTensor,
@@ -585,12 +202,14 @@ impl CudaDevice {
         const OP: &str = "cuda attention";
         f32_only(OP, q)?;
         f32_only(OP, out)?;
-        for t in [k, v] {
-            if t.dtype != DType::F16 {
-                return Err(TensorError::UnsupportedDType {
-                    op: OP,
-                    dtype: t.dtype,
-                });
+        if let KvSrc::Caches(k, v) = &kv {
+            for t in [k, v] {
+                if t.dtype != DType::F16 {
+                    return Err(TensorError::UnsupportedDType {
+                        op: OP,
+                        dtype: t.dtype,
+                    });
+                }
             }
         }
         if p.n_head == 0 || p.n_kv_head == 0 || !p.n_head.is_multiple_of(p.n_kv_head) {
@@ -606,16 +225,32 @@ impl CudaDevice {
             });
         }
         let row = p.n_kv_head * p.head_dim;
-        for (what, t) in [("k", k), ("v", v)] {
-            if t.shape.row_len() != row || t.shape.n_rows() < kv_len {
-                return Err(TensorError::ShapeMismatch {
-                    op: OP,
-                    what,
-                    expected: Shape::matrix(kv_len, row)?,
-                    actual: t.shape,
-                });
+        // A table's caches: each token's position inside its own (keys above it are never
+        // read, so the kernel's bound is the largest it takes).
+        let (kv_len, table) = match &kv {
+            KvSrc::Caches(k, v) => {
+                for (what, t) in [("k", k), ("v", v)] {
+                    if t.shape.row_len() != row || t.shape.n_rows() < kv_len {
+                        return Err(TensorError::ShapeMismatch {
+                            op: OP,
+                            what,
+                            expected: Shape::matrix(kv_len, row)?,
+                            actual: t.shape,
+                        });
+                    }
+                }
+                (kv_len, 0)
             }
-        }
+            KvSrc::Table(t, layer) => {
+                t.check(*layer, positions, Some(row), Some(row))?;
+                (i32::MAX as usize, self.kv_table_arg(t, *layer))
+            }
+        };
+        let batched = table != 0;
+        let (k, v) = match kv {
+            KvSrc::Caches(k, v) => (Some(k), Some(v)),
+            KvSrc::Table(..) => (None, None),
+        };
         let want = positions.len() * p.n_head * p.head_dim;
         for (what, t) in [("q", q), ("out", &*out)] {
             if t.shape.elem_count() != want {
@@ -647,19 +282,30 @@ impl CudaDevice {
                     .load(std::sync::atomic::Ordering::Relaxed),
             );
             let fills = ctas >= TILED_ATTENTION_MIN_WAVES * self.sm_count;
-            let tiled = match choice {
-                AttentionKernel::Tiled => true,
-                AttentionKernel::PerToken => false,
-                _ => fills,
-            } && n_tokens >= TILED_ATTENTION_MIN_TOKENS
+            let tiled = !batched
+                && match choice {
+                    AttentionKernel::Tiled => true,
+                    AttentionKernel::PerToken => false,
+                    _ => fills,
+                }
+                && n_tokens >= TILED_ATTENTION_MIN_TOKENS
                 && p.head_dim.is_multiple_of(2);
+            // A batched decode step takes a one-token step's settings for each of its tokens.
+            let alike = if batched { 1 } else { n_tokens };
             let splits = if tiled {
                 0
             } else {
-                self.attention_splits(n_tokens, p.n_head)
+                self.attention_splits(alike, p.n_head)
             };
             if splits > 0 {
-                return self.attention_split(q, pos, k, v, out, p, (kv_len, n_tokens, splits));
+                return self.attention_split(
+                    q,
+                    pos,
+                    (k, v, table),
+                    out,
+                    p,
+                    (kv_len, n_tokens, splits),
+                );
             }
             let nt = i32_of(OP, n_tokens)?;
             let f = self.func(if tiled {
@@ -667,12 +313,14 @@ impl CudaDevice {
             } else {
                 "attention_f16"
             })?;
+            let null = 0u64;
             let mut b = self.stream.launch_builder(f);
-            b.arg(&q.buf)
-                .arg(pos)
-                .arg(&k.buf)
-                .arg(&v.buf)
-                .arg(&mut out.buf)
+            b.arg(&q.buf).arg(pos);
+            match (k, v) {
+                (Some(k), Some(v)) => b.arg(&k.buf).arg(&v.buf),
+                _ => b.arg(&null).arg(&null),
+            };
+            b.arg(&mut out.buf)
                 .arg(&nh)
                 .arg(&nkv)
                 .arg(&hd)
@@ -698,9 +346,10 @@ impl CudaDevice {
                         * 4) as u32,
                 }
             } else {
+                b.arg(&table);
                 cfg(
                     grid_for(n_tokens * p.n_head, 1)?,
-                    (32, self.decode_attention_warps(n_tokens, p.n_head)),
+                    (32, self.decode_attention_warps(alike, p.n_head)),
                 )
             };
             // SAFETY: q and out hold tokens*n_head*head_dim f32, k and v at least kv_len rows of
@@ -723,8 +372,7 @@ impl CudaDevice {
         &self,
         q: &DeviceTensor,
         pos: &CudaSlice<i32>,
-        k: &DeviceTensor,
-        v: &DeviceTensor,
+        (k, v, table): (Option<&DeviceTensor>, Option<&DeviceTensor>, u64),
         out: &mut DeviceTensor,
         p: &AttentionParams,
         (kv_len, n_tokens, splits): (usize, usize, usize),
@@ -770,12 +418,14 @@ impl CudaDevice {
         let window = i32_of(OP, p.window)?;
         let causal = 1i32;
         let f = self.func("attention_f16_split")?;
+        let null = 0u64;
         let mut b = self.stream.launch_builder(f);
-        b.arg(&q.buf)
-            .arg(pos)
-            .arg(&k.buf)
-            .arg(&v.buf)
-            .arg(&mut out.buf)
+        b.arg(&q.buf).arg(pos);
+        match (k, v) {
+            (Some(k), Some(v)) => b.arg(&k.buf).arg(&v.buf),
+            _ => b.arg(&null).arg(&null),
+        };
+        b.arg(&mut out.buf)
             .arg(part)
             .arg(counters)
             .arg(&nh)
@@ -785,7 +435,8 @@ impl CudaDevice {
             .arg(&p.scale)
             .arg(&p.softcap)
             .arg(&window)
-            .arg(&causal);
+            .arg(&causal)
+            .arg(&table);
         let config = LaunchConfig {
             grid_dim: (grid_for(n_tokens * p.n_head, 1)?, splits as u32, 1),
             block_dim: (32, SPLIT_WARPS, 1),

@@ -34,9 +34,13 @@ mod gemm;
 #[cfg(feature = "cuda")]
 mod graph;
 #[cfg(feature = "cuda")]
+mod kv_table;
+#[cfg(feature = "cuda")]
 mod matvec;
 #[cfg(feature = "cuda")]
 mod ops;
+#[cfg(feature = "cuda")]
+mod rope_kv;
 #[cfg(not(feature = "cuda"))]
 mod stub;
 
@@ -48,10 +52,12 @@ pub use engine::{device_count, probe, CudaDevice, DeviceTensor, Q8Ticket};
 pub use fused::Glu;
 #[cfg(feature = "cuda")]
 pub use graph::{DeviceEvent, DeviceGraph, DeviceIds};
+#[cfg(feature = "cuda")]
+pub use kv_table::KvTable;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{
     device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor, Glu,
-    Q8Ticket,
+    KvTable, Q8Ticket,
 };
 
 /// An RMS norm of each head before RoPE (`CudaDevice::rope_qk_append_ids`): its weight (or

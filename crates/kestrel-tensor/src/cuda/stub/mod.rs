@@ -5,9 +5,12 @@
 use std::convert::Infallible;
 
 use super::CudaError;
+
+mod kv_table;
 use crate::cpu::{AttentionParams, RopeParams};
 use crate::error::Result;
 use crate::{DType, Shape, Tensor};
+pub use kv_table::KvTable;
 
 /// GPUs the driver reports: never, in this build.
 ///

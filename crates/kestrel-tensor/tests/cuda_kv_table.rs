@@ -1,0 +1,335 @@
+//! Batched decode over separate caches (`KvTable`): a step's tokens each append to and attend
+//! over their own sequence's f16 caches through the device table, and each gets, bit for bit,
+//! what the same launch gives that token alone over its own cache (`kv_append2_ids`,
+//! `rope_qk_append_ids`, `attention_ids`): the invariant the batched plan relies on. Contexts
+//! long enough for split decode attention (several 256-key ranges), GQA, Gemma's 256-wide heads
+//! with per-head norms, sequences of different capacities. Also what the table refuses.
+//! Without a driver or GPU the tests print why they skipped and pass, unless
+//! `KESTREL_REQUIRE_GPU` is set.
+#![cfg(feature = "cuda")]
+
+use kestrel_tensor::cpu::{AttentionParams, RopeMode, RopeParams};
+use kestrel_tensor::cuda::{CudaDevice, CudaError, DeviceTensor, KvTable};
+use kestrel_tensor::{DType, Shape, Tensor};
+
+fn device() -> Option<CudaDevice> {
+    match CudaDevice::open(0) {
+        Ok(d) => Some(d),
+        Err(e @ (CudaError::NoDriver | CudaError::NoDevice { .. })) => {
+            assert!(
+                std::env::var_os("KESTREL_REQUIRE_GPU").is_none(),
+                "KESTREL_REQUIRE_GPU is set but: {e}"
+            );
+            eprintln!("skipping the CUDA KV table test: {e}");
+            None
+        }
+        Err(e) => panic!("CUDA device 0 did not open: {e}"),
+    }
+}
+
+/// Deterministic values in [-1, 1).
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn upload(dev: &CudaDevice, rows: usize, width: usize, v: &[f32]) -> DeviceTensor {
+    dev.upload(&Tensor::from_f32(Shape::matrix(rows, width).unwrap(), v).unwrap())
+        .unwrap()
+}
+
+fn download(dev: &CudaDevice, t: &DeviceTensor) -> Vec<f32> {
+    let mut v = vec![0f32; t.shape().elem_count()];
+    dev.download_f32_into(t, &mut v).unwrap();
+    v
+}
+
+/// A sequence's caches: `capacity` rows, the first `filled` holding random f16 keys/values.
+struct Seq {
+    k: DeviceTensor,
+    v: DeviceTensor,
+}
+
+fn seq(dev: &CudaDevice, capacity: usize, filled: usize, row: usize, seed: u64) -> Seq {
+    let shape = Shape::matrix(capacity, row).unwrap();
+    let mut k = dev.zeros(DType::F16, shape).unwrap();
+    let mut v = dev.zeros(DType::F16, shape).unwrap();
+    if filled > 0 {
+        let all: Vec<i32> = (0..filled as i32).collect();
+        let kf = upload(dev, filled, row, &random(filled * row, seed));
+        let vf = upload(dev, filled, row, &random(filled * row, seed + 1));
+        dev.kv_append(&kf, &all, &mut k).unwrap();
+        dev.kv_append(&vf, &all, &mut v).unwrap();
+    }
+    Seq { k, v }
+}
+
+/// The f16 cache's values (widened to f32 by the engine's row lookup, which is exact), as bits.
+fn cache_values(dev: &CudaDevice, t: &DeviceTensor) -> Vec<u32> {
+    let (rows, width) = (t.shape().n_rows(), t.shape().row_len());
+    let mut f = dev
+        .zeros(DType::F32, Shape::matrix(rows, width).unwrap())
+        .unwrap();
+    let ids: Vec<u32> = (0..rows as u32).collect();
+    dev.get_rows(t, &ids, &mut f).unwrap();
+    download(dev, &f).iter().map(|x| x.to_bits()).collect()
+}
+
+fn table_for(dev: &CudaDevice, seqs: &mut [Seq], layers: usize, layer: usize) -> KvTable {
+    let mut table = dev.new_kv_table(layers, 8).unwrap();
+    table.begin(seqs.len()).unwrap();
+    for (t, s) in seqs.iter_mut().enumerate() {
+        dev.set_kv_entry(&mut table, layer, t, &mut s.k, &mut s.v)
+            .unwrap();
+    }
+    dev.upload_kv_table(&mut table).unwrap();
+    table
+}
+
+#[test]
+fn attention_through_the_table_is_each_token_alone() {
+    let Some(dev) = device() else { return };
+    for (n_head, n_kv_head, head_dim, window, softcap) in [
+        (9, 3, 64, 0, 0.0),
+        (4, 1, 256, 0, 0.0),
+        (8, 2, 128, 128, 0.0),
+        (8, 8, 64, 0, 50.0),
+    ] {
+        let row = n_kv_head * head_dim;
+        let p = AttentionParams {
+            n_head,
+            n_kv_head,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap,
+            window,
+        };
+        // Positions: short (one range), long (several ranges merged), the cache's last row.
+        let positions: Vec<i32> = vec![1099, 5, 700, 0, 255, 1299, 300, 64];
+        let capacities = [1100, 32, 1024, 8, 300, 1300, 301, 2000];
+        let mut seqs: Vec<Seq> = positions
+            .iter()
+            .zip(capacities)
+            .enumerate()
+            .map(|(i, (&pos, cap))| seq(&dev, cap, pos as usize + 1, row, 100 + i as u64))
+            .collect();
+        for n in [1, 3, 8] {
+            let pos = &positions[..n];
+            let q = random(n * n_head * head_dim, 7);
+            let qd = upload(&dev, n, n_head * head_dim, &q);
+            let mut ids = dev.new_ids(n).unwrap();
+            dev.set_ids(&mut ids, pos).unwrap();
+            let table = table_for(&dev, &mut seqs[..n], 2, 1);
+            let mut out = dev
+                .zeros(DType::F32, Shape::matrix(n, n_head * head_dim).unwrap())
+                .unwrap();
+            // SAFETY: the caches outlive the launch (`seqs` lives to the end of the test).
+            unsafe { dev.attention_table(&qd, &ids, (&table, 1), &p, &mut out) }.unwrap();
+            let got = download(&dev, &out);
+            for t in 0..n {
+                let w = n_head * head_dim;
+                let q1 = upload(&dev, 1, w, &q[t * w..(t + 1) * w]);
+                let mut one = dev.new_ids(1).unwrap();
+                dev.set_ids(&mut one, &pos[t..t + 1]).unwrap();
+                let mut o1 = dev.zeros(DType::F32, Shape::matrix(1, w).unwrap()).unwrap();
+                let s = &seqs[t];
+                let cap = s.k.shape().n_rows();
+                dev.attention_ids(&q1, &one, &s.k, &s.v, cap, &p, &mut o1)
+                    .unwrap();
+                assert_eq!(
+                    got[t * w..(t + 1) * w],
+                    download(&dev, &o1)[..],
+                    "heads {n_head}/{n_kv_head}x{head_dim}: token {t} of {n}"
+                );
+            }
+        }
+        // Refused: a position past its cache (the second's holds 32), positions unlike the
+        // table's tokens, a layer the table holds nothing for.
+        let table = table_for(&dev, &mut seqs[..3], 2, 1);
+        let w = n_head * head_dim;
+        for (bad, layer) in [
+            (&[1099, 32, 700][..], 1),
+            (&[1, 2][..], 1),
+            (&[1, 2, 3][..], 0),
+        ] {
+            let mut ids = dev.new_ids(bad.len()).unwrap();
+            dev.set_ids(&mut ids, bad).unwrap();
+            let q = upload(&dev, bad.len(), w, &random(bad.len() * w, 8));
+            let mut out = dev
+                .zeros(DType::F32, Shape::matrix(bad.len(), w).unwrap())
+                .unwrap();
+            // SAFETY: the caches outlive the call, which refuses before launching.
+            let r = unsafe { dev.attention_table(&q, &ids, (&table, layer), &p, &mut out) };
+            assert!(r.is_err(), "{bad:?} layer {layer}: refused");
+        }
+    }
+}
+
+#[test]
+fn appends_through_the_table_are_each_token_alone() {
+    let Some(dev) = device() else { return };
+    let p = RopeParams {
+        mode: RopeMode::Neox,
+        n_rot: 0,
+        freq_base: 10_000.0,
+        freq_scale: 1.0,
+        ext_factor: 0.0,
+        attn_factor: 1.0,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        n_ctx_orig: 4096,
+        mrope: None,
+    };
+    // SmolLM2's heads, and Gemma 3's with per-head Q/K norms and a query scale.
+    for (n_head, n_kv, head_dim, normed) in [(9usize, 3usize, 64usize, false), (4, 1, 256, true)] {
+        let (q_row, kv_row) = (n_head * head_dim, n_kv * head_dim);
+        let positions: Vec<i32> = vec![17, 0, 300, 63, 5];
+        let caps = [64, 4, 512, 65, 6];
+        let n = positions.len();
+        let mut seqs: Vec<Seq> = caps
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| seq(&dev, c, 0, kv_row, 200 + i as u64))
+            .collect();
+        let mut twins: Vec<Seq> = caps
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| seq(&dev, c, 0, kv_row, 200 + i as u64))
+            .collect();
+        let (q, k, v) = (
+            random(n * q_row, 1),
+            random(n * kv_row, 2),
+            random(n * kv_row, 3),
+        );
+        let qd = upload(&dev, n, q_row, &q);
+        let (kd, vd) = (upload(&dev, n, kv_row, &k), upload(&dev, n, kv_row, &v));
+        let norm_w = upload(&dev, 1, head_dim, &random(head_dim, 4));
+        let norms = if normed {
+            [Some((Some(&norm_w), 1e-6)), Some((Some(&norm_w), 1e-6))]
+        } else {
+            [None, None]
+        };
+        let q_scale = if normed { 0.0625 } else { 1.0 };
+        let mut ids = dev.new_ids(n).unwrap();
+        dev.set_ids(&mut ids, &positions).unwrap();
+        let table = table_for(&dev, &mut seqs, 3, 2);
+        let mut q_out = dev
+            .zeros(DType::F32, Shape::matrix(n, q_row).unwrap())
+            .unwrap();
+        // SAFETY: the caches outlive the launches.
+        unsafe {
+            dev.rope_qk_append_table(
+                (&qd, &mut q_out),
+                (&kd, &vd),
+                &ids,
+                (&table, 2),
+                (n_head, n_kv, head_dim),
+                &p,
+                None,
+                q_scale,
+                norms,
+            )
+        }
+        .unwrap();
+        let q_got = download(&dev, &q_out);
+        for t in 0..n {
+            let q1 = upload(&dev, 1, q_row, &q[t * q_row..(t + 1) * q_row]);
+            let k1 = upload(&dev, 1, kv_row, &k[t * kv_row..(t + 1) * kv_row]);
+            let v1 = upload(&dev, 1, kv_row, &v[t * kv_row..(t + 1) * kv_row]);
+            let mut one = dev.new_ids(1).unwrap();
+            dev.set_ids(&mut one, &positions[t..t + 1]).unwrap();
+            let mut qo = dev
+                .zeros(DType::F32, Shape::matrix(1, q_row).unwrap())
+                .unwrap();
+            let tw = &mut twins[t];
+            dev.rope_qk_append_ids(
+                (&q1, &mut qo),
+                (&k1, &v1),
+                &one,
+                (&mut tw.k, &mut tw.v),
+                (n_head, n_kv, head_dim),
+                &p,
+                None,
+                q_scale,
+                norms,
+            )
+            .unwrap();
+            assert_eq!(
+                q_got[t * q_row..(t + 1) * q_row],
+                download(&dev, &qo)[..],
+                "{n_head}x{head_dim}: token {t}'s queries"
+            );
+            assert_eq!(
+                cache_values(&dev, &seqs[t].k),
+                cache_values(&dev, &twins[t].k),
+                "{n_head}x{head_dim}: token {t}'s keys"
+            );
+            assert_eq!(
+                cache_values(&dev, &seqs[t].v),
+                cache_values(&dev, &twins[t].v),
+                "{n_head}x{head_dim}: token {t}'s values"
+            );
+        }
+        // The plain pair append through the table: a second position each.
+        let next: Vec<i32> = positions.iter().map(|&p| p + 1).collect();
+        let next = {
+            let mut v = next;
+            v[1] = 3; // its cache holds 4
+            v[4] = 4;
+            v
+        };
+        dev.set_ids(&mut ids, &next).unwrap();
+        // SAFETY: as above.
+        unsafe { dev.kv_append2_table((&kd, &vd), &ids, &table, 2) }.unwrap();
+        for t in 0..n {
+            let k1 = upload(&dev, 1, kv_row, &k[t * kv_row..(t + 1) * kv_row]);
+            let v1 = upload(&dev, 1, kv_row, &v[t * kv_row..(t + 1) * kv_row]);
+            let mut one = dev.new_ids(1).unwrap();
+            dev.set_ids(&mut one, &next[t..t + 1]).unwrap();
+            let tw = &mut twins[t];
+            dev.kv_append2_ids((&k1, &v1), &one, (&mut tw.k, &mut tw.v))
+                .unwrap();
+            assert_eq!(
+                cache_values(&dev, &seqs[t].k),
+                cache_values(&dev, &twins[t].k),
+                "{n_head}x{head_dim}: token {t}'s second keys"
+            );
+            assert_eq!(
+                cache_values(&dev, &seqs[t].v),
+                cache_values(&dev, &twins[t].v),
+                "{n_head}x{head_dim}: token {t}'s second values"
+            );
+        }
+        // Refused: a position at its cache's capacity.
+        let mut past = next.clone();
+        past[1] = 4;
+        dev.set_ids(&mut ids, &past).unwrap();
+        // SAFETY: refused before a launch.
+        assert!(unsafe { dev.kv_append2_table((&kd, &vd), &ids, &table, 2) }.is_err());
+        // A token's caches of another row length than the layer's others.
+        let mut t2 = dev.new_kv_table(3, 8).unwrap();
+        t2.begin(2).unwrap();
+        let mut odd = seq(&dev, 8, 0, kv_row + 2, 9);
+        let s0 = &mut seqs[0];
+        dev.set_kv_entry(&mut t2, 0, 0, &mut s0.k, &mut s0.v)
+            .unwrap();
+        assert!(dev
+            .set_kv_entry(&mut t2, 0, 1, &mut odd.k, &mut odd.v)
+            .is_err());
+        assert!(
+            dev.set_kv_entry(&mut t2, 0, 2, &mut odd.k, &mut odd.v)
+                .is_err(),
+            "a token past the step"
+        );
+        assert!(t2.begin(9).is_err(), "more tokens than the table holds");
+    }
+}
