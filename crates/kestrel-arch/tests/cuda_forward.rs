@@ -337,3 +337,107 @@ fn fused_launches_match_the_unfused_plan_bit_for_bit() {
         }
     }
 }
+
+/// A batched decode step (`run_batch`: up to 8 sequences, one token each, each token reaching
+/// its own cache through the plan's table) gives every sequence the logits it gets decoding
+/// alone, bit for bit: sequences of different lengths, batches of every size and changing
+/// membership and order (so a captured batch graph replays over other caches), graphs on and
+/// off, fused and unfused, on every synthetic architecture the plan graphs and on SmolLM2- and
+/// Gemma-3-shaped files of real widths. Also what it refuses.
+#[test]
+fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
+    use kestrel_arch::synth::{synth_model, SynthShape, SynthType};
+    use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
+    use kestrel_gguf::GgufFile;
+    let Some(dev) = device() else { return };
+    let mut files: Vec<(String, Vec<u8>)> = SYNTHETIC_ARCHS
+        .iter()
+        .map(|a| {
+            (
+                a.to_string(),
+                synthetic_model(a, 5).unwrap().to_bytes().unwrap(),
+            )
+        })
+        .collect();
+    for (shape, ty) in [
+        (SynthShape::SmolLM2_135M, SynthType::Q4_1),
+        (SynthShape::Gemma3_270M, SynthType::Q4KM),
+    ] {
+        let bytes = synth_model(shape, ty, 2, 9).unwrap().to_bytes().unwrap();
+        files.push((format!("{shape:?} {ty:?}"), bytes));
+    }
+    let mut batched_archs = 0;
+    for (what, bytes) in files {
+        let m = GgufModel::from_shards(
+            vec![GgufFile::from_bytes(bytes).unwrap()],
+            std::path::Path::new("batch"),
+        )
+        .unwrap();
+        let cfg = DecoderConfig::from_model(&m).unwrap();
+        let g = build_decoder(&cfg, &m, Logits::Last).unwrap();
+        let lookup = |n: &str| weight_tensor(&m, n);
+        let mut plan = CudaPlan::compile(&g, Arc::clone(&dev), 16, &lookup).unwrap();
+        if !plan.graphs() {
+            continue; // non-causal graphs take no batched steps
+        }
+        batched_archs += 1;
+        let mut alone = CudaPlan::compile_sharing(&g, &plan, 16, &lookup).unwrap();
+        assert_eq!(plan.max_batch(), 8, "{what}");
+        for (graphs, fusion) in [(true, true), (false, true), (true, false)] {
+            plan.set_graphs(graphs);
+            plan.set_fusion(fusion);
+            alone.set_graphs(true);
+            let n = 8;
+            let mut caches: Vec<_> = (0..n).map(|_| plan.new_cache(64).unwrap()).collect();
+            let mut twins: Vec<_> = (0..n).map(|_| alone.new_cache(64).unwrap()).collect();
+            for (i, (c, t)) in caches.iter_mut().zip(&mut twins).enumerate() {
+                let prompt: Vec<u32> = (0..1 + 2 * i as u32).map(|j| (j * 37 + 11) % 90).collect();
+                let x = plan.run(c, &prompt).unwrap().to_vec();
+                assert_eq!(x, alone.run(t, &prompt).unwrap(), "{what}: prompt {i}");
+            }
+            // (sequences of the step, in order); sizes 8, 3, 5, 1, 8 again, 5 again.
+            let steps: [&[usize]; 7] = [
+                &[0, 1, 2, 3, 4, 5, 6, 7],
+                &[6, 1, 3],
+                &[2, 4, 0, 7, 5],
+                &[3],
+                &[7, 6, 5, 4, 3, 2, 1, 0],
+                &[1, 3, 5, 7, 0],
+                &[0, 2, 4, 6, 1],
+            ];
+            for (s, seqs) in steps.iter().enumerate() {
+                let tokens: Vec<u32> = seqs.iter().map(|&i| (s * 13 + i * 7) as u32 % 90).collect();
+                let rows = {
+                    let mut picked: Vec<Option<&mut kestrel_graph::CudaKvCache>> =
+                        caches.iter_mut().map(Some).collect();
+                    let mut refs: Vec<&mut kestrel_graph::CudaKvCache> =
+                        seqs.iter().map(|&i| picked[i].take().unwrap()).collect();
+                    plan.run_batch(&mut refs, &tokens).unwrap().to_vec()
+                };
+                assert_eq!(plan.graph_error(), None, "{what}");
+                let width = rows.len() / seqs.len();
+                for (j, &i) in seqs.iter().enumerate() {
+                    let want = alone.run(&mut twins[i], &[tokens[j]]).unwrap();
+                    assert_eq!(
+                        &rows[j * width..(j + 1) * width],
+                        want,
+                        "{what}: graphs {graphs} fusion {fusion}, step {s}, sequence {i}"
+                    );
+                    assert_eq!(caches[i].len(), twins[i].len(), "{what}");
+                }
+            }
+        }
+        // Refused: nine sequences, a token count unlike the caches'.
+        let mut cs: Vec<_> = (0..9).map(|_| plan.new_cache(8).unwrap()).collect();
+        let mut refs: Vec<&mut kestrel_graph::CudaKvCache> = cs.iter_mut().collect();
+        assert!(plan.run_batch(&mut refs, &[1; 9]).is_err(), "{what}: nine");
+        assert!(
+            plan.run_batch(&mut refs[..2], &[1]).is_err(),
+            "{what}: tokens"
+        );
+    }
+    assert!(
+        batched_archs > 0,
+        "no synthetic architecture took batched steps"
+    );
+}

@@ -1,4 +1,5 @@
-//! `CudaPlan`: a graph compiled for the CUDA engine, one sequence a step. Weights are uploaded
+//! `CudaPlan`: a graph compiled for the CUDA engine, one sequence a step (or a batched decode
+//! step of several). Weights are uploaded
 //! once, still quantized (vectors as f32); every node owns a device buffer sized for the
 //! longest step. A sequence's keys and values live in a [`CudaKvCache`] the caller owns (one per
 //! session, as the CPU plan's `ContiguousCache`), so one plan serves any number of sequences.
@@ -18,8 +19,14 @@
 //! runs neighbouring ops as one launch (the same bits; `KESTREL_CUDA_FUSE=0` or
 //! [`CudaPlan::set_fusion`] turns it off). Without kestrel-tensor's
 //! `cuda` feature it compiles against the engine's stub (no `CudaDevice` can exist, so no plan
-//! either). Batched steps and paged caches come with issues 23 and 24. LoRA terms run in their
-//! unfused form, each factor bound per step ([`CudaPlan::set_adapter_scales`]).
+//! either). LoRA terms run in their unfused form, each factor bound per step
+//! ([`CudaPlan::set_adapter_scales`]).
+//!
+//! Batched decode ([`CudaPlan::run_batch`], `batch.rs`): up to 8 sequences, one token each, in
+//! one step, every weight read once for all of them; each token reaches its own sequence's
+//! cache through a device table of cache addresses the plan rewrites before each step, and the
+//! step of each batch size is captured once and replayed. A token's logits are the bits of its
+//! sequence decoding alone. Paged caches (and a device prefix cache) are still to come.
 //!
 //! Plans of other graphs of the same model (all-positions logits, hidden states) are compiled
 //! from a first one with [`CudaPlan::compile_sharing`] and use its weights: one upload per
@@ -28,87 +35,21 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use kestrel_tensor::cuda::{CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, Q8Ticket};
+use kestrel_tensor::cuda::{
+    CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, KvTable, Q8Ticket, MAX_MATVEC_ROWS,
+};
 use kestrel_tensor::{DType, Shape, Tensor};
 
 use crate::cuda_profile::{self, Profile};
 use fuse::Fusions;
 
+mod batch;
+mod cache;
 mod fuse;
 use crate::ir::{EmbedIndex, Node, Op, Rows};
 use crate::{Graph, GraphError};
-
-/// One attention layer's device cache.
-struct LayerCache {
-    k: DeviceTensor,
-    v: DeviceTensor,
-}
-
-/// One sequence's keys and values on the GPU: an f16 key and value matrix of `capacity` rows per
-/// attention layer, shaped for the plan that made it ([`CudaPlan::new_cache`]).
-pub struct CudaKvCache {
-    layers: Vec<Option<LayerCache>>,
-    /// Each layer's K/V row width (`None` for a layer without attention): the plan checks it.
-    widths: Vec<Option<usize>>,
-    capacity: usize,
-    len: usize,
-    /// The decode step's graph: (plan id, device epoch, graph).
-    graph: Option<(u64, u64, DeviceGraph)>,
-    /// A one-token step ran plainly with (plan id, device epoch): the next one may capture.
-    warm: Option<(u64, u64)>,
-}
-
-impl std::fmt::Debug for CudaKvCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaKvCache")
-            .field("layers", &self.widths.iter().flatten().count())
-            .field("capacity", &self.capacity)
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
-impl CudaKvCache {
-    /// Positions cached so far.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True before the first step.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Most positions the cache holds.
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// Forgets every position (the next step starts a new sequence at position 0).
-    pub fn reset(&mut self) {
-        self.len = 0;
-    }
-
-    /// Whether the cache holds a captured decode graph (for tests and benchmarks).
-    pub fn has_graph(&self) -> bool {
-        self.graph.is_some()
-    }
-
-    /// Keeps the first `len` positions (no-op when it holds fewer): the next step writes
-    /// position `len`, so a shared prefix is reused without copying.
-    pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
-    }
-
-    /// Device bytes held (keys and values, every layer).
-    pub fn memory_bytes(&self) -> usize {
-        self.widths
-            .iter()
-            .flatten()
-            .map(|w| 2 * 2 * w * self.capacity)
-            .sum()
-    }
-}
+pub use cache::CudaKvCache;
+use cache::{GraphSlot, StepKv};
 
 /// A graph compiled for one GPU.
 pub struct CudaPlan {
@@ -163,6 +104,12 @@ pub struct CudaPlan {
     /// The plan id of each set of scales bound so far (a few: a cache's graph captured at
     /// some scales replays whenever those scales are bound again).
     scale_ids: Vec<(Vec<f32>, u64)>,
+    /// Most sequences of a batched decode step ([`CudaPlan::run_batch`]; output nodes have as
+    /// many rows), the table their caches are reached through (made at the first such step),
+    /// and each batch size's captured graph.
+    max_batch: usize,
+    kv_table: Option<KvTable>,
+    batch_slots: Vec<GraphSlot>,
 }
 
 /// Most sets of adapter scales a plan remembers an id for.
@@ -232,6 +179,7 @@ impl CudaPlan {
         donor: Option<&CudaPlan>,
     ) -> Result<CudaPlan, GraphError> {
         let max_tokens = max_tokens.max(1);
+        let max_batch = MAX_MATVEC_ROWS.min(max_tokens);
         let output = *graph.outputs().first().ok_or(GraphError::NoOutput)?;
         let mut weights = Vec::with_capacity(graph.weights().len());
         let mut weight_names = Vec::with_capacity(graph.weights().len());
@@ -274,7 +222,7 @@ impl CudaPlan {
             }
             let rows = match node.rows {
                 Rows::Tokens => max_tokens,
-                Rows::Outputs => 1,
+                Rows::Outputs => max_batch,
             };
             acts.push(Some(dev.zeros_f32(Shape::matrix(rows, node.width)?)?));
             if let Op::Attention(p) = &node.op {
@@ -314,7 +262,7 @@ impl CudaPlan {
         let out_node = &graph.nodes()[output];
         let out_rows = match out_node.rows {
             Rows::Tokens => max_tokens,
-            Rows::Outputs => 1,
+            Rows::Outputs => max_batch,
         };
         Ok(CudaPlan {
             nodes: graph.nodes().to_vec(),
@@ -353,6 +301,9 @@ impl CudaPlan {
                 .unwrap_or(0),
             adapter_scales: None,
             scale_ids: Vec::new(),
+            max_batch,
+            kv_table: None,
+            batch_slots: (0..max_batch).map(|_| GraphSlot::default()).collect(),
             dev,
         })
     }
@@ -459,35 +410,6 @@ impl CudaPlan {
         self.graph_off.as_deref()
     }
 
-    /// A new, empty KV cache for one sequence of up to `capacity` positions, on this plan's GPU.
-    ///
-    /// # Errors
-    /// Out of device memory (with the sizes asked and free).
-    pub fn new_cache(&self, capacity: usize) -> Result<CudaKvCache, GraphError> {
-        let capacity = capacity.max(1);
-        let mut layers = Vec::with_capacity(self.kv_widths.len());
-        for w in &self.kv_widths {
-            layers.push(match w {
-                Some(w) => {
-                    let shape = Shape::matrix(capacity, *w)?;
-                    Some(LayerCache {
-                        k: self.dev.zeros(DType::F16, shape)?,
-                        v: self.dev.zeros(DType::F16, shape)?,
-                    })
-                }
-                None => None,
-            });
-        }
-        Ok(CudaKvCache {
-            layers,
-            widths: self.kv_widths.clone(),
-            capacity,
-            len: 0,
-            graph: None,
-            warm: None,
-        })
-    }
-
     /// Runs one step of the sequence `cache` holds: `tokens` at the positions after the cached
     /// ones. Returns the output node's rows (the last token's logits for a decoder graph),
     /// copied back into a buffer the plan reuses.
@@ -527,9 +449,13 @@ impl CudaPlan {
             self.dev.set_ids(&mut self.d_mask, &self.mask)?;
         }
         if t == 1 && self.graphs() {
-            self.step_graph(cache, tokens, pos0)?;
+            // The slot leaves the cache for the step (the step borrows the cache).
+            let mut slot = std::mem::take(&mut cache.slot);
+            let r = self.step_graph(&mut StepKv::One(cache), &mut slot, tokens, pos0);
+            cache.slot = slot;
+            r?;
         } else {
-            self.step_plain(cache, tokens, pos0)?;
+            self.step_plain(&mut StepKv::One(cache), tokens, pos0)?;
         }
         cache.len = end;
         let out = self.acts[self.output]
@@ -550,7 +476,7 @@ impl CudaPlan {
     /// Enqueues every node, in order.
     fn step_plain(
         &mut self,
-        cache: &mut CudaKvCache,
+        kv: &mut StepKv<'_>,
         tokens: &[u32],
         pos0: usize,
     ) -> Result<(), GraphError> {
@@ -562,7 +488,7 @@ impl CudaPlan {
             if let Some(p) = &self.profile {
                 p.mark(&self.dev, i, false)?;
             }
-            self.exec(i, node, tokens, pos0, cache)?;
+            self.exec(i, node, tokens, pos0, kv)?;
             match &self.profile {
                 Some(p) => p.mark(&self.dev, i, true),
                 None => Ok(()),
@@ -572,43 +498,45 @@ impl CudaPlan {
         result
     }
 
-    /// A one-token step through the cache's graph: replayed when it is current, captured when
-    /// a plain step has run in this epoch, else a plain step that prepares the capture.
+    /// A step of one token a sequence through `slot`'s graph: replayed when it is current,
+    /// captured when a plain step has run in this epoch, else a plain step that prepares the
+    /// capture.
     fn step_graph(
         &mut self,
-        cache: &mut CudaKvCache,
+        kv: &mut StepKv<'_>,
+        slot: &mut GraphSlot,
         tokens: &[u32],
         pos0: usize,
     ) -> Result<(), GraphError> {
         let epoch = self.dev.epoch();
-        if let Some((id, e, g)) = &cache.graph {
+        if let Some((id, e, g)) = &slot.graph {
             if *id == self.id && *e == epoch {
                 return Ok(g.launch()?);
             }
         }
-        cache.graph = None;
-        if cache.warm != Some((self.id, epoch)) {
-            self.step_plain(cache, tokens, pos0)?;
-            cache.warm = Some((self.id, self.dev.epoch()));
+        slot.graph = None;
+        if slot.warm != Some((self.id, epoch)) {
+            self.step_plain(kv, tokens, pos0)?;
+            slot.warm = Some((self.id, self.dev.epoch()));
             return Ok(());
         }
-        let captured = self.capture(cache, tokens, pos0);
+        let captured = self.capture(kv, tokens, pos0);
         match captured {
             Ok(Some(g)) if self.dev.epoch() == epoch => {
                 g.launch()?;
-                cache.graph = Some((self.id, epoch, g));
+                slot.graph = Some((self.id, epoch, g));
                 Ok(())
             }
             // Nothing recorded, or a scratch buffer moved while recording: plainly this time.
             Ok(_) => {
-                cache.warm = None;
-                self.step_plain(cache, tokens, pos0)
+                slot.warm = None;
+                self.step_plain(kv, tokens, pos0)
             }
             // The step cannot be captured: this plan keeps plain launches from now on.
             Err(e) => {
                 self.graphs = false;
                 self.graph_off = Some(e.to_string());
-                self.step_plain(cache, tokens, pos0)
+                self.step_plain(kv, tokens, pos0)
             }
         }
     }
@@ -616,21 +544,22 @@ impl CudaPlan {
     /// Records one plain step into a graph (not run).
     fn capture(
         &mut self,
-        cache: &mut CudaKvCache,
+        kv: &mut StepKv<'_>,
         tokens: &[u32],
         pos0: usize,
     ) -> Result<Option<DeviceGraph>, GraphError> {
         self.dev.begin_capture()?;
-        let recorded = self.step_plain(cache, tokens, pos0);
+        let recorded = self.step_plain(kv, tokens, pos0);
         let graph = self.dev.end_capture();
         recorded?;
         Ok(graph?)
     }
 
-    fn rows(&self, node: &Node, t: usize) -> usize {
-        match node.rows {
-            Rows::Tokens => t,
-            Rows::Outputs => 1,
+    /// Rows of `node` in a step of `t` tokens: one output row a sequence.
+    fn rows(node: &Node, t: usize, kv: &StepKv<'_>) -> usize {
+        match (node.rows, kv) {
+            (Rows::Tokens, _) | (Rows::Outputs, StepKv::Table) => t,
+            (Rows::Outputs, StepKv::One(_)) => 1,
         }
     }
 
@@ -640,19 +569,19 @@ impl CudaPlan {
         node: &Node,
         tokens: &[u32],
         pos0: usize,
-        cache: &mut CudaKvCache,
+        kv: &mut StepKv<'_>,
     ) -> Result<(), GraphError> {
         if self.done[i] {
             return Ok(()); // written by an earlier node's fused launch
         }
-        let rows = self.rows(node, tokens.len());
+        let rows = Self::rows(node, tokens.len(), kv);
         let mut out = self.acts[i]
             .take()
             .ok_or_else(|| internal("node buffer in use"))?;
         out.set_shape(Shape::matrix(rows, node.width)?)?;
-        let result = match self.exec_fused(i, node, &mut out, rows, cache) {
+        let result = match self.exec_fused(i, node, &mut out, rows, kv) {
             Ok(true) => Ok(()),
-            Ok(false) => self.exec_into(node, &mut out, tokens, pos0, cache),
+            Ok(false) => self.exec_into(node, &mut out, tokens, pos0, kv),
             Err(e) => Err(e),
         };
         self.acts[i] = Some(out);
@@ -675,7 +604,7 @@ impl CudaPlan {
         out: &mut DeviceTensor,
         tokens: &[u32],
         pos0: usize,
-        cache: &mut CudaKvCache,
+        kv: &mut StepKv<'_>,
     ) -> Result<(), GraphError> {
         let t = tokens.len();
         let dev = Arc::clone(&self.dev);
@@ -736,6 +665,37 @@ impl CudaPlan {
             }
             Op::Attention(p) => {
                 let params = p.engine_params();
+                let cache = match kv {
+                    StepKv::One(cache) => cache,
+                    StepKv::Table => {
+                        let appended = std::mem::take(&mut self.appended);
+                        let table = self
+                            .kv_table
+                            .as_ref()
+                            .ok_or_else(|| internal("batched step without its table"))?;
+                        let (q, k, v) = (
+                            self.input(node, 0)?,
+                            self.input(node, 1)?,
+                            self.input(node, 2)?,
+                        );
+                        // SAFETY: `run_batch` wrote the table for this step from caches it holds
+                        // borrowed until the step's launches are enqueued; their memory is
+                        // freed in stream order, after these launches.
+                        unsafe {
+                            if !appended {
+                                dev.kv_append2_table((k, v), &self.d_positions, table, p.layer)?;
+                            }
+                            dev.attention_table(
+                                q,
+                                &self.d_positions,
+                                (table, p.layer),
+                                &params,
+                                out,
+                            )?;
+                        }
+                        return Ok(());
+                    }
+                };
                 // Causal queries bound their keys by their own position, so the kernel is given
                 // the capacity (the same for every step: a graph replays it); a non-causal one
                 // sees every key written so far.
@@ -805,9 +765,12 @@ impl CudaPlan {
                 })
             }
             Op::OutputRows => {
-                // One sequence: its last token.
+                // One sequence: its last token; a batched step: each sequence's one token.
                 let a = self.input(node, 0)?;
-                dev.copy_rows(a, t - 1, 1, out, 0)?;
+                match kv {
+                    StepKv::One(_) => dev.copy_rows(a, t - 1, 1, out, 0)?,
+                    StepKv::Table => dev.copy_rows(a, 0, t, out, 0)?,
+                }
             }
         }
         Ok(())

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use kestrel_tensor::cuda::{DeviceTensor, Glu};
 use kestrel_tensor::{Shape, TensorError};
 
-use super::super::{internal, CudaKvCache, CudaPlan};
+use super::super::{internal, CudaPlan, StepKv};
 use super::*;
 use crate::ir::{Node, Op};
 use crate::GraphError;
@@ -37,7 +37,7 @@ impl CudaPlan {
         ra: &RopeAttention,
         layer: usize,
         q_out: &mut DeviceTensor,
-        cache: &mut CudaKvCache,
+        kv: &mut StepKv<'_>,
     ) -> Result<(), GraphError> {
         let get = |id: usize| {
             self.acts[id]
@@ -45,25 +45,55 @@ impl CudaPlan {
                 .ok_or_else(|| internal("fused RoPE input buffer missing"))
         };
         let (q_src, k_src, v_src) = (get(ra.q_src)?, get(ra.k_src)?, get(ra.v)?);
-        let lc = cache
-            .layers
-            .get_mut(layer)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| internal("layer cache missing"))?;
         let params = ra.rope.engine_params();
         let ff = ra.rope.freq_factors.map(|w| &*self.weights[w]);
-        self.dev.rope_qk_append_ids(
-            (q_src, q_out),
-            (k_src, v_src),
-            &self.d_positions,
-            (&mut lc.k, &mut lc.v),
-            (ra.rope.n_head, ra.n_kv_head, ra.rope.head_dim),
-            &params,
-            ff,
-            ra.q_scale.map_or(1.0, |(_, s)| s),
-            ra.head_norms
-                .map(|n| n.map(|n| (n.weight.map(|w| &*self.weights[w]), n.eps))),
-        )?;
+        let heads = (ra.rope.n_head, ra.n_kv_head, ra.rope.head_dim);
+        let q_scale = ra.q_scale.map_or(1.0, |(_, s)| s);
+        let norms = ra
+            .head_norms
+            .map(|n| n.map(|n| (n.weight.map(|w| &*self.weights[w]), n.eps)));
+        match kv {
+            StepKv::One(cache) => {
+                let lc = cache
+                    .layers
+                    .get_mut(layer)
+                    .and_then(Option::as_mut)
+                    .ok_or_else(|| internal("layer cache missing"))?;
+                self.dev.rope_qk_append_ids(
+                    (q_src, q_out),
+                    (k_src, v_src),
+                    &self.d_positions,
+                    (&mut lc.k, &mut lc.v),
+                    heads,
+                    &params,
+                    ff,
+                    q_scale,
+                    norms,
+                )?;
+            }
+            StepKv::Table => {
+                let table = self
+                    .kv_table
+                    .as_ref()
+                    .ok_or_else(|| internal("batched step without its table"))?;
+                // SAFETY: `run_batch` wrote the table for this step from caches it holds
+                // borrowed until the step's launches are enqueued; their memory is freed in
+                // stream order, after these launches.
+                unsafe {
+                    self.dev.rope_qk_append_table(
+                        (q_src, q_out),
+                        (k_src, v_src),
+                        &self.d_positions,
+                        (table, layer),
+                        heads,
+                        &params,
+                        ff,
+                        q_scale,
+                        norms,
+                    )?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -122,7 +152,7 @@ impl CudaPlan {
         node: &Node,
         out: &mut DeviceTensor,
         rows: usize,
-        cache: &mut CudaKvCache,
+        kv: &mut StepKv<'_>,
     ) -> Result<bool, GraphError> {
         if !self.fuse {
             return Ok(false);
@@ -250,7 +280,7 @@ impl CudaPlan {
                 };
                 let q_node = ra.q_out();
                 let mut q_out = self.take_act(q_node, rows, ra.rope.n_head * ra.rope.head_dim)?;
-                let r = self.rope_append(&ra, p.layer, &mut q_out, cache);
+                let r = self.rope_append(&ra, p.layer, &mut q_out, kv);
                 self.acts[q_node] = Some(q_out);
                 r?;
                 // The attention itself runs as usual, told the append is done.

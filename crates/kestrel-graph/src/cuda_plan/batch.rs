@@ -1,0 +1,130 @@
+//! Batched decode on the GPU: [`CudaPlan::run_batch`] runs one token of each of up to 8
+//! sequences in one step. Every op but attention is row-wise and takes the step's rows at once
+//! (each weight read once for all of them: the quantized matvecs take 1-8 activation rows, and a
+//! row's reduction order does not depend on how many share the launch); the KV append and
+//! attention reach each token's own [`CudaKvCache`] through the plan's [`KvTable`], written
+//! before each step, and attention runs every token with a one-token step's kernel and
+//! settings. So a token's logits are the bits of its sequence decoding alone — the invariant the
+//! CPU's batched plan keeps.
+//!
+//! What changes between steps (token ids, positions, the table's addresses) is in device memory
+//! the plan owns, so each batch size's step is captured once (its second step) and replayed,
+//! whichever sequences it holds, as one-token steps are.
+
+use kestrel_tensor::cuda::KvTable;
+
+use super::{internal, CudaKvCache, CudaPlan, StepKv};
+use crate::ir::Rows;
+use crate::GraphError;
+
+impl CudaPlan {
+    /// Most sequences [`Self::run_batch`] takes in one step.
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// Runs one decode step of several sequences: `tokens[i]` appended to `caches[i]` (at the
+    /// position after its cached ones), all in one step. Returns one output row per sequence,
+    /// in order (each sequence's next-token logits), copied back into a buffer the plan reuses.
+    /// Each row is the bits [`Self::run`] gives that sequence alone.
+    ///
+    /// # Errors
+    /// No sequences, more than [`Self::max_batch`], not one token per cache, a cache made by
+    /// another plan or full, a graph that is not a causal decoder with one output row a
+    /// sequence, a device error. (A cache cannot be in a step twice: `caches` are exclusive
+    /// borrows.)
+    pub fn run_batch(
+        &mut self,
+        caches: &mut [&mut CudaKvCache],
+        tokens: &[u32],
+    ) -> Result<&[f32], GraphError> {
+        let n = caches.len();
+        if n == 0 || n > self.max_batch {
+            return Err(GraphError::Batch(format!(
+                "a batched decode step takes 1 to {} sequences, not {n}",
+                self.max_batch
+            )));
+        }
+        if tokens.len() != n {
+            return Err(GraphError::Batch(format!(
+                "{} tokens for {n} sequences (one each)",
+                tokens.len()
+            )));
+        }
+        let out_node = &self.nodes[self.output];
+        if !self.graphable || out_node.rows != Rows::Outputs {
+            return Err(GraphError::Batch(
+                "batched decode needs a causal decoder graph with one output row a sequence".into(),
+            ));
+        }
+        self.positions.clear();
+        for c in caches.iter() {
+            if c.widths != self.kv_widths {
+                return Err(internal("the KV cache was made by a plan of another graph"));
+            }
+            if c.len >= c.capacity || c.len >= i32::MAX as usize {
+                return Err(GraphError::ContextFull {
+                    needed: c.len + 1,
+                    capacity: c.capacity,
+                });
+            }
+            self.positions.push(c.len as i32);
+        }
+        self.tokens.clear();
+        self.tokens.extend(tokens.iter().map(|&t| t as i32));
+        self.dev.set_ids(&mut self.d_positions, &self.positions)?;
+        self.dev.set_ids(&mut self.d_tokens, &self.tokens)?;
+        self.write_table(caches)?;
+
+        if self.graphs() {
+            // The slot leaves the plan for the step (the step borrows the plan).
+            let mut slot = std::mem::take(&mut self.batch_slots[n - 1]);
+            let r = self.step_graph(&mut StepKv::Table, &mut slot, tokens, 0);
+            self.batch_slots[n - 1] = slot;
+            r?;
+        } else {
+            self.step_plain(&mut StepKv::Table, tokens, 0)?;
+        }
+        for c in caches.iter_mut() {
+            c.len += 1;
+        }
+        let out = self.acts[self.output]
+            .as_ref()
+            .ok_or_else(|| internal("output buffer missing"))?;
+        let len = out.shape().elem_count();
+        let dst = self
+            .out
+            .get_mut(..len)
+            .ok_or_else(|| internal("output larger than its host buffer"))?;
+        self.dev.download_f32_into(out, dst)?;
+        if let Some(p) = self.profile.as_mut() {
+            p.collect(true)?;
+        }
+        Ok(&self.out[..len])
+    }
+
+    /// Writes the step's table: token `i` reaches `caches[i]` in every attention layer.
+    fn write_table(&mut self, caches: &mut [&mut CudaKvCache]) -> Result<(), GraphError> {
+        if self.kv_table.is_none() {
+            self.kv_table = Some(
+                self.dev
+                    .new_kv_table(self.kv_widths.len(), self.max_batch)?,
+            );
+        }
+        let table: &mut KvTable = self
+            .kv_table
+            .as_mut()
+            .ok_or_else(|| internal("no KV table"))?;
+        table.begin(caches.len())?;
+        for (i, c) in caches.iter_mut().enumerate() {
+            for (layer, lc) in c.layers.iter_mut().enumerate() {
+                if let Some(lc) = lc {
+                    self.dev
+                        .set_kv_entry(table, layer, i, &mut lc.k, &mut lc.v)?;
+                }
+            }
+        }
+        self.dev.upload_kv_table(table)?;
+        Ok(())
+    }
+}
