@@ -142,7 +142,7 @@ done
     nvcc --version | tail -2
     nproc
 } 2>&1 | tee "$out/device.txt"
-for t in cuda_kernels cuda_attn_temperature cuda_forward cuda_generate; do
+for t in cuda_kernels cuda_attn_temperature cuda_kv_table cuda_forward cuda_generate; do
     log "test $t"
     if ! timeout "$step" .gpu/$t --test-threads 1 --nocapture >"$out/$t.log" 2>&1; then
         status=1
@@ -210,6 +210,19 @@ if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
                     tail -1 | tee -a "$out/bench.log"
             done
         done
+        # Batched decode (the scheduler's GPU steps, up to 8 sequences a step) on the 8B shapes
+        # (GPU_RUN_BATCH_ALL=1: every file), and at 8 sequences each alone for comparison.
+        if [ "$shape" = llama-8b ] || [ "${GPU_RUN_BATCH_ALL:-0}" != 0 ]; then
+            for b in ${GPU_RUN_BATCH-8 32 64}; do
+                time_for 60 || { log "deadline: batched decode $spec skipped"; break; }
+                for v in "" ${GPU_RUN_BATCH_VARIANTS-KESTREL_CUDA_BATCH=0}; do
+                    [ -n "$v" ] && [ "$b" != 8 ] && continue
+                    echo "-- kestrel ${v:+with $v }tg128 @ batch $b" | tee -a "$out/bench.log"
+                    env $v timeout "$step" .gpu/kestrel bench -m "$f" --device cuda -p 0 -n 128 --batch "$b" \
+                        -r 3 2>&1 | grep -E "@b|rror" | tee -a "$out/bench.log"
+                done
+            done
+        fi
         if [ "${GPU_RUN_DECODE_PROFILE:-0}" != 0 ] && time_for 60; then
             echo "-- decode profile $shape $ty" | tee -a "$out/decode-profile.log"
             KESTREL_CUDA_PROFILE=1 timeout "$step" .gpu/kestrel bench -m "$f" --device cuda -p 0 -n 64 -r 1 \
@@ -245,6 +258,12 @@ if [ "${GPU_RUN_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null 
         status=1
     fi
     tail -5 "$out/memcheck.log"
+    # Batched decode steps: each token's cache reached through the device table.
+    if time_for 60 && ! timeout $((deadline - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 9 \
+        .gpu/cuda_kv_table --test-threads 1 >"$out/memcheck-kv-table.log" 2>&1; then
+        status=1
+    fi
+    tail -3 "$out/memcheck-kv-table.log"
 fi
 log "gpu-run: exit $status"
 exit $status

@@ -256,6 +256,8 @@ fn test() -> Result<()> {
             "cuda_kernels",
             "--test",
             "cuda_attn_temperature",
+            "--test",
+            "cuda_kv_table",
         ]),
         cargo_with(&[
             "test",

@@ -3,12 +3,13 @@
 //! once for all rows), or, on a GPU, one device cache per sequence run through the
 //! generator's CUDA plan.
 //!
-//! The GPU store runs the step's sequences one after another (a decode token replays the
-//! sequence's CUDA graph) in the same prefill chunks a single generation uses, so each
-//! sequence's tokens are those it gets alone. It reserves each sequence's whole budget at
+//! On the GPU a step's decode tokens run as batched steps of up to 8 sequences
+//! (`CudaPlan::run_batch`: each weight read once for all of them, each token reaching its own
+//! sequence's cache, captured once per batch size and replayed), and its prompt chunks one
+//! sequence at a time in the prefill chunks a single generation uses, so each sequence's
+//! logits are the bits it gets alone. The store reserves each sequence's whole budget at
 //! admission, like the pool, counted in blocks of `block_size` tokens against `kv_blocks`; it
-//! has no prefix cache. Batched GPU steps (a weight read once for many sequences) are issue
-//! 24's.
+//! has no prefix cache yet (paged device caches are issue 24's).
 
 use kestrel_graph::{BatchSeq, CudaKvCache, ExecutionPlan};
 use kestrel_kv::{KvError, PagedCache, PoolStats, PrefixStats, SeqId};
@@ -32,6 +33,10 @@ pub(crate) enum StepRunner {
         /// Output rows of the last step.
         rows: Vec<f32>,
         n_vocab: usize,
+        /// A step's decode tokens, run as batched steps (`CudaPlan::run_batch`) unless
+        /// `batch` is off (`KESTREL_CUDA_BATCH=0`: each alone, for comparison; the same bits).
+        decodes: Vec<Decode>,
+        batch: bool,
     },
 }
 
@@ -116,12 +121,31 @@ impl StepRunner {
             (StepRunner::Cpu(plan), SeqStore::Paged(pool)) => {
                 Ok(plan.run_batch(&core.engine, pool, tokens, segs, outputs, adapter_scales)?)
             }
-            (StepRunner::Cuda { rows, n_vocab, .. }, SeqStore::Cuda(c)) => {
+            (
+                StepRunner::Cuda {
+                    rows,
+                    n_vocab,
+                    decodes,
+                    batch,
+                    ..
+                },
+                SeqStore::Cuda(c),
+            ) => {
                 let Plans::Cuda(plan) = &mut core.plans else {
                     return Err(mismatch());
                 };
                 let n_vocab = *n_vocab;
                 rows.resize(outputs.len() * n_vocab, 0.0);
+                let n = plan.adapter_slots();
+                let scales_of = |k: usize| {
+                    adapter_scales.get(k * n..(k + 1) * n).ok_or_else(|| {
+                        GenerateError::InvalidOption {
+                            name: "batch",
+                            reason: "fewer adapter scales than segments".into(),
+                        }
+                    })
+                };
+                decodes.clear();
                 let mut start = 0;
                 let mut o = 0;
                 for (k, s) in segs.iter().enumerate() {
@@ -145,39 +169,106 @@ impl StepRunner {
                                 name: "batch",
                                 reason: "a segment past the step's tokens".into(),
                             })?;
-                    let n = plan.adapter_slots();
+                    // The plan returns a segment's last row: an output when asked for.
+                    let slot = (outputs.get(o) == Some(&(end - 1))).then(|| {
+                        o += 1;
+                        o - 1
+                    });
+                    start = end;
+                    // One token whose logits are wanted: batched with the step's others.
+                    if let (true, [token], Some(slot)) = (*batch, chunk, slot) {
+                        decodes.push(Decode {
+                            seg: k,
+                            seq: s.seq,
+                            token: *token,
+                            slot,
+                        });
+                        continue;
+                    }
                     if n > 0 {
-                        let i = k * n;
-                        let scales = adapter_scales.get(i..i + n).ok_or_else(|| {
-                            GenerateError::InvalidOption {
-                                name: "batch",
-                                reason: "fewer adapter scales than segments".into(),
-                            }
-                        })?;
-                        plan.set_adapter_scales(scales)?;
+                        plan.set_adapter_scales(scales_of(k)?)?;
                     }
                     let logits = plan.run(cache, chunk)?;
-                    // The plan returns the segment's last row: it is an output when asked for.
-                    if outputs.get(o) == Some(&(end - 1)) {
-                        if logits.len() != n_vocab {
-                            return Err(GenerateError::InvalidOption {
-                                name: "batch",
-                                reason: format!(
-                                    "the plan returned {} logits for a vocabulary of {n_vocab}",
-                                    logits.len()
-                                ),
-                            });
-                        }
-                        rows[o * n_vocab..(o + 1) * n_vocab].copy_from_slice(logits);
-                        o += 1;
+                    if let Some(slot) = slot {
+                        copy_row(rows, slot, logits, n_vocab)?;
                     }
-                    start = end;
+                }
+                // The decodes, up to a batched step's most at a time, sequences at the same
+                // adapter scales together (the plan binds one set a step), each group in
+                // sequence order.
+                let max = plan.max_batch().max(1);
+                while let Some(first) = decodes.first() {
+                    let scales = scales_of(first.seg)?;
+                    let mut group: Vec<Decode> = Vec::with_capacity(max);
+                    let mut i = 0;
+                    while i < decodes.len() && group.len() < max {
+                        if scales_of(decodes[i].seg)? == scales {
+                            group.push(decodes.remove(i));
+                        } else {
+                            i += 1;
+                        }
+                    }
+                    group.sort_by_key(|d| d.seq);
+                    if n > 0 {
+                        plan.set_adapter_scales(scales)?;
+                    }
+                    let ids: Vec<u32> = group.iter().map(|d| d.token).collect();
+                    let mut caches: Vec<&mut CudaKvCache> = c
+                        .caches
+                        .iter_mut()
+                        .enumerate()
+                        .filter(|(seq, _)| group.iter().any(|d| d.seq == *seq))
+                        .filter_map(|(_, cache)| cache.as_mut())
+                        .collect();
+                    if caches.len() != group.len() {
+                        return Err(GenerateError::Kv(KvError::UnknownSeq(group[0].seq)));
+                    }
+                    let logits = plan.run_batch(&mut caches, &ids)?;
+                    for (j, d) in group.iter().enumerate() {
+                        let row = logits.get(j * n_vocab..(j + 1) * n_vocab).ok_or_else(|| {
+                            GenerateError::InvalidOption {
+                                name: "batch",
+                                reason: "the batched step returned too few rows".into(),
+                            }
+                        })?;
+                        copy_row(rows, d.slot, row, n_vocab)?;
+                    }
                 }
                 Ok(rows)
             }
             _ => Err(mismatch()),
         }
     }
+}
+
+/// One decode token of a GPU step, waiting to run batched: its segment, sequence, token and
+/// output row.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Decode {
+    seg: usize,
+    seq: SeqId,
+    token: u32,
+    slot: usize,
+}
+
+/// Puts one sequence's logits at output row `slot`.
+fn copy_row(
+    rows: &mut [f32],
+    slot: usize,
+    logits: &[f32],
+    n_vocab: usize,
+) -> Result<(), GenerateError> {
+    if logits.len() != n_vocab {
+        return Err(GenerateError::InvalidOption {
+            name: "batch",
+            reason: format!(
+                "the plan returned {} logits for a vocabulary of {n_vocab}",
+                logits.len()
+            ),
+        });
+    }
+    rows[slot * n_vocab..(slot + 1) * n_vocab].copy_from_slice(logits);
+    Ok(())
 }
 
 fn mismatch() -> GenerateError {

@@ -533,6 +533,8 @@ impl Generator {
                         chunk: plan.max_tokens(),
                         rows: Vec::new(),
                         n_vocab: core.cfg.n_vocab,
+                        decodes: Vec::with_capacity(opts.max_seqs),
+                        batch: std::env::var("KESTREL_CUDA_BATCH").map_or(true, |v| v != "0"),
                     },
                     SeqStore::Cuda(CudaSeqs::new(opts.max_seqs, opts.block_size, blocks)),
                 ),
