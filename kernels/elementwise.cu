@@ -2,7 +2,8 @@
 // add/mul with `b` of `b_len` values repeated (a row broadcast when `b_len` is a row, plain
 // when `b_len == n`), scale, soft cap (`cap * tanh(x / cap)`), SiLU, GELU (tanh form, ggml's
 // constants), exact GELU (erf), SwiGLU and GeGLU (also with the Q8_1 quantization fused in),
-// and the per-token attention temperature.
+// the per-token attention temperature, the one-input ops of other architectures (squared ReLU,
+// sigmoid, clamp), a row times its own scalar, and a column slice of each row.
 #include "common.cuh"
 
 #define GRID_STRIDE(i, n) \
@@ -103,4 +104,42 @@ extern "C" __global__ void attn_temp_from_f32(const float *__restrict__ src, flo
         const float f = (float)(log((double)steps + 1.0) * (double)scale + 1.0);
         out[i] = src[i] * f;
     }
+}
+
+// One-input ops reading `src` and writing `out` (n values), chosen by `op` (the host's
+// `Unary`): 0 SiLU, 1 GELU (tanh form, as gelu_f32), 2 squared ReLU (`max(x, 0)²`), 3 the
+// logistic sigmoid (`1 / (1 + e^-x)`), 4 clamp to [-a, a] (NaN stays NaN, as Rust's clamp).
+// The op is uniform across the launch, so the branch costs nothing.
+extern "C" __global__ void unary_from_f32(const float *__restrict__ src, float *__restrict__ out, long long n, int op,
+                                          float a) {
+    GRID_STRIDE(i, n) {
+        const float x = src[i];
+        float y;
+        switch (op) {
+        case 0: y = silu(x); break;
+        case 1: y = gelu(x); break;
+        case 2: {
+            const float r = fmaxf(x, 0.0f);
+            y = r * r;
+            break;
+        }
+        case 3: y = 1.0f / (1.0f + expf(-x)); break;
+        default: y = x != x ? x : fminf(fmaxf(x, -a), a); break;
+        }
+        out[i] = y;
+    }
+}
+
+// Each row of `a` (`width` values) times its own scalar: out[i] = a[i] * s[i / width] (a
+// sigmoid gate of a shared expert, one value a token).
+extern "C" __global__ void mul_row_scalar_f32(const float *__restrict__ a, const float *__restrict__ s,
+                                              float *__restrict__ out, long long n, long long width) {
+    GRID_STRIDE(i, n) out[i] = a[i] * s[i / width];
+}
+
+// Columns `offset .. offset + width` of each row of `src` (rows of `in_width`): a fused
+// projection's part (q/k/v of one qkv matrix, gate/up of one).
+extern "C" __global__ void slice_cols_f32(const float *__restrict__ src, float *__restrict__ out, long long rows,
+                                          long long in_width, long long width, long long offset) {
+    GRID_STRIDE(i, rows * width) out[i] = src[(i / width) * in_width + offset + i % width];
 }

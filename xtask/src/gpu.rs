@@ -24,7 +24,7 @@ use crate::{cargo_with, run, workspace_root};
 /// The CUDA test targets: (package, test target, features).
 const TESTS: &[(&str, &str)] = &[
     ("kestrel-tensor", "cuda_kernels"),
-    ("kestrel-tensor", "cuda_attn_temperature"),
+    ("kestrel-tensor", "cuda_elementwise"),
     ("kestrel-tensor", "cuda_kv_table"),
     ("kestrel-arch", "cuda_forward"),
     ("kestrel-generate", "cuda_generate"),

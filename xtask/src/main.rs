@@ -255,7 +255,7 @@ fn test() -> Result<()> {
             "--test",
             "cuda_kernels",
             "--test",
-            "cuda_attn_temperature",
+            "cuda_elementwise",
             "--test",
             "cuda_kv_table",
         ]),

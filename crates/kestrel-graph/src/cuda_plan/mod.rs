@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kestrel_tensor::cuda::{
-    CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, KvTable, Q8Ticket, MAX_MATVEC_ROWS,
+    CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, KvTable, Q8Ticket, Unary, MAX_MATVEC_ROWS,
 };
 use kestrel_tensor::{DType, Shape, Tensor};
 
@@ -178,12 +178,23 @@ impl CudaPlan {
         weight: &dyn Fn(&str) -> Option<Tensor>,
         donor: Option<&CudaPlan>,
     ) -> Result<CudaPlan, GraphError> {
+        Self::check(graph)?;
         let max_tokens = max_tokens.max(1);
         let max_batch = MAX_MATVEC_ROWS.min(max_tokens);
         let output = *graph.outputs().first().ok_or(GraphError::NoOutput)?;
         let mut weights = Vec::with_capacity(graph.weights().len());
         let mut weight_names = Vec::with_capacity(graph.weights().len());
-        for w in graph.weights() {
+        // Weights an elementwise product reads (a per-head factor may be a matrix, of any
+        // type): uploaded as f32 values, as vectors are.
+        let factors: Vec<usize> = graph
+            .nodes()
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::MulWeight { weight } => Some(weight),
+                _ => None,
+            })
+            .collect();
+        for (index, w) in graph.weights().iter().enumerate() {
             weight_names.push(w.name.clone());
             let shared = donor.and_then(|d| d.shared_weight(&w.name, &w.dims));
             if let Some(t) = shared {
@@ -201,7 +212,7 @@ impl CudaPlan {
                     reason: format!("dims {dims:?}, the graph expects {:?}", w.dims),
                 });
             }
-            let is_vector = w.dims.iter().skip(1).all(|&d| d == 1);
+            let is_vector = w.dims.iter().skip(1).all(|&d| d == 1) || factors.contains(&index);
             let t = if is_vector && t.dtype() != DType::F32 {
                 let v = t.to_f32_vec()?;
                 Tensor::from_f32(Shape::vector(v.len()), &v)?
@@ -213,13 +224,6 @@ impl CudaPlan {
         let mut acts = Vec::with_capacity(graph.nodes().len());
         let mut kv_widths: Vec<Option<usize>> = Vec::new();
         for node in graph.nodes() {
-            if let Some(op) = unsupported(&node.op, node.width) {
-                return Err(GraphError::Unsupported {
-                    op,
-                    node: node.name.clone(),
-                    backend: "CUDA",
-                });
-            }
             let rows = match node.rows {
                 Rows::Tokens => max_tokens,
                 Rows::Outputs => max_batch,
@@ -306,6 +310,27 @@ impl CudaPlan {
             batch_slots: (0..max_batch).map(|_| GraphSlot::default()).collect(),
             dev,
         })
+    }
+
+    /// Whether the CUDA plan runs `graph`: `Err` names the first op it cannot run yet, the
+    /// error [`CudaPlan::compile`] gives (checked before anything is uploaded). Needs no GPU
+    /// (nor the `cuda` feature): a caller can tell which models a GPU would take.
+    ///
+    /// # Errors
+    /// [`GraphError::Unsupported`] with the op and the node.
+    pub fn check(graph: &Graph) -> Result<(), GraphError> {
+        match graph
+            .nodes()
+            .iter()
+            .find_map(|n| unsupported(&n.op).map(|op| (op, n)))
+        {
+            Some((op, node)) => Err(GraphError::Unsupported {
+                op,
+                node: node.name.clone(),
+                backend: "CUDA",
+            }),
+            None => Ok(()),
+        }
     }
 
     /// LoRA adapters whose terms the graph holds (the length [`set_adapter_scales`]
@@ -649,13 +674,31 @@ impl CudaPlan {
                 r?;
             }
             Op::LayerNorm {
-                eps, weight, bias, ..
+                eps,
+                weight,
+                bias,
+                group,
             } => {
+                // Per-head norms (Cohere's Q/K) see the row as `width / group` rows of `group`,
+                // as the RMS norm above.
+                let in_id = node.inputs[0];
+                let a_shape = self.input(node, 0)?.shape();
+                let grouped = Shape::matrix(a_shape.elem_count() / group, *group)?;
+                let out_shape = out.shape();
+                if let Some(a) = self.acts[in_id].as_mut() {
+                    a.set_shape(grouped)?;
+                }
+                out.set_shape(grouped)?;
                 let (w, b) = (
                     weight.map(|w| &*self.weights[w]),
                     bias.map(|b| &*self.weights[b]),
                 );
-                dev.layer_norm(self.input(node, 0)?, w, b, *eps, out)?;
+                let r = dev.layer_norm(self.input(node, 0)?, w, b, *eps, out);
+                if let Some(a) = self.acts[in_id].as_mut() {
+                    a.set_shape(a_shape)?;
+                }
+                out.set_shape(out_shape)?;
+                r?;
             }
             Op::Rope(p) => {
                 let a = self.input(node, 0)?;
@@ -743,23 +786,28 @@ impl CudaPlan {
                 p.scale,
                 p.offset,
             )?,
-            Op::Gelu
-            | Op::Silu
-            | Op::ReluSqr
-            | Op::MulWeight { .. }
-            | Op::Slice { .. }
-            | Op::Moe(_)
-            | Op::Sigmoid
-            | Op::MulRowScalar
+            Op::Gelu => dev.unary_op(Unary::Gelu, self.input(node, 0)?, out)?,
+            Op::Silu => dev.unary_op(Unary::Silu, self.input(node, 0)?, out)?,
+            Op::ReluSqr => dev.unary_op(Unary::ReluSqr, self.input(node, 0)?, out)?,
+            Op::Sigmoid => dev.unary_op(Unary::Sigmoid, self.input(node, 0)?, out)?,
+            Op::Clamp(limit) => dev.unary_op(Unary::Clamp(*limit), self.input(node, 0)?, out)?,
+            // A weight vector per row, or one value for the whole tensor.
+            Op::MulWeight { weight } => {
+                dev.mul(self.input(node, 0)?, &self.weights[*weight], out)?
+            }
+            Op::MulRowScalar => {
+                dev.mul_row_scalar(self.input(node, 0)?, self.input(node, 1)?, out)?
+            }
+            Op::Slice { offset } => dev.slice_cols(self.input(node, 0)?, *offset, out)?,
+            Op::Moe(_)
             | Op::HeadMatMul { .. }
             | Op::HeadSlice { .. }
             | Op::HeadConcat { .. }
-            | Op::Clamp(_)
             | Op::SsmConv(_)
             | Op::SsmScan(_)
             | Op::LowRank { .. } => {
                 return Err(GraphError::Unsupported {
-                    op: unsupported(&node.op, node.width).unwrap_or("?"),
+                    op: unsupported(&node.op).unwrap_or("?"),
                     node: node.name.clone(),
                     backend: "CUDA",
                 })
@@ -778,18 +826,9 @@ impl CudaPlan {
 }
 
 /// The name of an op the CUDA plan cannot run yet (refused when the plan is made).
-fn unsupported(op: &Op, width: usize) -> Option<&'static str> {
+fn unsupported(op: &Op) -> Option<&'static str> {
     match op {
-        Op::Gelu => Some("gelu"),
-        Op::Silu => Some("silu"),
-        Op::ReluSqr => Some("relu_sqr"),
-        Op::MulWeight { .. } => Some("mul_weight"),
-        Op::Slice { .. } => Some("slice"),
-        Op::Clamp(_) => Some("clamp"),
         Op::Moe(_) => Some("mixture of experts"),
-        Op::Sigmoid => Some("sigmoid"),
-        Op::MulRowScalar => Some("mul_row_scalar"),
-        Op::LayerNorm { group, .. } => (*group != width).then_some("layer_norm over groups"),
         Op::Rope(p) if p.mrope.is_some() => Some("M-RoPE with unrotated fourth-axis pairs"),
         Op::Attention(p) if p.sinks.is_some() => Some("attention sinks"),
         Op::Attention(p) if p.latent => Some("latent attention"),

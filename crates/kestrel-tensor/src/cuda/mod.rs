@@ -60,6 +60,22 @@ pub use stub::{
     KvTable, Q8Ticket,
 };
 
+/// A one-input elementwise op ([`CudaDevice::unary_op`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Unary {
+    /// `x · sigmoid(x)`.
+    Silu,
+    /// GELU, tanh form (ggml's constants).
+    Gelu,
+    /// `max(x, 0)²`.
+    ReluSqr,
+    /// `1 / (1 + e^-x)`.
+    Sigmoid,
+    /// `x` clamped to `[-limit, limit]` (NaN stays NaN).
+    Clamp(f32),
+}
+
 /// An RMS norm of each head before RoPE (`CudaDevice::rope_qk_append_ids`): its weight (or
 /// none) and epsilon.
 pub type HeadNorm<'a> = (Option<&'a DeviceTensor>, f32);

@@ -5,7 +5,7 @@
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::engine::{cfg, driver, elementwise_cfg, f32_only, grid_for, i32_of, same_shape};
-use super::{CudaDevice, DeviceIds, DeviceTensor};
+use super::{CudaDevice, DeviceIds, DeviceTensor, Unary};
 use crate::error::{Result, TensorError};
 use crate::{DType, Shape};
 
@@ -223,7 +223,7 @@ impl CudaDevice {
         }
     }
 
-    /// `out = a + b`, `b` the same size or one row repeated.
+    /// `out = a + b`, `b` the same size, one row repeated, or one value.
     ///
     /// # Errors
     /// Shape or dtype mismatches, a launch failure.
@@ -231,7 +231,7 @@ impl CudaDevice {
         self.binary("add_f32", a, b, out)
     }
 
-    /// `out = a * b`, `b` the same size or one row repeated.
+    /// `out = a * b`, `b` the same size, one row repeated, or one value.
     ///
     /// # Errors
     /// Shape or dtype mismatches, a launch failure.
@@ -253,7 +253,7 @@ impl CudaDevice {
         same_shape(name, "out", a, out)?;
         let n = a.shape.elem_count();
         let b_len = b.shape.elem_count();
-        if b_len != n && b_len != a.shape.row_len() {
+        if b_len != n && b_len != a.shape.row_len() && b_len != 1 {
             return Err(TensorError::ShapeMismatch {
                 op: name,
                 what: "b",
@@ -313,6 +313,110 @@ impl CudaDevice {
         b.arg(&mut x.buf).arg(&n);
         // SAFETY: x holds n f32.
         unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch unary"))?;
+        Ok(())
+    }
+
+    /// `out = op(src)`, element by element (the ops of [`Unary`]).
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches, a launch failure.
+    pub fn unary_op(&self, op: Unary, src: &DeviceTensor, out: &mut DeviceTensor) -> Result<()> {
+        const OP: &str = "cuda unary";
+        f32_only(OP, src)?;
+        f32_only(OP, out)?;
+        same_shape(OP, "out", src, out)?;
+        let (code, a) = match op {
+            Unary::Silu => (0i32, 0f32),
+            Unary::Gelu => (1, 0.0),
+            Unary::ReluSqr => (2, 0.0),
+            Unary::Sigmoid => (3, 0.0),
+            Unary::Clamp(limit) => (4, limit),
+        };
+        let n = src.shape.elem_count();
+        let ni = n as i64;
+        let f = self.func("unary_from_f32")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&src.buf)
+            .arg(&mut out.buf)
+            .arg(&ni)
+            .arg(&code)
+            .arg(&a);
+        // SAFETY: src and out hold n f32 (checked).
+        unsafe { b.launch(elementwise_cfg(n)) }.map_err(driver("launch unary"))?;
+        Ok(())
+    }
+
+    /// `out[r] = a[r] * s[r]`: each row of `a` times the one value of `s`'s row `r`.
+    ///
+    /// # Errors
+    /// Shape or dtype mismatches (`s` one value a row of `a`), a launch failure.
+    pub fn mul_row_scalar(
+        &self,
+        a: &DeviceTensor,
+        s: &DeviceTensor,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda mul_row_scalar";
+        for t in [a, s, &*out] {
+            f32_only(OP, t)?;
+        }
+        same_shape(OP, "out", a, out)?;
+        let rows = a.shape.n_rows();
+        if s.shape.elem_count() != rows {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what: "s",
+                expected: rows,
+                actual: s.shape.elem_count(),
+            });
+        }
+        let n = a.shape.elem_count();
+        let (ni, wi) = (n as i64, a.shape.row_len().max(1) as i64);
+        let f = self.func("mul_row_scalar_f32")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&a.buf)
+            .arg(&s.buf)
+            .arg(&mut out.buf)
+            .arg(&ni)
+            .arg(&wi);
+        // SAFETY: a and out hold n f32, s one per row of width values (checked).
+        unsafe { b.launch(elementwise_cfg(n)) }.map_err(driver("launch mul_row_scalar"))?;
+        Ok(())
+    }
+
+    /// `out[r] = src[r][offset .. offset + out's row length]` for each row.
+    ///
+    /// # Errors
+    /// Columns past `src`'s rows, row counts that differ, dtype mismatches, a launch failure.
+    pub fn slice_cols(
+        &self,
+        src: &DeviceTensor,
+        offset: usize,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda slice";
+        f32_only(OP, src)?;
+        f32_only(OP, out)?;
+        let (rows, in_width, width) =
+            (src.shape.n_rows(), src.shape.row_len(), out.shape.row_len());
+        if out.shape.n_rows() != rows || offset.checked_add(width).is_none_or(|e| e > in_width) {
+            return Err(TensorError::ShapeMismatch {
+                op: OP,
+                what: "out",
+                expected: Shape::matrix(rows, in_width.saturating_sub(offset))?,
+                actual: out.shape,
+            });
+        }
+        let n = rows * width;
+        let args = [rows, in_width, width, offset].map(|v| v as i64);
+        let f = self.func("slice_cols_f32")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&src.buf).arg(&mut out.buf);
+        for v in &args {
+            b.arg(v);
+        }
+        // SAFETY: src holds rows*in_width f32, out rows*width, offset + width <= in_width.
+        unsafe { b.launch(elementwise_cfg(n)) }.map_err(driver("launch slice"))?;
         Ok(())
     }
 

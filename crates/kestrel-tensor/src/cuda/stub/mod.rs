@@ -6,6 +6,7 @@ use std::convert::Infallible;
 
 use super::CudaError;
 
+mod elementwise;
 mod kv_table;
 use crate::cpu::{AttentionParams, RopeParams};
 use crate::error::Result;
