@@ -11,14 +11,21 @@
 //! top two logits within 0.5).
 //!
 //! The paths above the plan on the GPU: the continuous-batching scheduler gives each sequence
-//! the tokens it gets alone, bit for bit (it runs them one by one in the same prefill chunks);
+//! the tokens it gets alone, bit for bit (its decode tokens run as batched steps of up to 8
+//! sequences, its prompts one by one in the same prefill chunks);
 //! prompt-lookup speculation keeps greedy decoding's tokens except at a near-tie (its
 //! verification rows run through the prefill kernels); embeddings match the CPU's (cosine
 //! ≥ 0.999). LoRA adapters on the GPU match the CPU's within the same KLD bound, at any scales
-//! and with an activated LoRA.
+//! and with an activated LoRA. Every architecture kestrel matches llama.cpp on and the CUDA
+//! plan takes runs on the GPU within the same bound (llama.cpp's random-weight files).
 #![cfg(feature = "cuda")]
 
 mod lora_common;
+
+// llama.cpp's random-weight architecture files, rebuilt (the `llama_archs` test's builder).
+#[path = "llama_archs/files.rs"]
+#[allow(dead_code)]
+mod files;
 
 use std::sync::Arc;
 
@@ -470,4 +477,81 @@ fn lora_adapters_run_on_the_gpu_as_on_the_cpu() {
         assert_eq!(got.as_ref().unwrap().ids, alone, "request {i} ({c:?})");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every architecture kestrel matches llama.cpp on whose graph the CUDA plan takes
+/// (`CudaPlan::check`; `llama_archs.rs` lists the others) runs on the GPU as on the CPU:
+/// llama.cpp's random-weight files of each (rebuilt from `fixtures/archs/skeletons.json`), the
+/// last position's logits of the golden sets' prompts (16 ids; 64 at a larger weight
+/// deviation) through `logits_of_ids` on both devices, KLD ≤ 0.002 and the same top token
+/// wherever the CPU's top two are 0.5 apart. Prints each file's KLD.
+#[test]
+fn architectures_run_on_the_gpu_as_on_the_cpu() {
+    use kestrel_arch::{build_decoder, DecoderConfig, Logits};
+    use kestrel_generate::{logits_of_ids, LogitsOptions};
+    use kestrel_graph::CudaPlan;
+    if !have_gpu() {
+        return;
+    }
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs");
+    let text = std::fs::read_to_string(fixtures.join("golden.json")).unwrap();
+    let golden: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let skeletons = files::read_skeletons(&fixtures.join("skeletons.json"));
+    let matching = std::fs::read_to_string(fixtures.join("matching.txt")).unwrap();
+    let (mut ran, mut failures) = (0, Vec::new());
+    for key in ["1", "3"] {
+        let set = &golden["sets"][key];
+        let seed = set["seed"].as_u64().unwrap();
+        let stdev = set["stdev"].as_f64().unwrap() as f32;
+        let prompt: Vec<u32> = set["prompt"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        for stem in matching
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim())
+            .filter(|l| !l.is_empty())
+        {
+            let model = files::build(&skeletons[stem], seed, stdev);
+            let cfg = DecoderConfig::from_model(&model).unwrap();
+            if CudaPlan::check(&build_decoder(&cfg, &model, Logits::Last).unwrap()).is_err() {
+                continue;
+            }
+            let run = |device: &str| {
+                let opts = LogitsOptions {
+                    device: device.into(),
+                    threads: 2,
+                    ..LogitsOptions::default()
+                };
+                logits_of_ids(&model, &prompt, &opts)
+                    .map(|mut rows| rows.pop().unwrap())
+                    .map_err(|e| e.to_string())
+            };
+            let cpu = run("cpu").unwrap();
+            let gpu = match run("cuda") {
+                Ok(g) => g,
+                Err(e) => {
+                    failures.push(format!("{stem} (set {key}): the GPU refused it: {e}"));
+                    continue;
+                }
+            };
+            ran += 1;
+            let k = kld(&cpu, &gpu);
+            let top_ok = top_gap(&cpu) <= 0.5 || argmax(&cpu) == argmax(&gpu);
+            eprintln!(
+                "{stem} (set {key}): KLD {k:.2e}, top token {}",
+                if top_ok { "agrees" } else { "DIFFERS" }
+            );
+            if k.is_nan() || k > 0.002 || !top_ok {
+                failures.push(format!(
+                    "{stem} (set {key}): KLD {k:.3e}, top token agrees: {top_ok}"
+                ));
+            }
+        }
+    }
+    eprintln!("{ran} files ran on the GPU");
+    assert!(ran >= 2 * 40, "only {ran} files ran");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

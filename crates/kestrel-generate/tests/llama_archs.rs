@@ -541,3 +541,69 @@ fn deepseek2_caches_the_latent_only() {
     let (b, n_layer) = bytes("deepseek2-moe-h4-kvb");
     assert_eq!(b, n_layer * 4 * (192 + 128) * 2);
 }
+
+/// The architectures whose graph the CUDA plan refuses (`CudaPlan::check`, no GPU needed), with
+/// the op it lacks: the list changes only on purpose. Every other architecture kestrel matches
+/// llama.cpp on compiles for the GPU; `cuda_generate.rs` runs each there against the CPU.
+const CUDA_REFUSED: &[(&str, &str)] = &[
+    ("llama-moe", "mixture of experts"),
+    ("qwen2moe-moe", "mixture of experts"),
+    ("qwen3moe-moe", "mixture of experts"),
+    ("granite-moe", "mixture of experts"),
+    ("granitemoe-moe", "mixture of experts"),
+    ("olmoe-moe", "mixture of experts"),
+    ("phimoe-moe", "mixture of experts"),
+    ("mistral3-moe", "mixture of experts"),
+    ("minicpm-moe", "mixture of experts"),
+    ("gpt-oss-moe", "attention sinks"),
+    ("granite_swa-dense", "attention sinks"),
+    ("deepseek2-moe", "head_slice"),
+    ("mamba-dense", "ssm_conv"),
+    ("mamba2-dense", "ssm_conv"),
+    ("jamba-dense", "ssm_conv"),
+    ("granitehybrid-dense", "ssm_conv"),
+    ("nemotron_h-dense", "ssm_conv"),
+    ("nemotron_h_moe-dense", "ssm_conv"),
+    ("falcon-h1-dense", "ssm_conv"),
+    ("lfm2-dense", "ssm_conv"),
+];
+
+/// Which of the matching architectures the CUDA plan takes, checked on the graph alone (the
+/// same check `CudaPlan::compile` makes before uploading anything).
+#[test]
+fn the_cuda_plan_takes_these_architectures() {
+    use kestrel_arch::{build_decoder, DecoderConfig, Logits};
+    use kestrel_graph::{CudaPlan, GraphError};
+    let text = std::fs::read_to_string(fixtures().join("golden.json")).expect("golden.json");
+    let golden: serde_json::Value = serde_json::from_str(&text).expect("golden.json is JSON");
+    let set = &golden["sets"]["1"];
+    let seed = set["seed"].as_u64().expect("seed");
+    let stdev = set["stdev"].as_f64().expect("stdev") as f32;
+    let skeletons = files::read_skeletons(&fixtures().join("skeletons.json"));
+    let matching = std::fs::read_to_string(fixtures().join("matching.txt")).expect("matching");
+    let mut refused: Vec<(String, String)> = Vec::new();
+    let mut taken = 0;
+    for stem in matching
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+    {
+        let model = files::build(&skeletons[stem], seed, stdev);
+        let cfg = DecoderConfig::from_model(&model).expect("config");
+        let graph = build_decoder(&cfg, &model, Logits::Last).expect("graph");
+        match CudaPlan::check(&graph) {
+            Ok(()) => taken += 1,
+            Err(GraphError::Unsupported { op, .. }) => refused.push((stem.to_string(), op.into())),
+            Err(e) => panic!("{stem}: {e}"),
+        }
+    }
+    eprintln!(
+        "the CUDA plan takes {taken} of {} architectures; refused: {refused:?}",
+        taken + refused.len()
+    );
+    let want: Vec<(String, String)> = CUDA_REFUSED
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(refused, want, "the architectures the CUDA plan refuses");
+}
