@@ -88,19 +88,7 @@ impl CudaPlan {
         for c in caches.iter_mut() {
             c.len += 1;
         }
-        let out = self.acts[self.output]
-            .as_ref()
-            .ok_or_else(|| internal("output buffer missing"))?;
-        let len = out.shape().elem_count();
-        let dst = self
-            .out
-            .get_mut(..len)
-            .ok_or_else(|| internal("output larger than its host buffer"))?;
-        self.dev.download_f32_into(out, dst)?;
-        if let Some(p) = self.profile.as_mut() {
-            p.collect(true)?;
-        }
-        Ok(&self.out[..len])
+        self.copy_out(true)
     }
 
     /// Writes the step's table: token `i` reaches `caches[i]` in every attention layer.

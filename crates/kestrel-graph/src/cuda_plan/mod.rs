@@ -36,7 +36,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kestrel_tensor::cuda::{
-    CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, KvTable, Q8Ticket, Unary, MAX_MATVEC_ROWS,
+    CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, HostBuffer, KvTable, Q8Ticket, Unary,
+    MAX_MATVEC_ROWS,
 };
 use kestrel_tensor::{DType, Shape, Tensor};
 
@@ -96,7 +97,7 @@ pub struct CudaPlan {
     /// The attention about to run had its keys and values appended by a fused launch.
     appended: bool,
     /// The output rows of the last step, copied back.
-    out: Vec<f32>,
+    out: HostBuffer,
     /// Adapters the graph's terms belong to, and the scales bound to them (`None`: each
     /// term's built-in factor, the scales the graph was built with).
     adapter_slots: usize,
@@ -293,7 +294,7 @@ impl CudaPlan {
             graph_off: None,
             profile,
             id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
-            out: vec![0.0; out_rows * out_node.width],
+            out: dev.new_host_buffer(out_rows * out_node.width)?,
             adapter_slots: graph
                 .nodes()
                 .iter()
@@ -483,19 +484,21 @@ impl CudaPlan {
             self.step_plain(&mut StepKv::One(cache), tokens, pos0)?;
         }
         cache.len = end;
+        self.copy_out(t == 1)
+    }
+
+    /// Copies the output node's rows back into the plan's host buffer (page-locked when small
+    /// enough, so a vocabulary of logits comes back at the link's speed) and returns them;
+    /// collects the step's profile.
+    fn copy_out(&mut self, decode: bool) -> Result<&[f32], GraphError> {
         let out = self.acts[self.output]
             .as_ref()
             .ok_or_else(|| internal("output buffer missing"))?;
-        let n = out.shape().elem_count();
-        let dst = self
-            .out
-            .get_mut(..n)
-            .ok_or_else(|| internal("output larger than its host buffer"))?;
-        self.dev.download_f32_into(out, dst)?;
+        self.dev.download_into_host(out, &mut self.out)?;
         if let Some(p) = self.profile.as_mut() {
-            p.collect(t == 1)?;
+            p.collect(decode)?;
         }
-        Ok(&self.out[..n])
+        Ok(self.out.values()?)
     }
 
     /// Enqueues every node, in order.

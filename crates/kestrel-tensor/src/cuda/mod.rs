@@ -34,6 +34,8 @@ mod gemm;
 #[cfg(feature = "cuda")]
 mod graph;
 #[cfg(feature = "cuda")]
+mod host;
+#[cfg(feature = "cuda")]
 mod kv_table;
 #[cfg(feature = "cuda")]
 mod matvec;
@@ -53,11 +55,13 @@ pub use fused::Glu;
 #[cfg(feature = "cuda")]
 pub use graph::{DeviceEvent, DeviceGraph, DeviceIds};
 #[cfg(feature = "cuda")]
+pub use host::HostBuffer;
+#[cfg(feature = "cuda")]
 pub use kv_table::KvTable;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{
     device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor, Glu,
-    KvTable, Q8Ticket,
+    HostBuffer, KvTable, Q8Ticket,
 };
 
 /// A one-input elementwise op ([`CudaDevice::unary_op`]).

@@ -1,5 +1,8 @@
-//! The elementwise ops of other architectures without the `cuda` feature (see the real
-//! `cuda/ops.rs`): every entry point is unreachable, as no device can exist.
+//! The elementwise ops of other architectures and the host output buffer without the `cuda`
+//! feature (see the real `cuda/ops.rs` and `cuda/host.rs`): every entry point is unreachable,
+//! as no device can exist.
+
+use std::convert::Infallible;
 
 use super::{CudaDevice, DeviceTensor};
 use crate::cuda::Unary;
@@ -37,6 +40,55 @@ impl CudaDevice {
         _offset: usize,
         _out: &mut DeviceTensor,
     ) -> Result<()> {
+        match self.never {}
+    }
+}
+
+/// Host memory device results are copied into (none can exist in this build).
+#[derive(Debug)]
+pub struct HostBuffer {
+    never: Infallible,
+}
+
+impl HostBuffer {
+    /// Whether the buffer is page-locked.
+    pub fn is_pinned(&self) -> bool {
+        match self.never {}
+    }
+
+    /// Values it holds at most.
+    pub fn len(&self) -> usize {
+        match self.never {}
+    }
+
+    /// True for a buffer of no values.
+    pub fn is_empty(&self) -> bool {
+        match self.never {}
+    }
+
+    /// The values the last copy wrote.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn values(&self) -> Result<&[f32]> {
+        match self.never {}
+    }
+}
+
+impl CudaDevice {
+    /// A host buffer for device results.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn new_host_buffer(&self, _len: usize) -> Result<HostBuffer> {
+        match self.never {}
+    }
+
+    /// Copies a tensor into a host buffer.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn download_into_host(&self, _t: &DeviceTensor, _dst: &mut HostBuffer) -> Result<()> {
         match self.never {}
     }
 }

@@ -11,6 +11,7 @@ mod kv_table;
 use crate::cpu::{AttentionParams, RopeParams};
 use crate::error::Result;
 use crate::{DType, Shape, Tensor};
+pub use elementwise::HostBuffer;
 pub use kv_table::KvTable;
 
 /// GPUs the driver reports: never, in this build.
