@@ -38,6 +38,14 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
 done
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 
+# gpu-pack gzips the executables (the transfer is capped at 64 MiB): unpack them beside.
+for z in .gpu/*.gz; do
+    [ -f "$z" ] || continue
+    n="${z%.gz}"
+    [ "$n" = .gpu/kestrel-base ] && continue
+    [ -x "$n" ] || { gunzip -c "$z" >"$n" && chmod +x "$n"; }
+done
+
 elapsed() { echo $(($(date +%s) - start)); }
 # Whether there is time for a step expected to take $1 seconds.
 time_for() { [ $(($(elapsed) + ${1:-0})) -lt "$deadline" ]; }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use kestrel_generate::{Encoder, EncoderOptions, Pooling};
 use kestrel_gguf::{GgufModel, OpenOptions};
 
-use crate::model::check_cpu_device;
+use crate::device::check_cpu_device;
 use crate::{Error, LoadOptions, ModelInfo};
 
 /// A loaded encoder model.

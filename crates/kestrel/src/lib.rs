@@ -36,6 +36,7 @@
 mod adapters;
 pub mod backend;
 pub mod convert;
+mod device;
 mod encoder;
 mod error;
 pub mod hub;

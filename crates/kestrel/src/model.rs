@@ -11,6 +11,7 @@ use kestrel_gguf::{GgufModel, OpenOptions};
 use kestrel_tensor::{Device, DeviceRequest};
 use kestrel_tokenizer::{ChatMessage, ChatTemplate, DecodeOptions, EncodeOptions, Tokenizer};
 
+use crate::device::{cpu_instead, resolve_device};
 use crate::{Error, GenerateOptions, LoadOptions, Prompter};
 
 /// The result of a generation.
@@ -52,42 +53,6 @@ pub struct Response {
     pub finish: FinishReason,
     /// Counts and timings.
     pub metrics: GenerateMetrics,
-}
-
-/// Resolve the device a user asked for (`cpu`, `cuda`, `cuda:N`, `auto`). `cuda` says whether
-/// the build, the driver or the GPU is missing; `auto` takes GPU 0 when a driver and a GPU are
-/// there, else the CPU with the reason (the note, for one log line).
-pub(crate) fn resolve_device(device: &str) -> Result<(Device, Option<String>), Error> {
-    let request: DeviceRequest =
-        device
-            .parse()
-            .map_err(|e: kestrel_tensor::ParseDeviceError| Error::InvalidOption {
-                name: "device",
-                reason: e.to_string(),
-            })?;
-    request.resolve().map_err(|e| Error::InvalidOption {
-        name: "device",
-        reason: e.to_string(),
-    })
-}
-
-/// For what runs on the CPU engine only (`what`: encoders): `cpu` and `auto` pass, `cuda` is
-/// refused, saying why.
-pub(crate) fn check_cpu_device(device: &str, what: &str) -> Result<(), Error> {
-    let request: DeviceRequest =
-        device
-            .parse()
-            .map_err(|e: kestrel_tensor::ParseDeviceError| Error::InvalidOption {
-                name: "device",
-                reason: e.to_string(),
-            })?;
-    match request {
-        DeviceRequest::Cuda(_) => Err(Error::InvalidOption {
-            name: "device",
-            reason: format!("{what} run on the CPU engine only; use --device cpu (or auto)"),
-        }),
-        _ => Ok(()),
-    }
 }
 
 /// A loaded model.
@@ -152,28 +117,40 @@ impl Model {
 
     /// Load a GGUF file (any shard of a split model).
     pub fn load_file(path: impl AsRef<Path>, opts: LoadOptions) -> Result<Model, Error> {
-        let (device, device_note) = resolve_device(&opts.device)?;
+        let (device, mut device_note) = resolve_device(&opts.device)?;
         let sessions = crate::session_pool::SessionPool::new(opts.session_pool)?;
         let model = Arc::new(GgufModel::open_with(path, OpenOptions { mmap: opts.mmap })?);
-        let generator = Generator::new(
-            model,
-            GeneratorOptions {
-                threads: opts.threads,
-                ctx: opts.ctx,
-                batch: opts.batch,
-                kv_dtype: opts.kv_dtype,
-                device,
-                adapters: opts
-                    .lora
-                    .iter()
-                    .map(|(path, scale)| {
-                        let a = kestrel_arch::LoraAdapter::open(path)
-                            .map_err(kestrel_generate::GenerateError::from)?;
-                        Ok((std::sync::Arc::new(a), *scale))
-                    })
-                    .collect::<Result<Vec<_>, Error>>()?,
-            },
-        )?;
+        let gen_opts = GeneratorOptions {
+            threads: opts.threads,
+            ctx: opts.ctx,
+            batch: opts.batch,
+            kv_dtype: opts.kv_dtype,
+            device,
+            adapters: opts
+                .lora
+                .iter()
+                .map(|(path, scale)| {
+                    let a = kestrel_arch::LoraAdapter::open(path)
+                        .map_err(kestrel_generate::GenerateError::from)?;
+                    Ok((std::sync::Arc::new(a), *scale))
+                })
+                .collect::<Result<Vec<_>, Error>>()?,
+        };
+        let auto = matches!(opts.device.parse(), Ok(DeviceRequest::Auto));
+        let generator = match Generator::new(Arc::clone(&model), gen_opts.clone()) {
+            // `auto` found a GPU but the model needs what the GPU engine lacks: the CPU runs it.
+            Err(e) if auto && device != Device::Cpu && cpu_instead(&e) => {
+                device_note = Some(format!("auto: {e}; running on the CPU"));
+                Generator::new(
+                    model,
+                    GeneratorOptions {
+                        device: Device::Cpu,
+                        ..gen_opts
+                    },
+                )?
+            }
+            r => r?,
+        };
         let tokenizer = generator.tokenizer().cloned().ok_or(Error::InvalidOption {
             name: "model",
             reason: "the file has no vocabulary (tokenizer.ggml.model = none)".into(),
@@ -197,7 +174,8 @@ impl Model {
         self.generator.device()
     }
 
-    /// Why `auto` chose the CPU (no CUDA build, driver or GPU), for one log line; `None`
+    /// Why `auto` chose the CPU (no CUDA build, driver or GPU, or a model that needs what the
+    /// GPU engine lacks yet, such as mixture-of-experts layers), for one log line; `None`
     /// otherwise.
     pub fn device_note(&self) -> Option<&str> {
         self.device_note.as_deref()
