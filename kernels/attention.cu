@@ -13,9 +13,10 @@
 // key (a negative position) gets zeros.
 // Layouts: q and out [n_tokens][n_head][head_dim] f32; k and v [capacity][n_kv_head][head_dim]
 // f16. Launch: grid n_tokens * n_head, block (32, warps), warps 1..DEC_MAX_WARPS.
-// kv_table (both kernels; null: every token reads k and v): token t of a batched decode step
-// reads the caches at kv_table[2t] (keys) and kv_table[2t + 1] (values) instead, each of its
-// own sequence (kv_rows.cuh). A token's bits are the same either way.
+// sinks (both kernels; null: none): gpt-oss's per-head sink logits (attention.cuh's
+// softmax_inv). kv_table (both kernels; null: every token reads k and v): token t of a batched
+// decode step reads the caches at kv_table[2t] (keys) and kv_table[2t + 1] (values) instead,
+// each of its own sequence (kv_rows.cuh). A token's bits are the same either way.
 //
 // attention_f16_split (below) computes the same function with the keys split among CTAs.
 #include "attention.cuh"
@@ -26,7 +27,8 @@ extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)
     attention_f16(const float *__restrict__ q, const int *__restrict__ positions,
                   const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
                   int n_head, int n_kv_head, int head_dim, int kv_len, float scale, float softcap,
-                  int window, int causal, const unsigned long long *__restrict__ kv_table) {
+                  int window, int causal, const unsigned long long *__restrict__ kv_table,
+                  const float *__restrict__ sinks) {
     __shared__ float s_m[DEC_MAX_WARPS], s_l[DEC_MAX_WARPS], s_f[DEC_MAX_WARPS];
     __shared__ float s_acc[DEC_MAX_WARPS][MAX_HEAD_DIM];
     const int nwarps = blockDim.y;
@@ -85,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)
         gl += s_l[w] * f;
     }
     __syncwarp();
-    const float inv = gl > 0.0f ? 1.0f / gl : 0.0f;
+    const float inv = softmax_inv(gl, gm, sinks, h);
     for (int i = lane; i < head_dim; i += WARP) {
         float o = 0.0f;
         for (int w = 0; w < nwarps; w++) o += s_acc[w][i] * s_f[w];
@@ -122,7 +124,7 @@ extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)
                         const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
                         float *__restrict__ part, unsigned *__restrict__ counters, int n_head, int n_kv_head,
                         int head_dim, int kv_len, float scale, float softcap, int window, int causal,
-                        const unsigned long long *__restrict__ kv_table) {
+                        const unsigned long long *__restrict__ kv_table, const float *__restrict__ sinks) {
     __shared__ float s_m[SPLIT_WARPS], s_l[SPLIT_WARPS], s_f[SPLIT_MAX];
     __shared__ float s_acc[SPLIT_WARPS][MAX_HEAD_DIM];
     __shared__ float s_cm, s_cl, s_inv;
@@ -204,7 +206,7 @@ extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)
         }
         s_cm = cm;
         s_cl = cl;
-        s_inv = cl > 0.0f ? 1.0f / cl : 0.0f;
+        s_inv = softmax_inv(cl, cm, active == 1 ? sinks : nullptr, h);
     }
     __syncthreads();
     float *oh = out + (long long)bh * head_dim;
@@ -252,7 +254,7 @@ extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)
         }
         gl = warp_sum(gl);
         if (lane == 0) {
-            s_inv = gl > 0.0f ? 1.0f / gl : 0.0f;
+            s_inv = softmax_inv(gl, gm, sinks, h);
             counters[bh] = 0;  // ready for the next launch
         }
     }

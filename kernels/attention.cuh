@@ -22,3 +22,11 @@ __device__ __forceinline__ void visible_keys(int pos, int kv_len, int window, in
     *lo = min(window > 0 ? max(0, pos + 1 - window) : 0, *hi);
 }
 
+// gpt-oss's attention sinks: a learned logit per head that joins every query's softmax
+// denominator without a value, so a softmax with running max `m` and denominator `l` (over
+// the visible keys) divides by `l + e^(sink - m)` instead (the CPU engine's factor
+// `1 / (1 + e^(sink - LSE))`). `sinks` null: none. No visible key (l = 0): zeros, as without.
+__device__ __forceinline__ float softmax_inv(float l, float m, const float *sinks, int h) {
+    if (!(l > 0.0f)) return 0.0f;
+    return 1.0f / (sinks ? l + expf(sinks[h] - m) : l);
+}

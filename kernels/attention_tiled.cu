@@ -7,8 +7,9 @@
 // instead of one. In each warp, lane j scores key j of the 32-key tile against the warp's
 // ROWS_PER_WARP rows, the online softmax runs over the tile, then lanes own value-dimension
 // pairs and accumulate p_j · v_j. head_dim even (the launcher falls back to attention_f16
-// otherwise). Launch: grid (ceil(n_tokens * group / TILE_ROWS), n_kv_head), block (32, 4),
-// dynamic shared memory (TILE_ROWS * head_dim + TILE_KEYS * (head_dim / 2 + 1)) * 4 bytes.
+// otherwise). `sinks`: as attention.cu's. Launch: grid (ceil(n_tokens * group / TILE_ROWS),
+// n_kv_head), block (32, 4), dynamic shared memory (TILE_ROWS * head_dim + TILE_KEYS *
+// (head_dim / 2 + 1)) * 4 bytes.
 #include "attention.cuh"
 
 #define ATT_WARPS 4
@@ -36,7 +37,7 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
     attention_f16_tiled(const float *__restrict__ q, const int *__restrict__ positions,
                         const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
                         int n_head, int n_kv_head, int head_dim, int kv_len, float scale, float softcap,
-                        int window, int causal, int n_tokens) {
+                        int window, int causal, int n_tokens, const float *__restrict__ sinks) {
     extern __shared__ float smem[];
     __shared__ int s_lo[TILE_ROWS], s_hi[TILE_ROWS];
     __shared__ int s_range[2];
@@ -182,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
         if (row >= n_rows) continue;
         const int token = row / group, h = kvh * group + row % group;
         float *o = out + ((long long)token * n_head + h) * head_dim;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        const float inv = softmax_inv(l[r], m[r], sinks, h);
 #pragma unroll
         for (int i = 0; i < MAX_PAIRS_PER_LANE; i++) {
             const int d2 = lane + WARP * i;

@@ -150,7 +150,7 @@ done
     nvcc --version | tail -2
     nproc
 } 2>&1 | tee "$out/device.txt"
-for t in cuda_kernels cuda_elementwise cuda_kv_table cuda_forward cuda_generate; do
+for t in cuda_kernels cuda_elementwise cuda_attention cuda_forward cuda_generate; do
     log "test $t"
     if ! timeout "$step" .gpu/$t --test-threads 1 --nocapture >"$out/$t.log" 2>&1; then
         status=1
@@ -268,7 +268,7 @@ if [ "${GPU_RUN_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null 
     tail -5 "$out/memcheck.log"
     # Batched decode steps: each token's cache reached through the device table.
     if time_for 60 && ! timeout $((deadline - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 9 \
-        .gpu/cuda_kv_table --test-threads 1 >"$out/memcheck-kv-table.log" 2>&1; then
+        .gpu/cuda_attention --test-threads 1 >"$out/memcheck-kv-table.log" 2>&1; then
         status=1
     fi
     tail -3 "$out/memcheck-kv-table.log"

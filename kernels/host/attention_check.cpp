@@ -5,7 +5,8 @@
 // inside one range (the CTA writes the output) and over many (the last CTA merges them). Also: every split counter is back at zero after a
 // launch (the next launch, or a replayed graph, starts from them), and a token's split result is
 // the same bits alone and in a step of three, and a step whose three tokens each read their own
-// cache through a kv_table (a batched decode step) gives each token's bits alone.
+// cache through a kv_table (a batched decode step) gives each token's bits alone; with
+// attention sinks (gpt-oss), both kernels against float64.
 //
 // Built and run by `cargo xtask kernels --check`; exits 1 on a mismatch. No GPU, no CUDA.
 // The split kernel with 4 warps a CTA and ranges of at least 16 keys (its GPU form: 16 and
@@ -34,7 +35,7 @@ struct Case {
 // out[t][h][d] in float64 from the f16 cache, as attention.cu defines it.
 static std::vector<double> reference(const Case &c, const std::vector<float> &q, const std::vector<int> &pos,
                                      const std::vector<__half> &k, const std::vector<__half> &v, int kv_len,
-                                     float scale) {
+                                     float scale, const float *sinks = nullptr) {
     const int hd = c.head_dim, group = c.n_head / c.n_kv_head;
     std::vector<double> out(pos.size() * c.n_head * hd, 0.0);
     for (size_t t = 0; t < pos.size(); t++)
@@ -56,6 +57,7 @@ static std::vector<double> reference(const Case &c, const std::vector<float> &q,
             }
             double l = 0.0;
             for (auto &x : s) l += (x = std::exp(x - mx));
+            if (sinks && hi > lo) l += std::exp((double)sinks[h] - mx);
             for (int j = lo; j < hi; j++)
                 for (int i = 0; i < hd; i++)
                     out[(t * c.n_head + h) * hd + i] +=
@@ -94,9 +96,42 @@ int main() {
             std::vector<float> out(q.size(), NAN);
             launch(rows, 1, 32, warps, [&] {
                 attention_f16(q.data(), pos.data(), k.data(), v.data(), out.data(), c.n_head, c.n_kv_head, hd,
-                              kv_len, scale, c.softcap, c.window, 1, nullptr);
+                              kv_len, scale, c.softcap, c.window, 1, nullptr, nullptr);
             });
             compare("attention_f16 warps", warps, out);
+        }
+        // Attention sinks (gpt-oss): a per-head logit in each softmax's denominator; both
+        // kernels, one key range and several, against the float64 reference with the sinks.
+        {
+            std::vector<float> sinks = random_floats(c.n_head, 3.0f);
+            for (auto &x : sinks) x += 1.0f;
+            const std::vector<double> want_s = reference(c, q, pos, k, v, kv_len, scale, sinks.data());
+            const auto compare_s = [&](const char *what, int variant, const std::vector<float> &got) {
+                double err = 0.0;
+                for (size_t i = 0; i < got.size(); i++) err = std::max(err, std::fabs(got[i] - want_s[i]));
+                if (!(err <= 2e-5)) {
+                    bad++;
+                    std::printf("%s(%d) with sinks %d/%d x %d: max error %g\n", what, variant, c.n_head,
+                                c.n_kv_head, hd, err);
+                }
+            };
+            const int warps = hd == 256 ? 16 : 4;
+            std::vector<float> out(q.size(), NAN);
+            launch(rows, 1, 32, warps, [&] {
+                attention_f16(q.data(), pos.data(), k.data(), v.data(), out.data(), c.n_head, c.n_kv_head, hd,
+                              kv_len, scale, c.softcap, c.window, 1, nullptr, sinks.data());
+            });
+            compare_s("attention_f16", warps, out);
+            for (int nsplit : {1, 7}) {
+                std::vector<float> part((size_t)rows * nsplit * (hd + 2), NAN), o(q.size(), NAN);
+                std::vector<unsigned> counters(rows, 0);
+                launch(rows, nsplit, 32, SPLIT_WARPS, [&] {
+                    attention_f16_split(q.data(), pos.data(), k.data(), v.data(), o.data(), part.data(),
+                                        counters.data(), c.n_head, c.n_kv_head, hd, kv_len, scale, c.softcap,
+                                        c.window, 1, nullptr, sinks.data());
+                });
+                compare_s("attention_f16_split", nsplit, o);
+            }
         }
         // A batched decode step over separate caches (kv_table): each token's bits equal that
         // token run alone over its own cache, for both kernels.
@@ -120,12 +155,13 @@ int main() {
                     if (kernel == 0)
                         launch(nr, 1, 32, warps, [&] {
                             attention_f16(qq, pp, kk, vv, o, c.n_head, c.n_kv_head, hd, kv_len, scale, c.softcap,
-                                          c.window, 1, tab);
+                                          c.window, 1, tab, nullptr);
                         });
                     else
                         launch(nr, nsplit, 32, SPLIT_WARPS, [&] {
                             attention_f16_split(qq, pp, kk, vv, o, part.data(), counters.data(), c.n_head,
-                                                c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1, tab);
+                                                c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1, tab,
+                                                nullptr);
                         });
                 };
                 std::vector<float> step(q.size(), NAN);
@@ -150,7 +186,8 @@ int main() {
             const auto run = [&](const float *qq, const int *pp, int nr, float *o) {
                 launch(nr, nsplit, 32, SPLIT_WARPS, [&] {
                     attention_f16_split(qq, pp, k.data(), v.data(), o, part.data(), counters.data(), c.n_head,
-                                        c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1, nullptr);
+                                        c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1, nullptr,
+                                        nullptr);
                 });
             };
             run(q.data(), pos.data(), rows, out.data());

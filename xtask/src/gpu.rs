@@ -25,7 +25,7 @@ use crate::{cargo_with, run, workspace_root};
 const TESTS: &[(&str, &str)] = &[
     ("kestrel-tensor", "cuda_kernels"),
     ("kestrel-tensor", "cuda_elementwise"),
-    ("kestrel-tensor", "cuda_kv_table"),
+    ("kestrel-tensor", "cuda_attention"),
     ("kestrel-arch", "cuda_forward"),
     ("kestrel-generate", "cuda_generate"),
 ];

@@ -257,7 +257,7 @@ fn test() -> Result<()> {
             "--test",
             "cuda_elementwise",
             "--test",
-            "cuda_kv_table",
+            "cuda_attention",
         ]),
         cargo_with(&[
             "test",

@@ -711,6 +711,7 @@ impl CudaPlan {
             }
             Op::Attention(p) => {
                 let params = p.engine_params();
+                let sinks = p.sinks.map(|w| &*self.weights[w]);
                 let cache = match kv {
                     StepKv::One(cache) => cache,
                     StepKv::Table => {
@@ -736,6 +737,7 @@ impl CudaPlan {
                                 &self.d_positions,
                                 (table, p.layer),
                                 &params,
+                                sinks,
                                 out,
                             )?;
                         }
@@ -763,7 +765,15 @@ impl CudaPlan {
                     )?;
                 }
                 let q = self.input(node, 0)?;
-                dev.attention_ids(q, mask, &layer.k, &layer.v, kv_len, &params, out)?;
+                dev.attention_ids_sinks(
+                    q,
+                    mask,
+                    (&layer.k, &layer.v),
+                    kv_len,
+                    &params,
+                    sinks,
+                    out,
+                )?;
             }
             Op::Add => dev.add(self.input(node, 0)?, self.input(node, 1)?, out)?,
             Op::Mul => dev.mul(self.input(node, 0)?, self.input(node, 1)?, out)?,
@@ -833,7 +843,6 @@ fn unsupported(op: &Op) -> Option<&'static str> {
     match op {
         Op::Moe(_) => Some("mixture of experts"),
         Op::Rope(p) if p.mrope.is_some() => Some("M-RoPE with unrotated fourth-axis pairs"),
-        Op::Attention(p) if p.sinks.is_some() => Some("attention sinks"),
         Op::Attention(p) if p.latent => Some("latent attention"),
         Op::Attention(p) if p.head_dim_k != p.head_dim_v => {
             Some("attention with different K and V head sizes")

@@ -7,7 +7,7 @@
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::engine::{cfg, driver, f32_only, grid_for, i32_of, SPLITS_AUTO};
+use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of, SPLITS_AUTO};
 use super::{
     AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, KvTable, MAX_ATTENTION_SPLITS,
     MAX_HEAD_DIM, MAX_MATVEC_ROWS,
@@ -122,7 +122,16 @@ impl CudaDevice {
         p: &AttentionParams,
         out: &mut DeviceTensor,
     ) -> Result<()> {
-        self.attention_impl(None, q, positions, KvSrc::Caches(k, v), kv_len, p, out)
+        self.attention_impl(
+            None,
+            q,
+            positions,
+            KvSrc::Caches(k, v),
+            kv_len,
+            p,
+            None,
+            out,
+        )
     }
 
     /// [`Self::attention`] with the positions in a device buffer the caller wrote.
@@ -140,6 +149,25 @@ impl CudaDevice {
         p: &AttentionParams,
         out: &mut DeviceTensor,
     ) -> Result<()> {
+        self.attention_ids_sinks(q, positions, (k, v), kv_len, p, None, out)
+    }
+
+    /// [`Self::attention_ids`] with gpt-oss's attention sinks: `sinks` (F32, one logit per
+    /// query head) joins each query's softmax denominator without a value (`None`: none).
+    ///
+    /// # Errors
+    /// As [`Self::attention`]; sinks that are not one f32 per head.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_ids_sinks(
+        &self,
+        q: &DeviceTensor,
+        positions: &DeviceIds,
+        (k, v): (&DeviceTensor, &DeviceTensor),
+        kv_len: usize,
+        p: &AttentionParams,
+        sinks: Option<&DeviceTensor>,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
         self.attention_impl(
             Some(&positions.buf),
             q,
@@ -147,6 +175,7 @@ impl CudaDevice {
             KvSrc::Caches(k, v),
             kv_len,
             p,
+            sinks,
             out,
         )
     }
@@ -169,6 +198,7 @@ impl CudaDevice {
         positions: &DeviceIds,
         (table, layer): (&KvTable, usize),
         p: &AttentionParams,
+        sinks: Option<&DeviceTensor>,
         out: &mut DeviceTensor,
     ) -> Result<()> {
         if positions.host.len() > MAX_MATVEC_ROWS {
@@ -184,6 +214,7 @@ impl CudaDevice {
             KvSrc::Table(table, layer),
             0,
             p,
+            sinks,
             out,
         )
     }
@@ -197,11 +228,15 @@ impl CudaDevice {
         kv: KvSrc<'_>,
         kv_len: usize,
         p: &AttentionParams,
+        sinks: Option<&DeviceTensor>,
         out: &mut DeviceTensor,
     ) -> Result<()> {
         const OP: &str = "cuda attention";
         f32_only(OP, q)?;
         f32_only(OP, out)?;
+        if let Some(s) = sinks {
+            f32_vector(OP, "sinks", s, p.n_head)?;
+        }
         if let KvSrc::Caches(k, v) = &kv {
             for t in [k, v] {
                 if t.dtype != DType::F16 {
@@ -302,6 +337,7 @@ impl CudaDevice {
                     q,
                     pos,
                     (k, v, table),
+                    sinks,
                     out,
                     p,
                     (kv_len, n_tokens, splits),
@@ -331,6 +367,10 @@ impl CudaDevice {
                 .arg(&causal);
             let config = if tiled {
                 b.arg(&nt);
+                match sinks {
+                    Some(s) => b.arg(&s.buf),
+                    None => b.arg(&null),
+                };
                 LaunchConfig {
                     grid_dim: (
                         grid_for(rows, TILE_ROWS)?,
@@ -347,6 +387,10 @@ impl CudaDevice {
                 }
             } else {
                 b.arg(&table);
+                match sinks {
+                    Some(s) => b.arg(&s.buf),
+                    None => b.arg(&null),
+                };
                 cfg(
                     grid_for(n_tokens * p.n_head, 1)?,
                     (32, self.decode_attention_warps(alike, p.n_head)),
@@ -373,6 +417,7 @@ impl CudaDevice {
         q: &DeviceTensor,
         pos: &CudaSlice<i32>,
         (k, v, table): (Option<&DeviceTensor>, Option<&DeviceTensor>, u64),
+        sinks: Option<&DeviceTensor>,
         out: &mut DeviceTensor,
         p: &AttentionParams,
         (kv_len, n_tokens, splits): (usize, usize, usize),
@@ -437,6 +482,10 @@ impl CudaDevice {
             .arg(&window)
             .arg(&causal)
             .arg(&table);
+        match sinks {
+            Some(s) => b.arg(&s.buf),
+            None => b.arg(&null),
+        };
         let config = LaunchConfig {
             grid_dim: (grid_for(n_tokens * p.n_head, 1)?, splits as u32, 1),
             block_dim: (32, SPLIT_WARPS, 1),

@@ -118,6 +118,7 @@ impl CudaDevice {
         _positions: &DeviceIds,
         _table: (&KvTable, usize),
         _p: &AttentionParams,
+        _sinks: Option<&DeviceTensor>,
         _out: &mut DeviceTensor,
     ) -> Result<()> {
         match self.never {}

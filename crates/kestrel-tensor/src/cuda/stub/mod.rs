@@ -628,6 +628,24 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// Attention with sinks and device positions.
+    ///
+    /// # Errors
+    /// Unreachable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_ids_sinks(
+        &self,
+        _q: &DeviceTensor,
+        _positions: &DeviceIds,
+        _kv: (&DeviceTensor, &DeviceTensor),
+        _kv_len: usize,
+        _p: &AttentionParams,
+        _sinks: Option<&DeviceTensor>,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
     /// Embedding lookup with device ids.
     ///
     /// # Errors

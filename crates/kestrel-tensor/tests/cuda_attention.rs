@@ -1,15 +1,21 @@
-//! Batched decode over separate caches (`KvTable`): a step's tokens each append to and attend
-//! over their own sequence's f16 caches through the device table, and each gets, bit for bit,
-//! what the same launch gives that token alone over its own cache (`kv_append2_ids`,
-//! `rope_qk_append_ids`, `attention_ids`): the invariant the batched plan relies on. Contexts
-//! long enough for split decode attention (several 256-key ranges), GQA, Gemma's 256-wide heads
-//! with per-head norms, sequences of different capacities. Also what the table refuses.
+//! Attention paths beyond the decode and prefill kernels' own test (`cuda_kernels.rs`).
+//!
+//! - Batched decode over separate caches (`KvTable`): a step's tokens each append to and attend
+//!   over their own sequence's f16 caches through the device table, and each gets, bit for bit,
+//!   what the same launch gives that token alone over its own cache (`kv_append2_ids`,
+//!   `rope_qk_append_ids`, `attention_ids`): the invariant the batched plan relies on. Contexts
+//!   long enough for split decode attention (several 256-key ranges), GQA, Gemma's 256-wide
+//!   heads with per-head norms, sequences of different capacities; what the table refuses.
+//! - gpt-oss's attention sinks (a per-head logit in every softmax's denominator) in each kernel
+//!   (per token, split over key ranges, tiled), against float64: within 2e-5 of outputs that are
+//!   convex combinations of values of at most 1.
+//!
 //! Without a driver or GPU the tests print why they skipped and pass, unless
 //! `KESTREL_REQUIRE_GPU` is set.
 #![cfg(feature = "cuda")]
 
 use kestrel_tensor::cpu::{AttentionParams, RopeMode, RopeParams};
-use kestrel_tensor::cuda::{CudaDevice, CudaError, DeviceTensor, KvTable};
+use kestrel_tensor::cuda::{AttentionKernel, CudaDevice, CudaError, DeviceTensor, KvTable};
 use kestrel_tensor::{DType, Shape, Tensor};
 
 fn device() -> Option<CudaDevice> {
@@ -20,7 +26,7 @@ fn device() -> Option<CudaDevice> {
                 std::env::var_os("KESTREL_REQUIRE_GPU").is_none(),
                 "KESTREL_REQUIRE_GPU is set but: {e}"
             );
-            eprintln!("skipping the CUDA KV table test: {e}");
+            eprintln!("skipping the CUDA attention test: {e}");
             None
         }
         Err(e) => panic!("CUDA device 0 did not open: {e}"),
@@ -133,7 +139,7 @@ fn attention_through_the_table_is_each_token_alone() {
                 .zeros(DType::F32, Shape::matrix(n, n_head * head_dim).unwrap())
                 .unwrap();
             // SAFETY: the caches outlive the launch (`seqs` lives to the end of the test).
-            unsafe { dev.attention_table(&qd, &ids, (&table, 1), &p, &mut out) }.unwrap();
+            unsafe { dev.attention_table(&qd, &ids, (&table, 1), &p, None, &mut out) }.unwrap();
             let got = download(&dev, &out);
             for t in 0..n {
                 let w = n_head * head_dim;
@@ -168,7 +174,7 @@ fn attention_through_the_table_is_each_token_alone() {
                 .zeros(DType::F32, Shape::matrix(bad.len(), w).unwrap())
                 .unwrap();
             // SAFETY: the caches outlive the call, which refuses before launching.
-            let r = unsafe { dev.attention_table(&q, &ids, (&table, layer), &p, &mut out) };
+            let r = unsafe { dev.attention_table(&q, &ids, (&table, layer), &p, None, &mut out) };
             assert!(r.is_err(), "{bad:?} layer {layer}: refused");
         }
     }
@@ -331,5 +337,134 @@ fn appends_through_the_table_are_each_token_alone() {
             "a token past the step"
         );
         assert!(t2.begin(9).is_err(), "more tokens than the table holds");
+    }
+}
+
+/// Float64 attention with sinks over f16 caches (`[rows][n_kv_head * head_dim]`), causal.
+fn attention_sinks_f64(
+    q: &[f32],
+    positions: &[i32],
+    (k, v): (&[f32], &[f32]),
+    p: &AttentionParams,
+    sinks: &[f32],
+) -> Vec<f64> {
+    let (hd, group) = (p.head_dim, p.n_head / p.n_kv_head);
+    let row = p.n_kv_head * hd;
+    let mut out = vec![0f64; q.len()];
+    for (t, &pos) in positions.iter().enumerate() {
+        for h in 0..p.n_head {
+            let kvh = h / group;
+            let qh = &q[(t * p.n_head + h) * hd..][..hd];
+            let scores: Vec<f64> = (0..=pos as usize)
+                .map(|j| {
+                    let kj = &k[j * row + kvh * hd..][..hd];
+                    let d: f64 = qh.iter().zip(kj).map(|(&a, &b)| a as f64 * b as f64).sum();
+                    d * p.scale as f64
+                })
+                .collect();
+            let m = scores.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+            let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let l = e.iter().sum::<f64>() + (sinks[h] as f64 - m).exp();
+            let o = &mut out[(t * p.n_head + h) * hd..][..hd];
+            for (j, w) in e.iter().enumerate() {
+                let vj = &v[j * row + kvh * hd..][..hd];
+                for (oi, &x) in o.iter_mut().zip(vj) {
+                    *oi += w / l * x as f64;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn attention_sinks_match_float64_in_every_kernel() {
+    let Some(dev) = device() else { return };
+    for (n_head, n_kv_head, head_dim) in [(8usize, 2usize, 64usize), (4, 1, 256)] {
+        let row = n_kv_head * head_dim;
+        let p = AttentionParams {
+            n_head,
+            n_kv_head,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: 0.0,
+            window: 0,
+        };
+        let len = 700;
+        let s = seq(&dev, len + 1, len, row, 77);
+        // The caches' values as the kernels read them (f16, widened exactly).
+        let widen = |t: &DeviceTensor| -> Vec<f32> {
+            cache_values(&dev, t)
+                .iter()
+                .map(|&b| f32::from_bits(b))
+                .collect()
+        };
+        let (kf, vf) = (widen(&s.k), widen(&s.v));
+        // Sinks that matter: around the scores' scale, one far above.
+        let mut sinks: Vec<f32> = random(n_head, 5).iter().map(|x| x * 3.0).collect();
+        sinks[0] = 12.0;
+        let sinks_d = upload(&dev, 1, n_head, &sinks);
+        let w = n_head * head_dim;
+        // A decode query (per-token kernel, then split over key ranges), and a 24-token prefill
+        // chunk ending at 699 (tiled kernel forced, then per-token).
+        for (positions, kernels) in [
+            (
+                vec![699],
+                vec![
+                    (AttentionKernel::PerToken, Some(0)),
+                    (AttentionKernel::PerToken, None),
+                ],
+            ),
+            (
+                (676..700).collect::<Vec<i32>>(),
+                vec![
+                    (AttentionKernel::Tiled, None),
+                    (AttentionKernel::PerToken, None),
+                ],
+            ),
+        ] {
+            let n = positions.len();
+            let q = random(n * w, 6);
+            let qd = upload(&dev, n, w, &q);
+            let mut ids = dev.new_ids(n).unwrap();
+            dev.set_ids(&mut ids, &positions).unwrap();
+            let want = attention_sinks_f64(&q, &positions, (&kf, &vf), &p, &sinks);
+            for (kernel, splits) in kernels {
+                dev.set_attention_kernel(kernel);
+                dev.set_attention_splits(splits);
+                let mut out = dev.zeros(DType::F32, Shape::matrix(n, w).unwrap()).unwrap();
+                dev.attention_ids_sinks(
+                    &qd,
+                    &ids,
+                    (&s.k, &s.v),
+                    len + 1,
+                    &p,
+                    Some(&sinks_d),
+                    &mut out,
+                )
+                .unwrap();
+                let got = download(&dev, &out);
+                let err = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(&g, &w)| (g as f64 - w).abs())
+                    .fold(0f64, f64::max);
+                assert!(
+                    err <= 2e-5,
+                    "{n_head}/{n_kv_head}x{head_dim}, {n} tokens, {kernel:?} splits {splits:?}: {err:e}"
+                );
+            }
+            dev.set_attention_kernel(AttentionKernel::Auto);
+            dev.set_attention_splits(None);
+        }
+        // Sinks of another length are refused.
+        let short = upload(&dev, 1, n_head - 1, &sinks[..n_head - 1]);
+        let mut ids = dev.new_ids(1).unwrap();
+        dev.set_ids(&mut ids, &[5]).unwrap();
+        let qd = upload(&dev, 1, w, &random(w, 8));
+        let mut out = dev.zeros(DType::F32, Shape::matrix(1, w).unwrap()).unwrap();
+        assert!(dev
+            .attention_ids_sinks(&qd, &ids, (&s.k, &s.v), len + 1, &p, Some(&short), &mut out)
+            .is_err());
     }
 }
