@@ -14,23 +14,14 @@
 //! `KESTREL_REQUIRE_GPU` is set.
 #![cfg(feature = "cuda")]
 
+mod cuda_common;
+
 use kestrel_tensor::cpu::{AttentionParams, RopeMode, RopeParams};
-use kestrel_tensor::cuda::{AttentionKernel, CudaDevice, CudaError, DeviceTensor, KvTable};
+use kestrel_tensor::cuda::{AttentionKernel, CudaDevice, DeviceTensor, KvTable};
 use kestrel_tensor::{DType, Shape, Tensor};
 
 fn device() -> Option<CudaDevice> {
-    match CudaDevice::open(0) {
-        Ok(d) => Some(d),
-        Err(e @ (CudaError::NoDriver | CudaError::NoDevice { .. })) => {
-            assert!(
-                std::env::var_os("KESTREL_REQUIRE_GPU").is_none(),
-                "KESTREL_REQUIRE_GPU is set but: {e}"
-            );
-            eprintln!("skipping the CUDA attention test: {e}");
-            None
-        }
-        Err(e) => panic!("CUDA device 0 did not open: {e}"),
-    }
+    cuda_common::device("attention")
 }
 
 /// Deterministic values in [-1, 1).

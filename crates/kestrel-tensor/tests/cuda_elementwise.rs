@@ -13,7 +13,9 @@
 //! `KESTREL_REQUIRE_GPU` is set.
 #![cfg(feature = "cuda")]
 
-use kestrel_tensor::cuda::{CudaDevice, CudaError, Unary};
+mod cuda_common;
+
+use kestrel_tensor::cuda::{CudaDevice, Unary};
 use kestrel_tensor::{DType, Shape, Tensor};
 
 fn factor(pos: i32, floor_scale: u32, scale: f32, offset: f32) -> f32 {
@@ -22,18 +24,7 @@ fn factor(pos: i32, floor_scale: u32, scale: f32, offset: f32) -> f32 {
 }
 
 fn device() -> Option<CudaDevice> {
-    match CudaDevice::open(0) {
-        Ok(d) => Some(d),
-        Err(e @ (CudaError::NoDriver | CudaError::NoDevice { .. })) => {
-            assert!(
-                std::env::var_os("KESTREL_REQUIRE_GPU").is_none(),
-                "KESTREL_REQUIRE_GPU is set but: {e}"
-            );
-            eprintln!("skipping the CUDA elementwise test: {e}");
-            None
-        }
-        Err(e) => panic!("CUDA device 0 did not open: {e}"),
-    }
+    cuda_common::device("elementwise")
 }
 
 #[test]

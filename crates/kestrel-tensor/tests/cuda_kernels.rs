@@ -21,22 +21,13 @@
 //!   add/mul and get_rows exact to 1e-12; argmax exact.
 #![cfg(feature = "cuda")]
 
-use kestrel_tensor::cuda::{AttentionKernel, CudaDevice, CudaError};
+mod cuda_common;
+
+use kestrel_tensor::cuda::{AttentionKernel, CudaDevice};
 use kestrel_tensor::{quant, CpuEngine, DType, Engine, Shape, Tensor};
 
 fn device() -> Option<CudaDevice> {
-    match CudaDevice::open(0) {
-        Ok(d) => Some(d),
-        Err(e @ (CudaError::NoDriver | CudaError::NoDevice { .. })) => {
-            assert!(
-                std::env::var_os("KESTREL_REQUIRE_GPU").is_none(),
-                "KESTREL_REQUIRE_GPU is set but: {e}"
-            );
-            eprintln!("skipping the CUDA kernel test: {e}");
-            None
-        }
-        Err(e) => panic!("CUDA device 0 did not open: {e}"),
-    }
+    cuda_common::device("kernel")
 }
 
 /// Deterministic values in [-1, 1) (xorshift), with a few larger ones as real activations have.

@@ -9,17 +9,22 @@ use crate::Error;
 /// the build, the driver or the GPU is missing; `auto` takes GPU 0 when a driver and a GPU are
 /// there, else the CPU with the reason (the note, for one log line).
 pub(crate) fn resolve_device(device: &str) -> Result<(Device, Option<String>), Error> {
-    let request: DeviceRequest =
-        device
-            .parse()
-            .map_err(|e: kestrel_tensor::ParseDeviceError| Error::InvalidOption {
-                name: "device",
-                reason: e.to_string(),
-            })?;
-    request.resolve().map_err(|e| Error::InvalidOption {
-        name: "device",
-        reason: e.to_string(),
-    })
+    parse_device(device)?
+        .resolve()
+        .map_err(|e| Error::InvalidOption {
+            name: "device",
+            reason: e.to_string(),
+        })
+}
+
+/// The user's `--device` (`cpu`, `cuda`, `cuda:N`, `auto`), or why it is none of them.
+pub(crate) fn parse_device(device: &str) -> Result<DeviceRequest, Error> {
+    device
+        .parse()
+        .map_err(|e: kestrel_tensor::ParseDeviceError| Error::InvalidOption {
+            name: "device",
+            reason: e.to_string(),
+        })
 }
 
 /// Whether a generator that failed on a GPU with `e` runs on the CPU instead when the user
@@ -39,14 +44,7 @@ pub(crate) fn cpu_instead(e: &kestrel_generate::GenerateError) -> bool {
 /// For what runs on the CPU engine only (`what`: encoders): `cpu` and `auto` pass, `cuda` is
 /// refused, saying why.
 pub(crate) fn check_cpu_device(device: &str, what: &str) -> Result<(), Error> {
-    let request: DeviceRequest =
-        device
-            .parse()
-            .map_err(|e: kestrel_tensor::ParseDeviceError| Error::InvalidOption {
-                name: "device",
-                reason: e.to_string(),
-            })?;
-    match request {
+    match parse_device(device)? {
         DeviceRequest::Cuda(_) => Err(Error::InvalidOption {
             name: "device",
             reason: format!("{what} run on the CPU engine only; use --device cpu (or auto)"),

@@ -11,7 +11,7 @@ use kestrel_gguf::{GgufModel, OpenOptions};
 use kestrel_tensor::{Device, DeviceRequest};
 use kestrel_tokenizer::{ChatMessage, ChatTemplate, DecodeOptions, EncodeOptions, Tokenizer};
 
-use crate::device::{cpu_instead, resolve_device};
+use crate::device::{cpu_instead, parse_device, resolve_device};
 use crate::{Error, GenerateOptions, LoadOptions, Prompter};
 
 /// The result of a generation.
@@ -136,7 +136,7 @@ impl Model {
                 })
                 .collect::<Result<Vec<_>, Error>>()?,
         };
-        let auto = matches!(opts.device.parse(), Ok(DeviceRequest::Auto));
+        let auto = matches!(parse_device(&opts.device), Ok(DeviceRequest::Auto));
         let generator = match Generator::new(Arc::clone(&model), gen_opts.clone()) {
             // `auto` found a GPU but the model needs what the GPU engine lacks: the CPU runs it.
             Err(e) if auto && device != Device::Cpu && cpu_instead(&e) => {

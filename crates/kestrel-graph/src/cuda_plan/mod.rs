@@ -39,7 +39,7 @@ use kestrel_tensor::cuda::{
     CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, HostBuffer, KvTable, Q8Ticket, Unary,
     MAX_MATVEC_ROWS,
 };
-use kestrel_tensor::{DType, Shape, Tensor};
+use kestrel_tensor::{DType, Shape, Tensor, TensorError};
 
 use crate::cuda_profile::{self, Profile};
 use fuse::Fusions;
@@ -616,6 +616,31 @@ impl CudaPlan {
         result
     }
 
+    /// Runs `f` on node's first input and `out`, both viewed as rows of `group` values (a
+    /// per-head norm), then gives both their shapes back.
+    fn grouped(
+        &mut self,
+        node: &Node,
+        group: usize,
+        out: &mut DeviceTensor,
+        f: impl FnOnce(&DeviceTensor, &mut DeviceTensor) -> Result<(), TensorError>,
+    ) -> Result<(), GraphError> {
+        let in_id = node.inputs[0];
+        let a_shape = self.input(node, 0)?.shape();
+        let grouped = Shape::matrix(a_shape.elem_count() / group.max(1), group)?;
+        let out_shape = out.shape();
+        if let Some(a) = self.acts[in_id].as_mut() {
+            a.set_shape(grouped)?;
+        }
+        out.set_shape(grouped)?;
+        let r = f(self.input(node, 0)?, out);
+        if let Some(a) = self.acts[in_id].as_mut() {
+            a.set_shape(a_shape)?;
+        }
+        out.set_shape(out_shape)?;
+        Ok(r?)
+    }
+
     fn input(&self, node: &Node, slot: usize) -> Result<&DeviceTensor, GraphError> {
         let id = *node
             .inputs
@@ -658,23 +683,12 @@ impl CudaPlan {
                 self.q8 = issued.map(|t| (from, t));
             }
             Op::AddBias { bias } => dev.add(self.input(node, 0)?, &self.weights[*bias], out)?,
+            // Per-head norms see the row as `width / group` rows of `group`.
             Op::RmsNorm { group, eps, weight } => {
-                // Per-head norms see the row as `width / group` rows of `group`.
-                let in_id = node.inputs[0];
-                let a_shape = self.input(node, 0)?.shape();
-                let grouped = Shape::matrix(a_shape.elem_count() / group, *group)?;
-                let out_shape = out.shape();
-                if let Some(a) = self.acts[in_id].as_mut() {
-                    a.set_shape(grouped)?;
-                }
-                out.set_shape(grouped)?;
-                let w = weight.map(|w| &*self.weights[w]);
-                let r = dev.rms_norm(self.input(node, 0)?, w, *eps, out);
-                if let Some(a) = self.acts[in_id].as_mut() {
-                    a.set_shape(a_shape)?;
-                }
-                out.set_shape(out_shape)?;
-                r?;
+                let w = weight.map(|w| Arc::clone(&self.weights[w]));
+                self.grouped(node, *group, out, |x, out| {
+                    dev.rms_norm(x, w.as_deref(), *eps, out)
+                })?;
             }
             Op::LayerNorm {
                 eps,
@@ -682,26 +696,11 @@ impl CudaPlan {
                 bias,
                 group,
             } => {
-                // Per-head norms (Cohere's Q/K) see the row as `width / group` rows of `group`,
-                // as the RMS norm above.
-                let in_id = node.inputs[0];
-                let a_shape = self.input(node, 0)?.shape();
-                let grouped = Shape::matrix(a_shape.elem_count() / group, *group)?;
-                let out_shape = out.shape();
-                if let Some(a) = self.acts[in_id].as_mut() {
-                    a.set_shape(grouped)?;
-                }
-                out.set_shape(grouped)?;
-                let (w, b) = (
-                    weight.map(|w| &*self.weights[w]),
-                    bias.map(|b| &*self.weights[b]),
-                );
-                let r = dev.layer_norm(self.input(node, 0)?, w, b, *eps, out);
-                if let Some(a) = self.acts[in_id].as_mut() {
-                    a.set_shape(a_shape)?;
-                }
-                out.set_shape(out_shape)?;
-                r?;
+                let w = weight.map(|w| Arc::clone(&self.weights[w]));
+                let b = bias.map(|b| Arc::clone(&self.weights[b]));
+                self.grouped(node, *group, out, |x, out| {
+                    dev.layer_norm(x, w.as_deref(), b.as_deref(), *eps, out)
+                })?;
             }
             Op::Rope(p) => {
                 let a = self.input(node, 0)?;
