@@ -37,6 +37,9 @@ pub(crate) enum StepRunner {
         /// `batch` is off (`KESTREL_CUDA_BATCH=0`: each alone, for comparison; the same bits).
         decodes: Vec<Decode>,
         batch: bool,
+        /// One batched step's decodes and token ids (reused: a step allocates little).
+        group: Vec<Decode>,
+        ids: Vec<u32>,
     },
 }
 
@@ -127,6 +130,8 @@ impl StepRunner {
                     n_vocab,
                     decodes,
                     batch,
+                    group,
+                    ids,
                     ..
                 },
                 SeqStore::Cuda(c),
@@ -199,7 +204,7 @@ impl StepRunner {
                 let max = plan.max_batch().max(1);
                 while let Some(first) = decodes.first() {
                     let scales = scales_of(first.seg)?;
-                    let mut group: Vec<Decode> = Vec::with_capacity(max);
+                    group.clear();
                     let mut i = 0;
                     while i < decodes.len() && group.len() < max {
                         if scales_of(decodes[i].seg)? == scales {
@@ -212,7 +217,8 @@ impl StepRunner {
                     if n > 0 {
                         plan.set_adapter_scales(scales)?;
                     }
-                    let ids: Vec<u32> = group.iter().map(|d| d.token).collect();
+                    ids.clear();
+                    ids.extend(group.iter().map(|d| d.token));
                     let mut caches: Vec<&mut CudaKvCache> = c
                         .caches
                         .iter_mut()
@@ -223,7 +229,7 @@ impl StepRunner {
                     if caches.len() != group.len() {
                         return Err(GenerateError::Kv(KvError::UnknownSeq(group[0].seq)));
                     }
-                    let logits = plan.run_batch(&mut caches, &ids)?;
+                    let logits = plan.run_batch(&mut caches, ids)?;
                     for (j, d) in group.iter().enumerate() {
                         let row = logits.get(j * n_vocab..(j + 1) * n_vocab).ok_or_else(|| {
                             GenerateError::InvalidOption {

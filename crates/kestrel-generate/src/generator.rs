@@ -535,6 +535,8 @@ impl Generator {
                         n_vocab: core.cfg.n_vocab,
                         decodes: Vec::with_capacity(opts.max_seqs),
                         batch: std::env::var("KESTREL_CUDA_BATCH").map_or(true, |v| v != "0"),
+                        group: Vec::with_capacity(8),
+                        ids: Vec::with_capacity(8),
                     },
                     SeqStore::Cuda(CudaSeqs::new(opts.max_seqs, opts.block_size, blocks)),
                 ),
