@@ -143,3 +143,40 @@ extern "C" __global__ void slice_cols_f32(const float *__restrict__ src, float *
                                           long long in_width, long long width, long long offset) {
     GRID_STRIDE(i, rows * width) out[i] = src[(i / width) * in_width + offset + i % width];
 }
+
+// Mixture-of-experts pieces (the plan routes on the host and runs each chosen expert over the
+// rows that chose it):
+// swiglu_oai_f32: gpt-oss's clamped SwiGLU, as ggml's swiglu_oai: x = min(g, 7), y =
+// clamp(u, -7, 7), out = x / (1 + e^(-1.702 x)) * (y + 1).
+extern "C" __global__ void swiglu_oai_f32(const float *__restrict__ gate, const float *__restrict__ up,
+                                          float *__restrict__ out, long long n) {
+    GRID_STRIDE(i, n) {
+        const float x = fminf(gate[i], 7.0f);
+        const float y = fminf(fmaxf(up[i], -7.0f), 7.0f);
+        out[i] = x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
+    }
+}
+
+// scatter_rows_scaled_f32: row i of `src` (n rows of `width`) times w[i] into row dst_rows[i]
+// of `dst` (each expert's output rows into their (token, slot) rows, weighted).
+extern "C" __global__ void scatter_rows_scaled_f32(const float *__restrict__ src, const int *__restrict__ dst_rows,
+                                                   const float *__restrict__ w, float *__restrict__ dst, long long n,
+                                                   long long width) {
+    GRID_STRIDE(i, n * width) {
+        const long long r = i / width;
+        dst[(long long)dst_rows[r] * width + i % width] = src[i] * w[r];
+    }
+}
+
+// sum_slots_f32: out[r] = outs[r * k] + outs[r * k + 1] + ... (rows of `width`), added in slot
+// order, as the CPU engine sums a token's chosen experts.
+extern "C" __global__ void sum_slots_f32(const float *__restrict__ outs, float *__restrict__ out, long long rows,
+                                         int k, long long width) {
+    GRID_STRIDE(i, rows * width) {
+        const long long r = i / width, j = i % width;
+        const float *o = outs + r * k * width + j;
+        float s = o[0];
+        for (int slot = 1; slot < k; slot++) s += o[(long long)slot * width];
+        out[i] = s;
+    }
+}

@@ -546,16 +546,6 @@ fn deepseek2_caches_the_latent_only() {
 /// the op it lacks: the list changes only on purpose. Every other architecture kestrel matches
 /// llama.cpp on compiles for the GPU; `cuda_generate.rs` runs each there against the CPU.
 const CUDA_REFUSED: &[(&str, &str)] = &[
-    ("llama-moe", "mixture of experts"),
-    ("qwen2moe-moe", "mixture of experts"),
-    ("qwen3moe-moe", "mixture of experts"),
-    ("granite-moe", "mixture of experts"),
-    ("granitemoe-moe", "mixture of experts"),
-    ("olmoe-moe", "mixture of experts"),
-    ("phimoe-moe", "mixture of experts"),
-    ("mistral3-moe", "mixture of experts"),
-    ("minicpm-moe", "mixture of experts"),
-    ("gpt-oss-moe", "mixture of experts"),
     ("deepseek2-moe", "head_slice"),
     ("mamba-dense", "ssm_conv"),
     ("mamba2-dense", "ssm_conv"),

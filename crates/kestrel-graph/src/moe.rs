@@ -51,6 +51,23 @@ pub(crate) struct MoeScratch {
     pub(crate) expert_runs: usize,
 }
 
+impl MoeScratch {
+    /// Room for `n` router logits, for [`route`] to read (the CUDA plan copies its own in).
+    pub(crate) fn logits_mut(&mut self, n: usize) -> &mut [f32] {
+        grow(&mut self.logits, n)
+    }
+
+    /// The experts [`route`] chose, `n_used` a row, best first.
+    pub(crate) fn chosen(&self) -> &[usize] {
+        &self.chosen
+    }
+
+    /// Their weights, as [`route`] left them.
+    pub(crate) fn weights(&self) -> &[f32] {
+        &self.weights
+    }
+}
+
 /// The weights of one MoE node, bound.
 pub(crate) struct MoeWeights<'a> {
     pub router: &'a Tensor,
@@ -127,6 +144,86 @@ fn swiglu_oai(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// Routes `rows` rows from their router logits (`s.logits`, `rows × n_expert`; the router bias
+/// is added in place): each row's `n_used` experts, best first, into `s.chosen` and their
+/// weights into `s.weights`. Shared by the CPU plan and the CUDA plan (which copies its router
+/// logits back for it), so both choose the same experts.
+pub(crate) fn route(
+    p: &MoeParams,
+    (router_bias, selection_bias): (Option<&[f32]>, Option<&[f32]>),
+    rows: usize,
+    s: &mut MoeScratch,
+) {
+    let (ne, k) = (p.n_expert, p.n_used);
+    let logits = grow(&mut s.logits, rows * ne);
+    let probs = grow(&mut s.probs, rows * ne);
+    s.chosen.clear();
+    s.chosen.resize(rows * k, 0);
+    let weights = grow(&mut s.weights, rows * k);
+    for r in 0..rows {
+        let l = &mut logits[r * ne..(r + 1) * ne];
+        if let Some(b) = router_bias {
+            for (v, &b) in l.iter_mut().zip(b) {
+                *v += b;
+            }
+        }
+        let pr = &mut probs[r * ne..(r + 1) * ne];
+        match p.gating {
+            MoeGating::Softmax => {
+                let m = l.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                let mut sum = 0.0f64;
+                for (o, &v) in pr.iter_mut().zip(l.iter()) {
+                    *o = (v - m).exp();
+                    sum += *o as f64;
+                }
+                let inv = (1.0 / sum) as f32;
+                pr.iter_mut().for_each(|v| *v *= inv);
+            }
+            MoeGating::Sigmoid => {
+                for (o, &v) in pr.iter_mut().zip(l.iter()) {
+                    *o = 1.0 / (1.0 + (-v).exp());
+                }
+            }
+            MoeGating::SoftmaxWeight => pr.copy_from_slice(l),
+        }
+        // Top k of the selection scores, highest first (ties: the lower expert first).
+        s.scores.clear();
+        s.scores
+            .extend((0..ne).map(|e| pr[e] + selection_bias.map_or(0.0, |b| b[e])));
+        if let Some((groups, used)) = p.groups {
+            mask_groups(&mut s.scores, groups, used, &mut s.group_order);
+        }
+        s.order.clear();
+        s.order.extend(0..ne);
+        let score = &s.scores;
+        s.order
+            .sort_by(|&a, &b| score[b].total_cmp(&score[a]).then(a.cmp(&b)));
+        let wr = &mut weights[r * k..(r + 1) * k];
+        for (slot, &e) in s.order[..k].iter().enumerate() {
+            s.chosen[r * k + slot] = e;
+            wr[slot] = pr[e];
+        }
+        if p.gating == MoeGating::SoftmaxWeight {
+            let m = wr.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut sum = 0.0f64;
+            for v in wr.iter_mut() {
+                *v = (*v - m).exp();
+                sum += *v as f64;
+            }
+            let inv = (1.0 / sum) as f32;
+            wr.iter_mut().for_each(|v| *v *= inv);
+        }
+        if p.norm_weights {
+            // llama.cpp clamps the sum to the smallest normal f16.
+            let sum = wr.iter().sum::<f32>().max(6.103_515_6e-5);
+            wr.iter_mut().for_each(|v| *v /= sum);
+        }
+        if p.weights_scale != 0.0 && p.weights_scale != 1.0 {
+            wr.iter_mut().for_each(|v| *v *= p.weights_scale);
+        }
+    }
+}
+
 /// `out[rows, width]` = the MoE FFN of `x[rows, width]`, routed by `router_x` (rows of its own
 /// width; `x` itself for most families); `segments` are the step's rows per sequence
 /// (consecutive).
@@ -162,72 +259,8 @@ pub(crate) fn run(
         let (ts, mm) = (&mut s.terms, &mut s.matmul);
         router_terms(terms, router_x, router_width, logits, ne, segments, ts, mm)?;
     }
-    let probs = grow(&mut s.probs, rows * ne);
-    s.chosen.clear();
-    s.chosen.resize(rows * k, 0);
-    let weights = grow(&mut s.weights, rows * k);
-    for r in 0..rows {
-        let l = &mut logits[r * ne..(r + 1) * ne];
-        if let Some(b) = w.router_bias {
-            for (v, &b) in l.iter_mut().zip(b) {
-                *v += b;
-            }
-        }
-        let pr = &mut probs[r * ne..(r + 1) * ne];
-        match p.gating {
-            MoeGating::Softmax => {
-                let m = l.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-                let mut sum = 0.0f64;
-                for (o, &v) in pr.iter_mut().zip(l.iter()) {
-                    *o = (v - m).exp();
-                    sum += *o as f64;
-                }
-                let inv = (1.0 / sum) as f32;
-                pr.iter_mut().for_each(|v| *v *= inv);
-            }
-            MoeGating::Sigmoid => {
-                for (o, &v) in pr.iter_mut().zip(l.iter()) {
-                    *o = 1.0 / (1.0 + (-v).exp());
-                }
-            }
-            MoeGating::SoftmaxWeight => pr.copy_from_slice(l),
-        }
-        // Top k of the selection scores, highest first (ties: the lower expert first).
-        s.scores.clear();
-        s.scores
-            .extend((0..ne).map(|e| pr[e] + w.selection_bias.map_or(0.0, |b| b[e])));
-        if let Some((groups, used)) = p.groups {
-            mask_groups(&mut s.scores, groups, used, &mut s.group_order);
-        }
-        s.order.clear();
-        s.order.extend(0..ne);
-        let score = &s.scores;
-        s.order
-            .sort_by(|&a, &b| score[b].total_cmp(&score[a]).then(a.cmp(&b)));
-        let wr = &mut weights[r * k..(r + 1) * k];
-        for (slot, &e) in s.order[..k].iter().enumerate() {
-            s.chosen[r * k + slot] = e;
-            wr[slot] = pr[e];
-        }
-        if p.gating == MoeGating::SoftmaxWeight {
-            let m = wr.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            let mut sum = 0.0f64;
-            for v in wr.iter_mut() {
-                *v = (*v - m).exp();
-                sum += *v as f64;
-            }
-            let inv = (1.0 / sum) as f32;
-            wr.iter_mut().for_each(|v| *v *= inv);
-        }
-        if p.norm_weights {
-            // llama.cpp clamps the sum to the smallest normal f16.
-            let sum = wr.iter().sum::<f32>().max(6.103_515_6e-5);
-            wr.iter_mut().for_each(|v| *v /= sum);
-        }
-        if p.weights_scale != 0.0 && p.weights_scale != 1.0 {
-            wr.iter_mut().for_each(|v| *v *= p.weights_scale);
-        }
-    }
+    route(p, (w.router_bias, w.selection_bias), rows, s);
+    let weights = &s.weights[..rows * k];
 
     // The experts, each over the rows that chose it.
     let outs = grow(&mut s.outs, rows * k * width);

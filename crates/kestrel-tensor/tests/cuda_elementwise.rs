@@ -6,8 +6,10 @@
 //!   in their last bit), positions before `floor_scale` exactly 1.
 //! - The one-input ops of other architectures (`unary_op`): squared ReLU and clamp exactly (NaN
 //!   kept), SiLU, GELU (tanh form) and the sigmoid within 4 f32 ulps of float64 (plus an ulp
-//!   of 1 times |x|, what GELU's `1 + tanh` loses for negative x); a row times its own scalar, a column slice and a product with one
-//!   value, exactly; the shapes they refuse.
+//!   of 1 times |x|, what GELU's `1 + tanh` loses for negative x); a row times its own
+//!   scalar, a column slice and a product with one value, exactly; the shapes they refuse.
+//! - The mixture-of-experts pieces: gpt-oss's clamped SwiGLU (4 ulps), weighted row scatter
+//!   and in-order slot sums (exact).
 //!
 //! Without a driver or GPU the tests print why they skipped and pass, unless
 //! `KESTREL_REQUIRE_GPU` is set.
@@ -200,4 +202,69 @@ fn row_scalars_slices_and_one_value_products_are_exact() {
     assert!(dev.slice_cols(&a, 0, &mut fewer).is_err());
     let two = up(1, 2, &[1.0, 2.0]);
     assert!(dev.mul_row_scalar(&a, &two, &mut out).is_err());
+}
+
+/// The mixture-of-experts pieces: gpt-oss's clamped SwiGLU against its formula (as the CPU
+/// computes it, within 4 ulps), rows scattered weighted into their slots and a token's slots
+/// summed in order, exactly; the writes they refuse.
+#[test]
+fn moe_pieces_match_the_cpu() {
+    let Some(dev) = device() else { return };
+    let up = |r: usize, w: usize, v: &[f32]| {
+        dev.upload(&Tensor::from_f32(Shape::matrix(r, w).unwrap(), v).unwrap())
+            .unwrap()
+    };
+    let n = 4000;
+    let g: Vec<f32> = (0..n).map(|i| (i as f32 - 2000.0) / 180.0).collect();
+    let u: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919) % 4000) as f32 / 200.0 - 10.0)
+        .collect();
+    let (gd, ud) = (up(1, n, &g), up(1, n, &u));
+    let mut out = dev.zeros(DType::F32, Shape::matrix(1, n).unwrap()).unwrap();
+    dev.swiglu_oai(&gd, &ud, &mut out).unwrap();
+    let got = dev.download_f32(&out).unwrap();
+    for i in 0..n {
+        let x = g[i].min(7.0);
+        let y = u[i].clamp(-7.0, 7.0);
+        let want = x / (1.0 + (1.702 * -x).exp()) * (y + 1.0);
+        assert!(
+            (got[i] - want).abs() <= 4.0 * f32::EPSILON * want.abs().max(1e-6),
+            "swiglu_oai({}, {}) = {}, want {want}",
+            g[i],
+            u[i],
+            got[i]
+        );
+    }
+    // Three tokens, two slots each: an expert's rows 0 and 1 go to slots 5 and 0, weighted.
+    let (rows, k, width) = (3, 2, 8);
+    let src: Vec<f32> = (0..2 * width).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let s = up(2, width, &src);
+    let mut ids = dev.new_ids(2).unwrap();
+    dev.set_ids(&mut ids, &[5, 0]).unwrap();
+    let mut w = dev.zeros(DType::F32, Shape::matrix(2, 1).unwrap()).unwrap();
+    dev.write_f32(&mut w, &[0.25, -1.5]).unwrap();
+    let mut outs = up(rows * k, width, &vec![1.0; rows * k * width]);
+    dev.scatter_rows_scaled(&s, &ids, &w, &mut outs).unwrap();
+    let o = dev.download_f32(&outs).unwrap();
+    for j in 0..width {
+        assert_eq!(o[5 * width + j].to_bits(), (src[j] * 0.25).to_bits());
+        assert_eq!(o[j].to_bits(), (src[width + j] * -1.5).to_bits());
+        assert_eq!(o[width + j], 1.0, "untouched slot");
+    }
+    let mut sum = dev
+        .zeros(DType::F32, Shape::matrix(rows, width).unwrap())
+        .unwrap();
+    dev.sum_slots(&outs, k, &mut sum).unwrap();
+    let got = dev.download_f32(&sum).unwrap();
+    for r in 0..rows {
+        for j in 0..width {
+            let want = o[(r * k) * width + j] + o[(r * k + 1) * width + j];
+            assert_eq!(got[r * width + j].to_bits(), want.to_bits());
+        }
+    }
+    // Refused: a row outside the destination, more values than a buffer holds.
+    dev.set_ids(&mut ids, &[6, 0]).unwrap();
+    assert!(dev.scatter_rows_scaled(&s, &ids, &w, &mut outs).is_err());
+    assert!(dev.write_f32(&mut w, &[1.0, 2.0, 3.0]).is_err());
+    assert!(dev.sum_slots(&outs, 3, &mut sum).is_err());
 }

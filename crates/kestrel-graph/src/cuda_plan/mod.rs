@@ -47,6 +47,7 @@ use fuse::Fusions;
 mod batch;
 mod cache;
 mod fuse;
+mod moe;
 use crate::ir::{EmbedIndex, Node, Op, Rows};
 use crate::{Graph, GraphError};
 pub use cache::CudaKvCache;
@@ -111,6 +112,10 @@ pub struct CudaPlan {
     max_batch: usize,
     kv_table: Option<KvTable>,
     batch_slots: Vec<GraphSlot>,
+    /// Each MoE node's experts (`moe.rs`) and the scratch they run in; with any, a step waits
+    /// for the router's logits on the host, so no step is captured as a graph.
+    moe: moe::NodeExperts,
+    moe_buf: Option<moe::MoeBuffers>,
 }
 
 /// Most sets of adapter scales a plan remembers an id for.
@@ -195,8 +200,14 @@ impl CudaPlan {
                 _ => None,
             })
             .collect();
+        let experts = moe::expert_weight_ids(graph);
         for (index, w) in graph.weights().iter().enumerate() {
             weight_names.push(w.name.clone());
+            if experts.contains(&index) {
+                // Uploaded one matrix an expert (`moe::prepare`); never read whole.
+                weights.push(Arc::new(dev.zeros_f32(Shape::vector(1))?));
+                continue;
+            }
             let shared = donor.and_then(|d| d.shared_weight(&w.name, &w.dims));
             if let Some(t) = shared {
                 weights.push(t);
@@ -222,6 +233,7 @@ impl CudaPlan {
             };
             weights.push(Arc::new(dev.upload(&t)?));
         }
+        let (moe, moe_buf) = moe::prepare(graph, &dev, max_tokens, weight, donor)?;
         let mut acts = Vec::with_capacity(graph.nodes().len());
         let mut kv_widths: Vec<Option<usize>> = Vec::new();
         for node in graph.nodes() {
@@ -309,6 +321,8 @@ impl CudaPlan {
             max_batch,
             kv_table: None,
             batch_slots: (0..max_batch).map(|_| GraphSlot::default()).collect(),
+            moe,
+            moe_buf,
             dev,
         })
     }
@@ -428,7 +442,7 @@ impl CudaPlan {
 
     /// Whether one-token steps replay CUDA graphs.
     pub fn graphs(&self) -> bool {
-        self.graphs && self.graphable
+        self.graphs && self.graphable && self.moe_buf.is_none()
     }
 
     /// Why a capture failed and turned graphs off for this plan (`None`: it did not).
@@ -607,7 +621,11 @@ impl CudaPlan {
             .take()
             .ok_or_else(|| internal("node buffer in use"))?;
         out.set_shape(Shape::matrix(rows, node.width)?)?;
-        let result = match self.exec_fused(i, node, &mut out, rows, kv) {
+        let result = match &node.op {
+            Op::Moe(p) => self.exec_moe(i, node, p, &mut out, rows).map(|()| true),
+            _ => self.exec_fused(i, node, &mut out, rows, kv),
+        };
+        let result = match result {
             Ok(true) => Ok(()),
             Ok(false) => self.exec_into(node, &mut out, tokens, pos0, kv),
             Err(e) => Err(e),
@@ -840,7 +858,7 @@ impl CudaPlan {
 /// The name of an op the CUDA plan cannot run yet (refused when the plan is made).
 fn unsupported(op: &Op) -> Option<&'static str> {
     match op {
-        Op::Moe(_) => Some("mixture of experts"),
+        Op::Moe(p) if !p.low_rank.is_empty() => Some("LoRA terms of mixture-of-experts layers"),
         Op::Rope(p) if p.mrope.is_some() => Some("M-RoPE with unrotated fourth-axis pairs"),
         Op::Attention(p) if p.latent => Some("latent attention"),
         Op::Attention(p) if p.head_dim_k != p.head_dim_v => {

@@ -40,6 +40,8 @@ mod kv_table;
 #[cfg(feature = "cuda")]
 mod matvec;
 #[cfg(feature = "cuda")]
+mod moe;
+#[cfg(feature = "cuda")]
 mod ops;
 #[cfg(feature = "cuda")]
 mod rope_kv;

@@ -4,7 +4,7 @@
 
 use std::convert::Infallible;
 
-use super::{CudaDevice, DeviceTensor};
+use super::{CudaDevice, DeviceIds, DeviceTensor};
 use crate::cuda::Unary;
 use crate::error::Result;
 
@@ -76,6 +76,54 @@ impl HostBuffer {
 }
 
 impl CudaDevice {
+    /// gpt-oss's clamped SwiGLU.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn swiglu_oai(
+        &self,
+        _gate: &DeviceTensor,
+        _up: &DeviceTensor,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Rows scattered, weighted.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn scatter_rows_scaled(
+        &self,
+        _src: &DeviceTensor,
+        _dst_rows: &DeviceIds,
+        _w: &DeviceTensor,
+        _dst: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Slot rows summed in order.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn sum_slots(
+        &self,
+        _outs: &DeviceTensor,
+        _k: usize,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Values written into a device tensor.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn write_f32(&self, _t: &mut DeviceTensor, _values: &[f32]) -> Result<()> {
+        match self.never {}
+    }
+
     /// A host buffer for device results.
     ///
     /// # Errors

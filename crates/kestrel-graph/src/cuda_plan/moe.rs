@@ -1,0 +1,350 @@
+//! The CUDA plan's mixture-of-experts FFN ([`Op::Moe`]).
+//!
+//! The router's logits are computed on the GPU and copied back; the experts are chosen on the
+//! host by the CPU plan's own routing (`crate::moe::route`: every gating, expert groups,
+//! selection bias, weight normalisation), so both engines choose the same experts. Each chosen
+//! expert then runs on the GPU over the rows that chose it (gathered), its gate/up/down
+//! matrices uploaded one per expert at compile time, still quantized; each row's output goes
+//! weighted into its (token, slot) row, and a token's slots are added in the order chosen, as
+//! the CPU does. The copy back makes a step wait for the router, so plans with MoE layers run
+//! their decode steps as plain launches (no CUDA graph). LoRA terms on MoE layers are refused.
+
+use std::sync::Arc;
+
+use kestrel_tensor::cuda::{CudaDevice, DeviceIds, DeviceTensor, Unary};
+use kestrel_tensor::{Shape, Tensor};
+
+use super::{internal, CudaPlan};
+use crate::ir::{MoeActivation, MoeParams, Node, Op};
+use crate::moe::{expert_bytes, route, MoeScratch};
+use crate::{Graph, GraphError};
+
+/// One MoE node's weights on the device: each expert's matrices, and the per-expert factors.
+pub(super) struct ExpertWeights {
+    /// The up projections (with a fused gate: gate and up stacked), one matrix an expert.
+    up: Vec<DeviceTensor>,
+    gate: Option<Vec<DeviceTensor>>,
+    down: Vec<DeviceTensor>,
+    /// Per-expert scales of up, gate and down (host values).
+    scales: [Option<Vec<f32>>; 3],
+    /// Per-expert biases of up, gate and down, one device vector an expert.
+    biases: [Option<Vec<DeviceTensor>>; 3],
+    router_bias: Option<Vec<f32>>,
+    selection_bias: Option<Vec<f32>>,
+}
+
+/// Device and host scratch of a plan's MoE nodes, sized for the largest step and node.
+pub(super) struct MoeBuffers {
+    host: MoeScratch,
+    logits: DeviceTensor,
+    /// Activation-sized buffers (rows × the widest of the node width and the expert's outputs).
+    xg: DeviceTensor,
+    both: DeviceTensor,
+    gate: DeviceTensor,
+    up: DeviceTensor,
+    act: DeviceTensor,
+    down: DeviceTensor,
+    spare: DeviceTensor,
+    /// Every (row, slot)'s weighted expert output.
+    outs: DeviceTensor,
+    rows: Vec<u32>,
+    dst_rows: Vec<i32>,
+    wts: Vec<f32>,
+    d_rows: DeviceIds,
+    d_wts: DeviceTensor,
+}
+
+/// The weight ids of MoE nodes' expert matrices (uploaded per expert, not whole).
+pub(super) fn expert_weight_ids(graph: &Graph) -> Vec<usize> {
+    let mut ids = Vec::new();
+    for n in graph.nodes() {
+        if let Op::Moe(p) = &n.op {
+            ids.push(p.up);
+            ids.push(p.down);
+            ids.extend(p.gate);
+        }
+    }
+    ids
+}
+
+/// A plan's MoE nodes' experts: node `i`'s (with its up projection's name, by which plans
+/// compiled from this one share them), `None` for other nodes.
+pub(super) type NodeExperts = Vec<Option<(String, Arc<ExpertWeights>)>>;
+
+/// Uploads each MoE node's experts (reusing `donor`'s for the same weight names) and sizes the
+/// scratch for steps of `max_tokens` rows.
+pub(super) fn prepare(
+    graph: &Graph,
+    dev: &Arc<CudaDevice>,
+    max_tokens: usize,
+    weight: &dyn Fn(&str) -> Option<Tensor>,
+    donor: Option<&CudaPlan>,
+) -> Result<(NodeExperts, Option<MoeBuffers>), GraphError> {
+    let names: Vec<&str> = graph.weights().iter().map(|w| w.name.as_str()).collect();
+    let mut experts = Vec::with_capacity(graph.nodes().len());
+    // Most experts, the widest activation, the most slots × width of any MoE node.
+    let (mut ne_max, mut wide, mut slots_width) = (0usize, 0usize, 0usize);
+    for n in graph.nodes() {
+        let Op::Moe(p) = &n.op else {
+            experts.push(None);
+            continue;
+        };
+        let key = names[p.up];
+        let shared = donor.and_then(|d| {
+            d.moe
+                .iter()
+                .flatten()
+                .find(|(name, _)| name == key)
+                .map(|(_, e)| Arc::clone(e))
+        });
+        let e = match shared {
+            Some(e) => e,
+            None => Arc::new(upload_experts(p, &names, dev, weight)?),
+        };
+        experts.push(Some((key.to_string(), e)));
+        ne_max = ne_max.max(p.n_expert);
+        wide = wide.max(n.width).max(2 * p.n_ff);
+        slots_width = slots_width.max(p.n_used * n.width);
+    }
+    let buffers = if ne_max == 0 {
+        None
+    } else {
+        let rows = max_tokens.max(1);
+        let act = |w: usize| dev.zeros_f32(Shape::matrix(rows, w.max(1))?);
+        Some(MoeBuffers {
+            host: MoeScratch::default(),
+            logits: act(ne_max)?,
+            xg: act(wide)?,
+            both: act(wide)?,
+            gate: act(wide)?,
+            up: act(wide)?,
+            act: act(wide)?,
+            down: act(wide)?,
+            spare: act(wide)?,
+            outs: act(slots_width)?,
+            rows: Vec::with_capacity(rows),
+            dst_rows: Vec::with_capacity(rows),
+            wts: Vec::with_capacity(rows),
+            d_rows: dev.new_ids(rows)?,
+            d_wts: act(1)?,
+        })
+    };
+    Ok((experts, buffers))
+}
+
+/// Each expert of `p` as its own device matrices, and the per-expert factors.
+fn upload_experts(
+    p: &MoeParams,
+    names: &[&str],
+    dev: &Arc<CudaDevice>,
+    weight: &dyn Fn(&str) -> Option<Tensor>,
+) -> Result<ExpertWeights, GraphError> {
+    let get = |id: usize| {
+        weight(names[id]).ok_or_else(|| GraphError::Weight {
+            name: names[id].to_string(),
+            reason: "not found".into(),
+        })
+    };
+    let split = |id: usize| -> Result<Vec<DeviceTensor>, GraphError> {
+        let t = get(id)?;
+        (0..p.n_expert)
+            .map(|e| {
+                let (bytes, dtype, k, m) = expert_bytes(&t, e)?;
+                let one = Tensor::from_bytes(dtype, Shape::matrix(m, k)?, bytes)?;
+                Ok(dev.upload(&one)?)
+            })
+            .collect()
+    };
+    let values = |id: Option<usize>| -> Result<Option<Vec<f32>>, GraphError> {
+        id.map(|i| Ok(get(i)?.to_f32_vec()?)).transpose()
+    };
+    let mut biases: [Option<Vec<DeviceTensor>>; 3] = [None, None, None];
+    for (slot, id) in p.biases.iter().enumerate() {
+        if let Some(v) = values(*id)? {
+            let m = v.len() / p.n_expert.max(1);
+            biases[slot] = Some(
+                v.chunks_exact(m.max(1))
+                    .map(|b| dev.upload(&Tensor::from_f32(Shape::vector(b.len()), b)?))
+                    .collect::<Result<_, _>>()?,
+            );
+        }
+    }
+    Ok(ExpertWeights {
+        up: split(p.up)?,
+        gate: p.gate.map(split).transpose()?,
+        down: split(p.down)?,
+        scales: [
+            values(p.scales[0])?,
+            values(p.scales[1])?,
+            values(p.scales[2])?,
+        ],
+        biases,
+        router_bias: values(p.router_bias)?,
+        selection_bias: values(p.selection_bias)?,
+    })
+}
+
+/// `dst = input · wᵀ`, times `scale`, plus `bias` (through `spare`, which then holds the old
+/// buffer): one expert projection as the CPU's `project`.
+fn project(
+    dev: &CudaDevice,
+    input: &DeviceTensor,
+    w: &DeviceTensor,
+    (dst, spare): (&mut DeviceTensor, &mut DeviceTensor),
+    scale: Option<f32>,
+    bias: Option<&DeviceTensor>,
+) -> Result<(), GraphError> {
+    let rows = input.shape().n_rows();
+    let m = w.shape().n_rows();
+    dst.set_shape(Shape::matrix(rows, m)?)?;
+    dev.matmul_reusing(input, w, dst, None)?;
+    if let Some(f) = scale {
+        dev.scale(dst, f)?;
+    }
+    if let Some(b) = bias {
+        spare.set_shape(Shape::matrix(rows, m)?)?;
+        dev.add(dst, b, spare)?;
+        std::mem::swap(dst, spare);
+    }
+    Ok(())
+}
+
+impl CudaPlan {
+    /// Runs MoE node `i` (its buffer `out`, `rows` rows) as the module docs say.
+    pub(super) fn exec_moe(
+        &mut self,
+        i: usize,
+        node: &Node,
+        p: &MoeParams,
+        out: &mut DeviceTensor,
+        rows: usize,
+    ) -> Result<(), GraphError> {
+        let ew = self
+            .moe
+            .get(i)
+            .and_then(|e| e.as_ref().map(|(_, w)| Arc::clone(w)))
+            .ok_or_else(|| internal("MoE experts missing"))?;
+        let mut b = self
+            .moe_buf
+            .take()
+            .ok_or_else(|| internal("MoE buffers missing"))?;
+        let r = self.moe_step(node, p, &ew, &mut b, out, rows);
+        self.moe_buf = Some(b);
+        // The experts' matmuls quantized other activations since.
+        self.q8 = None;
+        r
+    }
+
+    fn moe_step(
+        &self,
+        node: &Node,
+        p: &MoeParams,
+        ew: &ExpertWeights,
+        b: &mut MoeBuffers,
+        out: &mut DeviceTensor,
+        rows: usize,
+    ) -> Result<(), GraphError> {
+        let dev = &*self.dev;
+        let (ne, k, nf, width) = (p.n_expert, p.n_used, p.n_ff, node.width);
+        let x = self.input(node, 0)?;
+        let rx = match node.inputs.get(1) {
+            Some(_) => self.input(node, 1)?,
+            None => x,
+        };
+        // Route on the host, as the CPU does.
+        b.logits.set_shape(Shape::matrix(rows, ne)?)?;
+        dev.matmul_reusing(rx, &self.weights[p.router], &mut b.logits, None)?;
+        dev.download_f32_into(&b.logits, b.host.logits_mut(rows * ne))?;
+        route(
+            p,
+            (ew.router_bias.as_deref(), ew.selection_bias.as_deref()),
+            rows,
+            &mut b.host,
+        );
+        b.outs.set_shape(Shape::matrix(rows * k, width)?)?;
+        let gated = ew.gate.is_some() || p.fused_gate_up;
+        for e in 0..ne {
+            b.rows.clear();
+            b.dst_rows.clear();
+            b.wts.clear();
+            for (j, &c) in b.host.chosen()[..rows * k].iter().enumerate() {
+                if c == e {
+                    b.rows.push((j / k) as u32);
+                    b.dst_rows.push(j as i32);
+                    b.wts.push(b.host.weights()[j]);
+                }
+            }
+            let n = b.rows.len();
+            if n == 0 {
+                continue;
+            }
+            b.xg.set_shape(Shape::matrix(n, width)?)?;
+            dev.get_rows(x, &b.rows, &mut b.xg)?;
+            let factor = |slot: usize| ew.scales[slot].as_ref().map(|s| s[e]);
+            let bias = |slot: usize| ew.biases[slot].as_ref().map(|v| &v[e]);
+            if p.fused_gate_up {
+                project(
+                    dev,
+                    &b.xg,
+                    &ew.up[e],
+                    (&mut b.both, &mut b.spare),
+                    factor(0),
+                    bias(0),
+                )?;
+                for (t, off) in [(&mut b.gate, 0), (&mut b.up, nf)] {
+                    t.set_shape(Shape::matrix(n, nf)?)?;
+                    dev.slice_cols(&b.both, off, t)?;
+                }
+            } else {
+                project(
+                    dev,
+                    &b.xg,
+                    &ew.up[e],
+                    (&mut b.up, &mut b.spare),
+                    factor(0),
+                    bias(0),
+                )?;
+                if let Some(g) = &ew.gate {
+                    project(
+                        dev,
+                        &b.xg,
+                        &g[e],
+                        (&mut b.gate, &mut b.spare),
+                        factor(1),
+                        bias(1),
+                    )?;
+                }
+            }
+            b.act.set_shape(Shape::matrix(n, nf)?)?;
+            match (gated, p.activation) {
+                (true, MoeActivation::Silu) => dev.swiglu(&b.gate, &b.up, &mut b.act)?,
+                (true, MoeActivation::Gelu) => dev.geglu(&b.gate, &b.up, &mut b.act)?,
+                (true, MoeActivation::SwiGluOai) => dev.swiglu_oai(&b.gate, &b.up, &mut b.act)?,
+                (false, MoeActivation::Silu) => dev.unary_op(Unary::Silu, &b.up, &mut b.act)?,
+                (false, MoeActivation::Gelu) => dev.unary_op(Unary::Gelu, &b.up, &mut b.act)?,
+                (false, MoeActivation::ReluSqr) => {
+                    dev.unary_op(Unary::ReluSqr, &b.up, &mut b.act)?
+                }
+                (gated, act) => {
+                    return Err(GraphError::Internal(format!(
+                        "MoE activation {act:?} with gate {gated}"
+                    )))
+                }
+            }
+            project(
+                dev,
+                &b.act,
+                &ew.down[e],
+                (&mut b.down, &mut b.spare),
+                factor(2),
+                bias(2),
+            )?;
+            dev.set_ids(&mut b.d_rows, &b.dst_rows)?;
+            b.d_wts.set_shape(Shape::matrix(n, 1)?)?;
+            dev.write_f32(&mut b.d_wts, &b.wts)?;
+            dev.scatter_rows_scaled(&b.down, &b.d_rows, &b.d_wts, &mut b.outs)?;
+        }
+        dev.sum_slots(&b.outs, k, out)?;
+        Ok(())
+    }
+}
