@@ -19,16 +19,19 @@
 // each of its own sequence (kv_rows.cuh). A token's bits are the same either way.
 //
 // attention_f16_split (below) computes the same function with the keys split among CTAs.
+// attention_q8_0 and attention_q8_0_split: the same over q8_0 caches (kv_rows.cuh; head_dim a
+// multiple of 32), each key and value element d·q in f32.
 #include "attention.cuh"
 
 #define DEC_MAX_WARPS 16
 
-extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)
-    attention_f16(const float *__restrict__ q, const int *__restrict__ positions,
-                  const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
-                  int n_head, int n_kv_head, int head_dim, int kv_len, float scale, float softcap,
-                  int window, int causal, const unsigned long long *__restrict__ kv_table,
-                  const float *__restrict__ sinks) {
+template <bool Q8>
+__device__ __forceinline__ void attention_dec(const float *__restrict__ q, const int *__restrict__ positions,
+                                              const void *k, const void *v, float *__restrict__ out, int n_head,
+                                              int n_kv_head, int head_dim, int kv_len, float scale, float softcap,
+                                              int window, int causal,
+                                              const unsigned long long *__restrict__ kv_table,
+                                              const float *__restrict__ sinks) {
     __shared__ float s_m[DEC_MAX_WARPS], s_l[DEC_MAX_WARPS], s_f[DEC_MAX_WARPS];
     __shared__ float s_acc[DEC_MAX_WARPS][MAX_HEAD_DIM];
     const int nwarps = blockDim.y;
@@ -52,21 +55,21 @@ extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)
     float m = -__int_as_float(0x7f800000), l = 0.0f;
     const long long row = (long long)n_kv_head * head_dim;
     for (int j = lo + warp; j < hi; j += nwarps) {
-        const __half *kj = k + j * row + (long long)kvh * head_dim;
+        const long long kj = j * row + (long long)kvh * head_dim;  // the key's first element
         float d = 0.0f;
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++)
-            if (lane + WARP * i < head_dim) d = fmaf(qv[i], __half2float(kj[lane + WARP * i]), d);
+            if (lane + WARP * i < head_dim) d = fmaf(qv[i], kv_value<Q8>(k, kj + lane + WARP * i), d);
         float s = warp_sum(d) * scale;
         if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
         const float m_new = fmaxf(m, s);
         const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
         const float p = expf(s - m_new);
         l = l * corr + p;
-        const __half *vj = v + j * row + (long long)kvh * head_dim;
+        const long long vj = j * row + (long long)kvh * head_dim;
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++)
-            if (lane + WARP * i < head_dim) acc[i] = fmaf(p, __half2float(vj[lane + WARP * i]), acc[i] * corr);
+            if (lane + WARP * i < head_dim) acc[i] = fmaf(p, kv_value<Q8>(v, vj + lane + WARP * i), acc[i] * corr);
         m = m_new;
     }
     if (lane == 0) {
@@ -95,6 +98,19 @@ extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)
     }
 }
 
+#define ATTENTION_DEC(NAME, Q8, T)                                                                          \
+    extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)                                     \
+        NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k, const T *v,       \
+             float *__restrict__ out, int n_head, int n_kv_head, int head_dim, int kv_len, float scale,     \
+             float softcap, int window, int causal, const unsigned long long *__restrict__ kv_table,        \
+             const float *__restrict__ sinks) {                                                            \
+        attention_dec<Q8>(q, positions, k, v, out, n_head, n_kv_head, head_dim, kv_len, scale, softcap,    \
+                          window, causal, kv_table, sinks);                                                \
+    }
+
+ATTENTION_DEC(attention_f16, false, __half)
+ATTENTION_DEC(attention_q8_0, true, block_q8_0)
+
 // attention_f16_split (decode: up to 8 query tokens whose heads leave most SMs idle): the keys
 // a query sees split into ranges of `chunk = max(ceil(n / nsplit), SPLIT_MIN_KEYS)` keys (n =
 // hi - lo, nsplit = gridDim.y), `active = ceil(n / chunk)` of them, a CTA of SPLIT_WARPS warps
@@ -119,12 +135,14 @@ extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)
 #endif
 #define SPLIT_MAX 64
 
-extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)
-    attention_f16_split(const float *__restrict__ q, const int *__restrict__ positions,
-                        const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
-                        float *__restrict__ part, unsigned *__restrict__ counters, int n_head, int n_kv_head,
-                        int head_dim, int kv_len, float scale, float softcap, int window, int causal,
-                        const unsigned long long *__restrict__ kv_table, const float *__restrict__ sinks) {
+template <bool Q8>
+__device__ __forceinline__ void attention_split(const float *__restrict__ q, const int *__restrict__ positions,
+                                                const void *k, const void *v, float *__restrict__ out,
+                                                float *__restrict__ part, unsigned *__restrict__ counters,
+                                                int n_head, int n_kv_head, int head_dim, int kv_len, float scale,
+                                                float softcap, int window, int causal,
+                                                const unsigned long long *__restrict__ kv_table,
+                                                const float *__restrict__ sinks) {
     __shared__ float s_m[SPLIT_WARPS], s_l[SPLIT_WARPS], s_f[SPLIT_MAX];
     __shared__ float s_acc[SPLIT_WARPS][MAX_HEAD_DIM];
     __shared__ float s_cm, s_cl, s_inv;
@@ -156,17 +174,17 @@ extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)
     }
     float m = neg_inf, l = 0.0f;
     const long long row = (long long)n_kv_head * head_dim;
-    const __half *kb = k + (long long)kvh * head_dim, *vb = v + (long long)kvh * head_dim;
+    const long long hb = (long long)kvh * head_dim;  // the head's first element in a row
     for (int j0 = a + warp; j0 < b; j0 += 2 * SPLIT_WARPS) {
         const int j1 = j0 + SPLIT_WARPS;
         const bool two = j1 < b;  // warp-uniform
-        const __half *k0 = kb + j0 * row, *k1 = kb + (two ? j1 : j0) * row;
+        const long long e0 = hb + j0 * row, e1 = hb + (two ? j1 : j0) * row;
         float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++)
             if (lane + WARP * i < head_dim) {
-                d0 = fmaf(qv[i], __half2float(k0[lane + WARP * i]), d0);
-                d1 = fmaf(qv[i], __half2float(k1[lane + WARP * i]), d1);
+                d0 = fmaf(qv[i], kv_value<Q8>(k, e0 + lane + WARP * i), d0);
+                d1 = fmaf(qv[i], kv_value<Q8>(k, e1 + lane + WARP * i), d1);
             }
         float s0 = warp_sum(d0) * scale, s1 = warp_sum(d1) * scale;
         if (softcap > 0.0f) {
@@ -178,12 +196,11 @@ extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)
         const float corr = expf(m - m_new);            // 0 on the first keys (m = -inf)
         const float p0 = expf(s0 - m_new), p1 = expf(s1 - m_new);
         l = l * corr + (p0 + p1);
-        const __half *v0 = vb + j0 * row, *v1 = vb + (two ? j1 : j0) * row;
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++)
             if (lane + WARP * i < head_dim)
-                acc[i] = fmaf(p1, __half2float(v1[lane + WARP * i]),
-                              fmaf(p0, __half2float(v0[lane + WARP * i]), acc[i] * corr));
+                acc[i] = fmaf(p1, kv_value<Q8>(v, e1 + lane + WARP * i),
+                              fmaf(p0, kv_value<Q8>(v, e0 + lane + WARP * i), acc[i] * corr));
         m = m_new;
     }
     if (lane == 0) {
@@ -267,3 +284,16 @@ extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)
         oh[i] = o * s_inv;
     }
 }
+
+#define ATTENTION_SPLIT(NAME, Q8, T)                                                                        \
+    extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)                                       \
+        NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k, const T *v,       \
+             float *__restrict__ out, float *__restrict__ part, unsigned *__restrict__ counters, int n_head, \
+             int n_kv_head, int head_dim, int kv_len, float scale, float softcap, int window, int causal,   \
+             const unsigned long long *__restrict__ kv_table, const float *__restrict__ sinks) {            \
+        attention_split<Q8>(q, positions, k, v, out, part, counters, n_head, n_kv_head, head_dim, kv_len,  \
+                            scale, softcap, window, causal, kv_table, sinks);                              \
+    }
+
+ATTENTION_SPLIT(attention_f16_split, false, __half)
+ATTENTION_SPLIT(attention_q8_0_split, true, block_q8_0)

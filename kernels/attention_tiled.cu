@@ -10,6 +10,9 @@
 // otherwise). `sinks`: as attention.cu's. Launch: grid (ceil(n_tokens * group / TILE_ROWS),
 // n_kv_head), block (32, 4), dynamic shared memory (TILE_ROWS * head_dim + TILE_KEYS *
 // (head_dim / 2 + 1)) * 4 bytes.
+// attention_q8_0_tiled: the same over q8_0 caches (head_dim a multiple of 32): the tile holds
+// the quants (exact in f16) and each key's block scales (1 KiB more, static), an element d·q in
+// f32 as attention.cu's kernels compute it.
 #include "attention.cuh"
 
 #define ATT_WARPS 4
@@ -18,14 +21,18 @@
 #define TILE_KEYS 32
 #define MAX_PAIRS_PER_LANE (MAX_HEAD_DIM / 2 / WARP)
 
-// Keys t0 .. t0 + TILE_KEYS of one KV head (`base` = its first row) into the shared tile as
-// half2 rows of hd2 + 1 words; keys from `end` on as zeros. Every thread of the CTA takes part.
-__device__ __forceinline__ void load_tile(__half2 *tile, const __half *base, long long kv_row, int t0,
-                                          int end, int hd2, int tid) {
+// Keys t0 .. t0 + TILE_KEYS of one KV head (its first element `head` in a row of `kv_row`
+// elements) into the shared tile as half2 rows of hd2 + 1 words; keys from `end` on as zeros.
+// q8_0: the quants, and each key's block scales in `scales` ([TILE_KEYS][MAX_HEAD_DIM / 32]).
+// Every thread of the CTA takes part.
+template <bool Q8>
+__device__ __forceinline__ void load_tile(__half2 *tile, float *scales, const void *cache, long long head,
+                                          long long kv_row, int t0, int end, int hd2, int tid) {
     for (int i = tid; i < TILE_KEYS * hd2; i += WARP * ATT_WARPS) {
         const int j = i / hd2, d2 = i % hd2, key = t0 + j;
-        tile[j * (hd2 + 1) + d2] = key < end ? *(const __half2 *)(base + key * kv_row + 2 * d2)
-                                             : __floats2half2_rn(0.0f, 0.0f);
+        const long long e = head + key * kv_row + 2 * d2;
+        tile[j * (hd2 + 1) + d2] = key < end ? kv_pair<Q8>(cache, e) : __floats2half2_rn(0.0f, 0.0f);
+        if (Q8 && d2 % 16 == 0) scales[j * (MAX_HEAD_DIM / 32) + d2 / 16] = key < end ? kv_scale<Q8>(cache, e) : 0.0f;
     }
 }
 
@@ -33,12 +40,14 @@ __device__ __forceinline__ void load_tile(__half2 *tile, const __half *base, lon
 // one K-or-V tile as half2 rows of head_dim / 2 + 1 words (the extra word keeps lanes reading
 // different keys' rows on different banks). 32.1 KiB at head_dim 256; the launcher in
 // src/cuda/attention.rs computes the same size.
-extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
-    attention_f16_tiled(const float *__restrict__ q, const int *__restrict__ positions,
-                        const __half *__restrict__ k, const __half *__restrict__ v, float *__restrict__ out,
-                        int n_head, int n_kv_head, int head_dim, int kv_len, float scale, float softcap,
-                        int window, int causal, int n_tokens, const float *__restrict__ sinks) {
-    extern __shared__ float smem[];
+template <bool Q8>
+__device__ __forceinline__ void attention_tiled(const float *__restrict__ q, const int *__restrict__ positions,
+                                                const void *k, const void *v, float *__restrict__ out,
+                                                int n_head, int n_kv_head, int head_dim, int kv_len, float scale,
+                                                float softcap, int window, int causal, int n_tokens,
+                                                const float *__restrict__ sinks) {
+    DYNAMIC_SHARED(float, smem);
+    __shared__ float s_scale[Q8 ? TILE_KEYS * (MAX_HEAD_DIM / 32) : 1];
     __shared__ int s_lo[TILE_ROWS], s_hi[TILE_ROWS];
     __shared__ int s_range[2];
     const int hd2 = head_dim / 2, stride = hd2 + 1;
@@ -105,15 +114,14 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
         for (int i = 0; i < MAX_PAIRS_PER_LANE; i++) acc[r][i] = make_float2(0.0f, 0.0f);
     }
     const long long kv_row = (long long)n_kv_head * head_dim;
-    const __half *kbase = k + (long long)kvh * head_dim;
-    const __half *vbase = v + (long long)kvh * head_dim;
+    const long long head = (long long)kvh * head_dim;  // the head's first element in a row
 
     for (int t0 = cta_lo; t0 < cta_hi; t0 += TILE_KEYS) {
         // Every warp passes every barrier; a warp none of whose rows see this tile skips the
         // arithmetic only.
         const bool active = t0 < warp_hi && t0 + TILE_KEYS > warp_lo;
         __syncthreads();  // the previous V tile is no longer read
-        load_tile(kvs, kbase, kv_row, t0, cta_hi, hd2, tid);
+        load_tile<Q8>(kvs, s_scale, k, head, kv_row, t0, cta_hi, hd2, tid);
         __syncthreads();
         if (active) {
             // Scores: lane j against key t0 + j, for each of the warp's rows.
@@ -123,7 +131,12 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
             for (int r = 0; r < ROWS_PER_WARP; r++) s[r] = 0.0f;
             const __half2 *kr = kvs + lane * stride;
             for (int d2 = 0; d2 < hd2; d2++) {
-                const float2 kf = __half22float2(kr[d2]);
+                float2 kf = __half22float2(kr[d2]);
+                if (Q8) {
+                    const float sc = s_scale[lane * (MAX_HEAD_DIM / 32) + d2 / 16];
+                    kf.x *= sc;
+                    kf.y *= sc;
+                }
 #pragma unroll
                 for (int r = 0; r < ROWS_PER_WARP; r++) {
                     const float2 qf = *(const float2 *)(qs + (my0 + r) * head_dim + 2 * d2);
@@ -153,7 +166,7 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
             }
         }
         __syncthreads();  // the K tile is no longer read
-        load_tile(kvs, vbase, kv_row, t0, cta_hi, hd2, tid);
+        load_tile<Q8>(kvs, s_scale, v, head, kv_row, t0, cta_hi, hd2, tid);
         __syncthreads();
         if (active) {
             // Values: lane owns dimension pairs lane, lane + 32, ...
@@ -166,7 +179,12 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
                 for (int i = 0; i < MAX_PAIRS_PER_LANE; i++) {
                     const int d2 = lane + WARP * i;
                     if (d2 < hd2) {
-                        const float2 vf = __half22float2(vr[d2]);
+                        float2 vf = __half22float2(vr[d2]);
+                        if (Q8) {
+                            const float sc = s_scale[j * (MAX_HEAD_DIM / 32) + d2 / 16];
+                            vf.x *= sc;
+                            vf.y *= sc;
+                        }
 #pragma unroll
                         for (int r = 0; r < ROWS_PER_WARP; r++) {
                             acc[r][i].x = fmaf(pj[r], vf.x, acc[r][i].x);
@@ -194,3 +212,15 @@ extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)
         }
     }
 }
+
+#define ATTENTION_TILED(NAME, Q8, T)                                                                        \
+    extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)                                         \
+        NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k, const T *v,       \
+             float *__restrict__ out, int n_head, int n_kv_head, int head_dim, int kv_len, float scale,     \
+             float softcap, int window, int causal, int n_tokens, const float *__restrict__ sinks) {        \
+        attention_tiled<Q8>(q, positions, k, v, out, n_head, n_kv_head, head_dim, kv_len, scale, softcap,  \
+                            window, causal, n_tokens, sinks);                                              \
+    }
+
+ATTENTION_TILED(attention_f16_tiled, false, __half)
+ATTENTION_TILED(attention_q8_0_tiled, true, block_q8_0)

@@ -16,6 +16,12 @@ typedef unsigned int u32;
 #define WARP 32
 #define QK 32
 
+// A kernel's dynamic shared memory as the array `name` of T (the host stand-in gives a static
+// array instead).
+#ifndef DYNAMIC_SHARED
+#define DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
+
 // Q4_0: 32 values `d * (q - 8)`, q the nibbles (element j low nibble of qs[j], j + 16 high).
 struct block_q4_0 { __half d; u8 qs[QK / 2]; };
 // Q4_1: `d * q + m`.

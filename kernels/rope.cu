@@ -18,6 +18,8 @@
 // threads (blockIdx.y: query heads, then key heads, then each KV head's slice of the value row;
 // `v_row` a multiple of n_kv_head). With `kv_table` (not null), token t's keys and values go
 // into its own caches kv_table[2t] and kv_table[2t + 1] (kv_rows.cuh: a batched decode step).
+// rope_qk_append_q8_0: the same into q8_0 caches (head_dim and the value slices multiples of 32;
+// the keys rotated into shared memory, then quantized as kv_append2_q8_0 quantizes).
 #include "kv_rows.cuh"
 #include "norm.cuh"
 
@@ -79,17 +81,18 @@ extern "C" __global__ void rope_f32(const float *src, float *x, const int *__res
               ext_factor, attn_factor, corr0, corr1, 1.0f);
 }
 
-extern "C" __global__ void rope_qk_append_f16(const float *q_src, float *q_out, const float *k_src,
-                                              const float *__restrict__ v_src, const int *__restrict__ positions,
-                                              const float *__restrict__ ff, __half *k_cache,
-                                              __half *__restrict__ v_cache, int n_head, int n_kv_head,
-                                              int head_dim, int v_row, int n_rot, int neox, float freq_base,
-                                              float freq_scale, float ext_factor, float attn_factor,
-                                              float corr0, float corr1, float q_scale,
-                                              const float *__restrict__ q_norm_w, const float *__restrict__ k_norm_w,
-                                              int norms, float q_eps, float k_eps,
-                                              const unsigned long long *__restrict__ kv_table) {
+template <bool Q8>
+__device__ __forceinline__ void rope_qk_append(const float *q_src, float *q_out, const float *k_src,
+                                               const float *__restrict__ v_src, const int *__restrict__ positions,
+                                               const float *__restrict__ ff, void *k_cache, void *v_cache,
+                                               int n_head, int n_kv_head, int head_dim, int v_row, int n_rot,
+                                               int neox, float freq_base, float freq_scale, float ext_factor,
+                                               float attn_factor, float corr0, float corr1, float q_scale,
+                                               const float *__restrict__ q_norm_w,
+                                               const float *__restrict__ k_norm_w, int norms, float q_eps,
+                                               float k_eps, const unsigned long long *__restrict__ kv_table) {
     __shared__ float s_head[ROPE_NORM_MAX_HEAD];
+    __shared__ float s_rot[Q8 ? ROPE_NORM_MAX_HEAD : 1];
     const int token = blockIdx.x, h = blockIdx.y;
     const int pos = positions[token];
     k_cache = kv_base(kv_table, 2 * token, k_cache);
@@ -113,14 +116,39 @@ extern "C" __global__ void rope_qk_append_f16(const float *q_src, float *q_out, 
             __syncthreads();
             in = s_head;
         }
-        rope_head(in, nullptr,
-                  k_cache + pos * kv_row + (long long)kh * head_dim, pos, ff, head_dim, n_rot, neox,
-                  freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1, 1.0f);
+        const long long at = pos * kv_row + (long long)kh * head_dim;
+        if (Q8) {
+            // Rotated into shared memory, then quantized a block a warp.
+            rope_head(in, s_rot, nullptr, pos, ff, head_dim, n_rot, neox, freq_base, freq_scale, ext_factor,
+                      attn_factor, corr0, corr1, 1.0f);
+            __syncthreads();
+            kv_store<true>(k_cache, at, s_rot, head_dim);
+        } else {
+            rope_head(in, nullptr, (__half *)k_cache + at, pos, ff, head_dim, n_rot, neox, freq_base, freq_scale,
+                      ext_factor, attn_factor, corr0, corr1, 1.0f);
+        }
     } else {
         // KV head `vh`'s slice of the value row (the row splits evenly among the KV heads).
         const int vh = h - n_head - n_kv_head, chunk = v_row / n_kv_head;
-        const float *s = v_src + (long long)token * v_row + (long long)vh * chunk;
-        __half *d = v_cache + (long long)pos * v_row + (long long)vh * chunk;
-        for (int i = threadIdx.x; i < chunk; i += blockDim.x) d[i] = __float2half(s[i]);
+        kv_store<Q8>(v_cache, (long long)pos * v_row + (long long)vh * chunk,
+                     v_src + (long long)token * v_row + (long long)vh * chunk, chunk);
     }
 }
+
+#define ROPE_QK_APPEND(NAME, Q8, T)                                                                          \
+    extern "C" __global__ void NAME(const float *q_src, float *q_out, const float *k_src,                  \
+                                    const float *__restrict__ v_src, const int *__restrict__ positions,    \
+                                    const float *__restrict__ ff, T *k_cache, T *v_cache, int n_head,      \
+                                    int n_kv_head, int head_dim, int v_row, int n_rot, int neox,           \
+                                    float freq_base, float freq_scale, float ext_factor, float attn_factor, \
+                                    float corr0, float corr1, float q_scale,                               \
+                                    const float *__restrict__ q_norm_w, const float *__restrict__ k_norm_w, \
+                                    int norms, float q_eps, float k_eps,                                   \
+                                    const unsigned long long *__restrict__ kv_table) {                     \
+        rope_qk_append<Q8>(q_src, q_out, k_src, v_src, positions, ff, k_cache, v_cache, n_head, n_kv_head,   \
+                           head_dim, v_row, n_rot, neox, freq_base, freq_scale, ext_factor, attn_factor,    \
+                           corr0, corr1, q_scale, q_norm_w, k_norm_w, norms, q_eps, k_eps, kv_table);       \
+    }
+
+ROPE_QK_APPEND(rope_qk_append_f16, false, __half)
+ROPE_QK_APPEND(rope_qk_append_q8_0, true, block_q8_0)

@@ -22,6 +22,8 @@
 #define __launch_bounds__(x)
 // One CTA runs at a time, so a function-local static is that CTA's shared memory.
 #define __shared__ static
+// Dynamic shared memory (common.cuh): 64 KiB, static.
+#define DYNAMIC_SHARED(T, name) static T name[65536 / sizeof(T)]
 
 struct __half {
     uint16_t x;
@@ -52,6 +54,16 @@ inline __half __float2half(float f) {
     if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;
     return __half{(uint16_t)(sign | h)};
 }
+
+struct __half2 {
+    __half x, y;
+};
+struct float2 {
+    float x, y;
+};
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+inline __half2 __floats2half2_rn(float a, float b) { return __half2{__float2half(a), __float2half(b)}; }
+inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __half2float(h.y)}; }
 
 // The device's reciprocal square root (approximate there; exact here: the checks compare fused
 // and unfused kernels run through this same function).
@@ -109,6 +121,15 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
     tl_warp->slot[lane] = v;
     tl_warp->bar.arrive_and_wait();
     const float r = tl_warp->slot[lane ^ o];
+    tl_warp->bar.arrive_and_wait();
+    return r;
+}
+
+inline float __shfl_sync(unsigned, float v, int src) {
+    const int lane = (int)threadIdx.x % 32;
+    tl_warp->slot[lane] = v;
+    tl_warp->bar.arrive_and_wait();
+    const float r = tl_warp->slot[src];
     tl_warp->bar.arrive_and_wait();
     return r;
 }
