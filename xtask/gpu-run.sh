@@ -150,7 +150,7 @@ done
     nvcc --version | tail -2
     nproc
 } 2>&1 | tee "$out/device.txt"
-for t in cuda_kernels cuda_elementwise cuda_attention cuda_forward cuda_generate; do
+for t in cuda_kernels cuda_elementwise cuda_attention cuda_kv_q8 cuda_forward cuda_generate; do
     log "test $t"
     if ! timeout "$step" .gpu/$t --test-threads 1 --nocapture >"$out/$t.log" 2>&1; then
         status=1
@@ -272,6 +272,12 @@ if [ "${GPU_RUN_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null 
         status=1
     fi
     tail -3 "$out/memcheck-kv-table.log"
+    # q8_0 caches: appends and every attention kernel over them.
+    if time_for 60 && ! timeout $((deadline - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 9 \
+        .gpu/cuda_kv_q8 --test-threads 1 >"$out/memcheck-kv-q8.log" 2>&1; then
+        status=1
+    fi
+    tail -3 "$out/memcheck-kv-q8.log"
 fi
 log "gpu-run: exit $status"
 exit $status

@@ -258,6 +258,8 @@ fn test() -> Result<()> {
             "cuda_elementwise",
             "--test",
             "cuda_attention",
+            "--test",
+            "cuda_kv_q8",
         ]),
         cargo_with(&[
             "test",

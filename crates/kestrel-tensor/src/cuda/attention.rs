@@ -1,20 +1,21 @@
-//! The CUDA engine's attention over the f16 KV cache (`kernels/attention.cu`,
+//! The CUDA engine's attention over the KV cache, f16 or q8_0 (`kernels/attention.cu`,
 //! `kernels/attention_tiled.cu`): decode kernels (a CTA per token and head, or the keys split
 //! among CTAs), the tiled prefill kernel, and a batched decode step whose tokens each read their
-//! own sequence's cache through a [`KvTable`]. Parameters are the CPU engine's
+//! own sequence's cache through a [`KvTable`]. Each kernel has a form per cache type. Parameters are the CPU engine's
 //! ([`AttentionParams`]) so a plan hands both engines the same values. RoPE and the cache
 //! writes are `rope_kv.rs`.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of, SPLITS_AUTO};
+use super::kv_table::KvKind;
 use super::{
     AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, KvTable, MAX_ATTENTION_SPLITS,
     MAX_HEAD_DIM, MAX_MATVEC_ROWS,
 };
 use crate::cpu::AttentionParams;
 use crate::error::{Result, TensorError};
-use crate::{DType, Shape};
+use crate::Shape;
 
 /// Query tokens from which attention may take the tiled kernel (`attention_f16_tiled`: a CTA
 /// per 16 query rows of one KV head, K/V tiles staged in shared memory) instead of a CTA per
@@ -105,12 +106,13 @@ enum KvSrc<'a> {
 
 impl CudaDevice {
     /// Causal attention of `q` (`[n_tokens][n_head][head_dim]`, token `t` at `positions[t]`)
-    /// over the first `kv_len` positions of the F16 caches `k` and `v` (`[capacity][n_kv_head *
-    /// head_dim]`), with the CPU engine's scale, soft cap, window and GQA rules.
+    /// over the first `kv_len` positions of the caches `k` and `v` (`[capacity][n_kv_head *
+    /// head_dim]`, both F16 or both Q8_0), with the CPU engine's scale, soft cap, window and
+    /// GQA rules.
     ///
     /// # Errors
-    /// Head counts that do not divide, a head of 0 or over 256 values,
-    /// `kv_len` over the capacity, shape or dtype mismatches, a launch failure.
+    /// Head counts that do not divide, a head of 0 or over 256 values (a q8_0 cache: not a
+    /// multiple of 32), `kv_len` over the capacity, shape or dtype mismatches, a launch failure.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -237,16 +239,6 @@ impl CudaDevice {
         if let Some(s) = sinks {
             f32_vector(OP, "sinks", s, p.n_head)?;
         }
-        if let KvSrc::Caches(k, v) = &kv {
-            for t in [k, v] {
-                if t.dtype != DType::F16 {
-                    return Err(TensorError::UnsupportedDType {
-                        op: OP,
-                        dtype: t.dtype,
-                    });
-                }
-            }
-        }
         if p.n_head == 0 || p.n_kv_head == 0 || !p.n_head.is_multiple_of(p.n_kv_head) {
             return Err(TensorError::InvalidParam {
                 op: OP,
@@ -262,8 +254,9 @@ impl CudaDevice {
         let row = p.n_kv_head * p.head_dim;
         // A table's caches: each token's position inside its own (keys above it are never
         // read, so the kernel's bound is the largest it takes).
-        let (kv_len, table) = match &kv {
+        let (kv_len, table, kind) = match &kv {
             KvSrc::Caches(k, v) => {
+                let kind = KvKind::of(OP, k.dtype, v.dtype)?;
                 for (what, t) in [("k", k), ("v", v)] {
                     if t.shape.row_len() != row || t.shape.n_rows() < kv_len {
                         return Err(TensorError::ShapeMismatch {
@@ -274,13 +267,14 @@ impl CudaDevice {
                         });
                     }
                 }
-                (kv_len, 0)
+                (kv_len, 0, kind)
             }
             KvSrc::Table(t, layer) => {
-                t.check(*layer, positions, Some(row), Some(row))?;
-                (i32::MAX as usize, self.kv_table_arg(t, *layer))
+                let kind = t.check(*layer, positions, Some(row), Some(row))?;
+                (i32::MAX as usize, self.kv_table_arg(t, *layer), kind)
             }
         };
+        kind.check_heads(OP, p.head_dim, p.head_dim)?;
         let batched = table != 0;
         let (k, v) = match kv {
             KvSrc::Caches(k, v) => (Some(k), Some(v)),
@@ -336,7 +330,7 @@ impl CudaDevice {
                 return self.attention_split(
                     q,
                     pos,
-                    (k, v, table),
+                    (k, v, table, kind),
                     sinks,
                     out,
                     p,
@@ -345,9 +339,9 @@ impl CudaDevice {
             }
             let nt = i32_of(OP, n_tokens)?;
             let f = self.func(if tiled {
-                "attention_f16_tiled"
+                kind.pick("attention_f16_tiled", "attention_q8_0_tiled")
             } else {
-                "attention_f16"
+                kind.pick("attention_f16", "attention_q8_0")
             })?;
             let null = 0u64;
             let mut b = self.stream.launch_builder(f);
@@ -381,7 +375,8 @@ impl CudaDevice {
                         1,
                     ),
                     block_dim: (32, 4, 1),
-                    // At most 32.1 KiB (head_dim <= 256): the kernel's layout.
+                    // At most 32.1 KiB (head_dim <= 256): the kernel's layout (the q8_0 form's
+                    // block scales are static).
                     shared_mem_bytes: ((TILE_ROWS * p.head_dim + TILE_KEYS * (p.head_dim / 2 + 1))
                         * 4) as u32,
                 }
@@ -397,8 +392,8 @@ impl CudaDevice {
                 )
             };
             // SAFETY: q and out hold tokens*n_head*head_dim f32, k and v at least kv_len rows of
-            // n_kv_head*head_dim f16, positions one i32 per token (all checked); the shared
-            // memory is what the tiled kernel lays out.
+            // n_kv_head*head_dim values of the kernel's type, positions one i32 per token (all
+            // checked); the shared memory is what the tiled kernel lays out.
             unsafe { b.launch(config) }.map_err(driver("launch attention"))?;
             Ok(())
         };
@@ -408,7 +403,7 @@ impl CudaDevice {
         }
     }
 
-    /// `attention_f16_split` over `splits` key ranges (checked by the caller), its partial
+    /// `attention_f16_split` (or `_q8_0_split`) over `splits` key ranges (checked by the caller), its partial
     /// results in the device's split scratch (grown here, for a step of up to
     /// [`MAX_MATVEC_ROWS`] tokens, which a graph replays without growing it again).
     #[allow(clippy::too_many_arguments)]
@@ -416,7 +411,7 @@ impl CudaDevice {
         &self,
         q: &DeviceTensor,
         pos: &CudaSlice<i32>,
-        (k, v, table): (Option<&DeviceTensor>, Option<&DeviceTensor>, u64),
+        (k, v, table, kind): (Option<&DeviceTensor>, Option<&DeviceTensor>, u64, KvKind),
         sinks: Option<&DeviceTensor>,
         out: &mut DeviceTensor,
         p: &AttentionParams,
@@ -462,7 +457,7 @@ impl CudaDevice {
         );
         let window = i32_of(OP, p.window)?;
         let causal = 1i32;
-        let f = self.func("attention_f16_split")?;
+        let f = self.func(kind.pick("attention_f16_split", "attention_q8_0_split"))?;
         let null = 0u64;
         let mut b = self.stream.launch_builder(f);
         b.arg(&q.buf).arg(pos);
@@ -492,7 +487,8 @@ impl CudaDevice {
             shared_mem_bytes: 0,
         };
         // SAFETY: q and out hold tokens*n_head*head_dim f32, k and v at least kv_len rows of
-        // n_kv_head*head_dim f16, positions one i32 per token (checked by `attention_impl`);
+        // n_kv_head*head_dim values of the kernel's type, positions one i32 per token (checked
+        // by `attention_impl`);
         // part holds tokens*n_head*splits*(head_dim + 2) f32 and counters tokens*n_head u32,
         // all zero (sized above; each launch leaves them zero); splits <= SPLIT_MAX.
         unsafe { b.launch(config) }.map_err(driver("launch attention_split"))?;

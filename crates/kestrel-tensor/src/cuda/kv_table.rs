@@ -18,9 +18,62 @@ use crate::DType;
 
 const OP: &str = "cuda kv table";
 
-/// Per attention layer and token of a step, the addresses of the token's f16 key and value
-/// caches on the device, with what the launches check against on the host (row lengths, each
-/// cache's capacity).
+/// The element type of a device KV cache: f16 values, or q8_0 blocks (32 values, an f16 scale
+/// and 32 int8 quants; rows and heads whole blocks), as the CPU engine's caches of those types.
+/// Each kernel that reads or writes a cache has a form per kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum KvKind {
+    F16,
+    Q8_0,
+}
+
+impl KvKind {
+    /// The kind of a key cache and a value cache, which must match.
+    ///
+    /// # Errors
+    /// A dtype other than F16 or Q8_0, or keys and values of different dtypes.
+    pub(super) fn of(op: &'static str, k: DType, v: DType) -> Result<KvKind> {
+        let kind = match k {
+            DType::F16 => KvKind::F16,
+            DType::Q8_0 => KvKind::Q8_0,
+            dtype => return Err(TensorError::UnsupportedDType { op, dtype }),
+        };
+        if v != k {
+            return Err(TensorError::InvalidParam {
+                op,
+                why: "the key and value caches must have the same dtype",
+            });
+        }
+        Ok(kind)
+    }
+
+    /// Checks that heads of `head_dim` values (and value rows cut into pieces of `piece`) are
+    /// whole q8_0 blocks; anything goes for f16.
+    ///
+    /// # Errors
+    /// A q8_0 cache with a head or piece that is not a multiple of 32.
+    pub(super) fn check_heads(self, op: &'static str, head_dim: usize, piece: usize) -> Result<()> {
+        if self == KvKind::Q8_0 && !(head_dim.is_multiple_of(32) && piece.is_multiple_of(32)) {
+            return Err(TensorError::InvalidParam {
+                op,
+                why: "a q8_0 KV cache needs heads of a multiple of 32 values",
+            });
+        }
+        Ok(())
+    }
+
+    /// `f16` or `q8_0` of a kernel name.
+    pub(super) fn pick(self, f16: &'static str, q8_0: &'static str) -> &'static str {
+        match self {
+            KvKind::F16 => f16,
+            KvKind::Q8_0 => q8_0,
+        }
+    }
+}
+
+/// Per attention layer and token of a step, the addresses of the token's key and value caches
+/// (f16 or q8_0) on the device, with what the launches check against on the host (row lengths,
+/// element type, each cache's capacity).
 pub struct KvTable {
     pub(super) buf: CudaSlice<u64>,
     host: Vec<u64>,
@@ -28,8 +81,8 @@ pub struct KvTable {
     max_tokens: usize,
     /// Tokens of the step being written.
     tokens: usize,
-    /// Each layer's (key row, value row), once a token's caches were set for it.
-    rows: Vec<Option<(usize, usize)>>,
+    /// Each layer's (key row, value row, element type), once a token's caches were set for it.
+    rows: Vec<Option<(usize, usize, KvKind)>>,
     /// Rows of token `t`'s caches in layer `l` (`l * max_tokens + t`; 0: not set).
     caps: Vec<usize>,
 }
@@ -82,13 +135,14 @@ impl KvTable {
 
     /// Checks a launch over `layer` for a step at `positions`: one per token of the step, each
     /// inside its token's caches, whose rows are `k_row` and `v_row` (`None`: not checked).
+    /// Returns the caches' element type.
     pub(super) fn check(
         &self,
         layer: usize,
         positions: &[i32],
         k_row: Option<usize>,
         v_row: Option<usize>,
-    ) -> Result<()> {
+    ) -> Result<KvKind> {
         if positions.len() != self.tokens {
             return Err(TensorError::LengthMismatch {
                 op: OP,
@@ -97,7 +151,7 @@ impl KvTable {
                 actual: positions.len(),
             });
         }
-        let Some(&Some((kr, vr))) = self.rows.get(layer) else {
+        let Some(&Some((kr, vr, kind))) = self.rows.get(layer) else {
             return Err(TensorError::InvalidParam {
                 op: OP,
                 why: "no caches were set for this layer",
@@ -124,7 +178,7 @@ impl KvTable {
                 });
             }
         }
-        Ok(())
+        Ok(kind)
     }
 }
 
@@ -151,12 +205,13 @@ impl CudaDevice {
         })
     }
 
-    /// Token `token` of the step keeps `layer`'s keys in `k` and values in `v` (F16 matrices
-    /// of a row per position; every token of a layer has the same row lengths).
+    /// Token `token` of the step keeps `layer`'s keys in `k` and values in `v` (F16 or Q8_0
+    /// matrices of a row per position, both alike; every token of a layer has the same row
+    /// lengths and type).
     ///
     /// # Errors
-    /// A layer or token outside the table, a cache that is not F16, rows unlike the layer's
-    /// other tokens'.
+    /// A layer or token outside the table, a cache that is not F16 or Q8_0, keys and values of
+    /// different types, rows or types unlike the layer's other tokens'.
     pub fn set_kv_entry(
         &self,
         table: &mut KvTable,
@@ -171,20 +226,13 @@ impl CudaDevice {
                 why: "layer or token outside the table",
             });
         }
-        for t in [&*k, &*v] {
-            if t.dtype != DType::F16 {
-                return Err(TensorError::UnsupportedDType {
-                    op: OP,
-                    dtype: t.dtype,
-                });
-            }
-        }
-        let rows = (k.shape.row_len(), v.shape.row_len());
+        let kind = KvKind::of(OP, k.dtype, v.dtype)?;
+        let rows = (k.shape.row_len(), v.shape.row_len(), kind);
         match table.rows[layer] {
             Some(have) if have != rows => {
                 return Err(TensorError::InvalidParam {
                     op: OP,
-                    why: "a token's caches differ in row length from the layer's others",
+                    why: "a token's caches differ in row length or type from the layer's others",
                 })
             }
             _ => table.rows[layer] = Some(rows),

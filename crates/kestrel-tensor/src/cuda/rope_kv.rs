@@ -1,19 +1,21 @@
-//! The CUDA engine's RoPE and f16 KV-cache writes (`kernels/rope.cu`, `kernels/kv_append.cu`):
+//! The CUDA engine's RoPE and KV-cache writes (`kernels/rope.cu`, `kernels/kv_append.cu`):
 //! RoPE alone, the KV append, and a step's queries and keys rotated with keys and values
 //! appended in one launch, into one sequence's caches or, for a batched decode step, each
-//! token's own through a [`KvTable`]. Parameters are the CPU engine's ([`RopeParams`]) so a plan
-//! hands both engines the same values.
+//! token's own through a [`KvTable`]. Caches hold f16 values or q8_0 blocks, written as the CPU
+//! engine's caches of those types are. Parameters are the CPU engine's ([`RopeParams`]) so a
+//! plan hands both engines the same values.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of};
+use super::kv_table::KvKind;
 use super::{CudaDevice, DeviceIds, DeviceTensor, HeadNorm, KvTable, MAX_HEAD_DIM};
 use crate::cpu::{rope_yarn_corr_dims, RopeMode, RopeParams};
 use crate::error::{Result, TensorError};
 use crate::{DType, Shape};
 
 impl CudaDevice {
-    /// A zeroed tensor of any dtype (a KV cache: F16 `[row, capacity]`).
+    /// A zeroed tensor of any dtype (a KV cache: F16 or Q8_0, a row per position).
     ///
     /// # Errors
     /// A partial block, out of memory.
@@ -159,6 +161,12 @@ impl CudaDevice {
         cache: &mut DeviceTensor,
     ) -> Result<()> {
         let row = check_kv_append(src, positions, cache)?;
+        if cache.dtype != DType::F16 {
+            return Err(TensorError::UnsupportedDType {
+                op: "cuda kv_append",
+                dtype: cache.dtype,
+            });
+        }
         if positions.is_empty() {
             return Ok(());
         }
@@ -175,10 +183,12 @@ impl CudaDevice {
     }
 
     /// [`Self::kv_append`] of a step's keys and values in one launch, the positions in a device
-    /// buffer the caller wrote (a CUDA graph replays it with each step's positions).
+    /// buffer the caller wrote (a CUDA graph replays it with each step's positions). The caches
+    /// are both F16 or both Q8_0 (rows whole blocks; each block quantized as the CPU cache's
+    /// q8_0 blocks are).
     ///
     /// # Errors
-    /// As [`Self::kv_append`], for either pair.
+    /// As [`Self::kv_append`], for either pair; caches of different dtypes.
     pub fn kv_append2_ids(
         &self,
         (k_src, v_src): (&DeviceTensor, &DeviceTensor),
@@ -188,12 +198,13 @@ impl CudaDevice {
         const OP: &str = "cuda kv_append";
         let k_row = i32_of(OP, check_kv_append(k_src, &positions.host, k_cache)?)?;
         let v_row = i32_of(OP, check_kv_append(v_src, &positions.host, v_cache)?)?;
+        let kind = KvKind::of(OP, k_cache.dtype, v_cache.dtype)?;
         self.kv_append2_launch(
             (k_src, v_src),
             positions,
             Some((k_cache, v_cache)),
             None,
-            (k_row, v_row),
+            (k_row, v_row, kind),
         )
     }
 
@@ -227,7 +238,7 @@ impl CudaDevice {
                 });
             }
         }
-        table.check(
+        let kind = table.check(
             layer,
             &positions.host,
             Some(k_src.shape.row_len()),
@@ -236,25 +247,29 @@ impl CudaDevice {
         let rows = (
             i32_of(OP, k_src.shape.row_len())?,
             i32_of(OP, v_src.shape.row_len())?,
+            kind,
         );
         self.kv_append2_launch((k_src, v_src), positions, None, Some((table, layer)), rows)
     }
 
-    /// Launches `kv_append2_f16` into `caches`, or through `table` (checked by the callers).
+    /// Launches `kv_append2_f16` or `kv_append2_q8_0` into `caches`, or through `table`
+    /// (checked by the callers).
     fn kv_append2_launch(
         &self,
         (k_src, v_src): (&DeviceTensor, &DeviceTensor),
         positions: &DeviceIds,
         caches: Option<(&mut DeviceTensor, &mut DeviceTensor)>,
         table: Option<(&KvTable, usize)>,
-        (k_row, v_row): (i32, i32),
+        (k_row, v_row, kind): (i32, i32, KvKind),
     ) -> Result<()> {
         if positions.host.is_empty() {
             return Ok(());
         }
+        // q8_0 rows are whole blocks (a cache's rows are: `zeros` refuses partial blocks).
+        kind.check_heads("cuda kv_append", k_row as usize, v_row as usize)?;
         let null = 0u64;
         let tab = table.map_or(0, |(t, l)| self.kv_table_arg(t, l));
-        let f = self.func("kv_append2_f16")?;
+        let f = self.func(kind.pick("kv_append2_f16", "kv_append2_q8_0"))?;
         let mut b = self.stream.launch_builder(f);
         b.arg(&k_src.buf).arg(&v_src.buf).arg(&positions.buf);
         match caches {
@@ -267,16 +282,16 @@ impl CudaDevice {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: positions are inside both caches (or each token's caches in the table),
-        // each src holds tokens*row f32 (checked by the callers).
+        // SAFETY: positions are inside both caches (or each token's caches in the table), of
+        // the kernel's element type, each src holds tokens*row f32 (checked by the callers).
         unsafe { b.launch(launch) }.map_err(driver("launch kv_append2"))?;
         Ok(())
     }
 
-    /// A step's attention inputs in one launch (`rope_qk_append_f16`): the queries rotated from
-    /// `q_src` into `q_out` (`n_head` heads a token), the keys rotated from `k_src` (`n_kv_head`
-    /// heads) straight into the f16 key cache at the step's positions, and `v_src` appended to
-    /// the value cache: the bits of [`Self::rope_ids_from`] twice and [`Self::kv_append2_ids`],
+    /// A step's attention inputs in one launch (`rope_qk_append_f16`, or `_q8_0` for q8_0
+    /// caches): the queries rotated from `q_src` into `q_out` (`n_head` heads a token), the keys
+    /// rotated from `k_src` (`n_kv_head` heads) straight into the key cache at the step's
+    /// positions, and `v_src` appended to the value cache: the bits of [`Self::rope_ids_from`] twice and [`Self::kv_append2_ids`],
     /// in one launch instead of three (a CTA per query head, per key head, and per KV head's
     /// slice of the value row). The positions are the device buffer the caller wrote. The
     /// queries leave times `q_scale` (1: as rotated), the bits of a [`Self::scale_from`] after
@@ -389,10 +404,11 @@ impl CudaDevice {
                 });
             }
         }
-        let (k_row, v_row) = match &dst {
+        let (k_row, v_row, kind) = match &dst {
             KvDst::Caches(k_cache, v_cache) => (
                 check_kv_append(k_src, &positions.host, k_cache)?,
                 check_kv_append(v_src, &positions.host, v_cache)?,
+                KvKind::of(OP, k_cache.dtype, v_cache.dtype)?,
             ),
             KvDst::Table(table, layer) => {
                 f32_only(OP, k_src)?;
@@ -408,8 +424,8 @@ impl CudaDevice {
                     }
                 }
                 let rows = (k_src.shape.row_len(), v_src.shape.row_len());
-                table.check(*layer, &positions.host, Some(rows.0), Some(rows.1))?;
-                rows
+                let kind = table.check(*layer, &positions.host, Some(rows.0), Some(rows.1))?;
+                (rows.0, rows.1, kind)
             }
         };
         if n_kv_head == 0 || !v_row.is_multiple_of(n_kv_head) {
@@ -418,6 +434,7 @@ impl CudaDevice {
                 why: "the value row must split evenly among the KV heads",
             });
         }
+        kind.check_heads(OP, head_dim, v_row / n_kv_head)?;
         if k_row != n_kv_head * head_dim {
             return Err(TensorError::LengthMismatch {
                 op: OP,
@@ -436,7 +453,7 @@ impl CudaDevice {
             i32_of(OP, v_row)?,
         );
         let null = 0u64;
-        let f = self.func("rope_qk_append_f16")?;
+        let f = self.func(kind.pick("rope_qk_append_f16", "rope_qk_append_q8_0"))?;
         let mut b = self.stream.launch_builder(f);
         b.arg(&q_src.buf)
             .arg(&mut q_out.buf)
@@ -560,16 +577,11 @@ impl RopeArgs {
 }
 
 /// Checks a KV append (f32 rows of the cache's row length, one per position, each position inside
-/// the F16 cache) and returns the row length.
+/// the F16 or Q8_0 cache) and returns the row length.
 fn check_kv_append(src: &DeviceTensor, positions: &[i32], cache: &DeviceTensor) -> Result<usize> {
     const OP: &str = "cuda kv_append";
     f32_only(OP, src)?;
-    if cache.dtype != DType::F16 {
-        return Err(TensorError::UnsupportedDType {
-            op: OP,
-            dtype: cache.dtype,
-        });
-    }
+    KvKind::of(OP, cache.dtype, cache.dtype)?;
     let row = cache.shape.row_len();
     let capacity = cache.shape.n_rows();
     if src.shape.row_len() != row || src.shape.n_rows() != positions.len() {
