@@ -22,7 +22,7 @@ use kestrel_gguf::GgufModel;
 use kestrel_graph::{CudaPlan, ExecutionPlan};
 use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout};
 use kestrel_tensor::cuda::{CudaDevice, CudaError};
-use kestrel_tensor::{cpu, CpuEngine};
+use kestrel_tensor::{cpu, CpuEngine, DType};
 
 fn device() -> Option<Arc<CudaDevice>> {
     match CudaDevice::open(0) {
@@ -342,7 +342,8 @@ fn fused_launches_match_the_unfused_plan_bit_for_bit() {
 /// its own cache through the plan's table) gives every sequence the logits it gets decoding
 /// alone, bit for bit: sequences of different lengths, batches of every size and changing
 /// membership and order (so a captured batch graph replays over other caches), graphs on and
-/// off, fused and unfused, on every synthetic architecture the plan graphs and on SmolLM2- and
+/// off, fused and unfused, f16 and q8_0 caches (q8_0 where the heads are whole blocks: the
+/// real-shaped files), on every synthetic architecture the plan graphs and on SmolLM2- and
 /// Gemma-3-shaped files of real widths. Also what it refuses.
 #[test]
 fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
@@ -366,7 +367,7 @@ fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
         let bytes = synth_model(shape, ty, 2, 9).unwrap().to_bytes().unwrap();
         files.push((format!("{shape:?} {ty:?}"), bytes));
     }
-    let mut batched_archs = 0;
+    let (mut batched_archs, mut q8_runs) = (0, 0);
     for (what, bytes) in files {
         let m = GgufModel::from_shards(
             vec![GgufFile::from_bytes(bytes).unwrap()],
@@ -383,7 +384,18 @@ fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
         batched_archs += 1;
         let mut alone = CudaPlan::compile_sharing(&g, &plan, 16, &lookup).unwrap();
         assert_eq!(plan.max_batch(), 8, "{what}");
-        for (graphs, fusion) in [(true, true), (false, true), (true, false)] {
+        for (graphs, fusion, kv) in [
+            (true, true, DType::F16),
+            (false, true, DType::F16),
+            (true, false, DType::F16),
+            (true, true, DType::Q8_0),
+            (false, true, DType::Q8_0),
+        ] {
+            if plan.set_kv_dtype(kv).is_err() {
+                continue; // q8_0: a head that is not whole blocks
+            }
+            alone.set_kv_dtype(kv).unwrap();
+            q8_runs += usize::from(kv == DType::Q8_0);
             plan.set_graphs(graphs);
             plan.set_fusion(fusion);
             alone.set_graphs(true);
@@ -421,13 +433,15 @@ fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
                     assert_eq!(
                         &rows[j * width..(j + 1) * width],
                         want,
-                        "{what}: graphs {graphs} fusion {fusion}, step {s}, sequence {i}"
+                        "{what}: graphs {graphs} fusion {fusion} {kv} cache, step {s}, sequence {i}"
                     );
                     assert_eq!(caches[i].len(), twins[i].len(), "{what}");
                 }
             }
         }
-        // Refused: nine sequences, a token count unlike the caches'.
+        // Refused: nine sequences, a token count unlike the caches', a cache of another
+        // type than the plan's.
+        plan.set_kv_dtype(DType::F16).unwrap();
         let mut cs: Vec<_> = (0..9).map(|_| plan.new_cache(8).unwrap()).collect();
         let mut refs: Vec<&mut kestrel_graph::CudaKvCache> = cs.iter_mut().collect();
         assert!(plan.run_batch(&mut refs, &[1; 9]).is_err(), "{what}: nine");
@@ -435,9 +449,17 @@ fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
             plan.run_batch(&mut refs[..2], &[1]).is_err(),
             "{what}: tokens"
         );
+        if plan.set_kv_dtype(DType::Q8_0).is_ok() {
+            assert!(
+                plan.run_batch(&mut refs[..2], &[1, 2]).is_err(),
+                "{what}: f16 caches in a q8_0 plan's batch"
+            );
+        }
+        assert!(plan.set_kv_dtype(DType::Q4_0).is_err(), "{what}: q4_0");
     }
     assert!(
         batched_archs > 0,
         "no synthetic architecture took batched steps"
     );
+    assert!(q8_runs >= 4, "the real-shaped files took q8_0 caches");
 }

@@ -62,6 +62,13 @@ impl CudaPlan {
             if c.widths != self.kv_widths {
                 return Err(internal("the KV cache was made by a plan of another graph"));
             }
+            if c.dtype != self.kv_dtype {
+                // The step's graph is captured for one cache type.
+                return Err(GraphError::Batch(format!(
+                    "a {} KV cache in a batched step of a plan whose caches are {}",
+                    c.dtype, self.kv_dtype
+                )));
+            }
             if c.len >= c.capacity || c.len >= i32::MAX as usize {
                 return Err(GraphError::ContextFull {
                     needed: c.len + 1,

@@ -33,12 +33,15 @@ pub(super) struct LayerCache {
     pub(super) v: DeviceTensor,
 }
 
-/// One sequence's keys and values on the GPU: an f16 key and value matrix of `capacity` rows per
-/// attention layer, shaped for the plan that made it ([`CudaPlan::new_cache`]).
+/// One sequence's keys and values on the GPU: a key and a value matrix of `capacity` rows per
+/// attention layer, f16 or q8_0 ([`CudaPlan::set_kv_dtype`]), shaped for the plan that made it
+/// ([`CudaPlan::new_cache`]).
 pub struct CudaKvCache {
     pub(super) layers: Vec<Option<LayerCache>>,
     /// Each layer's K/V row width (`None` for a layer without attention): the plan checks it.
     pub(super) widths: Vec<Option<usize>>,
+    /// F16 or Q8_0.
+    pub(super) dtype: DType,
     pub(super) capacity: usize,
     pub(super) len: usize,
     /// The decode step's graph.
@@ -49,6 +52,7 @@ impl std::fmt::Debug for CudaKvCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CudaKvCache")
             .field("layers", &self.widths.iter().flatten().count())
+            .field("dtype", &self.dtype)
             .field("capacity", &self.capacity)
             .field("len", &self.len)
             .finish()
@@ -87,18 +91,24 @@ impl CudaKvCache {
         self.len = self.len.min(len);
     }
 
+    /// The element type of its keys and values: F16 or Q8_0.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
     /// Device bytes held (keys and values, every layer).
     pub fn memory_bytes(&self) -> usize {
         self.widths
             .iter()
             .flatten()
-            .map(|w| 2 * 2 * w * self.capacity)
+            .map(|&w| 2 * self.dtype.row_bytes(w).unwrap_or(0) * self.capacity)
             .sum()
     }
 }
 
 impl CudaPlan {
-    /// A new, empty KV cache for one sequence of up to `capacity` positions, on this plan's GPU.
+    /// A new, empty KV cache for one sequence of up to `capacity` positions, on this plan's GPU,
+    /// of the plan's KV type ([`CudaPlan::set_kv_dtype`]).
     ///
     /// # Errors
     /// Out of device memory (with the sizes asked and free).
@@ -110,8 +120,8 @@ impl CudaPlan {
                 Some(w) => {
                     let shape = Shape::matrix(capacity, *w)?;
                     Some(LayerCache {
-                        k: self.dev.zeros(DType::F16, shape)?,
-                        v: self.dev.zeros(DType::F16, shape)?,
+                        k: self.dev.zeros(self.kv_dtype, shape)?,
+                        v: self.dev.zeros(self.kv_dtype, shape)?,
                     })
                 }
                 None => None,
@@ -120,6 +130,7 @@ impl CudaPlan {
         Ok(CudaKvCache {
             layers,
             widths: self.kv_widths.clone(),
+            dtype: self.kv_dtype,
             capacity,
             len: 0,
             slot: GraphSlot::default(),

@@ -67,8 +67,10 @@ pub struct CudaPlan {
     weight_names: Vec<String>,
     /// Each node's output buffer (`None` only while the node runs).
     acts: Vec<Option<DeviceTensor>>,
-    /// Each layer's K/V row width, for the caches this plan makes.
+    /// Each layer's K/V row width, and the element type (F16 or Q8_0), of the caches this
+    /// plan makes.
     kv_widths: Vec<Option<usize>>,
+    kv_dtype: DType,
     positions: Vec<i32>,
     mask: Vec<i32>,
     ids: Vec<u32>,
@@ -291,6 +293,8 @@ impl CudaPlan {
             weight_names,
             acts,
             kv_widths,
+            // A plan sharing another's weights makes caches of its type too.
+            kv_dtype: donor.map_or(DType::F16, |d| d.kv_dtype),
             positions: Vec::with_capacity(max_tokens),
             mask: Vec::with_capacity(max_tokens),
             ids: Vec::with_capacity(max_tokens),
@@ -429,6 +433,48 @@ impl CudaPlan {
     /// The GPU the plan runs on.
     pub fn device(&self) -> &Arc<CudaDevice> {
         &self.dev
+    }
+
+    /// The element type of the KV caches [`Self::new_cache`] makes from now on: `F16` (the
+    /// default) or `Q8_0` (blocks of 32 values, written and read as the CPU engine's q8_0
+    /// cache; half the memory). A batched step takes caches of this type only.
+    ///
+    /// # Errors
+    /// Another dtype; `Q8_0` for a graph with an attention head that is not a multiple of 32
+    /// values.
+    pub fn set_kv_dtype(&mut self, dtype: DType) -> Result<(), GraphError> {
+        let op = match dtype {
+            DType::F16 => None,
+            DType::Q8_0 => self.nodes.iter().find_map(|n| match &n.op {
+                Op::Attention(p) if !p.head_dim_k.is_multiple_of(32) => Some(n.name.clone()),
+                _ => None,
+            }),
+            _ => Some(String::new()),
+        };
+        if let Some(node) = op {
+            return Err(GraphError::Unsupported {
+                op: if dtype == DType::Q8_0 {
+                    "a q8_0 KV cache with heads that are not a multiple of 32 values"
+                } else {
+                    "a KV cache of this dtype (F16 and Q8_0 are)"
+                },
+                node,
+                backend: "CUDA",
+            });
+        }
+        if dtype != self.kv_dtype {
+            // The batched steps' graphs launch the kernels of the old type.
+            self.batch_slots
+                .iter_mut()
+                .for_each(|s| *s = GraphSlot::default());
+        }
+        self.kv_dtype = dtype;
+        Ok(())
+    }
+
+    /// The element type of the KV caches this plan makes ([`Self::set_kv_dtype`]).
+    pub fn kv_dtype(&self) -> DType {
+        self.kv_dtype
     }
 
     /// Turns CUDA graphs for one-token steps on or off (on unless `KESTREL_CUDA_GRAPHS=0`).
