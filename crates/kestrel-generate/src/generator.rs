@@ -12,7 +12,7 @@ use kestrel_graph::{CudaPlan, ExecutionPlan};
 use kestrel_kv::{KvDType, KvLayout, PagedCache, RecurrentLayout};
 use kestrel_sampling::TokenTrie;
 use kestrel_tensor::cuda::CudaDevice;
-use kestrel_tensor::{cpu, CpuEngine, Device, TensorError};
+use kestrel_tensor::{cpu, CpuEngine, DType, Device, TensorError};
 use kestrel_tokenizer::{Tokenizer, TokenizerOptions};
 
 use crate::batch::BatchState;
@@ -222,22 +222,24 @@ impl Generator {
         let lookup = |name: &str| weights.get(name);
         let plans = match opts.device {
             Device::Cuda(ordinal) => {
-                if opts.kv_dtype != KvDType::F16 {
-                    return Err(GenerateError::InvalidOption {
-                        name: "cache-type",
-                        reason: format!(
-                            "{} KV caches are not on CUDA yet (f16 is)",
-                            opts.kv_dtype.name()
-                        ),
-                    });
-                }
+                let kv = match opts.kv_dtype {
+                    KvDType::F16 => DType::F16,
+                    KvDType::Q8_0 => DType::Q8_0,
+                    other => {
+                        return Err(GenerateError::InvalidOption {
+                            name: "cache-type",
+                            reason: format!(
+                                "{} KV caches are not on CUDA yet (f16 and q8_0 are)",
+                                other.name()
+                            ),
+                        })
+                    }
+                };
                 let dev = CudaDevice::open(ordinal).map_err(TensorError::Cuda)?;
-                Plans::Cuda(CudaPlan::compile(
-                    &graph,
-                    Arc::new(dev),
-                    opts.batch.min(ctx),
-                    &lookup,
-                )?)
+                let mut plan =
+                    CudaPlan::compile(&graph, Arc::new(dev), opts.batch.min(ctx), &lookup)?;
+                plan.set_kv_dtype(kv)?;
+                Plans::Cuda(plan)
             }
             _ => Plans::Cpu {
                 prefill: ExecutionPlan::compile(&graph, opts.batch.min(ctx), &lookup)?,

@@ -18,6 +18,7 @@
 //! ≥ 0.999). LoRA adapters on the GPU match the CPU's within the same KLD bound, at any scales
 //! and with an activated LoRA. Every architecture kestrel matches llama.cpp on and the CUDA
 //! plan takes runs on the GPU within the same bound (llama.cpp's random-weight files).
+//! q8_0 KV caches on the GPU match the CPU's q8_0 caches on both real models (KLD as above).
 #![cfg(feature = "cuda")]
 
 mod lora_common;
@@ -36,6 +37,7 @@ use kestrel_generate::{
 };
 use kestrel_gguf::models::{test_model, GEMMA3_270M_Q4_K_M, SMOLLM2_135M_Q4_1};
 use kestrel_gguf::{GgufFile, GgufModel};
+use kestrel_kv::KvDType;
 use kestrel_tensor::cuda::{device_count, CudaError};
 use kestrel_tensor::Device;
 
@@ -195,6 +197,77 @@ fn greedy_agrees(file: &str) {
     } else {
         assert_eq!(want.len(), got.len(), "{file}");
     }
+}
+
+/// `--cache-type q8_0` on the GPU against the CPU's q8_0 cache: a prompt and 16 greedy steps,
+/// mean KLD ≤ 0.002 or, where the model's own rounding noise is larger, no more than 1.25×
+/// the distance between the CPU's q8_0 and f16 caches; the same top token away from near-ties;
+/// the device cache about half the f16 one's bytes.
+fn q8_0_cache_agrees(file: &str) {
+    let Some(path) = test_model(file) else {
+        return;
+    };
+    if !have_gpu() {
+        return;
+    }
+    let m = Arc::new(GgufModel::open(path).unwrap());
+    let make = |device, kv_dtype| {
+        let opts = GeneratorOptions {
+            threads: 2,
+            ctx: 128,
+            batch: 64,
+            device,
+            kv_dtype,
+            ..GeneratorOptions::default()
+        };
+        Generator::new(m.clone(), opts).unwrap()
+    };
+    let mut cpu = make(Device::Cpu, KvDType::Q8_0);
+    let mut cpu16 = make(Device::Cpu, KvDType::F16);
+    let mut gpu = make(Device::Cuda(0), KvDType::Q8_0);
+    let gpu16 = make(Device::Cuda(0), KvDType::F16);
+    let (b8, b16) = (gpu.session().kv_bytes(), gpu16.session().kv_bytes());
+    assert!(
+        b8 * 100 <= b16 * 54,
+        "{file}: q8_0 cache {b8} bytes, f16 {b16}"
+    );
+    let prompt = cpu
+        .tokenizer()
+        .unwrap()
+        .encode(
+            "The three primary colors of light are",
+            kestrel_tokenizer::EncodeOptions::default(),
+        )
+        .unwrap();
+    let mut want = cpu.prefill(&prompt).unwrap().to_vec();
+    let mut want16 = cpu16.prefill(&prompt).unwrap().to_vec();
+    let mut got = gpu.prefill(&prompt).unwrap().to_vec();
+    let (mut klds, mut floor) = (Vec::new(), Vec::new());
+    for step in 0..16 {
+        klds.push(kld(&want, &got));
+        floor.push(kld(&want, &want16));
+        let next = argmax(&want);
+        if top_gap(&want) > 0.5 {
+            assert_eq!(argmax(&got), next, "{file}: step {step}: top token");
+        }
+        want = cpu.step(next).unwrap().to_vec();
+        want16 = cpu16.step(next).unwrap().to_vec();
+        got = gpu.step(next).unwrap().to_vec();
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (d, f) = (mean(&klds), mean(&floor));
+    eprintln!("{file}: q8_0 cache, GPU vs CPU mean KLD {d:.6} (CPU q8_0 vs f16: {f:.6})");
+    assert!(d <= 0.002f64.max(1.25 * f), "{file}: mean KLD {d}");
+}
+
+#[test]
+fn smollm2_q8_0_cache_on_the_gpu_agrees_with_the_cpu() {
+    q8_0_cache_agrees(SMOLLM2_135M_Q4_1);
+}
+
+#[test]
+fn gemma3_q8_0_cache_on_the_gpu_agrees_with_the_cpu() {
+    q8_0_cache_agrees(GEMMA3_270M_Q4_K_M);
 }
 
 #[test]
