@@ -427,7 +427,10 @@ fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
                     plan.run_batch(&mut refs, &tokens).unwrap().to_vec()
                 };
                 assert_eq!(plan.graph_error(), None, "{what}");
-                let width = rows.len() / seqs.len();
+                // One row a sequence, whatever size the step before had (a replayed graph
+                // sets no shape).
+                let width = cfg.n_vocab;
+                assert_eq!(rows.len(), seqs.len() * width, "{what}: step {s}");
                 for (j, &i) in seqs.iter().enumerate() {
                     let want = alone.run(&mut twins[i], &[tokens[j]]).unwrap();
                     assert_eq!(
@@ -437,6 +440,15 @@ fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
                     );
                     assert_eq!(caches[i].len(), twins[i].len(), "{what}");
                 }
+                // A lone step of one of them between batched ones (its cache's own graph from
+                // the third on): one row, its bits alone.
+                let i = seqs[0];
+                let one = plan.run(&mut caches[i], &[3]).unwrap().to_vec();
+                assert_eq!(
+                    one,
+                    alone.run(&mut twins[i], &[3]).unwrap(),
+                    "{what}: a lone step after step {s}"
+                );
             }
         }
         // Refused: nine sequences, a token count unlike the caches', a cache of another

@@ -95,7 +95,8 @@ impl CudaPlan {
         for c in caches.iter_mut() {
             c.len += 1;
         }
-        self.copy_out(true)
+        let rows = Self::rows(&self.nodes[self.output], n, &StepKv::Table);
+        self.copy_out(rows, true)
     }
 
     /// Writes the step's table: token `i` reaches `caches[i]` in every attention layer.

@@ -12,7 +12,7 @@ use crate::GraphError;
 
 impl CudaPlan {
     /// Rows of `node` in a step of `t` tokens: one output row a sequence.
-    fn rows(node: &Node, t: usize, kv: &StepKv<'_>) -> usize {
+    pub(super) fn rows(node: &Node, t: usize, kv: &StepKv<'_>) -> usize {
         match (node.rows, kv) {
             (Rows::Tokens, _) | (Rows::Outputs, StepKv::Table) => t,
             (Rows::Outputs, StepKv::One(_)) => 1,

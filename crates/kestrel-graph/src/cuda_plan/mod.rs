@@ -546,16 +546,21 @@ impl CudaPlan {
             self.step_plain(&mut StepKv::One(cache), tokens, pos0)?;
         }
         cache.len = end;
-        self.copy_out(t == 1)
+        let rows = Self::rows(&self.nodes[self.output], t, &StepKv::One(cache));
+        self.copy_out(rows, t == 1)
     }
 
-    /// Copies the output node's rows back into the plan's host buffer (page-locked when small
-    /// enough, so a vocabulary of logits comes back at the link's speed) and returns them;
-    /// collects the step's profile.
-    fn copy_out(&mut self, decode: bool) -> Result<&[f32], GraphError> {
+    /// Copies the step's `rows` output rows back into the plan's host buffer (page-locked when
+    /// small enough, so a vocabulary of logits comes back at the link's speed) and returns them;
+    /// collects the step's profile. The rows are set here, not left from the last plain step: a
+    /// replayed graph sets no shape, and the step before may have had another size (a batched
+    /// step of 8, then one sequence's).
+    fn copy_out(&mut self, rows: usize, decode: bool) -> Result<&[f32], GraphError> {
+        let width = self.nodes[self.output].width;
         let out = self.acts[self.output]
-            .as_ref()
+            .as_mut()
             .ok_or_else(|| internal("output buffer missing"))?;
+        out.set_shape(Shape::matrix(rows, width)?)?;
         self.dev.download_into_host(out, &mut self.out)?;
         if let Some(p) = self.profile.as_mut() {
             p.collect(decode)?;
