@@ -153,6 +153,42 @@ impl Core {
         self.run_chunk(session, &[token], true, true)
     }
 
+    /// Append `token` to `session` and return the greedy next token (the largest logit's id,
+    /// ties to the lowest): on the GPU found there, so 4 bytes come back instead of the logits
+    /// (`self.logits` then keeps the previous step's); on the CPU the logits' argmax.
+    pub(crate) fn step_greedy(
+        &mut self,
+        session: &mut Session,
+        token: u32,
+    ) -> Result<u32, GenerateError> {
+        let pos = session.kv.seq_len();
+        let (Plans::Cuda(plan), SessionKv::Cuda(kv)) = (&mut self.plans, &mut session.kv) else {
+            self.step(session, token)?;
+            return Ok(kestrel_tensor::cpu::argmax(&self.logits).unwrap_or(0) as u32);
+        };
+        if pos >= self.ctx {
+            return Err(GenerateError::ContextTooSmall {
+                prompt: pos,
+                max_new: 1,
+                needed: pos + 1,
+                ctx: self.ctx,
+            });
+        }
+        if plan.adapter_slots() > 0 {
+            self.chunk_scales.clear();
+            session.adapters.extend_at(pos, &mut self.chunk_scales);
+            plan.set_adapter_scales(&self.chunk_scales)?;
+        }
+        let next = plan.run_greedy(kv, &[token])?;
+        session.tokens.push(token);
+        Ok(next)
+    }
+
+    /// Whether the model runs on a GPU.
+    pub(crate) fn on_gpu(&self) -> bool {
+        matches!(self.plans, Plans::Cuda(_))
+    }
+
     /// A prompt of `prompt` tokens and `max_new` new ones fit in the context.
     pub(crate) fn check_room(&self, prompt: usize, max_new: usize) -> Result<(), GenerateError> {
         let needed = prompt.saturating_add(max_new);

@@ -307,14 +307,23 @@ impl<'a> TokenIter<'a> {
             self.end(FinishReason::Cancelled);
             return Ok(None);
         }
-        if let Some(prev) = self.pending.take() {
-            self.core.step(self.session, prev)?;
-        }
-        let token = self.dec.accept(
-            &mut self.core.logits,
-            &self.session.tokens,
-            &self.core.stop_ids,
-        )?;
+        let token = match self.pending.take() {
+            // Greedy with nothing reading the logits, on a GPU: the argmax runs there.
+            Some(prev) if self.dec.device_greedy() && self.core.on_gpu() => {
+                let id = self.core.step_greedy(self.session, prev)?;
+                self.dec.take(id, &self.core.stop_ids)?
+            }
+            pending => {
+                if let Some(prev) = pending {
+                    self.core.step(self.session, prev)?;
+                }
+                self.dec.accept(
+                    &mut self.core.logits,
+                    &self.session.tokens,
+                    &self.core.stop_ids,
+                )?
+            }
+        };
         if self.first.is_none() {
             self.first = Some(Instant::now());
             self.metrics.time_to_first_token = self.start.elapsed();
@@ -406,6 +415,18 @@ impl<'a> Decoding<'a> {
             }
             _ => self.sampler.sample(logits, history)?,
         };
+        self.take(id, eog)
+    }
+
+    /// Whether the next token may be chosen where the logits are (a GPU's argmax): greedy with
+    /// nothing reading the logits on the host (no bias, penalties, grammar, log-probabilities).
+    pub(crate) fn device_greedy(&self) -> bool {
+        self.matcher.is_none() && self.logprobs.is_none() && self.sampler.config().is_plain_greedy()
+    }
+
+    /// Takes `id` as the next token (chosen by [`Self::accept`]'s sampler, or by the device's
+    /// argmax when [`Self::device_greedy`]): text, stop strings and ids, end of generation.
+    pub(crate) fn take(&mut self, id: u32, eog: &[u32]) -> Result<Token, GenerateError> {
         self.ids.push(id);
         let is_eog = eog.binary_search(&id).is_ok();
         let mut text = String::new();

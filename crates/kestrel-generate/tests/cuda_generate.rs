@@ -119,6 +119,36 @@ fn synthetic_models_generate_on_the_gpu_as_on_the_cpu() {
     }
 }
 
+/// Greedy decoding on the GPU picks each token there (`run_greedy`: the id comes back, not
+/// the logits) when nothing else reads the logits; with a logit bias that changes no argmax
+/// (+0 on one token) the logits come back and the host picks: the same tokens (the same
+/// logits, bit for bit, either way), and the same as `generate_ids`.
+#[test]
+fn greedy_on_the_device_picks_the_hosts_tokens() {
+    if !have_gpu() {
+        return;
+    }
+    let m = synthetic("llama");
+    let prompt: Vec<u32> = (0..9).map(|i| (i * 31 + 7) % 256).collect();
+    let run = |device, params: &GenerateParams| -> Vec<u32> {
+        let mut g = generator(&m, device, 16);
+        g.iter(&prompt, params)
+            .unwrap()
+            .map(|t| t.unwrap().id)
+            .collect()
+    };
+    let plain = GenerateParams::greedy(24);
+    assert!(plain.sampling.is_plain_greedy());
+    let mut biased = GenerateParams::greedy(24);
+    biased.sampling.logit_bias = vec![(5, 0.0)];
+    let on_device = run(Device::Cuda(0), &plain);
+    assert!(on_device.len() > 1);
+    assert_eq!(on_device, run(Device::Cuda(0), &biased));
+    let mut g = generator(&m, Device::Cuda(0), 16);
+    let ids = g.generate_ids(&prompt, 24, &mut |_| Ok(true)).unwrap().ids;
+    assert_eq!(on_device, ids);
+}
+
 #[test]
 fn gpu_sessions_are_independent_and_reuse_their_prefix() {
     if !have_gpu() {

@@ -104,6 +104,18 @@ impl SamplingConfig {
         self.temperature <= 0.0
     }
 
+    /// True when the next token is the logits' argmax and nothing else reads the logits:
+    /// greedy, no logit bias, neutral penalties. A GPU generator then finds the token on the
+    /// device and copies back its id instead of the logits.
+    pub fn is_plain_greedy(&self) -> bool {
+        self.is_greedy()
+            && self.logit_bias.is_empty()
+            && (self.penalty_last_n == 0
+                || (self.repeat_penalty == 1.0
+                    && self.frequency_penalty == 0.0
+                    && self.presence_penalty == 0.0))
+    }
+
     /// Checks every field; the first bad one is reported as [`SamplingError::InvalidConfig`].
     pub fn validate(&self) -> Result<(), SamplingError> {
         if !self.temperature.is_finite() {
@@ -198,6 +210,32 @@ mod tests {
         assert!(c.seed.is_none() && c.logit_bias.is_empty() && c.stop_strings.is_empty());
         c.validate().unwrap();
         SamplingConfig::greedy().validate().unwrap();
+    }
+
+    #[test]
+    fn plain_greedy_is_greedy_with_nothing_else_reading_the_logits() {
+        let g = SamplingConfig::greedy();
+        assert!(g.is_plain_greedy());
+        assert!(!SamplingConfig::default().is_plain_greedy());
+        let biased = SamplingConfig {
+            logit_bias: vec![(3, 0.0)],
+            ..g.clone()
+        };
+        assert!(!biased.is_plain_greedy());
+        let penalized = SamplingConfig {
+            repeat_penalty: 1.1,
+            penalty_last_n: 64,
+            ..g.clone()
+        };
+        assert!(!penalized.is_plain_greedy());
+        // Penalties over an empty window change nothing.
+        assert!(SamplingConfig {
+            penalty_last_n: 0,
+            ..penalized
+        }
+        .is_plain_greedy());
+        // Filters do not matter to an argmax.
+        assert!(SamplingConfig { top_k: 5, ..g }.is_plain_greedy());
     }
 
     #[test]

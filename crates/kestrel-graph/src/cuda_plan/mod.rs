@@ -79,6 +79,8 @@ pub struct CudaPlan {
     d_tokens: DeviceIds,
     d_positions: DeviceIds,
     d_mask: DeviceIds,
+    /// The greedy step's argmax ids (one a sequence), on the device and copied back.
+    d_argmax: DeviceIds,
     /// Whether one-token steps replay CUDA graphs, and whether this graph allows it (only
     /// causal attention and embeddings of tokens or positions).
     graphs: bool,
@@ -307,6 +309,7 @@ impl CudaPlan {
             d_tokens: dev.new_ids(max_tokens)?,
             d_positions: dev.new_ids(max_tokens)?,
             d_mask: dev.new_ids(max_tokens)?,
+            d_argmax: dev.new_ids(max_batch.max(1))?,
             graphs,
             graphable,
             graph_off: None,
@@ -506,6 +509,41 @@ impl CudaPlan {
     /// No tokens or more than the plan takes, a cache made by another plan, a full context, a
     /// device error.
     pub fn run(&mut self, cache: &mut CudaKvCache, tokens: &[u32]) -> Result<&[f32], GraphError> {
+        let (rows, t) = self.step_one(cache, tokens)?;
+        self.copy_out(rows, t == 1)
+    }
+
+    /// [`Self::run`] for greedy decoding: the id of the largest value of the last output row
+    /// (the next token; ties to the lowest id, as `kestrel_tensor::cpu::argmax`), found on the
+    /// device, so 4 bytes come back instead of the logits.
+    ///
+    /// # Errors
+    /// As [`Self::run`].
+    pub fn run_greedy(
+        &mut self,
+        cache: &mut CudaKvCache,
+        tokens: &[u32],
+    ) -> Result<u32, GraphError> {
+        let (rows, t) = self.step_one(cache, tokens)?;
+        self.output_rows(rows)?;
+        let out = self.acts[self.output]
+            .as_ref()
+            .ok_or_else(|| internal("output buffer missing"))?;
+        self.dev.argmax_ids(out, &mut self.d_argmax)?;
+        if let Some(p) = self.profile.as_mut() {
+            p.collect(t == 1)?;
+        }
+        let id = self.d_argmax.as_slice().last().copied().unwrap_or(0);
+        u32::try_from(id).map_err(|_| internal("negative argmax"))
+    }
+
+    /// Runs one step of `cache`'s sequence (as [`Self::run`]) and returns the output node's rows
+    /// in it and the step's tokens.
+    fn step_one(
+        &mut self,
+        cache: &mut CudaKvCache,
+        tokens: &[u32],
+    ) -> Result<(usize, usize), GraphError> {
         let t = tokens.len();
         if t == 0 || t > self.max_tokens {
             return Err(GraphError::TooManyTokens {
@@ -546,8 +584,10 @@ impl CudaPlan {
             self.step_plain(&mut StepKv::One(cache), tokens, pos0)?;
         }
         cache.len = end;
-        let rows = Self::rows(&self.nodes[self.output], t, &StepKv::One(cache));
-        self.copy_out(rows, t == 1)
+        Ok((
+            Self::rows(&self.nodes[self.output], t, &StepKv::One(cache)),
+            t,
+        ))
     }
 
     /// Copies the step's `rows` output rows back into the plan's host buffer (page-locked when
@@ -556,16 +596,24 @@ impl CudaPlan {
     /// replayed graph sets no shape, and the step before may have had another size (a batched
     /// step of 8, then one sequence's).
     fn copy_out(&mut self, rows: usize, decode: bool) -> Result<&[f32], GraphError> {
-        let width = self.nodes[self.output].width;
+        self.output_rows(rows)?;
         let out = self.acts[self.output]
-            .as_mut()
+            .as_ref()
             .ok_or_else(|| internal("output buffer missing"))?;
-        out.set_shape(Shape::matrix(rows, width)?)?;
         self.dev.download_into_host(out, &mut self.out)?;
         if let Some(p) = self.profile.as_mut() {
             p.collect(decode)?;
         }
         Ok(self.out.values()?)
+    }
+
+    /// Shapes the output node's buffer to the step's `rows`.
+    fn output_rows(&mut self, rows: usize) -> Result<(), GraphError> {
+        let width = self.nodes[self.output].width;
+        let out = self.acts[self.output]
+            .as_mut()
+            .ok_or_else(|| internal("output buffer missing"))?;
+        Ok(out.set_shape(Shape::matrix(rows, width)?)?)
     }
 
     /// Enqueues every node, in order.

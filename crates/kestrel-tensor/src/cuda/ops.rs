@@ -505,6 +505,44 @@ impl CudaDevice {
         Ok(())
     }
 
+    /// Per-row argmax of `x` (as [`Self::argmax`]) into `out`'s device buffer, then its host
+    /// copy (`out.as_slice()`, one id a row; waits for the stream): greedy decoding copies back
+    /// 4 bytes a row instead of a vocabulary of logits. Allocates nothing once `out` has held
+    /// as many rows.
+    ///
+    /// # Errors
+    /// A dtype mismatch, more rows than `out` holds, a driver error.
+    pub fn argmax_ids(&self, x: &DeviceTensor, out: &mut DeviceIds) -> Result<()> {
+        const OP: &str = "cuda argmax";
+        f32_only(OP, x)?;
+        let rows = x.shape.n_rows();
+        if rows > out.buf.len() {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what: "out",
+                expected: rows,
+                actual: out.buf.len(),
+            });
+        }
+        out.host.resize(rows, 0);
+        if rows == 0 {
+            return Ok(());
+        }
+        let ki = i32_of(OP, x.shape.row_len())?;
+        let f = self.func("argmax_f32")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&x.buf).arg(&mut out.buf).arg(&ki);
+        // SAFETY: x holds rows*k f32, out at least rows i32 (the kernel writes u32 ids below
+        // 2^31: a row's length is an i32).
+        unsafe { b.launch(cfg(grid_for(rows, 1)?, (256, 1))) }.map_err(driver("launch argmax"))?;
+        self.stream
+            .memcpy_dtoh(&out.buf.slice(0..rows), &mut out.host[..rows])
+            .map_err(driver("cuMemcpyDtoH"))?;
+        self.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))
+    }
+
     /// `x = cap * tanh(x / cap)`.
     ///
     /// # Errors

@@ -518,6 +518,14 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// Per-row argmax into a device buffer and its host copy.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn argmax_ids(&self, _x: &DeviceTensor, _out: &mut DeviceIds) -> Result<()> {
+        match self.never {}
+    }
+
     /// A zeroed tensor of any dtype.
     ///
     /// # Errors
