@@ -144,6 +144,28 @@ extern "C" __global__ void slice_cols_f32(const float *__restrict__ src, float *
     GRID_STRIDE(i, rows * width) out[i] = src[(i / width) * in_width + offset + i % width];
 }
 
+// head_slice_f32: values offset .. offset + w of each of the n_head heads of head_in values in a
+// row (an output row: n_head * w values; DeepSeek's and Jamba's head parts).
+// head_concat_f32: output head h = head h % ha of `a` (wa values) then head h % hb of `b` (wb
+// values); an input of one head gives every head the same values (ggml_repeat + ggml_concat).
+extern "C" __global__ void head_slice_f32(const float *__restrict__ src, float *__restrict__ out, long long rows,
+                                          long long n_head, long long head_in, long long offset, long long w) {
+    GRID_STRIDE(i, rows * n_head * w) {
+        const long long r = i / (n_head * w), k = i % (n_head * w), h = k / w, j = k % w;
+        out[i] = src[r * n_head * head_in + h * head_in + offset + j];
+    }
+}
+
+extern "C" __global__ void head_concat_f32(const float *__restrict__ a, const float *__restrict__ b,
+                                           float *__restrict__ out, long long rows, long long n_head, long long ha,
+                                           long long hb, long long wa, long long wb) {
+    const long long hw = wa + wb;
+    GRID_STRIDE(i, rows * n_head * hw) {
+        const long long r = i / (n_head * hw), k = i % (n_head * hw), h = k / hw, j = k % hw;
+        out[i] = j < wa ? a[r * ha * wa + (h % ha) * wa + j] : b[r * hb * wb + (h % hb) * wb + (j - wa)];
+    }
+}
+
 // Mixture-of-experts pieces (the plan routes on the host and runs each chosen expert over the
 // rows that chose it):
 // swiglu_oai_f32: gpt-oss's clamped SwiGLU, as ggml's swiglu_oai: x = min(g, 7), y =

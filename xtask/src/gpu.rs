@@ -27,6 +27,7 @@ const TESTS: &[(&str, &str)] = &[
     ("kestrel-tensor", "cuda_elementwise"),
     ("kestrel-tensor", "cuda_attention"),
     ("kestrel-tensor", "cuda_kv_q8"),
+    ("kestrel-tensor", "cuda_ssm"),
     ("kestrel-arch", "cuda_forward"),
     ("kestrel-generate", "cuda_generate"),
 ];

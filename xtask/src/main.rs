@@ -260,6 +260,8 @@ fn test() -> Result<()> {
             "cuda_attention",
             "--test",
             "cuda_kv_q8",
+            "--test",
+            "cuda_ssm",
         ]),
         cargo_with(&[
             "test",

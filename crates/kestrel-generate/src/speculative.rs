@@ -46,7 +46,7 @@ enum Verify {
 
 impl Verify {
     /// Runs `tokens` at position `pos` of `kv` (the session's next one); returns every row's
-    /// logits. `checkpoint` first saves a recurrent state (CPU caches only have one).
+    /// logits. `checkpoint` first saves a recurrent state (caches without one: nothing to do).
     fn run<'a>(
         &'a mut self,
         engine: &CpuEngine,
@@ -65,6 +65,10 @@ impl Verify {
                 Ok(plan.run(engine, kv, tokens, pos)?)
             }
             (Verify::Cuda(plan), SessionKv::Cuda(kv)) => {
+                if checkpoint {
+                    // As on the CPU: a recurrent state returns here if the draft is cut back.
+                    kv.checkpoint()?;
+                }
                 if kv.len() != pos {
                     return Err(GenerateError::InvalidOption {
                         name: "session",

@@ -57,6 +57,10 @@ impl CudaPlan {
                 "batched decode needs a causal decoder graph with one output row a sequence".into(),
             ));
         }
+        if self.recurrent() {
+            // The state-space kernels take one sequence's state.
+            return self.run_each(caches, tokens);
+        }
         self.positions.clear();
         for c in caches.iter() {
             if c.widths != self.kv_widths {

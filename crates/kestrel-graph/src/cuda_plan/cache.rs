@@ -4,7 +4,9 @@
 //! one-token step ([`GraphSlot`]), kept in the cache for single steps and in the plan per batch
 //! size for batched ones.
 
-use kestrel_tensor::cuda::{DeviceGraph, DeviceTensor};
+use std::sync::Arc;
+
+use kestrel_tensor::cuda::{CudaDevice, DeviceGraph, DeviceTensor};
 use kestrel_tensor::{DType, Shape};
 
 use super::CudaPlan;
@@ -27,6 +29,14 @@ pub(super) enum StepKv<'c> {
     Table,
 }
 
+/// One recurrent (state-space) layer's state: the convolution's last inputs and the scan's
+/// state, and their copies at the cache's checkpoint.
+pub(super) struct LayerState {
+    pub(super) conv: DeviceTensor,
+    pub(super) ssm: DeviceTensor,
+    pub(super) saved: Option<(DeviceTensor, DeviceTensor)>,
+}
+
 /// One attention layer's device cache.
 pub(super) struct LayerCache {
     pub(super) k: DeviceTensor,
@@ -42,6 +52,11 @@ pub struct CudaKvCache {
     pub(super) widths: Vec<Option<usize>>,
     /// F16 or Q8_0.
     pub(super) dtype: DType,
+    /// Each recurrent layer's state (state-space layers), the length a checkpoint saved them
+    /// at, and the device that copies them back.
+    pub(super) states: Vec<Option<LayerState>>,
+    pub(super) checkpoint: Option<usize>,
+    pub(super) dev: Arc<CudaDevice>,
     pub(super) capacity: usize,
     pub(super) len: usize,
     /// The decode step's graph.
@@ -86,9 +101,55 @@ impl CudaKvCache {
     }
 
     /// Keeps the first `len` positions (no-op when it holds fewer): the next step writes
-    /// position `len`, so a shared prefix is reused without copying.
+    /// position `len`, so a shared prefix is reused without copying. A recurrent state cannot go
+    /// back part of the way: it returns to its checkpoint when that was taken at `len`, else the
+    /// sequence starts over (length 0), as the CPU's caches do.
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        if len >= self.len || self.states.iter().all(Option::is_none) {
+            self.len = self.len.min(len);
+            return;
+        }
+        if self.checkpoint == Some(len) && self.restore().is_ok() {
+            self.len = len;
+            return;
+        }
+        self.len = 0;
+        self.checkpoint = None;
+    }
+
+    /// Saves the recurrent states at the current length, so a later [`Self::truncate`] to it
+    /// returns there (speculative decoding's drafts); nothing to do without states.
+    ///
+    /// # Errors
+    /// Out of device memory, a driver error.
+    pub fn checkpoint(&mut self) -> Result<(), GraphError> {
+        for s in self.states.iter_mut().flatten() {
+            if s.saved.is_none() {
+                s.saved = Some((
+                    self.dev.zeros_f32(s.conv.shape())?,
+                    self.dev.zeros_f32(s.ssm.shape())?,
+                ));
+            }
+            if let Some((c, m)) = s.saved.as_mut() {
+                copy_all(&self.dev, &s.conv, c)?;
+                copy_all(&self.dev, &s.ssm, m)?;
+            }
+        }
+        self.checkpoint = Some(self.len);
+        Ok(())
+    }
+
+    /// Copies the checkpoint's states back.
+    fn restore(&mut self) -> Result<(), GraphError> {
+        for s in self.states.iter_mut().flatten() {
+            let (c, m) = s
+                .saved
+                .as_ref()
+                .ok_or_else(|| GraphError::Internal("no checkpoint".into()))?;
+            copy_all(&self.dev, c, &mut s.conv)?;
+            copy_all(&self.dev, m, &mut s.ssm)?;
+        }
+        Ok(())
     }
 
     /// The element type of its keys and values: F16 or Q8_0.
@@ -96,13 +157,25 @@ impl CudaKvCache {
         self.dtype
     }
 
-    /// Device bytes held (keys and values, every layer).
+    /// Device bytes held (keys and values, every layer; recurrent states and their
+    /// checkpoint copies).
     pub fn memory_bytes(&self) -> usize {
-        self.widths
+        let kv: usize = self
+            .widths
             .iter()
             .flatten()
             .map(|&w| 2 * self.dtype.row_bytes(w).unwrap_or(0) * self.capacity)
-            .sum()
+            .sum();
+        let states: usize = self
+            .states
+            .iter()
+            .flatten()
+            .map(|s| {
+                let n = s.conv.shape().elem_count() + s.ssm.shape().elem_count();
+                4 * n * if s.saved.is_some() { 2 } else { 1 }
+            })
+            .sum();
+        kv + states
     }
 }
 
@@ -131,9 +204,22 @@ impl CudaPlan {
             layers,
             widths: self.kv_widths.clone(),
             dtype: self.kv_dtype,
+            states: super::ssm::new_states(&self.dev, &self.ssm_sizes)?,
+            checkpoint: None,
+            dev: Arc::clone(&self.dev),
             capacity,
             len: 0,
             slot: GraphSlot::default(),
         })
     }
+}
+
+/// Copies all of `src` into `dst` (F32 vectors of one length).
+fn copy_all(
+    dev: &CudaDevice,
+    src: &DeviceTensor,
+    dst: &mut DeviceTensor,
+) -> Result<(), GraphError> {
+    let rows = src.shape().n_rows();
+    Ok(dev.copy_rows(src, 0, rows, dst, 0)?)
 }

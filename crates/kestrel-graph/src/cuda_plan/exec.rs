@@ -243,13 +243,19 @@ impl CudaPlan {
                 dev.mul_row_scalar(self.input(node, 0)?, self.input(node, 1)?, out)?
             }
             Op::Slice { offset } => dev.slice_cols(self.input(node, 0)?, *offset, out)?,
-            Op::Moe(_)
-            | Op::HeadMatMul { .. }
-            | Op::HeadSlice { .. }
-            | Op::HeadConcat { .. }
-            | Op::SsmConv(_)
-            | Op::SsmScan(_)
-            | Op::LowRank { .. } => {
+            Op::SsmConv(_) | Op::SsmScan(_) => self.exec_ssm(node, out, t, kv)?,
+            Op::HeadSlice {
+                n_head,
+                head_in,
+                offset,
+            } => dev.head_slice(self.input(node, 0)?, (*n_head, *head_in, *offset), out)?,
+            Op::HeadConcat { n_head, heads } => dev.head_concat(
+                (self.input(node, 0)?, self.input(node, 1)?),
+                *n_head,
+                *heads,
+                out,
+            )?,
+            Op::Moe(_) | Op::HeadMatMul { .. } | Op::LowRank { .. } => {
                 return Err(GraphError::Unsupported {
                     op: unsupported(&node.op).unwrap_or("?"),
                     node: node.name.clone(),
@@ -279,10 +285,7 @@ pub(super) fn unsupported(op: &Op) -> Option<&'static str> {
             Some("attention with different K and V head sizes")
         }
         Op::HeadMatMul { .. } => Some("per-head matmul"),
-        Op::HeadSlice { .. } => Some("head_slice"),
-        Op::HeadConcat { .. } => Some("head_concat"),
-        Op::SsmConv(_) => Some("ssm_conv"),
-        Op::SsmScan(_) => Some("ssm_scan"),
+        Op::SsmScan(_) => super::ssm::refused(op),
         Op::LowRank { .. } => {
             Some("fused low-rank adapter term (the CUDA plan takes the unfused form)")
         }

@@ -49,6 +49,7 @@ mod cache;
 mod exec;
 mod fuse;
 mod moe;
+mod ssm;
 use crate::ir::{EmbedIndex, Node, Op, Rows};
 use crate::{Graph, GraphError};
 pub use cache::CudaKvCache;
@@ -122,6 +123,10 @@ pub struct CudaPlan {
     /// for the router's logits on the host, so no step is captured as a graph.
     moe: moe::NodeExperts,
     moe_buf: Option<moe::MoeBuffers>,
+    /// Each recurrent layer's state sizes (`ssm.rs`), for the caches this plan makes, and the
+    /// rows of a recurrent graph's batched step (run one sequence at a time).
+    ssm_sizes: Vec<Option<(usize, usize)>>,
+    each_out: Vec<f32>,
 }
 
 /// Most sets of adapter scales a plan remembers an id for.
@@ -198,7 +203,7 @@ impl CudaPlan {
         let mut weight_names = Vec::with_capacity(graph.weights().len());
         // Weights an elementwise product reads (a per-head factor may be a matrix, of any
         // type): uploaded as f32 values, as vectors are.
-        let factors: Vec<usize> = graph
+        let mut factors: Vec<usize> = graph
             .nodes()
             .iter()
             .filter_map(|n| match n.op {
@@ -206,6 +211,7 @@ impl CudaPlan {
                 _ => None,
             })
             .collect();
+        factors.extend(ssm::f32_weights(graph.nodes()));
         let experts = moe::expert_weight_ids(graph);
         for (index, w) in graph.weights().iter().enumerate() {
             weight_names.push(w.name.clone());
@@ -332,6 +338,8 @@ impl CudaPlan {
             batch_slots: (0..max_batch).map(|_| GraphSlot::default()).collect(),
             moe,
             moe_buf,
+            ssm_sizes: ssm::state_sizes(graph.nodes()),
+            each_out: Vec::new(),
             dev,
         })
     }
@@ -568,6 +576,7 @@ impl CudaPlan {
         self.tokens.extend(tokens.iter().map(|&t| t as i32));
         self.dev.set_ids(&mut self.d_positions, &self.positions)?;
         self.dev.set_ids(&mut self.d_tokens, &self.tokens)?;
+        self.start_states(cache, pos0)?;
         if !self.graphable {
             // Non-causal attention: every query sees every key, as if at the last position.
             self.mask.clear();

@@ -45,6 +45,8 @@ mod moe;
 mod ops;
 #[cfg(feature = "cuda")]
 mod rope_kv;
+#[cfg(feature = "cuda")]
+mod ssm;
 #[cfg(not(feature = "cuda"))]
 mod stub;
 
@@ -60,10 +62,12 @@ pub use graph::{DeviceEvent, DeviceGraph, DeviceIds};
 pub use host::HostBuffer;
 #[cfg(feature = "cuda")]
 pub use kv_table::KvTable;
+#[cfg(feature = "cuda")]
+pub use ssm::MAX_SSM_STATE;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{
     device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor, Glu,
-    HostBuffer, KvTable, Q8Ticket,
+    HostBuffer, KvTable, Q8Ticket, MAX_SSM_STATE,
 };
 
 /// A one-input elementwise op ([`CudaDevice::unary_op`]).

@@ -420,6 +420,95 @@ impl CudaDevice {
         Ok(())
     }
 
+    /// Values `offset .. offset + w` of each of the `n_head` heads of `head_in` values in a row
+    /// of `src` (`w` = out's row length / `n_head`): one part of every head.
+    ///
+    /// # Errors
+    /// Parts past a head, rows that do not hold `n_head` heads, dtype mismatches, a launch
+    /// failure.
+    pub fn head_slice(
+        &self,
+        src: &DeviceTensor,
+        (n_head, head_in, offset): (usize, usize, usize),
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda head_slice";
+        f32_only(OP, src)?;
+        f32_only(OP, out)?;
+        let rows = src.shape.n_rows();
+        let w = out.shape.row_len() / n_head.max(1);
+        if n_head == 0
+            || src.shape.row_len() != n_head * head_in
+            || out.shape.row_len() != n_head * w
+            || out.shape.n_rows() != rows
+            || offset + w > head_in
+        {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "rows of n_head heads, and a part inside each head",
+            });
+        }
+        let args = [rows, n_head, head_in, offset, w].map(|v| v as i64);
+        let f = self.func("head_slice_f32")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&src.buf).arg(&mut out.buf);
+        for v in &args {
+            b.arg(v);
+        }
+        // SAFETY: src holds rows*n_head*head_in f32, out rows*n_head*w, offset + w <= head_in.
+        unsafe { b.launch(elementwise_cfg(rows * n_head * w)) }
+            .map_err(driver("launch head_slice"))?;
+        Ok(())
+    }
+
+    /// Each of `n_head` output heads: head `h % heads[0]` of `a`, then head `h % heads[1]` of
+    /// `b` (`heads[i]`: `n_head` or 1, an input of one head repeated for every head).
+    ///
+    /// # Errors
+    /// Head counts other than `n_head` or 1, rows that do not split into heads, row counts or
+    /// an output width that differ, dtype mismatches, a launch failure.
+    pub fn head_concat(
+        &self,
+        (a, b): (&DeviceTensor, &DeviceTensor),
+        n_head: usize,
+        heads: [usize; 2],
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda head_concat";
+        for t in [a, b, &*out] {
+            f32_only(OP, t)?;
+        }
+        let rows = a.shape.n_rows();
+        let ok_heads = heads.iter().all(|&h| h == n_head || h == 1) && n_head > 0;
+        let (wa, wb) = (
+            a.shape.row_len() / heads[0].max(1),
+            b.shape.row_len() / heads[1].max(1),
+        );
+        if !ok_heads
+            || a.shape.row_len() != heads[0] * wa
+            || b.shape.row_len() != heads[1] * wb
+            || b.shape.n_rows() != rows
+            || out.shape.n_rows() != rows
+            || out.shape.row_len() != n_head * (wa + wb)
+        {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "inputs of n_head heads or one, rows that split into heads, out n_head heads of both",
+            });
+        }
+        let args = [rows, n_head, heads[0], heads[1], wa, wb].map(|v| v as i64);
+        let f = self.func("head_concat_f32")?;
+        let mut l = self.stream.launch_builder(f);
+        l.arg(&a.buf).arg(&b.buf).arg(&mut out.buf);
+        for v in &args {
+            l.arg(v);
+        }
+        // SAFETY: a holds rows*heads[0]*wa f32, b rows*heads[1]*wb, out rows*n_head*(wa+wb).
+        unsafe { l.launch(elementwise_cfg(rows * n_head * (wa + wb))) }
+            .map_err(driver("launch head_concat"))?;
+        Ok(())
+    }
+
     /// `out = silu(gate) * up`.
     ///
     /// # Errors

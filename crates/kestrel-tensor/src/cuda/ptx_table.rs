@@ -69,4 +69,9 @@ pub(crate) const MODULES: &[PtxModule] = &[
         sm80: include_str!("ptx/rope.sm_80.ptx"),
         sm90: include_str!("ptx/rope.sm_90.ptx"),
     },
+    PtxModule {
+        name: "ssm",
+        sm80: include_str!("ptx/ssm.sm_80.ptx"),
+        sm90: include_str!("ptx/ssm.sm_90.ptx"),
+    },
 ];

@@ -139,4 +139,31 @@ impl CudaDevice {
     pub fn download_into_host(&self, _t: &DeviceTensor, _dst: &mut HostBuffer) -> Result<()> {
         match self.never {}
     }
+
+    /// One part of every head.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn head_slice(
+        &self,
+        _src: &DeviceTensor,
+        _part: (usize, usize, usize),
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Each head of `a` then of `b`.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn head_concat(
+        &self,
+        _ab: (&DeviceTensor, &DeviceTensor),
+        _n_head: usize,
+        _heads: [usize; 2],
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
 }

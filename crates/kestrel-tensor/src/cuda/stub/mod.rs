@@ -8,11 +8,13 @@ use super::CudaError;
 
 mod elementwise;
 mod kv_table;
+mod ssm;
 use crate::cpu::{AttentionParams, RopeParams};
 use crate::error::Result;
 use crate::{DType, Shape, Tensor};
 pub use elementwise::HostBuffer;
 pub use kv_table::KvTable;
+pub use ssm::MAX_SSM_STATE;
 
 /// GPUs the driver reports: never, in this build.
 ///
