@@ -23,6 +23,12 @@ impl CudaPlan {
         self.max_batch
     }
 
+    /// Whether [`Self::run_batch`] takes this graph: a causal decoder with one output row a
+    /// sequence (with graphs or not).
+    pub fn batchable(&self) -> bool {
+        self.graphable && self.nodes[self.output].rows == Rows::Outputs
+    }
+
     /// Runs one decode step of several sequences: `tokens[i]` appended to `caches[i]` (at the
     /// position after its cached ones), all in one step. Returns one output row per sequence,
     /// in order (each sequence's next-token logits), copied back into a buffer the plan reuses.
@@ -51,8 +57,8 @@ impl CudaPlan {
                 tokens.len()
             )));
         }
-        let out_node = &self.nodes[self.output];
-        if !self.graphable || out_node.rows != Rows::Outputs {
+        self.check_tokens(tokens)?;
+        if !self.batchable() {
             return Err(GraphError::Batch(
                 "batched decode needs a causal decoder graph with one output row a sequence".into(),
             ));

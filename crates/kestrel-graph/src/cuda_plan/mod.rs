@@ -39,7 +39,7 @@ use kestrel_tensor::cuda::{
     CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, HostBuffer, KvTable, Q8Ticket,
     MAX_MATVEC_ROWS,
 };
-use kestrel_tensor::{DType, Shape, Tensor};
+use kestrel_tensor::{DType, Shape, Tensor, TensorError};
 
 use crate::cuda_profile::{self, Profile};
 use fuse::Fusions;
@@ -127,6 +127,9 @@ pub struct CudaPlan {
     /// rows of a recurrent graph's batched step (run one sequence at a time).
     ssm_sizes: Vec<Option<(usize, usize)>>,
     each_out: Vec<f32>,
+    /// Rows of the smallest token-embedding table: every step's ids are checked against it on
+    /// the host (a replayed graph checks nothing).
+    vocab: usize,
 }
 
 /// Most sets of adapter scales a plan remembers an id for.
@@ -289,6 +292,18 @@ impl CudaPlan {
         let fusions = Fusions::find(graph.nodes(), &types, graph.outputs());
         let fuse = std::env::var("KESTREL_CUDA_FUSE").map_or(true, |v| v != "0");
         let out_node = &graph.nodes()[output];
+        let vocab = graph
+            .nodes()
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Embed {
+                    table,
+                    index: EmbedIndex::Tokens,
+                } => Some(weights[table].shape().n_rows()),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(usize::MAX);
         let out_rows = match out_node.rows {
             Rows::Tokens => max_tokens,
             Rows::Outputs => max_batch,
@@ -315,7 +330,7 @@ impl CudaPlan {
             d_tokens: dev.new_ids(max_tokens)?,
             d_positions: dev.new_ids(max_tokens)?,
             d_mask: dev.new_ids(max_tokens)?,
-            d_argmax: dev.new_ids(max_batch.max(1))?,
+            d_argmax: dev.new_ids(out_rows.max(1))?,
             graphs,
             graphable,
             graph_off: None,
@@ -340,6 +355,7 @@ impl CudaPlan {
             moe_buf,
             ssm_sizes: ssm::state_sizes(graph.nodes()),
             each_out: Vec::new(),
+            vocab,
             dev,
         })
     }
@@ -496,6 +512,12 @@ impl CudaPlan {
     /// Turns the fused launches on or off (on unless `KESTREL_CUDA_FUSE=0`; the outputs are
     /// the same bits either way). A cache's captured graph keeps the launches it recorded.
     pub fn set_fusion(&mut self, on: bool) {
+        if on != self.fuse {
+            // The batched steps' graphs recorded the other launches.
+            self.batch_slots
+                .iter_mut()
+                .for_each(|s| *s = GraphSlot::default());
+        }
         self.fuse = on;
     }
 
@@ -545,6 +567,19 @@ impl CudaPlan {
         u32::try_from(id).map_err(|_| internal("negative argmax"))
     }
 
+    /// Checks a step's token ids against the embedding table.
+    pub(super) fn check_tokens(&self, tokens: &[u32]) -> Result<(), GraphError> {
+        match tokens.iter().position(|&t| t as usize >= self.vocab) {
+            Some(index) => Err(GraphError::Tensor(TensorError::IdOutOfRange {
+                op: "token embedding",
+                index,
+                id: i64::from(tokens[index]),
+                rows: self.vocab,
+            })),
+            None => Ok(()),
+        }
+    }
+
     /// Runs one step of `cache`'s sequence (as [`Self::run`]) and returns the output node's rows
     /// in it and the step's tokens.
     fn step_one(
@@ -553,6 +588,7 @@ impl CudaPlan {
         tokens: &[u32],
     ) -> Result<(usize, usize), GraphError> {
         let t = tokens.len();
+        self.check_tokens(tokens)?;
         if t == 0 || t > self.max_tokens {
             return Err(GraphError::TooManyTokens {
                 tokens: t,
@@ -636,6 +672,8 @@ impl CudaPlan {
         let nodes = std::mem::take(&mut self.nodes);
         self.q8 = None;
         self.done.fill(false);
+        // A step that failed part way may have left it set.
+        self.appended = false;
         let result = nodes.iter().enumerate().try_for_each(|(i, node)| {
             if let Some(p) = &self.profile {
                 p.mark(&self.dev, i, false)?;
