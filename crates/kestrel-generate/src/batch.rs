@@ -17,8 +17,9 @@
 //! sequence's whole blocks when it ends); a later prompt with the same prefix starts from them.
 //!
 //! On a GPU the same scheduler runs over one device cache per sequence ([`SeqStore`]): a step's
-//! sequences run one after another through the generator's CUDA plan, prompts in its prefill
-//! chunks, so each sequence gets the tokens it gets alone; there is no prefix cache there yet.
+//! decodes run as batched steps, prompts one sequence at a time in the plan's prefill chunks,
+//! so each sequence gets the tokens it gets alone; its prefix cache copies whole prefilled
+//! chunks from a sequence that published them (`cuda_seqs.rs`), which keeps those bits.
 
 use std::collections::VecDeque;
 use std::sync::OnceLock;

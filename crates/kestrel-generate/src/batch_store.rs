@@ -7,14 +7,14 @@
 //! (`CudaPlan::run_batch`: each weight read once for all of them, each token reaching its own
 //! sequence's cache, captured once per batch size and replayed), and its prompt chunks one
 //! sequence at a time in the prefill chunks a single generation uses, so each sequence's
-//! logits are the bits it gets alone. The store reserves each sequence's whole budget at
-//! admission, like the pool, counted in blocks of `block_size` tokens against `kv_blocks`; it
-//! has no prefix cache yet (paged device caches are issue 24's).
+//! logits are the bits it gets alone. The GPU store (`cuda_seqs.rs`) reserves each sequence's
+//! whole budget at admission, like the pool, and keeps a prefix cache of device caches.
 
 use kestrel_graph::{BatchSeq, CudaKvCache, ExecutionPlan};
-use kestrel_kv::{KvError, PagedCache, PoolStats, PrefixStats, SeqId};
+use kestrel_kv::{KvError, PagedCache, PoolStats, SeqId};
 
 use crate::core::{Core, Plans};
+pub(crate) use crate::cuda_seqs::CudaSeqs;
 use crate::GenerateError;
 
 /// What runs a scheduler's steps (kept apart from the caches, so the rows it returns stay
@@ -51,42 +51,6 @@ pub(crate) enum SeqStore {
     Paged(PagedCache),
     /// A GPU: one device cache per running sequence.
     Cuda(CudaSeqs),
-}
-
-/// The GPU store: per-slot device caches and the block accounting of their budgets.
-pub(crate) struct CudaSeqs {
-    /// The cache of each slot (a slot is a [`SeqId`]); `None` when free.
-    caches: Vec<Option<CudaKvCache>>,
-    /// Blocks each slot reserved.
-    reserved: Vec<usize>,
-    block_size: usize,
-    total_blocks: usize,
-    used_blocks: usize,
-}
-
-impl CudaSeqs {
-    /// A store for up to `max_seqs` sequences and `total_blocks` blocks of `block_size`
-    /// tokens.
-    pub(crate) fn new(max_seqs: usize, block_size: usize, total_blocks: usize) -> CudaSeqs {
-        CudaSeqs {
-            caches: Vec::with_capacity(max_seqs),
-            reserved: Vec::with_capacity(max_seqs),
-            block_size,
-            total_blocks,
-            used_blocks: 0,
-        }
-    }
-
-    fn blocks_for(&self, tokens: usize) -> usize {
-        tokens.div_ceil(self.block_size)
-    }
-
-    fn cache(&mut self, seq: SeqId) -> Result<&mut CudaKvCache, GenerateError> {
-        self.caches
-            .get_mut(seq)
-            .and_then(Option::as_mut)
-            .ok_or(GenerateError::Kv(KvError::UnknownSeq(seq)))
-    }
 }
 
 impl StepRunner {
@@ -293,11 +257,7 @@ impl SeqStore {
                 pool.free_blocks(),
                 pool.total_blocks(),
             ),
-            SeqStore::Cuda(c) => (
-                c.blocks_for(tokens),
-                c.total_blocks - c.used_blocks,
-                c.total_blocks,
-            ),
+            SeqStore::Cuda(c) => (c.blocks_for(tokens), c.free_blocks(), c.total_blocks()),
         };
         if needed > total {
             return Err(GenerateError::Kv(KvError::OutOfBlocks {
@@ -342,26 +302,10 @@ impl SeqStore {
                 }
             }
             SeqStore::Cuda(c) => {
-                let blocks = c.blocks_for(needed);
-                if c.used_blocks + blocks > c.total_blocks {
-                    return Ok(None);
-                }
                 let Plans::Cuda(plan) = &core.plans else {
                     return Err(mismatch());
                 };
-                let cache = plan.new_cache(blocks * c.block_size)?;
-                let slot = match c.caches.iter().position(Option::is_none) {
-                    Some(s) => s,
-                    None => {
-                        c.caches.push(None);
-                        c.reserved.push(0);
-                        c.caches.len() - 1
-                    }
-                };
-                c.caches[slot] = Some(cache);
-                c.reserved[slot] = blocks;
-                c.used_blocks += blocks;
-                Ok(Some((slot, 0)))
+                c.admit(plan, prompt, needed, reuse)
             }
         }
     }
@@ -370,27 +314,23 @@ impl SeqStore {
     pub(crate) fn free(&mut self, seq: SeqId) -> Result<(), GenerateError> {
         match self {
             SeqStore::Paged(pool) => Ok(pool.free_seq(seq)?),
-            SeqStore::Cuda(c) => {
-                c.cache(seq)?;
-                c.caches[seq] = None;
-                c.used_blocks -= std::mem::take(&mut c.reserved[seq]);
-                Ok(())
-            }
+            SeqStore::Cuda(c) => c.free(seq),
         }
     }
 
-    /// Offers a sequence's first `tokens` to the prefix cache (the GPU store has none).
+    /// Offers a sequence's first `tokens` to the prefix cache.
     pub(crate) fn publish(&mut self, seq: SeqId, tokens: &[u32]) -> Result<(), GenerateError> {
         match self {
             SeqStore::Paged(pool) => Ok(pool.publish_prefix(seq, tokens)?),
-            SeqStore::Cuda(_) => Ok(()),
+            SeqStore::Cuda(c) => c.publish(seq, tokens),
         }
     }
 
     /// Drops what the prefix cache holds (blocks computed at adapter scales no longer used).
     pub(crate) fn clear_prefix_cache(&mut self) {
-        if let SeqStore::Paged(pool) = self {
-            pool.clear_prefix_cache();
+        match self {
+            SeqStore::Paged(pool) => pool.clear_prefix_cache(),
+            SeqStore::Cuda(c) => c.clear_prefix_cache(),
         }
     }
 
@@ -406,24 +346,7 @@ impl SeqStore {
     pub(crate) fn stats(&self) -> PoolStats {
         match self {
             SeqStore::Paged(pool) => pool.stats(),
-            SeqStore::Cuda(c) => {
-                let live = c.caches.iter().flatten();
-                let tokens: usize = live.clone().map(CudaKvCache::len).sum();
-                let held = c.used_blocks * c.block_size;
-                PoolStats {
-                    total_blocks: c.total_blocks,
-                    free_blocks: c.total_blocks - c.used_blocks,
-                    sequences: live.count(),
-                    tokens,
-                    fragmentation: if held == 0 {
-                        0.0
-                    } else {
-                        1.0 - tokens as f64 / held as f64
-                    },
-                    cached_blocks: 0,
-                    prefix: PrefixStats::default(),
-                }
-            }
+            SeqStore::Cuda(c) => c.stats(),
         }
     }
 

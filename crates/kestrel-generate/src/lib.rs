@@ -25,6 +25,7 @@ mod batch;
 mod batch_store;
 mod cancel;
 mod core;
+mod cuda_seqs;
 mod embed;
 mod encoder;
 mod error;

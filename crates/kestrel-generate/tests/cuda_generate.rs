@@ -380,7 +380,11 @@ fn the_scheduler_gives_each_gpu_sequence_its_tokens_alone() {
         }
         let sched = g.scheduler(&opts).unwrap();
         let stats = sched.pool_stats();
-        assert_eq!(stats.free_blocks, stats.total_blocks, "every block back");
+        assert_eq!(
+            stats.free_blocks + stats.cached_blocks,
+            stats.total_blocks,
+            "every block back (or kept by the prefix cache)"
+        );
         assert_eq!(stats.sequences, 0);
     }
     // A request larger than the whole store is refused at once.
@@ -396,6 +400,77 @@ fn the_scheduler_gives_each_gpu_sequence_its_tokens_alone() {
         })
         .unwrap_err();
     assert!(err.to_string().contains("block"), "{err}");
+}
+
+/// The GPU scheduler's prefix cache: prompts sharing 24 tokens, one running at a time (so
+/// each later one finds the earlier's kept cache), prefill chunks of 8: each later prompt
+/// starts with the 24 rows copied (whole chunks its source prefilled), and every sequence still
+/// gets the tokens it gets alone; off, nothing is reused; the kept caches give their blocks
+/// back when an admission needs them.
+#[test]
+fn the_gpu_prefix_cache_reuses_whole_chunks_and_keeps_each_sequences_tokens() {
+    if !have_gpu() {
+        return;
+    }
+    let m = synthetic("llama");
+    let mut g = generator(&m, Device::Cuda(0), 8);
+    let n_new = 6;
+    let base: Vec<u32> = (0..24).map(|j| (j * 13 + 5) % 256).collect();
+    let prompts: Vec<Vec<u32>> = (0..4u32)
+        .map(|i| {
+            let mut p = base.clone();
+            p.extend((0..3 + i).map(|j| (j * 29 + i * 11 + 2) % 256));
+            p
+        })
+        .collect();
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| greedy_alone(&mut g, p, n_new).0)
+        .collect();
+    for prefix_cache in [true, false] {
+        let opts = BatchOptions {
+            max_seqs: 1,
+            prefix_cache,
+            ..BatchOptions::default()
+        };
+        let requests = prompts
+            .iter()
+            .map(|p| BatchRequest {
+                prompt: p.clone(),
+                params: GenerateParams::greedy(n_new),
+            })
+            .collect();
+        let out = g.batch_generate(requests, &opts).unwrap();
+        for (i, (want, got)) in alone.iter().zip(&out).enumerate() {
+            let got = got.as_ref().unwrap();
+            assert_eq!(got.ids[..], want[..got.ids.len()], "request {i}");
+            let reused = if prefix_cache && i > 0 { 24 } else { 0 };
+            assert_eq!(got.metrics.cached_tokens, reused, "request {i}");
+        }
+    }
+    // A store with room for one sequence's budget: the kept cache is evicted to admit the next.
+    let blocks = (prompts[3].len() + n_new).div_ceil(BatchOptions::default().block_size);
+    let tight = BatchOptions {
+        max_seqs: 1,
+        kv_blocks: blocks,
+        ..BatchOptions::default()
+    };
+    let requests = prompts
+        .iter()
+        .map(|p| BatchRequest {
+            prompt: p.clone(),
+            params: GenerateParams::greedy(n_new),
+        })
+        .collect();
+    for (i, r) in g
+        .batch_generate(requests, &tight)
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let ids = &r.as_ref().unwrap().ids;
+        assert_eq!(ids[..], alone[i][..ids.len()], "tight store, request {i}");
+    }
 }
 
 #[test]

@@ -180,6 +180,53 @@ impl CudaKvCache {
 }
 
 impl CudaPlan {
+    /// Whether a cache's first positions can be copied into another sequence's cache
+    /// ([`Self::copy_prefix`]): not for graphs with state-space layers, whose state holds every
+    /// position at once.
+    pub fn copies_prefixes(&self) -> bool {
+        !self.recurrent()
+    }
+
+    /// Copies the first `n` positions of `src` (keys and values, every layer) into `dst`, which
+    /// then holds those `n` positions (the next step writes position `n`): a prompt prefix
+    /// another sequence computed, reused without prefilling it again. The rows are copied as
+    /// they are, so `dst` continues exactly as `src`'s sequence did from there.
+    ///
+    /// # Errors
+    /// Caches of another plan's shape or of different types, `n` past what `src` holds or what
+    /// `dst` takes, a graph with state-space layers, a driver error.
+    pub fn copy_prefix(
+        &self,
+        src: &CudaKvCache,
+        dst: &mut CudaKvCache,
+        n: usize,
+    ) -> Result<(), GraphError> {
+        if src.widths != self.kv_widths || dst.widths != self.kv_widths || src.dtype != dst.dtype {
+            return Err(GraphError::Internal(
+                "a prefix copied between caches of different shapes".into(),
+            ));
+        }
+        if !self.copies_prefixes() {
+            return Err(GraphError::Internal(
+                "a prefix copied in a graph with state-space layers".into(),
+            ));
+        }
+        if n > src.len || n > dst.capacity {
+            return Err(GraphError::ContextFull {
+                needed: n,
+                capacity: src.len.min(dst.capacity),
+            });
+        }
+        for (s, d) in src.layers.iter().zip(dst.layers.iter_mut()) {
+            if let (Some(s), Some(d)) = (s, d) {
+                self.dev.copy_rows(&s.k, 0, n, &mut d.k, 0)?;
+                self.dev.copy_rows(&s.v, 0, n, &mut d.v, 0)?;
+            }
+        }
+        dst.len = n;
+        Ok(())
+    }
+
     /// A new, empty KV cache for one sequence of up to `capacity` positions, on this plan's GPU,
     /// of the plan's KV type ([`CudaPlan::set_kv_dtype`]).
     ///
