@@ -25,15 +25,19 @@
 
 #define DEC_MAX_WARPS 16
 
-template <bool Q8>
+// MAXD: the longest key head (registers and shared memory are sized for it); values are
+// `head_dim_v` long, at `v_row` elements a cache row and `v_head` a KV head (their own cache:
+// the keys' sizes; DeepSeek's latent cache: the keys' front).
+template <bool Q8, int MAXD>
 __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const int *__restrict__ positions,
                                               const void *k, const void *v, float *__restrict__ out, int n_head,
-                                              int n_kv_head, int head_dim, int kv_len, float scale, float softcap,
-                                              int window, int causal,
+                                              int n_kv_head, int head_dim, int head_dim_v, int v_row, int v_head,
+                                              int kv_len, float scale, float softcap, int window, int causal,
                                               const unsigned long long *__restrict__ kv_table,
                                               const float *__restrict__ sinks) {
+    constexpr int PER = MAXD / WARP;
     __shared__ float s_m[DEC_MAX_WARPS], s_l[DEC_MAX_WARPS], s_f[DEC_MAX_WARPS];
-    __shared__ float s_acc[DEC_MAX_WARPS][MAX_HEAD_DIM];
+    __shared__ float s_acc[DEC_MAX_WARPS][MAXD];
     const int nwarps = blockDim.y;
     const int token = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int kvh = h / (n_head / n_kv_head);
@@ -41,14 +45,14 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
     k = kv_base(kv_table, 2 * token, k);
     v = kv_base(kv_table, 2 * token + 1, v);
     const float *qh = q + (long long)blockIdx.x * head_dim;
-    float *oh = out + (long long)blockIdx.x * head_dim;
+    float *oh = out + (long long)blockIdx.x * head_dim_v;
 
     int lo, hi;
     visible_keys(positions[token], kv_len, window, causal, &lo, &hi);
 
-    float qv[PER_LANE], acc[PER_LANE];
+    float qv[PER], acc[PER];
 #pragma unroll
-    for (int i = 0; i < PER_LANE; i++) {
+    for (int i = 0; i < PER; i++) {
         qv[i] = lane + WARP * i < head_dim ? qh[lane + WARP * i] : 0.0f;
         acc[i] = 0.0f;
     }
@@ -58,7 +62,7 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
         const long long kj = j * row + (long long)kvh * head_dim;  // the key's first element
         float d = 0.0f;
 #pragma unroll
-        for (int i = 0; i < PER_LANE; i++)
+        for (int i = 0; i < PER; i++)
             if (lane + WARP * i < head_dim) d = fmaf(qv[i], kv_value<Q8>(k, kj + lane + WARP * i), d);
         float s = warp_sum(d) * scale;
         if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
@@ -66,10 +70,10 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
         const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
         const float p = expf(s - m_new);
         l = l * corr + p;
-        const long long vj = j * row + (long long)kvh * head_dim;
+        const long long vj = j * (long long)v_row + (long long)kvh * v_head;
 #pragma unroll
-        for (int i = 0; i < PER_LANE; i++)
-            if (lane + WARP * i < head_dim) acc[i] = fmaf(p, kv_value<Q8>(v, vj + lane + WARP * i), acc[i] * corr);
+        for (int i = 0; i < PER; i++)
+            if (lane + WARP * i < head_dim_v) acc[i] = fmaf(p, kv_value<Q8>(v, vj + lane + WARP * i), acc[i] * corr);
         m = m_new;
     }
     if (lane == 0) {
@@ -77,8 +81,8 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
         s_l[warp] = l;
     }
 #pragma unroll
-    for (int i = 0; i < PER_LANE; i++)
-        if (lane + WARP * i < head_dim) s_acc[warp][lane + WARP * i] = acc[i];
+    for (int i = 0; i < PER; i++)
+        if (lane + WARP * i < head_dim_v) s_acc[warp][lane + WARP * i] = acc[i];
     __syncthreads();
     if (warp != 0) return;
     float gm = s_m[0];
@@ -91,7 +95,7 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
     }
     __syncwarp();
     const float inv = softmax_inv(gl, gm, sinks, h);
-    for (int i = lane; i < head_dim; i += WARP) {
+    for (int i = lane; i < head_dim_v; i += WARP) {
         float o = 0.0f;
         for (int w = 0; w < nwarps; w++) o += s_acc[w][i] * s_f[w];
         oh[i] = o * inv;
@@ -104,12 +108,30 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
              float *__restrict__ out, int n_head, int n_kv_head, int head_dim, int kv_len, float scale,     \
              float softcap, int window, int causal, const unsigned long long *__restrict__ kv_table,        \
              const float *__restrict__ sinks) {                                                            \
-        attention_dec<Q8>(q, positions, k, v, out, n_head, n_kv_head, head_dim, kv_len, scale, softcap,    \
-                          window, causal, kv_table, sinks);                                                \
+        attention_dec<Q8, MAX_HEAD_DIM>(q, positions, k, v, out, n_head, n_kv_head, head_dim, head_dim,    \
+                                        n_kv_head * head_dim, head_dim, kv_len, scale, softcap, window,    \
+                                        causal, kv_table, sinks);                                          \
     }
 
 ATTENTION_DEC(attention_f16, false, __half)
 ATTENTION_DEC(attention_q8_0, true, block_q8_0)
+
+// DeepSeek's latent attention (MLA): key heads of up to MLA_MAX_HEAD_DIM (the latent and the
+// rotated part, 576), values the first head_dim_v of each key (the latent), read from the key
+// cache; no table (its plans run batched steps one sequence at a time).
+#define MLA_MAX_HEAD_DIM 576
+#define ATTENTION_MLA(NAME, Q8, T)                                                                          \
+    extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)                                     \
+        NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k,                     \
+             float *__restrict__ out, int n_head, int n_kv_head, int head_dim, int head_dim_v, int kv_len,  \
+             float scale, float softcap, int window, int causal) {                                         \
+        attention_dec<Q8, MLA_MAX_HEAD_DIM>(q, positions, k, k, out, n_head, n_kv_head, head_dim,           \
+                                            head_dim_v, n_kv_head * head_dim, head_dim, kv_len, scale,     \
+                                            softcap, window, causal, nullptr, nullptr);                    \
+    }
+
+ATTENTION_MLA(attention_mla_f16, false, __half)
+ATTENTION_MLA(attention_mla_q8_0, true, block_q8_0)
 
 // attention_f16_split (decode: up to 8 query tokens whose heads leave most SMs idle): the keys
 // a query sees split into ranges of `chunk = max(ceil(n / nsplit), SPLIT_MIN_KEYS)` keys (n =

@@ -46,3 +46,21 @@ extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)
     matvec_bf16(const __nv_bfloat16 *w, const float *x, float *out, int k, int m, int n) {
     matvec<__nv_bfloat16>(w, x, out, k, m, n);
 }
+
+// head_matmul_f32: one matrix a head (DeepSeek's absorbed attn_k_b / attn_v_b, uploaded as f32):
+// `w` [n_head][m][k], `x` [rows][n_head][k], `out` [rows][n_head][m],
+// out[r][h][i] = Σ_j w[h][i][j] · x[r][h][j]; a warp per output value (`total` = rows · n_head
+// · m of them). Launch: block (32, ROWS_PER_CTA), grid ceil(total / ROWS_PER_CTA).
+extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)
+    head_matmul_f32(const float *__restrict__ w, const float *__restrict__ x, float *__restrict__ out, int k,
+                    int m, int n_head, long long total) {
+    const long long o = (long long)blockIdx.x * ROWS_PER_CTA + threadIdx.y;
+    if (o >= total) return;  // warp-uniform
+    const long long rh = o / m, i = o % m, h = rh % n_head;
+    const float *wr = w + (h * m + i) * k;
+    const float *xr = x + rh * k;
+    float acc = 0.0f;
+    for (int j = threadIdx.x; j < k; j += WARP) acc = fmaf(wr[j], xr[j], acc);
+    acc = warp_sum(acc);
+    if (threadIdx.x == 0) out[o] = acc;
+}

@@ -8,7 +8,9 @@
 // - attention_q8_0 (4 and 16 warps), attention_q8_0_split (1 and 7 ranges) and
 //   attention_q8_0_tiled against a float64 reference over the dequantized cache, and
 //   attention_f16_tiled (its first host check) over an f16 cache; a batched step's tokens
-//   through a kv_table = each alone, both q8_0 decode kernels.
+//   through a kv_table = each alone, both q8_0 decode kernels;
+// - attention_mla_f16 / _q8_0 (DeepSeek's latent attention: 576-wide keys, values their first
+//   512) against float64.
 //
 // Built and run by `cargo xtask kernels --check`; exits 1 on a mismatch. No GPU, no CUDA.
 #define SPLIT_WARPS 4
@@ -367,4 +369,62 @@ static int check_attention() {
     return bad;
 }
 
-int main() { return check_append() + check_rope_append() + check_attention() ? 1 : 0; }
+// DeepSeek's latent attention (attention_mla_*): one cache head of dk values, n_head query heads,
+// values the first dv of each key; float64 reference over the cache's values.
+static int check_mla() {
+    int bad = 0;
+    const int n_head = 4, dk = 576, dv = 512, capacity = 64, kv_len = 60;
+    const std::vector<int> pos = {59, 10, -1};
+    const int n_tok = (int)pos.size();
+    const float scale = 1.0f / std::sqrt(192.0f);
+    const std::vector<block_q8_0> kq = quantize_all(random_floats((size_t)capacity * dk, 1.0f));
+    const std::vector<float> kf = dequantize(kq);
+    std::vector<__half> kh(kf.size());
+    for (size_t i = 0; i < kf.size(); i++) kh[i] = __float2half(kf[i]);
+    const std::vector<float> q = random_floats((size_t)n_tok * n_head * dk, 0.5f);
+    for (const bool q8 : {false, true}) {
+        std::vector<double> want((size_t)n_tok * n_head * dv, 0.0);
+        for (int t = 0; t < n_tok; t++)
+            for (int h = 0; h < n_head; h++) {
+                int lo, hi;
+                visible_keys(pos[t], kv_len, 0, 1, &lo, &hi);
+                const auto kv = [&](int j, int i) -> double {
+                    return q8 ? kf[(size_t)j * dk + i] : __half2float(kh[(size_t)j * dk + i]);
+                };
+                std::vector<double> sc;
+                double mx = -INFINITY;
+                for (int j = lo; j < hi; j++) {
+                    double d = 0.0;
+                    for (int i = 0; i < dk; i++) d += (double)q[((size_t)t * n_head + h) * dk + i] * kv(j, i);
+                    sc.push_back(d * scale);
+                    mx = std::max(mx, d * scale);
+                }
+                double l = 0.0;
+                for (auto &x : sc) l += (x = std::exp(x - mx));
+                for (int j = lo; j < hi; j++)
+                    for (int i = 0; i < dv; i++)
+                        want[((size_t)t * n_head + h) * dv + i] += sc[j - lo] / l * kv(j, i);
+            }
+        for (int warps : {4, 16}) {
+            std::vector<float> out((size_t)n_tok * n_head * dv, NAN);
+            launch(n_tok * n_head, 1, 32, warps, [&] {
+                if (q8)
+                    attention_mla_q8_0(q.data(), pos.data(), kq.data(), out.data(), n_head, 1, dk, dv, kv_len, scale,
+                                       0.0f, 0, 1);
+                else
+                    attention_mla_f16(q.data(), pos.data(), kh.data(), out.data(), n_head, 1, dk, dv, kv_len, scale,
+                                      0.0f, 0, 1);
+            });
+            double err = 0.0;
+            for (size_t i = 0; i < out.size(); i++) {
+                const double d = std::fabs(out[i] - want[i]);
+                err = std::isnan(d) || std::isnan(err) ? NAN : std::max(err, d);
+            }
+            if (!(err <= 2e-5) && bad++ < 3) std::printf("attention_mla q8 %d warps %d: max error %g\n", q8, warps, err);
+        }
+    }
+    std::printf("attention_mla: %s\n", bad ? "MISMATCH" : "ok");
+    return bad;
+}
+
+int main() { return check_append() + check_rope_append() + check_attention() + check_mla() ? 1 : 0; }

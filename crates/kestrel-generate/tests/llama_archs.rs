@@ -545,10 +545,7 @@ fn deepseek2_caches_the_latent_only() {
 /// The architectures whose graph the CUDA plan refuses (`CudaPlan::check`, no GPU needed), with
 /// the op it lacks: the list changes only on purpose. Every other architecture kestrel matches
 /// llama.cpp on compiles for the GPU; `cuda_generate.rs` runs each there against the CPU.
-const CUDA_REFUSED: &[(&str, &str)] = &[
-    // Multi-head latent attention: per-head matmuls, then 576-wide heads (the kernels take 256).
-    ("deepseek2-moe", "per-head matmul"),
-];
+const CUDA_REFUSED: &[(&str, &str)] = &[];
 
 /// Which of the matching architectures the CUDA plan takes, checked on the graph alone (the
 /// same check `CudaPlan::compile` makes before uploading anything).

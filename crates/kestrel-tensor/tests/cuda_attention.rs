@@ -9,6 +9,8 @@
 //! - gpt-oss's attention sinks (a per-head logit in every softmax's denominator) in each kernel
 //!   (per token, split over key ranges, tiled), against float64: within 2e-5 of outputs that are
 //!   convex combinations of values of at most 1.
+//! - DeepSeek's latent attention (576-wide keys appended alone, values their first 512), f16
+//!   and q8_0 caches, against float64.
 //!
 //! Without a driver or GPU the tests print why they skipped and pass, unless
 //! `KESTREL_REQUIRE_GPU` is set.
@@ -457,5 +459,85 @@ fn attention_sinks_match_float64_in_every_kernel() {
         assert!(dev
             .attention_ids_sinks(&qd, &ids, (&s.k, &s.v), len + 1, &p, Some(&short), &mut out)
             .is_err());
+    }
+}
+
+/// DeepSeek's latent attention (`attention_latent_ids`): keys of 576 values appended alone
+/// (`kv_append_ids`) into an f16 and a q8_0 cache, each key's first 512 its value, 4 query
+/// heads over one cache head, decode and prefill steps: within 2e-5 of float64 over the cache's
+/// own values (outputs convex combinations of values of at most 1).
+#[test]
+fn latent_attention_matches_float64() {
+    let Some(dev) = device() else { return };
+    let (n_head, dk, dv, cap, filled) = (4usize, 576usize, 512usize, 80usize, 70usize);
+    let p = AttentionParams {
+        n_head,
+        n_kv_head: 1,
+        head_dim: dk,
+        scale: 1.0 / 192f32.sqrt(),
+        softcap: 0.0,
+        window: 0,
+    };
+    for dtype in [DType::F16, DType::Q8_0] {
+        let mut k = dev.zeros(dtype, Shape::matrix(cap, dk).unwrap()).unwrap();
+        let all: Vec<i32> = (0..filled as i32).collect();
+        let mut ids = dev.new_ids(filled).unwrap();
+        dev.set_ids(&mut ids, &all).unwrap();
+        let src = upload(&dev, filled, dk, &random(filled * dk, 21));
+        dev.kv_append_ids(&src, &ids, &mut k).unwrap();
+        let kvals: Vec<f32> = cache_values(&dev, &k)
+            .iter()
+            .map(|&b| f32::from_bits(b))
+            .collect();
+        for positions in [vec![69i32], (40..70).collect::<Vec<i32>>()] {
+            let n = positions.len();
+            let q = random(n * n_head * dk, 22 + n as u64);
+            let mut pid = dev.new_ids(n).unwrap();
+            dev.set_ids(&mut pid, &positions).unwrap();
+            let mut out = dev
+                .zeros(DType::F32, Shape::matrix(n, n_head * dv).unwrap())
+                .unwrap();
+            dev.attention_latent_ids(
+                &upload(&dev, n, n_head * dk, &q),
+                &pid,
+                &k,
+                cap,
+                &p,
+                dv,
+                &mut out,
+            )
+            .unwrap();
+            let got = download(&dev, &out);
+            for (t, &pos) in positions.iter().enumerate() {
+                for h in 0..n_head {
+                    let qh = &q[(t * n_head + h) * dk..][..dk];
+                    let s: Vec<f64> = (0..=pos as usize)
+                        .map(|j| {
+                            let kj = &kvals[j * dk..][..dk];
+                            qh.iter()
+                                .zip(kj)
+                                .map(|(&a, &b)| a as f64 * b as f64)
+                                .sum::<f64>()
+                                * p.scale as f64
+                        })
+                        .collect();
+                    let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+                    let l: f64 = w.iter().sum();
+                    for i in 0..dv {
+                        let want: f64 = w
+                            .iter()
+                            .enumerate()
+                            .map(|(j, wj)| wj / l * kvals[j * dk + i] as f64)
+                            .sum();
+                        let g = got[(t * n_head + h) * dv + i] as f64;
+                        assert!(
+                            (g - want).abs() <= 2e-5,
+                            "{dtype:?}: token {t} head {h} value {i}: {g} against {want}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

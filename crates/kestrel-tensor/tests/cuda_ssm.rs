@@ -7,7 +7,8 @@
 //!   1e-5 (relative to values of at least 1): only the float orders differ (the scan's sum over
 //!   the state is a warp tree on the GPU). Zeroing a state.
 //! - `head_slice` and `head_concat` against their definitions, exactly (copies), including an
-//!   input of one head repeated for every head; the shapes they refuse.
+//!   input of one head repeated for every head; the shapes they refuse. `head_matmul` (a matrix
+//!   a head) against float64.
 //!
 //! Without a driver or GPU the tests print why they skipped and pass, unless
 //! `KESTREL_REQUIRE_GPU` is set.
@@ -253,5 +254,37 @@ fn head_slices_and_concats_are_copies() {
             [n_head, 2],
             &mut cat
         )
+        .is_err());
+}
+
+/// `head_matmul` (DeepSeek's absorbed per-head matrices) against float64: 3 rows of 4 heads,
+/// matrices of 6 × 40, within 1e-5 of values of at most ~40.
+#[test]
+fn head_matmul_matches_float64() {
+    let Some(dev) = device() else { return };
+    let (rows, n_head, k, m) = (3usize, 4usize, 40usize, 6usize);
+    let w = random(n_head * m * k, 31, -1.0, 1.0);
+    let x = random(rows * n_head * k, 32, -1.0, 1.0);
+    let mut out = up_m(&dev, rows, &vec![0.0; rows * n_head * m]);
+    dev.head_matmul(&up_m(&dev, rows, &x), &up(&dev, &w), n_head, &mut out)
+        .unwrap();
+    let got = dev.download_f32(&out).unwrap();
+    for r in 0..rows {
+        for h in 0..n_head {
+            for i in 0..m {
+                let want: f64 = (0..k)
+                    .map(|j| w[(h * m + i) * k + j] as f64 * x[(r * n_head + h) * k + j] as f64)
+                    .sum();
+                let g = got[(r * n_head + h) * m + i] as f64;
+                assert!(
+                    (g - want).abs() <= 1e-5 * want.abs().max(1.0),
+                    "{r} {h} {i}"
+                );
+            }
+        }
+    }
+    // A weight of another size: refused.
+    assert!(dev
+        .head_matmul(&up_m(&dev, rows, &x), &up(&dev, &w[1..]), n_head, &mut out)
         .is_err());
 }

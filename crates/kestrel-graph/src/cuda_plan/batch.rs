@@ -63,8 +63,8 @@ impl CudaPlan {
                 "batched decode needs a causal decoder graph with one output row a sequence".into(),
             ));
         }
-        if self.recurrent() {
-            // The state-space kernels take one sequence's state.
+        if self.recurrent() || self.kv_latent.contains(&true) {
+            // The state-space and latent-attention kernels take one sequence's cache.
             return self.run_each(caches, tokens);
         }
         self.positions.clear();

@@ -161,10 +161,13 @@ impl CudaKvCache {
     /// checkpoint copies).
     pub fn memory_bytes(&self) -> usize {
         let kv: usize = self
-            .widths
+            .layers
             .iter()
             .flatten()
-            .map(|&w| 2 * self.dtype.row_bytes(w).unwrap_or(0) * self.capacity)
+            .map(|l| {
+                let bytes = |t: &DeviceTensor| t.row_bytes() * t.shape().n_rows();
+                bytes(&l.k) + bytes(&l.v)
+            })
             .sum();
         let states: usize = self
             .states
@@ -220,7 +223,10 @@ impl CudaPlan {
         for (s, d) in src.layers.iter().zip(dst.layers.iter_mut()) {
             if let (Some(s), Some(d)) = (s, d) {
                 self.dev.copy_rows(&s.k, 0, n, &mut d.k, 0)?;
-                self.dev.copy_rows(&s.v, 0, n, &mut d.v, 0)?;
+                // A latent cache's values are its keys' front (its value tensor unused).
+                if d.v.shape().n_rows() == dst.capacity {
+                    self.dev.copy_rows(&s.v, 0, n, &mut d.v, 0)?;
+                }
             }
         }
         dst.len = n;
@@ -235,13 +241,16 @@ impl CudaPlan {
     pub fn new_cache(&self, capacity: usize) -> Result<CudaKvCache, GraphError> {
         let capacity = capacity.max(1);
         let mut layers = Vec::with_capacity(self.kv_widths.len());
-        for w in &self.kv_widths {
+        for (l, w) in self.kv_widths.iter().enumerate() {
             layers.push(match w {
                 Some(w) => {
                     let shape = Shape::matrix(capacity, *w)?;
+                    // A latent cache's values are its keys' front: one unused row.
+                    let latent = self.kv_latent.get(l).copied().unwrap_or(false);
+                    let v_rows = if latent { 1 } else { capacity };
                     Some(LayerCache {
                         k: self.dev.zeros(self.kv_dtype, shape)?,
-                        v: self.dev.zeros(self.kv_dtype, shape)?,
+                        v: self.dev.zeros(self.kv_dtype, Shape::matrix(v_rows, *w)?)?,
                     })
                 }
                 None => None,

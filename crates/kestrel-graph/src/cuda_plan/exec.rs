@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kestrel_tensor::cuda::{DeviceTensor, Unary};
+use kestrel_tensor::cuda::{DeviceTensor, Unary, MLA_MAX_HEAD_DIM};
 use kestrel_tensor::{Shape, TensorError};
 
 use super::{internal, CudaPlan, StepKv};
@@ -188,6 +188,22 @@ impl CudaPlan {
                     .get_mut(p.layer)
                     .and_then(Option::as_mut)
                     .ok_or_else(|| internal("layer cache missing"))?;
+                if p.latent {
+                    // DeepSeek's latent cache: keys only, each one's front its value.
+                    self.appended = false;
+                    dev.kv_append_ids(self.input(node, 1)?, &self.d_positions, &mut layer.k)?;
+                    let q = self.input(node, 0)?;
+                    dev.attention_latent_ids(
+                        q,
+                        mask,
+                        &layer.k,
+                        kv_len,
+                        &params,
+                        p.head_dim_v,
+                        out,
+                    )?;
+                    return Ok(());
+                }
                 if !std::mem::take(&mut self.appended) {
                     dev.kv_append2_ids(
                         (self.input(node, 1)?, self.input(node, 2)?),
@@ -255,7 +271,10 @@ impl CudaPlan {
                 *heads,
                 out,
             )?,
-            Op::Moe(_) | Op::HeadMatMul { .. } | Op::LowRank { .. } => {
+            Op::HeadMatMul { weight, n_head } => {
+                dev.head_matmul(self.input(node, 0)?, &self.weights[*weight], *n_head, out)?
+            }
+            Op::Moe(_) | Op::LowRank { .. } => {
                 return Err(GraphError::Unsupported {
                     op: unsupported(&node.op).unwrap_or("?"),
                     node: node.name.clone(),
@@ -280,11 +299,14 @@ pub(super) fn unsupported(op: &Op) -> Option<&'static str> {
     match op {
         Op::Moe(p) if !p.low_rank.is_empty() => Some("LoRA terms of mixture-of-experts layers"),
         Op::Rope(p) if p.mrope.is_some() => Some("M-RoPE with unrotated fourth-axis pairs"),
-        Op::Attention(p) if p.latent => Some("latent attention"),
-        Op::Attention(p) if p.head_dim_k != p.head_dim_v => {
+        Op::Attention(p)
+            if p.latent && (p.head_dim_k > MLA_MAX_HEAD_DIM || p.head_dim_v > p.head_dim_k) =>
+        {
+            Some("latent attention with key heads over 576 values")
+        }
+        Op::Attention(p) if !p.latent && p.head_dim_k != p.head_dim_v => {
             Some("attention with different K and V head sizes")
         }
-        Op::HeadMatMul { .. } => Some("per-head matmul"),
         Op::SsmScan(_) => super::ssm::refused(op),
         Op::LowRank { .. } => {
             Some("fused low-rank adapter term (the CUDA plan takes the unfused form)")

@@ -72,6 +72,8 @@ pub struct CudaPlan {
     /// plan makes.
     kv_widths: Vec<Option<usize>>,
     kv_dtype: DType,
+    /// Layers whose cache is DeepSeek's latent one (keys only: the values are their front).
+    kv_latent: Vec<bool>,
     positions: Vec<i32>,
     mask: Vec<i32>,
     ids: Vec<u32>,
@@ -215,6 +217,11 @@ impl CudaPlan {
             })
             .collect();
         factors.extend(ssm::f32_weights(graph.nodes()));
+        // Per-head matrices (DeepSeek's absorbed k_b / v_b): f32 for `head_matmul`.
+        factors.extend(graph.nodes().iter().filter_map(|n| match n.op {
+            Op::HeadMatMul { weight, .. } => Some(weight),
+            _ => None,
+        }));
         let experts = moe::expert_weight_ids(graph);
         for (index, w) in graph.weights().iter().enumerate() {
             weight_names.push(w.name.clone());
@@ -251,6 +258,7 @@ impl CudaPlan {
         let (moe, moe_buf) = moe::prepare(graph, &dev, max_tokens, weight, donor)?;
         let mut acts = Vec::with_capacity(graph.nodes().len());
         let mut kv_widths: Vec<Option<usize>> = Vec::new();
+        let mut kv_latent: Vec<bool> = Vec::new();
         for node in graph.nodes() {
             let rows = match node.rows {
                 Rows::Tokens => max_tokens,
@@ -260,8 +268,10 @@ impl CudaPlan {
             if let Op::Attention(p) = &node.op {
                 if kv_widths.len() <= p.layer {
                     kv_widths.resize(p.layer + 1, None);
+                    kv_latent.resize(p.layer + 1, false);
                 }
                 kv_widths[p.layer] = Some(p.n_kv_head * p.head_dim_k);
+                kv_latent[p.layer] = p.latent;
             }
         }
         let graphable = graph.nodes().iter().all(|n| match &n.op {
@@ -316,6 +326,7 @@ impl CudaPlan {
             weight_names,
             acts,
             kv_widths,
+            kv_latent,
             // A plan sharing another's weights makes caches of its type too.
             kv_dtype: donor.map_or(DType::F16, |d| d.kv_dtype),
             positions: Vec::with_capacity(max_tokens),

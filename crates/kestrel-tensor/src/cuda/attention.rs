@@ -28,6 +28,9 @@ pub const TILED_ATTENTION_MIN_TOKENS: usize = 8;
 /// while at 288 CTAs (SmolLM2's three heads, 132 SMs) it was 1.29× faster.
 const TILED_ATTENTION_MIN_WAVES: usize = 2;
 
+/// Longest key head of the latent attention kernels (`MLA_MAX_HEAD_DIM` in attention.cu).
+pub const MLA_MAX_HEAD_DIM: usize = 576;
+
 /// Most warps of an `attention_f16` CTA (`DEC_MAX_WARPS` in attention.cu).
 const DEC_MAX_WARPS: u32 = 16;
 
@@ -180,6 +183,107 @@ impl CudaDevice {
             sinks,
             out,
         )
+    }
+
+    /// DeepSeek's latent attention: `q` (`[n_tokens][n_head][head_dim]`) over the first
+    /// `kv_len` positions of the key cache `k` (`[capacity][n_kv_head * head_dim]`, F16 or
+    /// Q8_0), each key's first `head_dim_v` values serving as its value (the latent), writing
+    /// `out` (`[n_tokens][n_head][head_dim_v]`). Causal, as [`Self::attention_ids`]; a CTA per
+    /// (token, head), key heads of up to 576 values.
+    ///
+    /// # Errors
+    /// Head counts that do not divide, head sizes out of range (`head_dim_v` above
+    /// `head_dim`, `head_dim` above 576; q8_0: not multiples of 32), shape or dtype mismatches,
+    /// a launch failure.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_latent_ids(
+        &self,
+        q: &DeviceTensor,
+        positions: &DeviceIds,
+        k: &DeviceTensor,
+        kv_len: usize,
+        p: &AttentionParams,
+        head_dim_v: usize,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda latent attention";
+        f32_only(OP, q)?;
+        f32_only(OP, out)?;
+        let kind = KvKind::of(OP, k.dtype, k.dtype)?;
+        if p.n_head == 0 || p.n_kv_head == 0 || !p.n_head.is_multiple_of(p.n_kv_head) {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "n_head must be a positive multiple of n_kv_head",
+            });
+        }
+        if p.head_dim == 0
+            || p.head_dim > MLA_MAX_HEAD_DIM
+            || head_dim_v == 0
+            || head_dim_v > p.head_dim
+        {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "key heads of 1 to 576 values, value heads no longer",
+            });
+        }
+        kind.check_heads(OP, p.head_dim, head_dim_v)?;
+        let row = p.n_kv_head * p.head_dim;
+        if k.shape.row_len() != row || k.shape.n_rows() < kv_len {
+            return Err(TensorError::ShapeMismatch {
+                op: OP,
+                what: "k",
+                expected: Shape::matrix(kv_len, row)?,
+                actual: k.shape,
+            });
+        }
+        let n_tokens = positions.host.len();
+        for (what, t, w) in [("q", q, p.head_dim), ("out", &*out, head_dim_v)] {
+            let want = n_tokens * p.n_head * w;
+            if t.shape.elem_count() != want {
+                return Err(TensorError::LengthMismatch {
+                    op: OP,
+                    what,
+                    expected: want,
+                    actual: t.shape.elem_count(),
+                });
+            }
+        }
+        if n_tokens == 0 {
+            return Ok(());
+        }
+        let (nh, nkv, hd, hdv, kl) = (
+            i32_of(OP, p.n_head)?,
+            i32_of(OP, p.n_kv_head)?,
+            i32_of(OP, p.head_dim)?,
+            i32_of(OP, head_dim_v)?,
+            i32_of(OP, kv_len)?,
+        );
+        let window = i32_of(OP, p.window)?;
+        let causal = 1i32;
+        let f = self.func(kind.pick("attention_mla_f16", "attention_mla_q8_0"))?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&q.buf)
+            .arg(&positions.buf)
+            .arg(&k.buf)
+            .arg(&mut out.buf)
+            .arg(&nh)
+            .arg(&nkv)
+            .arg(&hd)
+            .arg(&hdv)
+            .arg(&kl)
+            .arg(&p.scale)
+            .arg(&p.softcap)
+            .arg(&window)
+            .arg(&causal);
+        let config = cfg(
+            grid_for(n_tokens * p.n_head, 1)?,
+            (32, self.decode_attention_warps(n_tokens, p.n_head)),
+        );
+        // SAFETY: q holds tokens*n_head*head_dim f32, out tokens*n_head*head_dim_v, k at least
+        // kv_len rows of n_kv_head*head_dim values of the kernel's type, positions one i32 a
+        // token (all checked); head_dim within the kernel's 576.
+        unsafe { b.launch(config) }.map_err(driver("launch latent attention"))?;
+        Ok(())
     }
 
     /// Causal attention of a batched decode step: token `t` of `q` (at `positions[t]`) over

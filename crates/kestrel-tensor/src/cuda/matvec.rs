@@ -310,3 +310,67 @@ impl CudaDevice {
         (ticket.0 == last.0 && (n, k) == (last.1, last.2)).then_some(guard)
     }
 }
+
+impl CudaDevice {
+    /// One matrix a head (DeepSeek's absorbed `attn_k_b` / `attn_v_b`): `w` holds `n_head`
+    /// f32 matrices of `m` rows of `k` values, head after head; each row of `x` is `n_head`
+    /// heads of `k` values and of `out` `n_head` heads of `m`, head `h` of a row of `out` =
+    /// matrix `h` times head `h` of the row of `x`.
+    ///
+    /// # Errors
+    /// Widths that do not split into `n_head` heads, a weight of another size, row counts that
+    /// differ, dtype mismatches, a launch failure.
+    pub fn head_matmul(
+        &self,
+        x: &DeviceTensor,
+        w: &DeviceTensor,
+        n_head: usize,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda head_matmul";
+        for t in [x, w, &*out] {
+            f32_only(OP, t)?;
+        }
+        let rows = x.shape.n_rows();
+        let (k, m) = (
+            x.shape.row_len() / n_head.max(1),
+            out.shape.row_len() / n_head.max(1),
+        );
+        if n_head == 0
+            || k * n_head != x.shape.row_len()
+            || m * n_head != out.shape.row_len()
+            || out.shape.n_rows() != rows
+            || w.shape.elem_count() != n_head * m * k
+        {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "rows of n_head heads and a weight of n_head matrices of their sizes",
+            });
+        }
+        let total = rows * n_head * m;
+        if total == 0 {
+            return Ok(());
+        }
+        let (ki, mi, nh) = (i32_of(OP, k)?, i32_of(OP, m)?, i32_of(OP, n_head)?);
+        let total_i = total as i64;
+        let f = self.func("head_matmul_f32")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&w.buf)
+            .arg(&x.buf)
+            .arg(&mut out.buf)
+            .arg(&ki)
+            .arg(&mi)
+            .arg(&nh)
+            .arg(&total_i);
+        // SAFETY: w holds n_head*m*k f32, x rows*n_head*k, out rows*n_head*m (checked); a warp
+        // per output value.
+        unsafe {
+            b.launch(cfg(
+                grid_for(total, ROWS_PER_CTA as usize)?,
+                (32, ROWS_PER_CTA),
+            ))
+        }
+        .map_err(driver("launch head_matmul"))?;
+        Ok(())
+    }
+}

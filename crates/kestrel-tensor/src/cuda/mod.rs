@@ -53,6 +53,8 @@ mod stub;
 pub use error::CudaError;
 
 #[cfg(feature = "cuda")]
+pub use attention::MLA_MAX_HEAD_DIM;
+#[cfg(feature = "cuda")]
 pub use engine::{device_count, probe, CudaDevice, DeviceTensor, Q8Ticket};
 #[cfg(feature = "cuda")]
 pub use fused::Glu;
@@ -67,7 +69,7 @@ pub use ssm::MAX_SSM_STATE;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{
     device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor, Glu,
-    HostBuffer, KvTable, Q8Ticket, MAX_SSM_STATE,
+    HostBuffer, KvTable, Q8Ticket, MAX_SSM_STATE, MLA_MAX_HEAD_DIM,
 };
 
 /// A one-input elementwise op ([`CudaDevice::unary_op`]).

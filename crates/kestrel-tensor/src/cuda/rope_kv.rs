@@ -208,6 +208,47 @@ impl CudaDevice {
         )
     }
 
+    /// [`Self::kv_append2_ids`] of keys alone (DeepSeek's latent cache: its values are the
+    /// keys' front).
+    ///
+    /// # Errors
+    /// As [`Self::kv_append`].
+    pub fn kv_append_ids(
+        &self,
+        src: &DeviceTensor,
+        positions: &DeviceIds,
+        cache: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda kv_append";
+        let row = i32_of(OP, check_kv_append(src, &positions.host, cache)?)?;
+        let kind = KvKind::of(OP, cache.dtype, cache.dtype)?;
+        if positions.host.is_empty() {
+            return Ok(());
+        }
+        kind.check_heads(OP, row as usize, 32)?;
+        let null = 0u64;
+        let zero = 0i32;
+        let f = self.func(kind.pick("kv_append2_f16", "kv_append2_q8_0"))?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&src.buf)
+            .arg(&src.buf)
+            .arg(&positions.buf)
+            .arg(&mut cache.buf)
+            .arg(&null)
+            .arg(&row)
+            .arg(&zero)
+            .arg(&null);
+        let launch = LaunchConfig {
+            grid_dim: (grid_for(positions.host.len(), 1)?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the positions are inside the cache, src holds tokens*row f32 (checked); one
+        // CTA row (blockIdx.y 0: keys only), so the null value cache is never touched.
+        unsafe { b.launch(launch) }.map_err(driver("launch kv_append"))?;
+        Ok(())
+    }
+
     /// [`Self::kv_append2_ids`] of a batched decode step: token `t` appends to the caches
     /// `table` holds for it in `layer` (each sequence its own cache).
     ///

@@ -166,4 +166,49 @@ impl CudaDevice {
     ) -> Result<()> {
         match self.never {}
     }
+
+    /// One matrix a head.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn head_matmul(
+        &self,
+        _x: &DeviceTensor,
+        _w: &DeviceTensor,
+        _n_head: usize,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// DeepSeek's latent attention.
+    ///
+    /// # Errors
+    /// Unreachable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_latent_ids(
+        &self,
+        _q: &DeviceTensor,
+        _positions: &DeviceIds,
+        _k: &DeviceTensor,
+        _kv_len: usize,
+        _p: &crate::cpu::AttentionParams,
+        _head_dim_v: usize,
+        _out: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Appends keys alone.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn kv_append_ids(
+        &self,
+        _src: &DeviceTensor,
+        _positions: &DeviceIds,
+        _cache: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
 }

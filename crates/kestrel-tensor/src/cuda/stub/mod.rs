@@ -16,6 +16,9 @@ pub use elementwise::HostBuffer;
 pub use kv_table::KvTable;
 pub use ssm::MAX_SSM_STATE;
 
+/// Longest key head of the latent attention kernels.
+pub const MLA_MAX_HEAD_DIM: usize = 576;
+
 /// GPUs the driver reports: never, in this build.
 ///
 /// # Errors
