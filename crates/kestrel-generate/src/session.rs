@@ -54,6 +54,15 @@ impl SessionKv {
         }
     }
 
+    /// Whether truncating to `len` keeps the first `len` positions (a recurrent state only
+    /// returns to 0, stays, or returns to its checkpoint).
+    pub(crate) fn can_truncate(&self, len: usize) -> bool {
+        match self {
+            SessionKv::Cpu(kv) => kv.can_truncate(len),
+            SessionKv::Cuda(kv) => kv.can_truncate(len),
+        }
+    }
+
     /// The host cache, for the paths only the CPU engine runs (`what` names the path in the
     /// error a CUDA session gets).
     pub(crate) fn cpu_mut(

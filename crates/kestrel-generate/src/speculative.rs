@@ -503,10 +503,14 @@ impl Generator {
             // keep `next` and the accepted draft tokens; the rest is rolled back
             self.session.tokens.push(next);
             self.session.tokens.extend_from_slice(&draft[..j]);
-            self.session.truncate(pos + 1 + j);
-            if self.session.kv.seq_len() < pos + 1 + j {
-                // The state went back to its checkpoint before the draft: run the kept
-                // tokens again.
+            let keep = pos + 1 + j;
+            if self.session.kv.can_truncate(keep) {
+                self.session.truncate(keep);
+            } else {
+                // A recurrent state cannot be cut inside the draft: back to its checkpoint
+                // before it, then the kept tokens again. (Cutting at `keep` would empty the
+                // sequence, and the kept tokens would run on a zeroed state.)
+                self.session.truncate(pos);
                 let engine = &self.core.engine;
                 verify.run(engine, &mut self.session.kv, &batch[..1 + j], pos, false)?;
                 self.session.tokens.truncate(pos);

@@ -56,6 +56,8 @@ pub struct CudaKvCache {
     /// at, and the device that copies them back.
     pub(super) states: Vec<Option<LayerState>>,
     pub(super) checkpoint: Option<usize>,
+    /// A step began updating the states and did not finish: they are ahead of `len`.
+    pub(super) dirty: bool,
     pub(super) dev: Arc<CudaDevice>,
     pub(super) capacity: usize,
     pub(super) len: usize,
@@ -105,16 +107,31 @@ impl CudaKvCache {
     /// back part of the way: it returns to its checkpoint when that was taken at `len`, else the
     /// sequence starts over (length 0), as the CPU's caches do.
     pub fn truncate(&mut self, len: usize) {
-        if len >= self.len || self.states.iter().all(Option::is_none) {
+        if !self.recurrent() || (len >= self.len && !self.dirty) {
             self.len = self.len.min(len);
             return;
         }
-        if self.checkpoint == Some(len) && self.restore().is_ok() {
+        if self.checkpoint == Some(len) && len <= self.len && self.restore().is_ok() {
             self.len = len;
+            self.dirty = false;
             return;
         }
         self.len = 0;
         self.checkpoint = None;
+        self.dirty = false;
+    }
+
+    /// Whether [`Self::truncate`]`(len)` keeps the first `len` positions: always without
+    /// recurrent states; with them, only staying, going back to 0, or to the checkpoint.
+    pub fn can_truncate(&self, len: usize) -> bool {
+        !self.recurrent()
+            || len == 0
+            || (len >= self.len && !self.dirty)
+            || (self.checkpoint == Some(len) && len <= self.len)
+    }
+
+    fn recurrent(&self) -> bool {
+        self.states.iter().any(Option::is_some)
     }
 
     /// Saves the recurrent states at the current length, so a later [`Self::truncate`] to it
@@ -123,6 +140,9 @@ impl CudaKvCache {
     /// # Errors
     /// Out of device memory, a driver error.
     pub fn checkpoint(&mut self) -> Result<(), GraphError> {
+        if self.dirty {
+            self.truncate(self.len);
+        }
         for s in self.states.iter_mut().flatten() {
             if s.saved.is_none() {
                 s.saved = Some((
@@ -262,6 +282,7 @@ impl CudaPlan {
             dtype: self.kv_dtype,
             states: super::ssm::new_states(&self.dev, &self.ssm_sizes)?,
             checkpoint: None,
+            dirty: false,
             dev: Arc::clone(&self.dev),
             capacity,
             len: 0,

@@ -640,6 +640,7 @@ impl CudaPlan {
             self.step_plain(&mut StepKv::One(cache), tokens, pos0)?;
         }
         cache.len = end;
+        cache.dirty = false;
         Ok((
             Self::rows(&self.nodes[self.output], t, &StepKv::One(cache)),
             t,

@@ -49,7 +49,7 @@ pub(super) fn f32_weights(nodes: &[Node]) -> Vec<usize> {
     let mut ids = Vec::new();
     for n in nodes {
         match &n.op {
-            Op::SsmConv(p) => ids.push(p.weight),
+            Op::SsmConv(p) => ids.extend(std::iter::once(p.weight).chain(p.bias)),
             Op::SsmScan(p) => ids.extend([p.a, p.d]),
             _ => {}
         }
@@ -83,12 +83,24 @@ impl CudaPlan {
         self.ssm_sizes.iter().any(Option::is_some)
     }
 
-    /// Zeroes `cache`'s states when its step starts the sequence (position 0).
+    /// Zeroes `cache`'s states when its step starts the sequence (position 0); refuses a step
+    /// over states a failed step left ahead of the cache (truncate or reset it first). The
+    /// states count as changing from here until the step succeeds.
     pub(super) fn start_states(
         &self,
         cache: &mut CudaKvCache,
         pos0: usize,
     ) -> Result<(), GraphError> {
+        if cache.states.iter().all(Option::is_none) {
+            return Ok(());
+        }
+        if cache.dirty && pos0 > 0 {
+            return Err(GraphError::Internal(
+                "a failed step left the recurrent state ahead of the cache: truncate or reset it"
+                    .into(),
+            ));
+        }
+        cache.dirty = true;
         if pos0 == 0 {
             for s in cache.states.iter_mut().flatten() {
                 self.dev.zero(&mut s.conv)?;

@@ -476,6 +476,13 @@ impl CudaDevice {
             });
         }
         kind.check_heads(OP, head_dim, v_row / n_kv_head)?;
+        if kind != KvKind::F16 && head_dim > MAX_HEAD_DIM {
+            // The q8_0 form rotates a key head in shared memory of 256 values.
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "a q8_0 cache takes key heads of at most 256 values here",
+            });
+        }
         if k_row != n_kv_head * head_dim {
             return Err(TensorError::LengthMismatch {
                 op: OP,
