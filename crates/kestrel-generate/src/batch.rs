@@ -456,7 +456,11 @@ impl<'g> Scheduler<'g> {
                     self.queue.push_front(q);
                     break;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // The request stays queued (not lost) behind the error.
+                    self.queue.push_front(q);
+                    return Err(e);
+                }
             };
             let prompt_len = q.prompt.len();
             let mut history = q.prompt;

@@ -35,6 +35,9 @@ pub(crate) struct CudaSeqs {
     cached_blocks: usize,
     clock: u64,
     prefix: PrefixStats,
+    /// Whether the plan's caches can lend their first positions (`CudaPlan::copies_prefixes`;
+    /// not with state-space layers): without, nothing is published or kept.
+    reuse: bool,
 }
 
 /// An ended sequence's cache, kept for the tokens it published.
@@ -55,8 +58,13 @@ enum Source {
 
 impl CudaSeqs {
     /// A store for up to `max_seqs` sequences and `total_blocks` blocks of `block_size`
-    /// tokens.
-    pub(crate) fn new(max_seqs: usize, block_size: usize, total_blocks: usize) -> CudaSeqs {
+    /// tokens; `reuse`: whether its caches may lend prefixes (`CudaPlan::copies_prefixes`).
+    pub(crate) fn new(
+        max_seqs: usize,
+        block_size: usize,
+        total_blocks: usize,
+        reuse: bool,
+    ) -> CudaSeqs {
         CudaSeqs {
             caches: Vec::with_capacity(max_seqs),
             reserved: Vec::with_capacity(max_seqs),
@@ -69,6 +77,7 @@ impl CudaSeqs {
             cached_blocks: 0,
             clock: 0,
             prefix: PrefixStats::default(),
+            reuse,
         }
     }
 
@@ -236,6 +245,9 @@ impl CudaSeqs {
     /// Records that `seq`'s rows of `tokens` are final (offered to later prompts).
     pub(crate) fn publish(&mut self, seq: SeqId, tokens: &[u32]) -> Result<(), GenerateError> {
         let have = self.cache(seq)?.len();
+        if !self.reuse {
+            return Ok(());
+        }
         let p = &mut self.published[seq];
         p.clear();
         p.extend_from_slice(&tokens[..tokens.len().min(have)]);

@@ -541,7 +541,12 @@ impl Generator {
                         group: Vec::with_capacity(8),
                         ids: Vec::with_capacity(8),
                     },
-                    SeqStore::Cuda(CudaSeqs::new(opts.max_seqs, opts.block_size, blocks)),
+                    SeqStore::Cuda(CudaSeqs::new(
+                        opts.max_seqs,
+                        opts.block_size,
+                        blocks,
+                        plan.copies_prefixes(),
+                    )),
                 ),
             };
             self.batch = Some(BatchState {

@@ -511,6 +511,14 @@ impl Generator {
                 // before it, then the kept tokens again. (Cutting at `keep` would empty the
                 // sequence, and the kept tokens would run on a zeroed state.)
                 self.session.truncate(pos);
+                if self.session.kv.seq_len() != pos {
+                    return Err(GenerateError::InvalidOption {
+                        name: "session",
+                        reason: format!(
+                            "the recurrent state did not return to its checkpoint at {pos}"
+                        ),
+                    });
+                }
                 let engine = &self.core.engine;
                 verify.run(engine, &mut self.session.kv, &batch[..1 + j], pos, false)?;
                 self.session.tokens.truncate(pos);

@@ -240,11 +240,11 @@ impl CudaPlan {
                 capacity: src.len.min(dst.capacity),
             });
         }
-        for (s, d) in src.layers.iter().zip(dst.layers.iter_mut()) {
+        for (l, (s, d)) in src.layers.iter().zip(dst.layers.iter_mut()).enumerate() {
             if let (Some(s), Some(d)) = (s, d) {
                 self.dev.copy_rows(&s.k, 0, n, &mut d.k, 0)?;
                 // A latent cache's values are its keys' front (its value tensor unused).
-                if d.v.shape().n_rows() == dst.capacity {
+                if !self.kv_latent.get(l).copied().unwrap_or(false) {
                     self.dev.copy_rows(&s.v, 0, n, &mut d.v, 0)?;
                 }
             }

@@ -444,10 +444,12 @@ impl CudaPlan {
         let i = self.weight_names.iter().position(|n| n == name)?;
         let t = &self.weights[i];
         let have: Vec<u64> = t.shape().dims().iter().map(|&d| d as u64).collect();
-        // Vectors were uploaded as f32 vectors: compare element counts for them.
+        // Vectors, and the weights read as plain f32 values (factors, state-space and per-head
+        // matrices), were uploaded as f32 vectors: compare element counts for them.
+        let as_values = dims.iter().skip(1).all(|&d| d == 1)
+            || (t.dtype() == DType::F32 && t.shape().rank() == 1 && dims.len() > 1);
         let same = have == dims
-            || (dims.iter().skip(1).all(|&d| d == 1)
-                && t.shape().elem_count() as u64 == dims.iter().product::<u64>());
+            || (as_values && t.shape().elem_count() as u64 == dims.iter().product::<u64>());
         same.then(|| Arc::clone(t))
     }
 
