@@ -116,6 +116,21 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
 ATTENTION_DEC(attention_f16, false, __half)
 ATTENTION_DEC(attention_q8_0, true, block_q8_0)
 
+// Keys and values of different head sizes in their own caches (DeepSeek's decompressed form:
+// keys of 192, values of 128): attention_kv_f16 / _q8_0, heads of up to MAX_HEAD_DIM, no table.
+#define ATTENTION_KV(NAME, Q8, T)                                                                           \
+    extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)                                     \
+        NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k, const T *v,       \
+             float *__restrict__ out, int n_head, int n_kv_head, int head_dim, int head_dim_v, int kv_len,  \
+             float scale, float softcap, int window, int causal, const float *__restrict__ sinks) {        \
+        attention_dec<Q8, MAX_HEAD_DIM>(q, positions, k, v, out, n_head, n_kv_head, head_dim, head_dim_v,  \
+                                        n_kv_head * head_dim_v, head_dim_v, kv_len, scale, softcap, window, \
+                                        causal, nullptr, sinks);                                           \
+    }
+
+ATTENTION_KV(attention_kv_f16, false, __half)
+ATTENTION_KV(attention_kv_q8_0, true, block_q8_0)
+
 // DeepSeek's latent attention (MLA): key heads of up to MLA_MAX_HEAD_DIM (the latent and the
 // rotated part, 576), values the first head_dim_v of each key (the latent), read from the key
 // cache; no table (its plans run batched steps one sequence at a time).

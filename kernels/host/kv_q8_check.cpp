@@ -10,7 +10,7 @@
 //   attention_f16_tiled (its first host check) over an f16 cache; a batched step's tokens
 //   through a kv_table = each alone, both q8_0 decode kernels;
 // - attention_mla_f16 / _q8_0 (DeepSeek's latent attention: 576-wide keys, values their first
-//   512) against float64.
+//   512) and attention_kv_* (key and value heads of 192 and 128) against float64.
 //
 // Built and run by `cargo xtask kernels --check`; exits 1 on a mismatch. No GPU, no CUDA.
 #define SPLIT_WARPS 4
@@ -427,4 +427,66 @@ static int check_mla() {
     return bad;
 }
 
-int main() { return check_append() + check_rope_append() + check_attention() + check_mla() ? 1 : 0; }
+// Keys and values of different head sizes (attention_kv_*: 192 and 128, GQA 4/2) against float64
+// over the caches' values.
+static int check_kv_dims() {
+    int bad = 0;
+    const int n_head = 4, n_kv = 2, dk = 192, dv = 128, capacity = 64, kv_len = 60;
+    const std::vector<int> pos = {59, 10, -1};
+    const int n_tok = (int)pos.size(), group = n_head / n_kv;
+    const float scale = 1.0f / std::sqrt((float)dk);
+    const std::vector<block_q8_0> kq = quantize_all(random_floats((size_t)capacity * n_kv * dk, 1.0f)),
+                                  vq = quantize_all(random_floats((size_t)capacity * n_kv * dv, 1.0f));
+    const std::vector<float> kf = dequantize(kq), vf = dequantize(vq);
+    std::vector<__half> kh(kf.size()), vh(vf.size());
+    for (size_t i = 0; i < kf.size(); i++) kh[i] = __float2half(kf[i]);
+    for (size_t i = 0; i < vf.size(); i++) vh[i] = __float2half(vf[i]);
+    const std::vector<float> q = random_floats((size_t)n_tok * n_head * dk, 0.5f);
+    for (const bool q8 : {false, true}) {
+        const auto kv = [&](bool is_v, size_t i) -> double {
+            return q8 ? (is_v ? vf[i] : kf[i]) : __half2float(is_v ? vh[i] : kh[i]);
+        };
+        std::vector<double> want((size_t)n_tok * n_head * dv, 0.0);
+        for (int t = 0; t < n_tok; t++)
+            for (int h = 0; h < n_head; h++) {
+                int lo, hi;
+                visible_keys(pos[t], kv_len, 0, 1, &lo, &hi);
+                const int kvh = h / group;
+                std::vector<double> sc;
+                double mx = -INFINITY;
+                for (int j = lo; j < hi; j++) {
+                    double d = 0.0;
+                    for (int i = 0; i < dk; i++)
+                        d += (double)q[((size_t)t * n_head + h) * dk + i] * kv(false, ((size_t)j * n_kv + kvh) * dk + i);
+                    sc.push_back(d * scale);
+                    mx = std::max(mx, d * scale);
+                }
+                double l = 0.0;
+                for (auto &x : sc) l += (x = std::exp(x - mx));
+                for (int j = lo; j < hi; j++)
+                    for (int i = 0; i < dv; i++)
+                        want[((size_t)t * n_head + h) * dv + i] += sc[j - lo] / l * kv(true, ((size_t)j * n_kv + kvh) * dv + i);
+            }
+        std::vector<float> out((size_t)n_tok * n_head * dv, NAN);
+        launch(n_tok * n_head, 1, 32, 4, [&] {
+            if (q8)
+                attention_kv_q8_0(q.data(), pos.data(), kq.data(), vq.data(), out.data(), n_head, n_kv, dk, dv, kv_len,
+                                  scale, 0.0f, 0, 1, nullptr);
+            else
+                attention_kv_f16(q.data(), pos.data(), kh.data(), vh.data(), out.data(), n_head, n_kv, dk, dv, kv_len,
+                                 scale, 0.0f, 0, 1, nullptr);
+        });
+        double err = 0.0;
+        for (size_t i = 0; i < out.size(); i++) {
+            const double d = std::fabs(out[i] - want[i]);
+            err = std::isnan(d) || std::isnan(err) ? NAN : std::max(err, d);
+        }
+        if (!(err <= 2e-5) && bad++ < 3) std::printf("attention_kv q8 %d: max error %g\n", q8, err);
+    }
+    std::printf("attention_kv (key and value heads of different sizes): %s\n", bad ? "MISMATCH" : "ok");
+    return bad;
+}
+
+int main() {
+    return check_append() + check_rope_append() + check_attention() + check_mla() + check_kv_dims() ? 1 : 0;
+}

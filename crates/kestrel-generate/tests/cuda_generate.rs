@@ -776,3 +776,39 @@ fn architectures_run_on_the_gpu_as_on_the_cpu() {
     assert!(ran >= 2 * 64, "only {ran} files ran");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// DeepSeek 2 with 4 KV heads in both forms kestrel reads (llama_archs' variants): absorbed
+/// (latent attention, per-head matmuls) and decompressed (`attn_kv_b`: key heads of 192 values,
+/// value heads of 128, in caches of their own), GPU against CPU within the same bound.
+#[test]
+fn deepseek2_in_both_forms_runs_on_the_gpu_as_on_the_cpu() {
+    use kestrel_generate::{logits_of_ids, LogitsOptions};
+    if !have_gpu() {
+        return;
+    }
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs");
+    let skeletons = files::read_skeletons(&fixtures.join("skeletons.json"));
+    let prompt: Vec<u32> = (0..16).map(|i| (i * 37 + 3) % 200).collect();
+    for stem in ["deepseek2-moe-h4", "deepseek2-moe-h4-kvb"] {
+        let (base, v) = files::variant(stem).unwrap();
+        let model = v.model(&skeletons[base], 1, 0.1);
+        let run = |device: &str| {
+            let opts = LogitsOptions {
+                device: device.into(),
+                threads: 2,
+                ..LogitsOptions::default()
+            };
+            logits_of_ids(&model, &prompt, &opts)
+                .unwrap()
+                .pop()
+                .unwrap()
+        };
+        let (cpu, gpu) = (run("cpu"), run("cuda"));
+        let k = kld(&cpu, &gpu);
+        assert!(k <= 0.002, "{stem}: KLD {k}");
+        assert!(
+            top_gap(&cpu) <= 0.5 || argmax(&cpu) == argmax(&gpu),
+            "{stem}"
+        );
+    }
+}

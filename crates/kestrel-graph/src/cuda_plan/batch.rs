@@ -63,8 +63,14 @@ impl CudaPlan {
                 "batched decode needs a causal decoder graph with one output row a sequence".into(),
             ));
         }
-        if self.recurrent() || self.kv_latent.contains(&true) {
-            // The state-space and latent-attention kernels take one sequence's cache.
+        let kv_dims_differ = self
+            .kv_widths
+            .iter()
+            .zip(&self.kv_v_widths)
+            .any(|(k, &v)| k.is_some_and(|k| k != v));
+        if self.recurrent() || self.kv_latent.contains(&true) || kv_dims_differ {
+            // The state-space, latent-attention and differing-head kernels take one sequence's
+            // cache.
             return self.run_each(caches, tokens);
         }
         self.positions.clear();

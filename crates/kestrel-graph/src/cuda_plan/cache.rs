@@ -268,9 +268,12 @@ impl CudaPlan {
                     // A latent cache's values are its keys' front: one unused row.
                     let latent = self.kv_latent.get(l).copied().unwrap_or(false);
                     let v_rows = if latent { 1 } else { capacity };
+                    let v_width = self.kv_v_widths.get(l).copied().unwrap_or(*w).max(1);
                     Some(LayerCache {
                         k: self.dev.zeros(self.kv_dtype, shape)?,
-                        v: self.dev.zeros(self.kv_dtype, Shape::matrix(v_rows, *w)?)?,
+                        v: self
+                            .dev
+                            .zeros(self.kv_dtype, Shape::matrix(v_rows, v_width)?)?,
                     })
                 }
                 None => None,

@@ -304,8 +304,8 @@ pub(super) fn unsupported(op: &Op) -> Option<&'static str> {
         {
             Some("latent attention with key heads over 576 values")
         }
-        Op::Attention(p) if !p.latent && p.head_dim_k != p.head_dim_v => {
-            Some("attention with different K and V head sizes")
+        Op::Attention(p) if !p.latent && p.head_dim_k.max(p.head_dim_v) > 256 => {
+            Some("attention with heads over 256 values")
         }
         Op::SsmScan(_) => super::ssm::refused(op),
         Op::LowRank { .. } => {

@@ -72,8 +72,10 @@ pub struct CudaPlan {
     /// plan makes.
     kv_widths: Vec<Option<usize>>,
     kv_dtype: DType,
-    /// Layers whose cache is DeepSeek's latent one (keys only: the values are their front).
+    /// Layers whose cache is DeepSeek's latent one (keys only: the values are their front), and
+    /// each layer's value row (its own head size in DeepSeek's decompressed form).
     kv_latent: Vec<bool>,
+    kv_v_widths: Vec<usize>,
     positions: Vec<i32>,
     mask: Vec<i32>,
     ids: Vec<u32>,
@@ -259,6 +261,7 @@ impl CudaPlan {
         let mut acts = Vec::with_capacity(graph.nodes().len());
         let mut kv_widths: Vec<Option<usize>> = Vec::new();
         let mut kv_latent: Vec<bool> = Vec::new();
+        let mut kv_v_widths: Vec<usize> = Vec::new();
         for node in graph.nodes() {
             let rows = match node.rows {
                 Rows::Tokens => max_tokens,
@@ -272,6 +275,8 @@ impl CudaPlan {
                 }
                 kv_widths[p.layer] = Some(p.n_kv_head * p.head_dim_k);
                 kv_latent[p.layer] = p.latent;
+                kv_v_widths.resize(kv_widths.len(), 0);
+                kv_v_widths[p.layer] = p.n_kv_head * p.head_dim_v;
             }
         }
         let graphable = graph.nodes().iter().all(|n| match &n.op {
@@ -327,6 +332,7 @@ impl CudaPlan {
             acts,
             kv_widths,
             kv_latent,
+            kv_v_widths,
             // A plan sharing another's weights makes caches of its type too.
             kv_dtype: donor.map_or(DType::F16, |d| d.kv_dtype),
             positions: Vec::with_capacity(max_tokens),

@@ -358,32 +358,59 @@ impl CudaDevice {
         let row = p.n_kv_head * p.head_dim;
         // A table's caches: each token's position inside its own (keys above it are never
         // read, so the kernel's bound is the largest it takes).
-        let (kv_len, table, kind) = match &kv {
+        let (kv_len, table, kind, head_dim_v) = match &kv {
             KvSrc::Caches(k, v) => {
                 let kind = KvKind::of(OP, k.dtype, v.dtype)?;
-                for (what, t) in [("k", k), ("v", v)] {
-                    if t.shape.row_len() != row || t.shape.n_rows() < kv_len {
+                // Values may have their own head size (DeepSeek's decompressed form).
+                let v_row = v.shape.row_len();
+                let hd_v = v_row / p.n_kv_head;
+                if hd_v == 0 || hd_v > MAX_HEAD_DIM || hd_v * p.n_kv_head != v_row {
+                    return Err(TensorError::InvalidParam {
+                        op: OP,
+                        why: "value rows must be n_kv_head heads of 1 to 256 values",
+                    });
+                }
+                for (what, t, r) in [("k", k, row), ("v", v, v_row)] {
+                    if t.shape.row_len() != r || t.shape.n_rows() < kv_len {
                         return Err(TensorError::ShapeMismatch {
                             op: OP,
                             what,
-                            expected: Shape::matrix(kv_len, row)?,
+                            expected: Shape::matrix(kv_len, r)?,
                             actual: t.shape,
                         });
                     }
                 }
-                (kv_len, 0, kind)
+                (kv_len, 0, kind, hd_v)
             }
             KvSrc::Table(t, layer) => {
                 let kind = t.check(*layer, positions, Some(row), Some(row))?;
-                (i32::MAX as usize, self.kv_table_arg(t, *layer), kind)
+                (
+                    i32::MAX as usize,
+                    self.kv_table_arg(t, *layer),
+                    kind,
+                    p.head_dim,
+                )
             }
         };
-        kind.check_heads(OP, p.head_dim, p.head_dim)?;
+        kind.check_heads(OP, p.head_dim, head_dim_v)?;
         let batched = table != 0;
         let (k, v) = match kv {
             KvSrc::Caches(k, v) => (Some(k), Some(v)),
             KvSrc::Table(..) => (None, None),
         };
+        if head_dim_v != p.head_dim {
+            return self.attention_kv_dims(
+                q,
+                dev_ids,
+                positions,
+                (k, v),
+                kv_len,
+                p,
+                head_dim_v,
+                sinks,
+                out,
+            );
+        }
         let want = positions.len() * p.n_head * p.head_dim;
         for (what, t) in [("q", q), ("out", &*out)] {
             if t.shape.elem_count() != want {
@@ -498,6 +525,90 @@ impl CudaDevice {
             // SAFETY: q and out hold tokens*n_head*head_dim f32, k and v at least kv_len rows of
             // n_kv_head*head_dim values of the kernel's type, positions one i32 per token (all
             // checked); the shared memory is what the tiled kernel lays out.
+            unsafe { b.launch(config) }.map_err(driver("launch attention"))?;
+            Ok(())
+        };
+        match dev_ids {
+            Some(d) => run(d),
+            None => self.with_ids(positions.iter().copied(), run),
+        }
+    }
+
+    /// Attention whose values have their own head size (`attention_kv_*`: a CTA per (token,
+    /// head), no table, no split or tiles), for [`Self::attention_ids_sinks`].
+    #[allow(clippy::too_many_arguments)]
+    fn attention_kv_dims(
+        &self,
+        q: &DeviceTensor,
+        dev_ids: Option<&CudaSlice<i32>>,
+        positions: &[i32],
+        (k, v): (Option<&DeviceTensor>, Option<&DeviceTensor>),
+        kv_len: usize,
+        p: &AttentionParams,
+        head_dim_v: usize,
+        sinks: Option<&DeviceTensor>,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda attention";
+        let (Some(k), Some(v)) = (k, v) else {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "a batched step takes keys and values of one head size",
+            });
+        };
+        let n_tokens = positions.len();
+        for (what, t, w) in [("q", q, p.head_dim), ("out", &*out, head_dim_v)] {
+            let want = n_tokens * p.n_head * w;
+            if t.shape.elem_count() != want {
+                return Err(TensorError::LengthMismatch {
+                    op: OP,
+                    what,
+                    expected: want,
+                    actual: t.shape.elem_count(),
+                });
+            }
+        }
+        if n_tokens == 0 {
+            return Ok(());
+        }
+        let kind = KvKind::of(OP, k.dtype, v.dtype)?;
+        let (nh, nkv, hd, hdv, kl) = (
+            i32_of(OP, p.n_head)?,
+            i32_of(OP, p.n_kv_head)?,
+            i32_of(OP, p.head_dim)?,
+            i32_of(OP, head_dim_v)?,
+            i32_of(OP, kv_len)?,
+        );
+        let window = i32_of(OP, p.window)?;
+        let causal = 1i32;
+        let null = 0u64;
+        let mut run = |pos: &CudaSlice<i32>| {
+            let f = self.func(kind.pick("attention_kv_f16", "attention_kv_q8_0"))?;
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&q.buf)
+                .arg(pos)
+                .arg(&k.buf)
+                .arg(&v.buf)
+                .arg(&mut out.buf)
+                .arg(&nh)
+                .arg(&nkv)
+                .arg(&hd)
+                .arg(&hdv)
+                .arg(&kl)
+                .arg(&p.scale)
+                .arg(&p.softcap)
+                .arg(&window)
+                .arg(&causal);
+            match sinks {
+                Some(s) => b.arg(&s.buf),
+                None => b.arg(&null),
+            };
+            let config = cfg(
+                grid_for(n_tokens * p.n_head, 1)?,
+                (32, self.decode_attention_warps(n_tokens, p.n_head)),
+            );
+            // SAFETY: q holds tokens*n_head*head_dim f32, out tokens*n_head*head_dim_v, k and v
+            // at least kv_len rows of their heads (all checked by the caller and above).
             unsafe { b.launch(config) }.map_err(driver("launch attention"))?;
             Ok(())
         };
