@@ -297,7 +297,6 @@ impl CudaPlan {
 /// The name of an op the CUDA plan cannot run yet (refused when the plan is made).
 pub(super) fn unsupported(op: &Op) -> Option<&'static str> {
     match op {
-        Op::Moe(p) if !p.low_rank.is_empty() => Some("LoRA terms of mixture-of-experts layers"),
         Op::Rope(p) if p.mrope.is_some() => Some("M-RoPE with unrotated fourth-axis pairs"),
         Op::Attention(p)
             if p.latent && (p.head_dim_k > MLA_MAX_HEAD_DIM || p.head_dim_v > p.head_dim_k) =>

@@ -7,7 +7,10 @@
 //! matrices uploaded one per expert at compile time, still quantized; each row's output goes
 //! weighted into its (token, slot) row, and a token's slots are added in the order chosen, as
 //! the CPU does. The copy back makes a step wait for the router, so plans with MoE layers run
-//! their decode steps as plain launches (no CUDA graph). LoRA terms on MoE layers are refused.
+//! their decode steps as plain launches (no CUDA graph). LoRA terms (llama.cpp's
+//! `build_lora_mm_id` / `build_lora_mm`) add `factor · (x · A_eᵀ) · B_eᵀ` to an expert's
+//! projection after its scale and before its bias, and to the router's logits before its bias,
+//! each factor the step's bound adapter scale's, as the CPU plan's `moe/terms.rs`.
 
 use std::sync::Arc;
 
@@ -15,7 +18,7 @@ use kestrel_tensor::cuda::{CudaDevice, DeviceIds, DeviceTensor, Unary};
 use kestrel_tensor::{Shape, Tensor};
 
 use super::{internal, CudaPlan};
-use crate::ir::{MoeActivation, MoeParams, Node, Op};
+use crate::ir::{MoeActivation, MoeLowRank, MoeParams, MoeProj, Node, Op};
 use crate::moe::{expert_bytes, route, MoeScratch};
 use crate::{Graph, GraphError};
 
@@ -31,6 +34,9 @@ pub(super) struct ExpertWeights {
     biases: [Option<Vec<DeviceTensor>>; 3],
     router_bias: Option<Vec<f32>>,
     selection_bias: Option<Vec<f32>>,
+    /// The LoRA terms of expert projections: each term's halves, one matrix an expert (router
+    /// terms read the plan's own 2-D weights).
+    terms: Vec<(MoeLowRank, Vec<DeviceTensor>, Vec<DeviceTensor>)>,
 }
 
 /// Device and host scratch of a plan's MoE nodes, sized for the largest step and node.
@@ -45,6 +51,9 @@ pub(super) struct MoeBuffers {
     act: DeviceTensor,
     down: DeviceTensor,
     spare: DeviceTensor,
+    /// A LoRA term's `x · Aᵀ` and `(x · Aᵀ) · Bᵀ`.
+    low: DeviceTensor,
+    term: DeviceTensor,
     /// Every (row, slot)'s weighted expert output.
     outs: DeviceTensor,
     rows: Vec<u32>,
@@ -62,6 +71,10 @@ pub(super) fn expert_weight_ids(graph: &Graph) -> Vec<usize> {
             ids.push(p.up);
             ids.push(p.down);
             ids.extend(p.gate);
+            // The experts' LoRA halves, split likewise (the router's are plain matrices).
+            for t in p.low_rank.iter().filter(|t| t.proj != MoeProj::Router) {
+                ids.extend([t.a, t.b]);
+            }
         }
     }
     ids
@@ -83,7 +96,7 @@ pub(super) fn prepare(
     let names: Vec<&str> = graph.weights().iter().map(|w| w.name.as_str()).collect();
     let mut experts = Vec::with_capacity(graph.nodes().len());
     // Most experts, the widest activation, the most slots × width of any MoE node.
-    let (mut ne_max, mut wide, mut slots_width) = (0usize, 0usize, 0usize);
+    let (mut ne_max, mut wide, mut slots_width, mut rank) = (0usize, 0usize, 0usize, 0usize);
     for n in graph.nodes() {
         let Op::Moe(p) = &n.op else {
             experts.push(None);
@@ -105,15 +118,23 @@ pub(super) fn prepare(
         ne_max = ne_max.max(p.n_expert);
         wide = wide.max(n.width).max(2 * p.n_ff);
         slots_width = slots_width.max(p.n_used * n.width);
+        rank = p
+            .low_rank
+            .iter()
+            .map(|t| t.term.rank)
+            .fold(rank, usize::max);
     }
     let buffers = if ne_max == 0 {
         None
     } else {
         let rows = max_tokens.max(1);
         let act = |w: usize| dev.zeros_f32(Shape::matrix(rows, w.max(1))?);
+        // The buffers a projection swaps with `spare` (the router's logits too, with terms)
+        // hold the widest of them.
+        let wide = wide.max(ne_max);
         Some(MoeBuffers {
             host: MoeScratch::default(),
-            logits: act(ne_max)?,
+            logits: act(wide)?,
             xg: act(wide)?,
             both: act(wide)?,
             gate: act(wide)?,
@@ -121,6 +142,8 @@ pub(super) fn prepare(
             act: act(wide)?,
             down: act(wide)?,
             spare: act(wide)?,
+            low: act(rank)?,
+            term: act(wide)?,
             outs: act(slots_width)?,
             rows: Vec::with_capacity(rows),
             dst_rows: Vec::with_capacity(rows),
@@ -169,7 +192,12 @@ fn upload_experts(
             );
         }
     }
+    let mut terms = Vec::new();
+    for t in p.low_rank.iter().filter(|t| t.proj != MoeProj::Router) {
+        terms.push((t.clone(), split(t.a)?, split(t.b)?));
+    }
     Ok(ExpertWeights {
+        terms,
         up: split(p.up)?,
         gate: p.gate.map(split).transpose()?,
         down: split(p.down)?,
@@ -184,14 +212,59 @@ fn upload_experts(
     })
 }
 
-/// `dst = input · wᵀ`, times `scale`, plus `bias` (through `spare`, which then holds the old
-/// buffer): one expert projection as the CPU's `project`.
+/// One LoRA term of a projection, ready: its halves and the step's factor.
+struct Term<'a> {
+    a: &'a DeviceTensor,
+    b: &'a DeviceTensor,
+    factor: f32,
+}
+
+/// Scratch of a LoRA term: `x · Aᵀ` and the term's rows.
+struct TermBufs<'a> {
+    low: &'a mut DeviceTensor,
+    term: &'a mut DeviceTensor,
+}
+
+/// `dst += factor · (input · Aᵀ) · Bᵀ` (through `spare`, which then holds the old buffer):
+/// ggml_scale then ggml_add, two roundings, as the CPU.
+fn add_term(
+    dev: &CudaDevice,
+    input: &DeviceTensor,
+    t: &Term<'_>,
+    bufs: &mut TermBufs<'_>,
+    (dst, spare): (&mut DeviceTensor, &mut DeviceTensor),
+) -> Result<(), GraphError> {
+    let rows = input.shape().n_rows();
+    let (rank, m) = (t.a.shape().n_rows(), t.b.shape().n_rows());
+    bufs.low.set_shape(Shape::matrix(rows, rank)?)?;
+    dev.matmul_reusing(input, t.a, bufs.low, None)?;
+    bufs.term.set_shape(Shape::matrix(rows, m)?)?;
+    dev.matmul_reusing(bufs.low, t.b, bufs.term, None)?;
+    dev.scale(bufs.term, t.factor)?;
+    spare.set_shape(Shape::matrix(rows, m)?)?;
+    dev.add(dst, bufs.term, spare)?;
+    std::mem::swap(dst, spare);
+    Ok(())
+}
+
+/// The LoRA terms of one expert's projection: the node's expert terms, which projection and
+/// expert, and each term's factor this step.
+struct TermsOf<'a> {
+    all: &'a [(MoeLowRank, Vec<DeviceTensor>, Vec<DeviceTensor>)],
+    proj: MoeProj,
+    e: usize,
+    factor: &'a dyn Fn(&MoeLowRank) -> f32,
+}
+
+/// `dst = input · wᵀ`, times `scale`, plus its LoRA terms, plus `bias` (through `spare`,
+/// which then holds the old buffer): one expert projection as the CPU's `project`.
 fn project(
     dev: &CudaDevice,
     input: &DeviceTensor,
     w: &DeviceTensor,
     (dst, spare): (&mut DeviceTensor, &mut DeviceTensor),
     scale: Option<f32>,
+    (terms, bufs): (&TermsOf<'_>, &mut TermBufs<'_>),
     bias: Option<&DeviceTensor>,
 ) -> Result<(), GraphError> {
     let rows = input.shape().n_rows();
@@ -200,6 +273,25 @@ fn project(
     dev.matmul_reusing(input, w, dst, None)?;
     if let Some(f) = scale {
         dev.scale(dst, f)?;
+    }
+    for (t, a, b) in terms.all.iter().filter(|(t, ..)| t.proj == terms.proj) {
+        let factor = (terms.factor)(t);
+        if factor == 0.0 {
+            continue; // the rows keep the base bits
+        }
+        let (a, b) = (
+            a.get(terms.e)
+                .ok_or_else(|| internal("expert LoRA half missing"))?,
+            b.get(terms.e)
+                .ok_or_else(|| internal("expert LoRA half missing"))?,
+        );
+        add_term(
+            dev,
+            input,
+            &Term { a, b, factor },
+            bufs,
+            (&mut *dst, &mut *spare),
+        )?;
     }
     if let Some(b) = bias {
         spare.set_shape(Shape::matrix(rows, m)?)?;
@@ -252,8 +344,28 @@ impl CudaPlan {
             None => x,
         };
         // Route on the host, as the CPU does.
+        // Each term's factor: the bound adapter scale's, else the one the graph was built with.
+        let factor = |t: &MoeLowRank| match &self.adapter_scales {
+            Some(s) => t.term.factor(s.get(t.term.adapter).copied().unwrap_or(0.0)),
+            None => t.scale,
+        };
         b.logits.set_shape(Shape::matrix(rows, ne)?)?;
         dev.matmul_reusing(rx, &self.weights[p.router], &mut b.logits, None)?;
+        for t in p.low_rank.iter().filter(|t| t.proj == MoeProj::Router) {
+            let f = factor(t);
+            if f != 0.0 {
+                let term = Term {
+                    a: &self.weights[t.a],
+                    b: &self.weights[t.b],
+                    factor: f,
+                };
+                let mut bufs = TermBufs {
+                    low: &mut b.low,
+                    term: &mut b.term,
+                };
+                add_term(dev, rx, &term, &mut bufs, (&mut b.logits, &mut b.spare))?;
+            }
+        }
         dev.download_f32_into(&b.logits, b.host.logits_mut(rows * ne))?;
         route(
             p,
@@ -280,15 +392,26 @@ impl CudaPlan {
             }
             b.xg.set_shape(Shape::matrix(n, width)?)?;
             dev.get_rows(x, &b.rows, &mut b.xg)?;
-            let factor = |slot: usize| ew.scales[slot].as_ref().map(|s| s[e]);
+            let factor_of = |slot: usize| ew.scales[slot].as_ref().map(|s| s[e]);
             let bias = |slot: usize| ew.biases[slot].as_ref().map(|v| &v[e]);
+            let terms = |proj| TermsOf {
+                all: &ew.terms,
+                proj,
+                e,
+                factor: &factor,
+            };
+            let mut bufs = TermBufs {
+                low: &mut b.low,
+                term: &mut b.term,
+            };
             if p.fused_gate_up {
                 project(
                     dev,
                     &b.xg,
                     &ew.up[e],
                     (&mut b.both, &mut b.spare),
-                    factor(0),
+                    factor_of(0),
+                    (&terms(MoeProj::Up), &mut bufs),
                     bias(0),
                 )?;
                 for (t, off) in [(&mut b.gate, 0), (&mut b.up, nf)] {
@@ -301,7 +424,8 @@ impl CudaPlan {
                     &b.xg,
                     &ew.up[e],
                     (&mut b.up, &mut b.spare),
-                    factor(0),
+                    factor_of(0),
+                    (&terms(MoeProj::Up), &mut bufs),
                     bias(0),
                 )?;
                 if let Some(g) = &ew.gate {
@@ -310,7 +434,8 @@ impl CudaPlan {
                         &b.xg,
                         &g[e],
                         (&mut b.gate, &mut b.spare),
-                        factor(1),
+                        factor_of(1),
+                        (&terms(MoeProj::Gate), &mut bufs),
                         bias(1),
                     )?;
                 }
@@ -336,7 +461,8 @@ impl CudaPlan {
                 &b.act,
                 &ew.down[e],
                 (&mut b.down, &mut b.spare),
-                factor(2),
+                factor_of(2),
+                (&terms(MoeProj::Down), &mut bufs),
                 bias(2),
             )?;
             dev.set_ids(&mut b.d_rows, &b.dst_rows)?;
