@@ -419,14 +419,37 @@ fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
             ];
             for (s, seqs) in steps.iter().enumerate() {
                 let tokens: Vec<u32> = seqs.iter().map(|&i| (s * 13 + i * 7) as u32 % 90).collect();
-                let rows = {
+                // Steps 2 and 5 greedy (`run_batch_greedy`: the argmax of each row on the
+                // device), the others the logits.
+                let greedy = s == 2 || s == 5;
+                let (rows, ids) = {
                     let mut picked: Vec<Option<&mut kestrel_graph::CudaKvCache>> =
                         caches.iter_mut().map(Some).collect();
                     let mut refs: Vec<&mut kestrel_graph::CudaKvCache> =
                         seqs.iter().map(|&i| picked[i].take().unwrap()).collect();
-                    plan.run_batch(&mut refs, &tokens).unwrap().to_vec()
+                    if greedy {
+                        let ids = plan.run_batch_greedy(&mut refs, &tokens).unwrap().to_vec();
+                        (Vec::new(), ids)
+                    } else {
+                        (
+                            plan.run_batch(&mut refs, &tokens).unwrap().to_vec(),
+                            Vec::new(),
+                        )
+                    }
                 };
                 assert_eq!(plan.graph_error(), None, "{what}");
+                if greedy {
+                    assert_eq!(ids.len(), seqs.len(), "{what}: step {s}");
+                    for (j, &i) in seqs.iter().enumerate() {
+                        let want = alone.run(&mut twins[i], &[tokens[j]]).unwrap();
+                        assert_eq!(
+                            ids[j] as usize,
+                            cpu::argmax(want).unwrap(),
+                            "{what}: greedy step {s}, sequence {i}"
+                        );
+                    }
+                    continue;
+                }
                 // One row a sequence, whatever size the step before had (a replayed graph
                 // sets no shape).
                 let width = cfg.n_vocab;

@@ -40,6 +40,8 @@ pub(crate) enum StepRunner {
         /// One batched step's decodes and token ids (reused: a step allocates little).
         group: Vec<Decode>,
         ids: Vec<u32>,
+        /// Each output's token when the device picked it (greedy outputs), else `NOT_PICKED`.
+        picked: Vec<u32>,
     },
 }
 
@@ -72,22 +74,26 @@ impl StepRunner {
     }
 
     /// Runs one step over `store`: `tokens` cut into `segs`; returns the logits of the rows
-    /// `outputs` names (token indices, in segment order), one row each. The caller commits
-    /// the segments. `adapter_scales`: each segment's adapter scales, one per adapter (the
-    /// GPU plan binds them before each segment it runs).
+    /// `outputs` names (token indices, in segment order), one row each, and each output's
+    /// token where the device picked it (`NOT_PICKED` elsewhere; the logits row is then not
+    /// written). `greedy[o]`: output `o` only needs its argmax (a plain-greedy decode), which
+    /// a GPU finds there. The caller commits the segments. `adapter_scales`: each segment's
+    /// adapter scales, one per adapter (the GPU plan binds them before each segment it runs).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
         &mut self,
         store: &mut SeqStore,
         core: &mut Core,
         tokens: &[u32],
         segs: &[BatchSeq],
-        outputs: &[usize],
+        (outputs, greedy): (&[usize], &[bool]),
         adapter_scales: &[f32],
-    ) -> Result<&[f32], GenerateError> {
+    ) -> Result<(&[f32], &[u32]), GenerateError> {
         match (self, store) {
-            (StepRunner::Cpu(plan), SeqStore::Paged(pool)) => {
-                Ok(plan.run_batch(&core.engine, pool, tokens, segs, outputs, adapter_scales)?)
-            }
+            (StepRunner::Cpu(plan), SeqStore::Paged(pool)) => Ok((
+                plan.run_batch(&core.engine, pool, tokens, segs, outputs, adapter_scales)?,
+                &[],
+            )),
             (
                 StepRunner::Cuda {
                     rows,
@@ -96,10 +102,13 @@ impl StepRunner {
                     batch,
                     group,
                     ids,
+                    picked,
                     ..
                 },
                 SeqStore::Cuda(c),
             ) => {
+                picked.clear();
+                picked.resize(outputs.len(), NOT_PICKED);
                 let Plans::Cuda(plan) = &mut core.plans else {
                     return Err(mismatch());
                 };
@@ -151,6 +160,7 @@ impl StepRunner {
                             seq: s.seq,
                             token: *token,
                             slot,
+                            greedy: greedy.get(slot).copied().unwrap_or(false),
                         });
                         continue;
                     }
@@ -167,11 +177,12 @@ impl StepRunner {
                 // sequence order.
                 let max = plan.max_batch().max(1);
                 while let Some(first) = decodes.first() {
-                    let scales = scales_of(first.seg)?;
+                    let (scales, greedy_group) = (scales_of(first.seg)?, first.greedy);
                     group.clear();
                     let mut i = 0;
                     while i < decodes.len() && group.len() < max {
-                        if scales_of(decodes[i].seg)? == scales {
+                        if scales_of(decodes[i].seg)? == scales && decodes[i].greedy == greedy_group
+                        {
                             group.push(decodes.remove(i));
                         } else {
                             i += 1;
@@ -193,6 +204,14 @@ impl StepRunner {
                     if caches.len() != group.len() {
                         return Err(GenerateError::Kv(KvError::UnknownSeq(group[0].seq)));
                     }
+                    if greedy_group {
+                        // Only their argmax is wanted: found on the device.
+                        let next = plan.run_batch_greedy(&mut caches, ids)?;
+                        for (d, &id) in group.iter().zip(next) {
+                            picked[d.slot] = id;
+                        }
+                        continue;
+                    }
                     let logits = plan.run_batch(&mut caches, ids)?;
                     for (j, d) in group.iter().enumerate() {
                         let row = logits.get(j * n_vocab..(j + 1) * n_vocab).ok_or_else(|| {
@@ -204,7 +223,7 @@ impl StepRunner {
                         copy_row(rows, d.slot, row, n_vocab)?;
                     }
                 }
-                Ok(rows)
+                Ok((rows, picked))
             }
             _ => Err(mismatch()),
         }
@@ -219,7 +238,12 @@ pub(crate) struct Decode {
     seq: SeqId,
     token: u32,
     slot: usize,
+    /// Only its argmax is wanted.
+    greedy: bool,
 }
+
+/// An output whose token the device did not pick (its logits row holds the logits).
+pub(crate) const NOT_PICKED: u32 = u32::MAX;
 
 /// Puts one sequence's logits at output row `slot`.
 fn copy_row(

@@ -540,6 +540,7 @@ impl Generator {
                         batch: std::env::var("KESTREL_CUDA_BATCH").map_or(true, |v| v != "0"),
                         group: Vec::with_capacity(8),
                         ids: Vec::with_capacity(8),
+                        picked: Vec::with_capacity(opts.max_seqs),
                     },
                     SeqStore::Cuda(CudaSeqs::new(
                         opts.max_seqs,

@@ -355,11 +355,20 @@ fn the_scheduler_gives_each_gpu_sequence_its_tokens_alone() {
         ..BatchOptions::default()
     };
     for round in 0..2 {
+        // Round 0 plain greedy (each batched step's tokens picked on the device), round 1 with a
+        // logit bias that changes no argmax (the logits come back and the host picks).
+        let params = if round == 0 {
+            GenerateParams::greedy(n_new)
+        } else {
+            let mut p = GenerateParams::greedy(n_new);
+            p.sampling.logit_bias = vec![(5, 0.0)];
+            p
+        };
         let requests = prompts
             .iter()
             .map(|p| BatchRequest {
                 prompt: p.clone(),
-                params: GenerateParams::greedy(n_new),
+                params: params.clone(),
             })
             .collect();
         let out = g.batch_generate(requests, &opts).unwrap();

@@ -44,6 +44,63 @@ impl CudaPlan {
         caches: &mut [&mut CudaKvCache],
         tokens: &[u32],
     ) -> Result<&[f32], GraphError> {
+        match self.batch_step(caches, tokens)? {
+            Some(rows) => self.copy_out(rows, true),
+            None => self.run_each(caches, tokens),
+        }
+    }
+
+    /// [`Self::run_batch`] for greedy decoding: each sequence's next token (the argmax of the
+    /// row `run_batch` would return, ties to the lowest id), found on the device, so 4 bytes a
+    /// sequence come back instead of the logits.
+    ///
+    /// # Errors
+    /// As [`Self::run_batch`].
+    pub fn run_batch_greedy(
+        &mut self,
+        caches: &mut [&mut CudaKvCache],
+        tokens: &[u32],
+    ) -> Result<&[u32], GraphError> {
+        self.each_ids.clear();
+        match self.batch_step(caches, tokens)? {
+            Some(rows) => {
+                self.output_rows(rows)?;
+                let out = self.acts[self.output]
+                    .as_ref()
+                    .ok_or_else(|| internal("output buffer missing"))?;
+                self.dev.argmax_ids(out, &mut self.d_argmax)?;
+                if let Some(p) = self.profile.as_mut() {
+                    p.collect(true)?;
+                }
+                let ids = self.d_argmax.as_slice();
+                self.each_ids.extend(ids.iter().map(|&i| i.max(0) as u32));
+            }
+            None => {
+                let mut ids = std::mem::take(&mut self.each_ids);
+                let mut result = Ok(());
+                for (c, &t) in caches.iter_mut().zip(tokens) {
+                    match self.run_greedy(c, &[t]) {
+                        Ok(id) => ids.push(id),
+                        Err(e) => {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                }
+                self.each_ids = ids;
+                result?;
+            }
+        }
+        Ok(&self.each_ids)
+    }
+
+    /// Runs a batched step's launches (not its copy back): the output rows it left, or `None`
+    /// for a graph whose steps take one sequence's cache (the caller runs each alone).
+    fn batch_step(
+        &mut self,
+        caches: &mut [&mut CudaKvCache],
+        tokens: &[u32],
+    ) -> Result<Option<usize>, GraphError> {
         let n = caches.len();
         if n == 0 || n > self.max_batch {
             return Err(GraphError::Batch(format!(
@@ -71,7 +128,7 @@ impl CudaPlan {
         if self.recurrent() || self.kv_latent.contains(&true) || kv_dims_differ {
             // The state-space, latent-attention and differing-head kernels take one sequence's
             // cache.
-            return self.run_each(caches, tokens);
+            return Ok(None);
         }
         self.positions.clear();
         for c in caches.iter() {
@@ -111,8 +168,11 @@ impl CudaPlan {
         for c in caches.iter_mut() {
             c.len += 1;
         }
-        let rows = Self::rows(&self.nodes[self.output], n, &StepKv::Table);
-        self.copy_out(rows, true)
+        Ok(Some(Self::rows(
+            &self.nodes[self.output],
+            n,
+            &StepKv::Table,
+        )))
     }
 
     /// Writes the step's table: token `i` reaches `caches[i]` in every attention layer.

@@ -131,6 +131,8 @@ pub struct CudaPlan {
     /// rows of a recurrent graph's batched step (run one sequence at a time).
     ssm_sizes: Vec<Option<(usize, usize)>>,
     each_out: Vec<f32>,
+    /// The ids of a greedy batched step (`run_batch_greedy`).
+    each_ids: Vec<u32>,
     /// Rows of the smallest token-embedding table: every step's ids are checked against it on
     /// the host (a replayed graph checks nothing).
     vocab: usize,
@@ -372,6 +374,7 @@ impl CudaPlan {
             moe_buf,
             ssm_sizes: ssm::state_sizes(graph.nodes()),
             each_out: Vec::new(),
+            each_ids: Vec::with_capacity(max_batch),
             vocab,
             dev,
         })
