@@ -880,6 +880,7 @@ fn expert_lora_adapters_run_on_the_gpu_as_on_the_cpu() {
         gpu.prefill(&ids).unwrap().to_vec(),
     );
     let mut plain = base.prefill(&ids).unwrap().to_vec();
+    let first = want.clone();
     for (step, t) in [None, Some(9u32), Some(77)].into_iter().enumerate() {
         if let Some(t) = t {
             want = cpu.step(t).unwrap().to_vec();
@@ -894,5 +895,16 @@ fn expert_lora_adapters_run_on_the_gpu_as_on_the_cpu() {
             "step {step}: the adapters barely act ({moved})"
         );
     }
+    // Other scales bound (the first adapter off): the GPU follows them (an adapter on experts
+    // and routers alone counts as a plan slot).
+    cpu.set_adapter_scales(&[0.0, -1.5]).unwrap();
+    gpu.set_adapter_scales(&[0.0, -1.5]).unwrap();
+    let (want, got) = (
+        cpu.prefill(&ids).unwrap().to_vec(),
+        gpu.prefill(&ids).unwrap().to_vec(),
+    );
+    let d = kld(&want, &got);
+    assert!(d <= 0.002, "other scales: KLD {d}");
+    assert!(kld(&first, &want) > 1e-6, "the new scales changed nothing");
     let _ = std::fs::remove_dir_all(&dir);
 }

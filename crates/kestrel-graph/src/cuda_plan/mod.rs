@@ -361,6 +361,8 @@ impl CudaPlan {
                 .iter()
                 .filter_map(|n| match &n.op {
                     Op::AdapterScale { term, .. } => Some(term.adapter + 1),
+                    // An adapter on experts or routers only counts too (as the CPU plan's).
+                    Op::Moe(p) => p.low_rank.iter().map(|l| l.term.adapter + 1).max(),
                     _ => None,
                 })
                 .max()
@@ -495,7 +497,12 @@ impl CudaPlan {
         let op = match dtype {
             DType::F16 => None,
             DType::Q8_0 => self.nodes.iter().find_map(|n| match &n.op {
-                Op::Attention(p) if !p.head_dim_k.is_multiple_of(32) => Some(n.name.clone()),
+                Op::Attention(p)
+                    if !p.head_dim_k.is_multiple_of(32)
+                        || (!p.latent && !p.head_dim_v.is_multiple_of(32)) =>
+                {
+                    Some(n.name.clone())
+                }
                 _ => None,
             }),
             _ => Some(String::new()),
