@@ -33,6 +33,16 @@ static std::vector<float> random_floats(size_t n, float r) {
     return v;
 }
 
+// Largest |got - want| (a NaN sticks).
+static double max_err(const std::vector<float> &got, const std::vector<double> &want) {
+    double err = 0.0;
+    for (size_t i = 0; i < got.size(); i++) {
+        const double d = std::fabs(got[i] - want[i]);
+        err = std::isnan(d) || std::isnan(err) ? NAN : std::max(err, d);
+    }
+    return err;
+}
+
 // ggml's quantize_row_q8_0 of one block (kestrel-gguf's q8_0::quantize_block).
 static block_q8_0 quantize(const float *x) {
     float amax = 0.0f;
@@ -255,11 +265,7 @@ static int check_attention() {
         const float scale = 1.0f / std::sqrt((float)hd);
         const auto compare = [&](const char *what, int variant, const std::vector<float> &got,
                                  const std::vector<double> &want) {
-            double err = 0.0;
-            for (size_t i = 0; i < got.size(); i++) {
-                const double d = std::fabs(got[i] - want[i]);
-                err = std::isnan(d) || std::isnan(err) ? NAN : std::max(err, d);  // a NaN sticks
-            }
+            const double err = max_err(got, want);
             if (!(err <= 2e-5)) {
                 bad++;
                 std::printf("%s(%d) %d/%d x %d window %d cap %g: max error %g\n", what, variant, c.n_head,
@@ -415,11 +421,7 @@ static int check_mla() {
                     attention_mla_f16(q.data(), pos.data(), kh.data(), out.data(), n_head, 1, dk, dv, kv_len, scale,
                                       0.0f, 0, 1);
             });
-            double err = 0.0;
-            for (size_t i = 0; i < out.size(); i++) {
-                const double d = std::fabs(out[i] - want[i]);
-                err = std::isnan(d) || std::isnan(err) ? NAN : std::max(err, d);
-            }
+            const double err = max_err(out, want);
             if (!(err <= 2e-5) && bad++ < 3) std::printf("attention_mla q8 %d warps %d: max error %g\n", q8, warps, err);
         }
     }
@@ -476,11 +478,7 @@ static int check_kv_dims() {
                 attention_kv_f16(q.data(), pos.data(), kh.data(), vh.data(), out.data(), n_head, n_kv, dk, dv, kv_len,
                                  scale, 0.0f, 0, 1, nullptr);
         });
-        double err = 0.0;
-        for (size_t i = 0; i < out.size(); i++) {
-            const double d = std::fabs(out[i] - want[i]);
-            err = std::isnan(d) || std::isnan(err) ? NAN : std::max(err, d);
-        }
+        const double err = max_err(out, want);
         if (!(err <= 2e-5) && bad++ < 3) std::printf("attention_kv q8 %d: max error %g\n", q8, err);
     }
     std::printf("attention_kv (key and value heads of different sizes): %s\n", bad ? "MISMATCH" : "ok");

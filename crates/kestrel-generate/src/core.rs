@@ -141,15 +141,7 @@ impl Core {
 
     /// Append `token` to `session` and compute the logits that follow it. Allocates nothing.
     pub(crate) fn step(&mut self, session: &mut Session, token: u32) -> Result<(), GenerateError> {
-        let pos = session.kv.seq_len();
-        if pos >= self.ctx {
-            return Err(GenerateError::ContextTooSmall {
-                prompt: pos,
-                max_new: 1,
-                needed: pos + 1,
-                ctx: self.ctx,
-            });
-        }
+        room_for_one(session.kv.seq_len(), self.ctx)?;
         self.run_chunk(session, &[token], true, true)
     }
 
@@ -166,14 +158,7 @@ impl Core {
             self.step(session, token)?;
             return Ok(kestrel_tensor::cpu::argmax(&self.logits).unwrap_or(0) as u32);
         };
-        if pos >= self.ctx {
-            return Err(GenerateError::ContextTooSmall {
-                prompt: pos,
-                max_new: 1,
-                needed: pos + 1,
-                ctx: self.ctx,
-            });
-        }
+        room_for_one(pos, self.ctx)?;
         if plan.adapter_slots() > 0 {
             self.chunk_scales.clear();
             session.adapters.extend_at(pos, &mut self.chunk_scales);
@@ -234,6 +219,19 @@ impl Core {
             Plans::Cuda(plan) => SessionKv::Cuda(plan.new_cache(self.ctx)?),
         })
     }
+}
+
+/// A step at position `pos` fits a context of `ctx`.
+fn room_for_one(pos: usize, ctx: usize) -> Result<(), GenerateError> {
+    if pos >= ctx {
+        return Err(GenerateError::ContextTooSmall {
+            prompt: pos,
+            max_new: 1,
+            needed: pos + 1,
+            ctx,
+        });
+    }
+    Ok(())
 }
 
 fn foreign_session() -> GenerateError {

@@ -18,38 +18,14 @@
 
 mod cuda_common;
 
+use cuda_common::{cache_values, download, random, upload};
+
 use kestrel_tensor::cpu::{AttentionParams, RopeMode, RopeParams};
 use kestrel_tensor::cuda::{AttentionKernel, CudaDevice, DeviceTensor, KvTable};
-use kestrel_tensor::{DType, Shape, Tensor};
+use kestrel_tensor::{DType, Shape};
 
 fn device() -> Option<CudaDevice> {
     cuda_common::device("attention")
-}
-
-/// Deterministic values in [-1, 1).
-fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-fn upload(dev: &CudaDevice, rows: usize, width: usize, v: &[f32]) -> DeviceTensor {
-    dev.upload(&Tensor::from_f32(Shape::matrix(rows, width).unwrap(), v).unwrap())
-        .unwrap()
-}
-
-fn download(dev: &CudaDevice, t: &DeviceTensor) -> Vec<f32> {
-    let mut v = vec![0f32; t.shape().elem_count()];
-    dev.download_f32_into(t, &mut v).unwrap();
-    v
 }
 
 /// A sequence's caches: `capacity` rows, the first `filled` holding random f16 keys/values.
@@ -70,17 +46,6 @@ fn seq(dev: &CudaDevice, capacity: usize, filled: usize, row: usize, seed: u64) 
         dev.kv_append(&vf, &all, &mut v).unwrap();
     }
     Seq { k, v }
-}
-
-/// The f16 cache's values (widened to f32 by the engine's row lookup, which is exact), as bits.
-fn cache_values(dev: &CudaDevice, t: &DeviceTensor) -> Vec<u32> {
-    let (rows, width) = (t.shape().n_rows(), t.shape().row_len());
-    let mut f = dev
-        .zeros(DType::F32, Shape::matrix(rows, width).unwrap())
-        .unwrap();
-    let ids: Vec<u32> = (0..rows as u32).collect();
-    dev.get_rows(t, &ids, &mut f).unwrap();
-    download(dev, &f).iter().map(|x| x.to_bits()).collect()
 }
 
 fn table_for(dev: &CudaDevice, seqs: &mut [Seq], layers: usize, layer: usize) -> KvTable {

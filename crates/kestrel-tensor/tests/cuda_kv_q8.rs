@@ -17,50 +17,15 @@
 
 mod cuda_common;
 
+use cuda_common::{cache_values, download, random, upload};
+
 use kestrel_gguf::quant::{q8_0, BlockQ8_0};
 use kestrel_tensor::cpu::{attention, AttentionParams, KvSlice};
-use kestrel_tensor::cuda::{AttentionKernel, CudaDevice, DeviceTensor};
-use kestrel_tensor::{DType, Shape, Tensor};
+use kestrel_tensor::cuda::{AttentionKernel, CudaDevice};
+use kestrel_tensor::{DType, Shape};
 
 fn device() -> Option<CudaDevice> {
     cuda_common::device("q8_0 KV cache")
-}
-
-/// Deterministic values in [-1, 1).
-fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-fn upload(dev: &CudaDevice, rows: usize, width: usize, v: &[f32]) -> DeviceTensor {
-    dev.upload(&Tensor::from_f32(Shape::matrix(rows, width).unwrap(), v).unwrap())
-        .unwrap()
-}
-
-fn download(dev: &CudaDevice, t: &DeviceTensor) -> Vec<f32> {
-    let mut v = vec![0f32; t.shape().elem_count()];
-    dev.download_f32_into(t, &mut v).unwrap();
-    v
-}
-
-/// A cache's values as f32 bits, through the engine's row lookup (q8_0: `d·q`).
-fn cache_values(dev: &CudaDevice, t: &DeviceTensor) -> Vec<u32> {
-    let (rows, width) = (t.shape().n_rows(), t.shape().row_len());
-    let mut f = dev
-        .zeros(DType::F32, Shape::matrix(rows, width).unwrap())
-        .unwrap();
-    let ids: Vec<u32> = (0..rows as u32).collect();
-    dev.get_rows(t, &ids, &mut f).unwrap();
-    download(dev, &f).iter().map(|x| x.to_bits()).collect()
 }
 
 /// The CPU cache's blocks of `rows` (`[capacity][row]`, the first rows written, the rest zero).

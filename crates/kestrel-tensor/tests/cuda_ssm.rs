@@ -16,27 +16,14 @@
 
 mod cuda_common;
 
+use cuda_common::random_in as random;
+
 use kestrel_tensor::cpu::{self, SsmScanParams};
 use kestrel_tensor::cuda::{CudaDevice, DeviceTensor};
 use kestrel_tensor::{Shape, Tensor};
 
 fn device() -> Option<CudaDevice> {
     cuda_common::device("state-space")
-}
-
-/// Deterministic values in [lo, hi).
-fn random(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
 }
 
 fn up(dev: &CudaDevice, v: &[f32]) -> DeviceTensor {

@@ -64,16 +64,12 @@ impl CudaPlan {
         self.each_ids.clear();
         match self.batch_step(caches, tokens)? {
             Some(rows) => {
-                self.output_rows(rows)?;
-                let out = self.acts[self.output]
-                    .as_ref()
-                    .ok_or_else(|| internal("output buffer missing"))?;
-                self.dev.argmax_ids(out, &mut self.d_argmax)?;
-                if let Some(p) = self.profile.as_mut() {
-                    p.collect(true)?;
-                }
-                let ids = self.d_argmax.as_slice();
-                self.each_ids.extend(ids.iter().map(|&i| i.max(0) as u32));
+                let mut ids = std::mem::take(&mut self.each_ids);
+                let picked = self
+                    .argmax_out(rows, true)
+                    .map(|p| ids.extend(p.iter().map(|&i| i.max(0) as u32)));
+                self.each_ids = ids;
+                picked?;
             }
             None => {
                 let mut ids = std::mem::take(&mut self.each_ids);

@@ -584,16 +584,22 @@ impl CudaPlan {
         tokens: &[u32],
     ) -> Result<u32, GraphError> {
         let (rows, t) = self.step_one(cache, tokens)?;
+        let id = self.argmax_out(rows, t == 1)?.last().copied().unwrap_or(0);
+        u32::try_from(id).map_err(|_| internal("negative argmax"))
+    }
+
+    /// The argmax of each of the step's `rows` output rows, found on the device and copied
+    /// back (4 bytes a row); collects the step's profile.
+    fn argmax_out(&mut self, rows: usize, decode: bool) -> Result<&[i32], GraphError> {
         self.output_rows(rows)?;
         let out = self.acts[self.output]
             .as_ref()
             .ok_or_else(|| internal("output buffer missing"))?;
         self.dev.argmax_ids(out, &mut self.d_argmax)?;
         if let Some(p) = self.profile.as_mut() {
-            p.collect(t == 1)?;
+            p.collect(decode)?;
         }
-        let id = self.d_argmax.as_slice().last().copied().unwrap_or(0);
-        u32::try_from(id).map_err(|_| internal("negative argmax"))
+        Ok(self.d_argmax.as_slice())
     }
 
     /// Checks a step's token ids against the embedding table.

@@ -236,54 +236,17 @@ impl CudaDevice {
                 actual: k.shape,
             });
         }
-        let n_tokens = positions.host.len();
-        for (what, t, w) in [("q", q, p.head_dim), ("out", &*out, head_dim_v)] {
-            let want = n_tokens * p.n_head * w;
-            if t.shape.elem_count() != want {
-                return Err(TensorError::LengthMismatch {
-                    op: OP,
-                    what,
-                    expected: want,
-                    actual: t.shape.elem_count(),
-                });
-            }
-        }
-        if n_tokens == 0 {
-            return Ok(());
-        }
-        let (nh, nkv, hd, hdv, kl) = (
-            i32_of(OP, p.n_head)?,
-            i32_of(OP, p.n_kv_head)?,
-            i32_of(OP, p.head_dim)?,
-            i32_of(OP, head_dim_v)?,
-            i32_of(OP, kv_len)?,
-        );
-        let window = i32_of(OP, p.window)?;
-        let causal = 1i32;
-        let f = self.func(kind.pick("attention_mla_f16", "attention_mla_q8_0"))?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&q.buf)
-            .arg(&positions.buf)
-            .arg(&k.buf)
-            .arg(&mut out.buf)
-            .arg(&nh)
-            .arg(&nkv)
-            .arg(&hd)
-            .arg(&hdv)
-            .arg(&kl)
-            .arg(&p.scale)
-            .arg(&p.softcap)
-            .arg(&window)
-            .arg(&causal);
-        let config = cfg(
-            grid_for(n_tokens * p.n_head, 1)?,
-            (32, self.decode_attention_warps(n_tokens, p.n_head)),
-        );
-        // SAFETY: q holds tokens*n_head*head_dim f32, out tokens*n_head*head_dim_v, k at least
-        // kv_len rows of n_kv_head*head_dim values of the kernel's type, positions one i32 a
-        // token (all checked); head_dim within the kernel's 576.
-        unsafe { b.launch(config) }.map_err(driver("launch latent attention"))?;
-        Ok(())
+        self.launch_dims(
+            kind.pick("attention_mla_f16", "attention_mla_q8_0"),
+            q,
+            &positions.buf,
+            positions.host.len(),
+            (k, None),
+            kv_len,
+            (p, head_dim_v),
+            None,
+            out,
+        )
     }
 
     /// Causal attention of a batched decode step: token `t` of `q` (at `positions[t]`) over
@@ -556,7 +519,45 @@ impl CudaDevice {
                 why: "a batched step takes keys and values of one head size",
             });
         };
+        let kind = KvKind::of(OP, k.dtype, v.dtype)?;
+        let name = kind.pick("attention_kv_f16", "attention_kv_q8_0");
         let n_tokens = positions.len();
+        let mut run = |pos: &CudaSlice<i32>| {
+            self.launch_dims(
+                name,
+                q,
+                pos,
+                n_tokens,
+                (k, Some(v)),
+                kv_len,
+                (p, head_dim_v),
+                Some(sinks),
+                &mut *out,
+            )
+        };
+        match dev_ids {
+            Some(d) => run(d),
+            None => self.with_ids(positions.iter().copied(), run),
+        }
+    }
+
+    /// Launches a decode-form attention kernel whose values have their own head size, a CTA per
+    /// (token, head): `attention_kv_*` (`v` its own cache, then `sinks` last) or
+    /// `attention_mla_*` (`v` none: the keys' front; no sinks argument). Checks q and out.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_dims(
+        &self,
+        kernel: &'static str,
+        q: &DeviceTensor,
+        pos: &CudaSlice<i32>,
+        n_tokens: usize,
+        (k, v): (&DeviceTensor, Option<&DeviceTensor>),
+        kv_len: usize,
+        (p, head_dim_v): (&AttentionParams, usize),
+        sinks: Option<Option<&DeviceTensor>>,
+        out: &mut DeviceTensor,
+    ) -> Result<()> {
+        const OP: &str = "cuda attention";
         for (what, t, w) in [("q", q, p.head_dim), ("out", &*out, head_dim_v)] {
             let want = n_tokens * p.n_head * w;
             if t.shape.elem_count() != want {
@@ -571,7 +572,6 @@ impl CudaDevice {
         if n_tokens == 0 {
             return Ok(());
         }
-        let kind = KvKind::of(OP, k.dtype, v.dtype)?;
         let (nh, nkv, hd, hdv, kl) = (
             i32_of(OP, p.n_head)?,
             i32_of(OP, p.n_kv_head)?,
@@ -582,40 +582,36 @@ impl CudaDevice {
         let window = i32_of(OP, p.window)?;
         let causal = 1i32;
         let null = 0u64;
-        let mut run = |pos: &CudaSlice<i32>| {
-            let f = self.func(kind.pick("attention_kv_f16", "attention_kv_q8_0"))?;
-            let mut b = self.stream.launch_builder(f);
-            b.arg(&q.buf)
-                .arg(pos)
-                .arg(&k.buf)
-                .arg(&v.buf)
-                .arg(&mut out.buf)
-                .arg(&nh)
-                .arg(&nkv)
-                .arg(&hd)
-                .arg(&hdv)
-                .arg(&kl)
-                .arg(&p.scale)
-                .arg(&p.softcap)
-                .arg(&window)
-                .arg(&causal);
-            match sinks {
-                Some(s) => b.arg(&s.buf),
-                None => b.arg(&null),
-            };
-            let config = cfg(
-                grid_for(n_tokens * p.n_head, 1)?,
-                (32, self.decode_attention_warps(n_tokens, p.n_head)),
-            );
-            // SAFETY: q holds tokens*n_head*head_dim f32, out tokens*n_head*head_dim_v, k and v
-            // at least kv_len rows of their heads (all checked by the caller and above).
-            unsafe { b.launch(config) }.map_err(driver("launch attention"))?;
-            Ok(())
-        };
-        match dev_ids {
-            Some(d) => run(d),
-            None => self.with_ids(positions.iter().copied(), run),
+        let f = self.func(kernel)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&q.buf).arg(pos).arg(&k.buf);
+        if let Some(v) = v {
+            b.arg(&v.buf);
         }
+        b.arg(&mut out.buf)
+            .arg(&nh)
+            .arg(&nkv)
+            .arg(&hd)
+            .arg(&hdv)
+            .arg(&kl)
+            .arg(&p.scale)
+            .arg(&p.softcap)
+            .arg(&window)
+            .arg(&causal);
+        match sinks {
+            Some(Some(s)) => b.arg(&s.buf),
+            Some(None) => b.arg(&null),
+            None => &mut b,
+        };
+        let config = cfg(
+            grid_for(n_tokens * p.n_head, 1)?,
+            (32, self.decode_attention_warps(n_tokens, p.n_head)),
+        );
+        // SAFETY: q holds tokens*n_head*head_dim f32, out tokens*n_head*head_dim_v (checked
+        // here), k (and v) at least kv_len rows of their heads of the kernel's type and the
+        // positions one i32 a token (checked by the callers); the arguments are the kernel's.
+        unsafe { b.launch(config) }.map_err(driver("launch attention"))?;
+        Ok(())
     }
 
     /// `attention_f16_split` (or `_q8_0_split`) over `splits` key ranges (checked by the caller), its partial

@@ -6,26 +6,13 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of};
+use super::engine::{cfg, driver, f32_vector, grid_for, i32_of};
 use super::{CudaDevice, DeviceTensor};
 use crate::cpu::SsmScanParams;
 use crate::error::{Result, TensorError};
 
 /// Most state values per channel the scan kernel keeps (`SSM_MAX_STATE` in ssm.cu).
 pub const MAX_SSM_STATE: usize = 256;
-
-fn len_is(op: &'static str, what: &'static str, t: &DeviceTensor, len: usize) -> Result<()> {
-    f32_only(op, t)?;
-    if t.shape.elem_count() != len {
-        return Err(TensorError::LengthMismatch {
-            op,
-            what,
-            expected: len,
-            actual: t.shape.elem_count(),
-        });
-    }
-    Ok(())
-}
 
 impl CudaDevice {
     /// Zeroes `t` on the stream (a recurrent state whose sequence starts over).
@@ -62,10 +49,10 @@ impl CudaDevice {
             });
         }
         let channels = x.shape.elem_count() / n_t;
-        len_is(OP, "x", x, n_t * channels)?;
-        len_is(OP, "out", out, n_t * channels)?;
-        len_is(OP, "weight", weight, channels * d_conv)?;
-        len_is(OP, "state", state, channels * (d_conv - 1))?;
+        f32_vector(OP, "x", x, n_t * channels)?;
+        f32_vector(OP, "out", out, n_t * channels)?;
+        f32_vector(OP, "weight", weight, channels * d_conv)?;
+        f32_vector(OP, "state", state, channels * (d_conv - 1))?;
         if let Some(b) = bias {
             f32_vector(OP, "bias", b, channels)?;
         }
@@ -123,13 +110,13 @@ impl CudaDevice {
             });
         }
         let ch = p.channels();
-        len_is(OP, "state", state, p.state_len())?;
-        len_is(OP, "x", x, n_t * ch)?;
-        len_is(OP, "y", y, n_t * ch)?;
-        len_is(OP, "dt", dt, n_t * nh)?;
-        len_is(OP, "bc", bc, n_t * 2 * ng * ds)?;
-        len_is(OP, "a", a, if p.a_per_state { nh * ds } else { nh })?;
-        len_is(OP, "d", d, nh)?;
+        f32_vector(OP, "state", state, p.state_len())?;
+        f32_vector(OP, "x", x, n_t * ch)?;
+        f32_vector(OP, "y", y, n_t * ch)?;
+        f32_vector(OP, "dt", dt, n_t * nh)?;
+        f32_vector(OP, "bc", bc, n_t * 2 * ng * ds)?;
+        f32_vector(OP, "a", a, if p.a_per_state { nh * ds } else { nh })?;
+        f32_vector(OP, "d", d, nh)?;
         if n_t == 0 {
             return Ok(());
         }

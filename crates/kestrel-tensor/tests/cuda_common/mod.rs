@@ -1,7 +1,11 @@
 //! What the CUDA engine's GPU tests share: opening GPU 0, or saying why the test skips (and
-//! failing instead when `KESTREL_REQUIRE_GPU` is set, as the GPU machine's run does).
+//! failing instead when `KESTREL_REQUIRE_GPU` is set, as the GPU machine's run does);
+//! deterministic inputs; moving f32 matrices to and from the device.
+// Each test crate uses some of these.
+#![allow(dead_code)]
 
-use kestrel_tensor::cuda::{CudaDevice, CudaError};
+use kestrel_tensor::cuda::{CudaDevice, CudaError, DeviceTensor};
+use kestrel_tensor::{DType, Shape, Tensor};
 
 /// GPU 0, or `None` (with a line saying why `what` skips) when there is no driver or GPU.
 pub fn device(what: &str) -> Option<CudaDevice> {
@@ -17,4 +21,49 @@ pub fn device(what: &str) -> Option<CudaDevice> {
         }
         Err(e) => panic!("CUDA device 0 did not open: {e}"),
     }
+}
+
+/// Deterministic values in [lo, hi) from `seed`.
+pub fn random_in(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
+        })
+        .collect()
+}
+
+/// Deterministic values in [-1, 1) from `seed`.
+pub fn random(n: usize, seed: u64) -> Vec<f32> {
+    random_in(n, seed, -1.0, 1.0)
+}
+
+/// `v` as a device matrix of `rows` × `width`.
+pub fn upload(dev: &CudaDevice, rows: usize, width: usize, v: &[f32]) -> DeviceTensor {
+    dev.upload(&Tensor::from_f32(Shape::matrix(rows, width).unwrap(), v).unwrap())
+        .unwrap()
+}
+
+/// An F32 device tensor's values.
+pub fn download(dev: &CudaDevice, t: &DeviceTensor) -> Vec<f32> {
+    let mut v = vec![0f32; t.shape().elem_count()];
+    dev.download_f32_into(t, &mut v).unwrap();
+    v
+}
+
+/// A cache's values (f16 or q8_0, widened to f32 by the engine's row lookup, which is exact),
+/// as bits.
+pub fn cache_values(dev: &CudaDevice, t: &DeviceTensor) -> Vec<u32> {
+    let (rows, width) = (t.shape().n_rows(), t.shape().row_len());
+    let mut f = dev
+        .zeros(DType::F32, Shape::matrix(rows, width).unwrap())
+        .unwrap();
+    let ids: Vec<u32> = (0..rows as u32).collect();
+    dev.get_rows(t, &ids, &mut f).unwrap();
+    download(dev, &f).iter().map(|x| x.to_bits()).collect()
 }
