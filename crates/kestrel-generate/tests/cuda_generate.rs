@@ -364,13 +364,7 @@ fn the_scheduler_gives_each_gpu_sequence_its_tokens_alone() {
             p.sampling.logit_bias = vec![(5, 0.0)];
             p
         };
-        let requests = prompts
-            .iter()
-            .map(|p| BatchRequest {
-                prompt: p.clone(),
-                params: params.clone(),
-            })
-            .collect();
+        let requests = requests_of(&prompts, &params);
         let out = g.batch_generate(requests, &opts).unwrap();
         for (i, (want, got)) in alone.iter().zip(&out).enumerate() {
             let got = got.as_ref().unwrap();
@@ -411,6 +405,17 @@ fn the_scheduler_gives_each_gpu_sequence_its_tokens_alone() {
     assert!(err.to_string().contains("block"), "{err}");
 }
 
+/// A request of each prompt with `params`.
+fn requests_of(prompts: &[Vec<u32>], params: &GenerateParams) -> Vec<BatchRequest> {
+    prompts
+        .iter()
+        .map(|p| BatchRequest {
+            prompt: p.clone(),
+            params: params.clone(),
+        })
+        .collect()
+}
+
 /// The GPU scheduler's prefix cache: prompts sharing 24 tokens, one running at a time (so
 /// each later one finds the earlier's kept cache), prefill chunks of 8: each later prompt
 /// starts with the 24 rows copied (whole chunks its source prefilled), and every sequence still
@@ -442,13 +447,7 @@ fn the_gpu_prefix_cache_reuses_whole_chunks_and_keeps_each_sequences_tokens() {
             prefix_cache,
             ..BatchOptions::default()
         };
-        let requests = prompts
-            .iter()
-            .map(|p| BatchRequest {
-                prompt: p.clone(),
-                params: GenerateParams::greedy(n_new),
-            })
-            .collect();
+        let requests = requests_of(&prompts, &GenerateParams::greedy(n_new));
         let out = g.batch_generate(requests, &opts).unwrap();
         for (i, (want, got)) in alone.iter().zip(&out).enumerate() {
             let got = got.as_ref().unwrap();
@@ -464,13 +463,7 @@ fn the_gpu_prefix_cache_reuses_whole_chunks_and_keeps_each_sequences_tokens() {
         kv_blocks: blocks,
         ..BatchOptions::default()
     };
-    let requests = prompts
-        .iter()
-        .map(|p| BatchRequest {
-            prompt: p.clone(),
-            params: GenerateParams::greedy(n_new),
-        })
-        .collect();
+    let requests = requests_of(&prompts, &GenerateParams::greedy(n_new));
     for (i, r) in g
         .batch_generate(requests, &tight)
         .unwrap()
