@@ -150,7 +150,7 @@ done
     nvcc --version | tail -2
     nproc
 } 2>&1 | tee "$out/device.txt"
-for t in cuda_kernels cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_forward cuda_generate; do
+for t in cuda_kernels cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_forward cuda_generate cuda_architectures; do
     log "test $t"
     if ! timeout "$step" .gpu/$t --test-threads 1 --nocapture >"$out/$t.log" 2>&1; then
         status=1

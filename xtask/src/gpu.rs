@@ -30,6 +30,7 @@ const TESTS: &[(&str, &str)] = &[
     ("kestrel-tensor", "cuda_ssm"),
     ("kestrel-arch", "cuda_forward"),
     ("kestrel-generate", "cuda_generate"),
+    ("kestrel-generate", "cuda_architectures"),
 ];
 
 /// Builds one test target with `--features cuda` and returns its executable.

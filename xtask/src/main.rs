@@ -280,6 +280,8 @@ fn test() -> Result<()> {
             "cuda",
             "--test",
             "cuda_generate",
+            "--test",
+            "cuda_architectures",
         ]),
     ];
     let total = commands.len() + 7;
