@@ -5,7 +5,7 @@
 // row's warps' partial sums added in warp order. The order depends only on the weight's shape,
 // so a row's result does not depend on how many activation rows share the launch.
 #pragma once
-#include "common.cuh"
+#include "mmvq_types.cuh"
 
 #define MMVQ_WARPS 4
 #define MMVQ_THREADS (WARP * MMVQ_WARPS)
@@ -70,3 +70,53 @@ __device__ __forceinline__ void mmvq_store(const float (&acc)[NCOLS], float *__r
         out[o] = add ? s + add[o] : s;
     }
 }
+
+// The matvec of a weight type `T` (mmvq_types.cuh) with NCOLS activation rows: each thread takes
+// slice `tid % LPB` of the blocks `tid / LPB`, `tid / LPB + nthreads / LPB`, ..., unpacks it once
+// and adds its contribution to each activation row's sum, in block order; then mmvq_store.
+// mmvq_wide.cu adds the same contributions in the same order.
+template <typename T, int NCOLS>
+__device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const block_q8_1 *__restrict__ a,
+                                     float *__restrict__ out, const float *__restrict__ add, int nb, int m,
+                                     const MmvqPlace &p, int rpc) {
+    const typename T::B *wr = w + (long long)p.row * nb;
+    const long long arow = (long long)nb * T::ABLK;  // Q8_1 blocks an activation row
+    const int t = p.tid % T::LPB, end = p.live ? nb : 0;
+    float acc[NCOLS];
+#pragma unroll
+    for (int c = 0; c < NCOLS; c++) acc[c] = 0.0f;
+    for (int ib = p.tid / T::LPB; ib < end; ib += p.nthreads / T::LPB) {
+        const typename T::W s = T::weight(wr + ib, t);
+#pragma unroll
+        for (int c = 0; c < NCOLS; c++) {
+            const block_q8_1 *ab = a + c * arow + (long long)ib * T::ABLK;
+            float x = 0.0f;
+#pragma unroll
+            for (int q = 0; q < T::PARTS; q++) {
+                int sumi = 0;
+#pragma unroll
+                for (int i = 0; i < T::WORDS; i++) sumi = __dp4a(s.q[q][i], T::act_word(ab, t, q, i), sumi);
+                x = T::part(s, ab, t, q, sumi, x);
+            }
+            acc[c] = __fadd_rn(acc[c], T::finish(s, ab, t, x));
+        }
+    }
+    mmvq_store<NCOLS>(acc, out, add, m, p, rpc);
+}
+
+#define MMVQ(T, NAME, N)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
+        mmvq_##NAME##_##N(const T::B *w, const block_q8_1 *a, float *out, const float *add, int nb, int m, int rpc) { \
+        mmvq<T, N>(w, a, out, add, nb, m, mmvq_place(rpc, m), rpc);                                          \
+    }
+// Up to three weights sharing one activation row (MmvqSegs): q/k/v, gate/up.
+#define MMVQ_MULTI(T, NAME)                                                                               \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
+        mmvq_##NAME##_multi(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                             \
+        MmvqPlace p = mmvq_place(rpc, s.m[0] + s.m[1] + s.m[2]);                                           \
+        const int g = mmvq_segment(s, &p);                                                                 \
+        mmvq<T, 1>((const T::B *)s.w[g], a, s.out[g], nullptr, nb, s.m[g], p, rpc);                        \
+    }
+#define MMVQ_ALL(T, NAME)                                                                                  \
+    MMVQ(T, NAME, 1) MMVQ(T, NAME, 2) MMVQ(T, NAME, 3) MMVQ(T, NAME, 4) MMVQ(T, NAME, 5) MMVQ(T, NAME, 6) \
+    MMVQ(T, NAME, 7) MMVQ(T, NAME, 8) MMVQ_MULTI(T, NAME)

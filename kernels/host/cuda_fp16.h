@@ -4,6 +4,8 @@
 // thread a host thread, warp shuffles through a per-warp barrier). Not CUDA: it checks the
 // kernels' index arithmetic and numerics without a GPU, not their speed or memory model.
 #pragma once
+// The kernel headers give device-only code (inline PTX) a host form when this is defined.
+#define KESTREL_HOST_STANDIN 1
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -95,6 +97,7 @@ struct WarpExchange {
     explicit WarpExchange(std::ptrdiff_t lanes) : bar(lanes) {}
     std::barrier<> bar;
     float slot[32];
+    int islot[3][32];  // mma operands (mma.cuh)
 };
 inline thread_local WarpExchange *tl_warp = nullptr;
 inline thread_local std::barrier<> *tl_block = nullptr;
@@ -106,6 +109,11 @@ inline unsigned atomicAdd(unsigned *p, unsigned v) {
     return std::atomic_ref<unsigned>(*p).fetch_add(v);
 }
 inline float __ldcg(const float *p) { return *p; }
+// Explicitly rounded float operations: one rounding each, never fused (the host checks build
+// with -ffp-contract=off, so plain `*` and `+` are single roundings too).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fmaf(a, b, c); }
 inline float __int_as_float(int i) {
     float f;
     std::memcpy(&f, &i, 4);

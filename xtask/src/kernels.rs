@@ -426,7 +426,9 @@ fn host_checks() -> Result<()> {
         let name = stem(src)?;
         let exe = out_dir.join(&name);
         let status = Command::new(&cxx)
-            .args(["-std=c++20", "-O1", "-pthread", "-I"])
+            // No contraction: the checks compare kernels bit for bit, and a fused multiply-add
+            // the host compiler chose would not be the device's.
+            .args(["-std=c++20", "-O1", "-pthread", "-ffp-contract=off", "-I"])
             .arg(&host)
             .arg("-o")
             .arg(&exe)
