@@ -150,12 +150,20 @@ done
     nvcc --version | tail -2
     nproc
 } 2>&1 | tee "$out/device.txt"
-for t in cuda_kernels cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_forward cuda_generate cuda_architectures; do
+for t in cuda_kernels cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_wide cuda_forward cuda_generate cuda_architectures; do
     log "test $t"
     if ! timeout "$step" .gpu/$t --test-threads 1 --nocapture >"$out/$t.log" 2>&1; then
         status=1
     fi
     grep -E "^test result|FAILED|panicked" "$out/$t.log" | head -20
+done
+# The tensor-core matvec under its other launch settings (each fixed per process).
+for v in KESTREL_CUDA_WIDE_NT=4 KESTREL_CUDA_MMVQ_RPC=1 KESTREL_CUDA_MMVQ_RPC=4; do
+    log "test cuda_wide with $v"
+    if ! env "$v" timeout "$step" .gpu/cuda_wide --test-threads 1 >"$out/cuda_wide-$v.log" 2>&1; then
+        status=1
+    fi
+    grep -E "^test result|FAILED|panicked" "$out/cuda_wide-$v.log" | head -5
 done
 # The f16-operand GEMM (opt-in) against the same bounds: informational, not part of the status.
 [ "${GPU_RUN_F16:-1}" != 0 ] && {
@@ -278,6 +286,12 @@ if [ "${GPU_RUN_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null 
         status=1
     fi
     tail -3 "$out/memcheck-kv-q8.log"
+    # The tensor-core matvec: clamped rows and columns of part-empty CTAs.
+    if time_for 60 && ! timeout $((deadline - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 9 \
+        .gpu/cuda_wide --test-threads 1 eight_and_nine >"$out/memcheck-wide.log" 2>&1; then
+        status=1
+    fi
+    tail -3 "$out/memcheck-wide.log"
 fi
 log "gpu-run: exit $status"
 exit $status

@@ -262,6 +262,8 @@ fn test() -> Result<()> {
             "cuda_kv_q8",
             "--test",
             "cuda_ssm",
+            "--test",
+            "cuda_wide",
         ]),
         cargo_with(&[
             "test",

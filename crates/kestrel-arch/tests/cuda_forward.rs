@@ -338,13 +338,13 @@ fn fused_launches_match_the_unfused_plan_bit_for_bit() {
     }
 }
 
-/// A batched decode step (`run_batch`: up to 8 sequences, one token each, each token reaching
+/// A batched decode step (`run_batch`: up to 64 sequences, one token each, each token reaching
 /// its own cache through the plan's table) gives every sequence the logits it gets decoding
-/// alone, bit for bit: sequences of different lengths, batches of every size and changing
-/// membership and order (so a captured batch graph replays over other caches), graphs on and
-/// off, fused and unfused, f16 and q8_0 caches (q8_0 where the heads are whole blocks: the
-/// real-shaped files), on every synthetic architecture the plan graphs and on SmolLM2- and
-/// Gemma-3-shaped files of real widths. Also what it refuses.
+/// alone, bit for bit: sequences of different lengths, batches of 1-12 (past 8 the tensor-core
+/// matvec) and changing membership and order (so a captured batch graph replays over other
+/// caches), graphs on and off, fused and unfused, f16 and q8_0 caches (q8_0 where the heads are
+/// whole blocks: the real-shaped files), on every synthetic architecture the plan graphs and on
+/// SmolLM2- and Gemma-3-shaped files of real widths. Also what it refuses.
 #[test]
 fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
     use kestrel_arch::synth::{synth_model, SynthShape, SynthType};
@@ -383,7 +383,8 @@ fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
         }
         batched_archs += 1;
         let mut alone = CudaPlan::compile_sharing(&g, &plan, 16, &lookup).unwrap();
-        assert_eq!(plan.max_batch(), 8, "{what}");
+        // The plan's 16 tokens, under the 64 a batched step takes at most.
+        assert_eq!(plan.max_batch(), 16, "{what}");
         for (graphs, fusion, kv) in [
             (true, true, DType::F16),
             (false, true, DType::F16),
@@ -399,23 +400,24 @@ fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
             plan.set_graphs(graphs);
             plan.set_fusion(fusion);
             alone.set_graphs(true);
-            let n = 8;
+            // Steps of 1-8 sequences take the `__dp4a` matvecs, 9-12 the tensor-core ones.
+            let n = 12;
             let mut caches: Vec<_> = (0..n).map(|_| plan.new_cache(64).unwrap()).collect();
             let mut twins: Vec<_> = (0..n).map(|_| alone.new_cache(64).unwrap()).collect();
             for (i, (c, t)) in caches.iter_mut().zip(&mut twins).enumerate() {
-                let prompt: Vec<u32> = (0..1 + 2 * i as u32).map(|j| (j * 37 + 11) % 90).collect();
+                let prompt: Vec<u32> = (0..1 + i as u32).map(|j| (j * 37 + 11) % 90).collect();
                 let x = plan.run(c, &prompt).unwrap().to_vec();
                 assert_eq!(x, alone.run(t, &prompt).unwrap(), "{what}: prompt {i}");
             }
-            // (sequences of the step, in order); sizes 8, 3, 5, 1, 8 again, 5 again.
+            // (sequences of the step, in order); sizes 12, 3, 9, 1, 8, 5, 10.
             let steps: [&[usize]; 7] = [
-                &[0, 1, 2, 3, 4, 5, 6, 7],
+                &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
                 &[6, 1, 3],
-                &[2, 4, 0, 7, 5],
+                &[2, 4, 0, 7, 5, 9, 11, 10, 8],
                 &[3],
                 &[7, 6, 5, 4, 3, 2, 1, 0],
                 &[1, 3, 5, 7, 0],
-                &[0, 2, 4, 6, 1],
+                &[0, 2, 4, 6, 1, 8, 9, 10, 11, 3],
             ];
             for (s, seqs) in steps.iter().enumerate() {
                 let tokens: Vec<u32> = seqs.iter().map(|&i| (s * 13 + i * 7) as u32 % 90).collect();
@@ -481,12 +483,15 @@ fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
                 }
             }
         }
-        // Refused: nine sequences, a token count unlike the caches', a cache of another
-        // type than the plan's.
+        // Refused: more sequences than the plan's most, a token count unlike the caches', a
+        // cache of another type than the plan's.
         plan.set_kv_dtype(DType::F16).unwrap();
-        let mut cs: Vec<_> = (0..9).map(|_| plan.new_cache(8).unwrap()).collect();
+        let mut cs: Vec<_> = (0..17).map(|_| plan.new_cache(8).unwrap()).collect();
         let mut refs: Vec<&mut kestrel_graph::CudaKvCache> = cs.iter_mut().collect();
-        assert!(plan.run_batch(&mut refs, &[1; 9]).is_err(), "{what}: nine");
+        assert!(
+            plan.run_batch(&mut refs, &[1; 17]).is_err(),
+            "{what}: seventeen"
+        );
         assert!(
             plan.run_batch(&mut refs[..2], &[1]).is_err(),
             "{what}: tokens"

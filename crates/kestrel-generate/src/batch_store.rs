@@ -3,7 +3,7 @@
 //! once for all rows), or, on a GPU, one device cache per sequence run through the
 //! generator's CUDA plan.
 //!
-//! On the GPU a step's decode tokens run as batched steps of up to 8 sequences
+//! On the GPU a step's decode tokens run as batched steps of up to 64 sequences
 //! (`CudaPlan::run_batch`: each weight read once for all of them, each token reaching its own
 //! sequence's cache, captured once per batch size and replayed), and its prompt chunks one
 //! sequence at a time in the prefill chunks a single generation uses, so each sequence's

@@ -471,7 +471,7 @@ fn matmul_takes_any_rows_and_refuses_a_k_mismatch() {
     let w = dev.upload(&weight(DType::Q4_0, 64, 256, 1)).unwrap();
     let x = dev.upload(&f32_tensor(9, 256, 2)).unwrap();
     let mut out = dev.zeros_f32(Shape::matrix(9, 64).unwrap()).unwrap();
-    dev.matmul(&x, &w, &mut out).unwrap(); // 9 rows: launches of 8 and 1
+    dev.matmul(&x, &w, &mut out).unwrap(); // 9 rows: the tensor-core matvec
     let x = dev.upload(&f32_tensor(1, 128, 2)).unwrap();
     let mut out = dev.zeros_f32(Shape::matrix(1, 64).unwrap()).unwrap();
     assert!(dev.matmul(&x, &w, &mut out).is_err(), "k mismatch");

@@ -1,7 +1,8 @@
-//! Batched decode on the GPU: [`CudaPlan::run_batch`] runs one token of each of up to 8
+//! Batched decode on the GPU: [`CudaPlan::run_batch`] runs one token of each of up to 64
 //! sequences in one step. Every op but attention is row-wise and takes the step's rows at once
-//! (each weight read once for all of them: the quantized matvecs take 1-8 activation rows, and a
-//! row's reduction order does not depend on how many share the launch); the KV append and
+//! (each weight read once for all of them: the quantized matvecs take 1-8 activation rows on
+//! `__dp4a` and 9-64 on tensor cores, and a row's reduction order does not depend on how many
+//! share the launch or which kernel runs it); the KV append and
 //! attention reach each token's own [`CudaKvCache`] through the plan's [`KvTable`], written
 //! before each step, and attention runs every token with a one-token step's kernel and
 //! settings. So a token's logits are the bits of its sequence decoding alone — the invariant the

@@ -36,8 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kestrel_tensor::cuda::{
-    CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, HostBuffer, KvTable, Q8Ticket,
-    MAX_MATVEC_ROWS,
+    CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, HostBuffer, KvTable, Q8Ticket, MAX_WIDE_ROWS,
 };
 use kestrel_tensor::{DType, Shape, Tensor, TensorError};
 
@@ -206,7 +205,7 @@ impl CudaPlan {
     ) -> Result<CudaPlan, GraphError> {
         Self::check(graph)?;
         let max_tokens = max_tokens.max(1);
-        let max_batch = MAX_MATVEC_ROWS.min(max_tokens);
+        let max_batch = MAX_WIDE_ROWS.min(max_tokens);
         let output = *graph.outputs().first().ok_or(GraphError::NoOutput)?;
         let mut weights = Vec::with_capacity(graph.weights().len());
         let mut weight_names = Vec::with_capacity(graph.weights().len());

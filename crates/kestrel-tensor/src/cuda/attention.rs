@@ -11,7 +11,7 @@ use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of, SPLITS_
 use super::kv_table::KvKind;
 use super::{
     AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, KvTable, MAX_ATTENTION_SPLITS,
-    MAX_HEAD_DIM, MAX_MATVEC_ROWS,
+    MAX_HEAD_DIM, MAX_MATVEC_ROWS, MAX_WIDE_ROWS,
 };
 use crate::cpu::AttentionParams;
 use crate::error::{Result, TensorError};
@@ -255,7 +255,7 @@ impl CudaDevice {
     /// its sequence decoding alone ([`Self::attention_ids`] over its own cache).
     ///
     /// # Errors
-    /// As [`Self::attention`]; more tokens than [`MAX_MATVEC_ROWS`], a table not written for
+    /// As [`Self::attention`]; more tokens than [`MAX_WIDE_ROWS`], a table not written for
     /// this step's tokens.
     ///
     /// # Safety
@@ -270,10 +270,10 @@ impl CudaDevice {
         sinks: Option<&DeviceTensor>,
         out: &mut DeviceTensor,
     ) -> Result<()> {
-        if positions.host.len() > MAX_MATVEC_ROWS {
+        if positions.host.len() > MAX_WIDE_ROWS {
             return Err(TensorError::InvalidParam {
                 op: "cuda attention",
-                why: "a batched decode step holds at most 8 tokens",
+                why: "a batched decode step holds at most 64 tokens",
             });
         }
         self.attention_impl(
@@ -616,7 +616,8 @@ impl CudaDevice {
 
     /// `attention_f16_split` (or `_q8_0_split`) over `splits` key ranges (checked by the caller), its partial
     /// results in the device's split scratch (grown here, for a step of up to
-    /// [`MAX_MATVEC_ROWS`] tokens, which a graph replays without growing it again).
+    /// [`MAX_MATVEC_ROWS`] or [`MAX_WIDE_ROWS`] tokens, which a graph replays without growing
+    /// it again).
     #[allow(clippy::too_many_arguments)]
     fn attention_split(
         &self,
@@ -629,7 +630,14 @@ impl CudaDevice {
         (kv_len, n_tokens, splits): (usize, usize, usize),
     ) -> Result<()> {
         const OP: &str = "cuda attention";
-        let rows = n_tokens.max(MAX_MATVEC_ROWS) * p.n_head;
+        // Sized for 8 tokens, or at once for a batched step's most (64), so a scheduler whose
+        // batches grow one sequence at a time grows it (and retires captured graphs) once.
+        let tokens = if n_tokens <= MAX_MATVEC_ROWS {
+            MAX_MATVEC_ROWS
+        } else {
+            n_tokens.max(MAX_WIDE_ROWS)
+        };
+        let rows = tokens * p.n_head;
         let floats = rows * splits * (p.head_dim + 2);
         let mut guard = self
             .split_scratch

@@ -1,8 +1,9 @@
 //! The quantized matvec of decode steps and small batches (`kernels/mmvq*.cu`, as ggml-cuda's
 //! MMVQ): activations quantized to Q8_1 into a scratch the device keeps (a [`Q8Ticket`] lets the
 //! next matvec of the same input skip it), the weight rows read once per launch, a residual
-//! optionally added in the epilogue; from 9 activation rows the cuBLAS GEMM (`gemm.rs`). Float
-//! weights take `matvec_float.cu`.
+//! optionally added in the epilogue. 1-8 activation rows: `__dp4a` kernels; 9-64: the
+//! tensor-core kernel (`kernels/mmvq_wide.cu`), whose outputs keep the one-row kernel's bits;
+//! more: the cuBLAS GEMM (`gemm.rs`). Float weights take `matvec_float.cu`.
 
 use cudarc::driver::PushKernelArg;
 
@@ -10,7 +11,7 @@ use super::engine::{
     cfg, driver, f32_only, grid_for, i32_of, no_scratch_err, CudaDevice, DeviceTensor, Q8Ticket,
     ScratchGuard,
 };
-use super::MAX_MATVEC_ROWS;
+use super::{MAX_MATVEC_ROWS, MAX_WIDE_ROWS};
 use crate::error::{Result, TensorError};
 use crate::{DType, Shape};
 
@@ -36,6 +37,47 @@ pub(super) fn mmvq_rows_per_cta() -> u32 {
             .unwrap_or(2)
     })
 }
+
+/// Activation rows a CTA of the tensor-core matvec takes: 8 per n-tile, `KESTREL_CUDA_WIDE_NT=2|4`
+/// n-tiles. Default 2: ~120-160 registers a thread (ptxas, sm_90), so three or four CTAs fit an
+/// SM; 4 reads each weight tile once per 32 activation rows instead of 16 but takes ~200-250
+/// registers. Unmeasured so far: the first GPU run compares both.
+fn wide_ntiles() -> usize {
+    static FORCED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| {
+        std::env::var("KESTREL_CUDA_WIDE_NT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|n| matches!(n, 2 | 4))
+            .unwrap_or(2)
+    })
+}
+
+/// Whether the tensor-core matvec is on (`KESTREL_CUDA_WIDE=0` turns it off: 9-64 rows then
+/// take the GEMM, as before it existed).
+fn wide_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KESTREL_CUDA_WIDE").map_or(true, |v| v != "0"))
+}
+
+/// The tensor-core matvec of a weight type with `nt` n-tiles (`mmvq_wide_<type>_<nt>`).
+fn wide_name(dtype: DType, nt: usize) -> Option<&'static str> {
+    let names = match dtype {
+        DType::Q4K => ["mmvq_wide_q4_K_2", "mmvq_wide_q4_K_4"],
+        DType::Q5K => ["mmvq_wide_q5_K_2", "mmvq_wide_q5_K_4"],
+        DType::Q6K => ["mmvq_wide_q6_K_2", "mmvq_wide_q6_K_4"],
+        DType::Q4_0 => ["mmvq_wide_q4_0_2", "mmvq_wide_q4_0_4"],
+        DType::Q4_1 => ["mmvq_wide_q4_1_2", "mmvq_wide_q4_1_4"],
+        DType::Q5_0 => ["mmvq_wide_q5_0_2", "mmvq_wide_q5_0_4"],
+        DType::Q5_1 => ["mmvq_wide_q5_1_2", "mmvq_wide_q5_1_4"],
+        DType::Q8_0 => ["mmvq_wide_q8_0_2", "mmvq_wide_q8_0_4"],
+        _ => return None,
+    };
+    Some(names[usize::from(nt == 4)])
+}
+
+/// Weight rows a CTA of the tensor-core matvec takes (`WIDE_ROWS` in kernels/mmvq_wide.cu).
+const WIDE_ROWS: usize = 16;
 
 macro_rules! mmvq_names {
     ($t:literal) => {
@@ -178,6 +220,9 @@ impl CudaDevice {
         if n == 0 {
             return Ok(None);
         }
+        if self.wide_applies(w.dtype, n) {
+            return self.matmul_wide(x, w, out, ticket, add, (n, k, m));
+        }
         if self.gemm_applies(w.dtype, n) {
             return self.gemm(x, w, out, (n, k, m)).map(|()| None);
         }
@@ -251,7 +296,71 @@ impl CudaDevice {
     /// Whether a matmul of `n` activation rows by a `dtype` weight runs the quantized matvec
     /// (Q8_1 activations, `mmvq`): what the fused forms in `fused.rs` need.
     pub fn matvec_quantized(&self, dtype: DType, n: usize) -> bool {
-        n > 0 && MMVQ.iter().any(|(t, _)| *t == dtype) && !self.gemm_applies(dtype, n)
+        n > 0
+            && MMVQ.iter().any(|(t, _)| *t == dtype)
+            && (self.wide_applies(dtype, n) || !self.gemm_applies(dtype, n))
+    }
+
+    /// Whether `n` activation rows by a `dtype` weight take the tensor-core matvec.
+    fn wide_applies(&self, dtype: DType, n: usize) -> bool {
+        (MAX_MATVEC_ROWS + 1..=MAX_WIDE_ROWS).contains(&n)
+            && wide_enabled()
+            && wide_name(dtype, 4).is_some()
+    }
+
+    /// The tensor-core matvec (`kernels/mmvq_wide.cu`) of `n` rows (shapes checked by
+    /// [`Self::matmul_epilogue`]): each row's outputs the bits of the one-row matvec, since it
+    /// takes the same `rpc`. Returns the ticket of the Q8_1 data left in the scratch, as
+    /// [`Self::matmul_reusing`].
+    fn matmul_wide(
+        &self,
+        x: &DeviceTensor,
+        w: &DeviceTensor,
+        out: &mut DeviceTensor,
+        ticket: Option<Q8Ticket>,
+        add: Option<&DeviceTensor>,
+        (n, k, m): (usize, usize, usize),
+    ) -> Result<Option<Q8Ticket>> {
+        const OP: &str = "cuda matmul";
+        let nt = wide_ntiles();
+        let name = wide_name(w.dtype, nt).ok_or(TensorError::UnsupportedDType {
+            op: OP,
+            dtype: w.dtype,
+        })?;
+        let wblock = w.dtype.block_size();
+        if !k.is_multiple_of(wblock) {
+            return Err(TensorError::PartialBlock {
+                dtype: w.dtype,
+                row_len: k,
+                block_size: wblock,
+            });
+        }
+        let (mut guard, issued) = self.q8_input(x, ticket, n, k)?;
+        let scratch = guard.as_mut().ok_or_else(no_scratch_err)?;
+        let (nb_i, mi, ni) = (i32_of(OP, k / wblock)?, i32_of(OP, m)?, i32_of(OP, n)?);
+        let rpc = mmvq_rows_per_cta();
+        let rpc_i = rpc as i32;
+        let (grid_x, grid_y) = (grid_for(m, WIDE_ROWS)?, grid_for(n, 8 * nt)?);
+        let null = 0u64;
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&w.buf).arg(&*scratch).arg(&mut out.buf);
+        match add {
+            Some(r) => b.arg(&r.buf),
+            None => b.arg(&null),
+        };
+        b.arg(&nb_i).arg(&mi).arg(&ni).arg(&rpc_i);
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: (grid_x, grid_y, 1),
+            block_dim: (32, MMVQ_WARPS / rpc, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: w holds m rows of k / wblock blocks of its type, the scratch n rows of k / 32
+        // Q8_1 blocks (q8_input), `out` (and the residual, when given) n*m f32 (checked by
+        // matmul_epilogue); the kernel reads rows and columns clamped to those and writes only
+        // outputs inside them.
+        unsafe { b.launch(cfg) }.map_err(driver("launch mmvq_wide"))?;
+        Ok(issued)
     }
 
     /// The Q8_1 scratch, grown for `n` rows of `k` values, and the ticket naming the data the

@@ -147,6 +147,11 @@ pub(crate) use ptx_table::MODULES;
 /// Largest number of activation rows one matvec launch takes (the `mmvq_*_N` kernels).
 pub const MAX_MATVEC_ROWS: usize = 8;
 
+/// Largest number of activation rows the tensor-core matvec takes (`mmvq_wide_*`, from
+/// [`MAX_MATVEC_ROWS`] + 1 rows): each row's outputs are the bits the matvec of that row alone
+/// gives, so a batch of up to this many sequences decodes as each would alone.
+pub const MAX_WIDE_ROWS: usize = 64;
+
 /// Largest head the attention kernel takes (`MAX_HEAD_DIM` in attention.cuh).
 pub const MAX_HEAD_DIM: usize = 256;
 

@@ -1,0 +1,112 @@
+//! The tensor-core matvec (`kernels/mmvq_wide.cu`, 9-64 activation rows) against the matvec of
+//! one row, bit for bit (`--features cuda`): in a batched decode step of up to 64 sequences,
+//! each sequence's logits must be the ones it gets decoding alone. Every quantized weight type,
+//! real row lengths (SmolLM2's 576, Gemma 3's 640, a llama-8B's 4096 and its FFN's 14336), row
+//! counts that leave the last CTA part-empty, with and without the residual add of the
+//! matvec's epilogue. The kernel's order is checked on the host too
+//! (`kernels/host/mmvq_wide_check.cpp`); this is the GPU's tensor cores and its float math.
+//!
+//! The GPU run repeats it under `KESTREL_CUDA_WIDE_NT=4` and `KESTREL_CUDA_MMVQ_RPC=1|4`
+//! (each fixes a launch setting for the process).
+#![cfg(feature = "cuda")]
+
+mod cuda_common;
+
+use kestrel_tensor::{quant, DType, Shape, Tensor};
+
+const QUANTIZED: [DType; 8] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+];
+
+fn weight(dtype: DType, rows: usize, k: usize, seed: u64) -> Tensor {
+    let src = cuda_common::random(rows * k, seed);
+    let mut bytes = vec![0u8; dtype.row_bytes(k).unwrap() * rows];
+    quant::quantize(dtype.ggml_type(), &src, &mut bytes).unwrap();
+    Tensor::from_bytes(dtype, Shape::matrix(rows, k).unwrap(), &bytes).unwrap()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn each_row_of_a_wide_matmul_is_that_row_alone() {
+    let Some(dev) = cuda_common::device("wide matvec") else {
+        return;
+    };
+    for (k, m) in [(576, 200), (640, 331), (4096, 1024), (14336, 96)] {
+        for dtype in QUANTIZED {
+            if k % dtype.block_size() != 0 {
+                continue; // K-quant rows are whole 256-value blocks
+            }
+            let w = dev.upload(&weight(dtype, m, k, (k + m) as u64)).unwrap();
+            for n in [9, 16, 17, 33, 64] {
+                let xs = cuda_common::random(n * k, n as u64 + 7);
+                let res = cuda_common::random_in(n * m, n as u64 + 9, -50.0, 50.0);
+                let x = cuda_common::upload(&dev, n, k, &xs);
+                let r = cuda_common::upload(&dev, n, m, &res);
+                for residual in [false, true] {
+                    let mut out = dev.zeros_f32(Shape::matrix(n, m).unwrap()).unwrap();
+                    if residual {
+                        dev.matmul_add_reusing(&x, &w, &r, &mut out, None).unwrap();
+                    } else {
+                        dev.matmul(&x, &w, &mut out).unwrap();
+                    }
+                    let got = cuda_common::download(&dev, &out);
+                    for row in 0..n {
+                        let x1 = cuda_common::upload(&dev, 1, k, &xs[row * k..(row + 1) * k]);
+                        let mut o1 = dev.zeros_f32(Shape::matrix(1, m).unwrap()).unwrap();
+                        if residual {
+                            let r1 = cuda_common::upload(&dev, 1, m, &res[row * m..(row + 1) * m]);
+                            dev.matmul_add_reusing(&x1, &w, &r1, &mut o1, None).unwrap();
+                        } else {
+                            dev.matmul(&x1, &w, &mut o1).unwrap();
+                        }
+                        let alone = cuda_common::download(&dev, &o1);
+                        assert_eq!(
+                            bits(&got[row * m..(row + 1) * m]),
+                            bits(&alone),
+                            "{dtype} k={k} m={m}: row {row} of {n} (residual {residual}) differs from itself alone"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Eight rows take the `__dp4a` matvec and nine the tensor-core one: the same rows give the
+/// same bits either way, so a batch that grows past eight sequences changes no one's logits.
+#[test]
+fn eight_and_nine_rows_agree() {
+    let Some(dev) = cuda_common::device("wide matvec") else {
+        return;
+    };
+    let (k, m) = (4096, 512);
+    for dtype in QUANTIZED {
+        let w = dev.upload(&weight(dtype, m, k, 3)).unwrap();
+        let xs = cuda_common::random(9 * k, 5);
+        let mut o8 = dev.zeros_f32(Shape::matrix(8, m).unwrap()).unwrap();
+        let mut o9 = dev.zeros_f32(Shape::matrix(9, m).unwrap()).unwrap();
+        dev.matmul(&cuda_common::upload(&dev, 8, k, &xs[..8 * k]), &w, &mut o8)
+            .unwrap();
+        dev.matmul(&cuda_common::upload(&dev, 9, k, &xs), &w, &mut o9)
+            .unwrap();
+        let (g8, g9) = (
+            cuda_common::download(&dev, &o8),
+            cuda_common::download(&dev, &o9),
+        );
+        assert_eq!(
+            bits(&g8),
+            bits(&g9[..8 * m]),
+            "{dtype}: 8 rows against the first 8 of 9"
+        );
+    }
+}
