@@ -16,25 +16,8 @@
 #include <cstdlib>
 #include <random>
 
-static std::mt19937 rng(7);
+#include "random_blocks.h"
 
-// A random normal f16 with exponent field in [lo, hi].
-static __half random_half(int lo, int hi) {
-    const int e = lo + (int)(rng() % (hi - lo + 1));
-    return __half{(uint16_t)(((rng() & 1) << 15) | (e << 10) | (rng() & 1023))};
-}
-
-template <typename B> static void fill(B &b) {
-    for (size_t i = 0; i < sizeof(B); i++) ((u8 *)&b)[i] = (u8)rng();
-}
-static void fix_scales(block_q4_0 &b) { b.d = random_half(10, 16); }
-static void fix_scales(block_q4_1 &b) { b.d = random_half(10, 16); b.m = random_half(10, 16); }
-static void fix_scales(block_q5_0 &b) { b.d = random_half(10, 16); }
-static void fix_scales(block_q5_1 &b) { b.d = random_half(10, 16); b.m = random_half(10, 16); }
-static void fix_scales(block_q8_0 &b) { b.d = random_half(10, 16); }
-static void fix_scales(block_q4_K &b) { b.d = random_half(10, 16); b.dmin = random_half(10, 16); }
-static void fix_scales(block_q5_K &b) { b.d = random_half(10, 16); b.dmin = random_half(10, 16); }
-static void fix_scales(block_q6_K &b) { b.d = random_half(10, 16); }
 
 // Element j of a block, dequantized as ggml does (the K-quants through common.cuh's helpers,
 // which the dequant and get_rows kernels share).
@@ -87,11 +70,7 @@ template <typename B> static int check(const char *name, int block_len, const Ke
     int bad = 0;
     for (int trial = 0; trial < 4; trial++) {
         const int m = 1 + (int)(rng() % 9), nb = 1 + (int)(rng() % (block_len == 32 ? 160 : 24)), k = nb * block_len, nb32 = k / 32;
-        std::vector<B> w(m * nb);
-        for (auto &b : w) {
-            fill(b);
-            fix_scales(b);
-        }
+        const std::vector<B> w = random_blocks<B>(m * nb);
         for (int ncols = 1; ncols <= 8; ncols++) {
             const int rpc = 1 << (rng() % 3);  // rows per CTA: 1, 2 or 4
             std::vector<block_q8_1> a(ncols * nb32);
@@ -137,11 +116,7 @@ template <typename B> static int check_multi(const char *name, int block_len, Ke
         MmvqSegs segs{};
         for (int i = 0; i < nw; i++) {
             const int m = 1 + (int)(rng() % 7);
-            w[i].resize(m * nb);
-            for (auto &b : w[i]) {
-                fill(b);
-                fix_scales(b);
-            }
+            w[i] = random_blocks<B>(m * nb);
             want[i].assign(m, NAN);
             got[i].assign(m, NAN);
             launch((m + rpc - 1) / rpc, 1, WARP, MMVQ_WARPS,

@@ -14,23 +14,8 @@
 #include <cstdlib>
 #include <random>
 
-static std::mt19937 rng(11);
+#include "random_blocks.h"
 
-static __half random_half(int lo, int hi) {
-    const int e = lo + (int)(rng() % (hi - lo + 1));
-    return __half{(uint16_t)(((rng() & 1) << 15) | (e << 10) | (rng() & 1023))};
-}
-template <typename B> static void fill(B &b) {
-    for (size_t i = 0; i < sizeof(B); i++) ((u8 *)&b)[i] = (u8)rng();
-}
-static void fix_scales(block_q4_0 &b) { b.d = random_half(10, 16); }
-static void fix_scales(block_q4_1 &b) { b.d = random_half(10, 16); b.m = random_half(10, 16); }
-static void fix_scales(block_q5_0 &b) { b.d = random_half(10, 16); }
-static void fix_scales(block_q5_1 &b) { b.d = random_half(10, 16); b.m = random_half(10, 16); }
-static void fix_scales(block_q8_0 &b) { b.d = random_half(10, 16); }
-static void fix_scales(block_q4_K &b) { b.d = random_half(10, 16); b.dmin = random_half(10, 16); }
-static void fix_scales(block_q5_K &b) { b.d = random_half(10, 16); b.dmin = random_half(10, 16); }
-static void fix_scales(block_q6_K &b) { b.d = random_half(10, 16); }
 
 // Any quants and scales: this check compares two kernels, not a kernel against its formula.
 static block_q8_1 activation_block() {
@@ -52,11 +37,7 @@ static int check(const char *name, int block_len, Row1 one, Wide wide2, Wide wid
         const int ncols = 1 + (int)(rng() % 24), nb32 = nb * block_len / 32, rpc = 1 << (rng() % 3);
         const int nt = trial % 2 ? 4 : 2;
         const bool residual = rng() % 2;
-        std::vector<B> w(m * nb);
-        for (auto &b : w) {
-            fill(b);
-            fix_scales(b);
-        }
+        const std::vector<B> w = random_blocks<B>(m * nb);
         std::vector<block_q8_1> a(ncols * nb32);
         for (auto &b : a) b = activation_block();
         std::vector<float> add(ncols * m), want(ncols * m, NAN), got(ncols * m, NAN);
@@ -82,6 +63,7 @@ static int check(const char *name, int block_len, Row1 one, Wide wide2, Wide wid
     check<B>(#T, LEN, (Row1)mmvq_##T##_1, (Wide)mmvq_wide_##T##_2, (Wide)mmvq_wide_##T##_4, TRIALS)
 
 int main() {
+    rng.seed(11);
     int bad = CHECK(block_q4_0, q4_0, 32, 6) + CHECK(block_q4_1, q4_1, 32, 4) + CHECK(block_q5_0, q5_0, 32, 4) +
               CHECK(block_q5_1, q5_1, 32, 4) + CHECK(block_q8_0, q8_0, 32, 4) + CHECK(block_q4_K, q4_K, 256, 6) +
               CHECK(block_q5_K, q5_K, 256, 4) + CHECK(block_q6_K, q6_K, 256, 6);
