@@ -14,6 +14,8 @@ mod lora_common;
 #[allow(dead_code)]
 mod files;
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use cuda_gen_common::{
@@ -22,6 +24,13 @@ use cuda_gen_common::{
 };
 use kestrel_generate::LookupOptions;
 use kestrel_tensor::Device;
+
+/// The folder of llama.cpp's architecture fixtures and its skeletons (the files' shapes).
+fn skeletons() -> (PathBuf, BTreeMap<String, files::Skeleton>) {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs");
+    let skeletons = files::read_skeletons(&fixtures.join("skeletons.json"));
+    (fixtures, skeletons)
+}
 
 /// Prompt-lookup speculation on state-space models on the GPU: a rejected draft returns the
 /// state to its checkpoint (`CudaKvCache::checkpoint`) and runs the kept tokens again, so the
@@ -32,8 +41,7 @@ fn prompt_lookup_on_gpu_state_space_models_keeps_greedy_tokens() {
     if !have_gpu() {
         return;
     }
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs");
-    let skeletons = files::read_skeletons(&fixtures.join("skeletons.json"));
+    let (_, skeletons) = skeletons();
     let prompt: Vec<u32> = (0..24).map(|i| [5, 9, 17, 33, 64][i % 5]).collect();
     let mut rejected = 0;
     for stem in [
@@ -69,10 +77,9 @@ fn architectures_run_on_the_gpu_as_on_the_cpu() {
     if !have_gpu() {
         return;
     }
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs");
+    let (fixtures, skeletons) = skeletons();
     let text = std::fs::read_to_string(fixtures.join("golden.json")).unwrap();
     let golden: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let skeletons = files::read_skeletons(&fixtures.join("skeletons.json"));
     let matching = std::fs::read_to_string(fixtures.join("matching.txt")).unwrap();
     let (mut ran, mut failures) = (0, Vec::new());
     for key in ["1", "3"] {
@@ -141,8 +148,7 @@ fn deepseek2_in_both_forms_runs_on_the_gpu_as_on_the_cpu() {
     if !have_gpu() {
         return;
     }
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs");
-    let skeletons = files::read_skeletons(&fixtures.join("skeletons.json"));
+    let (_, skeletons) = skeletons();
     let prompt: Vec<u32> = (0..16).map(|i| (i * 37 + 3) % 200).collect();
     for stem in ["deepseek2-moe-h4", "deepseek2-moe-h4-kvb"] {
         let (base, v) = files::variant(stem).unwrap();
@@ -180,10 +186,7 @@ fn expert_lora_adapters_run_on_the_gpu_as_on_the_cpu() {
         return;
     }
     let dir = lora_common::temp_dir("cuda-experts");
-    let skeletons = files::read_skeletons(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/archs/skeletons.json"),
-    );
+    let (_, skeletons) = skeletons();
     let skeleton =
         skeletons["qwen3moe-moe"].without(|n| n.ends_with(".scale") || n.ends_with(".input_scale"));
     let model = dir.join("qwen3moe.gguf");

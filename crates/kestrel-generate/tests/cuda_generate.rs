@@ -11,7 +11,7 @@
 //! top two logits within 0.5).
 //!
 //! The paths above the plan on the GPU: the continuous-batching scheduler gives each sequence
-//! the tokens it gets alone, bit for bit (its decode tokens run as batched steps of up to 8
+//! the tokens it gets alone, bit for bit (its decode tokens run as batched steps of up to 64
 //! sequences, its prompts one by one in the same prefill chunks);
 //! prompt-lookup speculation keeps greedy decoding's tokens except at a near-tie (its
 //! verification rows run through the prefill kernels); embeddings match the CPU's (cosine
@@ -39,6 +39,12 @@ use kestrel_gguf::models::{test_model, GEMMA3_270M_Q4_K_M, SMOLLM2_135M_Q4_1};
 use kestrel_gguf::GgufModel;
 use kestrel_kv::KvDType;
 use kestrel_tensor::Device;
+
+/// The test model `file`, when it is fetched and a GPU is there (else the test skips).
+fn model_on_gpu(file: &str) -> Option<Arc<GgufModel>> {
+    let path = test_model(file)?;
+    have_gpu().then(|| Arc::new(GgufModel::open(path).unwrap()))
+}
 
 #[test]
 fn synthetic_models_generate_on_the_gpu_as_on_the_cpu() {
@@ -132,13 +138,9 @@ fn gpu_sessions_are_independent_and_reuse_their_prefix() {
 }
 
 fn greedy_agrees(file: &str) {
-    let Some(path) = test_model(file) else {
+    let Some(m) = model_on_gpu(file) else {
         return;
     };
-    if !have_gpu() {
-        return;
-    }
-    let m = Arc::new(GgufModel::open(path).unwrap());
     let mut cpu = generator(&m, Device::Cpu, 64);
     let mut gpu = generator(&m, Device::Cuda(0), 64);
     let prompt = cpu
@@ -179,13 +181,9 @@ fn greedy_agrees(file: &str) {
 /// the distance between the CPU's q8_0 and f16 caches; the same top token away from near-ties;
 /// the device cache about half the f16 one's bytes.
 fn q8_0_cache_agrees(file: &str) {
-    let Some(path) = test_model(file) else {
+    let Some(m) = model_on_gpu(file) else {
         return;
     };
-    if !have_gpu() {
-        return;
-    }
-    let m = Arc::new(GgufModel::open(path).unwrap());
     let make = |device, kv_dtype| {
         let opts = GeneratorOptions {
             threads: 2,
