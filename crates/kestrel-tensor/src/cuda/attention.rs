@@ -5,7 +5,7 @@
 //! ([`AttentionParams`]) so a plan hands both engines the same values. RoPE and the cache
 //! writes are `rope_kv.rs`.
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of, SPLITS_AUTO};
 use super::kv_table::KvKind;
@@ -40,6 +40,49 @@ const SPLIT_WARPS: u32 = 16;
 /// Query rows and keys per tile of `attention_f16_tiled` (`TILE_ROWS`, `TILE_KEYS`).
 const TILE_ROWS: usize = 16;
 const TILE_KEYS: usize = 32;
+
+/// The scalar arguments every attention kernel takes, as the kernels' `int`s: heads, KV heads,
+/// head size, (the value head size, for `attention_kv_*`), the keys' bound, then the scale,
+/// soft-cap, window and the causal flag.
+struct DecArgs {
+    n_head: i32,
+    n_kv_head: i32,
+    head_dim: i32,
+    kv_len: i32,
+    window: i32,
+    causal: i32,
+}
+
+impl DecArgs {
+    fn new(op: &'static str, p: &AttentionParams, kv_len: usize) -> Result<Self> {
+        Ok(DecArgs {
+            n_head: i32_of(op, p.n_head)?,
+            n_kv_head: i32_of(op, p.n_kv_head)?,
+            head_dim: i32_of(op, p.head_dim)?,
+            kv_len: i32_of(op, kv_len)?,
+            window: i32_of(op, p.window)?,
+            causal: 1,
+        })
+    }
+
+    /// Pushes the arguments in the kernels' order, `head_dim_v` after the head size when given.
+    fn push<'a>(
+        &'a self,
+        b: &mut LaunchArgs<'a>,
+        p: &'a AttentionParams,
+        head_dim_v: Option<&'a i32>,
+    ) {
+        b.arg(&self.n_head).arg(&self.n_kv_head).arg(&self.head_dim);
+        if let Some(v) = head_dim_v {
+            b.arg(v);
+        }
+        b.arg(&self.kv_len)
+            .arg(&p.scale)
+            .arg(&p.softcap)
+            .arg(&self.window)
+            .arg(&self.causal);
+    }
+}
 
 impl CudaDevice {
     /// Warps of an `attention_f16` CTA for `n_tokens` query tokens of `n_head` heads: 16 for
@@ -389,14 +432,7 @@ impl CudaDevice {
             return Ok(());
         }
         let mut run = |pos: &CudaSlice<i32>| {
-            let (nh, nkv, hd, kl) = (
-                i32_of(OP, p.n_head)?,
-                i32_of(OP, p.n_kv_head)?,
-                i32_of(OP, p.head_dim)?,
-                i32_of(OP, kv_len)?,
-            );
-            let window = i32_of(OP, p.window)?;
-            let causal = 1i32;
+            let args = DecArgs::new(OP, p, kv_len)?;
             let n_tokens = positions.len();
             let rows = n_tokens * (p.n_head / p.n_kv_head);
             let ctas = rows.div_ceil(TILE_ROWS) * p.n_kv_head;
@@ -444,15 +480,8 @@ impl CudaDevice {
                 (Some(k), Some(v)) => b.arg(&k.buf).arg(&v.buf),
                 _ => b.arg(&null).arg(&null),
             };
-            b.arg(&mut out.buf)
-                .arg(&nh)
-                .arg(&nkv)
-                .arg(&hd)
-                .arg(&kl)
-                .arg(&p.scale)
-                .arg(&p.softcap)
-                .arg(&window)
-                .arg(&causal);
+            b.arg(&mut out.buf);
+            args.push(&mut b, p, None);
             let config = if tiled {
                 b.arg(&nt);
                 match sinks {
@@ -572,15 +601,7 @@ impl CudaDevice {
         if n_tokens == 0 {
             return Ok(());
         }
-        let (nh, nkv, hd, hdv, kl) = (
-            i32_of(OP, p.n_head)?,
-            i32_of(OP, p.n_kv_head)?,
-            i32_of(OP, p.head_dim)?,
-            i32_of(OP, head_dim_v)?,
-            i32_of(OP, kv_len)?,
-        );
-        let window = i32_of(OP, p.window)?;
-        let causal = 1i32;
+        let (args, hdv) = (DecArgs::new(OP, p, kv_len)?, i32_of(OP, head_dim_v)?);
         let null = 0u64;
         let f = self.func(kernel)?;
         let mut b = self.stream.launch_builder(f);
@@ -588,16 +609,8 @@ impl CudaDevice {
         if let Some(v) = v {
             b.arg(&v.buf);
         }
-        b.arg(&mut out.buf)
-            .arg(&nh)
-            .arg(&nkv)
-            .arg(&hd)
-            .arg(&hdv)
-            .arg(&kl)
-            .arg(&p.scale)
-            .arg(&p.softcap)
-            .arg(&window)
-            .arg(&causal);
+        b.arg(&mut out.buf);
+        args.push(&mut b, p, Some(&hdv));
         match sinks {
             Some(Some(s)) => b.arg(&s.buf),
             Some(None) => b.arg(&null),
@@ -668,14 +681,7 @@ impl CudaDevice {
                 why: "no split scratch",
             });
         };
-        let (nh, nkv, hd, kl) = (
-            i32_of(OP, p.n_head)?,
-            i32_of(OP, p.n_kv_head)?,
-            i32_of(OP, p.head_dim)?,
-            i32_of(OP, kv_len)?,
-        );
-        let window = i32_of(OP, p.window)?;
-        let causal = 1i32;
+        let args = DecArgs::new(OP, p, kv_len)?;
         let f = self.func(kind.pick("attention_f16_split", "attention_q8_0_split"))?;
         let null = 0u64;
         let mut b = self.stream.launch_builder(f);
@@ -684,18 +690,9 @@ impl CudaDevice {
             (Some(k), Some(v)) => b.arg(&k.buf).arg(&v.buf),
             _ => b.arg(&null).arg(&null),
         };
-        b.arg(&mut out.buf)
-            .arg(part)
-            .arg(counters)
-            .arg(&nh)
-            .arg(&nkv)
-            .arg(&hd)
-            .arg(&kl)
-            .arg(&p.scale)
-            .arg(&p.softcap)
-            .arg(&window)
-            .arg(&causal)
-            .arg(&table);
+        b.arg(&mut out.buf).arg(part).arg(counters);
+        args.push(&mut b, p, None);
+        b.arg(&table);
         match sinks {
             Some(s) => b.arg(&s.buf),
             None => b.arg(&null),
