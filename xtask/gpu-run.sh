@@ -150,7 +150,7 @@ done
     nvcc --version | tail -2
     nproc
 } 2>&1 | tee "$out/device.txt"
-for t in cuda_kernels cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_wide cuda_forward cuda_generate cuda_architectures; do
+for t in cuda_kernels cuda_rope cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_wide cuda_forward cuda_generate cuda_architectures; do
     log "test $t"
     if ! timeout "$step" .gpu/$t --test-threads 1 --nocapture >"$out/$t.log" 2>&1; then
         status=1
@@ -291,6 +291,12 @@ if [ "${GPU_RUN_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null 
         status=1
     fi
     tail -3 "$out/memcheck-kv-q8.log"
+    # RoPE and its fused forms (their tests were cuda_kernels' until session 55).
+    if time_for 60 && ! timeout $((deadline - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 9 \
+        .gpu/cuda_rope --test-threads 1 >"$out/memcheck-rope.log" 2>&1; then
+        status=1
+    fi
+    tail -3 "$out/memcheck-rope.log"
     # The tensor-core matvec: clamped rows and columns of part-empty CTAs.
     if time_for 60 && ! timeout $((deadline - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 9 \
         .gpu/cuda_wide --test-threads 1 eight_and_nine >"$out/memcheck-wide.log" 2>&1; then

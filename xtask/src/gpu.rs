@@ -29,6 +29,7 @@ const TESTS: &[(&str, &str)] = &[
     ("kestrel-tensor", "cuda_kv_q8"),
     ("kestrel-tensor", "cuda_ssm"),
     ("kestrel-tensor", "cuda_wide"),
+    ("kestrel-tensor", "cuda_rope"),
     ("kestrel-arch", "cuda_forward"),
     ("kestrel-generate", "cuda_generate"),
     ("kestrel-generate", "cuda_architectures"),

@@ -264,6 +264,8 @@ fn test() -> Result<()> {
             "cuda_ssm",
             "--test",
             "cuda_wide",
+            "--test",
+            "cuda_rope",
         ]),
         cargo_with(&[
             "test",

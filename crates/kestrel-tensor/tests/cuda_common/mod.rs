@@ -67,3 +67,43 @@ pub fn cache_values(dev: &CudaDevice, t: &DeviceTensor) -> Vec<u32> {
     dev.get_rows(t, &ids, &mut f).unwrap();
     download(dev, &f).iter().map(|x| x.to_bits()).collect()
 }
+
+/// Deterministic values in [-1, 1) (xorshift), with a few larger ones (every 97th, ×8) as real
+/// activations have.
+pub fn spiky(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let v = (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+            if i % 97 == 0 {
+                v * 8.0
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+/// A host matrix of `rows` × `k` spiky values.
+pub fn f32_tensor(rows: usize, k: usize, seed: u64) -> Tensor {
+    Tensor::from_f32(Shape::matrix(rows, k).unwrap(), &spiky(rows * k, seed)).unwrap()
+}
+
+/// Normalized mean squared error `Σ(gpu - cpu)² / Σ cpu²`.
+pub fn nmse(gpu: &[f32], cpu: &[f32]) -> f64 {
+    assert_eq!(gpu.len(), cpu.len());
+    let num: f64 = gpu
+        .iter()
+        .zip(cpu)
+        .map(|(&g, &c)| (g as f64 - c as f64).powi(2))
+        .sum();
+    let den: f64 = cpu
+        .iter()
+        .map(|&c| (c as f64).powi(2))
+        .sum::<f64>()
+        .max(1e-30);
+    num / den
+}
