@@ -25,9 +25,13 @@
 
 #define WIDE_ROWS 16
 
-// Word `i` (0..3) of `v`, without indexing a register array by a runtime value.
-__device__ __forceinline__ int word_at(const int *v, int i) {
-    return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3];
+// Word `i` of `v` (0 past its end), without indexing a register array by a runtime value.
+template <int N> __device__ __forceinline__ int word_at(const int (&v)[N], int i) {
+    int r = 0;
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        if (i == j) r = v[j];
+    return r;
 }
 
 // The lane whose slice is the i-th leaf of warp_sum's tree: i's 5 bits reversed.
@@ -68,8 +72,7 @@ __device__ __forceinline__ void mmvq_wide(const typename T::B *__restrict__ w, c
             float x[NT][4] = {};
 #pragma unroll
             for (int p = 0; p < T::PARTS; p++) {
-                const int a0 = q < T::WORDS ? word_at(sa.q[p], q) : 0;
-                const int a1 = q < T::WORDS ? word_at(sb.q[p], q) : 0;
+                const int a0 = word_at(sa.q[p], q), a1 = word_at(sb.q[p], q);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
                     const int b0 = q < T::WORDS ? T::act_word(bcol[nt] + ao, t, p, q) : 0;

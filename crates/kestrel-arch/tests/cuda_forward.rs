@@ -290,7 +290,8 @@ fn plans_sharing_weights_match_plans_with_their_own() {
 /// launch) give the unfused plan's logits bit for bit, on random-weight files of real widths in
 /// llama's layout (SmolLM2-shaped Q4_1: every llama fusion) and Gemma 3's (Q4_K_M mix: post-
 /// norms, GeGLU, Q6_K rows), a few layers each: prompts of 5 tokens (the quantized matvec),
-/// 12 (the GEMM: only the add+norm fuses) and decode steps replayed from a CUDA graph.
+/// 12 (the tensor-core matvec), 70 (the GEMM: only the add+norm fuses) and decode steps
+/// replayed from a CUDA graph.
 #[test]
 fn fused_launches_match_the_unfused_plan_bit_for_bit() {
     use kestrel_arch::synth::{synth_model, SynthShape, SynthType};
@@ -310,17 +311,19 @@ fn fused_launches_match_the_unfused_plan_bit_for_bit() {
         let cfg = DecoderConfig::from_model(&m).unwrap();
         let g = build_decoder(&cfg, &m, Logits::Last).unwrap();
         let lookup = |n: &str| weight_tensor(&m, n);
-        let mut fused = CudaPlan::compile(&g, Arc::clone(&dev), 16, &lookup).unwrap();
-        let mut plain = CudaPlan::compile_sharing(&g, &fused, 16, &lookup).unwrap();
+        let mut fused = CudaPlan::compile(&g, Arc::clone(&dev), 80, &lookup).unwrap();
+        let mut plain = CudaPlan::compile_sharing(&g, &fused, 80, &lookup).unwrap();
         fused.set_fusion(true);
         fused.set_graphs(true);
         plain.set_fusion(false);
         plain.set_graphs(false);
+        let long: Vec<u32> = (0..70).map(|i| (i * 31 + 7) % 90).collect();
         for prompt in [
             &[3u32, 14, 15, 92, 65][..],
             &[2, 7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5],
+            &long,
         ] {
-            let (mut a, mut b) = (fused.new_cache(64).unwrap(), plain.new_cache(64).unwrap());
+            let (mut a, mut b) = (fused.new_cache(128).unwrap(), plain.new_cache(128).unwrap());
             let x = fused.run(&mut a, prompt).unwrap().to_vec();
             let y = plain.run(&mut b, prompt).unwrap();
             assert!(x.iter().all(|v| v.is_finite()), "{what}: finite logits");

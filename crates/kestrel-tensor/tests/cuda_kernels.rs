@@ -93,7 +93,7 @@ fn matmul_matches_the_cpu_engine() {
             }
             let w = weight(dtype, m, k, k as u64 + m as u64);
             let dw = dev.upload(&w).unwrap();
-            for n in [1, 2, 3, 8, 13, 64] {
+            for n in [1, 2, 3, 8, 13, 64, 72] {
                 let x = f32_tensor(n, k, n as u64);
                 let mut want = Tensor::zeros(DType::F32, Shape::matrix(n, m).unwrap()).unwrap();
                 cpu.matmul(&x, &w, &mut want).unwrap();
@@ -125,7 +125,7 @@ fn matmul_matches_the_cpu_engine() {
     }
 }
 
-/// From 9 rows matmul dequantizes the weight in bands of at most 256 MiB of f32 and runs
+/// From 65 rows matmul dequantizes the weight in bands of at most 256 MiB of f32 and runs
 /// cuBLAS; a weight of 4096 × 17000 takes two bands, the second writing from column 16384 on.
 #[test]
 fn gemm_covers_every_band_of_a_large_weight() {
@@ -134,7 +134,7 @@ fn gemm_covers_every_band_of_a_large_weight() {
         assert_eq!(dev.gemm_off(), None, "the GPU machine has cuBLAS");
     }
     let cpu = CpuEngine::new(4).unwrap();
-    let (k, m, n) = (4096, 17_000, 16);
+    let (k, m, n) = (4096, 17_000, 72);
     let w = weight(DType::Q8_0, m, k, 77);
     let x = f32_tensor(n, k, 78);
     let mut want = Tensor::zeros(DType::F32, Shape::matrix(n, m).unwrap()).unwrap();

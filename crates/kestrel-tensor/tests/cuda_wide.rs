@@ -1,9 +1,10 @@
 //! The tensor-core matvec (`kernels/mmvq_wide.cu`, 9-64 activation rows) against the matvec of
 //! one row, bit for bit (`--features cuda`): in a batched decode step of up to 64 sequences,
-//! each sequence's logits must be the ones it gets decoding alone. Every quantized weight type,
-//! real row lengths (SmolLM2's 576, Gemma 3's 640, a llama-8B's 4096 and its FFN's 14336), row
-//! counts that leave the last CTA part-empty, with and without the residual add of the
-//! matvec's epilogue. The kernel's order is checked on the host too
+//! each sequence's logits must be the ones it gets decoding alone. Every quantized weight type
+//! (and the float ones, which keep the float matvec up to 64 rows), real row lengths
+//! (SmolLM2's 576, Gemma 3's 640, a llama-8B's 4096 and its FFN's 14336), row counts that
+//! leave the last CTA part-empty, with and without the residual add of the matvec's epilogue
+//! (quantized weights: the float matvec has none). The kernel's order is checked on the host too
 //! (`kernels/host/mmvq_wide_check.cpp`); this is the GPU's tensor cores and its float math.
 //!
 //! The GPU run repeats it under `KESTREL_CUDA_WIDE_NT=4` and `KESTREL_CUDA_MMVQ_RPC=1|4`
@@ -27,6 +28,9 @@ const QUANTIZED: [DType; 8] = [
 
 fn weight(dtype: DType, rows: usize, k: usize, seed: u64) -> Tensor {
     let src = cuda_common::random(rows * k, seed);
+    if dtype == DType::F32 {
+        return Tensor::from_f32(Shape::matrix(rows, k).unwrap(), &src).unwrap();
+    }
     let mut bytes = vec![0u8; dtype.row_bytes(k).unwrap() * rows];
     quant::quantize(dtype.ggml_type(), &src, &mut bytes).unwrap();
     Tensor::from_bytes(dtype, Shape::matrix(rows, k).unwrap(), &bytes).unwrap()
@@ -42,7 +46,11 @@ fn each_row_of_a_wide_matmul_is_that_row_alone() {
         return;
     };
     for (k, m) in [(576, 200), (640, 331), (4096, 1024), (14336, 96)] {
-        for dtype in QUANTIZED {
+        // Float weights take the float matvec in launches of 8 rows up to 64 (not the GEMM).
+        for dtype in QUANTIZED
+            .into_iter()
+            .chain([DType::F32, DType::F16, DType::BF16])
+        {
             if k % dtype.block_size() != 0 {
                 continue; // K-quant rows are whole 256-value blocks
             }
@@ -53,6 +61,9 @@ fn each_row_of_a_wide_matmul_is_that_row_alone() {
                 let x = cuda_common::upload(&dev, n, k, &xs);
                 let r = cuda_common::upload(&dev, n, m, &res);
                 for residual in [false, true] {
+                    if residual && !dtype.is_quantized() {
+                        continue;
+                    }
                     let mut out = dev.zeros_f32(Shape::matrix(n, m).unwrap()).unwrap();
                     if residual {
                         dev.matmul_add_reusing(&x, &w, &r, &mut out, None).unwrap();
@@ -89,7 +100,7 @@ fn eight_and_nine_rows_agree() {
     let Some(dev) = cuda_common::device("wide matvec") else {
         return;
     };
-    let (k, m) = (4096, 512);
+    let (k, m) = (4096, 500); // not whole 16-row tiles (memcheck runs this test)
     for dtype in QUANTIZED {
         let w = dev.upload(&weight(dtype, m, k, 3)).unwrap();
         let xs = cuda_common::random(9 * k, 5);

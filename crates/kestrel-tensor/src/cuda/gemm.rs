@@ -1,8 +1,11 @@
 //! The prefill matmul: from [`GEMM_MIN_ROWS`] activation rows on, the weight (a band of its
 //! rows at a time) is dequantized to f32 on the device (`kernels/dequant.cu`) and multiplied
 //! by cuBLAS (TF32 tensor cores; plain f32 for F32 weights), so each weight is read once per
-//! step instead of once per [`MAX_MATVEC_ROWS`] rows as the matvec kernels read it. ggml-cuda
-//! takes the same route (dequantize, then cuBLAS) where its integer MMQ kernels do not apply.
+//! step instead of once per [`MAX_MATVEC_ROWS`](super::MAX_MATVEC_ROWS) rows as the matvec
+//! kernels read it. Up to [`MAX_WIDE_ROWS`] rows every weight type keeps the matvec kernels
+//! (quantized ones the tensor-core matvec past 8), whose rows have the bits of one row alone:
+//! a batched decode step of that many sequences gives each its own logits. ggml-cuda takes
+//! the same route (dequantize, then cuBLAS) where its integer MMQ kernels do not apply.
 //! f32 rather than f16 operands: activations that overflow f16 (Gemma's) stay finite, and the
 //! result is closer to the exact product than the CPU engine's 8-bit activations give.
 //!
@@ -20,12 +23,12 @@ use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 
 use super::blas::Operands;
 use super::engine::{cfg, driver, grid_for};
-use super::{CudaDevice, CudaError, DeviceTensor, MAX_MATVEC_ROWS};
+use super::{CudaDevice, CudaError, DeviceTensor, MAX_WIDE_ROWS};
 use crate::error::{Result, TensorError};
 use crate::DType;
 
 /// Activation rows from which [`CudaDevice::matmul`] takes the GEMM.
-pub const GEMM_MIN_ROWS: usize = MAX_MATVEC_ROWS + 1;
+pub const GEMM_MIN_ROWS: usize = MAX_WIDE_ROWS + 1;
 
 /// Largest band of dequantized weight rows held at once (bytes of f32): an 8B model's output
 /// matrix (128256 × 4096) would take 2 GiB whole.

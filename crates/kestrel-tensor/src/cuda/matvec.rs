@@ -139,8 +139,10 @@ impl CudaDevice {
     /// `out[n×m] = x[n×k] · W[m×k]ᵀ` for any number of activation rows; weights F32, F16, BF16,
     /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K. Up to [`MAX_MATVEC_ROWS`] rows: the
     /// matvec kernels (quantized weights against Q8_1 activations, each weight row read once
-    /// per launch); more: the cuBLAS GEMM over the dequantized weight (`gemm.rs`), or matvec
-    /// launches of 8 rows when cuBLAS is missing.
+    /// per launch); quantized weights up to [`MAX_WIDE_ROWS`] rows: the tensor-core matvec
+    /// (`KESTREL_CUDA_WIDE=0`: launches of 8), float weights launches of 8; more: the cuBLAS
+    /// GEMM over the dequantized weight (`gemm.rs`), or launches of 8 rows when cuBLAS is
+    /// missing. Up to [`MAX_WIDE_ROWS`] rows each output row has the bits of its row alone.
     ///
     /// # Errors
     /// Shape or dtype mismatches, a launch failure.
@@ -217,7 +219,7 @@ impl CudaDevice {
                 });
             }
         }
-        if n == 0 {
+        if n == 0 || m == 0 {
             return Ok(None);
         }
         if self.wide_applies(w.dtype, n) {
@@ -376,7 +378,14 @@ impl CudaDevice {
             why: "scratch lock poisoned",
         };
         let mut guard = self.scratch.lock().map_err(|_| poisoned())?;
-        let need = n * (k / 32) * Q8_1_BYTES;
+        // Sized for 8 or 64 rows at once, so a scheduler whose batches grow one sequence at a
+        // time grows it (and retires captured graphs) once, not at every size.
+        let rows = match n {
+            0..=MAX_MATVEC_ROWS => MAX_MATVEC_ROWS,
+            n if n <= MAX_WIDE_ROWS => MAX_WIDE_ROWS,
+            n => n,
+        };
+        let need = rows * (k / 32) * Q8_1_BYTES;
         if guard.as_ref().is_none_or(|s| s.len() < need) {
             *guard = Some(self.alloc(need.max(1))?);
             self.bump_epoch();
