@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use kestrel_arch::DecoderConfig;
 use kestrel_gguf::GgufModel;
-use kestrel_graph::{CudaPlan, ExecutionPlan};
+use kestrel_graph::{CudaKvCache, CudaPlan, ExecutionPlan};
 use kestrel_kv::{ContiguousCache, KvCache, KvLayout};
 use kestrel_sampling::TokenTrie;
 use kestrel_tensor::{CpuEngine, Device};
@@ -153,20 +153,51 @@ impl Core {
         session: &mut Session,
         token: u32,
     ) -> Result<u32, GenerateError> {
-        let pos = session.kv.seq_len();
-        let (Plans::Cuda(plan), SessionKv::Cuda(kv)) = (&mut self.plans, &mut session.kv) else {
+        if !self.on_gpu() {
             self.step(session, token)?;
             return Ok(kestrel_tensor::cpu::argmax(&self.logits).unwrap_or(0) as u32);
-        };
+        }
+        let (plan, kv) = self.gpu_step(session)?;
+        let next = plan.run_greedy(kv, &[token])?;
+        session.tokens.push(token);
+        Ok(next)
+    }
+
+    /// Append `token` to `session` (on a GPU) and return the `k` best candidates of the logits
+    /// that follow it, found on the device (8 bytes each come back instead of the logits; the
+    /// sampler goes on with `Sampler::pick_top`). `self.logits` keeps the previous step's.
+    pub(crate) fn step_top_k<'s>(
+        &'s mut self,
+        session: &mut Session,
+        token: u32,
+        k: usize,
+    ) -> Result<(&'s [u32], &'s [f32]), GenerateError> {
+        let (plan, kv) = self.gpu_step(session)?;
+        let top = plan.run_top_k(kv, &[token], k)?;
+        session.tokens.push(token);
+        Ok(top)
+    }
+
+    /// The CUDA plan and `session`'s device cache for a one-token step, the context checked
+    /// and the session's adapter scales at its position bound.
+    fn gpu_step<'s, 'k>(
+        &'s mut self,
+        session: &'k mut Session,
+    ) -> Result<(&'s mut CudaPlan, &'k mut CudaKvCache), GenerateError> {
+        let pos = session.kv.seq_len();
         room_for_one(pos, self.ctx)?;
+        let (Plans::Cuda(plan), SessionKv::Cuda(kv)) = (&mut self.plans, &mut session.kv) else {
+            return Err(GenerateError::NotOnDevice {
+                what: "a device step of a session that is not on the GPU",
+                device: "cpu".into(),
+            });
+        };
         if plan.adapter_slots() > 0 {
             self.chunk_scales.clear();
             session.adapters.extend_at(pos, &mut self.chunk_scales);
             plan.set_adapter_scales(&self.chunk_scales)?;
         }
-        let next = plan.run_greedy(kv, &[token])?;
-        session.tokens.push(token);
-        Ok(next)
+        Ok((plan, kv))
     }
 
     /// Whether the model runs on a GPU.

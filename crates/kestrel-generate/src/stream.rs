@@ -313,6 +313,14 @@ impl<'a> TokenIter<'a> {
                 let id = self.core.step_greedy(self.session, prev)?;
                 self.dec.take(id, &self.core.stop_ids)?
             }
+            // Top-k sampling with nothing else reading the logits, on a GPU: the candidates
+            // are found there and the sampler goes on from them.
+            Some(prev) if self.core.on_gpu() && self.dec.device_top_k().is_some() => {
+                let k = self.dec.device_top_k().unwrap_or(1);
+                let (ids, logits) = self.core.step_top_k(self.session, prev, k)?;
+                let id = self.dec.sampler.pick_top(ids, logits)?;
+                self.dec.take(id, &self.core.stop_ids)?
+            }
             pending => {
                 if let Some(prev) = pending {
                     self.core.step(self.session, prev)?;
@@ -422,6 +430,16 @@ impl<'a> Decoding<'a> {
     /// nothing reading the logits on the host (no bias, penalties, grammar, log-probabilities).
     pub(crate) fn device_greedy(&self) -> bool {
         self.matcher.is_none() && self.logprobs.is_none() && self.sampler.config().is_plain_greedy()
+    }
+
+    /// `Some(k)` when the next token may be drawn from the logits' `k` best candidates found
+    /// where the logits are (a GPU's top-k): top-k sampling with nothing else reading the
+    /// logits on the host (no bias, penalties, grammar, log-probabilities).
+    pub(crate) fn device_top_k(&self) -> Option<usize> {
+        if self.matcher.is_some() || self.logprobs.is_some() {
+            return None;
+        }
+        self.sampler.config().device_top_k()
     }
 
     /// Takes `id` as the next token (chosen by [`Self::accept`]'s sampler, or by the device's

@@ -10,6 +10,9 @@
 //! of a real model agree with the CPU's for 32 tokens unless they part at a near-tie (the CPU's
 //! top two logits within 0.5).
 //!
+//! Greedy decoding and top-k sampling pick on the device when nothing else reads the logits,
+//! drawing the host's tokens.
+//!
 //! The paths above the plan on the GPU: the continuous-batching scheduler gives each sequence
 //! the tokens it gets alone, bit for bit (its decode tokens run as batched steps of up to 64
 //! sequences, its prompts one by one in the same prefill chunks);
@@ -98,6 +101,52 @@ fn greedy_on_the_device_picks_the_hosts_tokens() {
     let mut g = generator(&m, Device::Cuda(0), 16);
     let ids = g.generate_ids(&prompt, 24, &mut |_| Ok(true)).unwrap().ids;
     assert_eq!(on_device, ids);
+}
+
+/// Top-k sampling on the GPU finds the candidates there (`run_top_k`: 8 bytes a candidate come
+/// back, not the logits) when nothing else reads the logits; asking for log-probabilities
+/// brings the logits back and the host sampler draws from the whole row: the same tokens at
+/// the same seed (the same logits either way, and `Sampler::pick_top` draws what `sample`
+/// draws), with top-p, min-p and temperatures on top, and k from 1 to 256.
+#[test]
+fn top_k_on_the_device_draws_the_hosts_tokens() {
+    if !have_gpu() {
+        return;
+    }
+    let m = synthetic("llama");
+    let prompt: Vec<u32> = (0..9).map(|i| (i * 31 + 7) % 256).collect();
+    let mut g = generator(&m, Device::Cuda(0), 16);
+    for (n, (top_k, temperature, top_p, min_p)) in [
+        (40, 0.8, 1.0, 0.0),
+        (5, 1.5, 0.9, 0.0),
+        (256, 1.0, 1.0, 0.05),
+        (1, 0.7, 1.0, 0.0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let params = GenerateParams {
+            sampling: kestrel_sampling::SamplingConfig {
+                top_k,
+                temperature,
+                top_p,
+                min_p,
+                seed: Some(n as u64 + 3),
+                max_new_tokens: 24,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(params.sampling.device_top_k(), Some(top_k));
+        let mut with_logprobs = params.clone();
+        with_logprobs.logprobs = Some(1);
+        let ids = |p: &GenerateParams, g: &mut Generator| -> Vec<u32> {
+            g.iter(&prompt, p).unwrap().map(|t| t.unwrap().id).collect()
+        };
+        let on_device = ids(&params, &mut g);
+        assert!(on_device.len() > 1, "k {top_k}");
+        assert_eq!(on_device, ids(&with_logprobs, &mut g), "k {top_k}");
+    }
 }
 
 #[test]

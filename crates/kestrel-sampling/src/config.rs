@@ -108,8 +108,23 @@ impl SamplingConfig {
     /// greedy, no logit bias, neutral penalties. A GPU generator then finds the token on the
     /// device and copies back its id instead of the logits.
     pub fn is_plain_greedy(&self) -> bool {
-        self.is_greedy()
-            && self.logit_bias.is_empty()
+        self.is_greedy() && self.reads_only_the_logits()
+    }
+
+    /// `Some(top_k)` when the next token depends on the logits only through their `top_k`
+    /// best (1 to 256: the most a GPU finds on the device): a draw (temperature above 0) with
+    /// top-k on, no logit bias, neutral penalties. A GPU generator then finds those candidates
+    /// on the device, copies back 8 bytes each instead of the logits, and goes on with
+    /// [`Sampler::pick_top`](crate::Sampler::pick_top), which draws what
+    /// [`Sampler::sample`](crate::Sampler::sample) would.
+    pub fn device_top_k(&self) -> Option<usize> {
+        (!self.is_greedy() && (1..=256).contains(&self.top_k) && self.reads_only_the_logits())
+            .then_some(self.top_k)
+    }
+
+    /// No logit bias and neutral penalties: nothing but the logits decides the token.
+    fn reads_only_the_logits(&self) -> bool {
+        self.logit_bias.is_empty()
             && (self.penalty_last_n == 0
                 || (self.repeat_penalty == 1.0
                     && self.frequency_penalty == 0.0

@@ -30,6 +30,15 @@ pub enum SamplingError {
         /// Vocabulary size.
         vocab_size: usize,
     },
+    /// Top-k candidates given as ids and logits of different counts
+    /// ([`crate::Sampler::pick_top`]).
+    #[error("top-k candidates: {ids} ids but {logits} logits")]
+    CandidateMismatch {
+        /// Ids given.
+        ids: usize,
+        /// Logits given.
+        logits: usize,
+    },
     /// Nothing can be sampled: every logit is `-inf`/NaN, or the grammar allows no token.
     #[error("no token can be sampled: every candidate is -inf, NaN or masked by the grammar")]
     NoCandidates,

@@ -11,7 +11,7 @@ use crate::rng::{entropy_seed, fold_seed, Mt19937};
 use crate::samplers::penalties::Penalties;
 use crate::samplers::typical::TypicalScratch;
 use crate::samplers::{
-    dist, greedy, logit_bias, min_p, temperature, top_k, top_p, typical, Candidates,
+    dist, greedy, logit_bias, min_p, temperature, top_k, top_p, typical, Candidate, Candidates,
 };
 
 /// A seeded sampler for one vocabulary size; see the [crate docs](crate) for an example.
@@ -262,20 +262,76 @@ impl Sampler {
         Ok(self.cands.data[i].id)
     }
 
+    /// [`pick`](Self::pick) from the top-k candidates of the logits instead of the logits:
+    /// `ids` and `logits` (as many) are the row's best `top_k` candidates, best first, in the
+    /// sampler's order (NaN and -inf left out; larger logits first in `total_cmp`'s order, ties
+    /// by lower id; fewer when the row has fewer), as a GPU finds them on the device. For a
+    /// configuration whose [`SamplingConfig::device_top_k`] is `Some`, this draws the token
+    /// [`sample`](Self::sample) draws from the whole row, with the same RNG steps.
+    ///
+    /// ```
+    /// use kestrel_sampling::{Sampler, SamplingConfig};
+    /// let cfg = SamplingConfig { top_k: 2, seed: Some(3), ..Default::default() };
+    /// let mut logits = vec![0.5, 2.0, -1.0, 1.5];
+    /// let mut whole = Sampler::new(&cfg, 4).unwrap();
+    /// let mut top = Sampler::new(&cfg, 4).unwrap();
+    /// for _ in 0..8 {
+    ///     let want = whole.sample(&mut logits.clone(), &[]).unwrap();
+    ///     assert_eq!(top.pick_top(&[1, 3], &[2.0, 1.5]).unwrap(), want);
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// [`SamplingError::NoCandidates`] when there are none; a length mismatch.
+    pub fn pick_top(&mut self, ids: &[u32], logits: &[f32]) -> Result<u32, SamplingError> {
+        if ids.len() != logits.len() {
+            return Err(SamplingError::CandidateMismatch {
+                ids: ids.len(),
+                logits: logits.len(),
+            });
+        }
+        if ids.is_empty() {
+            return Err(SamplingError::NoCandidates);
+        }
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
+            return Err(SamplingError::TokenOutOfRange {
+                id,
+                vocab_size: self.vocab_size,
+            });
+        }
+        let c = &mut self.cands;
+        c.data.clear();
+        c.data.extend(
+            ids.iter()
+                .zip(logits)
+                .map(|(&id, &logit)| Candidate { id, logit, p: 0.0 }),
+        );
+        c.sorted = true;
+        self.filter_rest();
+        let i = dist::draw(&mut self.cands, &mut self.rng);
+        Ok(self.cands.data[i].id)
+    }
+
     /// The candidates left after the filters and temperature (in `self.cands`).
     fn filter(&mut self, logits: &[f32]) -> Result<(), SamplingError> {
-        let cfg = &self.config;
         let c = &mut self.cands;
         c.fill(logits);
         if c.data.is_empty() {
             return Err(SamplingError::NoCandidates);
         }
-        top_k::apply(c, cfg.top_k);
+        top_k::apply(c, self.config.top_k);
+        self.filter_rest();
+        Ok(())
+    }
+
+    /// The filters after top-k, then temperature.
+    fn filter_rest(&mut self) {
+        let cfg = &self.config;
+        let c = &mut self.cands;
         typical::apply(c, cfg.typical_p, cfg.min_keep, &mut self.typical);
         top_p::apply(c, cfg.top_p, cfg.min_keep);
         min_p::apply(c, cfg.min_p, cfg.min_keep);
         temperature::apply(c, cfg.temperature);
-        Ok(())
     }
 }
 
@@ -365,5 +421,113 @@ mod tests {
         for _ in 0..200 {
             assert_ne!(s.sample(&mut [5.0, 0.0, 0.0], &[]).unwrap(), 0);
         }
+    }
+
+    /// The candidates a device's top-k returns: the sampler's rule, written out.
+    fn top_candidates(logits: &[f32], k: usize) -> (Vec<u32>, Vec<f32>) {
+        let mut c: Vec<u32> = (0..logits.len() as u32)
+            .filter(|&i| {
+                let l = logits[i as usize];
+                !l.is_nan() && l != f32::NEG_INFINITY
+            })
+            .collect();
+        c.sort_by(|&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+        c.truncate(k);
+        let v = c.iter().map(|&i| logits[i as usize]).collect();
+        (c, v)
+    }
+
+    #[test]
+    fn pick_top_draws_what_sample_draws() {
+        let configs = [
+            SamplingConfig {
+                top_k: 40,
+                ..SamplingConfig::default()
+            },
+            SamplingConfig {
+                top_k: 5,
+                top_p: 0.8,
+                temperature: 0.7,
+                ..SamplingConfig::default()
+            },
+            SamplingConfig {
+                top_k: 256,
+                min_p: 0.05,
+                temperature: 1.3,
+                ..SamplingConfig::default()
+            },
+            SamplingConfig {
+                top_k: 20,
+                typical_p: 0.9,
+                min_keep: 3,
+                ..SamplingConfig::default()
+            },
+            SamplingConfig {
+                top_k: 1,
+                ..SamplingConfig::default()
+            },
+        ];
+        for (n, cfg) in configs.iter().enumerate() {
+            let k = cfg.device_top_k().expect("a device top-k configuration");
+            let cfg = SamplingConfig {
+                seed: Some(n as u64 + 1),
+                ..cfg.clone()
+            };
+            let mut whole = Sampler::new(&cfg, 300).unwrap();
+            let mut top = Sampler::new(&cfg, 300).unwrap();
+            for step in 0..40u32 {
+                let mut l = logits(300, step * 7 + n as u32);
+                // Dead entries, ties across the k-th place, both zeros.
+                for i in (0..300).step_by(11) {
+                    l[i] = f32::NAN;
+                }
+                for i in (5..300).step_by(13) {
+                    l[i] = f32::NEG_INFINITY;
+                }
+                for i in (2..300).step_by(17) {
+                    l[i] = 3.5;
+                }
+                l[1] = -0.0;
+                l[3] = 0.0;
+                let (ids, vals) = top_candidates(&l, k);
+                let want = whole.sample(&mut l.clone(), &[]).unwrap();
+                assert_eq!(
+                    top.pick_top(&ids, &vals).unwrap(),
+                    want,
+                    "config {n}, step {step}"
+                );
+            }
+        }
+        // Not device top-k: greedy, top-k off or past 256, a logit bias, a penalty.
+        assert_eq!(SamplingConfig::greedy().device_top_k(), None);
+        for cfg in [
+            SamplingConfig {
+                top_k: 0,
+                ..SamplingConfig::default()
+            },
+            SamplingConfig {
+                top_k: 257,
+                ..SamplingConfig::default()
+            },
+            SamplingConfig {
+                logit_bias: vec![(3, 1.0)],
+                ..SamplingConfig::default()
+            },
+            SamplingConfig {
+                repeat_penalty: 1.1,
+                penalty_last_n: 64,
+                ..SamplingConfig::default()
+            },
+        ] {
+            assert_eq!(cfg.device_top_k(), None, "{cfg:?}");
+        }
+        let mut s = Sampler::new(&SamplingConfig::default(), 10).unwrap();
+        assert_eq!(s.pick_top(&[], &[]), Err(SamplingError::NoCandidates));
+        assert!(s.pick_top(&[1, 2], &[1.0]).is_err());
+        assert!(s.pick_top(&[10], &[1.0]).is_err());
     }
 }

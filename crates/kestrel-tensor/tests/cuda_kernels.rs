@@ -19,7 +19,7 @@
 //! - norms 1e-10; SiLU/SwiGLU 1e-10 (the GPU's expf is within 2 ulp); GELU/GeGLU 2e-7
 //!   (the CPU engine rounds GELU through ggml-cpu's f16 table, as ggml-cpu does; the GPU keeps
 //!   it f32 as ggml-cuda does: relative 2^-12 a value);
-//!   add/mul and get_rows exact to 1e-12; argmax exact.
+//!   add/mul and get_rows exact to 1e-12; argmax and top-k exact.
 //!
 //! RoPE is tested in `cuda_rope.rs`, attention in `cuda_attention.rs`.
 #![cfg(feature = "cuda")]
@@ -575,6 +575,52 @@ fn argmax_matches_the_cpu_engine() {
         .collect();
     assert_eq!(got.to_vec(), want);
     assert_eq!(got[1], 1000);
+}
+
+/// The device top-k against the sampler's rule: candidates (not NaN, not -inf) by logit in
+/// `total_cmp`'s order, larger first, ties by lower id, the first k; on Gemma 3's 262,144-wide
+/// rows and short ones, with NaNs, -infs, runs of ties across the k-th place and both zeros,
+/// and a row with no candidate at all.
+#[test]
+fn top_k_matches_the_samplers_rule() {
+    let Some(dev) = device() else { return };
+    for (n, k) in [
+        (262_144, 40),
+        (262_144, 256),
+        (1000, 1),
+        (300, 256),
+        (7, 40),
+    ] {
+        let rows = 4;
+        let mut v = random(rows * n, n as u64 + k as u64);
+        for (i, x) in v.iter_mut().enumerate() {
+            match i % 29 {
+                0 => *x = f32::NAN,
+                1 => *x = f32::NEG_INFINITY,
+                2 => *x = 2.5, // ties above most values
+                3 => *x = if i % 2 == 0 { -0.0 } else { 0.0 },
+                _ => {}
+            }
+        }
+        v[3 * n..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY); // row 3: none
+        let x = Tensor::from_f32(Shape::matrix(rows, n).unwrap(), &v).unwrap();
+        let mut out = dev.new_top_k(rows, k).unwrap();
+        dev.top_k(&dev.upload(&x).unwrap(), &mut out).unwrap();
+        assert_eq!(out.rows(), rows);
+        for (r, row) in v.chunks(n).enumerate() {
+            let mut want: Vec<u32> = (0..n as u32)
+                .filter(|&i| !row[i as usize].is_nan() && row[i as usize] != f32::NEG_INFINITY)
+                .collect();
+            want.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
+            want.truncate(k);
+            let (ids, vals) = out.row(r);
+            assert_eq!(ids, &want[..], "n {n} k {k} row {r}");
+            let want_vals: Vec<u32> = want.iter().map(|&i| row[i as usize].to_bits()).collect();
+            let got_vals: Vec<u32> = vals.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got_vals, want_vals, "n {n} k {k} row {r}: logits");
+        }
+    }
+    assert!(dev.new_top_k(1, 0).is_err() && dev.new_top_k(1, 257).is_err());
 }
 
 #[test]

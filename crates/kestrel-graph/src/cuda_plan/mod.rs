@@ -36,7 +36,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kestrel_tensor::cuda::{
-    CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, HostBuffer, KvTable, Q8Ticket, MAX_WIDE_ROWS,
+    CudaDevice, DeviceGraph, DeviceIds, DeviceTensor, DeviceTopK, HostBuffer, KvTable, Q8Ticket,
+    MAX_WIDE_ROWS,
 };
 use kestrel_tensor::{DType, Shape, Tensor, TensorError};
 
@@ -48,6 +49,7 @@ mod cache;
 mod exec;
 mod fuse;
 mod moe;
+mod pick;
 mod ssm;
 use crate::ir::{EmbedIndex, Node, Op, Rows};
 use crate::{Graph, GraphError};
@@ -85,6 +87,8 @@ pub struct CudaPlan {
     d_mask: DeviceIds,
     /// The greedy step's argmax ids (one a sequence), on the device and copied back.
     d_argmax: DeviceIds,
+    /// The top-k candidates of `run_top_k` (made at its first call, remade for another k).
+    d_topk: Option<DeviceTopK>,
     /// Whether one-token steps replay CUDA graphs, and whether this graph allows it (only
     /// causal attention and embeddings of tokens or positions).
     graphs: bool,
@@ -349,6 +353,7 @@ impl CudaPlan {
             d_positions: dev.new_ids(max_tokens)?,
             d_mask: dev.new_ids(max_tokens)?,
             d_argmax: dev.new_ids(out_rows.max(1))?,
+            d_topk: None,
             graphs,
             graphable,
             graph_off: None,
@@ -569,36 +574,6 @@ impl CudaPlan {
     pub fn run(&mut self, cache: &mut CudaKvCache, tokens: &[u32]) -> Result<&[f32], GraphError> {
         let (rows, t) = self.step_one(cache, tokens)?;
         self.copy_out(rows, t == 1)
-    }
-
-    /// [`Self::run`] for greedy decoding: the id of the largest value of the last output row
-    /// (the next token; ties to the lowest id, as `kestrel_tensor::cpu::argmax`), found on the
-    /// device, so 4 bytes come back instead of the logits.
-    ///
-    /// # Errors
-    /// As [`Self::run`].
-    pub fn run_greedy(
-        &mut self,
-        cache: &mut CudaKvCache,
-        tokens: &[u32],
-    ) -> Result<u32, GraphError> {
-        let (rows, t) = self.step_one(cache, tokens)?;
-        let id = self.argmax_out(rows, t == 1)?.last().copied().unwrap_or(0);
-        u32::try_from(id).map_err(|_| internal("negative argmax"))
-    }
-
-    /// The argmax of each of the step's `rows` output rows, found on the device and copied
-    /// back (4 bytes a row); collects the step's profile.
-    fn argmax_out(&mut self, rows: usize, decode: bool) -> Result<&[i32], GraphError> {
-        self.output_rows(rows)?;
-        let out = self.acts[self.output]
-            .as_ref()
-            .ok_or_else(|| internal("output buffer missing"))?;
-        self.dev.argmax_ids(out, &mut self.d_argmax)?;
-        if let Some(p) = self.profile.as_mut() {
-            p.collect(decode)?;
-        }
-        Ok(self.d_argmax.as_slice())
     }
 
     /// Checks a step's token ids against the embedding table.

@@ -49,6 +49,8 @@ mod rope_kv;
 mod ssm;
 #[cfg(not(feature = "cuda"))]
 mod stub;
+#[cfg(feature = "cuda")]
+mod topk;
 
 pub use error::CudaError;
 
@@ -68,9 +70,11 @@ pub use kv_table::KvTable;
 pub use ssm::MAX_SSM_STATE;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{
-    device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor, Glu,
-    HostBuffer, KvTable, Q8Ticket, MAX_SSM_STATE, MLA_MAX_HEAD_DIM,
+    device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor, DeviceTopK,
+    Glu, HostBuffer, KvTable, Q8Ticket, MAX_SSM_STATE, MAX_TOP_K, MLA_MAX_HEAD_DIM,
 };
+#[cfg(feature = "cuda")]
+pub use topk::{DeviceTopK, MAX_TOP_K};
 
 /// A one-input elementwise op ([`CudaDevice::unary_op`]).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -79,4 +79,9 @@ pub(crate) const MODULES: &[PtxModule] = &[
         sm80: include_str!("ptx/ssm.sm_80.ptx"),
         sm90: include_str!("ptx/ssm.sm_90.ptx"),
     },
+    PtxModule {
+        name: "topk",
+        sm80: include_str!("ptx/topk.sm_80.ptx"),
+        sm90: include_str!("ptx/topk.sm_90.ptx"),
+    },
 ];

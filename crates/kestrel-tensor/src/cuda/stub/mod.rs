@@ -9,12 +9,14 @@ use super::CudaError;
 mod elementwise;
 mod kv_table;
 mod ssm;
+mod topk;
 use crate::cpu::{AttentionParams, RopeParams};
 use crate::error::Result;
 use crate::{DType, Shape, Tensor};
 pub use elementwise::HostBuffer;
 pub use kv_table::KvTable;
 pub use ssm::MAX_SSM_STATE;
+pub use topk::{DeviceTopK, MAX_TOP_K};
 
 /// Longest key head of the latent attention kernels.
 pub const MLA_MAX_HEAD_DIM: usize = 576;

@@ -1,0 +1,84 @@
+//! What a step returns besides its logits: the argmax of each output row (greedy decoding) or
+//! its top-k candidates (top-k sampling), found on the device so a few bytes come back instead
+//! of the rows.
+
+use kestrel_tensor::cuda::MAX_TOP_K;
+use kestrel_tensor::TensorError;
+
+use super::{internal, CudaKvCache, CudaPlan};
+use crate::GraphError;
+
+impl CudaPlan {
+    /// [`Self::run`] for greedy decoding: the id of the largest value of the last output row
+    /// (the next token; ties to the lowest id, as `kestrel_tensor::cpu::argmax`), found on the
+    /// device, so 4 bytes come back instead of the logits.
+    ///
+    /// # Errors
+    /// As [`Self::run`].
+    pub fn run_greedy(
+        &mut self,
+        cache: &mut CudaKvCache,
+        tokens: &[u32],
+    ) -> Result<u32, GraphError> {
+        let (rows, t) = self.step_one(cache, tokens)?;
+        let id = self.argmax_out(rows, t == 1)?.last().copied().unwrap_or(0);
+        u32::try_from(id).map_err(|_| internal("negative argmax"))
+    }
+
+    /// The argmax of each of the step's `rows` output rows, found on the device and copied
+    /// back (4 bytes a row); collects the step's profile.
+    pub(super) fn argmax_out(&mut self, rows: usize, decode: bool) -> Result<&[i32], GraphError> {
+        self.output_rows(rows)?;
+        let out = self.acts[self.output]
+            .as_ref()
+            .ok_or_else(|| internal("output buffer missing"))?;
+        self.dev.argmax_ids(out, &mut self.d_argmax)?;
+        if let Some(p) = self.profile.as_mut() {
+            p.collect(decode)?;
+        }
+        Ok(self.d_argmax.as_slice())
+    }
+
+    /// [`Self::run`] for top-k sampling: the last output row's `k` (1 to 256) best candidates
+    /// as ids and logits, best first, in the sampler's order (NaN and -inf never candidates;
+    /// larger logits first in `total_cmp`'s order, ties by lower id; fewer when the row has
+    /// fewer candidates), found on the device, so 8 bytes a candidate come back instead of the
+    /// logits. The sampler goes on from them as from its own top-k.
+    ///
+    /// # Errors
+    /// As [`Self::run`]; `k` out of range.
+    pub fn run_top_k(
+        &mut self,
+        cache: &mut CudaKvCache,
+        tokens: &[u32],
+        k: usize,
+    ) -> Result<(&[u32], &[f32]), GraphError> {
+        if k == 0 || k > MAX_TOP_K {
+            return Err(GraphError::Tensor(TensorError::InvalidParam {
+                op: "cuda top_k",
+                why: "k must be 1 to 256",
+            }));
+        }
+        let (rows, t) = self.step_one(cache, tokens)?;
+        self.output_rows(rows)?;
+        if self
+            .d_topk
+            .as_ref()
+            .is_none_or(|d| d.k() != k || d.capacity() < rows)
+        {
+            self.d_topk = Some(self.dev.new_top_k(rows.max(self.max_batch), k)?);
+        }
+        let out = self.acts[self.output]
+            .as_ref()
+            .ok_or_else(|| internal("output buffer missing"))?;
+        let topk = self
+            .d_topk
+            .as_mut()
+            .ok_or_else(|| internal("no top-k buffer"))?;
+        self.dev.top_k(out, topk)?;
+        if let Some(p) = self.profile.as_mut() {
+            p.collect(t == 1)?;
+        }
+        Ok(topk.row(rows.saturating_sub(1)))
+    }
+}
