@@ -31,7 +31,7 @@ use kestrel_sampling::TokenTrie;
 use kestrel_tokenizer::Tokenizer;
 
 use crate::adapter_use::AdapterUse;
-pub(crate) use crate::batch_store::{SeqStore, StepRunner, NOT_PICKED};
+pub(crate) use crate::batch_store::{Pick, SeqStore, StepRunner, NOT_PICKED};
 use crate::core::{trie_of, Core};
 use crate::metrics::peak_memory_bytes;
 use crate::stream::Decoding;
@@ -140,8 +140,8 @@ pub struct Scheduler<'g> {
     outputs: Vec<usize>,
     /// Running index of each output row.
     out_owner: Vec<usize>,
-    /// Whether each output only needs its argmax (a plain-greedy decode).
-    out_greedy: Vec<bool>,
+    /// What each output needs of its logits (a GPU finds argmaxes and top-k candidates).
+    out_pick: Vec<Pick>,
     /// The segments' adapter scales (empty for a model without adapters).
     seg_adapters: Vec<f32>,
     logits: Vec<f32>,
@@ -179,7 +179,7 @@ impl<'g> Scheduler<'g> {
             segs: Vec::with_capacity(max_tokens),
             outputs: Vec::with_capacity(max_tokens),
             out_owner: Vec::with_capacity(max_tokens),
-            out_greedy: Vec::with_capacity(max_tokens),
+            out_pick: Vec::with_capacity(max_tokens),
             seg_adapters: Vec::new(),
             logits: vec![0.0; n_vocab],
         }
@@ -280,17 +280,17 @@ impl<'g> Scheduler<'g> {
         let has_outputs = !self.outputs.is_empty();
         if !has_outputs {
             self.outputs.push(0); // a step of prompt chunks only: one row, ignored
-            self.out_greedy.push(false);
+            self.out_pick.push(Pick::Logits);
         }
         let result = self.state.runner.run(
             &mut self.state.store,
             self.core,
             &self.tokens,
             &self.segs,
-            (&self.outputs, &self.out_greedy),
+            (&self.outputs, &self.out_pick),
             &self.seg_adapters,
         );
-        let (rows, picked) = match result {
+        let out = match result {
             Ok(r) => r,
             Err(e) => {
                 // A failed step leaves no sequence in a known state: end them all.
@@ -327,10 +327,11 @@ impl<'g> Scheduler<'g> {
         if has_outputs {
             for (o, &ri) in self.out_owner.iter().enumerate() {
                 let r = &mut self.running[ri];
-                let picked = picked.get(o).copied().filter(|&id| id != NOT_PICKED);
-                if picked.is_none() {
+                let picked = out.picked.get(o).copied().filter(|&id| id != NOT_PICKED);
+                let top = out.top(o);
+                if picked.is_none() && top.is_none() {
                     self.logits
-                        .copy_from_slice(&rows[o * n_vocab..(o + 1) * n_vocab]);
+                        .copy_from_slice(&out.rows[o * n_vocab..(o + 1) * n_vocab]);
                 }
                 let now = Instant::now();
                 if r.first.is_none() && self.state.opts.prefix_cache && r.shared > 0 {
@@ -342,9 +343,10 @@ impl<'g> Scheduler<'g> {
                     r.metrics.prefill = now - r.admitted;
                     r.metrics.time_to_first_token = now - r.submitted;
                 }
-                let taken = match picked {
-                    Some(id) => r.dec.take(id, eog),
-                    None => r.dec.accept(&mut self.logits, &r.history, eog),
+                let taken = match (picked, top) {
+                    (Some(id), _) => r.dec.take(id, eog),
+                    (None, Some((ids, logits))) => r.dec.take_top(ids, logits, eog),
+                    (None, None) => r.dec.accept(&mut self.logits, &r.history, eog),
                 };
                 match taken {
                     Ok(tok) => {
@@ -506,7 +508,7 @@ impl<'g> Scheduler<'g> {
         self.segs.clear();
         self.outputs.clear();
         self.out_owner.clear();
-        self.out_greedy.clear();
+        self.out_pick.clear();
         self.seg_adapters.clear();
         let budget = self.state.runner.max_tokens();
         // A GPU store prefills in the chunks a single generation uses (so a sequence's numbers
@@ -559,9 +561,13 @@ impl<'g> Scheduler<'g> {
             if last {
                 self.outputs.push(self.tokens.len() - 1);
                 self.out_owner.push(ri);
-                // A decode whose next token is only the logits' argmax: the GPU picks it.
-                self.out_greedy
-                    .push(r.pending.is_some() && r.dec.device_greedy());
+                // A decode whose next token needs only the logits' argmax or their top-k
+                // candidates: a GPU finds those.
+                self.out_pick.push(match r.pending {
+                    None => Pick::Logits,
+                    Some(_) if r.dec.device_greedy() => Pick::Greedy,
+                    Some(_) => r.dec.device_top_k().map_or(Pick::Logits, Pick::TopK),
+                });
             }
         }
     }

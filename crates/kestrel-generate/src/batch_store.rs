@@ -42,7 +42,45 @@ pub(crate) enum StepRunner {
         ids: Vec<u32>,
         /// Each output's token when the device picked it (greedy outputs), else `NOT_PICKED`.
         picked: Vec<u32>,
+        /// Top-k outputs' candidates, found on the device: `top[o]` = (start, count) in
+        /// `top_ids` / `top_vals`, `None` for outputs that are not.
+        top: Vec<Option<(usize, usize)>>,
+        top_ids: Vec<u32>,
+        top_vals: Vec<f32>,
     },
+}
+
+/// What a step needs of an output's logits: the whole row, only its argmax (a plain-greedy
+/// decode), or only its `k` best candidates (a top-k sampler with nothing else reading the
+/// logits). A GPU finds the last two on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pick {
+    Logits,
+    Greedy,
+    TopK(usize),
+}
+
+/// A step's outputs: logits rows, and what the device picked or found in their place.
+pub(crate) struct StepOut<'a> {
+    /// One row of `n_vocab` logits an output (not written for outputs the device picked or
+    /// found candidates for).
+    pub rows: &'a [f32],
+    /// Each output's token where the device picked it, else `NOT_PICKED` (may be shorter).
+    pub picked: &'a [u32],
+    top: &'a [Option<(usize, usize)>],
+    top_ids: &'a [u32],
+    top_vals: &'a [f32],
+}
+
+impl<'a> StepOut<'a> {
+    /// Output `o`'s top-k candidates (ids and logits, best first) where the device found them.
+    pub fn top(&self, o: usize) -> Option<(&'a [u32], &'a [f32])> {
+        let (at, n) = (*self.top.get(o)?)?;
+        Some((
+            self.top_ids.get(at..at + n)?,
+            self.top_vals.get(at..at + n)?,
+        ))
+    }
 }
 
 /// Where a scheduler's sequences keep their keys and values.
@@ -74,11 +112,12 @@ impl StepRunner {
     }
 
     /// Runs one step over `store`: `tokens` cut into `segs`; returns the logits of the rows
-    /// `outputs` names (token indices, in segment order), one row each, and each output's
-    /// token where the device picked it (`NOT_PICKED` elsewhere; the logits row is then not
-    /// written). `greedy[o]`: output `o` only needs its argmax (a plain-greedy decode), which
-    /// a GPU finds there. The caller commits the segments. `adapter_scales`: each segment's
-    /// adapter scales, one per adapter (the GPU plan binds them before each segment it runs).
+    /// `outputs` names (token indices, in segment order), one row each, or, where the device
+    /// picked an output's token or found its top-k candidates, those instead (the logits row
+    /// is then not written). `pick[o]`: what output `o` needs (a GPU finds argmaxes and top-k
+    /// candidates there; the CPU returns every row). The caller commits the segments.
+    /// `adapter_scales`: each segment's adapter scales, one per adapter (the GPU plan binds
+    /// them before each segment it runs).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
         &mut self,
@@ -86,14 +125,17 @@ impl StepRunner {
         core: &mut Core,
         tokens: &[u32],
         segs: &[BatchSeq],
-        (outputs, greedy): (&[usize], &[bool]),
+        (outputs, pick): (&[usize], &[Pick]),
         adapter_scales: &[f32],
-    ) -> Result<(&[f32], &[u32]), GenerateError> {
+    ) -> Result<StepOut<'_>, GenerateError> {
         match (self, store) {
-            (StepRunner::Cpu(plan), SeqStore::Paged(pool)) => Ok((
-                plan.run_batch(&core.engine, pool, tokens, segs, outputs, adapter_scales)?,
-                &[],
-            )),
+            (StepRunner::Cpu(plan), SeqStore::Paged(pool)) => Ok(StepOut {
+                rows: plan.run_batch(&core.engine, pool, tokens, segs, outputs, adapter_scales)?,
+                picked: &[],
+                top: &[],
+                top_ids: &[],
+                top_vals: &[],
+            }),
             (
                 StepRunner::Cuda {
                     rows,
@@ -103,12 +145,19 @@ impl StepRunner {
                     group,
                     ids,
                     picked,
+                    top,
+                    top_ids,
+                    top_vals,
                     ..
                 },
                 SeqStore::Cuda(c),
             ) => {
                 picked.clear();
                 picked.resize(outputs.len(), NOT_PICKED);
+                top.clear();
+                top.resize(outputs.len(), None);
+                top_ids.clear();
+                top_vals.clear();
                 let Plans::Cuda(plan) = &mut core.plans else {
                     return Err(mismatch());
                 };
@@ -160,7 +209,11 @@ impl StepRunner {
                             seq: s.seq,
                             token: *token,
                             slot,
-                            greedy: greedy.get(slot).copied().unwrap_or(false),
+                            pick: match pick.get(slot).copied().unwrap_or(Pick::Logits) {
+                                // Its plan runs batched steps one sequence at a time.
+                                Pick::TopK(_) if !plan.batches_in_one_step() => Pick::Logits,
+                                p => p,
+                            },
                         });
                         continue;
                     }
@@ -177,12 +230,11 @@ impl StepRunner {
                 // sequence order.
                 let max = plan.max_batch().max(1);
                 while let Some(first) = decodes.first() {
-                    let (scales, greedy_group) = (scales_of(first.seg)?, first.greedy);
+                    let (scales, group_pick) = (scales_of(first.seg)?, first.pick);
                     group.clear();
                     let mut i = 0;
                     while i < decodes.len() && group.len() < max {
-                        if scales_of(decodes[i].seg)? == scales && decodes[i].greedy == greedy_group
-                        {
+                        if scales_of(decodes[i].seg)? == scales && decodes[i].pick == group_pick {
                             group.push(decodes.remove(i));
                         } else {
                             i += 1;
@@ -204,13 +256,27 @@ impl StepRunner {
                     if caches.len() != group.len() {
                         return Err(GenerateError::Kv(KvError::UnknownSeq(group[0].seq)));
                     }
-                    if greedy_group {
-                        // Only their argmax is wanted: found on the device.
-                        let next = plan.run_batch_greedy(&mut caches, ids)?;
-                        for (d, &id) in group.iter().zip(next) {
-                            picked[d.slot] = id;
+                    match group_pick {
+                        Pick::Greedy => {
+                            // Only their argmax is wanted: found on the device.
+                            let next = plan.run_batch_greedy(&mut caches, ids)?;
+                            for (d, &id) in group.iter().zip(next) {
+                                picked[d.slot] = id;
+                            }
+                            continue;
                         }
-                        continue;
+                        Pick::TopK(k) => {
+                            // Only their k best candidates are wanted: found on the device.
+                            let found = plan.run_batch_top_k(&mut caches, ids, k)?;
+                            for (j, d) in group.iter().enumerate() {
+                                let (ids, vals) = found.row(j);
+                                top[d.slot] = Some((top_ids.len(), ids.len()));
+                                top_ids.extend_from_slice(ids);
+                                top_vals.extend_from_slice(vals);
+                            }
+                            continue;
+                        }
+                        Pick::Logits => {}
                     }
                     let logits = plan.run_batch(&mut caches, ids)?;
                     for (j, d) in group.iter().enumerate() {
@@ -223,7 +289,13 @@ impl StepRunner {
                         copy_row(rows, d.slot, row, n_vocab)?;
                     }
                 }
-                Ok((rows, picked))
+                Ok(StepOut {
+                    rows,
+                    picked,
+                    top,
+                    top_ids,
+                    top_vals,
+                })
             }
             _ => Err(mismatch()),
         }
@@ -238,8 +310,8 @@ pub(crate) struct Decode {
     seq: SeqId,
     token: u32,
     slot: usize,
-    /// Only its argmax is wanted.
-    greedy: bool,
+    /// What it needs of its logits.
+    pick: Pick,
 }
 
 /// An output whose token the device did not pick (its logits row holds the logits).

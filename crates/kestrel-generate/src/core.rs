@@ -157,7 +157,7 @@ impl Core {
             self.step(session, token)?;
             return Ok(kestrel_tensor::cpu::argmax(&self.logits).unwrap_or(0) as u32);
         }
-        let (plan, kv) = self.gpu_step(session)?;
+        let (plan, kv) = gpu_step(&mut self.plans, &mut self.chunk_scales, self.ctx, session)?;
         let next = plan.run_greedy(kv, &[token])?;
         session.tokens.push(token);
         Ok(next)
@@ -165,39 +165,22 @@ impl Core {
 
     /// Append `token` to `session` (on a GPU) and return the `k` best candidates of the logits
     /// that follow it, found on the device (8 bytes each come back instead of the logits; the
-    /// sampler goes on with `Sampler::pick_top`). `self.logits` keeps the previous step's.
+    /// sampler goes on with `Sampler::pick_top`), and the stop ids. `self.logits` keeps the
+    /// previous step's.
     pub(crate) fn step_top_k<'s>(
         &'s mut self,
         session: &mut Session,
         token: u32,
         k: usize,
-    ) -> Result<(&'s [u32], &'s [f32]), GenerateError> {
-        let (plan, kv) = self.gpu_step(session)?;
-        let top = plan.run_top_k(kv, &[token], k)?;
+    ) -> Result<TopStep<'s>, GenerateError> {
+        let (plan, kv) = gpu_step(&mut self.plans, &mut self.chunk_scales, self.ctx, session)?;
+        let (ids, logits) = plan.run_top_k(kv, &[token], k)?;
         session.tokens.push(token);
-        Ok(top)
-    }
-
-    /// The CUDA plan and `session`'s device cache for a one-token step, the context checked
-    /// and the session's adapter scales at its position bound.
-    fn gpu_step<'s, 'k>(
-        &'s mut self,
-        session: &'k mut Session,
-    ) -> Result<(&'s mut CudaPlan, &'k mut CudaKvCache), GenerateError> {
-        let pos = session.kv.seq_len();
-        room_for_one(pos, self.ctx)?;
-        let (Plans::Cuda(plan), SessionKv::Cuda(kv)) = (&mut self.plans, &mut session.kv) else {
-            return Err(GenerateError::NotOnDevice {
-                what: "a device step of a session that is not on the GPU",
-                device: "cpu".into(),
-            });
-        };
-        if plan.adapter_slots() > 0 {
-            self.chunk_scales.clear();
-            session.adapters.extend_at(pos, &mut self.chunk_scales);
-            plan.set_adapter_scales(&self.chunk_scales)?;
-        }
-        Ok((plan, kv))
+        Ok(TopStep {
+            ids,
+            logits,
+            stop_ids: &self.stop_ids,
+        })
     }
 
     /// Whether the model runs on a GPU.
@@ -306,4 +289,35 @@ pub(crate) fn trie_of<'a>(
         })
         .collect();
     Ok(cell.get_or_init(|| TokenTrie::new(&pieces, &core.stop_ids)))
+}
+
+/// A device top-k step's candidates (ids and logits, best first) and the generator's stop ids.
+pub(crate) struct TopStep<'a> {
+    pub ids: &'a [u32],
+    pub logits: &'a [f32],
+    pub stop_ids: &'a [u32],
+}
+
+/// The CUDA plan and `session`'s device cache for a one-token step, the context checked and
+/// the session's adapter scales at its position bound (into `scales`).
+fn gpu_step<'s, 'k>(
+    plans: &'s mut Plans,
+    scales: &mut Vec<f32>,
+    ctx: usize,
+    session: &'k mut Session,
+) -> Result<(&'s mut CudaPlan, &'k mut CudaKvCache), GenerateError> {
+    let pos = session.kv.seq_len();
+    room_for_one(pos, ctx)?;
+    let (Plans::Cuda(plan), SessionKv::Cuda(kv)) = (plans, &mut session.kv) else {
+        return Err(GenerateError::NotOnDevice {
+            what: "a device step of a session that is not on the GPU",
+            device: "cpu".into(),
+        });
+    };
+    if plan.adapter_slots() > 0 {
+        scales.clear();
+        session.adapters.extend_at(pos, scales);
+        plan.set_adapter_scales(scales)?;
+    }
+    Ok((plan, kv))
 }

@@ -541,6 +541,9 @@ impl Generator {
                         group: Vec::with_capacity(8),
                         ids: Vec::with_capacity(8),
                         picked: Vec::with_capacity(opts.max_seqs),
+                        top: Vec::with_capacity(opts.max_seqs),
+                        top_ids: Vec::new(),
+                        top_vals: Vec::new(),
                     },
                     SeqStore::Cuda(CudaSeqs::new(
                         opts.max_seqs,

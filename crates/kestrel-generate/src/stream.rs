@@ -317,9 +317,8 @@ impl<'a> TokenIter<'a> {
             // are found there and the sampler goes on from them.
             Some(prev) if self.core.on_gpu() && self.dec.device_top_k().is_some() => {
                 let k = self.dec.device_top_k().unwrap_or(1);
-                let (ids, logits) = self.core.step_top_k(self.session, prev, k)?;
-                let id = self.dec.sampler.pick_top(ids, logits)?;
-                self.dec.take(id, &self.core.stop_ids)?
+                let top = self.core.step_top_k(self.session, prev, k)?;
+                self.dec.take_top(top.ids, top.logits, top.stop_ids)?
             }
             pending => {
                 if let Some(prev) = pending {
@@ -440,6 +439,19 @@ impl<'a> Decoding<'a> {
             return None;
         }
         self.sampler.config().device_top_k()
+    }
+
+    /// Draws the next token from the logits' top-k candidates (`ids` and `logits`, best first,
+    /// as a GPU finds them when [`Self::device_top_k`]) and takes it: what [`Self::accept`]
+    /// draws from the whole row.
+    pub(crate) fn take_top(
+        &mut self,
+        ids: &[u32],
+        logits: &[f32],
+        eog: &[u32],
+    ) -> Result<Token, GenerateError> {
+        let id = self.sampler.pick_top(ids, logits)?;
+        self.take(id, eog)
     }
 
     /// Takes `id` as the next token (chosen by [`Self::accept`]'s sampler, or by the device's

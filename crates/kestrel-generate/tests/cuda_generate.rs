@@ -360,6 +360,44 @@ fn the_scheduler_gives_each_gpu_sequence_its_tokens_alone() {
         );
         assert_eq!(stats.sequences, 0);
     }
+    // Top-k sampling at a seed: each request's tokens alone (the streaming generator, its
+    // candidates found on the device) are the scheduler's (each batched step's candidates
+    // found on the device), and the host sampler's over the logits (log-probabilities asked).
+    let sampled = GenerateParams {
+        sampling: kestrel_sampling::SamplingConfig {
+            top_k: 40,
+            temperature: 0.9,
+            seed: Some(11),
+            max_new_tokens: n_new,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| {
+            g.iter(p, &sampled)
+                .unwrap()
+                .map(|t| t.unwrap().id)
+                .collect()
+        })
+        .collect();
+    for logprobs in [None, Some(1)] {
+        let params = GenerateParams {
+            logprobs,
+            ..sampled.clone()
+        };
+        let out = g
+            .batch_generate(requests_of(&prompts, &params), &opts)
+            .unwrap();
+        for (i, (want, got)) in alone.iter().zip(&out).enumerate() {
+            assert_eq!(
+                &got.as_ref().unwrap().ids,
+                want,
+                "top-k, logprobs {logprobs:?}, request {i}"
+            );
+        }
+    }
     // A request larger than the whole store is refused at once.
     let tiny = BatchOptions {
         kv_blocks: 1,

@@ -30,6 +30,19 @@ impl CudaPlan {
         self.graphable && self.nodes[self.output].rows == Rows::Outputs
     }
 
+    /// Whether [`Self::run_batch`] runs its sequences in one step (each weight read once for
+    /// all), not one after another: a batchable graph without state-space layers, latent
+    /// attention or key and value heads of different sizes (whose kernels take one sequence's
+    /// cache). [`Self::run_batch_top_k`] needs it.
+    pub fn batches_in_one_step(&self) -> bool {
+        let kv_dims_differ = self
+            .kv_widths
+            .iter()
+            .zip(&self.kv_v_widths)
+            .any(|(k, &v)| k.is_some_and(|k| k != v));
+        self.batchable() && !self.recurrent() && !self.kv_latent.contains(&true) && !kv_dims_differ
+    }
+
     /// Runs one decode step of several sequences: `tokens[i]` appended to `caches[i]` (at the
     /// position after its cached ones), all in one step. Returns one output row per sequence,
     /// in order (each sequence's next-token logits), copied back into a buffer the plan reuses.
@@ -93,7 +106,7 @@ impl CudaPlan {
 
     /// Runs a batched step's launches (not its copy back): the output rows it left, or `None`
     /// for a graph whose steps take one sequence's cache (the caller runs each alone).
-    fn batch_step(
+    pub(super) fn batch_step(
         &mut self,
         caches: &mut [&mut CudaKvCache],
         tokens: &[u32],
@@ -117,12 +130,7 @@ impl CudaPlan {
                 "batched decode needs a causal decoder graph with one output row a sequence".into(),
             ));
         }
-        let kv_dims_differ = self
-            .kv_widths
-            .iter()
-            .zip(&self.kv_v_widths)
-            .any(|(k, &v)| k.is_some_and(|k| k != v));
-        if self.recurrent() || self.kv_latent.contains(&true) || kv_dims_differ {
+        if !self.batches_in_one_step() {
             // The state-space, latent-attention and differing-head kernels take one sequence's
             // cache.
             return Ok(None);

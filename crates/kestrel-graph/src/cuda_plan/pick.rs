@@ -2,7 +2,7 @@
 //! its top-k candidates (top-k sampling), found on the device so a few bytes come back instead
 //! of the rows.
 
-use kestrel_tensor::cuda::MAX_TOP_K;
+use kestrel_tensor::cuda::{DeviceTopK, MAX_TOP_K};
 use kestrel_tensor::TensorError;
 
 use super::{internal, CudaKvCache, CudaPlan};
@@ -53,13 +53,45 @@ impl CudaPlan {
         tokens: &[u32],
         k: usize,
     ) -> Result<(&[u32], &[f32]), GraphError> {
-        if k == 0 || k > MAX_TOP_K {
-            return Err(GraphError::Tensor(TensorError::InvalidParam {
-                op: "cuda top_k",
-                why: "k must be 1 to 256",
-            }));
-        }
+        check_k(k)?;
         let (rows, t) = self.step_one(cache, tokens)?;
+        let top = self.top_k_out(rows, k, t == 1)?;
+        Ok(top.row(rows.saturating_sub(1)))
+    }
+
+    /// [`Self::run_batch`] for top-k sampling: each sequence's `k` (1 to 256) best candidates,
+    /// as [`Self::run_top_k`] finds them (row `i` of the result: `caches[i]`'s), so 8 bytes a
+    /// candidate come back instead of the logits.
+    ///
+    /// # Errors
+    /// As [`Self::run_batch`]; `k` out of range; a graph whose batched steps run each sequence
+    /// alone ([`Self::batches_in_one_step`]: take [`Self::run_batch`]).
+    pub fn run_batch_top_k(
+        &mut self,
+        caches: &mut [&mut CudaKvCache],
+        tokens: &[u32],
+        k: usize,
+    ) -> Result<&DeviceTopK, GraphError> {
+        check_k(k)?;
+        if !self.batches_in_one_step() {
+            return Err(GraphError::Batch(
+                "device top-k of a batched step that runs each sequence alone".into(),
+            ));
+        }
+        let rows = self
+            .batch_step(caches, tokens)?
+            .ok_or_else(|| internal("a one-step batch ran each sequence alone"))?;
+        self.top_k_out(rows, k, true)
+    }
+
+    /// The top `k` candidates of each of the step's `rows` output rows, found on the device
+    /// and copied back; collects the step's profile.
+    fn top_k_out(
+        &mut self,
+        rows: usize,
+        k: usize,
+        decode: bool,
+    ) -> Result<&DeviceTopK, GraphError> {
         self.output_rows(rows)?;
         if self
             .d_topk
@@ -77,8 +109,19 @@ impl CudaPlan {
             .ok_or_else(|| internal("no top-k buffer"))?;
         self.dev.top_k(out, topk)?;
         if let Some(p) = self.profile.as_mut() {
-            p.collect(t == 1)?;
+            p.collect(decode)?;
         }
-        Ok(topk.row(rows.saturating_sub(1)))
+        Ok(topk)
     }
+}
+
+/// `k` in 1..=[`MAX_TOP_K`], or the error saying so.
+fn check_k(k: usize) -> Result<(), GraphError> {
+    if k == 0 || k > MAX_TOP_K {
+        return Err(GraphError::Tensor(TensorError::InvalidParam {
+            op: "cuda top_k",
+            why: "k must be 1 to 256",
+        }));
+    }
+    Ok(())
 }
