@@ -10,8 +10,13 @@
 // byte a pass from the top, finds the k-th largest key; the candidates at or above it (exactly
 // min(k, candidates)) are gathered and ranked in shared memory.
 //
-// Layout: `x` rows of `n` logits; out `ids`/`vals` rows of `k` (the first `counts[row]` set).
-// Launch: grid rows, block (TOPK_THREADS, 1), k <= TOPK_MAX.
+// Histogram counts are added once per warp and digit (`__match_any_sync`): most logits share
+// their top bytes, and shared-memory atomics on one address serialize.
+//
+// Layout: `x` rows of `n` logits; `out` rows of 1 + 2k words: the row's candidate count c
+// (min(k, candidates)), then k ids, then k logits (f32 bits), the first c of each set (one
+// buffer, so one copy brings a step's rows back). Launch: grid rows, block (TOPK_THREADS, 1)
+// (a multiple of 32), 1 <= k <= TOPK_MAX.
 #include "common.cuh"
 
 #define TOPK_THREADS 1024
@@ -31,8 +36,7 @@ __device__ __forceinline__ unsigned long long topk_key(float v, int id) {
 }
 
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
-    topk_f32(const float *__restrict__ x, int n, int k, unsigned int *__restrict__ ids, float *__restrict__ vals,
-             int *__restrict__ counts) {
+    topk_f32(const float *__restrict__ x, int n, int k, unsigned int *__restrict__ out) {
     __shared__ unsigned int hist[256];
     __shared__ unsigned long long s_prefix, s_mask;
     __shared__ int s_need, s_total;
@@ -53,11 +57,16 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
         for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
         __syncthreads();
         const unsigned long long prefix = s_prefix, mask = s_mask;
-        for (int j = tid; j < n; j += blockDim.x) {
-            const float v = row[j];
-            if (!is_candidate(v)) continue;
-            const unsigned long long key = topk_key(v, j);
-            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1u);
+        for (int base = 0; base < n; base += blockDim.x) {  // the same trips for every lane
+            const int j = base + tid;
+            int digit = -1;
+            if (j < n) {
+                const float v = row[j];
+                const unsigned long long key = topk_key(v, j);
+                if (is_candidate(v) && (key & mask) == prefix) digit = (int)((key >> shift) & 255);
+            }
+            const unsigned same = __match_any_sync(0xffffffffu, digit);
+            if (digit >= 0 && tid % WARP == __ffs(same) - 1) atomicAdd(&hist[digit], (unsigned)__popc(same));
         }
         __syncthreads();
         if (tid == 0) {
@@ -90,13 +99,14 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     }
     __syncthreads();
     // Each key's rank: how many gathered keys are larger.
+    unsigned int *o = out + (long long)blockIdx.x * (1 + 2 * k);
     for (int i = tid; i < kk; i += blockDim.x) {
         const unsigned long long key = keys[i];
         int rank = 0;
         for (int j = 0; j < kk; j++) rank += keys[j] > key;
         const u32 id = 0xFFFFFFFFu - (u32)(key & 0xFFFFFFFFull);
-        ids[(long long)blockIdx.x * k + rank] = id;
-        vals[(long long)blockIdx.x * k + rank] = row[id];
+        o[1 + rank] = id;
+        o[1 + k + rank] = __float_as_uint(row[id]);
     }
-    if (tid == 0) counts[blockIdx.x] = kk;
+    if (tid == 0) o[0] = (unsigned)kk;
 }

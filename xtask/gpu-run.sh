@@ -218,6 +218,15 @@ if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
         for v in ${GPU_RUN_VARIANTS:-}; do
             bench "kestrel with $v (graphs)" .gpu/kestrel "$f" "$v"
         done
+        # Sampled decode (top-k 40, kestrel run's defaults): candidates found on the device,
+        # and with the logits copied back and sampled on the host (KESTREL_CUDA_TOPK=0).
+        if [ "$shape" != llama-8b ] && time_for 60; then
+            for v in "" KESTREL_CUDA_TOPK=0; do
+                echo "-- kestrel run ${v:+with $v }(top-k 40, temp 0.8, 256 tokens)" | tee -a "$out/bench.log"
+                env $v timeout "$step" .gpu/kestrel run -m "$f" --device cuda -n 256 --top-k 40 --seed 1 \
+                    -p "Once upon a time" 2>&1 >/dev/null | grep -E "generated|rror" | tee -a "$out/bench.log"
+            done
+        fi
         # Decode at a long context (llama-bench's -d): the same settings, after D cached tokens.
         for d in ${GPU_RUN_DEPTH:-}; do
             for v in "" ${GPU_RUN_VARIANTS:-}; do

@@ -138,6 +138,20 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
     return r;
 }
 
+// The lanes whose `v` equals this lane's, as a mask (every lane of the warp must call it).
+inline unsigned __match_any_sync(unsigned, int v) {
+    const int lane = (int)threadIdx.x % 32;
+    tl_warp->islot[0][lane] = v;
+    tl_warp->bar.arrive_and_wait();
+    unsigned m = 0;
+    for (int l = 0; l < 32; l++)
+        if (tl_warp->islot[0][l] == v) m |= 1u << l;
+    tl_warp->bar.arrive_and_wait();
+    return m;
+}
+inline int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+
 inline float __shfl_sync(unsigned, float v, int src) {
     const int lane = (int)threadIdx.x % 32;
     tl_warp->slot[lane] = v;

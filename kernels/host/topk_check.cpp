@@ -60,11 +60,10 @@ int main() {
                     const auto row = row_of(n, (kind + r) % 6);
                     x.insert(x.end(), row.begin(), row.end());
                 }
-                std::vector<unsigned> ids(rows * k, 0xDEADBEEFu);
-                std::vector<float> vals(rows * k, 0.0f);
-                std::vector<int> counts(rows, -1);
-                launch(rows, 1, 64, 1, [&] { topk_f32(x.data(), n, k, ids.data(), vals.data(), counts.data()); });
+                std::vector<unsigned> out(rows * (1 + 2 * k), 0xDEADBEEFu);
+                launch(rows, 1, 64, 1, [&] { topk_f32(x.data(), n, k, out.data()); });
                 for (int r = 0; r < rows; r++) {
+                    const unsigned *o = out.data() + r * (1 + 2 * k);
                     std::vector<int> cand;
                     for (int j = 0; j < n; j++) {
                         const float v = x[r * n + j];
@@ -75,14 +74,14 @@ int main() {
                         return ka != kb ? ka > kb : a < b;
                     });
                     const int want = std::min(k, (int)cand.size());
-                    bool ok = counts[r] == want;
+                    bool ok = o[0] == (unsigned)want;
                     for (int i = 0; ok && i < want; i++) {
                         const float v = x[r * n + cand[i]];
-                        ok = ids[r * k + i] == (unsigned)cand[i] && std::memcmp(&vals[r * k + i], &v, 4) == 0;
+                        ok = o[1 + i] == (unsigned)cand[i] && std::memcmp(&o[1 + k + i], &v, 4) == 0;
                     }
                     if (!ok && bad++ < 5)
-                        std::printf("topk n=%d k=%d kind=%d row %d: count %d (want %d), first id %u (want %d)\n", n, k,
-                                    kind, r, counts[r], want, ids[r * k], want ? cand[0] : -1);
+                        std::printf("topk n=%d k=%d kind=%d row %d: count %u (want %d), first id %u (want %d)\n", n, k,
+                                    kind, r, o[0], want, o[1], want ? cand[0] : -1);
                 }
             }
     std::printf("topk_f32: %s\n", bad ? "MISMATCH" : "ok");

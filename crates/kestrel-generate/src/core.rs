@@ -291,6 +291,9 @@ pub(crate) fn trie_of<'a>(
     Ok(cell.get_or_init(|| TokenTrie::new(&pieces, &core.stop_ids)))
 }
 
+// A sampler hands a GPU no larger top-k than the device takes.
+const _: () = assert!(kestrel_sampling::MAX_DEVICE_TOP_K == kestrel_tensor::cuda::MAX_TOP_K);
+
 /// A device top-k step's candidates (ids and logits, best first) and the generator's stop ids.
 pub(crate) struct TopStep<'a> {
     pub ids: &'a [u32],

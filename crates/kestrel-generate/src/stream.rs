@@ -435,7 +435,7 @@ impl<'a> Decoding<'a> {
     /// where the logits are (a GPU's top-k): top-k sampling with nothing else reading the
     /// logits on the host (no bias, penalties, grammar, log-probabilities).
     pub(crate) fn device_top_k(&self) -> Option<usize> {
-        if self.matcher.is_some() || self.logprobs.is_some() {
+        if self.matcher.is_some() || self.logprobs.is_some() || !device_top_k_on() {
             return None;
         }
         self.sampler.config().device_top_k()
@@ -454,8 +454,9 @@ impl<'a> Decoding<'a> {
         self.take(id, eog)
     }
 
-    /// Takes `id` as the next token (chosen by [`Self::accept`]'s sampler, or by the device's
-    /// argmax when [`Self::device_greedy`]): text, stop strings and ids, end of generation.
+    /// Takes `id` as the next token (chosen by [`Self::accept`]'s sampler, by the device's
+    /// argmax when [`Self::device_greedy`], or by [`Self::take_top`]): text, stop strings and
+    /// ids, end of generation.
     pub(crate) fn take(&mut self, id: u32, eog: &[u32]) -> Result<Token, GenerateError> {
         self.ids.push(id);
         let is_eog = eog.binary_search(&id).is_ok();
@@ -590,4 +591,11 @@ impl Iterator for TokenIter<'_> {
             }
         }
     }
+}
+
+/// Whether top-k samplers' candidates may be found on a GPU (`KESTREL_CUDA_TOPK=0`: the logits
+/// come back and the host samples, for comparison; the same tokens).
+fn device_top_k_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KESTREL_CUDA_TOPK").map_or(true, |v| v != "0"))
 }

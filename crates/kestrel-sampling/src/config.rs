@@ -90,6 +90,10 @@ fn bad(field: &'static str, reason: impl Into<String>) -> SamplingError {
     }
 }
 
+/// The largest top-k [`SamplingConfig::device_top_k`] hands to a GPU (kestrel-tensor's
+/// `cuda::MAX_TOP_K`, which kestrel-generate checks it equals).
+pub const MAX_DEVICE_TOP_K: usize = 256;
+
 impl SamplingConfig {
     /// Greedy decoding: temperature 0, everything else default.
     pub fn greedy() -> Self {
@@ -118,8 +122,10 @@ impl SamplingConfig {
     /// [`Sampler::pick_top`](crate::Sampler::pick_top), which draws what
     /// [`Sampler::sample`](crate::Sampler::sample) would.
     pub fn device_top_k(&self) -> Option<usize> {
-        (!self.is_greedy() && (1..=256).contains(&self.top_k) && self.reads_only_the_logits())
-            .then_some(self.top_k)
+        (!self.is_greedy()
+            && (1..=MAX_DEVICE_TOP_K).contains(&self.top_k)
+            && self.reads_only_the_logits())
+        .then_some(self.top_k)
     }
 
     /// No logit bias and neutral penalties: nothing but the logits decides the token.

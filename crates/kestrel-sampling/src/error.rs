@@ -39,6 +39,14 @@ pub enum SamplingError {
         /// Logits given.
         logits: usize,
     },
+    /// Top-k candidates that are not in the sampler's order (larger logits first in
+    /// `total_cmp`'s order, ties by lower id; no NaN or -inf), at `index`
+    /// ([`crate::Sampler::pick_top`]).
+    #[error("top-k candidates out of the sampler's order at {index}")]
+    UnorderedCandidates {
+        /// The first candidate out of order.
+        index: usize,
+    },
     /// Nothing can be sampled: every logit is `-inf`/NaN, or the grammar allows no token.
     #[error("no token can be sampled: every candidate is -inf, NaN or masked by the grammar")]
     NoCandidates,

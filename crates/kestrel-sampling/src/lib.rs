@@ -29,7 +29,7 @@ mod samplers;
 pub mod speculative;
 mod stop;
 
-pub use config::SamplingConfig;
+pub use config::{SamplingConfig, MAX_DEVICE_TOP_K};
 pub use error::SamplingError;
 pub use grammar::json_schema::{
     text_to_gbnf as json_schema_text_to_gbnf, to_gbnf as json_schema_to_gbnf,

@@ -11,7 +11,8 @@ use crate::rng::{entropy_seed, fold_seed, Mt19937};
 use crate::samplers::penalties::Penalties;
 use crate::samplers::typical::TypicalScratch;
 use crate::samplers::{
-    dist, greedy, logit_bias, min_p, temperature, top_k, top_p, typical, Candidate, Candidates,
+    by_logit_desc, dist, greedy, logit_bias, min_p, temperature, top_k, top_p, typical, Candidate,
+    Candidates,
 };
 
 /// A seeded sampler for one vocabulary size; see the [crate docs](crate) for an example.
@@ -299,6 +300,20 @@ impl Sampler {
                 vocab_size: self.vocab_size,
             });
         }
+        // The candidates top-k would leave: live logits, strictly in its order (so no id twice
+        // among equal logits).
+        let c = |i: usize| Candidate {
+            id: ids[i],
+            logit: logits[i],
+            p: 0.0,
+        };
+        if let Some(index) = (0..ids.len()).find(|&i| {
+            logits[i].is_nan()
+                || logits[i] == f32::NEG_INFINITY
+                || (i > 0 && by_logit_desc(&c(i - 1), &c(i)) != std::cmp::Ordering::Less)
+        }) {
+            return Err(SamplingError::UnorderedCandidates { index });
+        }
         let c = &mut self.cands;
         c.data.clear();
         c.data.extend(
@@ -529,5 +544,19 @@ mod tests {
         assert_eq!(s.pick_top(&[], &[]), Err(SamplingError::NoCandidates));
         assert!(s.pick_top(&[1, 2], &[1.0]).is_err());
         assert!(s.pick_top(&[10], &[1.0]).is_err());
+        // Out of order: a larger logit second, a tie with the larger id first, NaN, -inf.
+        let unordered = |ids: &[u32], l: &[f32]| {
+            Sampler::new(&SamplingConfig::default(), 10)
+                .unwrap()
+                .pick_top(ids, l)
+        };
+        assert_eq!(
+            unordered(&[1, 2], &[1.0, 2.0]),
+            Err(SamplingError::UnorderedCandidates { index: 1 })
+        );
+        assert!(unordered(&[2, 1], &[1.0, 1.0]).is_err());
+        assert!(unordered(&[1], &[f32::NAN]).is_err());
+        assert!(unordered(&[1, 2], &[1.0, f32::NEG_INFINITY]).is_err());
+        assert!(unordered(&[1, 2], &[1.0, 1.0]).is_ok());
     }
 }

@@ -604,8 +604,8 @@ fn top_k_matches_the_samplers_rule() {
         }
         v[3 * n..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY); // row 3: none
         let x = Tensor::from_f32(Shape::matrix(rows, n).unwrap(), &v).unwrap();
-        let mut out = dev.new_top_k(rows, k).unwrap();
-        dev.top_k(&dev.upload(&x).unwrap(), &mut out).unwrap();
+        let mut out = dev.new_top_k(rows).unwrap();
+        dev.top_k(&dev.upload(&x).unwrap(), k, &mut out).unwrap();
         assert_eq!(out.rows(), rows);
         for (r, row) in v.chunks(n).enumerate() {
             let mut want: Vec<u32> = (0..n as u32)
@@ -620,7 +620,11 @@ fn top_k_matches_the_samplers_rule() {
             assert_eq!(got_vals, want_vals, "n {n} k {k} row {r}: logits");
         }
     }
-    assert!(dev.new_top_k(1, 0).is_err() && dev.new_top_k(1, 257).is_err());
+    let x = dev
+        .upload(&Tensor::from_f32(Shape::matrix(1, 8).unwrap(), &[0.0; 8]).unwrap())
+        .unwrap();
+    let mut out = dev.new_top_k(1).unwrap();
+    assert!(dev.top_k(&x, 0, &mut out).is_err() && dev.top_k(&x, 257, &mut out).is_err());
 }
 
 #[test]

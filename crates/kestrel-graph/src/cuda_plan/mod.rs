@@ -87,7 +87,7 @@ pub struct CudaPlan {
     d_mask: DeviceIds,
     /// The greedy step's argmax ids (one a sequence), on the device and copied back.
     d_argmax: DeviceIds,
-    /// The top-k candidates of `run_top_k` (made at its first call, remade for another k).
+    /// The top-k candidates of `run_top_k` (made at its first call).
     d_topk: Option<DeviceTopK>,
     /// Whether one-token steps replay CUDA graphs, and whether this graph allows it (only
     /// causal attention and embeddings of tokens or positions).

@@ -54,6 +54,8 @@ impl CudaPlan {
         k: usize,
     ) -> Result<(&[u32], &[f32]), GraphError> {
         check_k(k)?;
+        // Room first: a failed allocation must not leave the cache a token ahead.
+        self.top_k_room(tokens.len())?;
         let (rows, t) = self.step_one(cache, tokens)?;
         let top = self.top_k_out(rows, k, t == 1)?;
         Ok(top.row(rows.saturating_sub(1)))
@@ -78,10 +80,19 @@ impl CudaPlan {
                 "device top-k of a batched step that runs each sequence alone".into(),
             ));
         }
+        self.top_k_room(tokens.len())?;
         let rows = self
             .batch_step(caches, tokens)?
             .ok_or_else(|| internal("a one-step batch ran each sequence alone"))?;
         self.top_k_out(rows, k, true)
+    }
+
+    /// Makes the top-k buffer (once, for the plan's most output rows).
+    fn top_k_room(&mut self, rows: usize) -> Result<(), GraphError> {
+        if self.d_topk.as_ref().is_none_or(|d| d.capacity() < rows) {
+            self.d_topk = Some(self.dev.new_top_k(rows.max(self.max_batch))?);
+        }
+        Ok(())
     }
 
     /// The top `k` candidates of each of the step's `rows` output rows, found on the device
@@ -93,13 +104,7 @@ impl CudaPlan {
         decode: bool,
     ) -> Result<&DeviceTopK, GraphError> {
         self.output_rows(rows)?;
-        if self
-            .d_topk
-            .as_ref()
-            .is_none_or(|d| d.k() != k || d.capacity() < rows)
-        {
-            self.d_topk = Some(self.dev.new_top_k(rows.max(self.max_batch), k)?);
-        }
+        self.top_k_room(rows)?;
         let out = self.acts[self.output]
             .as_ref()
             .ok_or_else(|| internal("output buffer missing"))?;
@@ -107,7 +112,7 @@ impl CudaPlan {
             .d_topk
             .as_mut()
             .ok_or_else(|| internal("no top-k buffer"))?;
-        self.dev.top_k(out, topk)?;
+        self.dev.top_k(out, k, topk)?;
         if let Some(p) = self.profile.as_mut() {
             p.collect(decode)?;
         }

@@ -14,15 +14,15 @@ pub const MAX_TOP_K: usize = 256;
 /// Threads of a `topk_f32` CTA (`TOPK_THREADS`).
 const TOPK_THREADS: u32 = 1024;
 
-/// Room on the device for the top `k` candidates of up to `rows` rows, with the host copies
-/// the last [`CudaDevice::top_k`] left.
+/// Room on the device for the top candidates (up to [`MAX_TOP_K`]) of up to `rows` rows, with
+/// the host copies the last [`CudaDevice::top_k`] left.
 pub struct DeviceTopK {
-    ids: CudaSlice<u32>,
-    vals: CudaSlice<f32>,
-    counts: CudaSlice<i32>,
+    /// `rows` rows of 1 + 2·k words: the count, k ids, k logits' bits (kernels/topk.cu).
+    buf: CudaSlice<u32>,
+    raw: Vec<u32>,
     host_ids: Vec<u32>,
     host_vals: Vec<f32>,
-    host_counts: Vec<i32>,
+    host_counts: Vec<usize>,
     rows: usize,
     k: usize,
 }
@@ -35,7 +35,6 @@ impl DeviceTopK {
             return (&[], &[]);
         };
         let at = row * self.k;
-        let n = usize::try_from(n).unwrap_or(0).min(self.k);
         (&self.host_ids[at..at + n], &self.host_vals[at..at + n])
     }
 
@@ -49,7 +48,7 @@ impl DeviceTopK {
         self.rows
     }
 
-    /// Candidates a row it holds at most.
+    /// The `k` of the last [`CudaDevice::top_k`].
     pub fn k(&self) -> usize {
         self.k
     }
@@ -57,56 +56,49 @@ impl DeviceTopK {
 
 impl std::fmt::Debug for DeviceTopK {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeviceTopK({} rows of {})", self.rows, self.k)
+        write!(f, "DeviceTopK({} rows, k {})", self.rows, self.k)
     }
 }
 
 impl CudaDevice {
-    /// Room for the top `k` (1 to [`MAX_TOP_K`]) candidates of up to `rows` rows.
+    /// Room for the top candidates (up to [`MAX_TOP_K`]) of up to `rows` rows.
     ///
     /// # Errors
-    /// `k` out of range; out of device memory.
-    pub fn new_top_k(&self, rows: usize, k: usize) -> Result<DeviceTopK> {
-        if k == 0 || k > MAX_TOP_K {
-            return Err(TensorError::InvalidParam {
-                op: "cuda top_k",
-                why: "k must be 1 to 256",
-            });
-        }
+    /// Out of device memory.
+    pub fn new_top_k(&self, rows: usize) -> Result<DeviceTopK> {
         let rows = rows.max(1);
-        let n = rows * k;
-        let ids = self
+        let words = rows * (1 + 2 * MAX_TOP_K);
+        let buf = self
             .stream
-            .alloc_zeros::<u32>(n)
-            .map_err(|e| self.alloc_error(n * 4, e))?;
-        let vals = self
-            .stream
-            .alloc_zeros::<f32>(n)
-            .map_err(|e| self.alloc_error(n * 4, e))?;
-        let counts = self
-            .stream
-            .alloc_zeros::<i32>(rows)
-            .map_err(|e| self.alloc_error(rows * 4, e))?;
+            .alloc_zeros::<u32>(words)
+            .map_err(|e| self.alloc_error(words * 4, e))?;
         Ok(DeviceTopK {
-            ids,
-            vals,
-            counts,
-            host_ids: vec![0; n],
-            host_vals: vec![0.0; n],
+            buf,
+            raw: vec![0; words],
+            host_ids: Vec::with_capacity(rows * MAX_TOP_K),
+            host_vals: Vec::with_capacity(rows * MAX_TOP_K),
             host_counts: Vec::with_capacity(rows),
             rows,
-            k,
+            k: 1,
         })
     }
 
-    /// The top `out.k()` candidates of each row of `x` (F32), found on the device and copied
-    /// back into `out` (8 bytes a candidate and 4 a row); read them with [`DeviceTopK::row`].
+    /// The top `k` (1 to [`MAX_TOP_K`]) candidates of each row of `x` (F32), found on the
+    /// device and copied back into `out` in one copy (8 bytes a candidate and 4 a row); read
+    /// them with [`DeviceTopK::row`].
     ///
     /// # Errors
-    /// A dtype mismatch, more rows than `out` holds, a launch or copy failure.
-    pub fn top_k(&self, x: &DeviceTensor, out: &mut DeviceTopK) -> Result<()> {
+    /// A dtype mismatch, `k` out of range, more rows than `out` holds, a launch or copy
+    /// failure.
+    pub fn top_k(&self, x: &DeviceTensor, k: usize, out: &mut DeviceTopK) -> Result<()> {
         const OP: &str = "cuda top_k";
         f32_only(OP, x)?;
+        if k == 0 || k > MAX_TOP_K {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "k must be 1 to 256",
+            });
+        }
         let rows = x.shape.n_rows();
         if rows > out.rows {
             return Err(TensorError::LengthMismatch {
@@ -116,40 +108,40 @@ impl CudaDevice {
                 actual: out.rows,
             });
         }
+        out.k = k;
         out.host_counts.clear();
+        out.host_ids.clear();
+        out.host_vals.clear();
         if rows == 0 {
             return Ok(());
         }
-        let (n_i, k_i) = (i32_of(OP, x.shape.row_len())?, i32_of(OP, out.k)?);
+        let (n_i, k_i) = (i32_of(OP, x.shape.row_len())?, i32_of(OP, k)?);
         let f = self.func("topk_f32")?;
         let mut b = self.stream.launch_builder(f);
-        b.arg(&x.buf)
-            .arg(&n_i)
-            .arg(&k_i)
-            .arg(&mut out.ids)
-            .arg(&mut out.vals)
-            .arg(&mut out.counts);
+        b.arg(&x.buf).arg(&n_i).arg(&k_i).arg(&mut out.buf);
         let cfg = cudarc::driver::LaunchConfig {
             grid_dim: (u32::try_from(rows).unwrap_or(u32::MAX), 1, 1),
             block_dim: (TOPK_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: x holds rows*n f32; ids and vals rows*k (k <= TOPK_MAX, checked at
-        // new_top_k), counts rows (rows <= out.rows, checked above).
+        // SAFETY: x holds rows*n f32; the buffer rows*(1 + 2*MAX_TOP_K) words, of which the
+        // kernel writes rows*(1 + 2k) (k <= MAX_TOP_K and rows <= out.rows, checked above).
         unsafe { b.launch(cfg) }.map_err(driver("launch topk"))?;
-        let n = rows * out.k;
-        out.host_counts.resize(rows, 0);
+        let words = rows * (1 + 2 * k);
         self.stream
-            .memcpy_dtoh(&out.counts.slice(0..rows), &mut out.host_counts[..])
-            .map_err(driver("cuMemcpyDtoH"))?;
-        self.stream
-            .memcpy_dtoh(&out.ids.slice(0..n), &mut out.host_ids[..n])
-            .map_err(driver("cuMemcpyDtoH"))?;
-        self.stream
-            .memcpy_dtoh(&out.vals.slice(0..n), &mut out.host_vals[..n])
+            .memcpy_dtoh(&out.buf.slice(0..words), &mut out.raw[..words])
             .map_err(driver("cuMemcpyDtoH"))?;
         self.stream
             .synchronize()
-            .map_err(driver("cuStreamSynchronize"))
+            .map_err(driver("cuStreamSynchronize"))?;
+        for r in out.raw[..words].chunks_exact(1 + 2 * k) {
+            let n = (r[0] as usize).min(k);
+            out.host_counts.push(n);
+            // Every row keeps k slots, so row i starts at i * k.
+            out.host_ids.extend_from_slice(&r[1..1 + k]);
+            out.host_vals
+                .extend(r[1 + k..1 + 2 * k].iter().map(|&b| f32::from_bits(b)));
+        }
+        Ok(())
     }
 }

@@ -31,18 +31,18 @@ impl DeviceTopK {
         match self.never {}
     }
 
-    /// Candidates a row it holds at most.
+    /// The `k` of the last top-k.
     pub fn k(&self) -> usize {
         match self.never {}
     }
 }
 
 impl CudaDevice {
-    /// Room for the top `k` candidates of up to `rows` rows.
+    /// Room for the top candidates of up to `rows` rows.
     ///
     /// # Errors
     /// Unreachable.
-    pub fn new_top_k(&self, _rows: usize, _k: usize) -> Result<DeviceTopK> {
+    pub fn new_top_k(&self, _rows: usize) -> Result<DeviceTopK> {
         match self.never {}
     }
 
@@ -50,7 +50,7 @@ impl CudaDevice {
     ///
     /// # Errors
     /// Unreachable.
-    pub fn top_k(&self, _x: &DeviceTensor, _out: &mut DeviceTopK) -> Result<()> {
+    pub fn top_k(&self, _x: &DeviceTensor, _k: usize, _out: &mut DeviceTopK) -> Result<()> {
         match self.never {}
     }
 }
