@@ -26,28 +26,13 @@
 
 mod cuda_common;
 
-use cuda_common::{f32_tensor, nmse, spiky as random};
+use cuda_common::{f32_tensor, nmse, spiky as random, WEIGHT_TYPES as ALL};
 use kestrel_tensor::cuda::CudaDevice;
 use kestrel_tensor::{quant, CpuEngine, DType, Engine, Shape, Tensor};
 
 fn device() -> Option<CudaDevice> {
     cuda_common::device("kernel")
 }
-
-/// Every weight type the CUDA matmul and get_rows take.
-const ALL: [DType; 11] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-];
 
 fn weight(dtype: DType, rows: usize, k: usize, seed: u64) -> Tensor {
     let src = random(rows * k, seed);

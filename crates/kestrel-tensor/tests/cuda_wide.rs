@@ -15,17 +15,6 @@ mod cuda_common;
 
 use kestrel_tensor::{quant, DType, Shape, Tensor};
 
-const QUANTIZED: [DType; 8] = [
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-];
-
 fn weight(dtype: DType, rows: usize, k: usize, seed: u64) -> Tensor {
     let src = cuda_common::random(rows * k, seed);
     if dtype == DType::F32 {
@@ -47,10 +36,7 @@ fn each_row_of_a_wide_matmul_is_that_row_alone() {
     };
     for (k, m) in [(576, 200), (640, 331), (4096, 1024), (14336, 96)] {
         // Float weights take the float matvec in launches of 8 rows up to 64 (not the GEMM).
-        for dtype in QUANTIZED
-            .into_iter()
-            .chain([DType::F32, DType::F16, DType::BF16])
-        {
+        for dtype in cuda_common::WEIGHT_TYPES {
             if k % dtype.block_size() != 0 {
                 continue; // K-quant rows are whole 256-value blocks
             }
@@ -101,7 +87,10 @@ fn eight_and_nine_rows_agree() {
         return;
     };
     let (k, m) = (4096, 500); // not whole 16-row tiles (memcheck runs this test)
-    for dtype in QUANTIZED {
+    for dtype in cuda_common::WEIGHT_TYPES
+        .into_iter()
+        .filter(|t| t.is_quantized())
+    {
         let w = dev.upload(&weight(dtype, m, k, 3)).unwrap();
         let xs = cuda_common::random(9 * k, 5);
         let mut o8 = dev.zeros_f32(Shape::matrix(8, m).unwrap()).unwrap();

@@ -219,6 +219,15 @@ impl CudaDevice {
                 });
             }
         }
+        // Quantized rows are whole blocks (float types: blocks of one).
+        let wblock = w.dtype.block_size();
+        if !k.is_multiple_of(wblock) {
+            return Err(TensorError::PartialBlock {
+                dtype: w.dtype,
+                row_len: k,
+                block_size: wblock,
+            });
+        }
         if n == 0 || m == 0 {
             return Ok(None);
         }
@@ -234,13 +243,6 @@ impl CudaDevice {
         let (x_bytes, out_bytes) = (k * 4, m * 4);
         if let Some((_, names)) = MMVQ.iter().find(|(t, _)| *t == w.dtype) {
             let wblock = w.dtype.block_size();
-            if !k.is_multiple_of(wblock) {
-                return Err(TensorError::PartialBlock {
-                    dtype: w.dtype,
-                    row_len: k,
-                    block_size: wblock,
-                });
-            }
             // Weight blocks per row (what the kernel takes); activation blocks of 32 per row.
             let nb = k / wblock;
             let q_row = (k / 32) * Q8_1_BYTES;
@@ -298,9 +300,7 @@ impl CudaDevice {
     /// Whether a matmul of `n` activation rows by a `dtype` weight runs the quantized matvec
     /// (Q8_1 activations, `mmvq`): what the fused forms in `fused.rs` need.
     pub fn matvec_quantized(&self, dtype: DType, n: usize) -> bool {
-        n > 0
-            && MMVQ.iter().any(|(t, _)| *t == dtype)
-            && (self.wide_applies(dtype, n) || !self.gemm_applies(dtype, n))
+        n > 0 && MMVQ.iter().any(|(t, _)| *t == dtype) && !self.gemm_applies(dtype, n)
     }
 
     /// Whether `n` activation rows by a `dtype` weight take the tensor-core matvec.
@@ -330,13 +330,6 @@ impl CudaDevice {
             dtype: w.dtype,
         })?;
         let wblock = w.dtype.block_size();
-        if !k.is_multiple_of(wblock) {
-            return Err(TensorError::PartialBlock {
-                dtype: w.dtype,
-                row_len: k,
-                block_size: wblock,
-            });
-        }
         let (mut guard, issued) = self.q8_input(x, ticket, n, k)?;
         let scratch = guard.as_mut().ok_or_else(no_scratch_err)?;
         let (nb_i, mi, ni) = (i32_of(OP, k / wblock)?, i32_of(OP, m)?, i32_of(OP, n)?);

@@ -107,3 +107,18 @@ pub fn nmse(gpu: &[f32], cpu: &[f32]) -> f64 {
         .max(1e-30);
     num / den
 }
+
+/// Every weight type the CUDA matmul and get_rows take.
+pub const WEIGHT_TYPES: [DType; 11] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+];
