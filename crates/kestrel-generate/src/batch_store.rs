@@ -55,8 +55,11 @@ pub(crate) enum StepRunner {
 /// logits). A GPU finds the last two on the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pick {
+    /// The whole row (copied back).
     Logits,
+    /// Its argmax (found on the device).
     Greedy,
+    /// Its `k` best candidates (found on the device).
     TopK(usize),
 }
 

@@ -307,20 +307,26 @@ impl<'a> TokenIter<'a> {
             self.end(FinishReason::Cancelled);
             return Ok(None);
         }
-        let token = match self.pending.take() {
+        let pending = self.pending.take();
+        let on_gpu = self.core.on_gpu();
+        let device_k = if on_gpu {
+            self.dec.device_top_k()
+        } else {
+            None
+        };
+        let token = match (pending, device_k) {
             // Greedy with nothing reading the logits, on a GPU: the argmax runs there.
-            Some(prev) if self.dec.device_greedy() && self.core.on_gpu() => {
+            (Some(prev), _) if on_gpu && self.dec.device_greedy() => {
                 let id = self.core.step_greedy(self.session, prev)?;
                 self.dec.take(id, &self.core.stop_ids)?
             }
             // Top-k sampling with nothing else reading the logits, on a GPU: the candidates
             // are found there and the sampler goes on from them.
-            Some(prev) if self.core.on_gpu() && self.dec.device_top_k().is_some() => {
-                let k = self.dec.device_top_k().unwrap_or(1);
+            (Some(prev), Some(k)) => {
                 let top = self.core.step_top_k(self.session, prev, k)?;
                 self.dec.take_top(top.ids, top.logits, top.stop_ids)?
             }
-            pending => {
+            (pending, _) => {
                 if let Some(prev) = pending {
                     self.core.step(self.session, prev)?;
                 }

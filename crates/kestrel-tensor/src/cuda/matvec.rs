@@ -54,7 +54,7 @@ fn wide_ntiles() -> usize {
 }
 
 /// Whether the tensor-core matvec is on (`KESTREL_CUDA_WIDE=0` turns it off: 9-64 rows then
-/// take the GEMM, as before it existed).
+/// take the `__dp4a` matvec in launches of 8, the same bits, each weight read once per 8).
 fn wide_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("KESTREL_CUDA_WIDE").map_or(true, |v| v != "0"))
