@@ -22,8 +22,8 @@
 //! either). LoRA terms run in their unfused form, each factor bound per step
 //! ([`CudaPlan::set_adapter_scales`]).
 //!
-//! Batched decode ([`CudaPlan::run_batch`], `batch.rs`): up to 8 sequences, one token each, in
-//! one step, every weight read once for all of them; each token reaches its own sequence's
+//! Batched decode ([`CudaPlan::run_batch`], `batch.rs`): up to 64 sequences, one token each, in
+//! one step, every weight read once for all of them (9-64 rows: the tensor-core matvec); each token reaches its own sequence's
 //! cache through a device table of cache addresses the plan rewrites before each step, and the
 //! step of each batch size is captured once and replayed. A token's logits are the bits of its
 //! sequence decoding alone. Paged caches (and a device prefix cache) are still to come.

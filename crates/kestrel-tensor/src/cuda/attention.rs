@@ -90,7 +90,8 @@ impl CudaDevice {
     /// token's heads at 16 warps each fit four to an SM (each warp then walks a sixteenth of the
     /// keys; measured: session 41, H200, SmolLM2-shaped tg128 +22% with the fused norms), else
     /// 4, as measured for prefill (16 cost Gemma-3-shaped pp512 7%). Any step of up to 8 tokens
-    /// takes the same, so a token's result does not depend on how many share the step.
+    /// takes the same, and a batched decode step (up to 64) asks with one token per query, so a
+    /// token's result does not depend on how many share the step.
     fn decode_attention_warps(&self, n_tokens: usize, n_head: usize) -> u32 {
         if n_tokens <= MAX_MATVEC_ROWS && n_head * DEC_MAX_WARPS as usize <= 4 * self.sm_count {
             DEC_MAX_WARPS
