@@ -24,7 +24,8 @@ use crate::GenerateError;
 pub(crate) enum StepRunner {
     /// The CPU engine's batched plan.
     Cpu(ExecutionPlan),
-    /// The generator's CUDA plan, one sequence at a time.
+    /// The generator's CUDA plan: prompt chunks one sequence at a time, decodes in batched
+    /// steps of up to the plan's `max_batch`.
     Cuda {
         /// Most tokens in one step.
         step_tokens: usize,
@@ -243,6 +244,8 @@ impl StepRunner {
                             i += 1;
                         }
                     }
+                    // In sequence order, as the caches are gathered below (a sequence's id is
+                    // its slot in `c.caches`): row j of the step is group[j]'s.
                     group.sort_by_key(|d| d.seq);
                     if n > 0 {
                         plan.set_adapter_scales(scales)?;
@@ -271,6 +274,12 @@ impl StepRunner {
                         Pick::TopK(k) => {
                             // Only their k best candidates are wanted: found on the device.
                             let found = plan.run_batch_top_k(&mut caches, ids, k)?;
+                            if found.rows() != group.len() {
+                                return Err(GenerateError::InvalidOption {
+                                    name: "batch",
+                                    reason: "the batched step returned too few top-k rows".into(),
+                                });
+                            }
                             for (j, d) in group.iter().enumerate() {
                                 let (ids, vals) = found.row(j);
                                 top[d.slot] = Some((top_ids.len(), ids.len()));

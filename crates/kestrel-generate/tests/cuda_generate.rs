@@ -415,6 +415,68 @@ fn the_scheduler_gives_each_gpu_sequence_its_tokens_alone() {
 }
 
 /// A request of each prompt with `params`.
+/// Decodes needing different things of their logits in one scheduler: top-k 40, top-k 20,
+/// greedy, and top-k 40 with log-probabilities (the logits back, the host sampler), 12
+/// requests at once in prefill chunks of 16 (so batched steps of up to 12 sequences, each
+/// pick its own group): each request's tokens are its tokens alone.
+#[test]
+fn mixed_picks_in_one_scheduler_keep_each_requests_tokens() {
+    if !have_gpu() {
+        return;
+    }
+    let m = synthetic("llama");
+    let n_new = 12;
+    let mut g = generator(&m, Device::Cuda(0), 16);
+    let params = |i: usize| -> GenerateParams {
+        let sampling = kestrel_sampling::SamplingConfig {
+            top_k: if i % 4 == 1 { 20 } else { 40 },
+            temperature: if i % 4 == 2 { 0.0 } else { 0.9 },
+            seed: Some(i as u64 + 5),
+            max_new_tokens: n_new,
+            ..Default::default()
+        };
+        GenerateParams {
+            sampling,
+            logprobs: (i % 4 == 3).then_some(1),
+            ..Default::default()
+        }
+    };
+    let prompts: Vec<Vec<u32>> = (0..12u32)
+        .map(|i| {
+            (0..2 + 3 * i)
+                .map(|j| (j * 29 + i * 11 + 3) % 256)
+                .collect()
+        })
+        .collect();
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            g.iter(p, &params(i))
+                .unwrap()
+                .map(|t| t.unwrap().id)
+                .collect()
+        })
+        .collect();
+    let requests: Vec<BatchRequest> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| BatchRequest {
+            prompt: p.clone(),
+            params: params(i),
+        })
+        .collect();
+    let opts = BatchOptions {
+        max_seqs: 12,
+        max_step_tokens: 64,
+        ..BatchOptions::default()
+    };
+    let out = g.batch_generate(requests, &opts).unwrap();
+    for (i, (want, got)) in alone.iter().zip(&out).enumerate() {
+        assert_eq!(&got.as_ref().unwrap().ids, want, "request {i}");
+    }
+}
+
 fn requests_of(prompts: &[Vec<u32>], params: &GenerateParams) -> Vec<BatchRequest> {
     prompts
         .iter()
