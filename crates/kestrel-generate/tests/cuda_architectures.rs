@@ -25,6 +25,25 @@ use cuda_gen_common::{
 use kestrel_generate::LookupOptions;
 use kestrel_tensor::Device;
 
+/// The last position's logits of `prompt` through `logits_of_ids` on `device` ("cpu" or
+/// "cuda"), two threads; the error as text.
+fn last_logits(
+    model: &kestrel_gguf::GgufModel,
+    prompt: &[u32],
+    device: &str,
+) -> Result<Vec<f32>, String> {
+    use kestrel_generate::{logits_of_ids, LogitsOptions};
+    let opts = LogitsOptions {
+        device: device.into(),
+        threads: 2,
+        ..LogitsOptions::default()
+    };
+    logits_of_ids(model, prompt, &opts)
+        .map_err(|e| e.to_string())?
+        .pop()
+        .ok_or_else(|| "no logits row".into())
+}
+
 /// The folder of llama.cpp's architecture fixtures and its skeletons (the files' shapes).
 fn skeletons() -> (PathBuf, BTreeMap<String, files::Skeleton>) {
     let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/archs");
@@ -72,7 +91,6 @@ fn prompt_lookup_on_gpu_state_space_models_keeps_greedy_tokens() {
 #[test]
 fn architectures_run_on_the_gpu_as_on_the_cpu() {
     use kestrel_arch::{build_decoder, DecoderConfig, Logits};
-    use kestrel_generate::{logits_of_ids, LogitsOptions};
     use kestrel_graph::CudaPlan;
     if !have_gpu() {
         return;
@@ -102,18 +120,8 @@ fn architectures_run_on_the_gpu_as_on_the_cpu() {
             if CudaPlan::check(&build_decoder(&cfg, &model, Logits::Last).unwrap()).is_err() {
                 continue;
             }
-            let run = |device: &str| {
-                let opts = LogitsOptions {
-                    device: device.into(),
-                    threads: 2,
-                    ..LogitsOptions::default()
-                };
-                logits_of_ids(&model, &prompt, &opts)
-                    .map(|mut rows| rows.pop().unwrap())
-                    .map_err(|e| e.to_string())
-            };
-            let cpu = run("cpu").unwrap();
-            let gpu = match run("cuda") {
+            let cpu = last_logits(&model, &prompt, "cpu").unwrap();
+            let gpu = match last_logits(&model, &prompt, "cuda") {
                 Ok(g) => g,
                 Err(e) => {
                     failures.push(format!("{stem} (set {key}): the GPU refused it: {e}"));
@@ -144,7 +152,6 @@ fn architectures_run_on_the_gpu_as_on_the_cpu() {
 /// value heads of 128, in caches of their own), GPU against CPU within the same bound.
 #[test]
 fn deepseek2_in_both_forms_runs_on_the_gpu_as_on_the_cpu() {
-    use kestrel_generate::{logits_of_ids, LogitsOptions};
     if !have_gpu() {
         return;
     }
@@ -153,18 +160,8 @@ fn deepseek2_in_both_forms_runs_on_the_gpu_as_on_the_cpu() {
     for stem in ["deepseek2-moe-h4", "deepseek2-moe-h4-kvb"] {
         let (base, v) = files::variant(stem).unwrap();
         let model = v.model(&skeletons[base], 1, 0.1);
-        let run = |device: &str| {
-            let opts = LogitsOptions {
-                device: device.into(),
-                threads: 2,
-                ..LogitsOptions::default()
-            };
-            logits_of_ids(&model, &prompt, &opts)
-                .unwrap()
-                .pop()
-                .unwrap()
-        };
-        let (cpu, gpu) = (run("cpu"), run("cuda"));
+        let cpu = last_logits(&model, &prompt, "cpu").unwrap();
+        let gpu = last_logits(&model, &prompt, "cuda").unwrap();
         let k = kld(&cpu, &gpu);
         assert!(k <= 0.002, "{stem}: KLD {k}");
         assert!(

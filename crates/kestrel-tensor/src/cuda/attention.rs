@@ -53,6 +53,30 @@ struct DecArgs {
     causal: i32,
 }
 
+/// `q` holds `n_tokens` rows of `n_head` query heads and `out` as many of `head_dim_v`-wide
+/// value heads.
+fn check_q_out(
+    op: &'static str,
+    q: &DeviceTensor,
+    out: &DeviceTensor,
+    n_tokens: usize,
+    p: &AttentionParams,
+    head_dim_v: usize,
+) -> Result<()> {
+    for (what, t, w) in [("q", q, p.head_dim), ("out", out, head_dim_v)] {
+        let want = n_tokens * p.n_head * w;
+        if t.shape.elem_count() != want {
+            return Err(TensorError::LengthMismatch {
+                op,
+                what,
+                expected: want,
+                actual: t.shape.elem_count(),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl DecArgs {
     fn new(op: &'static str, p: &AttentionParams, kv_len: usize) -> Result<Self> {
         Ok(DecArgs {
@@ -418,18 +442,8 @@ impl CudaDevice {
                 out,
             );
         }
-        let want = positions.len() * p.n_head * p.head_dim;
-        for (what, t) in [("q", q), ("out", &*out)] {
-            if t.shape.elem_count() != want {
-                return Err(TensorError::LengthMismatch {
-                    op: OP,
-                    what,
-                    expected: want,
-                    actual: t.shape.elem_count(),
-                });
-            }
-        }
-        if want == 0 {
+        check_q_out(OP, q, out, positions.len(), p, p.head_dim)?;
+        if positions.is_empty() {
             return Ok(());
         }
         let mut run = |pos: &CudaSlice<i32>| {
@@ -588,17 +602,7 @@ impl CudaDevice {
         out: &mut DeviceTensor,
     ) -> Result<()> {
         const OP: &str = "cuda attention";
-        for (what, t, w) in [("q", q, p.head_dim), ("out", &*out, head_dim_v)] {
-            let want = n_tokens * p.n_head * w;
-            if t.shape.elem_count() != want {
-                return Err(TensorError::LengthMismatch {
-                    op: OP,
-                    what,
-                    expected: want,
-                    actual: t.shape.elem_count(),
-                });
-            }
-        }
+        check_q_out(OP, q, out, n_tokens, p, head_dim_v)?;
         if n_tokens == 0 {
             return Ok(());
         }
