@@ -14,9 +14,9 @@
 // Layouts: q and out [n_tokens][n_head][head_dim] f32; k and v [capacity][n_kv_head][head_dim]
 // f16. Launch: grid n_tokens * n_head, block (32, warps), warps 1..DEC_MAX_WARPS.
 // sinks (both kernels; null: none): gpt-oss's per-head sink logits (attention.cuh's
-// softmax_inv). kv_table (both kernels; null: every token reads k and v): token t of a batched
-// decode step reads the caches at kv_table[2t] (keys) and kv_table[2t + 1] (values) instead,
-// each of its own sequence (kv_rows.cuh). A token's bits are the same either way.
+// softmax_inv). kv_table (both kernels; null: every token reads k and v): token t reads the
+// cache of its table entry instead (kv_rows.cuh: each token of a batched decode step its own
+// sequence's, contiguous or paged). A token's bits are the same either way.
 //
 // attention_f16_split (below) computes the same function with the keys split among CTAs.
 // attention_q8_0 and attention_q8_0_split: the same over q8_0 caches (kv_rows.cuh; head_dim a
@@ -42,8 +42,9 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
     const int token = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int kvh = h / (n_head / n_kv_head);
     const int lane = threadIdx.x, warp = threadIdx.y;
-    k = kv_base(kv_table, 2 * token, k);
-    v = kv_base(kv_table, 2 * token + 1, v);
+    const KvLoc loc = kv_loc(kv_table, token, k, v);
+    k = loc.k;
+    v = loc.v;
     const float *qh = q + (long long)blockIdx.x * head_dim;
     float *oh = out + (long long)blockIdx.x * head_dim_v;
 
@@ -59,7 +60,8 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
     float m = -__int_as_float(0x7f800000), l = 0.0f;
     const long long row = (long long)n_kv_head * head_dim;
     for (int j = lo + warp; j < hi; j += nwarps) {
-        const long long kj = j * row + (long long)kvh * head_dim;  // the key's first element
+        const long long rj = kv_row(loc, j);
+        const long long kj = rj * row + (long long)kvh * head_dim;  // the key's first element
         float d = 0.0f;
 #pragma unroll
         for (int i = 0; i < PER; i++)
@@ -70,7 +72,7 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
         const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
         const float p = expf(s - m_new);
         l = l * corr + p;
-        const long long vj = j * (long long)v_row + (long long)kvh * v_head;
+        const long long vj = rj * v_row + (long long)kvh * v_head;
 #pragma unroll
         for (int i = 0; i < PER; i++)
             if (lane + WARP * i < head_dim_v) acc[i] = fmaf(p, kv_value<Q8>(v, vj + lane + WARP * i), acc[i] * corr);
@@ -191,8 +193,9 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP + lane;
     const int nthreads = WARP * SPLIT_WARPS;
     const float neg_inf = -__int_as_float(0x7f800000);
-    k = kv_base(kv_table, 2 * token, k);
-    v = kv_base(kv_table, 2 * token + 1, v);
+    const KvLoc loc = kv_loc(kv_table, token, k, v);
+    k = loc.k;
+    v = loc.v;
 
     int lo, hi;
     visible_keys(positions[token], kv_len, window, causal, &lo, &hi);
@@ -215,7 +218,7 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
     for (int j0 = a + warp; j0 < b; j0 += 2 * SPLIT_WARPS) {
         const int j1 = j0 + SPLIT_WARPS;
         const bool two = j1 < b;  // warp-uniform
-        const long long e0 = hb + j0 * row, e1 = hb + (two ? j1 : j0) * row;
+        const long long e0 = hb + kv_row(loc, j0) * row, e1 = hb + kv_row(loc, two ? j1 : j0) * row;
         float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++)

@@ -13,6 +13,8 @@
 // attention_q8_0_tiled: the same over q8_0 caches (head_dim a multiple of 32): the tile holds
 // the quants (exact in f16) and each key's block scales (1 KiB more, static), an element d·q in
 // f32 as attention.cu's kernels compute it.
+// kv_table (null: k and v): the caches of the entry of the CTA's first token (kv_rows.cuh; a
+// paged sequence's prefill step, whose tokens are one sequence's and share one cache).
 #include "attention.cuh"
 
 #define ATT_WARPS 4
@@ -21,18 +23,25 @@
 #define TILE_KEYS 32
 #define MAX_PAIRS_PER_LANE (MAX_HEAD_DIM / 2 / WARP)
 
-// Keys t0 .. t0 + TILE_KEYS of one KV head (its first element `head` in a row of `kv_row`
-// elements) into the shared tile as half2 rows of hd2 + 1 words; keys from `end` on as zeros.
+// Keys t0 .. t0 + TILE_KEYS of one KV head (its first element `head` in a row of `row_len`
+// elements; position p at row kv_row(loc, p)) into the shared tile as half2 rows of hd2 + 1
+// words; keys from `end` on as zeros.
 // q8_0: the quants, and each key's block scales in `scales` ([TILE_KEYS][MAX_HEAD_DIM / 32]).
 // Every thread of the CTA takes part.
 template <bool Q8>
-__device__ __forceinline__ void load_tile(__half2 *tile, float *scales, const void *cache, long long head,
-                                          long long kv_row, int t0, int end, int hd2, int tid) {
+__device__ __forceinline__ void load_tile(__half2 *tile, float *scales, const void *cache, const KvLoc &loc,
+                                          long long head, long long row_len, int t0, int end, int hd2, int tid) {
     for (int i = tid; i < TILE_KEYS * hd2; i += WARP * ATT_WARPS) {
         const int j = i / hd2, d2 = i % hd2, key = t0 + j;
-        const long long e = head + key * kv_row + 2 * d2;
-        tile[j * (hd2 + 1) + d2] = key < end ? kv_pair<Q8>(cache, e) : __floats2half2_rn(0.0f, 0.0f);
-        if (Q8 && d2 % 16 == 0) scales[j * (MAX_HEAD_DIM / 32) + d2 / 16] = key < end ? kv_scale<Q8>(cache, e) : 0.0f;
+        __half2 x = __floats2half2_rn(0.0f, 0.0f);
+        float sc = 0.0f;
+        if (key < end) {  // a page is looked up only for a position the cache holds
+            const long long e = head + kv_row(loc, key) * row_len + 2 * d2;
+            x = kv_pair<Q8>(cache, e);
+            if (Q8 && d2 % 16 == 0) sc = kv_scale<Q8>(cache, e);
+        }
+        tile[j * (hd2 + 1) + d2] = x;
+        if (Q8 && d2 % 16 == 0) scales[j * (MAX_HEAD_DIM / 32) + d2 / 16] = sc;
     }
 }
 
@@ -45,6 +54,7 @@ __device__ __forceinline__ void attention_tiled(const float *__restrict__ q, con
                                                 const void *k, const void *v, float *__restrict__ out,
                                                 int n_head, int n_kv_head, int head_dim, int kv_len, float scale,
                                                 float softcap, int window, int causal, int n_tokens,
+                                                const unsigned long long *__restrict__ kv_table,
                                                 const float *__restrict__ sinks) {
     DYNAMIC_SHARED(float, smem);
     __shared__ float s_scale[Q8 ? TILE_KEYS * (MAX_HEAD_DIM / 32) : 1];
@@ -60,6 +70,7 @@ __device__ __forceinline__ void attention_tiled(const float *__restrict__ q, con
     const int lane = threadIdx.x, warp = threadIdx.y;
     const int tid = warp * WARP + lane;
     const float neg_inf = -__int_as_float(0x7f800000);
+    const KvLoc loc = kv_loc(kv_table, row0 / group, k, v);
 
     // Each row's visible keys [lo, hi), and the CTA's union.
     if (tid < TILE_ROWS) {
@@ -113,7 +124,7 @@ __device__ __forceinline__ void attention_tiled(const float *__restrict__ q, con
 #pragma unroll
         for (int i = 0; i < MAX_PAIRS_PER_LANE; i++) acc[r][i] = make_float2(0.0f, 0.0f);
     }
-    const long long kv_row = (long long)n_kv_head * head_dim;
+    const long long row_len = (long long)n_kv_head * head_dim;
     const long long head = (long long)kvh * head_dim;  // the head's first element in a row
 
     for (int t0 = cta_lo; t0 < cta_hi; t0 += TILE_KEYS) {
@@ -121,7 +132,7 @@ __device__ __forceinline__ void attention_tiled(const float *__restrict__ q, con
         // arithmetic only.
         const bool active = t0 < warp_hi && t0 + TILE_KEYS > warp_lo;
         __syncthreads();  // the previous V tile is no longer read
-        load_tile<Q8>(kvs, s_scale, k, head, kv_row, t0, cta_hi, hd2, tid);
+        load_tile<Q8>(kvs, s_scale, loc.k, loc, head, row_len, t0, cta_hi, hd2, tid);
         __syncthreads();
         if (active) {
             // Scores: lane j against key t0 + j, for each of the warp's rows.
@@ -166,7 +177,7 @@ __device__ __forceinline__ void attention_tiled(const float *__restrict__ q, con
             }
         }
         __syncthreads();  // the K tile is no longer read
-        load_tile<Q8>(kvs, s_scale, v, head, kv_row, t0, cta_hi, hd2, tid);
+        load_tile<Q8>(kvs, s_scale, loc.v, loc, head, row_len, t0, cta_hi, hd2, tid);
         __syncthreads();
         if (active) {
             // Values: lane owns dimension pairs lane, lane + 32, ...
@@ -217,9 +228,10 @@ __device__ __forceinline__ void attention_tiled(const float *__restrict__ q, con
     extern "C" __global__ void __launch_bounds__(WARP * ATT_WARPS)                                         \
         NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k, const T *v,       \
              float *__restrict__ out, int n_head, int n_kv_head, int head_dim, int kv_len, float scale,     \
-             float softcap, int window, int causal, int n_tokens, const float *__restrict__ sinks) {        \
+             float softcap, int window, int causal, int n_tokens,                                           \
+             const unsigned long long *__restrict__ kv_table, const float *__restrict__ sinks) {            \
         attention_tiled<Q8>(q, positions, k, v, out, n_head, n_kv_head, head_dim, kv_len, scale, softcap,  \
-                            window, causal, n_tokens, sinks);                                              \
+                            window, causal, n_tokens, kv_table, sinks);                                    \
     }
 
 ATTENTION_TILED(attention_f16_tiled, false, __half)

@@ -6,8 +6,8 @@
 // Launch: grid n_tokens, block 256.
 // kv_append2_f16 / kv_append2_q8_0: the keys and the values of a step in one launch
 // (blockIdx.y 0: keys, 1: values; their rows may differ; q8_0 rows are multiples of 32).
-// Launch: grid (n_tokens, 2), block 256. With `kv_table` (not null), token t writes into its own
-// caches kv_table[2t] and kv_table[2t + 1] (kv_rows.cuh).
+// Launch: grid (n_tokens, 2), block 256. With `kv_table` (not null), token t writes into the
+// caches of its table entry (kv_rows.cuh: its sequence's, contiguous or paged).
 #include "kv_rows.cuh"
 
 extern "C" __global__ void kv_append_f16(const float *__restrict__ src, const int *__restrict__ positions,
@@ -22,8 +22,8 @@ __device__ __forceinline__ void kv_append2(const float *__restrict__ k_src, cons
     const bool v = blockIdx.y == 1;
     const int row = v ? v_row : k_row;
     const float *s = (v ? v_src : k_src) + (long long)blockIdx.x * row;
-    void *base = kv_base(kv_table, 2 * blockIdx.x + (v ? 1 : 0), v ? v_cache : k_cache);
-    kv_store<Q8>(base, (long long)positions[blockIdx.x] * row, s, row);
+    const KvLoc loc = kv_loc(kv_table, blockIdx.x, k_cache, v_cache);
+    kv_store<Q8>(v ? loc.v : loc.k, kv_row(loc, positions[blockIdx.x]) * row, s, row);
 }
 
 extern "C" __global__ void kv_append2_f16(const float *__restrict__ k_src, const float *__restrict__ v_src,

@@ -5,19 +5,51 @@
 // blocks, so head_dim is a multiple of 32). A cache is `[capacity][row]` values; element `e`
 // counts values from its start.
 //
-// Batched decode over separate caches: a device table of cache addresses, two per token of the
-// step ([2t]: the token's key cache, [2t + 1]: its value cache, one layer's), written by the host
-// before each step (kestrel-tensor's `KvTable`). Each token writes and reads its own sequence's
-// cache, so the sequences of a step need not share one allocation. A null table: every token
-// uses the caches the kernel was given (one sequence a step).
+// Where a token's cache lives (`KvLoc`): its key and value caches' first elements, and its page
+// table. Without one, position p is row p of the cache. With one (a paged cache: rows are
+// pages of 2^shift positions anywhere in a pool shared by many sequences, as vLLM's paged
+// attention), position p is row pages[p >> shift] * 2^shift + p % 2^shift of the pool.
+//
+// A kernel is given the caches of one sequence (no table), or a device table with an entry per
+// token of the step: KV_ENTRY words ([0]: keys, [1]: values, [2]: the page table's address or
+// 0, [3]: the page shift), one layer's, written by the host before each step (kestrel-tensor's
+// `KvTable`). A batched decode step's tokens each reach their own sequence's cache so; a
+// paged sequence's prefill step repeats its entry for each token. A token's bits are the same
+// whichever way its cache is reached.
 #pragma once
 
 #include "common.cuh"
 
-// Token cache `slot` of `table` (2t: keys, 2t + 1: values), or `given` when there is no table.
-template <typename T>
-__device__ __forceinline__ T *kv_base(const unsigned long long *table, int slot, T *given) {
-    return table ? reinterpret_cast<T *>(table[slot]) : given;
+#define KV_ENTRY 4
+
+struct KvLoc {
+    void *k, *v;
+    const int *pages;
+    int shift;
+};
+
+// Token `token`'s cache: its entry of `table`, or the given caches when there is no table.
+__device__ __forceinline__ KvLoc kv_loc(const unsigned long long *table, int token, const void *k, const void *v) {
+    KvLoc l;
+    if (table) {
+        const unsigned long long *e = table + (long long)KV_ENTRY * token;
+        l.k = reinterpret_cast<void *>(e[0]);
+        l.v = reinterpret_cast<void *>(e[1]);
+        l.pages = reinterpret_cast<const int *>(e[2]);
+        l.shift = (int)e[3];
+    } else {
+        l.k = const_cast<void *>(k);
+        l.v = const_cast<void *>(v);
+        l.pages = nullptr;
+        l.shift = 0;
+    }
+    return l;
+}
+
+// The cache row of position `pos` (a position the token's cache holds: its page is mapped).
+__device__ __forceinline__ long long kv_row(const KvLoc &l, int pos) {
+    if (!l.pages) return pos;
+    return ((long long)l.pages[pos >> l.shift] << l.shift) | (long long)(pos & ((1 << l.shift) - 1));
 }
 
 // Element `e` of a cache as f32 (q8_0: d·q, exact in f32).

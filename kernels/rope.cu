@@ -17,7 +17,8 @@
 // kv_append.cu does). Launch: grid (n_tokens, n_head + 2 * n_kv_head), block at least n_rot / 2
 // threads (blockIdx.y: query heads, then key heads, then each KV head's slice of the value row;
 // `v_row` a multiple of n_kv_head). With `kv_table` (not null), token t's keys and values go
-// into its own caches kv_table[2t] and kv_table[2t + 1] (kv_rows.cuh: a batched decode step).
+// into the caches of its table entry (kv_rows.cuh: a batched decode step's tokens each their
+// sequence's; contiguous or paged).
 // rope_qk_append_q8_0: the same into q8_0 caches (head_dim and the value slices multiples of 32;
 // the keys rotated into shared memory, then quantized as kv_append2_q8_0 quantizes).
 #include "kv_rows.cuh"
@@ -95,8 +96,9 @@ __device__ __forceinline__ void rope_qk_append(const float *q_src, float *q_out,
     __shared__ float s_rot[Q8 ? ROPE_NORM_MAX_HEAD : 1];
     const int token = blockIdx.x, h = blockIdx.y;
     const int pos = positions[token];
-    k_cache = kv_base(kv_table, 2 * token, k_cache);
-    v_cache = kv_base(kv_table, 2 * token + 1, v_cache);
+    const KvLoc loc = kv_loc(kv_table, token, k_cache, v_cache);
+    k_cache = loc.k;
+    v_cache = loc.v;
     if (h < n_head) {
         const long long at = ((long long)token * n_head + h) * head_dim;
         const float *in = q_src + at;
@@ -109,14 +111,14 @@ __device__ __forceinline__ void rope_qk_append(const float *q_src, float *q_out,
                   attn_factor, corr0, corr1, q_scale);
     } else if (h < n_head + n_kv_head) {
         const int kh = h - n_head;
-        const long long kv_row = (long long)n_kv_head * head_dim;
-        const float *in = k_src + token * kv_row + (long long)kh * head_dim;
+        const long long k_row = (long long)n_kv_head * head_dim;
+        const float *in = k_src + token * k_row + (long long)kh * head_dim;
         if (norms & 2) {
             rms_norm_row_at<false, false>(in, nullptr, nullptr, k_norm_w, s_head, nullptr, head_dim, k_eps);
             __syncthreads();
             in = s_head;
         }
-        const long long at = pos * kv_row + (long long)kh * head_dim;
+        const long long at = kv_row(loc, pos) * k_row + (long long)kh * head_dim;
         if (Q8) {
             // Rotated into shared memory, then quantized a block a warp.
             rope_head(in, s_rot, nullptr, pos, ff, head_dim, n_rot, neox, freq_base, freq_scale, ext_factor,
@@ -130,7 +132,7 @@ __device__ __forceinline__ void rope_qk_append(const float *q_src, float *q_out,
     } else {
         // KV head `vh`'s slice of the value row (the row splits evenly among the KV heads).
         const int vh = h - n_head - n_kv_head, chunk = v_row / n_kv_head;
-        kv_store<Q8>(v_cache, (long long)pos * v_row + (long long)vh * chunk,
+        kv_store<Q8>(v_cache, kv_row(loc, pos) * v_row + (long long)vh * chunk,
                      v_src + (long long)token * v_row + (long long)vh * chunk, chunk);
     }
 }

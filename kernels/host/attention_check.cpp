@@ -5,7 +5,8 @@
 // inside one range (the CTA writes the output) and over many (the last CTA merges them). Also: every split counter is back at zero after a
 // launch (the next launch, or a replayed graph, starts from them), and a token's split result is
 // the same bits alone and in a step of three, and a step whose three tokens each read their own
-// cache through a kv_table (a batched decode step) gives each token's bits alone; with
+// cache through a kv_table (a batched decode step) gives each token's bits alone, whether the
+// caches are contiguous or paged (rows in pages of 16 placed out of order in a pool); with
 // attention sinks (gpt-oss), both kernels against float64.
 //
 // Built and run by `cargo xtask kernels --check`; exits 1 on a mismatch. No GPU, no CUDA.
@@ -14,6 +15,7 @@
 #define SPLIT_WARPS 4
 #define SPLIT_MIN_KEYS 16
 #include "../attention.cu"
+#include "kv_pages.h"
 
 #include <cstdio>
 #include <random>
@@ -140,17 +142,28 @@ int main() {
             }
         }
         // A batched decode step over separate caches (kv_table): each token's bits equal that
-        // token run alone over its own cache, for both kernels.
-        {
+        // token run alone over its own cache, for both kernels; the caches contiguous, then
+        // paged.
+        for (int paged = 0; paged < 2; paged++) {
             std::vector<std::vector<__half>> ks(n_tok), vs(n_tok);
-            std::vector<unsigned long long> table(2 * n_tok);
+            std::vector<PagedCache> pk, pv;
+            HostTable table(n_tok);
             for (int t = 0; t < n_tok; t++) {
                 ks[t].resize(k.size());
                 vs[t].resize(v.size());
                 for (auto &x : ks[t]) x = __float2half(random_floats(1, 2.0f)[0]);
                 for (auto &x : vs[t]) x = __float2half(random_floats(1, 2.0f)[0]);
-                table[2 * t] = (unsigned long long)ks[t].data();
-                table[2 * t + 1] = (unsigned long long)vs[t].data();
+                pk.emplace_back(capacity, row * 2, 4, 11 + t);
+                pv.emplace_back(capacity, row * 2, 4, 11 + t);  // the keys' page table
+            }
+            for (int t = 0; t < n_tok; t++) {
+                if (!paged) {
+                    table.set(t, ks[t].data(), vs[t].data());
+                    continue;
+                }
+                pk[t].put(ks[t].data(), capacity);
+                pv[t].put(vs[t].data(), capacity);
+                table.set(t, pk[t].data<__half>(), pv[t].data<__half>(), pk[t].pages.data(), 4);
             }
             const int warps = hd == 256 ? 16 : 4, nsplit = 7;
             std::vector<float> part((size_t)rows * nsplit * (hd + 2), 0.0f);
@@ -180,7 +193,8 @@ int main() {
                     if (std::memcmp(alone.data(), step.data() + (size_t)t * c.n_head * hd, alone.size() * 4) !=
                             0 &&
                         bad++ < 3)
-                        std::printf("kv_table(kernel %d): token %d differs from itself alone\n", kernel, t);
+                        std::printf("kv_table(kernel %d, paged %d): token %d differs from itself alone\n", kernel,
+                                    paged, t);
                 }
             }
             for (unsigned x : counters)

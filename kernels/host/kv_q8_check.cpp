@@ -8,7 +8,9 @@
 // - attention_q8_0 (4 and 16 warps), attention_q8_0_split (1 and 7 ranges) and
 //   attention_q8_0_tiled against a float64 reference over the dequantized cache, and
 //   attention_f16_tiled (its first host check) over an f16 cache; a batched step's tokens
-//   through a kv_table = each alone, both q8_0 decode kernels;
+//   through a kv_table = each alone, both q8_0 decode kernels; both tiled kernels over a paged
+//   cache (pages of 16 rows out of order in a pool, each token's entry the same) = over the
+//   contiguous one, bit for bit; kv_append2_q8_0 into a paged cache = the contiguous bytes;
 // - attention_mla_f16 / _q8_0 (DeepSeek's latent attention: 576-wide keys, values their first
 //   512) and attention_kv_* (key and value heads of 192 and 128) against float64.
 //
@@ -20,6 +22,7 @@
 #include "../kv_append.cu"
 #include "../norm.cu"
 #include "../rope.cu"
+#include "kv_pages.h"
 
 #include <cstdio>
 #include <random>
@@ -102,11 +105,8 @@ static int check_append() {
     if (!same_bytes(kc, want_k) || !same_bytes(vc, want_v)) bad++, std::printf("kv_append2_q8_0 bytes differ\n");
     // Through a kv_table: each token into its own caches.
     std::vector<std::vector<block_q8_0>> ks(n_tok, poisoned(want_k.size())), vs(n_tok, poisoned(want_v.size()));
-    std::vector<unsigned long long> table(2 * n_tok);
-    for (int t = 0; t < n_tok; t++) {
-        table[2 * t] = (unsigned long long)ks[t].data();
-        table[2 * t + 1] = (unsigned long long)vs[t].data();
-    }
+    HostTable table(n_tok);
+    for (int t = 0; t < n_tok; t++) table.set(t, ks[t].data(), vs[t].data());
     std::vector<block_q8_0> kd = poisoned(want_k.size()), vd = poisoned(want_v.size());
     launch(n_tok, 2, 256, 1,
            [&] { kv_append2_q8_0(k.data(), v.data(), positions, kd.data(), vd.data(), k_row, v_row, table.data()); });
@@ -121,6 +121,21 @@ static int check_append() {
     }
     if (!same_bytes(kd, poisoned(kd.size())) || !same_bytes(vd, poisoned(vd.size())))
         bad++, std::printf("kv_append2_q8_0 through a kv_table wrote the decoy caches\n");
+    // One paged sequence (pages of 2 rows): the contiguous launch's bytes at its rows.
+    {
+        const size_t rows_k = want_k.size() / (k_row / 32), rows_v = want_v.size() / (v_row / 32);
+        PagedCache pk(rows_k, k_row / 32 * sizeof(block_q8_0), 1, 3),
+            pv(rows_v, v_row / 32 * sizeof(block_q8_0), 1, 3);
+        const std::vector<block_q8_0> blank_k = poisoned(want_k.size()), blank_v = poisoned(want_v.size());
+        pk.put(blank_k.data(), rows_k);
+        pv.put(blank_v.data(), rows_v);
+        HostTable paged(n_tok);
+        for (int t = 0; t < n_tok; t++) paged.set(t, pk.data<block_q8_0>(), pv.data<block_q8_0>(), pk.pages.data(), 1);
+        launch(n_tok, 2, 256, 1,
+               [&] { kv_append2_q8_0(k.data(), v.data(), positions, kd.data(), vd.data(), k_row, v_row, paged.data()); });
+        if (!pk.same(kc.data(), rows_k) || !pv.same(vc.data(), rows_v))
+            bad++, std::printf("kv_append2_q8_0 into a paged cache differs from the contiguous launch\n");
+    }
     std::printf("kv_append2_q8_0: %s\n", bad ? "MISMATCH" : "ok");
     return bad;
 }
@@ -184,11 +199,8 @@ static int check_rope_append() {
             if (norms) continue;
             // Through a kv_table: each token = itself alone.
             std::vector<std::vector<block_q8_0>> ks(n_tok, poisoned(kb)), vs(n_tok, poisoned(vb));
-            std::vector<unsigned long long> table(2 * n_tok);
-            for (int t = 0; t < n_tok; t++) {
-                table[2 * t] = (unsigned long long)ks[t].data();
-                table[2 * t + 1] = (unsigned long long)vs[t].data();
-            }
+            HostTable table(n_tok);
+            for (int t = 0; t < n_tok; t++) table.set(t, ks[t].data(), vs[t].data());
             std::vector<float> q3(q.size(), NAN);
             launch(n_tok, c.n_head + 2 * c.n_kv, threads, 1, [&] {
                 rope_qk_append_q8_0(q.data(), q3.data(), k.data(), v.data(), positions, ffp, nullptr, nullptr,
@@ -300,12 +312,11 @@ static int check_attention() {
         // A batched step through a kv_table: each token's bits = itself alone, both kernels.
         {
             std::vector<std::vector<block_q8_0>> ks(n_tok), vs(n_tok);
-            std::vector<unsigned long long> table(2 * n_tok);
+            HostTable table(n_tok);
             for (int t = 0; t < n_tok; t++) {
                 ks[t] = quantize_all(random_floats((size_t)capacity * row, 2.0f));
                 vs[t] = quantize_all(random_floats((size_t)capacity * row, 2.0f));
-                table[2 * t] = (unsigned long long)ks[t].data();
-                table[2 * t + 1] = (unsigned long long)vs[t].data();
+                table.set(t, ks[t].data(), vs[t].data());
             }
             const int nsplit = 7;
             std::vector<float> part((size_t)rows * nsplit * (hd + 2), 0.0f);
@@ -343,20 +354,37 @@ static int check_attention() {
             for (int t = 0; t < 40; t++) ppos[t] = 260 + t;
             const int pt = (int)ppos.size(), group = c.n_head / c.n_kv_head;
             const std::vector<float> pq = random_floats((size_t)pt * c.n_head * hd, hd == 256 ? 1.0f : 0.5f);
-            const auto tiled = [&](bool q8, const void *kk, const void *vv, std::vector<float> &o) {
+            const auto tiled = [&](bool q8, const void *kk, const void *vv, std::vector<float> &o,
+                                   const unsigned long long *tab = nullptr) {
                 launch((pt * group + TILE_ROWS - 1) / TILE_ROWS, c.n_kv_head, 32, ATT_WARPS, [&] {
                     if (q8)
                         attention_q8_0_tiled(pq.data(), ppos.data(), (const block_q8_0 *)kk, (const block_q8_0 *)vv,
                                              o.data(), c.n_head, c.n_kv_head, hd, kv_len, scale, c.softcap, c.window,
-                                             1, pt, nullptr);
+                                             1, pt, tab, nullptr);
                     else
                         attention_f16_tiled(pq.data(), ppos.data(), (const __half *)kk, (const __half *)vv, o.data(),
-                                            c.n_head, c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1, pt,
+                                            c.n_head, c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1, pt, tab,
                                             nullptr);
                 });
             };
+            // The same launch over a paged copy of the cache (every token's entry the same, a
+            // decoy as the given caches): the contiguous launch's bits.
+            const auto paged_same = [&](bool q8, const void *kk, const void *vv, size_t row_bytes,
+                                        const std::vector<float> &want_bits) {
+                PagedCache pk(capacity, row_bytes, 4, 21), pv(capacity, row_bytes, 4, 21);
+                pk.put(kk, capacity);
+                pv.put(vv, capacity);
+                HostTable tab(pt);
+                for (int t = 0; t < pt; t++) tab.set(t, pk.pool.data(), pv.pool.data(), pk.pages.data(), 4);
+                std::vector<float> o(pq.size(), NAN);
+                tiled(q8, nullptr, nullptr, o, tab.data());
+                if (std::memcmp(o.data(), want_bits.data(), o.size() * 4) != 0 && bad++ < 3)
+                    std::printf("attention_%s_tiled over a paged cache differs from the contiguous cache\n",
+                                q8 ? "q8_0" : "f16");
+            };
             std::vector<float> out(pq.size(), NAN);
             tiled(true, k.data(), v.data(), out);
+            paged_same(true, k.data(), v.data(), row / 32 * sizeof(block_q8_0), out);
             compare("attention_q8_0_tiled", pt, out, reference(c, pq, ppos, kf, vf, kv_len, scale));
             std::vector<__half> kh(kf.size()), vh(vf.size());
             std::vector<float> khf(kf.size()), vhf(vf.size());
@@ -368,6 +396,7 @@ static int check_attention() {
             }
             std::vector<float> outh(pq.size(), NAN);
             tiled(false, kh.data(), vh.data(), outh);
+            paged_same(false, kh.data(), vh.data(), row * sizeof(__half), outh);
             compare("attention_f16_tiled", pt, outh, reference(c, pq, ppos, khf, vhf, kv_len, scale));
         }
     }

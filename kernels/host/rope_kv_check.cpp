@@ -8,12 +8,16 @@
 //   launch) = rope_f32 of the queries and of the keys from their sources, then kv_append2_f16;
 //   with a query scale, the queries = the two-step queries times it (a scale launch after);
 //   with per-head norms of queries and/or keys = rms_norm_f32 of the heads first.
+// Both appends also through a kv_table: a batched step's tokens each into caches of their own
+// (the bits of each alone), and a paged sequence's step (every token's entry its one paged
+// cache: the bytes of the contiguous launch, at the rows its pages map).
 // Also checks the stand-in's f32-to-f16 rounding on every f16 value and the midpoints between.
 //
 // Built and run by `cargo xtask kernels --check`; exits 1 on a mismatch. No GPU, no CUDA.
 #include "../kv_append.cu"
 #include "../norm.cu"
 #include "../rope.cu"
+#include "kv_pages.h"
 
 #include <cstdio>
 #include <random>
@@ -93,11 +97,8 @@ static int check_kv_append() {
     {
         std::vector<std::vector<__half>> ks(n_tok, std::vector<__half>(capacity * k_row, nan_half)),
             vs(n_tok, std::vector<__half>(capacity * v_row, nan_half));
-        std::vector<unsigned long long> table(2 * n_tok);
-        for (int t = 0; t < n_tok; t++) {
-            table[2 * t] = (unsigned long long)ks[t].data();
-            table[2 * t + 1] = (unsigned long long)vs[t].data();
-        }
+        HostTable table(n_tok);
+        for (int t = 0; t < n_tok; t++) table.set(t, ks[t].data(), vs[t].data());
         std::vector<__half> kd(capacity * k_row, nan_half), vd(capacity * v_row, nan_half);
         launch(n_tok, 2, 256, 1,
                [&] { kv_append2_f16(k.data(), v.data(), positions, kd.data(), vd.data(), k_row, v_row, table.data()); });
@@ -112,6 +113,16 @@ static int check_kv_append() {
         }
         // The decoy caches stay untouched.
         for (auto x : kd) table_same = table_same && x.x == nan_half.x;
+        // One paged sequence (pages of 4 rows): the contiguous launch's bytes at its rows.
+        PagedCache pk(capacity, k_row * 2, 2, 5), pv(capacity, v_row * 2, 2, 5);
+        std::vector<__half> blank_k(capacity * k_row, nan_half), blank_v(capacity * v_row, nan_half);
+        pk.put(blank_k.data(), capacity);
+        pv.put(blank_v.data(), capacity);
+        HostTable paged(n_tok);
+        for (int t = 0; t < n_tok; t++) paged.set(t, pk.data<__half>(), pv.data<__half>(), pk.pages.data(), 2);
+        launch(n_tok, 2, 256, 1,
+               [&] { kv_append2_f16(k.data(), v.data(), positions, kd.data(), vd.data(), k_row, v_row, paged.data()); });
+        table_same = table_same && pk.same(k2.data(), capacity) && pv.same(v2.data(), capacity);
     }
     std::printf("kv_append2_f16 through a kv_table: %s\n", table_same ? "ok" : "MISMATCH");
     return same && table_same ? 0 : 1;
@@ -173,11 +184,8 @@ static int check_rope_qk_append() {
         {
             std::vector<std::vector<__half>> ks(n_tok, std::vector<__half>(capacity * k_row, nan_half)),
                 vs(n_tok, std::vector<__half>(capacity * c.v_row, nan_half));
-            std::vector<unsigned long long> table(2 * n_tok);
-            for (int t = 0; t < n_tok; t++) {
-                table[2 * t] = (unsigned long long)ks[t].data();
-                table[2 * t + 1] = (unsigned long long)vs[t].data();
-            }
+            HostTable table(n_tok);
+            for (int t = 0; t < n_tok; t++) table.set(t, ks[t].data(), vs[t].data());
             std::vector<float> q2(q.size(), NAN);
             std::vector<__half> kd(capacity * k_row, nan_half), vd(capacity * c.v_row, nan_half);
             launch(n_tok, c.n_head + 2 * c.n_kv, c.threads, 1, [&] {
@@ -206,6 +214,24 @@ static int check_rope_qk_append() {
                     if (bad++ < 3) std::printf("rope_qk_append through a kv_table wrote the decoy cache\n");
                     break;
                 }
+            // One paged sequence (pages of 4 rows): the contiguous launch's bytes at its rows.
+            PagedCache pk(capacity, k_row * 2, 2, 9), pv(capacity, c.v_row * 2, 2, 9);
+            std::vector<__half> blank_k(capacity * k_row, nan_half), blank_v(capacity * c.v_row, nan_half);
+            pk.put(blank_k.data(), capacity);
+            pv.put(blank_v.data(), capacity);
+            HostTable paged(n_tok);
+            for (int t = 0; t < n_tok; t++) paged.set(t, pk.data<__half>(), pv.data<__half>(), pk.pages.data(), 2);
+            std::vector<float> q3(q.size(), NAN);
+            launch(n_tok, c.n_head + 2 * c.n_kv, c.threads, 1, [&] {
+                rope_qk_append_f16(q.data(), q3.data(), k.data(), v.data(), positions, ffp, kd.data(), vd.data(),
+                                   c.n_head, c.n_kv, c.head_dim, c.v_row, c.n_rot, c.neox, 10000.0f, 0.5f,
+                                   c.ext_factor, 1.0f, 3.0f, 20.0f, 1.0f, nullptr, nullptr, 0, 0.0f, 0.0f,
+                                   paged.data());
+            });
+            if ((std::memcmp(q3.data(), q1.data(), q1.size() * 4) != 0 || !pk.same(kc1.data(), capacity) ||
+                 !pv.same(vc1.data(), capacity)) &&
+                bad++ < 3)
+                std::printf("rope_qk_append into a paged cache differs from the contiguous launch\n");
         }
     }
     std::printf("rope_qk_append_f16: %s\n", bad ? "MISMATCH" : "ok");

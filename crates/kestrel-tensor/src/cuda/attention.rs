@@ -1,7 +1,8 @@
 //! The CUDA engine's attention over the KV cache, f16 or q8_0 (`kernels/attention.cu`,
 //! `kernels/attention_tiled.cu`): decode kernels (a CTA per token and head, or the keys split
-//! among CTAs), the tiled prefill kernel, and a batched decode step whose tokens each read their
-//! own sequence's cache through a [`KvTable`]. Each kernel has a form per cache type. Parameters are the CPU engine's
+//! among CTAs), the tiled prefill kernel, and steps whose caches are reached through a
+//! [`KvTable`]: a batched decode step whose tokens each read their own sequence's cache, or one
+//! sequence's step over a paged cache. Each kernel has a form per cache type. Parameters are the CPU engine's
 //! ([`AttentionParams`]) so a plan hands both engines the same values. RoPE and the cache
 //! writes are `rope_kv.rs`.
 
@@ -317,14 +318,17 @@ impl CudaDevice {
         )
     }
 
-    /// Causal attention of a batched decode step: token `t` of `q` (at `positions[t]`) over
-    /// the caches `table` holds for it in `layer`, each sequence its own, with a single
-    /// sequence's decode kernel and settings for every token, so a token's bits are those of
-    /// its sequence decoding alone ([`Self::attention_ids`] over its own cache).
+    /// Causal attention over the caches `table` holds in `layer` for each token of `q` (at
+    /// `positions[t]`). A batched decode step's table ([`KvTable::begin`]): each token its own
+    /// sequence's cache, with a single sequence's decode kernel and settings for every token, so
+    /// a token's bits are those of its sequence decoding alone ([`Self::attention_ids`] over its
+    /// own cache). One sequence's table ([`KvTable::begin_sequence`], a paged cache): the
+    /// kernel and settings [`Self::attention_ids`] takes for that many tokens, so the bits are
+    /// those of the same step over a contiguous cache.
     ///
     /// # Errors
-    /// As [`Self::attention`]; more tokens than [`MAX_WIDE_ROWS`], a table not written for
-    /// this step's tokens.
+    /// As [`Self::attention`]; a batched step of more tokens than [`MAX_WIDE_ROWS`], a table
+    /// not written for this step's tokens.
     ///
     /// # Safety
     /// Every cache `table` was written from for `layer` must be alive (not dropped) and not
@@ -338,7 +342,7 @@ impl CudaDevice {
         sinks: Option<&DeviceTensor>,
         out: &mut DeviceTensor,
     ) -> Result<()> {
-        if positions.host.len() > MAX_WIDE_ROWS {
+        if !table.is_one_sequence() && positions.host.len() > MAX_WIDE_ROWS {
             return Err(TensorError::InvalidParam {
                 op: "cuda attention",
                 why: "a batched decode step holds at most 64 tokens",
@@ -389,7 +393,7 @@ impl CudaDevice {
         let row = p.n_kv_head * p.head_dim;
         // A table's caches: each token's position inside its own (keys above it are never
         // read, so the kernel's bound is the largest it takes).
-        let (kv_len, table, kind, head_dim_v) = match &kv {
+        let (kv_len, table, kind, head_dim_v, batched) = match &kv {
             KvSrc::Caches(k, v) => {
                 let kind = KvKind::of(OP, k.dtype, v.dtype)?;
                 // Values may have their own head size (DeepSeek's decompressed form).
@@ -411,7 +415,7 @@ impl CudaDevice {
                         });
                     }
                 }
-                (kv_len, 0, kind, hd_v)
+                (kv_len, 0, kind, hd_v, false)
             }
             KvSrc::Table(t, layer) => {
                 let kind = t.check(*layer, positions, Some(row), Some(row))?;
@@ -420,11 +424,11 @@ impl CudaDevice {
                     self.kv_table_arg(t, *layer),
                     kind,
                     p.head_dim,
+                    !t.is_one_sequence(),
                 )
             }
         };
         kind.check_heads(OP, p.head_dim, head_dim_v)?;
-        let batched = table != 0;
         let (k, v) = match kv {
             KvSrc::Caches(k, v) => (Some(k), Some(v)),
             KvSrc::Table(..) => (None, None),
@@ -498,7 +502,7 @@ impl CudaDevice {
             b.arg(&mut out.buf);
             args.push(&mut b, p, None);
             let config = if tiled {
-                b.arg(&nt);
+                b.arg(&nt).arg(&table);
                 match sinks {
                     Some(s) => b.arg(&s.buf),
                     None => b.arg(&null),

@@ -318,6 +318,14 @@ impl CudaDevice {
         self.capability
     }
 
+    /// Device memory (free, total) in bytes, as the driver counts it now.
+    ///
+    /// # Errors
+    /// A driver error.
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        self.ctx.mem_get_info().map_err(driver("cuMemGetInfo"))
+    }
+
     pub(super) fn func(&self, name: &str) -> Result<&CudaFunction> {
         self.functions.get(name).ok_or_else(|| {
             TensorError::Cuda(CudaError::Kernel {

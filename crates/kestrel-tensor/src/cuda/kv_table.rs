@@ -1,10 +1,18 @@
-//! [`KvTable`]: where each token of a batched decode step keeps its keys and values, so one
-//! step runs several sequences whose caches are separate allocations (`kernels/kv_rows.cuh`).
-//! The table holds, per attention layer, the device addresses of token `t`'s key and value
-//! caches; the RoPE + KV-append, KV-append and attention kernels read them instead of the
-//! caches they are given. The host writes it before each step ([`CudaDevice::set_kv_entry`],
-//! then [`CudaDevice::upload_kv_table`]: one small copy), so a captured graph that reads it
-//! replays with whichever sequences the next step holds.
+//! [`KvTable`]: where each token of a step keeps its keys and values (`kernels/kv_rows.cuh`),
+//! so one step runs several sequences whose caches are separate allocations, or sequences whose
+//! caches are pages of a pool ([`KvPages`]: vLLM's paged attention). The table holds, per
+//! attention layer and token, the device addresses of the token's key and value caches and of
+//! its page table (none for a contiguous cache); the RoPE + KV-append, KV-append and attention
+//! kernels read them instead of the caches they are given. The host writes it before each step
+//! ([`CudaDevice::set_kv_entry`] or [`CudaDevice::set_kv_paged_entry`], then
+//! [`CudaDevice::upload_kv_table`]: one small copy), so a captured graph that reads it replays
+//! with whichever sequences the next step holds.
+//!
+//! A table is begun for a batched step ([`KvTable::begin`]: one token a sequence, each with a
+//! one-token step's kernel settings) or for one sequence's step ([`KvTable::begin_sequence`]:
+//! its tokens' entries alike, the kernels a step of that many tokens of one sequence takes,
+//! the tiled prefill kernel included), so a token's bits do not depend on how its cache is
+//! reached.
 //!
 //! The launches that read a table are `unsafe`: the table keeps addresses, not borrows, so the
 //! caller promises the caches it was written from are still alive when the launch runs.
@@ -17,6 +25,66 @@ use crate::error::{Result, TensorError};
 use crate::DType;
 
 const OP: &str = "cuda kv table";
+
+/// Words of a table entry (`KV_ENTRY` in kv_rows.cuh): the key cache, the value cache, the page
+/// table (0: contiguous) and the page shift.
+const ENTRY: usize = 4;
+
+/// Largest page: 2^16 positions.
+const MAX_PAGE_SHIFT: u32 = 16;
+
+/// One sequence's page table on the device ([`CudaDevice::new_kv_pages`]): position `p` of the
+/// sequence is row `pages[p / page_rows] * page_rows + p % page_rows` of a pool's key and value
+/// matrices. The ids are set from the host ([`CudaDevice::set_kv_pages`]) as the sequence
+/// grows; only the changed tail is copied.
+pub struct KvPages {
+    buf: CudaSlice<i32>,
+    host: Vec<u32>,
+    shift: u32,
+    /// The largest id set (checked against a pool's pages when an entry is written).
+    max_id: Option<u32>,
+}
+
+impl std::fmt::Debug for KvPages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvPages")
+            .field("pages", &self.host.len())
+            .field("page_rows", &self.page_rows())
+            .finish()
+    }
+}
+
+impl KvPages {
+    /// Pages mapped.
+    pub fn len(&self) -> usize {
+        self.host.len()
+    }
+
+    /// True when no page is mapped.
+    pub fn is_empty(&self) -> bool {
+        self.host.is_empty()
+    }
+
+    /// Positions a page holds (a power of two).
+    pub fn page_rows(&self) -> usize {
+        1 << self.shift
+    }
+
+    /// Positions the mapped pages hold.
+    pub fn positions(&self) -> usize {
+        self.host.len() << self.shift
+    }
+
+    /// Most pages it maps.
+    pub fn max_pages(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The pool pages mapped, in position order.
+    pub fn ids(&self) -> &[u32] {
+        &self.host
+    }
+}
 
 /// The element type of a device KV cache: f16 values, or q8_0 blocks (32 values, an f16 scale
 /// and 32 int8 quants; rows and heads whole blocks), as the CPU engine's caches of those types.
@@ -83,8 +151,10 @@ pub struct KvTable {
     tokens: usize,
     /// Each layer's (key row, value row, element type), once a token's caches were set for it.
     rows: Vec<Option<(usize, usize, KvKind)>>,
-    /// Rows of token `t`'s caches in layer `l` (`l * max_tokens + t`; 0: not set).
+    /// Positions token `t`'s caches hold in layer `l` (`l * max_tokens + t`; 0: not set).
     caps: Vec<usize>,
+    /// The step's tokens are one sequence's ([`Self::begin_sequence`]).
+    one_sequence: bool,
 }
 
 impl std::fmt::Debug for KvTable {
@@ -108,11 +178,30 @@ impl KvTable {
         self.tokens
     }
 
-    /// Starts a step of `tokens` tokens: forgets every entry.
+    /// Whether the step's tokens are one sequence's ([`Self::begin_sequence`]).
+    pub fn is_one_sequence(&self) -> bool {
+        self.one_sequence
+    }
+
+    /// Starts a batched decode step of `tokens` tokens, each of its own sequence: forgets every
+    /// entry.
     ///
     /// # Errors
     /// More tokens than the table holds.
     pub fn begin(&mut self, tokens: usize) -> Result<()> {
+        self.start(tokens, false)
+    }
+
+    /// Starts a step of `tokens` tokens of one sequence (a paged sequence's prefill or decode
+    /// step; each token's entry is then its cache): forgets every entry.
+    ///
+    /// # Errors
+    /// More tokens than the table holds.
+    pub fn begin_sequence(&mut self, tokens: usize) -> Result<()> {
+        self.start(tokens, true)
+    }
+
+    fn start(&mut self, tokens: usize, one_sequence: bool) -> Result<()> {
         if tokens > self.max_tokens {
             return Err(TensorError::LengthMismatch {
                 op: OP,
@@ -122,15 +211,16 @@ impl KvTable {
             });
         }
         self.tokens = tokens;
+        self.one_sequence = one_sequence;
         self.rows.fill(None);
         self.caps.fill(0);
         self.host.fill(0);
         Ok(())
     }
 
-    /// The first table word of `layer` (its `2 * max_tokens` addresses follow).
+    /// The first table word of `layer` (its `max_tokens` entries follow).
     fn base(&self, layer: usize) -> usize {
-        layer * self.max_tokens * 2
+        layer * self.max_tokens * ENTRY
     }
 
     /// Checks a launch over `layer` for a step at `positions`: one per token of the step, each
@@ -189,7 +279,7 @@ impl CudaDevice {
     /// # Errors
     /// Out of device memory.
     pub fn new_kv_table(&self, layers: usize, max_tokens: usize) -> Result<KvTable> {
-        let words = layers.max(1) * max_tokens.max(1) * 2;
+        let words = layers.max(1) * max_tokens.max(1) * ENTRY;
         let buf = self
             .stream
             .alloc_zeros::<u64>(words)
@@ -202,7 +292,72 @@ impl CudaDevice {
             tokens: 0,
             rows: vec![None; layers],
             caps: vec![0; layers * max_tokens.max(1)],
+            one_sequence: false,
         })
+    }
+
+    /// A page table of up to `max_pages` pages of `page_rows` positions (a power of two up to
+    /// 65,536), none mapped yet.
+    ///
+    /// # Errors
+    /// A page size that is not a power of two or too large, no pages, out of device memory.
+    pub fn new_kv_pages(&self, max_pages: usize, page_rows: usize) -> Result<KvPages> {
+        if !page_rows.is_power_of_two() || page_rows > 1 << MAX_PAGE_SHIFT || max_pages == 0 {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why:
+                    "a page table needs pages of a power of two up to 65536 positions, at least one",
+            });
+        }
+        let buf = self
+            .stream
+            .alloc_zeros::<i32>(max_pages)
+            .map_err(|e| self.alloc_error(max_pages * 4, e))?;
+        Ok(KvPages {
+            buf,
+            host: Vec::with_capacity(max_pages),
+            shift: page_rows.trailing_zeros(),
+            max_id: None,
+        })
+    }
+
+    /// Maps `pages`' positions to the pool pages `ids` (in position order), copying the ids
+    /// that changed to the device (in stream order: kernels enqueued before read the old ones).
+    ///
+    /// # Errors
+    /// More ids than the table maps, an id above `i32::MAX`, a driver error.
+    pub fn set_kv_pages(&self, pages: &mut KvPages, ids: &[u32]) -> Result<()> {
+        if ids.len() > pages.buf.len() {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what: "page ids",
+                expected: pages.buf.len(),
+                actual: ids.len(),
+            });
+        }
+        if ids.iter().any(|&id| id > i32::MAX as u32) {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "a page id above i32::MAX",
+            });
+        }
+        let same = pages
+            .host
+            .iter()
+            .zip(ids)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if same < ids.len() {
+            let tail: Vec<i32> = ids[same..].iter().map(|&id| id as i32).collect();
+            let mut dst = pages.buf.slice_mut(same..ids.len());
+            self.stream
+                .memcpy_htod(&tail, &mut dst)
+                .map_err(driver("cuMemcpyHtoD"))?;
+        }
+        pages.host.clear();
+        pages.host.extend_from_slice(ids);
+        pages.max_id = ids.iter().copied().max();
+        Ok(())
     }
 
     /// Token `token` of the step keeps `layer`'s keys in `k` and values in `v` (F16 or Q8_0
@@ -237,14 +392,47 @@ impl CudaDevice {
             }
             _ => table.rows[layer] = Some(rows),
         }
-        let at = table.base(layer) + 2 * token;
+        let at = table.base(layer) + ENTRY * token;
         {
             let (kp, _k) = k.buf.device_ptr(&self.stream);
             let (vp, _v) = v.buf.device_ptr(&self.stream);
-            table.host[at] = kp;
-            table.host[at + 1] = vp;
+            table.host[at..at + ENTRY].copy_from_slice(&[kp, vp, 0, 0]);
         }
         table.caps[layer * table.max_tokens + token] = k.shape.n_rows().min(v.shape.n_rows());
+        Ok(())
+    }
+
+    /// Token `token` of the step keeps `layer`'s keys and values in pages of a pool: `pages`
+    /// maps its positions to rows of `k_pool` and `v_pool` (F16 or Q8_0 matrices of a row per
+    /// pool position, both alike), as [`Self::set_kv_entry`] otherwise.
+    ///
+    /// # Errors
+    /// As [`Self::set_kv_entry`]; a page past the pool's rows.
+    pub fn set_kv_paged_entry(
+        &self,
+        table: &mut KvTable,
+        layer: usize,
+        token: usize,
+        (k_pool, v_pool): (&mut DeviceTensor, &mut DeviceTensor),
+        pages: &KvPages,
+    ) -> Result<()> {
+        let pool_rows = k_pool.shape.n_rows().min(v_pool.shape.n_rows());
+        if let Some(max) = pages.max_id {
+            if ((max as usize + 1) << pages.shift) > pool_rows {
+                return Err(TensorError::IdOutOfRange {
+                    op: OP,
+                    index: 0,
+                    id: i64::from(max),
+                    rows: pool_rows >> pages.shift,
+                });
+            }
+        }
+        self.set_kv_entry(table, layer, token, k_pool, v_pool)?;
+        let at = table.base(layer) + ENTRY * token;
+        let (pp, _p) = pages.buf.device_ptr(&self.stream);
+        table.host[at + 2] = pp;
+        table.host[at + 3] = u64::from(pages.shift);
+        table.caps[layer * table.max_tokens + token] = pages.positions();
         Ok(())
     }
 

@@ -65,13 +65,13 @@ pub use graph::{DeviceEvent, DeviceGraph, DeviceIds};
 #[cfg(feature = "cuda")]
 pub use host::HostBuffer;
 #[cfg(feature = "cuda")]
-pub use kv_table::KvTable;
+pub use kv_table::{KvPages, KvTable};
 #[cfg(feature = "cuda")]
 pub use ssm::MAX_SSM_STATE;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{
     device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor, DeviceTopK,
-    Glu, HostBuffer, KvTable, Q8Ticket, MAX_SSM_STATE, MAX_TOP_K, MLA_MAX_HEAD_DIM,
+    Glu, HostBuffer, KvPages, KvTable, Q8Ticket, MAX_SSM_STATE, MAX_TOP_K, MLA_MAX_HEAD_DIM,
 };
 #[cfg(feature = "cuda")]
 pub use topk::{DeviceTopK, MAX_TOP_K};

@@ -24,11 +24,62 @@ impl KvTable {
         match self.never {}
     }
 
-    /// Starts a step.
+    /// Whether the step's tokens are one sequence's.
+    pub fn is_one_sequence(&self) -> bool {
+        match self.never {}
+    }
+
+    /// Starts a batched step.
     ///
     /// # Errors
     /// Unreachable.
     pub fn begin(&mut self, _tokens: usize) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Starts a step of one sequence.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn begin_sequence(&mut self, _tokens: usize) -> Result<()> {
+        match self.never {}
+    }
+}
+
+/// One sequence's page table on the device (none can exist in this build).
+#[derive(Debug)]
+pub struct KvPages {
+    never: Infallible,
+}
+
+impl KvPages {
+    /// Pages mapped.
+    pub fn len(&self) -> usize {
+        match self.never {}
+    }
+
+    /// True when no page is mapped.
+    pub fn is_empty(&self) -> bool {
+        match self.never {}
+    }
+
+    /// Positions a page holds.
+    pub fn page_rows(&self) -> usize {
+        match self.never {}
+    }
+
+    /// Positions the mapped pages hold.
+    pub fn positions(&self) -> usize {
+        match self.never {}
+    }
+
+    /// Most pages it maps.
+    pub fn max_pages(&self) -> usize {
+        match self.never {}
+    }
+
+    /// The pool pages mapped.
+    pub fn ids(&self) -> &[u32] {
         match self.never {}
     }
 }
@@ -53,6 +104,37 @@ impl CudaDevice {
         _token: usize,
         _k: &mut DeviceTensor,
         _v: &mut DeviceTensor,
+    ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// A page table.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn new_kv_pages(&self, _max_pages: usize, _page_rows: usize) -> Result<KvPages> {
+        match self.never {}
+    }
+
+    /// Sets a page table's ids.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn set_kv_pages(&self, _pages: &mut KvPages, _ids: &[u32]) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Sets a token's paged caches for a layer.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn set_kv_paged_entry(
+        &self,
+        _table: &mut KvTable,
+        _layer: usize,
+        _token: usize,
+        _pools: (&mut DeviceTensor, &mut DeviceTensor),
+        _pages: &KvPages,
     ) -> Result<()> {
         match self.never {}
     }
@@ -105,7 +187,7 @@ impl CudaDevice {
         match self.never {}
     }
 
-    /// A batched decode step's attention through a table.
+    /// A step's attention through a table.
     ///
     /// # Errors
     /// Unreachable.

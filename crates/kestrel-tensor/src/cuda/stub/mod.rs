@@ -14,7 +14,7 @@ use crate::cpu::{AttentionParams, RopeParams};
 use crate::error::Result;
 use crate::{DType, Shape, Tensor};
 pub use elementwise::HostBuffer;
-pub use kv_table::KvTable;
+pub use kv_table::{KvPages, KvTable};
 pub use ssm::MAX_SSM_STATE;
 pub use topk::{DeviceTopK, MAX_TOP_K};
 
@@ -164,6 +164,14 @@ impl CudaDevice {
 
     /// The device's name.
     pub fn name(&self) -> &str {
+        match self.never {}
+    }
+
+    /// Device memory (free, total).
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
         match self.never {}
     }
 
