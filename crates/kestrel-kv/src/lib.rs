@@ -4,9 +4,11 @@
 //! step's keys and values for a layer, view a layer's cache in place (no gather copies), and
 //! commit, truncate or reset the sequence. [`ContiguousCache`] preallocates every layer to the
 //! context length in f32 or f16. [`PagedCache`] holds many sequences in one pool of fixed-size
-//! blocks (paged attention reads them through each sequence's block table); the batched forward
-//! pass drives either through [`BatchKv`].
+//! blocks (paged attention reads them through each sequence's block table; [`BlockPool`] is its
+//! block accounting alone, which a GPU scheduler uses for a pool in device memory); the batched
+//! forward pass drives either through [`BatchKv`].
 
+mod blocks;
 mod buf;
 mod contiguous;
 mod error;
@@ -15,6 +17,7 @@ mod paged;
 mod prefix;
 mod state;
 
+pub use blocks::BlockPool;
 pub use contiguous::ContiguousCache;
 pub use error::KvError;
 pub use layout::{KvDType, KvLayout};

@@ -6,29 +6,20 @@
 //! block holds positions `i·B .. (i+1)·B`), so appending never copies: [`reserve`] takes free
 //! blocks for the positions a step will write, attention reads through the table
 //! ([`KvRows`]), and [`free_seq`] returns the blocks. Blocks carry reference counts so that a
-//! prefix cache can share them between sequences.
+//! prefix cache can share them between sequences. The accounting is a [`BlockPool`]; this
+//! type adds the host buffers and the recurrent states.
 //!
 //! [`reserve`]: PagedCache::reserve
 //! [`free_seq`]: PagedCache::free_seq
 
+use crate::blocks::BlockPool;
+pub use crate::blocks::SeqId;
 use crate::buf::Buf;
-use crate::prefix::PrefixIndex;
 pub use crate::prefix::PrefixStats;
 use crate::state::States;
 use crate::{BatchKv, KvError, KvLayout, KvRows, LayerView, RecurrentState};
 
-/// A sequence's handle in a [`PagedCache`].
-pub type SeqId = usize;
-
-#[derive(Debug, Default)]
-struct Seq {
-    /// Physical block of each logical block.
-    table: Vec<u32>,
-    /// Committed positions.
-    len: usize,
-}
-
-/// Occupancy of a [`PagedCache`].
+/// Occupancy of a [`PagedCache`] (or a [`BlockPool`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PoolStats {
     /// Blocks in the pool.
@@ -65,16 +56,9 @@ pub struct PoolStats {
 /// ```
 pub struct PagedCache {
     layout: KvLayout,
-    block_size: usize,
-    n_blocks: usize,
     k: Vec<Buf>,
     v: Vec<Buf>,
-    /// Free blocks (a stack: the most recently freed is reused first, still warm in cache).
-    free: Vec<u32>,
-    /// Holders of each block: sequences, plus one when the prefix cache keeps it.
-    refs: Vec<u32>,
-    seqs: Vec<Option<Seq>>,
-    prefix: PrefixIndex,
+    blocks: BlockPool,
     /// Each sequence's recurrent state (slot = sequence id), for state-space layers.
     states: States,
 }
@@ -82,7 +66,7 @@ pub struct PagedCache {
 impl std::fmt::Debug for PagedCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PagedCache")
-            .field("block_size", &self.block_size)
+            .field("block_size", &self.blocks.block_size())
             .field("stats", &self.stats())
             .finish()
     }
@@ -95,16 +79,7 @@ impl PagedCache {
     /// `Pool` for a bad block size or no blocks, `TooLarge` when the memory cannot be had.
     pub fn new(layout: KvLayout, block_size: usize, n_blocks: usize) -> Result<Self, KvError> {
         layout.check()?;
-        if !block_size.is_power_of_two() || block_size > 1 << 16 {
-            return Err(KvError::Pool(format!(
-                "block size {block_size} must be a power of two up to 65536"
-            )));
-        }
-        if n_blocks == 0 || n_blocks > u32::MAX as usize {
-            return Err(KvError::Pool(format!(
-                "{n_blocks} blocks: a pool needs 1..=u32::MAX blocks"
-            )));
-        }
+        let blocks = BlockPool::new(block_size, n_blocks)?;
         let tokens = block_size.saturating_mul(n_blocks);
         let too_large = || KvError::TooLarge {
             tokens,
@@ -118,14 +93,9 @@ impl PagedCache {
             .ok_or_else(too_large)?;
         let (k, v) = Buf::layers(&layout, tokens).map_err(|_| too_large())?;
         Ok(PagedCache {
-            block_size,
-            n_blocks,
             k,
             v,
-            free: (0..n_blocks as u32).rev().collect(),
-            refs: vec![0; n_blocks],
-            seqs: Vec::new(),
-            prefix: PrefixIndex::new(n_blocks),
+            blocks,
             states: States::new(layout.recurrent),
             layout,
         })
@@ -148,109 +118,61 @@ impl PagedCache {
 
     /// Tokens per block.
     pub fn block_size(&self) -> usize {
-        self.block_size
+        self.blocks.block_size()
     }
 
     /// Blocks in the pool.
     pub fn total_blocks(&self) -> usize {
-        self.n_blocks
+        self.blocks.total_blocks()
     }
 
     /// Blocks free.
     pub fn free_blocks(&self) -> usize {
-        self.free.len()
+        self.blocks.free_blocks()
     }
 
     /// Blocks `tokens` positions take.
     pub fn blocks_for(&self, tokens: usize) -> usize {
-        tokens.div_ceil(self.block_size)
+        self.blocks.blocks_for(tokens)
     }
 
     /// Bytes of the pool.
     pub fn memory_bytes(&self) -> usize {
-        self.n_blocks * self.block_size * self.layout.bytes_per_token() + self.states.bytes()
+        self.blocks.total_blocks() * self.blocks.block_size() * self.layout.bytes_per_token()
+            + self.states.bytes()
     }
 
     /// A new empty sequence.
     pub fn add_seq(&mut self) -> SeqId {
-        if let Some(i) = self.seqs.iter().position(Option::is_none) {
-            self.seqs[i] = Some(Seq::default());
-            self.states.clear(i);
-            return i;
-        }
-        self.seqs.push(Some(Seq::default()));
-        self.states.clear(self.seqs.len() - 1);
-        self.seqs.len() - 1
-    }
-
-    fn seq(&self, seq: SeqId) -> Result<&Seq, KvError> {
-        self.seqs
-            .get(seq)
-            .and_then(Option::as_ref)
-            .ok_or(KvError::UnknownSeq(seq))
+        let i = self.blocks.add_seq();
+        self.states.clear(i);
+        i
     }
 
     /// Committed positions of `seq`.
     pub fn seq_len(&self, seq: SeqId) -> Result<usize, KvError> {
-        Ok(self.seq(seq)?.len)
+        self.blocks.seq_len(seq)
     }
 
     /// Positions `seq` can hold without taking more blocks.
     pub fn seq_capacity(&self, seq: SeqId) -> Result<usize, KvError> {
-        Ok(self.seq(seq)?.table.len() * self.block_size)
+        self.blocks.seq_capacity(seq)
     }
 
     /// `seq`'s block table.
     pub fn block_table(&self, seq: SeqId) -> Result<&[u32], KvError> {
-        Ok(&self.seq(seq)?.table)
+        self.blocks.block_table(seq)
     }
 
     /// Make room for positions `0..len` of `seq`, taking free blocks as needed. Either all the
     /// blocks are taken or none (`OutOfBlocks`).
     pub fn reserve(&mut self, seq: SeqId, len: usize) -> Result<(), KvError> {
-        let have = self.seq(seq)?.table.len();
-        let want = self.blocks_for(len);
-        if want <= have {
-            return Ok(());
-        }
-        let needed = want - have;
-        while needed > self.free.len() {
-            let Some(b) = self.prefix.evict_lru(&self.refs) else {
-                break;
-            };
-            self.refs[b as usize] = 0;
-            self.free.push(b);
-        }
-        if needed > self.free.len() {
-            return Err(KvError::OutOfBlocks {
-                needed,
-                free: self.free.len(),
-                total: self.n_blocks,
-            });
-        }
-        let s = self.seqs[seq].as_mut().ok_or(KvError::UnknownSeq(seq))?;
-        for _ in 0..needed {
-            let Some(b) = self.free.pop() else { break };
-            self.refs[b as usize] = 1;
-            s.table.push(b);
-        }
-        Ok(())
+        self.blocks.reserve(seq, len)
     }
 
     /// Make positions `0..len` of `seq` its sequence (after a step wrote them).
     pub fn commit(&mut self, seq: SeqId, len: usize) -> Result<(), KvError> {
-        let cap = self.seq_capacity(seq)?;
-        if len > cap {
-            return Err(KvError::Full {
-                start: 0,
-                end: len,
-                capacity: cap,
-            });
-        }
-        if let Some(s) = self.seqs.get_mut(seq).and_then(Option::as_mut) {
-            s.len = len;
-        }
-        Ok(())
+        self.blocks.commit(seq, len)
     }
 
     /// Drop positions past `len` of `seq`, returning whole blocks it no longer needs.
@@ -259,35 +181,20 @@ impl PagedCache {
     /// [`KvCache::can_truncate`](crate::KvCache::can_truncate)): cut below its length, it
     /// starts over empty.
     pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<(), KvError> {
-        let s = self
-            .seqs
-            .get_mut(seq)
-            .and_then(Option::as_mut)
-            .ok_or(KvError::UnknownSeq(seq))?;
-        let len = if self.layout.recurrent.is_some() && len < s.len {
+        let have = self.blocks.seq_len(seq)?;
+        let len = if self.layout.recurrent.is_some() && len < have {
             self.states.clear(seq);
             0
         } else {
             len
         };
-        let keep = len.div_ceil(self.block_size);
-        s.len = s.len.min(len);
-        while s.table.len() > keep {
-            let Some(b) = s.table.pop() else { break };
-            let r = &mut self.refs[b as usize];
-            *r = r.saturating_sub(1);
-            if *r == 0 {
-                self.free.push(b);
-            }
-        }
-        Ok(())
+        self.blocks.truncate(seq, len)
     }
 
     /// End `seq`, returning its blocks to the pool.
     pub fn free_seq(&mut self, seq: SeqId) -> Result<(), KvError> {
         self.truncate(seq, 0)?;
-        self.seqs[seq] = None;
-        Ok(())
+        self.blocks.free_seq(seq)
     }
 
     /// Start the empty sequence `seq` with the longest run of whole blocks of `tokens` that the
@@ -295,80 +202,32 @@ impl PagedCache {
     /// prefills from there. Pass the prompt without its last token, so at least one token is
     /// computed for the logits.
     pub fn attach_prefix(&mut self, seq: SeqId, tokens: &[u32]) -> Result<usize, KvError> {
-        let s = self
-            .seqs
-            .get_mut(seq)
-            .and_then(Option::as_mut)
-            .ok_or(KvError::UnknownSeq(seq))?;
-        if !s.table.is_empty() {
-            return Err(KvError::Pool(format!(
-                "sequence {seq} is not empty: a prefix attaches to a new sequence"
-            )));
-        }
         if self.layout.recurrent.is_some() {
             // A recurrent state is not made of blocks: there is no prefix to share.
-            return Ok(s.len);
+            return self.blocks.seq_len(seq);
         }
-        let blocks = self.prefix.lookup(tokens, self.block_size);
-        for &b in &blocks {
-            self.refs[b as usize] += 1;
-        }
-        s.len = blocks.len() * self.block_size;
-        s.table.extend_from_slice(&blocks);
-        Ok(s.len)
+        self.blocks.attach_prefix(seq, tokens)
     }
 
     /// Offer the whole blocks of `seq`'s first `tokens.len()` committed positions (`tokens`
     /// being the ids at those positions) to the prefix cache, so later sequences with the same
     /// prefix reuse them. The cache keeps its own reference; the sequence goes on as before.
     pub fn publish_prefix(&mut self, seq: SeqId, tokens: &[u32]) -> Result<(), KvError> {
-        let s = self
-            .seqs
-            .get(seq)
-            .and_then(Option::as_ref)
-            .ok_or(KvError::UnknownSeq(seq))?;
         if self.layout.recurrent.is_some() {
+            self.blocks.seq_len(seq)?;
             return Ok(());
         }
-        let n = (tokens.len().min(s.len) / self.block_size).min(s.table.len());
-        let added = self.prefix.insert(
-            &tokens[..n * self.block_size],
-            &s.table[..n],
-            self.block_size,
-        );
-        for b in added {
-            self.refs[b as usize] += 1;
-        }
-        Ok(())
+        self.blocks.publish_prefix(seq, tokens)
     }
 
     /// Drop every block only the prefix cache holds.
     pub fn clear_prefix_cache(&mut self) {
-        while let Some(b) = self.prefix.evict_lru(&self.refs) {
-            self.refs[b as usize] = 0;
-            self.free.push(b);
-        }
+        self.blocks.clear_prefix_cache();
     }
 
     /// Occupancy and fragmentation.
     pub fn stats(&self) -> PoolStats {
-        let live = self.seqs.iter().flatten();
-        let (sequences, tokens) = live.fold((0, 0), |(n, t), s| (n + 1, t + s.len));
-        let cached_blocks = self.prefix.cache_only_blocks(&self.refs);
-        let held = (self.n_blocks - self.free.len() - cached_blocks) * self.block_size;
-        PoolStats {
-            cached_blocks,
-            prefix: self.prefix.stats(),
-            total_blocks: self.n_blocks,
-            free_blocks: self.free.len(),
-            sequences,
-            tokens,
-            fragmentation: if held == 0 {
-                0.0
-            } else {
-                1.0 - tokens.min(held) as f64 / held as f64
-            },
-        }
+        self.blocks.stats()
     }
 }
 
@@ -398,17 +257,17 @@ impl BatchKv for PagedCache {
                 capacity: cap,
             });
         }
-        let s = self.seqs[seq].as_ref().ok_or(KvError::UnknownSeq(seq))?;
-        let rows =
-            KvRows::paged(&s.table, self.block_size).map_err(|e| KvError::Pool(e.to_string()))?;
+        let bs = self.blocks.block_size();
+        let table = self.blocks.block_table(seq)?;
+        let rows = KvRows::paged(table, bs).map_err(|e| KvError::Pool(e.to_string()))?;
         let (kb, vb) = (&mut self.k[layer], &mut self.v[layer]);
         // One copy per run of positions inside a block.
         let mut i = 0;
         while i < n {
             let p = pos + i;
-            let run = (self.block_size - p % self.block_size).min(n - i);
-            let block = s.table[p / self.block_size] as usize;
-            if self.refs[block] > 1 {
+            let run = (bs - p % bs).min(n - i);
+            let block = table[p / bs];
+            if self.blocks.is_shared(block) {
                 // a block another sequence or the prefix cache reads: never overwritten
                 return Err(KvError::Pool(format!(
                     "sequence {seq} writes position {p} in shared block {block}"
@@ -424,8 +283,9 @@ impl BatchKv for PagedCache {
 
     fn view_seq(&self, layer: usize, seq: SeqId, len: usize) -> Result<LayerView<'_>, KvError> {
         self.layout.check_layer(layer)?;
-        let s = self.seq(seq)?;
-        let cap = s.table.len() * self.block_size;
+        let bs = self.blocks.block_size();
+        let table = self.blocks.block_table(seq)?;
+        let cap = table.len() * bs;
         if len > cap {
             return Err(KvError::Full {
                 start: 0,
@@ -433,7 +293,7 @@ impl BatchKv for PagedCache {
                 capacity: cap,
             });
         }
-        let tokens = self.n_blocks * self.block_size;
+        let tokens = self.blocks.total_blocks() * bs;
         Ok(LayerView {
             k: self.k[layer].slice(tokens * self.layout.k_per_token(layer)),
             v: self.v[layer].slice(tokens * self.layout.v_per_token(layer)),
@@ -441,8 +301,7 @@ impl BatchKv for PagedCache {
             n_kv_head: self.layout.kv_heads(layer),
             k_head_dim: self.layout.k_head_dim,
             v_head_dim: self.layout.v_head_dim,
-            rows: KvRows::paged(&s.table, self.block_size)
-                .map_err(|e| KvError::Pool(e.to_string()))?,
+            rows: KvRows::paged(table, bs).map_err(|e| KvError::Pool(e.to_string()))?,
         })
     }
 
@@ -450,7 +309,7 @@ impl BatchKv for PagedCache {
         if !self.layout.recurrent.is_some() {
             return Err(KvError::NoState);
         }
-        self.seq(seq)?;
+        self.blocks.seq_len(seq)?;
         self.states.ensure(seq)?;
         self.states.layer(seq, layer)
     }
