@@ -31,6 +31,7 @@ const TESTS: &[(&str, &str)] = &[
     ("kestrel-tensor", "cuda_wide"),
     ("kestrel-tensor", "cuda_rope"),
     ("kestrel-arch", "cuda_forward"),
+    ("kestrel-arch", "cuda_paged"),
     ("kestrel-generate", "cuda_generate"),
     ("kestrel-generate", "cuda_architectures"),
 ];

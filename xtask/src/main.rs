@@ -275,6 +275,8 @@ fn test() -> Result<()> {
             "cuda",
             "--test",
             "cuda_forward",
+            "--test",
+            "cuda_paged",
         ]),
         cargo_with(&[
             "test",

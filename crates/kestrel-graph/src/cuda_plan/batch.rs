@@ -2,17 +2,15 @@
 //! sequences in one step. Every op but attention is row-wise and takes the step's rows at once
 //! (each weight read once for all of them: the quantized matvecs take 1-8 activation rows on
 //! `__dp4a` and 9-64 on tensor cores, and a row's reduction order does not depend on how many
-//! share the launch or which kernel runs it); the KV append and
-//! attention reach each token's own [`CudaKvCache`] through the plan's [`KvTable`], written
-//! before each step, and attention runs every token with a one-token step's kernel and
-//! settings. So a token's logits are the bits of its sequence decoding alone — the invariant the
+//! share the launch or which kernel runs it); the KV append and attention reach each token's own
+//! [`CudaKvCache`] (contiguous, or pages of the plan's pool) through the plan's
+//! [`KvTable`](kestrel_tensor::cuda::KvTable), written before each step, and attention runs
+//! every token with a one-token step's kernel and settings. So a token's logits are the bits of its sequence decoding alone — the invariant the
 //! CPU's batched plan keeps.
 //!
 //! What changes between steps (token ids, positions, the table's addresses) is in device memory
 //! the plan owns, so each batch size's step is captured once (its second step) and replayed,
 //! whichever sequences it holds, as one-token steps are.
-
-use kestrel_tensor::cuda::KvTable;
 
 use super::{internal, CudaKvCache, CudaPlan, StepKv};
 use crate::ir::Rows;
@@ -180,28 +178,13 @@ impl CudaPlan {
         )))
     }
 
-    /// Writes the step's table: token `i` reaches `caches[i]` in every attention layer.
+    /// Writes the step's table: token `i` reaches `caches[i]` in every attention layer (its
+    /// own matrices, or its pages of the plan's pool).
     fn write_table(&mut self, caches: &mut [&mut CudaKvCache]) -> Result<(), GraphError> {
-        if self.kv_table.is_none() {
-            self.kv_table = Some(
-                self.dev
-                    .new_kv_table(self.kv_widths.len(), self.max_batch)?,
-            );
-        }
-        let table: &mut KvTable = self
-            .kv_table
-            .as_mut()
-            .ok_or_else(|| internal("no KV table"))?;
-        table.begin(caches.len())?;
+        self.table()?.begin(caches.len())?;
         for (i, c) in caches.iter_mut().enumerate() {
-            for (layer, lc) in c.layers.iter_mut().enumerate() {
-                if let Some(lc) = lc {
-                    self.dev
-                        .set_kv_entry(table, layer, i, &mut lc.k, &mut lc.v)?;
-                }
-            }
+            self.set_entries(c, i..i + 1)?;
         }
-        self.dev.upload_kv_table(table)?;
-        Ok(())
+        self.upload_table()
     }
 }

@@ -23,10 +23,12 @@ pub(super) struct GraphSlot {
 
 /// The caches a step writes and reads.
 pub(super) enum StepKv<'c> {
-    /// One sequence's.
+    /// One sequence's contiguous cache.
     One(&'c mut CudaKvCache),
     /// Each token's own, through the plan's table (written for this step by `run_batch`).
     Table,
+    /// One paged sequence's, through the plan's table (written for this step by `run`).
+    Paged,
 }
 
 /// One recurrent (state-space) layer's state: the convolution's last inputs and the scan's
@@ -45,7 +47,8 @@ pub(super) struct LayerCache {
 
 /// One sequence's keys and values on the GPU: a key and a value matrix of `capacity` rows per
 /// attention layer, f16 or q8_0 ([`CudaPlan::set_kv_dtype`]), shaped for the plan that made it
-/// ([`CudaPlan::new_cache`]).
+/// ([`CudaPlan::new_cache`]); or pages of the plan's pool ([`CudaPlan::new_paged_cache`],
+/// `pool.rs`).
 pub struct CudaKvCache {
     pub(super) layers: Vec<Option<LayerCache>>,
     /// Each layer's K/V row width (`None` for a layer without attention): the plan checks it.
@@ -63,6 +66,8 @@ pub struct CudaKvCache {
     pub(super) len: usize,
     /// The decode step's graph.
     pub(super) slot: GraphSlot,
+    /// A paged cache's page table (its `layers` are then empty).
+    pub(super) paged: Option<super::pool::PagedKv>,
 }
 
 impl std::fmt::Debug for CudaKvCache {
@@ -178,8 +183,11 @@ impl CudaKvCache {
     }
 
     /// Device bytes held (keys and values, every layer; recurrent states and their
-    /// checkpoint copies).
+    /// checkpoint copies; a paged cache's page table, not the pool's pages).
     pub fn memory_bytes(&self) -> usize {
+        if let Some(p) = &self.paged {
+            return 4 * p.pages.max_pages();
+        }
         let kv: usize = self
             .layers
             .iter()
@@ -232,6 +240,12 @@ impl CudaPlan {
         if !self.copies_prefixes() {
             return Err(GraphError::Internal(
                 "a prefix copied in a graph with state-space layers".into(),
+            ));
+        }
+        if src.is_paged() || dst.is_paged() {
+            // Paged caches share a prefix's pages instead.
+            return Err(GraphError::Internal(
+                "a prefix copied between paged caches".into(),
             ));
         }
         if n > src.len || n > dst.capacity {
@@ -290,6 +304,7 @@ impl CudaPlan {
             capacity,
             len: 0,
             slot: GraphSlot::default(),
+            paged: None,
         })
     }
 }

@@ -15,7 +15,7 @@ impl CudaPlan {
     pub(super) fn rows(node: &Node, t: usize, kv: &StepKv<'_>) -> usize {
         match (node.rows, kv) {
             (Rows::Tokens, _) | (Rows::Outputs, StepKv::Table) => t,
-            (Rows::Outputs, StepKv::One(_)) => 1,
+            (Rows::Outputs, StepKv::One(_) | StepKv::Paged) => 1,
         }
     }
 
@@ -145,20 +145,21 @@ impl CudaPlan {
                 let sinks = p.sinks.map(|w| &*self.weights[w]);
                 let cache = match kv {
                     StepKv::One(cache) => cache,
-                    StepKv::Table => {
+                    StepKv::Table | StepKv::Paged => {
                         let appended = std::mem::take(&mut self.appended);
                         let table = self
                             .kv_table
                             .as_ref()
-                            .ok_or_else(|| internal("batched step without its table"))?;
+                            .ok_or_else(|| internal("step without its table"))?;
                         let (q, k, v) = (
                             self.input(node, 0)?,
                             self.input(node, 1)?,
                             self.input(node, 2)?,
                         );
-                        // SAFETY: `run_batch` wrote the table for this step from caches it holds
-                        // borrowed until the step's launches are enqueued; their memory is
-                        // freed in stream order, after these launches.
+                        // SAFETY: `run_batch` (or `run`, for a paged cache) wrote the table for
+                        // this step from caches (and the pool) it holds borrowed until the
+                        // step's launches are enqueued; their memory is freed in stream order,
+                        // after these launches.
                         unsafe {
                             if !appended {
                                 dev.kv_append2_table((k, v), &self.d_positions, table, p.layer)?;
@@ -285,7 +286,7 @@ impl CudaPlan {
                 // One sequence: its last token; a batched step: each sequence's one token.
                 let a = self.input(node, 0)?;
                 match kv {
-                    StepKv::One(_) => dev.copy_rows(a, t - 1, 1, out, 0)?,
+                    StepKv::One(_) | StepKv::Paged => dev.copy_rows(a, t - 1, 1, out, 0)?,
                     StepKv::Table => dev.copy_rows(a, 0, t, out, 0)?,
                 }
             }

@@ -26,7 +26,9 @@
 //! one step, every weight read once for all of them (9-64 rows: the tensor-core matvec); each token reaches its own sequence's
 //! cache through a device table of cache addresses the plan rewrites before each step, and the
 //! step of each batch size is captured once and replayed. A token's logits are the bits of its
-//! sequence decoding alone. Paged caches (and a device prefix cache) are still to come.
+//! sequence decoding alone. A sequence's cache may be pages of a pool the plan keeps
+//! ([`CudaPlan::new_pool`], `pool.rs`: paged attention over block tables), reached through the
+//! same table, with the same bits.
 //!
 //! Plans of other graphs of the same model (all-positions logits, hidden states) are compiled
 //! from a first one with [`CudaPlan::compile_sharing`] and use its weights: one upload per
@@ -50,6 +52,7 @@ mod exec;
 mod fuse;
 mod moe;
 mod pick;
+mod pool;
 mod ssm;
 use crate::ir::{EmbedIndex, Node, Op, Rows};
 use crate::{Graph, GraphError};
@@ -125,6 +128,8 @@ pub struct CudaPlan {
     /// and each batch size's captured graph.
     max_batch: usize,
     kv_table: Option<KvTable>,
+    /// The pool of KV pages paged caches map into (`pool.rs`).
+    pool: Option<pool::KvPool>,
     batch_slots: Vec<GraphSlot>,
     /// Each MoE node's experts (`moe.rs`) and the scratch they run in; with any, a step waits
     /// for the router's logits on the host, so no step is captured as a graph.
@@ -375,6 +380,7 @@ impl CudaPlan {
             scale_ids: Vec::new(),
             max_batch,
             kv_table: None,
+            pool: None,
             batch_slots: (0..max_batch).map(|_| GraphSlot::default()).collect(),
             moe,
             moe_buf,
@@ -622,27 +628,37 @@ impl CudaPlan {
         self.dev.set_ids(&mut self.d_positions, &self.positions)?;
         self.dev.set_ids(&mut self.d_tokens, &self.tokens)?;
         self.start_states(cache, pos0)?;
+        let paged = cache.is_paged();
+        if paged {
+            // Its pages are reached through the plan's table, one sequence's.
+            self.write_sequence_table(cache, t)?;
+        }
         if !self.graphable {
             // Non-causal attention: every query sees every key, as if at the last position.
             self.mask.clear();
             self.mask.extend(std::iter::repeat_n((end - 1) as i32, t));
             self.dev.set_ids(&mut self.d_mask, &self.mask)?;
         }
-        if t == 1 && self.graphs() {
-            // The slot leaves the cache for the step (the step borrows the cache).
-            let mut slot = std::mem::take(&mut cache.slot);
-            let r = self.step_graph(&mut StepKv::One(cache), &mut slot, tokens, pos0);
-            cache.slot = slot;
-            r?;
-        } else {
-            self.step_plain(&mut StepKv::One(cache), tokens, pos0)?;
-        }
+        // The slot leaves the cache for the step (the step borrows the cache).
+        let mut slot = std::mem::take(&mut cache.slot);
+        let r = {
+            let mut kv = if paged {
+                StepKv::Paged
+            } else {
+                StepKv::One(&mut *cache)
+            };
+            if t == 1 && self.graphs() {
+                self.step_graph(&mut kv, &mut slot, tokens, pos0)
+            } else {
+                self.step_plain(&mut kv, tokens, pos0)
+            }
+        };
+        cache.slot = slot;
+        r?;
         cache.len = end;
         cache.dirty = false;
-        Ok((
-            Self::rows(&self.nodes[self.output], t, &StepKv::One(cache)),
-            t,
-        ))
+        // One output row a sequence, either way.
+        Ok((Self::rows(&self.nodes[self.output], t, &StepKv::Paged), t))
     }
 
     /// Copies the step's `rows` output rows back into the plan's host buffer (page-locked when

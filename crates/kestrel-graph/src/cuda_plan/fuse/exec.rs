@@ -71,14 +71,14 @@ impl CudaPlan {
                     norms,
                 )?;
             }
-            StepKv::Table => {
+            StepKv::Table | StepKv::Paged => {
                 let table = self
                     .kv_table
                     .as_ref()
-                    .ok_or_else(|| internal("batched step without its table"))?;
-                // SAFETY: `run_batch` wrote the table for this step from caches it holds
-                // borrowed until the step's launches are enqueued; their memory is freed in
-                // stream order, after these launches.
+                    .ok_or_else(|| internal("step without its table"))?;
+                // SAFETY: `run_batch` (or `run`, for a paged cache) wrote the table for this
+                // step from caches (and the pool) it holds borrowed until the step's launches
+                // are enqueued; their memory is freed in stream order, after these launches.
                 unsafe {
                     self.dev.rope_qk_append_table(
                         (q_src, q_out),
