@@ -150,13 +150,20 @@ done
     nvcc --version | tail -2
     nproc
 } 2>&1 | tee "$out/device.txt"
-for t in cuda_kernels cuda_rope cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_wide cuda_forward cuda_generate cuda_architectures; do
+for t in cuda_kernels cuda_rope cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_wide cuda_forward cuda_paged cuda_generate cuda_architectures; do
     log "test $t"
     if ! timeout "$step" .gpu/$t --test-threads 1 --nocapture >"$out/$t.log" 2>&1; then
         status=1
     fi
     grep -E "^test result|FAILED|panicked" "$out/$t.log" | head -20
 done
+# The GPU scheduler with one cache a sequence (pages of a pool by default since session 56).
+log "test cuda_generate scheduler/prefix with KESTREL_CUDA_PAGED=0"
+if ! KESTREL_CUDA_PAGED=0 timeout "$step" .gpu/cuda_generate --test-threads 1 scheduler prefix mixed \
+    >"$out/cuda_generate-unpaged.log" 2>&1; then
+    status=1
+fi
+grep -E "^test result|FAILED|panicked" "$out/cuda_generate-unpaged.log" | head -5
 # The tensor-core matvec under its other launch settings (each fixed per process).
 for v in KESTREL_CUDA_WIDE_NT=4 KESTREL_CUDA_MMVQ_RPC=1 KESTREL_CUDA_MMVQ_RPC=4; do
     log "test cuda_wide with $v"
@@ -312,6 +319,12 @@ if [ "${GPU_RUN_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null 
         status=1
     fi
     tail -3 "$out/memcheck-wide.log"
+    # Paged caches: every kernel reading and writing pages of a pool.
+    if time_for 90 && ! timeout $((deadline - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 9 \
+        .gpu/cuda_paged --test-threads 1 >"$out/memcheck-paged.log" 2>&1; then
+        status=1
+    fi
+    tail -3 "$out/memcheck-paged.log"
 fi
 log "gpu-run: exit $status"
 exit $status

@@ -8,7 +8,8 @@
 //! sequence's cache, captured once per batch size and replayed), and its prompt chunks one
 //! sequence at a time in the prefill chunks a single generation uses, so each sequence's
 //! logits are the bits it gets alone. The GPU store (`cuda_seqs.rs`) reserves each sequence's
-//! whole budget at admission, like the pool, and keeps a prefix cache of device caches.
+//! whole budget at admission, like the pool: pages of a device pool (paged attention, a prefix
+//! cache sharing pages) where the plan can page, else a device cache a sequence.
 
 use kestrel_graph::{BatchSeq, CudaKvCache, ExecutionPlan};
 use kestrel_kv::{KvError, PagedCache, PoolStats, SeqId};
@@ -462,16 +463,7 @@ impl SeqStore {
     pub(crate) fn commit(&mut self, seq: SeqId, len: usize) -> Result<(), GenerateError> {
         match self {
             SeqStore::Paged(pool) => Ok(pool.commit(seq, len)?),
-            SeqStore::Cuda(c) => {
-                let have = c.cache(seq)?.len();
-                if have != len {
-                    return Err(GenerateError::InvalidOption {
-                        name: "batch",
-                        reason: format!("sequence {seq} holds {have} positions, not {len}"),
-                    });
-                }
-                Ok(())
-            }
+            SeqStore::Cuda(c) => c.commit(seq, len),
         }
     }
 }

@@ -504,6 +504,9 @@ impl Generator {
         let core = &mut self.core;
         if self.batch.as_ref().is_none_or(|b| &b.opts != opts) {
             self.batch = None; // free the old pool before making the new one
+            if let Plans::Cuda(plan) = &mut core.plans {
+                plan.drop_pool();
+            }
             let max_tokens = opts
                 .max_step_tokens
                 .min(core.ctx.saturating_mul(opts.max_seqs));
@@ -514,7 +517,7 @@ impl Generator {
                     .saturating_mul(opts.max_seqs),
                 n => n,
             };
-            let (runner, store) = match &core.plans {
+            let (runner, store) = match &mut core.plans {
                 Plans::Cpu { .. } => {
                     let graph = core.weights.graph(&core.cfg, Logits::Last)?;
                     let weights = core.weights.clone();
@@ -545,12 +548,7 @@ impl Generator {
                         top_ids: Vec::new(),
                         top_vals: Vec::new(),
                     },
-                    SeqStore::Cuda(CudaSeqs::new(
-                        opts.max_seqs,
-                        opts.block_size,
-                        blocks,
-                        plan.copies_prefixes(),
-                    )),
+                    SeqStore::Cuda(CudaSeqs::for_plan(plan, opts, blocks)?),
                 ),
             };
             self.batch = Some(BatchState {

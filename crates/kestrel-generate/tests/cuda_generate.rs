@@ -488,10 +488,11 @@ fn requests_of(prompts: &[Vec<u32>], params: &GenerateParams) -> Vec<BatchReques
 }
 
 /// The GPU scheduler's prefix cache: prompts sharing 24 tokens, one running at a time (so
-/// each later one finds the earlier's kept cache), prefill chunks of 8: each later prompt
-/// starts with the 24 rows copied (whole chunks its source prefilled), and every sequence still
-/// gets the tokens it gets alone; off, nothing is reused; the kept caches give their blocks
-/// back when an admission needs them.
+/// each later one finds the earlier's kept cache or published pages), prefill chunks of 8:
+/// each later prompt starts with the 24 rows its source prefilled in whole chunks (their pages
+/// shared in the paged store, copied with `KESTREL_CUDA_PAGED=0`), and every sequence still
+/// gets the tokens it gets alone; off, nothing is reused; cached blocks are given back when an
+/// admission needs them.
 #[test]
 fn the_gpu_prefix_cache_reuses_whole_chunks_and_keeps_each_sequences_tokens() {
     if !have_gpu() {
@@ -512,10 +513,12 @@ fn the_gpu_prefix_cache_reuses_whole_chunks_and_keeps_each_sequences_tokens() {
         .iter()
         .map(|p| greedy_alone(&mut g, p, n_new).0)
         .collect();
+    // Blocks of the plan's chunk (8): a paged store shares whole chunks that are whole blocks.
     for prefix_cache in [true, false] {
         let opts = BatchOptions {
             max_seqs: 1,
             prefix_cache,
+            block_size: 8,
             ..BatchOptions::default()
         };
         let requests = requests_of(&prompts, &GenerateParams::greedy(n_new));
@@ -528,10 +531,11 @@ fn the_gpu_prefix_cache_reuses_whole_chunks_and_keeps_each_sequences_tokens() {
         }
     }
     // A store with room for one sequence's budget: the kept cache is evicted to admit the next.
-    let blocks = (prompts[3].len() + n_new).div_ceil(BatchOptions::default().block_size);
+    let blocks = (prompts[3].len() + n_new).div_ceil(8);
     let tight = BatchOptions {
         max_seqs: 1,
         kv_blocks: blocks,
+        block_size: 8,
         ..BatchOptions::default()
     };
     let requests = requests_of(&prompts, &GenerateParams::greedy(n_new));
