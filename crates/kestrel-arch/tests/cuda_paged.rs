@@ -2,7 +2,8 @@
 //! and values are pages of one pool, mapped out of order, give the bits of contiguous caches,
 //! alone and in batched steps, through prefill chunks (the tiled kernel and the per-token one),
 //! decode steps (plain and replayed graphs) and a prompt prefix whose pages another sequence
-//! computed (shared, not copied); f16 and q8_0 pools. Also what it refuses.
+//! computed (shared, not copied); f16 and q8_0 pools. Also what it refuses; and one batched
+//! step's argmax, top-k and logits at once (`run_batch_picks`).
 //! Requires `--features cuda`; skips with a reason without a GPU, fails with
 //! `KESTREL_REQUIRE_GPU=1`.
 #![cfg(feature = "cuda")]
@@ -221,4 +222,93 @@ fn paged_caches_give_the_bits_of_contiguous_caches() {
     }
     assert!(paged_archs > 0, "no architecture took paged caches");
     assert!(q8_runs >= 2, "the real-shaped files took q8_0 pools");
+}
+
+/// `CudaPlan::run_batch_picks` (the scheduler's one step for decodes that pick differently):
+/// its logits are `run_batch`'s, its argmax the logits' (`cpu::argmax`), its top-k the
+/// sampler's rule over them (NaN and -inf out, larger first in `total_cmp`'s order, ties to the
+/// lower id), a smaller k the first ones; over paged and contiguous caches in one step.
+#[test]
+fn one_batched_step_gives_every_pick() {
+    let Some(dev) = device() else { return };
+    let bytes = synth_model(SynthShape::SmolLM2_135M, SynthType::Q4_1, 2, 9)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let m = GgufModel::from_shards(
+        vec![GgufFile::from_bytes(bytes).unwrap()],
+        std::path::Path::new("picks"),
+    )
+    .unwrap();
+    let cfg = DecoderConfig::from_model(&m).unwrap();
+    let g = build_decoder(&cfg, &m, Logits::Last).unwrap();
+    let lookup = |n: &str| weight_tensor(&m, n);
+    let mut plan = CudaPlan::compile(&g, Arc::clone(&dev), 16, &lookup).unwrap();
+    let mut twin = CudaPlan::compile_sharing(&g, &plan, 16, &lookup).unwrap();
+    let n = 6;
+    plan.new_pool(n * SEQ_PAGES, PAGE).unwrap();
+    let lists = page_lists(n, n * SEQ_PAGES);
+    // Even sequences paged, odd ones contiguous.
+    let mut caches: Vec<CudaKvCache> = (0..n)
+        .map(|i| {
+            if i % 2 == 1 {
+                return plan.new_cache(SEQ_PAGES * PAGE).unwrap();
+            }
+            let mut c = plan.new_paged_cache(SEQ_PAGES * PAGE).unwrap();
+            c.set_pages(&lists[i]).unwrap();
+            c
+        })
+        .collect();
+    let mut twins: Vec<_> = (0..n)
+        .map(|_| twin.new_cache(SEQ_PAGES * PAGE).unwrap())
+        .collect();
+    for i in 0..n {
+        prefill(&mut plan, &mut caches[i], &prompt(i));
+        prefill(&mut twin, &mut twins[i], &prompt(i));
+    }
+    let width = cfg.n_vocab;
+    for step in 0..3u32 {
+        let tokens: Vec<u32> = (0..n as u32).map(|i| (step * 17 + i * 5) % 90).collect();
+        let want = {
+            let mut refs: Vec<&mut CudaKvCache> = twins.iter_mut().collect();
+            twin.run_batch(&mut refs, &tokens).unwrap().to_vec()
+        };
+        let mut refs: Vec<&mut CudaKvCache> = caches.iter_mut().collect();
+        let picks = kestrel_graph::Picks {
+            argmax: true,
+            top_k: Some(40),
+            logits: step != 1,
+        };
+        let out = plan.run_batch_picks(&mut refs, &tokens, picks).unwrap();
+        if picks.logits {
+            assert_eq!(out.logits, &want[..], "step {step}: logits");
+        } else {
+            assert!(out.logits.is_empty());
+        }
+        let top = out.top.unwrap();
+        for i in 0..n {
+            let row = &want[i * width..(i + 1) * width];
+            assert_eq!(
+                out.argmax[i] as usize,
+                kestrel_tensor::cpu::argmax(row).unwrap(),
+                "step {step}, row {i}: argmax"
+            );
+            let mut order: Vec<u32> = (0..width as u32)
+                .filter(|&j| !row[j as usize].is_nan() && row[j as usize] != f32::NEG_INFINITY)
+                .collect();
+            order.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
+            order.truncate(40);
+            let (ids, vals) = top.row(i);
+            assert_eq!(ids, &order[..], "step {step}, row {i}: top-40 ids");
+            let wv: Vec<f32> = order.iter().map(|&j| row[j as usize]).collect();
+            assert_eq!(vals, &wv[..], "step {step}, row {i}: top-40 logits");
+        }
+    }
+    // Refused: k out of range.
+    let mut refs: Vec<&mut CudaKvCache> = caches.iter_mut().collect();
+    let bad = kestrel_graph::Picks {
+        top_k: Some(0),
+        ..Default::default()
+    };
+    assert!(plan.run_batch_picks(&mut refs, &[1; 6], bad).is_err());
 }

@@ -11,7 +11,7 @@
 //! whole budget at admission, like the pool: pages of a device pool (paged attention, a prefix
 //! cache sharing pages) where the plan can page, else a device cache a sequence.
 
-use kestrel_graph::{BatchSeq, CudaKvCache, ExecutionPlan};
+use kestrel_graph::{BatchSeq, CudaKvCache, ExecutionPlan, Picks};
 use kestrel_kv::{KvError, PagedCache, PoolStats, SeqId};
 
 use crate::core::{Core, Plans};
@@ -232,14 +232,20 @@ impl StepRunner {
                 }
                 // The decodes, up to a batched step's most at a time, sequences at the same
                 // adapter scales together (the plan binds one set a step), each group in
-                // sequence order.
+                // sequence order. Where the plan batches in one step, a group's decodes take
+                // their picks (argmax, top-k at the largest k wanted, the logits) from one
+                // step's rows, so each weight is read once for all of them; else a group
+                // shares its pick.
                 let max = plan.max_batch().max(1);
+                let one_step = plan.batches_in_one_step();
                 while let Some(first) = decodes.first() {
                     let (scales, group_pick) = (scales_of(first.seg)?, first.pick);
                     group.clear();
                     let mut i = 0;
                     while i < decodes.len() && group.len() < max {
-                        if scales_of(decodes[i].seg)? == scales && decodes[i].pick == group_pick {
+                        if scales_of(decodes[i].seg)? == scales
+                            && (one_step || decodes[i].pick == group_pick)
+                        {
                             group.push(decodes.remove(i));
                         } else {
                             i += 1;
@@ -263,6 +269,50 @@ impl StepRunner {
                     if caches.len() != group.len() {
                         return Err(GenerateError::Kv(KvError::UnknownSeq(group[0].seq)));
                     }
+                    if one_step {
+                        let want = Picks {
+                            argmax: group.iter().any(|d| d.pick == Pick::Greedy),
+                            top_k: group
+                                .iter()
+                                .filter_map(|d| match d.pick {
+                                    Pick::TopK(k) => Some(k),
+                                    _ => None,
+                                })
+                                .max(),
+                            logits: group.iter().any(|d| d.pick == Pick::Logits),
+                        };
+                        let out = plan.run_batch_picks(&mut caches, ids, want)?;
+                        for (j, d) in group.iter().enumerate() {
+                            let short = || GenerateError::InvalidOption {
+                                name: "batch",
+                                reason: "the batched step returned too few rows".into(),
+                            };
+                            match d.pick {
+                                Pick::Greedy => {
+                                    let id = *out.argmax.get(j).ok_or_else(short)?;
+                                    picked[d.slot] = id.max(0) as u32;
+                                }
+                                Pick::TopK(k) => {
+                                    // A smaller k's candidates are the largest k's first ones.
+                                    let found =
+                                        out.top.filter(|t| t.rows() > j).ok_or_else(short)?;
+                                    let (ids, vals) = found.row(j);
+                                    let n = ids.len().min(k);
+                                    top[d.slot] = Some((top_ids.len(), n));
+                                    top_ids.extend_from_slice(&ids[..n]);
+                                    top_vals.extend_from_slice(&vals[..n]);
+                                }
+                                Pick::Logits => {
+                                    let row = out
+                                        .logits
+                                        .get(j * n_vocab..(j + 1) * n_vocab)
+                                        .ok_or_else(short)?;
+                                    copy_row(rows, d.slot, row, n_vocab)?;
+                                }
+                            }
+                        }
+                        continue;
+                    }
                     match group_pick {
                         Pick::Greedy => {
                             // Only their argmax is wanted: found on the device.
@@ -272,24 +322,9 @@ impl StepRunner {
                             }
                             continue;
                         }
-                        Pick::TopK(k) => {
-                            // Only their k best candidates are wanted: found on the device.
-                            let found = plan.run_batch_top_k(&mut caches, ids, k)?;
-                            if found.rows() != group.len() {
-                                return Err(GenerateError::InvalidOption {
-                                    name: "batch",
-                                    reason: "the batched step returned too few top-k rows".into(),
-                                });
-                            }
-                            for (j, d) in group.iter().enumerate() {
-                                let (ids, vals) = found.row(j);
-                                top[d.slot] = Some((top_ids.len(), ids.len()));
-                                top_ids.extend_from_slice(ids);
-                                top_vals.extend_from_slice(vals);
-                            }
-                            continue;
-                        }
-                        Pick::Logits => {}
+                        // A plan that runs each sequence alone takes no device top-k (its top-k
+                        // decodes asked for their logits above).
+                        Pick::TopK(_) | Pick::Logits => {}
                     }
                     let logits = plan.run_batch(&mut caches, ids)?;
                     for (j, d) in group.iter().enumerate() {

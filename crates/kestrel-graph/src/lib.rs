@@ -20,7 +20,7 @@ mod memory;
 mod moe;
 mod plan;
 
-pub use cuda_plan::{CudaKvCache, CudaPlan};
+pub use cuda_plan::{CudaKvCache, CudaPlan, Picked, Picks};
 pub use error::GraphError;
 pub use graph::Graph;
 pub use ir::{

@@ -59,6 +59,7 @@ use crate::{Graph, GraphError};
 pub use cache::CudaKvCache;
 use cache::{GraphSlot, StepKv};
 use exec::unsupported;
+pub use pick::{Picked, Picks};
 
 /// A graph compiled for one GPU.
 pub struct CudaPlan {

@@ -8,6 +8,30 @@ use kestrel_tensor::TensorError;
 use super::{internal, CudaKvCache, CudaPlan};
 use crate::GraphError;
 
+/// What a batched step's caller wants of its output rows ([`CudaPlan::run_batch_picks`]):
+/// each row's argmax, its best `top_k` candidates, its logits; any of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Picks {
+    /// Each row's argmax (as [`CudaPlan::run_batch_greedy`]).
+    pub argmax: bool,
+    /// Each row's best `k` candidates (as [`CudaPlan::run_batch_top_k`]; a smaller k's are
+    /// their first ones, the order being total).
+    pub top_k: Option<usize>,
+    /// Every row's logits (as [`CudaPlan::run_batch`]).
+    pub logits: bool,
+}
+
+/// A batched step's rows as [`Picks`] asked for them (empty, or `None`, where not asked).
+#[derive(Debug)]
+pub struct Picked<'a> {
+    /// Row `i`'s argmax.
+    pub argmax: &'a [i32],
+    /// Each row's top-k candidates.
+    pub top: Option<&'a DeviceTopK>,
+    /// The rows' logits, one after another.
+    pub logits: &'a [f32],
+}
+
 impl CudaPlan {
     /// [`Self::run`] for greedy decoding: the id of the largest value of the last output row
     /// (the next token; ties to the lowest id, as `kestrel_tensor::cpu::argmax`), found on the
@@ -85,6 +109,64 @@ impl CudaPlan {
             .batch_step(caches, tokens)?
             .ok_or_else(|| internal("a one-step batch ran each sequence alone"))?;
         self.top_k_out(rows, k, true)
+    }
+
+    /// One batched step of `caches` (as [`Self::run_batch`]), then what `want` asks of its rows:
+    /// their argmax, their top-k candidates and/or their logits, from one pass over the
+    /// weights, so decodes that pick their tokens differently (greedy, top-k at several k,
+    /// the whole row) still share a step.
+    ///
+    /// # Errors
+    /// As [`Self::run_batch_top_k`].
+    pub fn run_batch_picks(
+        &mut self,
+        caches: &mut [&mut CudaKvCache],
+        tokens: &[u32],
+        want: Picks,
+    ) -> Result<Picked<'_>, GraphError> {
+        if let Some(k) = want.top_k {
+            check_k(k)?;
+        }
+        if !self.batches_in_one_step() {
+            return Err(GraphError::Batch(
+                "device picks of a batched step that runs each sequence alone".into(),
+            ));
+        }
+        if want.top_k.is_some() {
+            self.top_k_room(tokens.len())?;
+        }
+        let rows = self
+            .batch_step(caches, tokens)?
+            .ok_or_else(|| internal("a one-step batch ran each sequence alone"))?;
+        self.output_rows(rows)?;
+        let out = self.acts[self.output]
+            .as_ref()
+            .ok_or_else(|| internal("output buffer missing"))?;
+        if want.argmax {
+            self.dev.argmax_ids(out, &mut self.d_argmax)?;
+        }
+        if let Some(k) = want.top_k {
+            let topk = self
+                .d_topk
+                .as_mut()
+                .ok_or_else(|| internal("no top-k buffer"))?;
+            self.dev.top_k(out, k, topk)?;
+        }
+        if want.logits {
+            self.dev.download_into_host(out, &mut self.out)?;
+        }
+        if let Some(p) = self.profile.as_mut() {
+            p.collect(true)?;
+        }
+        Ok(Picked {
+            argmax: if want.argmax {
+                &self.d_argmax.as_slice()[..rows]
+            } else {
+                &[]
+            },
+            top: want.top_k.and(self.d_topk.as_ref()),
+            logits: if want.logits { self.out.values()? } else { &[] },
+        })
     }
 
     /// Makes the top-k buffer (once, for the plan's most output rows).
