@@ -192,7 +192,8 @@ fn paged_caches_give_the_bits_of_contiguous_caches() {
         }
         dev.set_attention_kernel(AttentionKernel::Auto);
         // Refused: a page outside the pool, more positions than the pages map, fewer pages
-        // than the cached positions, a cache of an earlier pool, copying a paged prefix.
+        // than the cached positions, copying a paged prefix, stepping below adopted pages, a
+        // cache of an earlier pool.
         plan.set_kv_dtype(DType::F16).unwrap();
         plan.new_pool(4, PAGE).unwrap();
         let mut c = plan.new_paged_cache(16).unwrap();
@@ -212,6 +213,15 @@ fn paged_caches_give_the_bits_of_contiguous_caches() {
         assert!(
             plan.copy_prefix(&c, &mut d, 1).is_err(),
             "{what}: paged copy"
+        );
+        // A cache that adopted shared pages and was cut below them: refused, not overwriting.
+        let mut e = plan.new_paged_cache(16).unwrap();
+        e.set_pages(&[2, 3]).unwrap();
+        e.adopt_prefix(4).unwrap();
+        e.truncate(2);
+        assert!(
+            plan.run(&mut e, &[1]).is_err(),
+            "{what}: writing shared pages"
         );
         plan.new_pool(4, PAGE).unwrap();
         assert!(

@@ -124,6 +124,8 @@ impl CudaSeqs {
         let mut blocks = blocks.max(1);
         if opts.kv_blocks == 0 {
             let per_block = plan.pool_bytes_for(1, opts.block_size).max(1);
+            // The old store's frees are stream-ordered: counted once the stream has run them.
+            plan.device().synchronize()?;
             let free = plan.device().memory_info()?.0;
             let fits = ((free as f64 * POOL_SHARE) as usize / per_block).max(1);
             if fits < blocks {

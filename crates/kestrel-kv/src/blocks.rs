@@ -219,6 +219,11 @@ impl BlockPool {
         Ok(())
     }
 
+    /// Whether `seq` holds no block yet.
+    pub fn is_empty_seq(&self, seq: SeqId) -> Result<bool, KvError> {
+        Ok(self.seq(seq)?.table.is_empty())
+    }
+
     /// Start the empty sequence `seq` with the longest run of whole blocks of `tokens` that the
     /// prefix cache holds (shared, not copied); returns the positions it now has. The caller
     /// prefills from there. Pass the prompt without its last token, so at least one token is
@@ -264,11 +269,16 @@ impl BlockPool {
         Ok(())
     }
 
-    /// Drop every block only the prefix cache holds.
+    /// Empty the prefix cache: no later sequence finds any block published so far (rows
+    /// computed at settings no longer used, such as other adapter scales), whether or not a
+    /// running sequence still holds it; blocks only the cache held are free again.
     pub fn clear_prefix_cache(&mut self) {
-        while let Some(b) = self.prefix.evict_lru(&self.refs) {
-            self.refs[b as usize] = 0;
-            self.free.push(b);
+        for b in self.prefix.clear() {
+            let r = &mut self.refs[b as usize];
+            *r = r.saturating_sub(1);
+            if *r == 0 {
+                self.free.push(b);
+            }
         }
     }
 
@@ -291,5 +301,30 @@ impl BlockPool {
                 1.0 - tokens.min(held) as f64 / held as f64
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BlockPool;
+
+    #[test]
+    fn clearing_the_prefix_cache_forgets_blocks_running_sequences_hold() {
+        let mut pool = BlockPool::new(4, 8).unwrap();
+        let a = pool.add_seq();
+        pool.reserve(a, 8).unwrap();
+        pool.commit(a, 8).unwrap();
+        let t = [1, 2, 3, 4, 5, 6, 7, 8];
+        pool.publish_prefix(a, &t).unwrap();
+        assert_eq!(pool.stats().prefix.nodes, 2);
+        pool.clear_prefix_cache();
+        // Rows computed at settings no longer used: a new sequence must not find them.
+        let b = pool.add_seq();
+        assert_eq!(pool.attach_prefix(b, &t).unwrap(), 0);
+        assert_eq!(pool.free_blocks(), 6);
+        pool.free_seq(a).unwrap();
+        assert_eq!(pool.free_blocks(), 8);
+        assert_eq!(pool.stats().cached_blocks, 0);
+        assert_eq!(pool.stats().prefix.nodes, 0);
     }
 }

@@ -202,7 +202,7 @@ impl PagedCache {
     /// prefills from there. Pass the prompt without its last token, so at least one token is
     /// computed for the logits.
     pub fn attach_prefix(&mut self, seq: SeqId, tokens: &[u32]) -> Result<usize, KvError> {
-        if self.layout.recurrent.is_some() {
+        if self.layout.recurrent.is_some() && self.blocks.is_empty_seq(seq)? {
             // A recurrent state is not made of blocks: there is no prefix to share.
             return self.blocks.seq_len(seq);
         }
@@ -220,7 +220,8 @@ impl PagedCache {
         self.blocks.publish_prefix(seq, tokens)
     }
 
-    /// Drop every block only the prefix cache holds.
+    /// Empty the prefix cache (also of blocks running sequences hold: no later sequence finds
+    /// them); blocks only the cache held are free again.
     pub fn clear_prefix_cache(&mut self) {
         self.blocks.clear_prefix_cache();
     }

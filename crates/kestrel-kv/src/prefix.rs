@@ -156,6 +156,20 @@ impl PrefixIndex {
         Some(node.block)
     }
 
+    /// Forget every node, also those whose blocks running sequences hold (rows computed at
+    /// settings no longer used must not be found again); returns every block it indexed (the
+    /// caller drops the cache's reference to each).
+    pub(crate) fn clear(&mut self) -> Vec<u32> {
+        let blocks: Vec<u32> = self.nodes.iter().flatten().map(|n| n.block).collect();
+        self.stats.evicted_blocks += blocks.len() as u64;
+        self.stats.nodes = 0;
+        self.nodes.clear();
+        self.free_nodes.clear();
+        self.children.clear();
+        self.block_node.fill(NONE);
+        blocks
+    }
+
     /// Blocks indexed that no sequence holds.
     pub(crate) fn cache_only_blocks(&self, refs: &[u32]) -> usize {
         self.nodes

@@ -40,6 +40,9 @@ pub(super) struct PagedKv {
     pub(super) pool_pages: usize,
     /// Most positions it may map.
     pub(super) max_positions: usize,
+    /// Positions adopted from pages another sequence computed ([`CudaKvCache::adopt_prefix`]):
+    /// a step never writes below them.
+    pub(super) shared: usize,
 }
 
 impl CudaKvCache {
@@ -87,20 +90,23 @@ impl CudaKvCache {
 
     /// Takes its first `len` positions as cached: the pages mapped to them already hold them
     /// (a prompt prefix another sequence computed, its pages shared), so the next step writes
-    /// position `len`. They continue as that sequence did from there.
+    /// position `len`. They continue as that sequence did from there. A step never writes
+    /// below `len` (truncated or reset under it, the cache refuses its next step).
     ///
     /// # Errors
     /// A contiguous cache, `len` past the mapped positions.
     pub fn adopt_prefix(&mut self, len: usize) -> Result<(), GraphError> {
-        if self.paged.is_none() {
+        let capacity = self.capacity;
+        let Some(p) = self.paged.as_mut() else {
             return Err(internal("a prefix adopted by a contiguous KV cache"));
-        }
-        if len > self.capacity {
+        };
+        if len > capacity {
             return Err(GraphError::ContextFull {
                 needed: len,
-                capacity: self.capacity,
+                capacity,
             });
         }
+        p.shared = len;
         self.len = len;
         Ok(())
     }
@@ -235,6 +241,7 @@ impl CudaPlan {
                 pool: pool.id,
                 pool_pages: pool.pages,
                 max_positions,
+                shared: 0,
             }),
         })
     }
@@ -263,6 +270,13 @@ impl CudaPlan {
         };
         match &cache.paged {
             Some(p) => {
+                if cache.len < p.shared {
+                    return Err(GraphError::Batch(format!(
+                        "a step at position {} of a paged cache whose first {} positions are \
+                         pages another sequence computed",
+                        cache.len, p.shared
+                    )));
+                }
                 let pool = self
                     .pool
                     .as_mut()

@@ -214,13 +214,22 @@ impl KvTable {
         self.one_sequence = one_sequence;
         self.rows.fill(None);
         self.caps.fill(0);
-        self.host.fill(0);
+        let used = self.used_words();
+        self.host[..used].fill(0);
         Ok(())
     }
 
-    /// The first table word of `layer` (its `max_tokens` entries follow).
+    /// The first table word of `layer` (its entries for the step's tokens follow): the step's
+    /// entries are packed, layer after layer, so one copy of exactly them uploads the step, and
+    /// a captured step (whose launches hold these addresses) replays with a step of as many
+    /// tokens.
     fn base(&self, layer: usize) -> usize {
-        layer * self.max_tokens * ENTRY
+        layer * self.tokens * ENTRY
+    }
+
+    /// Words of the step's entries.
+    fn used_words(&self) -> usize {
+        self.layers.max(1) * self.tokens * ENTRY
     }
 
     /// Checks a launch over `layer` for a step at `positions`: one per token of the step, each
@@ -254,6 +263,16 @@ impl KvTable {
                     what,
                     expected: have,
                     actual: w,
+                });
+            }
+        }
+        if self.one_sequence {
+            // The tiled kernel reads its first token's entry for all of a CTA's tokens.
+            let entries = &self.host[self.base(layer)..][..self.tokens * ENTRY];
+            if entries.chunks_exact(ENTRY).any(|e| e != &entries[..ENTRY]) {
+                return Err(TensorError::InvalidParam {
+                    op: OP,
+                    why: "a one-sequence step's tokens reach different caches",
                 });
             }
         }
@@ -442,8 +461,10 @@ impl CudaDevice {
     /// # Errors
     /// A driver error.
     pub fn upload_kv_table(&self, table: &mut KvTable) -> Result<()> {
+        let used = table.used_words();
+        let mut dst = table.buf.slice_mut(0..used);
         self.stream
-            .memcpy_htod(&table.host, &mut table.buf)
+            .memcpy_htod(&table.host[..used], &mut dst)
             .map_err(driver("cuMemcpyHtoD"))
     }
 
