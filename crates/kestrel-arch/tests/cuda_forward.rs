@@ -21,22 +21,13 @@ use kestrel_gguf::models::{test_model, GEMMA3_270M_Q4_K_M, SMOLLM2_135M_Q4_1};
 use kestrel_gguf::GgufModel;
 use kestrel_graph::{CudaPlan, ExecutionPlan};
 use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout};
-use kestrel_tensor::cuda::{CudaDevice, CudaError};
+use kestrel_tensor::cuda::CudaDevice;
 use kestrel_tensor::{cpu, CpuEngine, DType};
 
+mod cuda_common;
+
 fn device() -> Option<Arc<CudaDevice>> {
-    match CudaDevice::open(0) {
-        Ok(d) => Some(Arc::new(d)),
-        Err(e @ (CudaError::NoDriver | CudaError::NoDevice { .. })) => {
-            assert!(
-                std::env::var_os("KESTREL_REQUIRE_GPU").is_none(),
-                "KESTREL_REQUIRE_GPU is set but: {e}"
-            );
-            eprintln!("skipping the CUDA forward test: {e}");
-            None
-        }
-        Err(e) => panic!("CUDA device 0 did not open: {e}"),
-    }
+    cuda_common::device("forward")
 }
 
 fn log_softmax(x: &[f32]) -> Vec<f64> {
@@ -350,33 +341,10 @@ fn fused_launches_match_the_unfused_plan_bit_for_bit() {
 /// SmolLM2- and Gemma-3-shaped files of real widths. Also what it refuses.
 #[test]
 fn batched_decode_matches_each_sequence_alone_bit_for_bit() {
-    use kestrel_arch::synth::{synth_model, SynthShape, SynthType};
-    use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
-    use kestrel_gguf::GgufFile;
     let Some(dev) = device() else { return };
-    let mut files: Vec<(String, Vec<u8>)> = SYNTHETIC_ARCHS
-        .iter()
-        .map(|a| {
-            (
-                a.to_string(),
-                synthetic_model(a, 5).unwrap().to_bytes().unwrap(),
-            )
-        })
-        .collect();
-    for (shape, ty) in [
-        (SynthShape::SmolLM2_135M, SynthType::Q4_1),
-        (SynthShape::Gemma3_270M, SynthType::Q4KM),
-    ] {
-        let bytes = synth_model(shape, ty, 2, 9).unwrap().to_bytes().unwrap();
-        files.push((format!("{shape:?} {ty:?}"), bytes));
-    }
     let (mut batched_archs, mut q8_runs) = (0, 0);
-    for (what, bytes) in files {
-        let m = GgufModel::from_shards(
-            vec![GgufFile::from_bytes(bytes).unwrap()],
-            std::path::Path::new("batch"),
-        )
-        .unwrap();
+    for (what, bytes) in cuda_common::batch_files() {
+        let m = cuda_common::model_of(bytes);
         let cfg = DecoderConfig::from_model(&m).unwrap();
         let g = build_decoder(&cfg, &m, Logits::Last).unwrap();
         let lookup = |n: &str| weight_tensor(&m, n);

@@ -10,27 +10,15 @@
 
 use std::sync::Arc;
 
-use kestrel_arch::synth::{synth_model, SynthShape, SynthType};
-use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
 use kestrel_arch::{build_decoder, weight_tensor, DecoderConfig, Logits};
-use kestrel_gguf::{GgufFile, GgufModel};
 use kestrel_graph::{CudaKvCache, CudaPlan};
-use kestrel_tensor::cuda::{AttentionKernel, CudaDevice, CudaError};
+use kestrel_tensor::cuda::{AttentionKernel, CudaDevice};
 use kestrel_tensor::DType;
 
+mod cuda_common;
+
 fn device() -> Option<Arc<CudaDevice>> {
-    match CudaDevice::open(0) {
-        Ok(d) => Some(Arc::new(d)),
-        Err(e @ (CudaError::NoDriver | CudaError::NoDevice { .. })) => {
-            assert!(
-                std::env::var_os("KESTREL_REQUIRE_GPU").is_none(),
-                "KESTREL_REQUIRE_GPU is set but: {e}"
-            );
-            eprintln!("skipping the CUDA paged-cache test: {e}");
-            None
-        }
-        Err(e) => panic!("CUDA device 0 did not open: {e}"),
-    }
+    cuda_common::device("paged-cache")
 }
 
 /// Positions a page holds, and pages each sequence maps (48 positions).
@@ -66,29 +54,9 @@ fn prefill(plan: &mut CudaPlan, cache: &mut CudaKvCache, tokens: &[u32]) -> Vec<
 #[test]
 fn paged_caches_give_the_bits_of_contiguous_caches() {
     let Some(dev) = device() else { return };
-    let mut files: Vec<(String, Vec<u8>)> = SYNTHETIC_ARCHS
-        .iter()
-        .map(|a| {
-            (
-                a.to_string(),
-                synthetic_model(a, 5).unwrap().to_bytes().unwrap(),
-            )
-        })
-        .collect();
-    for (shape, ty) in [
-        (SynthShape::SmolLM2_135M, SynthType::Q4_1),
-        (SynthShape::Gemma3_270M, SynthType::Q4KM),
-    ] {
-        let bytes = synth_model(shape, ty, 2, 9).unwrap().to_bytes().unwrap();
-        files.push((format!("{shape:?} {ty:?}"), bytes));
-    }
     let (mut paged_archs, mut q8_runs) = (0, 0);
-    for (what, bytes) in files {
-        let m = GgufModel::from_shards(
-            vec![GgufFile::from_bytes(bytes).unwrap()],
-            std::path::Path::new("paged"),
-        )
-        .unwrap();
+    for (what, bytes) in cuda_common::batch_files() {
+        let m = cuda_common::model_of(bytes);
         let cfg = DecoderConfig::from_model(&m).unwrap();
         let g = build_decoder(&cfg, &m, Logits::Last).unwrap();
         let lookup = |n: &str| weight_tensor(&m, n);
@@ -241,15 +209,8 @@ fn paged_caches_give_the_bits_of_contiguous_caches() {
 #[test]
 fn one_batched_step_gives_every_pick() {
     let Some(dev) = device() else { return };
-    let bytes = synth_model(SynthShape::SmolLM2_135M, SynthType::Q4_1, 2, 9)
-        .unwrap()
-        .to_bytes()
-        .unwrap();
-    let m = GgufModel::from_shards(
-        vec![GgufFile::from_bytes(bytes).unwrap()],
-        std::path::Path::new("picks"),
-    )
-    .unwrap();
+    let (_, bytes) = cuda_common::real_shaped().swap_remove(0); // SmolLM2-shaped
+    let m = cuda_common::model_of(bytes);
     let cfg = DecoderConfig::from_model(&m).unwrap();
     let g = build_decoder(&cfg, &m, Logits::Last).unwrap();
     let lookup = |n: &str| weight_tensor(&m, n);
