@@ -244,14 +244,15 @@ if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
         done
         # Batched decode (the scheduler's GPU steps, up to 64 sequences a step) on the 8B shapes
         # (GPU_RUN_BATCH_ALL=1: every file); at 8 sequences also each alone, and past 8 the
-        # tensor-core matvec at 32 activation rows a CTA and off (cuBLAS) for comparison.
+        # tensor-core matvec at 32 activation rows a CTA and off (cuBLAS), and one cache a
+        # sequence instead of pages of a pool, for comparison.
         if [ "$shape" = llama-8b ] || [ "${GPU_RUN_BATCH_ALL:-0}" != 0 ]; then
             for b in ${GPU_RUN_BATCH-8 32 64}; do
                 time_for 60 || { log "deadline: batched decode $spec skipped"; break; }
                 if [ "$b" -le 8 ]; then
                     variants="${GPU_RUN_BATCH_VARIANTS-KESTREL_CUDA_BATCH=0}"
                 else
-                    variants="${GPU_RUN_WIDE_VARIANTS-KESTREL_CUDA_WIDE_NT=4 KESTREL_CUDA_WIDE=0}"
+                    variants="${GPU_RUN_WIDE_VARIANTS-KESTREL_CUDA_WIDE_NT=4 KESTREL_CUDA_WIDE=0 KESTREL_CUDA_PAGED=0}"
                 fi
                 for v in "" $variants; do
                     echo "-- kestrel ${v:+with $v }tg128 @ batch $b" | tee -a "$out/bench.log"
