@@ -50,7 +50,8 @@ pub struct GeneratorOptions {
     /// KV cache element type.
     pub kv_dtype: KvDType,
     /// Where the model runs: the CPU engine, or a CUDA GPU (weights uploaded once, KV caches
-    /// in device memory; f16 caches only, one sequence per step).
+    /// in device memory, f16 or q8_0; a scheduler's sequences as pages of one device pool,
+    /// their decodes in batched steps).
     pub device: Device,
     /// LoRA adapters applied to every step, in order, each with its scale (llama.cpp's
     /// `--lora-scaled FILE SCALE`; `--lora FILE` is scale 1). Checked against the model.
