@@ -245,17 +245,15 @@ fn one_batched_step_gives_every_pick() {
             twin.run_batch(&mut refs, &tokens).unwrap().to_vec()
         };
         let mut refs: Vec<&mut CudaKvCache> = caches.iter_mut().collect();
+        // All rows' logits, none, the first two.
+        let logits = [n, 0, 2][step as usize];
         let picks = kestrel_graph::Picks {
             argmax: true,
             top_k: Some(40),
-            logits: step != 1,
+            logits,
         };
         let out = plan.run_batch_picks(&mut refs, &tokens, picks).unwrap();
-        if picks.logits {
-            assert_eq!(out.logits, &want[..], "step {step}: logits");
-        } else {
-            assert!(out.logits.is_empty());
-        }
+        assert_eq!(out.logits, &want[..logits * width], "step {step}: logits");
         let top = out.top.unwrap();
         for i in 0..n {
             let row = &want[i * width..(i + 1) * width];
@@ -275,10 +273,15 @@ fn one_batched_step_gives_every_pick() {
             assert_eq!(vals, &wv[..], "step {step}, row {i}: top-40 logits");
         }
     }
-    // Refused: k out of range.
+    // Refused: k out of range, more logits rows than the step's.
     let mut refs: Vec<&mut CudaKvCache> = caches.iter_mut().collect();
     let bad = kestrel_graph::Picks {
         top_k: Some(0),
+        ..Default::default()
+    };
+    assert!(plan.run_batch_picks(&mut refs, &[1; 6], bad).is_err());
+    let bad = kestrel_graph::Picks {
+        logits: 7,
         ..Default::default()
     };
     assert!(plan.run_batch_picks(&mut refs, &[1; 6], bad).is_err());

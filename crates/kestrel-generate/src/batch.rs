@@ -330,8 +330,13 @@ impl<'g> Scheduler<'g> {
                 let picked = out.picked.get(o).copied().filter(|&id| id != NOT_PICKED);
                 let top = out.top(o);
                 if picked.is_none() && top.is_none() {
-                    self.logits
-                        .copy_from_slice(&out.rows[o * n_vocab..(o + 1) * n_vocab]);
+                    let row = out
+                        .row(o, n_vocab)
+                        .ok_or_else(|| GenerateError::InvalidOption {
+                            name: "batch",
+                            reason: format!("the step returned no logits for output {o}"),
+                        })?;
+                    self.logits.copy_from_slice(row);
                 }
                 let now = Instant::now();
                 if r.first.is_none() && self.state.opts.prefix_cache && r.shared > 0 {

@@ -32,8 +32,11 @@ pub(crate) enum StepRunner {
         step_tokens: usize,
         /// The prefill chunk of the generator's plan (a single generation's chunking).
         chunk: usize,
-        /// Output rows of the last step.
+        /// The logits rows of the last step's outputs that need them, one after another, and
+        /// each output's row among them (`usize::MAX`: none): outputs whose token the device
+        /// picked take no host memory (64 of Gemma 3's would be 67 MB).
         rows: Vec<f32>,
+        row_at: Vec<usize>,
         n_vocab: usize,
         /// A step's decode tokens, run as batched steps (`CudaPlan::run_batch`) unless
         /// `batch` is off (`KESTREL_CUDA_BATCH=0`: each alone, for comparison; the same bits).
@@ -67,9 +70,11 @@ pub(crate) enum Pick {
 
 /// A step's outputs: logits rows, and what the device picked or found in their place.
 pub(crate) struct StepOut<'a> {
-    /// One row of `n_vocab` logits an output (not written for outputs the device picked or
-    /// found candidates for).
-    pub rows: &'a [f32],
+    /// Rows of `n_vocab` logits: output `o`'s is row `row_at[o]`, or row `o` when `row_at` is
+    /// empty (the CPU's: every output's); none for outputs the device picked or found
+    /// candidates for.
+    rows: &'a [f32],
+    row_at: &'a [usize],
     /// Each output's token where the device picked it, else `NOT_PICKED` (may be shorter).
     pub picked: &'a [u32],
     top: &'a [Option<(usize, usize)>],
@@ -78,6 +83,17 @@ pub(crate) struct StepOut<'a> {
 }
 
 impl<'a> StepOut<'a> {
+    /// Output `o`'s logits, where the step returned them.
+    pub fn row(&self, o: usize, n_vocab: usize) -> Option<&'a [f32]> {
+        let i = if self.row_at.is_empty() {
+            o
+        } else {
+            *self.row_at.get(o)?
+        };
+        self.rows
+            .get(i.checked_mul(n_vocab)?..i.checked_add(1)?.checked_mul(n_vocab)?)
+    }
+
     /// Output `o`'s top-k candidates (ids and logits, best first) where the device found them.
     pub fn top(&self, o: usize) -> Option<(&'a [u32], &'a [f32])> {
         let (at, n) = (*self.top.get(o)?)?;
@@ -136,6 +152,7 @@ impl StepRunner {
         match (self, store) {
             (StepRunner::Cpu(plan), SeqStore::Paged(pool)) => Ok(StepOut {
                 rows: plan.run_batch(&core.engine, pool, tokens, segs, outputs, adapter_scales)?,
+                row_at: &[],
                 picked: &[],
                 top: &[],
                 top_ids: &[],
@@ -144,6 +161,7 @@ impl StepRunner {
             (
                 StepRunner::Cuda {
                     rows,
+                    row_at,
                     n_vocab,
                     decodes,
                     batch,
@@ -167,7 +185,9 @@ impl StepRunner {
                     return Err(mismatch());
                 };
                 let n_vocab = *n_vocab;
-                rows.resize(outputs.len() * n_vocab, 0.0);
+                rows.clear();
+                row_at.clear();
+                row_at.resize(outputs.len(), usize::MAX);
                 let n = plan.adapter_slots();
                 let scales_of = |k: usize| {
                     adapter_scales.get(k * n..(k + 1) * n).ok_or_else(|| {
@@ -227,7 +247,7 @@ impl StepRunner {
                     }
                     let logits = plan.run(cache, chunk)?;
                     if let Some(slot) = slot {
-                        copy_row(rows, slot, logits, n_vocab)?;
+                        copy_row((rows, row_at), slot, logits, n_vocab)?;
                     }
                 }
                 // The decodes, up to a batched step's most at a time, sequences at the same
@@ -251,23 +271,21 @@ impl StepRunner {
                             i += 1;
                         }
                     }
-                    // In sequence order, as the caches are gathered below (a sequence's id is
-                    // its slot in `c.caches`): row j of the step is group[j]'s.
-                    group.sort_by_key(|d| d.seq);
+                    // Those that want their logits first (so only their rows come back), then
+                    // in sequence order; row j of the step is group[j]'s.
+                    group.sort_by_key(|d| (d.pick != Pick::Logits, d.seq));
                     if n > 0 {
                         plan.set_adapter_scales(scales)?;
                     }
                     ids.clear();
                     ids.extend(group.iter().map(|d| d.token));
-                    let mut caches: Vec<&mut CudaKvCache> = c
-                        .caches
-                        .iter_mut()
-                        .enumerate()
-                        .filter(|(seq, _)| group.iter().any(|d| d.seq == *seq))
-                        .filter_map(|(_, cache)| cache.as_mut())
-                        .collect();
-                    if caches.len() != group.len() {
-                        return Err(GenerateError::Kv(KvError::UnknownSeq(group[0].seq)));
+                    // A sequence's id is its slot in `c.caches`.
+                    let mut slots: Vec<Option<&mut CudaKvCache>> =
+                        c.caches.iter_mut().map(Option::as_mut).collect();
+                    let mut caches: Vec<&mut CudaKvCache> = Vec::with_capacity(group.len());
+                    for d in group.iter() {
+                        let cache = slots.get_mut(d.seq).and_then(Option::take);
+                        caches.push(cache.ok_or(GenerateError::Kv(KvError::UnknownSeq(d.seq)))?);
                     }
                     if one_step {
                         let want = Picks {
@@ -279,7 +297,7 @@ impl StepRunner {
                                     _ => None,
                                 })
                                 .max(),
-                            logits: group.iter().any(|d| d.pick == Pick::Logits),
+                            logits: group.iter().filter(|d| d.pick == Pick::Logits).count(),
                         };
                         let out = plan.run_batch_picks(&mut caches, ids, want)?;
                         for (j, d) in group.iter().enumerate() {
@@ -307,7 +325,7 @@ impl StepRunner {
                                         .logits
                                         .get(j * n_vocab..(j + 1) * n_vocab)
                                         .ok_or_else(short)?;
-                                    copy_row(rows, d.slot, row, n_vocab)?;
+                                    copy_row((rows, row_at), d.slot, row, n_vocab)?;
                                 }
                             }
                         }
@@ -334,11 +352,12 @@ impl StepRunner {
                                 reason: "the batched step returned too few rows".into(),
                             }
                         })?;
-                        copy_row(rows, d.slot, row, n_vocab)?;
+                        copy_row((rows, row_at), d.slot, row, n_vocab)?;
                     }
                 }
                 Ok(StepOut {
                     rows,
+                    row_at,
                     picked,
                     top,
                     top_ids,
@@ -367,7 +386,7 @@ pub(crate) const NOT_PICKED: u32 = u32::MAX;
 
 /// Puts one sequence's logits at output row `slot`.
 fn copy_row(
-    rows: &mut [f32],
+    (rows, row_at): (&mut Vec<f32>, &mut [usize]),
     slot: usize,
     logits: &[f32],
     n_vocab: usize,
@@ -381,7 +400,14 @@ fn copy_row(
             ),
         });
     }
-    rows[slot * n_vocab..(slot + 1) * n_vocab].copy_from_slice(logits);
+    let at = row_at
+        .get_mut(slot)
+        .ok_or_else(|| GenerateError::InvalidOption {
+            name: "batch",
+            reason: format!("output {slot} past the step's outputs"),
+        })?;
+    *at = rows.len() / n_vocab.max(1);
+    rows.extend_from_slice(logits);
     Ok(())
 }
 

@@ -539,6 +539,7 @@ impl Generator {
                         step_tokens: max_tokens,
                         chunk: plan.max_tokens(),
                         rows: Vec::new(),
+                        row_at: Vec::with_capacity(opts.max_seqs),
                         n_vocab: core.cfg.n_vocab,
                         decodes: Vec::with_capacity(opts.max_seqs),
                         batch: std::env::var("KESTREL_CUDA_BATCH").map_or(true, |v| v != "0"),

@@ -273,13 +273,17 @@ impl BlockPool {
     /// computed at settings no longer used, such as other adapter scales), whether or not a
     /// running sequence still holds it; blocks only the cache held are free again.
     pub fn clear_prefix_cache(&mut self) {
+        let mut freed = 0;
         for b in self.prefix.clear() {
             let r = &mut self.refs[b as usize];
             *r = r.saturating_sub(1);
             if *r == 0 {
                 self.free.push(b);
+                freed += 1;
             }
         }
+        // Blocks running sequences still hold are forgotten, not evicted.
+        self.prefix.count_evicted(freed);
     }
 
     /// Occupancy and fragmentation.
@@ -318,6 +322,11 @@ mod tests {
         pool.publish_prefix(a, &t).unwrap();
         assert_eq!(pool.stats().prefix.nodes, 2);
         pool.clear_prefix_cache();
+        assert_eq!(
+            pool.stats().prefix.evicted_blocks,
+            0,
+            "still held: not evicted"
+        );
         // Rows computed at settings no longer used: a new sequence must not find them.
         let b = pool.add_seq();
         assert_eq!(pool.attach_prefix(b, &t).unwrap(), 0);

@@ -161,13 +161,17 @@ impl PrefixIndex {
     /// caller drops the cache's reference to each).
     pub(crate) fn clear(&mut self) -> Vec<u32> {
         let blocks: Vec<u32> = self.nodes.iter().flatten().map(|n| n.block).collect();
-        self.stats.evicted_blocks += blocks.len() as u64;
         self.stats.nodes = 0;
         self.nodes.clear();
         self.free_nodes.clear();
         self.children.clear();
         self.block_node.fill(NONE);
         blocks
+    }
+
+    /// Counts `n` blocks evicted (freed by the caller after [`Self::clear`]).
+    pub(crate) fn count_evicted(&mut self, n: usize) {
+        self.stats.evicted_blocks += n as u64;
     }
 
     /// Blocks indexed that no sequence holds.

@@ -9,7 +9,7 @@ use super::{internal, CudaKvCache, CudaPlan};
 use crate::GraphError;
 
 /// What a batched step's caller wants of its output rows ([`CudaPlan::run_batch_picks`]):
-/// each row's argmax, its best `top_k` candidates, its logits; any of them.
+/// each row's argmax, its best `top_k` candidates, the first rows' logits; any of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Picks {
     /// Each row's argmax (as [`CudaPlan::run_batch_greedy`]).
@@ -17,8 +17,9 @@ pub struct Picks {
     /// Each row's best `k` candidates (as [`CudaPlan::run_batch_top_k`]; a smaller k's are
     /// their first ones, the order being total).
     pub top_k: Option<usize>,
-    /// Every row's logits (as [`CudaPlan::run_batch`]).
-    pub logits: bool,
+    /// The logits of the first this many rows (as [`CudaPlan::run_batch`] returns them; the
+    /// caller puts the sequences that want them first, so only theirs come back).
+    pub logits: usize,
 }
 
 /// A batched step's rows as [`Picks`] asked for them (empty, or `None`, where not asked).
@@ -28,7 +29,7 @@ pub struct Picked<'a> {
     pub argmax: &'a [i32],
     /// Each row's top-k candidates.
     pub top: Option<&'a DeviceTopK>,
-    /// The rows' logits, one after another.
+    /// The first [`Picks::logits`] rows' logits, one after another.
     pub logits: &'a [f32],
 }
 
@@ -132,6 +133,13 @@ impl CudaPlan {
                 "device picks of a batched step that runs each sequence alone".into(),
             ));
         }
+        if want.logits > tokens.len() {
+            return Err(GraphError::Batch(format!(
+                "the logits of {} rows of a step of {}",
+                want.logits,
+                tokens.len()
+            )));
+        }
         if want.top_k.is_some() {
             self.top_k_room(tokens.len())?;
         }
@@ -152,8 +160,14 @@ impl CudaPlan {
                 .ok_or_else(|| internal("no top-k buffer"))?;
             self.dev.top_k(out, k, topk)?;
         }
-        if want.logits {
+        if want.logits > 0 {
+            // Only the first rows: their shape, then back to the step's.
+            self.output_rows(want.logits)?;
+            let out = self.acts[self.output]
+                .as_ref()
+                .ok_or_else(|| internal("output buffer missing"))?;
             self.dev.download_into_host(out, &mut self.out)?;
+            self.output_rows(rows)?;
         }
         if let Some(p) = self.profile.as_mut() {
             p.collect(true)?;
@@ -165,7 +179,11 @@ impl CudaPlan {
                 &[]
             },
             top: want.top_k.and(self.d_topk.as_ref()),
-            logits: if want.logits { self.out.values()? } else { &[] },
+            logits: if want.logits > 0 {
+                self.out.values()?
+            } else {
+                &[]
+            },
         })
     }
 

@@ -213,7 +213,9 @@ impl KvTable {
         self.tokens = tokens;
         self.one_sequence = one_sequence;
         self.rows.fill(None);
-        self.caps.fill(0);
+        for l in 0..self.layers {
+            self.caps[l * self.max_tokens..][..tokens].fill(0);
+        }
         let used = self.used_words();
         self.host[..used].fill(0);
         Ok(())
