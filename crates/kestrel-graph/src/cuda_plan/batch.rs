@@ -183,7 +183,7 @@ impl CudaPlan {
     fn write_table(&mut self, caches: &mut [&mut CudaKvCache]) -> Result<(), GraphError> {
         self.table()?.begin(caches.len())?;
         for (i, c) in caches.iter_mut().enumerate() {
-            self.set_entries(c, i..i + 1)?;
+            self.set_entries(c, i)?;
         }
         self.upload_table()
     }

@@ -258,12 +258,12 @@ impl CudaPlan {
             .ok_or_else(|| internal("no KV table"))
     }
 
-    /// Writes table entries `tokens` for `cache` in every attention layer: its pages of the
-    /// pool, or its own matrices.
+    /// Writes table entry `token` for `cache` in every attention layer: its pages of the pool,
+    /// or its own matrices.
     pub(super) fn set_entries(
         &mut self,
         cache: &mut CudaKvCache,
-        tokens: std::ops::Range<usize>,
+        token: usize,
     ) -> Result<(), GraphError> {
         let (Some(table), dev) = (self.kv_table.as_mut(), &self.dev) else {
             return Err(internal("no KV table"));
@@ -286,24 +286,20 @@ impl CudaPlan {
                     })?;
                 for (layer, lc) in pool.layers.iter_mut().enumerate() {
                     if let Some(lc) = lc {
-                        for t in tokens.clone() {
-                            dev.set_kv_paged_entry(
-                                table,
-                                layer,
-                                t,
-                                (&mut lc.k, &mut lc.v),
-                                &p.pages,
-                            )?;
-                        }
+                        dev.set_kv_paged_entry(
+                            table,
+                            layer,
+                            token,
+                            (&mut lc.k, &mut lc.v),
+                            &p.pages,
+                        )?;
                     }
                 }
             }
             None => {
                 for (layer, lc) in cache.layers.iter_mut().enumerate() {
                     if let Some(lc) = lc {
-                        for t in tokens.clone() {
-                            dev.set_kv_entry(table, layer, t, &mut lc.k, &mut lc.v)?;
-                        }
+                        dev.set_kv_entry(table, layer, token, &mut lc.k, &mut lc.v)?;
                     }
                 }
             }
@@ -318,7 +314,15 @@ impl CudaPlan {
         t: usize,
     ) -> Result<(), GraphError> {
         self.table()?.begin_sequence(t)?;
-        self.set_entries(cache, 0..t)?;
+        self.set_entries(cache, 0)?;
+        let Some(table) = self.kv_table.as_mut() else {
+            return Err(internal("no KV table"));
+        };
+        for (layer, w) in self.kv_widths.iter().enumerate() {
+            if w.is_some() {
+                table.repeat_first(layer)?;
+            }
+        }
         self.upload_table()
     }
 

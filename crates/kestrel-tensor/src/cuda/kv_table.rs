@@ -221,6 +221,28 @@ impl KvTable {
         Ok(())
     }
 
+    /// Gives every token of the step token 0's caches in `layer` (a one-sequence step's
+    /// entries are all alike: one entry written, then copied).
+    ///
+    /// # Errors
+    /// A layer outside the table, token 0's entry not set for it.
+    pub fn repeat_first(&mut self, layer: usize) -> Result<()> {
+        let first_cap = self.caps.get(layer * self.max_tokens).copied().unwrap_or(0);
+        if layer >= self.layers || self.tokens == 0 || first_cap == 0 {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "no entry for the step's first token in this layer",
+            });
+        }
+        let b = self.base(layer);
+        let (first, rest) = self.host[b..b + self.tokens * ENTRY].split_at_mut(ENTRY);
+        for e in rest.chunks_exact_mut(ENTRY) {
+            e.copy_from_slice(first);
+        }
+        self.caps[layer * self.max_tokens..][..self.tokens].fill(first_cap);
+        Ok(())
+    }
+
     /// The first table word of `layer` (its entries for the step's tokens follow): the step's
     /// entries are packed, layer after layer, so one copy of exactly them uploads the step, and
     /// a captured step (whose launches hold these addresses) replays with a step of as many

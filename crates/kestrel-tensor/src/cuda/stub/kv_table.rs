@@ -37,6 +37,14 @@ impl KvTable {
         match self.never {}
     }
 
+    /// Gives every token token 0's caches in a layer.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn repeat_first(&mut self, _layer: usize) -> Result<()> {
+        match self.never {}
+    }
+
     /// Starts a step of one sequence.
     ///
     /// # Errors
