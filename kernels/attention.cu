@@ -174,16 +174,20 @@ ATTENTION_MLA(attention_mla_q8_0, true, block_q8_0)
 #endif
 #define SPLIT_MAX 64
 
-template <bool Q8>
+// MAXD / MAXDV: the longest key / value head (registers and shared memory are sized for them);
+// values are `head_dim_v` long, at `v_row` elements a cache row and `v_head` a KV head, as in
+// attention_dec. The partial results of a (token, head) are head_dim_v long.
+template <bool Q8, int MAXD, int MAXDV>
 __device__ __forceinline__ void attention_split(const float *__restrict__ q, const int *__restrict__ positions,
                                                 const void *k, const void *v, float *__restrict__ out,
                                                 float *__restrict__ part, unsigned *__restrict__ counters,
-                                                int n_head, int n_kv_head, int head_dim, int kv_len, float scale,
-                                                float softcap, int window, int causal,
-                                                const unsigned long long *__restrict__ kv_table,
+                                                int n_head, int n_kv_head, int head_dim, int head_dim_v, int v_row,
+                                                int v_head, int kv_len, float scale, float softcap, int window,
+                                                int causal, const unsigned long long *__restrict__ kv_table,
                                                 const float *__restrict__ sinks) {
+    constexpr int PER_K = MAXD / WARP, PER_V = MAXDV / WARP;
     __shared__ float s_m[SPLIT_WARPS], s_l[SPLIT_WARPS], s_f[SPLIT_MAX];
-    __shared__ float s_acc[SPLIT_WARPS][MAX_HEAD_DIM];
+    __shared__ float s_acc[SPLIT_WARPS][MAXDV];
     __shared__ float s_cm, s_cl, s_inv;
     __shared__ int s_last;
     const int nsplit = gridDim.y, split = blockIdx.y;
@@ -206,22 +210,23 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
     const int a = lo + split * chunk, b = min(hi, a + chunk);
 
     const float *qh = q + (long long)bh * head_dim;
-    float qv[PER_LANE], acc[PER_LANE];
+    float qv[PER_K], acc[PER_V];
 #pragma unroll
-    for (int i = 0; i < PER_LANE; i++) {
-        qv[i] = lane + WARP * i < head_dim ? qh[lane + WARP * i] : 0.0f;
-        acc[i] = 0.0f;
-    }
+    for (int i = 0; i < PER_K; i++) qv[i] = lane + WARP * i < head_dim ? qh[lane + WARP * i] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER_V; i++) acc[i] = 0.0f;
     float m = neg_inf, l = 0.0f;
     const long long row = (long long)n_kv_head * head_dim;
-    const long long hb = (long long)kvh * head_dim;  // the head's first element in a row
+    const long long hb = (long long)kvh * head_dim;  // the key head's first element in a row
+    const long long hv = (long long)kvh * v_head;    // the value head's
     for (int j0 = a + warp; j0 < b; j0 += 2 * SPLIT_WARPS) {
         const int j1 = j0 + SPLIT_WARPS;
         const bool two = j1 < b;  // warp-uniform
-        const long long e0 = hb + kv_row(loc, j0) * row, e1 = hb + kv_row(loc, two ? j1 : j0) * row;
+        const long long r0 = kv_row(loc, j0), r1 = kv_row(loc, two ? j1 : j0);
+        const long long e0 = hb + r0 * row, e1 = hb + r1 * row;
         float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll
-        for (int i = 0; i < PER_LANE; i++)
+        for (int i = 0; i < PER_K; i++)
             if (lane + WARP * i < head_dim) {
                 d0 = fmaf(qv[i], kv_value<Q8>(k, e0 + lane + WARP * i), d0);
                 d1 = fmaf(qv[i], kv_value<Q8>(k, e1 + lane + WARP * i), d1);
@@ -236,11 +241,12 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
         const float corr = expf(m - m_new);            // 0 on the first keys (m = -inf)
         const float p0 = expf(s0 - m_new), p1 = expf(s1 - m_new);
         l = l * corr + (p0 + p1);
+        const long long v0 = hv + r0 * v_row, v1 = hv + r1 * v_row;
 #pragma unroll
-        for (int i = 0; i < PER_LANE; i++)
-            if (lane + WARP * i < head_dim)
-                acc[i] = fmaf(p1, kv_value<Q8>(v, e1 + lane + WARP * i),
-                              fmaf(p0, kv_value<Q8>(v, e0 + lane + WARP * i), acc[i] * corr));
+        for (int i = 0; i < PER_V; i++)
+            if (lane + WARP * i < head_dim_v)
+                acc[i] = fmaf(p1, kv_value<Q8>(v, v1 + lane + WARP * i),
+                              fmaf(p0, kv_value<Q8>(v, v0 + lane + WARP * i), acc[i] * corr));
         m = m_new;
     }
     if (lane == 0) {
@@ -248,8 +254,8 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
         s_l[warp] = l;
     }
 #pragma unroll
-    for (int i = 0; i < PER_LANE; i++)
-        if (lane + WARP * i < head_dim) s_acc[warp][lane + WARP * i] = acc[i];
+    for (int i = 0; i < PER_V; i++)
+        if (lane + WARP * i < head_dim_v) s_acc[warp][lane + WARP * i] = acc[i];
     __syncthreads();
     // This range: its warps merged in warp order.
     if (tid == 0) {
@@ -266,9 +272,9 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
         s_inv = softmax_inv(cl, cm, active == 1 ? sinks : nullptr, h);
     }
     __syncthreads();
-    float *oh = out + (long long)bh * head_dim;
+    float *oh = out + (long long)bh * head_dim_v;
     if (active == 1) {
-        for (int i = tid; i < head_dim; i += nthreads) {
+        for (int i = tid; i < head_dim_v; i += nthreads) {
             float o = 0.0f;
             for (int w = 0; w < SPLIT_WARPS; w++) o += s_acc[w][i] * s_f[w];
             oh[i] = o * s_inv;
@@ -276,9 +282,9 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
         return;
     }
     const long long slot = (long long)bh * nsplit + split;
-    float *pacc = part + slot * head_dim;
-    float *pml = part + (long long)gridDim.x * nsplit * head_dim;
-    for (int i = tid; i < head_dim; i += nthreads) {
+    float *pacc = part + slot * head_dim_v;
+    float *pml = part + (long long)gridDim.x * nsplit * head_dim_v;
+    for (int i = tid; i < head_dim_v; i += nthreads) {
         float o = 0.0f;
         for (int w = 0; w < SPLIT_WARPS; w++) o += s_acc[w][i] * s_f[w];
         pacc[i] = o;
@@ -316,11 +322,11 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
         }
     }
     __syncthreads();
-    const float *acc0 = part + (long long)bh * nsplit * head_dim;
-    for (int i = tid; i < head_dim; i += nthreads) {
+    const float *acc0 = part + (long long)bh * nsplit * head_dim_v;
+    for (int i = tid; i < head_dim_v; i += nthreads) {
         float o = 0.0f;
         for (int s = 0; s < active; s++)
-            if (s_f[s] != 0.0f) o = fmaf(__ldcg(acc0 + (long long)s * head_dim + i), s_f[s], o);
+            if (s_f[s] != 0.0f) o = fmaf(__ldcg(acc0 + (long long)s * head_dim_v + i), s_f[s], o);
         oh[i] = o * s_inv;
     }
 }
@@ -331,9 +337,46 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
              float *__restrict__ out, float *__restrict__ part, unsigned *__restrict__ counters, int n_head, \
              int n_kv_head, int head_dim, int kv_len, float scale, float softcap, int window, int causal,   \
              const unsigned long long *__restrict__ kv_table, const float *__restrict__ sinks) {            \
-        attention_split<Q8>(q, positions, k, v, out, part, counters, n_head, n_kv_head, head_dim, kv_len,  \
-                            scale, softcap, window, causal, kv_table, sinks);                              \
+        attention_split<Q8, MAX_HEAD_DIM, MAX_HEAD_DIM>(q, positions, k, v, out, part, counters, n_head,   \
+                                                        n_kv_head, head_dim, head_dim, n_kv_head * head_dim, \
+                                                        head_dim, kv_len, scale, softcap, window, causal,  \
+                                                        kv_table, sinks);                                  \
     }
 
 ATTENTION_SPLIT(attention_f16_split, false, __half)
 ATTENTION_SPLIT(attention_q8_0_split, true, block_q8_0)
+
+// The split forms of the two kernels above whose values have their own head size (a
+// sequence's own caches, no table): attention_kv_*_split (keys and values of different sizes
+// in their own caches; partial results head_dim_v long) and attention_mla_*_split (DeepSeek's
+// latent attention: key heads of up to 576 values, each key's first head_dim_v, at most
+// MLA_MAX_HEAD_DIM_V, its value). Launch as attention_f16_split.
+#define MLA_MAX_HEAD_DIM_V 512
+#define ATTENTION_KV_SPLIT(NAME, Q8, T)                                                                     \
+    extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)                                       \
+        NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k, const T *v,       \
+             float *__restrict__ out, float *__restrict__ part, unsigned *__restrict__ counters, int n_head, \
+             int n_kv_head, int head_dim, int head_dim_v, int kv_len, float scale, float softcap, int window, \
+             int causal, const float *__restrict__ sinks) {                                                 \
+        attention_split<Q8, MAX_HEAD_DIM, MAX_HEAD_DIM>(q, positions, k, v, out, part, counters, n_head,   \
+                                                        n_kv_head, head_dim, head_dim_v,                   \
+                                                        n_kv_head * head_dim_v, head_dim_v, kv_len, scale, \
+                                                        softcap, window, causal, nullptr, sinks);          \
+    }
+
+ATTENTION_KV_SPLIT(attention_kv_f16_split, false, __half)
+ATTENTION_KV_SPLIT(attention_kv_q8_0_split, true, block_q8_0)
+
+#define ATTENTION_MLA_SPLIT(NAME, Q8, T)                                                                    \
+    extern "C" __global__ void __launch_bounds__(WARP * SPLIT_WARPS)                                       \
+        NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k,                     \
+             float *__restrict__ out, float *__restrict__ part, unsigned *__restrict__ counters, int n_head, \
+             int n_kv_head, int head_dim, int head_dim_v, int kv_len, float scale, float softcap, int window, \
+             int causal) {                                                                                  \
+        attention_split<Q8, MLA_MAX_HEAD_DIM, MLA_MAX_HEAD_DIM_V>(                                           \
+            q, positions, k, k, out, part, counters, n_head, n_kv_head, head_dim, head_dim_v,              \
+            n_kv_head * head_dim, head_dim, kv_len, scale, softcap, window, causal, nullptr, nullptr);     \
+    }
+
+ATTENTION_MLA_SPLIT(attention_mla_f16_split, false, __half)
+ATTENTION_MLA_SPLIT(attention_mla_q8_0_split, true, block_q8_0)

@@ -6,7 +6,6 @@
 #include "kv_rows.cuh"
 
 #define MAX_HEAD_DIM 256
-#define PER_LANE (MAX_HEAD_DIM / WARP)
 
 // The keys [lo, hi) a query at `pos` sees: causal, p - window < j <= p (window 0: j <= p),
 // none for a negative position; non-causal, every key below kv_len.

@@ -12,7 +12,8 @@
 //   cache (pages of 16 rows out of order in a pool, each token's entry the same) = over the
 //   contiguous one, bit for bit; kv_append2_q8_0 into a paged cache = the contiguous bytes;
 // - attention_mla_f16 / _q8_0 (DeepSeek's latent attention: 576-wide keys, values their first
-//   512) and attention_kv_* (key and value heads of 192 and 128) against float64.
+//   512) and attention_kv_* (key and value heads of 192 and 128) against float64, and their
+//   split forms (1 and 7 key ranges; every counter back at zero).
 //
 // Built and run by `cargo xtask kernels --check`; exits 1 on a mismatch. No GPU, no CUDA.
 #define SPLIT_WARPS 4
@@ -453,6 +454,24 @@ static int check_mla() {
             const double err = max_err(out, want);
             if (!(err <= 2e-5) && bad++ < 3) std::printf("attention_mla q8 %d warps %d: max error %g\n", q8, warps, err);
         }
+        for (int nsplit : {1, 7}) {
+            const int rows = n_tok * n_head;
+            std::vector<float> out((size_t)rows * dv, NAN), part((size_t)rows * nsplit * (dv + 2), NAN);
+            std::vector<unsigned> counters(rows, 0);
+            launch(rows, nsplit, 32, SPLIT_WARPS, [&] {
+                if (q8)
+                    attention_mla_q8_0_split(q.data(), pos.data(), kq.data(), out.data(), part.data(),
+                                             counters.data(), n_head, 1, dk, dv, kv_len, scale, 0.0f, 0, 1);
+                else
+                    attention_mla_f16_split(q.data(), pos.data(), kh.data(), out.data(), part.data(), counters.data(),
+                                            n_head, 1, dk, dv, kv_len, scale, 0.0f, 0, 1);
+            });
+            const double err = max_err(out, want);
+            if (!(err <= 2e-5) && bad++ < 3)
+                std::printf("attention_mla_split q8 %d ranges %d: max error %g\n", q8, nsplit, err);
+            for (unsigned x : counters)
+                if (x != 0 && bad++ < 3) std::printf("attention_mla_split: a counter left at %u\n", x);
+        }
     }
     std::printf("attention_mla: %s\n", bad ? "MISMATCH" : "ok");
     return bad;
@@ -509,6 +528,23 @@ static int check_kv_dims() {
         });
         const double err = max_err(out, want);
         if (!(err <= 2e-5) && bad++ < 3) std::printf("attention_kv q8 %d: max error %g\n", q8, err);
+        for (int nsplit : {1, 7}) {
+            const int rows = n_tok * n_head;
+            std::vector<float> o((size_t)rows * dv, NAN), part((size_t)rows * nsplit * (dv + 2), NAN);
+            std::vector<unsigned> counters(rows, 0);
+            launch(rows, nsplit, 32, SPLIT_WARPS, [&] {
+                if (q8)
+                    attention_kv_q8_0_split(q.data(), pos.data(), kq.data(), vq.data(), o.data(), part.data(),
+                                            counters.data(), n_head, n_kv, dk, dv, kv_len, scale, 0.0f, 0, 1, nullptr);
+                else
+                    attention_kv_f16_split(q.data(), pos.data(), kh.data(), vh.data(), o.data(), part.data(),
+                                           counters.data(), n_head, n_kv, dk, dv, kv_len, scale, 0.0f, 0, 1, nullptr);
+            });
+            const double e = max_err(o, want);
+            if (!(e <= 2e-5) && bad++ < 3) std::printf("attention_kv_split q8 %d ranges %d: max error %g\n", q8, nsplit, e);
+            for (unsigned x : counters)
+                if (x != 0 && bad++ < 3) std::printf("attention_kv_split: a counter left at %u\n", x);
+        }
     }
     std::printf("attention_kv (key and value heads of different sizes): %s\n", bad ? "MISMATCH" : "ok");
     return bad;

@@ -429,82 +429,129 @@ fn attention_sinks_match_float64_in_every_kernel() {
     }
 }
 
-/// DeepSeek's latent attention (`attention_latent_ids`): keys of 576 values appended alone
-/// (`kv_append_ids`) into an f16 and a q8_0 cache, each key's first 512 its value, 4 query
-/// heads over one cache head, decode and prefill steps: within 2e-5 of float64 over the cache's
-/// own values (outputs convex combinations of values of at most 1).
+/// Causal attention in float64 over keys `[pos][n_kv_head * dk]` and values
+/// `[pos][n_kv_head * dv]` as f32 (the caches' own values): `[token][n_head][dv]`.
+fn attention_dims_f64(
+    q: &[f32],
+    positions: &[i32],
+    (k, v): (&[f32], &[f32]),
+    (n_head, n_kv_head, dk, dv): (usize, usize, usize, usize),
+    scale: f32,
+) -> Vec<f64> {
+    let group = n_head / n_kv_head;
+    let mut out = vec![0f64; positions.len() * n_head * dv];
+    for (t, &pos) in positions.iter().enumerate() {
+        for h in 0..n_head {
+            let (qh, kvh) = (&q[(t * n_head + h) * dk..][..dk], h / group);
+            let s: Vec<f64> = (0..=pos as usize)
+                .map(|j| {
+                    let kj = &k[(j * n_kv_head + kvh) * dk..][..dk];
+                    qh.iter()
+                        .zip(kj)
+                        .map(|(&a, &b)| a as f64 * b as f64)
+                        .sum::<f64>()
+                        * scale as f64
+                })
+                .collect();
+            let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+            let l: f64 = w.iter().sum();
+            for (j, wj) in w.iter().enumerate() {
+                let vj = &v[(j * n_kv_head + kvh) * dv..][..dv];
+                for (i, &x) in vj.iter().enumerate() {
+                    out[(t * n_head + h) * dv + i] += wj / l * x as f64;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// DeepSeek's latent attention (`attention_latent_ids`, key heads of 576 values, each key's
+/// first 512 its value, 4 query heads over one cache head) and its decompressed form (keys of
+/// 192 and values of 128 in their own caches, GQA 4/2: `attention_ids_sinks`), f16 and q8_0
+/// caches written by `kv_append_ids`: decode steps on one CTA a (token, head) and split over
+/// key ranges (590 keys: three ranges), and a prefill step: within 2e-5 of float64 over the
+/// caches' own values (outputs convex combinations of values of at most 1).
 #[test]
-fn latent_attention_matches_float64() {
+fn latent_and_differing_head_attention_match_float64() {
     let Some(dev) = device() else { return };
-    let (n_head, dk, dv, cap, filled) = (4usize, 576usize, 512usize, 80usize, 70usize);
-    let p = AttentionParams {
-        n_head,
-        n_kv_head: 1,
-        head_dim: dk,
-        scale: 1.0 / 192f32.sqrt(),
-        softcap: 0.0,
-        window: 0,
-    };
-    for dtype in [DType::F16, DType::Q8_0] {
-        let mut k = dev.zeros(dtype, Shape::matrix(cap, dk).unwrap()).unwrap();
-        let all: Vec<i32> = (0..filled as i32).collect();
-        let mut ids = dev.new_ids(filled).unwrap();
-        dev.set_ids(&mut ids, &all).unwrap();
-        let src = upload(&dev, filled, dk, &random(filled * dk, 21));
-        dev.kv_append_ids(&src, &ids, &mut k).unwrap();
-        let kvals: Vec<f32> = cache_values(&dev, &k)
-            .iter()
-            .map(|&b| f32::from_bits(b))
-            .collect();
-        for positions in [vec![69i32], (40..70).collect::<Vec<i32>>()] {
-            let n = positions.len();
-            let q = random(n * n_head * dk, 22 + n as u64);
-            let mut pid = dev.new_ids(n).unwrap();
-            dev.set_ids(&mut pid, &positions).unwrap();
-            let mut out = dev
-                .zeros(DType::F32, Shape::matrix(n, n_head * dv).unwrap())
+    let (cap, filled) = (600usize, 590usize);
+    let all: Vec<i32> = (0..filled as i32).collect();
+    let mut ids = dev.new_ids(filled).unwrap();
+    dev.set_ids(&mut ids, &all).unwrap();
+    // (n_head, n_kv_head, key head, value head, latent)
+    for (n_head, n_kv, dk, dv, latent) in [
+        (4usize, 1usize, 576usize, 512usize, true),
+        (4, 2, 192, 128, false),
+    ] {
+        let p = AttentionParams {
+            n_head,
+            n_kv_head: n_kv,
+            head_dim: dk,
+            scale: 1.0 / 192f32.sqrt(),
+            softcap: 0.0,
+            window: 0,
+        };
+        for dtype in [DType::F16, DType::Q8_0] {
+            let mut k = dev
+                .zeros(dtype, Shape::matrix(cap, n_kv * dk).unwrap())
                 .unwrap();
-            dev.attention_latent_ids(
-                &upload(&dev, n, n_head * dk, &q),
-                &pid,
-                &k,
-                cap,
-                &p,
-                dv,
-                &mut out,
-            )
-            .unwrap();
-            let got = download(&dev, &out);
-            for (t, &pos) in positions.iter().enumerate() {
-                for h in 0..n_head {
-                    let qh = &q[(t * n_head + h) * dk..][..dk];
-                    let s: Vec<f64> = (0..=pos as usize)
-                        .map(|j| {
-                            let kj = &kvals[j * dk..][..dk];
-                            qh.iter()
-                                .zip(kj)
-                                .map(|(&a, &b)| a as f64 * b as f64)
-                                .sum::<f64>()
-                                * p.scale as f64
-                        })
-                        .collect();
-                    let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                    let w: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
-                    let l: f64 = w.iter().sum();
-                    for i in 0..dv {
-                        let want: f64 = w
-                            .iter()
-                            .enumerate()
-                            .map(|(j, wj)| wj / l * kvals[j * dk + i] as f64)
-                            .sum();
-                        let g = got[(t * n_head + h) * dv + i] as f64;
+            let mut v = dev
+                .zeros(dtype, Shape::matrix(cap, n_kv * dv).unwrap())
+                .unwrap();
+            let src = upload(&dev, filled, n_kv * dk, &random(filled * n_kv * dk, 21));
+            dev.kv_append_ids(&src, &ids, &mut k).unwrap();
+            let vsrc = upload(&dev, filled, n_kv * dv, &random(filled * n_kv * dv, 23));
+            dev.kv_append_ids(&vsrc, &ids, &mut v).unwrap();
+            let values = |t: &DeviceTensor| -> Vec<f32> {
+                cache_values(&dev, t)
+                    .iter()
+                    .map(|&b| f32::from_bits(b))
+                    .collect()
+            };
+            let kvals = values(&k);
+            // Latent: each key's first dv values; else the value cache's.
+            let vvals: Vec<f32> = if latent {
+                kvals.chunks(dk).flat_map(|r| r[..dv].to_vec()).collect()
+            } else {
+                values(&v)
+            };
+            for positions in [vec![589i32], vec![100], (560..590).collect::<Vec<i32>>()] {
+                let n = positions.len();
+                let q = random(n * n_head * dk, 22 + n as u64);
+                let qd = upload(&dev, n, n_head * dk, &q);
+                let mut pid = dev.new_ids(n).unwrap();
+                dev.set_ids(&mut pid, &positions).unwrap();
+                let want = attention_dims_f64(
+                    &q,
+                    &positions,
+                    (&kvals, &vvals),
+                    (n_head, n_kv, dk, dv),
+                    p.scale,
+                );
+                for splits in [Some(0), None, Some(7)] {
+                    dev.set_attention_splits(splits);
+                    let mut out = dev
+                        .zeros(DType::F32, Shape::matrix(n, n_head * dv).unwrap())
+                        .unwrap();
+                    if latent {
+                        dev.attention_latent_ids(&qd, &pid, &k, cap, &p, dv, &mut out)
+                            .unwrap();
+                    } else {
+                        dev.attention_ids_sinks(&qd, &pid, (&k, &v), cap, &p, None, &mut out)
+                            .unwrap();
+                    }
+                    let got = download(&dev, &out);
+                    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
                         assert!(
-                            (g - want).abs() <= 2e-5,
-                            "{dtype:?}: token {t} head {h} value {i}: {g} against {want}"
+                            (g as f64 - w).abs() <= 2e-5,
+                            "latent {latent} {dtype:?} {n} tokens, splits {splits:?}: value {i}: {g} against {w}"
                         );
                     }
                 }
             }
+            dev.set_attention_splits(None);
         }
     }
 }

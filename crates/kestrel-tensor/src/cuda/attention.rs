@@ -32,6 +32,20 @@ const TILED_ATTENTION_MIN_WAVES: usize = 2;
 /// Longest key head of the latent attention kernels (`MLA_MAX_HEAD_DIM` in attention.cu).
 pub const MLA_MAX_HEAD_DIM: usize = 576;
 
+/// Longest value head of the latent attention's split form (`MLA_MAX_HEAD_DIM_V`); longer
+/// ones take the CTA-per-(token, head) kernel.
+const MLA_MAX_HEAD_DIM_V: usize = 512;
+
+/// Which split kernel runs (`attention_split`): the plain one (its table's address, 0 for
+/// none), keys and values of their own head sizes (the value head size), or latent attention
+/// (the value head size).
+#[derive(Clone, Copy)]
+enum Split {
+    Plain(u64),
+    KvDims(usize),
+    Latent(usize),
+}
+
 /// Most warps of an `attention_f16` CTA (`DEC_MAX_WARPS` in attention.cu).
 const DEC_MAX_WARPS: u32 = 16;
 
@@ -305,11 +319,26 @@ impl CudaDevice {
                 actual: k.shape,
             });
         }
+        let n_tokens = positions.host.len();
+        let splits = self.attention_splits(n_tokens, p.n_head);
+        if splits > 0 && head_dim_v <= MLA_MAX_HEAD_DIM_V {
+            check_q_out(OP, q, out, n_tokens, p, head_dim_v)?;
+            return self.attention_split(
+                q,
+                &positions.buf,
+                (Some(k), None, kind),
+                Split::Latent(head_dim_v),
+                None,
+                out,
+                p,
+                (kv_len, n_tokens, splits),
+            );
+        }
         self.launch_dims(
             kind.pick("attention_mla_f16", "attention_mla_q8_0"),
             q,
             &positions.buf,
-            positions.host.len(),
+            n_tokens,
             (k, None),
             kv_len,
             (p, head_dim_v),
@@ -479,7 +508,8 @@ impl CudaDevice {
                 return self.attention_split(
                     q,
                     pos,
-                    (k, v, table, kind),
+                    (k, v, kind),
+                    Split::Plain(table),
                     sinks,
                     out,
                     p,
@@ -570,7 +600,21 @@ impl CudaDevice {
         let kind = KvKind::of(OP, k.dtype, v.dtype)?;
         let name = kind.pick("attention_kv_f16", "attention_kv_q8_0");
         let n_tokens = positions.len();
+        let splits = self.attention_splits(n_tokens, p.n_head);
         let mut run = |pos: &CudaSlice<i32>| {
+            if splits > 0 {
+                check_q_out(OP, q, out, n_tokens, p, head_dim_v)?;
+                return self.attention_split(
+                    q,
+                    pos,
+                    (Some(k), Some(v), kind),
+                    Split::KvDims(head_dim_v),
+                    sinks,
+                    &mut *out,
+                    p,
+                    (kv_len, n_tokens, splits),
+                );
+            }
             self.launch_dims(
                 name,
                 q,
@@ -636,8 +680,9 @@ impl CudaDevice {
         Ok(())
     }
 
-    /// `attention_f16_split` (or `_q8_0_split`) over `splits` key ranges (checked by the caller), its partial
-    /// results in the device's split scratch (grown here, for a step of up to
+    /// A split attention kernel (`attention_f16_split` or `_q8_0_split`, or the `kv_` or
+    /// `mla_` forms, as `form` says) over `splits` key ranges (checked by the caller), its
+    /// partial results in the device's split scratch (grown here, for a step of up to
     /// [`MAX_MATVEC_ROWS`] or [`MAX_WIDE_ROWS`] tokens, which a graph replays without growing
     /// it again).
     #[allow(clippy::too_many_arguments)]
@@ -645,7 +690,8 @@ impl CudaDevice {
         &self,
         q: &DeviceTensor,
         pos: &CudaSlice<i32>,
-        (k, v, table, kind): (Option<&DeviceTensor>, Option<&DeviceTensor>, u64, KvKind),
+        (k, v, kind): (Option<&DeviceTensor>, Option<&DeviceTensor>, KvKind),
+        form: Split,
         sinks: Option<&DeviceTensor>,
         out: &mut DeviceTensor,
         p: &AttentionParams,
@@ -660,7 +706,11 @@ impl CudaDevice {
             n_tokens.max(MAX_WIDE_ROWS)
         };
         let rows = tokens * p.n_head;
-        let floats = rows * splits * (p.head_dim + 2);
+        let head_dim_v = match form {
+            Split::Plain(_) => p.head_dim,
+            Split::KvDims(h) | Split::Latent(h) => h,
+        };
+        let floats = rows * splits * (head_dim_v + 2);
         let mut guard = self
             .split_scratch
             .lock()
@@ -691,31 +741,54 @@ impl CudaDevice {
             });
         };
         let args = DecArgs::new(OP, p, kv_len)?;
-        let f = self.func(kind.pick("attention_f16_split", "attention_q8_0_split"))?;
+        let hdv = i32_of(OP, head_dim_v)?;
+        let f = self.func(match form {
+            Split::Plain(_) => kind.pick("attention_f16_split", "attention_q8_0_split"),
+            Split::KvDims(_) => kind.pick("attention_kv_f16_split", "attention_kv_q8_0_split"),
+            Split::Latent(_) => kind.pick("attention_mla_f16_split", "attention_mla_q8_0_split"),
+        })?;
         let null = 0u64;
         let mut b = self.stream.launch_builder(f);
         b.arg(&q.buf).arg(pos);
-        match (k, v) {
-            (Some(k), Some(v)) => b.arg(&k.buf).arg(&v.buf),
-            _ => b.arg(&null).arg(&null),
-        };
-        b.arg(&mut out.buf).arg(part).arg(counters);
-        args.push(&mut b, p, None);
-        b.arg(&table);
-        match sinks {
-            Some(s) => b.arg(&s.buf),
+        match k {
+            Some(k) => b.arg(&k.buf),
             None => b.arg(&null),
         };
+        // Latent attention's values are its keys' front: no value argument.
+        if !matches!(form, Split::Latent(_)) {
+            match v {
+                Some(v) => b.arg(&v.buf),
+                None => b.arg(&null),
+            };
+        }
+        b.arg(&mut out.buf).arg(part).arg(counters);
+        let table = match form {
+            Split::Plain(t) => t,
+            _ => 0,
+        };
+        match form {
+            Split::Plain(_) => args.push(&mut b, p, None),
+            Split::KvDims(_) | Split::Latent(_) => args.push(&mut b, p, Some(&hdv)),
+        }
+        if let Split::Plain(_) = form {
+            b.arg(&table);
+        }
+        if !matches!(form, Split::Latent(_)) {
+            match sinks {
+                Some(s) => b.arg(&s.buf),
+                None => b.arg(&null),
+            };
+        }
         let config = LaunchConfig {
             grid_dim: (grid_for(n_tokens * p.n_head, 1)?, splits as u32, 1),
             block_dim: (32, SPLIT_WARPS, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: q and out hold tokens*n_head*head_dim f32, k and v at least kv_len rows of
-        // n_kv_head*head_dim values of the kernel's type, positions one i32 per token (checked
-        // by `attention_impl`);
-        // part holds tokens*n_head*splits*(head_dim + 2) f32 and counters tokens*n_head u32,
-        // all zero (sized above; each launch leaves them zero); splits <= SPLIT_MAX.
+        // SAFETY: q holds tokens*n_head*head_dim f32 and out tokens*n_head*head_dim_v, k (and
+        // v) at least kv_len rows of their heads of the kernel's type, positions one i32 per
+        // token (checked by the callers); part holds tokens*n_head*splits*(head_dim_v + 2) f32
+        // or more and counters tokens*n_head u32, all zero (sized above; each launch leaves
+        // them zero); splits <= SPLIT_MAX; the arguments are the kernel's.
         unsafe { b.launch(config) }.map_err(driver("launch attention_split"))?;
         Ok(())
     }
