@@ -160,7 +160,7 @@ ATTENTION_MLA(attention_mla_q8_0, true, block_q8_0)
 // (token, head) last (a counter per (token, head), reset by that CTA for the next launch)
 // merges the ranges in range order and writes the output. The ranges depend only on the
 // query's position and gridDim.y, so the bits do not depend on the step's other tokens, nor on
-// which CTA merges. Layouts: part [n_tokens * n_head][nsplit][head_dim] f32, then
+// which CTA merges. Layouts: part [n_tokens * n_head][nsplit][head_dim_v] f32, then
 // [n_tokens * n_head][nsplit][2] (max, denominator); counters [n_tokens * n_head] u32, zero
 // between launches. Launch: grid (n_tokens * n_head, nsplit <= SPLIT_MAX), block
 // (32, SPLIT_WARPS).

@@ -147,7 +147,7 @@ impl CudaDevice {
     /// so short contexts run on one CTA a head as before, while a Gemma 3 270M step (4 heads)
     /// over 4,096 keys runs on 64 CTAs instead of 4 walking every key.
     fn attention_splits(&self, n_tokens: usize, n_head: usize) -> usize {
-        if n_tokens > MAX_MATVEC_ROWS || n_head == 0 {
+        if n_tokens == 0 || n_tokens > MAX_MATVEC_ROWS || n_head == 0 {
             return 0;
         }
         match self
@@ -272,7 +272,8 @@ impl CudaDevice {
     /// `kv_len` positions of the key cache `k` (`[capacity][n_kv_head * head_dim]`, F16 or
     /// Q8_0), each key's first `head_dim_v` values serving as its value (the latent), writing
     /// `out` (`[n_tokens][n_head][head_dim_v]`). Causal, as [`Self::attention_ids`]; a CTA per
-    /// (token, head), key heads of up to 576 values.
+    /// (token, head), or decode steps split over key ranges as [`Self::attention_ids`] splits
+    /// them (value heads of up to 512); key heads of up to 576 values.
     ///
     /// # Errors
     /// Head counts that do not divide, head sizes out of range (`head_dim_v` above
@@ -576,7 +577,8 @@ impl CudaDevice {
     }
 
     /// Attention whose values have their own head size (`attention_kv_*`: a CTA per (token,
-    /// head), no table, no split or tiles), for [`Self::attention_ids_sinks`].
+    /// head), or its split form for decode steps; no table, no tiles), for
+    /// [`Self::attention_ids_sinks`].
     #[allow(clippy::too_many_arguments)]
     fn attention_kv_dims(
         &self,
