@@ -15,8 +15,9 @@ use crate::GraphError;
 /// A captured one-token (or one-token-a-sequence) step and what capturing it waits for.
 #[derive(Default)]
 pub(super) struct GraphSlot {
-    /// The step's graph: (plan id, device epoch, graph).
-    pub(super) graph: Option<(u64, u64, DeviceGraph)>,
+    /// The step's graph: (plan id, device epoch, the step's tokens, graph). The tokens are
+    /// checked before a replay: the launches hold table addresses laid out for that many.
+    pub(super) graph: Option<(u64, u64, usize, DeviceGraph)>,
     /// A step ran plainly with (plan id, device epoch): the next one may capture.
     pub(super) warm: Option<(u64, u64)>,
 }

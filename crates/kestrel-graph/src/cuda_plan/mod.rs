@@ -726,8 +726,8 @@ impl CudaPlan {
         pos0: usize,
     ) -> Result<(), GraphError> {
         let epoch = self.dev.epoch();
-        if let Some((id, e, g)) = &slot.graph {
-            if *id == self.id && *e == epoch {
+        if let Some((id, e, t, g)) = &slot.graph {
+            if *id == self.id && *e == epoch && *t == tokens.len() {
                 return Ok(g.launch()?);
             }
         }
@@ -741,7 +741,7 @@ impl CudaPlan {
         match captured {
             Ok(Some(g)) if self.dev.epoch() == epoch => {
                 g.launch()?;
-                slot.graph = Some((self.id, epoch, g));
+                slot.graph = Some((self.id, epoch, tokens.len(), g));
                 Ok(())
             }
             // Nothing recorded, or a scratch buffer moved while recording: plainly this time.
