@@ -275,27 +275,8 @@ impl CudaPlan {
     /// Out of device memory (with the sizes asked and free).
     pub fn new_cache(&self, capacity: usize) -> Result<CudaKvCache, GraphError> {
         let capacity = capacity.max(1);
-        let mut layers = Vec::with_capacity(self.kv_widths.len());
-        for (l, w) in self.kv_widths.iter().enumerate() {
-            layers.push(match w {
-                Some(w) => {
-                    let shape = Shape::matrix(capacity, *w)?;
-                    // A latent cache's values are its keys' front: one unused row.
-                    let latent = self.kv_latent.get(l).copied().unwrap_or(false);
-                    let v_rows = if latent { 1 } else { capacity };
-                    let v_width = self.kv_v_widths.get(l).copied().unwrap_or(*w).max(1);
-                    Some(LayerCache {
-                        k: self.dev.zeros(self.kv_dtype, shape)?,
-                        v: self
-                            .dev
-                            .zeros(self.kv_dtype, Shape::matrix(v_rows, v_width)?)?,
-                    })
-                }
-                None => None,
-            });
-        }
         Ok(CudaKvCache {
-            layers,
+            layers: self.layer_caches(capacity)?,
             widths: self.kv_widths.clone(),
             dtype: self.kv_dtype,
             states: super::ssm::new_states(&self.dev, &self.ssm_sizes)?,
@@ -307,6 +288,32 @@ impl CudaPlan {
             slot: GraphSlot::default(),
             paged: None,
         })
+    }
+}
+
+impl CudaPlan {
+    /// Each attention layer's key and value matrices of `rows` rows at the plan's KV type (a
+    /// sequence's cache, or the pool's pages); `None` for layers without attention.
+    pub(super) fn layer_caches(&self, rows: usize) -> Result<Vec<Option<LayerCache>>, GraphError> {
+        let mut layers = Vec::with_capacity(self.kv_widths.len());
+        for (l, w) in self.kv_widths.iter().enumerate() {
+            layers.push(match w {
+                Some(w) => {
+                    // A latent cache's values are its keys' front: one unused row.
+                    let latent = self.kv_latent.get(l).copied().unwrap_or(false);
+                    let v_rows = if latent { 1 } else { rows };
+                    let v_width = self.kv_v_widths.get(l).copied().unwrap_or(*w).max(1);
+                    Some(LayerCache {
+                        k: self.dev.zeros(self.kv_dtype, Shape::matrix(rows, *w)?)?,
+                        v: self
+                            .dev
+                            .zeros(self.kv_dtype, Shape::matrix(v_rows, v_width)?)?,
+                    })
+                }
+                None => None,
+            });
+        }
+        Ok(layers)
     }
 }
 

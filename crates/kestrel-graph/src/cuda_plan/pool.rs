@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use kestrel_tensor::cuda::KvTable;
-use kestrel_tensor::{DType, Shape};
+use kestrel_tensor::DType;
 
 use super::cache::{GraphSlot, LayerCache};
 use super::{internal, CudaKvCache, CudaPlan, NEXT_PLAN_ID};
@@ -148,23 +148,8 @@ impl CudaPlan {
             })?;
         // The old pool first: its memory may be what the new one needs.
         self.pool = None;
-        let mut layers = Vec::with_capacity(self.kv_widths.len());
-        for (l, w) in self.kv_widths.iter().enumerate() {
-            layers.push(match w {
-                Some(w) => {
-                    let v_width = self.kv_v_widths.get(l).copied().unwrap_or(*w).max(1);
-                    Some(LayerCache {
-                        k: self.dev.zeros(self.kv_dtype, Shape::matrix(rows, *w)?)?,
-                        v: self
-                            .dev
-                            .zeros(self.kv_dtype, Shape::matrix(rows, v_width)?)?,
-                    })
-                }
-                None => None,
-            });
-        }
         self.pool = Some(KvPool {
-            layers,
+            layers: self.layer_caches(rows)?,
             pages,
             page_rows,
             dtype: self.kv_dtype,
