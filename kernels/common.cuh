@@ -53,6 +53,10 @@ static_assert(sizeof(block_q5_1) == 24, "block_q5_1 is 24 bytes");
 static_assert(sizeof(block_q8_0) == 34, "block_q8_0 is 34 bytes");
 static_assert(sizeof(block_q8_1) == 36, "block_q8_1 is 36 bytes");
 
+// A grid-stride loop over `n` elements (any grid of any block size).
+#define GRID_STRIDE(i, n) \
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

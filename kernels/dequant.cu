@@ -7,9 +7,6 @@
 // Launch: any grid of 256-thread blocks (grid-stride loop).
 #include "dequant.cuh"
 
-#define GRID_STRIDE(i, n) \
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
-
 template <typename B>
 __device__ __forceinline__ void dequant_rows(const B *__restrict__ w, float *__restrict__ out, long long n) {
     const int len = block_len<B>::n;

@@ -6,9 +6,6 @@
 // sigmoid, clamp), a row times its own scalar, and a column slice of each row.
 #include "common.cuh"
 
-#define GRID_STRIDE(i, n) \
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
-
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
 __device__ __forceinline__ float gelu(float x) {

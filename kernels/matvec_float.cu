@@ -47,6 +47,23 @@ extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)
     matvec<__nv_bfloat16>(w, x, out, k, m, n);
 }
 
+// The indirect matvec of mixture-of-experts layers (as mmvq.cuh's `mmvq_<type>_id`): CTA row
+// `blockIdx.y` is (token, slot) pair p, its weight `experts[ids[p]]` (ids clamped into the
+// table), its activation row `p / per` (per > 0: the token's) or `p` (per == 0), its output row
+// p; each pair the bits of the one-row matvec of its expert.
+#define MATVEC_ID(T, NAME)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)                                      \
+        matvec_##NAME##_id(const unsigned long long *experts, const int *ids, int ne, const float *x,       \
+                           float *out, int k, int m, int per) {                                             \
+        const int pair = blockIdx.y;                                                                        \
+        const int e = min(max(ids[pair], 0), ne - 1);                                                       \
+        const long long arow = per > 0 ? pair / per : pair;                                                 \
+        matvec<T>((const T *)experts[e], x + arow * k, out + (long long)pair * m, k, m, 1);                 \
+    }
+MATVEC_ID(float, f32)
+MATVEC_ID(__half, f16)
+MATVEC_ID(__nv_bfloat16, bf16)
+
 // head_matmul_f32: one matrix a head (DeepSeek's absorbed attn_k_b / attn_v_b, uploaded as f32):
 // `w` [n_head][m][k], `x` [rows][n_head][k], `out` [rows][n_head][m],
 // out[r][h][i] = Σ_j w[h][i][j] · x[r][h][j]; a warp per output value (`total` = rows · n_head

@@ -117,6 +117,22 @@ __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const 
         const int g = mmvq_segment(s, &p);                                                                 \
         mmvq<T, 1>((const T::B *)s.w[g], a, s.out[g], nullptr, nb, s.m[g], p, rpc);                        \
     }
+// The indirect matvec of mixture-of-experts layers (ggml's mul_mat_id for a decode step): CTA
+// row `blockIdx.y` is (token, slot) pair p, whose expert is `ids[p]` (clamped into the table),
+// whose weight is `experts[ids[p]]` (a table of the experts' device addresses, one matrix of m
+// rows of nb blocks each), whose activation row is `p / k` (k > 0: the token's own row, shared
+// by its slots) or `p` (k == 0: the pair's own row, the down projection's), and whose output row
+// is p. Each pair reduces as the one-row matvec of its expert alone: the same bits.
+#define MMVQ_ID(T, NAME)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
+        mmvq_##NAME##_id(const unsigned long long *experts, const int *ids, int ne, const block_q8_1 *a,     \
+                         float *out, int nb, int m, int rpc, int k) {                                       \
+        const int pair = blockIdx.y;                                                                       \
+        const int e = min(max(ids[pair], 0), ne - 1);                                                      \
+        const long long arow = k > 0 ? pair / k : pair;                                                    \
+        mmvq<T, 1>((const T::B *)experts[e], a + arow * nb * T::ABLK, out + (long long)pair * m, nullptr,   \
+                   nb, m, mmvq_place(rpc, m), rpc);                                                         \
+    }
 #define MMVQ_ALL(T, NAME)                                                                                  \
     MMVQ(T, NAME, 1) MMVQ(T, NAME, 2) MMVQ(T, NAME, 3) MMVQ(T, NAME, 4) MMVQ(T, NAME, 5) MMVQ(T, NAME, 6) \
-    MMVQ(T, NAME, 7) MMVQ(T, NAME, 8) MMVQ_MULTI(T, NAME)
+    MMVQ(T, NAME, 7) MMVQ(T, NAME, 8) MMVQ_MULTI(T, NAME) MMVQ_ID(T, NAME)

@@ -138,6 +138,15 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
     return r;
 }
 
+inline int __shfl_xor_sync(unsigned, int v, int o) {
+    const int lane = (int)threadIdx.x % 32;
+    tl_warp->islot[1][lane] = v;
+    tl_warp->bar.arrive_and_wait();
+    const int r = tl_warp->islot[1][lane ^ o];
+    tl_warp->bar.arrive_and_wait();
+    return r;
+}
+
 // The lanes whose `v` equals this lane's, as a mask (every lane of the warp must call it).
 inline unsigned __match_any_sync(unsigned, int v) {
     const int lane = (int)threadIdx.x % 32;

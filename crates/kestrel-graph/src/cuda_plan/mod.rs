@@ -132,10 +132,12 @@ pub struct CudaPlan {
     /// The pool of KV pages paged caches map into (`pool.rs`).
     pool: Option<pool::KvPool>,
     batch_slots: Vec<GraphSlot>,
-    /// Each MoE node's experts (`moe.rs`) and the scratch they run in; with any, a step waits
-    /// for the router's logits on the host, so no step is captured as a graph.
+    /// Each MoE node's experts (`moe.rs`) and the scratch they run in, and whether steps of up
+    /// to 64 rows route on the device (else every step waits for its router's logits on the
+    /// host, and no step is captured as a graph).
     moe: moe::NodeExperts,
     moe_buf: Option<moe::MoeBuffers>,
+    moe_device: bool,
     /// Each recurrent layer's state sizes (`ssm.rs`), for the caches this plan makes, and the
     /// rows of a recurrent graph's batched step (run one sequence at a time).
     ssm_sizes: Vec<Option<(usize, usize)>>,
@@ -385,6 +387,7 @@ impl CudaPlan {
             batch_slots: (0..max_batch).map(|_| GraphSlot::default()).collect(),
             moe,
             moe_buf,
+            moe_device: std::env::var("KESTREL_CUDA_MOE_ROUTE").map_or(true, |v| v != "host"),
             ssm_sizes: ssm::state_sizes(graph.nodes()),
             each_out: Vec::new(),
             each_ids: Vec::with_capacity(max_batch),
@@ -563,7 +566,7 @@ impl CudaPlan {
 
     /// Whether one-token steps replay CUDA graphs.
     pub fn graphs(&self) -> bool {
-        self.graphs && self.graphable && self.moe_buf.is_none()
+        self.graphs && self.graphable && self.moe_graphable()
     }
 
     /// Why a capture failed and turned graphs off for this plan (`None`: it did not).

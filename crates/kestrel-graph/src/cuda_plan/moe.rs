@@ -1,39 +1,54 @@
 //! The CUDA plan's mixture-of-experts FFN ([`Op::Moe`]).
 //!
-//! The router's logits are computed on the GPU and copied back; the experts are chosen on the
-//! host by the CPU plan's own routing (`crate::moe::route`: every gating, expert groups,
-//! selection bias, weight normalisation), so both engines choose the same experts. Each chosen
-//! expert then runs on the GPU over the rows that chose it (gathered), its gate/up/down
-//! matrices uploaded one per expert at compile time, still quantized; each row's output goes
-//! weighted into its (token, slot) row, and a token's slots are added in the order chosen, as
-//! the CPU does. The copy back makes a step wait for the router, so plans with MoE layers run
-//! their decode steps as plain launches (no CUDA graph). LoRA terms (llama.cpp's
+//! Two ways, the same arithmetic. Steps of up to 64 rows (decode, batched decode, short
+//! prefills) of a layer the device can route route on the device (`moe/routed.rs`): nothing is
+//! copied back, so such plans capture their decode steps in CUDA graphs. Other steps, and
+//! layers with LoRA terms or rules the routing kernel does not take, route on the host: the
+//! router's logits are computed on the GPU and copied back; the experts are chosen by the CPU
+//! plan's own routing (`crate::moe::route`: every gating, expert groups, selection bias, weight
+//! normalisation), so both engines choose the same experts. Each chosen expert then runs on the
+//! GPU over the rows that chose it (gathered), its gate/up/down matrices uploaded one per expert
+//! at compile time, still quantized; each row's output goes weighted into its (token, slot)
+//! row, and a token's slots are added in the order chosen, as the CPU does. LoRA terms (llama.cpp's
 //! `build_lora_mm_id` / `build_lora_mm`) add `factor · (x · A_eᵀ) · B_eᵀ` to an expert's
 //! projection after its scale and before its bias, and to the router's logits before its bias,
 //! each factor the step's bound adapter scale's, as the CPU plan's `moe/terms.rs`.
 
 use std::sync::Arc;
 
-use kestrel_tensor::cuda::{CudaDevice, DeviceIds, DeviceTensor, Unary};
+use kestrel_tensor::cuda::{
+    CudaDevice, DeviceIds, DeviceRoutes, DeviceTensor, ExpertTable, RouteGating, RouteSpec, Unary,
+    MAX_WIDE_ROWS,
+};
 use kestrel_tensor::{Shape, Tensor};
 
 use super::{internal, CudaPlan};
-use crate::ir::{MoeActivation, MoeLowRank, MoeParams, MoeProj, Node, Op};
+use crate::ir::{MoeActivation, MoeGating, MoeLowRank, MoeParams, MoeProj, Node, Op};
 use crate::moe::{expert_bytes, route, MoeScratch};
 use crate::{Graph, GraphError};
+
+mod routed;
 
 /// One MoE node's weights on the device: each expert's matrices, and the per-expert factors.
 pub(super) struct ExpertWeights {
     /// The up projections (with a fused gate: gate and up stacked), one matrix an expert.
-    up: Vec<DeviceTensor>,
-    gate: Option<Vec<DeviceTensor>>,
-    down: Vec<DeviceTensor>,
-    /// Per-expert scales of up, gate and down (host values).
+    up: ExpertTable,
+    gate: Option<ExpertTable>,
+    down: ExpertTable,
+    /// Per-expert scales of up, gate and down (host values, and on the device).
     scales: [Option<Vec<f32>>; 3],
-    /// Per-expert biases of up, gate and down, one device vector an expert.
+    d_scales: [Option<DeviceTensor>; 3],
+    /// Per-expert biases of up, gate and down, one device vector an expert (and all experts'
+    /// in one, `n_expert × m`, for the routed path).
     biases: [Option<Vec<DeviceTensor>>; 3],
+    d_biases: [Option<DeviceTensor>; 3],
     router_bias: Option<Vec<f32>>,
     selection_bias: Option<Vec<f32>>,
+    d_router_bias: Option<DeviceTensor>,
+    d_selection_bias: Option<DeviceTensor>,
+    /// The node's routing rule when the device can route it (no LoRA terms, a rule the
+    /// routing kernel takes, experts the indirect matvec reads).
+    route: Option<RouteSpec>,
     /// The LoRA terms of expert projections: each term's halves, one matrix an expert (router
     /// terms read the plan's own 2-D weights).
     terms: Vec<(MoeLowRank, Vec<DeviceTensor>, Vec<DeviceTensor>)>,
@@ -54,8 +69,10 @@ pub(super) struct MoeBuffers {
     /// A LoRA term's `x · Aᵀ` and `(x · Aᵀ) · Bᵀ`.
     low: DeviceTensor,
     term: DeviceTensor,
-    /// Every (row, slot)'s weighted expert output.
+    /// Every (row, slot)'s weighted expert output (the routed path: its expert's output).
     outs: DeviceTensor,
+    /// The routed path's routing (when any node routes on the device).
+    routes: Option<DeviceRoutes>,
     rows: Vec<u32>,
     dst_rows: Vec<i32>,
     wts: Vec<f32>,
@@ -95,8 +112,10 @@ pub(super) fn prepare(
 ) -> Result<(NodeExperts, Option<MoeBuffers>), GraphError> {
     let names: Vec<&str> = graph.weights().iter().map(|w| w.name.as_str()).collect();
     let mut experts = Vec::with_capacity(graph.nodes().len());
-    // Most experts, the widest activation, the most slots × width of any MoE node.
+    // Most experts, the widest activation, the most slots × width of any MoE node; the most
+    // slots of a node the device routes.
     let (mut ne_max, mut wide, mut slots_width, mut rank) = (0usize, 0usize, 0usize, 0usize);
+    let mut routed_k = 0usize;
     for n in graph.nodes() {
         let Op::Moe(p) = &n.op else {
             experts.push(None);
@@ -114,6 +133,9 @@ pub(super) fn prepare(
             Some(e) => e,
             None => Arc::new(upload_experts(p, &names, dev, weight)?),
         };
+        if e.route.is_some() {
+            routed_k = routed_k.max(p.n_used);
+        }
         experts.push(Some((key.to_string(), e)));
         ne_max = ne_max.max(p.n_expert);
         wide = wide.max(n.width).max(2 * p.n_ff);
@@ -127,7 +149,9 @@ pub(super) fn prepare(
     let buffers = if ne_max == 0 {
         None
     } else {
-        let rows = max_tokens.max(1);
+        // The routed path's projections take a row a (token, slot) pair: up to 64 tokens'.
+        let routed_pairs = max_tokens.clamp(1, MAX_WIDE_ROWS) * routed_k;
+        let rows = max_tokens.max(1).max(routed_pairs);
         let act = |w: usize| dev.zeros_f32(Shape::matrix(rows, w.max(1))?);
         // The buffers a projection swaps with `spare` (the router's logits too, with terms)
         // hold the widest of them.
@@ -145,6 +169,9 @@ pub(super) fn prepare(
             low: act(rank)?,
             term: act(wide)?,
             outs: act(slots_width)?,
+            routes: (routed_k > 0)
+                .then(|| dev.new_routes(routed_pairs))
+                .transpose()?,
             rows: Vec::with_capacity(rows),
             dst_rows: Vec::with_capacity(rows),
             wts: Vec::with_capacity(rows),
@@ -181,9 +208,17 @@ fn upload_experts(
     let values = |id: Option<usize>| -> Result<Option<Vec<f32>>, GraphError> {
         id.map(|i| Ok(get(i)?.to_f32_vec()?)).transpose()
     };
+    let on_device = |v: &Option<Vec<f32>>| -> Result<Option<DeviceTensor>, GraphError> {
+        v.as_ref()
+            .map(|v| Ok(dev.upload(&Tensor::from_f32(Shape::vector(v.len()), v)?)?))
+            .transpose()
+    };
     let mut biases: [Option<Vec<DeviceTensor>>; 3] = [None, None, None];
+    let mut d_biases: [Option<DeviceTensor>; 3] = [None, None, None];
     for (slot, id) in p.biases.iter().enumerate() {
-        if let Some(v) = values(*id)? {
+        let v = values(*id)?;
+        d_biases[slot] = on_device(&v)?;
+        if let Some(v) = v {
             let m = v.len() / p.n_expert.max(1);
             biases[slot] = Some(
                 v.chunks_exact(m.max(1))
@@ -196,20 +231,88 @@ fn upload_experts(
     for t in p.low_rank.iter().filter(|t| t.proj != MoeProj::Router) {
         terms.push((t.clone(), split(t.a)?, split(t.b)?));
     }
+    let table =
+        |id: usize| -> Result<ExpertTable, GraphError> { Ok(dev.expert_table(split(id)?)?) };
+    let (up, down) = (table(p.up)?, table(p.down)?);
+    let gate = p.gate.map(table).transpose()?;
+    let scales = [
+        values(p.scales[0])?,
+        values(p.scales[1])?,
+        values(p.scales[2])?,
+    ];
+    let (router_bias, selection_bias) = (values(p.router_bias)?, values(p.selection_bias)?);
+    let readable = [Some(&up), gate.as_ref(), Some(&down)]
+        .into_iter()
+        .flatten()
+        .all(|t| CudaDevice::experts_supported(t.dtype()));
+    let spec = route_spec(p);
+    let route = (p.low_rank.is_empty() && readable && spec.unsupported().is_none()).then_some(spec);
     Ok(ExpertWeights {
         terms,
-        up: split(p.up)?,
-        gate: p.gate.map(split).transpose()?,
-        down: split(p.down)?,
-        scales: [
-            values(p.scales[0])?,
-            values(p.scales[1])?,
-            values(p.scales[2])?,
+        up,
+        gate,
+        down,
+        d_scales: [
+            on_device(&scales[0])?,
+            on_device(&scales[1])?,
+            on_device(&scales[2])?,
         ],
+        scales,
         biases,
-        router_bias: values(p.router_bias)?,
-        selection_bias: values(p.selection_bias)?,
+        d_biases,
+        d_router_bias: on_device(&router_bias)?,
+        d_selection_bias: on_device(&selection_bias)?,
+        router_bias,
+        selection_bias,
+        route,
     })
+}
+
+/// A MoE node's routing rule in the device's terms.
+fn route_spec(p: &MoeParams) -> RouteSpec {
+    RouteSpec {
+        n_expert: p.n_expert,
+        n_used: p.n_used,
+        gating: match p.gating {
+            MoeGating::Softmax => RouteGating::Softmax,
+            MoeGating::Sigmoid => RouteGating::Sigmoid,
+            MoeGating::SoftmaxWeight => RouteGating::SoftmaxWeight,
+        },
+        groups: p.groups,
+        norm_weights: p.norm_weights,
+        weights_scale: p.weights_scale,
+    }
+}
+
+/// `act = activation(gate, up)` over `n` rows (ungated: of `up` alone), as the CPU's experts.
+fn activate(
+    dev: &CudaDevice,
+    p: &MoeParams,
+    n: usize,
+    (gate, up, act): (&DeviceTensor, &DeviceTensor, &mut DeviceTensor),
+) -> Result<(), GraphError> {
+    let gated = p.gate.is_some() || p.fused_gate_up;
+    act.set_shape(Shape::matrix(n, p.n_ff)?)?;
+    match (gated, p.activation) {
+        (true, MoeActivation::Silu) => dev.swiglu(gate, up, act)?,
+        (true, MoeActivation::Gelu) => dev.geglu(gate, up, act)?,
+        (true, MoeActivation::SwiGluOai) => dev.swiglu_oai(gate, up, act)?,
+        (false, MoeActivation::Silu) => dev.unary_op(Unary::Silu, up, act)?,
+        (false, MoeActivation::Gelu) => dev.unary_op(Unary::Gelu, up, act)?,
+        (false, MoeActivation::ReluSqr) => dev.unary_op(Unary::ReluSqr, up, act)?,
+        (gated, act) => {
+            return Err(GraphError::Internal(format!(
+                "MoE activation {act:?} with gate {gated}"
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// Expert `e`'s matrix of a projection.
+fn expert(t: &ExpertTable, e: usize) -> Result<&DeviceTensor, GraphError> {
+    t.expert(e)
+        .ok_or_else(|| internal("an expert past its projection's table"))
 }
 
 /// One LoRA term of a projection, ready: its halves and the step's factor.
@@ -320,7 +423,11 @@ impl CudaPlan {
             .moe_buf
             .take()
             .ok_or_else(|| internal("MoE buffers missing"))?;
-        let r = self.moe_step(node, p, &ew, &mut b, out, rows);
+        let r = if self.moe_device && rows <= MAX_WIDE_ROWS && ew.route.is_some() {
+            self.moe_step_routed(node, p, &ew, &mut b, out, rows)
+        } else {
+            self.moe_step(node, p, &ew, &mut b, out, rows)
+        };
         self.moe_buf = Some(b);
         // The experts' matmuls quantized other activations since.
         self.q8 = None;
@@ -374,7 +481,6 @@ impl CudaPlan {
             &mut b.host,
         );
         b.outs.set_shape(Shape::matrix(rows * k, width)?)?;
-        let gated = ew.gate.is_some() || p.fused_gate_up;
         for e in 0..ne {
             b.rows.clear();
             b.dst_rows.clear();
@@ -408,7 +514,7 @@ impl CudaPlan {
                 project(
                     dev,
                     &b.xg,
-                    &ew.up[e],
+                    expert(&ew.up, e)?,
                     (&mut b.both, &mut b.spare),
                     factor_of(0),
                     (&terms(MoeProj::Up), &mut bufs),
@@ -422,7 +528,7 @@ impl CudaPlan {
                 project(
                     dev,
                     &b.xg,
-                    &ew.up[e],
+                    expert(&ew.up, e)?,
                     (&mut b.up, &mut b.spare),
                     factor_of(0),
                     (&terms(MoeProj::Up), &mut bufs),
@@ -432,7 +538,7 @@ impl CudaPlan {
                     project(
                         dev,
                         &b.xg,
-                        &g[e],
+                        expert(g, e)?,
                         (&mut b.gate, &mut b.spare),
                         factor_of(1),
                         (&terms(MoeProj::Gate), &mut bufs),
@@ -440,26 +546,11 @@ impl CudaPlan {
                     )?;
                 }
             }
-            b.act.set_shape(Shape::matrix(n, nf)?)?;
-            match (gated, p.activation) {
-                (true, MoeActivation::Silu) => dev.swiglu(&b.gate, &b.up, &mut b.act)?,
-                (true, MoeActivation::Gelu) => dev.geglu(&b.gate, &b.up, &mut b.act)?,
-                (true, MoeActivation::SwiGluOai) => dev.swiglu_oai(&b.gate, &b.up, &mut b.act)?,
-                (false, MoeActivation::Silu) => dev.unary_op(Unary::Silu, &b.up, &mut b.act)?,
-                (false, MoeActivation::Gelu) => dev.unary_op(Unary::Gelu, &b.up, &mut b.act)?,
-                (false, MoeActivation::ReluSqr) => {
-                    dev.unary_op(Unary::ReluSqr, &b.up, &mut b.act)?
-                }
-                (gated, act) => {
-                    return Err(GraphError::Internal(format!(
-                        "MoE activation {act:?} with gate {gated}"
-                    )))
-                }
-            }
+            activate(dev, p, n, (&b.gate, &b.up, &mut b.act))?;
             project(
                 dev,
                 &b.act,
-                &ew.down[e],
+                expert(&ew.down, e)?,
                 (&mut b.down, &mut b.spare),
                 factor_of(2),
                 (&terms(MoeProj::Down), &mut bufs),

@@ -28,6 +28,8 @@ mod blas;
 mod engine;
 mod error;
 #[cfg(feature = "cuda")]
+mod experts;
+#[cfg(feature = "cuda")]
 mod fused;
 #[cfg(feature = "cuda")]
 mod gemm;
@@ -45,6 +47,7 @@ mod moe;
 mod ops;
 #[cfg(feature = "cuda")]
 mod rope_kv;
+mod routing;
 #[cfg(feature = "cuda")]
 mod ssm;
 #[cfg(not(feature = "cuda"))]
@@ -53,11 +56,14 @@ mod stub;
 mod topk;
 
 pub use error::CudaError;
+pub use routing::{RouteGating, RouteSpec, MAX_ROUTED_EXPERTS, MAX_ROUTED_USED};
 
 #[cfg(feature = "cuda")]
 pub use attention::MLA_MAX_HEAD_DIM;
 #[cfg(feature = "cuda")]
 pub use engine::{device_count, probe, CudaDevice, DeviceTensor, Q8Ticket};
+#[cfg(feature = "cuda")]
+pub use experts::{DeviceRoutes, ExpertTable};
 #[cfg(feature = "cuda")]
 pub use fused::Glu;
 #[cfg(feature = "cuda")]
@@ -70,8 +76,9 @@ pub use kv_table::{KvPages, KvTable};
 pub use ssm::MAX_SSM_STATE;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{
-    device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceTensor, DeviceTopK,
-    Glu, HostBuffer, KvPages, KvTable, Q8Ticket, MAX_SSM_STATE, MAX_TOP_K, MLA_MAX_HEAD_DIM,
+    device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceRoutes,
+    DeviceTensor, DeviceTopK, ExpertTable, Glu, HostBuffer, KvPages, KvTable, Q8Ticket,
+    MAX_SSM_STATE, MAX_TOP_K, MLA_MAX_HEAD_DIM,
 };
 #[cfg(feature = "cuda")]
 pub use topk::{DeviceTopK, MAX_TOP_K};

@@ -60,6 +60,11 @@ pub(crate) const MODULES: &[PtxModule] = &[
         sm90: include_str!("ptx/mmvq_wide.sm_90.ptx"),
     },
     PtxModule {
+        name: "moe",
+        sm80: include_str!("ptx/moe.sm_80.ptx"),
+        sm90: include_str!("ptx/moe.sm_90.ptx"),
+    },
+    PtxModule {
         name: "norm",
         sm80: include_str!("ptx/norm.sm_80.ptx"),
         sm90: include_str!("ptx/norm.sm_90.ptx"),

@@ -7,6 +7,7 @@ use std::convert::Infallible;
 use super::CudaError;
 
 mod elementwise;
+mod experts;
 mod kv_table;
 mod ssm;
 mod topk;
@@ -14,6 +15,7 @@ use crate::cpu::{AttentionParams, RopeParams};
 use crate::error::Result;
 use crate::{DType, Shape, Tensor};
 pub use elementwise::HostBuffer;
+pub use experts::{DeviceRoutes, ExpertTable};
 pub use kv_table::{KvPages, KvTable};
 pub use ssm::MAX_SSM_STATE;
 pub use topk::{DeviceTopK, MAX_TOP_K};
