@@ -20,6 +20,10 @@ struct Seq {
     table: Vec<u32>,
     /// Committed positions.
     len: usize,
+    /// What its prefix lookup counted (blocks found, whole blocks not found), until its first
+    /// successful [`BlockPool::reserve`] admits it: a sequence freed before that takes the
+    /// counts back, so a request retried at each step until blocks free up counts once.
+    lookup: Option<(u64, u64)>,
 }
 
 /// Which blocks of a pool each sequence holds, with reference counts and a prefix cache.
@@ -150,6 +154,9 @@ impl BlockPool {
         let have = self.seq(seq)?.table.len();
         let want = self.blocks_for(len);
         if want <= have {
+            if let Some(s) = self.seqs.get_mut(seq).and_then(Option::as_mut) {
+                s.lookup = None; // admitted: its lookup's counts stand
+            }
             return Ok(());
         }
         let needed = want - have;
@@ -173,6 +180,7 @@ impl BlockPool {
             self.refs[b as usize] = 1;
             s.table.push(b);
         }
+        s.lookup = None; // admitted: its lookup's counts stand
         Ok(())
     }
 
@@ -201,6 +209,13 @@ impl BlockPool {
             .ok_or(KvError::UnknownSeq(seq))?;
         let keep = len.div_ceil(self.block_size);
         s.len = s.len.min(len);
+        if let Some((hits, misses)) = s.lookup.as_mut() {
+            // Attached blocks dropped before admission were not used after all.
+            let dropped = hits.saturating_sub(keep as u64);
+            *hits -= dropped;
+            *misses += dropped;
+            self.prefix.hits_to_misses(dropped);
+        }
         while s.table.len() > keep {
             let Some(b) = s.table.pop() else { break };
             let r = &mut self.refs[b as usize];
@@ -215,7 +230,9 @@ impl BlockPool {
     /// End `seq`, returning its blocks to the pool.
     pub fn free_seq(&mut self, seq: SeqId) -> Result<(), KvError> {
         self.truncate(seq, 0)?;
-        self.seqs[seq] = None;
+        if let Some((hits, misses)) = self.seqs[seq].take().and_then(|s| s.lookup) {
+            self.prefix.uncount_lookup(hits, misses);
+        }
         Ok(())
     }
 
@@ -243,6 +260,8 @@ impl BlockPool {
         for &b in &blocks {
             self.refs[b as usize] += 1;
         }
+        let whole = (tokens.len() / self.block_size) as u64;
+        s.lookup = Some((blocks.len() as u64, whole - blocks.len() as u64));
         s.len = blocks.len() * self.block_size;
         s.table.extend_from_slice(&blocks);
         Ok(s.len)
@@ -311,6 +330,34 @@ impl BlockPool {
 #[cfg(test)]
 mod tests {
     use super::BlockPool;
+
+    #[test]
+    fn a_sequence_freed_before_admission_takes_its_lookup_counts_back() {
+        let mut pool = BlockPool::new(4, 4).unwrap();
+        let a = pool.add_seq();
+        pool.reserve(a, 8).unwrap();
+        pool.commit(a, 8).unwrap();
+        let t = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+        pool.publish_prefix(a, &t[..8]).unwrap();
+        // Three tries while the pool is short (two blocks found, one whole block not), each
+        // freed: nothing counts.
+        for _ in 0..3 {
+            let b = pool.add_seq();
+            assert_eq!(pool.attach_prefix(b, &t).unwrap(), 8);
+            assert!(pool.reserve(b, 24).is_err());
+            pool.free_seq(b).unwrap();
+        }
+        let s = pool.stats().prefix;
+        assert_eq!((s.hit_blocks, s.miss_blocks), (0, 0));
+        // Admitted with one attached block kept (cut to a unit): one hit, two misses, once.
+        let b = pool.add_seq();
+        assert_eq!(pool.attach_prefix(b, &t).unwrap(), 8);
+        pool.truncate(b, 4).unwrap();
+        pool.reserve(b, 12).unwrap();
+        pool.free_seq(b).unwrap();
+        let s = pool.stats().prefix;
+        assert_eq!((s.hit_blocks, s.miss_blocks), (1, 2));
+    }
 
     #[test]
     fn clearing_the_prefix_cache_forgets_blocks_running_sequences_hold() {

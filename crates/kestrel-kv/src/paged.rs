@@ -476,6 +476,9 @@ mod tests {
         let mut third = prompt.clone();
         third[5] = 77;
         assert_eq!(pool.attach_prefix(c, &third).unwrap(), 4);
+        // Admitted (a sequence freed before admission takes its lookup's counts back).
+        pool.reserve(b, 10).unwrap();
+        pool.reserve(c, 10).unwrap();
         pool.free_seq(b).unwrap();
         pool.free_seq(c).unwrap();
         assert_eq!(pool.stats().prefix.hit_blocks, 3);

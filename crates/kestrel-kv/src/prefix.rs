@@ -174,6 +174,19 @@ impl PrefixIndex {
         self.stats.evicted_blocks += n as u64;
     }
 
+    /// Takes back a lookup's counts (`hits` found, `misses` not): the sequence it was for was
+    /// never admitted, and its next try counts again.
+    pub(crate) fn uncount_lookup(&mut self, hits: u64, misses: u64) {
+        self.stats.hit_blocks = self.stats.hit_blocks.saturating_sub(hits);
+        self.stats.miss_blocks = self.stats.miss_blocks.saturating_sub(misses);
+    }
+
+    /// Counts `n` blocks a lookup found as not found (the sequence kept fewer of them).
+    pub(crate) fn hits_to_misses(&mut self, n: u64) {
+        self.stats.hit_blocks = self.stats.hit_blocks.saturating_sub(n);
+        self.stats.miss_blocks += n;
+    }
+
     /// Blocks indexed that no sequence holds.
     pub(crate) fn cache_only_blocks(&self, refs: &[u32]) -> usize {
         self.nodes
