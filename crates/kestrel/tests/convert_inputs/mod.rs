@@ -9,6 +9,7 @@ mod deci;
 mod deepseek;
 mod exaone;
 mod falcon_h1;
+mod family_parts;
 mod fp8;
 mod glm4;
 mod gpt2;
@@ -25,15 +26,17 @@ mod openelm;
 mod phimoe;
 mod qwen;
 mod stablelm;
+mod tokenizers;
 
 pub use cases::{cases, Case};
+use family_parts::{biased_layers, mistral3_config, model_card, qwen3vl_config, PHI2, STARCODER2};
+pub use tokenizers::{write_gemma_tokenizer, write_smollm_tokenizer};
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use half::{bf16, f16};
 use kestrel_gguf::models::{test_model, QWEN_TIKTOKEN};
-use kestrel_gguf::{GgufFile, Value};
 use serde_json::{json, Value as Json};
 
 /// A tensor to write: name, shape (PyTorch order), values.
@@ -198,191 +201,13 @@ pub fn make(rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32) -
     (name, shape, (0..n).map(|_| base + rng.uniform(a)).collect())
 }
 
-fn strings(f: &GgufFile, key: &str) -> Vec<String> {
-    match f.metadata().get(key) {
-        Some(Value::Array(a)) => a
-            .strings()
-            .unwrap()
-            .map(|s| String::from_utf8_lossy(s).into_owned())
-            .collect(),
-        _ => panic!("{key} missing"),
-    }
-}
-
-fn ints(f: &GgufFile, key: &str) -> Vec<i32> {
-    match f.metadata().get(key) {
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| match v {
-                Value::I32(x) => x,
-                Value::U32(x) => x as i32,
-                _ => 0,
-            })
-            .collect(),
-        _ => panic!("{key} missing"),
-    }
-}
-
-fn chat_template(f: &GgufFile) -> String {
-    match f.metadata().get("tokenizer.chat_template") {
-        Some(Value::String(s)) => String::from_utf8_lossy(s).into_owned(),
-        _ => String::new(),
-    }
-}
-
-/// SmolLM2's tokenizer as Hugging Face files (`tokenizer.json`, `tokenizer_config.json`).
-pub fn write_smollm_tokenizer(gguf: &Path, dir: &Path) {
-    let f = GgufFile::open(gguf).unwrap();
-    let tokens = strings(&f, "tokenizer.ggml.tokens");
-    let types = ints(&f, "tokenizer.ggml.token_type");
-    let merges = strings(&f, "tokenizer.ggml.merges");
-    let mut vocab = serde_json::Map::new();
-    for (i, t) in tokens.iter().enumerate() {
-        vocab.insert(t.clone(), json!(i));
-    }
-    let mut added = Vec::new();
-    let mut decoder = serde_json::Map::new();
-    for (i, t) in tokens.iter().enumerate() {
-        if types[i] == 3 {
-            let a = json!({ "id": i, "content": t, "single_word": false, "lstrip": false,
-                "rstrip": false, "normalized": false, "special": true });
-            added.push(a.clone());
-            let mut d = a.as_object().unwrap().clone();
-            d.remove("id");
-            decoder.insert(i.to_string(), Json::Object(d));
-        }
-    }
-    let merges: Vec<Json> = merges
-        .iter()
-        .map(|m| {
-            let (a, b) = m.split_once(' ').unwrap();
-            json!([a, b])
-        })
-        .collect();
-    let tj = json!({
-        "version": "1.0", "truncation": null, "padding": null,
-        "added_tokens": added,
-        "normalizer": null,
-        "pre_tokenizer": { "type": "Sequence", "pretokenizers": [
-            { "type": "Digits", "individual_digits": true },
-            { "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true }
-        ]},
-        "post_processor": { "type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true },
-        "decoder": { "type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true },
-        "model": { "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
-            "ignore_merges": false, "vocab": vocab, "merges": merges }
-    });
-    std::fs::write(dir.join("tokenizer.json"), serde_json::to_vec(&tj).unwrap()).unwrap();
-    let tc = json!({
-        "add_prefix_space": false,
-        "added_tokens_decoder": decoder,
-        "bos_token": "<|im_start|>",
-        "chat_template": chat_template(&f),
-        "clean_up_tokenization_spaces": false,
-        "eos_token": "<|im_end|>",
-        "model_max_length": 8192,
-        "pad_token": "<|im_end|>",
-        "tokenizer_class": "GPT2Tokenizer",
-        "unk_token": "<|endoftext|>",
-        "vocab_size": 49152
-    });
-    std::fs::write(
-        dir.join("tokenizer_config.json"),
-        serde_json::to_vec_pretty(&tc).unwrap(),
-    )
-    .unwrap();
-}
-
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn field_bytes(field: u64, payload: &[u8], out: &mut Vec<u8>) {
-    varint(field << 3 | 2, out);
-    varint(payload.len() as u64, out);
-    out.extend_from_slice(payload);
-}
-
-/// Gemma 3's tokenizer as a SentencePiece `tokenizer.model` (+ `tokenizer_config.json`).
-pub fn write_gemma_tokenizer(gguf: &Path, dir: &Path) {
-    let f = GgufFile::open(gguf).unwrap();
-    let tokens = strings(&f, "tokenizer.ggml.tokens");
-    let types = ints(&f, "tokenizer.ggml.token_type");
-    let scores: Vec<f32> = match f.metadata().get("tokenizer.ggml.scores") {
-        Some(Value::Array(a)) => a.to_f32_vec().unwrap(),
-        _ => panic!("scores"),
-    };
-    let mut model = Vec::new();
-    for (i, t) in tokens.iter().enumerate() {
-        let mut p = Vec::new();
-        field_bytes(1, t.as_bytes(), &mut p);
-        p.push(2 << 3 | 5);
-        p.extend_from_slice(&scores[i].to_le_bytes());
-        let ty = if t == "<unk>" { 2 } else { types[i] as u64 };
-        if ty != 1 {
-            varint(3 << 3, &mut p);
-            varint(ty, &mut p);
-        }
-        field_bytes(1, &p, &mut model);
-    }
-    // trainer_spec: model_type BPE (3 = 2), byte_fallback (35 = true).
-    let mut ts = Vec::new();
-    varint(3 << 3, &mut ts);
-    varint(2, &mut ts);
-    varint(35 << 3, &mut ts);
-    varint(1, &mut ts);
-    field_bytes(2, &ts, &mut model);
-    // normalizer_spec: name "identity", add_dummy_prefix false, remove_extra_whitespaces false.
-    let mut ns = Vec::new();
-    field_bytes(1, b"identity", &mut ns);
-    varint(3 << 3, &mut ns);
-    varint(0, &mut ns);
-    varint(4 << 3, &mut ns);
-    varint(0, &mut ns);
-    field_bytes(3, &ns, &mut model);
-    std::fs::write(dir.join("tokenizer.model"), model).unwrap();
-    // As Gemma's own tokenizer_config.json: every control and user-defined token.
-    let mut decoder = serde_json::Map::new();
-    for (i, t) in tokens.iter().enumerate() {
-        if types[i] == 3 || types[i] == 4 {
-            decoder.insert(
-                i.to_string(),
-                json!({ "content": t, "lstrip": false, "normalized": false,
-                    "rstrip": false, "single_word": false, "special": types[i] == 3 }),
-            );
-        }
-    }
-    let tc = json!({
-        "add_bos_token": true,
-        "add_eos_token": false,
-        "added_tokens_decoder": decoder,
-        "bos_token": "<bos>",
-        "chat_template": chat_template(&f),
-        "eos_token": "<eos>",
-        "pad_token": "<pad>",
-        "unk_token": "<unk>",
-        "spaces_between_special_tokens": false,
-        "tokenizer_class": "GemmaTokenizer",
-    });
-    std::fs::write(
-        dir.join("tokenizer_config.json"),
-        serde_json::to_vec_pretty(&tc).unwrap(),
-    )
-    .unwrap();
-}
-
-/// Writes `case`'s checkpoint into `dir` (tokenizers from the fetched models).
 /// Whether the files `case` is built from have been fetched (Qwen 1's vocabulary is a test model
 /// of its own; `test_model` says why not, or panics when the models are required).
 pub fn available(case: &Case) -> bool {
     case.model_type != "qwen" || test_model(QWEN_TIKTOKEN).is_some()
 }
 
+/// Writes `case`'s checkpoint into `dir` (tokenizers from the fetched models).
 pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     if let Some(card) = model_card(case.name) {
@@ -912,163 +737,4 @@ pub fn write_case(case: &Case, dir: &Path, smollm: &Path, gemma: &Path) {
         exaone::rename(&mut t);
     }
     write_weights(dir, t, case.dt, case.shards);
-}
-
-/// A flat test config as Mistral 3's: the text model's keys under `text_config` (a Mistral
-/// model), a small Pixtral `vision_config` and the multimodal keys at the top.
-fn mistral3_config(flat: Json) -> Json {
-    let mut text = flat.clone();
-    let top = ["architectures", "torch_dtype"];
-    for k in top {
-        text.as_object_mut().unwrap().remove(k);
-    }
-    let text_type = flat
-        .get("text_model_type")
-        .cloned()
-        .unwrap_or(json!("mistral"));
-    text.as_object_mut().unwrap().remove("text_model_type");
-    text["model_type"] = text_type;
-    json!({
-        "architectures": flat["architectures"],
-        "model_type": "mistral3",
-        "torch_dtype": flat["torch_dtype"],
-        "image_token_index": 10,
-        "multimodal_projector_bias": false,
-        "projector_hidden_act": "gelu",
-        "spatial_merge_size": 2,
-        "vision_feature_layer": -1,
-        "text_config": text,
-        "vision_config": { "model_type": "pixtral", "hidden_size": 32, "intermediate_size": 64,
-            "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "image_size": 64,
-            "patch_size": 16, "num_channels": 3, "rope_theta": 10000.0 },
-    })
-}
-
-/// A flat test config as Qwen3-VL's: the text model's keys under `text_config`
-/// (`qwen3_vl_text`), a small vision config with one deepstack layer, and the multimodal
-/// keys (and the tied-embedding flag) at the top.
-fn qwen3vl_config(flat: Json) -> Json {
-    let mut text = flat.clone();
-    for k in ["architectures", "torch_dtype", "tie_word_embeddings"] {
-        text.as_object_mut().unwrap().remove(k);
-    }
-    text["model_type"] = json!("qwen3_vl_text");
-    json!({
-        "architectures": flat["architectures"],
-        "model_type": "qwen3_vl",
-        "torch_dtype": flat["torch_dtype"],
-        "tie_word_embeddings": flat["tie_word_embeddings"],
-        "image_token_id": 100, "video_token_id": 101,
-        "vision_start_token_id": 102, "vision_end_token_id": 103,
-        "text_config": text,
-        "vision_config": { "model_type": "qwen3_vl", "depth": 1, "hidden_size": 32,
-            "intermediate_size": 64, "num_heads": 2, "in_channels": 3, "patch_size": 16,
-            "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 64,
-            "num_position_embeddings": 64, "deepstack_visual_indexes": [0] },
-    })
-}
-
-/// StarCoder 2's layers: LayerNorms and every projection with biases, a two-matrix GELU MLP
-/// (`c_fc`, `c_proj`), and the final norm's bias.
-/// Names of a layer whose every projection and norm has a bias (StarCoder 2, Phi-2).
-struct BiasedNames {
-    /// The output norm (`model.norm` or Phi-2's `model.final_layernorm`).
-    final_norm: &'static str,
-    norms: &'static [&'static str],
-    out_proj: &'static str,
-    up: &'static str,
-    down: &'static str,
-}
-
-const STARCODER2: BiasedNames = BiasedNames {
-    final_norm: "model.norm",
-    norms: &["input_layernorm", "post_attention_layernorm"],
-    out_proj: "self_attn.o_proj",
-    up: "mlp.c_fc",
-    down: "mlp.c_proj",
-};
-
-/// Phi-2: one norm before its parallel attention and MLP, `dense`/`fc1`/`fc2`, an output bias.
-const PHI2: BiasedNames = BiasedNames {
-    final_norm: "model.final_layernorm",
-    norms: &["input_layernorm"],
-    out_proj: "self_attn.dense",
-    up: "mlp.fc1",
-    down: "mlp.fc2",
-};
-
-/// The layers (and the output norm's bias; the caller wrote `model.norm.weight`, renamed here)
-/// of a family whose projections and norms all have biases.
-fn biased_layers(
-    case: &Case,
-    vocab: usize,
-    rng: &mut Rng,
-    t: &mut Vec<Named>,
-    names: &BiasedNames,
-) {
-    let h = case.hidden;
-    let hd = case.head_dim.unwrap_or(h / case.heads);
-    let (q, kv) = (case.heads * hd, case.kv_heads * hd);
-    for (name, _, _) in t.iter_mut() {
-        if name == "model.norm.weight" {
-            *name = format!("{}.weight", names.final_norm);
-        }
-    }
-    let mut push = |rng: &mut Rng, name: String, shape: Vec<usize>, base: f32, a: f32| {
-        let n = shape.iter().product::<usize>();
-        t.push((name, shape, (0..n).map(|_| base + rng.uniform(a)).collect()));
-    };
-    push(rng, format!("{}.bias", names.final_norm), vec![h], 0.0, 0.1);
-    if !case.tied && names.final_norm != "model.norm" {
-        push(rng, "lm_head.bias".into(), vec![vocab], 0.0, 0.05);
-    }
-    for l in 0..case.layers {
-        let p = |s: &str| format!("model.layers.{l}.{s}");
-        for norm in names.norms {
-            push(rng, p(&format!("{norm}.weight")), vec![h], 1.0, 0.2);
-            push(rng, p(&format!("{norm}.bias")), vec![h], 0.0, 0.1);
-        }
-        let a = 1.0 / (h as f32).sqrt();
-        for (name, rows, cols) in [
-            ("self_attn.q_proj", q, h),
-            ("self_attn.k_proj", kv, h),
-            ("self_attn.v_proj", kv, h),
-            (names.out_proj, h, q),
-            (names.up, case.ff, h),
-            (names.down, h, case.ff),
-        ] {
-            let a = if cols == h {
-                a
-            } else {
-                1.0 / (cols as f32).sqrt()
-            };
-            push(rng, p(&format!("{name}.weight")), vec![rows, cols], 0.0, a);
-            push(rng, p(&format!("{name}.bias")), vec![rows], 0.0, 0.05);
-        }
-    }
-}
-
-/// A model card (`README.md` with YAML front matter) for some cases: the fields llama.cpp's
-/// converter copies into `general.*` (license, languages with Norway's `no`, tags and the
-/// pipeline tag, base models as an id, a URL and a mapping, a dataset, names that override the
-/// folder's) beside fields it ignores.
-fn model_card(case: &str) -> Option<&'static str> {
-    match case {
-        "llama-bpe" => Some(
-            "---\nlicense: apache-2.0\nlicense_name: kestrel-test\nlanguage:\n- en\n- no\n- fr\n\
-             tags:\n- text-generation\n- 'llama 3'\npipeline_tag: text-generation\nbase_model:\n\
-             - meta-llama/Llama-3.2-1B-Instruct\n- https://huggingface.co/HuggingFaceTB/SmolLM2-135M\n\
-             - name: Hand Written\n  author: Someone\n  url: https://example.com/model\n\
-             datasets: HuggingFaceFW/fineweb-edu\nmodel_creator: Kestrel Tests\n\
-             description: A random-weight test checkpoint.\nlibrary_name: transformers\n\
-             model-index:\n- name: x\n  results:\n  - task: {type: text-generation}\n\
-             \x20   metrics:\n    - {type: acc, value: 0.5}\n---\n# Test model\n\nNot a real model.\n",
-        ),
-        "qwen3" => Some(
-            "---\nname: Qwen Test\nversion: v2.5\norganization: kestrel\nlicense:\n- mit\n- apache-2.0\n\
-             license_link: https://example.com/LICENSE\nlanguage: zh\nurl: https://example.com\n\
-             dataset:\n- org/data-v1\n- {name: Mixed, version: '2'}\n---\n",
-        ),
-        _ => None,
-    }
 }
