@@ -8,7 +8,7 @@
 //   (each scored by the sum of its two best scores, only the `groups_used` best kept); the top
 //   `k` scores, larger first, equal scores the lower expert first; the chosen weights
 //   normalised (sum clamped to f16's smallest normal) and scaled. A NaN score ranks as -inf
-//   (the CPU's total order ranks it first; only broken logits have one). Sums are warp trees,
+//   (the CPU's total order places it by its sign bit; only broken logits have one). Sums are warp trees,
 //   not the CPU's sequential f64 sums, so weights may differ from the CPU's in the last bits.
 //   Launch: grid rows, block 32. `ne <= MOE_MAX_EXPERTS`, `k <= 32`, `groups <= 32`.
 // moe_scale_bias_f32: each pair's expert scale and bias, as the host path's scale_f32 then

@@ -2,10 +2,10 @@
 // stand-in:
 // - moe_route_f32 against a transcription of kestrel-graph's `moe::route` (f64 sums, sorted
 //   order): every gating, with and without router and selection biases, expert groups, weight
-//   normalisation and scaling, 4-256 experts, 1-8 chosen, runs of equal scores (the lower
+//   normalisation and scaling, 4-256 experts, 1-32 chosen, runs of equal scores (the lower
 //   expert first). Expert ids exactly; weights within 4 ulps-ish (relative 1e-6 of the
 //   largest: the device sums in warp trees).
-// - mmvq_<type>_id and matvec_<f32|f16>_id against the one-row matvec of each pair's expert,
+// - mmvq_<type>_id and matvec_<f32|f16|bf16>_id against the one-row matvec of each pair's expert,
 //   bit for bit, with the activation row of the token (k > 0) or of the pair (k == 0).
 // - moe_scale_bias_f32 and moe_combine_f32 against their formulas, bit for bit.
 //
@@ -91,7 +91,7 @@ static int check_route() {
     int bad = 0, runs = 0;
     const int nes[] = {4, 32, 60, 128, 256};
     for (int ne : nes)
-        for (int k : {1, 2, 4, 8})
+        for (int k : {1, 2, 4, 8, 13, 32})
             for (int gating = 0; gating < 3; gating++)
                 for (int variant = 0; variant < 4; variant++) {
                     if (k > ne) continue;
@@ -217,6 +217,11 @@ static int check_float_id(const char *name, void (*one)(const T *, const float *
 
 static float as_f32(float v) { return v; }
 static __half as_f16(float v) { return __float2half(v); }
+static __nv_bfloat16 as_bf16(float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return __nv_bfloat16{(uint16_t)(u >> 16)};
+}
 
 static int check_scale_combine() {
     int bad = 0;
@@ -257,7 +262,8 @@ static int check_scale_combine() {
 int main() {
     int bad = check_route() + check_scale_combine();
     bad += check_float_id<float>("f32", matvec_f32, matvec_f32_id, as_f32) +
-           check_float_id<__half>("f16", matvec_f16, matvec_f16_id, as_f16);
+           check_float_id<__half>("f16", matvec_f16, matvec_f16_id, as_f16) +
+           check_float_id<__nv_bfloat16>("bf16", matvec_bf16, matvec_bf16_id, as_bf16);
     bad += check_id<block_q4_0>("q4_0", 32, (One)mmvq_q4_0_1, mmvq_q4_0_id) +
            check_id<block_q4_1>("q4_1", 32, (One)mmvq_q4_1_1, mmvq_q4_1_id) +
            check_id<block_q5_0>("q5_0", 32, (One)mmvq_q5_0_1, mmvq_q5_0_id) +

@@ -149,23 +149,31 @@ pub(super) fn prepare(
     let buffers = if ne_max == 0 {
         None
     } else {
-        // The routed path's projections take a row a (token, slot) pair: up to 64 tokens'.
+        // The routed path's gate, up and activation rows are a row a (token, slot) pair: up to
+        // 64 tokens' (its expert outputs fit `outs`), so those buffers and the ones they trade
+        // places with (`spare`, in `project`) hold that many; its Q8_1 scratch is grown now for
+        // them, so no step grows it and retires captured graphs.
         let routed_pairs = max_tokens.clamp(1, MAX_WIDE_ROWS) * routed_k;
-        let rows = max_tokens.max(1).max(routed_pairs);
+        let rows = max_tokens.max(1);
+        let pair_rows = rows.max(routed_pairs);
+        if routed_k > 0 {
+            dev.reserve_q8(routed_pairs, wide)?;
+        }
         let act = |w: usize| dev.zeros_f32(Shape::matrix(rows, w.max(1))?);
+        let pair_act = |w: usize| dev.zeros_f32(Shape::matrix(pair_rows, w.max(1))?);
         // The buffers a projection swaps with `spare` (the router's logits too, with terms)
         // hold the widest of them.
         let wide = wide.max(ne_max);
         Some(MoeBuffers {
             host: MoeScratch::default(),
-            logits: act(wide)?,
+            logits: pair_act(wide)?,
             xg: act(wide)?,
-            both: act(wide)?,
-            gate: act(wide)?,
-            up: act(wide)?,
-            act: act(wide)?,
-            down: act(wide)?,
-            spare: act(wide)?,
+            both: pair_act(wide)?,
+            gate: pair_act(wide)?,
+            up: pair_act(wide)?,
+            act: pair_act(wide)?,
+            down: pair_act(wide)?,
+            spare: pair_act(wide)?,
             low: act(rank)?,
             term: act(wide)?,
             outs: act(slots_width)?,

@@ -51,7 +51,9 @@ impl ExpertTable {
     }
 }
 
-/// A step's routing on the device: each (token, slot) pair's expert and weight.
+/// A step's routing on the device: each (token, slot) pair's expert and weight. The rows and
+/// slots it last routed are kept on the host (set when the routing is enqueued), so a step
+/// replayed from a CUDA graph reads the routing its capture wrote.
 #[derive(Debug)]
 pub struct DeviceRoutes {
     ids: CudaSlice<i32>,
@@ -312,6 +314,14 @@ impl CudaDevice {
             dtype: w.dtype,
         })?;
         let (k, m) = (w.shape.row_len(), w.shape.n_rows());
+        let wblock = w.dtype.block_size();
+        if !k.is_multiple_of(wblock) {
+            return Err(TensorError::PartialBlock {
+                dtype: w.dtype,
+                row_len: k,
+                block_size: wblock,
+            });
+        }
         let pairs = routes.pairs();
         let rows = if per_token { routes.rows } else { pairs };
         if x.shape.row_len() != k || x.shape.n_rows() != rows {
@@ -344,7 +354,6 @@ impl CudaDevice {
             self.matvec_float_experts(name, x, (table, routes), out, (k, m, per))?;
             return Ok(None);
         }
-        let wblock = w.dtype.block_size();
         let (mut guard, issued) = self.q8_input(x, ticket, rows, k)?;
         let scratch = guard.as_mut().ok_or_else(no_scratch_err)?;
         let q_bytes = rows * (k / 32) * Q8_1_BYTES;
@@ -473,7 +482,15 @@ impl CudaDevice {
         f32_only(OP, down)?;
         f32_only(OP, out)?;
         let (rows, k, width) = (routes.rows, routes.k, out.shape.row_len());
-        if out.shape.n_rows() != rows || down.shape.elem_count() != rows * k * width {
+        if out.shape.n_rows() != rows {
+            return Err(TensorError::LengthMismatch {
+                op: OP,
+                what: "out rows",
+                expected: rows,
+                actual: out.shape.n_rows(),
+            });
+        }
+        if down.shape.elem_count() != rows * k * width {
             return Err(TensorError::LengthMismatch {
                 op: OP,
                 what: "down",

@@ -358,6 +358,16 @@ impl CudaDevice {
         Ok(issued)
     }
 
+    /// Grows the Q8_1 activation scratch now to hold `rows` rows of `k` values, so no later
+    /// step grows it (a growth retires captured CUDA graphs): a plan whose MoE layers quantize
+    /// a row per (token, slot) pair sizes it for its largest step at compile time.
+    ///
+    /// # Errors
+    /// Out of device memory.
+    pub fn reserve_q8(&self, rows: usize, k: usize) -> Result<()> {
+        self.q8_scratch("cuda reserve_q8", rows, k).map(|_| ())
+    }
+
     /// The Q8_1 scratch, grown for `n` rows of `k` values, and the ticket naming the data the
     /// caller is about to quantize into it (any earlier ticket stops matching).
     pub(super) fn q8_scratch(

@@ -79,6 +79,14 @@ impl CudaDevice {
         )
     }
 
+    /// Grows the Q8_1 activation scratch to `rows` rows of `k` values.
+    ///
+    /// # Errors
+    /// Unreachable.
+    pub fn reserve_q8(&self, _rows: usize, _k: usize) -> Result<()> {
+        match self.never {}
+    }
+
     /// The table of `experts`.
     ///
     /// # Errors
