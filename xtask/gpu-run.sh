@@ -150,7 +150,7 @@ done
     nvcc --version | tail -2
     nproc
 } 2>&1 | tee "$out/device.txt"
-for t in cuda_kernels cuda_rope cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_wide cuda_forward cuda_paged cuda_generate cuda_architectures; do
+for t in cuda_kernels cuda_rope cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_wide cuda_moe cuda_forward cuda_paged cuda_generate cuda_architectures; do
     log "test $t"
     if ! timeout "$step" .gpu/$t --test-threads 1 --nocapture >"$out/$t.log" 2>&1; then
         status=1
@@ -328,6 +328,12 @@ if [ "${GPU_RUN_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null 
         status=1
     fi
     tail -3 "$out/memcheck-paged.log"
+    # MoE routing on the device, the indirect matvecs, scales, biases and the weighted sum.
+    if time_for 60 && ! timeout $((deadline - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 9 \
+        .gpu/cuda_moe --test-threads 1 each_pair >"$out/memcheck-moe.log" 2>&1; then
+        status=1
+    fi
+    tail -3 "$out/memcheck-moe.log"
 fi
 log "gpu-run: exit $status"
 exit $status

@@ -30,6 +30,7 @@ const TESTS: &[(&str, &str)] = &[
     ("kestrel-tensor", "cuda_ssm"),
     ("kestrel-tensor", "cuda_wide"),
     ("kestrel-tensor", "cuda_rope"),
+    ("kestrel-tensor", "cuda_moe"),
     ("kestrel-arch", "cuda_forward"),
     ("kestrel-arch", "cuda_paged"),
     ("kestrel-generate", "cuda_generate"),

@@ -266,6 +266,8 @@ fn test() -> Result<()> {
             "cuda_wide",
             "--test",
             "cuda_rope",
+            "--test",
+            "cuda_moe",
         ]),
         cargo_with(&[
             "test",

@@ -254,3 +254,132 @@ fn expert_lora_adapters_run_on_the_gpu_as_on_the_cpu() {
     assert!(kld(&first, &want) > 1e-6, "the new scales changed nothing");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Mixture-of-experts layers routed on the device (`moe_route` and the indirect matvec, steps
+/// of up to 64 rows): every MoE architecture the CUDA plan takes, llama.cpp's random-weight
+/// file (every expert used) with F32 experts, with Q8_0 experts, and with one expert used (the
+/// router chooses), plus kestrel's variants `nemotron_h_moe-experts` (2 of 4, selection bias,
+/// normalised, scaled) and `deepseek2-moe-h4-top1`; a 12-token prompt, then six decode steps.
+/// Decode steps replayed from CUDA graphs give the bits of plain launches, and every such plan
+/// captures them (its cache holds a graph; with host routing, `set_moe_on_device(false)`, it
+/// cannot); the logits are host routing's within KLD 1e-6 (only the routing weights' last bits
+/// differ); two sequences in one batched step give the bits of each alone.
+#[test]
+fn moe_layers_route_on_the_device() {
+    use kestrel_arch::{build_decoder, weight_tensor, DecoderConfig, Logits};
+    use kestrel_gguf::{GgmlType, GgufFile, GgufModel};
+    use kestrel_graph::CudaPlan;
+    use kestrel_tensor::cuda::CudaDevice;
+    if !have_gpu() {
+        return;
+    }
+    let dev = Arc::new(CudaDevice::open(0).unwrap());
+    let (fixtures, skeletons) = skeletons();
+    let matching = std::fs::read_to_string(fixtures.join("matching.txt")).unwrap();
+    let prompt: Vec<u32> = (0..12).map(|i| (i * 37 + 3) % 200).collect();
+    let other: Vec<u32> = (0..9).map(|i| (i * 53 + 7) % 200).collect();
+    let steps = [11u32, 42, 7, 99, 3, 150];
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let of_bytes = |bytes: Vec<u8>| {
+        let file = GgufFile::from_bytes(bytes).unwrap();
+        GgufModel::from_shards(vec![file], std::path::Path::new("moe.gguf")).unwrap()
+    };
+    // The files: (what, model).
+    let mut models = Vec::new();
+    for stem in matching
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+    {
+        let s = &skeletons[stem];
+        if !s.has_tensor("_exps") {
+            continue;
+        }
+        let q8 = |n: &str, d: &[u64]| {
+            if n.contains("_exps") && d[0].is_multiple_of(32) {
+                GgmlType::Q8_0
+            } else {
+                GgmlType::F32
+            }
+        };
+        models.push((format!("{stem} (F32)"), files::build(s, 2, 0.1)));
+        let bytes = files::build_bytes_as(s, 2, 0.1, q8);
+        models.push((format!("{stem} (Q8_0 experts)"), of_bytes(bytes)));
+        let one = files::one_expert_used(s);
+        models.push((
+            format!("{stem} (one expert used)"),
+            files::build(&one, 2, 0.1),
+        ));
+    }
+    for stem in ["nemotron_h_moe-experts", "deepseek2-moe-h4-top1"] {
+        let (base, v) = files::variant(stem).unwrap();
+        models.push((stem.to_string(), v.model(&skeletons[base], 2, 0.1)));
+    }
+    let (mut ran, mut failures) = (0, Vec::new());
+    for (what, model) in &models {
+        let cfg = DecoderConfig::from_model(model).unwrap();
+        let g = build_decoder(&cfg, model, Logits::Last).unwrap();
+        if CudaPlan::check(&g).is_err() {
+            continue;
+        }
+        let lookup = |n: &str| weight_tensor(model, n);
+        let mut plan = CudaPlan::compile(&g, Arc::clone(&dev), 16, &lookup).unwrap();
+        ran += 1;
+        let run = |plan: &mut CudaPlan, graphs: bool, on_device: bool| {
+            plan.set_graphs(graphs);
+            plan.set_moe_on_device(on_device);
+            let mut c = plan.new_cache(64).unwrap();
+            let mut rows = vec![plan.run(&mut c, &prompt).unwrap().to_vec()];
+            for &t in &steps {
+                rows.push(plan.run(&mut c, &[t]).unwrap().to_vec());
+            }
+            (rows, plan.graphs() && c.has_graph())
+        };
+        let (device, captured) = run(&mut plan, true, true);
+        let (plain, _) = run(&mut plan, false, true);
+        let (host, host_graphs) = run(&mut plan, true, false);
+        if !captured || plan.graph_error().is_some() {
+            failures.push(format!(
+                "{what}: no decode graph ({:?})",
+                plan.graph_error()
+            ));
+        }
+        if host_graphs {
+            failures.push(format!("{what}: host routing claims CUDA graphs"));
+        }
+        for (i, ((d, p), h)) in device.iter().zip(&plain).zip(&host).enumerate() {
+            if bits(d) != bits(p) {
+                failures.push(format!("{what}: step {i}: the graph's logits differ"));
+            }
+            let k = kld(h, d);
+            if k.is_nan() || k > 1e-6 {
+                failures.push(format!(
+                    "{what}: step {i}: KLD {k:.2e} against host routing"
+                ));
+            }
+        }
+        // Two sequences in one batched step against each alone.
+        plan.set_graphs(true);
+        plan.set_moe_on_device(true);
+        let mut alone = Vec::new();
+        for (p, t) in [(&prompt, steps[0]), (&other, steps[1])] {
+            let mut c = plan.new_cache(64).unwrap();
+            plan.run(&mut c, p).unwrap();
+            alone.extend(plan.run(&mut c, &[t]).unwrap().iter().copied());
+        }
+        let (mut c1, mut c2) = (plan.new_cache(64).unwrap(), plan.new_cache(64).unwrap());
+        plan.run(&mut c1, &prompt).unwrap();
+        plan.run(&mut c2, &other).unwrap();
+        let both = plan
+            .run_batch(&mut [&mut c1, &mut c2], &[steps[0], steps[1]])
+            .unwrap()
+            .to_vec();
+        if bits(&both) != bits(&alone) {
+            failures.push(format!("{what}: batched rows differ from each alone"));
+        }
+        eprintln!("{what}: ran");
+    }
+    eprintln!("{ran} MoE files ran");
+    assert!(ran >= 30, "only {ran} MoE files ran");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -257,6 +257,12 @@ impl Skeleton {
                 .collect(),
         }
     }
+
+    /// Whether any tensor's name contains `part`.
+    #[allow(dead_code)] // cuda_architectures.rs only
+    pub fn has_tensor(&self, part: &str) -> bool {
+        self.tensors.iter().any(|(n, _)| n.contains(part))
+    }
 }
 
 /// The skeleton of a llama.cpp file (its tensors must all be F32, as `test-llama-archs` writes

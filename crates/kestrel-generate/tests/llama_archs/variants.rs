@@ -245,6 +245,16 @@ fn with_metadata(s: &Skeleton, f: impl Fn(&str) -> Option<MetadataValue>) -> Ske
     }
 }
 
+/// This skeleton with each token using one of its experts (every `*.expert_used_count` 1), so
+/// its router chooses (llama.cpp's files use all of theirs).
+#[allow(dead_code)] // cuda_architectures.rs only
+pub fn one_expert_used(s: &Skeleton) -> Skeleton {
+    with_metadata(s, |k| {
+        k.ends_with(".expert_used_count")
+            .then_some(MetadataValue::U32(1))
+    })
+}
+
 fn deepseek2_top1(s: &Skeleton) -> Skeleton {
     with_metadata(s, |k| match k {
         "deepseek2.expert_used_count" => Some(MetadataValue::U32(1)),
