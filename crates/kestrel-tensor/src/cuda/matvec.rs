@@ -60,6 +60,20 @@ fn wide_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("KESTREL_CUDA_WIDE").map_or(true, |v| v != "0"))
 }
 
+/// Most activation rows the tensor-core matvec takes: [`MAX_WIDE_ROWS`], or up to 4,096 with
+/// `KESTREL_CUDA_WIDE_MAX=N` (prefill chunks then take it instead of the cuBLAS GEMM, with each
+/// row's one-row bits: an experiment for the prefill bar, to measure against the GEMM).
+fn wide_max() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("KESTREL_CUDA_WIDE_MAX")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|n| (MAX_WIDE_ROWS..=4096).contains(n))
+            .unwrap_or(MAX_WIDE_ROWS)
+    })
+}
+
 /// The tensor-core matvec of a weight type with `nt` n-tiles (`mmvq_wide_<type>_<nt>`).
 fn wide_name(dtype: DType, nt: usize) -> Option<&'static str> {
     let names = match dtype {
@@ -303,9 +317,10 @@ impl CudaDevice {
         n > 0 && MMVQ.iter().any(|(t, _)| *t == dtype) && !self.gemm_applies(dtype, n)
     }
 
-    /// Whether `n` activation rows by a `dtype` weight take the tensor-core matvec.
+    /// Whether `n` activation rows by a `dtype` weight take the tensor-core matvec (9 to
+    /// [`wide_max`] rows).
     fn wide_applies(&self, dtype: DType, n: usize) -> bool {
-        (MAX_MATVEC_ROWS + 1..=MAX_WIDE_ROWS).contains(&n)
+        (MAX_MATVEC_ROWS + 1..=wide_max()).contains(&n)
             && wide_enabled()
             && wide_name(dtype, 4).is_some()
     }
