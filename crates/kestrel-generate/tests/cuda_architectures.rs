@@ -296,7 +296,7 @@ fn moe_layers_route_on_the_device() {
             continue;
         }
         let q8 = |n: &str, d: &[u64]| {
-            if n.contains("_exps") && d[0].is_multiple_of(32) {
+            if n.contains("_exps.weight") && d[0].is_multiple_of(32) {
                 GgmlType::Q8_0
             } else {
                 GgmlType::F32

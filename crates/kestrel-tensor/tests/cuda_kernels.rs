@@ -35,14 +35,7 @@ fn device() -> Option<CudaDevice> {
 }
 
 fn weight(dtype: DType, rows: usize, k: usize, seed: u64) -> Tensor {
-    let src = random(rows * k, seed);
-    let shape = Shape::matrix(rows, k).unwrap();
-    if dtype == DType::F32 {
-        return Tensor::from_f32(shape, &src).unwrap();
-    }
-    let mut bytes = vec![0u8; dtype.row_bytes(k).unwrap() * rows];
-    quant::quantize(dtype.ggml_type(), &src, &mut bytes).unwrap();
-    Tensor::from_bytes(dtype, shape, &bytes).unwrap()
+    cuda_common::weight_of(dtype, rows, k, &random(rows * k, seed))
 }
 
 /// `x · Wᵀ` in f64 over the dequantized weights, as f32.

@@ -2,9 +2,10 @@
 //! `KESTREL_REQUIRE_GPU=1`):
 //! - `moe_route` against the CPU plan's rule (kestrel-graph's `moe::route`, transcribed here as
 //!   `route_ref`): every gating, router and selection biases, expert groups, normalised and
-//!   scaled weights, 8-256 experts, 1-32 chosen. Ids exactly (logits on a coarse grid, so no
-//!   near-ties but exact ties, which go to the lower expert); weights within 4e-6 of the
-//!   largest (the device's `expf` is within 2 ulps and its sums are warp trees).
+//!   scaled weights, 8-256 experts, 1-32 chosen. Ids exactly (logits on a coarse grid and whole
+//!   selection biases, so exact ties, which go to the lower expert, and few near-ties: a row
+//!   whose choice a near-tie decides is not compared, at most 5% of them); weights within 4e-6
+//!   of the largest (the device's `expf` is within 2 ulps and its sums are warp trees).
 //! - `matmul_experts` (quantized and float experts, a row a token or a row a pair) against each
 //!   pair's expert alone through `matmul`, bit for bit; `moe_scale_bias` and `moe_combine`
 //!   against their formulas, bit for bit; what they refuse.
@@ -14,19 +15,30 @@ mod cuda_common;
 
 use cuda_common::{download, random_in, upload};
 use kestrel_tensor::cuda::{CudaDevice, RouteGating, RouteSpec};
-use kestrel_tensor::{quant, DType, Shape, Tensor};
+use kestrel_tensor::{DType, Shape, Tensor};
 
 fn device() -> Option<CudaDevice> {
     cuda_common::device("MoE routing")
 }
 
-/// kestrel-graph's `moe::route` for one row (f64 sums, sorted order).
+/// Whether two neighbouring scores of a sorted run are near but not equal: the device's `expf`
+/// (within 2 ulps) and warp-tree sums may order them the other way. Equal scores come from
+/// equal inputs, and tie to the lower expert on both.
+fn near_tie(sorted: impl Iterator<Item = f32> + Clone) -> bool {
+    sorted
+        .clone()
+        .zip(sorted.skip(1))
+        .any(|(a, b)| a != b && (a - b).abs() <= 1e-5 * a.abs().max(1.0))
+}
+
+/// kestrel-graph's `moe::route` for one row (f64 sums, sorted order): the ids, the weights,
+/// and whether a near-tie decides the groups, the choice or its order (`near_tie`).
 fn route_ref(
     p: &RouteSpec,
     logits: &[f32],
     rb: Option<&[f32]>,
     sb: Option<&[f32]>,
-) -> (Vec<i32>, Vec<f32>) {
+) -> (Vec<i32>, Vec<f32>, bool) {
     let ne = p.n_expert;
     let l: Vec<f32> = (0..ne)
         .map(|e| logits[e] + rb.map_or(0.0, |b| b[e]))
@@ -42,6 +54,7 @@ fn route_ref(
         _ => l.clone(),
     };
     let mut score: Vec<f32> = (0..ne).map(|e| pr[e] + sb.map_or(0.0, |b| b[e])).collect();
+    let mut fragile = false;
     if let Some((groups, used)) = p.groups {
         let per = ne / groups;
         let mut order: Vec<(usize, f32)> = (0..groups)
@@ -59,12 +72,14 @@ fn route_ref(
             })
             .collect();
         order.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+        fragile |= near_tie(order[..(used + 1).min(groups)].iter().map(|g| g.1));
         for &(g, _) in &order[used..] {
             score[g * per..(g + 1) * per].fill(f32::NEG_INFINITY);
         }
     }
     let mut idx: Vec<usize> = (0..ne).collect();
     idx.sort_by(|&a, &b| score[b].total_cmp(&score[a]).then(a.cmp(&b)));
+    fragile |= near_tie(idx[..(p.n_used + 1).min(ne)].iter().map(|&e| score[e]));
     let ids: Vec<i32> = idx[..p.n_used].iter().map(|&e| e as i32).collect();
     let mut w: Vec<f32> = idx[..p.n_used].iter().map(|&e| pr[e]).collect();
     if p.gating == RouteGating::SoftmaxWeight {
@@ -80,7 +95,7 @@ fn route_ref(
     if p.weights_scale != 0.0 && p.weights_scale != 1.0 {
         w.iter_mut().for_each(|v| *v *= p.weights_scale);
     }
-    (ids, w)
+    (ids, w, fragile)
 }
 
 /// Values on a grid of 1/64 in [-8, 8): distinct logits differ by far more than rounding.
@@ -96,6 +111,7 @@ fn device_routing_chooses_as_the_cpu_rule() {
     let Some(dev) = device() else { return };
     let rows = 5;
     let (mut runs, mut seed) = (0, 1u64);
+    let (mut rows_seen, mut skipped) = (0usize, 0usize);
     for ne in [8usize, 60, 128, 256] {
         for k in [1usize, 2, 8, 13, 32] {
             for gating in [
@@ -123,7 +139,14 @@ fn device_routing_chooses_as_the_cpu_rule() {
                         logits[ne + e] = v;
                     }
                     let rb = (variant == 1).then(|| grid(ne, seed + 11, 64));
-                    let sb = (variant >= 2).then(|| grid(ne, seed + 13, 256));
+                    // Whole numbers: a probability (in (0, 1)) plus a bias never nears another
+                    // with another bias.
+                    let sb = (variant >= 2).then(|| {
+                        grid(ne, seed + 13, 256)
+                            .into_iter()
+                            .map(|v| (v * 2.0).round())
+                            .collect::<Vec<_>>()
+                    });
                     let d_logits = upload(&dev, rows, ne, &logits);
                     let d_rb = rb.as_ref().map(|v| upload(&dev, 1, ne, v));
                     let d_sb = sb.as_ref().map(|v| upload(&dev, 1, ne, v));
@@ -133,12 +156,17 @@ fn device_routing_chooses_as_the_cpu_rule() {
                     assert_eq!((routes.rows(), routes.n_used()), (rows, k));
                     let (ids, w) = dev.routes_to_host(&routes).unwrap();
                     for r in 0..rows {
-                        let (want_ids, want_w) = route_ref(
+                        let (want_ids, want_w, fragile) = route_ref(
                             &p,
                             &logits[r * ne..(r + 1) * ne],
                             rb.as_deref(),
                             sb.as_deref(),
                         );
+                        rows_seen += 1;
+                        if fragile {
+                            skipped += 1;
+                            continue;
+                        }
                         let what = format!("{p:?} variant {variant} row {r}");
                         assert_eq!(&ids[r * k..(r + 1) * k], &want_ids[..], "{what}");
                         let big = want_w.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -152,7 +180,13 @@ fn device_routing_chooses_as_the_cpu_rule() {
         }
     }
     assert!(runs > 150, "{runs} routings");
-    // Refused: more experts than the kernel holds, more chosen than there are, too few pairs.
+    eprintln!("{skipped} of {rows_seen} rows decided by a near-tie: not compared");
+    assert!(
+        skipped * 20 <= rows_seen,
+        "{skipped} of {rows_seen} rows near a tie"
+    );
+    // Refused: more chosen than there are, more pairs than the routes hold, logits of another
+    // width, more experts than the kernel holds.
     let logits = upload(&dev, 2, 8, &grid(16, 3, 64));
     let mut routes = dev.new_routes(3).unwrap();
     let spec = |n_expert, n_used| RouteSpec {
@@ -172,18 +206,15 @@ fn device_routing_chooses_as_the_cpu_rule() {
     assert!(dev
         .moe_route(&logits, &spec(4, 1), (None, None), &mut routes)
         .is_err());
+    let wide = upload(&dev, 1, 520, &grid(520, 4, 64));
+    assert!(dev
+        .moe_route(&wide, &spec(520, 1), (None, None), &mut routes)
+        .is_err());
 }
 
 /// A weight of `dtype`, `m` rows of `k` (random values quantized).
 fn weight(dtype: DType, m: usize, k: usize, seed: u64) -> Tensor {
-    let src = random_in(m * k, seed, -1.0, 1.0);
-    let shape = Shape::matrix(m, k).unwrap();
-    if dtype == DType::F32 {
-        return Tensor::from_f32(shape, &src).unwrap();
-    }
-    let mut bytes = vec![0u8; dtype.row_bytes(k).unwrap() * m];
-    quant::quantize(dtype.ggml_type(), &src, &mut bytes).unwrap();
-    Tensor::from_bytes(dtype, shape, &bytes).unwrap()
+    cuda_common::weight_of(dtype, m, k, &random_in(m * k, seed, -1.0, 1.0))
 }
 
 #[test]

@@ -148,10 +148,13 @@ impl CudaDevice {
             op: OP,
             why: "no experts",
         })?;
-        if let Some(e) = experts
-            .iter()
-            .find(|e| e.dtype != first.dtype || e.shape != first.shape)
-        {
+        if experts.iter().any(|e| e.dtype != first.dtype) {
+            return Err(TensorError::InvalidParam {
+                op: OP,
+                why: "experts of differing weight types",
+            });
+        }
+        if let Some(e) = experts.iter().find(|e| e.shape != first.shape) {
             return Err(TensorError::ShapeMismatch {
                 op: OP,
                 what: "expert",

@@ -314,7 +314,9 @@ impl CudaDevice {
     /// Whether a matmul of `n` activation rows by a `dtype` weight runs the quantized matvec
     /// (Q8_1 activations, `mmvq`): what the fused forms in `fused.rs` need.
     pub fn matvec_quantized(&self, dtype: DType, n: usize) -> bool {
-        n > 0 && MMVQ.iter().any(|(t, _)| *t == dtype) && !self.gemm_applies(dtype, n)
+        n > 0
+            && MMVQ.iter().any(|(t, _)| *t == dtype)
+            && (self.wide_applies(dtype, n) || !self.gemm_applies(dtype, n))
     }
 
     /// Whether `n` activation rows by a `dtype` weight take the tensor-core matvec (9 to

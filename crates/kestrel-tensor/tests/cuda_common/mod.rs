@@ -92,6 +92,18 @@ pub fn f32_tensor(rows: usize, k: usize, seed: u64) -> Tensor {
     Tensor::from_f32(Shape::matrix(rows, k).unwrap(), &spiky(rows * k, seed)).unwrap()
 }
 
+/// A weight of `dtype`, `rows` rows of `k`: `src` as F32, or quantized by the reference
+/// quantizer.
+pub fn weight_of(dtype: DType, rows: usize, k: usize, src: &[f32]) -> Tensor {
+    let shape = Shape::matrix(rows, k).unwrap();
+    if dtype == DType::F32 {
+        return Tensor::from_f32(shape, src).unwrap();
+    }
+    let mut bytes = vec![0u8; dtype.row_bytes(k).unwrap() * rows];
+    kestrel_tensor::quant::quantize(dtype.ggml_type(), src, &mut bytes).unwrap();
+    Tensor::from_bytes(dtype, shape, &bytes).unwrap()
+}
+
 /// Normalized mean squared error `Σ(gpu - cpu)² / Σ cpu²`.
 pub fn nmse(gpu: &[f32], cpu: &[f32]) -> f64 {
     assert_eq!(gpu.len(), cpu.len());
