@@ -1,6 +1,5 @@
 //! Random-weight decoders of real shapes (Llama 3.2 1B, Llama 3.1 8B, Gemma 3 270M, SmolLM2
-//! 135M) in a chosen
-//! quantization, for measuring speed where the real file cannot be had or carried: the GPU test
+//! 135M, and the mixture of experts Qwen3 30B-A3B) in a chosen quantization, for measuring speed where the real file cannot be had or carried: the GPU test
 //! machine takes at most 64 MiB per transfer, and no 8B file is in the project. Both engines run
 //! the same file (llama.cpp reads it as any GGUF), so the figures compare like with like.
 //!
@@ -28,6 +27,9 @@ pub enum SynthShape {
     /// SmolLM2 135M: 30 layers of 576, 9 heads (3 KV) of 64, FFN 1536, vocabulary 49152, tied
     /// embeddings (the project's test model, for GPU runs that cannot carry the real file).
     SmolLM2_135M,
+    /// Qwen3 30B-A3B (`qwen3moe`): 48 layers of 2048, 32 heads (4 KV) of 128 with per-head
+    /// Q/K norms, 128 experts of 768 of which 8 are used, vocabulary 151936.
+    Qwen3Moe30B,
 }
 
 impl SynthShape {
@@ -37,6 +39,7 @@ impl SynthShape {
         ("llama-8b", SynthShape::Llama8B),
         ("gemma3-270m", SynthShape::Gemma3_270M),
         ("smollm2-135m", SynthShape::SmolLM2_135M),
+        ("qwen3moe-30b-a3b", SynthShape::Qwen3Moe30B),
     ];
 
     /// The shape of a name in [`ALL`](Self::ALL), case-insensitive.
@@ -59,6 +62,7 @@ impl SynthShape {
                 tied: true,
                 rope_base: 500_000.0,
                 ctx: 8192,
+                moe: None,
             },
             SynthShape::Llama8B => Dims {
                 arch: "llama",
@@ -73,6 +77,7 @@ impl SynthShape {
                 tied: false,
                 rope_base: 500_000.0,
                 ctx: 8192,
+                moe: None,
             },
             SynthShape::Gemma3_270M => Dims {
                 arch: "gemma3",
@@ -87,6 +92,7 @@ impl SynthShape {
                 tied: true,
                 rope_base: 1_000_000.0,
                 ctx: 32_768,
+                moe: None,
             },
             SynthShape::SmolLM2_135M => Dims {
                 arch: "llama",
@@ -101,6 +107,26 @@ impl SynthShape {
                 tied: true,
                 rope_base: 100_000.0,
                 ctx: 8192,
+                moe: None,
+            },
+            SynthShape::Qwen3Moe30B => Dims {
+                arch: "qwen3moe",
+                name: "Qwen3-30B-A3B-shaped (random weights)",
+                n_embd: 2048,
+                n_layer: 48,
+                n_head: 32,
+                n_kv: 4,
+                head_dim: 128,
+                n_ff: 6144,
+                n_vocab: 151_936,
+                tied: false,
+                rope_base: 1_000_000.0,
+                ctx: 32_768,
+                moe: Some(Experts {
+                    n_expert: 128,
+                    n_used: 8,
+                    n_ff: 768,
+                }),
             },
         }
     }
@@ -164,7 +190,7 @@ impl SynthType {
                 let eighth = n_layer / 8;
                 // Past the first `||`, layer >= eighth.
                 let more = layer < eighth || layer >= 7 * n_layer / 8 || (layer - eighth) % 3 == 2;
-                let v_or_down = role == "attn_v.weight" || role == "ffn_down.weight";
+                let v_or_down = role == "attn_v.weight" || role.starts_with("ffn_down");
                 if output || (v_or_down && more) {
                     GgmlType::Q6K
                 } else {
@@ -207,6 +233,15 @@ struct Dims {
     tied: bool,
     rope_base: f32,
     ctx: usize,
+    /// A mixture-of-experts FFN in every layer instead of the dense one.
+    moe: Option<Experts>,
+}
+
+/// The experts of a [`Dims`]: how many, how many a token uses, and each one's hidden size.
+struct Experts {
+    n_expert: usize,
+    n_used: usize,
+    n_ff: usize,
 }
 
 /// Rows generated and quantized together (one band per task).
@@ -279,7 +314,11 @@ pub fn synth_model(
     layers: usize,
     seed: u64,
 ) -> Result<GgufWriter, GgufError> {
-    let d = shape.dims();
+    write_dims(&shape.dims(), ty, layers, seed)
+}
+
+/// [`synth_model`] of any dims (the tests' small ones too).
+fn write_dims(d: &Dims, ty: SynthType, layers: usize, seed: u64) -> Result<GgufWriter, GgufError> {
     let n_layer = if layers == 0 { d.n_layer } else { layers };
     let mut w = GgufWriter::new();
     let arch = d.arch;
@@ -303,6 +342,11 @@ pub fn synth_model(
     }
     if arch == "gemma3" {
         w.add_metadata(&key("attention.sliding_window"), 512u32);
+    }
+    if let Some(x) = &d.moe {
+        w.add_metadata(&key("expert_count"), x.n_expert as u32);
+        w.add_metadata(&key("expert_used_count"), x.n_used as u32);
+        w.add_metadata(&key("expert_feed_forward_length"), x.n_ff as u32);
     }
     add_vocab(&mut w, d.n_vocab);
 
@@ -366,7 +410,7 @@ pub fn synth_model(
         ] {
             tensor(&mut w, &p(role), mt(role), [e, rows], proj, 0.0)?;
         }
-        if arch == "gemma3" {
+        if arch == "gemma3" || arch == "qwen3moe" {
             tensor(
                 &mut w,
                 &p("attn_q_norm.weight"),
@@ -405,6 +449,34 @@ pub fn synth_model(
             0.1,
             1.0,
         )?;
+        if let Some(x) = &d.moe {
+            // The router stays F32, as llama-quantize leaves `ffn_gate_inp`.
+            tensor(
+                &mut w,
+                &p("ffn_gate_inp.weight"),
+                GgmlType::F32,
+                [e, x.n_expert],
+                proj,
+                0.0,
+            )?;
+            let down_scale = 1.0 / (x.n_ff as f32).sqrt();
+            for (role, row, rows, scale) in [
+                ("ffn_gate_exps.weight", e, x.n_ff, proj),
+                ("ffn_up_exps.weight", e, x.n_ff, proj),
+                ("ffn_down_exps.weight", x.n_ff, e, down_scale),
+            ] {
+                let name = p(role);
+                let gty = fit(mt(role), row);
+                let seed = seed
+                    ^ name
+                        .bytes()
+                        .fold(7u64, |h, b| h.wrapping_mul(31) ^ b as u64);
+                let data = random_tensor(gty, row, rows * x.n_expert, scale, 0.0, seed)?;
+                let dims = [row as u64, rows as u64, x.n_expert as u64];
+                w.add_tensor(&name, gty, &dims, data)?;
+            }
+            continue;
+        }
         for role in ["ffn_gate.weight", "ffn_up.weight"] {
             tensor(&mut w, &p(role), mt(role), [e, d.n_ff], proj, 0.0)?;
         }
@@ -516,5 +588,51 @@ mod tests {
                 assert!(weight_tensor(&m, &wr.name).is_some(), "{}", wr.name);
             }
         }
+    }
+
+    /// The mixture-of-experts layout (Qwen3 30B-A3B's, at small widths: its real experts would
+    /// take minutes to quantize in a debug build): 3-D expert matrices in the Q4_K_M mix, an
+    /// F32 router, per-head Q/K norms; the decoder builds and runs a token.
+    #[test]
+    fn the_moe_layout_builds_a_decoder_that_runs() {
+        let mut d = SynthShape::Qwen3Moe30B.dims();
+        (d.n_embd, d.n_head, d.n_kv, d.head_dim, d.n_vocab) = (256, 4, 2, 64, 512);
+        d.moe = Some(Experts {
+            n_expert: 8,
+            n_used: 2,
+            n_ff: 256,
+        });
+        let m = open(&write_dims(&d, SynthType::Q4KM, 2, 3).unwrap());
+        let down = m.tensor_info("blk.1.ffn_down_exps.weight").unwrap();
+        assert_eq!(down.dims(), [256, 256, 8]);
+        assert_eq!(down.ggml_type(), GgmlType::Q6K, "the last layer: more bits");
+        let down = m.tensor_info("blk.0.ffn_down_exps.weight").unwrap();
+        assert_eq!(down.ggml_type(), GgmlType::Q4K);
+        let gate = m.tensor_info("blk.1.ffn_gate_exps.weight").unwrap();
+        assert_eq!(gate.ggml_type(), GgmlType::Q4K);
+        let router = m.tensor_info("blk.1.ffn_gate_inp.weight").unwrap();
+        assert_eq!(router.ggml_type(), GgmlType::F32);
+        let cfg = DecoderConfig::from_model(&m).unwrap();
+        let g = build_decoder(&cfg, &m, Logits::Last).unwrap();
+        assert!(g
+            .nodes()
+            .iter()
+            .any(|n| matches!(n.op, kestrel_graph::Op::Moe(_))));
+        let lookup = |n: &str| weight_tensor(&m, n);
+        let mut plan = kestrel_graph::ExecutionPlan::compile(&g, 4, &lookup).unwrap();
+        let layout = kestrel_kv::KvLayout {
+            n_layers: cfg.n_layer,
+            n_kv_head: cfg.n_head_kv[0],
+            layer_kv_heads: Vec::new(),
+            k_head_dim: cfg.head_dim_k,
+            v_head_dim: cfg.head_dim_v,
+            dtype: kestrel_kv::KvDType::F16,
+            recurrent: kestrel_kv::RecurrentLayout::NONE,
+        };
+        let mut kv = kestrel_kv::ContiguousCache::new(layout, 8).unwrap();
+        let engine = kestrel_tensor::CpuEngine::new(1).unwrap();
+        let logits = plan.run(&engine, &mut kv, &[5, 9], 0).unwrap();
+        assert_eq!(logits.len(), 512);
+        assert!(logits.iter().all(|v| v.is_finite()));
     }
 }
