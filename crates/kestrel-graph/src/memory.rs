@@ -2,6 +2,8 @@
 //! buffers whose values are dead are reused by later nodes. Computed once per plan; running the
 //! plan then allocates nothing.
 
+use std::ops::Range;
+
 use crate::ir::Rows;
 use crate::{Graph, GraphError};
 
@@ -134,6 +136,38 @@ pub fn plan_memory(
         arena_len: fl.end,
         last_use,
     })
+}
+
+/// Split the arena into the output slice and up to three input slices. The memory plan
+/// guarantees they do not overlap; this checks it anyway, so a planner bug is an error, not UB.
+pub(crate) type Io<'a> = (&'a mut [f32], [&'a [f32]; 3]);
+
+pub(crate) fn split_arena(
+    arena: &mut [f32],
+    out: Range<usize>,
+    ins: [Range<usize>; 3],
+) -> Result<Io<'_>, GraphError> {
+    let len = arena.len();
+    let bad = || GraphError::Internal("arena ranges overlap or exceed the arena".into());
+    if out.end > len || out.start > out.end {
+        return Err(bad());
+    }
+    for r in &ins {
+        let overlaps = r.start < out.end && out.start < r.end;
+        if r.end > len || r.start > r.end || (overlaps && !r.is_empty() && !out.is_empty()) {
+            return Err(bad());
+        }
+    }
+    let base = arena.as_mut_ptr();
+    // SAFETY: every range lies inside `arena` (checked above) and no input range overlaps the
+    // output range, so the one mutable slice aliases none of the shared ones; inputs may overlap
+    // each other since they are only read. The lifetimes are tied to the `arena` borrow.
+    unsafe {
+        let o = std::slice::from_raw_parts_mut(base.add(out.start), out.len());
+        let i =
+            ins.map(|r| &*std::ptr::slice_from_raw_parts(base.add(r.start) as *const f32, r.len()));
+        Ok((o, i))
+    }
 }
 
 #[cfg(test)]

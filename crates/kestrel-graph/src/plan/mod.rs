@@ -18,7 +18,7 @@ use kestrel_tensor::cpu;
 use kestrel_tensor::{CpuEngine, Tensor};
 
 use crate::ir::{EmbedIndex, Node, NodeId, Op, Rows};
-use crate::memory::MemoryPlan;
+use crate::memory::{split_arena, MemoryPlan};
 use crate::moe::{self, grow, MoeScratch, MoeTerms, MoeWeights};
 use crate::GraphError;
 
@@ -140,38 +140,6 @@ impl std::fmt::Debug for ExecutionPlan {
             .field("max_tokens", &self.max_tokens)
             .field("arena_bytes", &(self.arena.len() * 4))
             .finish()
-    }
-}
-
-/// Split the arena into the output slice and up to three input slices. The memory plan
-/// guarantees they do not overlap; this checks it anyway, so a planner bug is an error, not UB.
-type Io<'a> = (&'a mut [f32], [&'a [f32]; 3]);
-
-fn split(
-    arena: &mut [f32],
-    out: Range<usize>,
-    ins: [Range<usize>; 3],
-) -> Result<Io<'_>, GraphError> {
-    let len = arena.len();
-    let bad = || GraphError::Internal("arena ranges overlap or exceed the arena".into());
-    if out.end > len || out.start > out.end {
-        return Err(bad());
-    }
-    for r in &ins {
-        let overlaps = r.start < out.end && out.start < r.end;
-        if r.end > len || r.start > r.end || (overlaps && !r.is_empty() && !out.is_empty()) {
-            return Err(bad());
-        }
-    }
-    let base = arena.as_mut_ptr();
-    // SAFETY: every range lies inside `arena` (checked above) and no input range overlaps the
-    // output range, so the one mutable slice aliases none of the shared ones; inputs may overlap
-    // each other since they are only read. The lifetimes are tied to the `arena` borrow.
-    unsafe {
-        let o = std::slice::from_raw_parts_mut(base.add(out.start), out.len());
-        let i =
-            ins.map(|r| &*std::ptr::slice_from_raw_parts(base.add(r.start) as *const f32, r.len()));
-        Ok((o, i))
     }
 }
 
@@ -400,7 +368,7 @@ impl ExecutionPlan {
             .map(|&x| self.nodes[x].width)
             .unwrap_or(width);
         let out_range = self.range(i, t);
-        let (out, [a, b, c]) = split(&mut self.arena, out_range, ins)?;
+        let (out, [a, b, c]) = split_arena(&mut self.arena, out_range, ins)?;
         let positions = &self.positions[..t];
         match &node.op {
             Op::Embed { table, index } => {
