@@ -15,6 +15,11 @@
 //   add_f32 (two roundings).
 // moe_combine_f32: out[r] = down[r·k]·w[r·k] + down[r·k + 1]·w[r·k + 1] + ..., in slot order,
 //   each product and sum rounded alone: the bits of scatter_rows_scaled_f32 then sum_slots_f32.
+// moe_tiles: the pairs grouped by expert into tiles of `tn` for the grouped matvec
+//   (mmvq_wide.cu's `_id` form): expert e's pairs in pair order fill tiles first[e] ..
+//   first[e + 1] (`tile_rows`, -1 past its last pair), `tile_expert` names each tile's expert and
+//   `*n_tiles` counts them, at most ceil(pairs / tn) + min(ne, pairs). One CTA (any size);
+//   `pairs <= MOE_MAX_PAIRS`.
 #include "common.cuh"
 
 #define MOE_MAX_EXPERTS 512
@@ -152,5 +157,36 @@ extern "C" __global__ void moe_combine_f32(const float *__restrict__ down, const
         float s = __fmul_rn(o[0], wr[0]);
         for (int slot = 1; slot < k; slot++) s = __fadd_rn(s, __fmul_rn(o[(long long)slot * width], wr[slot]));
         out[i] = s;
+    }
+}
+
+#define MOE_MAX_PAIRS 4096
+
+extern "C" __global__ void moe_tiles(const int *__restrict__ ids, int pairs, int ne, int tn,
+                                     int *__restrict__ tile_expert, int *__restrict__ tile_rows,
+                                     int *__restrict__ n_tiles) {
+    __shared__ int s_ids[MOE_MAX_PAIRS];
+    __shared__ int first[MOE_MAX_EXPERTS + 1];
+    for (int i = threadIdx.x; i < pairs; i += blockDim.x) s_ids[i] = min(max(ids[i], 0), ne - 1);
+    __syncthreads();
+    for (int e = threadIdx.x; e < ne; e += blockDim.x) {
+        int c = 0;
+        for (int i = 0; i < pairs; i++) c += s_ids[i] == e;
+        first[e + 1] = (c + tn - 1) / tn;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        first[0] = 0;
+        for (int e = 0; e < ne; e++) first[e + 1] += first[e];
+        *n_tiles = first[ne];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < ne; e += blockDim.x) {
+        long long t = (long long)first[e] * tn;
+        const long long end = (long long)first[e + 1] * tn;
+        for (int i = 0; i < pairs; i++)
+            if (s_ids[i] == e) tile_rows[t++] = i;
+        for (; t < end; t++) tile_rows[t] = -1;
+        for (int x = first[e]; x < first[e + 1]; x++) tile_expert[x] = e;
     }
 }

@@ -8,11 +8,15 @@
 // - mmvq_<type>_id and matvec_<f32|f16|bf16>_id against the one-row matvec of each pair's expert,
 //   bit for bit, with the activation row of the token (k > 0) or of the pair (k == 0).
 // - moe_scale_bias_f32 and moe_combine_f32 against their formulas, bit for bit.
+// - moe_tiles (every pair once, in order, in tiles of its expert) and the grouped tensor-core
+//   matvec `mmvq_wide_<type>_<nt>_id` over its tiles against each pair's one-row matvec, bit
+//   for bit, with CTAs past the tiles' count left idle.
 //
 // Built and run by `cargo xtask kernels --check`; exits 1 on a mismatch.
 #include "../matvec_float.cu"
 #include "../mmvq.cu"
 #include "../mmvq_k.cu"
+#include "../mmvq_wide.cu"
 #include "../moe.cu"
 
 #include <algorithm>
@@ -215,6 +219,92 @@ static int check_float_id(const char *name, void (*one)(const T *, const float *
     return bad;
 }
 
+typedef void (*WideId)(const unsigned long long *, const int *, const int *, const int *, int, const block_q8_1 *,
+                       float *, int, int, int, int);
+
+// The pairs' tiles (moe_tiles) for tiles of `tn`: every pair once, in pair order within its
+// expert's tiles, -1 only after an expert's last pair; and their count within the bound.
+static int check_tiles(const std::vector<int> &ids, int ne, int tn, const std::vector<int> &tile_expert,
+                       const std::vector<int> &tile_rows, int n_tiles, int tiles_max) {
+    const int pairs = (int)ids.size();
+    if (n_tiles > tiles_max) return 1;
+    std::vector<int> seen(pairs, 0);
+    int prev_e = -1, prev_p = -1;
+    for (int t = 0; t < n_tiles; t++) {
+        const int e = tile_expert[t];
+        if (e < prev_e || e < 0 || e >= ne) return 1;
+        if (e != prev_e) prev_p = -1;
+        prev_e = e;
+        bool ended = false;
+        for (int c = 0; c < tn; c++) {
+            const int p = tile_rows[t * tn + c];
+            if (p < 0) {
+                ended = true;
+                continue;
+            }
+            if (ended || p >= pairs || ids[p] != e || p <= prev_p) return 1;
+            seen[p]++;
+            prev_p = p;
+        }
+        if (tile_rows[t * tn] < 0) return 1;  // no empty tile
+    }
+    for (int s : seen)
+        if (s != 1) return 1;
+    return 0;
+}
+
+template <typename B> static int check_grouped(const char *name, int block_len, One one, WideId id2, WideId id4) {
+    int bad = 0;
+    for (int trial = 0; trial < 4; trial++) {
+        const int ne = 3 + (int)(rng() % 6), m = 1 + (int)(rng() % 24);
+        const int nb = 1 + (int)(rng() % (block_len == 32 ? 12 : 3)), nb32 = nb * block_len / 32;
+        const int tokens = 5 + (int)(rng() % 30), per = (trial % 2) ? 1 + (int)(rng() % 3) : 0;
+        const int pairs = per ? tokens * per : tokens + 3, arows = per ? tokens : pairs;
+        const int rpc = 1 << (rng() % 3);
+        std::vector<std::vector<B>> w(ne);
+        std::vector<unsigned long long> table(ne);
+        for (int e = 0; e < ne; e++) {
+            w[e] = random_blocks<B>((size_t)m * nb);
+            table[e] = (unsigned long long)(uintptr_t)w[e].data();
+        }
+        std::vector<block_q8_1> a(arows * nb32);
+        for (auto &b : a) {
+            fill(b);
+            b.d = random_half(5, 12);
+            b.s = random_half(5, 12);
+        }
+        // Skewed: expert 0 takes about half the pairs, so its tiles fill; others few.
+        std::vector<int> ids(pairs);
+        for (auto &v : ids) v = rng() % 2 ? 0 : (int)(rng() % ne);
+        std::vector<float> want(pairs * m, NAN);
+        for (int pr = 0; pr < pairs; pr++) {
+            const int row = per ? pr / per : pr;
+            launch((m + rpc - 1) / rpc, 1, WARP, MMVQ_WARPS,
+                   [&] { one(w[ids[pr]].data(), &a[row * nb32], &want[pr * m], nullptr, nb, m, rpc); });
+        }
+        for (int nt : {2, 4}) {
+            const int tn = 8 * nt, tiles_max = (pairs + tn - 1) / tn + std::min(ne, pairs);
+            std::vector<int> tile_expert(tiles_max, -7), tile_rows(tiles_max * tn, -7), n_tiles(1, -7);
+            launch(1, 1, 64, 1, [&] {
+                moe_tiles(ids.data(), pairs, ne, tn, tile_expert.data(), tile_rows.data(), n_tiles.data());
+            });
+            if (check_tiles(ids, ne, tn, tile_expert, tile_rows, n_tiles[0], tiles_max) && bad++ < 3)
+                std::printf("moe_tiles: ne=%d pairs=%d tn=%d: the tiles are wrong\n", ne, pairs, tn);
+            std::vector<float> got(pairs * m, NAN);
+            launch((m + WIDE_ROWS - 1) / WIDE_ROWS, tiles_max, WARP, MMVQ_WARPS / rpc, [&] {
+                (nt == 2 ? id2 : id4)(table.data(), tile_expert.data(), tile_rows.data(), n_tiles.data(), ne,
+                                      a.data(), got.data(), nb, m, per, rpc);
+            });
+            if (std::memcmp(got.data(), want.data(), got.size() * 4) != 0 && bad++ < 3)
+                std::printf("mmvq_wide %s %d id: ne=%d m=%d nb=%d pairs=%d per=%d rpc=%d differs from the one-row "
+                            "matvec\n",
+                            name, nt, ne, m, nb, pairs, per, rpc);
+        }
+    }
+    std::printf("moe_tiles + mmvq_wide %s id: %s\n", name, bad ? "MISMATCH" : "ok");
+    return bad;
+}
+
 static float as_f32(float v) { return v; }
 static __half as_f16(float v) { return __float2half(v); }
 static __nv_bfloat16 as_bf16(float v) {
@@ -272,5 +362,9 @@ int main() {
            check_id<block_q4_K>("q4_K", 256, (One)mmvq_q4_K_1, mmvq_q4_K_id) +
            check_id<block_q5_K>("q5_K", 256, (One)mmvq_q5_K_1, mmvq_q5_K_id) +
            check_id<block_q6_K>("q6_K", 256, (One)mmvq_q6_K_1, mmvq_q6_K_id);
+    bad += check_grouped<block_q4_0>("q4_0", 32, (One)mmvq_q4_0_1, mmvq_wide_q4_0_2_id, mmvq_wide_q4_0_4_id) +
+           check_grouped<block_q8_0>("q8_0", 32, (One)mmvq_q8_0_1, mmvq_wide_q8_0_2_id, mmvq_wide_q8_0_4_id) +
+           check_grouped<block_q4_K>("q4_K", 256, (One)mmvq_q4_K_1, mmvq_wide_q4_K_2_id, mmvq_wide_q4_K_4_id) +
+           check_grouped<block_q6_K>("q6_K", 256, (One)mmvq_q6_K_1, mmvq_wide_q6_K_2_id, mmvq_wide_q6_K_4_id);
     return bad ? 1 : 0;
 }

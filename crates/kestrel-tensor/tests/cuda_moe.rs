@@ -217,11 +217,15 @@ fn weight(dtype: DType, m: usize, k: usize, seed: u64) -> Tensor {
     cuda_common::weight_of(dtype, m, k, &random_in(m * k, seed, -1.0, 1.0))
 }
 
-#[test]
-fn each_pair_gets_its_experts_bits() {
-    let Some(dev) = device() else { return };
-    let (ne, tokens, k, m, width) = (5usize, 3usize, 2usize, 40usize, 256usize);
-    // Logits that make token t choose experts (t + 1) % 5, then (t + 3) % 5.
+/// Routes `tokens` tokens of 5 experts, 2 each (token t: experts (t + 1) % 5, then (t + 3) % 5),
+/// then checks every pair's projection by its expert (a row a token, and a row a pair) against
+/// that expert's matmul of the row alone, bit for bit, for quantized and float experts; returns
+/// the routing, its ids and weights.
+fn route_and_check_pairs(
+    dev: &CudaDevice,
+    tokens: usize,
+) -> (kestrel_tensor::cuda::DeviceRoutes, Vec<i32>, Vec<f32>) {
+    let (ne, k, m, width) = (5usize, 2usize, 40usize, 256usize);
     let mut logits = vec![0f32; tokens * ne];
     let mut want_ids = Vec::new();
     for t in 0..tokens {
@@ -240,7 +244,7 @@ fn each_pair_gets_its_experts_bits() {
     };
     let mut routes = dev.new_routes(tokens * k).unwrap();
     dev.moe_route(
-        &upload(&dev, tokens, ne, &logits),
+        &upload(dev, tokens, ne, &logits),
         &spec,
         (None, None),
         &mut routes,
@@ -249,10 +253,10 @@ fn each_pair_gets_its_experts_bits() {
     let (ids, wts) = dev.routes_to_host(&routes).unwrap();
     assert_eq!(ids, want_ids);
     let x = random_in(tokens * width, 5, -2.0, 2.0);
-    let dx = upload(&dev, tokens, width, &x);
+    let dx = upload(dev, tokens, width, &x);
     let pairs = tokens * k;
     let px = random_in(pairs * width, 6, -2.0, 2.0);
-    let dpx = upload(&dev, pairs, width, &px);
+    let dpx = upload(dev, pairs, width, &px);
     for dtype in [
         DType::Q4K,
         DType::Q8_0,
@@ -270,16 +274,16 @@ fn each_pair_gets_its_experts_bits() {
             let mut out = dev.zeros_f32(Shape::matrix(pairs, m).unwrap()).unwrap();
             dev.matmul_experts(input, (&table, &routes), per_token, &mut out, None)
                 .unwrap();
-            let got = download(&dev, &out);
-            let xs = download(&dev, input);
+            let got = download(dev, &out);
+            let xs = download(dev, input);
             for p in 0..pairs {
                 let row = if per_token { p / k } else { p };
                 assert!(row < rows);
-                let one = upload(&dev, 1, width, &xs[row * width..(row + 1) * width]);
+                let one = upload(dev, 1, width, &xs[row * width..(row + 1) * width]);
                 let mut alone = dev.zeros_f32(Shape::matrix(1, m).unwrap()).unwrap();
                 let e = table.expert(ids[p] as usize).unwrap();
                 dev.matmul(&one, e, &mut alone).unwrap();
-                let want = download(&dev, &alone);
+                let want = download(dev, &alone);
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(
                     bits(&got[p * m..(p + 1) * m]),
@@ -289,6 +293,18 @@ fn each_pair_gets_its_experts_bits() {
             }
         }
     }
+    (routes, ids, wts)
+}
+
+#[test]
+fn each_pair_gets_its_experts_bits() {
+    let Some(dev) = device() else { return };
+    let (ne, tokens, k, m, width) = (5usize, 3usize, 2usize, 40usize, 256usize);
+    // 3 tokens take the per-pair matvec; 24 (from 8) the pairs grouped by expert into tiles
+    // for the tensor-core matvec: the same bits.
+    route_and_check_pairs(&dev, 24);
+    let (routes, ids, wts) = route_and_check_pairs(&dev, tokens);
+    let pairs = tokens * k;
     // Scales and biases by each pair's expert, then the weighted slot sum.
     let base = random_in(pairs * m, 9, -3.0, 3.0);
     let scales = random_in(ne, 10, 0.5, 2.0);
@@ -324,6 +340,8 @@ fn each_pair_gets_its_experts_bits() {
         .expert_table(vec![dev.upload(&weight(DType::Q8_0, m, width, 3)).unwrap()])
         .unwrap();
     let mut o = dev.zeros_f32(Shape::matrix(pairs, m).unwrap()).unwrap();
+    // A row a pair where the projection takes a row a token.
+    let dpx = upload(&dev, pairs, width, &random_in(pairs * width, 6, -2.0, 2.0));
     assert!(dev
         .matmul_experts(&dpx, (&table, &routes), true, &mut o, None)
         .is_err());

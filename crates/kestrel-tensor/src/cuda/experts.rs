@@ -10,7 +10,7 @@
 use cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
 
 use super::engine::{cfg, driver, elementwise_cfg, f32_only, grid_for, i32_of, no_scratch_err};
-use super::matvec::{mmvq_rows_per_cta, MMVQ_WARPS};
+use super::matvec::{mmvq_rows_per_cta, wide_enabled, wide_ntiles, MMVQ_WARPS, WIDE_ROWS};
 use super::routing::{RouteGating, RouteSpec};
 use super::{CudaDevice, DeviceTensor, Q8Ticket};
 use crate::error::{Result, TensorError};
@@ -60,6 +60,14 @@ pub struct DeviceRoutes {
     weights: CudaSlice<f32>,
     rows: usize,
     k: usize,
+    /// The pairs grouped by expert into tiles (`moe_tiles`), for the grouped matvec: each
+    /// tile's expert, its pairs (-1 past the last), the tile count (on the device).
+    tile_expert: CudaSlice<i32>,
+    tile_rows: CudaSlice<i32>,
+    n_tiles: CudaSlice<i32>,
+    /// The tile size and expert count the last routing's tiles were built for (`None`: not
+    /// built; a step of few tokens takes the per-pair matvec).
+    tiled: Option<(usize, usize)>,
 }
 
 impl DeviceRoutes {
@@ -89,6 +97,48 @@ fn gating_code(g: RouteGating) -> i32 {
         RouteGating::Sigmoid => 1,
         RouteGating::SoftmaxWeight => 2,
     }
+}
+
+/// Most pairs a routing groups into tiles (`MOE_MAX_PAIRS` in kernels/moe.cu).
+const MAX_TILED_PAIRS: usize = 4096;
+
+/// Tiles of `tn` that `pairs` pairs over `ne` experts can take: every expert's last tile may be
+/// part-full.
+fn tiles_bound(pairs: usize, ne: usize, tn: usize) -> usize {
+    pairs.div_ceil(tn) + ne.min(pairs)
+}
+
+/// Tokens from which a routed step groups its pairs by expert for the tensor-core matvec (each
+/// expert read once a tile of pairs) instead of the per-pair matvec (each read once a pair);
+/// the same bits either way. 8 by default, `KESTREL_CUDA_MOE_GROUPED=N` another (0: never).
+fn grouped_min_tokens() -> usize {
+    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| {
+        match std::env::var("KESTREL_CUDA_MOE_GROUPED")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            Some(0) => usize::MAX,
+            Some(n) => n,
+            None => 8,
+        }
+    })
+}
+
+/// The grouped tensor-core matvec of a weight type with `nt` n-tiles.
+fn wide_id_name(dtype: DType, nt: usize) -> Option<&'static str> {
+    let names = match dtype {
+        DType::Q4K => ["mmvq_wide_q4_K_2_id", "mmvq_wide_q4_K_4_id"],
+        DType::Q5K => ["mmvq_wide_q5_K_2_id", "mmvq_wide_q5_K_4_id"],
+        DType::Q6K => ["mmvq_wide_q6_K_2_id", "mmvq_wide_q6_K_4_id"],
+        DType::Q4_0 => ["mmvq_wide_q4_0_2_id", "mmvq_wide_q4_0_4_id"],
+        DType::Q4_1 => ["mmvq_wide_q4_1_2_id", "mmvq_wide_q4_1_4_id"],
+        DType::Q5_0 => ["mmvq_wide_q5_0_2_id", "mmvq_wide_q5_0_4_id"],
+        DType::Q5_1 => ["mmvq_wide_q5_1_2_id", "mmvq_wide_q5_1_4_id"],
+        DType::Q8_0 => ["mmvq_wide_q8_0_2_id", "mmvq_wide_q8_0_4_id"],
+        _ => return None,
+    };
+    Some(names[usize::from(nt == 4)])
 }
 
 /// The indirect matvec of a weight type.
@@ -190,11 +240,23 @@ impl CudaDevice {
             .stream
             .alloc_zeros::<f32>(n)
             .map_err(|e| self.alloc_error(n * 4, e))?;
+        let ints = |len: usize| {
+            self.stream
+                .alloc_zeros::<i32>(len.max(1))
+                .map_err(|e| self.alloc_error(len * 4, e))
+        };
+        // Tiles of 16 or 32 pairs (the tensor-core matvec's 2 or 4 n-tiles), any expert count.
+        let tiles = tiles_bound(n, n, 16);
+        let rows = (tiles * 16).max(tiles_bound(n, n, 32) * 32);
         Ok(DeviceRoutes {
             ids,
             weights,
             rows: 0,
             k: 0,
+            tile_expert: ints(tiles)?,
+            tile_rows: ints(rows)?,
+            n_tiles: ints(1)?,
+            tiled: None,
         })
     }
 
@@ -241,6 +303,7 @@ impl CudaDevice {
         }
         routes.rows = rows;
         routes.k = k;
+        routes.tiled = None;
         if rows == 0 {
             return Ok(());
         }
@@ -271,6 +334,34 @@ impl CudaDevice {
         // (checked); ne, k and the groups within the kernel's bounds (spec checked).
         unsafe { b.launch(cfg(grid_for(rows, 1)?, (32, 1))) }
             .map_err(driver("launch moe_route"))?;
+        if rows >= grouped_min_tokens() && rows * k <= MAX_TILED_PAIRS && wide_enabled() {
+            self.moe_tiles(routes, ne, 8 * wide_ntiles())?;
+        }
+        Ok(())
+    }
+
+    /// Groups the routed pairs by expert into tiles of `tn` (`moe_tiles`), for the grouped
+    /// matvec.
+    fn moe_tiles(&self, routes: &mut DeviceRoutes, ne: usize, tn: usize) -> Result<()> {
+        const OP: &str = "cuda moe_tiles";
+        let pairs = routes.pairs();
+        let [p_i, ne_i, tn_i] = [pairs, ne, tn].map(|v| i32_of(OP, v));
+        let (p_i, ne_i, tn_i) = (p_i?, ne_i?, tn_i?);
+        let f = self.func("moe_tiles")?;
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&routes.ids)
+            .arg(&p_i)
+            .arg(&ne_i)
+            .arg(&tn_i)
+            .arg(&mut routes.tile_expert)
+            .arg(&mut routes.tile_rows)
+            .arg(&mut routes.n_tiles);
+        // SAFETY: ids hold `pairs` values (at most MAX_TILED_PAIRS, the kernel's shared
+        // array), ne is at most MAX_ROUTED_EXPERTS (the spec was checked), and the tile buffers
+        // hold tiles_bound(pairs, ne, tn) tiles of tn (new_routes sized them for any expert
+        // count and both tile sizes).
+        unsafe { b.launch(cfg(1, (256, 1))) }.map_err(driver("launch moe_tiles"))?;
+        routes.tiled = Some((tn, ne));
         Ok(())
     }
 
@@ -353,6 +444,45 @@ impl CudaDevice {
             });
         }
         let per = if per_token { routes.k } else { 0 };
+        if let Some((tn, ne)) = routes.tiled.filter(|&(_, ne)| ne == table.len()) {
+            if let Some(wide) = wide_id_name(w.dtype, tn / 8) {
+                let (mut guard, issued) = self.q8_input(x, ticket, rows, k)?;
+                let scratch = guard.as_mut().ok_or_else(no_scratch_err)?;
+                let a = scratch.slice(0..rows * (k / 32) * Q8_1_BYTES);
+                let [ne_i, nb_i, m_i, per_i] = [ne, k / wblock, m, per].map(|v| i32_of(OP, v));
+                let (ne_i, nb_i, m_i, per_i) = (ne_i?, nb_i?, m_i?, per_i?);
+                let rpc = mmvq_rows_per_cta();
+                let rpc_i = rpc as i32;
+                let f = self.func(wide)?;
+                let mut b = self.stream.launch_builder(f);
+                b.arg(&table.ptrs)
+                    .arg(&routes.tile_expert)
+                    .arg(&routes.tile_rows)
+                    .arg(&routes.n_tiles)
+                    .arg(&ne_i)
+                    .arg(&a)
+                    .arg(&mut out.buf)
+                    .arg(&nb_i)
+                    .arg(&m_i)
+                    .arg(&per_i)
+                    .arg(&rpc_i);
+                let launch = cudarc::driver::LaunchConfig {
+                    grid_dim: (
+                        grid_for(m, WIDE_ROWS)?,
+                        tiles_bound(pairs, ne, tn) as u32,
+                        1,
+                    ),
+                    block_dim: (32, MMVQ_WARPS / rpc, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: the tiles (moe_tiles, for this routing and expert count) name pairs
+                // below `pairs` and experts below ne, at most tiles_bound of them (CTAs past
+                // the count return); the table holds ne matrices of m × nb blocks, `a` the
+                // rows' Q8_1 activations, `out` pairs × m f32 (checked).
+                unsafe { b.launch(launch) }.map_err(driver("launch mmvq_wide_id"))?;
+                return Ok(issued);
+            }
+        }
         if matches!(w.dtype, DType::F32 | DType::F16 | DType::BF16) {
             self.matvec_float_experts(name, x, (table, routes), out, (k, m, per))?;
             return Ok(None);

@@ -42,7 +42,7 @@ pub(super) fn mmvq_rows_per_cta() -> u32 {
 /// n-tiles. Default 2: ~120-160 registers a thread (ptxas, sm_90), so three or four CTAs fit an
 /// SM; 4 reads each weight tile once per 32 activation rows instead of 16 but takes ~200-250
 /// registers. Unmeasured so far: the first GPU run compares both.
-fn wide_ntiles() -> usize {
+pub(super) fn wide_ntiles() -> usize {
     static FORCED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *FORCED.get_or_init(|| {
         std::env::var("KESTREL_CUDA_WIDE_NT")
@@ -55,7 +55,7 @@ fn wide_ntiles() -> usize {
 
 /// Whether the tensor-core matvec is on (`KESTREL_CUDA_WIDE=0` turns it off: 9-64 rows then
 /// take the `__dp4a` matvec in launches of 8, the same bits, each weight read once per 8).
-fn wide_enabled() -> bool {
+pub(super) fn wide_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("KESTREL_CUDA_WIDE").map_or(true, |v| v != "0"))
 }
@@ -91,7 +91,7 @@ fn wide_name(dtype: DType, nt: usize) -> Option<&'static str> {
 }
 
 /// Weight rows a CTA of the tensor-core matvec takes (`WIDE_ROWS` in kernels/mmvq_wide.cu).
-const WIDE_ROWS: usize = 16;
+pub(super) const WIDE_ROWS: usize = 16;
 
 macro_rules! mmvq_names {
     ($t:literal) => {

@@ -1,7 +1,8 @@
 //! A MoE layer routed on the device (steps of up to 64 rows): the router's logits stay on the
 //! GPU, `moe_route` picks each token's experts and weights there (the CPU's rule), each
-//! (token, slot) pair's projections read its expert through the indirect matvec, and the pairs'
-//! outputs are summed by their weights into the token's row. No copy back, no host ids: the
+//! (token, slot) pair's projections read its expert through the indirect matvec (from 8 tokens
+//! the pairs grouped by expert into tiles for the tensor-core matvec, each expert read once a
+//! tile), and the pairs' outputs are summed by their weights into the token's row. No copy back, no host ids: the
 //! step can be captured in a CUDA graph.
 //!
 //! Each pair's projections have the bits of the host path's (its expert's one-row matvec, the
