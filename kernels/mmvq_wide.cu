@@ -21,7 +21,8 @@
 //
 // Layout as mmvq.cu: `w` m rows of `nb` blocks; `a` ncols rows of `nb·ABLK` Q8_1 blocks;
 // `out[c * m + r]` (+ `add[c * m + r]`). Launch: block (32, MMVQ_WARPS / rpc), grid
-// (ceil(m / 16), ceil(ncols / (8·NT))); `rpc` the one the matvec of one row would take.
+// (ceil(m / 16), ceil(ncols / (8·NT))) (the `_id` form: y at least the tiles' count); `rpc` the
+// one the matvec of one row would take.
 #include "mma.cuh"
 #include "mmvq.cuh"
 

@@ -171,6 +171,11 @@ for v in KESTREL_CUDA_WIDE_NT=4 KESTREL_CUDA_MMVQ_RPC=1 KESTREL_CUDA_MMVQ_RPC=4;
         status=1
     fi
     grep -E "^test result|FAILED|panicked" "$out/cuda_wide-$v.log" | head -5
+    # The MoE matvecs take the same settings (tiles of 32 pairs under WIDE_NT=4).
+    if ! env "$v" timeout "$step" .gpu/cuda_moe --test-threads 1 each_pair >"$out/cuda_moe-$v.log" 2>&1; then
+        status=1
+    fi
+    grep -E "^test result|FAILED|panicked" "$out/cuda_moe-$v.log" | head -5
 done
 # The f16-operand GEMM (opt-in) against the same bounds: informational, not part of the status.
 [ "${GPU_RUN_F16:-1}" != 0 ] && {

@@ -144,6 +144,25 @@ static int check_route() {
 typedef void (*One)(const void *, const block_q8_1 *, float *, const float *, int, int, int);
 typedef void (*Id)(const unsigned long long *, const int *, int, const block_q8_1 *, float *, int, int, int, int);
 
+// `ne` experts of `m` rows of `nb` random blocks, the table of their addresses, and `n` random
+// Q8_1 activation blocks.
+template <typename B> struct Experts {
+    std::vector<std::vector<B>> w;
+    std::vector<unsigned long long> table;
+    std::vector<block_q8_1> a;
+    Experts(int ne, int m, int nb, int n) : w(ne), table(ne), a(n) {
+        for (int e = 0; e < ne; e++) {
+            w[e] = random_blocks<B>((size_t)m * nb);
+            table[e] = (unsigned long long)(uintptr_t)w[e].data();
+        }
+        for (auto &b : a) {
+            fill(b);
+            b.d = random_half(5, 12);
+            b.s = random_half(5, 12);
+        }
+    }
+};
+
 // Every pair's output row against its expert's one-row matvec of its activation row.
 template <typename B> static int check_id(const char *name, int block_len, One one, Id id) {
     int bad = 0;
@@ -153,18 +172,8 @@ template <typename B> static int check_id(const char *name, int block_len, One o
         const int tokens = 1 + (int)(rng() % 3), k = (trial % 2) ? 1 + (int)(rng() % 3) : 0;
         const int pairs = k ? tokens * k : tokens + 2, arows = k ? tokens : pairs;
         const int rpc = 1 << (rng() % 3);
-        std::vector<std::vector<B>> w(ne);
-        std::vector<unsigned long long> table(ne);
-        for (int e = 0; e < ne; e++) {
-            w[e] = random_blocks<B>((size_t)m * nb);
-            table[e] = (unsigned long long)(uintptr_t)w[e].data();
-        }
-        std::vector<block_q8_1> a(arows * nb32);
-        for (auto &b : a) {
-            fill(b);
-            b.d = random_half(5, 12);
-            b.s = random_half(5, 12);
-        }
+        const Experts<B> x(ne, m, nb, arows * nb32);
+        const auto &[w, table, a] = x;
         std::vector<int> ids(pairs);
         for (auto &v : ids) v = (int)(rng() % ne);
         std::vector<float> got(pairs * m, NAN), want(pairs * m, NAN);
@@ -261,18 +270,8 @@ template <typename B> static int check_grouped(const char *name, int block_len, 
         const int tokens = 5 + (int)(rng() % 30), per = (trial % 2) ? 1 + (int)(rng() % 3) : 0;
         const int pairs = per ? tokens * per : tokens + 3, arows = per ? tokens : pairs;
         const int rpc = 1 << (rng() % 3);
-        std::vector<std::vector<B>> w(ne);
-        std::vector<unsigned long long> table(ne);
-        for (int e = 0; e < ne; e++) {
-            w[e] = random_blocks<B>((size_t)m * nb);
-            table[e] = (unsigned long long)(uintptr_t)w[e].data();
-        }
-        std::vector<block_q8_1> a(arows * nb32);
-        for (auto &b : a) {
-            fill(b);
-            b.d = random_half(5, 12);
-            b.s = random_half(5, 12);
-        }
+        const Experts<B> x(ne, m, nb, arows * nb32);
+        const auto &[w, table, a] = x;
         // Skewed: expert 0 takes about half the pairs, so its tiles fill; others few.
         std::vector<int> ids(pairs);
         for (auto &v : ids) v = rng() % 2 ? 0 : (int)(rng() % ne);

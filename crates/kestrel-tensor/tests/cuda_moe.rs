@@ -300,10 +300,13 @@ fn route_and_check_pairs(
 fn each_pair_gets_its_experts_bits() {
     let Some(dev) = device() else { return };
     let (ne, tokens, k, m, width) = (5usize, 3usize, 2usize, 40usize, 256usize);
-    // 3 tokens take the per-pair matvec; 24 (from 8) the pairs grouped by expert into tiles
-    // for the tensor-core matvec: the same bits.
-    route_and_check_pairs(&dev, 24);
+    // 3 tokens take the per-pair matvec; 60 (from 8) the pairs grouped by expert into tiles
+    // for the tensor-core matvec (24 pairs an expert: two tiles of 16, or one of 32 under
+    // KESTREL_CUDA_WIDE_NT=4): the same bits.
+    let (grouped, ..) = route_and_check_pairs(&dev, 60);
+    assert!(grouped.grouped(), "60 tokens are grouped by expert");
     let (routes, ids, wts) = route_and_check_pairs(&dev, tokens);
+    assert!(!routes.grouped(), "3 tokens take the per-pair matvec");
     let pairs = tokens * k;
     // Scales and biases by each pair's expert, then the weighted slot sum.
     let base = random_in(pairs * m, 9, -3.0, 3.0);

@@ -10,7 +10,9 @@
 use cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
 
 use super::engine::{cfg, driver, elementwise_cfg, f32_only, grid_for, i32_of, no_scratch_err};
-use super::matvec::{mmvq_rows_per_cta, wide_enabled, wide_ntiles, MMVQ_WARPS, WIDE_ROWS};
+use super::matvec::{
+    mmvq_rows_per_cta, wide_enabled, wide_name, wide_ntiles, MMVQ_WARPS, WIDE_ROWS,
+};
 use super::routing::{RouteGating, RouteSpec};
 use super::{CudaDevice, DeviceTensor, Q8Ticket};
 use crate::error::{Result, TensorError};
@@ -86,6 +88,12 @@ impl DeviceRoutes {
         self.ids.len()
     }
 
+    /// Whether the last routing grouped its pairs by expert for the tensor-core matvec (a
+    /// step of enough tokens; the per-pair matvec otherwise, with the same bits).
+    pub fn grouped(&self) -> bool {
+        self.tiled.is_some()
+    }
+
     fn pairs(&self) -> usize {
         self.rows * self.k
     }
@@ -123,22 +131,6 @@ fn grouped_min_tokens() -> usize {
             None => 8,
         }
     })
-}
-
-/// The grouped tensor-core matvec of a weight type with `nt` n-tiles.
-fn wide_id_name(dtype: DType, nt: usize) -> Option<&'static str> {
-    let names = match dtype {
-        DType::Q4K => ["mmvq_wide_q4_K_2_id", "mmvq_wide_q4_K_4_id"],
-        DType::Q5K => ["mmvq_wide_q5_K_2_id", "mmvq_wide_q5_K_4_id"],
-        DType::Q6K => ["mmvq_wide_q6_K_2_id", "mmvq_wide_q6_K_4_id"],
-        DType::Q4_0 => ["mmvq_wide_q4_0_2_id", "mmvq_wide_q4_0_4_id"],
-        DType::Q4_1 => ["mmvq_wide_q4_1_2_id", "mmvq_wide_q4_1_4_id"],
-        DType::Q5_0 => ["mmvq_wide_q5_0_2_id", "mmvq_wide_q5_0_4_id"],
-        DType::Q5_1 => ["mmvq_wide_q5_1_2_id", "mmvq_wide_q5_1_4_id"],
-        DType::Q8_0 => ["mmvq_wide_q8_0_2_id", "mmvq_wide_q8_0_4_id"],
-        _ => return None,
-    };
-    Some(names[usize::from(nt == 4)])
 }
 
 /// The indirect matvec of a weight type.
@@ -241,13 +233,16 @@ impl CudaDevice {
             .alloc_zeros::<f32>(n)
             .map_err(|e| self.alloc_error(n * 4, e))?;
         let ints = |len: usize| {
+            let len = len.max(1);
             self.stream
-                .alloc_zeros::<i32>(len.max(1))
+                .alloc_zeros::<i32>(len)
                 .map_err(|e| self.alloc_error(len * 4, e))
         };
-        // Tiles of 16 or 32 pairs (the tensor-core matvec's 2 or 4 n-tiles), any expert count.
-        let tiles = tiles_bound(n, n, 16);
-        let rows = (tiles * 16).max(tiles_bound(n, n, 32) * 32);
+        // Tiles of 16 or 32 pairs (the tensor-core matvec's 2 or 4 n-tiles), any expert count,
+        // for as many pairs as a routing groups.
+        let t = n.min(MAX_TILED_PAIRS);
+        let tiles = tiles_bound(t, t, 16);
+        let rows = (tiles * 16).max(tiles_bound(t, t, 32) * 32);
         Ok(DeviceRoutes {
             ids,
             weights,
@@ -334,7 +329,8 @@ impl CudaDevice {
         // (checked); ne, k and the groups within the kernel's bounds (spec checked).
         unsafe { b.launch(cfg(grid_for(rows, 1)?, (32, 1))) }
             .map_err(driver("launch moe_route"))?;
-        if rows >= grouped_min_tokens() && rows * k <= MAX_TILED_PAIRS && wide_enabled() {
+        let tiles_fit = rows * k <= MAX_TILED_PAIRS.min(routes.capacity());
+        if rows >= grouped_min_tokens() && tiles_fit && wide_enabled() {
             self.moe_tiles(routes, ne, 8 * wide_ntiles())?;
         }
         Ok(())
@@ -445,7 +441,7 @@ impl CudaDevice {
         }
         let per = if per_token { routes.k } else { 0 };
         if let Some((tn, ne)) = routes.tiled.filter(|&(_, ne)| ne == table.len()) {
-            if let Some(wide) = wide_id_name(w.dtype, tn / 8) {
+            if let Some(wide) = wide_name(w.dtype, tn / 8, true) {
                 let (mut guard, issued) = self.q8_input(x, ticket, rows, k)?;
                 let scratch = guard.as_mut().ok_or_else(no_scratch_err)?;
                 let a = scratch.slice(0..rows * (k / 32) * Q8_1_BYTES);

@@ -74,20 +74,32 @@ fn wide_max() -> usize {
     })
 }
 
-/// The tensor-core matvec of a weight type with `nt` n-tiles (`mmvq_wide_<type>_<nt>`).
-fn wide_name(dtype: DType, nt: usize) -> Option<&'static str> {
+macro_rules! wide_names {
+    ($t:literal) => {
+        [
+            concat!("mmvq_wide_", $t, "_2"),
+            concat!("mmvq_wide_", $t, "_4"),
+            concat!("mmvq_wide_", $t, "_2_id"),
+            concat!("mmvq_wide_", $t, "_4_id"),
+        ]
+    };
+}
+
+/// The tensor-core matvec of a weight type with `nt` n-tiles (`mmvq_wide_<type>_<nt>`), or its
+/// grouped mixture-of-experts form (`grouped`: `mmvq_wide_<type>_<nt>_id`).
+pub(super) fn wide_name(dtype: DType, nt: usize, grouped: bool) -> Option<&'static str> {
     let names = match dtype {
-        DType::Q4K => ["mmvq_wide_q4_K_2", "mmvq_wide_q4_K_4"],
-        DType::Q5K => ["mmvq_wide_q5_K_2", "mmvq_wide_q5_K_4"],
-        DType::Q6K => ["mmvq_wide_q6_K_2", "mmvq_wide_q6_K_4"],
-        DType::Q4_0 => ["mmvq_wide_q4_0_2", "mmvq_wide_q4_0_4"],
-        DType::Q4_1 => ["mmvq_wide_q4_1_2", "mmvq_wide_q4_1_4"],
-        DType::Q5_0 => ["mmvq_wide_q5_0_2", "mmvq_wide_q5_0_4"],
-        DType::Q5_1 => ["mmvq_wide_q5_1_2", "mmvq_wide_q5_1_4"],
-        DType::Q8_0 => ["mmvq_wide_q8_0_2", "mmvq_wide_q8_0_4"],
+        DType::Q4K => wide_names!("q4_K"),
+        DType::Q5K => wide_names!("q5_K"),
+        DType::Q6K => wide_names!("q6_K"),
+        DType::Q4_0 => wide_names!("q4_0"),
+        DType::Q4_1 => wide_names!("q4_1"),
+        DType::Q5_0 => wide_names!("q5_0"),
+        DType::Q5_1 => wide_names!("q5_1"),
+        DType::Q8_0 => wide_names!("q8_0"),
         _ => return None,
     };
-    Some(names[usize::from(nt == 4)])
+    Some(names[usize::from(nt == 4) + 2 * usize::from(grouped)])
 }
 
 /// Weight rows a CTA of the tensor-core matvec takes (`WIDE_ROWS` in kernels/mmvq_wide.cu).
@@ -324,7 +336,7 @@ impl CudaDevice {
     fn wide_applies(&self, dtype: DType, n: usize) -> bool {
         (MAX_MATVEC_ROWS + 1..=wide_max()).contains(&n)
             && wide_enabled()
-            && wide_name(dtype, 4).is_some()
+            && wide_name(dtype, 4, false).is_some()
     }
 
     /// The tensor-core matvec (`kernels/mmvq_wide.cu`) of `n` rows (shapes checked by
@@ -342,7 +354,7 @@ impl CudaDevice {
     ) -> Result<Option<Q8Ticket>> {
         const OP: &str = "cuda matmul";
         let nt = wide_ntiles();
-        let name = wide_name(w.dtype, nt).ok_or(TensorError::UnsupportedDType {
+        let name = wide_name(w.dtype, nt, false).ok_or(TensorError::UnsupportedDType {
             op: OP,
             dtype: w.dtype,
         })?;

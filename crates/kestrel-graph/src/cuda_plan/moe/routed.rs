@@ -2,8 +2,8 @@
 //! GPU, `moe_route` picks each token's experts and weights there (the CPU's rule), each
 //! (token, slot) pair's projections read its expert through the indirect matvec (from 8 tokens
 //! the pairs grouped by expert into tiles for the tensor-core matvec, each expert read once a
-//! tile), and the pairs' outputs are summed by their weights into the token's row. No copy back, no host ids: the
-//! step can be captured in a CUDA graph.
+//! tile), and the pairs' outputs are summed by their weights into the token's row. No copy
+//! back, no host ids: the step can be captured in a CUDA graph.
 //!
 //! Each pair's projections have the bits of the host path's (its expert's one-row matvec, the
 //! same scale, bias, activation and slot-ordered sum); the routing weights may differ from the

@@ -57,6 +57,11 @@ impl DeviceRoutes {
     pub fn capacity(&self) -> usize {
         match self.never {}
     }
+
+    /// Whether the last routing grouped its pairs by expert.
+    pub fn grouped(&self) -> bool {
+        match self.never {}
+    }
 }
 
 impl CudaDevice {
