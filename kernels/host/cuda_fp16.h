@@ -1,22 +1,21 @@
 // Host stand-in for the CUDA headers (cuda_fp16.h; cuda_bf16.h includes it), so that kernel
 // files compile with g++ and run on the CPU for `mmvq_check.cpp`: the CUDA keywords, __half,
-// int4, the integer SIMD intrinsics the kernels use, and a SIMT emulation of one CTA (each
-// thread a host thread, warp shuffles through a per-warp barrier). Not CUDA: it checks the
+// int4, the integer SIMD intrinsics the kernels use, and a SIMT emulation of one CTA (simt.h:
+// each thread a fiber, warp shuffles through a per-warp barrier). Not CUDA: it checks the
 // kernels' index arithmetic and numerics without a GPU, not their speed or memory model.
 #pragma once
 // The kernel headers give device-only code (inline PTX) a host form when this is defined.
 #define KESTREL_HOST_STANDIN 1
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <math.h>
 #include <memory>
-#include <thread>
 #include <vector>
+#include "simt.h"
 
 #define __device__
 #define __global__
@@ -24,8 +23,8 @@
 #define __launch_bounds__(x)
 // One CTA runs at a time, so a function-local static is that CTA's shared memory.
 #define __shared__ static
-// Dynamic shared memory (common.cuh): 64 KiB, static.
-#define DYNAMIC_SHARED(T, name) static T name[65536 / sizeof(T)]
+// Dynamic shared memory (common.cuh): 227 KiB (an sm_90 CTA's most), static.
+#define DYNAMIC_SHARED(T, name) static T name[232448 / sizeof(T)]
 
 struct __half {
     uint16_t x;
@@ -85,23 +84,6 @@ inline unsigned __vsub4(unsigned a, unsigned b) {
     return r;
 }
 
-struct Dim3 {
-    unsigned x = 0, y = 0, z = 0;
-};
-inline thread_local Dim3 threadIdx, blockIdx;
-inline Dim3 blockDim, gridDim;
-
-// One warp's exchange slots; every lane of a warp must reach each shuffle (as on the GPU with a
-// full mask).
-struct WarpExchange {
-    explicit WarpExchange(std::ptrdiff_t lanes) : bar(lanes) {}
-    std::barrier<> bar;
-    float slot[32];
-    int islot[3][32];  // mma operands (mma.cuh)
-};
-inline thread_local WarpExchange *tl_warp = nullptr;
-inline thread_local std::barrier<> *tl_block = nullptr;
-
 inline void __syncthreads() { tl_block->arrive_and_wait(); }
 // CTAs run one after another here, so memory is coherent and atomics need no more than this.
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
@@ -131,20 +113,18 @@ inline void __syncwarp(unsigned = 0xffffffffu) { tl_warp->bar.arrive_and_wait();
 
 inline float __shfl_xor_sync(unsigned, float v, int o) {
     const int lane = (int)threadIdx.x % 32;
-    tl_warp->slot[lane] = v;
+    float *slots = tl_warp->fslot[simt::next_phase()];
+    slots[lane] = v;
     tl_warp->bar.arrive_and_wait();
-    const float r = tl_warp->slot[lane ^ o];
-    tl_warp->bar.arrive_and_wait();
-    return r;
+    return slots[lane ^ o];
 }
 
 inline int __shfl_xor_sync(unsigned, int v, int o) {
     const int lane = (int)threadIdx.x % 32;
-    tl_warp->islot[1][lane] = v;
+    int *slots = tl_warp->ishf[simt::next_phase()];
+    slots[lane] = v;
     tl_warp->bar.arrive_and_wait();
-    const int r = tl_warp->islot[1][lane ^ o];
-    tl_warp->bar.arrive_and_wait();
-    return r;
+    return slots[lane ^ o];
 }
 
 // The lanes whose `v` equals this lane's, as a mask (every lane of the warp must call it).
@@ -163,34 +143,8 @@ inline int __popc(unsigned x) { return __builtin_popcount(x); }
 
 inline float __shfl_sync(unsigned, float v, int src) {
     const int lane = (int)threadIdx.x % 32;
-    tl_warp->slot[lane] = v;
+    float *slots = tl_warp->fslot[simt::next_phase()];
+    slots[lane] = v;
     tl_warp->bar.arrive_and_wait();
-    const float r = tl_warp->slot[src];
-    tl_warp->bar.arrive_and_wait();
-    return r;
-}
-
-// Runs `kernel` over a grid of (gx, gy) CTAs of (bx, by) threads, one CTA at a time.
-inline void launch(unsigned gx, unsigned gy, unsigned bx, unsigned by, const std::function<void()> &kernel) {
-    gridDim = {gx, gy, 1};
-    blockDim = {bx, by, 1};
-    const unsigned n = bx * by;
-    for (unsigned cy = 0; cy < gy; cy++)
-        for (unsigned cx = 0; cx < gx; cx++) {
-            std::vector<std::unique_ptr<WarpExchange>> warps;
-            for (unsigned w = 0; w < (n + 31) / 32; w++)
-                warps.push_back(std::make_unique<WarpExchange>((std::ptrdiff_t)std::min(32u, n - 32 * w)));
-            std::barrier<> block((std::ptrdiff_t)n);
-            std::vector<std::thread> threads;
-            for (unsigned y = 0; y < by; y++)
-                for (unsigned x = 0; x < bx; x++)
-                    threads.emplace_back([&, x, y] {
-                        blockIdx = {cx, cy, 0};
-                        threadIdx = {x, y, 0};
-                        tl_warp = warps[(y * bx + x) / 32].get();
-                        tl_block = &block;
-                        kernel();
-                    });
-            for (auto &t : threads) t.join();
-        }
+    return slots[src];
 }
