@@ -22,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use crate::{cargo_with, run, workspace_root};
 
 /// The CUDA test targets: (package, test target, features).
-const TESTS: &[(&str, &str)] = &[
+pub const TESTS: &[(&str, &str)] = &[
     ("kestrel-tensor", "cuda_kernels"),
     ("kestrel-tensor", "cuda_elementwise"),
     ("kestrel-tensor", "cuda_attention"),

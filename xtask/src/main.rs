@@ -8,6 +8,8 @@
 //! - `kernels [--check]`: compile `kernels/*.cu` to the committed PTX with NVRTC (or check it
 //!   is fresh)
 //! - `gpu-pack`: build the CUDA tests and a CUDA `kestrel` into `.gpu/` for the GPU machine
+//! - `gpu-emu [TEST...] [-- FILTER...]`: the CUDA tests on an emulated device (no GPU): the
+//!   kernels built for the host behind a stand-in driver and cuBLAS
 //! - `archs`: llama.cpp's random-weight file of every architecture, kestrel's logits on each
 //!   against llama.cpp's, and the table in docs/architectures.md
 //! - `bench [MODEL...]`: kestrel bench on the test models, interleaved with llama-bench when
@@ -15,6 +17,7 @@
 
 mod archs;
 mod bench;
+mod emu;
 mod fetch;
 mod gpu;
 mod kernels;
@@ -91,6 +94,15 @@ enum Task {
     /// Build the CUDA test executables and a `--features cuda` kestrel, stripped, into .gpu/
     /// for the GPU test machine (run there with `bash xtask/gpu-run.sh`; docs/gpu.md).
     GpuPack,
+    /// Run the CUDA tests on an emulated device (no GPU needed): every kernel built for the
+    /// host and a stand-in CUDA driver and cuBLAS (kernels/host/emu), in target/cuda-emu/.
+    GpuEmu {
+        /// CUDA test targets (e.g. cuda_kernels); default: all of them.
+        tests: Vec<String>,
+        /// Test name filters for the test executables.
+        #[arg(last = true)]
+        filters: Vec<String>,
+    },
     /// Write llama.cpp's random-weight file of every architecture (`test-llama-archs`, found
     /// with LLAMA_ARCHS, next to LLAMA_BENCH, or in ~/llama-ref) for each set of the golden
     /// logits, compare kestrel's logits with llama.cpp's on each, write the table to
@@ -116,6 +128,7 @@ fn main() -> ExitCode {
         Task::ModelsPath { model } => models_path(model.as_deref()),
         Task::Kernels { check } => kernels::kernels(check),
         Task::GpuPack => gpu::gpu_pack(),
+        Task::GpuEmu { tests, filters } => emu::gpu_emu(&tests, &filters),
         Task::Archs => archs::archs(&workspace_root()),
         Task::Bench {
             models,

@@ -1,0 +1,137 @@
+//! `cargo xtask gpu-emu [TEST...] [-- FILTER...]`: the CUDA tests on an emulated device, no GPU
+//! needed. Builds kernels/host/emu (every kernel compiled for the host through the stand-in
+//! headers, and the driver API and cuBLAS calls cudarc makes, answered on the host) into
+//! `target/cuda-emu/` under the names cudarc opens (`libcuda.so`, `libcublas.so`), then runs the
+//! CUDA test targets with that folder first on the library path and `KESTREL_REQUIRE_GPU=1`, so
+//! a test that would skip without a GPU fails instead.
+//!
+//! What it checks that the host checks cannot: the launch code (argument order and types, grid
+//! shapes, buffer sizes and offsets), the plans, graph capture and replay, the scheduler over a
+//! device block pool, against the CPU engine as on a GPU. Not speed, not the memory model: work
+//! runs in submission order, one kernel at a time, one CTA at a time.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+use anyhow::{bail, Context, Result};
+
+use crate::{cargo_with, gpu, run, workspace_root};
+
+/// Where the emulator library lands (with the generated kernel table).
+pub fn emu_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), PathBuf::from)
+        .join("cuda-emu")
+}
+
+fn newest(paths: impl IntoIterator<Item = PathBuf>) -> SystemTime {
+    paths
+        .into_iter()
+        .filter_map(|p| fs::metadata(p).and_then(|m| m.modified()).ok())
+        .max()
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+fn files_in(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default()
+}
+
+/// Builds the emulator library unless it is newer than every source it is built from.
+pub fn build_emulator() -> Result<PathBuf> {
+    let root = workspace_root();
+    let kernels = root.join("kernels");
+    let ptx = root.join("crates/kestrel-tensor/src/cuda/ptx");
+    let out = emu_dir();
+    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let lib = out.join("libcuda.so");
+    let sources = [
+        files_in(&kernels),
+        files_in(&kernels.join("host")),
+        files_in(&kernels.join("host/emu")),
+        files_in(&ptx),
+    ]
+    .concat();
+    let built = fs::metadata(&lib).and_then(|m| m.modified()).ok();
+    if built.is_none_or(|t| t < newest(sources)) {
+        // The kernel table: every entry of the compute_90 PTX the engine loads.
+        let mut inc = String::new();
+        let mut modules: Vec<PathBuf> = files_in(&ptx)
+            .into_iter()
+            .filter(|p| p.to_string_lossy().ends_with(".sm_90.ptx"))
+            .collect();
+        modules.sort();
+        for m in &modules {
+            let text = fs::read_to_string(m).with_context(|| format!("reading {}", m.display()))?;
+            for name in text.split(".entry ").skip(1).filter_map(|s| s.split('(').next()) {
+                inc.push_str(&format!("KERNEL({})\n", name.trim()));
+            }
+        }
+        if inc.is_empty() {
+            bail!("gpu-emu: no kernel entries in {}", ptx.display());
+        }
+        fs::write(out.join("kernels.inc"), inc)?;
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        println!("gpu-emu: building {} (about 20 s)", lib.display());
+        let status = Command::new(&cxx)
+            .args(["-std=c++20", "-O2", "-fPIC", "-shared", "-fvisibility=hidden"])
+            // As the host checks: no contraction the device would not do.
+            .args(["-ffp-contract=off", "-pthread", "-I"])
+            .arg(kernels.join("host"))
+            .arg("-I")
+            .arg(&out)
+            .arg("-o")
+            .arg(&lib)
+            .arg(kernels.join("host/emu/kernels.cpp"))
+            .arg(kernels.join("host/emu/driver.cpp"))
+            .status()
+            .with_context(|| format!("running {cxx} (set CXX to a C++20 compiler)"))?;
+        if !status.success() {
+            bail!("gpu-emu: building the emulator failed ({status})");
+        }
+    }
+    let blas = out.join("libcublas.so");
+    if !blas.exists() {
+        std::os::unix::fs::symlink("libcuda.so", &blas)
+            .with_context(|| format!("linking {}", blas.display()))?;
+    }
+    Ok(out)
+}
+
+/// Sets the environment that puts the emulated device in front of any real driver.
+pub fn on_emulator(cmd: &mut Command, dir: &Path) {
+    let mut path = dir.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        path.push(":");
+        path.push(old);
+    }
+    cmd.env("LD_LIBRARY_PATH", path)
+        .env("KESTREL_REQUIRE_GPU", "1");
+}
+
+/// Runs the CUDA test targets named in `tests` (all of them when empty) on the emulator, with
+/// `filters` passed to each test executable.
+pub fn gpu_emu(tests: &[String], filters: &[String]) -> Result<()> {
+    let dir = build_emulator()?;
+    let chosen: Vec<&(&str, &str)> = gpu::TESTS
+        .iter()
+        .filter(|(_, t)| tests.is_empty() || tests.iter().any(|n| n == t))
+        .collect();
+    if chosen.is_empty() {
+        let names: Vec<&str> = gpu::TESTS.iter().map(|(_, t)| *t).collect();
+        bail!("gpu-emu: no CUDA test named {tests:?} (there are {names:?})");
+    }
+    for (package, test) in chosen {
+        println!("==> gpu-emu: {package} {test}");
+        let mut cmd = cargo_with(&[
+            "test", "--release", "-p", package, "--features", "cuda", "--test", test, "--",
+        ]);
+        cmd.args(filters);
+        on_emulator(&mut cmd, &dir);
+        run(&mut cmd)?;
+    }
+    Ok(())
+}
