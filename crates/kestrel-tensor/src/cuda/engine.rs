@@ -411,10 +411,15 @@ impl CudaDevice {
     /// # Errors
     /// Out of memory or a driver error.
     pub fn upload(&self, t: &Tensor) -> Result<DeviceTensor> {
-        let buf = self
-            .stream
-            .clone_htod(t.as_bytes())
-            .map_err(|e| self.alloc_error(t.nbytes(), e))?;
+        // The driver refuses an allocation of 0 bytes (cuMemAlloc's CUDA_ERROR_INVALID_VALUE):
+        // an empty tensor (a state of no history, say) gets one byte, never read.
+        let buf = if t.nbytes() == 0 {
+            self.alloc(0)?
+        } else {
+            self.stream
+                .clone_htod(t.as_bytes())
+                .map_err(|e| self.alloc_error(t.nbytes(), e))?
+        };
         Ok(DeviceTensor {
             dtype: t.dtype(),
             shape: t.shape(),
