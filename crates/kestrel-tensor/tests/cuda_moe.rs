@@ -21,14 +21,20 @@ fn device() -> Option<CudaDevice> {
     cuda_common::device("MoE routing")
 }
 
-/// Whether two neighbouring scores of a sorted run are near but not equal: the device's `expf`
-/// (within 2 ulps) and warp-tree sums may order them the other way. Equal scores come from
-/// equal inputs, and tie to the lower expert on both.
-fn near_tie(sorted: impl Iterator<Item = f32> + Clone) -> bool {
+/// Whether two neighbouring scores of a sorted run (each with its probability) are near but
+/// not equal: the device's `expf` (within 2 ulps), warp-tree sums and reciprocal put a
+/// probability within about 6e-7 of the host's (relative), and adding a selection bias rounds
+/// once more, so scores closer than 4e-6 of their probability plus 4 ulps of their own size
+/// may order the other way. Equal scores come from equal inputs, and tie to the lower expert
+/// on both.
+fn near_tie(sorted: impl Iterator<Item = (f32, f32)> + Clone) -> bool {
     sorted
         .clone()
         .zip(sorted.skip(1))
-        .any(|(a, b)| a != b && (a - b).abs() <= 1e-5 * a.abs().max(1.0))
+        .any(|((a, pa), (b, pb))| {
+            let tol = 4e-6 * pa.abs().max(pb.abs()) + 4.0 * f32::EPSILON * a.abs().max(b.abs());
+            a != b && (a - b).abs() <= tol
+        })
 }
 
 /// kestrel-graph's `moe::route` for one row (f64 sums, sorted order): the ids, the weights,
@@ -57,29 +63,34 @@ fn route_ref(
     let mut fragile = false;
     if let Some((groups, used)) = p.groups {
         let per = ne / groups;
-        let mut order: Vec<(usize, f32)> = (0..groups)
+        // Each group's score (its two best) and their probabilities.
+        let mut order: Vec<(usize, f32, f32)> = (0..groups)
             .map(|g| {
-                let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-                for &v in &score[g * per..(g + 1) * per] {
-                    if v > a {
+                let (mut a, mut b) = (usize::MAX, usize::MAX);
+                for e in g * per..(g + 1) * per {
+                    if a == usize::MAX || score[e] > score[a] {
                         b = a;
-                        a = v;
-                    } else if v > b {
-                        b = v;
+                        a = e;
+                    } else if b == usize::MAX || score[e] > score[b] {
+                        b = e;
                     }
                 }
-                (g, a + b)
+                (g, score[a] + score[b], pr[a] + pr[b])
             })
             .collect();
         order.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
-        fragile |= near_tie(order[..(used + 1).min(groups)].iter().map(|g| g.1));
-        for &(g, _) in &order[used..] {
+        fragile |= near_tie(order[..(used + 1).min(groups)].iter().map(|g| (g.1, g.2)));
+        for &(g, _, _) in &order[used..] {
             score[g * per..(g + 1) * per].fill(f32::NEG_INFINITY);
         }
     }
     let mut idx: Vec<usize> = (0..ne).collect();
     idx.sort_by(|&a, &b| score[b].total_cmp(&score[a]).then(a.cmp(&b)));
-    fragile |= near_tie(idx[..(p.n_used + 1).min(ne)].iter().map(|&e| score[e]));
+    fragile |= near_tie(
+        idx[..(p.n_used + 1).min(ne)]
+            .iter()
+            .map(|&e| (score[e], pr[e])),
+    );
     let ids: Vec<i32> = idx[..p.n_used].iter().map(|&e| e as i32).collect();
     let mut w: Vec<f32> = idx[..p.n_used].iter().map(|&e| pr[e]).collect();
     if p.gating == RouteGating::SoftmaxWeight {
