@@ -66,7 +66,11 @@ pub fn build_emulator() -> Result<PathBuf> {
         modules.sort();
         for m in &modules {
             let text = fs::read_to_string(m).with_context(|| format!("reading {}", m.display()))?;
-            for name in text.split(".entry ").skip(1).filter_map(|s| s.split('(').next()) {
+            for name in text
+                .split(".entry ")
+                .skip(1)
+                .filter_map(|s| s.split('(').next())
+            {
                 inc.push_str(&format!("KERNEL({})\n", name.trim()));
             }
         }
@@ -77,7 +81,13 @@ pub fn build_emulator() -> Result<PathBuf> {
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
         println!("gpu-emu: building {} (about 20 s)", lib.display());
         let status = Command::new(&cxx)
-            .args(["-std=c++20", "-O2", "-fPIC", "-shared", "-fvisibility=hidden"])
+            .args([
+                "-std=c++20",
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-fvisibility=hidden",
+            ])
             // As the host checks: no contraction the device would not do.
             .args(["-ffp-contract=off", "-pthread", "-I"])
             .arg(kernels.join("host"))
@@ -127,7 +137,15 @@ pub fn gpu_emu(tests: &[String], filters: &[String]) -> Result<()> {
     for (package, test) in chosen {
         println!("==> gpu-emu: {package} {test}");
         let mut cmd = cargo_with(&[
-            "test", "--release", "-p", package, "--features", "cuda", "--test", test, "--",
+            "test",
+            "--release",
+            "-p",
+            package,
+            "--features",
+            "cuda",
+            "--test",
+            test,
+            "--",
         ]);
         cmd.args(filters);
         on_emulator(&mut cmd, &dir);
