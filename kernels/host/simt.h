@@ -21,6 +21,13 @@
 #include <vector>
 #include <sys/mman.h>
 
+// AddressSanitizer (the emulated device's memory check, `KESTREL_EMU_ASAN=1`) is told of each
+// stack switch, so it tracks the fibers' stacks instead of reporting them.
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define SIMT_ASAN 1
+#endif
+
 struct Dim3 {
     unsigned x = 0, y = 0, z = 0;
 };
@@ -121,13 +128,24 @@ struct Fiber {
 struct State {
     std::vector<Fiber> fibers;  // grown, reused by every CTA and launch
     void *sched_sp = nullptr;
+    const void *sched_bottom = nullptr;  // the scheduler's stack, for AddressSanitizer
+    std::size_t sched_size = 0;
     unsigned cur = 0;
     bool progress = false;
     const std::function<void()> *body = nullptr;
 };
 inline State state;
 
-inline void yield() { kestrel_simt_switch(&state.fibers[state.cur].sp, state.sched_sp); }
+inline void yield() {
+#ifdef SIMT_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, state.sched_bottom, state.sched_size);
+    kestrel_simt_switch(&state.fibers[state.cur].sp, state.sched_sp);
+    __sanitizer_finish_switch_fiber(fake, &state.sched_bottom, &state.sched_size);
+#else
+    kestrel_simt_switch(&state.fibers[state.cur].sp, state.sched_sp);
+#endif
+}
 
 // A barrier of `expected` threads (a warp's lanes or a CTA's threads).
 struct Barrier {
@@ -197,6 +215,9 @@ inline Cta cta;
 
 // A fiber's life: run the kernel body for each CTA it is given, then park.
 [[noreturn]] inline void entry() {
+#ifdef SIMT_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &state.sched_bottom, &state.sched_size);
+#endif
     for (;;) {
         (*state.body)();
         Fiber &f = state.fibers[state.cur];
@@ -266,7 +287,14 @@ inline void run_cta(Dim3 b, Dim3 block) {
             threadIdx = {f.x, f.y, f.z};
             tl_warp = &cta.warps[f.warp];
             tl_block = &cta.block;
+#ifdef SIMT_ASAN
+            void *fake = nullptr;
+            __sanitizer_start_switch_fiber(&fake, static_cast<char *>(f.base) + 4096, STACK);
             kestrel_simt_switch(&state.sched_sp, f.sp);
+            __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+            kestrel_simt_switch(&state.sched_sp, f.sp);
+#endif
             if (f.done) remaining--;
         }
         if (!state.progress && remaining > 0) {

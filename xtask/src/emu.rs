@@ -5,6 +5,10 @@
 //! CUDA test targets with that folder first on the library path and `KESTREL_REQUIRE_GPU=1`, so
 //! a test that would skip without a GPU fails instead.
 //!
+//! With `KESTREL_EMU_ASAN=1` the library is built with AddressSanitizer (in
+//! `target/cuda-emu-asan/`) and the tests run with it preloaded: a kernel that reads or writes
+//! past a device allocation is reported, as compute-sanitizer's memcheck does on a GPU.
+//!
 //! What it checks that the host checks cannot: the launch code (argument order and types, grid
 //! shapes, buffer sizes and offsets), the plans, graph capture and replay, the scheduler over a
 //! device block pool, against the CPU engine as on a GPU. Not speed, not the memory model: work
@@ -19,11 +23,16 @@ use anyhow::{bail, Context, Result};
 
 use crate::{cargo_with, gpu, run, workspace_root};
 
+/// Whether the emulator is built with AddressSanitizer (`KESTREL_EMU_ASAN=1`).
+fn asan() -> bool {
+    std::env::var("KESTREL_EMU_ASAN").is_ok_and(|v| v == "1")
+}
+
 /// Where the emulator library lands (with the generated kernel table).
 pub fn emu_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| workspace_root().join("target"), PathBuf::from)
-        .join("cuda-emu")
+        .join(if asan() { "cuda-emu-asan" } else { "cuda-emu" })
 }
 
 fn newest(paths: impl IntoIterator<Item = PathBuf>) -> SystemTime {
@@ -80,7 +89,11 @@ pub fn build_emulator() -> Result<PathBuf> {
         fs::write(out.join("kernels.inc"), inc)?;
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
         println!("gpu-emu: building {} (about 20 s)", lib.display());
-        let status = Command::new(&cxx)
+        let mut cmd = Command::new(&cxx);
+        if asan() {
+            cmd.args(["-fsanitize=address", "-fno-omit-frame-pointer"]);
+        }
+        let status = cmd
             .args([
                 "-std=c++20",
                 "-O2",
@@ -111,8 +124,10 @@ pub fn build_emulator() -> Result<PathBuf> {
     Ok(out)
 }
 
-/// Sets the environment that puts the emulated device in front of any real driver.
-pub fn on_emulator(cmd: &mut Command, dir: &Path) {
+/// Sets the environment that puts the emulated device in front of any real driver (and, for
+/// the AddressSanitizer build, preloads its runtime: the Rust executables are not built with
+/// it).
+pub fn on_emulator(cmd: &mut Command, dir: &Path) -> Result<()> {
     let mut path = dir.as_os_str().to_owned();
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
         path.push(":");
@@ -120,6 +135,21 @@ pub fn on_emulator(cmd: &mut Command, dir: &Path) {
     }
     cmd.env("LD_LIBRARY_PATH", path)
         .env("KESTREL_REQUIRE_GPU", "1");
+    if asan() {
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let out = Command::new(&cxx)
+            .arg("-print-file-name=libasan.so")
+            .output()
+            .with_context(|| format!("asking {cxx} where libasan.so is"))?;
+        let lib = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !Path::new(&lib).is_absolute() {
+            bail!("gpu-emu: {cxx} knows no libasan.so (KESTREL_EMU_ASAN=1 needs it)");
+        }
+        // Leaks are not device errors (the test harness and cudarc keep some to the end).
+        cmd.env("LD_PRELOAD", lib)
+            .env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1");
+    }
+    Ok(())
 }
 
 /// Runs the CUDA test targets named in `tests` (all of them when empty) on the emulator, with
@@ -148,7 +178,7 @@ pub fn gpu_emu(tests: &[String], filters: &[String]) -> Result<()> {
             "--",
         ]);
         cmd.args(filters);
-        on_emulator(&mut cmd, &dir);
+        on_emulator(&mut cmd, &dir)?;
         run(&mut cmd)?;
     }
     Ok(())

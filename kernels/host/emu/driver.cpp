@@ -234,9 +234,10 @@ CUresult allocate(std::uintptr_t *p, std::size_t n) {
     if (n == 0) return INVALID_VALUE;  // as cuMemAlloc documents
     std::lock_guard<std::mutex> g(mu);
     if (used + n > total_memory()) return OUT_OF_MEMORY;
-    const std::size_t rounded = (n + 255) / 256 * 256;
-    void *m = std::aligned_alloc(256, rounded);
-    if (!m) return OUT_OF_MEMORY;
+    // 256-byte aligned as cuMemAlloc's, and exactly `n` bytes: under AddressSanitizer a kernel
+    // reading or writing past an allocation is reported (compute-sanitizer's memcheck here).
+    void *m = nullptr;
+    if (posix_memalign(&m, 256, n) != 0) return OUT_OF_MEMORY;
     *p = (std::uintptr_t)m;
     device_allocs[*p] = n;
     used += n;
