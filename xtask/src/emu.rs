@@ -183,3 +183,29 @@ pub fn gpu_emu(tests: &[String], filters: &[String]) -> Result<()> {
     }
     Ok(())
 }
+
+/// The CUDA test targets `cargo xtask test` runs on the emulator (debug build, as the step
+/// before it builds them): the kernel-level ones that finish in a few minutes on two cores.
+/// The tensor-core matvec's (`cuda_wide`, ~6 minutes emulated) and the whole-model targets
+/// (tens of minutes) run with `cargo xtask gpu-emu`.
+pub const CI_TESTS: &[&str] = &[
+    "cuda_kernels",
+    "cuda_elementwise",
+    "cuda_attention",
+    "cuda_kv_q8",
+    "cuda_ssm",
+    "cuda_rope",
+    "cuda_moe",
+];
+
+/// `cargo xtask test`'s step: [`CI_TESTS`] on the emulated device.
+pub fn ci_emulated() -> Result<()> {
+    let dir = build_emulator()?;
+    let mut args = vec!["test", "-p", "kestrel-tensor", "--features", "cuda"];
+    for t in CI_TESTS {
+        args.extend(["--test", t]);
+    }
+    let mut cmd = cargo_with(&args);
+    on_emulator(&mut cmd, &dir)?;
+    run(&mut cmd)
+}

@@ -305,7 +305,7 @@ fn test() -> Result<()> {
             "cuda_architectures",
         ]),
     ];
-    let total = commands.len() + 7;
+    let total = commands.len() + 8;
     step(1, total, "fetch-models", || {
         fetch::fetch_models(&[], fetch::Options::default())
     })?;
@@ -321,6 +321,12 @@ fn test() -> Result<()> {
     for (i, mut cmd) in commands.into_iter().enumerate() {
         step(i + 5, total, &describe(&cmd), || run(&mut cmd))?;
     }
+    step(
+        total - 2,
+        total,
+        "CUDA kernel tests on the emulated device (kernels built for the host, no GPU)",
+        emu::ci_emulated,
+    )?;
     step(
         total - 1,
         total,
