@@ -57,6 +57,7 @@ static_assert(sizeof(block_q8_1) == 36, "block_q8_1 is 36 bytes");
 #define GRID_STRIDE(i, n) \
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 
+#ifndef KESTREL_HOST_STANDIN
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -68,6 +69,12 @@ __device__ __forceinline__ float warp_max(float v) {
     for (int o = WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
+#else
+// The same butterflies in one exchange (the host stand-in's `warp_butterfly`: the same
+// additions in the same order, so the same bits).
+inline float warp_sum(float v) { return warp_butterfly(v, [](float a, float b) { return a + b; }); }
+inline float warp_max(float v) { return warp_butterfly(v, [](float a, float b) { return fmaxf(a, b); }); }
+#endif
 
 // Sum over a block of up to 1024 threads (blockDim.x a multiple of 32); every thread gets it.
 // `shared` holds 32 floats.

@@ -127,6 +127,26 @@ inline int __shfl_xor_sync(unsigned, int v, int o) {
     return slots[lane ^ o];
 }
 
+// A warp's xor butterfly `for (o = 16; o > 0; o /= 2) v = op(v, __shfl_xor_sync(.., v, o))`
+// through one exchange instead of five: each lane computes, from the 32 inputs, the value the
+// butterfly leaves it (after offsets 16..o its value is op(its own after 16..2o, lane ^ o's
+// after 16..2o)), with the same operations in the same order, so the same bits.
+namespace simt {
+template <class Op>
+inline float butterfly(const float *x, int lane, int o, Op op) {
+    if (o == 32) return x[lane];
+    return op(butterfly(x, lane, o * 2, op), butterfly(x, lane ^ o, o * 2, op));
+}
+}  // namespace simt
+template <class Op>
+inline float warp_butterfly(float v, Op op) {
+    const int lane = (int)threadIdx.x % 32;
+    float *slots = tl_warp->fslot[simt::next_phase()];
+    slots[lane] = v;
+    tl_warp->bar.arrive_and_wait();
+    return simt::butterfly(slots, lane, 1, op);
+}
+
 // The lanes whose `v` equals this lane's, as a mask (every lane of the warp must call it).
 inline unsigned __match_any_sync(unsigned, int v) {
     const int lane = (int)threadIdx.x % 32;

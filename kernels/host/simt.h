@@ -266,15 +266,23 @@ inline void run_cta(Dim3 b, Dim3 block) {
     for (unsigned w = 0; w < nwarps; w++) cta.warps[w].bar.reset((int)std::min(32u, n - 32 * w));
     cta.block.reset((int)n);
     grow(n);
+    unsigned x = 0, y = 0, z = 0;
     for (unsigned i = 0; i < n; i++) {
         Fiber &f = state.fibers[i];
         f.done = false;
         f.phase = 0;
         f.waiting = nullptr;
-        f.x = i % block.x;
-        f.y = (i / block.x) % block.y;
-        f.z = i / (block.x * block.y);
+        f.x = x;
+        f.y = y;
+        f.z = z;
         f.warp = i / 32;
+        if (++x == block.x) {
+            x = 0;
+            if (++y == block.y) {
+                y = 0;
+                z++;
+            }
+        }
     }
     blockIdx = b;
     unsigned remaining = n;
