@@ -160,7 +160,9 @@ fn deepseek2_in_both_forms_runs_on_the_gpu_as_on_the_cpu() {
     for stem in ["deepseek2-moe-h4", "deepseek2-moe-h4-kvb"] {
         let (base, v) = files::variant(stem).unwrap();
         let model = v.model(&skeletons[base], 1, 0.1);
-        let vocab = kestrel_arch::DecoderConfig::from_model(&model).unwrap().n_vocab as u32;
+        let vocab = kestrel_arch::DecoderConfig::from_model(&model)
+            .unwrap()
+            .n_vocab as u32;
         let prompt: Vec<u32> = (0..16).map(|i| (i * 37 + 3) % vocab).collect();
         let cpu = last_logits(&model, &prompt, "cpu").unwrap();
         let gpu = last_logits(&model, &prompt, "cuda").unwrap();
