@@ -93,6 +93,9 @@ struct Func {
 
 struct Module {
     std::vector<std::string> entries;
+    // One handle a function, as the driver gives (an attribute set through one handle holds
+    // for every launch of the function); freed with the module.
+    std::map<std::string, Func> funcs;
 };
 
 std::mutex mu;  // the allocation map, the streams, and one kernel at a time
@@ -453,9 +456,10 @@ API CUresult cuModuleUnload(void *m) {
     return OK;
 }
 API CUresult cuModuleGetFunction(void **f, void *module, const char *name) {
-    const auto &entries = static_cast<Module *>(module)->entries;
-    if (std::find(entries.begin(), entries.end(), name) == entries.end()) return NOT_FOUND;
-    *f = new Func{emu::find_kernel(name)};
+    Module &m = *static_cast<Module *>(module);
+    if (std::find(m.entries.begin(), m.entries.end(), name) == m.entries.end()) return NOT_FOUND;
+    std::lock_guard<std::mutex> g(mu);
+    *f = &m.funcs.try_emplace(name, Func{emu::find_kernel(name)}).first->second;
     return OK;
 }
 API CUresult cuFuncSetAttribute(void *f, int attrib, int value) {
