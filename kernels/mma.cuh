@@ -18,18 +18,19 @@ __device__ __forceinline__ void mma_s8_16816(int (&d)[4], int a0, int a1, int b0
 }
 #else
 inline void mma_s8_16816(int (&d)[4], int a0, int a1, int b0) {
-    const int lane = (int)threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    tl_warp->islot[0][lane] = a0;
-    tl_warp->islot[1][lane] = a1;
-    tl_warp->islot[2][lane] = b0;
-    tl_warp->bar.arrive_and_wait();
+    const int lane = simt::lane(), g = lane / 4, q = lane % 4;
+    WarpExchange &w = simt::warp();
+    w.islot[0][lane] = a0;
+    w.islot[1][lane] = a1;
+    w.islot[2][lane] = b0;
+    w.bar.arrive_and_wait();
     for (int e = 0; e < 4; e++) {
         const int row = g + 8 * (e / 2), col = 2 * q + e % 2;
         int sum = 0;
-        for (int w = 0; w < 4; w++)  // A row `row` words w, from lane (row % 8) * 4 + w
-            sum = __dp4a(tl_warp->islot[row / 8][(row % 8) * 4 + w], tl_warp->islot[2][col * 4 + w], sum);
+        for (int k = 0; k < 4; k++)  // A row `row` words k, from lane (row % 8) * 4 + k
+            sum = __dp4a(w.islot[row / 8][(row % 8) * 4 + k], w.islot[2][col * 4 + k], sum);
         d[e] = sum;
     }
-    tl_warp->bar.arrive_and_wait();
+    w.bar.arrive_and_wait();
 }
 #endif

@@ -21,10 +21,19 @@
 #define __global__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
-// One CTA runs at a time, so a function-local static is that CTA's shared memory.
-#define __shared__ static
-// Dynamic shared memory (common.cuh): 227 KiB (an sm_90 CTA's most), static.
-#define DYNAMIC_SHARED(T, name) static T name[232448 / sizeof(T)]
+// An OS thread runs one CTA at a time (simt.h), so a function-local thread_local is that CTA's
+// shared memory.
+#define __shared__ static thread_local
+// Dynamic shared memory (common.cuh): 227 KiB (an sm_90 CTA's most), one block per OS thread
+// for every kernel (kept out of the thread_local image, which holds every kernel's statics).
+namespace simt {
+inline void *dynamic_shared() {
+    static thread_local unsigned char *block = nullptr;
+    if (!block) block = static_cast<unsigned char *>(std::aligned_alloc(16, 232448));  // never freed
+    return block;
+}
+}  // namespace simt
+#define DYNAMIC_SHARED(T, name) T *const name = static_cast<T *>(simt::dynamic_shared())
 
 struct __half {
     uint16_t x;
@@ -32,9 +41,12 @@ struct __half {
 inline float __half2float(__half h) {
     const uint32_t s = (h.x >> 15) & 1, e = (h.x >> 10) & 31, m = h.x & 1023;
     float v;
-    if (e == 0) v = std::ldexp((float)m, -24);
+    if (e == 0) v = (float)m * 0x1p-24f;  // exact: a power of two times a small integer
     else if (e == 31) v = m ? NAN : INFINITY;
-    else v = std::ldexp((float)(m | 1024), (int)e - 25);
+    else {
+        const uint32_t bits = ((e + 112) << 23) | (m << 13);  // the same value as an f32
+        std::memcpy(&v, &bits, 4);
+    }
     return s ? -v : v;
 }
 
@@ -46,7 +58,7 @@ inline __half __float2half(float f) {
     if (ax >= 0x7F800000u) return __half{(uint16_t)(sign | 0x7C00u | (ax > 0x7F800000u ? 0x200u : 0))};
     if (ax >= 0x477FF000u) return __half{(uint16_t)(sign | 0x7C00u)};  // rounds past 65504
     if (ax < 0x38800000u) {  // subnormal f16 (or zero): value / 2^-24, rounded to nearest even
-        const float v = std::ldexp(std::fabs(f), 24);
+        const float v = std::fabs(f) * 0x1p24f;  // exact: no overflow below 2^-14
         return __half{(uint16_t)(sign | (uint32_t)std::nearbyint(v))};
     }
     const uint32_t e = (ax >> 23) - 112, m = ax & 0x7FFFFFu;
@@ -84,8 +96,8 @@ inline unsigned __vsub4(unsigned a, unsigned b) {
     return r;
 }
 
-inline void __syncthreads() { tl_block->arrive_and_wait(); }
-// CTAs run one after another here, so memory is coherent and atomics need no more than this.
+inline void __syncthreads() { simt::block().arrive_and_wait(); }
+// CTAs run on several OS threads: real atomics, and a fence for `__threadfence`.
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline unsigned atomicAdd(unsigned *p, unsigned v) {
     return std::atomic_ref<unsigned>(*p).fetch_add(v);
@@ -109,62 +121,67 @@ inline float __int_as_float(int i) {
 using std::max;
 using std::min;
 
-inline void __syncwarp(unsigned = 0xffffffffu) { tl_warp->bar.arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { simt::warp().bar.arrive_and_wait(); }
 
 inline float __shfl_xor_sync(unsigned, float v, int o) {
-    const int lane = (int)threadIdx.x % 32;
-    float *slots = tl_warp->fslot[simt::next_phase()];
+    const int lane = simt::lane();
+    float *slots = simt::warp().fslot[simt::next_phase()];
     slots[lane] = v;
-    tl_warp->bar.arrive_and_wait();
+    simt::warp().bar.arrive_and_wait();
     return slots[lane ^ o];
 }
 
 inline int __shfl_xor_sync(unsigned, int v, int o) {
-    const int lane = (int)threadIdx.x % 32;
-    int *slots = tl_warp->ishf[simt::next_phase()];
+    const int lane = simt::lane();
+    int *slots = simt::warp().ishf[simt::next_phase()];
     slots[lane] = v;
-    tl_warp->bar.arrive_and_wait();
+    simt::warp().bar.arrive_and_wait();
     return slots[lane ^ o];
 }
 
 // A warp's xor butterfly `for (o = 16; o > 0; o /= 2) v = op(v, __shfl_xor_sync(.., v, o))`
-// through one exchange instead of five: each lane computes, from the 32 inputs, the value the
-// butterfly leaves it (after offsets 16..o its value is op(its own after 16..2o, lane ^ o's
-// after 16..2o)), with the same operations in the same order, so the same bits.
-namespace simt {
-template <class Op>
-inline float butterfly(const float *x, int lane, int o, Op op) {
-    if (o == 32) return x[lane];
-    return op(butterfly(x, lane, o * 2, op), butterfly(x, lane ^ o, o * 2, op));
-}
-}  // namespace simt
+// through one exchange instead of five: the first lane past the barrier runs the five rounds
+// for all 32 lanes (after offsets 16..o a lane holds op(its own after 16..2o, lane ^ o's after
+// 16..2o)), with the same operations in the same order, so the same bits; each lane reads its own.
 template <class Op>
 inline float warp_butterfly(float v, Op op) {
-    const int lane = (int)threadIdx.x % 32;
-    float *slots = tl_warp->fslot[simt::next_phase()];
-    slots[lane] = v;
-    tl_warp->bar.arrive_and_wait();
-    return simt::butterfly(slots, lane, 1, op);
+    const int lane = simt::lane();
+    const unsigned p = simt::next_phase();
+    WarpExchange &w = simt::warp();
+    w.fslot[p][lane] = v;
+    w.fready[p] = false;
+    w.bar.arrive_and_wait();
+    if (!w.fready[p]) {
+        float cur[32], next[32];
+        for (int l = 0; l < 32; l++) cur[l] = w.fslot[p][l];
+        for (int o = 16; o > 0; o >>= 1) {
+            for (int l = 0; l < 32; l++) next[l] = op(cur[l], cur[l ^ o]);
+            for (int l = 0; l < 32; l++) cur[l] = next[l];
+        }
+        for (int l = 0; l < 32; l++) w.fout[p][l] = cur[l];
+        w.fready[p] = true;
+    }
+    return w.fout[p][lane];
 }
 
 // The lanes whose `v` equals this lane's, as a mask (every lane of the warp must call it).
 inline unsigned __match_any_sync(unsigned, int v) {
-    const int lane = (int)threadIdx.x % 32;
-    tl_warp->islot[0][lane] = v;
-    tl_warp->bar.arrive_and_wait();
+    const int lane = simt::lane();
+    simt::warp().islot[0][lane] = v;
+    simt::warp().bar.arrive_and_wait();
     unsigned m = 0;
     for (int l = 0; l < 32; l++)
-        if (tl_warp->islot[0][l] == v) m |= 1u << l;
-    tl_warp->bar.arrive_and_wait();
+        if (simt::warp().islot[0][l] == v) m |= 1u << l;
+    simt::warp().bar.arrive_and_wait();
     return m;
 }
 inline int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 
 inline float __shfl_sync(unsigned, float v, int src) {
-    const int lane = (int)threadIdx.x % 32;
-    float *slots = tl_warp->fslot[simt::next_phase()];
+    const int lane = simt::lane();
+    float *slots = simt::warp().fslot[simt::next_phase()];
     slots[lane] = v;
-    tl_warp->bar.arrive_and_wait();
+    simt::warp().bar.arrive_and_wait();
     return slots[src];
 }

@@ -1,23 +1,29 @@
-// The host stand-in's SIMT engine: a CTA's threads as fibers on the calling thread, switched at
-// barriers (warp shuffles, `__syncthreads`), one CTA after another. Fibers instead of host
-// threads because a shuffle is a barrier of 32 lanes: a switch costs nanoseconds where waking
-// an OS thread costs microseconds, so whole models run through the kernels (the emulated
-// driver, kernels/host/emu) and the host checks finish in seconds.
+// The host stand-in's SIMT engine: a CTA's threads as fibers on one OS thread, switched at
+// barriers (warp shuffles, `__syncthreads`); a launch's CTAs shared out among a few OS threads
+// (one per core; `KESTREL_SIMT_THREADS=N` sets how many, 1 for one CTA after another). Fibers
+// instead of an OS thread per CUDA thread because a shuffle is a barrier of 32 lanes: a switch
+// costs nanoseconds where waking an OS thread costs microseconds, so whole models run through
+// the kernels (the emulated driver, kernels/host/emu) and the host checks finish in seconds.
 //
 // Semantics kept from the GPU: a barrier waits for every thread of its warp or CTA that has not
-// exited (an exited thread leaves every barrier, as on sm_70+), shared memory is one array a
-// CTA (function-local statics: CTAs run one at a time), and a CTA whose threads all wait on a
-// barrier none can pass is reported as a deadlock (with the grid position) instead of hanging.
-// Not kept: concurrency between CTAs (a kernel that waits for another CTA would deadlock) and
-// the memory model.
+// exited (an exited thread leaves every barrier, as on sm_70+), shared memory is one array a CTA
+// (function-local thread_local statics: an OS thread runs one CTA at a time), CTAs of a launch
+// run concurrently and in no set order (the atomics are real atomics, `__threadfence` a fence),
+// and a CTA whose threads all wait on a barrier none can pass is reported as a deadlock (with
+// the grid position) instead of hanging. Not kept: a kernel that waits for another CTA to make
+// progress may deadlock (CTAs are not preempted), and the GPU's weaker memory model.
 #pragma once
 #include <cstddef>
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
+#include <condition_variable>
 #include <functional>
-#include <memory>
+#include <new>
+#include <mutex>
+#include <thread>
 #include <vector>
 #include <sys/mman.h>
 
@@ -31,10 +37,7 @@
 struct Dim3 {
     unsigned x = 0, y = 0, z = 0;
 };
-// One thread's coordinates, set by the scheduler each time it resumes a fiber (launches are
-// serialised, so plain globals serve every thread).
-inline Dim3 threadIdx, blockIdx;
-inline Dim3 blockDim, gridDim;
+struct WarpExchange;
 
 namespace simt {
 
@@ -110,42 +113,78 @@ kestrel_simt_switch:
 #error "the host stand-in's fibers need x86_64 or aarch64"
 #endif
 
-// Bytes of stack a thread (kernels keep small arrays in registers on the GPU; here on the stack).
-constexpr std::size_t STACK = 256 * 1024;
+// Bytes of stack a thread has at least (kernels keep small arrays in registers on the GPU; here
+// on the stack).
+constexpr std::size_t STACK = 64 * 1024;
+constexpr std::size_t PAGE = 4096;
+// A fiber's region, aligned to its size (address space only, mapped without reserve): a guard
+// page, the stack growing down from the fiber's header, the header, then an unused gap. Code
+// running on a fiber finds the header from its stack pointer (no thread_local on the hot path:
+// in the emulated driver, a shared library, each costs a call).
+constexpr std::size_t REGION = 128 * 1024;
+constexpr std::size_t HEADER = 256;  // bytes kept for a header
+// The gap: a different page and 64 bytes region by region, so that the headers and stack tops
+// every switch touches do not all fall in the same few cache sets.
+constexpr std::size_t COLOURS = 15, COLOUR_STEP = PAGE + 64;
+static_assert(PAGE + STACK + HEADER + (COLOURS - 1) * COLOUR_STEP <= REGION, "a fiber's region holds its stack");
+// Threads a CTA has at most (as on every GPU since sm_20), so warps a CTA has at most.
+constexpr unsigned MAX_THREADS = 1024, MAX_WARPS = MAX_THREADS / 32;
 
 struct Barrier;
+struct State;
 
+// What a fiber's code reads: its coordinates (threadIdx, blockIdx, blockDim, gridDim below),
+// its warp's exchange slots and its CTA's barrier, the scheduler it belongs to. Set at the start
+// of each CTA, in the fiber's header page.
 struct Fiber {
-    void *sp = nullptr;
-    void *base = nullptr;  // the mapping, a guard page first
-    bool done = true;
-    unsigned x = 0, y = 0, z = 0, warp = 0;
-    unsigned phase = 0;              // which exchange slots the thread's next shuffle uses
-    const Barrier *waiting = nullptr;  // the barrier it waits on (resumed once it moves on)
-    unsigned waiting_gen = 0;
+    Dim3 tid, bid, bdim, gdim;
+    unsigned index = 0;  // in the CTA, in thread order
+    unsigned lane = 0;
+    unsigned phase = 0;  // which exchange slots the thread's next shuffle uses
+    WarpExchange *wx = nullptr;
+    Barrier *block = nullptr;
+    State *os = nullptr;
 };
 
+// Where in the region at `base` its header lies (its stack's top).
+inline std::uintptr_t header_at(std::uintptr_t base) {
+    return base + REGION - HEADER - (base / REGION) % COLOURS * COLOUR_STEP;
+}
+
+// The running fiber's header.
+inline Fiber *self() {
+    std::uintptr_t sp;
+#if defined(__x86_64__)
+    asm("movq %%rsp, %0" : "=r"(sp));
+#else
+    asm("mov %0, sp" : "=r"(sp));
+#endif
+    return reinterpret_cast<Fiber *>(header_at(sp & ~static_cast<std::uintptr_t>(REGION - 1)));
+}
+
+// The scheduler's view of a fiber (contiguous, as the scheduler scans them).
+struct Slot {
+    void *sp = nullptr;
+    Fiber *f = nullptr;
+    void *base = nullptr;              // the region
+    const Barrier *waiting = nullptr;  // the barrier it waits on (resumed once it moves on)
+    unsigned waiting_gen = 0;
+    bool done = true;
+};
+
+// One OS thread's fibers and scheduler.
 struct State {
-    std::vector<Fiber> fibers;  // grown, reused by every CTA and launch
+    Slot *slots = nullptr;  // MAX_THREADS, their regions mapped as first needed
+    unsigned mapped = 0;    // slots with a region
     void *sched_sp = nullptr;
     const void *sched_bottom = nullptr;  // the scheduler's stack, for AddressSanitizer
     std::size_t sched_size = 0;
-    unsigned cur = 0;
-    bool progress = false;
+    bool from_sched = false;  // the next switch lands from the scheduler
+    unsigned n = 0;           // the running CTA's threads
+    unsigned remaining = 0;   // of which not exited
     const std::function<void()> *body = nullptr;
 };
-inline State state;
-
-inline void yield() {
-#ifdef SIMT_ASAN
-    void *fake = nullptr;
-    __sanitizer_start_switch_fiber(&fake, state.sched_bottom, state.sched_size);
-    kestrel_simt_switch(&state.fibers[state.cur].sp, state.sched_sp);
-    __sanitizer_finish_switch_fiber(fake, &state.sched_bottom, &state.sched_size);
-#else
-    kestrel_simt_switch(&state.fibers[state.cur].sp, state.sched_sp);
-#endif
-}
+inline thread_local State state;
 
 // A barrier of `expected` threads (a warp's lanes or a CTA's threads).
 struct Barrier {
@@ -155,20 +194,7 @@ struct Barrier {
         expected = n;
         count = 0;
     }
-    void arrive_and_wait() {
-        const unsigned g = gen;
-        state.progress = true;
-        if (++count >= expected) {
-            count = 0;
-            gen++;
-            return;
-        }
-        Fiber &f = state.fibers[state.cur];
-        f.waiting = this;
-        f.waiting_gen = g;
-        yield();  // resumed only once the generation moved on
-        state.fibers[state.cur].waiting = nullptr;
-    }
+    inline void arrive_and_wait();
     // A thread that exits leaves the barrier: the others no longer wait for it.
     void drop() {
         expected--;
@@ -178,6 +204,77 @@ struct Barrier {
         }
     }
 };
+
+// A fiber's stack: from above the guard page to its header.
+inline std::size_t stack_size(const Slot &s) {
+    return reinterpret_cast<std::uintptr_t>(s.f) - (reinterpret_cast<std::uintptr_t>(s.base) + PAGE);
+}
+
+// Whether a fiber can run: not exited, and not waiting on a barrier that has not moved on.
+inline bool runnable(const Slot &s) { return !s.done && !(s.waiting && s.waiting->gen == s.waiting_gen); }
+
+#ifdef SIMT_ASAN
+// After a switch lands: AddressSanitizer's half of it (and the scheduler's stack, the first time
+// a fiber is entered from it).
+inline void landed(State &os, void *fake) {
+    const void *bottom = nullptr;
+    std::size_t size = 0;
+    __sanitizer_finish_switch_fiber(fake, &bottom, &size);
+    if (os.from_sched) {
+        os.sched_bottom = bottom;
+        os.sched_size = size;
+        os.from_sched = false;
+    }
+}
+#endif
+
+// Leaves the running fiber for the next one that can run, in thread order after it (a warp's
+// lanes one after another), or for the scheduler when none can: every thread exited, or a
+// deadlock.
+inline void yield() {
+    Fiber *me = self();
+    State &os = *me->os;
+    const unsigned from = me->index;
+    unsigned i = from;
+    for (unsigned k = 0; k < os.n; k++) {
+        if (++i == os.n) i = 0;
+        const Slot &to = os.slots[i];
+        if (!runnable(to)) continue;
+        if (i == from) return;  // (cannot happen: the caller waits or exited)
+#ifdef SIMT_ASAN
+        void *fake = nullptr;
+        __sanitizer_start_switch_fiber(&fake, static_cast<char *>(to.base) + PAGE, stack_size(to));
+        kestrel_simt_switch(&os.slots[from].sp, to.sp);
+        landed(os, fake);
+#else
+        kestrel_simt_switch(&os.slots[from].sp, to.sp);
+#endif
+        return;
+    }
+#ifdef SIMT_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, os.sched_bottom, os.sched_size);
+    kestrel_simt_switch(&os.slots[from].sp, os.sched_sp);
+    landed(os, fake);
+#else
+    kestrel_simt_switch(&os.slots[from].sp, os.sched_sp);
+#endif
+}
+
+inline void Barrier::arrive_and_wait() {
+    const unsigned g = gen;
+    if (++count >= expected) {
+        count = 0;
+        gen++;
+        return;
+    }
+    Fiber *me = self();
+    Slot &s = me->os->slots[me->index];
+    s.waiting = this;
+    s.waiting_gen = g;
+    yield();  // resumed only once the generation moved on
+    s.waiting = nullptr;
+}
 
 }  // namespace simt
 
@@ -191,91 +288,122 @@ struct WarpExchange {
     float fslot[2][32];
     int ishf[2][32];
     int islot[3][32];  // mma operands (mma.cuh), __match_any_sync
+    // A butterfly's results for every lane (cuda_fp16.h's `warp_butterfly`), per slot set,
+    // computed once by the first lane past the barrier.
+    float fout[2][32];
+    bool fready[2];
 };
 
+// What kernel code reads as CUDA's built-ins, and the stand-in's per-thread exchange: the
+// running fiber's.
+#define threadIdx (simt::self()->tid)
+#define blockIdx (simt::self()->bid)
+#define blockDim (simt::self()->bdim)
+#define gridDim (simt::self()->gdim)
+
 namespace simt {
+// The running thread's warp exchange, its CTA barrier, its lane.
+inline WarpExchange &warp() { return *self()->wx; }
+inline Barrier &block() { return *self()->block; }
+inline int lane() { return (int)self()->lane; }
+
 // The calling thread's slot set for its next shuffle (and the turn passed on).
 inline unsigned next_phase() {
-    unsigned &ph = state.fibers[state.cur].phase;
+    unsigned &ph = self()->phase;
     const unsigned p = ph;
     ph ^= 1u;
     return p;
 }
-}  // namespace simt
-inline WarpExchange *tl_warp = nullptr;
-inline simt::Barrier *tl_block = nullptr;
 
-namespace simt {
-
+// The running CTA's barriers and exchange slots (one CTA at a time per OS thread).
 struct Cta {
-    std::vector<WarpExchange> warps;
+    WarpExchange warps[MAX_WARPS];
     Barrier block;
 };
-inline Cta cta;
+inline thread_local Cta cta;
 
 // A fiber's life: run the kernel body for each CTA it is given, then park.
 [[noreturn]] inline void entry() {
 #ifdef SIMT_ASAN
-    __sanitizer_finish_switch_fiber(nullptr, &state.sched_bottom, &state.sched_size);
+    landed(*self()->os, nullptr);
 #endif
     for (;;) {
-        (*state.body)();
-        Fiber &f = state.fibers[state.cur];
-        f.done = true;
-        state.progress = true;
-        cta.warps[f.warp].bar.drop();
-        cta.block.drop();
+        Fiber *me = self();
+        State &os = *me->os;
+        (*os.body)();
+        os.slots[me->index].done = true;
+        os.remaining--;
+        me->wx->bar.drop();
+        me->block->drop();
         yield();
     }
 }
 
-inline void grow(std::size_t n) {
-    while (state.fibers.size() < n) {
-        Fiber f;
-        const long page = 4096;
-        f.base = mmap(nullptr, STACK + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                      -1, 0);
-        if (f.base == MAP_FAILED) {
+// Maps regions for the first `n` slots of this OS thread.
+inline void grow(State &os, unsigned n) {
+    if (!os.slots) os.slots = new Slot[MAX_THREADS];  // kept for the thread's life
+    while (os.mapped < n) {
+        Slot &s = os.slots[os.mapped];
+        // Twice the region, then the aligned region kept.
+        char *raw = static_cast<char *>(
+            mmap(nullptr, 2 * REGION, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+        if (raw == MAP_FAILED) {
             std::fprintf(stderr, "simt: no memory for a fiber stack\n");
             std::abort();
         }
-        mprotect(f.base, page, PROT_NONE);  // a guard page below the stack
-        auto *top = reinterpret_cast<std::uintptr_t *>(static_cast<char *>(f.base) + page + STACK);
+        const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(raw);
+        char *base = raw + ((REGION - at % REGION) % REGION);
+        if (base > raw) munmap(raw, base - raw);
+        if (base + REGION < raw + 2 * REGION) munmap(base + REGION, raw + 2 * REGION - (base + REGION));
+        mprotect(base, PAGE, PROT_NONE);  // a guard page below the stack
+        const std::uintptr_t h = header_at(reinterpret_cast<std::uintptr_t>(base));
+        static_assert(sizeof(Fiber) <= HEADER);
+        s.base = base;
+        s.f = new (reinterpret_cast<void *>(h)) Fiber{};
+        s.f->os = &os;
+        auto *top = reinterpret_cast<std::uintptr_t *>(h);
 #if defined(__x86_64__)
         // As kestrel_simt_switch leaves a stack: six registers, then the return address.
         top[-1] = 0;
         top[-2] = reinterpret_cast<std::uintptr_t>(&entry);
         for (int r = 3; r <= 8; r++) top[-r] = 0;
-        f.sp = top - 8;
+        s.sp = top - 8;
 #else
         // x19..x30 (x30 the return address: `entry`), d8..d15.
         std::uintptr_t *frame = top - 20;
         for (int r = 0; r < 20; r++) frame[r] = 0;
         frame[11] = reinterpret_cast<std::uintptr_t>(&entry);
-        f.sp = frame;
+        s.sp = frame;
 #endif
-        state.fibers.push_back(f);
+        os.mapped++;
     }
 }
 
-// Runs one CTA at grid position `b` of `block` threads.
-inline void run_cta(Dim3 b, Dim3 block) {
-    const unsigned n = block.x * block.y * block.z;
+// Runs one CTA at grid position `b` of `block` threads (a grid of `grid`): enters its first
+// thread, and is back once no thread can run.
+inline void run_cta(Dim3 b, Dim3 block, Dim3 grid) {
+    State &os = state;
+    Cta &c = cta;
+    const unsigned n = block.x * block.y * block.z;  // <= MAX_THREADS (launch3)
     const unsigned nwarps = (n + 31) / 32;
-    if (cta.warps.size() < nwarps) cta.warps.resize(nwarps);
-    for (unsigned w = 0; w < nwarps; w++) cta.warps[w].bar.reset((int)std::min(32u, n - 32 * w));
-    cta.block.reset((int)n);
-    grow(n);
+    for (unsigned w = 0; w < nwarps; w++) c.warps[w].bar.reset((int)std::min(32u, n - 32 * w));
+    c.block.reset((int)n);
+    grow(os, n);
     unsigned x = 0, y = 0, z = 0;
     for (unsigned i = 0; i < n; i++) {
-        Fiber &f = state.fibers[i];
-        f.done = false;
+        Slot &s = os.slots[i];
+        s.done = false;
+        s.waiting = nullptr;
+        Fiber &f = *s.f;
+        f.tid = {x, y, z};
+        f.bid = b;
+        f.bdim = block;
+        f.gdim = grid;
+        f.index = i;
+        f.lane = i % 32;
         f.phase = 0;
-        f.waiting = nullptr;
-        f.x = x;
-        f.y = y;
-        f.z = z;
-        f.warp = i / 32;
+        f.wx = &c.warps[i / 32];
+        f.block = &c.block;
         if (++x == block.x) {
             x = 0;
             if (++y == block.y) {
@@ -284,47 +412,119 @@ inline void run_cta(Dim3 b, Dim3 block) {
             }
         }
     }
-    blockIdx = b;
-    unsigned remaining = n;
-    while (remaining > 0) {
-        state.progress = false;
-        for (unsigned i = 0; i < n; i++) {
-            Fiber &f = state.fibers[i];
-            if (f.done || (f.waiting && f.waiting->gen == f.waiting_gen)) continue;
-            state.cur = i;
-            threadIdx = {f.x, f.y, f.z};
-            tl_warp = &cta.warps[f.warp];
-            tl_block = &cta.block;
+    os.n = n;
+    os.remaining = n;
 #ifdef SIMT_ASAN
-            void *fake = nullptr;
-            __sanitizer_start_switch_fiber(&fake, static_cast<char *>(f.base) + 4096, STACK);
-            kestrel_simt_switch(&state.sched_sp, f.sp);
-            __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+    void *fake = nullptr;
+    os.from_sched = true;
+    __sanitizer_start_switch_fiber(&fake, static_cast<char *>(os.slots[0].base) + PAGE, stack_size(os.slots[0]));
+    kestrel_simt_switch(&os.sched_sp, os.slots[0].sp);
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #else
-            kestrel_simt_switch(&state.sched_sp, f.sp);
+    kestrel_simt_switch(&os.sched_sp, os.slots[0].sp);
 #endif
-            if (f.done) remaining--;
-        }
-        if (!state.progress && remaining > 0) {
-            std::fprintf(stderr,
-                         "simt: deadlock in CTA (%u, %u, %u) of (%u, %u, %u): %u threads wait on a barrier "
-                         "the others never reach\n",
-                         b.x, b.y, b.z, gridDim.x, gridDim.y, gridDim.z, remaining);
-            std::abort();
-        }
+    if (os.remaining > 0) {
+        std::fprintf(stderr,
+                     "simt: deadlock in CTA (%u, %u, %u) of (%u, %u, %u): %u threads wait on a barrier "
+                     "the others never reach\n",
+                     b.x, b.y, b.z, grid.x, grid.y, grid.z, os.remaining);
+        std::abort();
     }
 }
 
 }  // namespace simt
 
-// Runs `kernel` over a grid of (gx, gy, gz) CTAs of (bx, by, bz) threads, one CTA at a time.
+namespace simt {
+
+// One launch, as the OS threads that run it share it: the next CTA to take, in grid order.
+struct Launch {
+    const std::function<void()> *body;
+    Dim3 grid, block;
+    unsigned total;
+    std::atomic<unsigned> next{0};
+};
+
+// Takes CTAs of `l` until none is left.
+inline void run_ctas(Launch &l) {
+    state.body = l.body;
+    for (;;) {
+        const unsigned i = l.next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= l.total) break;
+        const unsigned xy = l.grid.x * l.grid.y;
+        run_cta({i % l.grid.x, i % xy / l.grid.x, i / xy}, l.block, l.grid);
+    }
+}
+
+// OS threads a launch runs on: `KESTREL_SIMT_THREADS`, else one per core (at most 64).
+inline unsigned os_threads() {
+    static const unsigned n = [] {
+        const char *v = std::getenv("KESTREL_SIMT_THREADS");
+        const long asked = v ? std::strtol(v, nullptr, 10) : 0;
+        const long n = asked > 0 ? asked : (long)std::thread::hardware_concurrency();
+        return (unsigned)std::clamp(n, 1L, 64L);
+    }();
+    return n;
+}
+
+// The helper threads (the launching thread is one more): started at the first launch of more
+// than one CTA, parked between launches, never stopped (the pool is never destroyed, so no
+// thread outlives what it waits on).
+struct Pool {
+    std::mutex m;
+    std::condition_variable wake, idle;
+    Launch *job = nullptr;
+    unsigned long gen = 0;  // launches handed out
+    unsigned busy = 0;      // helpers not done with the current one
+    std::vector<std::thread> helpers;
+};
+
+inline void helper(Pool *p) {
+    unsigned long seen = 0;
+    for (;;) {
+        Launch *job;
+        {
+            std::unique_lock<std::mutex> lk(p->m);
+            p->wake.wait(lk, [&] { return p->gen != seen; });
+            seen = p->gen;
+            job = p->job;
+        }
+        run_ctas(*job);
+        std::lock_guard<std::mutex> lk(p->m);
+        if (--p->busy == 0) p->idle.notify_all();
+    }
+}
+
+}  // namespace simt
+
+// Runs `kernel` over a grid of (gx, gy, gz) CTAs of (bx, by, bz) threads, the CTAs shared out
+// among `simt::os_threads()` OS threads; returns when every CTA has finished. One launch at a
+// time (a second waits).
 inline void launch3(Dim3 grid, Dim3 block, const std::function<void()> &kernel) {
-    gridDim = grid;
-    blockDim = block;
-    simt::state.body = &kernel;
-    for (unsigned cz = 0; cz < grid.z; cz++)
-        for (unsigned cy = 0; cy < grid.y; cy++)
-            for (unsigned cx = 0; cx < grid.x; cx++) simt::run_cta({cx, cy, cz}, block);
+    static std::mutex one_at_a_time;
+    std::lock_guard<std::mutex> g(one_at_a_time);
+    const unsigned threads = block.x * block.y * block.z;
+    if (threads == 0 || threads > simt::MAX_THREADS) {
+        std::fprintf(stderr, "simt: a CTA of %u threads (1 to %u)\n", threads, simt::MAX_THREADS);
+        std::abort();
+    }
+    simt::Launch l{&kernel, grid, block, grid.x * grid.y * grid.z};
+    const unsigned helpers = std::min(simt::os_threads(), l.total) - (l.total > 0);
+    if (helpers == 0) {
+        simt::run_ctas(l);
+        return;
+    }
+    static simt::Pool *pool = new simt::Pool;
+    {
+        std::lock_guard<std::mutex> lk(pool->m);
+        while (pool->helpers.size() < simt::os_threads() - 1) pool->helpers.emplace_back(simt::helper, pool);
+        pool->job = &l;
+        pool->gen++;
+        pool->busy = (unsigned)pool->helpers.size();
+    }
+    pool->wake.notify_all();
+    simt::run_ctas(l);
+    std::unique_lock<std::mutex> lk(pool->m);
+    pool->idle.wait(lk, [&] { return pool->busy == 0; });
 }
 
 // A grid of (gx, gy) CTAs of (bx, by) threads.

@@ -20,7 +20,8 @@ struct Kernel {
 // The kernel named `name`, or null.
 const Kernel *find_kernel(const char *name);
 
-// Runs `body` over `grid` CTAs of `block` threads (fibers), one CTA at a time.
+// Runs `body` over `grid` CTAs of `block` threads (fibers), the CTAs shared out among the
+// stand-in's OS threads (simt.h); returns when all have finished.
 void run_kernel(const std::function<void()> &body, Dim3 grid, Dim3 block);
 
 }  // namespace emu
