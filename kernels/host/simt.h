@@ -133,16 +133,23 @@ constexpr unsigned MAX_THREADS = 1024, MAX_WARPS = MAX_THREADS / 32;
 struct Barrier;
 struct State;
 
-// What a fiber's code reads: its coordinates (threadIdx, blockIdx, blockDim, gridDim below),
-// its warp's exchange slots and its CTA's barrier, the scheduler it belongs to. Set at the start
-// of each CTA, in the fiber's header page.
+// The running CTA's position and shape (one per OS thread).
+struct CtaInfo {
+    Dim3 bid, bdim, gdim;
+};
+
+// What a fiber's code reads: its coordinates (threadIdx below; blockIdx, blockDim, gridDim
+// through `cta`), its warp's exchange slots and its CTA's barrier, the scheduler it belongs to.
+// In the fiber's region, next to its stack's top; written only when a launch's block shape
+// differs from the last one's (a header per page: writing them all for every CTA cost more
+// than running most CTAs).
 struct Fiber {
-    Dim3 tid, bid, bdim, gdim;
+    Dim3 tid;
     unsigned index = 0;  // in the CTA, in thread order
     unsigned lane = 0;
-    unsigned phase = 0;  // which exchange slots the thread's next shuffle uses
     WarpExchange *wx = nullptr;
     Barrier *block = nullptr;
+    const CtaInfo *cta = nullptr;
     State *os = nullptr;
 };
 
@@ -169,6 +176,7 @@ struct Slot {
     void *base = nullptr;              // the region
     const Barrier *waiting = nullptr;  // the barrier it waits on (resumed once it moves on)
     unsigned waiting_gen = 0;
+    unsigned phase = 0;  // which exchange slots the thread's next shuffle uses
     bool done = true;
 };
 
@@ -182,6 +190,9 @@ struct State {
     bool from_sched = false;  // the next switch lands from the scheduler
     unsigned n = 0;           // the running CTA's threads
     unsigned remaining = 0;   // of which not exited
+    CtaInfo info;             // the running CTA's
+    Dim3 shape;               // the block shape the headers were last written for
+    unsigned shaped = 0;      // for how many threads
     const std::function<void()> *body = nullptr;
 };
 inline thread_local State state;
@@ -297,9 +308,9 @@ struct WarpExchange {
 // What kernel code reads as CUDA's built-ins, and the stand-in's per-thread exchange: the
 // running fiber's.
 #define threadIdx (simt::self()->tid)
-#define blockIdx (simt::self()->bid)
-#define blockDim (simt::self()->bdim)
-#define gridDim (simt::self()->gdim)
+#define blockIdx (simt::self()->cta->bid)
+#define blockDim (simt::self()->cta->bdim)
+#define gridDim (simt::self()->cta->gdim)
 
 namespace simt {
 // The running thread's warp exchange, its CTA barrier, its lane.
@@ -309,7 +320,8 @@ inline int lane() { return (int)self()->lane; }
 
 // The calling thread's slot set for its next shuffle (and the turn passed on).
 inline unsigned next_phase() {
-    unsigned &ph = self()->phase;
+    Fiber *me = self();
+    unsigned &ph = me->os->slots[me->index].phase;
     const unsigned p = ph;
     ph ^= 1u;
     return p;
@@ -389,28 +401,34 @@ inline void run_cta(Dim3 b, Dim3 block, Dim3 grid) {
     for (unsigned w = 0; w < nwarps; w++) c.warps[w].bar.reset((int)std::min(32u, n - 32 * w));
     c.block.reset((int)n);
     grow(os, n);
-    unsigned x = 0, y = 0, z = 0;
     for (unsigned i = 0; i < n; i++) {
         Slot &s = os.slots[i];
         s.done = false;
         s.waiting = nullptr;
-        Fiber &f = *s.f;
-        f.tid = {x, y, z};
-        f.bid = b;
-        f.bdim = block;
-        f.gdim = grid;
-        f.index = i;
-        f.lane = i % 32;
-        f.phase = 0;
-        f.wx = &c.warps[i / 32];
-        f.block = &c.block;
-        if (++x == block.x) {
-            x = 0;
-            if (++y == block.y) {
-                y = 0;
-                z++;
+        s.phase = 0;
+    }
+    os.info = {b, block, grid};
+    const Dim3 &sh = os.shape;
+    if (sh.x != block.x || sh.y != block.y || sh.z != block.z || os.shaped < n) {
+        unsigned x = 0, y = 0, z = 0;
+        for (unsigned i = 0; i < n; i++) {
+            Fiber &f = *os.slots[i].f;
+            f.tid = {x, y, z};
+            f.index = i;
+            f.lane = i % 32;
+            f.wx = &c.warps[i / 32];
+            f.block = &c.block;
+            f.cta = &os.info;
+            if (++x == block.x) {
+                x = 0;
+                if (++y == block.y) {
+                    y = 0;
+                    z++;
+                }
             }
         }
+        os.shape = block;
+        os.shaped = n;
     }
     os.n = n;
     os.remaining = n;
