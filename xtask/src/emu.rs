@@ -190,28 +190,58 @@ pub fn gpu_emu(tests: &[String], filters: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The CUDA test targets `cargo xtask test` runs on the emulator (debug build, as the step
-/// before it builds them): the kernel-level ones that finish in a few minutes on two cores.
-/// The tensor-core matvec's (`cuda_wide`, ~6 minutes emulated) and the whole-model targets
-/// (tens of minutes) run with `cargo xtask gpu-emu`.
-pub const CI_TESTS: &[&str] = &[
-    "cuda_kernels",
-    "cuda_elementwise",
-    "cuda_attention",
-    "cuda_kv_q8",
-    "cuda_ssm",
-    "cuda_rope",
-    "cuda_moe",
+/// The CUDA test runs `cargo xtask test` makes on the emulator, with the executables the steps
+/// before it built: (package, targets, tests skipped). Everything but the two longest tests
+/// (batched decode over every batch file and configuration, ~11 minutes; paged against
+/// contiguous caches, ~5), which run with `cargo xtask gpu-emu cuda_forward cuda_paged`.
+pub const CI_RUNS: &[(&str, &[&str], &[&str])] = &[
+    (
+        "kestrel-tensor",
+        &[
+            "cuda_kernels",
+            "cuda_elementwise",
+            "cuda_attention",
+            "cuda_kv_q8",
+            "cuda_ssm",
+            "cuda_rope",
+            "cuda_moe",
+            "cuda_wide",
+        ],
+        &[],
+    ),
+    (
+        "kestrel-arch",
+        &["cuda_forward", "cuda_paged"],
+        &[
+            "batched_decode_matches_each_sequence_alone_bit_for_bit",
+            "paged_caches_give_the_bits_of_contiguous_caches",
+        ],
+    ),
+    (
+        "kestrel-generate",
+        &["cuda_architectures", "cuda_generate"],
+        &[],
+    ),
 ];
 
-/// `cargo xtask test`'s step: [`CI_TESTS`] on the emulated device.
-pub fn ci_emulated() -> Result<()> {
+/// `cargo xtask test`'s step: [`CI_RUNS`] on the emulated device (the real-model tests read the
+/// models fetched into `home`, and fail rather than skip without them).
+pub fn ci_emulated(home: &Path) -> Result<()> {
     let dir = build_emulator()?;
-    let mut args = vec!["test", "-p", "kestrel-tensor", "--features", "cuda"];
-    for t in CI_TESTS {
-        args.extend(["--test", t]);
+    for (package, targets, skipped) in CI_RUNS {
+        let mut args = vec!["test", "-p", package, "--features", "cuda"];
+        for t in *targets {
+            args.extend(["--test", t]);
+        }
+        args.push("--");
+        for t in *skipped {
+            args.extend(["--skip", t]);
+        }
+        let mut cmd = cargo_with(&args);
+        cmd.env("KESTREL_REQUIRE_MODELS", "1")
+            .env(crate::models::KESTREL_HOME_ENV, home);
+        on_emulator(&mut cmd, &dir)?;
+        run(&mut cmd)?;
     }
-    let mut cmd = cargo_with(&args);
-    on_emulator(&mut cmd, &dir)?;
-    run(&mut cmd)
+    Ok(())
 }

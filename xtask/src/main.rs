@@ -324,8 +324,8 @@ fn test() -> Result<()> {
     step(
         total - 2,
         total,
-        "CUDA kernel tests on the emulated device (kernels built for the host, no GPU)",
-        emu::ci_emulated,
+        "CUDA tests on the emulated device (kernels built for the host, no GPU)",
+        || emu::ci_emulated(&home),
     )?;
     step(
         total - 1,
