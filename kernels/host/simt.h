@@ -450,10 +450,6 @@ inline void run_cta(Dim3 b, Dim3 block, Dim3 grid) {
     }
 }
 
-}  // namespace simt
-
-namespace simt {
-
 // One launch, as the OS threads that run it share it: the next CTA to take, in grid order.
 struct Launch {
     const std::function<void()> *body;
