@@ -141,8 +141,8 @@ struct CtaInfo {
 // What a fiber's code reads: its coordinates (threadIdx below; blockIdx, blockDim, gridDim
 // through `cta`), its warp's exchange slots and its CTA's barrier, the scheduler it belongs to.
 // In the fiber's region, next to its stack's top; written only when a launch's block shape
-// differs from the last one's (a header per page: writing them all for every CTA cost more
-// than running most CTAs).
+// differs from the last one's (headers lie a page apart: rewriting all of them for every CTA
+// touched a page per thread).
 struct Fiber {
     Dim3 tid;
     unsigned index = 0;  // in the CTA, in thread order
