@@ -2,7 +2,9 @@
 //! through: one sequence's cache, or, in a batched decode step, each token's own cache through
 //! the plan's [`KvTable`](kestrel_tensor::cuda::KvTable) ([`StepKv`]). Also the captured graph of a
 //! one-token step ([`GraphSlot`]), kept in the cache for single steps and in the plan per batch
-//! size for batched ones.
+//! size for batched ones. The paged cache's page table ([`PagedKv`], used by `pool.rs`) and the
+//! recurrent layers' states ([`LayerState`], used by `ssm.rs`) are defined here, so both of
+//! those modules build on this one and it on neither.
 
 use std::sync::Arc;
 
@@ -40,6 +42,38 @@ pub(super) struct LayerState {
     pub(super) saved: Option<(DeviceTensor, DeviceTensor)>,
 }
 
+/// A new sequence's zeroed states.
+pub(super) fn new_states(
+    dev: &CudaDevice,
+    sizes: &[Option<(usize, usize)>],
+) -> Result<Vec<Option<LayerState>>, GraphError> {
+    sizes
+        .iter()
+        .map(|s| {
+            s.map(|(conv, ssm)| {
+                Ok(LayerState {
+                    conv: dev.zeros_f32(Shape::vector(conv))?,
+                    ssm: dev.zeros_f32(Shape::vector(ssm))?,
+                    saved: None,
+                })
+            })
+            .transpose()
+        })
+        .collect()
+}
+
+/// A paged cache's page table and the pool it maps into.
+pub(super) struct PagedKv {
+    pub(super) pages: kestrel_tensor::cuda::KvPages,
+    pub(super) pool: u64,
+    pub(super) pool_pages: usize,
+    /// Most positions it may map.
+    pub(super) max_positions: usize,
+    /// Positions adopted from pages another sequence computed ([`CudaKvCache::adopt_prefix`]):
+    /// a step never writes below them.
+    pub(super) shared: usize,
+}
+
 /// One attention layer's device cache.
 pub(super) struct LayerCache {
     pub(super) k: DeviceTensor,
@@ -68,7 +102,7 @@ pub struct CudaKvCache {
     /// The decode step's graph.
     pub(super) slot: GraphSlot,
     /// A paged cache's page table (its `layers` are then empty).
-    pub(super) paged: Option<super::pool::PagedKv>,
+    pub(super) paged: Option<PagedKv>,
 }
 
 impl std::fmt::Debug for CudaKvCache {
@@ -279,7 +313,7 @@ impl CudaPlan {
             layers: self.layer_caches(capacity)?,
             widths: self.kv_widths.clone(),
             dtype: self.kv_dtype,
-            states: super::ssm::new_states(&self.dev, &self.ssm_sizes)?,
+            states: new_states(&self.dev, &self.ssm_sizes)?,
             checkpoint: None,
             dirty: false,
             dev: Arc::clone(&self.dev),

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use kestrel_tensor::cuda::KvTable;
 use kestrel_tensor::DType;
 
-use super::cache::{GraphSlot, LayerCache};
+use super::cache::{GraphSlot, LayerCache, PagedKv};
 use super::{internal, CudaKvCache, CudaPlan, NEXT_PLAN_ID};
 use crate::GraphError;
 
@@ -31,18 +31,6 @@ pub(super) struct KvPool {
     pub(super) dtype: DType,
     /// Tells this pool from the plan's earlier ones (a paged cache records its pool's).
     pub(super) id: u64,
-}
-
-/// A paged cache's page table and the pool it maps into.
-pub(super) struct PagedKv {
-    pub(super) pages: kestrel_tensor::cuda::KvPages,
-    pub(super) pool: u64,
-    pub(super) pool_pages: usize,
-    /// Most positions it may map.
-    pub(super) max_positions: usize,
-    /// Positions adopted from pages another sequence computed ([`CudaKvCache::adopt_prefix`]):
-    /// a step never writes below them.
-    pub(super) shared: usize,
 }
 
 impl CudaKvCache {

@@ -1,14 +1,13 @@
 //! State-space layers on the GPU (Mamba, Mamba-2 and the hybrids): each recurrent layer's
-//! state lives in the sequence's [`CudaKvCache`] ([`LayerState`]), the convolution and the scan
+//! state lives in the sequence's [`CudaKvCache`] ([`LayerState`](super::cache::LayerState)), the convolution and the scan
 //! read and update it (`kestrel_tensor::cuda` `ssm_conv`, `ssm_scan`), and a sequence that starts
 //! over (its first position) has it zeroed before the step. A batched step runs each of its
 //! sequences alone (the kernels take one sequence's state).
 
 use kestrel_tensor::cpu::SsmScanParams as EngineScan;
-use kestrel_tensor::cuda::{CudaDevice, DeviceTensor, MAX_SSM_STATE};
-use kestrel_tensor::Shape;
+use kestrel_tensor::cuda::{DeviceTensor, MAX_SSM_STATE};
 
-use super::cache::{LayerState, StepKv};
+use super::cache::StepKv;
 use super::{internal, CudaKvCache, CudaPlan};
 use crate::ir::{Node, Op, SsmScanParams};
 use crate::GraphError;
@@ -55,26 +54,6 @@ pub(super) fn f32_weights(nodes: &[Node]) -> Vec<usize> {
         }
     }
     ids
-}
-
-/// A new sequence's zeroed states.
-pub(super) fn new_states(
-    dev: &CudaDevice,
-    sizes: &[Option<(usize, usize)>],
-) -> Result<Vec<Option<LayerState>>, GraphError> {
-    sizes
-        .iter()
-        .map(|s| {
-            s.map(|(conv, ssm)| {
-                Ok(LayerState {
-                    conv: dev.zeros_f32(Shape::vector(conv))?,
-                    ssm: dev.zeros_f32(Shape::vector(ssm))?,
-                    saved: None,
-                })
-            })
-            .transpose()
-        })
-        .collect()
 }
 
 impl CudaPlan {
