@@ -172,17 +172,7 @@ pub fn gpu_emu(tests: &[String], filters: &[String]) -> Result<()> {
     }
     for (package, test) in chosen {
         println!("==> gpu-emu: {package} {test}");
-        let mut cmd = cargo_with(&[
-            "test",
-            "--release",
-            "-p",
-            package,
-            "--features",
-            "cuda",
-            "--test",
-            test,
-            "--",
-        ]);
+        let mut cmd = gpu::cuda_test_command(package, test, &["--"]);
         cmd.args(filters);
         on_emulator(&mut cmd, &dir)?;
         run(&mut cmd)?;

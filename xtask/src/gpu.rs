@@ -37,20 +37,30 @@ pub const TESTS: &[(&str, &str)] = &[
     ("kestrel-generate", "cuda_architectures"),
 ];
 
-/// Builds one test target with `--features cuda` and returns its executable.
-fn test_executable(package: &str, test: &str) -> Result<PathBuf> {
-    let mut cmd = cargo_with(&[
+/// `cargo test --release -p PACKAGE --features cuda --test TEST` followed by `rest`: one CUDA
+/// test target, built (and run, unless `rest` says `--no-run`) as gpu-pack and gpu-emu do.
+pub fn cuda_test_command(package: &str, test: &str, rest: &[&str]) -> Command {
+    let mut args = vec![
         "test",
         "--release",
-        "--no-run",
         "-p",
         package,
         "--features",
         "cuda",
         "--test",
         test,
-        "--message-format=json-render-diagnostics",
-    ]);
+    ];
+    args.extend_from_slice(rest);
+    cargo_with(&args)
+}
+
+/// Builds one test target with `--features cuda` and returns its executable.
+fn test_executable(package: &str, test: &str) -> Result<PathBuf> {
+    let mut cmd = cuda_test_command(
+        package,
+        test,
+        &["--no-run", "--message-format=json-render-diagnostics"],
+    );
     // Diagnostics go to the terminal: `output()` would swallow why a build failed.
     cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
     let out = cmd.output().context("running cargo test --no-run")?;
