@@ -12,8 +12,8 @@
 #
 # Knobs: GPU_STEP_TIMEOUT (s, per step, 600), GPU_RUN_DEADLINE (s from the start after which no
 # new step starts, 540), GPU_RUN_BENCH=0 (no benchmarks), GPU_RUN_SHAPES="shape:TYPE ...",
-# GPU_RUN_LLAMA=0 (no llama.cpp), GPU_RUN_PLAIN=0 (no bench without CUDA graphs), GPU_RUN_F16=0
-# (no f16-GEMM tests and benches), GPU_RUN_PROFILE=0 (no KESTREL_CUDA_PROFILE runs),
+# GPU_RUN_LLAMA=0 (no llama.cpp), GPU_RUN_PLAIN=0 (no bench without CUDA graphs), GPU_RUN_F32=0
+# (no f32-GEMM tests and benches: f16 operands are the default), GPU_RUN_PROFILE=0 (no KESTREL_CUDA_PROFILE runs),
 # GPU_RUN_VARIANTS="VAR=value ..." (one more kestrel bench per file with each setting),
 # GPU_RUN_DEPTH="4096 ..." (tg128 after that many cached tokens, kestrel with each variant and
 # llama-bench's -d), GPU_RUN_DECODE_PROFILE=1 (KESTREL_CUDA_PROFILE times of 64 decode steps of every file),
@@ -177,15 +177,16 @@ for v in KESTREL_CUDA_WIDE_NT=4 KESTREL_CUDA_MMVQ_RPC=1 KESTREL_CUDA_MMVQ_RPC=4;
     fi
     grep -E "^test result|FAILED|panicked" "$out/cuda_moe-$v.log" | head -5
 done
-# The f16-operand GEMM (opt-in) against the same bounds: informational, not part of the status.
-[ "${GPU_RUN_F16:-1}" != 0 ] && {
-log "test cuda_kernels matmul/gemm with KESTREL_CUDA_GEMM=f16 (informational)"
-KESTREL_CUDA_GEMM=f16 timeout "$step" .gpu/cuda_kernels --test-threads 1 --nocapture matmul gemm \
-    >"$out/cuda_kernels-gemm-f16.log" 2>&1
-grep -E "^test |^test result|nmse" "$out/cuda_kernels-gemm-f16.log" | head -20
-KESTREL_CUDA_GEMM=f16 timeout "$step" .gpu/cuda_forward --test-threads 1 --nocapture \
-    >"$out/cuda_forward-gemm-f16.log" 2>&1
-grep -E "^test result|kld|KLD" "$out/cuda_forward-gemm-f16.log" | head -20
+# The f32-operand GEMM (the default before f16 operands, KESTREL_CUDA_GEMM=f32) against the
+# same bounds: informational, not part of the status.
+[ "${GPU_RUN_F32:-1}" != 0 ] && {
+log "test cuda_kernels matmul/gemm with KESTREL_CUDA_GEMM=f32 (informational)"
+KESTREL_CUDA_GEMM=f32 timeout "$step" .gpu/cuda_kernels --test-threads 1 --nocapture matmul gemm \
+    >"$out/cuda_kernels-gemm-f32.log" 2>&1
+grep -E "^test |^test result|nmse" "$out/cuda_kernels-gemm-f32.log" | head -20
+KESTREL_CUDA_GEMM=f32 timeout "$step" .gpu/cuda_forward --test-threads 1 --nocapture \
+    >"$out/cuda_forward-gemm-f32.log" 2>&1
+grep -E "^test result|kld|KLD" "$out/cuda_forward-gemm-f32.log" | head -20
 }
 # Device-to-device copy bandwidth (the roof for decode's weight reads), by PyTorch when present.
 python3 - <<'PY' 2>&1 | tee -a "$out/device.txt"
@@ -225,7 +226,7 @@ if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
         echo "== bench $shape $ty" | tee -a "$out/bench.log"
         bench "kestrel (graphs)" .gpu/kestrel "$f"
         [ "${GPU_RUN_PLAIN:-1}" != 0 ] && bench "kestrel without CUDA graphs" .gpu/kestrel "$f" KESTREL_CUDA_GRAPHS=0
-        [ "${GPU_RUN_F16:-1}" != 0 ] && bench "kestrel f16 GEMM (graphs)" .gpu/kestrel "$f" KESTREL_CUDA_GEMM=f16
+        [ "${GPU_RUN_F32:-1}" != 0 ] && bench "kestrel f32 GEMM (graphs)" .gpu/kestrel "$f" KESTREL_CUDA_GEMM=f32
         [ -n "$base" ] && bench "kestrel-base (graphs)" "$base" "$f"
         for v in ${GPU_RUN_VARIANTS:-}; do
             bench "kestrel with $v (graphs)" .gpu/kestrel "$f" "$v"
@@ -272,7 +273,7 @@ if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
                 >>"$out/decode-profile.log" 2>&1
         fi
         if [ "$shape" = llama-8b ] && [ "${GPU_RUN_PROFILE:-1}" != 0 ] && time_for 60; then
-            for g in tf32 f16; do
+            for g in f32 f16; do
                 echo "-- profile, GEMM $g" | tee -a "$out/profile.log"
                 KESTREL_CUDA_PROFILE=1 KESTREL_CUDA_GEMM=$g timeout "$step" .gpu/kestrel bench -m "$f" \
                     --device cuda -p 512 -n 32 -r 1 >>"$out/profile.log" 2>&1

@@ -102,6 +102,13 @@ inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst
 inline unsigned atomicAdd(unsigned *p, unsigned v) {
     return std::atomic_ref<unsigned>(*p).fetch_add(v);
 }
+inline unsigned atomicMax(unsigned *p, unsigned v) {
+    std::atomic_ref<unsigned> a(*p);
+    unsigned old = a.load();
+    while (old < v && !a.compare_exchange_weak(old, v)) {
+    }
+    return old;
+}
 inline float __ldcg(const float *p) { return *p; }
 // Explicitly rounded float operations: one rounding each, never fused (the host checks build
 // with -ffp-contract=off, so plain `*` and `+` are single roundings too).
@@ -113,11 +120,12 @@ inline unsigned __float_as_uint(float f) {
     std::memcpy(&u, &f, 4);
     return u;
 }
-inline float __int_as_float(int i) {
+inline float __uint_as_float(unsigned u) {
     float f;
-    std::memcpy(&f, &i, 4);
+    std::memcpy(&f, &u, 4);
     return f;
 }
+inline float __int_as_float(int i) { return __uint_as_float((unsigned)i); }
 using std::max;
 using std::min;
 

@@ -13,9 +13,10 @@
 //!   `Σx`, which measured 18× the CPU's error on Q4_0 here), so they differ only by f16
 //!   rounding of `s` and the order of sums;
 //!   9-64 rows take the tensor-core matvec (the same sums; `cuda_wide.rs` checks its bits),
-//!   more the cuBLAS GEMM (TF32 products of f32 activations and the dequantized weight),
-//!   whose error against f64 is far below the CPU's 8-bit one, so the same bound holds; float
-//!   weights keep the bounds below (F32 weights take full f32);
+//!   more the cuBLAS GEMM (f16 products of the dequantized weight and the activations scaled
+//!   into f16's range, f32 sums), whose error against f64 is far below the CPU's 8-bit one, so
+//!   the same bound holds; float weights keep the bounds below (F32 weights take full f32,
+//!   BF16 TF32, F16 the f16 activations the CPU engine also rounds them to);
 //! - norms 1e-10; SiLU/SwiGLU 1e-10 (the GPU's expf is within 2 ulp); GELU/GeGLU 2e-7
 //!   (the CPU engine rounds GELU through ggml-cpu's f16 table, as ggml-cpu does; the GPU keeps
 //!   it f32 as ggml-cuda does: relative 2^-12 a value);
@@ -126,6 +127,46 @@ fn gemm_covers_every_band_of_a_large_weight() {
     assert!(e <= 1e-4, "Q8_0 {k}x{m}, {n} rows: nmse {e:e}");
     let tail = nmse(&got[m - 600..m], &want.as_f32().unwrap()[m - 600..m]);
     assert!(tail <= 1e-4, "the last band: nmse {tail:e}");
+}
+
+/// The GEMM's f16 operands: activations past f16's range (Gemma's can pass 65504) are divided
+/// by a power of two and the product multiplied back, so the result stays finite and as near
+/// the exact product as for activations in range; in range the scale is 1.
+#[test]
+fn gemm_takes_activations_past_the_range_of_f16() {
+    let Some(dev) = device() else { return };
+    if let Some(why) = dev.gemm_off() {
+        println!("skipped: no GEMM ({why})");
+        return;
+    }
+    let (k, m, n) = (512, 256, 80);
+    let w = weight(DType::Q4K, m, k, 31);
+    let dw = dev.upload(&w).unwrap();
+    let mut errors = Vec::new();
+    for magnitude in [1.0f32, 3.0e4, 1.0e6, 3.0e9] {
+        let values: Vec<f32> = random(n * k, 32).iter().map(|v| v * magnitude).collect();
+        let x = Tensor::from_f32(Shape::matrix(n, k).unwrap(), &values).unwrap();
+        let exact = reference(&w, &x);
+        let mut out = dev.zeros_f32(Shape::matrix(n, m).unwrap()).unwrap();
+        dev.matmul(&dev.upload(&x).unwrap(), &dw, &mut out).unwrap();
+        let got = dev.download_f32(&out).unwrap();
+        assert!(
+            got.iter().all(|v| v.is_finite()),
+            "activations up to {:e}: a product is not finite",
+            8.0 * magnitude
+        );
+        let e = nmse(&got, &exact);
+        assert!(
+            e <= 1e-6,
+            "activations up to {:e}: nmse {e:e} against f64",
+            8.0 * magnitude
+        );
+        errors.push(e);
+    }
+    // The scaled runs are as near as the unscaled one (only f16's rounding differs).
+    for e in &errors[1..] {
+        assert!(*e <= 4.0 * errors[0] + 1e-12, "nmse {errors:?}");
+    }
 }
 
 /// A matvec handed the ticket of the same input's Q8_1 data skips quantizing it and gives the

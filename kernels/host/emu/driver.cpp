@@ -521,6 +521,9 @@ namespace {
 
 struct Blas {
     void *stream = nullptr;
+    // CUBLAS_POINTER_MODE_DEVICE (1): alpha and beta point at device memory, read when the
+    // GEMM runs on the stream, not when it is enqueued.
+    int pointer_mode = 0;
 };
 
 // One operand element as f32: CUDA_R_32F (0), CUDA_R_16F (2), CUDA_R_16BF (14); TF32 inputs
@@ -572,7 +575,15 @@ API int cublasGetStream_v2(void *h, void **s) {
 }
 API int cublasSetMathMode(void *, int) { return 0; }
 API int cublasSetWorkspace_v2(void *, void *, std::size_t) { return 0; }
-API int cublasSetPointerMode_v2(void *, int) { return 0; }
+API int cublasSetPointerMode_v2(void *h, int mode) {
+    if (mode != 0 && mode != 1) return 7;  // CUBLAS_STATUS_INVALID_VALUE
+    static_cast<Blas *>(h)->pointer_mode = mode;
+    return 0;
+}
+API int cublasGetPointerMode_v2(void *h, int *mode) {
+    *mode = static_cast<Blas *>(h)->pointer_mode;
+    return 0;
+}
 
 // C = alpha·op(A)·op(B) + beta·C, column-major, f32 output and accumulation (8 partial sums,
 // as a GPU's tree differs from a serial sum).
@@ -580,7 +591,12 @@ API int cublasGemmEx(void *h, int transa, int transb, int m, int n, int k, const
                      int lda, const void *b, int btype, int ldb, const void *beta, void *c, int ctype, int ldc,
                      int compute, int) {
     if (m < 0 || n < 0 || k < 0 || ctype != 0) return 7;  // CUBLAS_STATUS_INVALID_VALUE
-    const float al = *static_cast<const float *>(alpha), be = *static_cast<const float *>(beta);
+    const bool on_device = static_cast<Blas *>(h)->pointer_mode == 1;
+    if (on_device && (check_device("cublasGemmEx", "alpha", (std::uintptr_t)alpha, 4) ||
+                      check_device("cublasGemmEx", "beta", (std::uintptr_t)beta, 4)))
+        return 7;
+    const float *alpha_at = static_cast<const float *>(alpha), *beta_at = static_cast<const float *>(beta);
+    const float host_al = on_device ? 0.0f : *alpha_at, host_be = on_device ? 0.0f : *beta_at;
     const bool tf32 = compute == 77;
     const std::size_t a_extent = transa ? (std::size_t)(m - 1) * lda + k : (std::size_t)(k - 1) * lda + m;
     const std::size_t b_extent = transb ? (std::size_t)(k - 1) * ldb + n : (std::size_t)(n - 1) * ldb + k;
@@ -591,6 +607,7 @@ API int cublasGemmEx(void *h, int transa, int transb, int m, int n, int k, const
          check_device("cublasGemmEx", "C", (std::uintptr_t)c, ((std::size_t)(n - 1) * ldc + m) * 4)))
         return 7;
     submit(static_cast<Blas *>(h)->stream, [=] {
+        const float al = on_device ? *alpha_at : host_al, be = on_device ? *beta_at : host_be;
         std::vector<float> ar((std::size_t)m * k), bc((std::size_t)n * k);
         for (int i = 0; i < m; i++)
             for (int l = 0; l < k; l++)

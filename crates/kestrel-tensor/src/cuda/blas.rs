@@ -1,5 +1,5 @@
 //! cuBLAS for one device ([`Blas`]: loaded at run time like the driver, or the reason there is
-//! none) and the GEMM's operand type (`KESTREL_CUDA_GEMM`). The engine holds it; the GEMM
+//! none) and the GEMM's operand type (`KESTREL_CUDA_GEMM=f32`: f32; f16 by default). The engine holds it; the GEMM
 //! (`gemm`) uses it.
 
 use std::sync::Mutex;
@@ -10,9 +10,11 @@ use cudarc::driver::{CudaSlice, CudaStream};
 /// The GEMM's operand type (see the module's first lines).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Operands {
-    /// f32 (TF32 tensor cores; full f32 for F32 weights).
+    /// f32 (TF32 tensor cores; full f32 for F32 weights): `KESTREL_CUDA_GEMM=f32`, and BF16
+    /// weights always (their range is f32's).
     F32,
-    /// f16, f32 accumulation (`KESTREL_CUDA_GEMM=f16`).
+    /// f16, f32 accumulation, the activations scaled by a power of two that keeps them inside
+    /// f16's range (the default).
     F16,
 }
 
@@ -43,16 +45,23 @@ pub(super) struct Blas {
     pub(super) band: Mutex<Option<CudaSlice<u8>>>,
     /// The activations in f16 (f16 operands only; grown, never shrunk).
     pub(super) x16: Mutex<Option<CudaSlice<u8>>>,
+    /// f16 operands' device scalars: the activations' largest magnitude (bits, 4 bytes), then
+    /// the GEMM's alpha and beta (f32 each), read by cuBLAS from the device.
+    pub(super) scalars: Mutex<Option<CudaSlice<u8>>>,
 }
 
+/// Bytes of [`Blas::scalars`].
+pub(super) const SCALARS_BYTES: usize = 12;
+
 impl Blas {
-    /// Loads cuBLAS onto `stream` unless it is missing or `KESTREL_CUDA_GEMM=0`.
+    /// Loads cuBLAS onto `stream` unless it is missing or `KESTREL_CUDA_GEMM=0`
+    /// (`KESTREL_CUDA_GEMM=f32`: f32 operands for every weight type).
     pub(super) fn open(stream: &std::sync::Arc<CudaStream>) -> Blas {
         let var = std::env::var("KESTREL_CUDA_GEMM").unwrap_or_default();
-        let operands = if var.eq_ignore_ascii_case("f16") {
-            Operands::F16
-        } else {
+        let operands = if var.eq_ignore_ascii_case("f32") || var.eq_ignore_ascii_case("tf32") {
             Operands::F32
+        } else {
+            Operands::F16
         };
         let (handle, missing) = if var == "0" {
             (None, Some("KESTREL_CUDA_GEMM=0".to_string()))
@@ -71,6 +80,7 @@ impl Blas {
             operands,
             band: Mutex::new(None),
             x16: Mutex::new(None),
+            scalars: Mutex::new(None),
         }
     }
 }

@@ -1,19 +1,22 @@
 //! The prefill matmul: from [`GEMM_MIN_ROWS`] activation rows on, the weight (a band of its
-//! rows at a time) is dequantized to f32 on the device (`kernels/dequant.cu`) and multiplied
-//! by cuBLAS (TF32 tensor cores; plain f32 for F32 weights), so each weight is read once per
-//! step instead of once per [`MAX_MATVEC_ROWS`](super::MAX_MATVEC_ROWS) rows as the matvec
-//! kernels read it. Up to [`MAX_WIDE_ROWS`] rows every weight type keeps the matvec kernels
-//! (quantized ones the tensor-core matvec past 8), whose rows have the bits of one row alone:
-//! a batched decode step of that many sequences gives each its own logits. ggml-cuda takes
-//! the same route (dequantize, then cuBLAS) where its integer MMQ kernels do not apply.
-//! f32 rather than f16 operands: activations that overflow f16 (Gemma's) stay finite, and the
-//! result is closer to the exact product than the CPU engine's 8-bit activations give.
+//! rows at a time) is dequantized on the device (`kernels/dequant.cu`) and multiplied by
+//! cuBLAS, so each weight is read once per step instead of once per
+//! [`MAX_MATVEC_ROWS`](super::MAX_MATVEC_ROWS) rows as the matvec kernels read it. Up to
+//! [`MAX_WIDE_ROWS`] rows every weight type keeps the matvec kernels (quantized ones the
+//! tensor-core matvec past 8), whose rows have the bits of one row alone: a batched decode step
+//! of that many sequences gives each its own logits. ggml-cuda takes the same route (dequantize
+//! to f16, then cuBLAS) where its integer MMQ kernels do not apply.
 //!
-//! `KESTREL_CUDA_GEMM=f16` takes f16 operands instead (the weight dequantized to f16, F16
-//! weights as they are, the activations rounded to f16; f16 tensor cores, f32 accumulation),
-//! as ggml-cuda's cuBLAS path does: half the bytes dequantized and twice TF32's peak, for
-//! models whose activations fit f16. It stays opt-in although it measured faster (8B-shaped
-//! Q4_K_M pp512 +18% on an H200): Gemma's activations can exceed f16's range.
+//! Operands are f16 with f32 accumulation (f16 tensor cores: half the bytes dequantized and
+//! twice TF32's peak; the 8B-shaped Q4_K_M pp512 measured +18% over f32 operands on an H200).
+//! The activations are first divided by the power of two that brings their largest magnitude
+//! under 2^15 (`absmax_f32`, `f32_to_f16_scaled`), and cuBLAS multiplies the product back by it
+//! through an alpha it reads from device memory: activations past f16's range (Gemma's can be)
+//! stay finite, and where none exceeds 2^15 the operands are x rounded to f16, nothing more.
+//! Quantized weights' values (an f16 scale times a small integer) and F16 weights are f16
+//! already in range; BF16 weights, whose range is f32's, take f32 operands (TF32), as do F32
+//! weights (full f32 products, the matvec's bound). `KESTREL_CUDA_GEMM=f32` takes f32 operands
+//! (TF32) for every type, as before the f16 default.
 //!
 //! cuBLAS is loaded at run time like the driver; without it (or with `KESTREL_CUDA_GEMM=0`)
 //! matmul keeps the matvec kernels for every row count.
@@ -21,7 +24,7 @@
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 
-use super::blas::Operands;
+use super::blas::{Operands, SCALARS_BYTES};
 use super::engine::{cfg, driver, grid_for};
 use super::{CudaDevice, CudaError, DeviceTensor, MAX_WIDE_ROWS};
 use crate::error::{Result, TensorError};
@@ -42,8 +45,7 @@ fn dequant_kernel(dtype: DType, operands: Operands) -> Option<(Option<&'static s
         DType::F32 => return Some((None, Operands::F32)),
         DType::F16 if f16 => return Some((None, Operands::F16)),
         DType::F16 => "dequant_f32_f16",
-        DType::BF16 if f16 => "dequant_f16_bf16",
-        DType::BF16 => "dequant_f32_bf16",
+        DType::BF16 => return Some((Some("dequant_f32_bf16"), Operands::F32)),
         DType::Q4_0 if f16 => "dequant_f16_q4_0",
         DType::Q4_0 => "dequant_f32_q4_0",
         DType::Q4_1 if f16 => "dequant_f16_q4_1",
@@ -114,6 +116,7 @@ impl CudaDevice {
         let handle = handle.lock().map_err(|_| poisoned())?;
         let mut band = self.blas.band.lock().map_err(|_| poisoned())?;
         let mut x16 = self.blas.x16.lock().map_err(|_| poisoned())?;
+        let mut scalars = self.blas.scalars.lock().map_err(|_| poisoned())?;
         let row_bytes = w.row_bytes();
         let elem = operands.bytes();
         let band_rows = (BAND_BYTES / (k * elem)).clamp(1, m);
@@ -123,6 +126,10 @@ impl CudaDevice {
         }
         if operands == Operands::F16 && x16.as_ref().is_none_or(|b| b.len() < n * k * 2) {
             *x16 = Some(self.alloc(n * k * 2)?);
+            self.bump_epoch();
+        }
+        if operands == Operands::F16 && scalars.is_none() {
+            *scalars = Some(self.alloc(SCALARS_BYTES)?);
             self.bump_epoch();
         }
         let (ki, ni) = (super::engine::i32_of(OP, k)?, super::engine::i32_of(OP, n)?);
@@ -138,20 +145,57 @@ impl CudaDevice {
             .bind_to_thread()
             .map_err(driver("cuCtxSetCurrent"))?;
         let (alpha, beta) = (1.0f32, 0.0f32);
-        // The activations as the operand type: f16 rounded once per call, or x as it is.
-        let (x_ptr, _x_rec) = match (operands, x16.as_mut()) {
-            (Operands::F16, Some(dst)) => {
+        // The activations as the operand type (f16: scaled into range, once per call, with
+        // alpha and beta on the device), or x as it is (alpha and beta from the host).
+        let (x_ptr, _x_rec, scalar_ptrs, _s_rec) = match (operands, x16.as_mut(), scalars.as_mut())
+        {
+            (Operands::F16, Some(dst), Some(sc)) => {
                 let values = (n * k) as i64;
-                let f = self.func("f32_to_f16")?;
-                let mut b = self.stream.launch_builder(f);
-                b.arg(&x.buf).arg(&mut *dst).arg(&values);
-                // SAFETY: x holds n*k f32 (checked by the caller), dst at least n*k f16.
-                unsafe { b.launch(cfg(grid_for(n * k, 256)?.min(65_535), (256, 1))) }
-                    .map_err(driver("launch f32_to_f16"))?;
-                dst.device_ptr(&self.stream)
+                let grid = grid_for(n * k, 256)?.min(65_535);
+                {
+                    let (mut amax, mut ab) = sc.split_at_mut(4);
+                    self.stream
+                        .memset_zeros(&mut amax)
+                        .map_err(driver("cuMemsetD8Async"))?;
+                    let mut b = self.stream.launch_builder(self.func("absmax_f32")?);
+                    b.arg(&x.buf).arg(&mut amax).arg(&values);
+                    // SAFETY: x holds n*k f32 (checked by the caller); amax is 4 bytes.
+                    unsafe { b.launch(cfg(grid.min(1024), (256, 1))) }
+                        .map_err(driver("launch absmax_f32"))?;
+                    let mut b = self.stream.launch_builder(self.func("f32_to_f16_scaled")?);
+                    b.arg(&x.buf)
+                        .arg(&mut *dst)
+                        .arg(&mut amax)
+                        .arg(&mut ab)
+                        .arg(&values);
+                    // SAFETY: dst holds at least n*k f16, amax 4 bytes, ab 8 (alpha, beta).
+                    unsafe { b.launch(cfg(grid, (256, 1))) }
+                        .map_err(driver("launch f32_to_f16_scaled"))?;
+                }
+                let (x_ptr, x_rec) = dst.device_ptr(&self.stream);
+                let (s_ptr, s_rec) = sc.device_ptr(&self.stream);
+                (x_ptr, x_rec, Some((s_ptr + 4, s_ptr + 8)), Some(s_rec))
             }
-            _ => x.buf.device_ptr(&self.stream),
+            _ => {
+                let (x_ptr, x_rec) = x.buf.device_ptr(&self.stream);
+                (x_ptr, x_rec, None, None)
+            }
         };
+        let (alpha_ptr, beta_ptr, mode) = match scalar_ptrs {
+            Some((a, b)) => (
+                a as *const f32,
+                b as *const f32,
+                blas_sys::cublasPointerMode_t::CUBLAS_POINTER_MODE_DEVICE,
+            ),
+            None => (
+                &alpha as *const f32,
+                &beta as *const f32,
+                blas_sys::cublasPointerMode_t::CUBLAS_POINTER_MODE_HOST,
+            ),
+        };
+        handle
+            .set_pointer_mode(mode)
+            .map_err(blas_error("cublasSetPointerMode"))?;
         let ab_type = operands.cuda_type();
         for r0 in (0..m).step_by(band_rows) {
             let rows = band_rows.min(m - r0);
@@ -184,14 +228,14 @@ impl CudaDevice {
                     mi,
                     ni,
                     ki,
-                    (&alpha as *const f32).cast(),
+                    alpha_ptr.cast(),
                     a_ptr as *const _,
                     ab_type,
                     ki,
                     x_ptr as *const _,
                     ab_type,
                     ki,
-                    (&beta as *const f32).cast(),
+                    beta_ptr.cast(),
                     c_ptr as *mut _,
                     blas_sys::cudaDataType_t::CUDA_R_32F,
                     ldc,
