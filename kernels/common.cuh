@@ -114,6 +114,14 @@ __device__ __forceinline__ int load_i32_a2(const void *p) {
 // 4 bytes at a 4-byte aligned address.
 __device__ __forceinline__ int load_i32_a4(const void *p) { return *(const int *)p; }
 
+// Asks for the 32-byte sector at `p` to be fetched into L2 now, so that a later read of it
+// waits for L2, not DRAM (`prefetch.global.L2`; nothing on the host stand-in).
+#ifndef KESTREL_HOST_STANDIN
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+#else
+inline void prefetch_l2(const void *) {}
+#endif
+
 // ggml's get_scale_min_k4: the 6-bit scale and min of sub-block `j` (0..7) of a Q4_K/Q5_K block.
 __device__ __forceinline__ void scale_min_k4(int j, const u8 *q, int *sc, int *m) {
     if (j < 4) {

@@ -75,17 +75,28 @@ __device__ __forceinline__ void mmvq_store(const float (&acc)[NCOLS], float *__r
 // slice `tid % LPB` of the blocks `tid / LPB`, `tid / LPB + nthreads / LPB`, ..., unpacks it once
 // and adds its contribution to each activation row's sum, in block order; then mmvq_store.
 // mmvq_wide.cu adds the same contributions in the same order.
-template <typename T, int NCOLS>
+//
+// PREFETCH (the `_pf` kernels) asks L2 for the thread's next two blocks ahead of reading them:
+// a thread reads its blocks one after another (2 of an 8B model's 4096-wide Q4_K row, 14 of its
+// FFN-down Q6_K row), each a DRAM round trip with one 16-byte load in flight, and neither
+// `#pragma unroll` nor reading two blocks before using them changes that (ptxas, sm_90, puts
+// the second load after the first's dot products). The block's LPB threads each ask for their
+// own share of its bytes. Nothing is computed differently: the same bits.
+template <typename T, int NCOLS, bool PREFETCH = false>
 __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const block_q8_1 *__restrict__ a,
                                      float *__restrict__ out, const float *__restrict__ add, int nb, int m,
                                      const MmvqPlace &p, int rpc) {
     const typename T::B *wr = w + (long long)p.row * nb;
     const long long arow = (long long)nb * T::ABLK;  // Q8_1 blocks an activation row
-    const int t = p.tid % T::LPB, end = p.live ? nb : 0;
+    const int t = p.tid % T::LPB, end = p.live ? nb : 0, step = p.nthreads / T::LPB;
+    const int share = t * (int)sizeof(typename T::B) / T::LPB;  // this thread's byte of a block
     float acc[NCOLS];
 #pragma unroll
     for (int c = 0; c < NCOLS; c++) acc[c] = 0.0f;
-    for (int ib = p.tid / T::LPB; ib < end; ib += p.nthreads / T::LPB) {
+    const int first = p.tid / T::LPB;
+    if (PREFETCH && first + step < end) prefetch_l2((const u8 *)(wr + first + step) + share);
+    for (int ib = first; ib < end; ib += step) {
+        if (PREFETCH && ib + 2 * step < end) prefetch_l2((const u8 *)(wr + ib + 2 * step) + share);
         const typename T::W s = T::weight(wr + ib, t);
 #pragma unroll
         for (int c = 0; c < NCOLS; c++) {
@@ -104,19 +115,23 @@ __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const 
     mmvq_store<NCOLS>(acc, out, add, m, p, rpc);
 }
 
-#define MMVQ(T, NAME, N)                                                                                  \
+// The matvec of N activation rows, prefetching (PF) or not, named `mmvq_<NAME>_<N><SFX>`.
+#define MMVQ_PF(T, NAME, N, PF, SFX)                                                                        \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
-        mmvq_##NAME##_##N(const T::B *w, const block_q8_1 *a, float *out, const float *add, int nb, int m, int rpc) { \
-        mmvq<T, N>(w, a, out, add, nb, m, mmvq_place(rpc, m), rpc);                                          \
+        mmvq_##NAME##_##N##SFX(const T::B *w, const block_q8_1 *a, float *out, const float *add, int nb, int m, \
+                               int rpc) {                                                                 \
+        mmvq<T, N, PF>(w, a, out, add, nb, m, mmvq_place(rpc, m), rpc);                                     \
     }
-// Up to three weights sharing one activation row (MmvqSegs): q/k/v, gate/up.
-#define MMVQ_MULTI(T, NAME)                                                                               \
+#define MMVQ(T, NAME, N) MMVQ_PF(T, NAME, N, false, )
+// Up to three weights sharing one activation row (MmvqSegs): q/k/v, gate/up; `mmvq_<NAME>_multi<SFX>`.
+#define MMVQ_MULTI_PF(T, NAME, PF, SFX)                                                                     \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
-        mmvq_##NAME##_multi(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                             \
+        mmvq_##NAME##_multi##SFX(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                        \
         MmvqPlace p = mmvq_place(rpc, s.m[0] + s.m[1] + s.m[2]);                                           \
         const int g = mmvq_segment(s, &p);                                                                 \
-        mmvq<T, 1>((const T::B *)s.w[g], a, s.out[g], nullptr, nb, s.m[g], p, rpc);                        \
+        mmvq<T, 1, PF>((const T::B *)s.w[g], a, s.out[g], nullptr, nb, s.m[g], p, rpc);                     \
     }
+#define MMVQ_MULTI(T, NAME) MMVQ_MULTI_PF(T, NAME, false, )
 // The indirect matvec of mixture-of-experts layers (ggml's mul_mat_id for a decode step): CTA
 // row `blockIdx.y` is (token, slot) pair p, whose expert is `ids[p]` (clamped into the table),
 // whose weight is `experts[ids[p]]` (a table of the experts' device addresses, one matrix of m
@@ -135,4 +150,5 @@ __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const 
     }
 #define MMVQ_ALL(T, NAME)                                                                                  \
     MMVQ(T, NAME, 1) MMVQ(T, NAME, 2) MMVQ(T, NAME, 3) MMVQ(T, NAME, 4) MMVQ(T, NAME, 5) MMVQ(T, NAME, 6) \
-    MMVQ(T, NAME, 7) MMVQ(T, NAME, 8) MMVQ_MULTI(T, NAME) MMVQ_ID(T, NAME)
+    MMVQ(T, NAME, 7) MMVQ(T, NAME, 8) MMVQ_MULTI(T, NAME) MMVQ_ID(T, NAME)                                \
+    MMVQ_PF(T, NAME, 1, true, _pf) MMVQ_MULTI_PF(T, NAME, true, _pf)

@@ -169,6 +169,40 @@ fn gemm_takes_activations_past_the_range_of_f16() {
     }
 }
 
+/// The prefetching matvecs (`set_mmvq_prefetch`: L2 asked for a thread's next blocks) compute
+/// nothing differently: one row, with and without a residual add, and two weights in one
+/// launch, bit for bit, on rows long enough for a thread to take many blocks (an 8B model's
+/// 4096 and its FFN's 14336).
+#[test]
+fn prefetching_matvecs_give_the_same_bits() {
+    let Some(dev) = device() else { return };
+    let zeros = |m: usize| dev.zeros_f32(Shape::matrix(1, m).unwrap()).unwrap();
+    for k in [4096, 14_336] {
+        let m = 96;
+        let x = dev.upload(&f32_tensor(1, k, 41)).unwrap();
+        let r = dev.upload(&f32_tensor(1, m, 42)).unwrap();
+        for dtype in ALL.into_iter().filter(|d| d.is_quantized()) {
+            let w1 = dev.upload(&weight(dtype, m, k, 43)).unwrap();
+            let w2 = dev.upload(&weight(dtype, m + 32, k, 44)).unwrap();
+            let run = |prefetch: bool| {
+                dev.set_mmvq_prefetch(prefetch);
+                let (mut o, mut oa, mut p0, mut p1) = (zeros(m), zeros(m), zeros(m), zeros(m + 32));
+                dev.matmul(&x, &w1, &mut o).unwrap();
+                dev.matmul_add_reusing(&x, &w1, &r, &mut oa, None).unwrap();
+                dev.matmul_multi_reusing(&x, (&w1, &mut p0), (&w2, &mut p1), None, None)
+                    .unwrap();
+                [&o, &oa, &p0, &p1].map(|t| dev.download_f32(t).unwrap())
+            };
+            let (plain, prefetched) = (run(false), run(true));
+            assert_eq!(
+                plain, prefetched,
+                "{dtype} k={k}: the prefetching kernels differ"
+            );
+        }
+    }
+    dev.set_mmvq_prefetch(false);
+}
+
 /// A matvec handed the ticket of the same input's Q8_1 data skips quantizing it and gives the
 /// product bit for bit; a ticket gone stale (another input quantized since) is refused.
 #[test]

@@ -147,6 +147,8 @@ pub struct CudaDevice {
     /// Key ranges of split decode attention: 0 off, `u32::MAX` chosen per model, else that
     /// many (`attention.rs`).
     pub(super) attention_splits: std::sync::atomic::AtomicU32,
+    /// Whether one-row matvecs take the prefetching kernels (`matvec.rs`).
+    pub(super) mmvq_prefetch: std::sync::atomic::AtomicBool,
     /// Split decode attention's partial results and per-(token, head) counters (grown, never
     /// shrunk; the counters are zero between launches).
     pub(super) split_scratch: Mutex<Option<(CudaSlice<f32>, CudaSlice<u32>)>>,
@@ -291,6 +293,9 @@ impl CudaDevice {
             sm_count: usize::try_from(sm_count).unwrap_or(1).max(1),
             attention_kernel: std::sync::atomic::AtomicU8::new(AttentionKernel::from_env() as u8),
             attention_splits: std::sync::atomic::AtomicU32::new(splits_from_env()),
+            mmvq_prefetch: std::sync::atomic::AtomicBool::new(
+                super::matvec::mmvq_prefetch_from_env(),
+            ),
             split_scratch: Mutex::new(None),
             ctx,
             stream,

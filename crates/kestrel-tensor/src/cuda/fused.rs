@@ -261,7 +261,7 @@ impl CudaDevice {
         n == 1
             && (2..=3).contains(&dtypes.len())
             && dtypes.iter().all(|&d| d == dtypes[0])
-            && mmvq_multi_name(dtypes[0]).is_some()
+            && mmvq_multi_name(dtypes[0], false).is_some()
             && self.matvec_quantized(dtypes[0], n)
     }
 
@@ -340,7 +340,8 @@ impl CudaDevice {
         }
         let nb_i = i32_of(OP, k / wblock)?;
         let rpc = mmvq_rows_per_cta();
-        let name = mmvq_multi_name(dtype).ok_or(TensorError::UnsupportedDType { op: OP, dtype })?;
+        let name = mmvq_multi_name(dtype, self.mmvq_prefetch())
+            .ok_or(TensorError::UnsupportedDType { op: OP, dtype })?;
         let f = self.func(name)?;
         let mut b = self.stream.launch_builder(f);
         let rpc_i = rpc as i32;

@@ -38,6 +38,12 @@ pub(super) fn mmvq_rows_per_cta() -> u32 {
     })
 }
 
+/// The default of [`CudaDevice::set_mmvq_prefetch`]: `KESTREL_CUDA_MMVQ_PREFETCH=1` turns the
+/// prefetching matvecs on.
+pub(super) fn mmvq_prefetch_from_env() -> bool {
+    std::env::var("KESTREL_CUDA_MMVQ_PREFETCH").is_ok_and(|v| v == "1")
+}
+
 /// Activation rows a CTA of the tensor-core matvec takes: 8 per n-tile, `KESTREL_CUDA_WIDE_NT=2|4`
 /// n-tiles. Default 2: ~120-160 registers a thread (ptxas, sm_90), so three or four CTAs fit an
 /// SM; 4 reads each weight tile once per 32 activation rows instead of 16 but takes ~200-250
@@ -109,6 +115,7 @@ macro_rules! mmvq_names {
     ($t:literal) => {
         [
             concat!("mmvq_", $t, "_1"),
+            concat!("mmvq_", $t, "_1_pf"),
             concat!("mmvq_", $t, "_2"),
             concat!("mmvq_", $t, "_3"),
             concat!("mmvq_", $t, "_4"),
@@ -120,19 +127,21 @@ macro_rules! mmvq_names {
     };
 }
 
-/// The one-row matvec over up to three weights of a type (`mmvq_<type>_multi`).
-pub(super) fn mmvq_multi_name(dtype: DType) -> Option<&'static str> {
-    Some(match dtype {
-        DType::Q4K => "mmvq_q4_K_multi",
-        DType::Q5K => "mmvq_q5_K_multi",
-        DType::Q6K => "mmvq_q6_K_multi",
-        DType::Q4_0 => "mmvq_q4_0_multi",
-        DType::Q4_1 => "mmvq_q4_1_multi",
-        DType::Q5_0 => "mmvq_q5_0_multi",
-        DType::Q5_1 => "mmvq_q5_1_multi",
-        DType::Q8_0 => "mmvq_q8_0_multi",
+/// The one-row matvec over up to three weights of a type (`mmvq_<type>_multi`, or its
+/// prefetching twin `_multi_pf`).
+pub(super) fn mmvq_multi_name(dtype: DType, prefetch: bool) -> Option<&'static str> {
+    let names = match dtype {
+        DType::Q4K => ["mmvq_q4_K_multi", "mmvq_q4_K_multi_pf"],
+        DType::Q5K => ["mmvq_q5_K_multi", "mmvq_q5_K_multi_pf"],
+        DType::Q6K => ["mmvq_q6_K_multi", "mmvq_q6_K_multi_pf"],
+        DType::Q4_0 => ["mmvq_q4_0_multi", "mmvq_q4_0_multi_pf"],
+        DType::Q4_1 => ["mmvq_q4_1_multi", "mmvq_q4_1_multi_pf"],
+        DType::Q5_0 => ["mmvq_q5_0_multi", "mmvq_q5_0_multi_pf"],
+        DType::Q5_1 => ["mmvq_q5_1_multi", "mmvq_q5_1_multi_pf"],
+        DType::Q8_0 => ["mmvq_q8_0_multi", "mmvq_q8_0_multi_pf"],
         _ => return None,
-    })
+    };
+    Some(names[usize::from(prefetch)])
 }
 
 /// `MmvqSegs` of kernels/mmvq.cuh, passed by value to `mmvq_<type>_multi`: up to three weights
@@ -149,8 +158,9 @@ const _: () = assert!(std::mem::size_of::<MmvqSegs>() == 64);
 // SAFETY: plain old data laid out as the kernel's struct (`repr(C)`, size checked).
 unsafe impl cudarc::driver::DeviceRepr for MmvqSegs {}
 
-/// The mmvq kernels by weight type and activation-row count.
-const MMVQ: [(DType, [&str; MAX_MATVEC_ROWS]); 8] = [
+/// The mmvq kernels by weight type: one activation row, the same prefetching (`_1_pf`), then 2 to
+/// [`MAX_MATVEC_ROWS`] rows.
+const MMVQ: [(DType, [&str; MAX_MATVEC_ROWS + 1]); 8] = [
     (DType::Q4K, mmvq_names!("q4_K")),
     (DType::Q5K, mmvq_names!("q5_K")),
     (DType::Q6K, mmvq_names!("q6_K")),
@@ -280,7 +290,11 @@ impl CudaDevice {
             let null = 0u64;
             for r0 in (0..n).step_by(MAX_MATVEC_ROWS) {
                 let rows = (n - r0).min(MAX_MATVEC_ROWS);
-                let f = self.func(names[rows - 1])?;
+                let name = match rows {
+                    1 => names[usize::from(self.mmvq_prefetch())],
+                    _ => names[rows],
+                };
+                let f = self.func(name)?;
                 let a = scratch.slice(r0 * q_row..(r0 + rows) * q_row);
                 let mut o = out.buf.slice_mut(r0 * out_bytes..(r0 + rows) * out_bytes);
                 let mut b = self.stream.launch_builder(f);
@@ -321,6 +335,22 @@ impl CudaDevice {
             unsafe { b.launch(cfg(grid, block)) }.map_err(driver("launch matvec"))?;
         }
         Ok(None)
+    }
+
+    /// Whether one-row matvecs (and the q/k/v, gate/up launches) take the kernels that ask L2
+    /// for each thread's next two weight blocks before reading them (`mmvq_<type>_1_pf`,
+    /// `mmvq_<type>_multi_pf`; `kernels/mmvq.cuh` says why); the same bits either way. Off
+    /// unless `KESTREL_CUDA_MMVQ_PREFETCH=1`: unmeasured so far (decode reaches ~32% of the
+    /// device's copy bandwidth on the 8B shapes; the first GPU run compares both). Tests and
+    /// A/B runs; a plan's captured graphs keep the kernels they were captured with.
+    pub fn set_mmvq_prefetch(&self, on: bool) {
+        self.mmvq_prefetch
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(super) fn mmvq_prefetch(&self) -> bool {
+        self.mmvq_prefetch
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether a matmul of `n` activation rows by a `dtype` weight runs the quantized matvec

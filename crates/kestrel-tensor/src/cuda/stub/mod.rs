@@ -250,6 +250,11 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// Whether one-row matvecs take the prefetching kernels.
+    pub fn set_mmvq_prefetch(&self, _on: bool) {
+        match self.never {}
+    }
+
     /// Matmul that may reuse the last call's quantized input.
     ///
     /// # Errors
