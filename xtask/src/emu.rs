@@ -130,9 +130,10 @@ pub fn build_emulator() -> Result<PathBuf> {
     Ok(out)
 }
 
-/// Sets the environment that puts the emulated device in front of any real driver (and, for
-/// the AddressSanitizer build, preloads its runtime: the Rust executables are not built with
-/// it).
+/// Sets the environment of a `cargo test` that puts the emulated device in front of any real
+/// driver (and, for the AddressSanitizer build, preloads its runtime into the test executables
+/// through cargo's runner: the Rust executables are not built with it, and rustc itself, should
+/// cargo rebuild anything, must not get it).
 pub fn on_emulator(cmd: &mut Command, dir: &Path) -> Result<()> {
     let mut path = dir.as_os_str().to_owned();
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
@@ -151,8 +152,23 @@ pub fn on_emulator(cmd: &mut Command, dir: &Path) -> Result<()> {
         if !Path::new(&lib).is_absolute() {
             bail!("gpu-emu: {cxx} knows no libasan.so (KESTREL_EMU_ASAN=1 needs it)");
         }
+        if lib.contains(char::is_whitespace) {
+            bail!("gpu-emu: {lib} has a space in its path (cargo's runner splits on spaces)");
+        }
+        let host = Command::new("rustc")
+            .arg("-vV")
+            .output()
+            .context("running rustc -vV")?;
+        let host = String::from_utf8_lossy(&host.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+            .context("rustc -vV named no host")?;
+        let runner = format!(
+            "CARGO_TARGET_{}_RUNNER",
+            host.to_uppercase().replace(['-', '.'], "_")
+        );
         // Leaks are not device errors (the test harness and cudarc keep some to the end).
-        cmd.env("LD_PRELOAD", lib)
+        cmd.env(runner, format!("env LD_PRELOAD={lib}"))
             .env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1");
     }
     Ok(())
