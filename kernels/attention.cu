@@ -16,7 +16,10 @@
 // sinks (both kernels; null: none): gpt-oss's per-head sink logits (attention.cuh's
 // softmax_inv). kv_table (both kernels; null: every token reads k and v): token t reads the
 // cache of its table entry instead (kv_rows.cuh: each token of a batched decode step its own
-// sequence's, contiguous or paged). A token's bits are the same either way.
+// sequence's, contiguous or paged). A token's bits are the same either way. q8out (attention_f16,
+// attention_q8_0 and their split forms; null: none; head_dim a multiple of 32): the output also
+// as Q8_1 blocks for the next matvec, `q8_1_store_warp`'s bytes (quantize.cu's), each warp that
+// writes a head's output holding 32 consecutive values of it, one block.
 //
 // attention_f16_split (below) computes the same function with the keys split among CTAs.
 // attention_q8_0 and attention_q8_0_split: the same over q8_0 caches (kv_rows.cuh; head_dim a
@@ -34,7 +37,7 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
                                               int n_kv_head, int head_dim, int head_dim_v, int v_row, int v_head,
                                               int kv_len, float scale, float softcap, int window, int causal,
                                               const unsigned long long *__restrict__ kv_table,
-                                              const float *__restrict__ sinks) {
+                                              const float *__restrict__ sinks, block_q8_1 *__restrict__ q8out) {
     constexpr int PER = MAXD / WARP;
     __shared__ float s_m[DEC_MAX_WARPS], s_l[DEC_MAX_WARPS], s_f[DEC_MAX_WARPS];
     __shared__ float s_acc[DEC_MAX_WARPS][MAXD];
@@ -101,6 +104,7 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
         float o = 0.0f;
         for (int w = 0; w < nwarps; w++) o += s_acc[w][i] * s_f[w];
         oh[i] = o * inv;
+        if (q8out) q8_1_store_warp(o * inv, q8out + ((long long)blockIdx.x * head_dim_v + i - lane) / QK);
     }
 }
 
@@ -109,10 +113,10 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
         NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k, const T *v,       \
              float *__restrict__ out, int n_head, int n_kv_head, int head_dim, int kv_len, float scale,     \
              float softcap, int window, int causal, const unsigned long long *__restrict__ kv_table,        \
-             const float *__restrict__ sinks) {                                                            \
+             const float *__restrict__ sinks, block_q8_1 *__restrict__ q8out) {                            \
         attention_dec<Q8, MAX_HEAD_DIM>(q, positions, k, v, out, n_head, n_kv_head, head_dim, head_dim,    \
                                         n_kv_head * head_dim, head_dim, kv_len, scale, softcap, window,    \
-                                        causal, kv_table, sinks);                                          \
+                                        causal, kv_table, sinks, q8out);                                   \
     }
 
 ATTENTION_DEC(attention_f16, false, __half)
@@ -127,7 +131,7 @@ ATTENTION_DEC(attention_q8_0, true, block_q8_0)
              float scale, float softcap, int window, int causal, const float *__restrict__ sinks) {        \
         attention_dec<Q8, MAX_HEAD_DIM>(q, positions, k, v, out, n_head, n_kv_head, head_dim, head_dim_v,  \
                                         n_kv_head * head_dim_v, head_dim_v, kv_len, scale, softcap, window, \
-                                        causal, nullptr, sinks);                                           \
+                                        causal, nullptr, sinks, nullptr);                                  \
     }
 
 ATTENTION_KV(attention_kv_f16, false, __half)
@@ -144,7 +148,7 @@ ATTENTION_KV(attention_kv_q8_0, true, block_q8_0)
              float scale, float softcap, int window, int causal) {                                         \
         attention_dec<Q8, MLA_MAX_HEAD_DIM>(q, positions, k, k, out, n_head, n_kv_head, head_dim,           \
                                             head_dim_v, n_kv_head * head_dim, head_dim, kv_len, scale,     \
-                                            softcap, window, causal, nullptr, nullptr);                    \
+                                            softcap, window, causal, nullptr, nullptr, nullptr);           \
     }
 
 ATTENTION_MLA(attention_mla_f16, false, __half)
@@ -184,7 +188,7 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
                                                 int n_head, int n_kv_head, int head_dim, int head_dim_v, int v_row,
                                                 int v_head, int kv_len, float scale, float softcap, int window,
                                                 int causal, const unsigned long long *__restrict__ kv_table,
-                                                const float *__restrict__ sinks) {
+                                                const float *__restrict__ sinks, block_q8_1 *__restrict__ q8out) {
     constexpr int PER_K = MAXD / WARP, PER_V = MAXDV / WARP;
     __shared__ float s_m[SPLIT_WARPS], s_l[SPLIT_WARPS], s_f[SPLIT_MAX];
     __shared__ float s_acc[SPLIT_WARPS][MAXDV];
@@ -278,6 +282,7 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
             float o = 0.0f;
             for (int w = 0; w < SPLIT_WARPS; w++) o += s_acc[w][i] * s_f[w];
             oh[i] = o * s_inv;
+            if (q8out) q8_1_store_warp(o * s_inv, q8out + ((long long)bh * head_dim_v + i - lane) / QK);
         }
         return;
     }
@@ -328,6 +333,7 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
         for (int s = 0; s < active; s++)
             if (s_f[s] != 0.0f) o = fmaf(__ldcg(acc0 + (long long)s * head_dim_v + i), s_f[s], o);
         oh[i] = o * s_inv;
+        if (q8out) q8_1_store_warp(o * s_inv, q8out + ((long long)bh * head_dim_v + i - lane) / QK);
     }
 }
 
@@ -336,11 +342,12 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
         NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k, const T *v,       \
              float *__restrict__ out, float *__restrict__ part, unsigned *__restrict__ counters, int n_head, \
              int n_kv_head, int head_dim, int kv_len, float scale, float softcap, int window, int causal,   \
-             const unsigned long long *__restrict__ kv_table, const float *__restrict__ sinks) {            \
+             const unsigned long long *__restrict__ kv_table, const float *__restrict__ sinks,              \
+             block_q8_1 *__restrict__ q8out) {                                                              \
         attention_split<Q8, MAX_HEAD_DIM, MAX_HEAD_DIM>(q, positions, k, v, out, part, counters, n_head,   \
                                                         n_kv_head, head_dim, head_dim, n_kv_head * head_dim, \
                                                         head_dim, kv_len, scale, softcap, window, causal,  \
-                                                        kv_table, sinks);                                  \
+                                                        kv_table, sinks, q8out);                           \
     }
 
 ATTENTION_SPLIT(attention_f16_split, false, __half)
@@ -361,7 +368,7 @@ ATTENTION_SPLIT(attention_q8_0_split, true, block_q8_0)
         attention_split<Q8, MAX_HEAD_DIM, MAX_HEAD_DIM>(q, positions, k, v, out, part, counters, n_head,   \
                                                         n_kv_head, head_dim, head_dim_v,                   \
                                                         n_kv_head * head_dim_v, head_dim_v, kv_len, scale, \
-                                                        softcap, window, causal, nullptr, sinks);          \
+                                                        softcap, window, causal, nullptr, sinks, nullptr); \
     }
 
 ATTENTION_KV_SPLIT(attention_kv_f16_split, false, __half)
@@ -375,7 +382,8 @@ ATTENTION_KV_SPLIT(attention_kv_q8_0_split, true, block_q8_0)
              int causal) {                                                                                  \
         attention_split<Q8, MLA_MAX_HEAD_DIM, MLA_MAX_HEAD_DIM_V>(                                           \
             q, positions, k, k, out, part, counters, n_head, n_kv_head, head_dim, head_dim_v,              \
-            n_kv_head * head_dim, head_dim, kv_len, scale, softcap, window, causal, nullptr, nullptr);     \
+            n_kv_head * head_dim, head_dim, kv_len, scale, softcap, window, causal, nullptr, nullptr,      \
+            nullptr);                                                                                       \
     }
 
 ATTENTION_MLA_SPLIT(attention_mla_f16_split, false, __half)

@@ -101,7 +101,7 @@ int main() {
             std::vector<float> out(q.size(), NAN);
             launch(rows, 1, 32, warps, [&] {
                 attention_f16(q.data(), pos.data(), k.data(), v.data(), out.data(), c.n_head, c.n_kv_head, hd,
-                              kv_len, scale, c.softcap, c.window, 1, nullptr, nullptr);
+                              kv_len, scale, c.softcap, c.window, 1, nullptr, nullptr, nullptr);
             });
             compare("attention_f16 warps", warps, out);
         }
@@ -127,7 +127,7 @@ int main() {
             std::vector<float> out(q.size(), NAN);
             launch(rows, 1, 32, warps, [&] {
                 attention_f16(q.data(), pos.data(), k.data(), v.data(), out.data(), c.n_head, c.n_kv_head, hd,
-                              kv_len, scale, c.softcap, c.window, 1, nullptr, sinks.data());
+                              kv_len, scale, c.softcap, c.window, 1, nullptr, sinks.data(), nullptr);
             });
             compare_s("attention_f16", warps, out);
             for (int nsplit : {1, 7}) {
@@ -136,7 +136,7 @@ int main() {
                 launch(rows, nsplit, 32, SPLIT_WARPS, [&] {
                     attention_f16_split(q.data(), pos.data(), k.data(), v.data(), o.data(), part.data(),
                                         counters.data(), c.n_head, c.n_kv_head, hd, kv_len, scale, c.softcap,
-                                        c.window, 1, nullptr, sinks.data());
+                                        c.window, 1, nullptr, sinks.data(), nullptr);
                 });
                 compare_s("attention_f16_split", nsplit, o);
             }
@@ -174,13 +174,13 @@ int main() {
                     if (kernel == 0)
                         launch(nr, 1, 32, warps, [&] {
                             attention_f16(qq, pp, kk, vv, o, c.n_head, c.n_kv_head, hd, kv_len, scale, c.softcap,
-                                          c.window, 1, tab, nullptr);
+                                          c.window, 1, tab, nullptr, nullptr);
                         });
                     else
                         launch(nr, nsplit, 32, SPLIT_WARPS, [&] {
                             attention_f16_split(qq, pp, kk, vv, o, part.data(), counters.data(), c.n_head,
                                                 c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1, tab,
-                                                nullptr);
+                                                nullptr, nullptr);
                         });
                 };
                 std::vector<float> step(q.size(), NAN);
@@ -207,7 +207,7 @@ int main() {
                 launch(nr, nsplit, 32, SPLIT_WARPS, [&] {
                     attention_f16_split(qq, pp, k.data(), v.data(), o, part.data(), counters.data(), c.n_head,
                                         c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1, nullptr,
-                                        nullptr);
+                                        nullptr, nullptr);
                 });
             };
             run(q.data(), pos.data(), rows, out.data());

@@ -294,7 +294,7 @@ static int check_attention() {
             std::vector<float> out(q.size(), NAN);
             launch(rows, 1, 32, warps, [&] {
                 attention_q8_0(q.data(), pos.data(), k.data(), v.data(), out.data(), c.n_head, c.n_kv_head, hd,
-                               kv_len, scale, c.softcap, c.window, 1, nullptr, nullptr);
+                               kv_len, scale, c.softcap, c.window, 1, nullptr, nullptr, nullptr);
             });
             compare("attention_q8_0 warps", warps, out, want);
         }
@@ -304,7 +304,7 @@ static int check_attention() {
             launch(rows, nsplit, 32, SPLIT_WARPS, [&] {
                 attention_q8_0_split(q.data(), pos.data(), k.data(), v.data(), out.data(), part.data(),
                                      counters.data(), c.n_head, c.n_kv_head, hd, kv_len, scale, c.softcap, c.window,
-                                     1, nullptr, nullptr);
+                                     1, nullptr, nullptr, nullptr);
             });
             compare("attention_q8_0_split", nsplit, out, want);
             for (unsigned x : counters)
@@ -328,12 +328,12 @@ static int check_attention() {
                     if (kernel == 0)
                         launch(nr, 1, 32, 4, [&] {
                             attention_q8_0(qq, pp, kk, vv, o, c.n_head, c.n_kv_head, hd, kv_len, scale, c.softcap,
-                                           c.window, 1, tab, nullptr);
+                                           c.window, 1, tab, nullptr, nullptr);
                         });
                     else
                         launch(nr, nsplit, 32, SPLIT_WARPS, [&] {
                             attention_q8_0_split(qq, pp, kk, vv, o, part.data(), counters.data(), c.n_head,
-                                                 c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1, tab, nullptr);
+                                                 c.n_kv_head, hd, kv_len, scale, c.softcap, c.window, 1, tab, nullptr, nullptr);
                         });
                 };
                 std::vector<float> step(q.size(), NAN);

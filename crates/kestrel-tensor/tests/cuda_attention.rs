@@ -725,3 +725,56 @@ fn attention_matches_the_cpu_engine() {
         }
     }
 }
+
+/// `attention_ids_q8` also leaves its output as Q8_1 for the next matvec: handed its ticket,
+/// the matvec takes that data (returns the same ticket) and gives the bits of plain attention
+/// followed by a matvec that quantizes for itself. The per-token kernel and the split one
+/// (forced and chosen), 1 and 3 query tokens, heads of 64 and 256, f16 caches.
+#[test]
+fn attention_leaves_the_q8_1_the_next_matvec_takes() {
+    let Some(dev) = device() else { return };
+    for (n_head, n_kv_head, head_dim) in [(8usize, 2usize, 64usize), (4, 1, 256)] {
+        let row = n_kv_head * head_dim;
+        let p = AttentionParams {
+            n_head,
+            n_kv_head,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: 0.0,
+            window: 0,
+        };
+        let len = 700;
+        let s = seq(&dev, len + 3, len + 3, row, 91);
+        let w = n_head * head_dim;
+        let weight = cuda_common::weight_of(DType::Q4_0, 96, w, &random(96 * w, 92));
+        let weight = dev.upload(&weight).unwrap();
+        for positions in [vec![699], vec![698, 699, 700]] {
+            let n = positions.len();
+            let qd = upload(&dev, n, w, &random(n * w, 93));
+            let mut ids = dev.new_ids(n).unwrap();
+            dev.set_ids(&mut ids, &positions).unwrap();
+            for splits in [Some(0), None, Some(4)] {
+                dev.set_attention_splits(splits);
+                let zeros = |c: usize| dev.zeros(DType::F32, Shape::matrix(n, c).unwrap()).unwrap();
+                let (mut plain, mut fused) = (zeros(w), zeros(w));
+                let (mut m_plain, mut m_fused) = (zeros(96), zeros(96));
+                dev.attention_ids_sinks(&qd, &ids, (&s.k, &s.v), len + 3, &p, None, &mut plain)
+                    .unwrap();
+                dev.matmul_reusing(&plain, &weight, &mut m_plain, None)
+                    .unwrap();
+                let ticket = dev
+                    .attention_ids_q8(&qd, &ids, (&s.k, &s.v), len + 3, &p, None, &mut fused)
+                    .unwrap();
+                assert!(ticket.is_some(), "heads of {head_dim}: a ticket");
+                let used = dev
+                    .matmul_reusing(&fused, &weight, &mut m_fused, ticket)
+                    .unwrap();
+                let what = format!("{n_head}x{head_dim}, {n} tokens, splits {splits:?}");
+                assert_eq!(used, ticket, "{what}: the matvec took the attention's Q8_1");
+                assert_eq!(download(&dev, &plain), download(&dev, &fused), "{what}");
+                assert_eq!(download(&dev, &m_plain), download(&dev, &m_fused), "{what}");
+            }
+            dev.set_attention_splits(None);
+        }
+    }
+}

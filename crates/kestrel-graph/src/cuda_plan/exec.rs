@@ -41,7 +41,7 @@ impl CudaPlan {
         };
         let result = match result {
             Ok(true) => Ok(()),
-            Ok(false) => self.exec_into(node, &mut out, tokens, pos0, kv),
+            Ok(false) => self.exec_into(i, node, &mut out, tokens, pos0, kv),
             Err(e) => Err(e),
         };
         self.acts[i] = Some(out);
@@ -85,6 +85,7 @@ impl CudaPlan {
 
     fn exec_into(
         &mut self,
+        i: usize,
         node: &Node,
         out: &mut DeviceTensor,
         tokens: &[u32],
@@ -160,18 +161,23 @@ impl CudaPlan {
                         // this step from caches (and the pool) it holds borrowed until the
                         // step's launches are enqueued; their memory is freed in stream order,
                         // after these launches.
-                        unsafe {
+                        let quantize = self.q8_wanted(i, out.shape().n_rows());
+                        let ticket = unsafe {
                             if !appended {
                                 dev.kv_append2_table((k, v), &self.d_positions, table, p.layer)?;
                             }
-                            dev.attention_table(
+                            dev.attention_table_q8(
                                 q,
                                 &self.d_positions,
                                 (table, p.layer),
                                 &params,
                                 sinks,
                                 out,
-                            )?;
+                                quantize,
+                            )?
+                        };
+                        if let Some(t) = ticket {
+                            self.q8 = Some((i, t));
                         }
                         return Ok(());
                     }
@@ -213,15 +219,30 @@ impl CudaPlan {
                     )?;
                 }
                 let q = self.input(node, 0)?;
-                dev.attention_ids_sinks(
-                    q,
-                    mask,
-                    (&layer.k, &layer.v),
-                    kv_len,
-                    &params,
-                    sinks,
-                    out,
-                )?;
+                // The output also as Q8_1 when the matvecs reading it want it.
+                if self.q8_wanted(i, out.shape().n_rows()) {
+                    if let Some(t) = dev.attention_ids_q8(
+                        q,
+                        mask,
+                        (&layer.k, &layer.v),
+                        kv_len,
+                        &params,
+                        sinks,
+                        out,
+                    )? {
+                        self.q8 = Some((i, t));
+                    }
+                } else {
+                    dev.attention_ids_sinks(
+                        q,
+                        mask,
+                        (&layer.k, &layer.v),
+                        kv_len,
+                        &params,
+                        sinks,
+                        out,
+                    )?;
+                }
             }
             Op::Add => dev.add(self.input(node, 0)?, self.input(node, 1)?, out)?,
             Op::Mul => dev.mul(self.input(node, 0)?, self.input(node, 1)?, out)?,

@@ -3,15 +3,17 @@
 //! among CTAs), the tiled prefill kernel, and steps whose caches are reached through a
 //! [`KvTable`]: a batched decode step whose tokens each read their own sequence's cache, or one
 //! sequence's step over a paged cache. Each kernel has a form per cache type. Parameters are the CPU engine's
-//! ([`AttentionParams`]) so a plan hands both engines the same values. RoPE and the cache
-//! writes are `rope_kv.rs`.
+//! ([`AttentionParams`]) so a plan hands both engines the same values. The per-token and split
+//! kernels can also leave their output as Q8_1 for the next matvec ([`CudaDevice::attention_ids_q8`]).
+//! RoPE and the cache writes are `rope_kv.rs`; latent attention and values of their own head
+//! size, `attention_dims.rs`.
 
 use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of, SPLITS_AUTO};
 use super::kv_table::KvKind;
 use super::{
-    AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, KvTable, MAX_ATTENTION_SPLITS,
+    AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, KvTable, Q8Ticket, MAX_ATTENTION_SPLITS,
     MAX_HEAD_DIM, MAX_MATVEC_ROWS, MAX_WIDE_ROWS,
 };
 use crate::cpu::AttentionParams;
@@ -34,13 +36,13 @@ pub const MLA_MAX_HEAD_DIM: usize = 576;
 
 /// Longest value head of the latent attention's split form (`MLA_MAX_HEAD_DIM_V`); longer
 /// ones take the CTA-per-(token, head) kernel.
-const MLA_MAX_HEAD_DIM_V: usize = 512;
+pub(super) const MLA_MAX_HEAD_DIM_V: usize = 512;
 
 /// Which split kernel runs (`attention_split`): the plain one (its table's address, 0 for
 /// none), keys and values of their own head sizes (the value head size), or latent attention
 /// (the value head size).
 #[derive(Clone, Copy)]
-enum Split {
+pub(super) enum Split {
     Plain(u64),
     KvDims(usize),
     Latent(usize),
@@ -59,7 +61,7 @@ const TILE_KEYS: usize = 32;
 /// The scalar arguments every attention kernel takes, as the kernels' `int`s: heads, KV heads,
 /// head size, (the value head size, for `attention_kv_*`), the keys' bound, then the scale,
 /// soft-cap, window and the causal flag.
-struct DecArgs {
+pub(super) struct DecArgs {
     n_head: i32,
     n_kv_head: i32,
     head_dim: i32,
@@ -70,7 +72,7 @@ struct DecArgs {
 
 /// `q` holds `n_tokens` rows of `n_head` query heads and `out` as many of `head_dim_v`-wide
 /// value heads.
-fn check_q_out(
+pub(super) fn check_q_out(
     op: &'static str,
     q: &DeviceTensor,
     out: &DeviceTensor,
@@ -93,7 +95,7 @@ fn check_q_out(
 }
 
 impl DecArgs {
-    fn new(op: &'static str, p: &AttentionParams, kv_len: usize) -> Result<Self> {
+    pub(super) fn new(op: &'static str, p: &AttentionParams, kv_len: usize) -> Result<Self> {
         Ok(DecArgs {
             n_head: i32_of(op, p.n_head)?,
             n_kv_head: i32_of(op, p.n_kv_head)?,
@@ -105,7 +107,7 @@ impl DecArgs {
     }
 
     /// Pushes the arguments in the kernels' order, `head_dim_v` after the head size when given.
-    fn push<'a>(
+    pub(super) fn push<'a>(
         &'a self,
         b: &mut LaunchArgs<'a>,
         p: &'a AttentionParams,
@@ -131,7 +133,7 @@ impl CudaDevice {
     /// 4, as measured for prefill (16 cost Gemma-3-shaped pp512 7%). Any step of up to 8 tokens
     /// takes the same, and a batched decode step (up to 64) asks with one token per query, so a
     /// token's result does not depend on how many share the step.
-    fn decode_attention_warps(&self, n_tokens: usize, n_head: usize) -> u32 {
+    pub(super) fn decode_attention_warps(&self, n_tokens: usize, n_head: usize) -> u32 {
         if n_tokens <= MAX_MATVEC_ROWS && n_head * DEC_MAX_WARPS as usize <= 4 * self.sm_count {
             DEC_MAX_WARPS
         } else {
@@ -146,7 +148,7 @@ impl CudaDevice {
     /// [`MAX_ATTENTION_SPLITS`]); the kernel uses as many as the query's keys fill at 256 each,
     /// so short contexts run on one CTA a head as before, while a Gemma 3 270M step (4 heads)
     /// over 4,096 keys runs on 64 CTAs instead of 4 walking every key.
-    fn attention_splits(&self, n_tokens: usize, n_head: usize) -> usize {
+    pub(super) fn attention_splits(&self, n_tokens: usize, n_head: usize) -> usize {
         if n_tokens == 0 || n_tokens > MAX_MATVEC_ROWS || n_head == 0 {
             return 0;
         }
@@ -219,7 +221,9 @@ impl CudaDevice {
             p,
             None,
             out,
+            false,
         )
+        .map(|_| ())
     }
 
     /// [`Self::attention`] with the positions in a device buffer the caller wrote.
@@ -265,86 +269,39 @@ impl CudaDevice {
             p,
             sinks,
             out,
+            false,
         )
+        .map(|_| ())
     }
 
-    /// DeepSeek's latent attention: `q` (`[n_tokens][n_head][head_dim]`) over the first
-    /// `kv_len` positions of the key cache `k` (`[capacity][n_kv_head * head_dim]`, F16 or
-    /// Q8_0), each key's first `head_dim_v` values serving as its value (the latent), writing
-    /// `out` (`[n_tokens][n_head][head_dim_v]`). Causal, as [`Self::attention_ids`]; a CTA per
-    /// (token, head), or decode steps split over key ranges as [`Self::attention_ids`] splits
-    /// them (value heads of up to 512); key heads of up to 576 values.
+    /// [`Self::attention_ids_sinks`] that also leaves `out` as Q8_1 in the matvec scratch,
+    /// returning the ticket a following [`Self::matmul_reusing`] of `out` takes to skip its
+    /// quantization (the same bytes `quantize_q8_1` writes); `None` where the step takes the
+    /// tiled kernel or heads are not a multiple of 32 long (then `out` alone is written).
     ///
     /// # Errors
-    /// Head counts that do not divide, head sizes out of range (`head_dim_v` above
-    /// `head_dim`, `head_dim` above 576; q8_0: not multiples of 32), shape or dtype mismatches,
-    /// a launch failure.
+    /// As [`Self::attention_ids_sinks`].
     #[allow(clippy::too_many_arguments)]
-    pub fn attention_latent_ids(
+    pub fn attention_ids_q8(
         &self,
         q: &DeviceTensor,
         positions: &DeviceIds,
-        k: &DeviceTensor,
+        (k, v): (&DeviceTensor, &DeviceTensor),
         kv_len: usize,
         p: &AttentionParams,
-        head_dim_v: usize,
+        sinks: Option<&DeviceTensor>,
         out: &mut DeviceTensor,
-    ) -> Result<()> {
-        const OP: &str = "cuda latent attention";
-        f32_only(OP, q)?;
-        f32_only(OP, out)?;
-        let kind = KvKind::of(OP, k.dtype, k.dtype)?;
-        if p.n_head == 0 || p.n_kv_head == 0 || !p.n_head.is_multiple_of(p.n_kv_head) {
-            return Err(TensorError::InvalidParam {
-                op: OP,
-                why: "n_head must be a positive multiple of n_kv_head",
-            });
-        }
-        if p.head_dim == 0
-            || p.head_dim > MLA_MAX_HEAD_DIM
-            || head_dim_v == 0
-            || head_dim_v > p.head_dim
-        {
-            return Err(TensorError::InvalidParam {
-                op: OP,
-                why: "key heads of 1 to 576 values, value heads no longer",
-            });
-        }
-        kind.check_heads(OP, p.head_dim, head_dim_v)?;
-        let row = p.n_kv_head * p.head_dim;
-        if k.shape.row_len() != row || k.shape.n_rows() < kv_len {
-            return Err(TensorError::ShapeMismatch {
-                op: OP,
-                what: "k",
-                expected: Shape::matrix(kv_len, row)?,
-                actual: k.shape,
-            });
-        }
-        let n_tokens = positions.host.len();
-        let splits = self.attention_splits(n_tokens, p.n_head);
-        if splits > 0 && head_dim_v <= MLA_MAX_HEAD_DIM_V {
-            check_q_out(OP, q, out, n_tokens, p, head_dim_v)?;
-            return self.attention_split(
-                q,
-                &positions.buf,
-                (Some(k), None, kind),
-                Split::Latent(head_dim_v),
-                None,
-                out,
-                p,
-                (kv_len, n_tokens, splits),
-            );
-        }
-        self.launch_dims(
-            kind.pick("attention_mla_f16", "attention_mla_q8_0"),
+    ) -> Result<Option<Q8Ticket>> {
+        self.attention_impl(
+            Some(&positions.buf),
             q,
-            &positions.buf,
-            n_tokens,
-            (k, None),
+            &positions.host,
+            KvSrc::Caches(k, v),
             kv_len,
-            (p, head_dim_v),
-            None,
+            p,
+            sinks,
             out,
+            true,
         )
     }
 
@@ -372,6 +329,30 @@ impl CudaDevice {
         sinks: Option<&DeviceTensor>,
         out: &mut DeviceTensor,
     ) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.attention_table_q8(q, positions, (table, layer), p, sinks, out, false) }
+            .map(|_| ())
+    }
+
+    /// [`Self::attention_table`] that also leaves `out` as Q8_1 in the matvec scratch when
+    /// `quantize` (as [`Self::attention_ids_q8`]).
+    ///
+    /// # Errors
+    /// As [`Self::attention_table`].
+    ///
+    /// # Safety
+    /// As [`Self::attention_table`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn attention_table_q8(
+        &self,
+        q: &DeviceTensor,
+        positions: &DeviceIds,
+        (table, layer): (&KvTable, usize),
+        p: &AttentionParams,
+        sinks: Option<&DeviceTensor>,
+        out: &mut DeviceTensor,
+        quantize: bool,
+    ) -> Result<Option<Q8Ticket>> {
         if !table.is_one_sequence() && positions.host.len() > MAX_WIDE_ROWS {
             return Err(TensorError::InvalidParam {
                 op: "cuda attention",
@@ -387,6 +368,7 @@ impl CudaDevice {
             p,
             sinks,
             out,
+            quantize,
         )
     }
 
@@ -401,7 +383,8 @@ impl CudaDevice {
         p: &AttentionParams,
         sinks: Option<&DeviceTensor>,
         out: &mut DeviceTensor,
-    ) -> Result<()> {
+        quantize: bool,
+    ) -> Result<Option<Q8Ticket>> {
         const OP: &str = "cuda attention";
         f32_only(OP, q)?;
         f32_only(OP, out)?;
@@ -464,22 +447,25 @@ impl CudaDevice {
             KvSrc::Table(..) => (None, None),
         };
         if head_dim_v != p.head_dim {
-            return self.attention_kv_dims(
-                q,
-                dev_ids,
-                positions,
-                (k, v),
-                kv_len,
-                p,
-                head_dim_v,
-                sinks,
-                out,
-            );
+            return self
+                .attention_kv_dims(
+                    q,
+                    dev_ids,
+                    positions,
+                    (k, v),
+                    kv_len,
+                    p,
+                    head_dim_v,
+                    sinks,
+                    out,
+                )
+                .map(|()| None);
         }
         check_q_out(OP, q, out, positions.len(), p, p.head_dim)?;
         if positions.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
+        let quantize = quantize && p.head_dim.is_multiple_of(32);
         let mut run = |pos: &CudaSlice<i32>| {
             let args = DecArgs::new(OP, p, kv_len)?;
             let n_tokens = positions.len();
@@ -505,17 +491,34 @@ impl CudaDevice {
             } else {
                 self.attention_splits(alike, p.n_head)
             };
+            // The output as Q8_1 too (the per-token and split kernels), into the matvec scratch.
+            let mut q8 = if quantize && !tiled {
+                Some(self.q8_scratch(OP, n_tokens, p.n_head * p.head_dim)?)
+            } else {
+                None
+            };
+            let ticket = q8.as_ref().map(|(_, t)| *t);
+            let q8_buf = match q8.as_mut() {
+                Some((guard, _)) => Some(guard.as_mut().ok_or(TensorError::InvalidParam {
+                    op: OP,
+                    why: "no Q8_1 scratch",
+                })?),
+                None => None,
+            };
             if splits > 0 {
-                return self.attention_split(
-                    q,
-                    pos,
-                    (k, v, kind),
-                    Split::Plain(table),
-                    sinks,
-                    out,
-                    p,
-                    (kv_len, n_tokens, splits),
-                );
+                return self
+                    .attention_split(
+                        q,
+                        pos,
+                        (k, v, kind),
+                        Split::Plain(table),
+                        sinks,
+                        out,
+                        p,
+                        (kv_len, n_tokens, splits),
+                        q8_buf,
+                    )
+                    .map(|()| ticket);
             }
             let nt = i32_of(OP, n_tokens)?;
             let f = self.func(if tiled {
@@ -559,6 +562,10 @@ impl CudaDevice {
                     Some(s) => b.arg(&s.buf),
                     None => b.arg(&null),
                 };
+                match q8_buf {
+                    Some(q8) => b.arg(q8),
+                    None => b.arg(&null),
+                };
                 cfg(
                     grid_for(n_tokens * p.n_head, 1)?,
                     (32, self.decode_attention_warps(alike, p.n_head)),
@@ -566,120 +573,15 @@ impl CudaDevice {
             };
             // SAFETY: q and out hold tokens*n_head*head_dim f32, k and v at least kv_len rows of
             // n_kv_head*head_dim values of the kernel's type, positions one i32 per token (all
-            // checked); the shared memory is what the tiled kernel lays out.
+            // checked); the Q8_1 scratch (when given) tokens*n_head*head_dim/32 blocks; the
+            // shared memory is what the tiled kernel lays out.
             unsafe { b.launch(config) }.map_err(driver("launch attention"))?;
-            Ok(())
+            Ok(ticket)
         };
         match dev_ids {
             Some(d) => run(d),
             None => self.with_ids(positions.iter().copied(), run),
         }
-    }
-
-    /// Attention whose values have their own head size (`attention_kv_*`: a CTA per (token,
-    /// head), or its split form for decode steps; no table, no tiles), for
-    /// [`Self::attention_ids_sinks`].
-    #[allow(clippy::too_many_arguments)]
-    fn attention_kv_dims(
-        &self,
-        q: &DeviceTensor,
-        dev_ids: Option<&CudaSlice<i32>>,
-        positions: &[i32],
-        (k, v): (Option<&DeviceTensor>, Option<&DeviceTensor>),
-        kv_len: usize,
-        p: &AttentionParams,
-        head_dim_v: usize,
-        sinks: Option<&DeviceTensor>,
-        out: &mut DeviceTensor,
-    ) -> Result<()> {
-        const OP: &str = "cuda attention";
-        let (Some(k), Some(v)) = (k, v) else {
-            return Err(TensorError::InvalidParam {
-                op: OP,
-                why: "a batched step takes keys and values of one head size",
-            });
-        };
-        let kind = KvKind::of(OP, k.dtype, v.dtype)?;
-        let name = kind.pick("attention_kv_f16", "attention_kv_q8_0");
-        let n_tokens = positions.len();
-        let splits = self.attention_splits(n_tokens, p.n_head);
-        let mut run = |pos: &CudaSlice<i32>| {
-            if splits > 0 {
-                check_q_out(OP, q, out, n_tokens, p, head_dim_v)?;
-                return self.attention_split(
-                    q,
-                    pos,
-                    (Some(k), Some(v), kind),
-                    Split::KvDims(head_dim_v),
-                    sinks,
-                    &mut *out,
-                    p,
-                    (kv_len, n_tokens, splits),
-                );
-            }
-            self.launch_dims(
-                name,
-                q,
-                pos,
-                n_tokens,
-                (k, Some(v)),
-                kv_len,
-                (p, head_dim_v),
-                Some(sinks),
-                &mut *out,
-            )
-        };
-        match dev_ids {
-            Some(d) => run(d),
-            None => self.with_ids(positions.iter().copied(), run),
-        }
-    }
-
-    /// Launches a decode-form attention kernel whose values have their own head size, a CTA per
-    /// (token, head): `attention_kv_*` (`v` its own cache, then `sinks` last) or
-    /// `attention_mla_*` (`v` none: the keys' front; no sinks argument). Checks q and out.
-    #[allow(clippy::too_many_arguments)]
-    fn launch_dims(
-        &self,
-        kernel: &'static str,
-        q: &DeviceTensor,
-        pos: &CudaSlice<i32>,
-        n_tokens: usize,
-        (k, v): (&DeviceTensor, Option<&DeviceTensor>),
-        kv_len: usize,
-        (p, head_dim_v): (&AttentionParams, usize),
-        sinks: Option<Option<&DeviceTensor>>,
-        out: &mut DeviceTensor,
-    ) -> Result<()> {
-        const OP: &str = "cuda attention";
-        check_q_out(OP, q, out, n_tokens, p, head_dim_v)?;
-        if n_tokens == 0 {
-            return Ok(());
-        }
-        let (args, hdv) = (DecArgs::new(OP, p, kv_len)?, i32_of(OP, head_dim_v)?);
-        let null = 0u64;
-        let f = self.func(kernel)?;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&q.buf).arg(pos).arg(&k.buf);
-        if let Some(v) = v {
-            b.arg(&v.buf);
-        }
-        b.arg(&mut out.buf);
-        args.push(&mut b, p, Some(&hdv));
-        match sinks {
-            Some(Some(s)) => b.arg(&s.buf),
-            Some(None) => b.arg(&null),
-            None => &mut b,
-        };
-        let config = cfg(
-            grid_for(n_tokens * p.n_head, 1)?,
-            (32, self.decode_attention_warps(n_tokens, p.n_head)),
-        );
-        // SAFETY: q holds tokens*n_head*head_dim f32, out tokens*n_head*head_dim_v (checked
-        // here), k (and v) at least kv_len rows of their heads of the kernel's type and the
-        // positions one i32 a token (checked by the callers); the arguments are the kernel's.
-        unsafe { b.launch(config) }.map_err(driver("launch attention"))?;
-        Ok(())
     }
 
     /// A split attention kernel (`attention_f16_split` or `_q8_0_split`, or the `kv_` or
@@ -688,7 +590,7 @@ impl CudaDevice {
     /// [`MAX_MATVEC_ROWS`] or [`MAX_WIDE_ROWS`] tokens, which a graph replays without growing
     /// it again).
     #[allow(clippy::too_many_arguments)]
-    fn attention_split(
+    pub(super) fn attention_split(
         &self,
         q: &DeviceTensor,
         pos: &CudaSlice<i32>,
@@ -698,6 +600,7 @@ impl CudaDevice {
         out: &mut DeviceTensor,
         p: &AttentionParams,
         (kv_len, n_tokens, splits): (usize, usize, usize),
+        q8: Option<&mut CudaSlice<u8>>,
     ) -> Result<()> {
         const OP: &str = "cuda attention";
         // Sized for 8 tokens, or at once for a batched step's most (64), so a scheduler whose
@@ -778,6 +681,13 @@ impl CudaDevice {
         if !matches!(form, Split::Latent(_)) {
             match sinks {
                 Some(s) => b.arg(&s.buf),
+                None => b.arg(&null),
+            };
+        }
+        // The plain form's Q8_1 output (null: none).
+        if let Split::Plain(_) = form {
+            match q8 {
+                Some(q8) => b.arg(q8),
                 None => b.arg(&null),
             };
         }

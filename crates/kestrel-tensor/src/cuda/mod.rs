@@ -9,19 +9,22 @@
 //! Without the `cuda` feature the same API exists (a stub) and every entry point returns
 //! [`CudaError::NotBuilt`], so callers need no `cfg`.
 //!
-//! Ops so far (`engine.rs`: device, tensors; `matvec.rs`: matmul; `ops.rs`: row and elementwise ops;
-//! `fused.rs`: add + RMS norm, Q8_1 output of norms and gated activations, matvec epilogue adds;
-//! `attention.rs`: rope, KV append, attention): matmul for 1-8 activation rows over
-//! F32/F16/BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and Q4_K/Q5_K/Q6_K weights (Q8_1 activations and
-//! `dp4a`, as ggml-cuda's MMVQ), rms/layer norm with weight, get_rows, add/mul (row
-//! broadcast), scale, soft cap, SiLU, GELU (tanh and erf), SwiGLU, GeGLU, argmax, RoPE (normal,
-//! NeoX, YaRN, frequency factors), the f16 KV append and attention over an f16 cache (causal,
-//! window, soft cap, GQA); `gemm.rs`: from 9 activation rows, the weight dequantized to f32
-//! and multiplied by cuBLAS (TF32). Still to come (issues 23/24): paged attention, q8_0
-//! caches, integer-MMQ prefill, CUDA graphs.
+//! Where each op lives: `engine.rs` (device, tensors, scratch), `matvec.rs` (1-8 activation
+//! rows: `dp4a` matvecs on Q8_1 activations as ggml-cuda's MMVQ, float matvecs; 9-64: the
+//! tensor-core matvec), `gemm.rs` (more rows: the weight dequantized to f16 and multiplied by
+//! cuBLAS), `fused.rs` (add + RMS norm, norms and gated activations with Q8_1 output, matvec
+//! epilogue adds, q/k/v in one launch), `ops.rs` (row and elementwise ops, argmax),
+//! `rope_kv.rs` (RoPE, the KV append and both fused), `attention.rs` (decode, split and tiled
+//! attention over f16 or q8_0 caches, through a `KvTable` for batched and paged steps; its
+//! output optionally as Q8_1), `attention_dims.rs` (latent attention and values of their own
+//! head size), `kv_table.rs` (per-token and paged caches), `experts.rs`/`moe.rs`/`routing.rs`
+//! (mixture-of-experts), `ssm.rs` (state-space layers), `topk.rs` (device top-k), `graph.rs`
+//! (CUDA graph capture and replay).
 
 #[cfg(feature = "cuda")]
 mod attention;
+#[cfg(feature = "cuda")]
+mod attention_dims;
 #[cfg(feature = "cuda")]
 mod blas;
 #[cfg(feature = "cuda")]

@@ -11,10 +11,11 @@ use crate::ir::{Node, Op};
 use crate::GraphError;
 
 impl CudaPlan {
-    /// Whether node `i`'s output of `rows` rows may also be left as Q8_1 for its readers.
-    fn q8_wanted(&self, i: usize, rows: usize) -> bool {
+    /// Whether node `i`'s output of `rows` rows may also be left as Q8_1 for its readers (never
+    /// with fusion off).
+    pub(in crate::cuda_plan) fn q8_wanted(&self, i: usize, rows: usize) -> bool {
         let types = &self.fusions.q8_readers[i];
-        !types.is_empty() && types.iter().all(|&t| self.dev.matvec_quantized(t, rows))
+        self.fuse && !types.is_empty() && types.iter().all(|&t| self.dev.matvec_quantized(t, rows))
     }
 
     /// Takes node `j`'s buffer out, shaped `rows` × `width`, for a fused launch to write.

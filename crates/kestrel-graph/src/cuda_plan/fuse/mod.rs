@@ -350,6 +350,11 @@ impl Fusions {
             let produces = match &node.op {
                 Op::RmsNorm { group, .. } => *group == node.width,
                 Op::SwiGlu | Op::GeGlu => true,
+                // The per-token and split attention kernels write Q8_1 blocks of 32 values of
+                // one head (`attention_ids_q8`).
+                Op::Attention(p) => {
+                    !p.latent && p.head_dim_k == p.head_dim_v && p.head_dim_v.is_multiple_of(32)
+                }
                 _ => false,
             };
             if !produces || readers[i].is_empty() || outputs.contains(&i) {

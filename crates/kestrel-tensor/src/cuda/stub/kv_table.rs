@@ -3,7 +3,7 @@
 
 use std::convert::Infallible;
 
-use super::{CudaDevice, DeviceIds, DeviceTensor};
+use super::{CudaDevice, DeviceIds, DeviceTensor, Q8Ticket};
 use crate::cpu::{AttentionParams, RopeParams};
 use crate::error::Result;
 
@@ -211,6 +211,27 @@ impl CudaDevice {
         _sinks: Option<&DeviceTensor>,
         _out: &mut DeviceTensor,
     ) -> Result<()> {
+        match self.never {}
+    }
+
+    /// Attention over a table that also leaves its output as Q8_1 when asked.
+    ///
+    /// # Errors
+    /// Unreachable.
+    ///
+    /// # Safety
+    /// As the CUDA build's: the table's caches alive until the launch has run.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn attention_table_q8(
+        &self,
+        _q: &DeviceTensor,
+        _positions: &DeviceIds,
+        _table: (&KvTable, usize),
+        _p: &AttentionParams,
+        _sinks: Option<&DeviceTensor>,
+        _out: &mut DeviceTensor,
+        _quantize: bool,
+    ) -> Result<Option<Q8Ticket>> {
         match self.never {}
     }
 }

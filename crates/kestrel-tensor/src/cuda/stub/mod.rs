@@ -676,6 +676,24 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// Attention that also leaves its output as Q8_1 for the next matvec.
+    ///
+    /// # Errors
+    /// Unreachable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_ids_q8(
+        &self,
+        _q: &DeviceTensor,
+        _positions: &DeviceIds,
+        _kv: (&DeviceTensor, &DeviceTensor),
+        _kv_len: usize,
+        _p: &AttentionParams,
+        _sinks: Option<&DeviceTensor>,
+        _out: &mut DeviceTensor,
+    ) -> Result<Option<Q8Ticket>> {
+        match self.never {}
+    }
+
     /// Embedding lookup with device ids.
     ///
     /// # Errors
