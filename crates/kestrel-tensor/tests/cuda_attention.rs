@@ -337,19 +337,25 @@ fn attention_sinks_f64(
     out
 }
 
+/// Causal attention of `n_head` query heads over `n_kv_head` KV heads of `head_dim`, the usual
+/// scale, no soft cap, no window.
+fn plain_params(n_head: usize, n_kv_head: usize, head_dim: usize) -> AttentionParams {
+    AttentionParams {
+        n_head,
+        n_kv_head,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        softcap: 0.0,
+        window: 0,
+    }
+}
+
 #[test]
 fn attention_sinks_match_float64_in_every_kernel() {
     let Some(dev) = device() else { return };
     for (n_head, n_kv_head, head_dim) in [(8usize, 2usize, 64usize), (4, 1, 256)] {
         let row = n_kv_head * head_dim;
-        let p = AttentionParams {
-            n_head,
-            n_kv_head,
-            head_dim,
-            scale: 1.0 / (head_dim as f32).sqrt(),
-            softcap: 0.0,
-            window: 0,
-        };
+        let p = plain_params(n_head, n_kv_head, head_dim);
         let len = 700;
         let s = seq(&dev, len + 1, len, row, 77);
         // The caches' values as the kernels read them (f16, widened exactly).
@@ -735,14 +741,7 @@ fn attention_leaves_the_q8_1_the_next_matvec_takes() {
     let Some(dev) = device() else { return };
     for (n_head, n_kv_head, head_dim) in [(8usize, 2usize, 64usize), (4, 1, 256)] {
         let row = n_kv_head * head_dim;
-        let p = AttentionParams {
-            n_head,
-            n_kv_head,
-            head_dim,
-            scale: 1.0 / (head_dim as f32).sqrt(),
-            softcap: 0.0,
-            window: 0,
-        };
+        let p = plain_params(n_head, n_kv_head, head_dim);
         let len = 700;
         let s = seq(&dev, len + 3, len + 3, row, 91);
         let w = n_head * head_dim;
@@ -763,7 +762,7 @@ fn attention_leaves_the_q8_1_the_next_matvec_takes() {
                 dev.matmul_reusing(&plain, &weight, &mut m_plain, None)
                     .unwrap();
                 let ticket = dev
-                    .attention_ids_q8(&qd, &ids, (&s.k, &s.v), len + 3, &p, None, &mut fused)
+                    .attention_ids_q8(&qd, &ids, (&s.k, &s.v), len + 3, &p, None, &mut fused, true)
                     .unwrap();
                 assert!(ticket.is_some(), "heads of {head_dim}: a ticket");
                 let used = dev

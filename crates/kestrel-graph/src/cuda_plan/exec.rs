@@ -220,28 +220,18 @@ impl CudaPlan {
                 }
                 let q = self.input(node, 0)?;
                 // The output also as Q8_1 when the matvecs reading it want it.
-                if self.q8_wanted(i, out.shape().n_rows()) {
-                    if let Some(t) = dev.attention_ids_q8(
-                        q,
-                        mask,
-                        (&layer.k, &layer.v),
-                        kv_len,
-                        &params,
-                        sinks,
-                        out,
-                    )? {
-                        self.q8 = Some((i, t));
-                    }
-                } else {
-                    dev.attention_ids_sinks(
-                        q,
-                        mask,
-                        (&layer.k, &layer.v),
-                        kv_len,
-                        &params,
-                        sinks,
-                        out,
-                    )?;
+                let quantize = self.q8_wanted(i, out.shape().n_rows());
+                if let Some(t) = dev.attention_ids_q8(
+                    q,
+                    mask,
+                    (&layer.k, &layer.v),
+                    kv_len,
+                    &params,
+                    sinks,
+                    out,
+                    quantize,
+                )? {
+                    self.q8 = Some((i, t));
                 }
             }
             Op::Add => dev.add(self.input(node, 0)?, self.input(node, 1)?, out)?,

@@ -260,24 +260,15 @@ impl CudaDevice {
         sinks: Option<&DeviceTensor>,
         out: &mut DeviceTensor,
     ) -> Result<()> {
-        self.attention_impl(
-            Some(&positions.buf),
-            q,
-            &positions.host,
-            KvSrc::Caches(k, v),
-            kv_len,
-            p,
-            sinks,
-            out,
-            false,
-        )
-        .map(|_| ())
+        self.attention_ids_q8(q, positions, (k, v), kv_len, p, sinks, out, false)
+            .map(|_| ())
     }
 
-    /// [`Self::attention_ids_sinks`] that also leaves `out` as Q8_1 in the matvec scratch,
-    /// returning the ticket a following [`Self::matmul_reusing`] of `out` takes to skip its
-    /// quantization (the same bytes `quantize_q8_1` writes); `None` where the step takes the
-    /// tiled kernel or heads are not a multiple of 32 long (then `out` alone is written).
+    /// [`Self::attention_ids_sinks`] that, when `quantize`, also leaves `out` as Q8_1 in the
+    /// matvec scratch, returning the ticket a following [`Self::matmul_reusing`] of `out` takes
+    /// to skip its quantization (the same bytes `quantize_q8_1` writes); `None` without
+    /// `quantize`, or where the step takes the tiled kernel or heads are not a multiple of 32
+    /// long (then `out` alone is written).
     ///
     /// # Errors
     /// As [`Self::attention_ids_sinks`].
@@ -291,6 +282,7 @@ impl CudaDevice {
         p: &AttentionParams,
         sinks: Option<&DeviceTensor>,
         out: &mut DeviceTensor,
+        quantize: bool,
     ) -> Result<Option<Q8Ticket>> {
         self.attention_impl(
             Some(&positions.buf),
@@ -301,7 +293,7 @@ impl CudaDevice {
             p,
             sinks,
             out,
-            true,
+            quantize,
         )
     }
 

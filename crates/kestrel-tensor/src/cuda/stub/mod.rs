@@ -676,7 +676,7 @@ impl CudaDevice {
         match self.never {}
     }
 
-    /// Attention that also leaves its output as Q8_1 for the next matvec.
+    /// Attention that also leaves its output as Q8_1 for the next matvec when asked.
     ///
     /// # Errors
     /// Unreachable.
@@ -690,6 +690,7 @@ impl CudaDevice {
         _p: &AttentionParams,
         _sinks: Option<&DeviceTensor>,
         _out: &mut DeviceTensor,
+        _quantize: bool,
     ) -> Result<Option<Q8Ticket>> {
         match self.never {}
     }
