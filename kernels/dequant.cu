@@ -1,9 +1,8 @@
-// Whole weight matrices (or a range of their rows) to f32, ahead of the prefill GEMM: cuBLAS
-// multiplies the f32 copy by the activation rows (TF32 tensor cores), as ggml-cuda dequantizes
-// to f16 for cuBLAS when its integer MMQ path does not apply. f32 rather than f16 keeps
-// activations that overflow f16 (Gemma's) exact on the way in. The `dequant_f16_*` twins,
-// `absmax_f32` and `f32_to_f16_scaled` serve the f16-operand GEMM (src/cuda/gemm.rs), whose
-// activations are scaled by a power of two so that none overflows f16.
+// Whole weight matrices (or a range of their rows) to f16 (`dequant_f16_*`, the default) or
+// f32 (`dequant_f32_*`: BF16 weights, and every type with KESTREL_CUDA_GEMM=f32) ahead of the
+// prefill GEMM (src/cuda/gemm.rs), as ggml-cuda dequantizes to f16 for cuBLAS when its integer
+// MMQ path does not apply; `absmax_f32` and `f32_to_f16_scaled` bring the activations into
+// f16's range by a power of two (Gemma's can pass 65504).
 // `w` points at the first row's first block, `n` values (whole rows) are written to `out`.
 // Launch: any grid of 256-thread blocks (grid-stride loop).
 #include "dequant.cuh"

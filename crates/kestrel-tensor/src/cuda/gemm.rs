@@ -13,8 +13,11 @@
 //! under 2^15 (`absmax_f32`, `f32_to_f16_scaled`), and cuBLAS multiplies the product back by it
 //! through an alpha it reads from device memory: activations past f16's range (Gemma's can be)
 //! stay finite, and where none exceeds 2^15 the operands are x rounded to f16, nothing more.
-//! Quantized weights' values (an f16 scale times a small integer) and F16 weights are f16
-//! already in range; BF16 weights, whose range is f32's, take f32 operands (TF32), as do F32
+//! Weights are not scaled: F16 weights are f16 already, and a quantized value (an f16 block
+//! scale times an integer of at most 945 in magnitude, Q4_K's 63 × 15) leaves f16's range only
+//! for block scales past ~69, which no GGUF file we know of holds (ggml-cuda's f16 path makes
+//! the same assumption); `KESTREL_CUDA_GEMM=f32` is the way out for such a file. BF16 weights,
+//! whose range is f32's, take f32 operands (TF32), as do F32
 //! weights (full f32 products, the matvec's bound). `KESTREL_CUDA_GEMM=f32` takes f32 operands
 //! (TF32) for every type, as before the f16 default.
 //!
