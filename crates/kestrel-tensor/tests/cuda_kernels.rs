@@ -28,7 +28,7 @@
 mod cuda_common;
 
 use cuda_common::{f32_tensor, nmse, spiky as random, WEIGHT_TYPES as ALL};
-use kestrel_tensor::cuda::CudaDevice;
+use kestrel_tensor::cuda::{CudaDevice, DeviceTensor};
 use kestrel_tensor::{quant, CpuEngine, DType, Engine, Shape, Tensor};
 
 fn device() -> Option<CudaDevice> {
@@ -167,6 +167,73 @@ fn gemm_takes_activations_past_the_range_of_f16() {
     for e in &errors[1..] {
         assert!(*e <= 4.0 * errors[0] + 1e-12, "nmse {errors:?}");
     }
+}
+
+/// The GEMM converts its input to f16 once for the matmuls that share it: handed the ticket of
+/// the conversion it still holds, a GEMM skips converting and gives the bits of a fresh one; a
+/// ticket whose conversion was replaced (another input, whose scale differs too) or a matvec's
+/// Q8_1 ticket is not taken for it. On f32 operands (`KESTREL_CUDA_GEMM=f32`) there is nothing
+/// to share and no ticket.
+#[test]
+fn gemm_shares_one_conversion_of_its_input_while_it_is_held() {
+    let Some(dev) = device() else { return };
+    if let Some(why) = dev.gemm_off() {
+        println!("skipped: no GEMM ({why})");
+        return;
+    }
+    let f32_operands = std::env::var("KESTREL_CUDA_GEMM")
+        .is_ok_and(|v| v.eq_ignore_ascii_case("f32") || v.eq_ignore_ascii_case("tf32"));
+    let (k, m, n) = (512, 96, 80);
+    let w1 = dev.upload(&weight(DType::Q4K, m, k, 51)).unwrap();
+    let w2 = dev.upload(&weight(DType::Q8_0, m + 32, k, 52)).unwrap();
+    let x = dev.upload(&f32_tensor(n, k, 53)).unwrap();
+    let big: Vec<f32> = random(n * k, 54).iter().map(|v| v * 1.0e6).collect();
+    let y = dev
+        .upload(&Tensor::from_f32(Shape::matrix(n, k).unwrap(), &big).unwrap())
+        .unwrap();
+    let one = dev.upload(&f32_tensor(1, k, 55)).unwrap();
+    let out = |rows: usize, cols: usize| dev.zeros_f32(Shape::matrix(rows, cols).unwrap()).unwrap();
+    let bits = |t: &DeviceTensor| -> Vec<u32> {
+        dev.download_f32(t)
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    let mut fresh = out(n, m + 32);
+    dev.matmul(&x, &w2, &mut fresh).unwrap();
+    let want = bits(&fresh);
+
+    let mut o1 = out(n, m);
+    let t = dev.matmul_reusing(&x, &w1, &mut o1, None).unwrap();
+    assert_eq!(t.is_some(), !f32_operands, "ticket {t:?}");
+    let mut o2 = out(n, m + 32);
+    let shared = dev.matmul_reusing(&x, &w2, &mut o2, t).unwrap();
+    assert_eq!(shared, t, "the held conversion keeps its ticket");
+    assert_eq!(bits(&o2), want, "with the shared conversion");
+
+    // Another input converted since: the old ticket names nothing held.
+    let mut oy = out(n, m);
+    let ty = dev.matmul_reusing(&y, &w1, &mut oy, None).unwrap();
+    if t.is_some() {
+        assert_ne!(ty, t);
+    }
+    let mut o3 = out(n, m + 32);
+    let again = dev.matmul_reusing(&x, &w2, &mut o3, t).unwrap();
+    if t.is_some() {
+        assert_ne!(again, t, "a stale ticket is not taken");
+    }
+    assert_eq!(bits(&o3), want, "after another input's conversion");
+
+    // A matvec's Q8_1 ticket does not name the GEMM's f16 data.
+    let mut o1row = out(1, m);
+    let tq = dev.matmul_reusing(&one, &w1, &mut o1row, None).unwrap();
+    assert!(tq.is_some());
+    let mut oy2 = out(n, m);
+    dev.matmul_reusing(&y, &w1, &mut oy2, None).unwrap();
+    let mut o4 = out(n, m + 32);
+    dev.matmul_reusing(&x, &w2, &mut o4, tq).unwrap();
+    assert_eq!(bits(&o4), want, "handed a matvec's ticket");
 }
 
 /// The prefetching matvecs (`set_mmvq_prefetch`: L2 asked for a thread's next blocks) compute
@@ -402,7 +469,7 @@ fn fused_launches_equal_the_launches_they_replace() {
                 dev.download_f32(&o).unwrap()
             })
             .collect();
-        let out = |w: &kestrel_tensor::cuda::DeviceTensor| {
+        let out = |w: &DeviceTensor| {
             dev.zeros_f32(Shape::matrix(1, w.shape().n_rows()).unwrap())
                 .unwrap()
         };
@@ -481,7 +548,7 @@ fn fused_launches_equal_the_launches_they_replace() {
         .is_err());
 }
 
-fn sum_tensor(dev: &CudaDevice, v: &[f32], shape: Shape) -> kestrel_tensor::cuda::DeviceTensor {
+fn sum_tensor(dev: &CudaDevice, v: &[f32], shape: Shape) -> DeviceTensor {
     dev.upload(&Tensor::from_f32(shape, v).unwrap()).unwrap()
 }
 

@@ -48,6 +48,9 @@ pub(super) struct Blas {
     /// f16 operands' device scalars: the activations' largest magnitude (bits, 4 bytes), then
     /// the GEMM's alpha and beta (f32 each), read by cuBLAS from the device.
     pub(super) scalars: Mutex<Option<CudaSlice<u8>>>,
+    /// The ticket serial of the activations `x16` and `scalars` hold, and their (rows, row
+    /// length): a GEMM handed that ticket back for the same input skips converting it again.
+    pub(super) x16_last: Mutex<(u64, usize, usize)>,
 }
 
 /// Bytes of [`Blas::scalars`].
@@ -81,6 +84,7 @@ impl Blas {
             band: Mutex::new(None),
             x16: Mutex::new(None),
             scalars: Mutex::new(None),
+            x16_last: Mutex::new((0, 0, 0)),
         }
     }
 }

@@ -130,8 +130,10 @@ impl std::fmt::Debug for DeviceTensor {
 /// The locked Q8_1 scratch of the matvecs.
 pub(super) type ScratchGuard<'a> = MutexGuard<'a, Option<CudaSlice<u8>>>;
 
-/// Names the Q8_1 activations one [`CudaDevice::matmul_reusing`] call left in the device's
-/// scratch; handed back, it lets the next call with the same input skip quantizing it.
+/// Names the activations one [`CudaDevice::matmul_reusing`] call left prepared on the device:
+/// quantized to Q8_1 in the matvecs' scratch, or converted to the prefill GEMM's f16 operands;
+/// handed back, it lets the next call with the same input skip preparing it again. Tickets of
+/// both kinds come from one counter, so a ticket never names the other kind's data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Q8Ticket(pub(super) u64);
 
@@ -160,6 +162,9 @@ pub struct CudaDevice {
     /// Serial number of the last quantization into `scratch` (changed under its lock), and
     /// the (rows, row length) it quantized: what a [`Q8Ticket`] is checked against.
     pub(super) q8_last: Mutex<(u64, usize, usize)>,
+    /// The last ticket serial handed out (the matvecs' Q8_1 scratch and the GEMM's f16
+    /// activations draw from it).
+    tickets: AtomicU64,
     /// cuBLAS and the dequantized-weight band of the prefill GEMM (`gemm.rs`).
     pub(super) blas: Blas,
     /// The last id arrays the kernels read (positions, token ids), kept on the device.
@@ -193,6 +198,16 @@ fn entries(ptx: &'static str) -> impl Iterator<Item = &'static str> {
         let rest = l.trim_start().strip_prefix(".visible .entry ")?;
         rest.split('(').next().map(str::trim)
     })
+}
+
+impl CudaDevice {
+    /// A ticket serial no earlier one has (the matvecs' Q8_1 scratch and the GEMM's f16
+    /// activations draw from this one counter).
+    pub(super) fn new_ticket(&self) -> u64 {
+        self.tickets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(1)
+    }
 }
 
 /// The error for a matvec scratch that is not there (it always is once a matvec ran).
@@ -303,6 +318,7 @@ impl CudaDevice {
             functions,
             scratch: Mutex::new(None),
             q8_last: Mutex::new((0, 0, 0)),
+            tickets: AtomicU64::new(0),
             ids: Mutex::new(IdSlots::default()),
             epoch: AtomicU64::new(0),
         })

@@ -13,6 +13,9 @@
 //! under 2^15 (`absmax_f32`, `f32_to_f16_scaled`), and cuBLAS multiplies the product back by it
 //! through an alpha it reads from device memory: activations past f16's range (Gemma's can be)
 //! stay finite, and where none exceeds 2^15 the operands are x rounded to f16, nothing more.
+//! The conversion is done once per input: the q, k and v projections of a layer (gate and up)
+//! share it through the ticket [`CudaDevice::matmul_reusing`] hands back, as the matvecs share
+//! their Q8_1 activations.
 //! Weights are not scaled: F16 weights are f16 already, and a quantized value (an f16 block
 //! scale times an integer of at most 945 in magnitude, Q4_K's 63 × 15) leaves f16's range only
 //! for block scales past ~69, which no GGUF file we know of holds (ggml-cuda's f16 path makes
@@ -29,7 +32,7 @@ use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 
 use super::blas::{Operands, SCALARS_BYTES};
 use super::engine::{cfg, driver, grid_for};
-use super::{CudaDevice, CudaError, DeviceTensor, MAX_WIDE_ROWS};
+use super::{CudaDevice, CudaError, DeviceTensor, Q8Ticket, MAX_WIDE_ROWS};
 use crate::error::{Result, TensorError};
 use crate::DType;
 
@@ -94,14 +97,18 @@ impl CudaDevice {
     }
 
     /// `out[n×m] = x[n×k] · W[m×k]ᵀ` through cuBLAS (shapes checked by the caller, and
-    /// [`Self::gemm_applies`] true).
+    /// [`Self::gemm_applies`] true). On f16 operands, `x`'s conversion is skipped when `ticket`
+    /// names the one still held (the q, k and v projections of a layer, or gate and up, share
+    /// their input: see [`Self::matmul_reusing`]); returns the ticket of the conversion held
+    /// after the call (`None` on f32 operands, which convert nothing).
     pub(super) fn gemm(
         &self,
         x: &DeviceTensor,
         w: &DeviceTensor,
         out: &mut DeviceTensor,
+        ticket: Option<Q8Ticket>,
         (n, k, m): (usize, usize, usize),
-    ) -> Result<()> {
+    ) -> Result<Option<Q8Ticket>> {
         const OP: &str = "cuda gemm";
         let (Some(handle), Some((kernel, operands))) = (
             &self.blas.handle,
@@ -120,6 +127,7 @@ impl CudaDevice {
         let mut band = self.blas.band.lock().map_err(|_| poisoned())?;
         let mut x16 = self.blas.x16.lock().map_err(|_| poisoned())?;
         let mut scalars = self.blas.scalars.lock().map_err(|_| poisoned())?;
+        let mut x16_last = self.blas.x16_last.lock().map_err(|_| poisoned())?;
         let row_bytes = w.row_bytes();
         let elem = operands.bytes();
         let band_rows = (BAND_BYTES / (k * elem)).clamp(1, m);
@@ -128,10 +136,12 @@ impl CudaDevice {
             self.bump_epoch();
         }
         if operands == Operands::F16 && x16.as_ref().is_none_or(|b| b.len() < n * k * 2) {
+            *x16_last = (0, 0, 0);
             *x16 = Some(self.alloc(n * k * 2)?);
             self.bump_epoch();
         }
         if operands == Operands::F16 && scalars.is_none() {
+            *x16_last = (0, 0, 0);
             *scalars = Some(self.alloc(SCALARS_BYTES)?);
             self.bump_epoch();
         }
@@ -148,14 +158,20 @@ impl CudaDevice {
             .bind_to_thread()
             .map_err(driver("cuCtxSetCurrent"))?;
         let (alpha, beta) = (1.0f32, 0.0f32);
-        // The activations as the operand type (f16: scaled into range, once per call, with
+        // The activations as the operand type (f16: scaled into range, once per input, with
         // alpha and beta on the device), or x as it is (alpha and beta from the host).
+        let mut issued = None;
         let (x_ptr, _x_rec, scalar_ptrs, _s_rec) = match (operands, x16.as_mut(), scalars.as_mut())
         {
             (Operands::F16, Some(dst), Some(sc)) => {
+                // Converted already when the ticket names what x16 holds (every conversion
+                // takes a new serial; a reallocation is followed by one).
+                let held = ticket.filter(|t| (t.0, n, k) == *x16_last);
                 let values = (n * k) as i64;
                 let grid = grid_for(n * k, 256)?.min(65_535);
-                {
+                if held.is_none() {
+                    // Forgotten first: a failed launch leaves nothing a ticket names.
+                    *x16_last = (0, 0, 0);
                     let (mut amax, mut ab) = sc.split_at_mut(4);
                     self.stream
                         .memset_zeros(&mut amax)
@@ -174,7 +190,9 @@ impl CudaDevice {
                     // SAFETY: dst holds at least n*k f16, amax 4 bytes, ab 8 (alpha, beta).
                     unsafe { b.launch(cfg(grid, (256, 1))) }
                         .map_err(driver("launch f32_to_f16_scaled"))?;
+                    *x16_last = (self.new_ticket(), n, k);
                 }
+                issued = Some(Q8Ticket(x16_last.0));
                 let (x_ptr, x_rec) = dst.device_ptr(&self.stream);
                 let (s_ptr, s_rec) = sc.device_ptr(&self.stream);
                 (x_ptr, x_rec, Some((s_ptr + 4, s_ptr + 8)), Some(s_rec))
@@ -248,6 +266,6 @@ impl CudaDevice {
             }
             .map_err(blas_error("cublasGemmEx"))?;
         }
-        Ok(())
+        Ok(issued)
     }
 }

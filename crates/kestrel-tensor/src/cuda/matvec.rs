@@ -190,8 +190,9 @@ impl CudaDevice {
     /// previous call returned for the same, unchanged `x` (the caller's promise: a plan's node
     /// output is written once a step, so the q, k and v projections, or gate and up, of one
     /// layer share it) and no other matvec has quantized anything since, the scratch still
-    /// holds `x` as Q8_1 and the launch is saved. Returns the ticket of the Q8_1 data this call
-    /// left in the scratch (`None` when it took the GEMM, which quantizes nothing).
+    /// holds `x` as Q8_1 and the launch is saved; the prefill GEMM likewise keeps `x` converted
+    /// to its f16 operands. Returns the ticket of what this call left prepared (`None` when it
+    /// prepared nothing: a float matvec, or a GEMM on f32 operands).
     ///
     /// # Errors
     /// As [`Self::matmul`].
@@ -271,7 +272,7 @@ impl CudaDevice {
             return self.matmul_wide(x, w, out, ticket, add, (n, k, m));
         }
         if self.gemm_applies(w.dtype, n) {
-            return self.gemm(x, w, out, (n, k, m)).map(|()| None);
+            return self.gemm(x, w, out, ticket, (n, k, m));
         }
         let grid = grid_for(m, ROWS_PER_CTA as usize)?;
         let block = (32, ROWS_PER_CTA);
@@ -453,7 +454,7 @@ impl CudaDevice {
             self.bump_epoch();
         }
         let mut last = self.q8_last.lock().map_err(|_| poisoned())?;
-        *last = (last.0 + 1, n, k);
+        *last = (self.new_ticket(), n, k);
         Ok((guard, Q8Ticket(last.0)))
     }
 
