@@ -317,6 +317,25 @@ pub fn synth_model(
     write_dims(&shape.dims(), ty, layers, seed)
 }
 
+/// [`synth_model`] with a vocabulary of `n_vocab` placeholder pieces (at least the 259 of the
+/// special and byte pieces) instead of the real one: the same widths with a smaller output
+/// matrix, which dominates a few-layer file's decode step (Gemma 3's 262144 rows), for tests of
+/// what the layers do.
+///
+/// # Errors
+/// As [`synth_model`].
+pub fn synth_model_with_vocab(
+    shape: SynthShape,
+    ty: SynthType,
+    layers: usize,
+    n_vocab: usize,
+    seed: u64,
+) -> Result<GgufWriter, GgufError> {
+    let mut d = shape.dims();
+    d.n_vocab = n_vocab.max(259);
+    write_dims(&d, ty, layers, seed)
+}
+
 /// [`synth_model`] of any dims (the tests' small ones too).
 fn write_dims(d: &Dims, ty: SynthType, layers: usize, seed: u64) -> Result<GgufWriter, GgufError> {
     let n_layer = if layers == 0 { d.n_layer } else { layers };
@@ -588,6 +607,25 @@ mod tests {
                 assert!(weight_tensor(&m, &wr.name).is_some(), "{}", wr.name);
             }
         }
+    }
+
+    /// A smaller vocabulary keeps the widths and the type mix: only the embedding (Gemma 3's
+    /// tied output) and the tokenizer shrink.
+    #[test]
+    fn a_smaller_vocabulary_keeps_the_widths() {
+        let m = open(
+            &synth_model_with_vocab(SynthShape::Gemma3_270M, SynthType::Q4KM, 1, 4096, 5).unwrap(),
+        );
+        let emb = m.tensor_info("token_embd.weight").unwrap();
+        assert_eq!(emb.dims(), [640, 4096]);
+        let full = open(&synth_model(SynthShape::Gemma3_270M, SynthType::Q4KM, 1, 5).unwrap());
+        let q = |m: &GgufModel| {
+            let t = m.tensor_info("blk.0.attn_q.weight").unwrap();
+            (t.dims().to_vec(), t.ggml_type())
+        };
+        assert_eq!(q(&m), q(&full));
+        let cfg = DecoderConfig::from_model(&m).unwrap();
+        assert_eq!(cfg.n_vocab, 4096);
     }
 
     /// The mixture-of-experts layout (Qwen3 30B-A3B's, at small widths: its real experts would

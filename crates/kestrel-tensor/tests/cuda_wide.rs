@@ -41,23 +41,17 @@ fn each_row_of_a_wide_matmul_is_that_row_alone() {
                 continue; // K-quant rows are whole 256-value blocks
             }
             let w = dev.upload(&weight(dtype, m, k, (k + m) as u64)).unwrap();
-            for n in [9, 16, 17, 33, 64] {
-                let xs = cuda_common::random(n * k, n as u64 + 7);
-                let res = cuda_common::random_in(n * m, n as u64 + 9, -50.0, 50.0);
-                let x = cuda_common::upload(&dev, n, k, &xs);
-                let r = cuda_common::upload(&dev, n, m, &res);
-                for residual in [false, true] {
-                    if residual && !dtype.is_quantized() {
-                        continue;
-                    }
-                    let mut out = dev.zeros_f32(Shape::matrix(n, m).unwrap()).unwrap();
-                    if residual {
-                        dev.matmul_add_reusing(&x, &w, &r, &mut out, None).unwrap();
-                    } else {
-                        dev.matmul(&x, &w, &mut out).unwrap();
-                    }
-                    let got = cuda_common::download(&dev, &out);
-                    for row in 0..n {
+            // Every batch takes the first n of the same 64 rows, so each row's one-row result
+            // is computed once (with and without the residual) and checked in every batch.
+            const MOST: usize = 64;
+            let xs = cuda_common::random(MOST * k, k as u64 + 7);
+            let res = cuda_common::random_in(MOST * m, m as u64 + 9, -50.0, 50.0);
+            for residual in [false, true] {
+                if residual && !dtype.is_quantized() {
+                    continue;
+                }
+                let alone: Vec<Vec<f32>> = (0..MOST)
+                    .map(|row| {
                         let x1 = cuda_common::upload(&dev, 1, k, &xs[row * k..(row + 1) * k]);
                         let mut o1 = dev.zeros_f32(Shape::matrix(1, m).unwrap()).unwrap();
                         if residual {
@@ -66,10 +60,23 @@ fn each_row_of_a_wide_matmul_is_that_row_alone() {
                         } else {
                             dev.matmul(&x1, &w, &mut o1).unwrap();
                         }
-                        let alone = cuda_common::download(&dev, &o1);
+                        cuda_common::download(&dev, &o1)
+                    })
+                    .collect();
+                for n in [9, 16, 17, 33, 64] {
+                    let x = cuda_common::upload(&dev, n, k, &xs[..n * k]);
+                    let r = cuda_common::upload(&dev, n, m, &res[..n * m]);
+                    let mut out = dev.zeros_f32(Shape::matrix(n, m).unwrap()).unwrap();
+                    if residual {
+                        dev.matmul_add_reusing(&x, &w, &r, &mut out, None).unwrap();
+                    } else {
+                        dev.matmul(&x, &w, &mut out).unwrap();
+                    }
+                    let got = cuda_common::download(&dev, &out);
+                    for (row, alone) in alone.iter().enumerate().take(n) {
                         assert_eq!(
                             bits(&got[row * m..(row + 1) * m]),
-                            bits(&alone),
+                            bits(alone),
                             "{dtype} k={k} m={m}: row {row} of {n} (residual {residual}) differs from itself alone"
                         );
                     }
