@@ -104,8 +104,9 @@ fn matmul_matches_the_cpu_engine() {
     }
 }
 
-/// From 65 rows matmul dequantizes the weight in bands of at most 256 MiB of f32 and runs
-/// cuBLAS; a weight of 4096 × 17000 takes two bands, the second writing from column 16384 on.
+/// From 65 rows matmul dequantizes the weight in bands and runs cuBLAS; a weight of
+/// 4096 × 17000 in bands of 16384 rows of f16 (as the default 256 MiB made them of f32
+/// operands; 8192 rows on f32 operands) takes two, the second writing from column 16384 on.
 #[test]
 fn gemm_covers_every_band_of_a_large_weight() {
     let Some(dev) = device() else { return };
@@ -114,6 +115,7 @@ fn gemm_covers_every_band_of_a_large_weight() {
     }
     let cpu = CpuEngine::new(4).unwrap();
     let (k, m, n) = (4096, 17_000, 72);
+    dev.set_gemm_band_bytes(16_384 * k * 2);
     let w = weight(DType::Q8_0, m, k, 77);
     let x = f32_tensor(n, k, 78);
     let mut want = Tensor::zeros(DType::F32, Shape::matrix(n, m).unwrap()).unwrap();
@@ -166,6 +168,44 @@ fn gemm_takes_activations_past_the_range_of_f16() {
     // The scaled runs are as near as the unscaled one (only f16's rounding differs).
     for e in &errors[1..] {
         assert!(*e <= 4.0 * errors[0] + 1e-12, "nmse {errors:?}");
+    }
+}
+
+/// The GEMM dequantizes and multiplies a band of weight rows at a time: bands of a few rows
+/// (`set_gemm_band_bytes`; the last one part-full) compute the product of one whole band,
+/// for quantized weights (dequantized per band), F16 ones (multiplied in place, band by band)
+/// and BF16 ones (f32 operands).
+#[test]
+fn gemm_bands_of_any_size_compute_the_same_product() {
+    let Some(dev) = device() else { return };
+    if let Some(why) = dev.gemm_off() {
+        println!("skipped: no GEMM ({why})");
+        return;
+    }
+    let (k, m, n) = (256, 100, 70);
+    let x = f32_tensor(n, k, 61);
+    let dx = dev.upload(&x).unwrap();
+    for dtype in [DType::Q4_0, DType::Q6K, DType::F16, DType::BF16] {
+        let w = weight(dtype, m, k, 62);
+        let dw = dev.upload(&w).unwrap();
+        let exact = reference(&w, &x);
+        let run = |band: usize| {
+            dev.set_gemm_band_bytes(band);
+            let mut out = dev.zeros_f32(Shape::matrix(n, m).unwrap()).unwrap();
+            dev.matmul(&dx, &dw, &mut out).unwrap();
+            dev.download_f32(&out).unwrap()
+        };
+        let whole = run(usize::MAX);
+        let banded = run(3 * k * 2);
+        for (what, got) in [("whole", &whole), ("banded", &banded)] {
+            let e = nmse(got, &exact);
+            assert!(e <= 1e-6, "{dtype} {what}: nmse {e:e} against f64");
+        }
+        let e = nmse(&banded, &whole);
+        assert!(
+            e <= 1e-10,
+            "{dtype}: bands of 3 rows against one band: nmse {e:e}"
+        );
     }
 }
 

@@ -4,6 +4,8 @@
 
 use std::sync::Mutex;
 
+use std::sync::atomic::AtomicUsize;
+
 use cudarc::cublas::{sys as blas_sys, CudaBlas};
 use cudarc::driver::{CudaSlice, CudaStream};
 
@@ -51,6 +53,21 @@ pub(super) struct Blas {
     /// The ticket serial of the activations `x16` and `scalars` hold, and their (rows, row
     /// length): a GEMM handed that ticket back for the same input skips converting it again.
     pub(super) x16_last: Mutex<(u64, usize, usize)>,
+    /// Largest band of dequantized weight rows, in bytes ([`CudaDevice::set_gemm_band_bytes`](super::CudaDevice::set_gemm_band_bytes)).
+    pub(super) band_bytes: AtomicUsize,
+}
+
+/// The default band: 256 MiB, so an 8B model's output matrix (128256 × 4096, 2 GiB as f32) is
+/// not dequantized whole; `KESTREL_CUDA_GEMM_BAND_MB` sets another.
+const BAND_BYTES: usize = 256 << 20;
+
+/// The band size `KESTREL_CUDA_GEMM_BAND_MB` asks for (MiB, at least 1), else [`BAND_BYTES`].
+fn band_bytes_from_env() -> usize {
+    std::env::var("KESTREL_CUDA_GEMM_BAND_MB")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&mb| mb > 0)
+        .map_or(BAND_BYTES, |mb| mb.saturating_mul(1 << 20))
 }
 
 /// Bytes of [`Blas::scalars`].
@@ -85,6 +102,7 @@ impl Blas {
             x16: Mutex::new(None),
             scalars: Mutex::new(None),
             x16_last: Mutex::new((0, 0, 0)),
+            band_bytes: AtomicUsize::new(band_bytes_from_env()),
         }
     }
 }

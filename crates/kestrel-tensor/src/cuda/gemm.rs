@@ -27,6 +27,8 @@
 //! cuBLAS is loaded at run time like the driver; without it (or with `KESTREL_CUDA_GEMM=0`)
 //! matmul keeps the matvec kernels for every row count.
 
+use std::sync::atomic::Ordering;
+
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 
@@ -38,10 +40,6 @@ use crate::DType;
 
 /// Activation rows from which [`CudaDevice::matmul`] takes the GEMM.
 pub const GEMM_MIN_ROWS: usize = MAX_WIDE_ROWS + 1;
-
-/// Largest band of dequantized weight rows held at once (bytes of f32): an 8B model's output
-/// matrix (128256 × 4096) would take 2 GiB whole.
-const BAND_BYTES: usize = 256 << 20;
 
 /// How a weight type enters the GEMM: its dequantization kernel (`None`: used as it is) and
 /// the operand type; `None` for types the GEMM does not take.
@@ -89,6 +87,17 @@ impl CudaDevice {
         self.blas.missing.as_deref()
     }
 
+    /// The largest band of weight rows the GEMM dequantizes at once (bytes of operands; at
+    /// least one row is taken): 256 MiB unless `KESTREL_CUDA_GEMM_BAND_MB` says otherwise. A
+    /// band is dequantized, then multiplied, band after band; one small enough to stay in L2
+    /// (H100: 50 MB) would let cuBLAS read it from there instead of memory, at the cost of
+    /// narrower GEMMs. Unmeasured: for A/B runs and tests (a band's size does not change what
+    /// is computed, though cuBLAS may take other kernels for other shapes); a captured graph
+    /// keeps the bands it was captured with.
+    pub fn set_gemm_band_bytes(&self, bytes: usize) {
+        self.blas.band_bytes.store(bytes.max(1), Ordering::Relaxed);
+    }
+
     /// Whether matmul takes the GEMM for `n` rows of this weight type.
     pub(super) fn gemm_applies(&self, dtype: DType, n: usize) -> bool {
         n >= GEMM_MIN_ROWS
@@ -130,7 +139,8 @@ impl CudaDevice {
         let mut x16_last = self.blas.x16_last.lock().map_err(|_| poisoned())?;
         let row_bytes = w.row_bytes();
         let elem = operands.bytes();
-        let band_rows = (BAND_BYTES / (k * elem)).clamp(1, m);
+        let band_bytes = self.blas.band_bytes.load(Ordering::Relaxed);
+        let band_rows = (band_bytes / (k * elem)).clamp(1, m);
         if kernel.is_some() && band.as_ref().is_none_or(|b| b.len() < band_rows * k * elem) {
             *band = Some(self.alloc(band_rows * k * elem)?);
             self.bump_epoch();

@@ -255,6 +255,11 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// The largest band of weight rows the prefill GEMM dequantizes at once.
+    pub fn set_gemm_band_bytes(&self, _bytes: usize) {
+        match self.never {}
+    }
+
     /// Matmul that may reuse the last call's quantized input.
     ///
     /// # Errors
