@@ -102,7 +102,7 @@ pub fn build_emulator() -> Result<PathBuf> {
         let status = cmd
             .args([
                 "-std=c++20",
-                "-O2",
+                "-O3",
                 "-fPIC",
                 "-shared",
                 "-fvisibility=hidden",
@@ -205,6 +205,7 @@ pub const CI_RUNS: &[(&str, &[&str], &[&str])] = &[
         "kestrel-tensor",
         &[
             "cuda_kernels",
+            "cuda_gemm",
             "cuda_elementwise",
             "cuda_attention",
             "cuda_kv_q8",
