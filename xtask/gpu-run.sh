@@ -150,7 +150,7 @@ done
     nvcc --version | tail -2
     nproc
 } 2>&1 | tee "$out/device.txt"
-for t in cuda_kernels cuda_rope cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_wide cuda_moe cuda_forward cuda_paged cuda_generate cuda_architectures; do
+for t in cuda_kernels cuda_gemm cuda_rope cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_wide cuda_moe cuda_forward cuda_paged cuda_generate cuda_architectures; do
     log "test $t"
     if ! timeout "$step" .gpu/$t --test-threads 1 --nocapture >"$out/$t.log" 2>&1; then
         status=1
@@ -180,10 +180,13 @@ done
 # The f32-operand GEMM (the default before f16 operands, KESTREL_CUDA_GEMM=f32) against the
 # same bounds: informational, not part of the status.
 [ "${GPU_RUN_F32:-1}" != 0 ] && {
-log "test cuda_kernels matmul/gemm with KESTREL_CUDA_GEMM=f32 (informational)"
+log "test cuda_kernels matmul/gemm and cuda_gemm with KESTREL_CUDA_GEMM=f32 (informational)"
 KESTREL_CUDA_GEMM=f32 timeout "$step" .gpu/cuda_kernels --test-threads 1 --nocapture matmul gemm \
     >"$out/cuda_kernels-gemm-f32.log" 2>&1
 grep -E "^test |^test result|nmse" "$out/cuda_kernels-gemm-f32.log" | head -20
+KESTREL_CUDA_GEMM=f32 timeout "$step" .gpu/cuda_gemm --test-threads 1 --nocapture \
+    >"$out/cuda_gemm-f32.log" 2>&1
+grep -E "^test |^test result|nmse" "$out/cuda_gemm-f32.log" | head -20
 KESTREL_CUDA_GEMM=f32 timeout "$step" .gpu/cuda_forward --test-threads 1 --nocapture \
     >"$out/cuda_forward-gemm-f32.log" 2>&1
 grep -E "^test result|kld|KLD" "$out/cuda_forward-gemm-f32.log" | head -20
@@ -302,6 +305,12 @@ if [ "${GPU_RUN_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null 
         status=1
     fi
     tail -5 "$out/memcheck.log"
+    # The GEMM: the f16 conversion, its device scalars, bands of a few rows.
+    if time_for 60 && ! timeout $((deadline - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 9 \
+        .gpu/cuda_gemm --test-threads 1 >"$out/memcheck-gemm.log" 2>&1; then
+        status=1
+    fi
+    tail -3 "$out/memcheck-gemm.log"
     # Batched decode steps: each token's cache reached through the device table.
     if time_for 60 && ! timeout $((deadline - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 9 \
         .gpu/cuda_attention --test-threads 1 >"$out/memcheck-kv-table.log" 2>&1; then

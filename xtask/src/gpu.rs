@@ -24,6 +24,7 @@ use crate::{cargo_with, run, workspace_root};
 /// The CUDA test targets: (package, test target, features).
 pub const TESTS: &[(&str, &str)] = &[
     ("kestrel-tensor", "cuda_kernels"),
+    ("kestrel-tensor", "cuda_gemm"),
     ("kestrel-tensor", "cuda_elementwise"),
     ("kestrel-tensor", "cuda_attention"),
     ("kestrel-tensor", "cuda_kv_q8"),

@@ -268,6 +268,8 @@ fn test() -> Result<()> {
             "--test",
             "cuda_kernels",
             "--test",
+            "cuda_gemm",
+            "--test",
             "cuda_elementwise",
             "--test",
             "cuda_attention",

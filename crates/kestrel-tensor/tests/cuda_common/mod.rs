@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use kestrel_tensor::cuda::{CudaDevice, CudaError, DeviceTensor};
-use kestrel_tensor::{DType, Shape, Tensor};
+use kestrel_tensor::{quant, DType, Shape, Tensor};
 
 /// GPU 0, or `None` (with a line saying why `what` skips) when there is no driver or GPU.
 pub fn device(what: &str) -> Option<CudaDevice> {
@@ -134,3 +134,23 @@ pub const WEIGHT_TYPES: [DType; 11] = [
     DType::Q5K,
     DType::Q6K,
 ];
+
+/// `x · Wᵀ` in f64 over the dequantized weights, as f32.
+pub fn reference(w: &Tensor, x: &Tensor) -> Vec<f32> {
+    let (k, m) = (w.shape().row_len(), w.shape().n_rows());
+    let mut wf = vec![0f32; k * m];
+    quant::dequantize(w.dtype().ggml_type(), w.as_bytes(), &mut wf).unwrap();
+    let xs = x.as_f32().unwrap();
+    let mut out = Vec::with_capacity(xs.len() / k * m);
+    for xr in xs.chunks(k) {
+        for wr in wf.chunks(k) {
+            out.push(
+                xr.iter()
+                    .zip(wr)
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum::<f64>() as f32,
+            );
+        }
+    }
+    out
+}
