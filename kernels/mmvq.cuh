@@ -1,7 +1,7 @@
 // What the quantized matvec kernels (mmvq.cu, mmvq_k.cu) share: a CTA of MMVQ_WARPS warps that
-// takes `rpc` weight rows (1, 2 or 4: the host picks it by row length, so short rows do not
-// leave most threads idle while long ones get enough warps in flight, as ggml-cuda's MMVQ runs a
-// decode row on 4 warps), and the row's reduction: each warp's sum through shuffles, then the
+// takes `rpc` weight rows (1, 2 or 4: the host's setting, 2 by default as measured; more rows a
+// CTA leave fewer threads idle on short rows, fewer give long rows more warps in flight, as
+// ggml-cuda's MMVQ runs a decode row on 4 warps), and the row's reduction: each warp's sum through shuffles, then the
 // row's warps' partial sums added in warp order. The order depends only on the weight's shape,
 // so a row's result does not depend on how many activation rows share the launch.
 #pragma once

@@ -308,9 +308,7 @@ impl CudaDevice {
             sm_count: usize::try_from(sm_count).unwrap_or(1).max(1),
             attention_kernel: std::sync::atomic::AtomicU8::new(AttentionKernel::from_env() as u8),
             attention_splits: std::sync::atomic::AtomicU32::new(splits_from_env()),
-            mmvq_prefetch: std::sync::atomic::AtomicBool::new(
-                super::matvec::mmvq_prefetch_from_env(),
-            ),
+            mmvq_prefetch: std::sync::atomic::AtomicBool::new(mmvq_prefetch_from_env()),
             split_scratch: Mutex::new(None),
             ctx,
             stream,
@@ -623,4 +621,10 @@ fn splits_from_env() -> u32 {
             .map_or(SPLITS_AUTO, |n| n.min(MAX_ATTENTION_SPLITS) as u32),
         Err(_) => SPLITS_AUTO,
     }
+}
+
+/// The default of [`CudaDevice::set_mmvq_prefetch`]: `KESTREL_CUDA_MMVQ_PREFETCH=1` turns the
+/// prefetching matvecs on.
+fn mmvq_prefetch_from_env() -> bool {
+    std::env::var("KESTREL_CUDA_MMVQ_PREFETCH").is_ok_and(|v| v == "1")
 }

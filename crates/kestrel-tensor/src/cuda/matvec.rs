@@ -38,12 +38,6 @@ pub(super) fn mmvq_rows_per_cta() -> u32 {
     })
 }
 
-/// The default of [`CudaDevice::set_mmvq_prefetch`]: `KESTREL_CUDA_MMVQ_PREFETCH=1` turns the
-/// prefetching matvecs on.
-pub(super) fn mmvq_prefetch_from_env() -> bool {
-    std::env::var("KESTREL_CUDA_MMVQ_PREFETCH").is_ok_and(|v| v == "1")
-}
-
 /// Activation rows a CTA of the tensor-core matvec takes: 8 per n-tile, `KESTREL_CUDA_WIDE_NT=2|4`
 /// n-tiles. Default 2: ~120-160 registers a thread (ptxas, sm_90), so three or four CTAs fit an
 /// SM; 4 reads each weight tile once per 32 activation rows instead of 16 but takes ~200-250
