@@ -419,7 +419,9 @@ fn python_bindings(venv: &Path, home: &Path) -> Result<()> {
 /// level qemu's default CPU has (scalar, NEON, dotprod, i8mm), again on a Neoverse N1 (dotprod
 /// without i8mm: the packed layouts' `sdot` kernel is then the active one) and on a Cortex-A53
 /// (no dotprod: the detection's last branch), then the golden logits of both real models against
-/// llama.cpp's x86 figures (KL divergence at most `MAX_KLD`).
+/// llama.cpp's x86 figures on one prompt each (`golden_one`; KL divergence at most `MAX_KLD`).
+/// These unit tests are also where the CUDA stub (kestrel-tensor without its `cuda` feature)
+/// is tested: the workspace's tests build the engine in.
 fn aarch64_qemu(home: &Path) -> Result<()> {
     const TARGET: &str = "aarch64-unknown-linux-gnu";
     let have_target = Command::new("rustup")
@@ -470,11 +472,11 @@ fn aarch64_qemu(home: &Path) -> Result<()> {
     run(test(&["-p", "kestrel-tensor", "--lib", "cpu::"]).env("QEMU_CPU", "cortex-a53"))?;
     run(&mut test(&[
         "-p",
-        "kestrel",
+        "kestrel-generate",
         "--test",
         "golden",
         "--",
-        "golden_fast",
+        "golden_one",
     ]))
 }
 

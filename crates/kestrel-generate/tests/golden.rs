@@ -6,7 +6,7 @@
 //! full-vocabulary logits within 0.05) are met since 2026-11-23 (every logit of every step
 //! bit-identical on all 14 prompts of both models), so the always-run `golden_fast` (3 prompts
 //! per model: the ones with stored full logits) asserts them, as do `golden_all_prompts` and
-//! `golden_strict` (all 14, ignored for time: `cargo test --release -p kestrel --test golden --
+//! `golden_strict` (all 14, ignored for time: `cargo test --release -p kestrel-generate --test golden --
 //! --ignored`). Every run prints the measured figures;
 //! `GOLDEN_STEPS=1` also prints the largest logit difference at each decode step.
 
@@ -347,6 +347,14 @@ fn check(only: Option<&[&str]>, gemma3: Bounds, smollm2: Bounds) {
 #[test]
 fn golden_fast() {
     check(Some(FAST), gemma3_now(), smollm2_now());
+}
+
+/// One prompt a model (with its full logits): the end-to-end check of `cargo xtask test`'s
+/// aarch64 step, where each prompt takes ~20 s under qemu (the kernels are checked one by one
+/// against their scalar twins there at every feature level).
+#[test]
+fn golden_one() {
+    check(Some(&FAST[..1]), gemma3_now(), smollm2_now());
 }
 
 #[test]
