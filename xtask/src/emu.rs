@@ -196,26 +196,10 @@ pub fn gpu_emu(tests: &[String], filters: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The CUDA test targets `cargo xtask test` runs on the emulator, with the executables its
-/// workspace test step built (the same command line but for the targets, so nothing is built
-/// again).
-pub const CI_TARGETS: &[&str] = &[
-    "cuda_kernels",
-    "cuda_gemm",
-    "cuda_elementwise",
-    "cuda_attention",
-    "cuda_kv_q8",
-    "cuda_ssm",
-    "cuda_rope",
-    "cuda_moe",
-    "cuda_wide",
-    "cuda_forward",
-    "cuda_paged",
-    "cuda_architectures",
-    "cuda_generate",
-];
-
-/// The tests of [`CI_TARGETS`] CI leaves to `cargo xtask gpu-emu` and the GPU run, the longest:
+/// The tests of the CUDA test targets ([`gpu::TESTS`], every one of them: CI runs them all on the
+/// emulator, with the executables its workspace test step built, the same command line but for
+/// the targets, so nothing is built again) that CI leaves to `cargo xtask gpu-emu` and the GPU
+/// run, the longest:
 /// batched decode over every batch file and configuration (~11 minutes emulated), paged against
 /// contiguous caches (~5), and Gemma 3's q8_0 cache against the CPU's (~2; SmolLM2's runs, and
 /// the q8_0 append and attention kernels are checked at Gemma's head size in `cuda_kv_q8`).
@@ -225,12 +209,13 @@ pub const CI_SKIPPED: &[&str] = &[
     "gemma3_q8_0_cache_on_the_gpu_agrees_with_the_cpu",
 ];
 
-/// `cargo xtask test`'s step: [`CI_TARGETS`] on the emulated device (the real-model tests read
-/// the models fetched into `home`, and fail rather than skip without them).
+/// `cargo xtask test`'s step: every CUDA test target ([`gpu::TESTS`]) on the emulated device
+/// (the real-model tests read the models fetched into `home`, and fail rather than skip without
+/// them).
 pub fn ci_emulated(home: &Path) -> Result<()> {
     let dir = build_emulator()?;
     let mut args = vec!["test", "--workspace", "--features", crate::CUDA_FEATURES];
-    for t in CI_TARGETS {
+    for (_, t) in gpu::TESTS {
         args.extend(["--test", t]);
     }
     args.push("--");
