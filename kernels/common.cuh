@@ -114,6 +114,21 @@ __device__ __forceinline__ int load_i32_a2(const void *p) {
 // 4 bytes at a 4-byte aligned address.
 __device__ __forceinline__ int load_i32_a4(const void *p) { return *(const int *)p; }
 
+// `x`, once `dep` is known: a byte permute that keeps `x`'s bytes (selector 0x3210) but that ptxas
+// cannot see through, so the loads `dep` was computed from are issued before any use of the
+// result (the prefetching matvecs in mmvq.cuh: ptxas otherwise places a thread's second
+// block's loads after the first's dot products, one DRAM round trip after the other). The
+// same value; one instruction (the identity on the host stand-in).
+#ifndef KESTREL_HOST_STANDIN
+__device__ __forceinline__ int after(int x, int dep) {
+    int r;
+    asm volatile("prmt.b32 %0, %1, %2, 0x3210;" : "=r"(r) : "r"(x), "r"(dep));
+    return r;
+}
+#else
+inline int after(int x, int) { return x; }
+#endif
+
 // Asks for the 32-byte sector at `p` to be fetched into L2 now, so that a later read of it
 // waits for L2, not DRAM (`prefetch.global.L2`; nothing on the host stand-in).
 #ifndef KESTREL_HOST_STANDIN

@@ -76,12 +76,37 @@ __device__ __forceinline__ void mmvq_store(const float (&acc)[NCOLS], float *__r
 // and adds its contribution to each activation row's sum, in block order; then mmvq_store.
 // mmvq_wide.cu adds the same contributions in the same order.
 //
-// PREFETCH (the `_pf` kernels) asks L2 for the thread's next two blocks ahead of reading them:
-// a thread reads its blocks one after another (2 of an 8B model's 4096-wide Q4_K row, 14 of its
-// FFN-down Q6_K row), each a DRAM round trip with one 16-byte load in flight, and neither
-// `#pragma unroll` nor reading two blocks before using them changes that (ptxas, sm_90, puts
-// the second load after the first's dot products). The block's LPB threads each ask for their
-// own share of its bytes. Nothing is computed differently: the same bits.
+// PREFETCH (the `_pf` kernels) keeps more of a thread's reads in flight: a thread reads its blocks
+// one after another (2 of an 8B model's 4096-wide Q4_K row, 14 of its FFN-down Q6_K row), and
+// in the plain loop each is a DRAM round trip with one block's loads in flight. Reading two
+// blocks before using either is not enough: ptxas (sm_90) sinks the second block's loads
+// into the branch that uses them, or behind the first block's dot products. The `_pf` loop
+// reads a thread's blocks two at a time (`T::load`, into registers; the second clamped into
+// the row when there is none, its contribution then dropped by a select, so the loads stay
+// unconditional) and makes every word of both depend on a value folded from all of them
+// (`tag`/`pin`, `after` in common.cuh), so every load of both blocks is issued before either's
+// first dot product (checked in the SASS: docs/gpu.md, session 63); and it asks L2 for the
+// next pair's first block (`prefetch_l2`, each of the block's LPB threads its own share of its
+// bytes). Each row's sum adds the same contributions in the same order: the same bits.
+template <typename T, int NCOLS>
+__device__ __forceinline__ void mmvq_block(const typename T::W &s, const block_q8_1 *__restrict__ a, long long arow,
+                                           int ib, int t, float (&acc)[NCOLS], bool use = true) {
+#pragma unroll
+    for (int c = 0; c < NCOLS; c++) {
+        const block_q8_1 *ab = a + c * arow + (long long)ib * T::ABLK;
+        float x = 0.0f;
+#pragma unroll
+        for (int q = 0; q < T::PARTS; q++) {
+            int sumi = 0;
+#pragma unroll
+            for (int i = 0; i < T::WORDS; i++) sumi = __dp4a(s.q[q][i], T::act_word(ab, t, q, i), sumi);
+            x = T::part(s, ab, t, q, sumi, x);
+        }
+        const float v = __fadd_rn(acc[c], T::finish(s, ab, t, x));
+        acc[c] = use ? v : acc[c];
+    }
+}
+
 template <typename T, int NCOLS, bool PREFETCH = false>
 __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const block_q8_1 *__restrict__ a,
                                      float *__restrict__ out, const float *__restrict__ add, int nb, int m,
@@ -94,23 +119,20 @@ __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const 
 #pragma unroll
     for (int c = 0; c < NCOLS; c++) acc[c] = 0.0f;
     const int first = p.tid / T::LPB;
-    if (PREFETCH && first + step < end) prefetch_l2((const u8 *)(wr + first + step) + share);
-    for (int ib = first; ib < end; ib += step) {
-        if (PREFETCH && ib + 2 * step < end) prefetch_l2((const u8 *)(wr + ib + 2 * step) + share);
-        const typename T::W s = T::weight(wr + ib, t);
-#pragma unroll
-        for (int c = 0; c < NCOLS; c++) {
-            const block_q8_1 *ab = a + c * arow + (long long)ib * T::ABLK;
-            float x = 0.0f;
-#pragma unroll
-            for (int q = 0; q < T::PARTS; q++) {
-                int sumi = 0;
-#pragma unroll
-                for (int i = 0; i < T::WORDS; i++) sumi = __dp4a(s.q[q][i], T::act_word(ab, t, q, i), sumi);
-                x = T::part(s, ab, t, q, sumi, x);
-            }
-            acc[c] = __fadd_rn(acc[c], T::finish(s, ab, t, x));
+    if (PREFETCH) {
+        for (int ib = first; ib < end; ib += 2 * step) {
+            if (ib + 2 * step < end) prefetch_l2((const u8 *)(wr + ib + 2 * step) + share);
+            const bool two = ib + step < end;
+            const int ib1 = two ? ib + step : ib;
+            typename T::R r0 = T::load(wr + ib, t), r1 = T::load(wr + ib1, t);
+            const int dep = r0.tag() ^ r1.tag();  // every load of both blocks before either's math
+            r0.pin(dep);
+            r1.pin(dep);
+            mmvq_block<T, NCOLS>(T::unpack(r0, t), a, arow, ib, t, acc);
+            mmvq_block<T, NCOLS>(T::unpack(r1, t), a, arow, ib1, t, acc, two);
         }
+    } else {
+        for (int ib = first; ib < end; ib += step) mmvq_block<T, NCOLS>(T::weight(wr + ib, t), a, arow, ib, t, acc);
     }
     mmvq_store<NCOLS>(acc, out, add, m, p, rpc);
 }

@@ -14,7 +14,8 @@
 # new step starts, 540), GPU_RUN_BENCH=0 (no benchmarks), GPU_RUN_SHAPES="shape:TYPE ...",
 # GPU_RUN_LLAMA=0 (no llama.cpp), GPU_RUN_PLAIN=0 (no bench without CUDA graphs), GPU_RUN_F32=0
 # (no f32-GEMM tests and benches: f16 operands are the default), GPU_RUN_PROFILE=0 (no KESTREL_CUDA_PROFILE runs),
-# GPU_RUN_VARIANTS="VAR=value ..." (one more kestrel bench per file with each setting),
+# GPU_RUN_VARIANTS="VAR=value ..." (one more kestrel bench per file with each setting; settings
+# joined by `+` run together: "KESTREL_CUDA_MMVQ_PREFETCH=1+KESTREL_CUDA_MMVQ_RPC=4"),
 # GPU_RUN_DEPTH="4096 ..." (tg128 after that many cached tokens, kestrel with each variant and
 # llama-bench's -d), GPU_RUN_DECODE_PROFILE=1 (KESTREL_CUDA_PROFILE times of 64 decode steps of every file),
 # GPU_RUN_NCU=1 (ncu's kernel times for one prefill layer and one decode step of the 8B-shaped
@@ -232,7 +233,7 @@ if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
         [ "${GPU_RUN_F32:-1}" != 0 ] && bench "kestrel f32 GEMM (graphs)" .gpu/kestrel "$f" KESTREL_CUDA_GEMM=f32
         [ -n "$base" ] && bench "kestrel-base (graphs)" "$base" "$f"
         for v in ${GPU_RUN_VARIANTS:-}; do
-            bench "kestrel with $v (graphs)" .gpu/kestrel "$f" "$v"
+            bench "kestrel with $v (graphs)" .gpu/kestrel "$f" ${v//+/ }
         done
         # Sampled decode (top-k 40, kestrel run's defaults): candidates found on the device,
         # and with the logits copied back and sampled on the host (KESTREL_CUDA_TOPK=0).
@@ -247,7 +248,7 @@ if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
         for d in ${GPU_RUN_DEPTH:-}; do
             for v in "" ${GPU_RUN_VARIANTS:-}; do
                 echo "-- kestrel ${v:+with $v }tg128 @ d$d" | tee -a "$out/bench.log"
-                env $v timeout "$step" .gpu/kestrel bench -m "$f" --device cuda -p 0 -n 128 -d "$d" -r 3 2>&1 |
+                env ${v//+/ } timeout "$step" .gpu/kestrel bench -m "$f" --device cuda -p 0 -n 128 -d "$d" -r 3 2>&1 |
                     tail -1 | tee -a "$out/bench.log"
             done
         done

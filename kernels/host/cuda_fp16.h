@@ -38,6 +38,8 @@ inline void *dynamic_shared() {
 struct __half {
     uint16_t x;
 };
+inline __half __ushort_as_half(unsigned short v) { return __half{v}; }
+inline unsigned short __half_as_ushort(__half h) { return h.x; }
 inline float __half2float(__half h) {
     const uint32_t s = (h.x >> 15) & 1, e = (h.x >> 10) & 31, m = h.x & 1023;
     float v;

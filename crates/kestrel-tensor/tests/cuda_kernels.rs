@@ -85,15 +85,17 @@ fn matmul_matches_the_cpu_engine() {
     }
 }
 
-/// The prefetching matvecs (`set_mmvq_prefetch`: L2 asked for a thread's next blocks) compute
-/// nothing differently: one row, with and without a residual add, and two weights in one
-/// launch, bit for bit, on rows long enough for a thread to take many blocks (an 8B model's
-/// 4096 and its FFN's 14336).
+/// The prefetching matvecs (`set_mmvq_prefetch`: a thread's blocks read two at a time, L2 asked
+/// for the next two) compute nothing differently: one row, with and without a residual add, and
+/// two weights in one launch, bit for bit, on rows long enough for a thread to take many blocks
+/// (an 8B model's 4096 and its FFN's 14336), and on rows of 2816 (11 K-quant blocks, 88 of the
+/// 32-value types), which leave threads an odd number of blocks and some threads one more than
+/// others.
 #[test]
 fn prefetching_matvecs_give_the_same_bits() {
     let Some(dev) = device() else { return };
     let zeros = |m: usize| dev.zeros_f32(Shape::matrix(1, m).unwrap()).unwrap();
-    for k in [4096, 14_336] {
+    for k in [4096, 14_336, 2816] {
         let m = 96;
         let x = dev.upload(&f32_tensor(1, k, 41)).unwrap();
         let r = dev.upload(&f32_tensor(1, m, 42)).unwrap();

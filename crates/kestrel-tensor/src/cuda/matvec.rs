@@ -332,9 +332,10 @@ impl CudaDevice {
         Ok(None)
     }
 
-    /// Whether one-row matvecs (and the q/k/v, gate/up launches) take the kernels that ask L2
-    /// for each thread's next two weight blocks before reading them (`mmvq_<type>_1_pf`,
-    /// `mmvq_<type>_multi_pf`; `kernels/mmvq.cuh` says why); the same bits either way. Off
+    /// Whether one-row matvecs (and the q/k/v, gate/up launches) take the kernels that read
+    /// each thread's weight blocks two at a time, every load of both issued before either is
+    /// used, and ask L2 for the next two (`mmvq_<type>_1_pf`, `mmvq_<type>_multi_pf`;
+    /// `kernels/mmvq.cuh` says why); the same bits either way. Off
     /// unless `KESTREL_CUDA_MMVQ_PREFETCH=1`: unmeasured so far (decode reaches ~32% of the
     /// device's copy bandwidth on the 8B shapes; the first GPU run compares both). Tests and
     /// A/B runs; a plan's captured graphs keep the kernels they were captured with.
