@@ -1,8 +1,10 @@
 //! Weights as tensors that view the model file: no copy, no f32 expansion; the tensor keeps its
-//! shard's mapping alive through an `Arc`.
+//! shard's mapping alive through an `Arc`. Also how many weight bytes a decode token reads.
 
 use kestrel_gguf::GgufModel;
 use kestrel_tensor::{ByteOwner, DType, Shape, Tensor};
+
+use crate::config::DecoderConfig;
 
 /// The tensor `name` of `model`, viewing the file's bytes, or `None` if absent or of a type
 /// kestrel cannot compute with.
@@ -23,4 +25,87 @@ pub fn weight_tensor(model: &GgufModel, name: &str) -> Option<Tensor> {
         usize::try_from(info.file_offset()).ok()?,
     )
     .ok()
+}
+
+/// Tables a decode token reads one row of (not counted by [`decode_weight_bytes`]).
+const ROW_TABLES: [&str; 4] = [
+    "token_embd.weight",
+    "position_embd.weight",
+    "token_types.weight",
+    "per_layer_token_embd.weight",
+];
+
+/// Bytes of weights one decode token reads: every tensor of `model` but the tables it reads one
+/// row of (the token embedding, unless the output projection is tied to it; position, token
+/// type and per-layer token embeddings), with mixture-of-experts tensors (`*_exps`) counted at
+/// `n_used / n_expert` of their size (the experts a token is routed to). What decode's share of
+/// memory bandwidth is computed from (`kestrel bench --device cuda`); the KV cache's reads,
+/// which grow with the context, are not in it.
+pub fn decode_weight_bytes(model: &GgufModel, cfg: &DecoderConfig) -> u64 {
+    let tied = model.tensor_location("output.weight").is_none();
+    let experts = cfg
+        .moe
+        .as_ref()
+        .map(|m| (m.n_used as u64, m.n_expert.max(1) as u64));
+    model
+        .tensors()
+        .map(|t| {
+            let name = t.info.name();
+            let n = t.info.n_bytes();
+            if ROW_TABLES.contains(&name) && !(tied && name == "token_embd.weight") {
+                0
+            } else if let (Some((used, all)), true) = (experts, name.contains("_exps")) {
+                n.saturating_mul(used) / all
+            } else {
+                n
+            }
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic::synthetic_model;
+
+    fn bytes_of(arch: &str) -> (u64, u64, u64, bool) {
+        let path = std::env::temp_dir().join(format!(
+            "kestrel-decode-bytes-{arch}-{}.gguf",
+            std::process::id()
+        ));
+        synthetic_model(arch, 1).unwrap().write_file(&path).unwrap();
+        let model = GgufModel::open(&path).unwrap();
+        let cfg = DecoderConfig::from_model(&model).unwrap();
+        let all: u64 = model.tensors().map(|t| t.info.n_bytes()).sum();
+        let embd = model
+            .tensor_location("token_embd.weight")
+            .unwrap()
+            .1
+            .n_bytes();
+        let tied = model.tensor_location("output.weight").is_none();
+        let got = decode_weight_bytes(&model, &cfg);
+        let _ = std::fs::remove_file(&path);
+        (got, all, embd, tied)
+    }
+
+    #[test]
+    fn decode_reads_every_weight_but_the_embedding_rows() {
+        let (got, all, embd, tied) = bytes_of("llama");
+        assert!(!tied);
+        assert_eq!(
+            got,
+            all - embd,
+            "an untied model's embedding is read a row a token"
+        );
+    }
+
+    #[test]
+    fn a_tied_output_reads_the_embedding_whole() {
+        let (got, all, _, tied) = bytes_of("gemma3");
+        assert!(tied);
+        assert_eq!(
+            got, all,
+            "the output projection reads the whole tied embedding"
+        );
+    }
 }

@@ -376,6 +376,14 @@ impl Generator {
         &self.core.model
     }
 
+    /// The GPU the model runs on (`None` on the CPU).
+    pub fn cuda_device(&self) -> Option<&Arc<CudaDevice>> {
+        match &self.core.plans {
+            Plans::Cuda(plan) => Some(plan.device()),
+            Plans::Cpu { .. } => None,
+        }
+    }
+
     /// Context length in tokens.
     pub fn ctx(&self) -> usize {
         self.core.ctx

@@ -10,6 +10,8 @@
 //!   scalar, a column slice and a product with one value, exactly; the shapes they refuse.
 //! - The mixture-of-experts pieces: gpt-oss's clamped SwiGLU (4 ulps), weighted row scatter
 //!   and in-order slot sums (exact).
+//! - The copy bandwidth `kestrel bench` holds decode against: copies of the size asked, a
+//!   finite positive rate, and a refusal below 1 MiB.
 //!
 //! Without a driver or GPU the tests print why they skipped and pass, unless
 //! `KESTREL_REQUIRE_GPU` is set.
@@ -267,4 +269,14 @@ fn moe_pieces_match_the_cpu() {
     assert!(dev.scatter_rows_scaled(&s, &ids, &w, &mut outs).is_err());
     assert!(dev.write_f32(&mut w, &[1.0, 2.0, 3.0]).is_err());
     assert!(dev.sum_slots(&outs, 3, &mut sum).is_err());
+}
+
+#[test]
+fn copy_bandwidth_times_copies_of_the_size_asked() {
+    let Some(dev) = device() else { return };
+    let bw = dev.copy_bandwidth(4 << 20).unwrap();
+    assert_eq!(bw.bytes, 4 << 20);
+    assert!(bw.bytes_per_s.is_finite() && bw.bytes_per_s > 0.0, "{bw:?}");
+    let e = dev.copy_bandwidth(1000).unwrap_err().to_string();
+    assert!(e.contains("1 MiB"), "{e}");
 }

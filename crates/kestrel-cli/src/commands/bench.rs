@@ -14,6 +14,10 @@
 //!   continuous-batching scheduler (one forward pass per step for all of them, end-of-generation
 //!   banned so each makes N tokens); tok/s = B·N / time, the aggregate throughput.
 //!
+//! - on a GPU, with `tg<N>`: decode's share of the device's memory bandwidth, the weight bytes a
+//!   token reads (`kestrel::arch::decode_weight_bytes`) times the median tok/s over the
+//!   bandwidth of device-to-device copies timed after the tests (bytes read plus written).
+//!
 //! Each test runs once to warm up, then `-r` times; the table shows the mean ± standard
 //! deviation as llama-bench does, and the median, min and max. `--json` prints an array with
 //! one object per test, with llama-bench's field names (`n_prompt`, `n_gen`, `n_threads`,
@@ -269,9 +273,21 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             tokens: args.n_gen,
         });
     }
+    // The single-sequence decode test, whose weight reads are held against the device's copy
+    // bandwidth on a GPU.
+    let tg = (args.n_gen > 0).then(|| results.len() - 1);
     if args.n_gen > 0 && args.n_seqs > 1 {
         results.push(batched_decode(gen, args, n_vocab)?);
     }
+    let roof = match (tg, gen.cuda_device()) {
+        (Some(i), Some(dev)) => {
+            let copy = dev.copy_bandwidth(COPY_BYTES).map_err(|e| e.to_string())?;
+            let weights = kestrel::arch::decode_weight_bytes(gen.model(), gen.config());
+            let (median, _, _) = median_min_max(&results[i].samples_ts());
+            Some(Roof::new(i, weights, median, copy.bytes_per_s))
+        }
+        _ => None,
+    };
     let model_name = args
         .model
         .file_name()
@@ -279,13 +295,14 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.json {
         let arr: Vec<_> = results
             .iter()
-            .map(|r| {
+            .enumerate()
+            .map(|(i, r)| {
                 let ts = r.samples_ts();
                 let (avg, std) = mean_std(&ts);
                 let (median, min, max) = median_min_max(&ts);
                 let ns: Vec<f64> = r.samples_ns.iter().map(|&n| n as f64).collect();
                 let (avg_ns, std_ns) = mean_std(&ns);
-                json!({
+                let mut obj = json!({
                     "model": model_name,
                     "model_filename": args.model.display().to_string(),
                     "backend": backend,
@@ -305,7 +322,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                     "max_ts": max,
                     "samples_ns": r.samples_ns,
                     "samples_ts": ts,
-                })
+                });
+                if let Some(roof) = roof.as_ref().filter(|f| f.test == i) {
+                    obj["weight_bytes_per_token"] = json!(roof.weight_bytes);
+                    obj["copy_bytes_per_s"] = json!(roof.copy_bytes_per_s);
+                    obj["bandwidth_fraction"] = json!(roof.fraction());
+                }
+                obj
             })
             .collect();
         let text = serde_json::to_string_pretty(&arr).map_err(|e| e.to_string())?;
@@ -324,7 +347,52 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             r.name
         ));
     }
+    if let Some(roof) = &roof {
+        out.push_str(&format!("\n{}\n", roof.line(&results[roof.test].name)));
+    }
     print(&out)
+}
+
+/// Bytes each timed device-to-device copy moves (at most a quarter of the free memory).
+const COPY_BYTES: usize = 1 << 30;
+
+/// Decode's weight reads against the device's copy bandwidth.
+struct Roof {
+    /// Index of the decode test in the results.
+    test: usize,
+    weight_bytes: u64,
+    /// The decode test's median tok/s.
+    tokens_per_s: f64,
+    copy_bytes_per_s: f64,
+}
+
+impl Roof {
+    fn new(test: usize, weight_bytes: u64, tokens_per_s: f64, copy_bytes_per_s: f64) -> Roof {
+        Roof {
+            test,
+            weight_bytes,
+            tokens_per_s,
+            copy_bytes_per_s,
+        }
+    }
+
+    /// Weight bytes read a second over the copy bandwidth.
+    fn fraction(&self) -> f64 {
+        self.weight_bytes as f64 * self.tokens_per_s / self.copy_bytes_per_s.max(1.0)
+    }
+
+    fn line(&self, test: &str) -> String {
+        let read = self.weight_bytes as f64 * self.tokens_per_s;
+        format!(
+            "{test}: {:.3} GB of weights a token × {:.2} t/s (median) = {:.0} GB/s, {:.1}% of the \
+             device's copy bandwidth ({:.0} GB/s read + write, measured after the tests)",
+            self.weight_bytes as f64 / 1e9,
+            self.tokens_per_s,
+            read / 1e9,
+            100.0 * self.fraction(),
+            self.copy_bytes_per_s / 1e9,
+        )
+    }
 }
 
 /// The batched decode test: `--batch` sequences of one prompt token and `-n` generated tokens
@@ -404,6 +472,31 @@ mod tests {
         assert_eq!(median_min_max(&[5.0, 1.0, 3.0]), (3.0, 1.0, 5.0));
         assert_eq!(median_min_max(&[4.0, 1.0, 3.0, 2.0]), (2.5, 1.0, 4.0));
         assert_eq!(mean_std(&[7.0]), (7.0, 0.0));
+    }
+
+    #[test]
+    fn decode_is_held_against_the_copy_bandwidth() {
+        // 4.4 GB a token at 330 t/s against 4,250 GB/s: 34.2%.
+        let roof = Roof::new(1, 4_400_000_000, 330.0, 4.25e12);
+        assert!(
+            (roof.fraction() - 0.341_647).abs() < 1e-5,
+            "{}",
+            roof.fraction()
+        );
+        let line = roof.line("tg128");
+        assert!(
+            line.contains("4.400 GB") && line.contains("1452 GB/s"),
+            "{line}"
+        );
+        assert!(
+            line.contains("34.2%") && line.contains("4250 GB/s"),
+            "{line}"
+        );
+        assert_eq!(
+            Roof::new(0, 1, 1.0, 0.0).fraction(),
+            1.0,
+            "no division by zero"
+        );
     }
 
     #[test]

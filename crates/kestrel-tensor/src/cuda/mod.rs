@@ -14,7 +14,7 @@
 //! tensor-core matvec), `gemm.rs` (more rows: the weight dequantized to f16 and multiplied by
 //! cuBLAS), `fused.rs` (add + RMS norm, norms and gated activations with Q8_1 output, matvec
 //! epilogue adds, q/k/v in one launch), `ops.rs` (row and elementwise ops, argmax),
-//! `rope_kv.rs` (RoPE, the KV append and both fused), `attention.rs` (decode, split and tiled
+//! `rope_kv.rs` (RoPE, the KV append and both fused), `bandwidth.rs` (the copy bandwidth decode is held against), `attention.rs` (decode, split and tiled
 //! attention over f16 or q8_0 caches, through a `KvTable` for batched and paged steps; its
 //! output optionally as Q8_1), `attention_dims.rs` (latent attention and values of their own
 //! head size), `kv_table.rs` (per-token and paged caches), `experts.rs`/`moe.rs`/`routing.rs`
@@ -25,6 +25,8 @@
 mod attention;
 #[cfg(feature = "cuda")]
 mod attention_dims;
+#[cfg(feature = "cuda")]
+mod bandwidth;
 #[cfg(feature = "cuda")]
 mod blas;
 #[cfg(feature = "cuda")]
@@ -157,6 +159,16 @@ pub(crate) struct PtxModule {
 mod ptx_table;
 #[cfg_attr(not(feature = "cuda"), allow(unused_imports))]
 pub(crate) use ptx_table::MODULES;
+
+/// A device-to-device copy's bandwidth ([`CudaDevice::copy_bandwidth`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct CopyBandwidth {
+    /// Bytes each copy moved.
+    pub bytes: usize,
+    /// Bytes read plus bytes written a second.
+    pub bytes_per_s: f64,
+}
 
 /// Largest number of activation rows one matvec launch takes (the `mmvq_*_N` kernels).
 pub const MAX_MATVEC_ROWS: usize = 8;

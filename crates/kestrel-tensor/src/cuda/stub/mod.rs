@@ -6,6 +6,7 @@ use std::convert::Infallible;
 
 use super::CudaError;
 
+mod bandwidth;
 mod elementwise;
 mod experts;
 mod kv_table;
