@@ -16,15 +16,17 @@ struct MmvqPlace {
     bool live;  // row < m (threads of a CTA's last rows past m still reach the barrier)
 };
 
-__device__ __forceinline__ MmvqPlace mmvq_place(int rpc, int m) {
+// Where a thread of the CTA working on row group `g` (rows g·rpc ..) works.
+__device__ __forceinline__ MmvqPlace mmvq_place_at(int g, int rpc, int m) {
     const int wpr = MMVQ_WARPS / rpc;  // warps per row
     MmvqPlace p;
-    p.row = blockIdx.x * rpc + threadIdx.y / wpr;
+    p.row = g * rpc + threadIdx.y / wpr;
     p.tid = (threadIdx.y % wpr) * WARP + threadIdx.x;
     p.nthreads = wpr * WARP;
     p.live = p.row < m;
     return p;
 }
+__device__ __forceinline__ MmvqPlace mmvq_place(int rpc, int m) { return mmvq_place_at(blockIdx.x, rpc, m); }
 
 // Up to three weights of one type and row length that read the same activation row (a layer's
 // q/k/v or gate/up projections), launched as one matvec: rows `0..m[0]` are weight 0's, the
@@ -137,23 +139,50 @@ __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const 
     mmvq_store<NCOLS>(acc, out, add, m, p, rpc);
 }
 
-// The matvec of N activation rows, prefetching (PF) or not, named `mmvq_<NAME>_<N><SFX>`.
-#define MMVQ_PF(T, NAME, N, PF, SFX)                                                                        \
-    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
-        mmvq_##NAME##_##N##SFX(const T::B *w, const block_q8_1 *a, float *out, const float *add, int nb, int m, \
-                               int rpc) {                                                                 \
-        mmvq<T, N, PF>(w, a, out, add, nb, m, mmvq_place(rpc, m), rpc);                                     \
+// The prefetching kernels take row groups `blockIdx.x`, `blockIdx.x + gridDim.x`, ... (the host
+// launches one CTA a group, as for the plain kernels, or at most `KESTREL_CUDA_MMVQ_CTAS` CTAs
+// an SM, each then working through several groups: fewer CTAs to start and retire, where short
+// rows make a CTA's work a single round trip). The barrier after each group keeps the next
+// group's partial sums out of mmvq_store's shared array until every row has read this one's.
+#define MMVQ_GROUPS(CALL)                                                                                  \
+    for (int g = blockIdx.x; (long long)g * rpc < total; g += gridDim.x) {                                \
+        CALL;                                                                                              \
+        __syncthreads();                                                                                   \
     }
-#define MMVQ(T, NAME, N) MMVQ_PF(T, NAME, N, false, )
-// Up to three weights sharing one activation row (MmvqSegs): q/k/v, gate/up; `mmvq_<NAME>_multi<SFX>`.
-#define MMVQ_MULTI_PF(T, NAME, PF, SFX)                                                                     \
+
+// The matvec of N activation rows, named `mmvq_<NAME>_<N>`, and its prefetching form
+// `mmvq_<NAME>_<N>_pf`.
+#define MMVQ(T, NAME, N)                                                                                   \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
-        mmvq_##NAME##_multi##SFX(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                        \
-        MmvqPlace p = mmvq_place(rpc, s.m[0] + s.m[1] + s.m[2]);                                           \
-        const int g = mmvq_segment(s, &p);                                                                 \
-        mmvq<T, 1, PF>((const T::B *)s.w[g], a, s.out[g], nullptr, nb, s.m[g], p, rpc);                     \
+        mmvq_##NAME##_##N(const T::B *w, const block_q8_1 *a, float *out, const float *add, int nb, int m,   \
+                          int rpc) {                                                                      \
+        mmvq<T, N, false>(w, a, out, add, nb, m, mmvq_place(rpc, m), rpc);                                 \
     }
-#define MMVQ_MULTI(T, NAME) MMVQ_MULTI_PF(T, NAME, false, )
+#define MMVQ_PF(T, NAME, N)                                                                                \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
+        mmvq_##NAME##_##N##_pf(const T::B *w, const block_q8_1 *a, float *out, const float *add, int nb,     \
+                               int m, int rpc) {                                                          \
+        const int total = m;                                                                               \
+        MMVQ_GROUPS((mmvq<T, N, true>(w, a, out, add, nb, m, mmvq_place_at(g, rpc, m), rpc)))               \
+    }
+// Up to three weights sharing one activation row (MmvqSegs): q/k/v, gate/up; `mmvq_<NAME>_multi`
+// and `mmvq_<NAME>_multi_pf`.
+template <typename T, bool PF>
+__device__ __forceinline__ void mmvq_multi(const MmvqSegs &s, const block_q8_1 *a, int nb, int rpc, int g) {
+    MmvqPlace p = mmvq_place_at(g, rpc, s.m[0] + s.m[1] + s.m[2]);
+    const int seg = mmvq_segment(s, &p);
+    mmvq<T, 1, PF>((const typename T::B *)s.w[seg], a, s.out[seg], nullptr, nb, s.m[seg], p, rpc);
+}
+#define MMVQ_MULTI(T, NAME)                                                                                \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
+        mmvq_##NAME##_multi(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                             \
+        mmvq_multi<T, false>(s, a, nb, rpc, blockIdx.x);                                                   \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
+        mmvq_##NAME##_multi_pf(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                          \
+        const int total = s.m[0] + s.m[1] + s.m[2];                                                        \
+        MMVQ_GROUPS((mmvq_multi<T, true>(s, a, nb, rpc, g)))                                               \
+    }
 // The indirect matvec of mixture-of-experts layers (ggml's mul_mat_id for a decode step): CTA
 // row `blockIdx.y` is (token, slot) pair p, whose expert is `ids[p]` (clamped into the table),
 // whose weight is `experts[ids[p]]` (a table of the experts' device addresses, one matrix of m
@@ -172,5 +201,4 @@ __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const 
     }
 #define MMVQ_ALL(T, NAME)                                                                                  \
     MMVQ(T, NAME, 1) MMVQ(T, NAME, 2) MMVQ(T, NAME, 3) MMVQ(T, NAME, 4) MMVQ(T, NAME, 5) MMVQ(T, NAME, 6) \
-    MMVQ(T, NAME, 7) MMVQ(T, NAME, 8) MMVQ_MULTI(T, NAME) MMVQ_ID(T, NAME)                                \
-    MMVQ_PF(T, NAME, 1, true, _pf) MMVQ_MULTI_PF(T, NAME, true, _pf)
+    MMVQ(T, NAME, 7) MMVQ(T, NAME, 8) MMVQ_MULTI(T, NAME) MMVQ_ID(T, NAME) MMVQ_PF(T, NAME, 1)

@@ -86,8 +86,9 @@ fn matmul_matches_the_cpu_engine() {
 }
 
 /// The prefetching matvecs (`set_mmvq_prefetch`: a thread's blocks read two at a time, L2 asked
-/// for the next two) compute nothing differently: one row, with and without a residual add, and
-/// two weights in one launch, bit for bit, on rows long enough for a thread to take many blocks
+/// for the next two) compute nothing differently, also when one CTA an SM works through every
+/// row group (`set_mmvq_ctas_per_sm(1)`): one row, with and without a residual add, and two
+/// weights in one launch, bit for bit, on rows long enough for a thread to take many blocks
 /// (an 8B model's 4096 and its FFN's 14336), and on rows of 2816 (11 K-quant blocks, 88 of the
 /// 32-value types), which leave threads an odd number of blocks and some threads one more than
 /// others.
@@ -96,14 +97,17 @@ fn prefetching_matvecs_give_the_same_bits() {
     let Some(dev) = device() else { return };
     let zeros = |m: usize| dev.zeros_f32(Shape::matrix(1, m).unwrap()).unwrap();
     for k in [4096, 14_336, 2816] {
-        let m = 96;
+        // 600 rows of 2816: 300 row groups, more than one CTA an SM launches (132 SMs emulated),
+        // so CTAs take several groups each.
+        let m = if k == 2816 { 600 } else { 96 };
         let x = dev.upload(&f32_tensor(1, k, 41)).unwrap();
         let r = dev.upload(&f32_tensor(1, m, 42)).unwrap();
         for dtype in ALL.into_iter().filter(|d| d.is_quantized()) {
             let w1 = dev.upload(&weight(dtype, m, k, 43)).unwrap();
             let w2 = dev.upload(&weight(dtype, m + 32, k, 44)).unwrap();
-            let run = |prefetch: bool| {
+            let run = |prefetch: bool, ctas: usize| {
                 dev.set_mmvq_prefetch(prefetch);
+                dev.set_mmvq_ctas_per_sm(ctas);
                 let (mut o, mut oa, mut p0, mut p1) = (zeros(m), zeros(m), zeros(m), zeros(m + 32));
                 dev.matmul(&x, &w1, &mut o).unwrap();
                 dev.matmul_add_reusing(&x, &w1, &r, &mut oa, None).unwrap();
@@ -111,14 +115,21 @@ fn prefetching_matvecs_give_the_same_bits() {
                     .unwrap();
                 [&o, &oa, &p0, &p1].map(|t| dev.download_f32(t).unwrap())
             };
-            let (plain, prefetched) = (run(false), run(true));
+            let plain = run(false, 0);
             assert_eq!(
-                plain, prefetched,
+                plain,
+                run(true, 0),
                 "{dtype} k={k}: the prefetching kernels differ"
+            );
+            assert_eq!(
+                plain,
+                run(true, 1),
+                "{dtype} k={k}: the prefetching kernels differ on one CTA an SM"
             );
         }
     }
     dev.set_mmvq_prefetch(false);
+    dev.set_mmvq_ctas_per_sm(0);
 }
 
 /// A matvec handed the ticket of the same input's Q8_1 data skips quantizing it and gives the

@@ -151,6 +151,8 @@ pub struct CudaDevice {
     pub(super) attention_splits: std::sync::atomic::AtomicU32,
     /// Whether one-row matvecs take the prefetching kernels (`matvec.rs`).
     pub(super) mmvq_prefetch: std::sync::atomic::AtomicBool,
+    /// Most CTAs an SM the prefetching matvecs launch (0: one a row group, `matvec.rs`).
+    pub(super) mmvq_ctas: std::sync::atomic::AtomicU32,
     /// Split decode attention's partial results and per-(token, head) counters (grown, never
     /// shrunk; the counters are zero between launches).
     pub(super) split_scratch: Mutex<Option<(CudaSlice<f32>, CudaSlice<u32>)>>,
@@ -309,6 +311,7 @@ impl CudaDevice {
             attention_kernel: std::sync::atomic::AtomicU8::new(AttentionKernel::from_env() as u8),
             attention_splits: std::sync::atomic::AtomicU32::new(splits_from_env()),
             mmvq_prefetch: std::sync::atomic::AtomicBool::new(mmvq_prefetch_from_env()),
+            mmvq_ctas: std::sync::atomic::AtomicU32::new(mmvq_ctas_from_env()),
             split_scratch: Mutex::new(None),
             ctx,
             stream,
@@ -628,3 +631,16 @@ fn splits_from_env() -> u32 {
 fn mmvq_prefetch_from_env() -> bool {
     std::env::var("KESTREL_CUDA_MMVQ_PREFETCH").is_ok_and(|v| v == "1")
 }
+
+/// The default of [`CudaDevice::set_mmvq_ctas_per_sm`]: `KESTREL_CUDA_MMVQ_CTAS=N` (1 to
+/// [`MAX_MMVQ_CTAS`]; anything else: one CTA a row group).
+fn mmvq_ctas_from_env() -> u32 {
+    std::env::var("KESTREL_CUDA_MMVQ_CTAS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| (1..=MAX_MMVQ_CTAS).contains(n))
+        .unwrap_or(0)
+}
+
+/// Most CTAs an SM [`CudaDevice::set_mmvq_ctas_per_sm`] takes (an SM holds at most 32).
+pub(super) const MAX_MMVQ_CTAS: u32 = 32;

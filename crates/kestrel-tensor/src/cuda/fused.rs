@@ -340,8 +340,14 @@ impl CudaDevice {
         }
         let nb_i = i32_of(OP, k / wblock)?;
         let rpc = mmvq_rows_per_cta();
-        let name = mmvq_multi_name(dtype, self.mmvq_prefetch())
+        let prefetch = self.mmvq_prefetch();
+        let name = mmvq_multi_name(dtype, prefetch)
             .ok_or(TensorError::UnsupportedDType { op: OP, dtype })?;
+        let grid = if prefetch {
+            self.mmvq_pf_grid(total, rpc as usize)?
+        } else {
+            grid_for(total, rpc as usize)?
+        };
         let f = self.func(name)?;
         let mut b = self.stream.launch_builder(f);
         let rpc_i = rpc as i32;
@@ -349,8 +355,7 @@ impl CudaDevice {
         // SAFETY: each weight holds its m rows of k/block blocks of `dtype`, each output m f32,
         // the scratch one row of Q8_1 blocks of x (all checked or made above); the kernel
         // reads and writes only those, a row of the launch belonging to one weight.
-        unsafe { b.launch(cfg(grid_for(total, rpc as usize)?, (32, MMVQ_WARPS))) }
-            .map_err(driver("launch mmvq multi"))?;
+        unsafe { b.launch(cfg(grid, (32, MMVQ_WARPS))) }.map_err(driver("launch mmvq multi"))?;
         drop(records);
         Ok(issued)
     }

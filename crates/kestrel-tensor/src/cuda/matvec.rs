@@ -9,7 +9,7 @@ use cudarc::driver::PushKernelArg;
 
 use super::engine::{
     cfg, driver, f32_only, grid_for, i32_of, no_scratch_err, CudaDevice, DeviceTensor, Q8Ticket,
-    ScratchGuard,
+    ScratchGuard, MAX_MMVQ_CTAS,
 };
 use super::{MAX_MATVEC_ROWS, MAX_WIDE_ROWS};
 use crate::error::{Result, TensorError};
@@ -282,12 +282,14 @@ impl CudaDevice {
             let nb_i = i32_of(OP, nb)?;
             let rpc = mmvq_rows_per_cta();
             let (grid, block, rpc_i) = (grid_for(m, rpc as usize)?, (32, MMVQ_WARPS), rpc as i32);
+            let prefetch = self.mmvq_prefetch();
             let null = 0u64;
             for r0 in (0..n).step_by(MAX_MATVEC_ROWS) {
                 let rows = (n - r0).min(MAX_MATVEC_ROWS);
-                let name = match rows {
-                    1 => names[usize::from(self.mmvq_prefetch())],
-                    _ => names[rows],
+                let (name, grid) = match rows {
+                    1 if prefetch => (names[1], self.mmvq_pf_grid(m, rpc as usize)?),
+                    1 => (names[0], grid),
+                    _ => (names[rows], grid),
                 };
                 let f = self.func(name)?;
                 let a = scratch.slice(r0 * q_row..(r0 + rows) * q_row);
@@ -347,6 +349,30 @@ impl CudaDevice {
     pub(super) fn mmvq_prefetch(&self) -> bool {
         self.mmvq_prefetch
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// At most `n` CTAs an SM for the prefetching matvecs, each working through row groups
+    /// `i`, `i + grid`, ... (0: one CTA a row group, as the plain kernels; at most 32). Short
+    /// rows make a CTA's work one round trip to memory, so Gemma 3's 262144 x 640 output matvec
+    /// starts and retires 131072 CTAs a token; fewer, longer-lived CTAs may read faster. The
+    /// same bits either way. Default `KESTREL_CUDA_MMVQ_CTAS`, else 0: unmeasured so far.
+    pub fn set_mmvq_ctas_per_sm(&self, n: usize) {
+        let n = u32::try_from(n).unwrap_or(u32::MAX).min(MAX_MMVQ_CTAS);
+        self.mmvq_ctas
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The grid of a prefetching matvec over `rows` rows, `rpc` a CTA's row group.
+    pub(super) fn mmvq_pf_grid(&self, rows: usize, rpc: usize) -> Result<u32> {
+        let grid = grid_for(rows, rpc)?;
+        let per_sm = self.mmvq_ctas.load(std::sync::atomic::Ordering::Relaxed);
+        if per_sm == 0 {
+            return Ok(grid);
+        }
+        let cap = u32::try_from(self.sm_count)
+            .unwrap_or(u32::MAX)
+            .saturating_mul(per_sm);
+        Ok(grid.min(cap.max(1)))
     }
 
     /// Whether a matmul of `n` activation rows by a `dtype` weight runs the quantized matvec

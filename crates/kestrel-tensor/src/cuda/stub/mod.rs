@@ -256,6 +256,11 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// At most `n` CTAs an SM for the prefetching matvecs.
+    pub fn set_mmvq_ctas_per_sm(&self, _n: usize) {
+        match self.never {}
+    }
+
     /// The largest band of weight rows the prefill GEMM dequantizes at once.
     pub fn set_gemm_band_bytes(&self, _bytes: usize) {
         match self.never {}
