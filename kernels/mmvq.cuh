@@ -109,10 +109,13 @@ __device__ __forceinline__ void mmvq_block(const typename T::W &s, const block_q
     }
 }
 
+// `next` (prefetching kernels working through several row groups): the weight row this thread
+// takes in its CTA's next group, or null; L2 is asked for its first block before this row's
+// work, so the next group's first reads overlap this one's.
 template <typename T, int NCOLS, bool PREFETCH = false>
 __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const block_q8_1 *__restrict__ a,
                                      float *__restrict__ out, const float *__restrict__ add, int nb, int m,
-                                     const MmvqPlace &p, int rpc) {
+                                     const MmvqPlace &p, int rpc, const typename T::B *next = nullptr) {
     const typename T::B *wr = w + (long long)p.row * nb;
     const long long arow = (long long)nb * T::ABLK;  // Q8_1 blocks an activation row
     const int t = p.tid % T::LPB, end = p.live ? nb : 0, step = p.nthreads / T::LPB;
@@ -121,6 +124,7 @@ __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const 
 #pragma unroll
     for (int c = 0; c < NCOLS; c++) acc[c] = 0.0f;
     const int first = p.tid / T::LPB;
+    if (PREFETCH && next && first < nb) prefetch_l2((const u8 *)(next + first) + share);
     if (PREFETCH) {
         for (int ib = first; ib < end; ib += 2 * step) {
             if (ib + 2 * step < end) prefetch_l2((const u8 *)(wr + ib + 2 * step) + share);
@@ -146,9 +150,18 @@ __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const 
 // group's partial sums out of mmvq_store's shared array until every row has read this one's.
 #define MMVQ_GROUPS(CALL)                                                                                  \
     for (int g = blockIdx.x; (long long)g * rpc < total; g += gridDim.x) {                                \
+        const int gn = g + gridDim.x; /* the CTA's next group */                                          \
         CALL;                                                                                              \
         __syncthreads();                                                                                   \
     }
+
+// The weight row of the thread's place in group `g` of a `total`-row launch over `w` (rows of
+// `nb` blocks), or null past the end.
+template <typename T>
+__device__ __forceinline__ const typename T::B *mmvq_row_at(const typename T::B *w, int nb, int g, int rpc, int total) {
+    const MmvqPlace p = mmvq_place_at(g, rpc, total);
+    return (long long)g * rpc < total && p.live ? w + (long long)p.row * nb : nullptr;
+}
 
 // The matvec of N activation rows, named `mmvq_<NAME>_<N>`, and its prefetching form
 // `mmvq_<NAME>_<N>_pf`.
@@ -163,15 +176,33 @@ __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const 
         mmvq_##NAME##_##N##_pf(const T::B *w, const block_q8_1 *a, float *out, const float *add, int nb,     \
                                int m, int rpc) {                                                          \
         const int total = m;                                                                               \
-        MMVQ_GROUPS((mmvq<T, N, true>(w, a, out, add, nb, m, mmvq_place_at(g, rpc, m), rpc)))               \
+        MMVQ_GROUPS((mmvq<T, N, true>(w, a, out, add, nb, m, mmvq_place_at(g, rpc, m), rpc,                 \
+                                      mmvq_row_at<T>(w, nb, gn, rpc, m))))                                  \
     }
 // Up to three weights sharing one activation row (MmvqSegs): q/k/v, gate/up; `mmvq_<NAME>_multi`
 // and `mmvq_<NAME>_multi_pf`.
+// `v[i]` by selects: indexing the by-value parameter `MmvqSegs` with a runtime index twice made
+// NVVM copy it to local memory, and the weight loads through its pointers generic (`LD`, not
+// `LDG`).
+template <typename V> __device__ __forceinline__ V pick3(const V (&v)[3], int i) {
+    return i == 0 ? v[0] : i == 1 ? v[1] : v[2];
+}
+
+// `gn`: the CTA's next row group (prefetching kernels; its row's first block is asked of L2).
 template <typename T, bool PF>
-__device__ __forceinline__ void mmvq_multi(const MmvqSegs &s, const block_q8_1 *a, int nb, int rpc, int g) {
-    MmvqPlace p = mmvq_place_at(g, rpc, s.m[0] + s.m[1] + s.m[2]);
+__device__ __forceinline__ void mmvq_multi(const MmvqSegs &s, const block_q8_1 *a, int nb, int rpc, int g,
+                                           int gn = -1) {
+    const int total = s.m[0] + s.m[1] + s.m[2];
+    MmvqPlace p = mmvq_place_at(g, rpc, total);
     const int seg = mmvq_segment(s, &p);
-    mmvq<T, 1, PF>((const typename T::B *)s.w[seg], a, s.out[seg], nullptr, nb, s.m[seg], p, rpc);
+    const typename T::B *next = nullptr;
+    if (PF && gn >= 0 && (long long)gn * rpc < total) {
+        MmvqPlace q = mmvq_place_at(gn, rpc, total);
+        const int nseg = mmvq_segment(s, &q);
+        if (q.live) next = (const typename T::B *)pick3(s.w, nseg) + (long long)q.row * nb;
+    }
+    mmvq<T, 1, PF>((const typename T::B *)pick3(s.w, seg), a, pick3(s.out, seg), nullptr, nb, pick3(s.m, seg), p,
+                   rpc, next);
 }
 #define MMVQ_MULTI(T, NAME)                                                                                \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
@@ -181,7 +212,7 @@ __device__ __forceinline__ void mmvq_multi(const MmvqSegs &s, const block_q8_1 *
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
         mmvq_##NAME##_multi_pf(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                          \
         const int total = s.m[0] + s.m[1] + s.m[2];                                                        \
-        MMVQ_GROUPS((mmvq_multi<T, true>(s, a, nb, rpc, g)))                                               \
+        MMVQ_GROUPS((mmvq_multi<T, true>(s, a, nb, rpc, g, gn)))                                           \
     }
 // The indirect matvec of mixture-of-experts layers (ggml's mul_mat_id for a decode step): CTA
 // row `blockIdx.y` is (token, slot) pair p, whose expert is `ids[p]` (clamped into the table),
