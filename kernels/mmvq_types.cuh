@@ -74,8 +74,10 @@ __device__ __forceinline__ SimpleR simple_r() {
     return r;
 }
 
-template <bool Q5>
-__device__ __forceinline__ void nibbles(const SimpleR &r, int t, SimpleW *s) {
+// Slice t of a nibble type (Q4_0, Q4_1, Q5_0, Q5_1) unpacked: its low and high nibbles (with
+// the fifth bits from `qh` for Q5), `d`, and the block's constant term's factor `c` on slice 0.
+template <bool Q5> __device__ __forceinline__ SimpleW nibbles(const SimpleR &r, int t, float c) {
+    SimpleW s;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int w = 2 * t + i;
@@ -85,15 +87,25 @@ __device__ __forceinline__ void nibbles(const SimpleR &r, int t, SimpleW *s) {
             lo |= fifth_bits(r.qh >> (4 * w));
             hi |= fifth_bits(r.qh >> (4 * w + 16));
         }
-        s->q[0][i] = lo;
-        s->q[0][i + 2] = hi;
+        s.q[0][i] = lo;
+        s.q[0][i + 2] = hi;
     }
+    s.d = __half2float(r.d);
+    s.c = t == 0 ? c : 0.0f;
+    return s;
 }
 
-// Words 2t and 2t+1 of a nibble type's `qs`.
-template <bool A4> __device__ __forceinline__ void nibble_words(const u8 *qs, int t, SimpleR *r) {
+// Slice t of a nibble type as read: words 2t and 2t+1 of `qs` (4-byte aligned when A4), `qh`
+// (Q5 types; 0 else), `d` and `m` (the _1 types; 0 else).
+template <bool A4>
+__device__ __forceinline__ SimpleR nibble_words(const u8 *qs, int t, u32 qh, __half d, __half m) {
+    SimpleR r = simple_r();
 #pragma unroll
-    for (int i = 0; i < 2; i++) r->v[i] = A4 ? load_i32_a4(qs + 4 * (2 * t + i)) : load_i32_a2(qs + 4 * (2 * t + i));
+    for (int i = 0; i < 2; i++) r.v[i] = A4 ? load_i32_a4(qs + 4 * (2 * t + i)) : load_i32_a2(qs + 4 * (2 * t + i));
+    r.qh = qh;
+    r.d = d;
+    r.m = m;
+    return r;
 }
 
 template <typename Blk, typename Self> struct SimpleType {
@@ -116,67 +128,29 @@ template <typename Blk, typename Self> struct SimpleType {
 
 struct TQ4_0 : SimpleType<block_q4_0, TQ4_0> {
     __device__ static __forceinline__ R load(const B *b, int t) {
-        R r = simple_r();
-        nibble_words<false>(b->qs, t, &r);
-        r.d = b->d;
-        return r;
+        return nibble_words<false>(b->qs, t, 0, b->d, __ushort_as_half(0));
     }
     __device__ static __forceinline__ W unpack(const R &r, int t) {
-        W s;
-        nibbles<false>(r, t, &s);
-        s.d = __half2float(r.d);
-        s.c = t == 0 ? -8.0f * s.d : 0.0f;
-        return s;
+        return nibbles<false>(r, t, -8.0f * __half2float(r.d));
     }
 };
 struct TQ4_1 : SimpleType<block_q4_1, TQ4_1> {
-    __device__ static __forceinline__ R load(const B *b, int t) {
-        R r = simple_r();
-        nibble_words<true>(b->qs, t, &r);
-        r.d = b->d;
-        r.m = b->m;
-        return r;
-    }
-    __device__ static __forceinline__ W unpack(const R &r, int t) {
-        W s;
-        nibbles<false>(r, t, &s);
-        s.d = __half2float(r.d);
-        s.c = t == 0 ? __half2float(r.m) : 0.0f;
-        return s;
-    }
+    __device__ static __forceinline__ R load(const B *b, int t) { return nibble_words<true>(b->qs, t, 0, b->d, b->m); }
+    __device__ static __forceinline__ W unpack(const R &r, int t) { return nibbles<false>(r, t, __half2float(r.m)); }
 };
 struct TQ5_0 : SimpleType<block_q5_0, TQ5_0> {
     __device__ static __forceinline__ R load(const B *b, int t) {
-        R r = simple_r();
-        nibble_words<false>(b->qs, t, &r);
-        r.qh = (u32)load_i32_a2(b->qh);
-        r.d = b->d;
-        return r;
+        return nibble_words<false>(b->qs, t, (u32)load_i32_a2(b->qh), b->d, __ushort_as_half(0));
     }
     __device__ static __forceinline__ W unpack(const R &r, int t) {
-        W s;
-        nibbles<true>(r, t, &s);
-        s.d = __half2float(r.d);
-        s.c = t == 0 ? -16.0f * s.d : 0.0f;
-        return s;
+        return nibbles<true>(r, t, -16.0f * __half2float(r.d));
     }
 };
 struct TQ5_1 : SimpleType<block_q5_1, TQ5_1> {
     __device__ static __forceinline__ R load(const B *b, int t) {
-        R r = simple_r();
-        nibble_words<true>(b->qs, t, &r);
-        r.qh = (u32)load_i32_a4(b->qh);
-        r.d = b->d;
-        r.m = b->m;
-        return r;
+        return nibble_words<true>(b->qs, t, (u32)load_i32_a4(b->qh), b->d, b->m);
     }
-    __device__ static __forceinline__ W unpack(const R &r, int t) {
-        W s;
-        nibbles<true>(r, t, &s);
-        s.d = __half2float(r.d);
-        s.c = t == 0 ? __half2float(r.m) : 0.0f;
-        return s;
-    }
+    __device__ static __forceinline__ W unpack(const R &r, int t) { return nibbles<true>(r, t, __half2float(r.m)); }
 };
 struct TQ8_0 : SimpleType<block_q8_0, TQ8_0> {
     __device__ static __forceinline__ R load(const B *b, int t) {
