@@ -1,8 +1,6 @@
 //! The device's memory bandwidth as a device-to-device copy measures it: the roof that decode's
 //! weight reads are held against (`kestrel bench --device cuda` reports decode's share of it).
 
-use cudarc::driver::sys::CUevent_flags;
-
 use super::engine::{driver, CudaDevice};
 use super::CopyBandwidth;
 use crate::error::{Result, TensorError};
@@ -33,31 +31,20 @@ impl CudaDevice {
         }
         let src = self.alloc(bytes)?;
         let mut dst = self.alloc(bytes)?;
-        let event = || {
-            self.ctx
-                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(driver("cuEventCreate"))
-        };
-        let (start, end) = (event()?, event()?);
+        let (start, end) = (self.new_event()?, self.new_event()?);
         self.stream
             .memcpy_dtod(&src, &mut dst)
             .map_err(driver("cuMemcpyDtoD"))?;
         let mut ms = Vec::with_capacity(REPS);
         for _ in 0..REPS {
-            start
-                .record(&self.stream)
-                .map_err(driver("cuEventRecord"))?;
+            self.record(&start)?;
             for _ in 0..COPIES {
                 self.stream
                     .memcpy_dtod(&src, &mut dst)
                     .map_err(driver("cuMemcpyDtoD"))?;
             }
-            end.record(&self.stream).map_err(driver("cuEventRecord"))?;
-            ms.push(
-                start
-                    .elapsed_ms(&end)
-                    .map_err(driver("cuEventElapsedTime"))?,
-            );
+            self.record(&end)?;
+            ms.push(start.elapsed_ms(&end)?);
         }
         ms.sort_by(f32::total_cmp);
         let secs = f64::from(ms[REPS / 2]).max(1e-6) / 1e3;
