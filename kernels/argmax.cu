@@ -5,6 +5,7 @@
 #include "common.cuh"
 
 extern "C" __global__ void argmax_f32(const float *__restrict__ x, unsigned int *__restrict__ out, int k) {
+    pdl_enter();
     __shared__ float best_v[256];
     __shared__ int best_i[256];
     const float *row = x + (long long)blockIdx.x * k;

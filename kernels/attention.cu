@@ -113,7 +113,7 @@ __device__ __forceinline__ void attention_dec(const float *__restrict__ q, const
         NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k, const T *v,       \
              float *__restrict__ out, int n_head, int n_kv_head, int head_dim, int kv_len, float scale,     \
              float softcap, int window, int causal, const unsigned long long *__restrict__ kv_table,        \
-             const float *__restrict__ sinks, block_q8_1 *__restrict__ q8out) {                            \
+             const float *__restrict__ sinks, block_q8_1 *__restrict__ q8out) { pdl_enter();               \
         attention_dec<Q8, MAX_HEAD_DIM>(q, positions, k, v, out, n_head, n_kv_head, head_dim, head_dim,    \
                                         n_kv_head * head_dim, head_dim, kv_len, scale, softcap, window,    \
                                         causal, kv_table, sinks, q8out);                                   \
@@ -128,7 +128,7 @@ ATTENTION_DEC(attention_q8_0, true, block_q8_0)
     extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)                                     \
         NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k, const T *v,       \
              float *__restrict__ out, int n_head, int n_kv_head, int head_dim, int head_dim_v, int kv_len,  \
-             float scale, float softcap, int window, int causal, const float *__restrict__ sinks) {        \
+             float scale, float softcap, int window, int causal, const float *__restrict__ sinks) { pdl_enter(); \
         attention_dec<Q8, MAX_HEAD_DIM>(q, positions, k, v, out, n_head, n_kv_head, head_dim, head_dim_v,  \
                                         n_kv_head * head_dim_v, head_dim_v, kv_len, scale, softcap, window, \
                                         causal, nullptr, sinks, nullptr);                                  \
@@ -145,7 +145,7 @@ ATTENTION_KV(attention_kv_q8_0, true, block_q8_0)
     extern "C" __global__ void __launch_bounds__(WARP * DEC_MAX_WARPS)                                     \
         NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k,                     \
              float *__restrict__ out, int n_head, int n_kv_head, int head_dim, int head_dim_v, int kv_len,  \
-             float scale, float softcap, int window, int causal) {                                         \
+             float scale, float softcap, int window, int causal) { pdl_enter();                            \
         attention_dec<Q8, MLA_MAX_HEAD_DIM>(q, positions, k, k, out, n_head, n_kv_head, head_dim,           \
                                             head_dim_v, n_kv_head * head_dim, head_dim, kv_len, scale,     \
                                             softcap, window, causal, nullptr, nullptr, nullptr);           \
@@ -343,7 +343,7 @@ __device__ __forceinline__ void attention_split(const float *__restrict__ q, con
              float *__restrict__ out, float *__restrict__ part, unsigned *__restrict__ counters, int n_head, \
              int n_kv_head, int head_dim, int kv_len, float scale, float softcap, int window, int causal,   \
              const unsigned long long *__restrict__ kv_table, const float *__restrict__ sinks,              \
-             block_q8_1 *__restrict__ q8out) {                                                              \
+             block_q8_1 *__restrict__ q8out) { pdl_enter();                                                 \
         attention_split<Q8, MAX_HEAD_DIM, MAX_HEAD_DIM>(q, positions, k, v, out, part, counters, n_head,   \
                                                         n_kv_head, head_dim, head_dim, n_kv_head * head_dim, \
                                                         head_dim, kv_len, scale, softcap, window, causal,  \
@@ -364,7 +364,7 @@ ATTENTION_SPLIT(attention_q8_0_split, true, block_q8_0)
         NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k, const T *v,       \
              float *__restrict__ out, float *__restrict__ part, unsigned *__restrict__ counters, int n_head, \
              int n_kv_head, int head_dim, int head_dim_v, int kv_len, float scale, float softcap, int window, \
-             int causal, const float *__restrict__ sinks) {                                                 \
+             int causal, const float *__restrict__ sinks) { pdl_enter();                                    \
         attention_split<Q8, MAX_HEAD_DIM, MAX_HEAD_DIM>(q, positions, k, v, out, part, counters, n_head,   \
                                                         n_kv_head, head_dim, head_dim_v,                   \
                                                         n_kv_head * head_dim_v, head_dim_v, kv_len, scale, \
@@ -379,7 +379,7 @@ ATTENTION_KV_SPLIT(attention_kv_q8_0_split, true, block_q8_0)
         NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k,                     \
              float *__restrict__ out, float *__restrict__ part, unsigned *__restrict__ counters, int n_head, \
              int n_kv_head, int head_dim, int head_dim_v, int kv_len, float scale, float softcap, int window, \
-             int causal) {                                                                                  \
+             int causal) { pdl_enter();                                                                     \
         attention_split<Q8, MLA_MAX_HEAD_DIM, MLA_MAX_HEAD_DIM_V>(                                           \
             q, positions, k, k, out, part, counters, n_head, n_kv_head, head_dim, head_dim_v,              \
             n_kv_head * head_dim, head_dim, kv_len, scale, softcap, window, causal, nullptr, nullptr,      \

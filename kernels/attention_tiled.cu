@@ -229,7 +229,7 @@ __device__ __forceinline__ void attention_tiled(const float *__restrict__ q, con
         NAME(const float *__restrict__ q, const int *__restrict__ positions, const T *k, const T *v,       \
              float *__restrict__ out, int n_head, int n_kv_head, int head_dim, int kv_len, float scale,     \
              float softcap, int window, int causal, int n_tokens,                                           \
-             const unsigned long long *__restrict__ kv_table, const float *__restrict__ sinks) {            \
+             const unsigned long long *__restrict__ kv_table, const float *__restrict__ sinks) { pdl_enter(); \
         attention_tiled<Q8>(q, positions, k, v, out, n_head, n_kv_head, head_dim, kv_len, scale, softcap,  \
                             window, causal, n_tokens, kv_table, sinks);                                    \
     }

@@ -137,6 +137,25 @@ __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefe
 inline void prefetch_l2(const void *) {}
 #endif
 
+// The first statement of every kernel: programmatic dependent launch (sm_90). When the host
+// launches a kernel with the programmatic-serialization attribute (`KESTREL_CUDA_PDL=1`,
+// cuda/launch.rs), the driver may start it before the previous kernel in the stream has
+// finished; `griddepcontrol.wait` then holds every thread until that kernel has completed and
+// its writes are visible, so nothing is read or written early. `launch_dependents` lets the
+// next kernel be launched as soon as every CTA of this one has started (it in turn waits at
+// its own top for this one to finish): launch latency overlaps this kernel's work. Without the
+// attribute both are no-ops; the compute_80 PTX and the host stand-in leave them out.
+#if !defined(KESTREL_HOST_STANDIN) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void pdl_enter() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+#elif !defined(KESTREL_HOST_STANDIN)
+__device__ __forceinline__ void pdl_enter() {}
+#else
+inline void pdl_enter() {}
+#endif
+
 // ggml's get_scale_min_k4: the 6-bit scale and min of sub-block `j` (0..7) of a Q4_K/Q5_K block.
 __device__ __forceinline__ void scale_min_k4(int j, const u8 *q, int *sc, int *m) {
     if (j < 4) {

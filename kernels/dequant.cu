@@ -20,10 +20,10 @@ __device__ __forceinline__ void dequant_rows_f16(const B *__restrict__ w, __half
 }
 
 #define DEQUANT(T)                                                                               \
-    extern "C" __global__ void dequant_f32_##T(const block_##T *w, float *out, long long n) { \
+    extern "C" __global__ void dequant_f32_##T(const block_##T *w, float *out, long long n) { pdl_enter(); \
         dequant_rows<block_##T>(w, out, n);                                                      \
     }                                                                                            \
-    extern "C" __global__ void dequant_f16_##T(const block_##T *w, __half *out, long long n) { \
+    extern "C" __global__ void dequant_f16_##T(const block_##T *w, __half *out, long long n) { pdl_enter(); \
         dequant_rows_f16<block_##T>(w, out, n);                                                  \
     }
 DEQUANT(q4_0)
@@ -36,9 +36,11 @@ DEQUANT(q5_K)
 DEQUANT(q6_K)
 
 extern "C" __global__ void dequant_f32_f16(const __half *w, float *out, long long n) {
+    pdl_enter();
     GRID_STRIDE(j, n) out[j] = __half2float(w[j]);
 }
 extern "C" __global__ void dequant_f32_bf16(const __nv_bfloat16 *w, float *out, long long n) {
+    pdl_enter();
     GRID_STRIDE(j, n) out[j] = __bfloat162float(w[j]);
 }
 
@@ -47,6 +49,7 @@ extern "C" __global__ void dequant_f32_bf16(const __nv_bfloat16 *w, float *out, 
 // in f16 whatever the scale); an infinity makes `*amax` infinite. Launch: any grid of 256-thread
 // blocks.
 extern "C" __global__ void absmax_f32(const float *x, unsigned *amax, long long n) {
+    pdl_enter();
     float m = 0.0f;
     GRID_STRIDE(j, n) m = fmaxf(m, fabsf(x[j]));
     m = warp_max(m);
@@ -61,6 +64,7 @@ extern "C" __global__ void absmax_f32(const float *x, unsigned *amax, long long 
 // `C = s · (x/s)·Wᵀ` is x·Wᵀ with no pass over C. Launch: any grid of 256-thread blocks.
 extern "C" __global__ void f32_to_f16_scaled(const float *x, __half *out, const unsigned *amax, float *scalars,
                                              long long n) {
+    pdl_enter();
     const unsigned a = *amax;
     float s = 1.0f;
     // a > 2^15 (bits 0x47000000) and finite: a = 1.f * 2^(e - 127), so s = 2^(e - 127 - 14)

@@ -15,38 +15,47 @@ __device__ __forceinline__ float gelu(float x) {
 }
 
 extern "C" __global__ void add_f32(const float *a, const float *b, float *out, long long n, long long b_len) {
+    pdl_enter();
     GRID_STRIDE(i, n) out[i] = a[i] + b[i % b_len];
 }
 
 extern "C" __global__ void mul_f32(const float *a, const float *b, float *out, long long n, long long b_len) {
+    pdl_enter();
     GRID_STRIDE(i, n) out[i] = a[i] * b[i % b_len];
 }
 
 extern "C" __global__ void scale_f32(float *x, long long n, float s) {
+    pdl_enter();
     GRID_STRIDE(i, n) x[i] *= s;
 }
 
 extern "C" __global__ void silu_f32(float *x, long long n) {
+    pdl_enter();
     GRID_STRIDE(i, n) x[i] = silu(x[i]);
 }
 
 extern "C" __global__ void gelu_f32(float *x, long long n) {
+    pdl_enter();
     GRID_STRIDE(i, n) x[i] = gelu(x[i]);
 }
 
 extern "C" __global__ void swiglu_f32(const float *gate, const float *up, float *out, long long n) {
+    pdl_enter();
     GRID_STRIDE(i, n) out[i] = silu(gate[i]) * up[i];
 }
 
 extern "C" __global__ void geglu_f32(const float *gate, const float *up, float *out, long long n) {
+    pdl_enter();
     GRID_STRIDE(i, n) out[i] = gelu(gate[i]) * up[i];
 }
 
 extern "C" __global__ void softcap_f32(float *x, long long n, float cap) {
+    pdl_enter();
     GRID_STRIDE(i, n) x[i] = cap * tanhf(x[i] / cap);
 }
 
 extern "C" __global__ void gelu_erf_f32(float *x, long long n) {
+    pdl_enter();
     GRID_STRIDE(i, n) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752440f));
 }
 
@@ -66,10 +75,12 @@ __device__ __forceinline__ void glu_q8_1(const float *__restrict__ gate, const f
 }
 
 extern "C" __global__ void swiglu_q8_1_f32(const float *gate, const float *up, float *out, block_q8_1 *q, int nblocks) {
+    pdl_enter();
     glu_q8_1<false>(gate, up, out, q, nblocks);
 }
 
 extern "C" __global__ void geglu_q8_1_f32(const float *gate, const float *up, float *out, block_q8_1 *q, int nblocks) {
+    pdl_enter();
     glu_q8_1<true>(gate, up, out, q, nblocks);
 }
 
@@ -77,15 +88,18 @@ extern "C" __global__ void geglu_q8_1_f32(const float *gate, const float *up, fl
 // forms saved: the plan's nodes each own their buffer), the same float operations as
 // scale_f32, softcap_f32 and gelu_erf_f32.
 extern "C" __global__ void scale_from_f32(const float *__restrict__ src, float *__restrict__ out, long long n, float s) {
+    pdl_enter();
     GRID_STRIDE(i, n) out[i] = src[i] * s;
 }
 
 extern "C" __global__ void softcap_from_f32(const float *__restrict__ src, float *__restrict__ out, long long n,
                                             float cap) {
+    pdl_enter();
     GRID_STRIDE(i, n) out[i] = cap * tanhf(src[i] / cap);
 }
 
 extern "C" __global__ void gelu_erf_from_f32(const float *__restrict__ src, float *__restrict__ out, long long n) {
+    pdl_enter();
     GRID_STRIDE(i, n) out[i] = 0.5f * src[i] * (1.0f + erff(src[i] * 0.70710678118654752440f));
 }
 
@@ -96,6 +110,7 @@ extern "C" __global__ void gelu_erf_from_f32(const float *__restrict__ src, floa
 extern "C" __global__ void attn_temp_from_f32(const float *__restrict__ src, float *__restrict__ out,
                                               const int *__restrict__ positions, long long n, long long width,
                                               float floor_scale, float scale, float offset) {
+    pdl_enter();
     GRID_STRIDE(i, n) {
         const float steps = floorf(((float)positions[i / width] + offset) / floor_scale);
         const float f = (float)(log((double)steps + 1.0) * (double)scale + 1.0);
@@ -109,6 +124,7 @@ extern "C" __global__ void attn_temp_from_f32(const float *__restrict__ src, flo
 // The op is uniform across the launch, so the branch costs nothing.
 extern "C" __global__ void unary_from_f32(const float *__restrict__ src, float *__restrict__ out, long long n, int op,
                                           float a) {
+    pdl_enter();
     GRID_STRIDE(i, n) {
         const float x = src[i];
         float y;
@@ -131,6 +147,7 @@ extern "C" __global__ void unary_from_f32(const float *__restrict__ src, float *
 // sigmoid gate of a shared expert, one value a token).
 extern "C" __global__ void mul_row_scalar_f32(const float *__restrict__ a, const float *__restrict__ s,
                                               float *__restrict__ out, long long n, long long width) {
+    pdl_enter();
     GRID_STRIDE(i, n) out[i] = a[i] * s[i / width];
 }
 
@@ -138,6 +155,7 @@ extern "C" __global__ void mul_row_scalar_f32(const float *__restrict__ a, const
 // projection's part (q/k/v of one qkv matrix, gate/up of one).
 extern "C" __global__ void slice_cols_f32(const float *__restrict__ src, float *__restrict__ out, long long rows,
                                           long long in_width, long long width, long long offset) {
+    pdl_enter();
     GRID_STRIDE(i, rows * width) out[i] = src[(i / width) * in_width + offset + i % width];
 }
 
@@ -147,6 +165,7 @@ extern "C" __global__ void slice_cols_f32(const float *__restrict__ src, float *
 // values); an input of one head gives every head the same values (ggml_repeat + ggml_concat).
 extern "C" __global__ void head_slice_f32(const float *__restrict__ src, float *__restrict__ out, long long rows,
                                           long long n_head, long long head_in, long long offset, long long w) {
+    pdl_enter();
     GRID_STRIDE(i, rows * n_head * w) {
         const long long r = i / (n_head * w), k = i % (n_head * w), h = k / w, j = k % w;
         out[i] = src[r * n_head * head_in + h * head_in + offset + j];
@@ -156,6 +175,7 @@ extern "C" __global__ void head_slice_f32(const float *__restrict__ src, float *
 extern "C" __global__ void head_concat_f32(const float *__restrict__ a, const float *__restrict__ b,
                                            float *__restrict__ out, long long rows, long long n_head, long long ha,
                                            long long hb, long long wa, long long wb) {
+    pdl_enter();
     const long long hw = wa + wb;
     GRID_STRIDE(i, rows * n_head * hw) {
         const long long r = i / (n_head * hw), k = i % (n_head * hw), h = k / hw, j = k % hw;
@@ -169,6 +189,7 @@ extern "C" __global__ void head_concat_f32(const float *__restrict__ a, const fl
 // clamp(u, -7, 7), out = x / (1 + e^(-1.702 x)) * (y + 1).
 extern "C" __global__ void swiglu_oai_f32(const float *__restrict__ gate, const float *__restrict__ up,
                                           float *__restrict__ out, long long n) {
+    pdl_enter();
     GRID_STRIDE(i, n) {
         const float x = fminf(gate[i], 7.0f);
         const float y = fminf(fmaxf(up[i], -7.0f), 7.0f);
@@ -181,6 +202,7 @@ extern "C" __global__ void swiglu_oai_f32(const float *__restrict__ gate, const 
 extern "C" __global__ void scatter_rows_scaled_f32(const float *__restrict__ src, const int *__restrict__ dst_rows,
                                                    const float *__restrict__ w, float *__restrict__ dst, long long n,
                                                    long long width) {
+    pdl_enter();
     GRID_STRIDE(i, n * width) {
         const long long r = i / width;
         dst[(long long)dst_rows[r] * width + i % width] = src[i] * w[r];
@@ -191,6 +213,7 @@ extern "C" __global__ void scatter_rows_scaled_f32(const float *__restrict__ src
 // order, as the CPU engine sums a token's chosen experts.
 extern "C" __global__ void sum_slots_f32(const float *__restrict__ outs, float *__restrict__ out, long long rows,
                                          int k, long long width) {
+    pdl_enter();
     GRID_STRIDE(i, rows * width) {
         const long long r = i / width, j = i % width;
         const float *o = outs + r * k * width + j;

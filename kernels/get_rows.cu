@@ -12,7 +12,7 @@ __device__ __forceinline__ void get_rows_q(const B *table, const int *ids, float
 }
 
 #define GET_ROWS_Q(T)                                                                        \
-    extern "C" __global__ void get_rows_##T(const block_##T *table, const int *ids, float *out, int k) { \
+    extern "C" __global__ void get_rows_##T(const block_##T *table, const int *ids, float *out, int k) { pdl_enter(); \
         get_rows_q<block_##T>(table, ids, out, k);                                           \
     }
 GET_ROWS_Q(q4_0)
@@ -25,15 +25,18 @@ GET_ROWS_Q(q5_K)
 GET_ROWS_Q(q6_K)
 
 extern "C" __global__ void get_rows_f32(const float *table, const int *ids, float *out, int k) {
+    pdl_enter();
     const float *row = table + (long long)ids[blockIdx.x] * k;
     for (int j = threadIdx.x; j < k; j += blockDim.x) out[(long long)blockIdx.x * k + j] = row[j];
 }
 extern "C" __global__ void get_rows_f16(const __half *table, const int *ids, float *out, int k) {
+    pdl_enter();
     const __half *row = table + (long long)ids[blockIdx.x] * k;
     for (int j = threadIdx.x; j < k; j += blockDim.x)
         out[(long long)blockIdx.x * k + j] = __half2float(row[j]);
 }
 extern "C" __global__ void get_rows_bf16(const __nv_bfloat16 *table, const int *ids, float *out, int k) {
+    pdl_enter();
     const __nv_bfloat16 *row = table + (long long)ids[blockIdx.x] * k;
     for (int j = threadIdx.x; j < k; j += blockDim.x)
         out[(long long)blockIdx.x * k + j] = __bfloat162float(row[j]);

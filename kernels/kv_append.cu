@@ -12,6 +12,7 @@
 
 extern "C" __global__ void kv_append_f16(const float *__restrict__ src, const int *__restrict__ positions,
                                          __half *__restrict__ cache, int row) {
+    pdl_enter();
     kv_store<false>(cache, (long long)positions[blockIdx.x] * row, src + (long long)blockIdx.x * row, row);
 }
 
@@ -29,6 +30,7 @@ __device__ __forceinline__ void kv_append2(const float *__restrict__ k_src, cons
 extern "C" __global__ void kv_append2_f16(const float *__restrict__ k_src, const float *__restrict__ v_src,
                                           const int *__restrict__ positions, __half *k_cache, __half *v_cache,
                                           int k_row, int v_row, const unsigned long long *__restrict__ kv_table) {
+    pdl_enter();
     kv_append2<false>(k_src, v_src, positions, k_cache, v_cache, k_row, v_row, kv_table);
 }
 
@@ -36,5 +38,6 @@ extern "C" __global__ void kv_append2_q8_0(const float *__restrict__ k_src, cons
                                            const int *__restrict__ positions, block_q8_0 *k_cache,
                                            block_q8_0 *v_cache, int k_row, int v_row,
                                            const unsigned long long *__restrict__ kv_table) {
+    pdl_enter();
     kv_append2<true>(k_src, v_src, positions, k_cache, v_cache, k_row, v_row, kv_table);
 }

@@ -36,14 +36,17 @@ __device__ __forceinline__ void matvec(const T *__restrict__ w, const float *__r
 
 extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)
     matvec_f32(const float *w, const float *x, float *out, int k, int m, int n) {
+    pdl_enter();
     matvec<float>(w, x, out, k, m, n);
 }
 extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)
     matvec_f16(const __half *w, const float *x, float *out, int k, int m, int n) {
+    pdl_enter();
     matvec<__half>(w, x, out, k, m, n);
 }
 extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)
     matvec_bf16(const __nv_bfloat16 *w, const float *x, float *out, int k, int m, int n) {
+    pdl_enter();
     matvec<__nv_bfloat16>(w, x, out, k, m, n);
 }
 
@@ -54,7 +57,7 @@ extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)
 #define MATVEC_ID(T, NAME)                                                                                  \
     extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)                                      \
         matvec_##NAME##_id(const unsigned long long *experts, const int *ids, int ne, const float *x,       \
-                           float *out, int k, int m, int per) {                                             \
+                           float *out, int k, int m, int per) { pdl_enter();                                \
         const int pair = blockIdx.y;                                                                        \
         const int e = min(max(ids[pair], 0), ne - 1);                                                       \
         const long long arow = per > 0 ? pair / per : pair;                                                 \
@@ -71,6 +74,7 @@ MATVEC_ID(__nv_bfloat16, bf16)
 extern "C" __global__ void __launch_bounds__(WARP * ROWS_PER_CTA)
     head_matmul_f32(const float *__restrict__ w, const float *__restrict__ x, float *__restrict__ out, int k,
                     int m, int n_head, long long total) {
+    pdl_enter();
     const long long o = (long long)blockIdx.x * ROWS_PER_CTA + threadIdx.y;
     if (o >= total) return;  // warp-uniform
     const long long rh = o / m, i = o % m, h = rh % n_head;

@@ -163,18 +163,31 @@ __device__ __forceinline__ const typename T::B *mmvq_row_at(const typename T::B 
     return (long long)g * rpc < total && p.live ? w + (long long)p.row * nb : nullptr;
 }
 
+// Asks L2 for the first weight block a thread at `p` reads of `row` (null: nothing). The
+// prefetching kernels call it before `pdl_enter`: launched programmatically (launch.rs), a
+// kernel reaches that point while the previous kernel still runs, so its first weight reads
+// overlap that kernel's tail instead of following it. Weights are written once, at upload,
+// never by a kernel, so reading them before the wait is safe.
+template <typename T>
+__device__ __forceinline__ void mmvq_warm(const typename T::B *row, const MmvqPlace &p, int nb) {
+    const int first = p.tid / T::LPB, t = p.tid % T::LPB;
+    if (row && p.live && first < nb) prefetch_l2((const u8 *)(row + first) + t * (int)sizeof(typename T::B) / T::LPB);
+}
+
 // The matvec of N activation rows, named `mmvq_<NAME>_<N>`, and its prefetching form
 // `mmvq_<NAME>_<N>_pf`.
 #define MMVQ(T, NAME, N)                                                                                   \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
         mmvq_##NAME##_##N(const T::B *w, const block_q8_1 *a, float *out, const float *add, int nb, int m,   \
-                          int rpc) {                                                                      \
+                          int rpc) { pdl_enter();                                                         \
         mmvq<T, N, false>(w, a, out, add, nb, m, mmvq_place(rpc, m), rpc);                                 \
     }
 #define MMVQ_PF(T, NAME, N)                                                                                \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
         mmvq_##NAME##_##N##_pf(const T::B *w, const block_q8_1 *a, float *out, const float *add, int nb,     \
                                int m, int rpc) {                                                          \
+        mmvq_warm<T>(mmvq_row_at<T>(w, nb, blockIdx.x, rpc, m), mmvq_place(rpc, m), nb);                   \
+        pdl_enter();                                                                                       \
         const int total = m;                                                                               \
         MMVQ_GROUPS((mmvq<T, N, true>(w, a, out, add, nb, m, mmvq_place_at(g, rpc, m), rpc,                 \
                                       mmvq_row_at<T>(w, nb, gn, rpc, m))))                                  \
@@ -204,13 +217,22 @@ __device__ __forceinline__ void mmvq_multi(const MmvqSegs &s, const block_q8_1 *
     mmvq<T, 1, PF>((const typename T::B *)pick3(s.w, seg), a, pick3(s.out, seg), nullptr, nb, pick3(s.m, seg), p,
                    rpc, next);
 }
+// mmvq_warm for the thread's row of the CTA's first group of a MmvqSegs launch.
+template <typename T> __device__ __forceinline__ void mmvq_multi_warm(const MmvqSegs &s, int nb, int rpc) {
+    const int total = s.m[0] + s.m[1] + s.m[2];
+    MmvqPlace p = mmvq_place_at(blockIdx.x, rpc, total);
+    const int seg = mmvq_segment(s, &p);
+    mmvq_warm<T>((const typename T::B *)pick3(s.w, seg) + (long long)p.row * nb, p, nb);
+}
 #define MMVQ_MULTI(T, NAME)                                                                                \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
-        mmvq_##NAME##_multi(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                             \
+        mmvq_##NAME##_multi(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) { pdl_enter();              \
         mmvq_multi<T, false>(s, a, nb, rpc, blockIdx.x);                                                   \
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
-        mmvq_##NAME##_multi_pf(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                          \
+        mmvq_##NAME##_multi_pf(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                        \
+        mmvq_multi_warm<T>(s, nb, rpc);                                                                    \
+        pdl_enter();                                                                                       \
         const int total = s.m[0] + s.m[1] + s.m[2];                                                        \
         MMVQ_GROUPS((mmvq_multi<T, true>(s, a, nb, rpc, g, gn)))                                           \
     }
@@ -223,7 +245,7 @@ __device__ __forceinline__ void mmvq_multi(const MmvqSegs &s, const block_q8_1 *
 #define MMVQ_ID(T, NAME)                                                                                   \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
         mmvq_##NAME##_id(const unsigned long long *experts, const int *ids, int ne, const block_q8_1 *a,     \
-                         float *out, int nb, int m, int rpc, int k) {                                       \
+                         float *out, int nb, int m, int rpc, int k) { pdl_enter();                          \
         const int pair = blockIdx.y;                                                                       \
         const int e = min(max(ids[pair], 0), ne - 1);                                                      \
         const long long arow = k > 0 ? pair / k : pair;                                                    \

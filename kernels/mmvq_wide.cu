@@ -156,7 +156,7 @@ __device__ __forceinline__ void mmvq_wide(const typename T::B *__restrict__ w, c
 #define MMVQ_WIDE(T, NAME, NT)                                                                             \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
         mmvq_wide_##NAME##_##NT(const T::B *w, const block_q8_1 *a, float *out, const float *add, int nb, int m, \
-                                int ncols, int rpc) {                                                     \
+                                int ncols, int rpc) { pdl_enter();                                        \
         mmvq_wide<T, NT>(w, a, out, add, nb, m, WideDense{(int)blockIdx.y * 8 * NT, ncols}, rpc);          \
     }
 // The grouped MoE form: CTA row y is tile y of moe_tiles' tiles (those past `*n_tiles` return at
@@ -165,7 +165,7 @@ __device__ __forceinline__ void mmvq_wide(const typename T::B *__restrict__ w, c
 #define MMVQ_WIDE_ID(T, NAME, NT)                                                                          \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS) mmvq_wide_##NAME##_##NT##_id(                 \
         const unsigned long long *experts, const int *tile_expert, const int *tile_rows, const int *n_tiles, \
-        int ne, const block_q8_1 *a, float *out, int nb, int m, int per, int rpc) {                          \
+        int ne, const block_q8_1 *a, float *out, int nb, int m, int per, int rpc) { pdl_enter();             \
         const int tile = blockIdx.y;                                                                       \
         if (tile >= *n_tiles) return;                                                                      \
         const int e = min(max(tile_expert[tile], 0), ne - 1);                                              \

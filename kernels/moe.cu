@@ -48,6 +48,7 @@ extern "C" __global__ void __launch_bounds__(WARP)
     moe_route_f32(const float *__restrict__ logits, const float *__restrict__ router_bias,
                   const float *__restrict__ sel_bias, int *__restrict__ ids, float *__restrict__ weights, int ne,
                   int k, int gating, int groups, int groups_used, int norm, float wscale) {
+    pdl_enter();
     __shared__ float prob[MOE_MAX_EXPERTS], score[MOE_MAX_EXPERTS];
     __shared__ u8 taken[MOE_MAX_EXPERTS];
     const int lane = threadIdx.x, row = blockIdx.x;
@@ -139,6 +140,7 @@ extern "C" __global__ void __launch_bounds__(WARP)
 extern "C" __global__ void moe_scale_bias_f32(float *__restrict__ out, const int *__restrict__ ids, int ne,
                                               const float *__restrict__ scales, const float *__restrict__ bias,
                                               long long pairs, long long m) {
+    pdl_enter();
     GRID_STRIDE(i, pairs * m) {
         const int e = min(max(ids[i / m], 0), ne - 1);
         float v = out[i];
@@ -150,6 +152,7 @@ extern "C" __global__ void moe_scale_bias_f32(float *__restrict__ out, const int
 
 extern "C" __global__ void moe_combine_f32(const float *__restrict__ down, const float *__restrict__ w,
                                            float *__restrict__ out, long long rows, int k, long long width) {
+    pdl_enter();
     GRID_STRIDE(i, rows * width) {
         const long long r = i / width, j = i % width;
         const float *o = down + r * k * width + j;
@@ -165,6 +168,7 @@ extern "C" __global__ void moe_combine_f32(const float *__restrict__ down, const
 extern "C" __global__ void moe_tiles(const int *__restrict__ ids, int pairs, int ne, int tn,
                                      int *__restrict__ tile_expert, int *__restrict__ tile_rows,
                                      int *__restrict__ n_tiles) {
+    pdl_enter();
     __shared__ int s_ids[MOE_MAX_PAIRS];
     __shared__ int first[MOE_MAX_EXPERTS + 1];
     for (int i = threadIdx.x; i < pairs; i += blockDim.x) s_ids[i] = min(max(ids[i], 0), ne - 1);

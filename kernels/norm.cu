@@ -13,6 +13,7 @@
 // `out = x / sqrt(mean(x²) + eps) * w`.
 extern "C" __global__ void rms_norm_f32(const float *__restrict__ x, const float *__restrict__ w,
                                         float *__restrict__ out, int k, float eps) {
+    pdl_enter();
     rms_norm_row<false, false>(x, nullptr, nullptr, w, out, nullptr, k, eps);
 }
 
@@ -20,6 +21,7 @@ extern "C" __global__ void rms_norm_f32(const float *__restrict__ x, const float
 extern "C" __global__ void rms_norm_q8_1_f32(const float *__restrict__ x, const float *__restrict__ w,
                                              float *__restrict__ out, block_q8_1 *__restrict__ q,
                                              int k, float eps) {
+    pdl_enter();
     rms_norm_row<false, true>(x, nullptr, nullptr, w, out, q, k, eps);
 }
 
@@ -27,6 +29,7 @@ extern "C" __global__ void rms_norm_q8_1_f32(const float *__restrict__ x, const 
 extern "C" __global__ void add_rms_norm_f32(const float *__restrict__ x, const float *__restrict__ r,
                                             float *__restrict__ sum, const float *__restrict__ w,
                                             float *__restrict__ out, int k, float eps) {
+    pdl_enter();
     rms_norm_row<true, false>(x, r, sum, w, out, nullptr, k, eps);
 }
 
@@ -35,6 +38,7 @@ extern "C" __global__ void add_rms_norm_q8_1_f32(const float *__restrict__ x, co
                                                  float *__restrict__ sum, const float *__restrict__ w,
                                                  float *__restrict__ out, block_q8_1 *__restrict__ q,
                                                  int k, float eps) {
+    pdl_enter();
     rms_norm_row<true, true>(x, r, sum, w, out, q, k, eps);
 }
 
@@ -58,6 +62,7 @@ extern "C" __global__ void norm_add_rms_norm_f32(const float *__restrict__ o, co
                                                  float *normed, const float *__restrict__ x,
                                                  float *__restrict__ sum, const float *__restrict__ w2,
                                                  float *__restrict__ out, int k, float eps1, float eps2) {
+    pdl_enter();
     norm_add_rms_norm<false>(o, w1, normed, x, sum, w2, out, nullptr, k, eps1, eps2);
 }
 
@@ -67,12 +72,14 @@ extern "C" __global__ void norm_add_rms_norm_q8_1_f32(const float *__restrict__ 
                                                       float *__restrict__ sum, const float *__restrict__ w2,
                                                       float *__restrict__ out, block_q8_1 *__restrict__ q, int k,
                                                       float eps1, float eps2) {
+    pdl_enter();
     norm_add_rms_norm<true>(o, w1, normed, x, sum, w2, out, q, k, eps1, eps2);
 }
 
 extern "C" __global__ void layer_norm_f32(const float *__restrict__ x, const float *__restrict__ w,
                                           const float *__restrict__ b, float *__restrict__ out,
                                           int k, float eps) {
+    pdl_enter();
     __shared__ float shared[32];
     const long long base = (long long)blockIdx.x * k;
     float s = 0.0f;

@@ -9,6 +9,7 @@
 // length is a multiple of 32, so blocks never straddle rows).
 extern "C" __global__ void quantize_q8_1(const float *__restrict__ x, block_q8_1 *__restrict__ y,
                                          int nblocks) {
+    pdl_enter();
     const int b = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (b >= nblocks) return;  // the whole warp leaves together
     q8_1_store_warp(x[(long long)b * QK + threadIdx.x % WARP], y + b);

@@ -75,6 +75,7 @@ extern "C" __global__ void rope_f32(const float *src, float *x, const int *__res
                                     const float *__restrict__ ff, int n_head, int head_dim, int n_rot,
                                     int neox, float freq_base, float freq_scale, float ext_factor,
                                     float attn_factor, float corr0, float corr1) {
+    pdl_enter();
     const int token = blockIdx.x / n_head;
     float *head = x + (long long)blockIdx.x * head_dim;
     const float *in = src ? src + (long long)blockIdx.x * head_dim : head;
@@ -146,7 +147,7 @@ __device__ __forceinline__ void rope_qk_append(const float *q_src, float *q_out,
                                     float corr0, float corr1, float q_scale,                               \
                                     const float *__restrict__ q_norm_w, const float *__restrict__ k_norm_w, \
                                     int norms, float q_eps, float k_eps,                                   \
-                                    const unsigned long long *__restrict__ kv_table) {                     \
+                                    const unsigned long long *__restrict__ kv_table) { pdl_enter();        \
         rope_qk_append<Q8>(q_src, q_out, k_src, v_src, positions, ff, k_cache, v_cache, n_head, n_kv_head,   \
                            head_dim, v_row, n_rot, neox, freq_base, freq_scale, ext_factor, attn_factor,    \
                            corr0, corr1, q_scale, q_norm_w, k_norm_w, norms, q_eps, k_eps, kv_table);       \

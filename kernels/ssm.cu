@@ -27,6 +27,7 @@
 extern "C" __global__ void ssm_conv_f32(const float *__restrict__ x, const float *__restrict__ w,
                                         const float *__restrict__ bias, float *__restrict__ state,
                                         float *__restrict__ out, int n_t, int channels, int d_conv) {
+    pdl_enter();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels) return;
     const int hist = d_conv - 1;
@@ -57,6 +58,7 @@ extern "C" __global__ void ssm_scan_f32(float *__restrict__ state, const float *
                                         const float *__restrict__ bc, const float *__restrict__ d,
                                         float *__restrict__ y, int n_t, int d_state, int n_head, int head_dim,
                                         int n_group, int a_per_state) {
+    pdl_enter();
     const int channels = n_head * head_dim;
     const int c = blockIdx.x * blockDim.y + threadIdx.y;
     if (c >= channels) return;  // warp-uniform

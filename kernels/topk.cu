@@ -37,6 +37,7 @@ __device__ __forceinline__ unsigned long long topk_key(float v, int id) {
 
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     topk_f32(const float *__restrict__ x, int n, int k, unsigned int *__restrict__ out) {
+    pdl_enter();
     __shared__ unsigned int hist[256];
     __shared__ unsigned long long s_prefix, s_mask;
     __shared__ int s_need, s_total;

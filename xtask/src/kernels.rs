@@ -16,6 +16,11 @@
 //! the host checks: `kernels/host/*_check.cpp` compiled with the system C++ compiler against a
 //! host stand-in for the CUDA headers (kernels run on the CPU as emulated CTAs), each against a
 //! float64 reference. No GPU or CUDA needed.
+//!
+//! Both also check that every kernel of the compute_90 PTX waits for the previous kernel
+//! (`griddepcontrol.wait`, `pdl_enter` in `kernels/common.cuh`) before it touches device
+//! memory: with programmatic dependent launch on (`KESTREL_CUDA_PDL=1`) a kernel without the
+//! wait would read its inputs while the kernel that writes them still runs.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::fs::{self, File};
@@ -186,6 +191,7 @@ pub fn kernels(check: bool) -> Result<()> {
             );
         }
         println!("kernels: {} modules, PTX matches its sources", cu.len());
+        programmatic_waits_in(&cu)?;
         return host_checks();
     }
     let tools = toolchain()?;
@@ -244,7 +250,72 @@ pub fn kernels(check: bool) -> Result<()> {
         "kernels: wrote {} and ptx_table.rs",
         manifest_path.display()
     );
+    programmatic_waits_in(&cu)?;
     host_checks()
+}
+
+/// [`programmatic_waits`] over every module's compute_90 PTX.
+fn programmatic_waits_in(cu: &[PathBuf]) -> Result<()> {
+    let mut entries = 0;
+    for path in cu {
+        let file = ptx_dir().join(format!("{}.sm_90.ptx", stem(path)?));
+        let ptx =
+            fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+        entries += programmatic_waits(&ptx).with_context(|| format!("in {}", file.display()))?;
+    }
+    println!("kernels: all {entries} compute_90 entry points wait before touching memory");
+    Ok(())
+}
+
+/// Checks that each `.entry` of `ptx` reaches `griddepcontrol.wait` before any instruction that
+/// reads or writes global or generic memory (`ld`/`st`/`atom`/`red`/`cp.async` other than
+/// `.param`, `.shared` and `.local` ones), in the order the PTX lists them; an L2 prefetch may
+/// come first (the prefetching matvecs ask for weight blocks, which no kernel writes). Returns
+/// the number of entries.
+fn programmatic_waits(ptx: &str) -> Result<usize> {
+    let mut entries = 0;
+    for body in ptx.split(".entry ").skip(1) {
+        let name = body
+            .split(|c: char| c == '(' || c.is_whitespace())
+            .next()
+            .unwrap_or("");
+        entries += 1;
+        let Some(open) = body.find('{') else {
+            bail!("{name}: no body");
+        };
+        let mut waited = false;
+        for line in body[open..].lines() {
+            let mut op = line.trim().trim_start_matches('{').trim();
+            if op.starts_with('@') {
+                op = op
+                    .split_once(char::is_whitespace)
+                    .map_or("", |(_, r)| r.trim());
+            }
+            let op = op
+                .split(|c: char| c.is_whitespace() || c == ';')
+                .next()
+                .unwrap_or("");
+            if op == "griddepcontrol.wait" {
+                waited = true;
+                break;
+            }
+            let touches = ["ld.", "st.", "atom.", "red.", "cp.async"]
+                .iter()
+                .any(|p| op.starts_with(p));
+            let private = [".param", ".shared", ".local"]
+                .iter()
+                .any(|s| op.contains(s));
+            if touches && !private {
+                bail!(
+                    "{name}: `{op}` before griddepcontrol.wait (start the kernel with pdl_enter())"
+                );
+            }
+        }
+        if !waited {
+            bail!("{name}: no griddepcontrol.wait (start the kernel with pdl_enter())");
+        }
+    }
+    Ok(entries)
 }
 
 /// The unpacked toolchain folder, downloading the wheels on first use.
@@ -447,4 +518,36 @@ fn host_checks() -> Result<()> {
     }
     println!("kernels: {} host checks passed", checks.len());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::programmatic_waits;
+
+    const WAITS: &str =
+        ".visible .entry k(\n.param .u64 k_param_0\n)\n{\n\tld.param.u64 %rd1, [k_param_0];\n\
+        \tprefetch.global.L2 [%rd1];\n\tld.shared.u32 %r1, [%rd2];\n\t// begin inline asm\n\
+        \tgriddepcontrol.wait;\n\t// end inline asm\n\tld.global.u32 %r2, [%rd1];\n}\n";
+
+    #[test]
+    fn kernels_that_wait_first_pass() {
+        assert_eq!(programmatic_waits(WAITS).unwrap(), 1);
+        let two = format!("{WAITS}{}", WAITS.replace("entry k(", "entry k2("));
+        assert_eq!(programmatic_waits(&two).unwrap(), 2);
+    }
+
+    #[test]
+    fn a_read_before_the_wait_is_named() {
+        let early = WAITS.replace("\tld.shared.u32", "\t@%p1 ld.global.nc.u32");
+        let e = programmatic_waits(&early).unwrap_err().to_string();
+        assert!(e.contains("k: `ld.global.nc.u32` before"), "{e}");
+        let generic = WAITS.replace("\tld.shared.u32 %r1", "\tst.u32 [%rd2], %r1");
+        assert!(programmatic_waits(&generic).is_err());
+        let late = WAITS.replace("griddepcontrol.wait;", "bar.sync 0;");
+        let e = programmatic_waits(&late).unwrap_err().to_string();
+        assert!(e.contains("k: `ld.global.u32` before"), "{e}");
+        let none = late.replace("\tld.global.u32 %r2, [%rd1];\n", "");
+        let e = programmatic_waits(&none).unwrap_err().to_string();
+        assert!(e.contains("k: no griddepcontrol.wait"), "{e}");
+    }
 }
