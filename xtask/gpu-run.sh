@@ -165,6 +165,17 @@ if ! KESTREL_CUDA_PAGED=0 timeout "$step" .gpu/cuda_generate --test-threads 1 sc
     status=1
 fi
 grep -E "^test result|FAILED|panicked" "$out/cuda_generate-unpaged.log" | head -5
+# Programmatic dependent launch (KESTREL_CUDA_PDL=1, session 64): every kernel may start while
+# the one before it runs and waits at its top; only a real GPU overlaps them. The whole forward
+# pass against the CPU and the generator's tests, with it on from the first launch.
+for t in cuda_forward cuda_generate; do
+    time_for 120 || break
+    log "test $t with KESTREL_CUDA_PDL=1"
+    if ! KESTREL_CUDA_PDL=1 timeout "$step" .gpu/$t --test-threads 1 >"$out/$t-pdl.log" 2>&1; then
+        status=1
+    fi
+    grep -E "^test result|FAILED|panicked" "$out/$t-pdl.log" | head -5
+done
 # The tensor-core matvec under its other launch settings (each fixed per process).
 for v in KESTREL_CUDA_WIDE_NT=4 KESTREL_CUDA_MMVQ_RPC=1 KESTREL_CUDA_MMVQ_RPC=4; do
     log "test cuda_wide with $v"

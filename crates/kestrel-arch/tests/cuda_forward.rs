@@ -234,6 +234,48 @@ fn graph_replays_match_plain_steps_bit_for_bit() {
     assert!(graphed > 0, "no synthetic architecture could be graphed");
 }
 
+/// Programmatic dependent launch (`set_programmatic_launch`: each kernel may start before the
+/// previous one ends and waits at its top) changes nothing: two sequences on one plan, one
+/// launched plainly and one programmatically, interleaved step by step, graphs on (so the
+/// first decode step is launched directly, the second captured, the rest replayed), on every
+/// synthetic architecture. Needs compute capability 9.0 to launch programmatically (the
+/// emulated device reports 9.0); elsewhere both sequences are plain.
+#[test]
+fn programmatic_launches_match_plain_launches_bit_for_bit() {
+    use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
+    use kestrel_gguf::GgufFile;
+    let Some(dev) = device() else { return };
+    let was = dev.programmatic_launch();
+    let on = dev.set_programmatic_launch(true);
+    if !on {
+        eprintln!("programmatic launch needs compute capability 9.0: comparing plain launches");
+    }
+    for arch in SYNTHETIC_ARCHS {
+        let bytes = synthetic_model(arch, 13).unwrap().to_bytes().unwrap();
+        let m = GgufModel::from_shards(
+            vec![GgufFile::from_bytes(bytes).unwrap()],
+            std::path::Path::new(arch),
+        )
+        .unwrap();
+        let cfg = DecoderConfig::from_model(&m).unwrap();
+        let g = build_decoder(&cfg, &m, Logits::Last).unwrap();
+        let lookup = |n: &str| weight_tensor(&m, n);
+        let mut plan = CudaPlan::compile(&g, Arc::clone(&dev), 8, &lookup).unwrap();
+        plan.set_graphs(true);
+        let (mut a, mut b) = (plan.new_cache(32).unwrap(), plan.new_cache(32).unwrap());
+        let steps = [&[3u32, 14, 15, 92, 65][..], &[35], &[89], &[79], &[32]];
+        for (i, step) in steps.into_iter().enumerate() {
+            dev.set_programmatic_launch(false);
+            let plain = plan.run(&mut a, step).unwrap().to_vec();
+            dev.set_programmatic_launch(on);
+            let programmatic = plan.run(&mut b, step).unwrap().to_vec();
+            assert_eq!(plan.graph_error(), None, "{arch}: step {i}");
+            assert_eq!(plain, programmatic, "{arch}: step {i}");
+        }
+    }
+    dev.set_programmatic_launch(was);
+}
+
 /// A plan compiled from another one's weights (`compile_sharing`: speculative verification,
 /// embeddings and perplexity windows next to the generator's plan) uses the very same device
 /// buffers, runs on the caches the first plan makes, and gives what a plan that uploaded its

@@ -485,8 +485,10 @@ API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *, int blo
     return OK;
 }
 
-API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                            unsigned shared, void *s, void **params, void **extra) {
+namespace {
+
+CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                void *s, void **params, void **extra, bool programmatic) {
     const Func *fn = static_cast<Func *>(f);
     if (!fn) return INVALID_HANDLE;
     const char *name = fn->kernel->name;
@@ -503,8 +505,8 @@ API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsi
         return INVALID_VALUE;
     }
     if (trace())
-        std::fprintf(stderr, "emu: %s grid %u×%u×%u block %u×%u×%u%s\n", name, gx, gy, gz, bx, by, bz,
-                     stream_of(s)->capturing ? " (captured)" : "");
+        std::fprintf(stderr, "emu: %s grid %u×%u×%u block %u×%u×%u%s%s\n", name, gx, gy, gz, bx, by, bz,
+                     stream_of(s)->capturing ? " (captured)" : "", programmatic ? " (programmatic)" : "");
     auto body = std::make_shared<std::function<void()>>(fn->kernel->bind(params));
     const Dim3 grid{gx, gy, gz}, block{bx, by, bz};
     submit(s, [body, grid, block] {
@@ -513,6 +515,47 @@ API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsi
         emu::run_kernel(*body, grid, block);
     });
     return OK;
+}
+
+// cuLaunchKernelEx's CUlaunchConfig and CUlaunchAttribute (cuda.h, 12.x).
+struct LaunchAttribute {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int value;
+    };
+};
+struct LaunchConfig {
+    unsigned gx, gy, gz, bx, by, bz, shared;
+    void *stream;
+    LaunchAttribute *attrs;
+    unsigned num_attrs;
+};
+static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes");
+
+}  // namespace
+
+API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned shared, void *s, void **params, void **extra) {
+    return launch(f, gx, gy, gz, bx, by, bz, shared, s, params, extra, false);
+}
+
+// Kernels run one after the other here, so the one attribute kestrel sets, programmatic stream
+// serialization (6: the next kernel may start before this one ends), changes nothing but the
+// trace; any other attribute is refused rather than ignored.
+API CUresult cuLaunchKernelEx(const LaunchConfig *c, void *f, void **params, void **extra) {
+    if (!c || (c->num_attrs > 0 && !c->attrs)) return INVALID_VALUE;
+    bool programmatic = false;
+    for (unsigned i = 0; i < c->num_attrs; i++) {
+        if (c->attrs[i].id != 6 || (c->attrs[i].value != 0 && c->attrs[i].value != 1)) {
+            std::fprintf(stderr, "emu: cuLaunchKernelEx attribute %d (value %d) is not supported here\n",
+                         c->attrs[i].id, c->attrs[i].value);
+            return INVALID_VALUE;
+        }
+        programmatic = programmatic || c->attrs[i].value == 1;
+    }
+    return launch(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shared, c->stream, params, extra, programmatic);
 }
 
 // ---- cuBLAS: the GEMM the prefill path calls ----

@@ -8,10 +8,11 @@
 //! RoPE and the cache writes are `rope_kv.rs`; latent attention and values of their own head
 //! size, `attention_dims.rs`.
 
-use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig};
 
 use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of, SPLITS_AUTO};
 use super::kv_table::KvKind;
+use super::launch::Launch;
 use super::{
     AttentionKernel, CudaDevice, DeviceIds, DeviceTensor, KvTable, Q8Ticket, MAX_ATTENTION_SPLITS,
     MAX_HEAD_DIM, MAX_MATVEC_ROWS, MAX_WIDE_ROWS,
@@ -109,7 +110,7 @@ impl DecArgs {
     /// Pushes the arguments in the kernels' order, `head_dim_v` after the head size when given.
     pub(super) fn push<'a>(
         &'a self,
-        b: &mut LaunchArgs<'a>,
+        b: &mut Launch<'a>,
         p: &'a AttentionParams,
         head_dim_v: Option<&'a i32>,
     ) {
@@ -519,7 +520,7 @@ impl CudaDevice {
                 kind.pick("attention_f16", "attention_q8_0")
             })?;
             let null = 0u64;
-            let mut b = self.stream.launch_builder(f);
+            let mut b = self.launch(f);
             b.arg(&q.buf).arg(pos);
             match (k, v) {
                 (Some(k), Some(v)) => b.arg(&k.buf).arg(&v.buf),
@@ -645,7 +646,7 @@ impl CudaDevice {
             Split::Latent(_) => kind.pick("attention_mla_f16_split", "attention_mla_q8_0_split"),
         })?;
         let null = 0u64;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&q.buf).arg(pos);
         match k {
             Some(k) => b.arg(&k.buf),

@@ -3,7 +3,7 @@
 //! sizes in their own caches (its decompressed form, `attention_kv_*`). The plain kernels, the
 //! split scratch and the shared argument layout are `attention.rs`'s.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::attention::{check_q_out, DecArgs, Split, MLA_MAX_HEAD_DIM, MLA_MAX_HEAD_DIM_V};
 use super::engine::{cfg, driver, f32_only, grid_for, i32_of};
@@ -179,7 +179,7 @@ impl CudaDevice {
         let (args, hdv) = (DecArgs::new(OP, p, kv_len)?, i32_of(OP, head_dim_v)?);
         let null = 0u64;
         let f = self.func(kernel)?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&q.buf).arg(pos).arg(&k.buf);
         if let Some(v) = v {
             b.arg(&v.buf);

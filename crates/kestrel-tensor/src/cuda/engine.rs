@@ -153,6 +153,8 @@ pub struct CudaDevice {
     pub(super) mmvq_prefetch: std::sync::atomic::AtomicBool,
     /// Most CTAs an SM the prefetching matvecs launch (0: one a row group, `matvec.rs`).
     pub(super) mmvq_ctas: std::sync::atomic::AtomicU32,
+    /// Whether kernels are launched for programmatic dependent launch (`launch.rs`).
+    pub(super) programmatic: std::sync::atomic::AtomicBool,
     /// Split decode attention's partial results and per-(token, head) counters (grown, never
     /// shrunk; the counters are zero between launches).
     pub(super) split_scratch: Mutex<Option<(CudaSlice<f32>, CudaSlice<u32>)>>,
@@ -312,6 +314,9 @@ impl CudaDevice {
             attention_splits: std::sync::atomic::AtomicU32::new(splits_from_env()),
             mmvq_prefetch: std::sync::atomic::AtomicBool::new(mmvq_prefetch_from_env()),
             mmvq_ctas: std::sync::atomic::AtomicU32::new(mmvq_ctas_from_env()),
+            programmatic: std::sync::atomic::AtomicBool::new(
+                major >= 9 && super::launch::programmatic_from_env(),
+            ),
             split_scratch: Mutex::new(None),
             ctx,
             stream,

@@ -7,7 +7,7 @@
 //! one-row matvec, so a layer gives the same rows as running each chosen expert over the rows
 //! that chose it, routed alike.
 
-use cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr};
 
 use super::engine::{cfg, driver, elementwise_cfg, f32_only, grid_for, i32_of, no_scratch_err};
 use super::matvec::{
@@ -308,7 +308,7 @@ impl CudaDevice {
         let (gating, norm) = (gating_code(spec.gating), i32::from(spec.norm_weights));
         let null = 0u64;
         let f = self.func("moe_route_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&logits.buf);
         for bias in [router_bias, selection_bias] {
             match bias {
@@ -344,7 +344,7 @@ impl CudaDevice {
         let [p_i, ne_i, tn_i] = [pairs, ne, tn].map(|v| i32_of(OP, v));
         let (p_i, ne_i, tn_i) = (p_i?, ne_i?, tn_i?);
         let f = self.func("moe_tiles")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&routes.ids)
             .arg(&p_i)
             .arg(&ne_i)
@@ -450,7 +450,7 @@ impl CudaDevice {
                 let rpc = mmvq_rows_per_cta();
                 let rpc_i = rpc as i32;
                 let f = self.func(wide)?;
-                let mut b = self.stream.launch_builder(f);
+                let mut b = self.launch(f);
                 b.arg(&table.ptrs)
                     .arg(&routes.tile_expert)
                     .arg(&routes.tile_rows)
@@ -492,7 +492,7 @@ impl CudaDevice {
         let rpc = mmvq_rows_per_cta();
         let rpc_i = rpc as i32;
         let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&table.ptrs)
             .arg(&routes.ids)
             .arg(&ne_i)
@@ -527,7 +527,7 @@ impl CudaDevice {
         let [ne_i, k_i, m_i, per_i] = [table.len(), k, m, per].map(|v| i32_of(OP, v));
         let (ne_i, k_i, m_i, per_i) = (ne_i?, k_i?, m_i?, per_i?);
         let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&table.ptrs)
             .arg(&routes.ids)
             .arg(&ne_i)
@@ -581,7 +581,7 @@ impl CudaDevice {
         let (pi, mi) = (pairs as i64, m as i64);
         let null = 0u64;
         let f = self.func("moe_scale_bias_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&mut out.buf).arg(&routes.ids).arg(&ne_i);
         for t in [scales, bias] {
             match t {
@@ -632,7 +632,7 @@ impl CudaDevice {
         }
         let (ri, ki, wi) = (rows as i64, i32_of(OP, k)?, width as i64);
         let f = self.func("moe_combine_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&down.buf)
             .arg(&routes.weights)
             .arg(&mut out.buf)

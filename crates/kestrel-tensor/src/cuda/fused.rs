@@ -7,7 +7,7 @@
 //! launches it replaces, so the results are the same bits (`kernels/host/fused_check.cpp` and
 //! `mmvq_check.cpp` on the CPU, the `cuda_kernels` tests on a GPU).
 
-use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
+use cudarc::driver::{DevicePtr, DevicePtrMut};
 
 use super::engine::{
     cfg, driver, elementwise_cfg, f32_only, f32_vector, grid_for, i32_of, no_scratch_err,
@@ -79,7 +79,7 @@ impl CudaDevice {
         let null = 0u64;
         let ki = i32_of(OP, k)?;
         let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&x.buf);
         let mut residual = residual;
         if let Some((r, sum)) = residual.as_mut() {
@@ -154,7 +154,7 @@ impl CudaDevice {
         } else {
             "norm_add_rms_norm_f32"
         })?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&o.buf);
         match w1 {
             Some(w) => b.arg(&w.buf),
@@ -225,7 +225,7 @@ impl CudaDevice {
         };
         let nb = i32_of(OP, nblocks)?;
         let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&gate.buf)
             .arg(&up.buf)
             .arg(&mut out.buf)
@@ -349,7 +349,7 @@ impl CudaDevice {
             grid_for(total, rpc as usize)?
         };
         let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         let rpc_i = rpc as i32;
         b.arg(&segs).arg(&*scratch).arg(&nb_i).arg(&rpc_i);
         // SAFETY: each weight holds its m rows of k/block blocks of `dtype`, each output m f32,
@@ -433,7 +433,7 @@ impl CudaDevice {
         let (n, w) = (want as i64, width as i64);
         let fs = floor_scale as f32;
         let f = self.func(OP)?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&src.buf)
             .arg(&mut out.buf)
             .arg(&positions.buf)
@@ -460,7 +460,7 @@ impl CudaDevice {
         same_shape(name, "out", src, out)?;
         let n = src.shape.elem_count() as i64;
         let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&src.buf).arg(&mut out.buf).arg(&n);
         if let Some(p) = &param {
             b.arg(p);

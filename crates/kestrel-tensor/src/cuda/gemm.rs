@@ -30,7 +30,7 @@
 use std::sync::atomic::Ordering;
 
 use cudarc::cublas::{result as blas, sys as blas_sys};
-use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
+use cudarc::driver::{DevicePtr, DevicePtrMut};
 
 use super::blas::{Operands, SCALARS_BYTES};
 use super::engine::{cfg, driver, grid_for};
@@ -186,12 +186,12 @@ impl CudaDevice {
                     self.stream
                         .memset_zeros(&mut amax)
                         .map_err(driver("cuMemsetD8Async"))?;
-                    let mut b = self.stream.launch_builder(self.func("absmax_f32")?);
+                    let mut b = self.launch(self.func("absmax_f32")?);
                     b.arg(&x.buf).arg(&mut amax).arg(&values);
                     // SAFETY: x holds n*k f32 (checked by the caller); amax is 4 bytes.
                     unsafe { b.launch(cfg(grid.min(1024), (256, 1))) }
                         .map_err(driver("launch absmax_f32"))?;
-                    let mut b = self.stream.launch_builder(self.func("f32_to_f16_scaled")?);
+                    let mut b = self.launch(self.func("f32_to_f16_scaled")?);
                     b.arg(&x.buf)
                         .arg(&mut *dst)
                         .arg(&mut amax)
@@ -236,7 +236,7 @@ impl CudaDevice {
                 (Some(name), Some(dst)) => {
                     let values = (rows * k) as i64;
                     let f = self.func(name)?;
-                    let mut b = self.stream.launch_builder(f);
+                    let mut b = self.launch(f);
                     b.arg(&src).arg(&mut *dst).arg(&values);
                     // SAFETY: `src` holds `rows` whole rows of the weight's blocks, `dst` at
                     // least rows*k operands (grown above); the kernel writes `values` of them.

@@ -5,8 +5,6 @@
 //! tensor-core kernel (`kernels/mmvq_wide.cu`), whose outputs keep the one-row kernel's bits;
 //! more: the cuBLAS GEMM (`gemm.rs`). Float weights take `matvec_float.cu`.
 
-use cudarc::driver::PushKernelArg;
-
 use super::engine::{
     cfg, driver, f32_only, grid_for, i32_of, no_scratch_err, CudaDevice, DeviceTensor, Q8Ticket,
     ScratchGuard, MAX_MMVQ_CTAS,
@@ -150,7 +148,11 @@ pub(super) struct MmvqSegs {
 }
 const _: () = assert!(std::mem::size_of::<MmvqSegs>() == 64);
 // SAFETY: plain old data laid out as the kernel's struct (`repr(C)`, size checked).
-unsafe impl cudarc::driver::DeviceRepr for MmvqSegs {}
+unsafe impl super::launch::KernelArg for MmvqSegs {
+    fn param(&self, _: &cudarc::driver::CudaStream) -> super::launch::Param {
+        super::launch::Param::Host(self as *const MmvqSegs as *const std::ffi::c_void)
+    }
+}
 
 /// The mmvq kernels by weight type: one activation row, the same prefetching (`_1_pf`), then 2 to
 /// [`MAX_MATVEC_ROWS`] rows.
@@ -294,7 +296,7 @@ impl CudaDevice {
                 let f = self.func(name)?;
                 let a = scratch.slice(r0 * q_row..(r0 + rows) * q_row);
                 let mut o = out.buf.slice_mut(r0 * out_bytes..(r0 + rows) * out_bytes);
-                let mut b = self.stream.launch_builder(f);
+                let mut b = self.launch(f);
                 b.arg(&w.buf).arg(&a).arg(&mut o);
                 let residual = add.map(|r| r.buf.slice(r0 * out_bytes..(r0 + rows) * out_bytes));
                 match &residual {
@@ -321,7 +323,7 @@ impl CudaDevice {
             let ni = rows as i32;
             let xv = x.buf.slice(r0 * x_bytes..(r0 + rows) * x_bytes);
             let mut o = out.buf.slice_mut(r0 * out_bytes..(r0 + rows) * out_bytes);
-            let mut b = self.stream.launch_builder(f);
+            let mut b = self.launch(f);
             b.arg(&w.buf)
                 .arg(&xv)
                 .arg(&mut o)
@@ -419,7 +421,7 @@ impl CudaDevice {
         let (grid_x, grid_y) = (grid_for(m, WIDE_ROWS)?, grid_for(n, 8 * nt)?);
         let null = 0u64;
         let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&w.buf).arg(&*scratch).arg(&mut out.buf);
         match add {
             Some(r) => b.arg(&r.buf),
@@ -496,7 +498,7 @@ impl CudaDevice {
         let nblocks_i = i32_of(OP, n * (k / 32))?;
         let scratch = g.as_mut().ok_or_else(no_scratch_err)?;
         let q = self.func("quantize_q8_1")?;
-        let mut b = self.stream.launch_builder(q);
+        let mut b = self.launch(q);
         b.arg(&x.buf).arg(&mut *scratch).arg(&nblocks_i);
         // SAFETY: `x` holds n*k f32 (checked by the callers), the scratch n rows of Q8_1
         // blocks (grown by q8_scratch).
@@ -556,7 +558,7 @@ impl CudaDevice {
         let (ki, mi, nh) = (i32_of(OP, k)?, i32_of(OP, m)?, i32_of(OP, n_head)?);
         let total_i = total as i64;
         let f = self.func("head_matmul_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&w.buf)
             .arg(&x.buf)
             .arg(&mut out.buf)

@@ -19,7 +19,8 @@
 //! output optionally as Q8_1), `attention_dims.rs` (latent attention and values of their own
 //! head size), `kv_table.rs` (per-token and paged caches), `experts.rs`/`moe.rs`/`routing.rs`
 //! (mixture-of-experts), `ssm.rs` (state-space layers), `topk.rs` (device top-k), `graph.rs`
-//! (CUDA graph capture and replay).
+//! (CUDA graph capture and replay), `launch.rs` (the launch builder every op uses, and
+//! programmatic dependent launch).
 
 #[cfg(feature = "cuda")]
 mod attention;
@@ -44,6 +45,8 @@ mod graph;
 mod host;
 #[cfg(feature = "cuda")]
 mod kv_table;
+#[cfg(feature = "cuda")]
+mod launch;
 #[cfg(feature = "cuda")]
 mod matvec;
 #[cfg(feature = "cuda")]

@@ -3,8 +3,6 @@
 //! weighted into their (token, slot) rows, a token's slots summed in order, and small f32
 //! values (the routing weights) written into a device buffer the caller keeps.
 
-use cudarc::driver::PushKernelArg;
-
 use super::engine::{driver, elementwise_cfg, f32_only, i32_of, same_shape};
 use super::{CudaDevice, DeviceIds, DeviceTensor};
 use crate::error::{Result, TensorError};
@@ -30,7 +28,7 @@ impl CudaDevice {
         let n = gate.shape.elem_count();
         let ni = n as i64;
         let f = self.func("swiglu_oai_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&gate.buf).arg(&up.buf).arg(&mut out.buf).arg(&ni);
         // SAFETY: gate, up and out hold n f32 (checked).
         unsafe { b.launch(elementwise_cfg(n)) }.map_err(driver("launch swiglu_oai"))?;
@@ -87,7 +85,7 @@ impl CudaDevice {
         }
         let (ni, wi) = (n as i64, width as i64);
         let f = self.func("scatter_rows_scaled_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&src.buf)
             .arg(&dst_rows.buf)
             .arg(&w.buf)
@@ -119,7 +117,7 @@ impl CudaDevice {
         }
         let (ri, ki, wi) = (rows as i64, i32_of(OP, k)?, width as i64);
         let f = self.func("sum_slots_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&outs.buf)
             .arg(&mut out.buf)
             .arg(&ri)

@@ -2,7 +2,7 @@
 //! activations, argmax. Each checks shapes on the host (the CPU engine's errors) and enqueues
 //! its kernel on the device's stream.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::engine::{cfg, driver, elementwise_cfg, f32_only, grid_for, i32_of, same_shape};
 use super::{CudaDevice, DeviceIds, DeviceTensor, Unary};
@@ -114,7 +114,7 @@ impl CudaDevice {
         let null = 0u64;
         let ki = i32_of(name, k)?;
         let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&x.buf);
         match weight {
             Some(w) => b.arg(&w.buf),
@@ -210,7 +210,7 @@ impl CudaDevice {
         let ki = i32_of(OP, k)?;
         let mut run = |dev_ids: &CudaSlice<i32>| {
             let f = self.func(name)?;
-            let mut b = self.stream.launch_builder(f);
+            let mut b = self.launch(f);
             b.arg(&table.buf).arg(dev_ids).arg(&mut out.buf).arg(&ki);
             // SAFETY: ids are in range (checked), out holds ids*k f32.
             unsafe { b.launch(cfg(grid_for(ids.len(), 1)?, (256, 1))) }
@@ -263,7 +263,7 @@ impl CudaDevice {
         }
         let (ni, bi) = (n as i64, b_len.max(1) as i64);
         let f = self.func(name)?;
-        let mut l = self.stream.launch_builder(f);
+        let mut l = self.launch(f);
         l.arg(&a.buf)
             .arg(&b.buf)
             .arg(&mut out.buf)
@@ -282,7 +282,7 @@ impl CudaDevice {
         f32_only("cuda scale", x)?;
         let n = x.shape.elem_count() as i64;
         let f = self.func("scale_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&mut x.buf).arg(&n).arg(&s);
         // SAFETY: x holds n f32.
         unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch scale"))?;
@@ -309,7 +309,7 @@ impl CudaDevice {
         f32_only(name, x)?;
         let n = x.shape.elem_count() as i64;
         let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&mut x.buf).arg(&n);
         // SAFETY: x holds n f32.
         unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch unary"))?;
@@ -335,7 +335,7 @@ impl CudaDevice {
         let n = src.shape.elem_count();
         let ni = n as i64;
         let f = self.func("unary_from_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&src.buf)
             .arg(&mut out.buf)
             .arg(&ni)
@@ -373,7 +373,7 @@ impl CudaDevice {
         let n = a.shape.elem_count();
         let (ni, wi) = (n as i64, a.shape.row_len().max(1) as i64);
         let f = self.func("mul_row_scalar_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&a.buf)
             .arg(&s.buf)
             .arg(&mut out.buf)
@@ -410,7 +410,7 @@ impl CudaDevice {
         let n = rows * width;
         let args = [rows, in_width, width, offset].map(|v| v as i64);
         let f = self.func("slice_cols_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&src.buf).arg(&mut out.buf);
         for v in &args {
             b.arg(v);
@@ -450,7 +450,7 @@ impl CudaDevice {
         }
         let args = [rows, n_head, head_in, offset, w].map(|v| v as i64);
         let f = self.func("head_slice_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&src.buf).arg(&mut out.buf);
         for v in &args {
             b.arg(v);
@@ -498,7 +498,7 @@ impl CudaDevice {
         }
         let args = [rows, n_head, heads[0], heads[1], wa, wb].map(|v| v as i64);
         let f = self.func("head_concat_f32")?;
-        let mut l = self.stream.launch_builder(f);
+        let mut l = self.launch(f);
         l.arg(&a.buf).arg(&b.buf).arg(&mut out.buf);
         for v in &args {
             l.arg(v);
@@ -550,7 +550,7 @@ impl CudaDevice {
         same_shape(name, "out", gate, out)?;
         let n = gate.shape.elem_count() as i64;
         let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&gate.buf).arg(&up.buf).arg(&mut out.buf).arg(&n);
         // SAFETY: all three hold n f32 (checked).
         unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch gated"))?;
@@ -579,7 +579,7 @@ impl CudaDevice {
             .map_err(|e| self.alloc_error(rows * 4, e))?;
         let ki = i32_of(OP, x.shape.row_len())?;
         let f = self.func("argmax_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&x.buf).arg(&mut dev).arg(&ki);
         // SAFETY: x holds rows*k f32, dev rows u32.
         unsafe { b.launch(cfg(grid_for(rows, 1)?, (256, 1))) }.map_err(driver("launch argmax"))?;
@@ -619,7 +619,7 @@ impl CudaDevice {
         }
         let ki = i32_of(OP, x.shape.row_len())?;
         let f = self.func("argmax_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&x.buf).arg(&mut out.buf).arg(&ki);
         // SAFETY: x holds rows*k f32, out at least rows i32 (the kernel writes u32 ids below
         // 2^31: a row's length is an i32).
@@ -646,7 +646,7 @@ impl CudaDevice {
         }
         let n = x.shape.elem_count() as i64;
         let f = self.func("softcap_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&mut x.buf).arg(&n).arg(&cap);
         // SAFETY: x holds n f32.
         unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch softcap"))?;

@@ -5,7 +5,7 @@
 //! engine's caches of those types are. Parameters are the CPU engine's ([`RopeParams`]) so a
 //! plan hands both engines the same values.
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig};
 
 use super::engine::{cfg, driver, f32_only, f32_vector, grid_for, i32_of};
 use super::kv_table::KvKind;
@@ -124,7 +124,7 @@ impl CudaDevice {
             let null = 0u64;
             let (nh, hd) = (i32_of(OP, n_head)?, i32_of(OP, head_dim)?);
             let f = self.func("rope_f32")?;
-            let mut b = self.stream.launch_builder(f);
+            let mut b = self.launch(f);
             match src {
                 Some(src) => b.arg(&src.buf),
                 None => b.arg(&null),
@@ -173,7 +173,7 @@ impl CudaDevice {
         let r = i32_of("cuda kv_append", row)?;
         self.with_ids(positions.iter().copied(), |pos: &CudaSlice<i32>| {
             let f = self.func("kv_append_f16")?;
-            let mut b = self.stream.launch_builder(f);
+            let mut b = self.launch(f);
             b.arg(&src.buf).arg(pos).arg(&mut cache.buf).arg(&r);
             // SAFETY: positions are inside the cache (checked), src holds tokens*row f32.
             unsafe { b.launch(cfg(grid_for(positions.len(), 1)?, (256, 1))) }
@@ -229,7 +229,7 @@ impl CudaDevice {
         let null = 0u64;
         let zero = 0i32;
         let f = self.func(kind.pick("kv_append2_f16", "kv_append2_q8_0"))?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&src.buf)
             .arg(&src.buf)
             .arg(&positions.buf)
@@ -311,7 +311,7 @@ impl CudaDevice {
         let null = 0u64;
         let tab = table.map_or(0, |(t, l)| self.kv_table_arg(t, l));
         let f = self.func(kind.pick("kv_append2_f16", "kv_append2_q8_0"))?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&k_src.buf).arg(&v_src.buf).arg(&positions.buf);
         match caches {
             Some((k, v)) => b.arg(&mut k.buf).arg(&mut v.buf),
@@ -502,7 +502,7 @@ impl CudaDevice {
         );
         let null = 0u64;
         let f = self.func(kind.pick("rope_qk_append_f16", "rope_qk_append_q8_0"))?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&q_src.buf)
             .arg(&mut q_out.buf)
             .arg(&k_src.buf)
@@ -612,7 +612,7 @@ impl RopeArgs {
     }
 
     /// Pushes the eight trailing arguments.
-    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>) {
+    fn push<'a>(&'a self, b: &mut super::launch::Launch<'a>) {
         b.arg(&self.nr)
             .arg(&self.neox)
             .arg(&self.p.freq_base)

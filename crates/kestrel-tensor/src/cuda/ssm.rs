@@ -4,7 +4,7 @@
 //! meaning ([`crate::cpu::ssm_conv`], [`crate::cpu::ssm_scan`]). Also zeroing a state (a
 //! sequence that starts over).
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 
 use super::engine::{cfg, driver, f32_vector, grid_for, i32_of};
 use super::{CudaDevice, DeviceTensor};
@@ -59,7 +59,7 @@ impl CudaDevice {
         let (nt, ch, dc) = (i32_of(OP, n_t)?, i32_of(OP, channels)?, i32_of(OP, d_conv)?);
         let null = 0u64;
         let f = self.func("ssm_conv_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&x.buf).arg(&weight.buf);
         match bias {
             Some(t) => b.arg(&t.buf),
@@ -129,7 +129,7 @@ impl CudaDevice {
         );
         let per_state = i32::from(p.a_per_state);
         let f = self.func("ssm_scan_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&mut state.buf)
             .arg(&x.buf)
             .arg(&dt.buf)

@@ -3,7 +3,7 @@
 //! order (NaN and -inf never; larger logits first in `total_cmp`'s order; ties by lower id), so
 //! the host sampler goes on from them and draws what it would have drawn from the row.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::engine::{driver, f32_only, i32_of, CudaDevice, DeviceTensor};
 use crate::error::{Result, TensorError};
@@ -117,7 +117,7 @@ impl CudaDevice {
         }
         let (n_i, k_i) = (i32_of(OP, x.shape.row_len())?, i32_of(OP, k)?);
         let f = self.func("topk_f32")?;
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.launch(f);
         b.arg(&x.buf).arg(&n_i).arg(&k_i).arg(&mut out.buf);
         let cfg = cudarc::driver::LaunchConfig {
             grid_dim: (u32::try_from(rows).unwrap_or(u32::MAX), 1, 1),

@@ -261,6 +261,16 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// Turns programmatic dependent launch on or off.
+    pub fn set_programmatic_launch(&self, _on: bool) -> bool {
+        match self.never {}
+    }
+
+    /// Whether kernels are launched for programmatic dependent launch.
+    pub fn programmatic_launch(&self) -> bool {
+        match self.never {}
+    }
+
     /// The largest band of weight rows the prefill GEMM dequantizes at once.
     pub fn set_gemm_band_bytes(&self, _bytes: usize) {
         match self.never {}
