@@ -109,18 +109,18 @@ __device__ __forceinline__ void mmvq_block(const typename T::W &s, const block_q
     }
 }
 
+// A thread's sums of its row against each activation row (the loop of `mmvq`, below).
 // `next` (prefetching kernels working through several row groups): the weight row this thread
 // takes in its CTA's next group, or null; L2 is asked for its first block before this row's
 // work, so the next group's first reads overlap this one's.
 template <typename T, int NCOLS, bool PREFETCH = false>
-__device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const block_q8_1 *__restrict__ a,
-                                     float *__restrict__ out, const float *__restrict__ add, int nb, int m,
-                                     const MmvqPlace &p, int rpc, const typename T::B *next = nullptr) {
+__device__ __forceinline__ void mmvq_acc(const typename T::B *__restrict__ w, const block_q8_1 *__restrict__ a,
+                                         int nb, const MmvqPlace &p, float (&acc)[NCOLS],
+                                         const typename T::B *next = nullptr) {
     const typename T::B *wr = w + (long long)p.row * nb;
     const long long arow = (long long)nb * T::ABLK;  // Q8_1 blocks an activation row
     const int t = p.tid % T::LPB, end = p.live ? nb : 0, step = p.nthreads / T::LPB;
     const int share = t * (int)sizeof(typename T::B) / T::LPB;  // this thread's byte of a block
-    float acc[NCOLS];
 #pragma unroll
     for (int c = 0; c < NCOLS; c++) acc[c] = 0.0f;
     const int first = p.tid / T::LPB;
@@ -140,6 +140,15 @@ __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const 
     } else {
         for (int ib = first; ib < end; ib += step) mmvq_block<T, NCOLS>(T::weight(wr + ib, t), a, arow, ib, t, acc);
     }
+}
+
+// The whole matvec: mmvq_acc, then mmvq_store (every thread of the CTA).
+template <typename T, int NCOLS, bool PREFETCH = false>
+__device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const block_q8_1 *__restrict__ a,
+                                     float *__restrict__ out, const float *__restrict__ add, int nb, int m,
+                                     const MmvqPlace &p, int rpc, const typename T::B *next = nullptr) {
+    float acc[NCOLS];
+    mmvq_acc<T, NCOLS, PREFETCH>(w, a, nb, p, acc, next);
     mmvq_store<NCOLS>(acc, out, add, m, p, rpc);
 }
 
@@ -235,6 +244,52 @@ template <typename T> __device__ __forceinline__ void mmvq_multi_warm(const Mmvq
         pdl_enter();                                                                                       \
         const int total = s.m[0] + s.m[1] + s.m[2];                                                        \
         MMVQ_GROUPS((mmvq_multi<T, true>(s, a, nb, rpc, g, gn)))                                           \
+    }
+// q/k/v where v's type differs from q's and k's (llama.cpp's _M mixes give some layers' v more
+// bits: Gemma 3 270M Q4_K_M has q/k in Q5_0 and v in Q8_0 in half its layers, 8B Q4_K_M q/k
+// Q4_K and v Q6_K): segments 0 and 1 of type TA, segment 2 of TB (the same block size), one
+// launch where two were. A row reduces as in its own type's matvec (mmvq_acc, mmvq_store): the
+// same bits. The type is chosen per row, so a CTA may hold rows of both; mmvq_store, the one
+// barrier, is outside the branch. `mmvq_<NAME>_multi` and `mmvq_<NAME>_multi_pf` (each
+// group's next group's first block asked of L2, as mmvq_multi does).
+template <typename TA, typename TB, bool PF>
+__device__ __forceinline__ void mmvq_multi_mixed(const MmvqSegs &s, const block_q8_1 *a, int nb, int rpc, int g,
+                                                 int gn = -1) {
+    const int total = s.m[0] + s.m[1] + s.m[2];
+    MmvqPlace p = mmvq_place_at(g, rpc, total);
+    const int seg = mmvq_segment(s, &p);
+    if (PF && gn >= 0 && (long long)gn * rpc < total) {
+        MmvqPlace q = mmvq_place_at(gn, rpc, total);
+        const int nseg = mmvq_segment(s, &q);
+        if (nseg < 2) mmvq_warm<TA>((const typename TA::B *)pick3(s.w, nseg) + (long long)q.row * nb, q, nb);
+        else mmvq_warm<TB>((const typename TB::B *)pick3(s.w, nseg) + (long long)q.row * nb, q, nb);
+    }
+    float acc[1];
+    if (seg < 2) mmvq_acc<TA, 1, PF>((const typename TA::B *)pick3(s.w, seg), a, nb, p, acc);
+    else mmvq_acc<TB, 1, PF>((const typename TB::B *)pick3(s.w, seg), a, nb, p, acc);
+    mmvq_store<1>(acc, pick3(s.out, seg), nullptr, pick3(s.m, seg), p, rpc);
+}
+// mmvq_multi_warm for a mixed launch.
+template <typename TA, typename TB>
+__device__ __forceinline__ void mmvq_multi_mixed_warm(const MmvqSegs &s, int nb, int rpc) {
+    const int total = s.m[0] + s.m[1] + s.m[2];
+    MmvqPlace p = mmvq_place_at(blockIdx.x, rpc, total);
+    const int seg = mmvq_segment(s, &p);
+    if (seg < 2) mmvq_warm<TA>((const typename TA::B *)pick3(s.w, seg) + (long long)p.row * nb, p, nb);
+    else mmvq_warm<TB>((const typename TB::B *)pick3(s.w, seg) + (long long)p.row * nb, p, nb);
+}
+#define MMVQ_MULTI_MIXED(TA, TB, NAME)                                                                     \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
+        mmvq_##NAME##_multi(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                            \
+        pdl_enter();                                                                                       \
+        mmvq_multi_mixed<TA, TB, false>(s, a, nb, rpc, blockIdx.x);                                        \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
+        mmvq_##NAME##_multi_pf(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                         \
+        mmvq_multi_mixed_warm<TA, TB>(s, nb, rpc);                                                         \
+        pdl_enter();                                                                                       \
+        const int total = s.m[0] + s.m[1] + s.m[2];                                                        \
+        MMVQ_GROUPS((mmvq_multi_mixed<TA, TB, true>(s, a, nb, rpc, g, gn)))                                \
     }
 // The indirect matvec of mixture-of-experts layers (ggml's mul_mat_id for a decode step): CTA
 // row `blockIdx.y` is (token, slot) pair p, whose expert is `ids[p]` (clamped into the table),

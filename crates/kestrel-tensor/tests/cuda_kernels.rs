@@ -29,7 +29,7 @@
 mod cuda_common;
 
 use cuda_common::{f32_tensor, nmse, reference, spiky as random, WEIGHT_TYPES as ALL};
-use kestrel_tensor::cuda::{CudaDevice, DeviceTensor};
+use kestrel_tensor::cuda::{CudaDevice, DeviceTensor, MIXED_MULTI_TYPES};
 use kestrel_tensor::{CpuEngine, DType, Engine, Shape, Tensor};
 
 fn device() -> Option<CudaDevice> {
@@ -312,14 +312,22 @@ fn fused_launches_equal_the_launches_they_replace() {
             );
         }
     }
-    // Two or three weights of one type against one row in one launch = a launch per weight.
-    for dtype in [DType::Q4_1, DType::Q4K, DType::Q6K] {
+    // Two or three weights of one type against one row in one launch = a launch per weight;
+    // so are q/k of one type with a v of the type paired with it (MIXED_MULTI_TYPES), with
+    // 63 k rows so that a CTA holds rows of both types.
+    let mut triples: Vec<[DType; 3]> = [DType::Q4_1, DType::Q4K, DType::Q6K]
+        .map(|d| [d; 3])
+        .to_vec();
+    triples.extend(MIXED_MULTI_TYPES.map(|(a, b)| [a, a, b]));
+    for types in triples {
+        let dtype = types[0];
         let k = 512;
         let x = dev.upload(&f32_tensor(1, k, 30)).unwrap();
-        let ws: Vec<_> = [192usize, 64, 64]
+        let ws: Vec<_> = [192usize, 63, 65]
             .iter()
+            .zip(types)
             .enumerate()
-            .map(|(i, &m)| dev.upload(&weight(dtype, m, k, 31 + i as u64)).unwrap())
+            .map(|(i, (&m, t))| dev.upload(&weight(t, m, k, 31 + i as u64)).unwrap())
             .collect();
         let want: Vec<Vec<f32>> = ws
             .iter()
@@ -335,21 +343,30 @@ fn fused_launches_equal_the_launches_they_replace() {
             dev.zeros_f32(Shape::matrix(1, w.shape().n_rows()).unwrap())
                 .unwrap()
         };
-        let (mut o0, mut o1, mut o2) = (out(&ws[0]), out(&ws[1]), out(&ws[2]));
-        dev.matmul_multi_reusing(
-            &x,
-            (&ws[0], &mut o0),
-            (&ws[1], &mut o1),
-            Some((&ws[2], &mut o2)),
-            None,
-        )
-        .unwrap();
-        for (o, w) in [&o0, &o1, &o2].into_iter().zip(&want) {
-            assert_eq!(
-                &dev.download_f32(o).unwrap(),
-                w,
-                "{dtype:?} q/k/v in one launch"
-            );
+        for (prefetch, ctas) in [(false, 0), (true, 0), (true, 1)] {
+            dev.set_mmvq_prefetch(prefetch);
+            dev.set_mmvq_ctas_per_sm(ctas);
+            let (mut o0, mut o1, mut o2) = (out(&ws[0]), out(&ws[1]), out(&ws[2]));
+            dev.matmul_multi_reusing(
+                &x,
+                (&ws[0], &mut o0),
+                (&ws[1], &mut o1),
+                Some((&ws[2], &mut o2)),
+                None,
+            )
+            .unwrap();
+            for (o, w) in [&o0, &o1, &o2].into_iter().zip(&want) {
+                assert_eq!(
+                    &dev.download_f32(o).unwrap(),
+                    w,
+                    "{types:?} q/k/v in one launch (prefetching {prefetch}, {ctas} CTAs an SM)"
+                );
+            }
+        }
+        dev.set_mmvq_prefetch(false);
+        dev.set_mmvq_ctas_per_sm(0);
+        if types[2] != dtype {
+            continue;
         }
         let (mut p0, mut p1) = (out(&ws[1]), out(&ws[2]));
         dev.matmul_multi_reusing(&x, (&ws[1], &mut p0), (&ws[2], &mut p1), None, None)
@@ -357,7 +374,11 @@ fn fused_launches_equal_the_launches_they_replace() {
         assert_eq!(dev.download_f32(&p0).unwrap(), want[1], "{dtype:?} gate/up");
         assert_eq!(dev.download_f32(&p1).unwrap(), want[2], "{dtype:?} gate/up");
     }
-    // Mixed types are refused.
+    // Other mixes are refused: two weights of different types, a pair the wrong way round.
+    assert!(!dev.matvec_multi_applies(&[DType::Q6K, DType::Q6K, DType::Q4K], 1));
+    assert!(!dev.matvec_multi_applies(&[DType::Q4K, DType::Q6K, DType::Q6K], 1));
+    assert!(dev.matvec_multi_applies(&[DType::Q4K, DType::Q4K, DType::Q6K], 1));
+    assert!(!dev.matvec_multi_applies(&[DType::Q4K, DType::Q4K, DType::Q6K], 2));
     {
         let x = dev.upload(&f32_tensor(1, 256, 32)).unwrap();
         let a = dev.upload(&weight(DType::Q4K, 32, 256, 33)).unwrap();

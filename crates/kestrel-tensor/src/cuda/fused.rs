@@ -13,7 +13,7 @@ use super::engine::{
     cfg, driver, elementwise_cfg, f32_only, f32_vector, grid_for, i32_of, no_scratch_err,
     same_shape,
 };
-use super::matvec::{mmvq_multi_name, mmvq_rows_per_cta, MmvqSegs, MMVQ_WARPS};
+use super::matvec::{mmvq_mixed_name, mmvq_multi_name, mmvq_rows_per_cta, MmvqSegs, MMVQ_WARPS};
 use super::ops::rms_threads;
 use super::{CudaDevice, DeviceTensor, Q8Ticket};
 use crate::error::{Result, TensorError};
@@ -256,18 +256,19 @@ impl CudaDevice {
     }
 
     /// Whether [`Self::matmul_multi_reusing`] takes `n` activation rows against weights of
-    /// these types: one row, two or three weights of one quantized type.
+    /// these types: one row, two or three weights of one quantized type, or three whose first
+    /// two share a type and whose third pairs with it in [`super::MIXED_MULTI_TYPES`].
     pub fn matvec_multi_applies(&self, dtypes: &[DType], n: usize) -> bool {
         n == 1
             && (2..=3).contains(&dtypes.len())
-            && dtypes.iter().all(|&d| d == dtypes[0])
-            && mmvq_multi_name(dtypes[0], false).is_some()
-            && self.matvec_quantized(dtypes[0], n)
+            && multi_kernel(dtypes, false).is_some()
+            && dtypes.iter().all(|&d| self.matvec_quantized(d, n))
     }
 
     /// `out = x · wᵀ` for each (weight, output) pair of `first`, `second` and `third` (two or
     /// three weights of one quantized type read by one activation row: a layer's q/k/v or
-    /// gate/up) in one launch, plus the quantization of `x` unless `ticket` still names it:
+    /// gate/up; or q/k/v with v of the type [`super::MIXED_MULTI_TYPES`] pairs with q's) in one
+    /// launch, plus the quantization of `x` unless `ticket` still names it:
     /// the same values as one [`Self::matmul_reusing`] per weight (each row of the launch
     /// belongs to one weight and reduces as it would alone). Allocates nothing.
     ///
@@ -306,6 +307,7 @@ impl CudaDevice {
             });
         }
         let mut pairs = [Some(first), Some(second), third];
+        let used = 2 + usize::from(pairs[2].is_some());
         for (w, out) in pairs.iter().flatten() {
             f32_only(OP, out)?;
             let m = w.shape.n_rows();
@@ -341,7 +343,7 @@ impl CudaDevice {
         let nb_i = i32_of(OP, k / wblock)?;
         let rpc = mmvq_rows_per_cta();
         let prefetch = self.mmvq_prefetch();
-        let name = mmvq_multi_name(dtype, prefetch)
+        let name = multi_kernel(&types[..used], prefetch)
             .ok_or(TensorError::UnsupportedDType { op: OP, dtype })?;
         let grid = if prefetch {
             self.mmvq_pf_grid(total, rpc as usize)?
@@ -468,5 +470,17 @@ impl CudaDevice {
         // SAFETY: src and out hold n f32 (checked).
         unsafe { b.launch(elementwise_cfg(n as usize)) }.map_err(driver("launch unary"))?;
         Ok(())
+    }
+}
+
+/// The multi-weight matvec kernel for these weight types (two or three of one type, or
+/// [`super::MIXED_MULTI_TYPES`]' q/k type twice and its v type), if there is one.
+fn multi_kernel(dtypes: &[DType], prefetch: bool) -> Option<&'static str> {
+    match *dtypes {
+        [a, b] | [a, b, _] if a != b => None,
+        [a, _] => mmvq_multi_name(a, prefetch),
+        [a, _, c] if c == a => mmvq_multi_name(a, prefetch),
+        [a, _, c] => mmvq_mixed_name(a, c, prefetch),
+        _ => None,
     }
 }

@@ -136,6 +136,18 @@ pub(super) fn mmvq_multi_name(dtype: DType, prefetch: bool) -> Option<&'static s
     Some(names[usize::from(prefetch)])
 }
 
+/// The one-row matvec over q/k of type `a` and v of type `b` (a pair of
+/// [`super::MIXED_MULTI_TYPES`]: `mmvq_<a>_<b>_multi`, or `_multi_pf`).
+pub(super) fn mmvq_mixed_name(a: DType, b: DType, prefetch: bool) -> Option<&'static str> {
+    let names = match (a, b) {
+        (DType::Q5_0, DType::Q8_0) => ["mmvq_q5_0_q8_0_multi", "mmvq_q5_0_q8_0_multi_pf"],
+        (DType::Q4K, DType::Q6K) => ["mmvq_q4_K_q6_K_multi", "mmvq_q4_K_q6_K_multi_pf"],
+        (DType::Q5K, DType::Q6K) => ["mmvq_q5_K_q6_K_multi", "mmvq_q5_K_q6_K_multi_pf"],
+        _ => return None,
+    };
+    Some(names[usize::from(prefetch)])
+}
+
 /// `MmvqSegs` of kernels/mmvq.cuh, passed by value to `mmvq_<type>_multi`: up to three weights
 /// (device pointers), their outputs and row counts (0 for an unused slot).
 #[repr(C)]

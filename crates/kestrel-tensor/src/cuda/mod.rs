@@ -173,6 +173,17 @@ pub struct CopyBandwidth {
     pub bytes_per_s: f64,
 }
 
+/// Weight-type pairs whose q/k/v projections run as one matvec launch although v's type
+/// differs: (q's and k's type, v's type), as llama.cpp's `_M` quantizations mix them (Gemma 3
+/// 270M Q4_K_M: Q5_0 q/k with Q8_0 v in half its layers; llama Q4_K_M: Q4_K with Q6_K). Each
+/// row reduces as in its own type's matvec: the same bits as separate launches
+/// (`mmvq_<a>_<b>_multi`, kernels/mmvq.cuh).
+pub const MIXED_MULTI_TYPES: [(crate::DType, crate::DType); 3] = [
+    (crate::DType::Q5_0, crate::DType::Q8_0),
+    (crate::DType::Q4K, crate::DType::Q6K),
+    (crate::DType::Q5K, crate::DType::Q6K),
+];
+
 /// Largest number of activation rows one matvec launch takes (the `mmvq_*_N` kernels).
 pub const MAX_MATVEC_ROWS: usize = 8;
 

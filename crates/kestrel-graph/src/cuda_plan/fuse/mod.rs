@@ -9,7 +9,8 @@
 //! - an RMS norm or a gated activation whose every reader is a quantized matmul also leaves its
 //!   output as Q8_1 for them (their quantize launch is saved);
 //! - two or three consecutive matmuls of one input with weights of one quantized type (q/k/v,
-//!   gate/up) run as one matvec launch in a one-token step;
+//!   gate/up) run as one matvec launch in a one-token step, and so do q/k/v whose v has the
+//!   type that pairs with q's and k's in `MIXED_MULTI_TYPES` (llama.cpp's `_M` mixes);
 //! - the RoPE of an attention's queries and keys and the append of its keys and values to the
 //!   cache run as one launch at the attention (the keys rotated straight into the f16 cache),
 //!   at any step size, with a scale of the queries between RoPE and attention (Gemma's) in it.
@@ -17,6 +18,7 @@
 //! Each fused launch gives the bits of the launches it replaces, so fusing changes no output.
 //! Here what may fuse is found; `exec.rs` runs a fused launch in a step.
 
+use kestrel_tensor::cuda::MIXED_MULTI_TYPES;
 use kestrel_tensor::DType;
 
 use crate::ir::{Node, Op, RopeParams};
@@ -333,6 +335,14 @@ impl Fusions {
             {
                 end += 1;
             }
+            // A third matmul of the same input whose weight type pairs with the first two's.
+            if end - i == 2 && end < n && nodes[end].rows == nodes[i].rows {
+                if let ((input, Some(a)), Some((input3, Some(c)))) = (first, key(end)) {
+                    if input3 == input && MIXED_MULTI_TYPES.contains(&(a, c)) {
+                        end += 1;
+                    }
+                }
+            }
             if end - i >= 2 {
                 let member = |j: usize| match nodes.get(j).map(|nd| &nd.op) {
                     Some(Op::MatMul { weight }) if j < end => Some(MultiMember {
@@ -481,12 +491,13 @@ mod tests {
         let wout = w(&mut g, "output", h, 256);
         let logits = g.matmul("output", on, wout).unwrap();
         g.set_output(logits).unwrap();
-        // q/k/v and gate/up share a type; v (Gemma's Q4_K_M mix) may not.
+        // q/k/v and gate/up share a type; v may not (here a type no multi kernel pairs with
+        // Q4_K; `q_k_and_a_v_of_a_paired_type_share_a_launch` sets a pairing one).
         let types = g
             .weights()
             .iter()
             .map(|w| match w.name.as_str() {
-                "v" if post_norms => DType::Q6K,
+                "v" if post_norms => DType::Q8_0,
                 n if n.ends_with("norm") => DType::F32,
                 _ => DType::Q4K,
             })
@@ -536,11 +547,36 @@ mod tests {
     }
 
     #[test]
+    fn q_k_and_a_v_of_a_paired_type_share_a_launch() {
+        let (g, mut types) = layer_graph(true);
+        let v_weight = g.weights().iter().position(|w| w.name == "v").unwrap();
+        let n = |s| id(&g, s);
+        for (qk, v, grouped) in [
+            (DType::Q4K, DType::Q6K, true),
+            (DType::Q5K, DType::Q6K, true),
+            (DType::Q5_0, DType::Q8_0, true),
+            (DType::Q4K, DType::Q8_0, false),
+            (DType::Q6K, DType::Q4K, false),
+        ] {
+            for (t, w) in types.iter_mut().zip(g.weights()) {
+                if w.name == "q" || w.name == "k" {
+                    *t = qk;
+                }
+            }
+            types[v_weight] = v;
+            let f = Fusions::find(g.nodes(), &types, g.outputs());
+            let third = f.multi[n("q")].expect("q/k grouped")[1].map(|m| m.node);
+            assert_eq!(third, grouped.then(|| n("v")), "{qk:?} q/k with a {v:?} v");
+            assert!(f.multi[n("v")].is_none());
+        }
+    }
+
+    #[test]
     fn a_gemma_layer_fuses_its_post_norm_adds_and_groups_only_matching_types() {
         let (g, types) = layer_graph(true);
         let f = Fusions::find(g.nodes(), &types, g.outputs());
         let n = |s| id(&g, s);
-        // v is Q6_K: q and k alone share a launch.
+        // v is Q8_0, which no kernel pairs with Q4_K: q and k alone share a launch.
         let qk = f.multi[n("q")].expect("q/k grouped");
         assert_eq!(qk.map(|m| m.map(|m| m.node)), [Some(n("k")), None]);
         // The projections feed norms, not adds: no epilogue; the adds fuse with the next norm.
