@@ -19,7 +19,7 @@ use std::sync::Arc;
 use kestrel_arch::{build_decoder, weight_tensor, DecoderConfig, Logits};
 use kestrel_gguf::models::{test_model, GEMMA3_270M_Q4_K_M, SMOLLM2_135M_Q4_1};
 use kestrel_gguf::GgufModel;
-use kestrel_graph::{CudaPlan, ExecutionPlan};
+use kestrel_graph::{CudaPlan, ExecutionPlan, Graph};
 use kestrel_kv::{ContiguousCache, KvCache, KvDType, KvLayout};
 use kestrel_tensor::cuda::CudaDevice;
 use kestrel_tensor::{cpu, CpuEngine, DType};
@@ -28,6 +28,23 @@ mod cuda_common;
 
 fn device() -> Option<Arc<CudaDevice>> {
     cuda_common::device("forward")
+}
+
+/// A synthetic model of `arch` (kestrel-arch's writer, weights from `seed`), its config and
+/// its decoder graph.
+fn synthetic(arch: &str, seed: u64, logits: Logits) -> (GgufModel, DecoderConfig, Graph) {
+    let bytes = kestrel_arch::synthetic::synthetic_model(arch, seed)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let m = GgufModel::from_shards(
+        vec![kestrel_gguf::GgufFile::from_bytes(bytes).unwrap()],
+        std::path::Path::new(arch),
+    )
+    .unwrap();
+    let cfg = DecoderConfig::from_model(&m).unwrap();
+    let g = build_decoder(&cfg, &m, logits).unwrap();
+    (m, cfg, g)
 }
 
 fn log_softmax(x: &[f32]) -> Vec<f64> {
@@ -140,20 +157,12 @@ fn gemma3_on_the_gpu_matches_the_cpu() {
 /// all positions' logits of an 8-token prefill and then 4 single-token steps.
 #[test]
 fn synthetic_architectures_on_the_gpu_match_the_cpu() {
-    use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_ARCHS, SYNTHETIC_VOCAB};
-    use kestrel_gguf::GgufFile;
+    use kestrel_arch::synthetic::{SYNTHETIC_ARCHS, SYNTHETIC_VOCAB};
     let Some(dev) = device() else { return };
     let engine = CpuEngine::new(2).unwrap();
     let tokens = [1u32, 17, 200, 3, 99, 42, 7, 128];
     for arch in SYNTHETIC_ARCHS {
-        let bytes = synthetic_model(arch, 42).unwrap().to_bytes().unwrap();
-        let m = GgufModel::from_shards(
-            vec![GgufFile::from_bytes(bytes).unwrap()],
-            std::path::Path::new(arch),
-        )
-        .unwrap();
-        let cfg = DecoderConfig::from_model(&m).unwrap();
-        let g = build_decoder(&cfg, &m, Logits::All).unwrap();
+        let (m, cfg, g) = synthetic(arch, 42, Logits::All);
         let lookup = |n: &str| weight_tensor(&m, n);
         let mut cpu_plan = ExecutionPlan::compile(&g, 8, &lookup).unwrap();
         let mut gpu = CudaPlan::compile(&g, Arc::clone(&dev), 8, &lookup).unwrap();
@@ -194,19 +203,11 @@ fn synthetic_architectures_on_the_gpu_match_the_cpu() {
 /// architecture the plan can graph.
 #[test]
 fn graph_replays_match_plain_steps_bit_for_bit() {
-    use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
-    use kestrel_gguf::GgufFile;
+    use kestrel_arch::synthetic::SYNTHETIC_ARCHS;
     let Some(dev) = device() else { return };
     let mut graphed = 0;
     for arch in SYNTHETIC_ARCHS {
-        let bytes = synthetic_model(arch, 7).unwrap().to_bytes().unwrap();
-        let m = GgufModel::from_shards(
-            vec![GgufFile::from_bytes(bytes).unwrap()],
-            std::path::Path::new(arch),
-        )
-        .unwrap();
-        let cfg = DecoderConfig::from_model(&m).unwrap();
-        let g = build_decoder(&cfg, &m, Logits::Last).unwrap();
+        let (m, _, g) = synthetic(arch, 7, Logits::Last);
         let lookup = |n: &str| weight_tensor(&m, n);
         let mut plan = CudaPlan::compile(&g, Arc::clone(&dev), 8, &lookup).unwrap();
         plan.set_graphs(true);
@@ -242,8 +243,7 @@ fn graph_replays_match_plain_steps_bit_for_bit() {
 /// emulated device reports 9.0); elsewhere both sequences are plain.
 #[test]
 fn programmatic_launches_match_plain_launches_bit_for_bit() {
-    use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
-    use kestrel_gguf::GgufFile;
+    use kestrel_arch::synthetic::SYNTHETIC_ARCHS;
     let Some(dev) = device() else { return };
     let was = dev.programmatic_launch();
     let on = dev.set_programmatic_launch(true);
@@ -251,14 +251,7 @@ fn programmatic_launches_match_plain_launches_bit_for_bit() {
         eprintln!("programmatic launch needs compute capability 9.0: comparing plain launches");
     }
     for arch in SYNTHETIC_ARCHS {
-        let bytes = synthetic_model(arch, 13).unwrap().to_bytes().unwrap();
-        let m = GgufModel::from_shards(
-            vec![GgufFile::from_bytes(bytes).unwrap()],
-            std::path::Path::new(arch),
-        )
-        .unwrap();
-        let cfg = DecoderConfig::from_model(&m).unwrap();
-        let g = build_decoder(&cfg, &m, Logits::Last).unwrap();
+        let (m, _, g) = synthetic(arch, 13, Logits::Last);
         let lookup = |n: &str| weight_tensor(&m, n);
         let mut plan = CudaPlan::compile(&g, Arc::clone(&dev), 8, &lookup).unwrap();
         plan.set_graphs(true);
@@ -282,18 +275,10 @@ fn programmatic_launches_match_plain_launches_bit_for_bit() {
 /// own weights gives, bit for bit.
 #[test]
 fn plans_sharing_weights_match_plans_with_their_own() {
-    use kestrel_arch::synthetic::{synthetic_model, SYNTHETIC_ARCHS};
-    use kestrel_gguf::GgufFile;
+    use kestrel_arch::synthetic::SYNTHETIC_ARCHS;
     let Some(dev) = device() else { return };
     for arch in SYNTHETIC_ARCHS {
-        let bytes = synthetic_model(arch, 11).unwrap().to_bytes().unwrap();
-        let m = GgufModel::from_shards(
-            vec![GgufFile::from_bytes(bytes).unwrap()],
-            std::path::Path::new(arch),
-        )
-        .unwrap();
-        let cfg = DecoderConfig::from_model(&m).unwrap();
-        let last = build_decoder(&cfg, &m, Logits::Last).unwrap();
+        let (m, cfg, last) = synthetic(arch, 11, Logits::Last);
         let all = build_decoder(&cfg, &m, Logits::All).unwrap();
         let lookup = |n: &str| weight_tensor(&m, n);
         let base = CudaPlan::compile(&last, Arc::clone(&dev), 8, &lookup).unwrap();
