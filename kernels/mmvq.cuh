@@ -226,12 +226,21 @@ __device__ __forceinline__ void mmvq_multi(const MmvqSegs &s, const block_q8_1 *
     mmvq<T, 1, PF>((const typename T::B *)pick3(s.w, seg), a, pick3(s.out, seg), nullptr, nb, pick3(s.m, seg), p,
                    rpc, next);
 }
-// mmvq_warm for the thread's row of the CTA's first group of a MmvqSegs launch.
-template <typename T> __device__ __forceinline__ void mmvq_multi_warm(const MmvqSegs &s, int nb, int rpc) {
+// Whether two types are one (no standard library under NVRTC).
+template <typename A, typename B> struct SameType { enum { value = 0 }; };
+template <typename A> struct SameType<A, A> { enum { value = 1 }; };
+
+// mmvq_warm for the thread's row in group `g` of a MmvqSegs launch whose segments 0 and 1
+// hold weights of type TA and segment 2 of TB (TA for all three in the one-type kernels, which
+// then have no branch).
+template <typename TA, typename TB>
+__device__ __forceinline__ void mmvq_segs_warm(const MmvqSegs &s, int nb, int rpc, int g) {
     const int total = s.m[0] + s.m[1] + s.m[2];
-    MmvqPlace p = mmvq_place_at(blockIdx.x, rpc, total);
+    MmvqPlace p = mmvq_place_at(g, rpc, total);
     const int seg = mmvq_segment(s, &p);
-    mmvq_warm<T>((const typename T::B *)pick3(s.w, seg) + (long long)p.row * nb, p, nb);
+    if (SameType<TA, TB>::value || seg < 2)
+        mmvq_warm<TA>((const typename TA::B *)pick3(s.w, seg) + (long long)p.row * nb, p, nb);
+    else mmvq_warm<TB>((const typename TB::B *)pick3(s.w, seg) + (long long)p.row * nb, p, nb);
 }
 #define MMVQ_MULTI(T, NAME)                                                                                \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
@@ -240,7 +249,7 @@ template <typename T> __device__ __forceinline__ void mmvq_multi_warm(const Mmvq
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
         mmvq_##NAME##_multi_pf(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                        \
-        mmvq_multi_warm<T>(s, nb, rpc);                                                                    \
+        mmvq_segs_warm<T, T>(s, nb, rpc, blockIdx.x);                                                      \
         pdl_enter();                                                                                       \
         const int total = s.m[0] + s.m[1] + s.m[2];                                                        \
         MMVQ_GROUPS((mmvq_multi<T, true>(s, a, nb, rpc, g, gn)))                                           \
@@ -258,25 +267,11 @@ __device__ __forceinline__ void mmvq_multi_mixed(const MmvqSegs &s, const block_
     const int total = s.m[0] + s.m[1] + s.m[2];
     MmvqPlace p = mmvq_place_at(g, rpc, total);
     const int seg = mmvq_segment(s, &p);
-    if (PF && gn >= 0 && (long long)gn * rpc < total) {
-        MmvqPlace q = mmvq_place_at(gn, rpc, total);
-        const int nseg = mmvq_segment(s, &q);
-        if (nseg < 2) mmvq_warm<TA>((const typename TA::B *)pick3(s.w, nseg) + (long long)q.row * nb, q, nb);
-        else mmvq_warm<TB>((const typename TB::B *)pick3(s.w, nseg) + (long long)q.row * nb, q, nb);
-    }
+    if (PF && gn >= 0 && (long long)gn * rpc < total) mmvq_segs_warm<TA, TB>(s, nb, rpc, gn);
     float acc[1];
     if (seg < 2) mmvq_acc<TA, 1, PF>((const typename TA::B *)pick3(s.w, seg), a, nb, p, acc);
     else mmvq_acc<TB, 1, PF>((const typename TB::B *)pick3(s.w, seg), a, nb, p, acc);
     mmvq_store<1>(acc, pick3(s.out, seg), nullptr, pick3(s.m, seg), p, rpc);
-}
-// mmvq_multi_warm for a mixed launch.
-template <typename TA, typename TB>
-__device__ __forceinline__ void mmvq_multi_mixed_warm(const MmvqSegs &s, int nb, int rpc) {
-    const int total = s.m[0] + s.m[1] + s.m[2];
-    MmvqPlace p = mmvq_place_at(blockIdx.x, rpc, total);
-    const int seg = mmvq_segment(s, &p);
-    if (seg < 2) mmvq_warm<TA>((const typename TA::B *)pick3(s.w, seg) + (long long)p.row * nb, p, nb);
-    else mmvq_warm<TB>((const typename TB::B *)pick3(s.w, seg) + (long long)p.row * nb, p, nb);
 }
 #define MMVQ_MULTI_MIXED(TA, TB, NAME)                                                                     \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
@@ -286,7 +281,7 @@ __device__ __forceinline__ void mmvq_multi_mixed_warm(const MmvqSegs &s, int nb,
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
         mmvq_##NAME##_multi_pf(MmvqSegs s, const block_q8_1 *a, int nb, int rpc) {                         \
-        mmvq_multi_mixed_warm<TA, TB>(s, nb, rpc);                                                         \
+        mmvq_segs_warm<TA, TB>(s, nb, rpc, blockIdx.x);                                                    \
         pdl_enter();                                                                                       \
         const int total = s.m[0] + s.m[1] + s.m[2];                                                        \
         MMVQ_GROUPS((mmvq_multi_mixed<TA, TB, true>(s, a, nb, rpc, g, gn)))                                \

@@ -51,16 +51,20 @@ pub(super) unsafe trait KernelArg {
     fn param(&self, stream: &CudaStream) -> Param;
 }
 
+/// `KernelArg` for types passed by value: primitives, and `#[repr(C)]` structs laid out as the
+/// kernel's (with a size check beside them).
 macro_rules! by_value {
     ($($t:ty),*) => {$(
-        // SAFETY: a primitive, passed by address as the driver copies it.
-        unsafe impl KernelArg for $t {
-            fn param(&self, _: &CudaStream) -> Param {
-                Param::Host(self as *const $t as *const c_void)
+        // SAFETY: plain data of the kernel parameter's layout, passed by address as the driver
+        // copies it.
+        unsafe impl $crate::cuda::launch::KernelArg for $t {
+            fn param(&self, _: &cudarc::driver::CudaStream) -> $crate::cuda::launch::Param {
+                $crate::cuda::launch::Param::Host(self as *const $t as *const std::ffi::c_void)
             }
         }
     )*};
 }
+pub(super) use by_value;
 by_value!(i32, u32, i64, u64, f32);
 
 // SAFETY: device buffers are passed as their device address. Event tracking is off for every

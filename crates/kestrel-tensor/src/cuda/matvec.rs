@@ -159,12 +159,7 @@ pub(super) struct MmvqSegs {
     pub pad: i32,
 }
 const _: () = assert!(std::mem::size_of::<MmvqSegs>() == 64);
-// SAFETY: plain old data laid out as the kernel's struct (`repr(C)`, size checked).
-unsafe impl super::launch::KernelArg for MmvqSegs {
-    fn param(&self, _: &cudarc::driver::CudaStream) -> super::launch::Param {
-        super::launch::Param::Host(self as *const MmvqSegs as *const std::ffi::c_void)
-    }
-}
+super::launch::by_value!(MmvqSegs);
 
 /// The mmvq kernels by weight type: one activation row, the same prefetching (`_1_pf`), then 2 to
 /// [`MAX_MATVEC_ROWS`] rows.
