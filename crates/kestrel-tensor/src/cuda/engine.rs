@@ -197,7 +197,7 @@ impl std::fmt::Debug for CudaDevice {
 }
 
 /// Kernel names in a module's PTX (`.visible .entry NAME(`).
-fn entries(ptx: &'static str) -> impl Iterator<Item = &'static str> {
+pub(super) fn entries(ptx: &'static str) -> impl Iterator<Item = &'static str> {
     ptx.lines().filter_map(|l| {
         let rest = l.trim_start().strip_prefix(".visible .entry ")?;
         rest.split('(').next().map(str::trim)

@@ -139,12 +139,9 @@ pub(super) fn mmvq_multi_name(dtype: DType, prefetch: bool) -> Option<&'static s
 /// The one-row matvec over q/k of type `a` and v of type `b` (a pair of
 /// [`super::MIXED_MULTI_TYPES`]: `mmvq_<a>_<b>_multi`, or `_multi_pf`).
 pub(super) fn mmvq_mixed_name(a: DType, b: DType, prefetch: bool) -> Option<&'static str> {
-    let names = match (a, b) {
-        (DType::Q5_0, DType::Q8_0) => ["mmvq_q5_0_q8_0_multi", "mmvq_q5_0_q8_0_multi_pf"],
-        (DType::Q4K, DType::Q6K) => ["mmvq_q4_K_q6_K_multi", "mmvq_q4_K_q6_K_multi_pf"],
-        (DType::Q5K, DType::Q6K) => ["mmvq_q5_K_q6_K_multi", "mmvq_q5_K_q6_K_multi_pf"],
-        _ => return None,
-    };
+    let (_, _, names) = super::MIXED_MULTI
+        .iter()
+        .find(|&&(qk, v, _)| (qk, v) == (a, b))?;
     Some(names[usize::from(prefetch)])
 }
 
@@ -583,5 +580,43 @@ impl CudaDevice {
         }
         .map_err(driver("launch head_matmul"))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kernel the matvec tables name is an entry of the embedded PTX, for compute_80 and
+    /// for compute_90, so a name without a kernel (or a kernel renamed in `kernels/`) fails
+    /// here rather than when a GPU first loads a model of that type.
+    #[test]
+    fn every_named_matvec_kernel_is_in_the_ptx() {
+        let mut names: Vec<&str> = MMVQ.iter().flat_map(|(_, n)| n.iter().copied()).collect();
+        for (dtype, _) in MMVQ {
+            for prefetch in [false, true] {
+                names.extend(mmvq_multi_name(dtype, prefetch));
+            }
+            for (nt, grouped) in [(2, false), (4, false), (2, true), (4, true)] {
+                names.extend(wide_name(dtype, nt, grouped));
+            }
+        }
+        for (a, b) in super::super::MIXED_MULTI_TYPES {
+            for prefetch in [false, true] {
+                let name = mmvq_mixed_name(a, b, prefetch);
+                assert!(name.is_some(), "{a:?}+{b:?} has no kernel name");
+                names.extend(name);
+            }
+        }
+        assert_eq!(names.len(), 8 * 9 + 8 * 2 + 8 * 4 + 3 * 2);
+        for (arch, ptx) in [("compute_80", 0), ("compute_90", 1)] {
+            let entries: std::collections::HashSet<&str> = super::super::MODULES
+                .iter()
+                .flat_map(|m| super::super::engine::entries([m.sm80, m.sm90][ptx]))
+                .collect();
+            for name in &names {
+                assert!(entries.contains(name), "{name} is not in the {arch} PTX");
+            }
+        }
     }
 }

@@ -178,10 +178,34 @@ pub struct CopyBandwidth {
 /// 270M Q4_K_M: Q5_0 q/k with Q8_0 v in half its layers; llama Q4_K_M: Q4_K with Q6_K). Each
 /// row reduces as in its own type's matvec: the same bits as separate launches
 /// (`mmvq_<a>_<b>_multi`, kernels/mmvq.cuh).
-pub const MIXED_MULTI_TYPES: [(crate::DType, crate::DType); 3] = [
-    (crate::DType::Q5_0, crate::DType::Q8_0),
-    (crate::DType::Q4K, crate::DType::Q6K),
-    (crate::DType::Q5K, crate::DType::Q6K),
+pub const MIXED_MULTI_TYPES: [(crate::DType, crate::DType); MIXED_MULTI.len()] = {
+    let mut pairs = [(crate::DType::F32, crate::DType::F32); MIXED_MULTI.len()];
+    let mut i = 0;
+    while i < pairs.len() {
+        pairs[i] = (MIXED_MULTI[i].0, MIXED_MULTI[i].1);
+        i += 1;
+    }
+    pairs
+};
+
+/// The one table [`MIXED_MULTI_TYPES`] and the kernel names come from: (q's and k's type, v's
+/// type, [the kernel, its prefetching twin]), so a pair cannot be fused without a kernel to run.
+const MIXED_MULTI: [(crate::DType, crate::DType, [&str; 2]); 3] = [
+    (
+        crate::DType::Q5_0,
+        crate::DType::Q8_0,
+        ["mmvq_q5_0_q8_0_multi", "mmvq_q5_0_q8_0_multi_pf"],
+    ),
+    (
+        crate::DType::Q4K,
+        crate::DType::Q6K,
+        ["mmvq_q4_K_q6_K_multi", "mmvq_q4_K_q6_K_multi_pf"],
+    ),
+    (
+        crate::DType::Q5K,
+        crate::DType::Q6K,
+        ["mmvq_q5_K_q6_K_multi", "mmvq_q5_K_q6_K_multi_pf"],
+    ),
 ];
 
 /// Largest number of activation rows one matvec launch takes (the `mmvq_*_N` kernels).
