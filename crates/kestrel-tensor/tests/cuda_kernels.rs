@@ -431,6 +431,106 @@ fn fused_launches_equal_the_launches_they_replace() {
         .is_err());
 }
 
+/// A one-row matvec with the RMS norm after it in its launch (`matmul_norm_reusing`: llama's
+/// norm after the epilogue's residual add, Gemma's sandwich) gives the bits of the separate
+/// launches: every buffer it writes, and the Q8_1 row it leaves (a matmul reusing its ticket
+/// gives the product of one that quantizes the normed row itself). Rows of 640 (Gemma 3 270M),
+/// 576 (SmolLM2: 18 warps of norm threads over the CTA's 4) and 2048; plain, prefetching, and
+/// prefetching on one CTA an SM (each CTA several row groups before it counts itself).
+#[test]
+fn a_norm_in_the_matvec_launch_gives_the_separate_launches_bits() {
+    use kestrel_tensor::cuda::{NormAfter, Sandwich};
+    let Some(dev) = device() else { return };
+    let k = 512;
+    let x = dev.upload(&f32_tensor(1, k, 41)).unwrap();
+    let zeros = |m: usize| dev.zeros_f32(Shape::matrix(1, m).unwrap()).unwrap();
+    let get = |t: &DeviceTensor| dev.download_f32(t).unwrap();
+    for (i, dtype) in ALL.into_iter().enumerate() {
+        for m in [640, 576, 2048] {
+            if !dev.matvec_norm_applies(dtype, 1, m) {
+                assert!(!matches!(dtype, DType::Q4_0 | DType::Q4K | DType::Q8_0));
+                continue;
+            }
+            let seed = 100 * i as u64 + m as u64;
+            let w = dev.upload(&weight(dtype, m, k, seed)).unwrap();
+            let next = dev.upload(&weight(DType::Q8_0, 64, m, seed + 1)).unwrap();
+            let res = dev.upload(&f32_tensor(1, m, seed + 2)).unwrap();
+            let (w1, w2) = (
+                dev.upload(&f32_tensor(1, m, seed + 3)).unwrap(),
+                dev.upload(&f32_tensor(1, m, seed + 4)).unwrap(),
+            );
+            // Separate launches: product (+ residual), then the norm(s), then the next matvec.
+            let (mut p, mut out, mut nxt) = (zeros(m), zeros(m), zeros(64));
+            dev.matmul_add_reusing(&x, &w, &res, &mut p, None).unwrap();
+            dev.rms_norm_fused(&p, None, Some(&w2), 1e-6, &mut out, false)
+                .unwrap();
+            dev.matmul(&out, &next, &mut nxt).unwrap();
+            let plain = [get(&p), get(&out), get(&nxt)];
+            let (mut o, mut normed, mut sum) = (zeros(m), zeros(m), zeros(m));
+            dev.matmul(&x, &w, &mut o).unwrap();
+            dev.norm_add_rms_norm(
+                (&o, Some(&w1), 1e-5),
+                &mut normed,
+                (&res, &mut sum),
+                (Some(&w2), 1e-6),
+                &mut out,
+                false,
+            )
+            .unwrap();
+            dev.matmul(&out, &next, &mut nxt).unwrap();
+            let sandwich = [get(&o), get(&normed), get(&sum), get(&out), get(&nxt)];
+            for (prefetch, ctas) in [(false, 0), (true, 0), (true, 1)] {
+                dev.set_mmvq_prefetch(prefetch);
+                dev.set_mmvq_ctas_per_sm(ctas);
+                let case = format!("{dtype:?}, {m} rows, prefetch {prefetch}, {ctas} CTAs an SM");
+                for quantize in [true, false] {
+                    let (mut p2, mut out2, mut nxt2) = (zeros(m), zeros(m), zeros(64));
+                    let norm = NormAfter {
+                        weight: Some(&w2),
+                        eps: 1e-6,
+                        out: &mut out2,
+                        quantize,
+                        sandwich: None,
+                    };
+                    let t = dev
+                        .matmul_norm_reusing(&x, &w, &mut p2, Some(&res), norm, None)
+                        .unwrap();
+                    assert_eq!(t.is_some(), quantize, "{case}: a ticket when quantizing");
+                    let t2 = dev.matmul_reusing(&out2, &next, &mut nxt2, t).unwrap();
+                    assert_eq!(t2.is_some() && t2 == t, quantize, "{case}: Q8_1 reused");
+                    assert_eq!([get(&p2), get(&out2), get(&nxt2)], plain, "{case}: plain");
+                    let (mut o2, mut normed2, mut sum2) = (zeros(m), zeros(m), zeros(m));
+                    let norm = NormAfter {
+                        weight: Some(&w2),
+                        eps: 1e-6,
+                        out: &mut out2,
+                        quantize,
+                        sandwich: Some(Sandwich {
+                            weight: Some(&w1),
+                            eps: 1e-5,
+                            normed: &mut normed2,
+                            residual: &res,
+                            sum: &mut sum2,
+                        }),
+                    };
+                    let t = dev
+                        .matmul_norm_reusing(&x, &w, &mut o2, None, norm, None)
+                        .unwrap();
+                    dev.matmul_reusing(&out2, &next, &mut nxt2, t).unwrap();
+                    let got = [get(&o2), get(&normed2), get(&sum2), get(&out2), get(&nxt2)];
+                    assert_eq!(got, sandwich, "{case}: sandwich");
+                }
+            }
+        }
+    }
+    dev.set_mmvq_prefetch(false);
+    dev.set_mmvq_ctas_per_sm(0);
+    // Two activation rows, or a row longer than the shared memory the last CTA keeps it in:
+    // refused, saying so.
+    assert!(!dev.matvec_norm_applies(DType::Q4_0, 2, 640));
+    assert!(!dev.matvec_norm_applies(DType::Q4_0, 1, 4096));
+}
+
 fn sum_tensor(dev: &CudaDevice, v: &[f32], shape: Shape) -> DeviceTensor {
     dev.upload(&Tensor::from_f32(shape, v).unwrap()).unwrap()
 }

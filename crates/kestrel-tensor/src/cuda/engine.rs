@@ -158,6 +158,9 @@ pub struct CudaDevice {
     /// Split decode attention's partial results and per-(token, head) counters (grown, never
     /// shrunk; the counters are zero between launches).
     pub(super) split_scratch: Mutex<Option<(CudaSlice<f32>, CudaSlice<u32>)>>,
+    /// The counter by which a fused matvec + norm finds its last CTA (`matvec_norm.rs`; zero
+    /// between launches).
+    pub(super) tail_counter: Mutex<Option<CudaSlice<u32>>>,
     pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
     functions: HashMap<&'static str, CudaFunction>,
@@ -318,6 +321,7 @@ impl CudaDevice {
                 major >= 9 && super::launch::programmatic_from_env(),
             ),
             split_scratch: Mutex::new(None),
+            tail_counter: Mutex::new(None),
             ctx,
             stream,
             blas,

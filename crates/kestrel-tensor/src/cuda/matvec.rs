@@ -100,6 +100,18 @@ pub(super) fn wide_name(dtype: DType, nt: usize, grouped: bool) -> Option<&'stat
     Some(names[usize::from(nt == 4) + 2 * usize::from(grouped)])
 }
 
+/// Bytes of Q8_1 scratch for `n` rows of `k` values: sized for 8 or 64 rows at once, so a
+/// scheduler whose batches grow one sequence at a time grows it (and retires captured graphs)
+/// once, not at every size.
+fn q8_scratch_bytes(n: usize, k: usize) -> usize {
+    let rows = match n {
+        0..=MAX_MATVEC_ROWS => MAX_MATVEC_ROWS,
+        n if n <= MAX_WIDE_ROWS => MAX_WIDE_ROWS,
+        n => n,
+    };
+    rows * (k / 32) * Q8_1_BYTES
+}
+
 /// Weight rows a CTA of the tensor-core matvec takes (`WIDE_ROWS` in kernels/mmvq_wide.cu).
 pub(super) const WIDE_ROWS: usize = 16;
 
@@ -468,14 +480,7 @@ impl CudaDevice {
             why: "scratch lock poisoned",
         };
         let mut guard = self.scratch.lock().map_err(|_| poisoned())?;
-        // Sized for 8 or 64 rows at once, so a scheduler whose batches grow one sequence at a
-        // time grows it (and retires captured graphs) once, not at every size.
-        let rows = match n {
-            0..=MAX_MATVEC_ROWS => MAX_MATVEC_ROWS,
-            n if n <= MAX_WIDE_ROWS => MAX_WIDE_ROWS,
-            n => n,
-        };
-        let need = rows * (k / 32) * Q8_1_BYTES;
+        let need = q8_scratch_bytes(n, k);
         if guard.as_ref().is_none_or(|s| s.len() < need) {
             *guard = Some(self.alloc(need.max(1))?);
             self.bump_epoch();
@@ -483,6 +488,41 @@ impl CudaDevice {
         let mut last = self.q8_last.lock().map_err(|_| poisoned())?;
         *last = (self.new_ticket(), n, k);
         Ok((guard, Q8Ticket(last.0)))
+    }
+
+    /// Grows the Q8_1 scratch to hold `n` rows of `k` values when it is smaller (every ticket
+    /// then stops matching, as after [`Self::q8_scratch`]); otherwise leaves it, and the data
+    /// its ticket names, alone.
+    pub(super) fn q8_grow(&self, op: &'static str, n: usize, k: usize) -> Result<()> {
+        let small = {
+            let guard = self.scratch.lock().map_err(|_| TensorError::InvalidParam {
+                op,
+                why: "scratch lock poisoned",
+            })?;
+            guard
+                .as_ref()
+                .is_none_or(|s| s.len() < q8_scratch_bytes(n, k))
+        };
+        if small {
+            drop(self.q8_scratch(op, n, k)?);
+        }
+        Ok(())
+    }
+
+    /// A ticket naming what a launch already queued leaves in the scratch (`n` rows of `k`
+    /// values as Q8_1), `guard` held since that launch was queued.
+    pub(super) fn q8_claim(
+        &self,
+        _guard: &ScratchGuard<'_>,
+        n: usize,
+        k: usize,
+    ) -> Result<Q8Ticket> {
+        let mut last = self.q8_last.lock().map_err(|_| TensorError::InvalidParam {
+            op: "cuda matmul",
+            why: "scratch lock poisoned",
+        })?;
+        *last = (self.new_ticket(), n, k);
+        Ok(Q8Ticket(last.0))
     }
 
     /// The Q8_1 scratch holding `x` (`n` rows of `k`): as `ticket` left it when that still
@@ -608,7 +648,10 @@ mod tests {
                 names.extend(name);
             }
         }
-        assert_eq!(names.len(), 8 * 9 + 8 * 2 + 8 * 4 + 3 * 2);
+        for (_, pair) in super::super::matvec_norm::MMVQ_NORM {
+            names.extend(pair);
+        }
+        assert_eq!(names.len(), 8 * 9 + 8 * 2 + 8 * 4 + 3 * 2 + 8 * 2);
         for (arch, ptx) in [("compute_80", 0), ("compute_90", 1)] {
             let entries: std::collections::HashSet<&str> = super::super::MODULES
                 .iter()

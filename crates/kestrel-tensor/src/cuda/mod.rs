@@ -50,6 +50,8 @@ mod launch;
 #[cfg(feature = "cuda")]
 mod matvec;
 #[cfg(feature = "cuda")]
+mod matvec_norm;
+#[cfg(feature = "cuda")]
 mod moe;
 #[cfg(feature = "cuda")]
 mod ops;
@@ -81,12 +83,14 @@ pub use host::HostBuffer;
 #[cfg(feature = "cuda")]
 pub use kv_table::{KvPages, KvTable};
 #[cfg(feature = "cuda")]
+pub use matvec_norm::MAX_NORM_AFTER_ROW;
+#[cfg(feature = "cuda")]
 pub use ssm::MAX_SSM_STATE;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{
     device_count, probe, CudaDevice, DeviceEvent, DeviceGraph, DeviceIds, DeviceRoutes,
     DeviceTensor, DeviceTopK, ExpertTable, Glu, HostBuffer, KvPages, KvTable, Q8Ticket,
-    MAX_SSM_STATE, MAX_TOP_K, MLA_MAX_HEAD_DIM,
+    MAX_NORM_AFTER_ROW, MAX_SSM_STATE, MAX_TOP_K, MLA_MAX_HEAD_DIM,
 };
 #[cfg(feature = "cuda")]
 pub use topk::{DeviceTopK, MAX_TOP_K};
@@ -110,6 +114,36 @@ pub enum Unary {
 /// An RMS norm of each head before RoPE (`CudaDevice::rope_qk_append_ids`): its weight (or
 /// none) and epsilon.
 pub type HeadNorm<'a> = (Option<&'a DeviceTensor>, f32);
+
+/// The RMS norm a one-row matvec runs on its product in the same launch
+/// ([`CudaDevice::matmul_norm_reusing`]): `out = rms_norm(product) * weight`, or of the sum
+/// after a [`Sandwich`].
+#[derive(Debug)]
+pub struct NormAfter<'a> {
+    /// The norm's weight (none: 1) and epsilon.
+    pub weight: Option<&'a DeviceTensor>,
+    pub eps: f32,
+    /// Where the normed row goes.
+    pub out: &'a mut DeviceTensor,
+    /// Whether `out` is also left as Q8_1 for the next matvec (rows a multiple of 32 long).
+    pub quantize: bool,
+    /// Gemma's post-norm and residual add between the product and the norm.
+    pub sandwich: Option<Sandwich<'a>>,
+}
+
+/// A norm of a matvec's product and the residual add after it (Gemma's post-attention and
+/// post-FFN norms): `normed = rms_norm(product) * weight`, `sum = residual + normed`.
+#[derive(Debug)]
+pub struct Sandwich<'a> {
+    /// The post-norm's weight (none: 1) and epsilon.
+    pub weight: Option<&'a DeviceTensor>,
+    pub eps: f32,
+    /// Its output.
+    pub normed: &'a mut DeviceTensor,
+    /// The residual stream, and where the sum goes.
+    pub residual: &'a DeviceTensor,
+    pub sum: &'a mut DeviceTensor,
+}
 
 /// Which kernel attention takes for a step of several query tokens (one-token steps always
 /// take the CTA-per-(token, head) kernel).

@@ -55,6 +55,11 @@ pub(crate) const MODULES: &[PtxModule] = &[
         sm90: include_str!("ptx/mmvq_k.sm_90.ptx"),
     },
     PtxModule {
+        name: "mmvq_norm",
+        sm80: include_str!("ptx/mmvq_norm.sm_80.ptx"),
+        sm90: include_str!("ptx/mmvq_norm.sm_90.ptx"),
+    },
+    PtxModule {
         name: "mmvq_wide",
         sm80: include_str!("ptx/mmvq_wide.sm_80.ptx"),
         sm90: include_str!("ptx/mmvq_wide.sm_90.ptx"),

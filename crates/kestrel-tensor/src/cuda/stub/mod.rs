@@ -9,6 +9,7 @@ use super::CudaError;
 mod bandwidth;
 mod elementwise;
 mod experts;
+mod fused;
 mod kv_table;
 mod ssm;
 mod topk;
@@ -17,6 +18,7 @@ use crate::error::Result;
 use crate::{DType, Shape, Tensor};
 pub use elementwise::HostBuffer;
 pub use experts::{DeviceRoutes, ExpertTable};
+pub use fused::MAX_NORM_AFTER_ROW;
 pub use kv_table::{KvPages, KvTable};
 pub use ssm::MAX_SSM_STATE;
 pub use topk::{DeviceTopK, MAX_TOP_K};
@@ -379,69 +381,6 @@ impl CudaDevice {
 
     /// Whether a matmul runs the quantized matvec: never, in this build.
     pub fn matvec_quantized(&self, _dtype: DType, _n: usize) -> bool {
-        match self.never {}
-    }
-
-    /// RMS norm with a fused residual add and/or Q8_1 output.
-    ///
-    /// # Errors
-    /// Unreachable.
-    pub fn rms_norm_fused(
-        &self,
-        _x: &DeviceTensor,
-        _residual: Option<(&DeviceTensor, &mut DeviceTensor)>,
-        _weight: Option<&DeviceTensor>,
-        _eps: f32,
-        _out: &mut DeviceTensor,
-        _quantize: bool,
-    ) -> Result<Option<Q8Ticket>> {
-        match self.never {}
-    }
-
-    /// A sandwich norm, the residual add and the norm after it, in one launch.
-    ///
-    /// # Errors
-    /// Unreachable.
-    #[allow(clippy::too_many_arguments)]
-    pub fn norm_add_rms_norm(
-        &self,
-        _pre: (&DeviceTensor, Option<&DeviceTensor>, f32),
-        _normed: &mut DeviceTensor,
-        _residual: (&DeviceTensor, &mut DeviceTensor),
-        _norm: (Option<&DeviceTensor>, f32),
-        _out: &mut DeviceTensor,
-        _quantize: bool,
-    ) -> Result<Option<Q8Ticket>> {
-        match self.never {}
-    }
-
-    /// Gated activation with a fused Q8_1 output.
-    ///
-    /// # Errors
-    /// Unreachable.
-    pub fn glu_fused(
-        &self,
-        _glu: Glu,
-        _gate: &DeviceTensor,
-        _up: &DeviceTensor,
-        _out: &mut DeviceTensor,
-        _quantize: bool,
-    ) -> Result<Option<Q8Ticket>> {
-        match self.never {}
-    }
-
-    /// Matmul with an add in its epilogue.
-    ///
-    /// # Errors
-    /// Unreachable.
-    pub fn matmul_add_reusing(
-        &self,
-        _x: &DeviceTensor,
-        _w: &DeviceTensor,
-        _add: &DeviceTensor,
-        _out: &mut DeviceTensor,
-        _ticket: Option<Q8Ticket>,
-    ) -> Result<Option<Q8Ticket>> {
         match self.never {}
     }
 

@@ -1,0 +1,138 @@
+// A one-row quantized matvec (mmvq.cuh) whose last CTA to finish also runs the RMS norm that
+// follows it in a decoder layer (issue 24: decode of small models is bound by launches, and a
+// layer runs two such norms): llama's norm after a residual add taken into the matvec's
+// epilogue (`out = rms_norm(product + add) * w2`), or Gemma's sandwich, the post-attention /
+// post-FFN norm of the product, the residual add and the next norm (`normed = rms_norm(product)
+// * w1`, `sum = x + normed`, `out = rms_norm(sum) * w2`), with the Q8_1 blocks of `out` for the
+// next matvec when `q` is set. One launch where there were two.
+//
+// The norm is computed by the same float operations in the same order as norm.cu's kernels
+// (rms_norm_row_at) with `threads` (the host's rms_threads(k)) threads: each of those threads'
+// fmaf chain, each of their warps' butterfly, the butterfly of the warps' sums. Here the CTA's
+// MMVQ_WARPS warps take those warps in turn, so the fused launch gives the bits of the two
+// launches it replaces, and a decode step's bits do not depend on whether it fused.
+//
+// Which CTA is last: each CTA, once its rows are written, counts itself on `counter` (after a
+// fence); the one that brings it to gridDim.x reads every row (through L2) and resets the
+// counter for the next launch.
+//
+// Launch: as mmvq_<type>_1 (and _1_pf), plus the MmvqNormTail, with `k` floats of dynamic shared
+// memory (the last CTA keeps the row there: one round trip to L2 for it, not one a pass).
+#include "mmvq.cuh"
+
+// The host's `MmvqNormTail` (kestrel-tensor's cuda/matvec_norm.rs), passed by value.
+struct MmvqNormTail {
+    float *normed;    // the sandwich's first norm (null: no sandwich)
+    const float *w1;  // its weight (null: none)
+    const float *x;   // the sandwich's residual
+    float *sum;       // x + normed
+    const float *w2;  // the norm's weight (null: none)
+    float *out;       // the normed row
+    block_q8_1 *q;    // its Q8_1 blocks (null: none; `k` a multiple of 32 otherwise)
+    unsigned *counter;
+    int threads;  // the block size norm.cu runs a row of `k` with
+    float eps1, eps2;
+};
+
+// The sum of squares of a row of `k` values as rms_norm_row_at sums it with `threads` threads
+// (a multiple of 32, at most 1024): thread t's fmaf chain over j = t, t + threads, ... (the
+// values past `k` it adds as zeros change nothing), then block_sum; the values from `row`
+// (shared memory). Every thread of the CTA calls it and gets the sum.
+__device__ __forceinline__ float tail_sum_sq(const float *row, int k, int threads, float *wsum) {
+    const int lane = threadIdx.x, nvw = threads / WARP;
+    for (int vw = threadIdx.y; vw < nvw; vw += MMVQ_WARPS) {
+        float s = 0.0f;
+        for (int j = vw * WARP + lane; j < k; j += threads) s = fmaf(row[j], row[j], s);
+        s = warp_sum(s);
+        if (lane == 0) wsum[vw] = s;
+    }
+    __syncthreads();
+    const float total = warp_sum(lane < nvw ? wsum[lane] : 0.0f);
+    __syncthreads();  // wsum free for the next sum
+    return total;
+}
+
+// The first norm of the sandwich: `normed = rms_norm(row) * w1`, `sum = x + normed`, the sum
+// also left in `row`.
+__device__ __forceinline__ void tail_sandwich(float *row, const float *__restrict__ w1, const float *__restrict__ x,
+                                              float *__restrict__ normed, float *__restrict__ sum, int k,
+                                              float scale) {
+#pragma unroll 4
+    for (int j = threadIdx.y * WARP + threadIdx.x; j < k; j += MMVQ_THREADS) {
+        const float y0 = row[j] * scale;
+        const float y = w1 ? y0 * w1[j] : y0;
+        normed[j] = y;
+        const float v = __fadd_rn(x[j], y);  // add_f32's addition, never contracted with the product
+        sum[j] = v;
+        row[j] = v;
+    }
+}
+
+// `out = rms_norm(row) * w2` and its Q8_1 blocks (`q` null: none), as rms_norm_row_at.
+__device__ __forceinline__ void tail_norm_out(const float *row, const float *__restrict__ w2, float *__restrict__ out,
+                                              block_q8_1 *__restrict__ q, int k, float scale) {
+    // Warp w takes 32 consecutive values (a Q8_1 block: `j < k` is the same for the warp).
+#pragma unroll 4
+    for (int j = threadIdx.y * WARP + threadIdx.x; j < k; j += MMVQ_THREADS) {
+        const float y0 = row[j] * scale;
+        const float y = w2 ? y0 * w2[j] : y0;
+        out[j] = y;
+        if (q) q8_1_store_warp(y, q + j / QK);
+    }
+}
+
+// Every thread of the CTA, after the matvec has written its rows of `p` (`k` values; the launch
+// gives the CTA `k` floats of dynamic shared memory).
+__device__ __forceinline__ void mmvq_norm_tail(const float *p, int k, const MmvqNormTail &t) {
+    DYNAMIC_SHARED(float, row);
+    __shared__ float wsum[32];
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) last = atomicAdd(t.counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int tid = threadIdx.y * WARP + threadIdx.x;
+    if (tid == 0) *t.counter = 0;  // ready for the next launch
+    // The whole product row, through L2 (other CTAs wrote it), its loads independent.
+    for (int j = tid; j < k; j += MMVQ_THREADS) row[j] = __ldcg(p + j);
+    __syncthreads();
+    float scale = rsqrtf(tail_sum_sq(row, k, t.threads, wsum) / (float)k + (t.normed ? t.eps1 : t.eps2));
+    if (t.normed) {
+        tail_sandwich(row, t.w1, t.x, t.normed, t.sum, k, scale);
+        __syncthreads();
+        scale = rsqrtf(tail_sum_sq(row, k, t.threads, wsum) / (float)k + t.eps2);
+    }
+    tail_norm_out(row, t.w2, t.out, t.q, k, scale);
+}
+
+// `mmvq_<NAME>_1_norm` and its prefetching form `mmvq_<NAME>_1_norm_pf` (mmvq.cuh's MMVQ and
+// MMVQ_PF for one row, then the tail).
+#define MMVQ_NORM(T, NAME)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
+        mmvq_##NAME##_1_norm(const T::B *w, const block_q8_1 *a, float *out, const float *add, int nb,       \
+                             int m, int rpc, MmvqNormTail tail) {                                         \
+        pdl_enter();                                                                                       \
+        mmvq<T, 1, false>(w, a, out, add, nb, m, mmvq_place(rpc, m), rpc);                                 \
+        mmvq_norm_tail(out, m, tail);                                                                      \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
+        mmvq_##NAME##_1_norm_pf(const T::B *w, const block_q8_1 *a, float *out, const float *add, int nb,    \
+                                int m, int rpc, MmvqNormTail tail) {                                      \
+        mmvq_warm<T>(mmvq_row_at<T>(w, nb, blockIdx.x, rpc, m), mmvq_place(rpc, m), nb);                   \
+        pdl_enter();                                                                                       \
+        const int total = m;                                                                               \
+        MMVQ_GROUPS((mmvq<T, 1, true>(w, a, out, add, nb, m, mmvq_place_at(g, rpc, m), rpc,                 \
+                                      mmvq_row_at<T>(w, nb, gn, rpc, m))))                                  \
+        mmvq_norm_tail(out, m, tail);                                                                      \
+    }
+
+MMVQ_NORM(TQ4_0, q4_0)
+MMVQ_NORM(TQ4_1, q4_1)
+MMVQ_NORM(TQ5_0, q5_0)
+MMVQ_NORM(TQ5_1, q5_1)
+MMVQ_NORM(TQ8_0, q8_0)
+MMVQ_NORM(TQ4_K, q4_K)
+MMVQ_NORM(TQ5_K, q5_K)
+MMVQ_NORM(TQ6_K, q6_K)
