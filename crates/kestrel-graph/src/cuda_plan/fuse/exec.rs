@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use kestrel_tensor::cuda::{DeviceTensor, Glu};
+use kestrel_tensor::cuda::{DeviceTensor, Glu, NormAfter, Sandwich};
 use kestrel_tensor::{Shape, TensorError};
 
 use super::super::{internal, CudaPlan, StepKv};
@@ -145,6 +145,134 @@ impl CudaPlan {
         Ok(true)
     }
 
+    /// Takes the buffers of `ids` out, shaped `rows` × `width`: every one of them (`Some`
+    /// each), or on an error none (those taken are put back). Allocates nothing.
+    fn take_acts<const N: usize>(
+        &mut self,
+        ids: [usize; N],
+        rows: usize,
+        width: usize,
+    ) -> Result<[Option<DeviceTensor>; N], GraphError> {
+        let mut taken: [Option<DeviceTensor>; N] = std::array::from_fn(|_| None);
+        for k in 0..N {
+            match self.take_act(ids[k], rows, width) {
+                Ok(t) => taken[k] = Some(t),
+                Err(e) => {
+                    for (id, t) in ids.into_iter().zip(&mut taken) {
+                        if let Some(t) = t.take() {
+                            self.acts[id] = Some(t);
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Matmul node `i` (weight `weight`, its buffer `out`) with the RMS norm after it in its
+    /// launch ([`Fusions::norm_after`]), where the step (one row) and the device take it;
+    /// false: run it otherwise.
+    fn matmul_norm(
+        &mut self,
+        i: usize,
+        node: &Node,
+        weight: usize,
+        out: &mut DeviceTensor,
+        rows: usize,
+    ) -> Result<bool, GraphError> {
+        let Some(mn) = self.fusions.norm_after[i] else {
+            return Ok(false);
+        };
+        let w = Arc::clone(&self.weights[weight]);
+        if !self.dev.matvec_norm_applies(w.dtype(), rows, node.width) {
+            return Ok(false);
+        }
+        let from = node.inputs[0];
+        let ticket = self.q8.and_then(|(id, t)| (id == from).then_some(t));
+        let missing = || TensorError::InvalidParam {
+            op: "cuda plan",
+            why: "a fused matmul + norm's input buffer is missing",
+        };
+        let (norm, q8) = match mn {
+            MatMulNorm::AfterAdd(AddNorm { norm, eps, weight }) => {
+                let Some(MatMulAdd { add, residual }) = self.fusions.matmul_add[i] else {
+                    return Ok(false);
+                };
+                let quantize = self.q8_wanted(norm, rows);
+                let [Some(mut sum), Some(mut normed)] =
+                    self.take_acts([add, norm], rows, node.width)?
+                else {
+                    return Err(internal("fused node buffers missing"));
+                };
+                let nw = weight.map(|w| Arc::clone(&self.weights[w]));
+                let r = match (self.acts[from].as_ref(), self.acts[residual].as_ref()) {
+                    (Some(x), Some(res)) => {
+                        let after = NormAfter {
+                            weight: nw.as_deref(),
+                            eps,
+                            out: &mut normed,
+                            quantize,
+                            sandwich: None,
+                        };
+                        self.dev
+                            .matmul_norm_reusing(x, &w, &mut sum, Some(res), after, ticket)
+                    }
+                    _ => Err(missing()),
+                };
+                self.acts[add] = Some(sum);
+                self.acts[norm] = Some(normed);
+                self.done[add] = true;
+                (norm, r)
+            }
+            MatMulNorm::Sandwich { add } => {
+                let (Some(AddNorm { norm, eps, weight }), Some(pn)) =
+                    (self.fusions.add_norm[add], self.fusions.pre_norm[add])
+                else {
+                    return Ok(false);
+                };
+                let quantize = self.q8_wanted(norm, rows);
+                let [Some(mut pre), Some(mut sum), Some(mut normed)] =
+                    self.take_acts([pn.norm, add, norm], rows, node.width)?
+                else {
+                    return Err(internal("fused node buffers missing"));
+                };
+                let (w1, w2) = (
+                    pn.weight.map(|w| Arc::clone(&self.weights[w])),
+                    weight.map(|w| Arc::clone(&self.weights[w])),
+                );
+                let r = match (self.acts[from].as_ref(), self.acts[pn.residual].as_ref()) {
+                    (Some(x), Some(res)) => {
+                        let after = NormAfter {
+                            weight: w2.as_deref(),
+                            eps,
+                            out: &mut normed,
+                            quantize,
+                            sandwich: Some(Sandwich {
+                                weight: w1.as_deref(),
+                                eps: pn.eps,
+                                normed: &mut pre,
+                                residual: res,
+                                sum: &mut sum,
+                            }),
+                        };
+                        self.dev
+                            .matmul_norm_reusing(x, &w, out, None, after, ticket)
+                    }
+                    _ => Err(missing()),
+                };
+                self.acts[pn.norm] = Some(pre);
+                self.acts[add] = Some(sum);
+                self.acts[norm] = Some(normed);
+                self.done[add] = true;
+                (norm, r)
+            }
+        };
+        self.done[norm] = true;
+        self.q8 = q8?.map(|t| (norm, t));
+        Ok(true)
+    }
+
     /// Runs node `i` (its buffer `out`) as a fused launch where [`Fusions::find`] found one that
     /// applies to this step; false: run it plainly.
     pub(in crate::cuda_plan) fn exec_fused(
@@ -207,6 +335,9 @@ impl CudaPlan {
                 Ok(true)
             }
             Op::MatMul { weight } => {
+                if self.matmul_norm(i, node, *weight, out, rows)? {
+                    return Ok(true);
+                }
                 let Some(MatMulAdd { add, residual }) = self.fusions.matmul_add[i] else {
                     return Ok(false);
                 };

@@ -11,6 +11,10 @@
 //! - two or three consecutive matmuls of one input with weights of one quantized type (q/k/v,
 //!   gate/up) run as one matvec launch in a one-token step, and so do q/k/v whose v has the
 //!   type that pairs with q's and k's in `MIXED_MULTI_TYPES` (llama.cpp's `_M` mixes);
+//! - a one-row matmul and the RMS norm after it run as one launch, the matvec's last CTA
+//!   running the norm: llama's norm of the sum its epilogue add wrote, Gemma's sandwich (the
+//!   post-norm of the product, the residual add and the next norm) (`KESTREL_CUDA_NORM_AFTER=0`
+//!   leaves them two launches, to measure);
 //! - the RoPE of an attention's queries and keys and the append of its keys and values to the
 //!   cache run as one launch at the attention (the keys rotated straight into the f16 cache),
 //!   at any step size, with a scale of the queries between RoPE and attention (Gemma's) in it.
@@ -54,6 +58,18 @@ pub(crate) struct PreNorm {
     pub residual: usize,
     pub eps: f32,
     pub weight: Option<usize>,
+}
+
+/// The RMS norm after a matmul, run in its launch (`CudaDevice::matmul_norm_reusing`) in
+/// one-row steps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum MatMulNorm {
+    /// The norm (right after the add) of the sum the matmul's epilogue add writes
+    /// ([`Fusions::matmul_add`]): llama's norms.
+    AfterAdd(AddNorm),
+    /// The matmul's product is the input of add `add`'s [`PreNorm`] (Gemma's sandwich), whose
+    /// [`AddNorm`] is the norm.
+    Sandwich { add: usize },
 }
 
 /// The RoPE nodes of an attention's queries and keys, run with its KV append in one launch.
@@ -109,6 +125,8 @@ pub(crate) struct Fusions {
     /// For the first of 2-3 consecutive matmuls of one input and weight type: the others
     /// (run in its launch when the step's rows allow).
     pub multi: Vec<Option<[Option<MultiMember>; 2]>>,
+    /// For a matmul: the RMS norm after it, run in its launch in a one-row step.
+    pub norm_after: Vec<Option<MatMulNorm>>,
 }
 
 /// A matmul run in another's launch: its node, weight and output width.
@@ -142,6 +160,7 @@ impl Fusions {
             rope_attention: vec![None; n],
             deferred: vec![false; n],
             multi: vec![None; n],
+            norm_after: vec![None; n],
         };
         for (i, node) in nodes.iter().enumerate() {
             let Op::Attention(att) = &node.op else {
@@ -356,6 +375,36 @@ impl Fusions {
             }
             i = end;
         }
+        // A matmul (alone in its launch) and the norm after it.
+        let mut in_multi = vec![false; n];
+        let mut by_add = vec![None; n];
+        for i in 0..n {
+            if let Some(m) = f.multi[i] {
+                in_multi[i] = true;
+                for mm in m.iter().flatten() {
+                    in_multi[mm.node] = true;
+                }
+            }
+            if let Some(ma) = f.matmul_add[i] {
+                by_add[ma.add] = Some(i);
+            }
+        }
+        for (j, mm_of_add) in by_add.into_iter().enumerate() {
+            let Some(an) = f.add_norm[j] else { continue };
+            let mm = match f.pre_norm[j] {
+                Some(pn) if readers[pn.input] == [pn.norm] && !outputs.contains(&pn.input) => {
+                    (pn.input, MatMulNorm::Sandwich { add: j })
+                }
+                Some(_) => continue,
+                None => match mm_of_add {
+                    Some(mm) => (mm, MatMulNorm::AfterAdd(an)),
+                    None => continue,
+                },
+            };
+            if matches!(nodes[mm.0].op, Op::MatMul { .. }) && !in_multi[mm.0] {
+                f.norm_after[mm.0] = Some(mm.1);
+            }
+        }
         for (i, node) in nodes.iter().enumerate() {
             let produces = match &node.op {
                 Op::RmsNorm { group, .. } => *group == node.width,
@@ -544,6 +593,16 @@ mod tests {
             f.add_norm[n("attn_residual")].map(|a| a.norm),
             Some(n("ffn_norm"))
         );
+        // The output and down projections run the norm after their epilogue's add; no other
+        // matmul takes a norm.
+        let norm_of = |s| match f.norm_after[n(s)] {
+            Some(MatMulNorm::AfterAdd(a)) => Some(a.norm),
+            _ => None,
+        };
+        assert_eq!(norm_of("o"), Some(n("ffn_norm")));
+        assert_eq!(norm_of("down"), Some(n("output_norm")));
+        let takers = f.norm_after.iter().filter(|m| m.is_some()).count();
+        assert_eq!(takers, 2);
     }
 
     #[test]
@@ -602,6 +661,11 @@ mod tests {
                 (n(pre), n(input), n(residual))
             );
             assert!(f.deferred[n(pre)]);
+            // The projection's launch runs the sandwich, the add and the norm after it.
+            assert_eq!(
+                f.norm_after[n(input)],
+                Some(MatMulNorm::Sandwich { add: n(add) })
+            );
         }
         // The query scale runs in the RoPE + append launch, into the scale node's buffer.
         let ra = f.rope_attention[n("attn")].clone().expect("RoPE + append");
