@@ -4,15 +4,7 @@
 // constants), exact GELU (erf), SwiGLU and GeGLU (also with the Q8_1 quantization fused in),
 // the per-token attention temperature, the one-input ops of other architectures (squared ReLU,
 // sigmoid, clamp), a row times its own scalar, and a column slice of each row.
-#include "common.cuh"
-
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-
-__device__ __forceinline__ float gelu(float x) {
-    const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
-    const float coef_a = 0.044715f;
-    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x)));
-}
+#include "act.cuh"
 
 extern "C" __global__ void add_f32(const float *a, const float *b, float *out, long long n, long long b_len) {
     pdl_enter();

@@ -152,6 +152,22 @@ __device__ __forceinline__ void mmvq(const typename T::B *__restrict__ w, const 
     mmvq_store<NCOLS>(acc, out, add, m, p, rpc);
 }
 
+// Whether this CTA is the last of its launch to get here (every thread of every CTA calls it
+// once its rows are written): each CTA counts itself on `counter` after a fence, and the one
+// that completes the count (true for all its threads) sees every other CTA's writes (read
+// them through L2: `__ldcg`) and resets the counter for the next launch (mmvq_tail.cu).
+__device__ __forceinline__ bool mmvq_last_cta(unsigned *counter) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return false;
+    __threadfence();
+    if (threadIdx.x == 0 && threadIdx.y == 0) *counter = 0;  // ready for the next launch
+    return true;
+}
+
 // The prefetching kernels take row groups `blockIdx.x`, `blockIdx.x + gridDim.x`, ... (the host
 // launches one CTA a group, as for the plain kernels, or at most `KESTREL_CUDA_MMVQ_CTAS` CTAs
 // an SM, each then working through several groups: fewer CTAs to start and retire, where short

@@ -1,6 +1,8 @@
 // The RMS norm of one row as every kernel computes it (norm.cu's row kernels, and rope.cu's
 // per-head norms fused into the RoPE launch), so that all of them give the same bits: the
 // thread-to-value mapping and the reduction depend only on the row length and blockDim.x.
+// mmvq_tail.cu replays this order on a 4-warp CTA (`tail_sum_sq`, the norm after a matvec in
+// its launch): change both together (the `cuda_tail` tests check they agree bit for bit).
 #pragma once
 #include "common.cuh"
 

@@ -151,7 +151,7 @@ done
     nvcc --version | tail -2
     nproc
 } 2>&1 | tee "$out/device.txt"
-for t in cuda_kernels cuda_gemm cuda_rope cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_wide cuda_moe cuda_forward cuda_paged cuda_generate cuda_architectures; do
+for t in cuda_kernels cuda_gemm cuda_rope cuda_elementwise cuda_attention cuda_kv_q8 cuda_ssm cuda_wide cuda_moe cuda_tail cuda_forward cuda_paged cuda_generate cuda_architectures; do
     log "test $t"
     if ! timeout "$step" .gpu/$t --test-threads 1 --nocapture >"$out/$t.log" 2>&1; then
         status=1
@@ -361,6 +361,13 @@ if [ "${GPU_RUN_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null 
         status=1
     fi
     tail -3 "$out/memcheck-moe.log"
+    # The matvecs whose last CTA runs the norm or the GLU after them (a counter, the row through
+    # L2, shared memory sized by the row).
+    if time_for 60 && ! timeout $((deadline - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 9 \
+        .gpu/cuda_tail --test-threads 1 >"$out/memcheck-tail.log" 2>&1; then
+        status=1
+    fi
+    tail -3 "$out/memcheck-tail.log"
 fi
 log "gpu-run: exit $status"
 exit $status

@@ -32,6 +32,7 @@ pub const TESTS: &[(&str, &str)] = &[
     ("kestrel-tensor", "cuda_wide"),
     ("kestrel-tensor", "cuda_rope"),
     ("kestrel-tensor", "cuda_moe"),
+    ("kestrel-tensor", "cuda_tail"),
     ("kestrel-arch", "cuda_forward"),
     ("kestrel-arch", "cuda_paged"),
     ("kestrel-generate", "cuda_generate"),

@@ -12,7 +12,7 @@
 #include "../../matvec_float.cu"
 #include "../../mmvq.cu"
 #include "../../mmvq_k.cu"
-#include "../../mmvq_norm.cu"
+#include "../../mmvq_tail.cu"
 #include "../../mmvq_wide.cu"
 #include "../../moe.cu"
 #include "../../norm.cu"

@@ -158,7 +158,7 @@ pub struct CudaDevice {
     /// Split decode attention's partial results and per-(token, head) counters (grown, never
     /// shrunk; the counters are zero between launches).
     pub(super) split_scratch: Mutex<Option<(CudaSlice<f32>, CudaSlice<u32>)>>,
-    /// The counter by which a fused matvec + norm finds its last CTA (`matvec_norm.rs`; zero
+    /// The counter by which a fused matvec + norm finds its last CTA (`matvec_tail.rs`; zero
     /// between launches).
     pub(super) tail_counter: Mutex<Option<CudaSlice<u32>>>,
     pub(super) ctx: Arc<CudaContext>,

@@ -308,38 +308,9 @@ impl CudaDevice {
         }
         let mut pairs = [Some(first), Some(second), third];
         let used = 2 + usize::from(pairs[2].is_some());
-        for (w, out) in pairs.iter().flatten() {
-            f32_only(OP, out)?;
-            let m = w.shape.n_rows();
-            if w.shape.row_len() != k || out.shape.elem_count() != m {
-                return Err(TensorError::ShapeMismatch {
-                    op: OP,
-                    what: "weight or output",
-                    expected: Shape::matrix(m, k)?,
-                    actual: w.shape,
-                });
-            }
-        }
+        let (segs, total) = self.multi_segs(OP, &mut pairs, k)?;
         let (mut guard, issued) = self.q8_input(x, ticket, 1, k)?;
         let scratch = guard.as_mut().ok_or_else(no_scratch_err)?;
-        let mut segs = MmvqSegs {
-            w: [0; 3],
-            out: [0; 3],
-            m: [0; 3],
-            pad: 0,
-        };
-        // The pointers' records keep each buffer's stream order until the launch is queued.
-        let mut records = [None, None, None];
-        let mut total = 0;
-        for (i, (w, out)) in pairs.iter_mut().flatten().enumerate() {
-            let (wp, wr) = w.buf.device_ptr(&self.stream);
-            let (op, or) = out.buf.device_ptr_mut(&self.stream);
-            segs.w[i] = wp;
-            segs.out[i] = op;
-            segs.m[i] = i32_of(OP, w.shape.n_rows())?;
-            total += w.shape.n_rows();
-            records[i] = Some((wr, or));
-        }
         let nb_i = i32_of(OP, k / wblock)?;
         let rpc = mmvq_rows_per_cta();
         let prefetch = self.mmvq_prefetch();
@@ -358,8 +329,42 @@ impl CudaDevice {
         // the scratch one row of Q8_1 blocks of x (all checked or made above); the kernel
         // reads and writes only those, a row of the launch belonging to one weight.
         unsafe { b.launch(cfg(grid, (32, MMVQ_WARPS))) }.map_err(driver("launch mmvq multi"))?;
-        drop(records);
         Ok(issued)
+    }
+
+    /// The segments of a multi-weight matvec launch over (weight, output) `pairs` of rows of
+    /// `k` values (each weight's shape and output checked), and their rows in all.
+    pub(super) fn multi_segs(
+        &self,
+        op: &'static str,
+        pairs: &mut [Option<(&DeviceTensor, &mut DeviceTensor)>; 3],
+        k: usize,
+    ) -> Result<(MmvqSegs, usize)> {
+        let mut segs = MmvqSegs {
+            w: [0; 3],
+            out: [0; 3],
+            m: [0; 3],
+            pad: 0,
+        };
+        let mut total = 0;
+        for (i, (w, out)) in pairs.iter_mut().flatten().enumerate() {
+            f32_only(op, out)?;
+            let m = w.shape.n_rows();
+            if w.shape.row_len() != k || out.shape.elem_count() != m {
+                return Err(TensorError::ShapeMismatch {
+                    op,
+                    what: "weight or output",
+                    expected: Shape::matrix(m, k)?,
+                    actual: w.shape,
+                });
+            }
+            // Event tracking is off for every context (engine.rs): the guards record nothing.
+            segs.w[i] = w.buf.device_ptr(&self.stream).0;
+            segs.out[i] = out.buf.device_ptr_mut(&self.stream).0;
+            segs.m[i] = i32_of(op, m)?;
+            total += m;
+        }
+        Ok((segs, total))
     }
 
     /// `out = src * s` (one launch where a copy and [`Self::scale`] took two; the same bits).

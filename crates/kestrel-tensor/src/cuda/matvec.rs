@@ -648,10 +648,13 @@ mod tests {
                 names.extend(name);
             }
         }
-        for (_, pair) in super::super::matvec_norm::MMVQ_NORM {
+        for (_, pair) in super::super::matvec_tail::MMVQ_NORM {
             names.extend(pair);
         }
-        assert_eq!(names.len(), 8 * 9 + 8 * 2 + 8 * 4 + 3 * 2 + 8 * 2);
+        for (_, pair) in super::super::matvec_tail::MMVQ_MULTI_GLU {
+            names.extend(pair);
+        }
+        assert_eq!(names.len(), 8 * 9 + 8 * 2 + 8 * 4 + 3 * 2 + 8 * 2 + 8 * 2);
         for (arch, ptx) in [("compute_80", 0), ("compute_90", 1)] {
             let entries: std::collections::HashSet<&str> = super::super::MODULES
                 .iter()

@@ -50,7 +50,7 @@ mod launch;
 #[cfg(feature = "cuda")]
 mod matvec;
 #[cfg(feature = "cuda")]
-mod matvec_norm;
+mod matvec_tail;
 #[cfg(feature = "cuda")]
 mod moe;
 #[cfg(feature = "cuda")]
@@ -83,7 +83,7 @@ pub use host::HostBuffer;
 #[cfg(feature = "cuda")]
 pub use kv_table::{KvPages, KvTable};
 #[cfg(feature = "cuda")]
-pub use matvec_norm::MAX_NORM_AFTER_ROW;
+pub use matvec_tail::MAX_NORM_AFTER_ROW;
 #[cfg(feature = "cuda")]
 pub use ssm::MAX_SSM_STATE;
 #[cfg(not(feature = "cuda"))]

@@ -55,9 +55,9 @@ pub(crate) const MODULES: &[PtxModule] = &[
         sm90: include_str!("ptx/mmvq_k.sm_90.ptx"),
     },
     PtxModule {
-        name: "mmvq_norm",
-        sm80: include_str!("ptx/mmvq_norm.sm_80.ptx"),
-        sm90: include_str!("ptx/mmvq_norm.sm_90.ptx"),
+        name: "mmvq_tail",
+        sm80: include_str!("ptx/mmvq_tail.sm_80.ptx"),
+        sm90: include_str!("ptx/mmvq_tail.sm_90.ptx"),
     },
     PtxModule {
         name: "mmvq_wide",

@@ -1,5 +1,5 @@
 //! The fused launches without the `cuda` feature (see the real `cuda/fused.rs` and
-//! `cuda/matvec_norm.rs`): every entry point is unreachable, as no device can exist.
+//! `cuda/matvec_tail.rs`): every entry point is unreachable, as no device can exist.
 
 use super::{CudaDevice, DeviceTensor, Glu, Q8Ticket};
 use crate::cuda::NormAfter;
@@ -89,6 +89,29 @@ impl CudaDevice {
         _product: &mut DeviceTensor,
         _add: Option<&DeviceTensor>,
         _norm: NormAfter<'_>,
+        _ticket: Option<Q8Ticket>,
+    ) -> Result<Option<Q8Ticket>> {
+        match self.never {}
+    }
+
+    /// Whether the fused gate/up matvec + GLU applies: never, in this build.
+    pub fn matvec_gate_up_glu_applies(&self, _dtype: DType, _n: usize, _width: usize) -> bool {
+        match self.never {}
+    }
+
+    /// The gate/up matvec and the gated activation after it in one launch.
+    ///
+    /// # Errors
+    /// Unreachable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_gate_up_glu_reusing(
+        &self,
+        _x: &DeviceTensor,
+        _gate: (&DeviceTensor, &mut DeviceTensor),
+        _up: (&DeviceTensor, &mut DeviceTensor),
+        _glu: Glu,
+        _out: &mut DeviceTensor,
+        _quantize: bool,
         _ticket: Option<Q8Ticket>,
     ) -> Result<Option<Q8Ticket>> {
         match self.never {}

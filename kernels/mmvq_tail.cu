@@ -1,26 +1,29 @@
-// A one-row quantized matvec (mmvq.cuh) whose last CTA to finish also runs the RMS norm that
-// follows it in a decoder layer (issue 24: decode of small models is bound by launches, and a
-// layer runs two such norms): llama's norm after a residual add taken into the matvec's
-// epilogue (`out = rms_norm(product + add) * w2`), or Gemma's sandwich, the post-attention /
-// post-FFN norm of the product, the residual add and the next norm (`normed = rms_norm(product)
-// * w1`, `sum = x + normed`, `out = rms_norm(sum) * w2`), with the Q8_1 blocks of `out` for the
-// next matvec when `q` is set. One launch where there were two.
+// One-row quantized matvecs (mmvq.cuh) whose last CTA to finish (mmvq_last_cta) also runs the
+// row op that follows them in a decoder layer, one launch where there were two (issue 24:
+// decode of small models is bound by launches):
 //
-// The norm is computed by the same float operations in the same order as norm.cu's kernels
-// (rms_norm_row_at) with `threads` (the host's rms_threads(k)) threads: each of those threads'
-// fmaf chain, each of their warps' butterfly, the butterfly of the warps' sums. Here the CTA's
-// MMVQ_WARPS warps take those warps in turn, so the fused launch gives the bits of the two
-// launches it replaces, and a decode step's bits do not depend on whether it fused.
+// - the RMS norm after the output and down projections (`mmvq_<type>_1_norm`): llama's norm
+//   of the sum the epilogue's residual add wrote (`out = rms_norm(product + add) * w2`), or
+//   Gemma's sandwich, the post-norm of the product, the residual add and the next norm
+//   (`normed = rms_norm(product) * w1`, `sum = x + normed`, `out = rms_norm(sum) * w2`). The
+//   norm is computed by the same float operations in the same order as norm.cu's kernels
+//   (rms_norm_row_at) with `threads` (the host's rms_threads(k)) threads: each of those
+//   threads' fmaf chain, each of their warps' butterfly, the butterfly of the warps' sums. Here
+//   the CTA's MMVQ_WARPS warps take those warps in turn, so the fused launch gives the bits of
+//   the launches it replaces;
+// - the gated activation after the gate/up matvec (`mmvq_<type>_multi_glu`): `out = act(gate)
+//   * up`, each value as elementwise.cu's GLU kernels compute it (act.cuh).
 //
-// Which CTA is last: each CTA, once its rows are written, counts itself on `counter` (after a
-// fence); the one that brings it to gridDim.x reads every row (through L2) and resets the
-// counter for the next launch.
+// Both leave the Q8_1 blocks of `out` for the next matvec when `q` is set (32 consecutive
+// values in one warp, as quantize.cu's rule).
 //
-// Launch: as mmvq_<type>_1 (and _1_pf), plus the MmvqNormTail, with `k` floats of dynamic shared
-// memory (the last CTA keeps the row there: one round trip to L2 for it, not one a pass).
+// Launch: as mmvq_<type>_1 / mmvq_<type>_multi (and their _pf forms), plus the tail struct;
+// the norm kernels with `k` floats of dynamic shared memory (the last CTA keeps the row there:
+// one round trip to L2 for it, not one a pass).
+#include "act.cuh"
 #include "mmvq.cuh"
 
-// The host's `MmvqNormTail` (kestrel-tensor's cuda/matvec_norm.rs), passed by value.
+// The host's `MmvqNormTail` (kestrel-tensor's cuda/matvec_tail.rs), passed by value.
 struct MmvqNormTail {
     float *normed;    // the sandwich's first norm (null: no sandwich)
     const float *w1;  // its weight (null: none)
@@ -86,15 +89,8 @@ __device__ __forceinline__ void tail_norm_out(const float *row, const float *__r
 __device__ __forceinline__ void mmvq_norm_tail(const float *p, int k, const MmvqNormTail &t) {
     DYNAMIC_SHARED(float, row);
     __shared__ float wsum[32];
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0 && threadIdx.y == 0) last = atomicAdd(t.counter, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!mmvq_last_cta(t.counter)) return;
     const int tid = threadIdx.y * WARP + threadIdx.x;
-    if (tid == 0) *t.counter = 0;  // ready for the next launch
     // The whole product row, through L2 (other CTAs wrote it), its loads independent.
     for (int j = tid; j < k; j += MMVQ_THREADS) row[j] = __ldcg(p + j);
     __syncthreads();
@@ -136,3 +132,53 @@ MMVQ_NORM(TQ8_0, q8_0)
 MMVQ_NORM(TQ4_K, q4_K)
 MMVQ_NORM(TQ5_K, q5_K)
 MMVQ_NORM(TQ6_K, q6_K)
+
+// The host's `MmvqGluTail`, passed by value: `out = act(gate) * up` over `n` values (`gelu`:
+// GELU, else SiLU), and its Q8_1 blocks into `q` (null: none; `n` a multiple of 32 otherwise).
+struct MmvqGluTail {
+    const float *gate;
+    const float *up;
+    float *out;
+    block_q8_1 *q;
+    unsigned *counter;
+    int n, gelu;
+};
+
+// Every thread of the CTA, after the gate/up matvec has written its rows.
+__device__ __forceinline__ void mmvq_glu_tail(const MmvqGluTail &t) {
+    if (!mmvq_last_cta(t.counter)) return;
+    // Warp w takes 32 consecutive values (a Q8_1 block: `j < n` is the same for the warp).
+#pragma unroll 4
+    for (int j = threadIdx.y * WARP + threadIdx.x; j < t.n; j += MMVQ_THREADS) {
+        const float g = __ldcg(t.gate + j), u = __ldcg(t.up + j);
+        const float y = (t.gelu ? gelu(g) : silu(g)) * u;
+        t.out[j] = y;
+        if (t.q) q8_1_store_warp(y, t.q + j / QK);
+    }
+}
+
+// `mmvq_<NAME>_multi_glu` and `mmvq_<NAME>_multi_glu_pf` (mmvq.cuh's MMVQ_MULTI, then the tail).
+#define MMVQ_MULTI_GLU(T, NAME)                                                                            \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
+        mmvq_##NAME##_multi_glu(MmvqSegs s, const block_q8_1 *a, int nb, int rpc, MmvqGluTail tail) {      \
+        pdl_enter();                                                                                       \
+        mmvq_multi<T, false>(s, a, nb, rpc, blockIdx.x);                                                   \
+        mmvq_glu_tail(tail);                                                                               \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(MMVQ_THREADS)                                            \
+        mmvq_##NAME##_multi_glu_pf(MmvqSegs s, const block_q8_1 *a, int nb, int rpc, MmvqGluTail tail) {   \
+        mmvq_segs_warm<T, T>(s, nb, rpc, blockIdx.x);                                                      \
+        pdl_enter();                                                                                       \
+        const int total = s.m[0] + s.m[1] + s.m[2];                                                        \
+        MMVQ_GROUPS((mmvq_multi<T, true>(s, a, nb, rpc, g, gn)))                                           \
+        mmvq_glu_tail(tail);                                                                               \
+    }
+
+MMVQ_MULTI_GLU(TQ4_0, q4_0)
+MMVQ_MULTI_GLU(TQ4_1, q4_1)
+MMVQ_MULTI_GLU(TQ5_0, q5_0)
+MMVQ_MULTI_GLU(TQ5_1, q5_1)
+MMVQ_MULTI_GLU(TQ8_0, q8_0)
+MMVQ_MULTI_GLU(TQ4_K, q4_K)
+MMVQ_MULTI_GLU(TQ5_K, q5_K)
+MMVQ_MULTI_GLU(TQ6_K, q6_K)
