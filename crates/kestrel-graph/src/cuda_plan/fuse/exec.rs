@@ -273,6 +273,64 @@ impl CudaPlan {
         Ok(true)
     }
 
+    /// The gate/up pair starting at node `i` (`w0`, its buffer `out`; `w1` and `m1` the other)
+    /// with the gated activation after it in its launch ([`Fusions::multi_glu`]), where the
+    /// step (one row) and the device take it; false: run it otherwise.
+    fn gate_up_glu(
+        &mut self,
+        i: usize,
+        node: &Node,
+        (w0, w1, m1): (&DeviceTensor, &DeviceTensor, MultiMember),
+        out: &mut DeviceTensor,
+        rows: usize,
+    ) -> Result<bool, GraphError> {
+        let Some(MultiGlu {
+            node: g,
+            gelu,
+            gate_first,
+        }) = self.fusions.multi_glu[i]
+        else {
+            return Ok(false);
+        };
+        let glu = if gelu { Glu::GeGlu } else { Glu::SwiGlu };
+        if w0.dtype() != w1.dtype()
+            || !self
+                .dev
+                .matvec_gate_up_glu_applies(w0.dtype(), rows, node.width)
+        {
+            return Ok(false);
+        }
+        let from = node.inputs[0];
+        let ticket = self.q8.and_then(|(id, t)| (id == from).then_some(t));
+        let quantize = self.q8_wanted(g, rows);
+        let [Some(mut other), Some(mut act)] = self.take_acts([m1.node, g], rows, node.width)?
+        else {
+            return Err(internal("fused node buffers missing"));
+        };
+        let r = match self.acts[from].as_ref() {
+            Some(x) => {
+                let (first, second) = ((w0, &mut *out), (w1, &mut other));
+                let (gate, up) = if gate_first {
+                    (first, second)
+                } else {
+                    (second, first)
+                };
+                self.dev
+                    .matmul_gate_up_glu_reusing(x, gate, up, glu, &mut act, quantize, ticket)
+            }
+            None => Err(TensorError::InvalidParam {
+                op: "cuda plan",
+                why: "a fused gate/up matmul's input buffer is missing",
+            }),
+        };
+        self.acts[m1.node] = Some(other);
+        self.acts[g] = Some(act);
+        self.done[m1.node] = true;
+        self.done[g] = true;
+        self.q8 = r?.map(|t| (g, t));
+        Ok(true)
+    }
+
     /// Runs node `i` (its buffer `out`) as a fused launch where [`Fusions::find`] found one that
     /// applies to this step; false: run it plainly.
     pub(in crate::cuda_plan) fn exec_fused(
@@ -302,6 +360,9 @@ impl CudaPlan {
                 ];
                 if !dev.matvec_multi_applies(&types[..2 + usize::from(m2.is_some())], rows) {
                     return Ok(false);
+                }
+                if m2.is_none() && self.gate_up_glu(i, node, (&*w0, &*w1, m1), out, rows)? {
+                    return Ok(true);
                 }
                 let from = node.inputs[0];
                 let ticket = self.q8.and_then(|(id, t)| (id == from).then_some(t));

@@ -13,8 +13,9 @@
 //!   type that pairs with q's and k's in `MIXED_MULTI_TYPES` (llama.cpp's `_M` mixes);
 //! - a one-row matmul and the RMS norm after it run as one launch, the matvec's last CTA
 //!   running the norm: llama's norm of the sum its epilogue add wrote, Gemma's sandwich (the
-//!   post-norm of the product, the residual add and the next norm) (`KESTREL_CUDA_NORM_AFTER=0`
-//!   leaves them two launches, to measure);
+//!   post-norm of the product, the residual add and the next norm); so do a one-row gate/up
+//!   launch and the gated activation after it (`KESTREL_CUDA_TAILS=0` leaves both two
+//!   launches, to measure);
 //! - the RoPE of an attention's queries and keys and the append of its keys and values to the
 //!   cache run as one launch at the attention (the keys rotated straight into the f16 cache),
 //!   at any step size, with a scale of the queries between RoPE and attention (Gemma's) in it.
@@ -127,6 +128,20 @@ pub(crate) struct Fusions {
     pub multi: Vec<Option<[Option<MultiMember>; 2]>>,
     /// For a matmul: the RMS norm after it, run in its launch in a one-row step.
     pub norm_after: Vec<Option<MatMulNorm>>,
+    /// For the first of a gate/up pair ([`Self::multi`], two matmuls): the gated activation
+    /// that alone reads both, run in their launch in a one-row step.
+    pub multi_glu: Vec<Option<MultiGlu>>,
+}
+
+/// A gated activation run in its gate/up launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MultiGlu {
+    /// The activation node.
+    pub node: usize,
+    /// GeGLU (else SwiGLU).
+    pub gelu: bool,
+    /// Whether the pair's first matmul is the gate (else the up projection).
+    pub gate_first: bool,
 }
 
 /// A matmul run in another's launch: its node, weight and output width.
@@ -161,6 +176,7 @@ impl Fusions {
             deferred: vec![false; n],
             multi: vec![None; n],
             norm_after: vec![None; n],
+            multi_glu: vec![None; n],
         };
         for (i, node) in nodes.iter().enumerate() {
             let Op::Attention(att) = &node.op else {
@@ -405,6 +421,29 @@ impl Fusions {
                 f.norm_after[mm.0] = Some(mm.1);
             }
         }
+        // A gate/up pair read only by one gated activation of their width.
+        for i in 0..n {
+            let Some([Some(up), None]) = f.multi[i] else {
+                continue;
+            };
+            let [g] = readers[i][..] else { continue };
+            let glu = &nodes[g];
+            let pair = glu.inputs[..] == [i, up.node] || glu.inputs[..] == [up.node, i];
+            if matches!(glu.op, Op::SwiGlu | Op::GeGlu)
+                && pair
+                && readers[up.node] == [g]
+                && !outputs.contains(&i)
+                && !outputs.contains(&up.node)
+                && whole_rows(i, g)
+                && whole_rows(up.node, g)
+            {
+                f.multi_glu[i] = Some(MultiGlu {
+                    node: g,
+                    gelu: matches!(glu.op, Op::GeGlu),
+                    gate_first: glu.inputs[0] == i,
+                });
+            }
+        }
         for (i, node) in nodes.iter().enumerate() {
             let produces = match &node.op {
                 Op::RmsNorm { group, .. } => *group == node.width,
@@ -603,6 +642,13 @@ mod tests {
         assert_eq!(norm_of("down"), Some(n("output_norm")));
         let takers = f.norm_after.iter().filter(|m| m.is_some()).count();
         assert_eq!(takers, 2);
+        // The SwiGLU runs in the gate/up launch.
+        let glu = f.multi_glu[n("gate")].expect("SwiGLU in the gate/up launch");
+        assert_eq!(
+            (glu.node, glu.gelu, glu.gate_first),
+            (n("swiglu"), false, true)
+        );
+        assert_eq!(f.multi_glu.iter().flatten().count(), 1);
     }
 
     #[test]
