@@ -12,7 +12,7 @@
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 
 use super::engine::{
-    cfg, driver, f32_only, f32_vector, grid_for, i32_of, no_scratch_err, same_shape,
+    cfg, driver, f32_only, f32_vector, grid_for, i32_of, no_scratch_err, same_shape, ScratchGuard,
 };
 use super::fused::Glu;
 use super::matvec::mmvq_multi_name;
@@ -136,6 +136,25 @@ impl CudaDevice {
         Ok(ptr)
     }
 
+    /// The Q8_1 scratch holding the one row `x` of `k` values (as `q8_input`: quantized now
+    /// unless `ticket` still names it), grown first, when the tail leaves its own `width`-wide
+    /// Q8_1 row there (`quantize`: written once every CTA has read x's); and the counter's
+    /// address.
+    fn tail_input(
+        &self,
+        op: &'static str,
+        (x, ticket, k): (&DeviceTensor, Option<Q8Ticket>, usize),
+        width: usize,
+        quantize: bool,
+    ) -> Result<(ScratchGuard<'_>, u64)> {
+        if quantize {
+            self.q8_grow(op, 1, width)?;
+        }
+        let (guard, _) = self.q8_input(x, ticket, 1, k)?;
+        let counter = self.tail_counter(op)?;
+        Ok((guard, counter))
+    }
+
     /// Whether [`Self::matmul_gate_up_glu_reusing`] takes `n` activation rows against gate and
     /// up weights of `dtype` with `width` rows each: one row, a quantized type the multi
     /// matvec runs, `width` up to [`MAX_NORM_AFTER_ROW`] (the last CTA's 128 threads compute
@@ -191,12 +210,7 @@ impl CudaDevice {
             return Err(no_scratch_err());
         };
         let quantize = quantize && width.is_multiple_of(32);
-        if quantize {
-            // The activation's Q8_1 row goes where x's is, once every CTA has read x's.
-            self.q8_grow(OP, 1, width)?;
-        }
-        let (mut guard, _) = self.q8_input(x, ticket, 1, k)?;
-        let counter = self.tail_counter(OP)?;
+        let (mut guard, counter) = self.tail_input(OP, (x, ticket, k), width, quantize)?;
         let scratch = guard.as_mut().ok_or_else(no_scratch_err)?;
         let tail = MmvqGluTail {
             gate: gate_out.buf.device_ptr(&self.stream).0,
@@ -323,12 +337,7 @@ impl CudaDevice {
         }
         same_shape(OP, "out", product, out)?;
         let quantize = quantize && m.is_multiple_of(32);
-        if quantize {
-            // The norm's Q8_1 row goes where x's is, once every CTA has read x's.
-            self.q8_grow(OP, 1, m)?;
-        }
-        let (mut guard, _) = self.q8_input(x, ticket, 1, k)?;
-        let counter = self.tail_counter(OP)?;
+        let (mut guard, counter) = self.tail_input(OP, (x, ticket, k), m, quantize)?;
         let scratch = guard.as_mut().ok_or_else(no_scratch_err)?;
         let ptr = |t: Option<&DeviceTensor>| t.map_or(0, |t| t.buf.device_ptr(&self.stream).0);
         let (mut normed, mut sum, mut eps1, mut w1, mut residual) = (0, 0, 0.0, 0, 0);
