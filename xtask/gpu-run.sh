@@ -18,7 +18,8 @@
 # joined by `+` run together: "KESTREL_CUDA_MMVQ_PREFETCH=1+KESTREL_CUDA_MMVQ_RPC=4"),
 # GPU_RUN_DEPTH="4096 ..." (tg128 after that many cached tokens, kestrel with each variant and
 # llama-bench's -d), GPU_RUN_DECODE_PROFILE=1 (KESTREL_CUDA_PROFILE times of 64 decode steps of every file),
-# GPU_RUN_NCU=1 (ncu's kernel times for one prefill layer and one decode step of the 8B-shaped
+# GPU_RUN_MATVEC=0 (no `kestrel bench --matvec` of each file; GPU_RUN_MATVEC_VARIANTS="VAR=value ...",
+# default the matvec's rows a CTA at 1 and 4 besides 2), GPU_RUN_NCU=1 (ncu's kernel times for one prefill layer and one decode step of the 8B-shaped
 # Q4_K_M file: the plan's own KESTREL_CUDA_PROFILE times include host stalls), GPU_RUN_MEMCHECK=0.
 set -uo pipefail
 out="${OUT:-gpu-report}"
@@ -280,6 +281,18 @@ if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
                     env $v timeout "$step" .gpu/kestrel bench -m "$f" --device cuda -p 0 -n 128 --batch "$b" \
                         -r 3 2>&1 | grep -E "@b|rror" | tee -a "$out/bench.log"
                 done
+            done
+        fi
+        # Each group of the decode step's matmul weights timed alone (`kestrel bench --matvec`):
+        # weight bytes a second per kernel, prefetch setting and row count, and the matmuls'
+        # share of the decode step; the rows a matvec CTA takes are fixed per process.
+        if [ "${GPU_RUN_MATVEC:-1}" != 0 ]; then
+            for v in "" ${GPU_RUN_MATVEC_VARIANTS-KESTREL_CUDA_MMVQ_RPC=1 KESTREL_CUDA_MMVQ_RPC=4}; do
+                time_for 45 || { log "deadline: matvec $spec skipped"; break; }
+                echo "-- kestrel --matvec 1,8 ${v:+with $v }($spec)" | tee -a "$out/matvec.log"
+                env ${v//+/ } timeout "$step" .gpu/kestrel bench -m "$f" --device cuda -p 0 -n 128 -r 3 \
+                    --matvec 1,8 >>"$out/matvec.log" 2>&1 || status=1
+                grep -E "^matmuls of a step|rror" "$out/matvec.log" | tail -7
             done
         fi
         if [ "${GPU_RUN_DECODE_PROFILE:-0}" != 0 ] && time_for 60; then

@@ -31,4 +31,4 @@ pub use error::ArchError;
 pub use lora::{adapted_weight, apply_adapters, LoraAdapter, LoraError};
 pub use lora_export::{export_merged, ExportReport};
 pub use registry::{list_architectures, ArchKind};
-pub use weights::{decode_weight_bytes, weight_tensor};
+pub use weights::{decode_matmul_weights, decode_weight_bytes, weight_tensor};

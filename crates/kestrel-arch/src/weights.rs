@@ -1,10 +1,13 @@
 //! Weights as tensors that view the model file: no copy, no f32 expansion; the tensor keeps its
-//! shard's mapping alive through an `Arc`. Also how many weight bytes a decode token reads.
+//! shard's mapping alive through an `Arc`. Also how many weight bytes a decode token reads,
+//! and which weights its matmuls multiply by.
 
 use kestrel_gguf::GgufModel;
 use kestrel_tensor::{ByteOwner, DType, Shape, Tensor};
 
+use crate::builder::{build_decoder, Logits};
 use crate::config::DecoderConfig;
+use crate::error::ArchError;
 
 /// The tensor `name` of `model`, viewing the file's bytes, or `None` if absent or of a type
 /// kestrel cannot compute with.
@@ -63,6 +66,33 @@ pub fn decode_weight_bytes(model: &GgufModel, cfg: &DecoderConfig) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
+/// The weights a decode step's matmuls multiply by (`x · Wᵀ`), each named once, in the order
+/// the step first uses them: the projections of every layer and the output (the token table
+/// when the output is tied). Not the row tables it reads rows of, the norms and biases, or
+/// mixture-of-experts tensors (their matvecs pick experts per token). What `kestrel bench
+/// --matvec` times.
+///
+/// # Errors
+/// The model's graph cannot be built (a missing or misshapen tensor).
+pub fn decode_matmul_weights(
+    model: &GgufModel,
+    cfg: &DecoderConfig,
+) -> Result<Vec<String>, ArchError> {
+    let g = build_decoder(cfg, model, Logits::Last)?;
+    let mut seen = vec![false; g.weights().len()];
+    let mut names = Vec::new();
+    for node in g.nodes() {
+        if let kestrel_graph::Op::MatMul { weight } = node.op {
+            if let Some(s) = seen.get_mut(weight) {
+                if !std::mem::replace(s, true) {
+                    names.push(g.weights()[weight].name.clone());
+                }
+            }
+        }
+    }
+    Ok(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +127,50 @@ mod tests {
             all - embd,
             "an untied model's embedding is read a row a token"
         );
+    }
+
+    fn matmul_weights_of(arch: &str) -> Vec<String> {
+        let path = std::env::temp_dir().join(format!(
+            "kestrel-matmul-weights-{arch}-{}.gguf",
+            std::process::id()
+        ));
+        synthetic_model(arch, 1).unwrap().write_file(&path).unwrap();
+        let model = GgufModel::open(&path).unwrap();
+        let cfg = DecoderConfig::from_model(&model).unwrap();
+        let names = decode_matmul_weights(&model, &cfg).unwrap();
+        let _ = std::fs::remove_file(&path);
+        names
+    }
+
+    #[test]
+    fn decode_multiplies_by_every_projection_and_the_output() {
+        let names = matmul_weights_of("llama");
+        let layer = [
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        ];
+        let mut want: Vec<String> = (0..2)
+            .flat_map(|il| layer.iter().map(move |w| format!("blk.{il}.{w}.weight")))
+            .collect();
+        want.push("output.weight".into());
+        let (mut got, mut sorted) = (names.clone(), want.clone());
+        got.sort();
+        sorted.sort();
+        assert_eq!(got, sorted, "no norm, no embedding table, each weight once");
+        assert_eq!(
+            names.first().map(String::as_str),
+            Some("blk.0.attn_q.weight")
+        );
+        assert_eq!(names.last().map(String::as_str), Some("output.weight"));
+        // Tied: the token table is the output projection.
+        let names = matmul_weights_of("gemma3");
+        assert_eq!(names.last().map(String::as_str), Some("token_embd.weight"));
+        assert_eq!(names.len(), 6 * 7 + 1);
     }
 
     #[test]

@@ -117,3 +117,48 @@ fn eight_and_nine_rows_agree() {
         );
     }
 }
+
+/// `time_matmuls` (`kestrel bench --matvec`) replays a captured pass of matmuls: the pass runs
+/// the same kernels as the matmuls alone (its output is the last weight's product, bit for bit,
+/// for one row plain and prefetching, 8 rows and the tensor-core matvec's 9), and counts each
+/// weight's bytes once; nothing to time, or rows that take the GEMM, are errors.
+#[test]
+fn a_timed_pass_of_matmuls_computes_what_the_matmuls_do() {
+    let Some(dev) = cuda_common::device("wide matvec") else {
+        return;
+    };
+    let (k, m) = (640, 96);
+    let ws: Vec<_> = [DType::Q4_0, DType::Q4_0, DType::Q4_0]
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| dev.upload(&weight(t, m, k, 20 + i as u64)).unwrap())
+        .collect();
+    let refs: Vec<_> = ws.iter().collect();
+    let bytes = 3 * DType::Q4_0.row_bytes(k).unwrap() * m;
+    for (n, prefetch) in [(1, false), (1, true), (8, false), (9, false)] {
+        dev.set_mmvq_prefetch(prefetch);
+        let x = cuda_common::upload(&dev, n, k, &cuda_common::random(n * k, 31));
+        let mut want = dev.zeros_f32(Shape::matrix(n, m).unwrap()).unwrap();
+        dev.matmul(&x, &ws[2], &mut want).unwrap();
+        let mut out = dev.zeros_f32(Shape::matrix(n, m).unwrap()).unwrap();
+        let t = dev.time_matmuls(&refs, &x, &mut out, 2).unwrap();
+        assert_eq!(
+            bits(&cuda_common::download(&dev, &out)),
+            bits(&cuda_common::download(&dev, &want)),
+            "{n} rows, prefetch {prefetch}"
+        );
+        assert_eq!((t.matmuls, t.weight_bytes), (3, bytes as u64));
+        assert!(t.seconds > 0.0 && t.bytes_per_s() > 0.0, "{t:?}");
+    }
+    dev.set_mmvq_prefetch(false);
+    let x = cuda_common::upload(&dev, 1, k, &cuda_common::random(k, 31));
+    let mut out = dev.zeros_f32(Shape::matrix(1, m).unwrap()).unwrap();
+    assert!(dev.time_matmuls(&[], &x, &mut out, 1).is_err());
+    let x = cuda_common::upload(&dev, 65, k, &cuda_common::random(65 * k, 31));
+    let mut out = dev.zeros_f32(Shape::matrix(65, m).unwrap()).unwrap();
+    let r = dev.time_matmuls(&refs, &x, &mut out, 1);
+    assert!(
+        r.is_err(),
+        "65 rows take the GEMM, or launches of 8 without cuBLAS: {r:?}"
+    );
+}

@@ -364,9 +364,16 @@ impl CudaDevice {
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
-    pub(super) fn mmvq_prefetch(&self) -> bool {
+    /// Whether one-row matvecs take the prefetching kernels now ([`Self::set_mmvq_prefetch`]).
+    pub fn mmvq_prefetch(&self) -> bool {
         self.mmvq_prefetch
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The prefetching matvecs' CTAs an SM now (0: one a row group;
+    /// [`Self::set_mmvq_ctas_per_sm`]).
+    pub fn mmvq_ctas_per_sm(&self) -> usize {
+        self.mmvq_ctas.load(std::sync::atomic::Ordering::Relaxed) as usize
     }
 
     /// At most `n` CTAs an SM for the prefetching matvecs, each working through row groups
@@ -403,7 +410,7 @@ impl CudaDevice {
 
     /// Whether `n` activation rows by a `dtype` weight take the tensor-core matvec (9 to
     /// [`wide_max`] rows).
-    fn wide_applies(&self, dtype: DType, n: usize) -> bool {
+    pub(super) fn wide_applies(&self, dtype: DType, n: usize) -> bool {
         (MAX_MATVEC_ROWS + 1..=wide_max()).contains(&n)
             && wide_enabled()
             && wide_name(dtype, 4, false).is_some()

@@ -207,6 +207,26 @@ pub struct CopyBandwidth {
     pub bytes_per_s: f64,
 }
 
+/// Matmuls timed back to back ([`CudaDevice::time_matmuls`]): one pass is one matmul by each
+/// weight given, in order, replayed from a CUDA graph.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct MatmulTiming {
+    /// Weight bytes one pass reads (each weight once).
+    pub weight_bytes: u64,
+    /// Matmuls one pass makes.
+    pub matmuls: usize,
+    /// Seconds a pass takes: the median repetition.
+    pub seconds: f64,
+}
+
+impl MatmulTiming {
+    /// Weight bytes read a second.
+    pub fn bytes_per_s(&self) -> f64 {
+        self.weight_bytes as f64 / self.seconds.max(1e-12)
+    }
+}
+
 /// Weight-type pairs whose q/k/v projections run as one matvec launch although v's type
 /// differs: (q's and k's type, v's type), as llama.cpp's `_M` quantizations mix them (Gemma 3
 /// 270M Q4_K_M: Q5_0 q/k with Q8_0 v in half its layers; llama Q4_K_M: Q4_K with Q6_K). Each

@@ -263,6 +263,16 @@ impl CudaDevice {
         match self.never {}
     }
 
+    /// Whether one-row matvecs take the prefetching kernels now.
+    pub fn mmvq_prefetch(&self) -> bool {
+        match self.never {}
+    }
+
+    /// The prefetching matvecs' CTAs an SM now (0: one a row group).
+    pub fn mmvq_ctas_per_sm(&self) -> usize {
+        match self.never {}
+    }
+
     /// Turns programmatic dependent launch on or off.
     pub fn set_programmatic_launch(&self, _on: bool) -> bool {
         match self.never {}

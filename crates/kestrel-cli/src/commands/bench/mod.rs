@@ -18,6 +18,9 @@
 //!   token reads (`kestrel::arch::decode_weight_bytes`) times the median tok/s over the
 //!   bandwidth of device-to-device copies timed after the tests (bytes read plus written).
 //!
+//! - on a GPU, with `--matvec [ROWS,...]` (default 1): the decode step's matmuls by weight group,
+//!   each timed alone (`matvec.rs`), after the other tests; `-p 0 -n 0 --matvec` for only them.
+//!
 //! Each test runs once to warm up, then `-r` times; the table shows the mean ± standard
 //! deviation as llama-bench does, and the median, min and max. `--json` prints an array with
 //! one object per test, with llama-bench's field names (`n_prompt`, `n_gen`, `n_threads`,
@@ -32,6 +35,8 @@ use kestrel::{LoadOptions, Model};
 use serde_json::json;
 
 use crate::output::print;
+
+mod matvec;
 
 /// Largest `-p`, `-n`, `-r` accepted (a typo must not run for hours or size a huge cache).
 const MAX_TOKENS: usize = 1 << 16;
@@ -66,6 +71,10 @@ pub struct BenchArgs {
     /// Print a JSON array instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also time the decode step's matmuls by weight group, each alone, at these activation
+    /// row counts (1 to 64, past 8 quantized weights only; `--matvec` alone: 1). GPU only.
+    #[arg(long, value_delimiter = ',', num_args = 0..=1, default_missing_value = "1")]
+    pub matvec: Vec<usize>,
     /// Where to run: cpu, cuda, cuda:N or auto.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -174,6 +183,16 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.n_seqs == 0 || args.n_seqs > 256 {
         return Err(format!("--batch {}: must be within 1..=256", args.n_seqs));
     }
+    if let Some(r) = args
+        .matvec
+        .iter()
+        .find(|&&r| r == 0 || r > matvec::MAX_ROWS)
+    {
+        return Err(format!(
+            "--matvec {r}: row counts must be within 1..={}",
+            matvec::MAX_ROWS
+        ));
+    }
     let ctx = args.depth + args.n_prompt.max(args.n_gen + 1).max(1);
     let load = LoadOptions {
         threads: args.threads,
@@ -198,6 +217,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         args.threads
     };
     let gen = model.generator_mut();
+    if !args.matvec.is_empty() && gen.cuda_device().is_none() {
+        return Err(matvec::NOT_ON_GPU.into());
+    }
     let mut results = Vec::new();
     let depth = args.depth;
     let at = if depth > 0 {
@@ -279,15 +301,16 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.n_gen > 0 && args.n_seqs > 1 {
         results.push(batched_decode(gen, args, n_vocab)?);
     }
+    let timed = if args.matvec.is_empty() {
+        Vec::new()
+    } else {
+        matvec::time_groups(gen, &args.matvec, args.reps)?
+    };
     // Without room for the copy (under 1 MiB of device memory free) the results stand without
     // the bandwidth line, and a note says why.
-    let roof = match (tg, gen.cuda_device()) {
-        (Some(i), Some(dev)) => match dev.copy_bandwidth(COPY_BYTES) {
-            Ok(copy) => {
-                let weights = kestrel::arch::decode_weight_bytes(gen.model(), gen.config());
-                let (median, _, _) = median_min_max(&results[i].samples_ts());
-                Some(Roof::new(i, weights, median, copy.bytes_per_s))
-            }
+    let copy = match gen.cuda_device() {
+        Some(dev) if tg.is_some() || !timed.is_empty() => match dev.copy_bandwidth(COPY_BYTES) {
+            Ok(copy) => Some(copy.bytes_per_s),
             Err(e) => {
                 eprintln!("warning: no bandwidth share: measuring the copy bandwidth failed: {e}");
                 None
@@ -295,6 +318,19 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         },
         _ => None,
     };
+    let roof = match (tg, copy) {
+        (Some(i), Some(copy)) => {
+            let weights = kestrel::arch::decode_weight_bytes(gen.model(), gen.config());
+            let (median, _, _) = median_min_max(&results[i].samples_ts());
+            Some(Roof::new(i, weights, median, copy))
+        }
+        _ => None,
+    };
+    // The decode test's median step, which the matmuls alone are held against.
+    let step_s = tg.map(|i| {
+        let (median, _, _) = median_min_max(&results[i].samples_ts());
+        1.0 / median.max(1e-9)
+    });
     let model_name = args
         .model
         .file_name()
@@ -337,6 +373,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 }
                 obj
             })
+            .chain(matvec::json(&timed, copy))
             .collect();
         let text = serde_json::to_string_pretty(&arr).map_err(|e| e.to_string())?;
         return print(&format!("{text}\n"));
@@ -356,6 +393,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     }
     if let Some(roof) = &roof {
         out.push_str(&format!("\n{}\n", roof.line(&results[roof.test].name)));
+    }
+    if !timed.is_empty() {
+        out.push_str(&matvec::table(&timed, copy, step_s));
     }
     print(&out)
 }
