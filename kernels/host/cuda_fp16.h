@@ -14,6 +14,8 @@
 #include <functional>
 #include <math.h>
 #include <memory>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <vector>
 #include "simt.h"
 
@@ -26,11 +28,26 @@
 #define __shared__ static thread_local
 // Dynamic shared memory (common.cuh): 227 KiB (an sm_90 CTA's most), one block per OS thread
 // for every kernel (kept out of the thread_local image, which holds every kernel's statics).
+// The emulated driver sets `launch_dynamic_shared` to the bytes a launch asked for, and the
+// kernel's memory then ends where those bytes end, at an inaccessible page: a kernel reading or
+// writing past what its host code gave it faults (as compute-sanitizer would report on a GPU)
+// instead of passing here. Host checks that run kernels directly leave it -1: all 227 KiB.
 namespace simt {
+inline std::atomic<long> launch_dynamic_shared{-1};
 inline void *dynamic_shared() {
+    constexpr std::size_t CAP = 232448;
     static thread_local unsigned char *block = nullptr;
-    if (!block) block = static_cast<unsigned char *>(std::aligned_alloc(16, 232448));  // never freed
-    return block;
+    static thread_local std::size_t span = 0;
+    if (!block) {  // never freed
+        const std::size_t page = (std::size_t)sysconf(_SC_PAGESIZE);
+        span = (CAP + page - 1) / page * page;
+        void *p = mmap(nullptr, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED || mprotect(static_cast<unsigned char *>(p) + span, page, PROT_NONE) != 0) std::abort();
+        block = static_cast<unsigned char *>(p);
+    }
+    const long asked = launch_dynamic_shared.load();
+    if (asked < 0 || (std::size_t)asked > CAP) return block;
+    return block + span - ((std::size_t)asked + 15) / 16 * 16;
 }
 }  // namespace simt
 #define DYNAMIC_SHARED(T, name) T *const name = static_cast<T *>(simt::dynamic_shared())

@@ -509,10 +509,10 @@ CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, uns
                      stream_of(s)->capturing ? " (captured)" : "", programmatic ? " (programmatic)" : "");
     auto body = std::make_shared<std::function<void()>>(fn->kernel->bind(params));
     const Dim3 grid{gx, gy, gz}, block{bx, by, bz};
-    submit(s, [body, grid, block] {
+    submit(s, [body, grid, block, shared] {
         static std::mutex run;
         std::lock_guard<std::mutex> g(run);
-        emu::run_kernel(*body, grid, block);
+        emu::run_kernel(*body, grid, block, shared);
     });
     return OK;
 }

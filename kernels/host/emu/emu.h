@@ -21,7 +21,8 @@ struct Kernel {
 const Kernel *find_kernel(const char *name);
 
 // Runs `body` over `grid` CTAs of `block` threads (fibers), the CTAs shared out among the
-// stand-in's OS threads (simt.h); returns when all have finished.
-void run_kernel(const std::function<void()> &body, Dim3 grid, Dim3 block);
+// stand-in's OS threads (simt.h), each CTA's dynamic shared memory `shared` bytes (past them an
+// inaccessible page); returns when all have finished. One launch at a time.
+void run_kernel(const std::function<void()> &body, Dim3 grid, Dim3 block, unsigned shared);
 
 }  // namespace emu

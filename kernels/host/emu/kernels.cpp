@@ -59,6 +59,9 @@ const Kernel *find_kernel(const char *name) {
     return nullptr;
 }
 
-void run_kernel(const std::function<void()> &body, Dim3 grid, Dim3 block) { launch3(grid, block, body); }
+void run_kernel(const std::function<void()> &body, Dim3 grid, Dim3 block, unsigned shared) {
+    simt::launch_dynamic_shared = (long)shared;
+    launch3(grid, block, body);
+}
 
 }  // namespace emu
