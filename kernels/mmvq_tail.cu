@@ -19,7 +19,13 @@
 //
 // Launch: as mmvq_<type>_1 / mmvq_<type>_multi (and their _pf forms), plus the tail struct;
 // the norm kernels with `k` floats of dynamic shared memory (the last CTA keeps the row there:
-// one round trip to L2 for it, not one a pass).
+// one round trip to L2 for it, not one a pass), the GLU kernels with 2 `n` (both rows).
+//
+// The tail runs on one CTA's 128 threads, up to 16 values a thread: its global loads are
+// issued a batch at a time (the row staged in shared memory, or loops unrolled where the loads
+// are `__restrict__`), while the loops that run the Q8_1 warp reductions are not unrolled:
+// unrolled, they cost the whole kernel registers (ptxas: 8 more in most kernels, spills in
+// the Q5_K prefetching ones) and doubled the PTX.
 #include "act.cuh"
 #include "mmvq.cuh"
 
@@ -71,17 +77,28 @@ __device__ __forceinline__ void tail_sandwich(float *row, const float *__restric
     }
 }
 
-// `out = rms_norm(row) * w2` and its Q8_1 blocks (`q` null: none), as rms_norm_row_at.
-__device__ __forceinline__ void tail_norm_out(const float *row, const float *__restrict__ w2, float *__restrict__ out,
+// The Q8_1 blocks of the `n` values in `row` (`n` a multiple of 32: warp w takes 32 consecutive
+// values, so `j < n` is the same for the warp), each thread the values it wrote into `row`
+// itself. Apart from the loops that compute the values: those are unrolled so their global
+// loads are in flight together (the tail runs on one CTA, up to 16 values a thread), this one
+// is not (four copies of its warp reductions would cost the whole kernel registers).
+__device__ __forceinline__ void tail_q8(const float *row, block_q8_1 *__restrict__ q, int n) {
+#pragma unroll 1
+    for (int j = threadIdx.y * WARP + threadIdx.x; j < n; j += MMVQ_THREADS) q8_1_store_warp(row[j], q + j / QK);
+}
+
+// `out = rms_norm(row) * w2`, also left in `row`, and its Q8_1 blocks (`q` null: none), as
+// rms_norm_row_at.
+__device__ __forceinline__ void tail_norm_out(float *row, const float *__restrict__ w2, float *__restrict__ out,
                                               block_q8_1 *__restrict__ q, int k, float scale) {
-    // Warp w takes 32 consecutive values (a Q8_1 block: `j < k` is the same for the warp).
 #pragma unroll 4
     for (int j = threadIdx.y * WARP + threadIdx.x; j < k; j += MMVQ_THREADS) {
         const float y0 = row[j] * scale;
         const float y = w2 ? y0 * w2[j] : y0;
         out[j] = y;
-        if (q) q8_1_store_warp(y, q + j / QK);
+        row[j] = y;
     }
+    if (q) tail_q8(row, q, k);
 }
 
 // Every thread of the CTA, after the matvec has written its rows of `p` (`k` values; the launch
@@ -92,6 +109,7 @@ __device__ __forceinline__ void mmvq_norm_tail(const float *p, int k, const Mmvq
     if (!mmvq_last_cta(t.counter)) return;
     const int tid = threadIdx.y * WARP + threadIdx.x;
     // The whole product row, through L2 (other CTAs wrote it), its loads independent.
+#pragma unroll 4
     for (int j = tid; j < k; j += MMVQ_THREADS) row[j] = __ldcg(p + j);
     __syncthreads();
     float scale = rsqrtf(tail_sum_sq(row, k, t.threads, wsum) / (float)k + (t.normed ? t.eps1 : t.eps2));
@@ -144,17 +162,37 @@ struct MmvqGluTail {
     int n, gelu;
 };
 
-// Every thread of the CTA, after the gate/up matvec has written its rows.
-__device__ __forceinline__ void mmvq_glu_tail(const MmvqGluTail &t) {
-    if (!mmvq_last_cta(t.counter)) return;
-    // Warp w takes 32 consecutive values (a Q8_1 block: `j < n` is the same for the warp).
+// `out = act(gate) * up` over `n` values (`use_gelu`: GELU, else SiLU) and its Q8_1 blocks (`q`
+// null: none), `sh` 2 `n` floats of shared memory: both rows are staged there first, their
+// loads all in flight together, so the loop that computes (not unrolled: four copies of the
+// activation and of the Q8_1 reductions would cost the whole kernel registers) reads them
+// without a round trip to L2 each.
+__device__ __forceinline__ void tail_glu(const float *__restrict__ gate, const float *__restrict__ up,
+                                         float *__restrict__ out, float *sh, block_q8_1 *__restrict__ q, int n,
+                                         int use_gelu) {
+    const int tid = threadIdx.y * WARP + threadIdx.x;
 #pragma unroll 4
-    for (int j = threadIdx.y * WARP + threadIdx.x; j < t.n; j += MMVQ_THREADS) {
-        const float g = __ldcg(t.gate + j), u = __ldcg(t.up + j);
-        const float y = (t.gelu ? gelu(g) : silu(g)) * u;
-        t.out[j] = y;
-        if (t.q) q8_1_store_warp(y, t.q + j / QK);
+    for (int j = tid; j < n; j += MMVQ_THREADS) {
+        sh[j] = __ldcg(gate + j);
+        sh[n + j] = __ldcg(up + j);
     }
+    // Each thread reads back only what it staged: no barrier. Warp w takes 32 consecutive
+    // values (a Q8_1 block: `j < n` is the same for the warp).
+#pragma unroll 1
+    for (int j = tid; j < n; j += MMVQ_THREADS) {
+        const float g = sh[j];
+        const float y = (use_gelu ? gelu(g) : silu(g)) * sh[n + j];
+        out[j] = y;
+        if (q) q8_1_store_warp(y, q + j / QK);
+    }
+}
+
+// Every thread of the CTA, after the gate/up matvec has written its rows (the launch gives the
+// CTA 2 `n` floats of dynamic shared memory).
+__device__ __forceinline__ void mmvq_glu_tail(const MmvqGluTail &t) {
+    DYNAMIC_SHARED(float, sh);
+    if (!mmvq_last_cta(t.counter)) return;
+    tail_glu(t.gate, t.up, t.out, sh, t.q, t.n, t.gelu);
 }
 
 // `mmvq_<NAME>_multi_glu` and `mmvq_<NAME>_multi_glu_pf` (mmvq.cuh's MMVQ_MULTI, then the tail).

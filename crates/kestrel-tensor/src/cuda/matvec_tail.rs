@@ -12,7 +12,7 @@
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 
 use super::engine::{
-    cfg, driver, f32_only, f32_vector, grid_for, i32_of, no_scratch_err, same_shape, ScratchGuard,
+    driver, f32_only, f32_vector, grid_for, i32_of, no_scratch_err, same_shape, ScratchGuard,
 };
 use super::fused::Glu;
 use super::matvec::mmvq_multi_name;
@@ -246,11 +246,16 @@ impl CudaDevice {
             .arg(&nb_i)
             .arg(&rpc_i)
             .arg(&tail);
+        let config = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (32, MMVQ_WARPS, 1),
+            shared_mem_bytes: (2 * width * 4) as u32,
+        };
         // SAFETY: each weight holds its width rows of k/block blocks of `dtype`, each output,
         // and `out`, width f32, the scratch x's Q8_1 row (and room for width/32 blocks more:
-        // grown above); the counter is one u32, zero between launches.
-        unsafe { b.launch(cfg(grid, (32, MMVQ_WARPS))) }
-            .map_err(driver("launch mmvq multi + glu"))?;
+        // grown above); the counter is one u32, zero between launches; the last CTA stages
+        // both rows in 2 * width <= 2 * MAX_NORM_AFTER_ROW floats of shared memory.
+        unsafe { b.launch(config) }.map_err(driver("launch mmvq multi + glu"))?;
         if quantize {
             return self.q8_claim(&guard, 1, width).map(Some);
         }
