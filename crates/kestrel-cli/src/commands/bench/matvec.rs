@@ -236,7 +236,9 @@ fn time_with(
 /// all groups together (a step's matmuls) against `step_s`, the decode test's median step.
 pub fn table(timed: &[Timed], copy_bytes_per_s: Option<f64>, step_s: Option<f64>) -> String {
     let mut s = String::from(
-        "\n| matmul weights | type | m × k | layers | rows | matvec | µs each | GB/s | of copy |\n\
+        "\nEach group's matmuls alone, back to back from a CUDA graph (GB/s: weight bytes; a group \
+         smaller than L2 may be read from it when replayed, past the copy bandwidth):\n\n\
+         | matmul weights | type | m × k | layers | rows | matvec | µs each | GB/s | of copy |\n\
          | --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: |\n",
     );
     let share = |bps: f64| {

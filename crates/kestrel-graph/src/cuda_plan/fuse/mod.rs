@@ -15,7 +15,7 @@
 //!   running the norm: llama's norm of the sum its epilogue add wrote, Gemma's sandwich (the
 //!   post-norm of the product, the residual add and the next norm); so do a one-row gate/up
 //!   launch and the gated activation after it (`KESTREL_CUDA_TAILS=0` leaves both two
-//!   launches, to measure);
+//!   launches, to measure; `=norm` or `=glu` keeps only that tail);
 //! - the RoPE of an attention's queries and keys and the append of its keys and values to the
 //!   cache run as one launch at the attention (the keys rotated straight into the f16 cache),
 //!   at any step size, with a scale of the queries between RoPE and attention (Gemma's) in it.
@@ -110,7 +110,7 @@ impl RopeAttention {
 }
 
 /// What may fuse around each node, by node index.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Fusions {
     pub matmul_add: Vec<Option<MatMulAdd>>,
     pub add_norm: Vec<Option<AddNorm>>,
@@ -153,6 +153,24 @@ pub(crate) struct MultiMember {
 }
 
 impl Fusions {
+    /// Drops the matvec tails `setting` (`KESTREL_CUDA_TAILS`) turns off: `"0"` both, `"norm"`
+    /// the gated activation's (only the norm tail stays), `"glu"` the norm's; anything else,
+    /// or none, keeps both.
+    pub fn keep_tails(&mut self, setting: Option<&str>) {
+        let (norm, glu) = match setting {
+            Some("0") => (false, false),
+            Some("norm") => (true, false),
+            Some("glu") => (false, true),
+            _ => (true, true),
+        };
+        if !norm {
+            self.norm_after.fill(None);
+        }
+        if !glu {
+            self.multi_glu.fill(None);
+        }
+    }
+
     /// Finds the fusions of `nodes` (weights' types by weight index; `outputs` are never
     /// fused away).
     pub fn find(nodes: &[Node], weight_types: &[DType], outputs: &[usize]) -> Fusions {
@@ -649,6 +667,24 @@ mod tests {
             (n("swiglu"), false, true)
         );
         assert_eq!(f.multi_glu.iter().flatten().count(), 1);
+        // KESTREL_CUDA_TAILS: each tail can be left out alone.
+        let count = |f: &Fusions| {
+            (
+                f.norm_after.iter().flatten().count(),
+                f.multi_glu.iter().flatten().count(),
+            )
+        };
+        for (setting, want) in [
+            (None, (2, 1)),
+            (Some("1"), (2, 1)),
+            (Some("norm"), (2, 0)),
+            (Some("glu"), (0, 1)),
+            (Some("0"), (0, 0)),
+        ] {
+            let mut g = f.clone();
+            g.keep_tails(setting);
+            assert_eq!(count(&g), want, "{setting:?}");
+        }
     }
 
     #[test]
