@@ -98,24 +98,31 @@ mod tests {
     use super::*;
     use crate::synthetic::synthetic_model;
 
-    fn bytes_of(arch: &str) -> (u64, u64, u64, bool) {
+    /// `f` over the synthetic `arch` file (written to a temporary file, removed after).
+    fn with_synthetic<T>(arch: &str, f: impl FnOnce(&GgufModel, &DecoderConfig) -> T) -> T {
         let path = std::env::temp_dir().join(format!(
-            "kestrel-decode-bytes-{arch}-{}.gguf",
+            "kestrel-weights-{arch}-{}.gguf",
             std::process::id()
         ));
         synthetic_model(arch, 1).unwrap().write_file(&path).unwrap();
         let model = GgufModel::open(&path).unwrap();
         let cfg = DecoderConfig::from_model(&model).unwrap();
-        let all: u64 = model.tensors().map(|t| t.info.n_bytes()).sum();
-        let embd = model
-            .tensor_location("token_embd.weight")
-            .unwrap()
-            .1
-            .n_bytes();
-        let tied = model.tensor_location("output.weight").is_none();
-        let got = decode_weight_bytes(&model, &cfg);
+        let out = f(&model, &cfg);
         let _ = std::fs::remove_file(&path);
-        (got, all, embd, tied)
+        out
+    }
+
+    fn bytes_of(arch: &str) -> (u64, u64, u64, bool) {
+        with_synthetic(arch, |model, cfg| {
+            let all: u64 = model.tensors().map(|t| t.info.n_bytes()).sum();
+            let embd = model
+                .tensor_location("token_embd.weight")
+                .unwrap()
+                .1
+                .n_bytes();
+            let tied = model.tensor_location("output.weight").is_none();
+            (decode_weight_bytes(model, cfg), all, embd, tied)
+        })
     }
 
     #[test]
@@ -130,16 +137,9 @@ mod tests {
     }
 
     fn matmul_weights_of(arch: &str) -> Vec<String> {
-        let path = std::env::temp_dir().join(format!(
-            "kestrel-matmul-weights-{arch}-{}.gguf",
-            std::process::id()
-        ));
-        synthetic_model(arch, 1).unwrap().write_file(&path).unwrap();
-        let model = GgufModel::open(&path).unwrap();
-        let cfg = DecoderConfig::from_model(&model).unwrap();
-        let names = decode_matmul_weights(&model, &cfg).unwrap();
-        let _ = std::fs::remove_file(&path);
-        names
+        with_synthetic(arch, |model, cfg| {
+            decode_matmul_weights(model, cfg).unwrap()
+        })
     }
 
     #[test]
